@@ -1,0 +1,196 @@
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{StorageConfigId, UserId};
+use crate::work::DomainError;
+
+/// A person who owns storage configs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct User {
+    /// Id.
+    pub id: UserId,
+    /// Unique name.
+    pub username: String,
+    /// A disabled user keeps their catalogue.
+    pub disabled: bool,
+}
+
+/// One folder tree of originals, owned by one user.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StorageConfig {
+    /// Id.
+    pub id: StorageConfigId,
+    /// Owner.
+    pub user_id: UserId,
+    /// Absolute path of the originals; globally unique.
+    pub root_path: PathBuf,
+    /// Inactive configs get no new work.
+    pub is_active: bool,
+}
+
+/// Whether an asset is a still or a moving picture.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MediaType {
+    /// A still image.
+    Image,
+    /// A video (including a Live Photo's motion half).
+    Video,
+}
+
+/// A derived file (or, for BlurHash, value) of an asset. Stored as text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProxyType {
+    /// About 300 px JPEG.
+    Thumbnail,
+    /// About 1920 px JPEG.
+    Preview,
+    /// A BlurHash string, stored inline.
+    Blurhash,
+    /// A video's still.
+    Poster,
+    /// A 720p H.264 video.
+    WebVideo,
+}
+
+impl ProxyType {
+    /// Every proxy type.
+    pub const ALL: [ProxyType; 5] = [
+        ProxyType::Thumbnail,
+        ProxyType::Preview,
+        ProxyType::Blurhash,
+        ProxyType::Poster,
+        ProxyType::WebVideo,
+    ];
+
+    /// The type as stored in the database.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ProxyType::Thumbnail => "thumbnail",
+            ProxyType::Preview => "preview",
+            ProxyType::Blurhash => "blurhash",
+            ProxyType::Poster => "poster",
+            ProxyType::WebVideo => "web_video",
+        }
+    }
+
+    /// The file name of this proxy inside its asset's proxy folder; `None` for the inline BlurHash.
+    pub const fn file_name(self) -> Option<&'static str> {
+        match self {
+            ProxyType::Thumbnail => Some("thumbnail.jpg"),
+            ProxyType::Preview => Some("preview.jpg"),
+            ProxyType::Blurhash => None,
+            ProxyType::Poster => Some("poster.jpg"),
+            ProxyType::WebVideo => Some("web.mp4"),
+        }
+    }
+}
+
+impl fmt::Display for ProxyType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ProxyType {
+    type Err = DomainError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|t| t.as_str() == s)
+            .ok_or_else(|| DomainError::OutOfRange {
+                what: "proxy type",
+                accepted: "thumbnail, preview, blurhash, poster or web_video",
+                got: format!("{s:?}"),
+            })
+    }
+}
+
+/// A BLAKE3 content hash, as 64 lower-case hex digits.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ContentHash(String);
+
+impl ContentHash {
+    /// Parses 64 hex digits (either case; kept lower-case).
+    pub fn from_hex(hex: &str) -> Result<Self, DomainError> {
+        if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(DomainError::OutOfRange {
+                what: "content hash",
+                accepted: "64 hex digits",
+                got: format!("{hex:?}"),
+            });
+        }
+        Ok(Self(hex.to_ascii_lowercase()))
+    }
+
+    /// The hash from its 32 bytes.
+    pub fn from_bytes(bytes: [u8; 32]) -> Self {
+        Self(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    }
+
+    /// The hex digits.
+    pub fn as_hex(&self) -> &str {
+        &self.0
+    }
+
+    /// The one place proxy locations are derived: `<config>/<hash[0..2]>/<hash>`, relative to the proxy root.
+    /// It depends on (config, content hash) only, so a retry overwrites its own debris.
+    pub fn proxy_dir(&self, config: StorageConfigId) -> PathBuf {
+        Path::new(&config.to_string())
+            .join(&self.0[..2])
+            .join(&self.0)
+    }
+}
+
+impl fmt::Display for ContentHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proxy_types_round_trip_and_only_blurhash_is_inline() {
+        for t in ProxyType::ALL {
+            assert_eq!(t.as_str().parse::<ProxyType>(), Ok(t));
+            assert_eq!(t.file_name().is_none(), t == ProxyType::Blurhash);
+        }
+        assert!("thumb".parse::<ProxyType>().is_err());
+    }
+
+    #[test]
+    fn content_hash_accepts_only_64_hex_digits_and_lowercases() {
+        let upper = "AB".repeat(32);
+        assert_eq!(
+            ContentHash::from_hex(&upper).map(|h| h.as_hex().to_owned()),
+            Ok("ab".repeat(32))
+        );
+        assert!(ContentHash::from_hex(&"ab".repeat(31)).is_err());
+        assert!(ContentHash::from_hex(&"zz".repeat(32)).is_err());
+        assert_eq!(
+            ContentHash::from_bytes([0xab; 32]),
+            ContentHash::from_hex(&upper).unwrap()
+        );
+    }
+
+    #[test]
+    fn proxy_dir_derives_from_config_and_hash_only() {
+        let config = StorageConfigId::new();
+        let hash = ContentHash::from_bytes([0x0f; 32]);
+        let dir = hash.proxy_dir(config);
+        assert_eq!(
+            dir,
+            Path::new(&config.to_string())
+                .join("0f")
+                .join("0f".repeat(32))
+        );
+        assert_eq!(dir, hash.clone().proxy_dir(config));
+    }
+}

@@ -1,0 +1,24 @@
+//! Almanac Worker's domain: the work queue's types and rules, the catalogue's types, and the ports the
+//! adapters implement.
+//!
+//! **Architecture invariant:** this crate does no I/O. It depends on neither tokio nor diesel, reads no clock
+//! and opens no file. The executor and the handlers depend on these ports; only the binary and the tests wire
+//! the PostgreSQL adapter (`almanac-store-pg`) in.
+
+mod catalogue;
+mod ids;
+mod queue;
+mod retry;
+mod work;
+
+pub use catalogue::{ContentHash, MediaType, ProxyType, StorageConfig, User};
+pub use ids::{AssetId, BurstId, StorageConfigId, UserId, WorkItemId};
+pub use queue::{
+    CancelOutcome, ClaimRequest, ClaimedItem, Enqueued, FailOutcome, Failure, Fence, Heartbeat,
+    QueueError, Recovered, ServedConfigs, WorkQueue, WriteOutcome,
+};
+pub use retry::RetryPolicy;
+pub use work::{
+    Attempt, DedupKey, DomainError, LeaseDuration, NewWorkItem, Scope, ScopeRule, Status, WorkItem,
+    WorkKind, WorkerId,
+};

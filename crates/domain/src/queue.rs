@@ -1,0 +1,218 @@
+use std::future::Future;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::ids::{UserId, WorkItemId};
+use crate::work::{Attempt, LeaseDuration, NewWorkItem, Status, WorkItem, WorkKind, WorkerId};
+
+/// Why a queue operation could not answer. The executor treats every variant as "no answer": it never
+/// guesses an outcome from an error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QueueError {
+    /// The database could not be reached, or did not answer in time. MUST be returned for connection, pool
+    /// and timeout failures, so callers can tell an outage from a bug.
+    #[error(
+        "the work queue database is unavailable: {0}. Check that PostgreSQL is running and reachable at the configured DATABASE_URL"
+    )]
+    Unavailable(String),
+    /// The request breaks a rule of the queue (e.g. a storage config that does not exist).
+    #[error("the work queue refused the request: {0}")]
+    Rejected(String),
+    /// Anything else the database said; a bug or a schema that does not match this binary.
+    #[error("the work queue failed unexpectedly: {0}")]
+    Unexpected(String),
+}
+
+/// The result of an enqueue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Enqueued {
+    /// The queued item: the new one, or the one already queued under the same dedup key.
+    pub item: WorkItem,
+    /// False when an item with the same dedup key was already queued and is returned instead.
+    pub created: bool,
+}
+
+/// Which storage configs' items a Worker claims. Every Worker also claims unscoped items.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServedConfigs {
+    /// Every active storage config.
+    All,
+    /// The active storage configs of one user.
+    User(UserId),
+}
+
+/// What a Worker asks for when it has a free slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRequest {
+    /// Who claims; written to the item.
+    pub worker_id: WorkerId,
+    /// Whose configs it serves.
+    pub served: ServedConfigs,
+    /// The kinds it has handlers for; items of other kinds are never claimed by it.
+    pub kinds: Vec<WorkKind>,
+    /// The lease the claim takes.
+    pub lease: LeaseDuration,
+}
+
+/// What fences every write of one attempt: the item and the claim number (rule 5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Fence {
+    /// The item.
+    pub id: WorkItemId,
+    /// The claim that started this attempt.
+    pub attempt: Attempt,
+}
+
+/// A claimed item and the fence for its attempt's writes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimedItem {
+    /// The item, as the claim left it (status running).
+    pub item: WorkItem,
+    /// The attempt's fence.
+    pub fence: Fence,
+}
+
+/// The answer to a heartbeat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Heartbeat {
+    /// The lease was renewed.
+    Renewed {
+        /// A cancel was requested for the item; the attempt should stop and mark it cancelled.
+        cancel_requested: bool,
+    },
+    /// The attempt no longer holds the item (recovered, finished or re-claimed): write nothing more.
+    Lost,
+}
+
+/// The answer to a fenced write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteOutcome {
+    /// Written.
+    Written,
+    /// The attempt no longer holds the item; nothing was written.
+    Lost,
+}
+
+/// A handler error, as reported to the queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// What went wrong, for `last_error` and the logs.
+    pub error: String,
+    /// Whether another attempt may succeed.
+    pub retryable: bool,
+    /// How long to wait before the retry, if one is scheduled.
+    pub retry_delay: Duration,
+}
+
+/// The answer to reporting a failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailOutcome {
+    /// Requeued; it will not be claimed before `run_after`.
+    RetryScheduled {
+        /// Earliest next claim (database clock).
+        run_after: DateTime<Utc>,
+    },
+    /// Failed for good: not retryable, or the retry budget is spent.
+    Failed,
+    /// The attempt no longer holds the item; nothing was written.
+    Lost,
+}
+
+/// The answer to a cancel request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// The item was queued and is now cancelled.
+    Cancelled,
+    /// The item is running; its Worker sees the request at its next heartbeat.
+    Requested,
+    /// The item had already finished with this status; nothing changed.
+    AlreadyFinished(Status),
+    /// No such item.
+    NotFound,
+}
+
+/// An item whose lease expired, as lease recovery left it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Recovered {
+    /// The item.
+    pub id: WorkItemId,
+    /// `Queued` (requeued), `Failed` (stalled too often) or `Cancelled` (a cancel had been requested).
+    pub status: Status,
+    /// Its stall count after this recovery.
+    pub stalls: i32,
+}
+
+/// The durable work queue (ADR 0008), as the executor and the web backend see it.
+///
+/// Every write by an attempt takes its [`Fence`] and changes nothing unless the item is still running under
+/// that attempt; otherwise it answers `Lost`. Errors mean "no answer": the operation may or may not have
+/// happened (the caller never assumes either).
+pub trait WorkQueue: Send + Sync {
+    /// Enqueues work. With a dedup key that is already queued, returns the queued item (`created: false`).
+    fn enqueue(
+        &self,
+        item: &NewWorkItem,
+    ) -> impl Future<Output = Result<Enqueued, QueueError>> + Send;
+
+    /// Claims the oldest due item this Worker serves whose storage config has no running item (rules 1–3).
+    /// MUST answer `Ok(None)` both when nothing is eligible and when a concurrent claim of the same config
+    /// won the race (the running-config index rejected this one).
+    fn claim(
+        &self,
+        request: &ClaimRequest,
+    ) -> impl Future<Output = Result<Option<ClaimedItem>, QueueError>> + Send;
+
+    /// Renews the attempt's lease, stores progress when given, and reports a requested cancel.
+    fn heartbeat(
+        &self,
+        fence: Fence,
+        lease: LeaseDuration,
+        progress: Option<&serde_json::Value>,
+    ) -> impl Future<Output = Result<Heartbeat, QueueError>> + Send;
+
+    /// Marks the attempt's item succeeded, with an optional result.
+    fn complete(
+        &self,
+        fence: Fence,
+        result: Option<&serde_json::Value>,
+    ) -> impl Future<Output = Result<WriteOutcome, QueueError>> + Send;
+
+    /// Counts a handler error; requeues with a delay when retryable and under budget, else fails the item.
+    fn fail(
+        &self,
+        fence: Fence,
+        failure: &Failure,
+    ) -> impl Future<Output = Result<FailOutcome, QueueError>> + Send;
+
+    /// Marks the attempt's item cancelled (after a cancel request was honoured).
+    fn mark_cancelled(
+        &self,
+        fence: Fence,
+    ) -> impl Future<Output = Result<WriteOutcome, QueueError>> + Send;
+
+    /// Gives the item back to the queue on shutdown: no failure, no stall, claimable at once.
+    fn release(
+        &self,
+        fence: Fence,
+    ) -> impl Future<Output = Result<WriteOutcome, QueueError>> + Send;
+
+    /// Cancels a queued item at once, or asks a running one to stop.
+    fn request_cancel(
+        &self,
+        id: WorkItemId,
+    ) -> impl Future<Output = Result<CancelOutcome, QueueError>> + Send;
+
+    /// Requeues running items whose lease expired (`stalls + 1`, keeping their place), failing those that
+    /// reach `max_stalls` and cancelling those whose cancel was requested.
+    fn recover_expired_leases(
+        &self,
+        max_stalls: i32,
+    ) -> impl Future<Output = Result<Vec<Recovered>, QueueError>> + Send;
+
+    /// Reads one item.
+    fn get(
+        &self,
+        id: WorkItemId,
+    ) -> impl Future<Output = Result<Option<WorkItem>, QueueError>> + Send;
+}

@@ -1,0 +1,151 @@
+//! Users and storage configs: what `config add|list` and the tests need without the web backend.
+
+use std::path::PathBuf;
+
+use almanac_domain::{StorageConfig, StorageConfigId, User, UserId};
+use diesel::sql_types::{Bool, Text, Uuid};
+use diesel::{QueryableByName, sql_query};
+use diesel_async::{AsyncConnection, RunQueryDsl};
+
+use crate::PgStore;
+use crate::error::{self, StoreError};
+
+/// A storage config to register.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewStorageConfig {
+    /// The owner's user name; the user is created when it does not exist yet.
+    pub username: String,
+    /// Absolute path of the originals.
+    pub root_path: PathBuf,
+}
+
+#[derive(QueryableByName)]
+struct UserRow {
+    #[diesel(sql_type = Uuid)]
+    id: uuid::Uuid,
+    #[diesel(sql_type = Text)]
+    username: String,
+    #[diesel(sql_type = Bool)]
+    disabled: bool,
+}
+
+#[derive(QueryableByName)]
+struct ConfigRow {
+    #[diesel(sql_type = Uuid)]
+    id: uuid::Uuid,
+    #[diesel(sql_type = Uuid)]
+    user_id: uuid::Uuid,
+    #[diesel(sql_type = Text)]
+    root_path: String,
+    #[diesel(sql_type = Bool)]
+    is_active: bool,
+}
+
+impl From<ConfigRow> for StorageConfig {
+    fn from(r: ConfigRow) -> Self {
+        StorageConfig {
+            id: StorageConfigId::from_uuid(r.id),
+            user_id: UserId::from_uuid(r.user_id),
+            root_path: PathBuf::from(r.root_path),
+            is_active: r.is_active,
+        }
+    }
+}
+
+impl PgStore {
+    /// Registers a storage config, creating its user when needed. A root path must be absolute, UTF-8 and not
+    /// registered yet.
+    #[mutants::skip]
+    pub async fn add_storage_config(
+        &self,
+        new: &NewStorageConfig,
+    ) -> Result<(User, StorageConfig), StoreError> {
+        let root = new
+            .root_path
+            .to_str()
+            .filter(|p| p.starts_with('/'))
+            .ok_or_else(|| {
+                StoreError::Conflict(format!(
+                    "the root path {} must be absolute and valid UTF-8",
+                    new.root_path.display()
+                ))
+            })?;
+        let username = new.username.trim();
+        if username.is_empty() {
+            return Err(StoreError::Conflict(
+                "the user name must not be blank".into(),
+            ));
+        }
+        let mut conn = self.conn().await?;
+        let result = conn
+            .transaction::<_, diesel::result::Error, _>(async |conn| {
+                let user: UserRow = sql_query(
+                    "INSERT INTO users (id, username) VALUES ($1, $2)
+                     ON CONFLICT (username) DO UPDATE SET username = EXCLUDED.username
+                     RETURNING id, username, disabled",
+                )
+                .bind::<Uuid, _>(UserId::new().as_uuid())
+                .bind::<Text, _>(username)
+                .get_result(conn)
+                .await?;
+                let config: ConfigRow = sql_query(
+                    "INSERT INTO storage_configs (id, user_id, root_path) VALUES ($1, $2, $3)
+                     RETURNING id, user_id, root_path, is_active",
+                )
+                .bind::<Uuid, _>(StorageConfigId::new().as_uuid())
+                .bind::<Uuid, _>(user.id)
+                .bind::<Text, _>(root)
+                .get_result(conn)
+                .await?;
+                Ok((user, config))
+            })
+            .await;
+        match result {
+            Ok((user, config)) => Ok((
+                User {
+                    id: UserId::from_uuid(user.id),
+                    username: user.username,
+                    disabled: user.disabled,
+                },
+                config.into(),
+            )),
+            Err(e) if error::is_unique_violation_of(&e, "uq_storage_configs_root_path") => Err(
+                StoreError::Conflict(format!("the root path {root} is already registered")),
+            ),
+            Err(e) => Err(error::from_diesel(e)),
+        }
+    }
+
+    /// Every storage config, oldest first.
+    #[mutants::skip]
+    pub async fn list_storage_configs(&self) -> Result<Vec<StorageConfig>, StoreError> {
+        let mut conn = self.conn().await?;
+        let rows: Vec<ConfigRow> = sql_query(
+            "SELECT id, user_id, root_path, is_active FROM storage_configs ORDER BY created_at, id",
+        )
+        .load(&mut conn)
+        .await
+        .map_err(error::from_diesel)?;
+        Ok(rows.into_iter().map(StorageConfig::from).collect())
+    }
+
+    /// Makes a storage config active or inactive. Inactive configs are not claimed for.
+    #[mutants::skip]
+    pub async fn set_storage_config_active(
+        &self,
+        id: StorageConfigId,
+        active: bool,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.conn().await?;
+        let rows = sql_query("UPDATE storage_configs SET is_active = $2 WHERE id = $1")
+            .bind::<Uuid, _>(id.as_uuid())
+            .bind::<Bool, _>(active)
+            .execute(&mut conn)
+            .await
+            .map_err(error::from_diesel)?;
+        if rows == 0 {
+            return Err(StoreError::NotFound(format!("no storage config {id}")));
+        }
+        Ok(())
+    }
+}

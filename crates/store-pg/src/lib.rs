@@ -1,0 +1,69 @@
+//! PostgreSQL adapters for Almanac Worker's ports: the durable work queue ([`PgStore`] implements
+//! [`almanac_domain::WorkQueue`]) and the catalogue's storage configs.
+//!
+//! **Architecture invariant:** all of the project's SQL lives in this crate. Database errors are mapped to the
+//! ports' errors in one place ([`error`]), by constraint or index name where the rules depend on it.
+//!
+//! Connects through diesel-async and tokio-postgres (no libpq). Migrations are embedded; run them with
+//! [`migrate`].
+
+mod catalogue;
+mod error;
+mod migrations;
+mod queue;
+
+use std::time::Duration;
+
+use diesel_async::AsyncPgConnection;
+use diesel_async::pooled_connection::AsyncDieselConnectionManager;
+use diesel_async::pooled_connection::deadpool::{Object, Pool};
+
+pub use catalogue::NewStorageConfig;
+pub use error::StoreError;
+pub use migrations::{migrate, pending_migrations};
+pub use queue::{QueueSummaryRow, claim_with};
+
+/// The PostgreSQL store: a pool of connections and the statements of the work queue and the catalogue.
+/// Cheap to clone; clones share the pool.
+#[derive(Clone)]
+pub struct PgStore {
+    pool: Pool<AsyncPgConnection>,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("pool", &self.pool.status())
+            .finish()
+    }
+}
+
+impl PgStore {
+    /// A store over a pool of at most `max_connections` connections to `database_url`. Connections are made
+    /// lazily; a request that cannot get one within `acquire_timeout` fails as unavailable.
+    pub fn new(
+        database_url: &str,
+        max_connections: usize,
+        acquire_timeout: Duration,
+    ) -> Result<Self, StoreError> {
+        let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new(database_url);
+        let pool = Pool::builder(manager)
+            .max_size(max_connections.max(1))
+            .runtime(deadpool::Runtime::Tokio1)
+            .wait_timeout(Some(acquire_timeout))
+            .create_timeout(Some(acquire_timeout))
+            .recycle_timeout(Some(acquire_timeout))
+            .build()
+            .map_err(|e| StoreError::Config(format!("building the connection pool: {e}")))?;
+        Ok(Self { pool })
+    }
+
+    /// A store with ten connections and a ten-second acquire timeout.
+    pub fn connect(database_url: &str) -> Result<Self, StoreError> {
+        Self::new(database_url, 10, Duration::from_secs(10))
+    }
+
+    pub(crate) async fn conn(&self) -> Result<Object<AsyncPgConnection>, StoreError> {
+        self.pool.get().await.map_err(error::from_pool)
+    }
+}

@@ -1,0 +1,582 @@
+//! The work queue's statements (ADR 0008). They are PostgreSQL-only (SKIP LOCKED, partial unique indexes,
+//! `now()` as the one clock), so they carry `#[mutants::skip]` and are covered by the contract tests named in
+//! ADR 0005.
+
+use std::str::FromStr;
+
+use almanac_domain::{
+    Attempt, CancelOutcome, ClaimRequest, ClaimedItem, Enqueued, FailOutcome, Failure, Fence,
+    Heartbeat, LeaseDuration, NewWorkItem, QueueError, Recovered, Scope, ServedConfigs, Status,
+    StorageConfigId, WorkItem, WorkItemId, WorkKind, WorkQueue, WriteOutcome,
+};
+use chrono::{DateTime, Utc};
+use diesel::sql_types::{
+    Array, BigInt, Bool, Double, Integer, Jsonb, Nullable, Text, Timestamptz, Uuid,
+};
+use diesel::{QueryableByName, sql_query};
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+
+use crate::error::{self, RUNNING_CONFIG_INDEX};
+use crate::{PgStore, StoreError};
+
+#[derive(QueryableByName)]
+struct WorkItemRow {
+    #[diesel(sql_type = Uuid)]
+    id: uuid::Uuid,
+    #[diesel(sql_type = Text)]
+    kind: String,
+    #[diesel(sql_type = Nullable<Uuid>)]
+    storage_config_id: Option<uuid::Uuid>,
+    #[diesel(sql_type = Text)]
+    status: String,
+    #[diesel(sql_type = Jsonb)]
+    payload: serde_json::Value,
+    #[diesel(sql_type = Nullable<Text>)]
+    dedup_key: Option<String>,
+    #[diesel(sql_type = Timestamptz)]
+    requested_at: DateTime<Utc>,
+    #[diesel(sql_type = Timestamptz)]
+    run_after: DateTime<Utc>,
+    #[diesel(sql_type = Integer)]
+    attempt: i32,
+    #[diesel(sql_type = Integer)]
+    failures: i32,
+    #[diesel(sql_type = Integer)]
+    stalls: i32,
+    #[diesel(sql_type = Integer)]
+    max_attempts: i32,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    lease_expires_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Text>)]
+    worker_id: Option<String>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    started_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    heartbeat_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    finished_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    cancel_requested_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Text>)]
+    last_error: Option<String>,
+    #[diesel(sql_type = Nullable<Jsonb>)]
+    progress: Option<serde_json::Value>,
+    #[diesel(sql_type = Nullable<Jsonb>)]
+    result: Option<serde_json::Value>,
+}
+
+impl TryFrom<WorkItemRow> for WorkItem {
+    type Error = QueueError;
+    fn try_from(r: WorkItemRow) -> Result<Self, QueueError> {
+        let bad = |e: almanac_domain::DomainError| {
+            QueueError::Unexpected(format!("work item {}: {e}", r.id))
+        };
+        Ok(WorkItem {
+            id: WorkItemId::from_uuid(r.id),
+            kind: WorkKind::from_str(&r.kind).map_err(bad)?,
+            scope: Scope::from(r.storage_config_id.map(StorageConfigId::from_uuid)),
+            status: Status::from_str(&r.status).map_err(bad)?,
+            payload: r.payload,
+            dedup_key: r.dedup_key,
+            requested_at: r.requested_at,
+            run_after: r.run_after,
+            attempt: r.attempt,
+            failures: r.failures,
+            stalls: r.stalls,
+            max_attempts: r.max_attempts,
+            lease_expires_at: r.lease_expires_at,
+            worker_id: r.worker_id,
+            started_at: r.started_at,
+            heartbeat_at: r.heartbeat_at,
+            finished_at: r.finished_at,
+            cancel_requested_at: r.cancel_requested_at,
+            last_error: r.last_error,
+            progress: r.progress,
+            result: r.result,
+        })
+    }
+}
+
+const ENQUEUE: &str = "\
+INSERT INTO work_items (id, kind, storage_config_id, payload, dedup_key, run_after, max_attempts)
+VALUES ($1, $2, $3, $4, $5, COALESCE($6, now()), $7)
+ON CONFLICT (dedup_key) WHERE status = 'queued' DO NOTHING
+RETURNING *";
+
+const QUEUED_BY_DEDUP_KEY: &str =
+    "SELECT * FROM work_items WHERE dedup_key = $1 AND status = 'queued'";
+
+/// Rule 1: one statement under READ COMMITTED. The candidate set is each idle served config's oldest due item
+/// plus the oldest due unscoped items, so a busy config's backlog is never scanned (ADR 0008, "claim cost").
+/// Rule 2 (the running-config index) rejects a racing second claim of one config.
+const CLAIM: &str = "\
+UPDATE work_items AS w
+   SET status = 'running',
+       attempt = w.attempt + 1,
+       worker_id = $1,
+       started_at = now(),
+       heartbeat_at = now(),
+       lease_expires_at = now() + $2 * interval '1 second',
+       progress = NULL
+ WHERE w.id = (
+       SELECT q.id
+         FROM work_items AS q
+        WHERE q.id IN (
+                (SELECT u.id
+                   FROM work_items AS u
+                  WHERE u.status = 'queued' AND u.storage_config_id IS NULL
+                    AND u.run_after <= now() AND u.kind = ANY($3)
+                  ORDER BY u.requested_at, u.id
+                  LIMIT 64)
+                UNION ALL
+                SELECT n.id
+                  FROM storage_configs AS s
+                 CROSS JOIN LATERAL (
+                       SELECT x.id
+                         FROM work_items AS x
+                        WHERE x.storage_config_id = s.id AND x.status = 'queued'
+                          AND x.run_after <= now() AND x.kind = ANY($3)
+                        ORDER BY x.requested_at, x.id
+                        LIMIT 1) AS n
+                 WHERE s.is_active
+                   AND ($4::uuid IS NULL OR s.user_id = $4)
+                   AND NOT EXISTS (SELECT 1 FROM work_items AS r
+                                    WHERE r.storage_config_id = s.id AND r.status = 'running'))
+          AND q.status = 'queued'
+        ORDER BY q.requested_at, q.id
+        LIMIT 1
+          FOR UPDATE SKIP LOCKED)
+RETURNING w.*";
+
+const FENCE: &str = "w.id = $1 AND w.attempt = $2 AND w.status = 'running'";
+
+/// Requeuing must not collide with a newer queued item of the same dedup key: the requeued item drops its key
+/// and both stay (nothing is lost; the work may run twice).
+const REQUEUE_DEDUP_KEY: &str = "CASE WHEN EXISTS (SELECT 1 FROM work_items AS o
+       WHERE o.dedup_key = w.dedup_key AND o.status = 'queued' AND o.id <> w.id) THEN NULL ELSE w.dedup_key END";
+
+#[derive(QueryableByName)]
+struct CancelRequested {
+    #[diesel(sql_type = Bool)]
+    cancel_requested: bool,
+}
+
+#[derive(QueryableByName)]
+struct StatusRow {
+    #[diesel(sql_type = Text)]
+    status: String,
+    #[diesel(sql_type = Timestamptz)]
+    run_after: DateTime<Utc>,
+}
+
+#[derive(QueryableByName)]
+struct RecoveredRow {
+    #[diesel(sql_type = Uuid)]
+    id: uuid::Uuid,
+    #[diesel(sql_type = Text)]
+    status: String,
+    #[diesel(sql_type = Integer)]
+    stalls: i32,
+}
+
+/// One row of the queue summary: how many items of a kind have a status.
+#[derive(Debug, Clone, PartialEq, Eq, QueryableByName)]
+pub struct QueueSummaryRow {
+    /// The kind.
+    #[diesel(sql_type = Text)]
+    pub kind: String,
+    /// The status.
+    #[diesel(sql_type = Text)]
+    pub status: String,
+    /// How many.
+    #[diesel(sql_type = BigInt)]
+    pub count: i64,
+}
+
+fn seconds(lease: LeaseDuration) -> f64 {
+    lease.get().as_secs_f64()
+}
+
+fn parse_status(s: &str) -> Result<Status, QueueError> {
+    Status::from_str(s).map_err(|e| QueueError::Unexpected(e.to_string()))
+}
+
+/// The claim on a connection of the caller's, e.g. inside an explicit transaction held open to force the
+/// race that rule 2 covers. [`PgStore::claim`] is this on a pooled connection.
+#[mutants::skip]
+pub async fn claim_with(
+    conn: &mut AsyncPgConnection,
+    request: &ClaimRequest,
+) -> Result<Option<ClaimedItem>, QueueError> {
+    let kinds: Vec<String> = request
+        .kinds
+        .iter()
+        .map(|k| k.as_str().to_owned())
+        .collect();
+    let user = match request.served {
+        ServedConfigs::All => None,
+        ServedConfigs::User(user) => Some(user.as_uuid()),
+    };
+    let claimed = sql_query(CLAIM)
+        .bind::<Text, _>(request.worker_id.as_str())
+        .bind::<Double, _>(seconds(request.lease))
+        .bind::<Array<Text>, _>(kinds)
+        .bind::<Nullable<Uuid>, _>(user)
+        .get_result::<WorkItemRow>(conn)
+        .await;
+    let row = match claimed {
+        Ok(row) => row,
+        Err(diesel::result::Error::NotFound) => return Ok(None),
+        // Rule 2: a concurrent claim of the same config won; this Worker waits for its next poll.
+        Err(e) if error::is_unique_violation_of(&e, RUNNING_CONFIG_INDEX) => return Ok(None),
+        Err(e) => return Err(error::queue(e)),
+    };
+    let item = WorkItem::try_from(row)?;
+    let attempt = Attempt::new(item.attempt).map_err(|e| QueueError::Unexpected(e.to_string()))?;
+    Ok(Some(ClaimedItem {
+        fence: Fence {
+            id: item.id,
+            attempt,
+        },
+        item,
+    }))
+}
+
+impl PgStore {
+    async fn fenced_write(&self, sql: String, fence: Fence) -> Result<WriteOutcome, QueueError> {
+        let mut conn = self.conn().await?;
+        let rows = sql_query(sql)
+            .bind::<Uuid, _>(fence.id.as_uuid())
+            .bind::<Integer, _>(fence.attempt.get())
+            .execute(&mut conn)
+            .await
+            .map_err(error::queue)?;
+        Ok(if rows == 1 {
+            WriteOutcome::Written
+        } else {
+            WriteOutcome::Lost
+        })
+    }
+
+    /// How many items of each kind have each status.
+    #[mutants::skip]
+    pub async fn queue_summary(&self) -> Result<Vec<QueueSummaryRow>, StoreError> {
+        let mut conn = self.conn().await?;
+        sql_query("SELECT kind, status, count(*) AS count FROM work_items GROUP BY kind, status ORDER BY kind, status")
+            .load(&mut conn)
+            .await
+            .map_err(error::from_diesel)
+    }
+
+    /// The most recently requested items, optionally of one status, newest first.
+    #[mutants::skip]
+    pub async fn list_items(
+        &self,
+        status: Option<Status>,
+        limit: i64,
+    ) -> Result<Vec<WorkItem>, StoreError> {
+        let mut conn = self.conn().await?;
+        let rows: Vec<WorkItemRow> = sql_query(
+            "SELECT * FROM work_items WHERE ($1::text IS NULL OR status = $1) ORDER BY requested_at DESC, id DESC LIMIT $2",
+        )
+        .bind::<Nullable<Text>, _>(status.map(Status::as_str))
+        .bind::<BigInt, _>(limit)
+        .load(&mut conn)
+        .await
+        .map_err(error::from_diesel)?;
+        rows.into_iter()
+            .map(|r| WorkItem::try_from(r).map_err(|e| StoreError::Unexpected(e.to_string())))
+            .collect()
+    }
+
+    /// Deletes at most `batch` finished items: succeeded or cancelled ones finished before `done_before`,
+    /// failed ones finished before `failed_before`. Never touches a queued or running item. Returns how many
+    /// were deleted; call again until it returns less than `batch`.
+    #[mutants::skip]
+    pub async fn delete_finished(
+        &self,
+        done_before: DateTime<Utc>,
+        failed_before: DateTime<Utc>,
+        batch: i64,
+    ) -> Result<u64, StoreError> {
+        let mut conn = self.conn().await?;
+        let deleted = sql_query(
+            "DELETE FROM work_items WHERE id IN (
+                SELECT id FROM work_items
+                 WHERE (status IN ('succeeded', 'cancelled') AND finished_at < $1)
+                    OR (status = 'failed' AND finished_at < $2)
+                 ORDER BY finished_at
+                 LIMIT $3
+                   FOR UPDATE SKIP LOCKED)",
+        )
+        .bind::<Timestamptz, _>(done_before)
+        .bind::<Timestamptz, _>(failed_before)
+        .bind::<BigInt, _>(batch)
+        .execute(&mut conn)
+        .await
+        .map_err(error::from_diesel)?;
+        Ok(deleted as u64)
+    }
+}
+
+impl WorkQueue for PgStore {
+    #[mutants::skip]
+    async fn enqueue(&self, item: &NewWorkItem) -> Result<Enqueued, QueueError> {
+        let mut conn = self.conn().await?;
+        // An existing queued item may be claimed between the insert and the read: try again, a few times.
+        for _ in 0..5 {
+            let inserted: Option<WorkItemRow> = sql_query(ENQUEUE)
+                .bind::<Uuid, _>(WorkItemId::new().as_uuid())
+                .bind::<Text, _>(item.kind().as_str())
+                .bind::<Nullable<Uuid>, _>(item.scope().storage_config().map(|c| c.as_uuid()))
+                .bind::<Jsonb, _>(&item.payload)
+                .bind::<Nullable<Text>, _>(item.dedup_key.as_ref().map(|k| k.as_str()))
+                .bind::<Nullable<Timestamptz>, _>(item.run_after)
+                .bind::<Integer, _>(item.max_attempts())
+                .get_result(&mut conn)
+                .await
+                .map(Some)
+                .or_else(|e| {
+                    if e == diesel::result::Error::NotFound {
+                        Ok(None)
+                    } else {
+                        Err(e)
+                    }
+                })
+                .map_err(error::queue)?;
+            if let Some(row) = inserted {
+                return Ok(Enqueued {
+                    item: row.try_into()?,
+                    created: true,
+                });
+            }
+            let key = item
+                .dedup_key
+                .as_ref()
+                .map(|k| k.as_str())
+                .unwrap_or_default();
+            let existing: Vec<WorkItemRow> = sql_query(QUEUED_BY_DEDUP_KEY)
+                .bind::<Text, _>(key)
+                .load(&mut conn)
+                .await
+                .map_err(error::queue)?;
+            if let Some(row) = existing.into_iter().next() {
+                return Ok(Enqueued {
+                    item: row.try_into()?,
+                    created: false,
+                });
+            }
+        }
+        Err(QueueError::Unexpected(
+            "enqueue kept racing with claims of the same dedup key".into(),
+        ))
+    }
+
+    #[mutants::skip]
+    async fn claim(&self, request: &ClaimRequest) -> Result<Option<ClaimedItem>, QueueError> {
+        let mut conn = self.conn().await?;
+        claim_with(&mut conn, request).await
+    }
+
+    #[mutants::skip]
+    async fn heartbeat(
+        &self,
+        fence: Fence,
+        lease: LeaseDuration,
+        progress: Option<&serde_json::Value>,
+    ) -> Result<Heartbeat, QueueError> {
+        let mut conn = self.conn().await?;
+        let renewed: Vec<CancelRequested> = sql_query(format!(
+            "UPDATE work_items AS w
+                SET heartbeat_at = now(),
+                    lease_expires_at = now() + $3 * interval '1 second',
+                    progress = COALESCE($4, w.progress)
+              WHERE {FENCE}
+          RETURNING w.cancel_requested_at IS NOT NULL AS cancel_requested"
+        ))
+        .bind::<Uuid, _>(fence.id.as_uuid())
+        .bind::<Integer, _>(fence.attempt.get())
+        .bind::<Double, _>(seconds(lease))
+        .bind::<Nullable<Jsonb>, _>(progress)
+        .load(&mut conn)
+        .await
+        .map_err(error::queue)?;
+        Ok(match renewed.into_iter().next() {
+            Some(r) => Heartbeat::Renewed {
+                cancel_requested: r.cancel_requested,
+            },
+            None => Heartbeat::Lost,
+        })
+    }
+
+    #[mutants::skip]
+    async fn complete(
+        &self,
+        fence: Fence,
+        result: Option<&serde_json::Value>,
+    ) -> Result<WriteOutcome, QueueError> {
+        let mut conn = self.conn().await?;
+        let rows = sql_query(format!(
+            "UPDATE work_items AS w
+                SET status = 'succeeded', finished_at = now(), lease_expires_at = NULL, result = $3
+              WHERE {FENCE}"
+        ))
+        .bind::<Uuid, _>(fence.id.as_uuid())
+        .bind::<Integer, _>(fence.attempt.get())
+        .bind::<Nullable<Jsonb>, _>(result)
+        .execute(&mut conn)
+        .await
+        .map_err(error::queue)?;
+        Ok(if rows == 1 {
+            WriteOutcome::Written
+        } else {
+            WriteOutcome::Lost
+        })
+    }
+
+    #[mutants::skip]
+    async fn fail(&self, fence: Fence, failure: &Failure) -> Result<FailOutcome, QueueError> {
+        let mut conn = self.conn().await?;
+        let rows: Vec<StatusRow> = sql_query(format!(
+            "UPDATE work_items AS w
+                SET failures = w.failures + 1,
+                    last_error = $3,
+                    status = CASE WHEN d.retry THEN 'queued' ELSE 'failed' END,
+                    run_after = CASE WHEN d.retry THEN now() + $5 * interval '1 second' ELSE w.run_after END,
+                    finished_at = CASE WHEN d.retry THEN NULL ELSE now() END,
+                    lease_expires_at = NULL,
+                    dedup_key = CASE WHEN d.retry THEN {REQUEUE_DEDUP_KEY} ELSE w.dedup_key END
+               FROM (SELECT $4::boolean AND i.failures + 1 < i.max_attempts AS retry
+                       FROM work_items AS i WHERE i.id = $1) AS d
+              WHERE {FENCE}
+          RETURNING w.status, w.run_after"
+        ))
+        .bind::<Uuid, _>(fence.id.as_uuid())
+        .bind::<Integer, _>(fence.attempt.get())
+        .bind::<Text, _>(&failure.error)
+        .bind::<Bool, _>(failure.retryable)
+        .bind::<Double, _>(failure.retry_delay.as_secs_f64())
+        .load(&mut conn)
+        .await
+        .map_err(error::queue)?;
+        let Some(row) = rows.into_iter().next() else {
+            return Ok(FailOutcome::Lost);
+        };
+        Ok(match parse_status(&row.status)? {
+            Status::Queued => FailOutcome::RetryScheduled {
+                run_after: row.run_after,
+            },
+            _ => FailOutcome::Failed,
+        })
+    }
+
+    #[mutants::skip]
+    async fn mark_cancelled(&self, fence: Fence) -> Result<WriteOutcome, QueueError> {
+        self.fenced_write(
+            format!(
+                "UPDATE work_items AS w
+                    SET status = 'cancelled', finished_at = now(), lease_expires_at = NULL
+                  WHERE {FENCE}"
+            ),
+            fence,
+        )
+        .await
+    }
+
+    #[mutants::skip]
+    async fn release(&self, fence: Fence) -> Result<WriteOutcome, QueueError> {
+        self.fenced_write(
+            format!(
+                "UPDATE work_items AS w
+                    SET status = 'queued', lease_expires_at = NULL, run_after = now(),
+                        dedup_key = {REQUEUE_DEDUP_KEY}
+                  WHERE {FENCE}"
+            ),
+            fence,
+        )
+        .await
+    }
+
+    #[mutants::skip]
+    async fn request_cancel(&self, id: WorkItemId) -> Result<CancelOutcome, QueueError> {
+        let mut conn = self.conn().await?;
+        conn.transaction::<_, diesel::result::Error, _>(async |conn| {
+            let current: Vec<StatusRow> =
+                sql_query("SELECT status, run_after FROM work_items WHERE id = $1 FOR UPDATE")
+                    .bind::<Uuid, _>(id.as_uuid())
+                    .load(conn)
+                    .await?;
+            let Some(row) = current.into_iter().next() else { return Ok(Ok(CancelOutcome::NotFound)) };
+            let status = match parse_status(&row.status) {
+                Ok(s) => s,
+                Err(e) => return Ok(Err(e)),
+            };
+            let (sql, outcome) = match status {
+                Status::Queued => (
+                    "UPDATE work_items SET status = 'cancelled', finished_at = now(), cancel_requested_at = now()
+                      WHERE id = $1",
+                    CancelOutcome::Cancelled,
+                ),
+                Status::Running => (
+                    "UPDATE work_items SET cancel_requested_at = COALESCE(cancel_requested_at, now()) WHERE id = $1",
+                    CancelOutcome::Requested,
+                ),
+                finished => return Ok(Ok(CancelOutcome::AlreadyFinished(finished))),
+            };
+            sql_query(sql).bind::<Uuid, _>(id.as_uuid()).execute(conn).await?;
+            Ok(Ok(outcome))
+        })
+        .await
+        .map_err(error::queue)?
+    }
+
+    #[mutants::skip]
+    async fn recover_expired_leases(&self, max_stalls: i32) -> Result<Vec<Recovered>, QueueError> {
+        let mut conn = self.conn().await?;
+        let rows: Vec<RecoveredRow> = sql_query(format!(
+            "UPDATE work_items AS w
+                SET stalls = w.stalls + 1,
+                    status = CASE WHEN w.cancel_requested_at IS NOT NULL THEN 'cancelled'
+                                  WHEN w.stalls + 1 >= $1 THEN 'failed'
+                                  ELSE 'queued' END,
+                    finished_at = CASE WHEN w.cancel_requested_at IS NOT NULL OR w.stalls + 1 >= $1 THEN now() END,
+                    last_error = CASE WHEN w.cancel_requested_at IS NULL AND w.stalls + 1 >= $1
+                                      THEN format('stalled: the lease expired %s times without a heartbeat (max_stalls is %s)', w.stalls + 1, $1)
+                                      ELSE w.last_error END,
+                    lease_expires_at = NULL,
+                    run_after = now(),
+                    dedup_key = CASE WHEN w.cancel_requested_at IS NULL AND w.stalls + 1 < $1
+                                     THEN {REQUEUE_DEDUP_KEY} ELSE w.dedup_key END
+              WHERE w.id IN (SELECT e.id FROM work_items AS e
+                              WHERE e.status = 'running' AND e.lease_expires_at < now()
+                              ORDER BY e.lease_expires_at
+                              LIMIT 1000
+                                FOR UPDATE SKIP LOCKED)
+          RETURNING w.id, w.status, w.stalls"
+        ))
+        .bind::<Integer, _>(max_stalls.max(1))
+        .load(&mut conn)
+        .await
+        .map_err(error::queue)?;
+        rows.into_iter()
+            .map(|r| {
+                Ok(Recovered {
+                    id: WorkItemId::from_uuid(r.id),
+                    status: parse_status(&r.status)?,
+                    stalls: r.stalls,
+                })
+            })
+            .collect()
+    }
+
+    #[mutants::skip]
+    async fn get(&self, id: WorkItemId) -> Result<Option<WorkItem>, QueueError> {
+        let mut conn = self.conn().await?;
+        let rows: Vec<WorkItemRow> = sql_query("SELECT * FROM work_items WHERE id = $1")
+            .bind::<Uuid, _>(id.as_uuid())
+            .load(&mut conn)
+            .await
+            .map_err(error::queue)?;
+        rows.into_iter().next().map(WorkItem::try_from).transpose()
+    }
+}

@@ -1,0 +1,10 @@
+DROP TABLE IF EXISTS work_items;
+DROP FUNCTION IF EXISTS notify_work_items_queued();
+DROP TABLE IF EXISTS refresh_tokens;
+DROP TABLE IF EXISTS proxy_files;
+DROP TABLE IF EXISTS asset_metadata;
+ALTER TABLE IF EXISTS media_assets DROP CONSTRAINT IF EXISTS fk_media_assets_burst;
+DROP TABLE IF EXISTS bursts;
+DROP TABLE IF EXISTS media_assets;
+DROP TABLE IF EXISTS storage_configs;
+DROP TABLE IF EXISTS users;
