@@ -59,13 +59,8 @@ pub enum ProxyType {
 
 impl ProxyType {
     /// Every proxy type.
-    pub const ALL: [ProxyType; 5] = [
-        ProxyType::Thumbnail,
-        ProxyType::Preview,
-        ProxyType::Blurhash,
-        ProxyType::Poster,
-        ProxyType::WebVideo,
-    ];
+    pub const ALL: [ProxyType; 5] =
+        [ProxyType::Thumbnail, ProxyType::Preview, ProxyType::Blurhash, ProxyType::Poster, ProxyType::WebVideo];
 
     /// The type as stored in the database.
     pub const fn as_str(self) -> &'static str {
@@ -99,14 +94,11 @@ impl fmt::Display for ProxyType {
 impl FromStr for ProxyType {
     type Err = DomainError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL
-            .into_iter()
-            .find(|t| t.as_str() == s)
-            .ok_or_else(|| DomainError::OutOfRange {
-                what: "proxy type",
-                accepted: "thumbnail, preview, blurhash, poster or web_video",
-                got: format!("{s:?}"),
-            })
+        Self::ALL.into_iter().find(|t| t.as_str() == s).ok_or_else(|| DomainError::OutOfRange {
+            what: "proxy type",
+            accepted: "thumbnail, preview, blurhash, poster or web_video",
+            got: format!("{s:?}"),
+        })
     }
 }
 
@@ -140,9 +132,7 @@ impl ContentHash {
     /// The one place proxy locations are derived: `<config>/<hash[0..2]>/<hash>`, relative to the proxy root.
     /// It depends on (config, content hash) only, so a retry overwrites its own debris.
     pub fn proxy_dir(&self, config: StorageConfigId) -> PathBuf {
-        Path::new(&config.to_string())
-            .join(&self.0[..2])
-            .join(&self.0)
+        Path::new(&config.to_string()).join(&self.0[..2]).join(&self.0)
     }
 }
 
@@ -168,16 +158,10 @@ mod tests {
     #[test]
     fn content_hash_accepts_only_64_hex_digits_and_lowercases() {
         let upper = "AB".repeat(32);
-        assert_eq!(
-            ContentHash::from_hex(&upper).map(|h| h.as_hex().to_owned()),
-            Ok("ab".repeat(32))
-        );
+        assert_eq!(ContentHash::from_hex(&upper).map(|h| h.as_hex().to_owned()), Ok("ab".repeat(32)));
         assert!(ContentHash::from_hex(&"ab".repeat(31)).is_err());
         assert!(ContentHash::from_hex(&"zz".repeat(32)).is_err());
-        assert_eq!(
-            ContentHash::from_bytes([0xab; 32]),
-            ContentHash::from_hex(&upper).unwrap()
-        );
+        assert_eq!(ContentHash::from_bytes([0xab; 32]), ContentHash::from_hex(&upper).unwrap());
     }
 
     #[test]
@@ -185,12 +169,7 @@ mod tests {
         let config = StorageConfigId::new();
         let hash = ContentHash::from_bytes([0x0f; 32]);
         let dir = hash.proxy_dir(config);
-        assert_eq!(
-            dir,
-            Path::new(&config.to_string())
-                .join("0f")
-                .join("0f".repeat(32))
-        );
+        assert_eq!(dir, Path::new(&config.to_string()).join("0f").join("0f".repeat(32)));
         assert_eq!(dir, hash.clone().proxy_dir(config));
     }
 }

@@ -14,11 +14,10 @@ mod work;
 pub use catalogue::{ContentHash, MediaType, ProxyType, StorageConfig, User};
 pub use ids::{AssetId, BurstId, StorageConfigId, UserId, WorkItemId};
 pub use queue::{
-    CancelOutcome, ClaimRequest, ClaimedItem, Enqueued, FailOutcome, Failure, Fence, Heartbeat,
-    QueueError, Recovered, ServedConfigs, WorkQueue, WriteOutcome,
+    CancelOutcome, ClaimRequest, ClaimedItem, Enqueued, FailOutcome, Failure, Fence, Heartbeat, QueueError, Recovered,
+    ServedConfigs, WorkQueue, WriteOutcome,
 };
 pub use retry::RetryPolicy;
 pub use work::{
-    Attempt, DedupKey, DomainError, LeaseDuration, NewWorkItem, Scope, ScopeRule, Status, WorkItem,
-    WorkKind, WorkerId,
+    Attempt, DedupKey, DomainError, LeaseDuration, NewWorkItem, Scope, ScopeRule, Status, WorkItem, WorkKind, WorkerId,
 };

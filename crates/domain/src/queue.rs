@@ -150,18 +150,12 @@ pub struct Recovered {
 /// happened (the caller never assumes either).
 pub trait WorkQueue: Send + Sync {
     /// Enqueues work. With a dedup key that is already queued, returns the queued item (`created: false`).
-    fn enqueue(
-        &self,
-        item: &NewWorkItem,
-    ) -> impl Future<Output = Result<Enqueued, QueueError>> + Send;
+    fn enqueue(&self, item: &NewWorkItem) -> impl Future<Output = Result<Enqueued, QueueError>> + Send;
 
     /// Claims the oldest due item this Worker serves whose storage config has no running item (rules 1–3).
     /// MUST answer `Ok(None)` both when nothing is eligible and when a concurrent claim of the same config
     /// won the race (the running-config index rejected this one).
-    fn claim(
-        &self,
-        request: &ClaimRequest,
-    ) -> impl Future<Output = Result<Option<ClaimedItem>, QueueError>> + Send;
+    fn claim(&self, request: &ClaimRequest) -> impl Future<Output = Result<Option<ClaimedItem>, QueueError>> + Send;
 
     /// Renews the attempt's lease, stores progress when given, and reports a requested cancel.
     fn heartbeat(
@@ -179,29 +173,16 @@ pub trait WorkQueue: Send + Sync {
     ) -> impl Future<Output = Result<WriteOutcome, QueueError>> + Send;
 
     /// Counts a handler error; requeues with a delay when retryable and under budget, else fails the item.
-    fn fail(
-        &self,
-        fence: Fence,
-        failure: &Failure,
-    ) -> impl Future<Output = Result<FailOutcome, QueueError>> + Send;
+    fn fail(&self, fence: Fence, failure: &Failure) -> impl Future<Output = Result<FailOutcome, QueueError>> + Send;
 
     /// Marks the attempt's item cancelled (after a cancel request was honoured).
-    fn mark_cancelled(
-        &self,
-        fence: Fence,
-    ) -> impl Future<Output = Result<WriteOutcome, QueueError>> + Send;
+    fn mark_cancelled(&self, fence: Fence) -> impl Future<Output = Result<WriteOutcome, QueueError>> + Send;
 
     /// Gives the item back to the queue on shutdown: no failure, no stall, claimable at once.
-    fn release(
-        &self,
-        fence: Fence,
-    ) -> impl Future<Output = Result<WriteOutcome, QueueError>> + Send;
+    fn release(&self, fence: Fence) -> impl Future<Output = Result<WriteOutcome, QueueError>> + Send;
 
     /// Cancels a queued item at once, or asks a running one to stop.
-    fn request_cancel(
-        &self,
-        id: WorkItemId,
-    ) -> impl Future<Output = Result<CancelOutcome, QueueError>> + Send;
+    fn request_cancel(&self, id: WorkItemId) -> impl Future<Output = Result<CancelOutcome, QueueError>> + Send;
 
     /// Requeues running items whose lease expired (`stalls + 1`, keeping their place), failing those that
     /// reach `max_stalls` and cancelling those whose cancel was requested.
@@ -211,8 +192,5 @@ pub trait WorkQueue: Send + Sync {
     ) -> impl Future<Output = Result<Vec<Recovered>, QueueError>> + Send;
 
     /// Reads one item.
-    fn get(
-        &self,
-        id: WorkItemId,
-    ) -> impl Future<Output = Result<Option<WorkItem>, QueueError>> + Send;
+    fn get(&self, id: WorkItemId) -> impl Future<Output = Result<Option<WorkItem>, QueueError>> + Send;
 }

@@ -14,11 +14,7 @@ pub struct RetryPolicy {
 
 impl Default for RetryPolicy {
     fn default() -> Self {
-        Self {
-            base: Duration::from_secs(30),
-            cap: Duration::from_secs(3600),
-            jitter: 0.2,
-        }
+        Self { base: Duration::from_secs(30), cap: Duration::from_secs(3600), jitter: 0.2 }
     }
 }
 
@@ -39,11 +35,7 @@ mod tests {
     use super::*;
 
     fn policy() -> RetryPolicy {
-        RetryPolicy {
-            base: Duration::from_secs(10),
-            cap: Duration::from_secs(100),
-            jitter: 0.5,
-        }
+        RetryPolicy { base: Duration::from_secs(10), cap: Duration::from_secs(100), jitter: 0.5 }
     }
 
     #[test]

@@ -22,9 +22,7 @@ pub enum DomainError {
     #[error("unknown work kind {0:?}: expected one of {kinds}", kinds = WorkKind::names())]
     UnknownKind(String),
     /// Text that names no known status.
-    #[error(
-        "unknown work item status {0:?}: expected queued, running, succeeded, failed or cancelled"
-    )]
+    #[error("unknown work item status {0:?}: expected queued, running, succeeded, failed or cancelled")]
     UnknownStatus(String),
     /// A value outside its accepted range.
     #[error("{what} must be {accepted}, got {got}")]
@@ -98,9 +96,7 @@ impl WorkKind {
     pub const fn scope_rule(self) -> ScopeRule {
         match self {
             WorkKind::Crawl | WorkKind::BurstDetection | WorkKind::Purge => ScopeRule::Config,
-            WorkKind::ProxySweep | WorkKind::TokenCleanup | WorkKind::WorkItemRetention => {
-                ScopeRule::Unscoped
-            }
+            WorkKind::ProxySweep | WorkKind::TokenCleanup | WorkKind::WorkItemRetention => ScopeRule::Unscoped,
             WorkKind::ProxyDeletion => ScopeRule::Either,
         }
     }
@@ -119,10 +115,7 @@ impl fmt::Display for WorkKind {
 impl FromStr for WorkKind {
     type Err = DomainError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL
-            .into_iter()
-            .find(|k| k.as_str() == s)
-            .ok_or_else(|| DomainError::UnknownKind(s.to_owned()))
+        Self::ALL.into_iter().find(|k| k.as_str() == s).ok_or_else(|| DomainError::UnknownKind(s.to_owned()))
     }
 }
 
@@ -169,13 +162,8 @@ pub enum Status {
 
 impl Status {
     /// Every status, in a stable order.
-    pub const ALL: [Status; 5] = [
-        Status::Queued,
-        Status::Running,
-        Status::Succeeded,
-        Status::Failed,
-        Status::Cancelled,
-    ];
+    pub const ALL: [Status; 5] =
+        [Status::Queued, Status::Running, Status::Succeeded, Status::Failed, Status::Cancelled];
 
     /// The status as stored in the database.
     pub const fn as_str(self) -> &'static str {
@@ -203,10 +191,7 @@ impl fmt::Display for Status {
 impl FromStr for Status {
     type Err = DomainError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL
-            .into_iter()
-            .find(|k| k.as_str() == s)
-            .ok_or_else(|| DomainError::UnknownStatus(s.to_owned()))
+        Self::ALL.into_iter().find(|k| k.as_str() == s).ok_or_else(|| DomainError::UnknownStatus(s.to_owned()))
     }
 }
 
@@ -220,11 +205,7 @@ impl Attempt {
         if n >= 1 {
             Ok(Self(n))
         } else {
-            Err(DomainError::OutOfRange {
-                what: "attempt",
-                accepted: "at least 1",
-                got: n.to_string(),
-            })
+            Err(DomainError::OutOfRange { what: "attempt", accepted: "at least 1", got: n.to_string() })
         }
     }
 
@@ -467,10 +448,7 @@ mod tests {
         for kind in WorkKind::ALL {
             assert_eq!(kind.as_str().parse::<WorkKind>(), Ok(kind));
         }
-        assert!(matches!(
-            "crawling".parse::<WorkKind>(),
-            Err(DomainError::UnknownKind(_))
-        ));
+        assert!(matches!("crawling".parse::<WorkKind>(), Err(DomainError::UnknownKind(_))));
     }
 
     #[test]
@@ -478,14 +456,8 @@ mod tests {
         for status in Status::ALL {
             assert_eq!(status.as_str().parse::<Status>(), Ok(status));
         }
-        let finished: Vec<_> = Status::ALL
-            .into_iter()
-            .filter(|s| s.is_finished())
-            .collect();
-        assert_eq!(
-            finished,
-            [Status::Succeeded, Status::Failed, Status::Cancelled]
-        );
+        let finished: Vec<_> = Status::ALL.into_iter().filter(|s| s.is_finished()).collect();
+        assert_eq!(finished, [Status::Succeeded, Status::Failed, Status::Cancelled]);
         assert!("done".parse::<Status>().is_err());
     }
 
@@ -517,16 +489,10 @@ mod tests {
     fn blank_or_overlong_keys_and_ids_are_refused() {
         assert!(DedupKey::new(" ").is_err());
         assert!(DedupKey::new("x".repeat(201)).is_err());
-        assert_eq!(
-            DedupKey::new("x".repeat(200)).map(|k| k.as_str().len()),
-            Ok(200)
-        );
+        assert_eq!(DedupKey::new("x".repeat(200)).map(|k| k.as_str().len()), Ok(200));
         assert!(WorkerId::new("").is_err());
         assert!(WorkerId::new("w".repeat(201)).is_err());
-        assert_eq!(
-            WorkerId::new("nas-1").map(|w| w.to_string()),
-            Ok("nas-1".to_owned())
-        );
+        assert_eq!(WorkerId::new("nas-1").map(|w| w.to_string()), Ok("nas-1".to_owned()));
     }
 
     #[test]

@@ -56,25 +56,13 @@ impl PgStore {
     /// Registers a storage config, creating its user when needed. A root path must be absolute, UTF-8 and not
     /// registered yet.
     #[mutants::skip]
-    pub async fn add_storage_config(
-        &self,
-        new: &NewStorageConfig,
-    ) -> Result<(User, StorageConfig), StoreError> {
-        let root = new
-            .root_path
-            .to_str()
-            .filter(|p| p.starts_with('/'))
-            .ok_or_else(|| {
-                StoreError::Conflict(format!(
-                    "the root path {} must be absolute and valid UTF-8",
-                    new.root_path.display()
-                ))
-            })?;
+    pub async fn add_storage_config(&self, new: &NewStorageConfig) -> Result<(User, StorageConfig), StoreError> {
+        let root = new.root_path.to_str().filter(|p| p.starts_with('/')).ok_or_else(|| {
+            StoreError::Conflict(format!("the root path {} must be absolute and valid UTF-8", new.root_path.display()))
+        })?;
         let username = new.username.trim();
         if username.is_empty() {
-            return Err(StoreError::Conflict(
-                "the user name must not be blank".into(),
-            ));
+            return Err(StoreError::Conflict("the user name must not be blank".into()));
         }
         let mut conn = self.conn().await?;
         let result = conn
@@ -102,16 +90,12 @@ impl PgStore {
             .await;
         match result {
             Ok((user, config)) => Ok((
-                User {
-                    id: UserId::from_uuid(user.id),
-                    username: user.username,
-                    disabled: user.disabled,
-                },
+                User { id: UserId::from_uuid(user.id), username: user.username, disabled: user.disabled },
                 config.into(),
             )),
-            Err(e) if error::is_unique_violation_of(&e, "uq_storage_configs_root_path") => Err(
-                StoreError::Conflict(format!("the root path {root} is already registered")),
-            ),
+            Err(e) if error::is_unique_violation_of(&e, "uq_storage_configs_root_path") => {
+                Err(StoreError::Conflict(format!("the root path {root} is already registered")))
+            }
             Err(e) => Err(error::from_diesel(e)),
         }
     }
@@ -120,22 +104,17 @@ impl PgStore {
     #[mutants::skip]
     pub async fn list_storage_configs(&self) -> Result<Vec<StorageConfig>, StoreError> {
         let mut conn = self.conn().await?;
-        let rows: Vec<ConfigRow> = sql_query(
-            "SELECT id, user_id, root_path, is_active FROM storage_configs ORDER BY created_at, id",
-        )
-        .load(&mut conn)
-        .await
-        .map_err(error::from_diesel)?;
+        let rows: Vec<ConfigRow> =
+            sql_query("SELECT id, user_id, root_path, is_active FROM storage_configs ORDER BY created_at, id")
+                .load(&mut conn)
+                .await
+                .map_err(error::from_diesel)?;
         Ok(rows.into_iter().map(StorageConfig::from).collect())
     }
 
     /// Makes a storage config active or inactive. Inactive configs are not claimed for.
     #[mutants::skip]
-    pub async fn set_storage_config_active(
-        &self,
-        id: StorageConfigId,
-        active: bool,
-    ) -> Result<(), StoreError> {
+    pub async fn set_storage_config_active(&self, id: StorageConfigId, active: bool) -> Result<(), StoreError> {
         let mut conn = self.conn().await?;
         let rows = sql_query("UPDATE storage_configs SET is_active = $2 WHERE id = $1")
             .bind::<Uuid, _>(id.as_uuid())

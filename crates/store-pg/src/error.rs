@@ -11,9 +11,7 @@ pub(crate) const RUNNING_CONFIG_INDEX: &str = "ix_work_items_running_config";
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
     /// The database could not be reached or did not answer in time.
-    #[error(
-        "the database is unavailable: {0}. Check that PostgreSQL is running and that DATABASE_URL points at it"
-    )]
+    #[error("the database is unavailable: {0}. Check that PostgreSQL is running and that DATABASE_URL points at it")]
     Unavailable(String),
     /// The request conflicts with what is stored (e.g. a root path already registered).
     #[error("{0}")]
@@ -54,16 +52,12 @@ pub(crate) fn is_unique_violation_of(e: &DieselError, name: &str) -> bool {
 /// Maps a query error: lost connections are outages, constraint violations are conflicts, the rest unexpected.
 pub(crate) fn from_diesel(e: DieselError) -> StoreError {
     match &e {
-        DieselError::DatabaseError(DatabaseErrorKind::ClosedConnection, _) => {
-            StoreError::Unavailable(e.to_string())
-        }
-        DieselError::DatabaseError(DatabaseErrorKind::UniqueViolation, info) => {
-            StoreError::Conflict(format!(
-                "{} (constraint {})",
-                info.message(),
-                info.constraint_name().unwrap_or("unknown")
-            ))
-        }
+        DieselError::DatabaseError(DatabaseErrorKind::ClosedConnection, _) => StoreError::Unavailable(e.to_string()),
+        DieselError::DatabaseError(DatabaseErrorKind::UniqueViolation, info) => StoreError::Conflict(format!(
+            "{} (constraint {})",
+            info.message(),
+            info.constraint_name().unwrap_or("unknown")
+        )),
         DieselError::DatabaseError(
             DatabaseErrorKind::ForeignKeyViolation | DatabaseErrorKind::CheckViolation,
             info,
@@ -73,9 +67,7 @@ pub(crate) fn from_diesel(e: DieselError) -> StoreError {
             info.constraint_name().unwrap_or("unknown")
         )),
         DieselError::NotFound => StoreError::NotFound(e.to_string()),
-        DieselError::DatabaseError(DatabaseErrorKind::Unknown, info)
-            if is_connection_message(info.message()) =>
-        {
+        DieselError::DatabaseError(DatabaseErrorKind::Unknown, info) if is_connection_message(info.message()) => {
             StoreError::Unavailable(e.to_string())
         }
         _ => StoreError::Unexpected(e.to_string()),
@@ -83,15 +75,9 @@ pub(crate) fn from_diesel(e: DieselError) -> StoreError {
 }
 
 fn is_connection_message(message: &str) -> bool {
-    [
-        "connection closed",
-        "terminating connection",
-        "error communicating",
-        "timed out",
-        "connection reset",
-    ]
-    .iter()
-    .any(|m| message.to_ascii_lowercase().contains(m))
+    ["connection closed", "terminating connection", "error communicating", "timed out", "connection reset"]
+        .iter()
+        .any(|m| message.to_ascii_lowercase().contains(m))
 }
 
 pub(crate) fn queue(e: DieselError) -> QueueError {

@@ -32,20 +32,14 @@ pub struct PgStore {
 
 impl std::fmt::Debug for PgStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PgStore")
-            .field("pool", &self.pool.status())
-            .finish()
+        f.debug_struct("PgStore").field("pool", &self.pool.status()).finish()
     }
 }
 
 impl PgStore {
     /// A store over a pool of at most `max_connections` connections to `database_url`. Connections are made
     /// lazily; a request that cannot get one within `acquire_timeout` fails as unavailable.
-    pub fn new(
-        database_url: &str,
-        max_connections: usize,
-        acquire_timeout: Duration,
-    ) -> Result<Self, StoreError> {
+    pub fn new(database_url: &str, max_connections: usize, acquire_timeout: Duration) -> Result<Self, StoreError> {
         let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new(database_url);
         let pool = Pool::builder(manager)
             .max_size(max_connections.max(1))

@@ -10,8 +10,7 @@ const MIGRATIONS: EmbeddedMigrations = embed_migrations!("../../migrations");
 /// Applies every pending migration to the database at `database_url` and returns the versions applied.
 pub async fn migrate(database_url: &str) -> Result<Vec<String>, StoreError> {
     with_harness(database_url, |h| {
-        h.run_pending_migrations(MIGRATIONS)
-            .map(|vs| vs.iter().map(ToString::to_string).collect())
+        h.run_pending_migrations(MIGRATIONS).map(|vs| vs.iter().map(ToString::to_string).collect())
     })
     .await
 }
@@ -19,8 +18,7 @@ pub async fn migrate(database_url: &str) -> Result<Vec<String>, StoreError> {
 /// The versions of the migrations not yet applied to the database at `database_url`.
 pub async fn pending_migrations(database_url: &str) -> Result<Vec<String>, StoreError> {
     with_harness(database_url, |h| {
-        h.pending_migrations(MIGRATIONS)
-            .map(|ms| ms.iter().map(|m| m.name().version().to_string()).collect())
+        h.pending_migrations(MIGRATIONS).map(|ms| ms.iter().map(|m| m.name().version().to_string()).collect())
     })
     .await
 }
@@ -42,6 +40,5 @@ async fn with_harness(
             .and_then(|mut conn| run(&mut conn).map_err(|e| StoreError::Migration(e.to_string())));
         let _ = tx.send(result);
     });
-    rx.await
-        .map_err(|_| StoreError::Migration("the migration thread died".into()))?
+    rx.await.map_err(|_| StoreError::Migration("the migration thread died".into()))?
 }

@@ -5,14 +5,12 @@
 use std::str::FromStr;
 
 use almanac_domain::{
-    Attempt, CancelOutcome, ClaimRequest, ClaimedItem, Enqueued, FailOutcome, Failure, Fence,
-    Heartbeat, LeaseDuration, NewWorkItem, QueueError, Recovered, Scope, ServedConfigs, Status,
-    StorageConfigId, WorkItem, WorkItemId, WorkKind, WorkQueue, WriteOutcome,
+    Attempt, CancelOutcome, ClaimRequest, ClaimedItem, Enqueued, FailOutcome, Failure, Fence, Heartbeat, LeaseDuration,
+    NewWorkItem, QueueError, Recovered, Scope, ServedConfigs, Status, StorageConfigId, WorkItem, WorkItemId, WorkKind,
+    WorkQueue, WriteOutcome,
 };
 use chrono::{DateTime, Utc};
-use diesel::sql_types::{
-    Array, BigInt, Bool, Double, Integer, Jsonb, Nullable, Text, Timestamptz, Uuid,
-};
+use diesel::sql_types::{Array, BigInt, Bool, Double, Integer, Jsonb, Nullable, Text, Timestamptz, Uuid};
 use diesel::{QueryableByName, sql_query};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 
@@ -68,9 +66,7 @@ struct WorkItemRow {
 impl TryFrom<WorkItemRow> for WorkItem {
     type Error = QueueError;
     fn try_from(r: WorkItemRow) -> Result<Self, QueueError> {
-        let bad = |e: almanac_domain::DomainError| {
-            QueueError::Unexpected(format!("work item {}: {e}", r.id))
-        };
+        let bad = |e: almanac_domain::DomainError| QueueError::Unexpected(format!("work item {}: {e}", r.id));
         Ok(WorkItem {
             id: WorkItemId::from_uuid(r.id),
             kind: WorkKind::from_str(&r.kind).map_err(bad)?,
@@ -103,8 +99,7 @@ VALUES ($1, $2, $3, $4, $5, COALESCE($6, now()), $7)
 ON CONFLICT (dedup_key) WHERE status = 'queued' DO NOTHING
 RETURNING *";
 
-const QUEUED_BY_DEDUP_KEY: &str =
-    "SELECT * FROM work_items WHERE dedup_key = $1 AND status = 'queued'";
+const QUEUED_BY_DEDUP_KEY: &str = "SELECT * FROM work_items WHERE dedup_key = $1 AND status = 'queued'";
 
 /// Rule 1: one statement under READ COMMITTED. The candidate set is each idle served config's oldest due item
 /// plus the oldest due unscoped items, so a busy config's backlog is never scanned (ADR 0008, "claim cost").
@@ -208,11 +203,7 @@ pub async fn claim_with(
     conn: &mut AsyncPgConnection,
     request: &ClaimRequest,
 ) -> Result<Option<ClaimedItem>, QueueError> {
-    let kinds: Vec<String> = request
-        .kinds
-        .iter()
-        .map(|k| k.as_str().to_owned())
-        .collect();
+    let kinds: Vec<String> = request.kinds.iter().map(|k| k.as_str().to_owned()).collect();
     let user = match request.served {
         ServedConfigs::All => None,
         ServedConfigs::User(user) => Some(user.as_uuid()),
@@ -233,13 +224,7 @@ pub async fn claim_with(
     };
     let item = WorkItem::try_from(row)?;
     let attempt = Attempt::new(item.attempt).map_err(|e| QueueError::Unexpected(e.to_string()))?;
-    Ok(Some(ClaimedItem {
-        fence: Fence {
-            id: item.id,
-            attempt,
-        },
-        item,
-    }))
+    Ok(Some(ClaimedItem { fence: Fence { id: item.id, attempt }, item }))
 }
 
 impl PgStore {
@@ -251,11 +236,7 @@ impl PgStore {
             .execute(&mut conn)
             .await
             .map_err(error::queue)?;
-        Ok(if rows == 1 {
-            WriteOutcome::Written
-        } else {
-            WriteOutcome::Lost
-        })
+        Ok(if rows == 1 { WriteOutcome::Written } else { WriteOutcome::Lost })
     }
 
     /// How many items of each kind have each status.
@@ -270,11 +251,7 @@ impl PgStore {
 
     /// The most recently requested items, optionally of one status, newest first.
     #[mutants::skip]
-    pub async fn list_items(
-        &self,
-        status: Option<Status>,
-        limit: i64,
-    ) -> Result<Vec<WorkItem>, StoreError> {
+    pub async fn list_items(&self, status: Option<Status>, limit: i64) -> Result<Vec<WorkItem>, StoreError> {
         let mut conn = self.conn().await?;
         let rows: Vec<WorkItemRow> = sql_query(
             "SELECT * FROM work_items WHERE ($1::text IS NULL OR status = $1) ORDER BY requested_at DESC, id DESC LIMIT $2",
@@ -284,9 +261,7 @@ impl PgStore {
         .load(&mut conn)
         .await
         .map_err(error::from_diesel)?;
-        rows.into_iter()
-            .map(|r| WorkItem::try_from(r).map_err(|e| StoreError::Unexpected(e.to_string())))
-            .collect()
+        rows.into_iter().map(|r| WorkItem::try_from(r).map_err(|e| StoreError::Unexpected(e.to_string()))).collect()
     }
 
     /// Deletes at most `batch` finished items: succeeded or cancelled ones finished before `done_before`,
@@ -336,40 +311,19 @@ impl WorkQueue for PgStore {
                 .get_result(&mut conn)
                 .await
                 .map(Some)
-                .or_else(|e| {
-                    if e == diesel::result::Error::NotFound {
-                        Ok(None)
-                    } else {
-                        Err(e)
-                    }
-                })
+                .or_else(|e| if e == diesel::result::Error::NotFound { Ok(None) } else { Err(e) })
                 .map_err(error::queue)?;
             if let Some(row) = inserted {
-                return Ok(Enqueued {
-                    item: row.try_into()?,
-                    created: true,
-                });
+                return Ok(Enqueued { item: row.try_into()?, created: true });
             }
-            let key = item
-                .dedup_key
-                .as_ref()
-                .map(|k| k.as_str())
-                .unwrap_or_default();
-            let existing: Vec<WorkItemRow> = sql_query(QUEUED_BY_DEDUP_KEY)
-                .bind::<Text, _>(key)
-                .load(&mut conn)
-                .await
-                .map_err(error::queue)?;
+            let key = item.dedup_key.as_ref().map(|k| k.as_str()).unwrap_or_default();
+            let existing: Vec<WorkItemRow> =
+                sql_query(QUEUED_BY_DEDUP_KEY).bind::<Text, _>(key).load(&mut conn).await.map_err(error::queue)?;
             if let Some(row) = existing.into_iter().next() {
-                return Ok(Enqueued {
-                    item: row.try_into()?,
-                    created: false,
-                });
+                return Ok(Enqueued { item: row.try_into()?, created: false });
             }
         }
-        Err(QueueError::Unexpected(
-            "enqueue kept racing with claims of the same dedup key".into(),
-        ))
+        Err(QueueError::Unexpected("enqueue kept racing with claims of the same dedup key".into()))
     }
 
     #[mutants::skip]
@@ -402,19 +356,13 @@ impl WorkQueue for PgStore {
         .await
         .map_err(error::queue)?;
         Ok(match renewed.into_iter().next() {
-            Some(r) => Heartbeat::Renewed {
-                cancel_requested: r.cancel_requested,
-            },
+            Some(r) => Heartbeat::Renewed { cancel_requested: r.cancel_requested },
             None => Heartbeat::Lost,
         })
     }
 
     #[mutants::skip]
-    async fn complete(
-        &self,
-        fence: Fence,
-        result: Option<&serde_json::Value>,
-    ) -> Result<WriteOutcome, QueueError> {
+    async fn complete(&self, fence: Fence, result: Option<&serde_json::Value>) -> Result<WriteOutcome, QueueError> {
         let mut conn = self.conn().await?;
         let rows = sql_query(format!(
             "UPDATE work_items AS w
@@ -427,11 +375,7 @@ impl WorkQueue for PgStore {
         .execute(&mut conn)
         .await
         .map_err(error::queue)?;
-        Ok(if rows == 1 {
-            WriteOutcome::Written
-        } else {
-            WriteOutcome::Lost
-        })
+        Ok(if rows == 1 { WriteOutcome::Written } else { WriteOutcome::Lost })
     }
 
     #[mutants::skip]
@@ -463,9 +407,7 @@ impl WorkQueue for PgStore {
             return Ok(FailOutcome::Lost);
         };
         Ok(match parse_status(&row.status)? {
-            Status::Queued => FailOutcome::RetryScheduled {
-                run_after: row.run_after,
-            },
+            Status::Queued => FailOutcome::RetryScheduled { run_after: row.run_after },
             _ => FailOutcome::Failed,
         })
     }
@@ -560,11 +502,7 @@ impl WorkQueue for PgStore {
         .map_err(error::queue)?;
         rows.into_iter()
             .map(|r| {
-                Ok(Recovered {
-                    id: WorkItemId::from_uuid(r.id),
-                    status: parse_status(&r.status)?,
-                    stalls: r.stalls,
-                })
+                Ok(Recovered { id: WorkItemId::from_uuid(r.id), status: parse_status(&r.status)?, stalls: r.stalls })
             })
             .collect()
     }

@@ -6,9 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use almanac_domain::{
-    CancelOutcome, ClaimRequest, DedupKey, FailOutcome, Failure, Heartbeat, LeaseDuration,
-    NewWorkItem, QueueError, Scope, ServedConfigs, Status, StorageConfig, WorkItemId, WorkKind,
-    WorkQueue, WorkerId, WriteOutcome,
+    CancelOutcome, ClaimRequest, DedupKey, FailOutcome, Failure, Heartbeat, LeaseDuration, NewWorkItem, QueueError,
+    Scope, ServedConfigs, Status, StorageConfig, WorkItemId, WorkKind, WorkQueue, WorkerId, WriteOutcome,
 };
 use almanac_store_pg::{NewStorageConfig, PgStore, claim_with};
 use almanac_testdb::TestDatabase;
@@ -24,10 +23,7 @@ async fn setup() -> (TestDatabase, PgStore) {
 
 async fn config(store: &PgStore, user: &str, root: &str) -> StorageConfig {
     store
-        .add_storage_config(&NewStorageConfig {
-            username: user.into(),
-            root_path: PathBuf::from(root),
-        })
+        .add_storage_config(&NewStorageConfig { username: user.into(), root_path: PathBuf::from(root) })
         .await
         .expect("add config")
         .1
@@ -51,18 +47,11 @@ fn all_kinds(worker: &str) -> ClaimRequest {
 }
 
 async fn enqueue(store: &PgStore, kind: WorkKind, scope: Scope) -> WorkItemId {
-    store
-        .enqueue(&NewWorkItem::new(kind, scope).unwrap())
-        .await
-        .expect("enqueue")
-        .item
-        .id
+    store.enqueue(&NewWorkItem::new(kind, scope).unwrap()).await.expect("enqueue").item.id
 }
 
 async fn raw(db: &TestDatabase) -> AsyncPgConnection {
-    AsyncPgConnection::establish(db.url())
-        .await
-        .expect("raw connection")
+    AsyncPgConnection::establish(db.url()).await.expect("raw connection")
 }
 
 async fn expire_lease(db: &TestDatabase, id: WorkItemId) {
@@ -91,11 +80,7 @@ async fn enqueue_with_a_queued_dedup_key_returns_the_existing_item() {
     assert_eq!(first.item.id, second.item.id);
 
     // Once claimed, the key is free again: a new item is queued beside the running one.
-    store
-        .claim(&all_kinds("w1"))
-        .await
-        .unwrap()
-        .expect("claimed");
+    store.claim(&all_kinds("w1")).await.unwrap().expect("claimed");
     let third = store.enqueue(&item).await.unwrap();
     assert!(third.created);
     assert_ne!(third.item.id, first.item.id);
@@ -105,14 +90,8 @@ async fn enqueue_with_a_queued_dedup_key_returns_the_existing_item() {
 async fn enqueue_for_a_missing_config_is_rejected() {
     let (_db, store) = setup().await;
     let missing = Scope::Config(almanac_domain::StorageConfigId::new());
-    let err = store
-        .enqueue(&NewWorkItem::new(WorkKind::Crawl, missing).unwrap())
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(err, QueueError::Rejected(ref m) if m.contains("storage_config")),
-        "{err:?}"
-    );
+    let err = store.enqueue(&NewWorkItem::new(WorkKind::Crawl, missing).unwrap()).await.unwrap_err();
+    assert!(matches!(err, QueueError::Rejected(ref m) if m.contains("storage_config")), "{err:?}");
 }
 
 #[tokio::test]
@@ -126,11 +105,7 @@ async fn claim_takes_the_oldest_due_item_and_starts_an_attempt() {
     let first = enqueue(&store, WorkKind::Crawl, Scope::Config(a.id)).await;
     let second = enqueue(&store, WorkKind::ProxySweep, Scope::Unscoped).await;
 
-    let claimed = store
-        .claim(&all_kinds("w1"))
-        .await
-        .unwrap()
-        .expect("claimed");
+    let claimed = store.claim(&all_kinds("w1")).await.unwrap().expect("claimed");
     assert_eq!(claimed.item.id, first);
     assert_eq!(claimed.item.status, Status::Running);
     assert_eq!(claimed.fence.attempt.get(), 1);
@@ -138,11 +113,7 @@ async fn claim_takes_the_oldest_due_item_and_starts_an_attempt() {
     let lease_left = claimed.item.lease_expires_at.unwrap() - claimed.item.started_at.unwrap();
     assert_eq!(lease_left, chrono::Duration::seconds(60));
 
-    let next = store
-        .claim(&all_kinds("w1"))
-        .await
-        .unwrap()
-        .expect("claimed");
+    let next = store.claim(&all_kinds("w1")).await.unwrap().expect("claimed");
     assert_eq!(next.item.id, second);
     // The token cleanup is not due for an hour.
     assert!(store.claim(&all_kinds("w1")).await.unwrap().is_none());
@@ -154,19 +125,9 @@ async fn claim_takes_only_the_kinds_the_worker_has_handlers_for() {
     let a = config(&store, "ann", "/a").await;
     enqueue(&store, WorkKind::Crawl, Scope::Config(a.id)).await;
     let burst = enqueue(&store, WorkKind::BurstDetection, Scope::Config(a.id)).await;
-    let claimed = store
-        .claim(&claimer("w1", &[WorkKind::BurstDetection]))
-        .await
-        .unwrap()
-        .expect("claimed");
+    let claimed = store.claim(&claimer("w1", &[WorkKind::BurstDetection])).await.unwrap().expect("claimed");
     assert_eq!(claimed.item.id, burst);
-    assert!(
-        store
-            .claim(&claimer("w2", &[WorkKind::TokenCleanup]))
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(store.claim(&claimer("w2", &[WorkKind::TokenCleanup])).await.unwrap().is_none());
 }
 
 #[tokio::test]
@@ -179,32 +140,11 @@ async fn busy_config_is_passed_over_for_another_config_and_unscoped_work() {
     let d1 = enqueue(&store, WorkKind::Crawl, Scope::Config(d.id)).await;
     let u1 = enqueue(&store, WorkKind::TokenCleanup, Scope::Unscoped).await;
 
-    assert_eq!(
-        store
-            .claim(&all_kinds("w1"))
-            .await
-            .unwrap()
-            .unwrap()
-            .item
-            .id,
-        c1
-    );
+    assert_eq!(store.claim(&all_kinds("w1")).await.unwrap().unwrap().item.id, c1);
     // C is busy: its older queued item c2 is passed over, D's item and the unscoped one are taken.
     let mut next = vec![
-        store
-            .claim(&all_kinds("w2"))
-            .await
-            .unwrap()
-            .unwrap()
-            .item
-            .id,
-        store
-            .claim(&all_kinds("w3"))
-            .await
-            .unwrap()
-            .unwrap()
-            .item
-            .id,
+        store.claim(&all_kinds("w2")).await.unwrap().unwrap().item.id,
+        store.claim(&all_kinds("w3")).await.unwrap().unwrap().item.id,
     ];
     next.sort();
     let mut expected = vec![d1, u1];
@@ -222,20 +162,8 @@ async fn once_the_running_item_finishes_the_config_next_item_is_claimed() {
     let c2 = enqueue(&store, WorkKind::BurstDetection, Scope::Config(c.id)).await;
     let first = store.claim(&all_kinds("w1")).await.unwrap().unwrap();
     assert!(store.claim(&all_kinds("w2")).await.unwrap().is_none());
-    assert_eq!(
-        store.complete(first.fence, None).await.unwrap(),
-        WriteOutcome::Written
-    );
-    assert_eq!(
-        store
-            .claim(&all_kinds("w2"))
-            .await
-            .unwrap()
-            .unwrap()
-            .item
-            .id,
-        c2
-    );
+    assert_eq!(store.complete(first.fence, None).await.unwrap(), WriteOutcome::Written);
+    assert_eq!(store.claim(&all_kinds("w2")).await.unwrap().unwrap().item.id, c2);
 }
 
 #[tokio::test]
@@ -245,10 +173,7 @@ async fn unscoped_items_run_side_by_side() {
     enqueue(&store, WorkKind::TokenCleanup, Scope::Unscoped).await;
     enqueue(&store, WorkKind::ProxyDeletion, Scope::Unscoped).await;
     for worker in ["w1", "w2", "w3"] {
-        assert!(
-            store.claim(&all_kinds(worker)).await.unwrap().is_some(),
-            "{worker} claims"
-        );
+        assert!(store.claim(&all_kinds(worker)).await.unwrap().is_some(), "{worker} claims");
     }
 }
 
@@ -260,18 +185,9 @@ async fn per_user_worker_claims_only_its_user_configs_and_unscoped_work() {
     enqueue(&store, WorkKind::Crawl, Scope::Config(ann.id)).await;
     let bobs = enqueue(&store, WorkKind::Crawl, Scope::Config(bob.id)).await;
     let unscoped = enqueue(&store, WorkKind::TokenCleanup, Scope::Unscoped).await;
-    let bob_worker = ClaimRequest {
-        served: ServedConfigs::User(bob.user_id),
-        ..all_kinds("bob-worker")
-    };
-    assert_eq!(
-        store.claim(&bob_worker).await.unwrap().unwrap().item.id,
-        bobs
-    );
-    assert_eq!(
-        store.claim(&bob_worker).await.unwrap().unwrap().item.id,
-        unscoped
-    );
+    let bob_worker = ClaimRequest { served: ServedConfigs::User(bob.user_id), ..all_kinds("bob-worker") };
+    assert_eq!(store.claim(&bob_worker).await.unwrap().unwrap().item.id, bobs);
+    assert_eq!(store.claim(&bob_worker).await.unwrap().unwrap().item.id, unscoped);
     assert!(store.claim(&bob_worker).await.unwrap().is_none());
 }
 
@@ -283,16 +199,7 @@ async fn inactive_config_is_not_claimed_for() {
     store.set_storage_config_active(c.id, false).await.unwrap();
     assert!(store.claim(&all_kinds("w1")).await.unwrap().is_none());
     store.set_storage_config_active(c.id, true).await.unwrap();
-    assert_eq!(
-        store
-            .claim(&all_kinds("w1"))
-            .await
-            .unwrap()
-            .unwrap()
-            .item
-            .id,
-        item
-    );
+    assert_eq!(store.claim(&all_kinds("w1")).await.unwrap().unwrap().item.id, item);
 }
 
 /// Rule 2, with the overlap forced: the first claim's UPDATE is held open in an explicit transaction, the
@@ -306,22 +213,12 @@ async fn second_claim_blocked_on_index_returns_nothing() {
     let bursts = enqueue(&store, WorkKind::BurstDetection, Scope::Config(c.id)).await;
 
     let mut first = raw(&db).await;
-    first
-        .batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED")
-        .await
-        .unwrap();
-    let held = claim_with(&mut first, &claimer("w1", &[WorkKind::Crawl]))
-        .await
-        .unwrap()
-        .expect("first claim");
+    first.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED").await.unwrap();
+    let held = claim_with(&mut first, &claimer("w1", &[WorkKind::Crawl])).await.unwrap().expect("first claim");
     assert_eq!(held.item.id, crawl);
 
     let second_store = store.clone();
-    let second = tokio::spawn(async move {
-        second_store
-            .claim(&claimer("w2", &[WorkKind::BurstDetection]))
-            .await
-    });
+    let second = tokio::spawn(async move { second_store.claim(&claimer("w2", &[WorkKind::BurstDetection])).await });
 
     // Wait until the second claim is really blocked on a lock (the index entry of the uncommitted first).
     let mut observer = raw(&db).await;
@@ -371,10 +268,7 @@ async fn second_running_row_for_a_config_violates_the_running_config_index() {
     .await
     .unwrap_err();
     match err {
-        diesel::result::Error::DatabaseError(
-            diesel::result::DatabaseErrorKind::UniqueViolation,
-            info,
-        ) => {
+        diesel::result::Error::DatabaseError(diesel::result::DatabaseErrorKind::UniqueViolation, info) => {
             assert_eq!(info.constraint_name(), Some("ix_work_items_running_config"));
         }
         other => panic!("expected a unique violation, got {other:?}"),
@@ -391,15 +285,14 @@ async fn non_index_unique_violation_in_a_claim_is_an_error() {
     enqueue(&store, WorkKind::Crawl, Scope::Config(d.id)).await;
     raw(&db)
         .await
-        .batch_execute("CREATE UNIQUE INDEX ix_test_one_item_per_worker ON work_items (worker_id) WHERE status = 'running'")
+        .batch_execute(
+            "CREATE UNIQUE INDEX ix_test_one_item_per_worker ON work_items (worker_id) WHERE status = 'running'",
+        )
         .await
         .unwrap();
     store.claim(&all_kinds("w1")).await.unwrap().unwrap();
     let err = store.claim(&all_kinds("w1")).await.unwrap_err();
-    assert!(
-        matches!(err, QueueError::Rejected(ref m) if m.contains("ix_test_one_item_per_worker")),
-        "{err:?}"
-    );
+    assert!(matches!(err, QueueError::Rejected(ref m) if m.contains("ix_test_one_item_per_worker")), "{err:?}");
 }
 
 #[tokio::test]
@@ -409,42 +302,20 @@ async fn heartbeat_renews_the_lease_stores_progress_and_reports_a_cancel_request
     let claimed = store.claim(&all_kinds("w1")).await.unwrap().unwrap();
     expire_lease(&db, id).await;
     let progress = serde_json::json!({"done": 3});
-    let beat = store
-        .heartbeat(claimed.fence, lease(), Some(&progress))
-        .await
-        .unwrap();
-    assert_eq!(
-        beat,
-        Heartbeat::Renewed {
-            cancel_requested: false
-        }
-    );
+    let beat = store.heartbeat(claimed.fence, lease(), Some(&progress)).await.unwrap();
+    assert_eq!(beat, Heartbeat::Renewed { cancel_requested: false });
     let item = store.get(id).await.unwrap().unwrap();
     assert_eq!(item.progress, Some(progress.clone()));
     assert!(item.lease_expires_at.unwrap() > chrono::Utc::now() + chrono::Duration::seconds(50));
     // No progress keeps the last one.
     store.heartbeat(claimed.fence, lease(), None).await.unwrap();
-    assert_eq!(
-        store.get(id).await.unwrap().unwrap().progress,
-        Some(progress)
-    );
+    assert_eq!(store.get(id).await.unwrap().unwrap().progress, Some(progress));
 
-    assert_eq!(
-        store.request_cancel(id).await.unwrap(),
-        CancelOutcome::Requested
-    );
+    assert_eq!(store.request_cancel(id).await.unwrap(), CancelOutcome::Requested);
     assert_eq!(status_of(&store, id).await, Status::Running);
     let beat = store.heartbeat(claimed.fence, lease(), None).await.unwrap();
-    assert_eq!(
-        beat,
-        Heartbeat::Renewed {
-            cancel_requested: true
-        }
-    );
-    assert_eq!(
-        store.mark_cancelled(claimed.fence).await.unwrap(),
-        WriteOutcome::Written
-    );
+    assert_eq!(beat, Heartbeat::Renewed { cancel_requested: true });
+    assert_eq!(store.mark_cancelled(claimed.fence).await.unwrap(), WriteOutcome::Written);
     assert_eq!(status_of(&store, id).await, Status::Cancelled);
 }
 
@@ -459,86 +330,40 @@ async fn every_fenced_write_of_a_stale_attempt_is_lost_and_changes_nothing() {
     assert_eq!(current.fence.attempt.get(), 2);
     let before = store.get(id).await.unwrap().unwrap();
 
-    let failure = Failure {
-        error: "boom".into(),
-        retryable: true,
-        retry_delay: Duration::from_secs(1),
-    };
-    assert_eq!(
-        store.heartbeat(stale.fence, lease(), None).await.unwrap(),
-        Heartbeat::Lost
-    );
-    assert_eq!(
-        store.complete(stale.fence, None).await.unwrap(),
-        WriteOutcome::Lost
-    );
-    assert_eq!(
-        store.fail(stale.fence, &failure).await.unwrap(),
-        FailOutcome::Lost
-    );
-    assert_eq!(
-        store.mark_cancelled(stale.fence).await.unwrap(),
-        WriteOutcome::Lost
-    );
-    assert_eq!(
-        store.release(stale.fence).await.unwrap(),
-        WriteOutcome::Lost
-    );
+    let failure = Failure { error: "boom".into(), retryable: true, retry_delay: Duration::from_secs(1) };
+    assert_eq!(store.heartbeat(stale.fence, lease(), None).await.unwrap(), Heartbeat::Lost);
+    assert_eq!(store.complete(stale.fence, None).await.unwrap(), WriteOutcome::Lost);
+    assert_eq!(store.fail(stale.fence, &failure).await.unwrap(), FailOutcome::Lost);
+    assert_eq!(store.mark_cancelled(stale.fence).await.unwrap(), WriteOutcome::Lost);
+    assert_eq!(store.release(stale.fence).await.unwrap(), WriteOutcome::Lost);
     assert_eq!(store.get(id).await.unwrap().unwrap(), before);
 
     // And once finished, even the current attempt's writes are lost.
-    assert_eq!(
-        store.complete(current.fence, None).await.unwrap(),
-        WriteOutcome::Written
-    );
-    assert_eq!(
-        store.heartbeat(current.fence, lease(), None).await.unwrap(),
-        Heartbeat::Lost
-    );
-    assert_eq!(
-        store.release(current.fence).await.unwrap(),
-        WriteOutcome::Lost
-    );
+    assert_eq!(store.complete(current.fence, None).await.unwrap(), WriteOutcome::Written);
+    assert_eq!(store.heartbeat(current.fence, lease(), None).await.unwrap(), Heartbeat::Lost);
+    assert_eq!(store.release(current.fence).await.unwrap(), WriteOutcome::Lost);
     assert_eq!(status_of(&store, id).await, Status::Succeeded);
 }
 
 #[tokio::test]
 async fn retryable_failure_is_requeued_with_backoff_until_the_budget_is_spent() {
     let (db, store) = setup().await;
-    let item = NewWorkItem::new(WorkKind::TokenCleanup, Scope::Unscoped)
-        .unwrap()
-        .with_max_attempts(2)
-        .unwrap();
+    let item = NewWorkItem::new(WorkKind::TokenCleanup, Scope::Unscoped).unwrap().with_max_attempts(2).unwrap();
     let id = store.enqueue(&item).await.unwrap().item.id;
     let requested_at = store.get(id).await.unwrap().unwrap().requested_at;
-    let failure = Failure {
-        error: "disk full".into(),
-        retryable: true,
-        retry_delay: Duration::from_secs(300),
-    };
+    let failure = Failure { error: "disk full".into(), retryable: true, retry_delay: Duration::from_secs(300) };
 
     let first = store.claim(&all_kinds("w1")).await.unwrap().unwrap();
     let before = chrono::Utc::now();
-    let FailOutcome::RetryScheduled { run_after } =
-        store.fail(first.fence, &failure).await.unwrap()
-    else {
+    let FailOutcome::RetryScheduled { run_after } = store.fail(first.fence, &failure).await.unwrap() else {
         panic!("expected a retry")
     };
-    assert!(
-        run_after >= before + chrono::Duration::seconds(299),
-        "backoff applied"
-    );
+    assert!(run_after >= before + chrono::Duration::seconds(299), "backoff applied");
     let item = store.get(id).await.unwrap().unwrap();
-    assert_eq!(
-        (item.status, item.failures, item.stalls),
-        (Status::Queued, 1, 0)
-    );
+    assert_eq!((item.status, item.failures, item.stalls), (Status::Queued, 1, 0));
     assert_eq!(item.last_error.as_deref(), Some("disk full"));
     assert_eq!(item.requested_at, requested_at);
-    assert!(
-        store.claim(&all_kinds("w1")).await.unwrap().is_none(),
-        "not due during backoff"
-    );
+    assert!(store.claim(&all_kinds("w1")).await.unwrap().is_none(), "not due during backoff");
 
     sql_query("UPDATE work_items SET run_after = now() WHERE id = $1")
         .bind::<Uuid, _>(id.as_uuid())
@@ -546,10 +371,7 @@ async fn retryable_failure_is_requeued_with_backoff_until_the_budget_is_spent() 
         .await
         .unwrap();
     let second = store.claim(&all_kinds("w1")).await.unwrap().unwrap();
-    assert_eq!(
-        store.fail(second.fence, &failure).await.unwrap(),
-        FailOutcome::Failed
-    );
+    assert_eq!(store.fail(second.fence, &failure).await.unwrap(), FailOutcome::Failed);
     let item = store.get(id).await.unwrap().unwrap();
     assert_eq!((item.status, item.failures), (Status::Failed, 2));
     assert!(item.finished_at.is_some());
@@ -560,15 +382,8 @@ async fn non_retryable_failure_fails_at_once() {
     let (_db, store) = setup().await;
     let id = enqueue(&store, WorkKind::TokenCleanup, Scope::Unscoped).await;
     let claimed = store.claim(&all_kinds("w1")).await.unwrap().unwrap();
-    let failure = Failure {
-        error: "bad payload".into(),
-        retryable: false,
-        retry_delay: Duration::ZERO,
-    };
-    assert_eq!(
-        store.fail(claimed.fence, &failure).await.unwrap(),
-        FailOutcome::Failed
-    );
+    let failure = Failure { error: "bad payload".into(), retryable: false, retry_delay: Duration::ZERO };
+    assert_eq!(store.fail(claimed.fence, &failure).await.unwrap(), FailOutcome::Failed);
     assert_eq!(store.get(id).await.unwrap().unwrap().failures, 1);
 }
 
@@ -587,37 +402,19 @@ async fn recovery_requeues_expired_leases_then_fails_at_max_stalls() {
     expire_lease(&db, id).await;
     let recovered = store.recover_expired_leases(2).await.unwrap();
     assert_eq!(recovered.len(), 1);
-    assert_eq!(
-        (recovered[0].id, recovered[0].status, recovered[0].stalls),
-        (id, Status::Queued, 1)
-    );
+    assert_eq!((recovered[0].id, recovered[0].status, recovered[0].stalls), (id, Status::Queued, 1));
     let item = store.get(id).await.unwrap().unwrap();
-    assert_eq!(
-        (item.requested_at, item.failures, item.lease_expires_at),
-        (requested_at, 0, None)
-    );
+    assert_eq!((item.requested_at, item.failures, item.lease_expires_at), (requested_at, 0, None));
 
     // Requeued with its place kept: it goes before the config's later item.
     let again = store.claim(&all_kinds("w2")).await.unwrap().unwrap();
     assert_eq!(again.item.id, id);
     expire_lease(&db, id).await;
     let recovered = store.recover_expired_leases(2).await.unwrap();
-    assert_eq!(
-        (recovered[0].status, recovered[0].stalls),
-        (Status::Failed, 2)
-    );
+    assert_eq!((recovered[0].status, recovered[0].stalls), (Status::Failed, 2));
     let item = store.get(id).await.unwrap().unwrap();
     assert!(item.last_error.unwrap().contains("stalled"));
-    assert_eq!(
-        store
-            .claim(&all_kinds("w3"))
-            .await
-            .unwrap()
-            .unwrap()
-            .item
-            .id,
-        later
-    );
+    assert_eq!(store.claim(&all_kinds("w3")).await.unwrap().unwrap().item.id, later);
 }
 
 #[tokio::test]
@@ -635,20 +432,11 @@ async fn recovery_cancels_an_expired_item_whose_cancel_was_requested() {
 async fn cancel_of_queued_is_immediate_and_of_finished_changes_nothing() {
     let (_db, store) = setup().await;
     let id = enqueue(&store, WorkKind::TokenCleanup, Scope::Unscoped).await;
-    assert_eq!(
-        store.request_cancel(id).await.unwrap(),
-        CancelOutcome::Cancelled
-    );
+    assert_eq!(store.request_cancel(id).await.unwrap(), CancelOutcome::Cancelled);
     assert_eq!(status_of(&store, id).await, Status::Cancelled);
     assert!(store.claim(&all_kinds("w1")).await.unwrap().is_none());
-    assert_eq!(
-        store.request_cancel(id).await.unwrap(),
-        CancelOutcome::AlreadyFinished(Status::Cancelled)
-    );
-    assert_eq!(
-        store.request_cancel(WorkItemId::new()).await.unwrap(),
-        CancelOutcome::NotFound
-    );
+    assert_eq!(store.request_cancel(id).await.unwrap(), CancelOutcome::AlreadyFinished(Status::Cancelled));
+    assert_eq!(store.request_cancel(WorkItemId::new()).await.unwrap(), CancelOutcome::NotFound);
 }
 
 #[tokio::test]
@@ -657,15 +445,9 @@ async fn release_requeues_without_counting_a_failure_or_a_stall() {
     let c = config(&store, "ann", "/c").await;
     let id = enqueue(&store, WorkKind::Crawl, Scope::Config(c.id)).await;
     let claimed = store.claim(&all_kinds("w1")).await.unwrap().unwrap();
-    assert_eq!(
-        store.release(claimed.fence).await.unwrap(),
-        WriteOutcome::Written
-    );
+    assert_eq!(store.release(claimed.fence).await.unwrap(), WriteOutcome::Written);
     let item = store.get(id).await.unwrap().unwrap();
-    assert_eq!(
-        (item.status, item.failures, item.stalls, item.attempt),
-        (Status::Queued, 0, 0, 1)
-    );
+    assert_eq!((item.status, item.failures, item.stalls, item.attempt), (Status::Queued, 0, 0, 1));
     let again = store.claim(&all_kinds("w2")).await.unwrap().unwrap();
     assert_eq!((again.item.id, again.fence.attempt.get()), (id, 2));
 }
@@ -681,33 +463,14 @@ async fn requeue_drops_its_dedup_key_when_a_newer_item_holds_it() {
     let claimed = store.claim(&all_kinds("w1")).await.unwrap().unwrap();
     let newer = store.enqueue(&item).await.unwrap();
     assert!(newer.created);
-    assert_eq!(
-        store.release(claimed.fence).await.unwrap(),
-        WriteOutcome::Written
-    );
+    assert_eq!(store.release(claimed.fence).await.unwrap(), WriteOutcome::Written);
     let released = store.get(running).await.unwrap().unwrap();
-    assert_eq!(
-        (released.status, released.dedup_key),
-        (Status::Queued, None)
-    );
-    assert_eq!(
-        store
-            .get(newer.item.id)
-            .await
-            .unwrap()
-            .unwrap()
-            .dedup_key
-            .as_deref(),
-        Some("crawl:c")
-    );
+    assert_eq!((released.status, released.dedup_key), (Status::Queued, None));
+    assert_eq!(store.get(newer.item.id).await.unwrap().unwrap().dedup_key.as_deref(), Some("crawl:c"));
 
     // Without a newer holder the key is kept.
     let claimed = store.claim(&all_kinds("w1")).await.unwrap().unwrap();
-    let failure = Failure {
-        error: "x".into(),
-        retryable: true,
-        retry_delay: Duration::ZERO,
-    };
+    let failure = Failure { error: "x".into(), retryable: true, retry_delay: Duration::ZERO };
     store.fail(claimed.fence, &failure).await.unwrap();
     let ids: HashSet<_> = [running, newer.item.id].into();
     assert!(ids.contains(&claimed.item.id));
@@ -722,56 +485,23 @@ async fn delete_finished_removes_only_finished_items_past_retention() {
     let c1 = store.claim(&all_kinds("w")).await.unwrap().unwrap();
     store.complete(c1.fence, None).await.unwrap();
     let c2 = store.claim(&all_kinds("w")).await.unwrap().unwrap();
-    store
-        .fail(
-            c2.fence,
-            &Failure {
-                error: "x".into(),
-                retryable: false,
-                retry_delay: Duration::ZERO,
-            },
-        )
-        .await
-        .unwrap();
+    store.fail(c2.fence, &Failure { error: "x".into(), retryable: false, retry_delay: Duration::ZERO }).await.unwrap();
     sql_query("UPDATE work_items SET finished_at = now() - interval '10 days' WHERE finished_at IS NOT NULL")
         .execute(&mut raw(&db).await)
         .await
         .unwrap();
     let now = chrono::Utc::now();
     // Succeeded items are kept 7 days, failed ones 30: only the succeeded one goes.
-    let deleted = store
-        .delete_finished(
-            now - chrono::Duration::days(7),
-            now - chrono::Duration::days(30),
-            100,
-        )
-        .await;
+    let deleted = store.delete_finished(now - chrono::Duration::days(7), now - chrono::Duration::days(30), 100).await;
     assert_eq!(deleted, Ok(1));
     assert!(store.get(done).await.unwrap().is_none());
     assert!(store.get(failed).await.unwrap().is_some());
     assert!(store.get(queued).await.unwrap().is_some());
     let summary = store.queue_summary().await.unwrap();
-    let count = |kind: &str, status: &str| {
-        summary
-            .iter()
-            .find(|r| r.kind == kind && r.status == status)
-            .map_or(0, |r| r.count)
-    };
-    assert_eq!(
-        (
-            count("token_cleanup", "failed"),
-            count("token_cleanup", "queued")
-        ),
-        (1, 1)
-    );
-    assert_eq!(
-        store
-            .list_items(Some(Status::Failed), 10)
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
+    let count =
+        |kind: &str, status: &str| summary.iter().find(|r| r.kind == kind && r.status == status).map_or(0, |r| r.count);
+    assert_eq!((count("token_cleanup", "failed"), count("token_cleanup", "queued")), (1, 1));
+    assert_eq!(store.list_items(Some(Status::Failed), 10).await.unwrap().len(), 1);
 }
 
 /// Eight claimers, each with its own pool, over many configs: no config ever has two items in hand at once,
@@ -786,11 +516,7 @@ async fn eight_concurrent_claimers_never_overlap_a_config_or_claim_twice() {
     let mut total = 0;
     for round in 0..8 {
         for c in &configs {
-            let kind = if round % 2 == 0 {
-                WorkKind::Crawl
-            } else {
-                WorkKind::BurstDetection
-            };
+            let kind = if round % 2 == 0 { WorkKind::Crawl } else { WorkKind::BurstDetection };
             enqueue(&store, kind, Scope::Config(c.id)).await;
             total += 1;
         }
@@ -815,19 +541,13 @@ async fn eight_concurrent_claimers_never_overlap_a_config_or_claim_twice() {
                 *claimed.lock().unwrap().entry(item.item.id).or_default() += 1;
                 let scope = item.item.scope.storage_config();
                 if let Some(c) = scope {
-                    assert!(
-                        in_hand.lock().unwrap().insert(c),
-                        "two items of config {c} in hand at once"
-                    );
+                    assert!(in_hand.lock().unwrap().insert(c), "two items of config {c} in hand at once");
                 }
                 tokio::time::sleep(Duration::from_millis(3)).await;
                 if let Some(c) = scope {
                     in_hand.lock().unwrap().remove(&c);
                 }
-                assert_eq!(
-                    store.complete(item.fence, None).await.unwrap(),
-                    WriteOutcome::Written
-                );
+                assert_eq!(store.complete(item.fence, None).await.unwrap(), WriteOutcome::Written);
             }
         }));
     }

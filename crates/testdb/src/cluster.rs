@@ -51,11 +51,7 @@ impl Cluster {
                 std::env::temp_dir().join(format!("almanac-pg-{:08x}", hasher.finish() as u32))
             }
         };
-        Ok(Self {
-            dir,
-            bindir: bindir()?,
-            port: 5432,
-        })
+        Ok(Self { dir, bindir: bindir()?, port: 5432 })
     }
 
     /// The cluster's folder (data, socket, log).
@@ -77,11 +73,7 @@ impl Cluster {
 
     /// A URL for `database` on this cluster, over its Unix socket, as the `postgres` superuser.
     pub fn url(&self, database: &str) -> String {
-        format!(
-            "postgres://postgres@localhost/{database}?host={}&port={}",
-            self.socket_dir().display(),
-            self.port
-        )
+        format!("postgres://postgres@localhost/{database}?host={}&port={}", self.socket_dir().display(), self.port)
     }
 
     /// Creates the cluster if it does not exist and starts it if it is not running. Safe to call from several
@@ -90,19 +82,16 @@ impl Cluster {
         fs::create_dir_all(&self.dir).map_err(|e| io_error("creating", &self.dir, e))?;
         let lock_path = self.dir.join("setup.lock");
         let lock = File::create(&lock_path).map_err(|e| io_error("creating", &lock_path, e))?;
-        lock.lock()
-            .map_err(|e| io_error("locking", &lock_path, e))?;
+        lock.lock().map_err(|e| io_error("locking", &lock_path, e))?;
         let as_postgres = running_as_root();
         if as_postgres {
             let uid = postgres_uid()?;
             for dir in [&self.dir, &self.socket_dir()] {
                 fs::create_dir_all(dir).map_err(|e| io_error("creating", dir, e))?;
-                std::os::unix::fs::chown(dir, Some(uid), None)
-                    .map_err(|e| io_error("handing to postgres", dir, e))?;
+                std::os::unix::fs::chown(dir, Some(uid), None).map_err(|e| io_error("handing to postgres", dir, e))?;
             }
         } else {
-            fs::create_dir_all(self.socket_dir())
-                .map_err(|e| io_error("creating", &self.socket_dir(), e))?;
+            fs::create_dir_all(self.socket_dir()).map_err(|e| io_error("creating", &self.socket_dir(), e))?;
         }
         if !self.data_dir().join("PG_VERSION").exists() {
             let _ = fs::remove_dir_all(self.data_dir());
@@ -148,6 +137,23 @@ impl Cluster {
         Ok(())
     }
 
+    /// Creates `database` on this cluster when it does not exist yet.
+    pub async fn ensure_database(&self, database: &str) -> Result<(), ClusterError> {
+        let client = connect(&self.url("postgres")).await?;
+        let exists = client
+            .query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&database])
+            .await
+            .map_err(|e| ClusterError::Sql(format!("looking up database {database}: {e}")))?
+            .is_some();
+        if !exists {
+            client
+                .batch_execute(&format!("CREATE DATABASE \"{database}\""))
+                .await
+                .map_err(|e| ClusterError::Sql(format!("creating database {database}: {e}")))?;
+        }
+        Ok(())
+    }
+
     /// Stops the cluster if it runs.
     pub fn stop(&self) -> Result<(), ClusterError> {
         let as_postgres = running_as_root();
@@ -155,14 +161,7 @@ impl Cluster {
             self.run(
                 as_postgres,
                 "pg_ctl",
-                &[
-                    "stop",
-                    "-m",
-                    "fast",
-                    "-w",
-                    "-D",
-                    &self.data_dir().display().to_string(),
-                ],
+                &["stop", "-m", "fast", "-w", "-D", &self.data_dir().display().to_string()],
             )?;
         }
         Ok(())
@@ -193,13 +192,7 @@ impl Cluster {
 
     fn is_running(&self, as_postgres: bool) -> bool {
         self.data_dir().join("postmaster.pid").exists()
-            && self
-                .run(
-                    as_postgres,
-                    "pg_ctl",
-                    &["status", "-D", &self.data_dir().display().to_string()],
-                )
-                .is_ok()
+            && self.run(as_postgres, "pg_ctl", &["status", "-D", &self.data_dir().display().to_string()]).is_ok()
     }
 
     fn run(&self, as_postgres: bool, program: &str, args: &[&str]) -> Result<String, ClusterError> {
@@ -217,14 +210,9 @@ impl Cluster {
             output: e.to_string(),
         })?;
         checked(&format!("{program} {}", args.join(" ")), output).map_err(|e| match e {
-            ClusterError::Command { command, output }
-                if program == "pg_ctl" && args[0] == "start" =>
-            {
+            ClusterError::Command { command, output } if program == "pg_ctl" && args[0] == "start" => {
                 let log = fs::read_to_string(self.log_file()).unwrap_or_default();
-                ClusterError::Command {
-                    command,
-                    output: format!("{output}\nserver log:\n{log}"),
-                }
+                ClusterError::Command { command, output: format!("{output}\nserver log:\n{log}") }
             }
             other => other,
         })
@@ -237,11 +225,7 @@ fn checked(command: &str, output: Output) -> Result<String, ClusterError> {
     } else {
         Err(ClusterError::Command {
             command: command.to_owned(),
-            output: format!(
-                "{}{}",
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr)
-            ),
+            output: format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr)),
         })
     }
 }
@@ -268,30 +252,21 @@ fn bindir() -> Result<PathBuf, ClusterError> {
         .filter(|(_, bin): &(u32, PathBuf)| bin.join("initdb").exists())
         .collect();
     candidates.sort();
-    candidates.pop().map(|(_, bin)| bin).ok_or_else(|| {
-        ClusterError::NoBinaries("no initdb via pg_config or under /usr/lib/postgresql".into())
-    })
+    candidates
+        .pop()
+        .map(|(_, bin)| bin)
+        .ok_or_else(|| ClusterError::NoBinaries("no initdb via pg_config or under /usr/lib/postgresql".into()))
 }
 
 fn running_as_root() -> bool {
-    fs::metadata("/proc/self")
-        .map(|m| m.uid() == 0)
-        .unwrap_or(false)
+    fs::metadata("/proc/self").map(|m| m.uid() == 0).unwrap_or(false)
 }
 
 fn postgres_uid() -> Result<u32, ClusterError> {
-    let out = Command::new("id")
-        .args(["-u", "postgres"])
-        .output()
-        .map_err(|e| ClusterError::Io(e.to_string()))?;
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .map_err(|_| {
-            ClusterError::NoBinaries(
-                "running as root, but there is no `postgres` OS user to run the server as".into(),
-            )
-        })
+    let out = Command::new("id").args(["-u", "postgres"]).output().map_err(|e| ClusterError::Io(e.to_string()))?;
+    String::from_utf8_lossy(&out.stdout).trim().parse().map_err(|_| {
+        ClusterError::NoBinaries("running as root, but there is no `postgres` OS user to run the server as".into())
+    })
 }
 
 pub(crate) async fn connect(url: &str) -> Result<Client, ClusterError> {
@@ -304,9 +279,7 @@ pub(crate) async fn connect(url: &str) -> Result<Client, ClusterError> {
 
 /// `url` with its database replaced by `database`.
 pub(crate) fn with_database(url: &str, database: &str) -> String {
-    let (before_query, query) = url
-        .split_once('?')
-        .map_or((url, None), |(a, b)| (a, Some(b)));
+    let (before_query, query) = url.split_once('?').map_or((url, None), |(a, b)| (a, Some(b)));
     let base = match before_query.rfind('/') {
         Some(i) if i > before_query.find("://").map_or(0, |p| p + 2) => &before_query[..i],
         _ => before_query,
@@ -327,57 +300,32 @@ fn migrations_fingerprint(dir: &Path) -> Result<String, ClusterError> {
     let mut hasher = DefaultHasher::new();
     for file in files {
         file.file_name().hash(&mut hasher);
-        fs::read(&file)
-            .map_err(|e| io_error("reading", &file, e))?
-            .hash(&mut hasher);
+        fs::read(&file).map_err(|e| io_error("reading", &file, e))?.hash(&mut hasher);
     }
     Ok(format!("{:016x}", hasher.finish()))
 }
 
 /// Makes sure a template database migrated with the current migrations exists and returns its name.
-pub(crate) async fn ensure_template(
-    server_url: &str,
-    migrations: &Path,
-) -> Result<String, ClusterError> {
+pub(crate) async fn ensure_template(server_url: &str, migrations: &Path) -> Result<String, ClusterError> {
     let fingerprint = migrations_fingerprint(migrations)?;
     let name = format!("almanac_template_{fingerprint}");
     let client = connect(server_url).await?;
-    let sql = |e: tokio_postgres::Error| {
-        ClusterError::Sql(format!("preparing the template database: {e}"))
-    };
-    client
-        .batch_execute("SELECT pg_advisory_lock(727300)")
-        .await
-        .map_err(sql)?;
+    let sql = |e: tokio_postgres::Error| ClusterError::Sql(format!("preparing the template database: {e}"));
+    client.batch_execute("SELECT pg_advisory_lock(727300)").await.map_err(sql)?;
     let exists = client
-        .query_opt(
-            "SELECT 1 FROM pg_database WHERE datname = $1 AND datistemplate",
-            &[&name],
-        )
+        .query_opt("SELECT 1 FROM pg_database WHERE datname = $1 AND datistemplate", &[&name])
         .await
         .map_err(sql)?
         .is_some();
     if !exists {
-        client
-            .batch_execute(&format!("DROP DATABASE IF EXISTS {name}"))
-            .await
-            .map_err(sql)?;
-        client
-            .batch_execute(&format!("CREATE DATABASE {name}"))
-            .await
-            .map_err(sql)?;
+        client.batch_execute(&format!("DROP DATABASE IF EXISTS {name}")).await.map_err(sql)?;
+        client.batch_execute(&format!("CREATE DATABASE {name}")).await.map_err(sql)?;
         almanac_store_pg::migrate(&with_database(server_url, &name))
             .await
             .map_err(|e| ClusterError::Sql(format!("migrating the template database: {e}")))?;
-        client
-            .batch_execute(&format!("ALTER DATABASE {name} WITH IS_TEMPLATE true"))
-            .await
-            .map_err(sql)?;
+        client.batch_execute(&format!("ALTER DATABASE {name} WITH IS_TEMPLATE true")).await.map_err(sql)?;
     }
-    client
-        .batch_execute("SELECT pg_advisory_unlock(727300)")
-        .await
-        .map_err(sql)?;
+    client.batch_execute("SELECT pg_advisory_unlock(727300)").await.map_err(sql)?;
     Ok(name)
 }
 
@@ -388,16 +336,10 @@ mod tests {
     #[test]
     fn with_database_replaces_only_the_database() {
         assert_eq!(
-            with_database(
-                "postgres://postgres@localhost/postgres?host=/tmp/s&port=5432",
-                "t1"
-            ),
+            with_database("postgres://postgres@localhost/postgres?host=/tmp/s&port=5432", "t1"),
             "postgres://postgres@localhost/t1?host=/tmp/s&port=5432"
         );
-        assert_eq!(
-            with_database("postgres://u:p@db:5432/app", "t2"),
-            "postgres://u:p@db:5432/t2"
-        );
+        assert_eq!(with_database("postgres://u:p@db:5432/app", "t2"), "postgres://u:p@db:5432/t2");
         assert_eq!(with_database("postgres://u@db", "t3"), "postgres://u@db/t3");
     }
 }

@@ -22,10 +22,7 @@ pub use cluster::{Cluster, ClusterError};
 pub fn server_url() -> Result<String, ClusterError> {
     static URL: OnceLock<Result<String, ClusterError>> = OnceLock::new();
     URL.get_or_init(|| {
-        if let Some(url) = ["TEST_DATABASE_URL", "DATABASE_URL"]
-            .iter()
-            .find_map(|v| std::env::var(v).ok())
-        {
+        if let Some(url) = ["TEST_DATABASE_URL", "DATABASE_URL"].iter().find_map(|v| std::env::var(v).ok()) {
             return Ok(url);
         }
         let cluster = Cluster::private()?;
@@ -52,9 +49,7 @@ impl TestDatabase {
     /// Creates a fresh, migrated database. Panics with the reason when the server cannot be had, since a test
     /// cannot do anything useful without it.
     pub async fn create() -> Self {
-        Self::try_create()
-            .await
-            .unwrap_or_else(|e| panic!("no test database: {e}"))
+        Self::try_create().await.unwrap_or_else(|e| panic!("no test database: {e}"))
     }
 
     /// Creates a fresh, migrated database.
@@ -66,23 +61,15 @@ impl TestDatabase {
             "almanac_test_{}_{}_{}",
             std::process::id(),
             COUNTER.fetch_add(1, Ordering::Relaxed),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.subsec_nanos())
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos())
         );
         let client = cluster::connect(&server_url).await?;
         client
-            .batch_execute(&format!(
-                "CREATE DATABASE {name} TEMPLATE {template} STRATEGY FILE_COPY"
-            ))
+            .batch_execute(&format!("CREATE DATABASE {name} TEMPLATE {template} STRATEGY FILE_COPY"))
             .await
             .map_err(|e| ClusterError::Sql(format!("creating {name}: {e}")))?;
         let url = cluster::with_database(&server_url, &name);
-        Ok(Self {
-            server_url,
-            name,
-            url,
-        })
+        Ok(Self { server_url, name, url })
     }
 
     /// The database's connection URL.
@@ -101,16 +88,10 @@ impl Drop for TestDatabase {
         let (server_url, name) = (self.server_url.clone(), self.name.clone());
         // A test's runtime may be gone or single-threaded: drop the database from a thread of its own.
         let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .ok()?;
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
             runtime.block_on(async {
                 let client = cluster::connect(&server_url).await.ok()?;
-                client
-                    .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                    .await
-                    .ok()
+                client.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await.ok()
             })
         })
         .join();

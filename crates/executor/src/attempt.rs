@@ -1,0 +1,239 @@
+//! One attempt: run the handler, beat, keep the self-stop deadline, and write the outcome (rules 5–9).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use almanac_domain::{ClaimedItem, FailOutcome, Failure, Heartbeat, QueueError, WorkQueue, WriteOutcome};
+use tokio::task::JoinError;
+use tokio::time::{Instant, error::Elapsed, sleep_until, timeout};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::config::ExecutorConfig;
+use crate::handler::{Handler, HandlerContext, HandlerError, ProgressReporter};
+
+/// Why the executor cancelled the handler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// A cancel was requested: the item ends cancelled.
+    CancelRequested,
+    /// A heartbeat answered Lost: write nothing more.
+    Lost,
+    /// Half a lease passed without a successful heartbeat: write nothing more.
+    SelfStopped,
+    /// The shutdown grace ran out: release the item.
+    Shutdown,
+}
+
+impl Stop {
+    /// Whether the attempt may still write (beats and an outcome).
+    fn may_write(self) -> bool {
+        matches!(self, Stop::CancelRequested | Stop::Shutdown)
+    }
+}
+
+/// How an attempt ended, as far as the queue knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Succeeded,
+    RetryScheduled,
+    Failed,
+    Cancelled,
+    Released,
+    /// The attempt no longer held the item; nothing was written.
+    Lost,
+    /// The attempt stopped itself; nothing was written and lease recovery will requeue the item.
+    SelfStopped,
+    /// The outcome could not be written (database unavailable); lease recovery will requeue the item.
+    Unwritten,
+}
+
+type HandlerResult = Result<Result<Option<serde_json::Value>, HandlerError>, JoinError>;
+type BeatAnswer = (Instant, Result<Result<Heartbeat, QueueError>, Elapsed>);
+type BeatFuture<'a> = Pin<Box<dyn Future<Output = BeatAnswer> + Send + 'a>>;
+
+/// Runs one claimed item to its end. `claim_sent_at` is when the claim was sent: it counts as the first
+/// successful heartbeat for the self-stop deadline.
+pub(crate) async fn run<Q: WorkQueue + 'static>(
+    queue: Arc<Q>,
+    handler: Arc<dyn Handler>,
+    claimed: ClaimedItem,
+    claim_sent_at: Instant,
+    config: Arc<ExecutorConfig>,
+    shutdown: CancellationToken,
+) -> Outcome {
+    let fence = claimed.fence;
+    let cancel = CancellationToken::new();
+    let progress = ProgressReporter::default();
+    let ctx = HandlerContext { item: claimed.item.clone(), cancel: cancel.clone(), progress: progress.clone() };
+    let span = tracing::Span::current();
+    let mut handler_task = tokio::spawn(tracing::Instrument::instrument(async move { handler.run(ctx).await }, span));
+
+    let interval = config.heartbeat_interval;
+    let half_lease = config.lease.half();
+    let mut last_good_beat = claim_sent_at;
+    let self_stop = sleep_until(claim_sent_at + half_lease);
+    tokio::pin!(self_stop);
+    let mut beats = tokio::time::interval_at(claim_sent_at + interval, interval);
+    beats.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut beat: Option<BeatFuture<'_>> = None;
+    let mut stop: Option<Stop> = None;
+    let mut grace: Option<Pin<Box<tokio::time::Sleep>>> = None;
+
+    let joined: HandlerResult = loop {
+        let may_write = stop.is_none_or(Stop::may_write);
+        tokio::select! {
+            biased;
+            joined = &mut handler_task => break joined,
+            (sent_at, answer) = async { beat.as_mut().expect("guarded").await }, if beat.is_some() => {
+                beat = None;
+                match answer {
+                    Ok(Ok(Heartbeat::Renewed { cancel_requested })) => {
+                        if may_write {
+                            last_good_beat = last_good_beat.max(sent_at);
+                            self_stop.as_mut().reset(last_good_beat + half_lease);
+                        }
+                        if cancel_requested && matches!(stop, None | Some(Stop::Shutdown)) {
+                            info!(event = "cancel_requested", "a cancel was requested; stopping the handler");
+                            stop = Some(Stop::CancelRequested);
+                            cancel.cancel();
+                        }
+                    }
+                    Ok(Ok(Heartbeat::Lost)) => {
+                        if may_write {
+                            warn!(event = "lost", "the item is no longer held by this attempt; stopping the handler and writing nothing more");
+                            stop = Some(Stop::Lost);
+                            cancel.cancel();
+                        }
+                    }
+                    Ok(Err(e)) => warn!(event = "heartbeat_failed", error = %e, "heartbeat failed"),
+                    Err(_) => warn!(event = "heartbeat_failed", error = "timed out", timeout_ms = interval.as_millis() as u64, "heartbeat did not answer within one heartbeat interval"),
+                }
+            }
+            () = &mut self_stop, if may_write => {
+                let since = Instant::now() - last_good_beat;
+                warn!(
+                    event = "self_stopped",
+                    since_last_good_beat_ms = since.as_millis() as u64,
+                    "no successful heartbeat for half a lease: stopping the handler and writing nothing; lease recovery will requeue the item"
+                );
+                stop = Some(Stop::SelfStopped);
+                beat = None;
+                cancel.cancel();
+            }
+            _ = beats.tick(), if may_write => {
+                let (queue, lease, latest) = (&queue, config.lease, progress.latest());
+                let sent_at = Instant::now();
+                beat = Some(Box::pin(async move {
+                    (sent_at, timeout(interval, queue.heartbeat(fence, lease, latest.as_ref())).await)
+                }));
+            }
+            () = shutdown.cancelled(), if grace.is_none() && stop.is_none() => {
+                grace = Some(Box::pin(tokio::time::sleep(config.shutdown_grace)));
+            }
+            () = async { grace.as_mut().expect("guarded").await }, if grace.is_some() && stop.is_none() => {
+                info!(event = "shutdown_grace_over", "the shutdown grace is over; stopping the handler");
+                stop = Some(Stop::Shutdown);
+                cancel.cancel();
+            }
+        }
+    };
+    drop(beat);
+
+    match (stop, joined) {
+        (Some(Stop::Lost), _) => Outcome::Lost,
+        (Some(Stop::SelfStopped), _) => Outcome::SelfStopped,
+        (_, Ok(Ok(result))) => {
+            let answer = timeout(interval, queue.complete(fence, result.as_ref())).await;
+            write_outcome("complete", answer, Outcome::Succeeded, || info!(event = "succeeded", "succeeded"))
+        }
+        (Some(Stop::CancelRequested), _) => {
+            let answer = timeout(interval, queue.mark_cancelled(fence)).await;
+            write_outcome("mark cancelled", answer, Outcome::Cancelled, || {
+                info!(event = "cancelled", "cancelled on request")
+            })
+        }
+        (Some(Stop::Shutdown), _) => {
+            let answer = timeout(interval, queue.release(fence)).await;
+            write_outcome("release", answer, Outcome::Released, || {
+                info!(event = "released", "released to the queue for another Worker")
+            })
+        }
+        (None, Ok(Err(error))) => fail(&*queue, &claimed, &config, error).await,
+        (None, Err(join)) => {
+            let message = panic_message(join);
+            fail(&*queue, &claimed, &config, HandlerError::retryable(format!("the handler panicked: {message}"))).await
+        }
+    }
+}
+
+async fn fail<Q: WorkQueue>(queue: &Q, claimed: &ClaimedItem, config: &ExecutorConfig, error: HandlerError) -> Outcome {
+    let failures = u32::try_from(claimed.item.failures).unwrap_or(0).saturating_add(1);
+    let retry_delay = config.retry.delay(failures, rand::random::<f64>());
+    let failure = Failure { error: error.message.clone(), retryable: error.retryable, retry_delay };
+    let answer = timeout(config.heartbeat_interval, queue.fail(claimed.fence, &failure)).await;
+    let written = answer.map(|r| {
+        r.map(|outcome| match outcome {
+            FailOutcome::RetryScheduled { run_after } => {
+                warn!(event = "retry_scheduled", error = %error, failures, %run_after,
+                      retry_in_ms = retry_delay.as_millis() as u64, "failed; will retry");
+                Some(Outcome::RetryScheduled)
+            }
+            FailOutcome::Failed => {
+                warn!(event = "failed", error = %error, failures, retryable = error.retryable, "failed for good");
+                Some(Outcome::Failed)
+            }
+            FailOutcome::Lost => None,
+        })
+    });
+    match written {
+        Ok(Ok(Some(outcome))) => outcome,
+        Ok(Ok(None)) => lost("fail"),
+        Ok(Err(e)) => unwritten("fail", &e.to_string()),
+        Err(_) => unwritten("fail", "timed out"),
+    }
+}
+
+fn write_outcome(
+    what: &str,
+    answer: Result<Result<WriteOutcome, QueueError>, Elapsed>,
+    success: Outcome,
+    log_success: impl FnOnce(),
+) -> Outcome {
+    match answer {
+        Ok(Ok(WriteOutcome::Written)) => {
+            log_success();
+            success
+        }
+        Ok(Ok(WriteOutcome::Lost)) => lost(what),
+        Ok(Err(e)) => unwritten(what, &e.to_string()),
+        Err(_) => unwritten(what, "timed out"),
+    }
+}
+
+fn lost(what: &str) -> Outcome {
+    warn!(event = "lost", write = what, "the item is no longer held by this attempt; nothing was written");
+    Outcome::Lost
+}
+
+fn unwritten(what: &str, error: &str) -> Outcome {
+    warn!(
+        event = "outcome_unwritten",
+        write = what,
+        error,
+        "could not write the outcome; lease recovery will requeue the item"
+    );
+    Outcome::Unwritten
+}
+
+fn panic_message(join: JoinError) -> String {
+    match join.try_into_panic() {
+        Ok(payload) => payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a non-text panic payload".to_owned()),
+        Err(join) => format!("the handler task ended abnormally: {join}"),
+    }
+}

@@ -1,0 +1,112 @@
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+
+use almanac_domain::{WorkItem, WorkKind};
+use tokio_util::sync::CancellationToken;
+
+/// A boxed, sendable future: what a [`Handler`] returns.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Why a handler did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct HandlerError {
+    /// What went wrong and what to do about it.
+    pub message: String,
+    /// Whether another attempt may succeed (a vanished share, an outage) or not (a bad payload).
+    pub retryable: bool,
+}
+
+impl HandlerError {
+    /// An error another attempt may not hit.
+    pub fn retryable(message: impl Into<String>) -> Self {
+        Self { message: message.into(), retryable: true }
+    }
+
+    /// An error that no retry will fix.
+    pub fn permanent(message: impl Into<String>) -> Self {
+        Self { message: message.into(), retryable: false }
+    }
+
+    /// The handler stopped because its token was cancelled.
+    pub fn cancelled() -> Self {
+        Self::retryable("cancelled before finishing")
+    }
+}
+
+/// Where a handler reports progress; the latest report rides on the next heartbeat.
+#[derive(Debug, Clone, Default)]
+pub struct ProgressReporter {
+    latest: Arc<Mutex<Option<serde_json::Value>>>,
+}
+
+impl ProgressReporter {
+    /// Replaces the progress to send with the next heartbeat.
+    pub fn report(&self, progress: serde_json::Value) {
+        *self.latest.lock().unwrap_or_else(|p| p.into_inner()) = Some(progress);
+    }
+
+    /// The latest progress reported, if any.
+    pub fn latest(&self) -> Option<serde_json::Value> {
+        self.latest.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// What a handler gets for one attempt.
+#[derive(Debug, Clone)]
+pub struct HandlerContext {
+    /// The claimed item.
+    pub item: WorkItem,
+    /// Cancelled when the handler must stop: a cancel request, a lost lease, the self-stop, or the end of the
+    /// shutdown grace. Handlers check it between steps and stop promptly.
+    pub cancel: CancellationToken,
+    /// Where to report progress.
+    pub progress: ProgressReporter,
+}
+
+/// Runs the work items of one kind. The handler contract: honour `cancel` between steps, make every file
+/// write idempotent (temporary name, then rename), never touch an original, return a result summary or an
+/// error that says what happened and what to do.
+pub trait Handler: Send + Sync + 'static {
+    /// The kind this handler runs.
+    fn kind(&self) -> WorkKind;
+
+    /// Runs one attempt. `Ok` carries an optional result summary stored on the item.
+    fn run(&self, ctx: HandlerContext) -> BoxFuture<'_, Result<Option<serde_json::Value>, HandlerError>>;
+}
+
+/// The handlers of one Worker, by kind. A Worker never claims an item whose kind has no handler here.
+#[derive(Clone, Default)]
+pub struct HandlerRegistry {
+    handlers: BTreeMap<WorkKind, Arc<dyn Handler>>,
+}
+
+impl std::fmt::Debug for HandlerRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.handlers.keys()).finish()
+    }
+}
+
+impl HandlerRegistry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a handler, replacing any earlier one of the same kind.
+    pub fn register(mut self, handler: impl Handler) -> Self {
+        self.handlers.insert(handler.kind(), Arc::new(handler));
+        self
+    }
+
+    /// The kinds this Worker can run.
+    pub fn kinds(&self) -> Vec<WorkKind> {
+        self.handlers.keys().copied().collect()
+    }
+
+    pub(crate) fn get(&self, kind: WorkKind) -> Option<Arc<dyn Handler>> {
+        self.handlers.get(&kind).cloned()
+    }
+}

@@ -1,0 +1,869 @@
+--
+-- PostgreSQL database dump
+--
+
+\restrict almanacschema
+
+
+SET statement_timeout = 0;
+SET lock_timeout = 0;
+SET idle_in_transaction_session_timeout = 0;
+SET client_encoding = 'UTF8';
+SET standard_conforming_strings = on;
+SELECT pg_catalog.set_config('search_path', '', false);
+SET check_function_bodies = false;
+SET xmloption = content;
+SET client_min_messages = warning;
+SET row_security = off;
+
+--
+-- Name: notify_work_items_queued(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.notify_work_items_queued() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM pg_notify('almanac_work_items', '');
+    RETURN NULL;
+END;
+$$;
+
+
+--
+-- Name: FUNCTION notify_work_items_queued(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.notify_work_items_queued() IS 'Statement trigger: NOTIFY almanac_work_items after work is enqueued.';
+
+
+SET default_tablespace = '';
+
+SET default_table_access_method = heap;
+
+--
+-- Name: asset_metadata; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.asset_metadata (
+    asset_id uuid NOT NULL,
+    width integer,
+    height integer,
+    orientation_degrees smallint,
+    duration_ms bigint,
+    gps_latitude double precision,
+    gps_longitude double precision,
+    gps_altitude_m double precision,
+    camera_make text,
+    camera_model text,
+    lens_model text,
+    camera_burst_id text,
+    live_photo_content_id text,
+    CONSTRAINT ck_asset_metadata_dimensions CHECK ((((width IS NULL) OR (width > 0)) AND ((height IS NULL) OR (height > 0)))),
+    CONSTRAINT ck_asset_metadata_latitude CHECK (((gps_latitude >= ('-90'::integer)::double precision) AND (gps_latitude <= (90)::double precision))),
+    CONSTRAINT ck_asset_metadata_longitude CHECK (((gps_longitude >= ('-180'::integer)::double precision) AND (gps_longitude <= (180)::double precision))),
+    CONSTRAINT ck_asset_metadata_orientation CHECK ((orientation_degrees = ANY (ARRAY[0, 90, 180, 270])))
+);
+
+
+--
+-- Name: TABLE asset_metadata; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.asset_metadata IS 'What the crawl read from a media file (EXIF, container); one row per asset.';
+
+
+--
+-- Name: COLUMN asset_metadata.width; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.asset_metadata.width IS 'Stored pixel width, before orientation is applied.';
+
+
+--
+-- Name: COLUMN asset_metadata.orientation_degrees; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.asset_metadata.orientation_degrees IS 'Clockwise rotation that makes the stored pixels upright (EXIF orientation normalised).';
+
+
+--
+-- Name: COLUMN asset_metadata.camera_burst_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.asset_metadata.camera_burst_id IS 'The camera''s own burst identifier (e.g. Apple''s), which wins over time-gap grouping.';
+
+
+--
+-- Name: COLUMN asset_metadata.live_photo_content_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.asset_metadata.live_photo_content_id IS 'Apple''s content identifier that ties a Live Photo''s still to its motion file.';
+
+
+--
+-- Name: bursts; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.bursts (
+    id uuid NOT NULL,
+    storage_config_id uuid NOT NULL,
+    primary_asset_id uuid NOT NULL,
+    camera_make text,
+    camera_model text,
+    source text NOT NULL,
+    started_at timestamp with time zone NOT NULL,
+    ended_at timestamp with time zone NOT NULL,
+    frame_count integer NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT ck_bursts_frames CHECK ((frame_count >= 2)),
+    CONSTRAINT ck_bursts_interval CHECK ((ended_at >= started_at)),
+    CONSTRAINT ck_bursts_source CHECK ((source = ANY (ARRAY['camera_burst_id'::text, 'time_gap'::text])))
+);
+
+
+--
+-- Name: TABLE bursts; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.bursts IS 'Rapid-fire shots of one camera grouped by burst_detection; "on this day" shows one memory per burst, its primary frame.';
+
+
+--
+-- Name: COLUMN bursts.source; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.bursts.source IS 'camera_burst_id when the camera wrote its own burst identifier, time_gap when grouped by capture times.';
+
+
+--
+-- Name: media_assets; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.media_assets (
+    id uuid NOT NULL,
+    storage_config_id uuid NOT NULL,
+    file_path bytea NOT NULL,
+    display_path text NOT NULL,
+    content_hash text NOT NULL,
+    size_bytes bigint NOT NULL,
+    file_modified_at timestamp with time zone NOT NULL,
+    media_type text NOT NULL,
+    captured_at timestamp with time zone NOT NULL,
+    captured_offset_minutes integer,
+    captured_at_source text NOT NULL,
+    capture_month smallint NOT NULL,
+    capture_day smallint NOT NULL,
+    paired_asset_id uuid,
+    burst_id uuid,
+    is_soft_deleted boolean DEFAULT false NOT NULL,
+    soft_deleted_at timestamp with time zone,
+    last_seen_at timestamp with time zone DEFAULT now() NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT ck_media_assets_capture_day CHECK (((capture_day >= 1) AND (capture_day <= 31))),
+    CONSTRAINT ck_media_assets_capture_month CHECK (((capture_month >= 1) AND (capture_month <= 12))),
+    CONSTRAINT ck_media_assets_captured_at_source CHECK ((captured_at_source = ANY (ARRAY['exif_original'::text, 'exif_digitized'::text, 'exif_modified'::text, 'container'::text, 'file_mtime'::text]))),
+    CONSTRAINT ck_media_assets_content_hash CHECK ((content_hash ~ '^[0-9a-f]{64}$'::text)),
+    CONSTRAINT ck_media_assets_media_type CHECK ((media_type = ANY (ARRAY['image'::text, 'video'::text]))),
+    CONSTRAINT ck_media_assets_size CHECK ((size_bytes >= 0)),
+    CONSTRAINT ck_media_assets_soft_delete CHECK ((is_soft_deleted = (soft_deleted_at IS NOT NULL)))
+);
+
+
+--
+-- Name: TABLE media_assets; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.media_assets IS 'One media file of a storage config, identified inside the config by its content hash. One active asset per (config, content hash); soft-deleted when its file is gone, revived if it comes back.';
+
+
+--
+-- Name: COLUMN media_assets.file_path; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.media_assets.file_path IS 'Path relative to the config root, as the exact bytes the file system gave (names need not be UTF-8).';
+
+
+--
+-- Name: COLUMN media_assets.display_path; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.media_assets.display_path IS 'file_path decoded lossily as UTF-8, for people; never used to open the file.';
+
+
+--
+-- Name: COLUMN media_assets.content_hash; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.media_assets.content_hash IS 'BLAKE3 of the file content, lower-case hex. Proxy folders derive from (config id, content hash).';
+
+
+--
+-- Name: COLUMN media_assets.file_modified_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.media_assets.file_modified_at IS 'The file''s mtime when last hashed: with path and size, a match means unchanged and the file is not re-read.';
+
+
+--
+-- Name: COLUMN media_assets.captured_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.media_assets.captured_at IS 'When the shot was taken, as an instant.';
+
+
+--
+-- Name: COLUMN media_assets.captured_offset_minutes; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.media_assets.captured_offset_minutes IS 'UTC offset of the camera at capture, when known; capture_month/day use the local date it gives.';
+
+
+--
+-- Name: COLUMN media_assets.captured_at_source; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.media_assets.captured_at_source IS 'Which source gave captured_at: an EXIF date, the video container, or the file mtime.';
+
+
+--
+-- Name: COLUMN media_assets.capture_month; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.media_assets.capture_month IS 'Local month of capture, for the "on this day" index.';
+
+
+--
+-- Name: COLUMN media_assets.capture_day; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.media_assets.capture_day IS 'Local day of month of capture, for the "on this day" index.';
+
+
+--
+-- Name: COLUMN media_assets.paired_asset_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.media_assets.paired_asset_id IS 'The other half of a Live Photo (still <-> motion).';
+
+
+--
+-- Name: COLUMN media_assets.burst_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.media_assets.burst_id IS 'The burst this frame belongs to, set by burst_detection.';
+
+
+--
+-- Name: COLUMN media_assets.last_seen_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.media_assets.last_seen_at IS 'Last time a crawl found the file at file_path.';
+
+
+--
+-- Name: proxy_files; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.proxy_files (
+    id uuid NOT NULL,
+    asset_id uuid NOT NULL,
+    proxy_type text NOT NULL,
+    relative_path text,
+    inline_value text,
+    size_bytes bigint DEFAULT 0 NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT ck_proxy_files_storage CHECK ((((proxy_type = 'blurhash'::text) = (inline_value IS NOT NULL)) AND ((relative_path IS NULL) = (inline_value IS NOT NULL)))),
+    CONSTRAINT ck_proxy_files_type CHECK ((proxy_type = ANY (ARRAY['thumbnail'::text, 'preview'::text, 'blurhash'::text, 'poster'::text, 'web_video'::text])))
+);
+
+
+--
+-- Name: TABLE proxy_files; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.proxy_files IS 'Derived files of an asset, one per (asset, type). Files live under the proxy root in a folder derived from (config id, content hash) only, so a retry overwrites its own debris.';
+
+
+--
+-- Name: COLUMN proxy_files.relative_path; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.proxy_files.relative_path IS 'Path of the file relative to the proxy root; NULL for a blurhash, which is inline.';
+
+
+--
+-- Name: COLUMN proxy_files.inline_value; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.proxy_files.inline_value IS 'The BlurHash string; set only for proxy_type blurhash.';
+
+
+--
+-- Name: refresh_tokens; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.refresh_tokens (
+    id uuid NOT NULL,
+    user_id uuid NOT NULL,
+    token_hash bytea NOT NULL,
+    expires_at timestamp with time zone NOT NULL,
+    revoked_at timestamp with time zone,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+
+--
+-- Name: TABLE refresh_tokens; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.refresh_tokens IS 'The web backend''s refresh tokens; the Worker only deletes expired or revoked ones (token_cleanup).';
+
+
+--
+-- Name: COLUMN refresh_tokens.token_hash; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.refresh_tokens.token_hash IS 'A hash of the token; the token itself is never stored.';
+
+
+--
+-- Name: storage_configs; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.storage_configs (
+    id uuid NOT NULL,
+    user_id uuid NOT NULL,
+    root_path text NOT NULL,
+    is_active boolean DEFAULT true NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT ck_storage_configs_root_path_absolute CHECK (("left"(root_path, 1) = '/'::text))
+);
+
+
+--
+-- Name: TABLE storage_configs; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.storage_configs IS 'One folder tree of originals, owned by one user. Work items are serialised per storage config.';
+
+
+--
+-- Name: COLUMN storage_configs.root_path; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.storage_configs.root_path IS 'Absolute path of the folder of originals as the Worker sees it; globally unique. Originals are never written.';
+
+
+--
+-- Name: COLUMN storage_configs.is_active; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.storage_configs.is_active IS 'Inactive configs get no new work items and are not claimed for.';
+
+
+--
+-- Name: users; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.users (
+    id uuid NOT NULL,
+    username text NOT NULL,
+    disabled boolean DEFAULT false NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT ck_users_username_not_blank CHECK ((length(btrim(username)) > 0))
+);
+
+
+--
+-- Name: TABLE users; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.users IS 'People who own storage configs. Minimal here; the web backend owns the rest of a user.';
+
+
+--
+-- Name: COLUMN users.disabled; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.users.disabled IS 'A disabled user keeps their catalogue but signs in to nothing.';
+
+
+--
+-- Name: work_items; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.work_items (
+    id uuid NOT NULL,
+    kind text NOT NULL,
+    storage_config_id uuid,
+    status text DEFAULT 'queued'::text NOT NULL,
+    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
+    dedup_key text,
+    requested_at timestamp with time zone DEFAULT now() NOT NULL,
+    run_after timestamp with time zone DEFAULT now() NOT NULL,
+    attempt integer DEFAULT 0 NOT NULL,
+    failures integer DEFAULT 0 NOT NULL,
+    stalls integer DEFAULT 0 NOT NULL,
+    max_attempts integer DEFAULT 5 NOT NULL,
+    lease_expires_at timestamp with time zone,
+    worker_id text,
+    started_at timestamp with time zone,
+    heartbeat_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    cancel_requested_at timestamp with time zone,
+    last_error text,
+    progress jsonb,
+    result jsonb,
+    CONSTRAINT ck_work_items_counters CHECK (((attempt >= 0) AND (failures >= 0) AND (stalls >= 0) AND (max_attempts >= 1))),
+    CONSTRAINT ck_work_items_dedup_key_not_blank CHECK (((dedup_key IS NULL) OR (length(dedup_key) > 0))),
+    CONSTRAINT ck_work_items_finished CHECK (((status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text])) = (finished_at IS NOT NULL))),
+    CONSTRAINT ck_work_items_kind CHECK ((kind = ANY (ARRAY['crawl'::text, 'burst_detection'::text, 'purge'::text, 'proxy_deletion'::text, 'proxy_sweep'::text, 'token_cleanup'::text, 'work_item_retention'::text]))),
+    CONSTRAINT ck_work_items_kind_scope CHECK ((((kind = ANY (ARRAY['crawl'::text, 'burst_detection'::text, 'purge'::text])) AND (storage_config_id IS NOT NULL)) OR ((kind = ANY (ARRAY['proxy_sweep'::text, 'token_cleanup'::text, 'work_item_retention'::text])) AND (storage_config_id IS NULL)) OR (kind = 'proxy_deletion'::text))),
+    CONSTRAINT ck_work_items_running_lease CHECK (((status <> 'running'::text) OR ((lease_expires_at IS NOT NULL) AND (worker_id IS NOT NULL) AND (attempt >= 1)))),
+    CONSTRAINT ck_work_items_status CHECK ((status = ANY (ARRAY['queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text])))
+);
+
+
+--
+-- Name: TABLE work_items; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.work_items IS 'The durable work queue (ADR 0008). One row per unit of background work; at most one running row per storage config.';
+
+
+--
+-- Name: COLUMN work_items.kind; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.work_items.kind IS 'What the item does: crawl, burst_detection, purge, proxy_deletion, proxy_sweep, token_cleanup, work_item_retention.';
+
+
+--
+-- Name: COLUMN work_items.storage_config_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.work_items.storage_config_id IS 'The scope: the storage config the item works on, or NULL for unscoped work, which is not serialised.';
+
+
+--
+-- Name: COLUMN work_items.payload; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.work_items.payload IS 'Kind-specific input (e.g. asset ids for proxy_deletion).';
+
+
+--
+-- Name: COLUMN work_items.dedup_key; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.work_items.dedup_key IS 'Enqueueing a key that is already queued returns the queued item instead of a new one.';
+
+
+--
+-- Name: COLUMN work_items.requested_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.work_items.requested_at IS 'Claim order (oldest first). Kept on retry, release and recovery, so requeued work goes first.';
+
+
+--
+-- Name: COLUMN work_items.run_after; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.work_items.run_after IS 'Not claimed before this instant (retry backoff, scheduled work).';
+
+
+--
+-- Name: COLUMN work_items.attempt; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.work_items.attempt IS 'The fencing token: +1 at every claim. Every write by an attempt matches (id, attempt, status running).';
+
+
+--
+-- Name: COLUMN work_items.failures; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.work_items.failures IS 'Handler errors so far, counted against max_attempts.';
+
+
+--
+-- Name: COLUMN work_items.stalls; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.work_items.stalls IS 'Lease expiries so far; the item fails as stalled when it reaches the Worker''s max_stalls.';
+
+
+--
+-- Name: COLUMN work_items.max_attempts; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.work_items.max_attempts IS 'Retry budget: a retryable failure is requeued while failures < max_attempts.';
+
+
+--
+-- Name: COLUMN work_items.lease_expires_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.work_items.lease_expires_at IS 'Database-clock instant after which a running item is recovered by any Worker; renewed by heartbeats.';
+
+
+--
+-- Name: COLUMN work_items.worker_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.work_items.worker_id IS 'The Worker that holds (or last held) the item.';
+
+
+--
+-- Name: COLUMN work_items.heartbeat_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.work_items.heartbeat_at IS 'Database-clock instant of the last successful heartbeat of the current attempt.';
+
+
+--
+-- Name: COLUMN work_items.cancel_requested_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.work_items.cancel_requested_at IS 'Set when a running item is asked to cancel; its Worker sees it at the next heartbeat.';
+
+
+--
+-- Name: COLUMN work_items.last_error; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.work_items.last_error IS 'The last handler error, or why the item stalled.';
+
+
+--
+-- Name: COLUMN work_items.progress; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.work_items.progress IS 'Handler progress, written by heartbeats (e.g. files found, done, skipped, failed, bytes).';
+
+
+--
+-- Name: COLUMN work_items.result; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.work_items.result IS 'The handler''s summary on success (e.g. the files a crawl skipped, with reasons).';
+
+
+--
+-- Name: asset_metadata asset_metadata_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.asset_metadata
+    ADD CONSTRAINT asset_metadata_pkey PRIMARY KEY (asset_id);
+
+
+--
+-- Name: bursts bursts_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.bursts
+    ADD CONSTRAINT bursts_pkey PRIMARY KEY (id);
+
+
+--
+-- Name: media_assets media_assets_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.media_assets
+    ADD CONSTRAINT media_assets_pkey PRIMARY KEY (id);
+
+
+--
+-- Name: proxy_files proxy_files_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.proxy_files
+    ADD CONSTRAINT proxy_files_pkey PRIMARY KEY (id);
+
+
+--
+-- Name: refresh_tokens refresh_tokens_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.refresh_tokens
+    ADD CONSTRAINT refresh_tokens_pkey PRIMARY KEY (id);
+
+
+--
+-- Name: storage_configs storage_configs_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.storage_configs
+    ADD CONSTRAINT storage_configs_pkey PRIMARY KEY (id);
+
+
+--
+-- Name: proxy_files uq_proxy_files_asset_type; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.proxy_files
+    ADD CONSTRAINT uq_proxy_files_asset_type UNIQUE (asset_id, proxy_type);
+
+
+--
+-- Name: refresh_tokens uq_refresh_tokens_hash; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.refresh_tokens
+    ADD CONSTRAINT uq_refresh_tokens_hash UNIQUE (token_hash);
+
+
+--
+-- Name: storage_configs uq_storage_configs_root_path; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.storage_configs
+    ADD CONSTRAINT uq_storage_configs_root_path UNIQUE (root_path);
+
+
+--
+-- Name: users uq_users_username; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.users
+    ADD CONSTRAINT uq_users_username UNIQUE (username);
+
+
+--
+-- Name: users users_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.users
+    ADD CONSTRAINT users_pkey PRIMARY KEY (id);
+
+
+--
+-- Name: work_items work_items_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.work_items
+    ADD CONSTRAINT work_items_pkey PRIMARY KEY (id);
+
+
+--
+-- Name: ix_bursts_config; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ix_bursts_config ON public.bursts USING btree (storage_config_id);
+
+
+--
+-- Name: ix_media_assets_active_content; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE UNIQUE INDEX ix_media_assets_active_content ON public.media_assets USING btree (storage_config_id, content_hash) WHERE (NOT is_soft_deleted);
+
+
+--
+-- Name: ix_media_assets_active_path; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE UNIQUE INDEX ix_media_assets_active_path ON public.media_assets USING btree (storage_config_id, file_path) WHERE (NOT is_soft_deleted);
+
+
+--
+-- Name: ix_media_assets_burst; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ix_media_assets_burst ON public.media_assets USING btree (burst_id) WHERE (burst_id IS NOT NULL);
+
+
+--
+-- Name: ix_media_assets_content; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ix_media_assets_content ON public.media_assets USING btree (storage_config_id, content_hash);
+
+
+--
+-- Name: ix_media_assets_on_this_day; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ix_media_assets_on_this_day ON public.media_assets USING btree (capture_month, capture_day) WHERE (NOT is_soft_deleted);
+
+
+--
+-- Name: ix_media_assets_soft_deleted; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ix_media_assets_soft_deleted ON public.media_assets USING btree (storage_config_id, soft_deleted_at) WHERE is_soft_deleted;
+
+
+--
+-- Name: ix_proxy_files_relative_path; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ix_proxy_files_relative_path ON public.proxy_files USING btree (relative_path) WHERE (relative_path IS NOT NULL);
+
+
+--
+-- Name: ix_refresh_tokens_expires; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ix_refresh_tokens_expires ON public.refresh_tokens USING btree (expires_at);
+
+
+--
+-- Name: ix_refresh_tokens_revoked; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ix_refresh_tokens_revoked ON public.refresh_tokens USING btree (revoked_at) WHERE (revoked_at IS NOT NULL);
+
+
+--
+-- Name: ix_storage_configs_user; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ix_storage_configs_user ON public.storage_configs USING btree (user_id);
+
+
+--
+-- Name: ix_work_items_config_status; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ix_work_items_config_status ON public.work_items USING btree (storage_config_id, status);
+
+
+--
+-- Name: ix_work_items_dedup_key_queued; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE UNIQUE INDEX ix_work_items_dedup_key_queued ON public.work_items USING btree (dedup_key) WHERE (status = 'queued'::text);
+
+
+--
+-- Name: ix_work_items_finished; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ix_work_items_finished ON public.work_items USING btree (finished_at) WHERE (status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text]));
+
+
+--
+-- Name: ix_work_items_queued_config; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ix_work_items_queued_config ON public.work_items USING btree (storage_config_id, requested_at, id) WHERE ((status = 'queued'::text) AND (storage_config_id IS NOT NULL));
+
+
+--
+-- Name: ix_work_items_queued_unscoped; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ix_work_items_queued_unscoped ON public.work_items USING btree (requested_at, id) WHERE ((status = 'queued'::text) AND (storage_config_id IS NULL));
+
+
+--
+-- Name: ix_work_items_running_config; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE UNIQUE INDEX ix_work_items_running_config ON public.work_items USING btree (storage_config_id) WHERE ((status = 'running'::text) AND (storage_config_id IS NOT NULL));
+
+
+--
+-- Name: ix_work_items_running_lease; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ix_work_items_running_lease ON public.work_items USING btree (lease_expires_at) WHERE (status = 'running'::text);
+
+
+--
+-- Name: work_items tr_work_items_notify_queued; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER tr_work_items_notify_queued AFTER INSERT ON public.work_items FOR EACH STATEMENT EXECUTE FUNCTION public.notify_work_items_queued();
+
+
+--
+-- Name: asset_metadata asset_metadata_asset_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.asset_metadata
+    ADD CONSTRAINT asset_metadata_asset_id_fkey FOREIGN KEY (asset_id) REFERENCES public.media_assets(id) ON DELETE CASCADE;
+
+
+--
+-- Name: bursts bursts_primary_asset_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.bursts
+    ADD CONSTRAINT bursts_primary_asset_id_fkey FOREIGN KEY (primary_asset_id) REFERENCES public.media_assets(id) ON DELETE CASCADE;
+
+
+--
+-- Name: bursts bursts_storage_config_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.bursts
+    ADD CONSTRAINT bursts_storage_config_id_fkey FOREIGN KEY (storage_config_id) REFERENCES public.storage_configs(id) ON DELETE CASCADE;
+
+
+--
+-- Name: media_assets fk_media_assets_burst; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.media_assets
+    ADD CONSTRAINT fk_media_assets_burst FOREIGN KEY (burst_id) REFERENCES public.bursts(id) ON DELETE SET NULL;
+
+
+--
+-- Name: media_assets media_assets_paired_asset_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.media_assets
+    ADD CONSTRAINT media_assets_paired_asset_id_fkey FOREIGN KEY (paired_asset_id) REFERENCES public.media_assets(id) ON DELETE SET NULL;
+
+
+--
+-- Name: media_assets media_assets_storage_config_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.media_assets
+    ADD CONSTRAINT media_assets_storage_config_id_fkey FOREIGN KEY (storage_config_id) REFERENCES public.storage_configs(id) ON DELETE CASCADE;
+
+
+--
+-- Name: proxy_files proxy_files_asset_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.proxy_files
+    ADD CONSTRAINT proxy_files_asset_id_fkey FOREIGN KEY (asset_id) REFERENCES public.media_assets(id) ON DELETE CASCADE;
+
+
+--
+-- Name: refresh_tokens refresh_tokens_user_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.refresh_tokens
+    ADD CONSTRAINT refresh_tokens_user_id_fkey FOREIGN KEY (user_id) REFERENCES public.users(id) ON DELETE CASCADE;
+
+
+--
+-- Name: storage_configs storage_configs_user_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.storage_configs
+    ADD CONSTRAINT storage_configs_user_id_fkey FOREIGN KEY (user_id) REFERENCES public.users(id) ON DELETE CASCADE;
+
+
+--
+-- Name: work_items work_items_storage_config_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.work_items
+    ADD CONSTRAINT work_items_storage_config_id_fkey FOREIGN KEY (storage_config_id) REFERENCES public.storage_configs(id) ON DELETE CASCADE;
+
+
+--
+-- PostgreSQL database dump complete
+--
+
+\unrestrict almanacschema
+
