@@ -9,6 +9,7 @@
 
 mod catalogue;
 mod error;
+mod listener;
 mod migrations;
 mod queue;
 
@@ -20,6 +21,7 @@ use diesel_async::pooled_connection::deadpool::{Object, Pool};
 
 pub use catalogue::NewStorageConfig;
 pub use error::StoreError;
+pub use listener::{WORK_CHANNEL, listen_for_work};
 pub use migrations::{migrate, pending_migrations};
 pub use queue::{QueueSummaryRow, claim_with};
 

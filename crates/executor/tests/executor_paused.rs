@@ -1,0 +1,334 @@
+//! The executor's rules on paused time with an in-memory queue (rules 5–9 of ADR 0008).
+
+mod fake;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use almanac_domain::WorkKind;
+use almanac_executor::{Executor, HandlerRegistry, ShutdownReport};
+use fake::{Act, Beat, FakeQueue, Logs, Probe, Write, config, item};
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, sleep, sleep_until};
+use tokio_util::sync::CancellationToken;
+
+const SECOND: Duration = Duration::from_secs(1);
+
+struct Running {
+    shutdown: CancellationToken,
+    task: JoinHandle<ShutdownReport>,
+    start: Instant,
+}
+
+impl Running {
+    async fn stop(self) -> ShutdownReport {
+        self.shutdown.cancel();
+        self.task.await.unwrap()
+    }
+
+    async fn at(&self, offset: Duration) {
+        sleep_until(self.start + offset).await;
+    }
+}
+
+fn start(queue: &FakeQueue, probe: &Probe, config: almanac_executor::ExecutorConfig) -> Running {
+    let executor =
+        Executor::new(Arc::new(queue.clone()), HandlerRegistry::new().register(probe.clone()), config).unwrap();
+    let shutdown = CancellationToken::new();
+    let start = Instant::now();
+    let task = tokio::spawn(executor.run(shutdown.clone()));
+    Running { shutdown, task, start }
+}
+
+fn one(kind: WorkKind) -> (FakeQueue, almanac_domain::WorkItemId) {
+    let item = item(kind);
+    let id = item.id;
+    (FakeQueue::with_items([item]), id)
+}
+
+#[tokio::test(start_paused = true)]
+async fn heartbeats_fail_continuously_handler_cancelled_at_half_a_lease_not_before() {
+    let (queue, _) = one(WorkKind::TokenCleanup);
+    queue.set_beat(Beat::Fail);
+    let probe = Probe::new(WorkKind::TokenCleanup, Act::UntilCancelled { after: Duration::ZERO });
+    let run = start(&queue, &probe, config());
+
+    run.at(Duration::from_millis(29_999)).await;
+    assert!(probe.cancelled().is_empty(), "cancelled before half a lease");
+    run.at(40 * SECOND).await;
+    let claimed_at = queue.claim_times()[0];
+    assert_eq!(probe.cancelled(), [claimed_at + 30 * SECOND], "cancelled at exactly half a lease");
+    assert_eq!(queue.beat_times(), [claimed_at + 10 * SECOND, claimed_at + 20 * SECOND]);
+    run.stop().await;
+    assert!(queue.writes().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_successful_beat_resets_the_self_stop_clock() {
+    let (queue, _) = one(WorkKind::TokenCleanup);
+    let probe = Probe::new(WorkKind::TokenCleanup, Act::UntilCancelled { after: Duration::ZERO });
+    let run = start(&queue, &probe, config());
+    run.at(15 * SECOND).await; // the beat at 10 s succeeded
+    queue.set_beat(Beat::Fail);
+    run.at(39 * SECOND).await;
+    assert!(probe.cancelled().is_empty(), "the good beat at 10 s moved the deadline to 40 s");
+    run.at(60 * SECOND).await;
+    let claimed_at = queue.claim_times()[0];
+    assert_eq!(probe.cancelled(), [claimed_at + 40 * SECOND]);
+    run.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn heartbeat_call_that_never_completes_still_cancels_at_half_a_lease() {
+    let (queue, _) = one(WorkKind::TokenCleanup);
+    queue.set_beat(Beat::Hang);
+    let probe = Probe::new(WorkKind::TokenCleanup, Act::UntilCancelled { after: Duration::ZERO });
+    let (logs, _guard) = Logs::capture();
+    let run = start(&queue, &probe, config());
+    run.at(45 * SECOND).await;
+    let claimed_at = queue.claim_times()[0];
+    assert_eq!(probe.cancelled(), [claimed_at + 30 * SECOND]);
+    // The hung call at 10 s was given up after one interval and the next beat still went out on time.
+    assert_eq!(queue.beat_times(), [claimed_at + 10 * SECOND, claimed_at + 20 * SECOND]);
+    let timeouts = logs.lines().iter().filter(|l| l["fields"]["event"] == "heartbeat_failed").count();
+    assert!(timeouts >= 1, "a hung beat is reported as failed");
+    run.stop().await;
+    assert!(queue.writes().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn database_answers_again_after_the_self_stop_nothing_is_written_and_self_stopped_is_logged() {
+    let (queue, id) = one(WorkKind::TokenCleanup);
+    queue.set_beat(Beat::Fail);
+    // The handler takes 5 s to wind down and then reports an error; by then the database answers again.
+    let probe = Probe::new(WorkKind::TokenCleanup, Act::UntilCancelled { after: 5 * SECOND });
+    let (logs, _guard) = Logs::capture();
+    let run = start(&queue, &probe, config());
+    run.at(31 * SECOND).await;
+    queue.set_beat(Beat::Renew);
+    run.at(60 * SECOND).await;
+    assert_eq!(probe.ended().len(), 1, "the handler returned its error");
+    assert!(queue.writes().is_empty(), "a self-stopped attempt writes nothing: {:?}", queue.writes());
+    let beats_after_stop = queue.beat_times().iter().filter(|t| **t > run.start + 30 * SECOND).count();
+    assert_eq!(beats_after_stop, 0, "no heartbeat after the self-stop");
+    let stopped: Vec<_> = logs.lines().into_iter().filter(|l| l["fields"]["event"] == "self_stopped").collect();
+    assert_eq!(stopped.len(), 1);
+    assert_eq!(stopped[0]["span"]["item_id"], id.to_string());
+    assert_eq!(stopped[0]["fields"]["since_last_good_beat_ms"], 30_000);
+    assert!(!logs.events().iter().any(|e| e == "failed" || e == "retry_scheduled"));
+    let report = run.stop().await;
+    assert!(report.is_clean());
+}
+
+#[tokio::test(start_paused = true)]
+async fn self_stopped_handler_that_returns_an_error_at_once_is_not_failed() {
+    let (queue, _) = one(WorkKind::TokenCleanup);
+    queue.set_beat(Beat::Fail);
+    let probe = Probe::new(WorkKind::TokenCleanup, Act::UntilCancelled { after: Duration::ZERO });
+    let run = start(&queue, &probe, config());
+    run.at(30 * SECOND).await;
+    queue.set_beat(Beat::Renew);
+    run.at(40 * SECOND).await;
+    assert_eq!(probe.ended().len(), 1);
+    assert!(queue.writes().is_empty());
+    run.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn lost_cancels_the_handler_and_writes_nothing() {
+    let (queue, _) = one(WorkKind::TokenCleanup);
+    queue.set_beat(Beat::Lost);
+    let probe = Probe::new(WorkKind::TokenCleanup, Act::UntilCancelled { after: Duration::ZERO });
+    let (logs, _guard) = Logs::capture();
+    let run = start(&queue, &probe, config());
+    run.at(25 * SECOND).await;
+    let claimed_at = queue.claim_times()[0];
+    assert_eq!(probe.cancelled(), [claimed_at + 10 * SECOND]);
+    assert_eq!(queue.beat_times().len(), 1, "no beat after Lost");
+    assert!(queue.writes().is_empty());
+    assert!(logs.events().contains(&"lost".to_owned()));
+    run.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancel_request_cancels_the_handler_and_ends_cancelled() {
+    let (queue, id) = one(WorkKind::TokenCleanup);
+    queue.set_beat(Beat::CancelRequested);
+    let probe = Probe::new(WorkKind::TokenCleanup, Act::Work { work: 3600 * SECOND });
+    let run = start(&queue, &probe, config());
+    run.at(11 * SECOND).await;
+    assert_eq!(probe.cancelled().len(), 1);
+    let writes = queue.writes();
+    assert_eq!(writes.len(), 1);
+    assert_eq!((writes[0].0, &writes[0].1), (id, &Write::Cancelled));
+    run.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn success_completes_with_the_result_and_progress_rides_on_heartbeats() {
+    let (queue, id) = one(WorkKind::TokenCleanup);
+    let probe = Probe::new(WorkKind::TokenCleanup, Act::Work { work: 25 * SECOND });
+    let run = start(&queue, &probe, config());
+    run.at(30 * SECOND).await;
+    let writes = queue.writes();
+    assert_eq!(writes.len(), 1);
+    assert_eq!((writes[0].0, &writes[0].1), (id, &Write::Complete(Some(serde_json::json!({"done": true})))));
+    let beats = queue.state.lock().unwrap().beats.clone();
+    assert_eq!(beats.len(), 2);
+    assert!(beats.iter().all(|(_, p)| p == &Some(serde_json::json!({"step": "working"}))));
+    run.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn handler_error_is_retried_with_backoff_then_failed_at_the_budget() {
+    let (queue, id) = one(WorkKind::TokenCleanup);
+    let probe = Probe::new(WorkKind::TokenCleanup, Act::Fail { retryable: true });
+    let mut c = config();
+    c.retry.base = 60 * SECOND;
+    let (logs, _guard) = Logs::capture();
+    let run = start(&queue, &probe, c);
+    run.at(600 * SECOND).await;
+    let fails: Vec<_> = queue
+        .writes()
+        .into_iter()
+        .map(|(item, w, at)| match w {
+            Write::Fail(f) => (item, f.retry_delay, f.retryable, at),
+            other => panic!("unexpected write {other:?}"),
+        })
+        .collect();
+    assert_eq!(fails.len(), 3, "three attempts: the fake's budget");
+    assert!(fails.iter().all(|f| f.0 == id && f.2));
+    assert_eq!(fails.iter().map(|f| f.1).collect::<Vec<_>>(), [60 * SECOND, 120 * SECOND, 240 * SECOND]);
+    let started = probe.started();
+    assert_eq!(started[1] - started[0], 60 * SECOND, "the retry waited out its backoff (next poll after it)");
+    assert!(started[2] - started[1] >= 120 * SECOND);
+    let events = logs.events();
+    assert_eq!(events.iter().filter(|e| *e == "retry_scheduled").count(), 2);
+    assert_eq!(events.iter().filter(|e| *e == "failed").count(), 1);
+    run.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn non_retryable_error_is_reported_as_such() {
+    let (queue, _) = one(WorkKind::TokenCleanup);
+    let probe = Probe::new(WorkKind::TokenCleanup, Act::Fail { retryable: false });
+    let run = start(&queue, &probe, config());
+    run.at(SECOND).await;
+    let writes = queue.writes();
+    assert!(matches!(&writes[..], [(_, Write::Fail(f), _)] if !f.retryable && f.error == "the share is gone"));
+    run.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn panic_in_a_handler_is_a_failure_with_its_message() {
+    let (queue, _) = one(WorkKind::TokenCleanup);
+    let probe = Probe::new(WorkKind::TokenCleanup, Act::Panic);
+    let run = start(&queue, &probe, config());
+    run.at(SECOND).await;
+    let writes = queue.writes();
+    assert!(
+        matches!(&writes[..], [(_, Write::Fail(f), _), ..] if f.error.contains("panicked") && f.error.contains("probe exploded")),
+        "{writes:?}"
+    );
+    run.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_gives_the_grace_then_cancels_and_releases() {
+    let (queue, id) = one(WorkKind::TokenCleanup);
+    let probe = Probe::new(WorkKind::TokenCleanup, Act::Work { work: 3600 * SECOND });
+    let run = start(&queue, &probe, config());
+    run.at(5 * SECOND).await;
+    let shutdown_at = Instant::now();
+    let report = run.stop().await;
+    assert_eq!(probe.cancelled(), [shutdown_at + 30 * SECOND], "cancelled when the grace ran out");
+    assert_eq!(report.released, [id]);
+    assert!(report.is_clean());
+    assert!(matches!(&queue.writes()[..], [(_, Write::Release, _)]));
+}
+
+#[tokio::test(start_paused = true)]
+async fn handler_that_finishes_within_the_grace_completes() {
+    let (queue, _) = one(WorkKind::TokenCleanup);
+    let probe = Probe::new(WorkKind::TokenCleanup, Act::Work { work: 20 * SECOND });
+    let run = start(&queue, &probe, config());
+    run.at(5 * SECOND).await;
+    let report = run.stop().await;
+    assert!(report.released.is_empty());
+    assert!(matches!(&queue.writes()[..], [(_, Write::Complete(_), _)]));
+    assert!(probe.cancelled().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn release_that_cannot_be_written_makes_an_unclean_shutdown() {
+    let (queue, id) = one(WorkKind::TokenCleanup);
+    let probe = Probe::new(WorkKind::TokenCleanup, Act::Work { work: 3600 * SECOND });
+    let run = start(&queue, &probe, config());
+    run.at(5 * SECOND).await;
+    queue.state.lock().unwrap().writes_fail = true;
+    let report = run.stop().await;
+    assert_eq!(report.unwritten, [id]);
+    assert!(!report.is_clean());
+}
+
+#[tokio::test(start_paused = true)]
+async fn idle_worker_polls_and_a_finished_item_triggers_an_immediate_claim() {
+    let queue = FakeQueue::with_items([item(WorkKind::TokenCleanup), item(WorkKind::TokenCleanup)]);
+    let probe = Probe::new(WorkKind::TokenCleanup, Act::Work { work: 2 * SECOND });
+    let run = start(&queue, &probe, config());
+    run.at(13 * SECOND).await;
+    let s = run.start;
+    assert_eq!(probe.started(), [s, s + 2 * SECOND], "the second item is claimed as soon as the first ends");
+    // Then nothing is left: claims at 4 s (after the second ended) and every poll interval after that.
+    assert_eq!(queue.claim_times(), [s, s + 2 * SECOND, s + 4 * SECOND, s + 9 * SECOND]);
+    run.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn wake_up_claims_at_once_instead_of_waiting_for_the_poll() {
+    let queue = FakeQueue::default();
+    let probe = Probe::new(WorkKind::TokenCleanup, Act::Work { work: SECOND });
+    let executor =
+        Executor::new(Arc::new(queue.clone()), HandlerRegistry::new().register(probe.clone()), config()).unwrap();
+    let waker = executor.waker();
+    let shutdown = CancellationToken::new();
+    let start_at = Instant::now();
+    let task = tokio::spawn(executor.run(shutdown.clone()));
+    sleep(2 * SECOND).await;
+    queue.state.lock().unwrap().queued.push_back((item(WorkKind::TokenCleanup), Instant::now()));
+    waker.notify_one();
+    sleep(SECOND / 2).await;
+    assert_eq!(probe.started(), [start_at + 2 * SECOND]);
+    shutdown.cancel();
+    task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn slots_run_items_side_by_side_and_claims_ask_only_for_registered_kinds() {
+    let queue =
+        FakeQueue::with_items([item(WorkKind::TokenCleanup), item(WorkKind::Crawl), item(WorkKind::TokenCleanup)]);
+    let probe = Probe::new(WorkKind::TokenCleanup, Act::Work { work: 10 * SECOND });
+    let mut c = config();
+    c.slots = 2;
+    let run = start(&queue, &probe, c);
+    run.at(SECOND).await;
+    assert_eq!(probe.started(), [run.start, run.start]);
+    let kinds = queue.state.lock().unwrap().requests[0].kinds.clone();
+    assert_eq!(kinds, [WorkKind::TokenCleanup]);
+    assert_eq!(queue.state.lock().unwrap().queued.len(), 1, "the crawl has no handler here and stays queued");
+    run.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn lease_recovery_runs_on_its_own_interval_while_slots_are_busy() {
+    let (queue, _) = one(WorkKind::TokenCleanup);
+    let probe = Probe::new(WorkKind::TokenCleanup, Act::Work { work: 3600 * SECOND });
+    let mut c = config();
+    c.recovery_interval = 30 * SECOND;
+    let run = start(&queue, &probe, c);
+    run.at(95 * SECOND).await;
+    let s = run.start;
+    let recoveries = queue.state.lock().unwrap().recoveries.clone();
+    assert_eq!(recoveries, [s, s + 30 * SECOND, s + 60 * SECOND, s + 90 * SECOND]);
+    run.stop().await;
+}

@@ -1,0 +1,114 @@
+//! The executor over the real PostgreSQL store: two Workers, three configs with a backlog each.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use almanac_domain::{
+    LeaseDuration, NewWorkItem, Scope, ServedConfigs, Status, StorageConfigId, WorkKind, WorkQueue, WorkerId,
+};
+use almanac_executor::{BoxFuture, Executor, ExecutorConfig, Handler, HandlerContext, HandlerError, HandlerRegistry};
+use almanac_store_pg::{NewStorageConfig, PgStore};
+use almanac_testdb::TestDatabase;
+use tokio_util::sync::CancellationToken;
+
+type Intervals = Arc<Mutex<Vec<(Option<StorageConfigId>, Instant, Instant)>>>;
+
+/// Records the start and end instants of every run, by config, in the handler's own clock.
+#[derive(Clone)]
+struct Recorder {
+    kind: WorkKind,
+    intervals: Intervals,
+}
+
+impl Handler for Recorder {
+    fn kind(&self) -> WorkKind {
+        self.kind
+    }
+
+    fn run(&self, ctx: HandlerContext) -> BoxFuture<'_, Result<Option<serde_json::Value>, HandlerError>> {
+        Box::pin(async move {
+            let start = Instant::now();
+            tokio::time::sleep(Duration::from_millis(40)).await;
+            let end = Instant::now();
+            self.intervals.lock().unwrap().push((ctx.item.scope.storage_config(), start, end));
+            Ok(None)
+        })
+    }
+}
+
+fn worker_config(name: &str) -> ExecutorConfig {
+    let mut c = ExecutorConfig::new(WorkerId::new(name).unwrap(), ServedConfigs::All);
+    c.lease = LeaseDuration::new(Duration::from_secs(4)).unwrap();
+    c.heartbeat_interval = Duration::from_millis(500);
+    c.poll_interval = Duration::from_millis(30);
+    c.recovery_interval = Duration::from_secs(1);
+    c.slots = 2;
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_workers_never_overlap_a_config_and_run_unscoped_work_beside_it() {
+    let db = TestDatabase::create().await;
+    let store = PgStore::new(db.url(), 8, Duration::from_secs(10)).unwrap();
+    let mut configs = Vec::new();
+    for i in 0..3 {
+        let new = NewStorageConfig { username: format!("user{i}"), root_path: PathBuf::from(format!("/lib/{i}")) };
+        configs.push(store.add_storage_config(&new).await.unwrap().1.id);
+    }
+    let mut ids = Vec::new();
+    for round in 0..6 {
+        for c in &configs {
+            let kind = if round % 2 == 0 { WorkKind::Crawl } else { WorkKind::BurstDetection };
+            ids.push(store.enqueue(&NewWorkItem::new(kind, Scope::Config(*c)).unwrap()).await.unwrap().item.id);
+        }
+        let unscoped = NewWorkItem::new(WorkKind::TokenCleanup, Scope::Unscoped).unwrap();
+        ids.push(store.enqueue(&unscoped).await.unwrap().item.id);
+    }
+
+    let intervals: Intervals = Arc::default();
+    let shutdown = CancellationToken::new();
+    let mut workers = Vec::new();
+    for name in ["worker-a", "worker-b"] {
+        let registry = [WorkKind::Crawl, WorkKind::BurstDetection, WorkKind::TokenCleanup]
+            .into_iter()
+            .fold(HandlerRegistry::new(), |r, kind| r.register(Recorder { kind, intervals: intervals.clone() }));
+        let own_store = PgStore::new(db.url(), 4, Duration::from_secs(10)).unwrap();
+        let executor = Executor::new(Arc::new(own_store), registry, worker_config(name)).unwrap();
+        workers.push(tokio::spawn(executor.run(shutdown.clone())));
+    }
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut done = 0;
+        for id in &ids {
+            if store.get(*id).await.unwrap().unwrap().status == Status::Succeeded {
+                done += 1;
+            }
+        }
+        if done == ids.len() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "only {done} of {} items finished", ids.len());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    shutdown.cancel();
+    for w in workers {
+        assert!(w.await.unwrap().is_clean());
+    }
+
+    let intervals = intervals.lock().unwrap().clone();
+    assert_eq!(intervals.len(), ids.len(), "every item ran exactly once");
+    for c in &configs {
+        let mut runs: Vec<_> = intervals.iter().filter(|(s, _, _)| s == &Some(*c)).map(|(_, a, b)| (*a, *b)).collect();
+        runs.sort();
+        assert_eq!(runs.len(), 6);
+        for pair in runs.windows(2) {
+            assert!(pair[0].1 <= pair[1].0, "two items of config {c} overlapped: {pair:?}");
+        }
+    }
+    let scoped: Vec<_> = intervals.iter().filter(|(s, _, _)| s.is_some()).collect();
+    let beside =
+        intervals.iter().filter(|(s, _, _)| s.is_none()).any(|(_, a, b)| scoped.iter().any(|(_, c, d)| a < d && c < b));
+    assert!(beside, "unscoped work ran beside a config's item");
+}

@@ -1,0 +1,324 @@
+//! An in-memory `WorkQueue` with scripted heartbeat answers, and a probe handler, for paused-time tests.
+
+#![allow(dead_code, missing_docs)]
+
+use std::collections::VecDeque;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use almanac_domain::{
+    Attempt, CancelOutcome, ClaimRequest, ClaimedItem, Enqueued, FailOutcome, Failure, Fence, Heartbeat, LeaseDuration,
+    NewWorkItem, QueueError, Recovered, Scope, ServedConfigs, Status, WorkItem, WorkItemId, WorkKind, WorkQueue,
+    WorkerId, WriteOutcome,
+};
+use almanac_executor::{BoxFuture, ExecutorConfig, Handler, HandlerContext, HandlerError};
+use tokio::time::Instant;
+
+/// How the fake answers heartbeats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Beat {
+    Renew,
+    Fail,
+    Hang,
+    Lost,
+    CancelRequested,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Write {
+    Complete(Option<serde_json::Value>),
+    Fail(Failure),
+    Cancelled,
+    Release,
+}
+
+#[derive(Default)]
+pub struct State {
+    pub queued: VecDeque<(WorkItem, Instant)>,
+    pub requests: Vec<ClaimRequest>,
+    pub claims: Vec<Instant>,
+    pub beats: Vec<(Instant, Option<serde_json::Value>)>,
+    pub beat_mode: Option<Beat>,
+    pub writes: Vec<(WorkItemId, Write, Instant)>,
+    pub recoveries: Vec<Instant>,
+    pub writes_fail: bool,
+}
+
+#[derive(Default, Clone)]
+pub struct FakeQueue {
+    pub state: Arc<Mutex<State>>,
+}
+
+pub fn item(kind: WorkKind) -> WorkItem {
+    let now = chrono::Utc::now();
+    WorkItem {
+        id: WorkItemId::new(),
+        kind,
+        scope: Scope::Unscoped,
+        status: Status::Queued,
+        payload: serde_json::json!({}),
+        dedup_key: None,
+        requested_at: now,
+        run_after: now,
+        attempt: 0,
+        failures: 0,
+        stalls: 0,
+        max_attempts: 5,
+        lease_expires_at: None,
+        worker_id: None,
+        started_at: None,
+        heartbeat_at: None,
+        finished_at: None,
+        cancel_requested_at: None,
+        last_error: None,
+        progress: None,
+        result: None,
+    }
+}
+
+impl FakeQueue {
+    pub fn with_items(items: impl IntoIterator<Item = WorkItem>) -> Self {
+        let q = Self::default();
+        let now = Instant::now();
+        q.state.lock().unwrap().queued.extend(items.into_iter().map(|i| (i, now)));
+        q
+    }
+
+    pub fn set_beat(&self, mode: Beat) {
+        self.state.lock().unwrap().beat_mode = Some(mode);
+    }
+
+    pub fn writes(&self) -> Vec<(WorkItemId, Write, Instant)> {
+        self.state.lock().unwrap().writes.clone()
+    }
+
+    pub fn beat_times(&self) -> Vec<Instant> {
+        self.state.lock().unwrap().beats.iter().map(|b| b.0).collect()
+    }
+
+    pub fn claim_times(&self) -> Vec<Instant> {
+        self.state.lock().unwrap().claims.clone()
+    }
+
+    fn write(&self, fence: Fence, write: Write) -> Result<WriteOutcome, QueueError> {
+        let mut s = self.state.lock().unwrap();
+        if s.writes_fail {
+            return Err(QueueError::Unavailable("fake outage".into()));
+        }
+        s.writes.push((fence.id, write, Instant::now()));
+        Ok(WriteOutcome::Written)
+    }
+}
+
+impl WorkQueue for FakeQueue {
+    async fn enqueue(&self, item: &NewWorkItem) -> Result<Enqueued, QueueError> {
+        let mut new = self::item(item.kind());
+        new.scope = item.scope();
+        self.state.lock().unwrap().queued.push_back((new.clone(), Instant::now()));
+        Ok(Enqueued { item: new, created: true })
+    }
+
+    async fn claim(&self, request: &ClaimRequest) -> Result<Option<ClaimedItem>, QueueError> {
+        let mut s = self.state.lock().unwrap();
+        let now = Instant::now();
+        s.claims.push(now);
+        s.requests.push(request.clone());
+        let Some(pos) = s.queued.iter().position(|(i, due)| *due <= now && request.kinds.contains(&i.kind)) else {
+            return Ok(None);
+        };
+        let (mut item, _) = s.queued.remove(pos).unwrap();
+        item.attempt += 1;
+        item.status = Status::Running;
+        let fence = Fence { id: item.id, attempt: Attempt::new(item.attempt).unwrap() };
+        Ok(Some(ClaimedItem { item, fence }))
+    }
+
+    async fn heartbeat(
+        &self,
+        _fence: Fence,
+        _lease: LeaseDuration,
+        progress: Option<&serde_json::Value>,
+    ) -> Result<Heartbeat, QueueError> {
+        let mode = {
+            let mut s = self.state.lock().unwrap();
+            s.beats.push((Instant::now(), progress.cloned()));
+            s.beat_mode.unwrap_or(Beat::Renew)
+        };
+        match mode {
+            Beat::Renew => Ok(Heartbeat::Renewed { cancel_requested: false }),
+            Beat::CancelRequested => Ok(Heartbeat::Renewed { cancel_requested: true }),
+            Beat::Lost => Ok(Heartbeat::Lost),
+            Beat::Fail => Err(QueueError::Unavailable("fake outage".into())),
+            Beat::Hang => std::future::pending().await,
+        }
+    }
+
+    async fn complete(&self, fence: Fence, result: Option<&serde_json::Value>) -> Result<WriteOutcome, QueueError> {
+        self.write(fence, Write::Complete(result.cloned()))
+    }
+
+    /// Applies the store's budget rule, and requeues the item (due after the delay) when it retries.
+    async fn fail(&self, fence: Fence, failure: &Failure) -> Result<FailOutcome, QueueError> {
+        self.write(fence, Write::Fail(failure.clone()))?;
+        let mut s = self.state.lock().unwrap();
+        let failures = s.writes.iter().filter(|(id, w, _)| *id == fence.id && matches!(w, Write::Fail(_))).count();
+        let retry = failure.retryable && (failures as i32) < 3;
+        if retry {
+            let mut again = item(WorkKind::TokenCleanup);
+            again.id = fence.id;
+            again.attempt = fence.attempt.get();
+            again.failures = failures as i32;
+            s.queued.push_back((again, Instant::now() + failure.retry_delay));
+            Ok(FailOutcome::RetryScheduled { run_after: chrono::Utc::now() })
+        } else {
+            Ok(FailOutcome::Failed)
+        }
+    }
+
+    async fn mark_cancelled(&self, fence: Fence) -> Result<WriteOutcome, QueueError> {
+        self.write(fence, Write::Cancelled)
+    }
+
+    async fn release(&self, fence: Fence) -> Result<WriteOutcome, QueueError> {
+        self.write(fence, Write::Release)
+    }
+
+    async fn request_cancel(&self, _id: WorkItemId) -> Result<CancelOutcome, QueueError> {
+        Ok(CancelOutcome::NotFound)
+    }
+
+    async fn recover_expired_leases(&self, _max_stalls: i32) -> Result<Vec<Recovered>, QueueError> {
+        self.state.lock().unwrap().recoveries.push(Instant::now());
+        Ok(Vec::new())
+    }
+
+    async fn get(&self, _id: WorkItemId) -> Result<Option<WorkItem>, QueueError> {
+        Ok(None)
+    }
+}
+
+/// What the probe handler does.
+#[derive(Debug, Clone)]
+pub enum Act {
+    /// Waits for its token, then returns an error `after` that much more time.
+    UntilCancelled {
+        after: Duration,
+    },
+    /// Works for `work`, reporting progress, then succeeds (or returns early with an error when cancelled).
+    Work {
+        work: Duration,
+    },
+    Fail {
+        retryable: bool,
+    },
+    Panic,
+}
+
+#[derive(Debug, Default)]
+pub struct Record {
+    pub started: Vec<Instant>,
+    pub cancelled: Vec<Instant>,
+    pub ended: Vec<Instant>,
+}
+
+#[derive(Clone)]
+pub struct Probe {
+    pub kind: WorkKind,
+    pub act: Act,
+    pub record: Arc<Mutex<Record>>,
+}
+
+impl Probe {
+    pub fn new(kind: WorkKind, act: Act) -> Self {
+        Self { kind, act, record: Arc::default() }
+    }
+
+    pub fn started(&self) -> Vec<Instant> {
+        self.record.lock().unwrap().started.clone()
+    }
+
+    pub fn cancelled(&self) -> Vec<Instant> {
+        self.record.lock().unwrap().cancelled.clone()
+    }
+
+    pub fn ended(&self) -> Vec<Instant> {
+        self.record.lock().unwrap().ended.clone()
+    }
+}
+
+impl Handler for Probe {
+    fn kind(&self) -> WorkKind {
+        self.kind
+    }
+
+    fn run(&self, ctx: HandlerContext) -> BoxFuture<'_, Result<Option<serde_json::Value>, HandlerError>> {
+        Box::pin(async move {
+            self.record.lock().unwrap().started.push(Instant::now());
+            let result = match self.act.clone() {
+                Act::UntilCancelled { after } => {
+                    ctx.cancel.cancelled().await;
+                    self.record.lock().unwrap().cancelled.push(Instant::now());
+                    tokio::time::sleep(after).await;
+                    Err(HandlerError::cancelled())
+                }
+                Act::Work { work } => {
+                    ctx.progress.report(serde_json::json!({"step": "working"}));
+                    tokio::select! {
+                        () = tokio::time::sleep(work) => Ok(Some(serde_json::json!({"done": true}))),
+                        () = ctx.cancel.cancelled() => {
+                            self.record.lock().unwrap().cancelled.push(Instant::now());
+                            Err(HandlerError::cancelled())
+                        }
+                    }
+                }
+                Act::Fail { retryable } => Err(HandlerError { message: "the share is gone".into(), retryable }),
+                Act::Panic => panic!("probe exploded"),
+            };
+            self.record.lock().unwrap().ended.push(Instant::now());
+            result
+        })
+    }
+}
+
+pub fn config() -> ExecutorConfig {
+    let mut c = ExecutorConfig::new(WorkerId::new("test-worker").unwrap(), ServedConfigs::All);
+    c.retry.jitter = 0.0;
+    c.recovery_interval = Duration::from_secs(3600);
+    c
+}
+
+/// Log lines (JSON) written while the guard lives, on this thread.
+#[derive(Clone, Default)]
+pub struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl Logs {
+    pub fn capture() -> (Self, tracing::subscriber::DefaultGuard) {
+        let logs = Self::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        (logs.clone(), tracing::subscriber::set_default(subscriber))
+    }
+
+    pub fn lines(&self) -> Vec<serde_json::Value> {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+    }
+
+    pub fn events(&self) -> Vec<String> {
+        self.lines().iter().filter_map(|l| l["fields"]["event"].as_str().map(str::to_owned)).collect()
+    }
+}
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        std::io::Write::write(&mut *self.0.lock().unwrap(), buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}

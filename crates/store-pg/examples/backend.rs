@@ -1,0 +1,51 @@
+//! How the web backend uses the queue: enqueue a crawl with a dedup key, request a cancel, read the status.
+//!
+//! `cargo run -p almanac-store-pg --example backend` (uses `DATABASE_URL`, or starts the private cluster's dev
+//! database).
+
+use std::path::PathBuf;
+
+use almanac_domain::{DedupKey, NewWorkItem, Scope, WorkQueue};
+use almanac_store_pg::{NewStorageConfig, PgStore, migrate};
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let url = match std::env::var("DATABASE_URL") {
+        Ok(url) => url,
+        Err(_) => {
+            let cluster = almanac_testdb::Cluster::private()?;
+            cluster.ensure_running()?;
+            cluster.ensure_database("almanac").await?;
+            cluster.url("almanac")
+        }
+    };
+    migrate(&url).await?;
+    let store = PgStore::connect(&url)?;
+
+    // A storage config to crawl (the backend would already have one).
+    let root = PathBuf::from(format!("/srv/photos/example-{}", std::process::id()));
+    let (_, config) =
+        store.add_storage_config(&NewStorageConfig { username: "example".into(), root_path: root }).await?;
+
+    // Enqueue a crawl; the dedup key makes a second click return the same queued item.
+    let crawl = NewWorkItem::new(almanac_domain::WorkKind::Crawl, Scope::Config(config.id))?
+        .with_dedup_key(DedupKey::new(format!("crawl:{}", config.id))?);
+    let first = store.enqueue(&crawl).await?;
+    let again = store.enqueue(&crawl).await?;
+    println!(
+        "enqueued crawl {} (created: {}); again: {} (created: {})",
+        first.item.id, first.created, again.item.id, again.created
+    );
+    assert_eq!(first.item.id, again.item.id);
+
+    // The user changes their mind.
+    let outcome = store.request_cancel(first.item.id).await?;
+    println!("cancel: {outcome:?}");
+
+    // And the status page reads it back.
+    let item = store.get(first.item.id).await?.ok_or("the item vanished")?;
+    println!("status of {}: {} (requested at {})", item.id, item.status, item.requested_at);
+
+    store.set_storage_config_active(config.id, false).await?;
+    Ok(())
+}
