@@ -173,3 +173,82 @@ mod tests {
         assert_eq!(dir, hash.clone().proxy_dir(config));
     }
 }
+
+/// Where an asset's capture time came from, best first. Stored as text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CaptureSource {
+    /// EXIF DateTimeOriginal.
+    ExifOriginal,
+    /// EXIF DateTimeDigitized.
+    ExifDigitized,
+    /// EXIF DateTime (last modified by the camera or an editor).
+    ExifModified,
+    /// The video container's creation time.
+    Container,
+    /// The file's mtime: nothing better was found.
+    FileMtime,
+}
+
+impl CaptureSource {
+    /// As stored in the database.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            CaptureSource::ExifOriginal => "exif_original",
+            CaptureSource::ExifDigitized => "exif_digitized",
+            CaptureSource::ExifModified => "exif_modified",
+            CaptureSource::Container => "container",
+            CaptureSource::FileMtime => "file_mtime",
+        }
+    }
+}
+
+/// When a shot was taken: an instant, the camera's UTC offset when known, and where it came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct CaptureTime {
+    /// The instant.
+    pub at: chrono::DateTime<chrono::Utc>,
+    /// The camera's UTC offset in minutes, when known.
+    pub offset_minutes: Option<i32>,
+    /// Where it came from.
+    pub source: CaptureSource,
+}
+
+impl CaptureTime {
+    /// The local (month, day) of capture for the "on this day" index: in the camera's offset when known,
+    /// else in UTC.
+    pub fn local_month_day(&self) -> (u32, u32) {
+        use chrono::Datelike;
+        let local = self.at + chrono::Duration::minutes(i64::from(self.offset_minutes.unwrap_or(0)));
+        (local.month(), local.day())
+    }
+}
+
+/// What was read from a media file.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct AssetMetadata {
+    /// Stored pixel width.
+    pub width: Option<u32>,
+    /// Stored pixel height.
+    pub height: Option<u32>,
+    /// Clockwise rotation that makes the pixels upright: 0, 90, 180 or 270.
+    pub orientation_degrees: u16,
+    /// A video's duration.
+    pub duration_ms: Option<u64>,
+    /// GPS latitude in degrees.
+    pub gps_latitude: Option<f64>,
+    /// GPS longitude in degrees.
+    pub gps_longitude: Option<f64>,
+    /// GPS altitude in metres.
+    pub gps_altitude_m: Option<f64>,
+    /// Camera make.
+    pub camera_make: Option<String>,
+    /// Camera model.
+    pub camera_model: Option<String>,
+    /// Lens model.
+    pub lens_model: Option<String>,
+    /// The camera's own burst identifier.
+    pub camera_burst_id: Option<String>,
+    /// Apple's Live Photo content identifier.
+    pub live_photo_content_id: Option<String>,
+}

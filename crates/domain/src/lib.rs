@@ -11,7 +11,9 @@ mod queue;
 mod retry;
 mod work;
 
-pub use catalogue::{ContentHash, MediaType, ProxyType, StorageConfig, User};
+pub use catalogue::{
+    AssetMetadata, CaptureSource, CaptureTime, ContentHash, MediaType, ProxyType, StorageConfig, User,
+};
 pub use ids::{AssetId, BurstId, StorageConfigId, UserId, WorkItemId};
 pub use queue::{
     CancelOutcome, ClaimRequest, ClaimedItem, Enqueued, FailOutcome, Failure, Fence, Heartbeat, QueueError, Recovered,

@@ -1,0 +1,41 @@
+use std::io::Write;
+use std::path::Path;
+
+use crate::MediaError;
+
+/// Writes `bytes` to `dest` so that `dest` only ever holds a complete file: write a temporary file beside it,
+/// flush, then rename over `dest`. A retry overwrites its own debris.
+pub fn write_atomically(dest: &Path, bytes: &[u8]) -> Result<(), MediaError> {
+    let dir = dest.parent().ok_or_else(|| MediaError::io(dest, std::io::Error::other("no parent folder")))?;
+    std::fs::create_dir_all(dir).map_err(|e| MediaError::io(dir, e))?;
+    let tmp = temporary_name(dest);
+    let mut file = std::fs::File::create(&tmp).map_err(|e| MediaError::io(&tmp, e))?;
+    file.write_all(bytes).map_err(|e| MediaError::io(&tmp, e))?;
+    file.sync_data().map_err(|e| MediaError::io(&tmp, e))?;
+    drop(file);
+    std::fs::rename(&tmp, dest).map_err(|e| MediaError::io(dest, e))
+}
+
+/// The temporary name used for `dest` while it is being written: hidden, in the same folder.
+pub(crate) fn temporary_name(dest: &Path) -> std::path::PathBuf {
+    let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    dest.with_file_name(format!(".{name}.tmp"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_through_a_temporary_name_and_replaces_debris() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("a/b/preview.jpg");
+        std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+        std::fs::write(temporary_name(&dest), b"debris of an earlier attempt").unwrap();
+        std::fs::write(&dest, b"old").unwrap();
+        write_atomically(&dest, b"new").unwrap();
+        assert_eq!(std::fs::read(&dest).unwrap(), b"new");
+        assert!(!temporary_name(&dest).exists());
+        assert_eq!(temporary_name(&dest).file_name().unwrap(), ".preview.jpg.tmp");
+    }
+}

@@ -1,0 +1,61 @@
+use std::io::Read;
+use std::path::Path;
+
+use almanac_domain::ContentHash;
+
+use crate::MediaError;
+
+/// A content hash and how many bytes were read to make it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HashedBytes {
+    /// BLAKE3 of the content.
+    pub hash: ContentHash,
+    /// Bytes read.
+    pub bytes: u64,
+}
+
+/// Hashes a file with BLAKE3, streaming in 256 KiB blocks: never the whole file in memory.
+pub fn hash_file(path: &Path) -> Result<HashedBytes, MediaError> {
+    let mut file = std::fs::File::open(path).map_err(|e| MediaError::io(path, e))?;
+    let mut hasher = blake3::Hasher::new();
+    let mut buffer = vec![0u8; 256 * 1024];
+    let mut bytes = 0u64;
+    loop {
+        let n = file.read(&mut buffer).map_err(|e| MediaError::io(path, e))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buffer[..n]);
+        bytes += n as u64;
+    }
+    Ok(HashedBytes { hash: ContentHash::from_bytes(*hasher.finalize().as_bytes()), bytes })
+}
+
+/// Hashes content already in memory.
+pub fn hash_bytes(content: &[u8]) -> HashedBytes {
+    HashedBytes { hash: ContentHash::from_bytes(*blake3::hash(content).as_bytes()), bytes: content.len() as u64 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_and_memory_hashes_agree_and_count_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let content: Vec<u8> = (0..700_000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &content).unwrap();
+        let from_file = hash_file(&path).unwrap();
+        assert_eq!(from_file, hash_bytes(&content));
+        assert_eq!(from_file.bytes, 700_000);
+        assert_eq!(hash_bytes(b"").hash.as_hex(), "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262");
+        assert_ne!(hash_bytes(b"a").hash, hash_bytes(b"b").hash);
+    }
+
+    #[test]
+    fn missing_file_is_an_error_naming_it() {
+        let err = hash_file(Path::new("/nonexistent/photo.jpg")).unwrap_err();
+        assert!(err.to_string().contains("/nonexistent/photo.jpg"));
+    }
+}

@@ -1,0 +1,32 @@
+//! Almanac Worker's media pipeline: content hashing, type detection, metadata, and proxies.
+//!
+//! Stills decode once, downscaled during decode where the format allows (libjpeg-turbo's DCT scaling), are
+//! turned upright, and give a preview (1920 px, JPEG q85), a thumbnail made from the preview (300 px, q75) and
+//! a BlurHash made from the thumbnail. HEIC is decoded with libheif's `heif-convert` tool (Debian's libheif
+//! 1.15 is older than the Rust bindings accept; see `docs/media.md`). Videos go through `ffprobe` and `ffmpeg`,
+//! each run in a process group of its own, with a timeout, and killed with its whole tree on cancellation.
+//!
+//! **Architecture invariant:** nothing here writes outside the destination folder it is given, and every file
+//! it writes appears under its final name only when complete (temporary name, then rename). Originals are
+//! only read.
+
+mod atomic;
+mod detect;
+mod error;
+mod exif_facts;
+mod hash;
+mod still;
+mod tool;
+mod video;
+
+#[cfg(feature = "fixtures")]
+pub mod fixtures;
+
+pub use atomic::write_atomically;
+pub use detect::{MAGIC_LEN, MediaFormat, detect_format};
+pub use error::MediaError;
+pub use exif_facts::{ExifFacts, read_exif};
+pub use hash::{HashedBytes, hash_bytes, hash_file};
+pub use still::{PREVIEW_LONG_SIDE, StillProxies, THUMBNAIL_LONG_SIDE, make_still_proxies};
+pub use tool::ToolLimits;
+pub use video::{VideoFacts, VideoProxies, make_video_proxies, probe_video};

@@ -1,0 +1,234 @@
+use std::path::Path;
+
+use almanac_domain::ProxyType;
+use fast_image_resize::{FilterType, ResizeAlg, ResizeOptions, Resizer};
+use image::{RgbImage, imageops};
+
+use crate::detect::MediaFormat;
+use crate::{MediaError, write_atomically};
+
+/// Long side of the preview, in pixels.
+pub const PREVIEW_LONG_SIDE: u32 = 1920;
+/// Long side of the thumbnail, in pixels.
+pub const THUMBNAIL_LONG_SIDE: u32 = 300;
+const PREVIEW_QUALITY: i32 = 85;
+const THUMBNAIL_QUALITY: i32 = 75;
+const BLURHASH_SIDE: u32 = 32;
+
+/// What making a still's proxies produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StillProxies {
+    /// The original's stored width, in pixels (before orientation).
+    pub width: u32,
+    /// The original's stored height.
+    pub height: u32,
+    /// Size of `preview.jpg`.
+    pub preview_bytes: u64,
+    /// Size of `thumbnail.jpg`.
+    pub thumbnail_bytes: u64,
+    /// The BlurHash (4×3 components).
+    pub blurhash: String,
+}
+
+/// Decodes a still once (downscaled during decode for JPEG), turns it upright per EXIF `orientation`, and
+/// writes `preview.jpg` and `thumbnail.jpg` (the thumbnail made from the preview) into `dest_dir`. Returns the
+/// dimensions and the BlurHash. Blocking: call it from a blocking thread.
+pub fn make_still_proxies(
+    path: &Path,
+    content: &[u8],
+    format: MediaFormat,
+    orientation: u16,
+    dest_dir: &Path,
+) -> Result<StillProxies, MediaError> {
+    let (decoded, width, height) = match format {
+        MediaFormat::Jpeg => decode_jpeg_for(path, content, PREVIEW_LONG_SIDE)?,
+        MediaFormat::Png => {
+            let image = image::load_from_memory_with_format(content, image::ImageFormat::Png)
+                .map_err(|e| MediaError::corrupt(path, e))?
+                .to_rgb8();
+            let (w, h) = image.dimensions();
+            (image, w, h)
+        }
+        MediaFormat::Heic => {
+            let jpeg = heic_to_jpeg(path, dest_dir)?;
+            decode_jpeg_for(path, &jpeg, PREVIEW_LONG_SIDE)?
+        }
+        MediaFormat::QuickTime | MediaFormat::Mp4 => {
+            return Err(MediaError::corrupt(path, "a video is not a still"));
+        }
+    };
+    let upright = apply_orientation(decoded, orientation);
+    let preview = fit(&upright, PREVIEW_LONG_SIDE);
+    let preview_jpeg = encode_jpeg(path, &preview, PREVIEW_QUALITY)?;
+    let thumbnail = fit(&preview, THUMBNAIL_LONG_SIDE);
+    let thumbnail_jpeg = encode_jpeg(path, &thumbnail, THUMBNAIL_QUALITY)?;
+    let blurhash = blurhash_of(path, &fit(&thumbnail, BLURHASH_SIDE))?;
+    write_atomically(&dest_dir.join(file_name(ProxyType::Preview)), &preview_jpeg)?;
+    write_atomically(&dest_dir.join(file_name(ProxyType::Thumbnail)), &thumbnail_jpeg)?;
+    Ok(StillProxies {
+        width,
+        height,
+        preview_bytes: preview_jpeg.len() as u64,
+        thumbnail_bytes: thumbnail_jpeg.len() as u64,
+        blurhash,
+    })
+}
+
+pub(crate) fn file_name(proxy: ProxyType) -> &'static str {
+    proxy.file_name().expect("file proxies have file names")
+}
+
+/// The smallest DCT scaling (m/8) whose result still covers `long_side`, as libjpeg-turbo computes it.
+pub(crate) fn jpeg_scale(width: u32, height: u32, long_side: u32) -> (u32, u32) {
+    let scaled = |d: u32, m: u32| (d * m).div_ceil(8);
+    (1..=8)
+        .map(|m| (scaled(width, m), scaled(height, m)))
+        .find(|(w, h)| (*w).max(*h) >= long_side)
+        .unwrap_or((width, height))
+}
+
+/// Decodes a JPEG at the smallest DCT scale that still covers `long_side`. Returns the image and the
+/// original's full dimensions.
+fn decode_jpeg_for(path: &Path, content: &[u8], long_side: u32) -> Result<(RgbImage, u32, u32), MediaError> {
+    let mut decompressor = turbojpeg::Decompressor::new().map_err(|e| MediaError::corrupt(path, e))?;
+    let header = decompressor.read_header(content).map_err(|e| MediaError::corrupt(path, e))?;
+    let (full_w, full_h) = (header.width as u32, header.height as u32);
+    if full_w == 0 || full_h == 0 || u64::from(full_w) * u64::from(full_h) > 300_000_000 {
+        return Err(MediaError::corrupt(path, format!("implausible dimensions {full_w}x{full_h}")));
+    }
+    let (w, h) = jpeg_scale(full_w, full_h, long_side);
+    let mut pixels = vec![0u8; 3 * w as usize * h as usize];
+    let image = turbojpeg::Image {
+        pixels: pixels.as_mut_slice(),
+        width: w as usize,
+        pitch: 3 * w as usize,
+        height: h as usize,
+        format: turbojpeg::PixelFormat::RGB,
+    };
+    decompressor.decompress(content, image).map_err(|e| MediaError::corrupt(path, e))?;
+    let image = RgbImage::from_raw(w, h, pixels).ok_or_else(|| MediaError::corrupt(path, "short pixel buffer"))?;
+    Ok((image, full_w, full_h))
+}
+
+/// Turns stored pixels upright per EXIF orientation 1–8.
+pub(crate) fn apply_orientation(image: RgbImage, orientation: u16) -> RgbImage {
+    match orientation {
+        2 => imageops::flip_horizontal(&image),
+        3 => imageops::rotate180(&image),
+        4 => imageops::flip_vertical(&image),
+        5 => imageops::flip_horizontal(&imageops::rotate90(&image)),
+        6 => imageops::rotate90(&image),
+        7 => imageops::flip_horizontal(&imageops::rotate270(&image)),
+        8 => imageops::rotate270(&image),
+        _ => image,
+    }
+}
+
+/// Scales down so the long side is at most `long_side`; smaller images are kept as they are.
+fn fit(image: &RgbImage, long_side: u32) -> RgbImage {
+    let (w, h) = image.dimensions();
+    if w.max(h) <= long_side {
+        return image.clone();
+    }
+    let (nw, nh) = if w >= h {
+        (long_side, ((u64::from(h) * u64::from(long_side)) / u64::from(w)).max(1) as u32)
+    } else {
+        (((u64::from(w) * u64::from(long_side)) / u64::from(h)).max(1) as u32, long_side)
+    };
+    let mut out = RgbImage::new(nw, nh);
+    let options = ResizeOptions::new().resize_alg(ResizeAlg::Convolution(FilterType::CatmullRom));
+    Resizer::new().resize(image, &mut out, &options).expect("same pixel type, non-empty sizes");
+    out
+}
+
+fn encode_jpeg(path: &Path, image: &RgbImage, quality: i32) -> Result<Vec<u8>, MediaError> {
+    let bytes = turbojpeg::compress_image(image, quality, turbojpeg::Subsamp::Sub2x2)
+        .map_err(|e| MediaError::Tool { tool: "libjpeg-turbo", path: path.to_owned(), message: e.to_string() })?;
+    Ok(bytes.to_vec())
+}
+
+fn blurhash_of(path: &Path, tiny: &RgbImage) -> Result<String, MediaError> {
+    let rgba: Vec<u8> = tiny.pixels().flat_map(|p| [p[0], p[1], p[2], 255]).collect();
+    blurhash::encode(4, 3, tiny.width(), tiny.height(), &rgba).map_err(|e| MediaError::corrupt(path, format!("{e:?}")))
+}
+
+/// libheif's Rust bindings need libheif 1.17 or newer and Debian has 1.15, so HEIC goes through libheif's own
+/// `heif-convert` tool into a temporary JPEG inside the destination folder (removed afterwards).
+fn heic_to_jpeg(path: &Path, dest_dir: &Path) -> Result<Vec<u8>, MediaError> {
+    std::fs::create_dir_all(dest_dir).map_err(|e| MediaError::io(dest_dir, e))?;
+    let tmp = dest_dir.join(".heic-decode.jpg");
+    let output = std::process::Command::new("heif-convert").args(["-q", "95"]).arg(path).arg(&tmp).output().map_err(
+        |e| match e.kind() {
+            std::io::ErrorKind::NotFound => {
+                MediaError::ToolMissing { tool: "heif-convert", package: "libheif-examples", path: path.to_owned() }
+            }
+            _ => MediaError::io(path, e),
+        },
+    )?;
+    let result = if output.status.success() {
+        std::fs::read(&tmp).map_err(|e| MediaError::io(&tmp, e))
+    } else {
+        Err(MediaError::corrupt(path, String::from_utf8_lossy(&output.stderr).trim()))
+    };
+    let _ = std::fs::remove_file(&tmp);
+    // heif-convert may write auxiliary images (depth, alpha) beside the output; do not leave them behind.
+    if let Ok(entries) = std::fs::read_dir(dest_dir) {
+        for e in entries.flatten() {
+            if e.file_name().to_string_lossy().starts_with(".heic-decode") {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jpeg_scale_takes_the_smallest_factor_that_covers_the_long_side() {
+        // 4000x3000 (12 MP): 4/8 gives 2000x1500, the first to cover 1920.
+        assert_eq!(jpeg_scale(4000, 3000, 1920), (2000, 1500));
+        assert_eq!(jpeg_scale(3000, 4000, 1920), (1500, 2000));
+        // Exactly 1920 at 1/8 scale.
+        assert_eq!(jpeg_scale(15360, 100, 1920), (1920, 13));
+        // Smaller than the long side: decoded at full size.
+        assert_eq!(jpeg_scale(800, 600, 1920), (800, 600));
+        assert_eq!(jpeg_scale(1920, 1080, 1920), (1920, 1080));
+        assert_eq!(jpeg_scale(1921, 1080, 1920), (1921, 1080));
+    }
+
+    #[test]
+    fn orientation_turns_pixels_upright() {
+        // A 2x1 image: red on the left, blue on the right.
+        let mut img = RgbImage::new(2, 1);
+        img.put_pixel(0, 0, image::Rgb([255, 0, 0]));
+        img.put_pixel(1, 0, image::Rgb([0, 0, 255]));
+        let red = image::Rgb([255, 0, 0]);
+        let at = |o: u16| {
+            let out = apply_orientation(img.clone(), o);
+            let pos = out.enumerate_pixels().find(|(_, _, p)| **p == red).map(|(x, y, _)| (x, y)).unwrap();
+            (out.dimensions(), pos)
+        };
+        assert_eq!(at(1), ((2, 1), (0, 0)));
+        assert_eq!(at(2), ((2, 1), (1, 0)));
+        assert_eq!(at(3), ((2, 1), (1, 0)));
+        assert_eq!(at(4), ((2, 1), (0, 0)));
+        assert_eq!(at(5), ((1, 2), (0, 0)));
+        assert_eq!(at(6), ((1, 2), (0, 0)));
+        assert_eq!(at(7), ((1, 2), (0, 1)));
+        assert_eq!(at(8), ((1, 2), (0, 1)));
+    }
+
+    #[test]
+    fn fit_keeps_aspect_and_never_upscales() {
+        let img = RgbImage::new(4000, 1000);
+        assert_eq!(fit(&img, 1920).dimensions(), (1920, 480));
+        let tall = RgbImage::new(1000, 4000);
+        assert_eq!(fit(&tall, 300).dimensions(), (75, 300));
+        let small = RgbImage::new(100, 50);
+        assert_eq!(fit(&small, 300).dimensions(), (100, 50));
+        assert_eq!(fit(&RgbImage::new(10_000, 1), 300).dimensions(), (300, 1));
+    }
+}

@@ -1,0 +1,196 @@
+use std::ffi::OsString;
+use std::path::Path;
+
+use almanac_domain::{AssetMetadata, CaptureSource, CaptureTime, ProxyType};
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::still::file_name;
+use crate::tool::run_tool;
+use crate::{MediaError, ToolLimits};
+
+/// What ffprobe says about a video.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VideoFacts {
+    /// Metadata for the catalogue.
+    pub metadata: AssetMetadata,
+    /// The container's creation time, if any.
+    pub created: Option<CaptureTime>,
+}
+
+/// What making a video's proxies produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VideoProxies {
+    /// Size of `poster.jpg`.
+    pub poster_bytes: u64,
+    /// Size of `web.mp4`.
+    pub web_video_bytes: u64,
+}
+
+#[derive(Deserialize)]
+struct Probe {
+    #[serde(default)]
+    streams: Vec<Stream>,
+    format: Option<Format>,
+}
+
+#[derive(Deserialize)]
+struct Stream {
+    codec_type: Option<String>,
+    width: Option<u32>,
+    height: Option<u32>,
+    #[serde(default)]
+    tags: std::collections::HashMap<String, String>,
+    #[serde(default)]
+    side_data_list: Vec<serde_json::Value>,
+}
+
+#[derive(Deserialize)]
+struct Format {
+    duration: Option<String>,
+    #[serde(default)]
+    tags: std::collections::HashMap<String, String>,
+}
+
+/// Reads a video's dimensions, duration, rotation, creation time and Apple content identifier with ffprobe.
+pub async fn probe_video(
+    path: &Path,
+    limits: ToolLimits,
+    cancel: &CancellationToken,
+) -> Result<VideoFacts, MediaError> {
+    let args: Vec<OsString> = ["-v", "error", "-print_format", "json", "-show_format", "-show_streams"]
+        .iter()
+        .map(OsString::from)
+        .chain([path.as_os_str().to_owned()])
+        .collect();
+    let out = run_tool("ffprobe", "ffmpeg", args, path, limits.quick, cancel).await?;
+    let probe: Probe = serde_json::from_slice(&out).map_err(|e| MediaError::corrupt(path, e))?;
+    let video = probe
+        .streams
+        .iter()
+        .find(|s| s.codec_type.as_deref() == Some("video"))
+        .ok_or_else(|| MediaError::corrupt(path, "no video stream"))?;
+    let format = probe.format.as_ref();
+    let tag = |key: &str| -> Option<String> {
+        format
+            .and_then(|f| f.tags.iter().find(|(k, _)| k.eq_ignore_ascii_case(key)))
+            .or_else(|| video.tags.iter().find(|(k, _)| k.eq_ignore_ascii_case(key)))
+            .map(|(_, v)| v.clone())
+    };
+    let rotation = video
+        .side_data_list
+        .iter()
+        .find_map(|d| d.get("rotation").and_then(serde_json::Value::as_i64))
+        .or_else(|| tag("rotate").and_then(|r| r.parse().ok()))
+        .unwrap_or(0);
+    let created = tag("com.apple.quicktime.creationdate")
+        .and_then(|t| DateTime::parse_from_rfc3339(&t).ok())
+        .map(|t| CaptureTime {
+            at: t.with_timezone(&Utc),
+            offset_minutes: Some(t.offset().local_minus_utc() / 60),
+            source: CaptureSource::Container,
+        })
+        .or_else(|| {
+            tag("creation_time").and_then(|t| DateTime::parse_from_rfc3339(&t).ok()).map(|t| CaptureTime {
+                at: t.with_timezone(&Utc),
+                offset_minutes: None,
+                source: CaptureSource::Container,
+            })
+        });
+    let duration_ms = format
+        .and_then(|f| f.duration.as_deref())
+        .and_then(|d| d.parse::<f64>().ok())
+        .filter(|d| d.is_finite() && *d >= 0.0)
+        .map(|d| (d * 1000.0).round() as u64);
+    let metadata = AssetMetadata {
+        width: video.width.filter(|w| *w > 0),
+        height: video.height.filter(|h| *h > 0),
+        // ffprobe reports the display matrix counter-clockwise; the catalogue stores clockwise.
+        orientation_degrees: (((-rotation) % 360 + 360) % 360) as u16,
+        duration_ms,
+        camera_make: tag("com.apple.quicktime.make").or_else(|| tag("make")),
+        camera_model: tag("com.apple.quicktime.model").or_else(|| tag("model")),
+        live_photo_content_id: tag("com.apple.quicktime.content.identifier"),
+        ..AssetMetadata::default()
+    };
+    Ok(VideoFacts { metadata, created })
+}
+
+/// Writes `poster.jpg` (a frame near the start, upright, at most 1920 px) and `web.mp4` (H.264, at most 720
+/// lines, AAC, fast start) into `dest_dir`, each through a temporary name.
+pub async fn make_video_proxies(
+    path: &Path,
+    dest_dir: &Path,
+    limits: ToolLimits,
+    cancel: &CancellationToken,
+) -> Result<VideoProxies, MediaError> {
+    std::fs::create_dir_all(dest_dir).map_err(|e| MediaError::io(dest_dir, e))?;
+    let poster = dest_dir.join(file_name(ProxyType::Poster));
+    let poster_tmp = dest_dir.join(".poster.tmp.jpg");
+    let poster_args = args(&["-nostdin", "-y", "-v", "error", "-ss", "0.5", "-i"])
+        .into_iter()
+        .chain([path.as_os_str().to_owned()])
+        .chain(args(&["-frames:v", "1", "-vf", "scale='min(1920,iw)':-2", "-q:v", "3", "-update", "1"]))
+        .chain([poster_tmp.as_os_str().to_owned()])
+        .collect();
+    // A clip shorter than half a second has no frame there; that case is retried below from the start.
+    if let Err(MediaError::Cancelled) = run_tool("ffmpeg", "ffmpeg", poster_args, path, limits.quick, cancel).await {
+        return Err(MediaError::Cancelled);
+    }
+    if !poster_tmp.exists() {
+        // Shorter than half a second: take the very first frame.
+        let first_frame = args(&["-nostdin", "-y", "-v", "error", "-i"])
+            .into_iter()
+            .chain([path.as_os_str().to_owned()])
+            .chain(args(&["-frames:v", "1", "-vf", "scale='min(1920,iw)':-2", "-q:v", "3", "-update", "1"]))
+            .chain([poster_tmp.as_os_str().to_owned()])
+            .collect();
+        run_tool("ffmpeg", "ffmpeg", first_frame, path, limits.quick, cancel).await?;
+    }
+    std::fs::rename(&poster_tmp, &poster).map_err(|e| MediaError::io(&poster, e))?;
+
+    let web = dest_dir.join(file_name(ProxyType::WebVideo));
+    let web_tmp = dest_dir.join(".web.tmp.mp4");
+    let web_args = args(&["-nostdin", "-y", "-v", "error", "-i"])
+        .into_iter()
+        .chain([path.as_os_str().to_owned()])
+        .chain(args(&[
+            "-map",
+            "0:v:0",
+            "-map",
+            "0:a:0?",
+            "-vf",
+            "scale=-2:'min(720,ih)'",
+            "-c:v",
+            "libx264",
+            "-preset",
+            "veryfast",
+            "-crf",
+            "23",
+            "-pix_fmt",
+            "yuv420p",
+            "-c:a",
+            "aac",
+            "-b:a",
+            "128k",
+            "-movflags",
+            "+faststart",
+            "-f",
+            "mp4",
+        ]))
+        .chain([web_tmp.as_os_str().to_owned()])
+        .collect();
+    let transcoded = run_tool("ffmpeg", "ffmpeg", web_args, path, limits.transcode, cancel).await;
+    if let Err(e) = transcoded {
+        let _ = std::fs::remove_file(&web_tmp);
+        return Err(e);
+    }
+    std::fs::rename(&web_tmp, &web).map_err(|e| MediaError::io(&web, e))?;
+    let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).map_err(|e| MediaError::io(p, e));
+    Ok(VideoProxies { poster_bytes: size(&poster)?, web_video_bytes: size(&web)? })
+}
+
+fn args(list: &[&str]) -> Vec<OsString> {
+    list.iter().map(OsString::from).collect()
+}

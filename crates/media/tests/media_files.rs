@@ -1,0 +1,164 @@
+//! The media pipeline on real files made by the tests.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use almanac_domain::CaptureSource;
+use almanac_media::fixtures::{self, FixtureExif};
+use almanac_media::{
+    MediaError, MediaFormat, ToolLimits, make_still_proxies, make_video_proxies, probe_video, read_exif,
+};
+use chrono::{TimeZone, Utc};
+use tokio_util::sync::CancellationToken;
+
+fn dims(path: &Path) -> (u32, u32) {
+    image::image_dimensions(path).unwrap()
+}
+
+#[test]
+fn exif_gives_capture_time_with_offset_and_subseconds_and_camera_facts() {
+    let exif = FixtureExif {
+        subsec_original: Some("25".into()),
+        gps: Some((48.8584, -2.2945)),
+        lens: Some("50mm f/1.8".into()),
+        orientation: Some(6),
+        ..FixtureExif::camera("2019:07:04 18:30:05", "+02:00")
+    };
+    let facts = read_exif(&fixtures::jpeg(64, 48, 1, false, &exif));
+    let capture = facts.capture_time(Utc::now());
+    assert_eq!(capture.source, CaptureSource::ExifOriginal);
+    assert_eq!(capture.offset_minutes, Some(120));
+    assert_eq!(capture.at, Utc.with_ymd_and_hms(2019, 7, 4, 16, 30, 5).unwrap() + chrono::Duration::milliseconds(250));
+    assert_eq!(capture.local_month_day(), (7, 4));
+    assert_eq!(facts.orientation, 6);
+    assert_eq!(facts.metadata.orientation_degrees, 90);
+    assert_eq!(facts.metadata.camera_make.as_deref(), Some("Almanac"));
+    assert_eq!(facts.metadata.camera_model.as_deref(), Some("Test Camera"));
+    assert_eq!(facts.metadata.lens_model.as_deref(), Some("50mm f/1.8"));
+    assert!((facts.metadata.gps_latitude.unwrap() - 48.8584).abs() < 1e-4);
+    assert!((facts.metadata.gps_longitude.unwrap() + 2.2945).abs() < 1e-4);
+}
+
+#[test]
+fn capture_time_falls_back_to_other_exif_dates_then_the_file_time() {
+    let modified_only = FixtureExif { date_modified: Some("2021:12:31 23:59:59".into()), ..FixtureExif::default() };
+    let facts = read_exif(&fixtures::jpeg(32, 32, 1, false, &modified_only));
+    let capture = facts.capture_time(Utc::now());
+    assert_eq!((capture.source, capture.offset_minutes), (CaptureSource::ExifModified, None));
+    assert_eq!(capture.at, Utc.with_ymd_and_hms(2021, 12, 31, 23, 59, 59).unwrap());
+
+    let mtime = Utc.with_ymd_and_hms(2018, 2, 3, 4, 5, 6).unwrap();
+    let none = read_exif(&fixtures::jpeg(32, 32, 1, false, &FixtureExif::default()));
+    assert_eq!(none.capture_time(mtime).source, CaptureSource::FileMtime);
+    assert_eq!(none.capture_time(mtime).at, mtime);
+}
+
+#[test]
+fn a_twelve_megapixel_jpeg_gives_an_upright_preview_thumbnail_and_blurhash() {
+    let dir = tempfile::tempdir().unwrap();
+    let exif = FixtureExif { orientation: Some(6), ..FixtureExif::camera("2020:01:01 00:00:00", "+00:00") };
+    let content = fixtures::jpeg(4000, 3000, 7, true, &exif);
+    let src = dir.path().join("IMG.jpg");
+    std::fs::write(&src, &content).unwrap();
+    let out = dir.path().join("proxies");
+    let made = make_still_proxies(&src, &content, MediaFormat::Jpeg, 6, &out).unwrap();
+    assert_eq!((made.width, made.height), (4000, 3000));
+    // Orientation 6: the stored landscape is upright as portrait.
+    assert_eq!(dims(&out.join("preview.jpg")), (1440, 1920));
+    assert_eq!(dims(&out.join("thumbnail.jpg")), (225, 300));
+    assert_eq!(made.preview_bytes, std::fs::metadata(out.join("preview.jpg")).unwrap().len());
+    assert!(made.blurhash.len() >= 6);
+    // The red marker, stored top-left, is top-right once upright.
+    let thumb = image::open(out.join("thumbnail.jpg")).unwrap().to_rgb8();
+    let top_right = thumb.get_pixel(225 - 10, 10);
+    let top_left = thumb.get_pixel(10, 10);
+    assert!(top_right[0] > 180 && top_right[1] < 80, "top right is red: {top_right:?}");
+    assert!(top_left[0] < 180 || top_left[1] > 80, "top left is not red: {top_left:?}");
+    // Nothing but the two proxies is left in the folder.
+    let mut names: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).collect();
+    names.sort();
+    assert_eq!(names, ["preview.jpg", "thumbnail.jpg"]);
+}
+
+#[test]
+fn small_png_is_not_upscaled() {
+    let dir = tempfile::tempdir().unwrap();
+    let content = fixtures::png(200, 100, 3);
+    let made = make_still_proxies(&dir.path().join("a.png"), &content, MediaFormat::Png, 1, dir.path()).unwrap();
+    assert_eq!((made.width, made.height), (200, 100));
+    assert_eq!(dims(&dir.path().join("preview.jpg")), (200, 100));
+    assert_eq!(dims(&dir.path().join("thumbnail.jpg")), (200, 100));
+}
+
+#[test]
+fn truncated_or_fake_jpeg_is_a_clear_error_and_writes_no_proxy() {
+    let dir = tempfile::tempdir().unwrap();
+    let content = fixtures::jpeg(800, 600, 1, true, &FixtureExif::default());
+    let truncated = &content[..content.len() / 3];
+    let out = dir.path().join("out");
+    let err = make_still_proxies(Path::new("/lib/cut.jpg"), truncated, MediaFormat::Jpeg, 1, &out).unwrap_err();
+    assert!(matches!(err, MediaError::Corrupt { .. }), "{err:?}");
+    assert!(err.to_string().contains("/lib/cut.jpg"));
+    assert!(!out.join("preview.jpg").exists());
+    let err = make_still_proxies(Path::new("/lib/x.jpg"), b"\xff\xd8\xffnonsense", MediaFormat::Jpeg, 1, &out);
+    assert!(matches!(err, Err(MediaError::Corrupt { .. })));
+}
+
+#[tokio::test]
+async fn video_is_probed_and_gets_a_poster_and_a_720p_web_video() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("clip.mov");
+    fixtures::video(&src, 1.5, 1280, 960, "2021-06-01T10:00:00Z");
+    let cancel = CancellationToken::new();
+    let facts = probe_video(&src, ToolLimits::default(), &cancel).await.unwrap();
+    assert_eq!((facts.metadata.width, facts.metadata.height), (Some(1280), Some(960)));
+    let duration = facts.metadata.duration_ms.unwrap();
+    assert!((1400..=1700).contains(&duration), "{duration}");
+    assert_eq!(facts.created.unwrap().at, Utc.with_ymd_and_hms(2021, 6, 1, 10, 0, 0).unwrap());
+    assert_eq!(facts.created.unwrap().source, CaptureSource::Container);
+
+    let out = dir.path().join("proxies");
+    let made = make_video_proxies(&src, &out, ToolLimits::default(), &cancel).await.unwrap();
+    assert!(made.poster_bytes > 0 && made.web_video_bytes > 0);
+    assert_eq!(dims(&out.join("poster.jpg")), (1280, 960));
+    let web = probe_video(&out.join("web.mp4"), ToolLimits::default(), &cancel).await.unwrap();
+    assert_eq!((web.metadata.width, web.metadata.height), (Some(960), Some(720)));
+    let mut names: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).collect();
+    names.sort();
+    assert_eq!(names, ["poster.jpg", "web.mp4"]);
+}
+
+#[tokio::test]
+async fn a_video_that_is_not_one_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("broken.mp4");
+    std::fs::write(&src, b"\0\0\0\x18ftypisom\0\0\0\0 and then garbage").unwrap();
+    let err = probe_video(&src, ToolLimits::default(), &CancellationToken::new()).await.unwrap_err();
+    assert!(err.to_string().contains("broken.mp4"), "{err}");
+}
+
+#[tokio::test]
+async fn cancellation_stops_ffmpeg_within_a_second_and_leaves_no_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("long.mp4");
+    fixtures::video(&src, 30.0, 1280, 720, "2021-06-01T10:00:00Z");
+    let out = dir.path().join("cancelled-proxies");
+    let cancel = CancellationToken::new();
+    let trigger = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        trigger.cancel();
+    });
+    let started = Instant::now();
+    let err = make_video_proxies(&src, &out, ToolLimits::default(), &cancel).await.unwrap_err();
+    let stopped_after = started.elapsed();
+    assert!(matches!(err, MediaError::Cancelled), "{err:?}");
+    // The transcode alone takes several times longer than this: returning here means it was killed, not
+    // waited for (a generous bound, so a loaded CI machine does not make it flaky).
+    assert!(stopped_after < Duration::from_millis(4500), "stopped {stopped_after:?} after start");
+    let marker = out.to_string_lossy().into_owned();
+    let survivors = std::process::Command::new("pgrep").args(["-f", &marker]).output().unwrap();
+    assert!(survivors.stdout.is_empty(), "ffmpeg still running: {}", String::from_utf8_lossy(&survivors.stdout));
+    assert!(!out.join("web.mp4").exists());
+    assert!(!out.join(".web.tmp.mp4").exists(), "the partial transcode is removed");
+}
