@@ -42,6 +42,35 @@ SET default_tablespace = '';
 SET default_table_access_method = heap;
 
 --
+-- Name: asset_extra_paths; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.asset_extra_paths (
+    storage_config_id uuid NOT NULL,
+    file_path bytea NOT NULL,
+    asset_id uuid NOT NULL,
+    display_path text NOT NULL,
+    size_bytes bigint NOT NULL,
+    file_modified_at timestamp with time zone NOT NULL,
+    last_seen_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+
+--
+-- Name: TABLE asset_extra_paths; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.asset_extra_paths IS 'Further paths at which a crawl found the content of an active asset (copies). Removed when a crawl no longer finds them.';
+
+
+--
+-- Name: COLUMN asset_extra_paths.file_path; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.asset_extra_paths.file_path IS 'Path relative to the config root, as the exact bytes the file system gave.';
+
+
+--
 -- Name: asset_metadata; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -553,6 +582,14 @@ COMMENT ON COLUMN public.work_items.result IS 'The handler''s summary on success
 
 
 --
+-- Name: asset_extra_paths asset_extra_paths_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.asset_extra_paths
+    ADD CONSTRAINT asset_extra_paths_pkey PRIMARY KEY (storage_config_id, file_path);
+
+
+--
 -- Name: asset_metadata asset_metadata_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -646,6 +683,13 @@ ALTER TABLE ONLY public.users
 
 ALTER TABLE ONLY public.work_items
     ADD CONSTRAINT work_items_pkey PRIMARY KEY (id);
+
+
+--
+-- Name: ix_asset_extra_paths_asset; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ix_asset_extra_paths_asset ON public.asset_extra_paths USING btree (asset_id);
 
 
 --
@@ -779,6 +823,22 @@ CREATE INDEX ix_work_items_running_lease ON public.work_items USING btree (lease
 --
 
 CREATE TRIGGER tr_work_items_notify_queued AFTER INSERT ON public.work_items FOR EACH STATEMENT EXECUTE FUNCTION public.notify_work_items_queued();
+
+
+--
+-- Name: asset_extra_paths asset_extra_paths_asset_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.asset_extra_paths
+    ADD CONSTRAINT asset_extra_paths_asset_id_fkey FOREIGN KEY (asset_id) REFERENCES public.media_assets(id) ON DELETE CASCADE;
+
+
+--
+-- Name: asset_extra_paths asset_extra_paths_storage_config_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.asset_extra_paths
+    ADD CONSTRAINT asset_extra_paths_storage_config_id_fkey FOREIGN KEY (storage_config_id) REFERENCES public.storage_configs(id) ON DELETE CASCADE;
 
 
 --

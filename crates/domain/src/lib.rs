@@ -6,6 +6,7 @@
 //! the PostgreSQL adapter (`almanac-store-pg`) in.
 
 mod catalogue;
+mod catalogue_port;
 mod ids;
 mod queue;
 mod retry;
@@ -13,6 +14,10 @@ mod work;
 
 pub use catalogue::{
     AssetMetadata, CaptureSource, CaptureTime, ContentHash, MediaType, ProxyType, StorageConfig, User,
+};
+pub use catalogue_port::{
+    CatalogueError, CatalogueStore, FileFacts, HashMatch, IngestOutcome, KnownFile, NewAsset, NewProxy,
+    PairingCandidate,
 };
 pub use ids::{AssetId, BurstId, StorageConfigId, UserId, WorkItemId};
 pub use queue::{

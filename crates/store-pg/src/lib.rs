@@ -8,6 +8,7 @@
 //! [`migrate`].
 
 mod catalogue;
+mod catalogue_store;
 mod error;
 mod listener;
 mod migrations;

@@ -1,0 +1,185 @@
+use std::future::Future;
+
+use chrono::{DateTime, Utc};
+
+use crate::catalogue::{AssetMetadata, CaptureTime, ContentHash, MediaType, ProxyType, StorageConfig};
+use crate::ids::{AssetId, StorageConfigId};
+
+/// Why a catalogue operation could not answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CatalogueError {
+    /// The database could not be reached or did not answer in time. MUST be returned for connection, pool and
+    /// timeout failures.
+    #[error("the catalogue database is unavailable: {0}. Check that PostgreSQL is running and reachable")]
+    Unavailable(String),
+    /// Anything else.
+    #[error("the catalogue failed unexpectedly: {0}")]
+    Unexpected(String),
+}
+
+/// A file as the file system shows it, relative to its config's root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileFacts {
+    /// The path relative to the root, as the exact bytes the file system gave.
+    pub file_path: Vec<u8>,
+    /// The path decoded lossily, for people.
+    pub display_path: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Modification time.
+    pub mtime: DateTime<Utc>,
+}
+
+/// A path the catalogue already knows for a config: an active asset's own path, or an extra path of one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KnownFile {
+    /// The asset.
+    pub asset_id: AssetId,
+    /// Its content.
+    pub content_hash: ContentHash,
+    /// The path, size and mtime as last hashed.
+    pub facts: FileFacts,
+    /// True for an extra path (a copy), false for the asset's own path.
+    pub extra: bool,
+}
+
+/// An asset of the config with a given content hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HashMatch {
+    /// The asset.
+    pub asset_id: AssetId,
+    /// Its path.
+    pub file_path: Vec<u8>,
+    /// Whether it is soft-deleted.
+    pub soft_deleted: bool,
+}
+
+/// A proxy row to store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewProxy {
+    /// Its type.
+    pub proxy_type: ProxyType,
+    /// File path relative to the proxy root (file proxies).
+    pub relative_path: Option<String>,
+    /// Inline value (BlurHash).
+    pub inline_value: Option<String>,
+    /// File size.
+    pub size_bytes: u64,
+}
+
+/// New content to catalogue: asset, metadata and proxies, stored in one transaction.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewAsset {
+    /// The config.
+    pub storage_config_id: StorageConfigId,
+    /// The file.
+    pub facts: FileFacts,
+    /// Its content hash.
+    pub content_hash: ContentHash,
+    /// Still or video.
+    pub media_type: MediaType,
+    /// When it was taken.
+    pub capture: CaptureTime,
+    /// What was read from it.
+    pub metadata: AssetMetadata,
+    /// Its proxies.
+    pub proxies: Vec<NewProxy>,
+    /// An active asset at the same path whose content changed: soft-deleted in the same transaction.
+    pub replaces: Option<AssetId>,
+}
+
+/// How an ingest ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IngestOutcome {
+    /// Stored as a new asset.
+    Ingested(AssetId),
+    /// Another active asset of the config already has this content (found at the same moment by a parallel
+    /// step); nothing was stored and the caller records the path as an extra path of it.
+    ContentExists(AssetId),
+}
+
+/// An active asset that may be half of a Live Photo.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PairingCandidate {
+    /// The asset.
+    pub asset_id: AssetId,
+    /// Its path.
+    pub file_path: Vec<u8>,
+    /// Still or video.
+    pub media_type: MediaType,
+    /// When it was taken.
+    pub captured_at: DateTime<Utc>,
+    /// Apple's content identifier, when known.
+    pub content_id: Option<String>,
+}
+
+/// The catalogue as the crawl sees it.
+pub trait CatalogueStore: Send + Sync {
+    /// The database's clock (the crawl's start and "seen" marks use it, never a Worker's clock).
+    fn now(&self) -> impl Future<Output = Result<DateTime<Utc>, CatalogueError>> + Send;
+
+    /// One storage config.
+    fn storage_config(
+        &self,
+        id: StorageConfigId,
+    ) -> impl Future<Output = Result<Option<StorageConfig>, CatalogueError>> + Send;
+
+    /// Every path the catalogue knows for the config's active assets (own and extra paths).
+    fn known_files(
+        &self,
+        config: StorageConfigId,
+    ) -> impl Future<Output = Result<Vec<KnownFile>, CatalogueError>> + Send;
+
+    /// Assets of the config with this content, active first.
+    fn find_by_hash(
+        &self,
+        config: StorageConfigId,
+        hash: &ContentHash,
+    ) -> impl Future<Output = Result<Vec<HashMatch>, CatalogueError>> + Send;
+
+    /// Marks assets (own paths) and extra paths as seen now.
+    fn mark_seen(
+        &self,
+        config: StorageConfigId,
+        assets: &[AssetId],
+        extra_paths: &[Vec<u8>],
+    ) -> impl Future<Output = Result<(), CatalogueError>> + Send;
+
+    /// Points an asset at a file (a move, a touched file, or a revival), makes it active and marks it seen.
+    fn relocate(&self, asset: AssetId, facts: &FileFacts) -> impl Future<Output = Result<(), CatalogueError>> + Send;
+
+    /// Records (or refreshes) an extra path of an active asset and marks it seen.
+    fn record_extra_path(
+        &self,
+        config: StorageConfigId,
+        asset: AssetId,
+        facts: &FileFacts,
+    ) -> impl Future<Output = Result<(), CatalogueError>> + Send;
+
+    /// Stores a new asset with its metadata and proxies in one transaction.
+    fn ingest(&self, asset: &NewAsset) -> impl Future<Output = Result<IngestOutcome, CatalogueError>> + Send;
+
+    /// Active assets of the config, and how many of them were not seen since `since`.
+    fn count_unseen(
+        &self,
+        config: StorageConfigId,
+        since: DateTime<Utc>,
+    ) -> impl Future<Output = Result<(u64, u64), CatalogueError>> + Send;
+
+    /// Soft-deletes the config's active assets not seen since `since`, drops extra paths not seen since then,
+    /// and returns how many assets were soft-deleted.
+    fn soft_delete_unseen(
+        &self,
+        config: StorageConfigId,
+        since: DateTime<Utc>,
+    ) -> impl Future<Output = Result<u64, CatalogueError>> + Send;
+
+    /// Active assets of the config that are not paired yet.
+    fn pairing_candidates(
+        &self,
+        config: StorageConfigId,
+    ) -> impl Future<Output = Result<Vec<PairingCandidate>, CatalogueError>> + Send;
+
+    /// Pairs a Live Photo's still and motion halves.
+    fn pair(&self, still: AssetId, motion: AssetId) -> impl Future<Output = Result<(), CatalogueError>> + Send;
+}

@@ -1,0 +1,542 @@
+//! The crawl: walk a storage config's folder of originals, ingest new and changed media with their proxies,
+//! follow moves, revive what came back, and soft-delete what vanished, but never when the share looks
+//! unavailable.
+
+mod rules;
+mod walk;
+
+use std::collections::HashMap;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use almanac_domain::{
+    AssetId, CatalogueError, CatalogueStore, ContentHash, DedupKey, FileFacts, IngestOutcome, KnownFile, MediaType,
+    NewAsset, NewProxy, NewWorkItem, ProxyType, Scope, StorageConfigId, WorkKind, WorkQueue,
+};
+use almanac_executor::{BoxFuture, Handler, HandlerContext, HandlerError};
+use almanac_media::{MAGIC_LEN, MediaError, MediaFormat, ToolLimits, detect_format};
+use futures_util::StreamExt;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+pub use rules::{LIVE_PHOTO_MAX_GAP, Placement, is_skipped_name, mass_deletion_refused, pair_live_photos, place};
+pub use walk::{WalkEntry, WalkReport, mtime_of, walk};
+
+/// Most files whose failure is listed in a crawl's result (the count is always complete).
+const MAX_LISTED_FAILURES: usize = 200;
+/// Stills larger than this are not decoded (a 12 MP JPEG is about 5 MB).
+const MAX_STILL_BYTES: u64 = 256 * 1024 * 1024;
+/// How many "seen" marks are written at once.
+const SEEN_BATCH: usize = 500;
+
+/// The crawl's settings.
+#[derive(Debug, Clone)]
+pub struct CrawlSettings {
+    /// Where proxies are written: `<proxy_root>/<config>/<hash[0..2]>/<hash>/`.
+    pub proxy_root: PathBuf,
+    /// Files processed at once inside one crawl.
+    pub max_concurrent_files: usize,
+    /// Time limits for ffmpeg and friends.
+    pub tool_limits: ToolLimits,
+}
+
+/// The crawl handler (kind `crawl`).
+pub struct CrawlHandler<C, Q> {
+    catalogue: Arc<C>,
+    queue: Arc<Q>,
+    settings: CrawlSettings,
+}
+
+impl<C, Q> CrawlHandler<C, Q> {
+    /// A crawl handler over these ports.
+    pub fn new(catalogue: Arc<C>, queue: Arc<Q>, settings: CrawlSettings) -> Self {
+        Self { catalogue, queue, settings }
+    }
+}
+
+impl<C: CatalogueStore + 'static, Q: WorkQueue + 'static> Handler for CrawlHandler<C, Q> {
+    fn kind(&self) -> WorkKind {
+        WorkKind::Crawl
+    }
+
+    fn run(&self, ctx: HandlerContext) -> BoxFuture<'_, Result<Option<serde_json::Value>, HandlerError>> {
+        Box::pin(self.crawl(ctx))
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    found: AtomicU64,
+    unchanged: AtomicU64,
+    ingested: AtomicU64,
+    moved: AtomicU64,
+    copies: AtomicU64,
+    revived: AtomicU64,
+    touched: AtomicU64,
+    skipped: AtomicU64,
+    failed: AtomicU64,
+    bytes_hashed: AtomicU64,
+}
+
+impl Counters {
+    fn snapshot(&self) -> serde_json::Value {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        serde_json::json!({
+            "found": get(&self.found),
+            "unchanged": get(&self.unchanged),
+            "ingested": get(&self.ingested),
+            "moved": get(&self.moved),
+            "copies": get(&self.copies),
+            "revived": get(&self.revived),
+            "touched": get(&self.touched),
+            "skipped": get(&self.skipped),
+            "failed": get(&self.failed),
+            "bytes_hashed": get(&self.bytes_hashed),
+        })
+    }
+}
+
+/// One crawl's shared state.
+struct Run<'a, C> {
+    catalogue: &'a C,
+    settings: &'a CrawlSettings,
+    config: StorageConfigId,
+    root: PathBuf,
+    known: HashMap<Vec<u8>, KnownFile>,
+    active_by_hash: HashMap<ContentHash, (AssetId, Vec<u8>)>,
+    counters: Counters,
+    seen: Mutex<(Vec<AssetId>, Vec<Vec<u8>>)>,
+    failures: Mutex<Vec<serde_json::Value>>,
+    hash_locks: Mutex<HashMap<ContentHash, Arc<tokio::sync::Mutex<()>>>>,
+    cancel: CancellationToken,
+}
+
+/// Why one file was not ingested.
+enum FileProblem {
+    /// Not media after all, or empty: passed over.
+    Skipped(String),
+    /// Broken or unreadable: recorded with its reason; the crawl goes on.
+    Failed(String),
+    /// The catalogue did not answer: the crawl stops (retryable).
+    Catalogue(CatalogueError),
+    Cancelled,
+}
+
+impl From<CatalogueError> for FileProblem {
+    fn from(e: CatalogueError) -> Self {
+        FileProblem::Catalogue(e)
+    }
+}
+
+impl From<MediaError> for FileProblem {
+    fn from(e: MediaError) -> Self {
+        match e {
+            MediaError::Cancelled => FileProblem::Cancelled,
+            other => FileProblem::Failed(other.to_string()),
+        }
+    }
+}
+
+fn catalogue_error(e: CatalogueError) -> HandlerError {
+    HandlerError::retryable(format!("the crawl stopped because the catalogue did not answer: {e}"))
+}
+
+fn display(rel: &[u8]) -> String {
+    String::from_utf8_lossy(rel).into_owned()
+}
+
+impl<C: CatalogueStore + 'static, Q: WorkQueue + 'static> CrawlHandler<C, Q> {
+    async fn crawl(&self, ctx: HandlerContext) -> Result<Option<serde_json::Value>, HandlerError> {
+        let Scope::Config(config) = ctx.item.scope else {
+            return Err(HandlerError::permanent("a crawl needs a storage config"));
+        };
+        let confirmed = ctx.item.payload.get("allow_mass_deletion").and_then(serde_json::Value::as_bool) == Some(true);
+        let storage = self
+            .catalogue
+            .storage_config(config)
+            .await
+            .map_err(catalogue_error)?
+            .ok_or_else(|| HandlerError::permanent(format!("storage config {config} does not exist")))?;
+        let started = self.catalogue.now().await.map_err(catalogue_error)?;
+        let known_files = self.catalogue.known_files(config).await.map_err(catalogue_error)?;
+        let active = known_files.iter().filter(|k| !k.extra).count();
+        check_root(&storage.root_path, active)?;
+
+        let mut known = HashMap::with_capacity(known_files.len());
+        let mut active_by_hash = HashMap::new();
+        for k in known_files {
+            if !k.extra {
+                active_by_hash.insert(k.content_hash.clone(), (k.asset_id, k.facts.file_path.clone()));
+            }
+            known.insert(k.facts.file_path.clone(), k);
+        }
+        let run = Run {
+            catalogue: &*self.catalogue,
+            settings: &self.settings,
+            config,
+            root: storage.root_path.clone(),
+            known,
+            active_by_hash,
+            counters: Counters::default(),
+            seen: Mutex::default(),
+            failures: Mutex::default(),
+            hash_locks: Mutex::default(),
+            cancel: ctx.cancel.clone(),
+        };
+
+        let (tx, rx) = tokio::sync::mpsc::channel::<WalkEntry>(256);
+        let walk_cancel = ctx.cancel.clone();
+        let root = storage.root_path.clone();
+        let walker = tokio::task::spawn_blocking(move || walk(&root, &tx, &walk_cancel));
+        let fatal: Mutex<Option<CatalogueError>> = Mutex::default();
+        tokio_stream_from(rx)
+            .for_each_concurrent(self.settings.max_concurrent_files.max(1), |entry| {
+                let (run, fatal, progress) = (&run, &fatal, &ctx.progress);
+                async move {
+                    if run.cancel.is_cancelled() || fatal.lock().expect("poisoned").is_some() {
+                        return;
+                    }
+                    run.counters.found.fetch_add(1, Ordering::Relaxed);
+                    match run.file(&entry).await {
+                        Ok(()) => {}
+                        Err(FileProblem::Skipped(reason)) => {
+                            run.counters.skipped.fetch_add(1, Ordering::Relaxed);
+                            tracing::debug!(path = %entry.abs.display(), reason, "skipped");
+                        }
+                        Err(FileProblem::Failed(reason)) => {
+                            run.counters.failed.fetch_add(1, Ordering::Relaxed);
+                            warn!(event = "file_failed", path = %entry.abs.display(), reason, "file skipped");
+                            let mut failures = run.failures.lock().expect("poisoned");
+                            if failures.len() < MAX_LISTED_FAILURES {
+                                failures.push(serde_json::json!({"path": display(&entry.rel), "reason": reason}));
+                            }
+                        }
+                        Err(FileProblem::Catalogue(e)) => {
+                            fatal.lock().expect("poisoned").get_or_insert(e);
+                        }
+                        Err(FileProblem::Cancelled) => {}
+                    }
+                    if let Err(e) = run.flush_seen(false).await {
+                        fatal.lock().expect("poisoned").get_or_insert(e);
+                    }
+                    progress.report(run.counters.snapshot());
+                }
+            })
+            .await;
+        let report =
+            walker.await.map_err(|e| HandlerError::retryable(format!("the folder walk ended abnormally: {e}")))?;
+        if ctx.cancel.is_cancelled() {
+            return Err(HandlerError::cancelled());
+        }
+        if let Some(e) = fatal.into_inner().expect("poisoned") {
+            return Err(catalogue_error(e));
+        }
+        run.flush_seen(true).await.map_err(catalogue_error)?;
+
+        let soft_deleted = if report.unreadable.is_empty() && !report.stopped {
+            let (active, unseen) = self.catalogue.count_unseen(config, started).await.map_err(catalogue_error)?;
+            if mass_deletion_refused(active, unseen, confirmed) {
+                return Err(HandlerError::permanent(format!(
+                    "refusing to soft-delete {unseen} of {active} assets under {}: more than half of the library \
+                     vanished at once, which usually means a share is only partly mounted. Nothing was deleted. If \
+                     the files really are gone, confirm with: almanac-worker enqueue crawl --config {config} \
+                     --payload '{{\"allow_mass_deletion\": true}}'",
+                    storage.root_path.display()
+                )));
+            }
+            self.catalogue.soft_delete_unseen(config, started).await.map_err(catalogue_error)?
+        } else {
+            warn!(
+                event = "soft_delete_skipped",
+                unreadable = report.unreadable.len(),
+                "some folders could not be read; nothing is soft-deleted this time"
+            );
+            0
+        };
+
+        let candidates = self.catalogue.pairing_candidates(config).await.map_err(catalogue_error)?;
+        let pairs = pair_live_photos(&candidates, LIVE_PHOTO_MAX_GAP);
+        for (still, motion) in &pairs {
+            self.catalogue.pair(*still, *motion).await.map_err(catalogue_error)?;
+        }
+
+        let bursts = NewWorkItem::new(WorkKind::BurstDetection, Scope::Config(config))
+            .map_err(|e| HandlerError::permanent(e.to_string()))?
+            .with_dedup_key(DedupKey::new(format!("burst_detection:{config}")).expect("a valid key"));
+        self.queue
+            .enqueue(&bursts)
+            .await
+            .map_err(|e| HandlerError::retryable(format!("could not enqueue burst detection: {e}")))?;
+
+        let mut result = run.counters.snapshot();
+        result["soft_deleted"] = serde_json::json!(soft_deleted);
+        result["live_photos_paired"] = serde_json::json!(pairs.len());
+        result["links_skipped"] = serde_json::json!(report.links);
+        result["unsupported"] = serde_json::json!(report.unsupported);
+        result["unreadable_folders"] = serde_json::json!(
+            report.unreadable.iter().map(|(p, e)| serde_json::json!({"path": p, "reason": e})).collect::<Vec<_>>()
+        );
+        result["failures"] = serde_json::json!(*run.failures.lock().expect("poisoned"));
+        info!(event = "crawl_finished", result = %result, "crawl finished");
+        Ok(Some(result))
+    }
+}
+
+fn tokio_stream_from<T: Send + 'static>(mut rx: tokio::sync::mpsc::Receiver<T>) -> impl futures_util::Stream<Item = T> {
+    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+/// Refuses a root that looks unavailable: missing, not a folder, unreadable, or empty while the catalogue
+/// has active assets for it. An unmounted share must never look like a deleted library.
+fn check_root(root: &Path, active: usize) -> Result<(), HandlerError> {
+    let unavailable = |what: String| {
+        HandlerError::retryable(format!(
+            "the storage root {} {what}; is the share mounted? Nothing was soft-deleted; the crawl will be retried",
+            root.display()
+        ))
+    };
+    let meta = std::fs::metadata(root).map_err(|e| unavailable(format!("cannot be reached ({e})")))?;
+    if !meta.is_dir() {
+        return Err(unavailable("is not a folder".into()));
+    }
+    let mut entries = std::fs::read_dir(root).map_err(|e| unavailable(format!("cannot be read ({e})")))?;
+    if active > 0 && entries.next().is_none() {
+        return Err(unavailable(format!("is empty while the catalogue has {active} active assets for it")));
+    }
+    Ok(())
+}
+
+impl<C: CatalogueStore> Run<'_, C> {
+    async fn flush_seen(&self, all: bool) -> Result<(), CatalogueError> {
+        let (assets, extra) = {
+            let mut seen = self.seen.lock().expect("poisoned");
+            if !all && seen.0.len() + seen.1.len() < SEEN_BATCH {
+                return Ok(());
+            }
+            std::mem::take(&mut *seen)
+        };
+        if assets.is_empty() && extra.is_empty() {
+            return Ok(());
+        }
+        self.catalogue.mark_seen(self.config, &assets, &extra).await
+    }
+
+    fn facts(entry: &WalkEntry) -> FileFacts {
+        FileFacts {
+            file_path: entry.rel.clone(),
+            display_path: display(&entry.rel),
+            size: entry.size,
+            mtime: entry.mtime,
+        }
+    }
+
+    async fn file(&self, entry: &WalkEntry) -> Result<(), FileProblem> {
+        let known = self.known.get(&entry.rel);
+        if let Some(k) = known.filter(|k| k.facts.size == entry.size && k.facts.mtime == entry.mtime) {
+            let mut seen = self.seen.lock().expect("poisoned");
+            if k.extra {
+                seen.1.push(entry.rel.clone())
+            } else {
+                seen.0.push(k.asset_id)
+            }
+            self.counters.unchanged.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+        if entry.size == 0 {
+            return Err(FileProblem::Skipped("empty file".into()));
+        }
+        let (format, content, hash) = self.read_and_hash(entry).await?;
+        let lock = {
+            let mut locks = self.hash_locks.lock().expect("poisoned");
+            locks.entry(hash.clone()).or_default().clone()
+        };
+        let _guard = lock.lock().await;
+        let facts = Self::facts(entry);
+        let same_at_path = known.filter(|k| !k.extra && k.content_hash == hash).map(|k| k.asset_id);
+        let mut active = self.active_by_hash.get(&hash).cloned();
+        let mut soft_deleted = None;
+        if same_at_path.is_none() && active.is_none() {
+            // Not known at the start: ask the catalogue (soft-deleted assets, or content ingested meanwhile).
+            for m in self.catalogue.find_by_hash(self.config, &hash).await? {
+                match m.soft_deleted {
+                    false if active.is_none() => active = Some((m.asset_id, m.file_path)),
+                    true if soft_deleted.is_none() => soft_deleted = Some(m.asset_id),
+                    _ => {}
+                }
+            }
+        }
+        let active = active.filter(|(_, path)| *path != entry.rel).map(|(id, path)| (id, self.exists(&path)));
+        match place(same_at_path, active, soft_deleted) {
+            Placement::Touched(id) => {
+                self.catalogue.relocate(id, &facts).await?;
+                self.counters.touched.fetch_add(1, Ordering::Relaxed);
+            }
+            Placement::Moved(id) => {
+                self.catalogue.relocate(id, &facts).await?;
+                self.counters.moved.fetch_add(1, Ordering::Relaxed);
+            }
+            Placement::Copy(id) => {
+                self.catalogue.record_extra_path(self.config, id, &facts).await?;
+                self.counters.copies.fetch_add(1, Ordering::Relaxed);
+            }
+            Placement::Revived(id) => {
+                self.catalogue.relocate(id, &facts).await?;
+                self.counters.revived.fetch_add(1, Ordering::Relaxed);
+            }
+            Placement::New => {
+                let replaces = known.filter(|k| !k.extra).map(|k| k.asset_id);
+                let asset = self.ingest_new(entry, format, content, hash, facts.clone(), replaces).await?;
+                match self.catalogue.ingest(&asset).await? {
+                    IngestOutcome::Ingested(_) => {
+                        self.counters.ingested.fetch_add(1, Ordering::Relaxed);
+                    }
+                    IngestOutcome::ContentExists(id) => {
+                        self.catalogue.record_extra_path(self.config, id, &facts).await?;
+                        self.counters.copies.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn exists(&self, rel: &[u8]) -> bool {
+        std::fs::symlink_metadata(self.root.join(std::ffi::OsStr::from_bytes(rel))).is_ok()
+    }
+
+    /// Reads the head to confirm the format, then hashes: stills are read once into memory (their decoder
+    /// needs the whole file anyway), videos are streamed.
+    async fn read_and_hash(
+        &self,
+        entry: &WalkEntry,
+    ) -> Result<(MediaFormat, Option<Vec<u8>>, ContentHash), FileProblem> {
+        let abs = entry.abs.clone();
+        let rel = entry.rel.clone();
+        let (format, content, hashed) = tokio::task::spawn_blocking(move || -> Result<_, FileProblem> {
+            let mut head = [0u8; MAGIC_LEN];
+            let n = {
+                use std::io::Read;
+                let mut f = std::fs::File::open(&abs).map_err(|e| FileProblem::Failed(format!("cannot open: {e}")))?;
+                let mut n = 0;
+                while n < head.len() {
+                    match f.read(&mut head[n..]) {
+                        Ok(0) => break,
+                        Ok(k) => n += k,
+                        Err(e) => return Err(FileProblem::Failed(format!("cannot read: {e}"))),
+                    }
+                }
+                n
+            };
+            let format = detect_format(Path::new(std::ffi::OsStr::from_bytes(&rel)), &head[..n])
+                .ok_or_else(|| FileProblem::Skipped("not a supported image or video by its content".into()))?;
+            match format.media_type() {
+                MediaType::Image => {
+                    let len = std::fs::metadata(&abs).map_err(|e| FileProblem::Failed(e.to_string()))?.len();
+                    if len > MAX_STILL_BYTES {
+                        return Err(FileProblem::Failed(format!("{len} bytes is too large for a still")));
+                    }
+                    let content = std::fs::read(&abs).map_err(|e| FileProblem::Failed(format!("cannot read: {e}")))?;
+                    let hashed = almanac_media::hash_bytes(&content);
+                    Ok((format, Some(content), hashed))
+                }
+                MediaType::Video => Ok((format, None, almanac_media::hash_file(&abs)?)),
+            }
+        })
+        .await
+        .map_err(|e| FileProblem::Failed(format!("hashing ended abnormally: {e}")))??;
+        self.counters.bytes_hashed.fetch_add(hashed.bytes, Ordering::Relaxed);
+        Ok((format, content, hashed.hash))
+    }
+
+    async fn ingest_new(
+        &self,
+        entry: &WalkEntry,
+        format: MediaFormat,
+        content: Option<Vec<u8>>,
+        hash: ContentHash,
+        facts: FileFacts,
+        replaces: Option<AssetId>,
+    ) -> Result<NewAsset, FileProblem> {
+        if self.cancel.is_cancelled() {
+            return Err(FileProblem::Cancelled);
+        }
+        let relative_dir = hash.proxy_dir(self.config);
+        let dir = self.settings.proxy_root.join(&relative_dir);
+        let rel_file = |t: ProxyType| relative_dir.join(t.file_name().expect("file proxy")).display().to_string();
+        let (media_type, capture, metadata, proxies) = match (format.media_type(), content) {
+            (MediaType::Image, Some(content)) => {
+                let abs = entry.abs.clone();
+                let out = dir.clone();
+                let (facts_exif, made) = tokio::task::spawn_blocking(move || {
+                    let exif = almanac_media::read_exif(&content);
+                    let made = almanac_media::make_still_proxies(&abs, &content, format, exif.orientation, &out);
+                    (exif, made)
+                })
+                .await
+                .map_err(|e| FileProblem::Failed(format!("decoding ended abnormally: {e}")))?;
+                let made = made?;
+                let mut metadata = facts_exif.metadata.clone();
+                metadata.width = Some(made.width);
+                metadata.height = Some(made.height);
+                let proxies = vec![
+                    NewProxy {
+                        proxy_type: ProxyType::Preview,
+                        relative_path: Some(rel_file(ProxyType::Preview)),
+                        inline_value: None,
+                        size_bytes: made.preview_bytes,
+                    },
+                    NewProxy {
+                        proxy_type: ProxyType::Thumbnail,
+                        relative_path: Some(rel_file(ProxyType::Thumbnail)),
+                        inline_value: None,
+                        size_bytes: made.thumbnail_bytes,
+                    },
+                    NewProxy {
+                        proxy_type: ProxyType::Blurhash,
+                        relative_path: None,
+                        inline_value: Some(made.blurhash),
+                        size_bytes: 0,
+                    },
+                ];
+                (MediaType::Image, facts_exif.capture_time(entry.mtime), metadata, proxies)
+            }
+            _ => {
+                let limits = self.settings.tool_limits;
+                let probed = almanac_media::probe_video(&entry.abs, limits, &self.cancel).await?;
+                let made = almanac_media::make_video_proxies(&entry.abs, &dir, limits, &self.cancel).await?;
+                let capture = probed.created.unwrap_or(almanac_domain::CaptureTime {
+                    at: entry.mtime,
+                    offset_minutes: None,
+                    source: almanac_domain::CaptureSource::FileMtime,
+                });
+                let proxies = vec![
+                    NewProxy {
+                        proxy_type: ProxyType::Poster,
+                        relative_path: Some(rel_file(ProxyType::Poster)),
+                        inline_value: None,
+                        size_bytes: made.poster_bytes,
+                    },
+                    NewProxy {
+                        proxy_type: ProxyType::WebVideo,
+                        relative_path: Some(rel_file(ProxyType::WebVideo)),
+                        inline_value: None,
+                        size_bytes: made.web_video_bytes,
+                    },
+                ];
+                (MediaType::Video, capture, probed.metadata, proxies)
+            }
+        };
+        Ok(NewAsset {
+            storage_config_id: self.config,
+            facts,
+            content_hash: hash,
+            media_type,
+            capture,
+            metadata,
+            proxies,
+            replaces,
+        })
+    }
+}

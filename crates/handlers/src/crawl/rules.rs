@@ -1,0 +1,197 @@
+//! The crawl's pure decisions, kept apart from I/O so each can be tested (and mutation-tested) on its own.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use almanac_domain::{AssetId, MediaType, PairingCandidate};
+
+/// Folders NAS systems and desktops keep beside the originals, never media of the user's.
+const SYSTEM_FOLDERS: [&[u8]; 7] =
+    [b"@eaDir", b"#recycle", b"#snapshot", b".thumbnails", b"lost+found", b"@Recycle", b"$RECYCLE.BIN"];
+
+/// Whether a directory entry is skipped: hidden names (which covers `.Trash-1000`, `.DS_Store`, and our own
+/// temporary files) and NAS system folders.
+pub fn is_skipped_name(name: &[u8]) -> bool {
+    name.first() == Some(&b'.') || SYSTEM_FOLDERS.contains(&name)
+}
+
+/// The mass-deletion cap: a crawl refuses to soft-delete more than half of a config's active assets when that
+/// is also more than 100 files, unless the operator confirmed it.
+pub fn mass_deletion_refused(active: u64, unseen: u64, confirmed: bool) -> bool {
+    !confirmed && unseen > 100 && unseen * 2 > active
+}
+
+/// What a hashed file is, given what the catalogue knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// The file at a known path with its known content (only size or mtime changed).
+    Touched(AssetId),
+    /// Known content whose old path is gone: the asset moves here.
+    Moved(AssetId),
+    /// Known content whose old path still exists: this path is recorded as an extra path of it.
+    Copy(AssetId),
+    /// Content of a soft-deleted asset: it is revived here.
+    Revived(AssetId),
+    /// New content.
+    New,
+}
+
+/// Decides a hashed file's placement.
+///
+/// - `at_path`: the active asset whose own path this is and its content matches (`Some(id)` only when the
+///   known content equals the new hash);
+/// - `active`: the active asset of the config with this content, and whether its own path still exists;
+/// - `soft_deleted`: a soft-deleted asset with this content.
+pub fn place(
+    at_path_same_content: Option<AssetId>,
+    active: Option<(AssetId, bool)>,
+    soft_deleted: Option<AssetId>,
+) -> Placement {
+    match (at_path_same_content, active, soft_deleted) {
+        (Some(id), _, _) => Placement::Touched(id),
+        (None, Some((id, true)), _) => Placement::Copy(id),
+        (None, Some((id, false)), _) => Placement::Moved(id),
+        (None, None, Some(id)) => Placement::Revived(id),
+        (None, None, None) => Placement::New,
+    }
+}
+
+/// The most capture times of a Live Photo's halves may differ when neither has a content identifier.
+pub const LIVE_PHOTO_MAX_GAP: Duration = Duration::from_secs(3);
+
+/// Pairs Live Photos: a still and a video with the same base name in one folder, whose content identifiers
+/// match or, when either lacks one, whose capture times are within `max_gap`. Each asset pairs at most once.
+pub fn pair_live_photos(candidates: &[PairingCandidate], max_gap: Duration) -> Vec<(AssetId, AssetId)> {
+    /// Stills and videos of one (folder, lower-case base name).
+    type Halves<'a> = (Vec<&'a PairingCandidate>, Vec<&'a PairingCandidate>);
+    let mut groups: HashMap<(&[u8], Vec<u8>), Halves<'_>> = HashMap::new();
+    for c in candidates {
+        let (dir, stem) = split_stem(&c.file_path);
+        let entry = groups.entry((dir, stem.to_ascii_lowercase())).or_default();
+        match c.media_type {
+            MediaType::Image => entry.0.push(c),
+            MediaType::Video => entry.1.push(c),
+        }
+    }
+    let gap = chrono::Duration::from_std(max_gap).unwrap_or(chrono::Duration::MAX);
+    let mut pairs = Vec::new();
+    for (stills, mut videos) in groups.into_values() {
+        for still in stills {
+            let matches = |v: &&PairingCandidate| match (&still.content_id, &v.content_id) {
+                (Some(a), Some(b)) => a == b,
+                _ => (still.captured_at - v.captured_at).abs() <= gap,
+            };
+            if let Some(pos) = videos.iter().position(matches) {
+                pairs.push((still.asset_id, videos.remove(pos).asset_id));
+            }
+        }
+    }
+    pairs.sort();
+    pairs
+}
+
+/// Splits a relative path into its folder and its file name without extension.
+fn split_stem(path: &[u8]) -> (&[u8], &[u8]) {
+    let (dir, name) = match path.iter().rposition(|b| *b == b'/') {
+        Some(i) => (&path[..i], &path[i + 1..]),
+        None => (&path[..0], path),
+    };
+    let stem = match name.iter().rposition(|b| *b == b'.') {
+        Some(0) | None => name,
+        Some(i) => &name[..i],
+    };
+    (dir, stem)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::{TimeZone, Utc};
+
+    #[test]
+    fn hidden_names_and_nas_folders_are_skipped() {
+        for name in [".Trash-1000", ".thumbnails", "@eaDir", "#recycle", ".DS_Store", ".preview.jpg.tmp", "#snapshot"] {
+            assert!(is_skipped_name(name.as_bytes()), "{name}");
+        }
+        for name in ["IMG_0001.JPG", "eaDir", "recycle", "2019", "a.thumbnails"] {
+            assert!(!is_skipped_name(name.as_bytes()), "{name}");
+        }
+    }
+
+    #[test]
+    fn mass_deletion_needs_both_more_than_half_and_more_than_a_hundred() {
+        assert!(mass_deletion_refused(200, 101, false));
+        assert!(!mass_deletion_refused(200, 101, true), "confirmed");
+        assert!(!mass_deletion_refused(202, 101, false), "exactly half is allowed");
+        assert!(!mass_deletion_refused(150, 100, false), "a hundred is allowed");
+        assert!(mass_deletion_refused(101, 101, false));
+        assert!(!mass_deletion_refused(10, 9, false), "small libraries may lose most files");
+    }
+
+    #[test]
+    fn placement_prefers_the_path_then_active_content_then_revival() {
+        let (a, b, c) = (AssetId::new(), AssetId::new(), AssetId::new());
+        assert_eq!(place(Some(a), Some((b, true)), Some(c)), Placement::Touched(a));
+        assert_eq!(place(None, Some((b, true)), Some(c)), Placement::Copy(b));
+        assert_eq!(place(None, Some((b, false)), Some(c)), Placement::Moved(b));
+        assert_eq!(place(None, None, Some(c)), Placement::Revived(c));
+        assert_eq!(place(None, None, None), Placement::New);
+    }
+
+    fn candidate(path: &str, media: MediaType, second: u32, content_id: Option<&str>) -> PairingCandidate {
+        PairingCandidate {
+            asset_id: AssetId::new(),
+            file_path: path.as_bytes().to_vec(),
+            media_type: media,
+            captured_at: Utc.with_ymd_and_hms(2022, 3, 4, 5, 6, second).unwrap(),
+            content_id: content_id.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn live_photos_pair_by_name_and_folder_then_identifier_or_time() {
+        let still = candidate("2022/IMG_1.HEIC", MediaType::Image, 10, None);
+        let motion = candidate("2022/IMG_1.MOV", MediaType::Video, 12, None);
+        let far = candidate("2022/IMG_2.JPG", MediaType::Image, 10, None);
+        let far_motion = candidate("2022/IMG_2.MOV", MediaType::Video, 20, None);
+        let other_dir = candidate("2023/IMG_1.MOV", MediaType::Video, 10, None);
+        let id_still = candidate("IMG_3.jpg", MediaType::Image, 0, Some("X"));
+        let id_motion = candidate("IMG_3.mov", MediaType::Video, 50, Some("X"));
+        let wrong_id_still = candidate("IMG_4.jpg", MediaType::Image, 0, Some("Y"));
+        let wrong_id_motion = candidate("IMG_4.mov", MediaType::Video, 0, Some("Z"));
+        let all = [
+            still.clone(),
+            motion.clone(),
+            far,
+            far_motion,
+            other_dir,
+            id_still.clone(),
+            id_motion.clone(),
+            wrong_id_still,
+            wrong_id_motion,
+        ];
+        let mut expected = vec![(still.asset_id, motion.asset_id), (id_still.asset_id, id_motion.asset_id)];
+        expected.sort();
+        assert_eq!(pair_live_photos(&all, LIVE_PHOTO_MAX_GAP), expected);
+    }
+
+    #[test]
+    fn an_asset_pairs_at_most_once_and_exactly_at_the_gap_still_pairs() {
+        let still = candidate("IMG_5.jpg", MediaType::Image, 10, None);
+        let a = candidate("IMG_5.mov", MediaType::Video, 13, None);
+        let b = candidate("img_5.MOV", MediaType::Video, 7, None);
+        let pairs = pair_live_photos(&[still.clone(), a, b], LIVE_PHOTO_MAX_GAP);
+        assert_eq!(pairs.len(), 1);
+        assert_eq!(pairs[0].0, still.asset_id);
+        let late = candidate("IMG_5.mov", MediaType::Video, 14, None);
+        assert!(pair_live_photos(&[still, late], LIVE_PHOTO_MAX_GAP).is_empty());
+    }
+
+    #[test]
+    fn stems_split_on_the_last_slash_and_dot() {
+        assert_eq!(split_stem(b"a/b/IMG.1.jpg"), (&b"a/b"[..], &b"IMG.1"[..]));
+        assert_eq!(split_stem(b"IMG.jpg"), (&b""[..], &b"IMG"[..]));
+        assert_eq!(split_stem(b"a/.hidden"), (&b"a"[..], &b".hidden"[..]));
+        assert_eq!(split_stem(b"a/noext"), (&b"a"[..], &b"noext"[..]));
+    }
+}

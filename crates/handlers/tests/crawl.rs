@@ -1,0 +1,433 @@
+//! The crawl on real files generated here and a real PostgreSQL catalogue.
+
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use almanac_domain::{NewWorkItem, Scope, StorageConfigId, WorkItem, WorkKind, WorkQueue};
+use almanac_executor::{Handler, HandlerContext, HandlerError, ProgressReporter};
+use almanac_handlers::{CrawlHandler, CrawlSettings};
+use almanac_media::ToolLimits;
+use almanac_media::fixtures::{self, FixtureExif};
+use almanac_store_pg::{NewStorageConfig, PgStore};
+use almanac_testdb::TestDatabase;
+use diesel::sql_query;
+use diesel::sql_types::{BigInt, Binary, Bool, Nullable, Text, Uuid};
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use tokio_util::sync::CancellationToken;
+
+struct Library {
+    db: TestDatabase,
+    store: Arc<PgStore>,
+    config: StorageConfigId,
+    root: PathBuf,
+    proxies: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+async fn library() -> Library {
+    let db = TestDatabase::create().await;
+    let store = Arc::new(PgStore::new(db.url(), 6, Duration::from_secs(10)).unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("originals");
+    let proxies = dir.path().join("proxies");
+    std::fs::create_dir_all(&root).unwrap();
+    let (_, config) =
+        store.add_storage_config(&NewStorageConfig { username: "ann".into(), root_path: root.clone() }).await.unwrap();
+    Library { db, store, config: config.id, root, proxies, _dir: dir }
+}
+
+impl Library {
+    fn handler(&self) -> CrawlHandler<PgStore, PgStore> {
+        let settings = CrawlSettings {
+            proxy_root: self.proxies.clone(),
+            max_concurrent_files: 4,
+            tool_limits: ToolLimits::default(),
+        };
+        CrawlHandler::new(self.store.clone(), self.store.clone(), settings)
+    }
+
+    async fn item(&self, payload: serde_json::Value) -> WorkItem {
+        let new = NewWorkItem::new(WorkKind::Crawl, Scope::Config(self.config)).unwrap().with_payload(payload);
+        self.store.enqueue(&new).await.unwrap().item
+    }
+
+    async fn crawl_with(
+        &self,
+        payload: serde_json::Value,
+        cancel: CancellationToken,
+    ) -> Result<serde_json::Value, HandlerError> {
+        let ctx = HandlerContext { item: self.item(payload).await, cancel, progress: ProgressReporter::default() };
+        self.handler().run(ctx).await.map(|r| r.expect("a crawl reports its result"))
+    }
+
+    async fn crawl(&self) -> serde_json::Value {
+        self.crawl_with(serde_json::json!({}), CancellationToken::new()).await.expect("crawl succeeds")
+    }
+
+    fn write(&self, rel: &str, content: &[u8]) -> PathBuf {
+        let path = self.root.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, content).unwrap();
+        path
+    }
+
+    async fn conn(&self) -> AsyncPgConnection {
+        AsyncPgConnection::establish(self.db.url()).await.unwrap()
+    }
+
+    async fn assets(&self) -> Vec<AssetRow> {
+        sql_query(
+            "SELECT a.id, a.file_path, a.display_path, a.is_soft_deleted, a.captured_at_source, a.content_hash,
+                    m.width::bigint AS width, m.orientation_degrees::bigint AS orientation, m.camera_model,
+                    a.paired_asset_id, a.media_type,
+                    (SELECT count(*) FROM proxy_files p WHERE p.asset_id = a.id) AS proxies
+               FROM media_assets a LEFT JOIN asset_metadata m ON m.asset_id = a.id
+              ORDER BY a.display_path, a.created_at",
+        )
+        .load(&mut self.conn().await)
+        .await
+        .unwrap()
+    }
+
+    async fn active(&self) -> Vec<AssetRow> {
+        self.assets().await.into_iter().filter(|a| !a.is_soft_deleted).collect()
+    }
+
+    async fn count(&self, sql: &str) -> i64 {
+        #[derive(diesel::QueryableByName)]
+        struct N {
+            #[diesel(sql_type = BigInt)]
+            n: i64,
+        }
+        sql_query(sql).get_result::<N>(&mut self.conn().await).await.unwrap().n
+    }
+}
+
+#[derive(Debug, Clone, diesel::QueryableByName)]
+struct AssetRow {
+    #[diesel(sql_type = Uuid)]
+    id: uuid::Uuid,
+    #[diesel(sql_type = Binary)]
+    file_path: Vec<u8>,
+    #[diesel(sql_type = Text)]
+    display_path: String,
+    #[diesel(sql_type = Bool)]
+    is_soft_deleted: bool,
+    #[diesel(sql_type = Text)]
+    captured_at_source: String,
+    #[diesel(sql_type = Text)]
+    content_hash: String,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    width: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    orientation: Option<i64>,
+    #[diesel(sql_type = Nullable<Text>)]
+    camera_model: Option<String>,
+    #[diesel(sql_type = Nullable<Uuid>)]
+    paired_asset_id: Option<uuid::Uuid>,
+    #[diesel(sql_type = Text)]
+    media_type: String,
+    #[diesel(sql_type = BigInt)]
+    proxies: i64,
+}
+
+fn photo(seed: u32) -> Vec<u8> {
+    fixtures::jpeg(640, 480, seed, true, &FixtureExif::camera("2019:07:04 18:30:05", "+02:00"))
+}
+
+fn proxy_dir(lib: &Library, hash: &str) -> PathBuf {
+    lib.proxies.join(lib.config.to_string()).join(&hash[..2]).join(hash)
+}
+
+#[tokio::test]
+async fn first_crawl_ingests_media_with_metadata_and_proxies_and_queues_burst_detection() {
+    let lib = library().await;
+    lib.write("2019/IMG_0001.JPG", &photo(1));
+    lib.write("2019/screenshot.png", &fixtures::png(300, 200, 2));
+    lib.write("notes.txt", b"not media");
+    lib.write("2019/fake.jpg", b"I only look like a photo");
+    let result = lib.crawl().await;
+    assert_eq!(result["ingested"], 2, "{result}");
+    assert_eq!(result["unsupported"], 1);
+    assert_eq!(result["skipped"], 1, "the fake .jpg is skipped by its content");
+    assert_eq!(result["soft_deleted"], 0);
+
+    let assets = lib.active().await;
+    assert_eq!(assets.len(), 2);
+    let jpeg = &assets[0];
+    assert_eq!(jpeg.display_path, "2019/IMG_0001.JPG");
+    assert_eq!(
+        (jpeg.captured_at_source.as_str(), jpeg.width, jpeg.camera_model.as_deref()),
+        ("exif_original", Some(640), Some("Test Camera"))
+    );
+    assert_eq!(jpeg.proxies, 3, "preview, thumbnail, blurhash");
+    let dir = proxy_dir(&lib, &jpeg.content_hash);
+    assert!(dir.join("preview.jpg").is_file() && dir.join("thumbnail.jpg").is_file());
+    assert_eq!(image::image_dimensions(dir.join("thumbnail.jpg")).unwrap(), (300, 225));
+    let png = &assets[1];
+    assert_eq!(png.captured_at_source, "file_mtime", "no EXIF: the file time");
+    let on_this_day =
+        lib.count("SELECT count(*) AS n FROM media_assets WHERE capture_month = 7 AND capture_day = 4").await;
+    assert_eq!(on_this_day, 1);
+    let bursts =
+        lib.count("SELECT count(*) AS n FROM work_items WHERE kind = 'burst_detection' AND status = 'queued'").await;
+    assert_eq!(bursts, 1);
+}
+
+#[tokio::test]
+async fn a_recrawl_reads_no_unchanged_file() {
+    let lib = library().await;
+    for i in 0..5 {
+        lib.write(&format!("a/{i}.jpg"), &photo(i));
+    }
+    let first = lib.crawl().await;
+    assert_eq!(first["ingested"], 5);
+    assert!(first["bytes_hashed"].as_u64().unwrap() > 0);
+    let second = lib.crawl().await;
+    assert_eq!((second["unchanged"].as_u64(), second["bytes_hashed"].as_u64()), (Some(5), Some(0)), "{second}");
+    assert_eq!(second["ingested"], 0);
+    assert_eq!(lib.active().await.len(), 5);
+}
+
+#[tokio::test]
+async fn a_move_keeps_the_asset_and_its_proxies() {
+    let lib = library().await;
+    let old = lib.write("old/IMG.jpg", &photo(1));
+    lib.crawl().await;
+    let before = lib.active().await;
+    std::fs::create_dir_all(lib.root.join("new")).unwrap();
+    std::fs::rename(&old, lib.root.join("new/IMG.jpg")).unwrap();
+    let result = lib.crawl().await;
+    assert_eq!(
+        (result["moved"].as_u64(), result["ingested"].as_u64(), result["soft_deleted"].as_u64()),
+        (Some(1), Some(0), Some(0))
+    );
+    let after = lib.active().await;
+    assert_eq!(after.len(), 1);
+    assert_eq!((after[0].id, after[0].display_path.as_str()), (before[0].id, "new/IMG.jpg"));
+    assert_eq!(after[0].proxies, 3);
+}
+
+#[tokio::test]
+async fn a_copy_is_one_asset_with_the_extra_path_recorded() {
+    let lib = library().await;
+    lib.write("a/IMG.jpg", &photo(1));
+    lib.write("b/IMG copy.jpg", &photo(1));
+    let result = lib.crawl().await;
+    assert_eq!((result["ingested"].as_u64(), result["copies"].as_u64()), (Some(1), Some(1)), "{result}");
+    assert_eq!(lib.active().await.len(), 1);
+    assert_eq!(lib.count("SELECT count(*) AS n FROM asset_extra_paths").await, 1);
+    // Unchanged on the next crawl, copy included; and when the copy goes, its record goes.
+    let again = lib.crawl().await;
+    assert_eq!((again["unchanged"].as_u64(), again["bytes_hashed"].as_u64()), (Some(2), Some(0)));
+    std::fs::remove_file(lib.root.join("b/IMG copy.jpg")).unwrap();
+    lib.crawl().await;
+    assert_eq!(lib.count("SELECT count(*) AS n FROM asset_extra_paths").await, 0);
+    assert_eq!(lib.active().await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_deleted_file_is_soft_deleted_and_revived_when_it_comes_back() {
+    let lib = library().await;
+    lib.write("keep.jpg", &photo(1));
+    let gone = lib.write("gone.jpg", &photo(2));
+    lib.crawl().await;
+    let id = lib.active().await.into_iter().find(|a| a.display_path == "gone.jpg").unwrap().id;
+    let content = std::fs::read(&gone).unwrap();
+    std::fs::remove_file(&gone).unwrap();
+    let result = lib.crawl().await;
+    assert_eq!(result["soft_deleted"], 1);
+    assert!(lib.assets().await.iter().any(|a| a.id == id && a.is_soft_deleted));
+    lib.write("back/gone.jpg", &content);
+    let result = lib.crawl().await;
+    assert_eq!(result["revived"], 1);
+    let revived = lib.active().await.into_iter().find(|a| a.id == id).expect("same asset, active again");
+    assert_eq!(revived.display_path, "back/gone.jpg");
+}
+
+#[tokio::test]
+async fn changed_content_at_a_known_path_replaces_the_asset() {
+    let lib = library().await;
+    let path = lib.write("IMG.jpg", &photo(1));
+    lib.crawl().await;
+    let old = lib.active().await[0].clone();
+    std::fs::write(&path, photo(2)).unwrap();
+    let result = lib.crawl().await;
+    assert_eq!(result["ingested"], 1);
+    let assets = lib.assets().await;
+    assert_eq!(assets.len(), 2);
+    assert!(assets.iter().any(|a| a.id == old.id && a.is_soft_deleted));
+    let new = lib.active().await;
+    assert_eq!((new.len(), new[0].display_path.as_str()), (1, "IMG.jpg"));
+    assert_ne!(new[0].content_hash, old.content_hash);
+}
+
+#[tokio::test]
+async fn a_missing_or_emptied_root_is_refused_and_nothing_is_soft_deleted() {
+    let lib = library().await;
+    lib.write("IMG.jpg", &photo(1));
+    lib.crawl().await;
+    let moved_away = lib.root.with_file_name("unmounted");
+    std::fs::rename(&lib.root, &moved_away).unwrap();
+    let err = lib.crawl_with(serde_json::json!({}), CancellationToken::new()).await.unwrap_err();
+    assert!(err.retryable && err.message.contains("is the share mounted"), "{err:?}");
+    // An empty mount point looks the same.
+    std::fs::create_dir_all(&lib.root).unwrap();
+    let err = lib.crawl_with(serde_json::json!({}), CancellationToken::new()).await.unwrap_err();
+    assert!(err.retryable && err.message.contains("is empty"), "{err:?}");
+    assert_eq!(lib.active().await.len(), 1, "nothing soft-deleted");
+}
+
+#[tokio::test]
+async fn mass_deletion_is_refused_until_confirmed() {
+    let lib = library().await;
+    let small = fixtures::jpeg(16, 16, 0, false, &FixtureExif::default());
+    for i in 0..120u32 {
+        let mut content = small.clone();
+        content.extend_from_slice(&i.to_le_bytes()); // distinct content, still a valid JPEG
+        lib.write(&format!("lib/{i:03}.jpg"), &content);
+    }
+    let result = lib.crawl().await;
+    assert_eq!(result["ingested"], 120, "{result}");
+    for i in 0..110 {
+        std::fs::remove_file(lib.root.join(format!("lib/{i:03}.jpg"))).unwrap();
+    }
+    let err = lib.crawl_with(serde_json::json!({}), CancellationToken::new()).await.unwrap_err();
+    assert!(!err.retryable && err.message.contains("allow_mass_deletion"), "{err:?}");
+    assert_eq!(lib.active().await.len(), 120);
+    let result =
+        lib.crawl_with(serde_json::json!({"allow_mass_deletion": true}), CancellationToken::new()).await.unwrap();
+    assert_eq!(result["soft_deleted"], 110);
+}
+
+#[tokio::test]
+async fn links_are_never_followed_and_loops_do_not_hang() {
+    let lib = library().await;
+    let outside = lib.root.parent().unwrap().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("secret.jpg"), photo(9)).unwrap();
+    lib.write("in/IMG.jpg", &photo(1));
+    std::os::unix::fs::symlink(&outside, lib.root.join("in/escape")).unwrap();
+    std::os::unix::fs::symlink(lib.root.join("in"), lib.root.join("in/loop")).unwrap();
+    std::os::unix::fs::symlink(outside.join("secret.jpg"), lib.root.join("in/linked.jpg")).unwrap();
+    let result = lib.crawl().await;
+    assert_eq!((result["ingested"].as_u64(), result["links_skipped"].as_u64()), (Some(1), Some(3)), "{result}");
+    assert_eq!(lib.active().await[0].display_path, "in/IMG.jpg");
+}
+
+#[tokio::test]
+async fn system_folders_hidden_files_and_empty_files_are_passed_over() {
+    let lib = library().await;
+    lib.write("@eaDir/IMG.jpg/SYNOPHOTO_THUMB_XL.jpg", &photo(1));
+    lib.write("#recycle/old.jpg", &photo(2));
+    lib.write(".Trash-1000/files/x.jpg", &photo(3));
+    lib.write(".hidden.jpg", &photo(4));
+    lib.write("empty.jpg", b"");
+    lib.write("real.jpg", &photo(5));
+    let result = lib.crawl().await;
+    assert_eq!(
+        (result["ingested"].as_u64(), result["skipped"].as_u64(), result["failed"].as_u64()),
+        (Some(1), Some(1), Some(0)),
+        "{result}"
+    );
+    assert_eq!(lib.active().await[0].display_path, "real.jpg");
+}
+
+#[tokio::test]
+async fn a_non_utf8_name_is_kept_byte_for_byte() {
+    let lib = library().await;
+    let name = std::ffi::OsStr::from_bytes(b"caf\xe9.jpg");
+    std::fs::write(lib.root.join(name), photo(1)).unwrap();
+    lib.crawl().await;
+    let asset = &lib.active().await[0];
+    assert_eq!(asset.file_path, b"caf\xe9.jpg");
+    assert_eq!(asset.display_path, "caf\u{fffd}.jpg");
+    let again = lib.crawl().await;
+    assert_eq!(again["unchanged"], 1, "found again by its exact bytes");
+}
+
+#[tokio::test]
+async fn a_damaged_file_is_recorded_and_the_crawl_goes_on() {
+    let lib = library().await;
+    let good = photo(1);
+    lib.write("good.jpg", &good);
+    lib.write("cut.jpg", &photo(2)[..2000]);
+    let result = lib.crawl().await;
+    assert_eq!((result["ingested"].as_u64(), result["failed"].as_u64()), (Some(1), Some(1)), "{result}");
+    let failure = &result["failures"][0];
+    assert_eq!(failure["path"], "cut.jpg");
+    assert!(failure["reason"].as_str().unwrap().contains("damaged"), "{failure}");
+}
+
+#[tokio::test]
+async fn a_rotated_photo_gets_upright_proxies() {
+    let lib = library().await;
+    let exif = FixtureExif { orientation: Some(6), ..FixtureExif::camera("2020:02:02 10:00:00", "+01:00") };
+    lib.write("rotated.jpg", &fixtures::jpeg(640, 480, 3, false, &exif));
+    lib.crawl().await;
+    let asset = &lib.active().await[0];
+    assert_eq!(asset.orientation, Some(90));
+    let dir = proxy_dir(&lib, &asset.content_hash);
+    assert_eq!(image::image_dimensions(dir.join("preview.jpg")).unwrap(), (480, 640));
+}
+
+#[tokio::test]
+async fn live_photo_halves_pair_and_a_near_miss_does_not() {
+    if !fixtures::have_ffmpeg() {
+        panic!("ffmpeg is required (apt-get install -y ffmpeg)");
+    }
+    let lib = library().await;
+    let exif = FixtureExif::camera("2021:06:01 10:00:00", "+00:00");
+    lib.write("live/IMG_0001.JPG", &fixtures::jpeg(320, 240, 1, false, &exif));
+    fixtures::video(&lib.root.join("live/IMG_0001.MOV"), 1.0, 320, 240, "2021-06-01T10:00:02Z");
+    lib.write("live/IMG_0002.JPG", &fixtures::jpeg(320, 240, 2, false, &exif));
+    fixtures::video(&lib.root.join("live/IMG_0002.MOV"), 1.0, 320, 240, "2021-06-01T11:00:00Z");
+    let result = lib.crawl().await;
+    assert_eq!((result["ingested"].as_u64(), result["live_photos_paired"].as_u64()), (Some(4), Some(1)), "{result}");
+    let assets = lib.active().await;
+    let by = |p: &str| assets.iter().find(|a| a.display_path == p).unwrap().clone();
+    assert_eq!(by("live/IMG_0001.JPG").paired_asset_id, Some(by("live/IMG_0001.MOV").id));
+    assert_eq!(by("live/IMG_0001.MOV").paired_asset_id, Some(by("live/IMG_0001.JPG").id));
+    assert_eq!(by("live/IMG_0002.JPG").paired_asset_id, None);
+    let video = by("live/IMG_0001.MOV");
+    assert_eq!(
+        (video.media_type.as_str(), video.captured_at_source.as_str(), video.proxies),
+        ("video", "container", 2)
+    );
+    let dir = proxy_dir(&lib, &video.content_hash);
+    assert!(dir.join("poster.jpg").is_file() && dir.join("web.mp4").is_file());
+}
+
+#[tokio::test]
+async fn a_cancelled_crawl_soft_deletes_nothing_and_stops_ffmpeg() {
+    let lib = library().await;
+    let gone = lib.write("a-gone.jpg", &photo(1));
+    lib.crawl().await;
+    std::fs::remove_file(gone).unwrap();
+    fixtures::video(&lib.root.join("b-long.mp4"), 30.0, 1280, 720, "2021-06-01T10:00:00Z");
+    let cancel = CancellationToken::new();
+    let trigger = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(2000)).await;
+        trigger.cancel();
+    });
+    let err = lib.crawl_with(serde_json::json!({}), cancel).await.unwrap_err();
+    assert!(err.message.contains("cancelled"), "{err:?}");
+    assert_eq!(lib.active().await.len(), 1, "the vanished file is not soft-deleted by a cancelled crawl");
+    let marker = lib.proxies.display().to_string();
+    let survivors = std::process::Command::new("pgrep").args(["-f", &marker]).output().unwrap();
+    assert!(survivors.stdout.is_empty(), "ffmpeg still running");
+}
+
+#[tokio::test]
+async fn a_crawl_of_a_missing_config_is_a_permanent_error() {
+    let lib = library().await;
+    let mut item = lib.item(serde_json::json!({})).await;
+    item.scope = Scope::Config(StorageConfigId::new());
+    let ctx = HandlerContext { item, cancel: CancellationToken::new(), progress: ProgressReporter::default() };
+    let err = lib.handler().run(ctx).await.unwrap_err();
+    assert!(!err.retryable && err.message.contains("does not exist"));
+    let _ = Path::new("");
+}

@@ -1,0 +1,458 @@
+//! The catalogue statements the crawl needs ([`CatalogueStore`]).
+
+use almanac_domain::{
+    AssetId, CatalogueError, CatalogueStore, ContentHash, FileFacts, HashMatch, IngestOutcome, KnownFile, MediaType,
+    NewAsset, PairingCandidate, StorageConfig, StorageConfigId,
+};
+use chrono::{DateTime, Utc};
+use diesel::sql_types::{Array, BigInt, Binary, Bool, Double, Integer, Nullable, SmallInt, Text, Timestamptz, Uuid};
+use diesel::{QueryableByName, sql_query};
+use diesel_async::{AsyncConnection, RunQueryDsl};
+
+use crate::PgStore;
+use crate::error::{self, StoreError};
+
+const ACTIVE_CONTENT_INDEX: &str = "ix_media_assets_active_content";
+
+fn catalogue(e: StoreError) -> CatalogueError {
+    match e {
+        StoreError::Unavailable(m) => CatalogueError::Unavailable(m),
+        other => CatalogueError::Unexpected(other.to_string()),
+    }
+}
+
+fn db(e: diesel::result::Error) -> CatalogueError {
+    catalogue(error::from_diesel(e))
+}
+
+fn hash(hex: &str) -> Result<ContentHash, CatalogueError> {
+    ContentHash::from_hex(hex).map_err(|e| CatalogueError::Unexpected(e.to_string()))
+}
+
+fn media_type(s: &str) -> Result<MediaType, CatalogueError> {
+    match s {
+        "image" => Ok(MediaType::Image),
+        "video" => Ok(MediaType::Video),
+        other => Err(CatalogueError::Unexpected(format!("unknown media type {other:?}"))),
+    }
+}
+
+const fn media_type_str(t: MediaType) -> &'static str {
+    match t {
+        MediaType::Image => "image",
+        MediaType::Video => "video",
+    }
+}
+
+fn size(bytes: u64) -> i64 {
+    i64::try_from(bytes).unwrap_or(i64::MAX)
+}
+
+#[derive(QueryableByName)]
+struct Now {
+    #[diesel(sql_type = Timestamptz)]
+    now: DateTime<Utc>,
+}
+
+#[derive(QueryableByName)]
+struct KnownRow {
+    #[diesel(sql_type = Uuid)]
+    asset_id: uuid::Uuid,
+    #[diesel(sql_type = Text)]
+    content_hash: String,
+    #[diesel(sql_type = Binary)]
+    file_path: Vec<u8>,
+    #[diesel(sql_type = Text)]
+    display_path: String,
+    #[diesel(sql_type = BigInt)]
+    size_bytes: i64,
+    #[diesel(sql_type = Timestamptz)]
+    file_modified_at: DateTime<Utc>,
+    #[diesel(sql_type = Bool)]
+    extra: bool,
+}
+
+#[derive(QueryableByName)]
+struct HashRow {
+    #[diesel(sql_type = Uuid)]
+    id: uuid::Uuid,
+    #[diesel(sql_type = Binary)]
+    file_path: Vec<u8>,
+    #[diesel(sql_type = Bool)]
+    is_soft_deleted: bool,
+}
+
+#[derive(QueryableByName)]
+struct Counts {
+    #[diesel(sql_type = BigInt)]
+    total: i64,
+    #[diesel(sql_type = BigInt)]
+    unseen: i64,
+}
+
+#[derive(QueryableByName)]
+struct CandidateRow {
+    #[diesel(sql_type = Uuid)]
+    id: uuid::Uuid,
+    #[diesel(sql_type = Binary)]
+    file_path: Vec<u8>,
+    #[diesel(sql_type = Text)]
+    media_type: String,
+    #[diesel(sql_type = Timestamptz)]
+    captured_at: DateTime<Utc>,
+    #[diesel(sql_type = Nullable<Text>)]
+    live_photo_content_id: Option<String>,
+}
+
+#[derive(QueryableByName)]
+struct IdRow {
+    #[diesel(sql_type = Uuid)]
+    id: uuid::Uuid,
+}
+
+impl CatalogueStore for PgStore {
+    #[mutants::skip]
+    async fn now(&self) -> Result<DateTime<Utc>, CatalogueError> {
+        let mut conn = self.conn().await.map_err(catalogue)?;
+        let row: Now = sql_query("SELECT now() AS now").get_result(&mut conn).await.map_err(db)?;
+        Ok(row.now)
+    }
+
+    #[mutants::skip]
+    async fn storage_config(&self, id: StorageConfigId) -> Result<Option<StorageConfig>, CatalogueError> {
+        Ok(self.list_storage_configs().await.map_err(catalogue)?.into_iter().find(|c| c.id == id))
+    }
+
+    #[mutants::skip]
+    async fn known_files(&self, config: StorageConfigId) -> Result<Vec<KnownFile>, CatalogueError> {
+        let mut conn = self.conn().await.map_err(catalogue)?;
+        let rows: Vec<KnownRow> = sql_query(
+            "SELECT a.id AS asset_id, a.content_hash, a.file_path, a.display_path, a.size_bytes, a.file_modified_at,
+                    false AS extra
+               FROM media_assets a
+              WHERE a.storage_config_id = $1 AND NOT a.is_soft_deleted
+             UNION ALL
+             SELECT e.asset_id, a.content_hash, e.file_path, e.display_path, e.size_bytes, e.file_modified_at, true
+               FROM asset_extra_paths e JOIN media_assets a ON a.id = e.asset_id
+              WHERE e.storage_config_id = $1 AND NOT a.is_soft_deleted",
+        )
+        .bind::<Uuid, _>(config.as_uuid())
+        .load(&mut conn)
+        .await
+        .map_err(db)?;
+        rows.into_iter()
+            .map(|r| {
+                Ok(KnownFile {
+                    asset_id: AssetId::from_uuid(r.asset_id),
+                    content_hash: hash(&r.content_hash)?,
+                    facts: FileFacts {
+                        file_path: r.file_path,
+                        display_path: r.display_path,
+                        size: u64::try_from(r.size_bytes).unwrap_or(0),
+                        mtime: r.file_modified_at,
+                    },
+                    extra: r.extra,
+                })
+            })
+            .collect()
+    }
+
+    #[mutants::skip]
+    async fn find_by_hash(
+        &self,
+        config: StorageConfigId,
+        hash: &ContentHash,
+    ) -> Result<Vec<HashMatch>, CatalogueError> {
+        let mut conn = self.conn().await.map_err(catalogue)?;
+        let rows: Vec<HashRow> = sql_query(
+            "SELECT id, file_path, is_soft_deleted FROM media_assets
+              WHERE storage_config_id = $1 AND content_hash = $2
+              ORDER BY is_soft_deleted, soft_deleted_at DESC",
+        )
+        .bind::<Uuid, _>(config.as_uuid())
+        .bind::<Text, _>(hash.as_hex())
+        .load(&mut conn)
+        .await
+        .map_err(db)?;
+        Ok(rows
+            .into_iter()
+            .map(|r| HashMatch {
+                asset_id: AssetId::from_uuid(r.id),
+                file_path: r.file_path,
+                soft_deleted: r.is_soft_deleted,
+            })
+            .collect())
+    }
+
+    #[mutants::skip]
+    async fn mark_seen(
+        &self,
+        config: StorageConfigId,
+        assets: &[AssetId],
+        extra_paths: &[Vec<u8>],
+    ) -> Result<(), CatalogueError> {
+        let mut conn = self.conn().await.map_err(catalogue)?;
+        if !assets.is_empty() {
+            let ids: Vec<uuid::Uuid> = assets.iter().map(AssetId::as_uuid).collect();
+            sql_query("UPDATE media_assets SET last_seen_at = now() WHERE id = ANY($1) AND storage_config_id = $2")
+                .bind::<Array<Uuid>, _>(ids)
+                .bind::<Uuid, _>(config.as_uuid())
+                .execute(&mut conn)
+                .await
+                .map_err(db)?;
+        }
+        if !extra_paths.is_empty() {
+            sql_query("UPDATE asset_extra_paths SET last_seen_at = now() WHERE storage_config_id = $1 AND file_path = ANY($2)")
+                .bind::<Uuid, _>(config.as_uuid())
+                .bind::<Array<Binary>, _>(extra_paths)
+                .execute(&mut conn)
+                .await
+                .map_err(db)?;
+        }
+        Ok(())
+    }
+
+    #[mutants::skip]
+    async fn relocate(&self, asset: AssetId, facts: &FileFacts) -> Result<(), CatalogueError> {
+        let mut conn = self.conn().await.map_err(catalogue)?;
+        conn.transaction::<_, diesel::result::Error, _>(async |conn| {
+            // Whatever active asset held this path before has lost it (its content changed into this one's).
+            sql_query(
+                "UPDATE media_assets AS o SET is_soft_deleted = true, soft_deleted_at = now()
+                   FROM media_assets AS a
+                  WHERE a.id = $1 AND o.storage_config_id = a.storage_config_id AND o.file_path = $2
+                    AND NOT o.is_soft_deleted AND o.id <> a.id",
+            )
+            .bind::<Uuid, _>(asset.as_uuid())
+            .bind::<Binary, _>(&facts.file_path)
+            .execute(conn)
+            .await?;
+            sql_query(
+                "DELETE FROM asset_extra_paths e USING media_assets a
+                  WHERE a.id = $1 AND e.storage_config_id = a.storage_config_id AND e.file_path = $2",
+            )
+            .bind::<Uuid, _>(asset.as_uuid())
+            .bind::<Binary, _>(&facts.file_path)
+            .execute(conn)
+            .await?;
+            sql_query(
+                "UPDATE media_assets
+                    SET file_path = $2, display_path = $3, size_bytes = $4, file_modified_at = $5,
+                        is_soft_deleted = false, soft_deleted_at = NULL, last_seen_at = now()
+                  WHERE id = $1",
+            )
+            .bind::<Uuid, _>(asset.as_uuid())
+            .bind::<Binary, _>(&facts.file_path)
+            .bind::<Text, _>(&facts.display_path)
+            .bind::<BigInt, _>(size(facts.size))
+            .bind::<Timestamptz, _>(facts.mtime)
+            .execute(conn)
+            .await?;
+            Ok(())
+        })
+        .await
+        .map_err(db)
+    }
+
+    #[mutants::skip]
+    async fn record_extra_path(
+        &self,
+        config: StorageConfigId,
+        asset: AssetId,
+        facts: &FileFacts,
+    ) -> Result<(), CatalogueError> {
+        let mut conn = self.conn().await.map_err(catalogue)?;
+        sql_query(
+            "INSERT INTO asset_extra_paths (storage_config_id, file_path, asset_id, display_path, size_bytes, file_modified_at)
+             VALUES ($1, $2, $3, $4, $5, $6)
+             ON CONFLICT (storage_config_id, file_path) DO UPDATE
+                SET asset_id = EXCLUDED.asset_id, display_path = EXCLUDED.display_path,
+                    size_bytes = EXCLUDED.size_bytes, file_modified_at = EXCLUDED.file_modified_at,
+                    last_seen_at = now()",
+        )
+        .bind::<Uuid, _>(config.as_uuid())
+        .bind::<Binary, _>(&facts.file_path)
+        .bind::<Uuid, _>(asset.as_uuid())
+        .bind::<Text, _>(&facts.display_path)
+        .bind::<BigInt, _>(size(facts.size))
+        .bind::<Timestamptz, _>(facts.mtime)
+        .execute(&mut conn)
+        .await
+        .map_err(db)?;
+        Ok(())
+    }
+
+    #[mutants::skip]
+    async fn ingest(&self, asset: &NewAsset) -> Result<IngestOutcome, CatalogueError> {
+        let mut conn = self.conn().await.map_err(catalogue)?;
+        let id = AssetId::new();
+        let (month, day) = asset.capture.local_month_day();
+        let stored = conn
+            .transaction::<_, diesel::result::Error, _>(async |conn| {
+                if let Some(old) = asset.replaces {
+                    sql_query(
+                        "UPDATE media_assets SET is_soft_deleted = true, soft_deleted_at = now()
+                          WHERE id = $1 AND NOT is_soft_deleted",
+                    )
+                    .bind::<Uuid, _>(old.as_uuid())
+                    .execute(conn)
+                    .await?;
+                }
+                sql_query(
+                    "INSERT INTO media_assets (id, storage_config_id, file_path, display_path, content_hash, size_bytes,
+                         file_modified_at, media_type, captured_at, captured_offset_minutes, captured_at_source,
+                         capture_month, capture_day)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+                )
+                .bind::<Uuid, _>(id.as_uuid())
+                .bind::<Uuid, _>(asset.storage_config_id.as_uuid())
+                .bind::<Binary, _>(&asset.facts.file_path)
+                .bind::<Text, _>(&asset.facts.display_path)
+                .bind::<Text, _>(asset.content_hash.as_hex())
+                .bind::<BigInt, _>(size(asset.facts.size))
+                .bind::<Timestamptz, _>(asset.facts.mtime)
+                .bind::<Text, _>(media_type_str(asset.media_type))
+                .bind::<Timestamptz, _>(asset.capture.at)
+                .bind::<Nullable<Integer>, _>(asset.capture.offset_minutes)
+                .bind::<Text, _>(asset.capture.source.as_str())
+                .bind::<SmallInt, _>(month as i16)
+                .bind::<SmallInt, _>(day as i16)
+                .execute(conn)
+                .await?;
+                let m = &asset.metadata;
+                sql_query(
+                    "INSERT INTO asset_metadata (asset_id, width, height, orientation_degrees, duration_ms,
+                         gps_latitude, gps_longitude, gps_altitude_m, camera_make, camera_model, lens_model,
+                         camera_burst_id, live_photo_content_id)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+                )
+                .bind::<Uuid, _>(id.as_uuid())
+                .bind::<Nullable<Integer>, _>(m.width.map(|w| w as i32))
+                .bind::<Nullable<Integer>, _>(m.height.map(|h| h as i32))
+                .bind::<SmallInt, _>(m.orientation_degrees as i16)
+                .bind::<Nullable<BigInt>, _>(m.duration_ms.map(|d| d as i64))
+                .bind::<Nullable<Double>, _>(m.gps_latitude)
+                .bind::<Nullable<Double>, _>(m.gps_longitude)
+                .bind::<Nullable<Double>, _>(m.gps_altitude_m)
+                .bind::<Nullable<Text>, _>(m.camera_make.as_deref())
+                .bind::<Nullable<Text>, _>(m.camera_model.as_deref())
+                .bind::<Nullable<Text>, _>(m.lens_model.as_deref())
+                .bind::<Nullable<Text>, _>(m.camera_burst_id.as_deref())
+                .bind::<Nullable<Text>, _>(m.live_photo_content_id.as_deref())
+                .execute(conn)
+                .await?;
+                for p in &asset.proxies {
+                    sql_query(
+                        "INSERT INTO proxy_files (id, asset_id, proxy_type, relative_path, inline_value, size_bytes)
+                         VALUES ($1, $2, $3, $4, $5, $6)",
+                    )
+                    .bind::<Uuid, _>(uuid::Uuid::now_v7())
+                    .bind::<Uuid, _>(id.as_uuid())
+                    .bind::<Text, _>(p.proxy_type.as_str())
+                    .bind::<Nullable<Text>, _>(p.relative_path.as_deref())
+                    .bind::<Nullable<Text>, _>(p.inline_value.as_deref())
+                    .bind::<BigInt, _>(size(p.size_bytes))
+                    .execute(conn)
+                    .await?;
+                }
+                Ok(())
+            })
+            .await;
+        match stored {
+            Ok(()) => Ok(IngestOutcome::Ingested(id)),
+            Err(e) if error::is_unique_violation_of(&e, ACTIVE_CONTENT_INDEX) => {
+                let existing: Vec<IdRow> = sql_query(
+                    "SELECT id FROM media_assets WHERE storage_config_id = $1 AND content_hash = $2 AND NOT is_soft_deleted",
+                )
+                .bind::<Uuid, _>(asset.storage_config_id.as_uuid())
+                .bind::<Text, _>(asset.content_hash.as_hex())
+                .load(&mut conn)
+                .await
+                .map_err(db)?;
+                existing
+                    .into_iter()
+                    .next()
+                    .map(|r| IngestOutcome::ContentExists(AssetId::from_uuid(r.id)))
+                    .ok_or_else(|| CatalogueError::Unexpected("content vanished during ingest".into()))
+            }
+            Err(e) => Err(db(e)),
+        }
+    }
+
+    #[mutants::skip]
+    async fn count_unseen(&self, config: StorageConfigId, since: DateTime<Utc>) -> Result<(u64, u64), CatalogueError> {
+        let mut conn = self.conn().await.map_err(catalogue)?;
+        let c: Counts = sql_query(
+            "SELECT count(*) AS total, count(*) FILTER (WHERE last_seen_at < $2) AS unseen
+               FROM media_assets WHERE storage_config_id = $1 AND NOT is_soft_deleted",
+        )
+        .bind::<Uuid, _>(config.as_uuid())
+        .bind::<Timestamptz, _>(since)
+        .get_result(&mut conn)
+        .await
+        .map_err(db)?;
+        Ok((c.total as u64, c.unseen as u64))
+    }
+
+    #[mutants::skip]
+    async fn soft_delete_unseen(&self, config: StorageConfigId, since: DateTime<Utc>) -> Result<u64, CatalogueError> {
+        let mut conn = self.conn().await.map_err(catalogue)?;
+        conn.transaction::<_, diesel::result::Error, _>(async |conn| {
+            let n = sql_query(
+                "UPDATE media_assets SET is_soft_deleted = true, soft_deleted_at = now()
+                  WHERE storage_config_id = $1 AND NOT is_soft_deleted AND last_seen_at < $2",
+            )
+            .bind::<Uuid, _>(config.as_uuid())
+            .bind::<Timestamptz, _>(since)
+            .execute(conn)
+            .await?;
+            sql_query("DELETE FROM asset_extra_paths WHERE storage_config_id = $1 AND last_seen_at < $2")
+                .bind::<Uuid, _>(config.as_uuid())
+                .bind::<Timestamptz, _>(since)
+                .execute(conn)
+                .await?;
+            Ok(n as u64)
+        })
+        .await
+        .map_err(db)
+    }
+
+    #[mutants::skip]
+    async fn pairing_candidates(&self, config: StorageConfigId) -> Result<Vec<PairingCandidate>, CatalogueError> {
+        let mut conn = self.conn().await.map_err(catalogue)?;
+        let rows: Vec<CandidateRow> = sql_query(
+            "SELECT a.id, a.file_path, a.media_type, a.captured_at, m.live_photo_content_id
+               FROM media_assets a LEFT JOIN asset_metadata m ON m.asset_id = a.id
+              WHERE a.storage_config_id = $1 AND NOT a.is_soft_deleted AND a.paired_asset_id IS NULL",
+        )
+        .bind::<Uuid, _>(config.as_uuid())
+        .load(&mut conn)
+        .await
+        .map_err(db)?;
+        rows.into_iter()
+            .map(|r| {
+                Ok(PairingCandidate {
+                    asset_id: AssetId::from_uuid(r.id),
+                    file_path: r.file_path,
+                    media_type: media_type(&r.media_type)?,
+                    captured_at: r.captured_at,
+                    content_id: r.live_photo_content_id,
+                })
+            })
+            .collect()
+    }
+
+    #[mutants::skip]
+    async fn pair(&self, still: AssetId, motion: AssetId) -> Result<(), CatalogueError> {
+        let mut conn = self.conn().await.map_err(catalogue)?;
+        sql_query(
+            "UPDATE media_assets SET paired_asset_id = CASE WHEN id = $1 THEN $2 ELSE $1 END WHERE id IN ($1, $2)",
+        )
+        .bind::<Uuid, _>(still.as_uuid())
+        .bind::<Uuid, _>(motion.as_uuid())
+        .execute(&mut conn)
+        .await
+        .map_err(db)?;
+        Ok(())
+    }
+}
