@@ -40,9 +40,13 @@ async fn library() -> Library {
 
 impl Library {
     fn handler(&self) -> CrawlHandler<PgStore, PgStore> {
+        self.handler_with(4)
+    }
+
+    fn handler_with(&self, max_concurrent_files: usize) -> CrawlHandler<PgStore, PgStore> {
         let settings = CrawlSettings {
             proxy_root: self.proxies.clone(),
-            max_concurrent_files: 4,
+            max_concurrent_files,
             tool_limits: ToolLimits::default(),
         };
         CrawlHandler::new(self.store.clone(), self.store.clone(), settings)
@@ -430,4 +434,29 @@ async fn a_crawl_of_a_missing_config_is_a_permanent_error() {
     let err = lib.handler().run(ctx).await.unwrap_err();
     assert!(!err.retryable && err.message.contains("does not exist"));
     let _ = Path::new("");
+}
+
+#[tokio::test]
+async fn a_file_that_vanishes_mid_crawl_is_passed_over() {
+    let lib = library().await;
+    // One file at a time: the video is processed first (walk order) and takes seconds, long after the walk
+    // has listed the photo; the photo is deleted meanwhile.
+    fixtures::video(&lib.root.join("a.mp4"), 20.0, 640, 480, "2021-06-01T10:00:00Z");
+    let photo_path = lib.write("b.jpg", &photo(1));
+    let ctx = HandlerContext {
+        item: lib.item(serde_json::json!({})).await,
+        cancel: CancellationToken::new(),
+        progress: ProgressReporter::default(),
+    };
+    let handler = lib.handler_with(1);
+    let crawl = handler.run(ctx);
+    let delete = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        std::fs::remove_file(&photo_path).unwrap();
+    };
+    let (result, ()) = tokio::join!(crawl, delete);
+    let result = result.unwrap().unwrap();
+    assert_eq!((result["found"].as_u64(), result["ingested"].as_u64()), (Some(2), Some(1)), "{result}");
+    assert_eq!((result["skipped"].as_u64(), result["failed"].as_u64()), (Some(1), Some(0)), "{result}");
+    assert_eq!(lib.active().await.len(), 1);
 }

@@ -149,3 +149,12 @@ pub fn video(path: &Path, seconds: f32, width: u32, height: u32, creation_time: 
         .expect("run ffmpeg");
     assert!(status.success(), "ffmpeg could not make {}", path.display());
 }
+
+/// Writes a HEIC of `picture(width, height, seed, false)` through libheif's `heif-enc`.
+pub fn heic(path: &Path, width: u32, height: u32, seed: u32) {
+    let png = path.with_extension("fixture.png");
+    std::fs::write(&png, self::png(width, height, seed)).expect("write png");
+    let output = Command::new("heif-enc").arg("-o").arg(path).arg(&png).output().expect("run heif-enc");
+    let _ = std::fs::remove_file(&png);
+    assert!(output.status.success(), "heif-enc failed: {}", String::from_utf8_lossy(&output.stderr));
+}

@@ -162,3 +162,19 @@ async fn cancellation_stops_ffmpeg_within_a_second_and_leaves_no_process() {
     assert!(!out.join("web.mp4").exists());
     assert!(!out.join(".web.tmp.mp4").exists(), "the partial transcode is removed");
 }
+
+#[test]
+fn heic_goes_through_libheif_and_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("IMG_0001.HEIC");
+    fixtures::heic(&src, 640, 480, 4);
+    let content = std::fs::read(&src).unwrap();
+    assert_eq!(almanac_media::detect_format(&src, &content[..16]), Some(MediaFormat::Heic));
+    let out = dir.path().join("proxies");
+    let made = make_still_proxies(&src, &content, MediaFormat::Heic, 1, &out).unwrap();
+    assert_eq!((made.width, made.height), (640, 480));
+    assert_eq!(dims(&out.join("thumbnail.jpg")), (300, 225));
+    let mut names: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).collect();
+    names.sort();
+    assert_eq!(names, ["preview.jpg", "thumbnail.jpg"]);
+}

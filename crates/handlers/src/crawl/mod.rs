@@ -418,7 +418,10 @@ impl<C: CatalogueStore> Run<'_, C> {
             let mut head = [0u8; MAGIC_LEN];
             let n = {
                 use std::io::Read;
-                let mut f = std::fs::File::open(&abs).map_err(|e| FileProblem::Failed(format!("cannot open: {e}")))?;
+                let mut f = std::fs::File::open(&abs).map_err(|e| match e.kind() {
+                    std::io::ErrorKind::NotFound => FileProblem::Skipped("vanished during the crawl".into()),
+                    _ => FileProblem::Failed(format!("cannot open: {e}")),
+                })?;
                 let mut n = 0;
                 while n < head.len() {
                     match f.read(&mut head[n..]) {
