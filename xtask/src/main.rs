@@ -13,7 +13,7 @@ cargo xtask <verb>
   migrate                 apply migrations to DATABASE_URL, or to the private cluster's dev database
   schema [--check]        write docs/schema.sql from a freshly migrated database; --check fails when it is stale
   test [ARGS…]            start the private cluster and run the whole test suite (nextest when installed)
-  bench queue             queue benchmarks (release build), JSON on stdout and in docs/benchmarks/queue.json
+  bench queue|crawl       benchmarks (release build), JSON on stdout and in docs/benchmarks/<name>.json
 ";
 
 fn main() -> ExitCode {
@@ -55,10 +55,14 @@ fn run(args: &[String]) -> Result<ExitCode> {
             println!("docs/schema.sql is current");
         }
         ["test", rest @ ..] => return test(rest),
-        ["bench", "queue"] => {
+        ["bench", which @ ("queue" | "crawl")] => {
+            let (package, example) = match *which {
+                "queue" => ("almanac-store-pg", "queue_bench"),
+                _ => ("almanac-handlers", "crawl_bench"),
+            };
             let cluster = started_cluster()?;
             let output = Command::new(cargo())
-                .args(["run", "--release", "--quiet", "-p", "almanac-store-pg", "--example", "queue_bench"])
+                .args(["run", "--release", "--quiet", "-p", package, "--example", example])
                 .env("TEST_DATABASE_URL", cluster.url("postgres"))
                 .current_dir(workspace())
                 .stderr(std::process::Stdio::inherit())
@@ -66,7 +70,7 @@ fn run(args: &[String]) -> Result<ExitCode> {
             let report = String::from_utf8_lossy(&output.stdout);
             print!("{report}");
             if output.status.success() {
-                let path = workspace().join("docs/benchmarks/queue.json");
+                let path = workspace().join(format!("docs/benchmarks/{which}.json"));
                 std::fs::create_dir_all(path.parent().expect("docs/benchmarks"))?;
                 std::fs::write(&path, report.as_bytes())?;
                 eprintln!("recorded in {}", path.display());

@@ -112,6 +112,35 @@ impl PgStore {
         Ok(rows.into_iter().map(StorageConfig::from).collect())
     }
 
+    /// The user with this name, if any.
+    #[mutants::skip]
+    pub async fn user_by_name(&self, username: &str) -> Result<Option<User>, StoreError> {
+        let mut conn = self.conn().await?;
+        let rows: Vec<UserRow> = sql_query("SELECT id, username, disabled FROM users WHERE username = $1")
+            .bind::<Text, _>(username)
+            .load(&mut conn)
+            .await
+            .map_err(error::from_diesel)?;
+        Ok(rows.into_iter().next().map(|u| User {
+            id: UserId::from_uuid(u.id),
+            username: u.username,
+            disabled: u.disabled,
+        }))
+    }
+
+    /// Finds a storage config by its id or its root path (as the CLI's `--config` takes either).
+    pub async fn find_storage_config(&self, id_or_root: &str) -> Result<StorageConfig, StoreError> {
+        let configs = self.list_storage_configs().await?;
+        let by_id = id_or_root.parse::<StorageConfigId>().ok();
+        configs.into_iter().find(|c| Some(c.id) == by_id || c.root_path == std::path::Path::new(id_or_root)).ok_or_else(
+            || {
+                StoreError::NotFound(format!(
+                    "no storage config with id or root path {id_or_root:?}; `almanac-worker config list` shows them"
+                ))
+            },
+        )
+    }
+
     /// Makes a storage config active or inactive. Inactive configs are not claimed for.
     #[mutants::skip]
     pub async fn set_storage_config_active(&self, id: StorageConfigId, active: bool) -> Result<(), StoreError> {

@@ -67,6 +67,15 @@ pub(crate) fn from_diesel(e: DieselError) -> StoreError {
             info.constraint_name().unwrap_or("unknown")
         )),
         DieselError::NotFound => StoreError::NotFound(e.to_string()),
+        // 42P01: the schema is missing, i.e. the database was never migrated.
+        DieselError::DatabaseError(_, info)
+            if info.message().starts_with("relation") && info.message().ends_with("does not exist") =>
+        {
+            StoreError::Unexpected(format!(
+                "{}: the database is not migrated; run `almanac-worker migrate`",
+                info.message()
+            ))
+        }
         DieselError::DatabaseError(DatabaseErrorKind::Unknown, info) if is_connection_message(info.message()) => {
             StoreError::Unavailable(e.to_string())
         }

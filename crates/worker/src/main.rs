@@ -1,0 +1,281 @@
+//! `almanac-worker`: the Worker of Almanac, a self-hosted photo and video flashback library.
+//!
+//! Exit codes: 0 success; 1 failure; 2 bad usage or configuration; 3 the database is unavailable;
+//! 4 shutdown could not write everything (lease recovery will requeue what was left).
+
+mod http;
+mod observe;
+mod run;
+mod settings;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use almanac_domain::{CancelOutcome, DedupKey, NewWorkItem, Scope, Status, WorkItemId, WorkKind, WorkQueue};
+use almanac_store_pg::{NewStorageConfig, PgStore, StoreError};
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+
+use crate::settings::Settings;
+
+/// The Almanac Worker: crawls folders of originals, builds proxies, groups bursts and keeps the catalogue.
+#[derive(Parser)]
+#[command(
+    version,
+    about = "The Almanac Worker: crawls folders of originals, builds proxies, groups bursts and keeps the catalogue.",
+    after_help = "Configuration: almanac.toml (or --config-file), then ALMANAC__SECTION__KEY \
+environment variables (e.g. ALMANAC__QUEUE__LEASE=30s) and DATABASE_URL.\nExit codes: 0 ok, 1 failure, 2 bad \
+usage or configuration, 3 database unavailable, 4 unclean shutdown."
+)]
+struct Cli {
+    /// Configuration file (default: ./almanac.toml when present).
+    #[arg(long, global = true)]
+    config_file: Option<PathBuf>,
+    /// Log format: human or json (overrides log.format).
+    #[arg(long, global = true)]
+    log_format: Option<settings::LogFormat>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+impl clap::ValueEnum for settings::LogFormat {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[settings::LogFormat::Human, settings::LogFormat::Json]
+    }
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(match self {
+            settings::LogFormat::Human => "human",
+            settings::LogFormat::Json => "json",
+        }))
+    }
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the Worker until SIGTERM or Ctrl-C.
+    #[command(after_help = "Example: DATABASE_URL=postgres://almanac@db/almanac almanac-worker run --migrate")]
+    Run {
+        /// Apply pending migrations first instead of refusing to start.
+        #[arg(long)]
+        migrate: bool,
+    },
+    /// Apply pending database migrations.
+    Migrate,
+    /// Storage configs (folders of originals), and the Worker's own configuration.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Enqueue a work item.
+    #[command(after_help = "Examples:\n  almanac-worker enqueue crawl --config /photos/ann --dedup-key crawl:ann\n  \
+almanac-worker enqueue crawl --config /photos/ann --payload '{\"allow_mass_deletion\": true}'\n  \
+almanac-worker enqueue token-cleanup")]
+    Enqueue {
+        /// crawl, burst-detection, purge, proxy-deletion, proxy-sweep, token-cleanup, work-item-retention.
+        kind: String,
+        /// The storage config, by id or root path (for scoped kinds).
+        #[arg(long)]
+        config: Option<String>,
+        /// Kind-specific input, as JSON.
+        #[arg(long)]
+        payload: Option<String>,
+        /// When an item with this key is already queued, return it instead.
+        #[arg(long)]
+        dedup_key: Option<String>,
+    },
+    /// Cancel a work item: at once when queued, at its next heartbeat when running.
+    Cancel {
+        /// The item's id.
+        id: String,
+    },
+    /// Show the queue: counts by kind and status, running items, recent failures.
+    Status {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Register a folder of originals for a user (created when missing).
+    #[command(after_help = "Example: almanac-worker config add --user ann --root /volume1/photos/ann")]
+    Add {
+        #[arg(long)]
+        user: String,
+        #[arg(long)]
+        root: PathBuf,
+    },
+    /// List storage configs.
+    List,
+    /// Stop serving a storage config (its catalogue stays).
+    Deactivate {
+        /// Id or root path.
+        config: String,
+    },
+    /// Print the effective configuration, secrets masked.
+    Check,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let mut settings = match Settings::load(cli.config_file.as_deref()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("almanac-worker: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(format) = cli.log_format {
+        settings.log.format = format;
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("almanac-worker: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(dispatch(cli.command, settings)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("almanac-worker: {e:#}");
+            let unavailable = e.chain().any(|c| {
+                matches!(c.downcast_ref::<StoreError>(), Some(StoreError::Unavailable(_)))
+                    || matches!(
+                        c.downcast_ref::<almanac_domain::QueueError>(),
+                        Some(almanac_domain::QueueError::Unavailable(_))
+                    )
+            });
+            ExitCode::from(if unavailable { 3 } else { 1 })
+        }
+    }
+}
+
+async fn dispatch(command: Command, settings: Settings) -> Result<ExitCode> {
+    match command {
+        Command::Run { migrate } => run::run(settings, migrate).await,
+        Command::Config(ConfigCommand::Check) => {
+            print!("{}", settings.masked_toml());
+            Ok(ExitCode::SUCCESS)
+        }
+        other => {
+            let url = settings.database_url()?.to_owned();
+            let store = PgStore::new(&url, 2, settings.database.connect_timeout)?;
+            admin(other, &url, &store).await
+        }
+    }
+}
+
+async fn admin(command: Command, url: &str, store: &PgStore) -> Result<ExitCode> {
+    match command {
+        Command::Migrate => {
+            let applied = almanac_store_pg::migrate(url).await?;
+            if applied.is_empty() {
+                println!("the database is up to date");
+            } else {
+                println!("applied {} migration(s): {}", applied.len(), applied.join(", "));
+            }
+        }
+        Command::Config(ConfigCommand::Add { user, root }) => {
+            let root = std::path::absolute(&root).with_context(|| format!("resolving {}", root.display()))?;
+            if !root.is_dir() {
+                eprintln!(
+                    "warning: {} is not a folder here (yet); the crawl will refuse it until it is",
+                    root.display()
+                );
+            }
+            let (user, config) =
+                store.add_storage_config(&NewStorageConfig { username: user, root_path: root }).await?;
+            println!("{}\t{}\t{}", config.id, user.username, config.root_path.display());
+        }
+        Command::Config(ConfigCommand::List) => {
+            println!("ID\tACTIVE\tROOT");
+            for c in store.list_storage_configs().await? {
+                println!("{}\t{}\t{}", c.id, if c.is_active { "yes" } else { "no" }, c.root_path.display());
+            }
+        }
+        Command::Config(ConfigCommand::Deactivate { config }) => {
+            let c = store.find_storage_config(&config).await?;
+            store.set_storage_config_active(c.id, false).await?;
+            println!("deactivated {} ({})", c.id, c.root_path.display());
+        }
+        Command::Enqueue { kind, config, payload, dedup_key } => {
+            let kind: WorkKind = kind.replace('-', "_").parse()?;
+            let scope = match config {
+                Some(c) => Scope::Config(store.find_storage_config(&c).await?.id),
+                None => Scope::Unscoped,
+            };
+            let mut item = NewWorkItem::new(kind, scope)?;
+            if let Some(p) = payload {
+                item = item.with_payload(serde_json::from_str(&p).context("--payload must be JSON")?);
+            }
+            if let Some(k) = dedup_key {
+                item = item.with_dedup_key(DedupKey::new(k)?);
+            }
+            let enqueued = store.enqueue(&item).await?;
+            println!("{}\t{}", enqueued.item.id, if enqueued.created { "queued" } else { "already queued" });
+        }
+        Command::Cancel { id } => {
+            let id: WorkItemId = id.parse().with_context(|| format!("{id:?} is not a work item id"))?;
+            match store.request_cancel(id).await? {
+                CancelOutcome::Cancelled => println!("cancelled {id}"),
+                CancelOutcome::Requested => println!("cancel requested for running item {id}"),
+                CancelOutcome::AlreadyFinished(s) => println!("{id} already finished ({s})"),
+                CancelOutcome::NotFound => anyhow::bail!("no work item {id}"),
+            }
+        }
+        Command::Status { json } => status(store, json).await?,
+        Command::Run { .. } | Command::Config(ConfigCommand::Check) => unreachable!("dispatched above"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn status(store: &PgStore, json: bool) -> Result<()> {
+    let summary = store.queue_summary().await?;
+    let running = store.list_items(Some(Status::Running), 100).await?;
+    let failed = store.list_items(Some(Status::Failed), 10).await?;
+    if json {
+        let value = serde_json::json!({
+            "counts": summary.iter().map(|r| serde_json::json!({"kind": r.kind, "status": r.status, "count": r.count})).collect::<Vec<_>>(),
+            "running": running,
+            "recent_failures": failed,
+        });
+        println!("{}", serde_json::to_string_pretty(&value)?);
+        return Ok(());
+    }
+    println!("{:<22}{:>9}{:>9}{:>11}{:>9}{:>11}", "KIND", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED");
+    let mut kinds: Vec<&str> = summary.iter().map(|r| r.kind.as_str()).collect();
+    kinds.dedup();
+    for kind in kinds {
+        let n = |status: &str| summary.iter().find(|r| r.kind == kind && r.status == status).map_or(0, |r| r.count);
+        println!(
+            "{:<22}{:>9}{:>9}{:>11}{:>9}{:>11}",
+            kind,
+            n("queued"),
+            n("running"),
+            n("succeeded"),
+            n("failed"),
+            n("cancelled")
+        );
+    }
+    if !running.is_empty() {
+        println!("\nRUNNING");
+        for i in &running {
+            println!(
+                "{}  {}  config {}  worker {}  attempt {}  progress {}",
+                i.id,
+                i.kind,
+                i.scope.storage_config().map_or("-".into(), |c| c.to_string()),
+                i.worker_id.as_deref().unwrap_or("-"),
+                i.attempt,
+                i.progress.as_ref().map_or("-".into(), |p| p.to_string())
+            );
+        }
+    }
+    if !failed.is_empty() {
+        println!("\nRECENT FAILURES");
+        for i in &failed {
+            println!("{}  {}  {}", i.id, i.kind, i.last_error.as_deref().unwrap_or("-"));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,133 @@
+//! `almanac-worker run`: wire the store, the executor, the handlers, the listener and the HTTP endpoints.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use almanac_domain::ServedConfigs;
+use almanac_executor::{Executor, HandlerRegistry};
+use almanac_handlers::{CrawlHandler, CrawlSettings};
+use almanac_media::ToolLimits;
+use almanac_store_pg::{PgStore, StoreError, listen_for_work};
+use anyhow::{Context, Result, bail};
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use crate::http::{self, Health};
+use crate::observe;
+use crate::settings::{Settings, mask_password};
+
+/// How often, and how long, `run` tries to reach the database before giving up.
+const CONNECT_ATTEMPTS: u32 = 5;
+
+pub async fn run(settings: Settings, migrate: bool) -> Result<ExitCode> {
+    let counts = observe::init(&settings.log)?;
+    let url = settings.database_url()?.to_owned();
+    let pending = pending_migrations(&url).await?;
+    if !pending.is_empty() {
+        if !migrate {
+            eprintln!(
+                "almanac-worker: {} migration(s) pending ({}): run `almanac-worker migrate`, or start with --migrate",
+                pending.len(),
+                pending.join(", ")
+            );
+            return Ok(ExitCode::from(2));
+        }
+        let applied = almanac_store_pg::migrate(&url).await?;
+        info!(event = "migrated", applied = ?applied, "applied pending migrations");
+    }
+    let store = PgStore::new(&url, settings.database.max_connections, settings.database.connect_timeout)?;
+    let served = match &settings.worker.user {
+        None => ServedConfigs::All,
+        Some(name) => match store.user_by_name(name).await? {
+            Some(user) => ServedConfigs::User(user.id),
+            None => bail!(
+                "worker.user: there is no user {name:?}; `almanac-worker config add --user {name} --root …` creates one"
+            ),
+        },
+    };
+    let executor_config = settings.executor(served)?;
+    std::fs::create_dir_all(&settings.storage.proxy_root)
+        .with_context(|| format!("storage.proxy_root: cannot create {}", settings.storage.proxy_root.display()))?;
+    let store = Arc::new(store);
+    let crawl = CrawlHandler::new(
+        store.clone(),
+        store.clone(),
+        CrawlSettings {
+            proxy_root: settings.storage.proxy_root.clone(),
+            max_concurrent_files: settings.worker.max_concurrent_files,
+            tool_limits: ToolLimits::default(),
+        },
+    );
+    let registry = HandlerRegistry::new().register(crawl);
+    let executor = Executor::new(store.clone(), registry, executor_config)?;
+
+    let stop = CancellationToken::new();
+    let running = Arc::new(AtomicBool::new(true));
+    let listener = tokio::spawn(listen_for_work(url.clone(), executor.waker(), stop.clone()));
+    let http = if settings.http.enabled {
+        let bound = http::bind(settings.http.address).await?;
+        info!(event = "http_listening", address = %settings.http.address, "serving /healthz, /readyz and /metrics");
+        let health = Health { store: (*store).clone(), counts, running: running.clone() };
+        Some(tokio::spawn(http::serve(bound, health, stop.clone())))
+    } else {
+        None
+    };
+    let shutdown = CancellationToken::new();
+    tokio::spawn(signals(shutdown.clone()));
+    info!(event = "worker_starting", database = %mask_password(&url), served = ?served, "starting");
+    let report = executor.run(shutdown).await;
+    running.store(false, Ordering::Relaxed);
+    stop.cancel();
+    let _ = listener.await;
+    if let Some(h) = http {
+        let _ = h.await;
+    }
+    if report.is_clean() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        error!(
+            event = "unclean_shutdown",
+            unwritten = report.unwritten.len(),
+            "could not release every running item; lease recovery will requeue them"
+        );
+        Ok(ExitCode::from(4))
+    }
+}
+
+/// Pending migrations, trying a few times with backoff while the database is starting.
+async fn pending_migrations(url: &str) -> Result<Vec<String>> {
+    let mut delay = Duration::from_millis(500);
+    for attempt in 1..=CONNECT_ATTEMPTS {
+        match almanac_store_pg::pending_migrations(url).await {
+            Ok(p) => return Ok(p),
+            Err(StoreError::Unavailable(e)) if attempt < CONNECT_ATTEMPTS => {
+                warn!(event = "database_unavailable", attempt, error = %e, "the database does not answer yet");
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+            }
+            Err(e) => {
+                return Err(e).with_context(|| {
+                    format!("cannot reach the database at {} after {attempt} attempt(s)", mask_password(url))
+                });
+            }
+        }
+    }
+    unreachable!("the last attempt returns")
+}
+
+async fn signals(shutdown: CancellationToken) {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            error!(error = %e, "cannot listen for SIGTERM");
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => info!(event = "signal", signal = "SIGTERM", "shutting down"),
+        _ = tokio::signal::ctrl_c() => info!(event = "signal", signal = "SIGINT", "shutting down"),
+    }
+    shutdown.cancel();
+}

@@ -1,0 +1,367 @@
+//! The Worker's configuration: built-in defaults < `almanac.toml` (or `--config-file`) < environment
+//! (`ALMANAC__SECTION__KEY`, e.g. `ALMANAC__QUEUE__LEASE=30s`), and `DATABASE_URL`. Unknown keys and bad
+//! values are errors that name the key.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use almanac_domain::{LeaseDuration, RetryPolicy, ServedConfigs, WorkerId};
+use almanac_executor::ExecutorConfig;
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+
+/// Everything the Worker can be told.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Settings {
+    pub database: Database,
+    pub queue: Queue,
+    pub worker: Worker,
+    pub storage: Storage,
+    pub schedule: Schedule,
+    pub http: Http,
+    pub log: Log,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Database {
+    /// PostgreSQL URL; `DATABASE_URL` wins when set.
+    pub url: Option<String>,
+    pub max_connections: usize,
+    #[serde(with = "humantime_serde")]
+    pub connect_timeout: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Queue {
+    #[serde(with = "humantime_serde")]
+    pub lease: Duration,
+    #[serde(with = "humantime_serde")]
+    pub heartbeat_interval: Duration,
+    #[serde(with = "humantime_serde")]
+    pub poll_interval: Duration,
+    pub max_stalls: i32,
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+    #[serde(with = "humantime_serde")]
+    pub retry_base: Duration,
+    #[serde(with = "humantime_serde")]
+    pub retry_cap: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Worker {
+    /// Names this Worker; defaults to `<hostname>-<pid>`.
+    pub id: Option<String>,
+    /// Serve only this user's storage configs (by user name); all active configs when unset.
+    pub user: Option<String>,
+    pub slots: usize,
+    pub max_concurrent_files: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Storage {
+    pub proxy_root: PathBuf,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Schedule {
+    #[serde(with = "humantime_serde")]
+    pub crawl_interval: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Http {
+    pub enabled: bool,
+    pub address: SocketAddr,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Human,
+    Json,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Log {
+    pub format: LogFormat,
+    /// A tracing filter, e.g. `info` or `info,almanac_handlers=debug`.
+    pub level: String,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            database: Database::default(),
+            queue: Queue::default(),
+            worker: Worker::default(),
+            storage: Storage::default(),
+            schedule: Schedule::default(),
+            http: Http::default(),
+            log: Log::default(),
+        }
+    }
+}
+
+impl Default for Database {
+    fn default() -> Self {
+        Self { url: None, max_connections: 10, connect_timeout: Duration::from_secs(10) }
+    }
+}
+
+impl Default for Queue {
+    fn default() -> Self {
+        let retry = RetryPolicy::default();
+        Self {
+            lease: Duration::from_secs(60),
+            heartbeat_interval: Duration::from_secs(10),
+            poll_interval: Duration::from_secs(5),
+            max_stalls: 3,
+            shutdown_grace: Duration::from_secs(30),
+            retry_base: retry.base,
+            retry_cap: retry.cap,
+        }
+    }
+}
+
+impl Default for Worker {
+    fn default() -> Self {
+        Self { id: None, user: None, slots: 1, max_concurrent_files: 4 }
+    }
+}
+
+impl Default for Storage {
+    fn default() -> Self {
+        Self { proxy_root: PathBuf::from("/var/lib/almanac/proxies") }
+    }
+}
+
+impl Default for Schedule {
+    fn default() -> Self {
+        Self { crawl_interval: Duration::from_secs(4 * 3600) }
+    }
+}
+
+impl Default for Http {
+    fn default() -> Self {
+        Self { enabled: true, address: SocketAddr::from(([127, 0, 0, 1], 9464)) }
+    }
+}
+
+impl Default for Log {
+    fn default() -> Self {
+        Self { format: LogFormat::Human, level: "info".into() }
+    }
+}
+
+impl Settings {
+    /// Loads the settings: defaults, then `file` (or `almanac.toml` when present), then the environment.
+    pub fn load(file: Option<&Path>) -> Result<Self> {
+        Self::load_from(file, std::env::vars())
+    }
+
+    /// As [`Settings::load`], with the environment given (for tests).
+    pub fn load_from(file: Option<&Path>, env: impl IntoIterator<Item = (String, String)>) -> Result<Self> {
+        let mut builder = config::Config::builder()
+            .add_source(config::Config::try_from(&Settings::default()).context("built-in defaults")?);
+        match file {
+            Some(path) => {
+                if !path.is_file() {
+                    bail!("the configuration file {} does not exist", path.display());
+                }
+                builder = builder.add_source(config::File::from(path).format(config::FileFormat::Toml));
+            }
+            None if Path::new("almanac.toml").is_file() => {
+                builder = builder.add_source(config::File::with_name("almanac.toml").format(config::FileFormat::Toml));
+            }
+            None => {}
+        }
+        let env: Vec<(String, String)> = env.into_iter().collect();
+        let mut map = config::Map::new();
+        for (key, value) in &env {
+            if let Some(rest) = key.strip_prefix("ALMANAC__") {
+                map.insert(rest.to_ascii_lowercase().replace("__", "."), value.clone());
+            }
+        }
+        for (key, value) in map {
+            builder = builder.set_override(key.as_str(), value).with_context(|| format!("setting {key}"))?;
+        }
+        if let Some((_, url)) = env.iter().find(|(k, _)| k == "DATABASE_URL") {
+            builder = builder.set_override("database.url", url.clone())?;
+        }
+        let settings: Settings = builder
+            .build()
+            .context("reading the configuration")?
+            .try_deserialize()
+            .map_err(|e| anyhow::anyhow!("bad configuration: {e}"))?;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.database.max_connections == 0 {
+            bail!("database.max_connections: must be at least 1");
+        }
+        if !(1..=64).contains(&self.worker.max_concurrent_files) {
+            bail!("worker.max_concurrent_files: {} must be from 1 to 64", self.worker.max_concurrent_files);
+        }
+        if !self.storage.proxy_root.is_absolute() {
+            bail!("storage.proxy_root: {} must be an absolute path", self.storage.proxy_root.display());
+        }
+        if self.schedule.crawl_interval < Duration::from_secs(60) {
+            bail!("schedule.crawl_interval: {:?} must be at least one minute", self.schedule.crawl_interval);
+        }
+        self.executor(ServedConfigs::All).map(|_| ())
+    }
+
+    /// The database URL, or an error saying how to give one.
+    pub fn database_url(&self) -> Result<&str> {
+        self.database
+            .url
+            .as_deref()
+            .context("no database: set DATABASE_URL (or database.url in almanac.toml, or ALMANAC__DATABASE__URL)")
+    }
+
+    /// This Worker's id: `worker.id`, or `<hostname>-<pid>`.
+    pub fn worker_id(&self) -> Result<WorkerId> {
+        let id = match &self.worker.id {
+            Some(id) => id.clone(),
+            None => {
+                let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_owned()).unwrap_or_default();
+                format!("{}-{}", if host.is_empty() { "worker" } else { &host }, std::process::id())
+            }
+        };
+        WorkerId::new(id).map_err(|e| anyhow::anyhow!("worker.id: {e}"))
+    }
+
+    /// The executor's knobs, checked.
+    pub fn executor(&self, served: ServedConfigs) -> Result<ExecutorConfig> {
+        let lease = LeaseDuration::new(self.queue.lease).map_err(|e| anyhow::anyhow!("queue.lease: {e}"))?;
+        let mut c = ExecutorConfig::new(self.worker_id()?, served);
+        c.lease = lease;
+        c.heartbeat_interval = self.queue.heartbeat_interval;
+        c.poll_interval = self.queue.poll_interval;
+        c.slots = self.worker.slots;
+        c.max_stalls = self.queue.max_stalls;
+        c.shutdown_grace = self.queue.shutdown_grace;
+        c.recovery_interval = lease.half();
+        c.retry = RetryPolicy { base: self.queue.retry_base, cap: self.queue.retry_cap, ..RetryPolicy::default() };
+        c.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok(c)
+    }
+
+    /// The settings as TOML with secrets masked (`config check`).
+    pub fn masked_toml(&self) -> String {
+        let mut shown = self.clone();
+        shown.database.url = shown.database.url.as_deref().map(mask_password);
+        let value = serde_json::to_value(&shown).unwrap_or_default();
+        let mut out = String::new();
+        if let serde_json::Value::Object(sections) = value {
+            for (section, fields) in sections {
+                out.push_str(&format!("[{section}]\n"));
+                if let serde_json::Value::Object(fields) = fields {
+                    for (k, v) in fields {
+                        if !v.is_null() {
+                            out.push_str(&format!("{k} = {v}\n"));
+                        }
+                    }
+                }
+                out.push('\n');
+            }
+        }
+        out
+    }
+}
+
+/// `postgres://user:secret@host/db` → `postgres://user:***@host/db`.
+pub fn mask_password(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else { return url.to_owned() };
+    let rest = &url[scheme_end..];
+    let Some(at) = rest.find('@') else { return url.to_owned() };
+    match rest[..at].find(':') {
+        Some(colon) => format!("{}{}:***{}", &url[..scheme_end], &rest[..colon], &rest[at..]),
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    #[test]
+    fn defaults_match_the_spec() {
+        let s = Settings::load_from(None, env(&[])).unwrap();
+        assert_eq!(s.queue.lease, Duration::from_secs(60));
+        assert_eq!(s.queue.heartbeat_interval, Duration::from_secs(10));
+        assert_eq!(s.queue.poll_interval, Duration::from_secs(5));
+        assert_eq!((s.queue.max_stalls, s.worker.slots, s.worker.max_concurrent_files), (3, 1, 4));
+        assert_eq!(s.schedule.crawl_interval, Duration::from_secs(4 * 3600));
+        assert_eq!(s.http.address.to_string(), "127.0.0.1:9464");
+        assert_eq!(s.log.format, LogFormat::Human);
+    }
+
+    #[test]
+    fn file_then_environment_override_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("almanac.toml");
+        std::fs::write(&file, "[queue]\nlease = \"20s\"\nheartbeat_interval = \"5s\"\n[worker]\nslots = 2\n").unwrap();
+        let s = Settings::load_from(
+            Some(&file),
+            env(&[
+                ("ALMANAC__QUEUE__LEASE", "8s"),
+                ("ALMANAC__QUEUE__HEARTBEAT_INTERVAL", "2s"),
+                ("DATABASE_URL", "postgres://a:b@h/d"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(s.queue.lease, Duration::from_secs(8), "environment wins over the file");
+        assert_eq!(s.worker.slots, 2, "the file wins over defaults");
+        assert_eq!(s.database.url.as_deref(), Some("postgres://a:b@h/d"));
+    }
+
+    #[test]
+    fn short_leases_are_accepted_for_tests_and_operators() {
+        let s = Settings::load_from(
+            None,
+            env(&[("ALMANAC__QUEUE__LEASE", "2s"), ("ALMANAC__QUEUE__HEARTBEAT_INTERVAL", "500ms")]),
+        );
+        assert_eq!(s.unwrap().queue.lease, Duration::from_secs(2));
+    }
+
+    #[test]
+    fn bad_values_and_unknown_keys_name_the_key() {
+        let err = |pairs: &[(&str, &str)]| Settings::load_from(None, env(pairs)).unwrap_err().to_string();
+        assert!(err(&[("ALMANAC__QUEUE__LEASE", "soon")]).contains("lease"));
+        assert!(err(&[("ALMANAC__QUEUE__HEARTBEAT_INTERVAL", "20s")]).contains("queue.heartbeat_interval"));
+        assert!(err(&[("ALMANAC__QUEUE__LEESE", "20s")]).contains("leese"));
+        assert!(err(&[("ALMANAC__WORKER__SLOTS", "0")]).contains("worker.slots"));
+        assert!(err(&[("ALMANAC__STORAGE__PROXY_ROOT", "relative/dir")]).contains("storage.proxy_root"));
+        assert!(err(&[("ALMANAC__LOG__FORMAT", "xml")]).contains("format"));
+    }
+
+    #[test]
+    fn passwords_are_masked() {
+        assert_eq!(mask_password("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
+        assert_eq!(mask_password("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(mask_password("not a url"), "not a url");
+        let s = Settings {
+            database: Database { url: Some("postgres://u:pw@h/d".into()), ..Database::default() },
+            ..Settings::default()
+        };
+        let shown = s.masked_toml();
+        assert!(shown.contains("***") && !shown.contains("pw@"), "{shown}");
+    }
+}
