@@ -12,7 +12,7 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 /// Everything the Worker can be told.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Settings {
     pub database: Database,
@@ -96,20 +96,6 @@ pub struct Log {
     pub format: LogFormat,
     /// A tracing filter, e.g. `info` or `info,almanac_handlers=debug`.
     pub level: String,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Self {
-            database: Database::default(),
-            queue: Queue::default(),
-            worker: Worker::default(),
-            storage: Storage::default(),
-            schedule: Schedule::default(),
-            http: Http::default(),
-            log: Log::default(),
-        }
-    }
 }
 
 impl Default for Database {
