@@ -288,7 +288,7 @@ COMMENT ON COLUMN public.media_assets.burst_id IS 'The burst this frame belongs 
 -- Name: COLUMN media_assets.last_seen_at; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.media_assets.last_seen_at IS 'Last time a crawl found the file at file_path.';
+COMMENT ON COLUMN public.media_assets.last_seen_at IS 'Last time a crawl read this file (ingested, moved or revived it). Unchanged files are not rewritten by every crawl: what a walk did not find is computed in memory.';
 
 
 --

@@ -71,7 +71,7 @@ COMMENT ON COLUMN media_assets.capture_month IS 'Local month of capture, for the
 COMMENT ON COLUMN media_assets.capture_day IS 'Local day of month of capture, for the "on this day" index.';
 COMMENT ON COLUMN media_assets.paired_asset_id IS 'The other half of a Live Photo (still <-> motion).';
 COMMENT ON COLUMN media_assets.burst_id IS 'The burst this frame belongs to, set by burst_detection.';
-COMMENT ON COLUMN media_assets.last_seen_at IS 'Last time a crawl found the file at file_path.';
+COMMENT ON COLUMN media_assets.last_seen_at IS 'Last time a crawl read this file (ingested, moved or revived it). Unchanged files are not rewritten by every crawl: what a walk did not find is computed in memory.';
 
 CREATE TABLE bursts (
     id                  uuid PRIMARY KEY,

@@ -124,7 +124,8 @@ pub trait CatalogueStore: Send + Sync {
         id: StorageConfigId,
     ) -> impl Future<Output = Result<Option<StorageConfig>, CatalogueError>> + Send;
 
-    /// Every path the catalogue knows for the config's active assets (own and extra paths).
+    /// Every path the catalogue knows for the config's active assets (own and extra paths). Their
+    /// `display_path` is left empty: the crawl needs only the exact bytes.
     fn known_files(
         &self,
         config: StorageConfigId,
@@ -137,18 +138,10 @@ pub trait CatalogueStore: Send + Sync {
         hash: &ContentHash,
     ) -> impl Future<Output = Result<Vec<HashMatch>, CatalogueError>> + Send;
 
-    /// Marks assets (own paths) and extra paths as seen now.
-    fn mark_seen(
-        &self,
-        config: StorageConfigId,
-        assets: &[AssetId],
-        extra_paths: &[Vec<u8>],
-    ) -> impl Future<Output = Result<(), CatalogueError>> + Send;
-
-    /// Points an asset at a file (a move, a touched file, or a revival), makes it active and marks it seen.
+    /// Points an asset at a file (a move, a touched file, or a revival) and makes it active.
     fn relocate(&self, asset: AssetId, facts: &FileFacts) -> impl Future<Output = Result<(), CatalogueError>> + Send;
 
-    /// Records (or refreshes) an extra path of an active asset and marks it seen.
+    /// Records (or refreshes) an extra path of an active asset.
     fn record_extra_path(
         &self,
         config: StorageConfigId,
@@ -159,19 +152,13 @@ pub trait CatalogueStore: Send + Sync {
     /// Stores a new asset with its metadata and proxies in one transaction.
     fn ingest(&self, asset: &NewAsset) -> impl Future<Output = Result<IngestOutcome, CatalogueError>> + Send;
 
-    /// Active assets of the config, and how many of them were not seen since `since`.
-    fn count_unseen(
+    /// Soft-deletes these active assets of the config and drops these extra paths (what a complete walk did
+    /// not find). Returns how many assets were soft-deleted.
+    fn soft_delete(
         &self,
         config: StorageConfigId,
-        since: DateTime<Utc>,
-    ) -> impl Future<Output = Result<(u64, u64), CatalogueError>> + Send;
-
-    /// Soft-deletes the config's active assets not seen since `since`, drops extra paths not seen since then,
-    /// and returns how many assets were soft-deleted.
-    fn soft_delete_unseen(
-        &self,
-        config: StorageConfigId,
-        since: DateTime<Utc>,
+        assets: &[AssetId],
+        extra_paths: &[Vec<u8>],
     ) -> impl Future<Output = Result<u64, CatalogueError>> + Send;
 
     /// Active assets of the config that are not paired yet.

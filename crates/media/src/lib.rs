@@ -3,7 +3,7 @@
 //! Stills decode once, downscaled during decode where the format allows (libjpeg-turbo's DCT scaling), are
 //! turned upright, and give a preview (1920 px, JPEG q85), a thumbnail made from the preview (300 px, q75) and
 //! a BlurHash made from the thumbnail. HEIC is decoded with libheif's `heif-convert` tool (Debian's libheif
-//! 1.15 is older than the Rust bindings accept; see `docs/media.md`). Videos go through `ffprobe` and `ffmpeg`,
+//! 1.15 is older than the Rust bindings accept; see `docs/media.md` in the repository). Videos go through `ffprobe` and `ffmpeg`,
 //! each run in a process group of its own, with a timeout, and killed with its whole tree on cancellation.
 //!
 //! **Architecture invariant:** nothing here writes outside the destination folder it is given, and every file

@@ -83,14 +83,6 @@ struct HashRow {
 }
 
 #[derive(QueryableByName)]
-struct Counts {
-    #[diesel(sql_type = BigInt)]
-    total: i64,
-    #[diesel(sql_type = BigInt)]
-    unseen: i64,
-}
-
-#[derive(QueryableByName)]
 struct CandidateRow {
     #[diesel(sql_type = Uuid)]
     id: uuid::Uuid,
@@ -127,12 +119,12 @@ impl CatalogueStore for PgStore {
     async fn known_files(&self, config: StorageConfigId) -> Result<Vec<KnownFile>, CatalogueError> {
         let mut conn = self.conn().await.map_err(catalogue)?;
         let rows: Vec<KnownRow> = sql_query(
-            "SELECT a.id AS asset_id, a.content_hash, a.file_path, a.display_path, a.size_bytes, a.file_modified_at,
+            "SELECT a.id AS asset_id, a.content_hash, a.file_path, '' AS display_path, a.size_bytes, a.file_modified_at,
                     false AS extra
                FROM media_assets a
               WHERE a.storage_config_id = $1 AND NOT a.is_soft_deleted
              UNION ALL
-             SELECT e.asset_id, a.content_hash, e.file_path, e.display_path, e.size_bytes, e.file_modified_at, true
+             SELECT e.asset_id, a.content_hash, e.file_path, '', e.size_bytes, e.file_modified_at, true
                FROM asset_extra_paths e JOIN media_assets a ON a.id = e.asset_id
               WHERE e.storage_config_id = $1 AND NOT a.is_soft_deleted",
         )
@@ -182,34 +174,6 @@ impl CatalogueStore for PgStore {
                 soft_deleted: r.is_soft_deleted,
             })
             .collect())
-    }
-
-    #[mutants::skip]
-    async fn mark_seen(
-        &self,
-        config: StorageConfigId,
-        assets: &[AssetId],
-        extra_paths: &[Vec<u8>],
-    ) -> Result<(), CatalogueError> {
-        let mut conn = self.conn().await.map_err(catalogue)?;
-        if !assets.is_empty() {
-            let ids: Vec<uuid::Uuid> = assets.iter().map(AssetId::as_uuid).collect();
-            sql_query("UPDATE media_assets SET last_seen_at = now() WHERE id = ANY($1) AND storage_config_id = $2")
-                .bind::<Array<Uuid>, _>(ids)
-                .bind::<Uuid, _>(config.as_uuid())
-                .execute(&mut conn)
-                .await
-                .map_err(db)?;
-        }
-        if !extra_paths.is_empty() {
-            sql_query("UPDATE asset_extra_paths SET last_seen_at = now() WHERE storage_config_id = $1 AND file_path = ANY($2)")
-                .bind::<Uuid, _>(config.as_uuid())
-                .bind::<Array<Binary>, _>(extra_paths)
-                .execute(&mut conn)
-                .await
-                .map_err(db)?;
-        }
-        Ok(())
     }
 
     #[mutants::skip]
@@ -380,38 +344,34 @@ impl CatalogueStore for PgStore {
     }
 
     #[mutants::skip]
-    async fn count_unseen(&self, config: StorageConfigId, since: DateTime<Utc>) -> Result<(u64, u64), CatalogueError> {
+    async fn soft_delete(
+        &self,
+        config: StorageConfigId,
+        assets: &[AssetId],
+        extra_paths: &[Vec<u8>],
+    ) -> Result<u64, CatalogueError> {
         let mut conn = self.conn().await.map_err(catalogue)?;
-        let c: Counts = sql_query(
-            "SELECT count(*) AS total, count(*) FILTER (WHERE last_seen_at < $2) AS unseen
-               FROM media_assets WHERE storage_config_id = $1 AND NOT is_soft_deleted",
-        )
-        .bind::<Uuid, _>(config.as_uuid())
-        .bind::<Timestamptz, _>(since)
-        .get_result(&mut conn)
-        .await
-        .map_err(db)?;
-        Ok((c.total as u64, c.unseen as u64))
-    }
-
-    #[mutants::skip]
-    async fn soft_delete_unseen(&self, config: StorageConfigId, since: DateTime<Utc>) -> Result<u64, CatalogueError> {
-        let mut conn = self.conn().await.map_err(catalogue)?;
+        let ids: Vec<uuid::Uuid> = assets.iter().map(AssetId::as_uuid).collect();
         conn.transaction::<_, diesel::result::Error, _>(async |conn| {
-            let n = sql_query(
-                "UPDATE media_assets SET is_soft_deleted = true, soft_deleted_at = now()
-                  WHERE storage_config_id = $1 AND NOT is_soft_deleted AND last_seen_at < $2",
-            )
-            .bind::<Uuid, _>(config.as_uuid())
-            .bind::<Timestamptz, _>(since)
-            .execute(conn)
-            .await?;
-            sql_query("DELETE FROM asset_extra_paths WHERE storage_config_id = $1 AND last_seen_at < $2")
+            let mut deleted = 0;
+            for chunk in ids.chunks(10_000) {
+                deleted += sql_query(
+                    "UPDATE media_assets SET is_soft_deleted = true, soft_deleted_at = now()
+                      WHERE storage_config_id = $1 AND id = ANY($2) AND NOT is_soft_deleted",
+                )
                 .bind::<Uuid, _>(config.as_uuid())
-                .bind::<Timestamptz, _>(since)
+                .bind::<Array<Uuid>, _>(chunk)
                 .execute(conn)
-                .await?;
-            Ok(n as u64)
+                .await? as u64;
+            }
+            for chunk in extra_paths.chunks(10_000) {
+                sql_query("DELETE FROM asset_extra_paths WHERE storage_config_id = $1 AND file_path = ANY($2)")
+                    .bind::<Uuid, _>(config.as_uuid())
+                    .bind::<Array<Binary>, _>(chunk)
+                    .execute(conn)
+                    .await?;
+            }
+            Ok(deleted)
         })
         .await
         .map_err(db)

@@ -5,7 +5,7 @@
 mod rules;
 mod walk;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,14 +22,14 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 pub use rules::{LIVE_PHOTO_MAX_GAP, Placement, is_skipped_name, mass_deletion_refused, pair_live_photos, place};
-pub use walk::{WalkEntry, WalkReport, mtime_of, walk};
+pub use walk::{Seen, WalkEntry, WalkReport, Walked, mtime_of, walk};
 
 /// Most files whose failure is listed in a crawl's result (the count is always complete).
 const MAX_LISTED_FAILURES: usize = 200;
 /// Stills larger than this are not decoded (a 12 MP JPEG is about 5 MB).
 const MAX_STILL_BYTES: u64 = 256 * 1024 * 1024;
-/// How many "seen" marks are written at once.
-const SEEN_BATCH: usize = 500;
+/// Progress is reported every this many files (and at the end).
+const PROGRESS_EVERY: u64 = 64;
 
 /// The crawl's settings.
 #[derive(Debug, Clone)]
@@ -104,10 +104,10 @@ struct Run<'a, C> {
     settings: &'a CrawlSettings,
     config: StorageConfigId,
     root: PathBuf,
-    known: HashMap<Vec<u8>, KnownFile>,
+    known: Arc<HashMap<Vec<u8>, KnownFile>>,
     active_by_hash: HashMap<ContentHash, (AssetId, Vec<u8>)>,
     counters: Counters,
-    seen: Mutex<(Vec<AssetId>, Vec<Vec<u8>>)>,
+    seen: Mutex<HashSet<Seen>>,
     failures: Mutex<Vec<serde_json::Value>>,
     hash_locks: Mutex<HashMap<ContentHash, Arc<tokio::sync::Mutex<()>>>>,
     cancel: CancellationToken,
@@ -159,7 +159,6 @@ impl<C: CatalogueStore + 'static, Q: WorkQueue + 'static> CrawlHandler<C, Q> {
             .await
             .map_err(catalogue_error)?
             .ok_or_else(|| HandlerError::permanent(format!("storage config {config} does not exist")))?;
-        let started = self.catalogue.now().await.map_err(catalogue_error)?;
         let known_files = self.catalogue.known_files(config).await.map_err(catalogue_error)?;
         let active = known_files.iter().filter(|k| !k.extra).count();
         check_root(&storage.root_path, active)?;
@@ -172,12 +171,13 @@ impl<C: CatalogueStore + 'static, Q: WorkQueue + 'static> CrawlHandler<C, Q> {
             }
             known.insert(k.facts.file_path.clone(), k);
         }
+        let known = Arc::new(known);
         let run = Run {
             catalogue: &*self.catalogue,
             settings: &self.settings,
             config,
             root: storage.root_path.clone(),
-            known,
+            known: known.clone(),
             active_by_hash,
             counters: Counters::default(),
             seen: Mutex::default(),
@@ -186,19 +186,35 @@ impl<C: CatalogueStore + 'static, Q: WorkQueue + 'static> CrawlHandler<C, Q> {
             cancel: ctx.cancel.clone(),
         };
 
-        let (tx, rx) = tokio::sync::mpsc::channel::<WalkEntry>(256);
+        let (tx, rx) = tokio::sync::mpsc::channel::<Walked>(256);
         let walk_cancel = ctx.cancel.clone();
         let root = storage.root_path.clone();
-        let walker = tokio::task::spawn_blocking(move || walk(&root, &tx, &walk_cancel));
+        let walker = tokio::task::spawn_blocking(move || {
+            walk(&root, &tx, &walk_cancel, |rel, size, mtime| {
+                let k = known.get(rel).filter(|k| k.facts.size == size && k.facts.mtime == mtime)?;
+                Some(if k.extra { Seen::Extra(rel.to_vec()) } else { Seen::Asset(k.asset_id) })
+            })
+        });
         let fatal: Mutex<Option<CatalogueError>> = Mutex::default();
         tokio_stream_from(rx)
-            .for_each_concurrent(self.settings.max_concurrent_files.max(1), |entry| {
+            .for_each_concurrent(self.settings.max_concurrent_files.max(1), |walked| {
                 let (run, fatal, progress) = (&run, &fatal, &ctx.progress);
                 async move {
+                    let entry = match walked {
+                        Walked::Unchanged(marks) => {
+                            let n = marks.len() as u64;
+                            run.counters.found.fetch_add(n, Ordering::Relaxed);
+                            run.counters.unchanged.fetch_add(n, Ordering::Relaxed);
+                            run.seen.lock().expect("poisoned").extend(marks);
+                            progress.report(run.counters.snapshot());
+                            return;
+                        }
+                        Walked::File(entry) => entry,
+                    };
                     if run.cancel.is_cancelled() || fatal.lock().expect("poisoned").is_some() {
                         return;
                     }
-                    run.counters.found.fetch_add(1, Ordering::Relaxed);
+                    let found = run.counters.found.fetch_add(1, Ordering::Relaxed) + 1;
                     match run.file(&entry).await {
                         Ok(()) => {}
                         Err(FileProblem::Skipped(reason)) => {
@@ -218,10 +234,9 @@ impl<C: CatalogueStore + 'static, Q: WorkQueue + 'static> CrawlHandler<C, Q> {
                         }
                         Err(FileProblem::Cancelled) => {}
                     }
-                    if let Err(e) = run.flush_seen(false).await {
-                        fatal.lock().expect("poisoned").get_or_insert(e);
+                    if found % PROGRESS_EVERY == 0 {
+                        progress.report(run.counters.snapshot());
                     }
-                    progress.report(run.counters.snapshot());
                 }
             })
             .await;
@@ -233,10 +248,11 @@ impl<C: CatalogueStore + 'static, Q: WorkQueue + 'static> CrawlHandler<C, Q> {
         if let Some(e) = fatal.into_inner().expect("poisoned") {
             return Err(catalogue_error(e));
         }
-        run.flush_seen(true).await.map_err(catalogue_error)?;
+        ctx.progress.report(run.counters.snapshot());
 
         let soft_deleted = if report.unreadable.is_empty() && !report.stopped {
-            let (active, unseen) = self.catalogue.count_unseen(config, started).await.map_err(catalogue_error)?;
+            let (unseen_assets, unseen_extra) = run.unseen();
+            let (active, unseen) = (active as u64, unseen_assets.len() as u64);
             if mass_deletion_refused(active, unseen, confirmed) {
                 return Err(HandlerError::permanent(format!(
                     "refusing to soft-delete {unseen} of {active} assets under {}: more than half of the library \
@@ -246,7 +262,7 @@ impl<C: CatalogueStore + 'static, Q: WorkQueue + 'static> CrawlHandler<C, Q> {
                     storage.root_path.display()
                 )));
             }
-            self.catalogue.soft_delete_unseen(config, started).await.map_err(catalogue_error)?
+            self.catalogue.soft_delete(config, &unseen_assets, &unseen_extra).await.map_err(catalogue_error)?
         } else {
             warn!(
                 event = "soft_delete_skipped",
@@ -256,10 +272,17 @@ impl<C: CatalogueStore + 'static, Q: WorkQueue + 'static> CrawlHandler<C, Q> {
             0
         };
 
-        let candidates = self.catalogue.pairing_candidates(config).await.map_err(catalogue_error)?;
-        let pairs = pair_live_photos(&candidates, LIVE_PHOTO_MAX_GAP);
-        for (still, motion) in &pairs {
-            self.catalogue.pair(*still, *motion).await.map_err(catalogue_error)?;
+        // Pairs can only form where this crawl ingested, moved or revived something.
+        let changed = [&run.counters.ingested, &run.counters.moved, &run.counters.revived, &run.counters.touched]
+            .iter()
+            .any(|c| c.load(Ordering::Relaxed) > 0);
+        let mut pairs = Vec::new();
+        if changed {
+            let candidates = self.catalogue.pairing_candidates(config).await.map_err(catalogue_error)?;
+            pairs = pair_live_photos(&candidates, LIVE_PHOTO_MAX_GAP);
+            for (still, motion) in &pairs {
+                self.catalogue.pair(*still, *motion).await.map_err(catalogue_error)?;
+            }
         }
 
         let bursts = NewWorkItem::new(WorkKind::BurstDetection, Scope::Config(config))
@@ -309,18 +332,25 @@ fn check_root(root: &Path, active: usize) -> Result<(), HandlerError> {
 }
 
 impl<C: CatalogueStore> Run<'_, C> {
-    async fn flush_seen(&self, all: bool) -> Result<(), CatalogueError> {
-        let (assets, extra) = {
-            let mut seen = self.seen.lock().expect("poisoned");
-            if !all && seen.0.len() + seen.1.len() < SEEN_BATCH {
-                return Ok(());
+    fn mark(&self, seen: Seen) {
+        self.seen.lock().expect("poisoned").insert(seen);
+    }
+
+    /// What the catalogue knew that the walk did not find: active assets and extra paths.
+    fn unseen(&self) -> (Vec<AssetId>, Vec<Vec<u8>>) {
+        let seen = self.seen.lock().expect("poisoned");
+        let mut assets = Vec::new();
+        let mut extra = Vec::new();
+        for (path, k) in self.known.iter() {
+            if k.extra {
+                if !seen.contains(&Seen::Extra(path.clone())) {
+                    extra.push(path.clone());
+                }
+            } else if !seen.contains(&Seen::Asset(k.asset_id)) {
+                assets.push(k.asset_id);
             }
-            std::mem::take(&mut *seen)
-        };
-        if assets.is_empty() && extra.is_empty() {
-            return Ok(());
         }
-        self.catalogue.mark_seen(self.config, &assets, &extra).await
+        (assets, extra)
     }
 
     fn facts(entry: &WalkEntry) -> FileFacts {
@@ -333,16 +363,11 @@ impl<C: CatalogueStore> Run<'_, C> {
     }
 
     async fn file(&self, entry: &WalkEntry) -> Result<(), FileProblem> {
+        // Unchanged files never get here: the walk reports them without opening them. A known path that
+        // changed is handled here (re-read, replaced or relocated), so it does not count as vanished.
         let known = self.known.get(&entry.rel);
-        if let Some(k) = known.filter(|k| k.facts.size == entry.size && k.facts.mtime == entry.mtime) {
-            let mut seen = self.seen.lock().expect("poisoned");
-            if k.extra {
-                seen.1.push(entry.rel.clone())
-            } else {
-                seen.0.push(k.asset_id)
-            }
-            self.counters.unchanged.fetch_add(1, Ordering::Relaxed);
-            return Ok(());
+        if let Some(k) = known.filter(|k| !k.extra) {
+            self.mark(Seen::Asset(k.asset_id));
         }
         if entry.size == 0 {
             return Err(FileProblem::Skipped("empty file".into()));
@@ -370,18 +395,22 @@ impl<C: CatalogueStore> Run<'_, C> {
         let active = active.filter(|(_, path)| *path != entry.rel).map(|(id, path)| (id, self.exists(&path)));
         match place(same_at_path, active, soft_deleted) {
             Placement::Touched(id) => {
+                self.mark(Seen::Asset(id));
                 self.catalogue.relocate(id, &facts).await?;
                 self.counters.touched.fetch_add(1, Ordering::Relaxed);
             }
             Placement::Moved(id) => {
+                self.mark(Seen::Asset(id));
                 self.catalogue.relocate(id, &facts).await?;
                 self.counters.moved.fetch_add(1, Ordering::Relaxed);
             }
             Placement::Copy(id) => {
+                self.mark(Seen::Extra(entry.rel.clone()));
                 self.catalogue.record_extra_path(self.config, id, &facts).await?;
                 self.counters.copies.fetch_add(1, Ordering::Relaxed);
             }
             Placement::Revived(id) => {
+                self.mark(Seen::Asset(id));
                 self.catalogue.relocate(id, &facts).await?;
                 self.counters.revived.fetch_add(1, Ordering::Relaxed);
             }
@@ -393,6 +422,7 @@ impl<C: CatalogueStore> Run<'_, C> {
                         self.counters.ingested.fetch_add(1, Ordering::Relaxed);
                     }
                     IngestOutcome::ContentExists(id) => {
+                        self.mark(Seen::Extra(entry.rel.clone()));
                         self.catalogue.record_extra_path(self.config, id, &facts).await?;
                         self.counters.copies.fetch_add(1, Ordering::Relaxed);
                     }

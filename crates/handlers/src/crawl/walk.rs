@@ -13,6 +13,27 @@ use super::rules::is_skipped_name;
 /// Extensions the crawl looks at (the content is checked later by its first bytes).
 const MEDIA_EXTENSIONS: [&str; 10] = ["jpg", "jpeg", "jpe", "png", "heic", "heif", "hif", "mov", "mp4", "m4v"];
 
+/// What the walk hands to the crawl.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Walked {
+    /// A file that is new or changed, and may be media.
+    File(WalkEntry),
+    /// Known files found unchanged (path, size and mtime match): never opened, never read.
+    Unchanged(Vec<Seen>),
+}
+
+/// A known file the walk found unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Seen {
+    /// An asset's own path.
+    Asset(almanac_domain::AssetId),
+    /// An extra path (a copy).
+    Extra(Vec<u8>),
+}
+
+/// How many unchanged files are reported at once.
+const UNCHANGED_BATCH: usize = 1024;
+
 /// A file that may be media.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WalkEntry {
@@ -45,46 +66,57 @@ pub fn mtime_of(meta: &std::fs::Metadata) -> DateTime<Utc> {
     DateTime::from_timestamp_micros(t.timestamp_micros()).unwrap_or(t)
 }
 
-/// Walks `root`, sending each candidate file on `tx`. Blocking: run it on a blocking thread.
-pub fn walk(root: &Path, tx: &mpsc::Sender<WalkEntry>, cancel: &CancellationToken) -> WalkReport {
+/// Walks `root`, sending each new or changed candidate file on `tx`, and batches of known files that are
+/// unchanged (`unchanged` says which). Blocking: run it on a blocking thread.
+pub fn walk(
+    root: &Path,
+    tx: &mpsc::Sender<Walked>,
+    cancel: &CancellationToken,
+    unchanged: impl Fn(&[u8], u64, DateTime<Utc>) -> Option<Seen>,
+) -> WalkReport {
     let mut report = WalkReport::default();
+    let mut seen = Vec::with_capacity(UNCHANGED_BATCH);
     let mut stack: Vec<(PathBuf, Vec<u8>)> = vec![(root.to_path_buf(), Vec::new())];
     while let Some((dir, rel_dir)) = stack.pop() {
         if cancel.is_cancelled() {
             report.stopped = true;
             return report;
         }
-        // Read the whole folder, then close it: one open handle at a time however deep the tree.
-        let names = match std::fs::read_dir(&dir)
-            .and_then(|rd| rd.map(|e| e.map(|e| e.file_name())).collect::<Result<Vec<_>, _>>())
-        {
-            Ok(mut names) => {
-                names.sort();
-                names
-            }
+        // Read the whole folder (names and their lstat, relative to the open folder), then close it: one open
+        // handle at a time however deep the tree.
+        let listed: std::io::Result<Vec<(std::ffi::OsString, std::io::Result<std::fs::Metadata>)>> =
+            std::fs::read_dir(&dir).and_then(|rd| {
+                rd.filter_map(|e| match e {
+                    Ok(e) if is_skipped_name(e.file_name().as_bytes()) => None,
+                    Ok(e) => Some(Ok((e.file_name(), e.metadata()))),
+                    Err(err) => Some(Err(err)),
+                })
+                .collect()
+            });
+        let mut entries = match listed {
+            Ok(entries) => entries,
             Err(e) => {
                 report.unreadable.push((dir.display().to_string(), e.to_string()));
                 continue;
             }
         };
+        entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let mut subdirs = Vec::new();
-        for name in names {
+        let mut rel = rel_dir.clone();
+        if !rel.is_empty() {
+            rel.push(b'/');
+        }
+        let prefix = rel.len();
+        for (name, meta) in entries {
             let bytes = name.as_bytes();
-            if is_skipped_name(bytes) {
-                continue;
-            }
-            let abs = dir.join(&name);
-            let mut rel = rel_dir.clone();
-            if !rel.is_empty() {
-                rel.push(b'/');
-            }
+            rel.truncate(prefix);
             rel.extend_from_slice(bytes);
-            let meta = match std::fs::symlink_metadata(&abs) {
+            let meta = match meta {
                 Ok(m) => m,
                 // Vanished between listing and looking: it is simply not there.
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => {
-                    report.unreadable.push((abs.display().to_string(), e.to_string()));
+                    report.unreadable.push((dir.join(&name).display().to_string(), e.to_string()));
                     continue;
                 }
             };
@@ -92,18 +124,29 @@ pub fn walk(root: &Path, tx: &mpsc::Sender<WalkEntry>, cancel: &CancellationToke
             if kind.is_symlink() {
                 report.links += 1;
             } else if kind.is_dir() {
-                subdirs.push((abs, rel));
+                subdirs.push((dir.join(&name), rel.clone()));
             } else if kind.is_file() {
                 let media = Path::new(&name)
                     .extension()
                     .and_then(|e| e.to_str())
-                    .is_some_and(|e| MEDIA_EXTENSIONS.contains(&e.to_ascii_lowercase().as_str()));
+                    .is_some_and(|e| MEDIA_EXTENSIONS.iter().any(|m| m.eq_ignore_ascii_case(e)));
                 if !media {
                     report.unsupported += 1;
                     continue;
                 }
-                let entry = WalkEntry { abs, rel, size: meta.len(), mtime: mtime_of(&meta) };
-                if tx.blocking_send(entry).is_err() {
+                let mtime = mtime_of(&meta);
+                if let Some(mark) = unchanged(&rel, meta.len(), mtime) {
+                    seen.push(mark);
+                    if seen.len() >= UNCHANGED_BATCH
+                        && tx.blocking_send(Walked::Unchanged(std::mem::take(&mut seen))).is_err()
+                    {
+                        report.stopped = true;
+                        return report;
+                    }
+                    continue;
+                }
+                let entry = WalkEntry { abs: dir.join(&name), rel: rel.clone(), size: meta.len(), mtime };
+                if tx.blocking_send(Walked::File(entry)).is_err() {
                     report.stopped = true;
                     return report;
                 }
@@ -111,6 +154,9 @@ pub fn walk(root: &Path, tx: &mpsc::Sender<WalkEntry>, cancel: &CancellationToke
         }
         // Depth first, in name order.
         stack.extend(subdirs.into_iter().rev());
+    }
+    if !seen.is_empty() && tx.blocking_send(Walked::Unchanged(seen)).is_err() {
+        report.stopped = true;
     }
     report
 }
