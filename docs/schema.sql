@@ -358,6 +358,31 @@ COMMENT ON COLUMN public.refresh_tokens.token_hash IS 'A hash of the token; the 
 
 
 --
+-- Name: schedule_periods; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.schedule_periods (
+    schedule_key text NOT NULL,
+    work_item_id uuid,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+
+--
+-- Name: TABLE schedule_periods; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.schedule_periods IS 'One row per (periodic work, period) the scheduler has enqueued, e.g. crawl:<config>:<period number>. Old rows are deleted by work_item_retention.';
+
+
+--
+-- Name: COLUMN schedule_periods.work_item_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.schedule_periods.work_item_id IS 'The item enqueued for the period (kept for tracing; the item may be deleted since).';
+
+
+--
 -- Name: storage_configs; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -630,6 +655,14 @@ ALTER TABLE ONLY public.refresh_tokens
 
 
 --
+-- Name: schedule_periods schedule_periods_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.schedule_periods
+    ADD CONSTRAINT schedule_periods_pkey PRIMARY KEY (schedule_key);
+
+
+--
 -- Name: storage_configs storage_configs_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -760,6 +793,13 @@ CREATE INDEX ix_refresh_tokens_expires ON public.refresh_tokens USING btree (exp
 --
 
 CREATE INDEX ix_refresh_tokens_revoked ON public.refresh_tokens USING btree (revoked_at) WHERE (revoked_at IS NOT NULL);
+
+
+--
+-- Name: ix_schedule_periods_created; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ix_schedule_periods_created ON public.schedule_periods USING btree (created_at);
 
 
 --

@@ -8,6 +8,7 @@
 mod catalogue;
 mod catalogue_port;
 mod ids;
+mod maintenance_port;
 mod queue;
 mod retry;
 mod work;
@@ -20,6 +21,7 @@ pub use catalogue_port::{
     PairingCandidate,
 };
 pub use ids::{AssetId, BurstId, StorageConfigId, UserId, WorkItemId};
+pub use maintenance_port::{BurstFrame, BurstGroup, MaintenanceStore, PurgeCandidate, StoredProxy};
 pub use queue::{
     CancelOutcome, ClaimRequest, ClaimedItem, Enqueued, FailOutcome, Failure, Fence, Heartbeat, QueueError, Recovered,
     ServedConfigs, WorkQueue, WriteOutcome,

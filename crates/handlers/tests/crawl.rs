@@ -229,7 +229,30 @@ async fn a_copy_is_one_asset_with_the_extra_path_recorded() {
     std::fs::remove_file(lib.root.join("b/IMG copy.jpg")).unwrap();
     lib.crawl().await;
     assert_eq!(lib.count("SELECT count(*) AS n FROM asset_extra_paths").await, 0);
-    assert_eq!(lib.active().await.len(), 1);
+    let active = lib.active().await;
+    assert_eq!((active.len(), active[0].display_path.as_str()), (1, "a/IMG.jpg"));
+}
+
+#[tokio::test]
+async fn when_the_asset_path_goes_but_a_copy_stays_the_asset_moves_to_the_copy() {
+    let lib = library().await;
+    // One at a time, so "a" is the asset's own path and "b" its copy.
+    lib.write("a/IMG.jpg", &photo(1));
+    lib.write("b/IMG.jpg", &photo(1));
+    let ctx = HandlerContext {
+        item: lib.item(serde_json::json!({})).await,
+        cancel: CancellationToken::new(),
+        progress: ProgressReporter::default(),
+    };
+    lib.handler_with(1).run(ctx).await.unwrap();
+    let id = lib.active().await[0].id;
+    assert_eq!(lib.active().await[0].display_path, "a/IMG.jpg");
+    std::fs::remove_file(lib.root.join("a/IMG.jpg")).unwrap();
+    let result = lib.crawl().await;
+    assert_eq!((result["soft_deleted"].as_u64(), result["moved"].as_u64()), (Some(0), Some(1)), "{result}");
+    let active = lib.active().await;
+    assert_eq!((active.len(), active[0].id, active[0].display_path.as_str()), (1, id, "b/IMG.jpg"));
+    assert_eq!(lib.count("SELECT count(*) AS n FROM asset_extra_paths").await, 0);
 }
 
 #[tokio::test]

@@ -141,14 +141,31 @@ impl PgStore {
         )
     }
 
-    /// Makes a storage config active or inactive. Inactive configs are not claimed for.
+    /// Makes a storage config active or inactive. Inactive configs are not claimed for, and deactivating one
+    /// cancels its queued items.
     #[mutants::skip]
     pub async fn set_storage_config_active(&self, id: StorageConfigId, active: bool) -> Result<(), StoreError> {
         let mut conn = self.conn().await?;
-        let rows = sql_query("UPDATE storage_configs SET is_active = $2 WHERE id = $1")
-            .bind::<Uuid, _>(id.as_uuid())
-            .bind::<Bool, _>(active)
-            .execute(&mut conn)
+        let rows = conn
+            .transaction::<_, diesel::result::Error, _>(async |conn| {
+                let rows = sql_query("UPDATE storage_configs SET is_active = $2 WHERE id = $1")
+                    .bind::<Uuid, _>(id.as_uuid())
+                    .bind::<Bool, _>(active)
+                    .execute(conn)
+                    .await?;
+                if !active {
+                    // An inactive config gets no work: what is queued for it is cancelled now.
+                    sql_query(
+                        "UPDATE work_items SET status = 'cancelled', finished_at = now(),
+                                last_error = 'cancelled: its storage config was deactivated'
+                          WHERE storage_config_id = $1 AND status = 'queued'",
+                    )
+                    .bind::<Uuid, _>(id.as_uuid())
+                    .execute(conn)
+                    .await?;
+                }
+                Ok(rows)
+            })
             .await
             .map_err(error::from_diesel)?;
         if rows == 0 {

@@ -11,6 +11,7 @@ mod catalogue;
 mod catalogue_store;
 mod error;
 mod listener;
+mod maintenance_store;
 mod migrations;
 mod queue;
 

@@ -192,14 +192,17 @@ async fn per_user_worker_claims_only_its_user_configs_and_unscoped_work() {
 }
 
 #[tokio::test]
-async fn inactive_config_is_not_claimed_for() {
+async fn inactive_config_is_not_claimed_for_and_deactivation_cancels_its_queue() {
     let (_db, store) = setup().await;
     let c = config(&store, "ann", "/c").await;
-    let item = enqueue(&store, WorkKind::Crawl, Scope::Config(c.id)).await;
+    let queued = enqueue(&store, WorkKind::Crawl, Scope::Config(c.id)).await;
     store.set_storage_config_active(c.id, false).await.unwrap();
+    assert_eq!(status_of(&store, queued).await, Status::Cancelled);
+    // Work enqueued while it is inactive waits, and runs once it is active again.
+    let later = enqueue(&store, WorkKind::Crawl, Scope::Config(c.id)).await;
     assert!(store.claim(&all_kinds("w1")).await.unwrap().is_none());
     store.set_storage_config_active(c.id, true).await.unwrap();
-    assert_eq!(store.claim(&all_kinds("w1")).await.unwrap().unwrap().item.id, item);
+    assert_eq!(store.claim(&all_kinds("w1")).await.unwrap().unwrap().item.id, later);
 }
 
 /// Rule 2, with the overlap forced: the first claim's UPDATE is held open in an explicit transaction, the

@@ -7,7 +7,11 @@ use std::time::Duration;
 
 use almanac_domain::ServedConfigs;
 use almanac_executor::{Executor, HandlerRegistry};
-use almanac_handlers::{CrawlHandler, CrawlSettings};
+use almanac_handlers::{
+    BurstDetectionHandler, BurstSettings, CrawlHandler, CrawlSettings, ProxyDeletionHandler, ProxySweepHandler,
+    PurgeHandler, PurgeSettings, RetentionSettings, ScheduleSettings, Scheduler, TokenCleanupHandler,
+    WorkItemRetentionHandler,
+};
 use almanac_media::ToolLimits;
 use almanac_store_pg::{PgStore, StoreError, listen_for_work};
 use anyhow::{Context, Result, bail};
@@ -60,7 +64,18 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<ExitCode> {
             tool_limits: ToolLimits::default(),
         },
     );
-    let registry = HandlerRegistry::new().register(crawl);
+    let proxy_root = settings.storage.proxy_root.clone();
+    let registry = HandlerRegistry::new()
+        .register(crawl)
+        .register(BurstDetectionHandler::new(store.clone(), BurstSettings::default()))
+        .register(PurgeHandler::new(
+            store.clone(),
+            PurgeSettings { proxy_root: proxy_root.clone(), purge_after: settings.schedule.purge_after, batch: 100 },
+        ))
+        .register(ProxyDeletionHandler::new(store.clone(), proxy_root.clone()))
+        .register(ProxySweepHandler::new(store.clone(), proxy_root, Duration::from_secs(3600)))
+        .register(TokenCleanupHandler::new(store.clone(), Duration::from_secs(7 * 86_400)))
+        .register(WorkItemRetentionHandler::new(store.clone(), RetentionSettings::default()));
     let executor = Executor::new(store.clone(), registry, executor_config)?;
 
     let stop = CancellationToken::new();
@@ -74,6 +89,12 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<ExitCode> {
     } else {
         None
     };
+    let scheduler = Scheduler::new(
+        store.clone(),
+        served,
+        ScheduleSettings { crawl_interval: settings.schedule.crawl_interval, tick: settings.schedule.tick },
+    );
+    let scheduling = tokio::spawn(scheduler.run(stop.clone()));
     let shutdown = CancellationToken::new();
     tokio::spawn(signals(shutdown.clone()));
     info!(event = "worker_starting", database = %mask_password(&url), served = ?served, "starting");
@@ -81,6 +102,7 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<ExitCode> {
     running.store(false, Ordering::Relaxed);
     stop.cancel();
     let _ = listener.await;
+    let _ = scheduling.await;
     if let Some(h) = http {
         let _ = h.await;
     }

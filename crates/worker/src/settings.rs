@@ -74,6 +74,12 @@ pub struct Storage {
 pub struct Schedule {
     #[serde(with = "humantime_serde")]
     pub crawl_interval: Duration,
+    /// Soft-deleted assets are purged after this long.
+    #[serde(with = "humantime_serde")]
+    pub purge_after: Duration,
+    /// How often the scheduler looks for due periodic work.
+    #[serde(with = "humantime_serde")]
+    pub tick: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -133,7 +139,11 @@ impl Default for Storage {
 
 impl Default for Schedule {
     fn default() -> Self {
-        Self { crawl_interval: Duration::from_secs(4 * 3600) }
+        Self {
+            crawl_interval: Duration::from_secs(4 * 3600),
+            purge_after: Duration::from_secs(30 * 86_400),
+            tick: Duration::from_secs(60),
+        }
     }
 }
 
@@ -205,6 +215,9 @@ impl Settings {
         }
         if self.schedule.crawl_interval < Duration::from_secs(60) {
             bail!("schedule.crawl_interval: {:?} must be at least one minute", self.schedule.crawl_interval);
+        }
+        if self.schedule.tick.is_zero() {
+            bail!("schedule.tick: must be above zero");
         }
         self.executor(ServedConfigs::All).map(|_| ())
     }

@@ -113,6 +113,17 @@ struct Run<'a, C> {
     cancel: CancellationToken,
 }
 
+/// What a complete walk did not find.
+#[derive(Debug, Default)]
+struct Unseen {
+    /// Active assets whose files are gone.
+    assets: Vec<AssetId>,
+    /// Extra paths that are gone.
+    extra_paths: Vec<Vec<u8>>,
+    /// Assets whose own path is gone but a copy remains: they move to the copy.
+    promotions: Vec<(AssetId, FileFacts)>,
+}
+
 /// Why one file was not ingested.
 enum FileProblem {
     /// Not media after all, or empty: passed over.
@@ -251,8 +262,12 @@ impl<C: CatalogueStore + 'static, Q: WorkQueue + 'static> CrawlHandler<C, Q> {
         ctx.progress.report(run.counters.snapshot());
 
         let soft_deleted = if report.unreadable.is_empty() && !report.stopped {
-            let (unseen_assets, unseen_extra) = run.unseen();
-            let (active, unseen) = (active as u64, unseen_assets.len() as u64);
+            let unseen_files = run.unseen();
+            for (asset, copy) in &unseen_files.promotions {
+                self.catalogue.relocate(*asset, copy).await.map_err(catalogue_error)?;
+                run.counters.moved.fetch_add(1, Ordering::Relaxed);
+            }
+            let (active, unseen) = (active as u64, unseen_files.assets.len() as u64);
             if mass_deletion_refused(active, unseen, confirmed) {
                 return Err(HandlerError::permanent(format!(
                     "refusing to soft-delete {unseen} of {active} assets under {}: more than half of the library \
@@ -262,7 +277,10 @@ impl<C: CatalogueStore + 'static, Q: WorkQueue + 'static> CrawlHandler<C, Q> {
                     storage.root_path.display()
                 )));
             }
-            self.catalogue.soft_delete(config, &unseen_assets, &unseen_extra).await.map_err(catalogue_error)?
+            self.catalogue
+                .soft_delete(config, &unseen_files.assets, &unseen_files.extra_paths)
+                .await
+                .map_err(catalogue_error)?
         } else {
             warn!(
                 event = "soft_delete_skipped",
@@ -336,21 +354,36 @@ impl<C: CatalogueStore> Run<'_, C> {
         self.seen.lock().expect("poisoned").insert(seen);
     }
 
-    /// What the catalogue knew that the walk did not find: active assets and extra paths.
-    fn unseen(&self) -> (Vec<AssetId>, Vec<Vec<u8>>) {
+    /// What the catalogue knew that the walk did not find: active assets and extra paths. An asset whose own
+    /// path vanished while one of its copies (extra paths) is still there is not vanished: it moves to the copy
+    /// (returned as a promotion) instead.
+    fn unseen(&self) -> Unseen {
         let seen = self.seen.lock().expect("poisoned");
-        let mut assets = Vec::new();
-        let mut extra = Vec::new();
+        let mut surviving_copies: HashMap<AssetId, &KnownFile> = HashMap::new();
+        let mut out = Unseen::default();
         for (path, k) in self.known.iter() {
-            if k.extra {
-                if !seen.contains(&Seen::Extra(path.clone())) {
-                    extra.push(path.clone());
-                }
-            } else if !seen.contains(&Seen::Asset(k.asset_id)) {
-                assets.push(k.asset_id);
+            if !k.extra {
+                continue;
+            }
+            if seen.contains(&Seen::Extra(path.clone())) {
+                surviving_copies.entry(k.asset_id).or_insert(k);
+            } else {
+                out.extra_paths.push(path.clone());
             }
         }
-        (assets, extra)
+        for k in self.known.values().filter(|k| !k.extra) {
+            if seen.contains(&Seen::Asset(k.asset_id)) {
+                continue;
+            }
+            match surviving_copies.get(&k.asset_id) {
+                Some(copy) => out.promotions.push((
+                    k.asset_id,
+                    FileFacts { display_path: display(&copy.facts.file_path), ..copy.facts.clone() },
+                )),
+                None => out.assets.push(k.asset_id),
+            }
+        }
+        out
     }
 
     fn facts(entry: &WalkEntry) -> FileFacts {

@@ -1,0 +1,157 @@
+use std::future::Future;
+
+use chrono::{DateTime, Utc};
+
+use crate::catalogue::ProxyType;
+use crate::catalogue_port::CatalogueError;
+use crate::ids::{AssetId, StorageConfigId};
+use crate::work::NewWorkItem;
+
+/// An active still considered for burst grouping.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BurstFrame {
+    /// The asset.
+    pub asset_id: AssetId,
+    /// Camera make, if known.
+    pub camera_make: Option<String>,
+    /// Camera model, if known.
+    pub camera_model: Option<String>,
+    /// When it was taken.
+    pub captured_at: DateTime<Utc>,
+    /// The camera's own burst identifier, if it wrote one.
+    pub camera_burst_id: Option<String>,
+    /// Its size in bytes (a tie-breaker for the primary frame).
+    pub size: u64,
+}
+
+/// A burst as burst detection computed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BurstGroup {
+    /// Stable id: the first frame's asset id, so a re-run gives the same id.
+    pub id: AssetId,
+    /// The frame shown for the burst.
+    pub primary: AssetId,
+    /// Every frame, in capture order.
+    pub members: Vec<AssetId>,
+    /// True when grouped by the camera's own burst id, false when by time gap.
+    pub from_camera: bool,
+    /// Camera make.
+    pub camera_make: Option<String>,
+    /// Camera model.
+    pub camera_model: Option<String>,
+    /// First frame's capture time.
+    pub started_at: DateTime<Utc>,
+    /// Last frame's capture time.
+    pub ended_at: DateTime<Utc>,
+}
+
+/// A proxy of an asset, as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredProxy {
+    /// The asset.
+    pub asset_id: AssetId,
+    /// Its type.
+    pub proxy_type: ProxyType,
+    /// The file, relative to the proxy root (none for a BlurHash).
+    pub relative_path: Option<String>,
+}
+
+/// A soft-deleted asset due for purging.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PurgeCandidate {
+    /// The asset.
+    pub asset_id: AssetId,
+    /// Its proxies.
+    pub proxies: Vec<StoredProxy>,
+    /// True when an active asset of the same config has the same content, so the proxy files are its too and
+    /// must stay.
+    pub content_still_active: bool,
+}
+
+/// The catalogue and queue statements of burst detection, purge, proxy deletion and sweep, token cleanup,
+/// retention and the scheduler.
+pub trait MaintenanceStore: Send + Sync {
+    /// Active stills of the config, for burst grouping.
+    fn burst_frames(
+        &self,
+        config: StorageConfigId,
+    ) -> impl Future<Output = Result<Vec<BurstFrame>, CatalogueError>> + Send;
+
+    /// Makes the config's bursts exactly `groups` (in one transaction): bursts not among them dissolve, their
+    /// frames leave them.
+    fn replace_bursts(
+        &self,
+        config: StorageConfigId,
+        groups: &[BurstGroup],
+    ) -> impl Future<Output = Result<(), CatalogueError>> + Send;
+
+    /// Up to `limit` soft-deleted assets of the config soft-deleted before `before`, with their proxies.
+    fn purge_candidates(
+        &self,
+        config: StorageConfigId,
+        before: DateTime<Utc>,
+        limit: i64,
+    ) -> impl Future<Output = Result<Vec<PurgeCandidate>, CatalogueError>> + Send;
+
+    /// Deletes the rows (asset, metadata, proxies, extra paths) of those assets that are still soft-deleted
+    /// since before `before`, re-checked in the same transaction; returns the ones deleted.
+    fn purge_rows(
+        &self,
+        config: StorageConfigId,
+        assets: &[AssetId],
+        before: DateTime<Utc>,
+    ) -> impl Future<Output = Result<Vec<AssetId>, CatalogueError>> + Send;
+
+    /// The proxies of these assets (optionally only of these types).
+    fn proxies_of(
+        &self,
+        assets: &[AssetId],
+        types: Option<&[ProxyType]>,
+    ) -> impl Future<Output = Result<Vec<StoredProxy>, CatalogueError>> + Send;
+
+    /// Deletes these proxy rows.
+    fn delete_proxy_rows(&self, proxies: &[StoredProxy]) -> impl Future<Output = Result<u64, CatalogueError>> + Send;
+
+    /// Which of these paths (relative to the proxy root) a proxy row still references.
+    fn referenced_proxy_paths(
+        &self,
+        paths: &[String],
+    ) -> impl Future<Output = Result<Vec<String>, CatalogueError>> + Send;
+
+    /// Deletes up to `limit` refresh tokens expired before `expired_before` or revoked before `revoked_before`.
+    fn delete_refresh_tokens(
+        &self,
+        expired_before: DateTime<Utc>,
+        revoked_before: DateTime<Utc>,
+        limit: i64,
+    ) -> impl Future<Output = Result<u64, CatalogueError>> + Send;
+
+    /// Deletes up to `limit` finished work items (succeeded or cancelled before `done_before`, failed before
+    /// `failed_before`) and schedule records older than `failed_before`.
+    fn delete_finished_work(
+        &self,
+        done_before: DateTime<Utc>,
+        failed_before: DateTime<Utc>,
+        limit: i64,
+    ) -> impl Future<Output = Result<u64, CatalogueError>> + Send;
+
+    /// The active storage configs a Worker serves (all, or one user's).
+    fn served_configs(
+        &self,
+        served: crate::ServedConfigs,
+    ) -> impl Future<Output = Result<Vec<StorageConfigId>, CatalogueError>> + Send;
+
+    /// Enqueues `item` for the period named `schedule_key` unless that period already has one; true when this
+    /// call enqueued it. Exactly one of any number of concurrent callers wins.
+    fn enqueue_once(
+        &self,
+        schedule_key: &str,
+        item: &NewWorkItem,
+    ) -> impl Future<Output = Result<bool, CatalogueError>> + Send;
+
+    /// Cancels queued items of inactive storage configs; returns how many.
+    fn cancel_queued_of_inactive(&self) -> impl Future<Output = Result<u64, CatalogueError>> + Send;
+
+    /// The database clock.
+    fn db_now(&self) -> impl Future<Output = Result<DateTime<Utc>, CatalogueError>> + Send;
+}

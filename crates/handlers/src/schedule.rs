@@ -1,0 +1,134 @@
+//! The scheduler: every Worker runs one; it makes sure the periodic items exist, exactly once per period
+//! however many Workers run (the `schedule_periods` insert that wins enqueues).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use almanac_domain::{CatalogueError, DedupKey, MaintenanceStore, NewWorkItem, Scope, ServedConfigs, WorkKind};
+use chrono::{DateTime, Utc};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+const DAY: Duration = Duration::from_secs(86_400);
+
+/// The scheduler's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScheduleSettings {
+    /// A crawl per served active config every this long (default 4 h).
+    pub crawl_interval: Duration,
+    /// How often the scheduler looks (default one minute).
+    pub tick: Duration,
+}
+
+impl Default for ScheduleSettings {
+    fn default() -> Self {
+        Self { crawl_interval: Duration::from_secs(4 * 3600), tick: Duration::from_secs(60) }
+    }
+}
+
+/// The period number of `at` for an interval: whole intervals since the epoch.
+pub fn period(at: DateTime<Utc>, interval: Duration) -> i64 {
+    at.timestamp().div_euclid(i64::try_from(interval.as_secs().max(1)).unwrap_or(i64::MAX))
+}
+
+/// The periodic work due at `now` for these configs: (schedule key, item).
+pub fn due(
+    now: DateTime<Utc>,
+    configs: &[almanac_domain::StorageConfigId],
+    settings: ScheduleSettings,
+) -> Vec<(String, NewWorkItem)> {
+    let day = period(now, DAY);
+    let crawl_period = period(now, settings.crawl_interval);
+    let item = |kind: WorkKind, scope: Scope, dedup: String| {
+        NewWorkItem::new(kind, scope)
+            .expect("kinds get their scopes")
+            .with_dedup_key(DedupKey::new(dedup).expect("a valid key"))
+    };
+    let mut out = Vec::new();
+    for c in configs {
+        out.push((format!("crawl:{c}:{crawl_period}"), item(WorkKind::Crawl, Scope::Config(*c), format!("crawl:{c}"))));
+        out.push((format!("purge:{c}:{day}"), item(WorkKind::Purge, Scope::Config(*c), format!("purge:{c}"))));
+    }
+    for kind in [WorkKind::ProxySweep, WorkKind::TokenCleanup, WorkKind::WorkItemRetention] {
+        out.push((format!("{kind}:{day}"), item(kind, Scope::Unscoped, kind.to_string())));
+    }
+    out
+}
+
+/// Ensures the periodic items of this Worker's served configs exist.
+pub struct Scheduler<M> {
+    store: Arc<M>,
+    served: ServedConfigs,
+    settings: ScheduleSettings,
+}
+
+impl<M: MaintenanceStore> Scheduler<M> {
+    /// A scheduler for the configs a Worker serves.
+    pub fn new(store: Arc<M>, served: ServedConfigs, settings: ScheduleSettings) -> Self {
+        Self { store, served, settings }
+    }
+
+    /// One look: enqueue what is due and not yet enqueued for its period; cancel queued items of inactive
+    /// configs. Returns how many items this call enqueued.
+    pub async fn tick(&self) -> Result<usize, CatalogueError> {
+        let now = self.store.db_now().await?;
+        let configs = self.store.served_configs(self.served).await?;
+        let mut enqueued = 0;
+        for (key, item) in due(now, &configs, self.settings) {
+            if self.store.enqueue_once(&key, &item).await? {
+                info!(event = "scheduled", key, kind = %item.kind(), "periodic work enqueued");
+                enqueued += 1;
+            }
+        }
+        let cancelled = self.store.cancel_queued_of_inactive().await?;
+        if cancelled > 0 {
+            info!(event = "cancelled_inactive", cancelled, "cancelled queued work of inactive storage configs");
+        }
+        Ok(enqueued)
+    }
+
+    /// Ticks until `stop`.
+    pub async fn run(self, stop: CancellationToken) {
+        loop {
+            if let Err(e) = self.tick().await {
+                warn!(event = "schedule_failed", error = %e, "the scheduler could not look; trying again at the next tick");
+            }
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(self.settings.tick) => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use almanac_domain::StorageConfigId;
+    use chrono::TimeZone;
+
+    #[test]
+    fn periods_are_whole_intervals_since_the_epoch() {
+        let at = Utc.with_ymd_and_hms(2026, 11, 29, 3, 59, 59).unwrap();
+        let four_hours = Duration::from_secs(4 * 3600);
+        assert_eq!(period(at, four_hours) + 1, period(at + chrono::Duration::seconds(1), four_hours));
+        assert_eq!(period(at, DAY), period(at - chrono::Duration::hours(3), DAY));
+        assert_eq!(period(Utc.timestamp_opt(0, 0).unwrap(), DAY), 0);
+    }
+
+    #[test]
+    fn due_work_is_a_crawl_and_purge_per_config_and_three_daily_chores() {
+        let configs = [StorageConfigId::new(), StorageConfigId::new()];
+        let at = Utc.with_ymd_and_hms(2026, 11, 29, 12, 0, 0).unwrap();
+        let work = due(at, &configs, ScheduleSettings::default());
+        let kinds: Vec<WorkKind> = work.iter().map(|(_, i)| i.kind()).collect();
+        assert_eq!(kinds.iter().filter(|k| **k == WorkKind::Crawl).count(), 2);
+        assert_eq!(kinds.iter().filter(|k| **k == WorkKind::Purge).count(), 2);
+        for k in [WorkKind::ProxySweep, WorkKind::TokenCleanup, WorkKind::WorkItemRetention] {
+            assert_eq!(kinds.iter().filter(|x| **x == k).count(), 1);
+        }
+        let keys: std::collections::HashSet<&str> = work.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys.len(), work.len(), "every key names one item");
+        assert!(work[0].0.starts_with(&format!("crawl:{}:", configs[0])));
+    }
+}

@@ -1,0 +1,407 @@
+//! Burst detection, purge, proxy deletion and sweep, token cleanup, retention and the scheduler, on real
+//! PostgreSQL and real files.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use almanac_domain::{
+    AssetId, AssetMetadata, CaptureSource, CaptureTime, CatalogueStore, ClaimRequest, ContentHash, FileFacts,
+    IngestOutcome, LeaseDuration, MediaType, NewAsset, NewProxy, NewWorkItem, ProxyType, Scope, ServedConfigs,
+    StorageConfigId, WorkItem, WorkKind, WorkQueue, WorkerId,
+};
+use almanac_executor::{Handler, HandlerContext, HandlerError, ProgressReporter};
+use almanac_handlers::{
+    BurstDetectionHandler, BurstSettings, ProxyDeletionHandler, ProxySweepHandler, PurgeHandler, PurgeSettings,
+    RetentionSettings, ScheduleSettings, Scheduler, TokenCleanupHandler, WorkItemRetentionHandler,
+};
+use almanac_store_pg::{NewStorageConfig, PgStore};
+use almanac_testdb::TestDatabase;
+use chrono::{TimeZone, Utc};
+use diesel::sql_query;
+use diesel::sql_types::{BigInt, Uuid};
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
+use tokio_util::sync::CancellationToken;
+
+struct Env {
+    db: TestDatabase,
+    store: Arc<PgStore>,
+    config: StorageConfigId,
+    proxies: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+async fn env() -> Env {
+    let db = TestDatabase::create().await;
+    let store = Arc::new(PgStore::new(db.url(), 6, Duration::from_secs(10)).unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let proxies = dir.path().join("proxies");
+    let (_, config) = store
+        .add_storage_config(&NewStorageConfig { username: "ann".into(), root_path: dir.path().join("originals") })
+        .await
+        .unwrap();
+    Env { db, store, config: config.id, proxies, _dir: dir }
+}
+
+impl Env {
+    async fn conn(&self) -> AsyncPgConnection {
+        AsyncPgConnection::establish(self.db.url()).await.unwrap()
+    }
+
+    async fn count(&self, sql: &str) -> i64 {
+        #[derive(diesel::QueryableByName)]
+        struct N {
+            #[diesel(sql_type = BigInt)]
+            n: i64,
+        }
+        sql_query(sql).get_result::<N>(&mut self.conn().await).await.unwrap().n
+    }
+
+    async fn item(&self, kind: WorkKind, scope: Scope, payload: serde_json::Value) -> WorkItem {
+        let new = NewWorkItem::new(kind, scope).unwrap().with_payload(payload);
+        self.store.enqueue(&new).await.unwrap().item
+    }
+
+    async fn run(&self, handler: &impl Handler, item: WorkItem) -> Result<serde_json::Value, HandlerError> {
+        let ctx = HandlerContext { item, cancel: CancellationToken::new(), progress: ProgressReporter::default() };
+        handler.run(ctx).await.map(|r| r.expect("a result"))
+    }
+
+    /// An asset with proxy files on disk, as a crawl would leave it.
+    async fn asset(&self, n: u8, model: &str, millis: i64, size: u64) -> (AssetId, ContentHash) {
+        let hash = ContentHash::from_bytes([n; 32]);
+        let rel_dir = hash.proxy_dir(self.config);
+        let dir = self.proxies.join(&rel_dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut proxies = vec![NewProxy {
+            proxy_type: ProxyType::Blurhash,
+            relative_path: None,
+            inline_value: Some("LKO2?U%2Tw=w".into()),
+            size_bytes: 0,
+        }];
+        for t in [ProxyType::Preview, ProxyType::Thumbnail] {
+            let rel = rel_dir.join(t.file_name().unwrap());
+            std::fs::write(self.proxies.join(&rel), b"jpeg").unwrap();
+            proxies.push(NewProxy {
+                proxy_type: t,
+                relative_path: Some(rel.display().to_string()),
+                inline_value: None,
+                size_bytes: 4,
+            });
+        }
+        let at = Utc.with_ymd_and_hms(2022, 1, 1, 12, 0, 0).unwrap() + chrono::Duration::milliseconds(millis);
+        let asset = NewAsset {
+            storage_config_id: self.config,
+            facts: FileFacts {
+                file_path: format!("IMG_{n}.jpg").into_bytes(),
+                display_path: format!("IMG_{n}.jpg"),
+                size,
+                mtime: at,
+            },
+            content_hash: hash.clone(),
+            media_type: MediaType::Image,
+            capture: CaptureTime { at, offset_minutes: Some(0), source: CaptureSource::ExifOriginal },
+            metadata: AssetMetadata {
+                camera_make: Some("Make".into()),
+                camera_model: Some(model.into()),
+                ..AssetMetadata::default()
+            },
+            proxies,
+            replaces: None,
+        };
+        match self.store.ingest(&asset).await.unwrap() {
+            IngestOutcome::Ingested(id) => (id, hash),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    async fn soft_delete(&self, id: AssetId, days_ago: i64) {
+        sql_query("UPDATE media_assets SET is_soft_deleted = true, soft_deleted_at = now() - make_interval(days => $2::int) WHERE id = $1")
+            .bind::<Uuid, _>(id.as_uuid())
+            .bind::<BigInt, _>(days_ago)
+            .execute(&mut self.conn().await)
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn burst_detection_is_stable_and_a_burst_dissolves_below_the_minimum() {
+    let env = env().await;
+    let (a, _) = env.asset(1, "X", 0, 10).await;
+    let (b, _) = env.asset(2, "X", 300, 30).await;
+    let (c, _) = env.asset(3, "X", 600, 20).await;
+    env.asset(4, "X", 60_000, 10).await;
+    let handler = BurstDetectionHandler::new(env.store.clone(), BurstSettings::default());
+    let scope = Scope::Config(env.config);
+    let first =
+        env.run(&handler, env.item(WorkKind::BurstDetection, scope, serde_json::json!({})).await).await.unwrap();
+    assert_eq!(first["bursts"], 1);
+    let burst_of =
+        |id: AssetId| format!("SELECT count(*) AS n FROM media_assets WHERE id = '{id}' AND burst_id = '{a}'");
+    for id in [a, b, c] {
+        assert_eq!(env.count(&burst_of(id)).await, 1);
+    }
+    assert_eq!(
+        env.count(&format!(
+            "SELECT count(*) AS n FROM bursts WHERE id = '{a}' AND primary_asset_id = '{b}' AND frame_count = 3"
+        ))
+        .await,
+        1
+    );
+    // A re-run gives the same burst, same id.
+    env.run(&handler, env.item(WorkKind::BurstDetection, scope, serde_json::json!({})).await).await.unwrap();
+    assert_eq!(env.count("SELECT count(*) AS n FROM bursts").await, 1);
+    assert_eq!(env.count(&format!("SELECT count(*) AS n FROM bursts WHERE id = '{a}'")).await, 1);
+    // One frame leaves (deleted): two are too few, the burst dissolves.
+    env.soft_delete(c, 0).await;
+    env.run(&handler, env.item(WorkKind::BurstDetection, scope, serde_json::json!({})).await).await.unwrap();
+    assert_eq!(env.count("SELECT count(*) AS n FROM bursts").await, 0);
+    assert_eq!(env.count("SELECT count(*) AS n FROM media_assets WHERE burst_id IS NOT NULL").await, 0);
+}
+
+fn purge_handler(env: &Env) -> PurgeHandler<PgStore> {
+    PurgeHandler::new(
+        env.store.clone(),
+        PurgeSettings { proxy_root: env.proxies.clone(), purge_after: Duration::from_secs(30 * 86_400), batch: 2 },
+    )
+}
+
+#[tokio::test]
+async fn purge_removes_old_soft_deleted_assets_files_first_and_keeps_the_rest() {
+    let env = env().await;
+    let (old1, h1) = env.asset(1, "X", 0, 1).await;
+    let (old2, h2) = env.asset(2, "X", 0, 1).await;
+    let (old3, _) = env.asset(3, "X", 0, 1).await;
+    let (recent, h4) = env.asset(4, "X", 0, 1).await;
+    let (active, h5) = env.asset(5, "X", 0, 1).await;
+    for id in [old1, old2, old3] {
+        env.soft_delete(id, 31).await;
+    }
+    env.soft_delete(recent, 5).await;
+    let result = env
+        .run(&purge_handler(&env), env.item(WorkKind::Purge, Scope::Config(env.config), serde_json::json!({})).await)
+        .await
+        .unwrap();
+    assert_eq!(result["purged"], 3, "three old ones, in batches of two");
+    for (id, hash) in [(old1, &h1), (old2, &h2)] {
+        assert_eq!(env.count(&format!("SELECT count(*) AS n FROM media_assets WHERE id = '{id}'")).await, 0);
+        assert!(!env.proxies.join(hash.proxy_dir(env.config)).exists(), "proxy folder gone");
+    }
+    assert_eq!(
+        env.count("SELECT count(*) AS n FROM proxy_files").await,
+        6,
+        "recent and active keep their three rows each"
+    );
+    assert!(env.proxies.join(h4.proxy_dir(env.config)).join("preview.jpg").exists());
+    assert!(env.proxies.join(h5.proxy_dir(env.config)).join("preview.jpg").exists());
+    assert_eq!(
+        env.count(&format!("SELECT count(*) AS n FROM media_assets WHERE id IN ('{recent}', '{active}')")).await,
+        2
+    );
+}
+
+#[tokio::test]
+async fn purge_keeps_an_asset_whose_proxy_file_cannot_be_deleted_and_retries_it_next_time() {
+    let env = env().await;
+    let (stuck, hash) = env.asset(1, "X", 0, 1).await;
+    let (fine, _) = env.asset(2, "X", 0, 1).await;
+    env.soft_delete(stuck, 40).await;
+    env.soft_delete(fine, 40).await;
+    // A directory where the preview file should be: it cannot be deleted as a file.
+    let preview = env.proxies.join(hash.proxy_dir(env.config)).join("preview.jpg");
+    std::fs::remove_file(&preview).unwrap();
+    std::fs::create_dir_all(preview.join("blocker")).unwrap();
+    let result = env
+        .run(&purge_handler(&env), env.item(WorkKind::Purge, Scope::Config(env.config), serde_json::json!({})).await)
+        .await
+        .unwrap();
+    assert_eq!(result["purged"], 1);
+    assert!(result["not_deleted"][0].as_str().unwrap().contains("preview.jpg"), "{result}");
+    assert_eq!(
+        env.count(&format!("SELECT count(*) AS n FROM media_assets WHERE id = '{stuck}' AND is_soft_deleted")).await,
+        1
+    );
+    std::fs::remove_dir_all(&preview).unwrap();
+    let again = env
+        .run(&purge_handler(&env), env.item(WorkKind::Purge, Scope::Config(env.config), serde_json::json!({})).await)
+        .await
+        .unwrap();
+    assert_eq!(again["purged"], 1);
+    assert_eq!(env.count("SELECT count(*) AS n FROM media_assets").await, 0);
+}
+
+#[tokio::test]
+async fn purge_keeps_proxy_files_shared_with_an_active_asset_of_the_same_content() {
+    let env = env().await;
+    let (old, hash) = env.asset(1, "X", 0, 1).await;
+    env.soft_delete(old, 40).await;
+    // The same content came back as a new active asset (its proxies live in the same folder).
+    sql_query("INSERT INTO media_assets (id, storage_config_id, file_path, display_path, content_hash, size_bytes, file_modified_at, media_type, captured_at, captured_at_source, capture_month, capture_day)
+               SELECT gen_random_uuid(), storage_config_id, 'again.jpg', 'again.jpg', content_hash, size_bytes, file_modified_at, media_type, captured_at, captured_at_source, capture_month, capture_day FROM media_assets WHERE id = $1")
+        .bind::<Uuid, _>(old.as_uuid())
+        .execute(&mut env.conn().await)
+        .await
+        .unwrap();
+    env.run(&purge_handler(&env), env.item(WorkKind::Purge, Scope::Config(env.config), serde_json::json!({})).await)
+        .await
+        .unwrap();
+    assert_eq!(env.count(&format!("SELECT count(*) AS n FROM media_assets WHERE id = '{old}'")).await, 0);
+    assert!(env.proxies.join(hash.proxy_dir(env.config)).join("preview.jpg").exists());
+}
+
+/// The per-config rule is what makes purge safe beside a crawl: a crawl queued during a purge of the same
+/// config waits until the purge ends.
+#[tokio::test]
+async fn a_crawl_of_the_same_config_queued_during_a_purge_waits_for_it() {
+    let env = env().await;
+    let claimer = ClaimRequest {
+        worker_id: WorkerId::new("w").unwrap(),
+        served: ServedConfigs::All,
+        kinds: WorkKind::ALL.to_vec(),
+        lease: LeaseDuration::DEFAULT,
+    };
+    env.item(WorkKind::Purge, Scope::Config(env.config), serde_json::json!({})).await;
+    let purge = env.store.claim(&claimer).await.unwrap().expect("purge claimed");
+    let crawl = env.item(WorkKind::Crawl, Scope::Config(env.config), serde_json::json!({})).await;
+    assert!(env.store.claim(&claimer).await.unwrap().is_none(), "the crawl waits");
+    env.store.complete(purge.fence, None).await.unwrap();
+    assert_eq!(env.store.claim(&claimer).await.unwrap().unwrap().item.id, crawl.id);
+}
+
+#[tokio::test]
+async fn proxy_deletion_removes_the_chosen_proxies_and_rejects_a_bad_payload() {
+    let env = env().await;
+    let (id, hash) = env.asset(1, "X", 0, 1).await;
+    let handler = ProxyDeletionHandler::new(env.store.clone(), env.proxies.clone());
+    let payload = serde_json::json!({"asset_ids": [id], "proxy_types": ["preview"]});
+    let result = env.run(&handler, env.item(WorkKind::ProxyDeletion, Scope::Unscoped, payload).await).await.unwrap();
+    assert_eq!(result["deleted"], 1);
+    let dir = env.proxies.join(hash.proxy_dir(env.config));
+    assert!(!dir.join("preview.jpg").exists() && dir.join("thumbnail.jpg").exists());
+    let payload = serde_json::json!({"asset_ids": [id]});
+    let result =
+        env.run(&handler, env.item(WorkKind::ProxyDeletion, Scope::Config(env.config), payload).await).await.unwrap();
+    assert_eq!(result["deleted"], 2, "thumbnail and blurhash");
+    assert!(!dir.exists(), "the emptied folder goes too");
+    let bad = serde_json::json!({"asset_ids": ["not-a-uuid"]});
+    let err = env.run(&handler, env.item(WorkKind::ProxyDeletion, Scope::Unscoped, bad).await).await.unwrap_err();
+    assert!(!err.retryable && err.message.contains("asset_ids"));
+}
+
+fn age(path: &std::path::Path, secs: u64) {
+    let f = std::fs::File::options().write(true).open(path).unwrap();
+    f.set_modified(SystemTime::now() - Duration::from_secs(secs)).unwrap();
+}
+
+#[tokio::test]
+async fn proxy_sweep_deletes_old_orphans_only_and_never_follows_links() {
+    let env = env().await;
+    let (_, hash) = env.asset(1, "X", 0, 1).await;
+    let referenced = env.proxies.join(hash.proxy_dir(env.config)).join("preview.jpg");
+    age(&referenced, 7200);
+    let orphan_dir = env.proxies.join(env.config.to_string()).join("ff").join("ff".repeat(32));
+    std::fs::create_dir_all(&orphan_dir).unwrap();
+    let old_orphan = orphan_dir.join("preview.jpg");
+    std::fs::write(&old_orphan, b"old").unwrap();
+    age(&old_orphan, 7200);
+    let debris = orphan_dir.join(".thumbnail.jpg.tmp");
+    std::fs::write(&debris, b"half").unwrap();
+    age(&debris, 7200);
+    // Written a moment ago by a crawl whose rows are not committed yet: it must survive.
+    let fresh = env.proxies.join(env.config.to_string()).join("ee").join("ee".repeat(32)).join("preview.jpg");
+    std::fs::create_dir_all(fresh.parent().unwrap()).unwrap();
+    std::fs::write(&fresh, b"new").unwrap();
+    // A link out of the proxy root, to an old file: never followed.
+    let outside = env._dir.path().join("outside.jpg");
+    std::fs::write(&outside, b"keep").unwrap();
+    age(&outside, 7200);
+    std::os::unix::fs::symlink(env._dir.path(), env.proxies.join("escape")).unwrap();
+
+    let handler = ProxySweepHandler::new(env.store.clone(), env.proxies.clone(), Duration::from_secs(3600));
+    let result =
+        env.run(&handler, env.item(WorkKind::ProxySweep, Scope::Unscoped, serde_json::json!({})).await).await.unwrap();
+    assert_eq!(result["deleted"], 2, "{result}");
+    assert!(!old_orphan.exists() && !debris.exists() && !orphan_dir.exists());
+    assert!(referenced.exists() && fresh.exists() && outside.exists());
+}
+
+#[tokio::test]
+async fn token_cleanup_deletes_only_tokens_expired_or_revoked_past_the_grace() {
+    let env = env().await;
+    env.conn().await.batch_execute(
+        "INSERT INTO refresh_tokens (id, user_id, token_hash, expires_at, revoked_at)
+         SELECT gen_random_uuid(), u.id, decode(v.h, 'hex'), now() + v.expires, now() + v.revoked
+           FROM users u, (VALUES ('01', interval '-30 days', NULL::interval), ('02', interval '-1 day', NULL),
+                                 ('03', interval '30 days', interval '-30 days'), ('04', interval '30 days', NULL)) v(h, expires, revoked)",
+    ).await.unwrap();
+    let handler = TokenCleanupHandler::new(env.store.clone(), Duration::from_secs(7 * 86_400));
+    let result = env
+        .run(&handler, env.item(WorkKind::TokenCleanup, Scope::Unscoped, serde_json::json!({})).await)
+        .await
+        .unwrap();
+    assert_eq!(result["deleted"], 2);
+    assert_eq!(env.count("SELECT count(*) AS n FROM refresh_tokens WHERE token_hash IN ('\\x02', '\\x04')").await, 2);
+}
+
+#[tokio::test]
+async fn retention_deletes_finished_items_past_retention_only() {
+    let env = env().await;
+    let handler = WorkItemRetentionHandler::new(env.store.clone(), RetentionSettings::default());
+    let old_done = env.item(WorkKind::TokenCleanup, Scope::Unscoped, serde_json::json!({})).await;
+    let queued = env.item(WorkKind::ProxySweep, Scope::Unscoped, serde_json::json!({})).await;
+    sql_query("UPDATE work_items SET status = 'succeeded', finished_at = now() - interval '8 days' WHERE id = $1")
+        .bind::<Uuid, _>(old_done.id.as_uuid())
+        .execute(&mut env.conn().await)
+        .await
+        .unwrap();
+    let item = env.item(WorkKind::WorkItemRetention, Scope::Unscoped, serde_json::json!({})).await;
+    let result = env.run(&handler, item).await.unwrap();
+    assert_eq!(result["deleted"], 1);
+    assert!(env.store.get(old_done.id).await.unwrap().is_none());
+    assert!(env.store.get(queued.id).await.unwrap().is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_racing_schedulers_enqueue_each_periodic_item_exactly_once() {
+    let env = env().await;
+    let (_, other) = env
+        .store
+        .add_storage_config(&NewStorageConfig { username: "bob".into(), root_path: "/photos/bob".into() })
+        .await
+        .unwrap();
+    let schedulers: Vec<_> = (0..3)
+        .map(|_| {
+            let store = Arc::new(PgStore::new(env.db.url(), 2, Duration::from_secs(10)).unwrap());
+            Scheduler::new(store, ServedConfigs::All, ScheduleSettings::default())
+        })
+        .collect();
+    let (a, b, c) = tokio::join!(schedulers[0].tick(), schedulers[1].tick(), schedulers[2].tick());
+    let total = a.unwrap() + b.unwrap() + c.unwrap();
+    // Two configs: a crawl and a purge each, plus sweep, token cleanup and retention.
+    assert_eq!(total, 7);
+    assert_eq!(env.count("SELECT count(*) AS n FROM work_items").await, 7);
+    assert_eq!(env.count("SELECT count(*) AS n FROM work_items WHERE kind = 'crawl'").await, 2);
+    // Later in the same period: nothing new.
+    assert_eq!(schedulers[0].tick().await.unwrap(), 0);
+    // An inactive config gets nothing new and loses what was queued.
+    env.store.set_storage_config_active(other.id, false).await.unwrap();
+    assert_eq!(
+        env.count(&format!(
+            "SELECT count(*) AS n FROM work_items WHERE storage_config_id = '{}' AND status = 'queued'",
+            other.id
+        ))
+        .await,
+        0
+    );
+    sql_query("DELETE FROM schedule_periods").execute(&mut env.conn().await).await.unwrap();
+    schedulers[1].tick().await.unwrap();
+    assert_eq!(
+        env.count(&format!(
+            "SELECT count(*) AS n FROM work_items WHERE storage_config_id = '{}' AND status = 'queued'",
+            other.id
+        ))
+        .await,
+        0
+    );
+}

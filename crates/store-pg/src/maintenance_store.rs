@@ -1,0 +1,422 @@
+//! The statements of burst detection, purge, proxy deletion and sweep, token cleanup, retention and the
+//! scheduler ([`MaintenanceStore`]).
+
+use std::collections::BTreeMap;
+use std::str::FromStr;
+
+use almanac_domain::{
+    AssetId, BurstFrame, BurstGroup, CatalogueError, MaintenanceStore, NewWorkItem, ProxyType, PurgeCandidate,
+    ServedConfigs, StorageConfigId, StoredProxy, WorkItemId,
+};
+use chrono::{DateTime, Utc};
+use diesel::sql_types::{Array, BigInt, Bool, Integer, Jsonb, Nullable, Text, Timestamptz, Uuid};
+use diesel::{QueryableByName, sql_query};
+use diesel_async::{AsyncConnection, RunQueryDsl};
+
+use crate::PgStore;
+use crate::error::{self, StoreError};
+
+fn db(e: diesel::result::Error) -> CatalogueError {
+    match error::from_diesel(e) {
+        StoreError::Unavailable(m) => CatalogueError::Unavailable(m),
+        other => CatalogueError::Unexpected(other.to_string()),
+    }
+}
+
+fn pool(e: StoreError) -> CatalogueError {
+    match e {
+        StoreError::Unavailable(m) => CatalogueError::Unavailable(m),
+        other => CatalogueError::Unexpected(other.to_string()),
+    }
+}
+
+fn uuids(ids: &[AssetId]) -> Vec<uuid::Uuid> {
+    ids.iter().map(AssetId::as_uuid).collect()
+}
+
+#[derive(QueryableByName)]
+struct FrameRow {
+    #[diesel(sql_type = Uuid)]
+    id: uuid::Uuid,
+    #[diesel(sql_type = Nullable<Text>)]
+    camera_make: Option<String>,
+    #[diesel(sql_type = Nullable<Text>)]
+    camera_model: Option<String>,
+    #[diesel(sql_type = Timestamptz)]
+    captured_at: DateTime<Utc>,
+    #[diesel(sql_type = Nullable<Text>)]
+    camera_burst_id: Option<String>,
+    #[diesel(sql_type = BigInt)]
+    size_bytes: i64,
+}
+
+#[derive(QueryableByName)]
+struct ProxyRow {
+    #[diesel(sql_type = Uuid)]
+    asset_id: uuid::Uuid,
+    #[diesel(sql_type = Text)]
+    proxy_type: String,
+    #[diesel(sql_type = Nullable<Text>)]
+    relative_path: Option<String>,
+}
+
+#[derive(QueryableByName)]
+struct CandidateRow {
+    #[diesel(sql_type = Uuid)]
+    id: uuid::Uuid,
+    #[diesel(sql_type = Bool)]
+    content_still_active: bool,
+}
+
+#[derive(QueryableByName)]
+struct IdRow {
+    #[diesel(sql_type = Uuid)]
+    id: uuid::Uuid,
+}
+
+#[derive(QueryableByName)]
+struct PathRow {
+    #[diesel(sql_type = Text)]
+    relative_path: String,
+}
+
+#[derive(QueryableByName)]
+struct Now {
+    #[diesel(sql_type = Timestamptz)]
+    now: DateTime<Utc>,
+}
+
+fn stored(r: ProxyRow) -> Result<StoredProxy, CatalogueError> {
+    Ok(StoredProxy {
+        asset_id: AssetId::from_uuid(r.asset_id),
+        proxy_type: ProxyType::from_str(&r.proxy_type).map_err(|e| CatalogueError::Unexpected(e.to_string()))?,
+        relative_path: r.relative_path,
+    })
+}
+
+impl MaintenanceStore for PgStore {
+    #[mutants::skip]
+    async fn burst_frames(&self, config: StorageConfigId) -> Result<Vec<BurstFrame>, CatalogueError> {
+        let mut conn = self.conn().await.map_err(pool)?;
+        let rows: Vec<FrameRow> = sql_query(
+            "SELECT a.id, m.camera_make, m.camera_model, a.captured_at, m.camera_burst_id, a.size_bytes
+               FROM media_assets a JOIN asset_metadata m ON m.asset_id = a.id
+              WHERE a.storage_config_id = $1 AND NOT a.is_soft_deleted AND a.media_type = 'image'
+              ORDER BY a.captured_at, a.id",
+        )
+        .bind::<Uuid, _>(config.as_uuid())
+        .load(&mut conn)
+        .await
+        .map_err(db)?;
+        Ok(rows
+            .into_iter()
+            .map(|r| BurstFrame {
+                asset_id: AssetId::from_uuid(r.id),
+                camera_make: r.camera_make,
+                camera_model: r.camera_model,
+                captured_at: r.captured_at,
+                camera_burst_id: r.camera_burst_id,
+                size: u64::try_from(r.size_bytes).unwrap_or(0),
+            })
+            .collect())
+    }
+
+    #[mutants::skip]
+    async fn replace_bursts(&self, config: StorageConfigId, groups: &[BurstGroup]) -> Result<(), CatalogueError> {
+        let mut conn = self.conn().await.map_err(pool)?;
+        let keep: Vec<uuid::Uuid> = groups.iter().map(|g| g.id.as_uuid()).collect();
+        conn.transaction::<_, diesel::result::Error, _>(async |conn| {
+            sql_query("UPDATE media_assets SET burst_id = NULL WHERE storage_config_id = $1 AND burst_id IS NOT NULL")
+                .bind::<Uuid, _>(config.as_uuid())
+                .execute(conn)
+                .await?;
+            sql_query("DELETE FROM bursts WHERE storage_config_id = $1 AND id <> ALL($2)")
+                .bind::<Uuid, _>(config.as_uuid())
+                .bind::<Array<Uuid>, _>(&keep)
+                .execute(conn)
+                .await?;
+            for g in groups {
+                sql_query(
+                    "INSERT INTO bursts (id, storage_config_id, primary_asset_id, camera_make, camera_model, source,
+                                         started_at, ended_at, frame_count)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                     ON CONFLICT (id) DO UPDATE SET primary_asset_id = EXCLUDED.primary_asset_id,
+                         camera_make = EXCLUDED.camera_make, camera_model = EXCLUDED.camera_model,
+                         source = EXCLUDED.source, started_at = EXCLUDED.started_at, ended_at = EXCLUDED.ended_at,
+                         frame_count = EXCLUDED.frame_count, updated_at = now()",
+                )
+                .bind::<Uuid, _>(g.id.as_uuid())
+                .bind::<Uuid, _>(config.as_uuid())
+                .bind::<Uuid, _>(g.primary.as_uuid())
+                .bind::<Nullable<Text>, _>(g.camera_make.as_deref())
+                .bind::<Nullable<Text>, _>(g.camera_model.as_deref())
+                .bind::<Text, _>(if g.from_camera { "camera_burst_id" } else { "time_gap" })
+                .bind::<Timestamptz, _>(g.started_at)
+                .bind::<Timestamptz, _>(g.ended_at)
+                .bind::<Integer, _>(g.members.len() as i32)
+                .execute(conn)
+                .await?;
+                sql_query("UPDATE media_assets SET burst_id = $1 WHERE id = ANY($2)")
+                    .bind::<Uuid, _>(g.id.as_uuid())
+                    .bind::<Array<Uuid>, _>(uuids(&g.members))
+                    .execute(conn)
+                    .await?;
+            }
+            Ok(())
+        })
+        .await
+        .map_err(db)
+    }
+
+    #[mutants::skip]
+    async fn purge_candidates(
+        &self,
+        config: StorageConfigId,
+        before: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<Vec<PurgeCandidate>, CatalogueError> {
+        let mut conn = self.conn().await.map_err(pool)?;
+        let rows: Vec<CandidateRow> = sql_query(
+            "SELECT a.id, EXISTS (SELECT 1 FROM media_assets o WHERE o.storage_config_id = a.storage_config_id
+                                     AND o.content_hash = a.content_hash AND NOT o.is_soft_deleted) AS content_still_active
+               FROM media_assets a
+              WHERE a.storage_config_id = $1 AND a.is_soft_deleted AND a.soft_deleted_at < $2
+              ORDER BY a.soft_deleted_at, a.id
+              LIMIT $3",
+        )
+        .bind::<Uuid, _>(config.as_uuid())
+        .bind::<Timestamptz, _>(before)
+        .bind::<BigInt, _>(limit)
+        .load(&mut conn)
+        .await
+        .map_err(db)?;
+        let ids: Vec<AssetId> = rows.iter().map(|r| AssetId::from_uuid(r.id)).collect();
+        let mut proxies: BTreeMap<AssetId, Vec<StoredProxy>> = BTreeMap::new();
+        for p in self.proxies_of(&ids, None).await? {
+            proxies.entry(p.asset_id).or_default().push(p);
+        }
+        Ok(rows
+            .into_iter()
+            .map(|r| {
+                let id = AssetId::from_uuid(r.id);
+                PurgeCandidate {
+                    asset_id: id,
+                    proxies: proxies.remove(&id).unwrap_or_default(),
+                    content_still_active: r.content_still_active,
+                }
+            })
+            .collect())
+    }
+
+    #[mutants::skip]
+    async fn purge_rows(
+        &self,
+        config: StorageConfigId,
+        assets: &[AssetId],
+        before: DateTime<Utc>,
+    ) -> Result<Vec<AssetId>, CatalogueError> {
+        let mut conn = self.conn().await.map_err(pool)?;
+        let rows: Vec<IdRow> = conn
+            .transaction::<_, diesel::result::Error, _>(async |conn| {
+                // Re-check under a row lock: only assets still soft-deleted since before the cut-off go.
+                let still: Vec<IdRow> = sql_query(
+                    "SELECT id FROM media_assets
+                      WHERE storage_config_id = $1 AND id = ANY($2) AND is_soft_deleted AND soft_deleted_at < $3
+                        FOR UPDATE",
+                )
+                .bind::<Uuid, _>(config.as_uuid())
+                .bind::<Array<Uuid>, _>(uuids(assets))
+                .bind::<Timestamptz, _>(before)
+                .load(conn)
+                .await?;
+                let ids: Vec<uuid::Uuid> = still.iter().map(|r| r.id).collect();
+                // Bursts whose primary frame goes are dissolved (the next burst detection regroups).
+                sql_query(
+                    "UPDATE media_assets SET burst_id = NULL
+                      WHERE burst_id IN (SELECT id FROM bursts WHERE primary_asset_id = ANY($1))",
+                )
+                .bind::<Array<Uuid>, _>(&ids)
+                .execute(conn)
+                .await?;
+                sql_query("DELETE FROM bursts WHERE primary_asset_id = ANY($1)")
+                    .bind::<Array<Uuid>, _>(&ids)
+                    .execute(conn)
+                    .await?;
+                sql_query("UPDATE media_assets SET paired_asset_id = NULL WHERE paired_asset_id = ANY($1)")
+                    .bind::<Array<Uuid>, _>(&ids)
+                    .execute(conn)
+                    .await?;
+                // Metadata, proxy rows and extra paths go with the asset (ON DELETE CASCADE).
+                sql_query("DELETE FROM media_assets WHERE id = ANY($1) RETURNING id")
+                    .bind::<Array<Uuid>, _>(&ids)
+                    .load(conn)
+                    .await
+            })
+            .await
+            .map_err(db)?;
+        Ok(rows.into_iter().map(|r| AssetId::from_uuid(r.id)).collect())
+    }
+
+    #[mutants::skip]
+    async fn proxies_of(
+        &self,
+        assets: &[AssetId],
+        types: Option<&[ProxyType]>,
+    ) -> Result<Vec<StoredProxy>, CatalogueError> {
+        let mut conn = self.conn().await.map_err(pool)?;
+        let types: Option<Vec<&str>> = types.map(|t| t.iter().map(|p| p.as_str()).collect());
+        let rows: Vec<ProxyRow> = sql_query(
+            "SELECT asset_id, proxy_type, relative_path FROM proxy_files
+              WHERE asset_id = ANY($1) AND ($2::text[] IS NULL OR proxy_type = ANY($2))
+              ORDER BY asset_id, proxy_type",
+        )
+        .bind::<Array<Uuid>, _>(uuids(assets))
+        .bind::<Nullable<Array<Text>>, _>(types)
+        .load(&mut conn)
+        .await
+        .map_err(db)?;
+        rows.into_iter().map(stored).collect()
+    }
+
+    #[mutants::skip]
+    async fn delete_proxy_rows(&self, proxies: &[StoredProxy]) -> Result<u64, CatalogueError> {
+        let mut conn = self.conn().await.map_err(pool)?;
+        let assets: Vec<uuid::Uuid> = proxies.iter().map(|p| p.asset_id.as_uuid()).collect();
+        let types: Vec<&str> = proxies.iter().map(|p| p.proxy_type.as_str()).collect();
+        let n = sql_query(
+            "DELETE FROM proxy_files p USING unnest($1::uuid[], $2::text[]) AS d(asset_id, proxy_type)
+              WHERE p.asset_id = d.asset_id AND p.proxy_type = d.proxy_type",
+        )
+        .bind::<Array<Uuid>, _>(assets)
+        .bind::<Array<Text>, _>(types)
+        .execute(&mut conn)
+        .await
+        .map_err(db)?;
+        Ok(n as u64)
+    }
+
+    #[mutants::skip]
+    async fn referenced_proxy_paths(&self, paths: &[String]) -> Result<Vec<String>, CatalogueError> {
+        let mut conn = self.conn().await.map_err(pool)?;
+        let rows: Vec<PathRow> = sql_query("SELECT relative_path FROM proxy_files WHERE relative_path = ANY($1)")
+            .bind::<Array<Text>, _>(paths)
+            .load(&mut conn)
+            .await
+            .map_err(db)?;
+        Ok(rows.into_iter().map(|r| r.relative_path).collect())
+    }
+
+    #[mutants::skip]
+    async fn delete_refresh_tokens(
+        &self,
+        expired_before: DateTime<Utc>,
+        revoked_before: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<u64, CatalogueError> {
+        let mut conn = self.conn().await.map_err(pool)?;
+        let n = sql_query(
+            "DELETE FROM refresh_tokens WHERE id IN (
+                SELECT id FROM refresh_tokens WHERE expires_at < $1 OR revoked_at < $2 LIMIT $3)",
+        )
+        .bind::<Timestamptz, _>(expired_before)
+        .bind::<Timestamptz, _>(revoked_before)
+        .bind::<BigInt, _>(limit)
+        .execute(&mut conn)
+        .await
+        .map_err(db)?;
+        Ok(n as u64)
+    }
+
+    #[mutants::skip]
+    async fn delete_finished_work(
+        &self,
+        done_before: DateTime<Utc>,
+        failed_before: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<u64, CatalogueError> {
+        let items = self.delete_finished(done_before, failed_before, limit).await.map_err(pool)?;
+        let mut conn = self.conn().await.map_err(pool)?;
+        sql_query(
+            "DELETE FROM schedule_periods WHERE schedule_key IN (
+                SELECT schedule_key FROM schedule_periods WHERE created_at < $1 LIMIT $2)",
+        )
+        .bind::<Timestamptz, _>(failed_before)
+        .bind::<BigInt, _>(limit)
+        .execute(&mut conn)
+        .await
+        .map_err(db)?;
+        Ok(items)
+    }
+
+    #[mutants::skip]
+    async fn served_configs(&self, served: ServedConfigs) -> Result<Vec<StorageConfigId>, CatalogueError> {
+        let configs = self.list_storage_configs().await.map_err(pool)?;
+        Ok(configs
+            .into_iter()
+            .filter(|c| c.is_active)
+            .filter(|c| match served {
+                ServedConfigs::All => true,
+                ServedConfigs::User(u) => c.user_id == u,
+            })
+            .map(|c| c.id)
+            .collect())
+    }
+
+    #[mutants::skip]
+    async fn enqueue_once(&self, schedule_key: &str, item: &NewWorkItem) -> Result<bool, CatalogueError> {
+        let mut conn = self.conn().await.map_err(pool)?;
+        let id = WorkItemId::new();
+        conn.transaction::<_, diesel::result::Error, _>(async |conn| {
+            let claimed: Vec<IdRow> = sql_query(
+                "INSERT INTO schedule_periods (schedule_key, work_item_id) VALUES ($1, $2)
+                 ON CONFLICT (schedule_key) DO NOTHING RETURNING work_item_id AS id",
+            )
+            .bind::<Text, _>(schedule_key)
+            .bind::<Uuid, _>(id.as_uuid())
+            .load(conn)
+            .await?;
+            if claimed.is_empty() {
+                return Ok(false);
+            }
+            sql_query(
+                "INSERT INTO work_items (id, kind, storage_config_id, payload, dedup_key, run_after, max_attempts)
+                 VALUES ($1, $2, $3, $4, $5, COALESCE($6, now()), $7)
+                 ON CONFLICT (dedup_key) WHERE status = 'queued' DO NOTHING",
+            )
+            .bind::<Uuid, _>(id.as_uuid())
+            .bind::<Text, _>(item.kind().as_str())
+            .bind::<Nullable<Uuid>, _>(item.scope().storage_config().map(|c| c.as_uuid()))
+            .bind::<Jsonb, _>(&item.payload)
+            .bind::<Nullable<Text>, _>(item.dedup_key.as_ref().map(|k| k.as_str()))
+            .bind::<Nullable<Timestamptz>, _>(item.run_after)
+            .bind::<Integer, _>(item.max_attempts())
+            .execute(conn)
+            .await?;
+            Ok(true)
+        })
+        .await
+        .map_err(db)
+    }
+
+    #[mutants::skip]
+    async fn cancel_queued_of_inactive(&self) -> Result<u64, CatalogueError> {
+        let mut conn = self.conn().await.map_err(pool)?;
+        let n = sql_query(
+            "UPDATE work_items SET status = 'cancelled', finished_at = now(),
+                    last_error = 'cancelled: its storage config is inactive'
+              WHERE status = 'queued'
+                AND storage_config_id IN (SELECT id FROM storage_configs WHERE NOT is_active)",
+        )
+        .execute(&mut conn)
+        .await
+        .map_err(db)?;
+        Ok(n as u64)
+    }
+
+    #[mutants::skip]
+    async fn db_now(&self) -> Result<DateTime<Utc>, CatalogueError> {
+        let mut conn = self.conn().await.map_err(pool)?;
+        let row: Now = sql_query("SELECT now() AS now").get_result(&mut conn).await.map_err(db)?;
+        Ok(row.now)
+    }
+}
