@@ -3,12 +3,15 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
+mod demo;
+
 use almanac_testdb::Cluster;
 use anyhow::{Context, Result, bail};
 
 const USAGE: &str = "\
 cargo xtask <verb>
 
+  demo                    run a Worker on a generated sample library with a private database, and show the result
   db start | stop | url   the private PostgreSQL cluster (dev, demo and tests); url prints the dev database URL
   migrate                 apply migrations to DATABASE_URL, or to the private cluster's dev database
   schema [--check]        write docs/schema.sql from a freshly migrated database; --check fails when it is stale
@@ -77,6 +80,7 @@ fn run(args: &[String]) -> Result<ExitCode> {
             }
             return Ok(exit(output.status.success()));
         }
+        ["demo"] => demo::run(&workspace(), &cargo())?,
         ["help"] | ["--help"] | [] => print!("{USAGE}"),
         _ => bail!("unknown verb {:?}\n\n{USAGE}", args.join(" ")),
     }

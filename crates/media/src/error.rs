@@ -12,7 +12,9 @@ pub enum MediaError {
         source: std::io::Error,
     },
     /// The file's content is broken (truncated, not what its name says).
-    #[error("{path}: the file is damaged or not a supported image or video ({reason}); it is skipped until it changes")]
+    #[error(
+        "{path}: the file is damaged or not a supported image or video ({reason}); it is skipped, and tried again at the next crawl"
+    )]
     Corrupt {
         /// The file.
         path: PathBuf,
