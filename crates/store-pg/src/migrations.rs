@@ -26,8 +26,8 @@ pub async fn pending_migrations(database_url: &str) -> Result<Vec<String>, Store
 type Harness = AsyncConnectionWrapper<AsyncPgConnection>;
 type HarnessResult = diesel::migration::Result<Vec<String>>;
 
-/// diesel's migration harness is synchronous: run it on a thread of its own, outside any runtime, so it makes
-/// its own and works under any runtime flavour.
+/// diesel's migration harness is synchronous: run it on a thread of its own with a small runtime of its own
+/// (timers enabled, for URLs with `connect_timeout`), so it works under any runtime flavour.
 async fn with_harness(
     database_url: &str,
     run: impl FnOnce(&mut Harness) -> HarnessResult + Send + 'static,
@@ -35,6 +35,14 @@ async fn with_harness(
     let url = database_url.to_owned();
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::spawn(move || {
+        let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build() {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = tx.send(Err(StoreError::Migration(format!("starting a runtime: {e}"))));
+                return;
+            }
+        };
+        let _context = runtime.enter();
         let result = Harness::establish(&url)
             .map_err(|e| StoreError::Unavailable(e.to_string()))
             .and_then(|mut conn| run(&mut conn).map_err(|e| StoreError::Migration(e.to_string())));

@@ -26,3 +26,11 @@ async fn enqueue_wakes_a_listening_worker() {
     stop.cancel();
     listener.await.unwrap();
 }
+
+/// A URL with `connect_timeout` needs timers wherever it is used, migrations included.
+#[tokio::test]
+async fn migrations_work_with_a_connect_timeout_in_the_url() {
+    let db = TestDatabase::create().await;
+    let url = format!("{}&connect_timeout=5", db.url());
+    assert_eq!(almanac_store_pg::pending_migrations(&url).await, Ok(vec![]));
+}

@@ -1,0 +1,296 @@
+//! End to end: the real `almanac-worker` binary as processes, over a real database and a generated library.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use almanac_media::fixtures::{self, FixtureExif};
+use almanac_testdb::TestDatabase;
+
+const BIN: &str = env!("CARGO_BIN_EXE_almanac-worker");
+
+struct Setup {
+    db: TestDatabase,
+    dir: tempfile::TempDir,
+    library: PathBuf,
+}
+
+fn setup(photos: u32) -> Setup {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let db = rt.block_on(TestDatabase::create());
+    let dir = tempfile::tempdir().unwrap();
+    let library = dir.path().join("library");
+    std::fs::create_dir_all(&library).unwrap();
+    for i in 0..photos {
+        let exif = FixtureExif::camera(&format!("2021:03:{:02} 10:00:00", 1 + i % 28), "+01:00");
+        std::fs::write(library.join(format!("IMG_{i:04}.JPG")), fixtures::jpeg(1200, 900, i, true, &exif)).unwrap();
+    }
+    Setup { db, dir, library }
+}
+
+impl Setup {
+    fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new(BIN).args(args).env("DATABASE_URL", self.db.url()).output().unwrap();
+        assert!(out.status.success(), "almanac-worker {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn worker(&self, name: &str, url: &str, extra: &[(&str, &str)]) -> Worker {
+        let log = self.dir.path().join(format!("{name}.log"));
+        let mut command = Command::new(BIN);
+        command
+            .args(["run", "--log-format", "json"])
+            .env("DATABASE_URL", url)
+            .env("ALMANAC__WORKER__ID", name)
+            .env("ALMANAC__STORAGE__PROXY_ROOT", self.dir.path().join("proxies"))
+            .env("ALMANAC__HTTP__ENABLED", "false")
+            .env("ALMANAC__QUEUE__POLL_INTERVAL", "200ms")
+            .env("ALMANAC__LOG__LEVEL", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        for (k, v) in extra {
+            command.env(k, v);
+        }
+        Worker { child: command.spawn().unwrap(), log }
+    }
+
+    fn query(&self, sql: &str) -> Vec<Vec<String>> {
+        let url = self.db.url().to_owned();
+        let sql = sql.to_owned();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async {
+                let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+                tokio::spawn(conn);
+                client
+                    .simple_query(&sql)
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .filter_map(|m| match m {
+                        tokio_postgres::SimpleQueryMessage::Row(r) => {
+                            Some((0..r.len()).map(|i| r.get(i).unwrap_or("").to_owned()).collect())
+                        }
+                        _ => None,
+                    })
+                    .collect()
+            })
+        })
+        .join()
+        .unwrap()
+    }
+
+    fn wait_for(&self, what: &str, sql: &str, timeout: Duration) -> Vec<Vec<String>> {
+        let started = Instant::now();
+        loop {
+            let rows = self.query(sql);
+            if !rows.is_empty() {
+                return rows;
+            }
+            assert!(started.elapsed() < timeout, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+struct Worker {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Worker {
+    fn terminate(mut self) -> (std::process::ExitStatus, Vec<serde_json::Value>) {
+        Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
+        let status = self.child.wait().unwrap();
+        (status, log_lines(&self.log))
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+    }
+}
+
+fn log_lines(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path).unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+}
+
+fn events<'a>(lines: &'a [serde_json::Value], name: &str) -> Vec<&'a serde_json::Value> {
+    lines.iter().filter(|l| l["fields"]["event"] == name).collect()
+}
+
+fn timestamp(line: &serde_json::Value) -> chrono::DateTime<chrono::Utc> {
+    line["timestamp"].as_str().unwrap().parse().unwrap()
+}
+
+#[test]
+fn two_workers_crawl_a_library_status_shows_it_and_sigterm_exits_cleanly() {
+    let s = setup(12);
+    s.cli(&["migrate"]);
+    let root = s.library.to_str().unwrap();
+    s.cli(&["config", "add", "--user", "ann", "--root", root]);
+    s.cli(&["enqueue", "crawl", "--config", root]);
+    let url = s.db.url().to_owned();
+    let a = s.worker("worker-a", &url, &[]);
+    let b = s.worker("worker-b", &url, &[]);
+    s.wait_for(
+        "the crawl and burst detection",
+        "SELECT 1 WHERE (SELECT count(*) FROM work_items WHERE kind IN ('crawl', 'burst_detection') AND status = 'succeeded') >= 2",
+        Duration::from_secs(120),
+    );
+    let assets = s.query("SELECT count(*) FROM media_assets WHERE NOT is_soft_deleted");
+    assert_eq!(assets[0][0], "12");
+    let status = s.cli(&["status"]);
+    assert!(status.contains("crawl") && status.contains("burst_detection"), "{status}");
+    let json: serde_json::Value = serde_json::from_str(&s.cli(&["status", "--json"])).unwrap();
+    assert!(json["counts"].as_array().unwrap().iter().any(|c| c["kind"] == "crawl" && c["status"] == "succeeded"));
+    for w in [a, b] {
+        let (exit, lines) = w.terminate();
+        assert!(exit.success(), "{exit}");
+        assert_eq!(events(&lines, "worker_stopped").len(), 1);
+    }
+}
+
+#[test]
+fn sigterm_releases_a_running_crawl_and_exits_zero() {
+    let s = setup(0);
+    fixtures::video(&s.library.join("long.mp4"), 30.0, 1280, 720, "2021-06-01T10:00:00Z");
+    s.cli(&["migrate"]);
+    let root = s.library.to_str().unwrap();
+    s.cli(&["config", "add", "--user", "ann", "--root", root]);
+    let id = s.cli(&["enqueue", "crawl", "--config", root]).split_whitespace().next().unwrap().to_owned();
+    let w = s.worker("worker-a", s.db.url(), &[("ALMANAC__QUEUE__SHUTDOWN_GRACE", "500ms")]);
+    s.wait_for(
+        "the crawl to run",
+        &format!("SELECT 1 FROM work_items WHERE id = '{id}' AND status = 'running'"),
+        Duration::from_secs(30),
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let (exit, lines) = w.terminate();
+    assert!(exit.success(), "{exit}");
+    assert_eq!(events(&lines, "released").len(), 1, "the running crawl was released");
+    let row = s.query(&format!("SELECT status, attempt, failures, stalls FROM work_items WHERE id = '{id}'"));
+    assert_eq!(row[0], ["queued", "1", "0", "0"]);
+    let survivors =
+        Command::new("pgrep").args(["-f", &s.dir.path().join("proxies").display().to_string()]).output().unwrap();
+    assert!(survivors.stdout.is_empty(), "ffmpeg left running");
+}
+
+/// A TCP proxy to the cluster's Unix socket that can be cut: it stops forwarding without closing the sockets,
+/// the way a dead network path looks to both ends.
+struct Proxy {
+    port: u16,
+    cut: Arc<AtomicBool>,
+}
+
+fn proxy_to(socket: PathBuf) -> Proxy {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let cut = Arc::new(AtomicBool::new(false));
+    let flag = cut.clone();
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let Ok(server) = UnixStream::connect(&socket) else { continue };
+            let pipe = |mut from: Box<dyn Read + Send>, mut to: Box<dyn Write + Send>, cut: Arc<AtomicBool>| {
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 16384];
+                    loop {
+                        let Ok(n) = from.read(&mut buf) else { return };
+                        if n == 0 {
+                            return;
+                        }
+                        // Once cut, swallow everything and never answer; keep the sockets open.
+                        if cut.load(Ordering::SeqCst) {
+                            continue;
+                        }
+                        if to.write_all(&buf[..n]).is_err() {
+                            return;
+                        }
+                    }
+                });
+            };
+            let client2: TcpStream = client.try_clone().unwrap();
+            let server2 = server.try_clone().unwrap();
+            pipe(Box::new(client), Box::new(server), flag.clone());
+            pipe(Box::new(server2), Box::new(client2), flag.clone());
+        }
+    });
+    Proxy { port, cut }
+}
+
+/// The design record's own scenario: a Worker whose database connection is cut mid-crawl self-stops within
+/// half a lease and writes nothing more; after the lease expires another Worker recovers the item and finishes
+/// the crawl; the two attempts never overlap.
+#[test]
+fn a_worker_cut_off_mid_crawl_self_stops_and_another_recovers_and_finishes_it() {
+    let s = setup(60);
+    s.cli(&["migrate"]);
+    let root = s.library.to_str().unwrap();
+    s.cli(&["config", "add", "--user", "ann", "--root", root]);
+    let id = s.cli(&["enqueue", "crawl", "--config", root]).split_whitespace().next().unwrap().to_owned();
+    // The test database is reached over the cluster's Unix socket: give worker A a cuttable TCP path to it.
+    let url = url::Url::parse(s.db.url()).unwrap();
+    let host = url.query_pairs().find(|(k, _)| k == "host").map(|(_, v)| v.into_owned()).expect("a socket dir");
+    let port =
+        url.query_pairs().find(|(k, _)| k == "port").map(|(_, v)| v.into_owned()).unwrap_or_else(|| "5432".into());
+    let proxy = proxy_to(Path::new(&host).join(format!(".s.PGSQL.{port}")));
+    let db_name = url.path().trim_start_matches('/');
+    let via_proxy = format!("postgres://postgres@127.0.0.1:{}/{db_name}?connect_timeout=2", proxy.port);
+    let quick = [
+        ("ALMANAC__QUEUE__LEASE", "4s"),
+        ("ALMANAC__QUEUE__HEARTBEAT_INTERVAL", "1s"),
+        ("ALMANAC__WORKER__MAX_CONCURRENT_FILES", "1"),
+    ];
+    let a = s.worker("worker-a", &via_proxy, &quick);
+    s.wait_for(
+        "worker A to start the crawl",
+        &format!("SELECT 1 FROM work_items WHERE id = '{id}' AND status = 'running' AND worker_id = 'worker-a'"),
+        Duration::from_secs(30),
+    );
+    // Let it ingest a few files, then cut it off while the crawl is still going.
+    std::thread::sleep(Duration::from_millis(300));
+    proxy.cut.store(true, Ordering::SeqCst);
+    let cut_at = chrono::Utc::now();
+    // Worker B reaches the database directly; it recovers the item once A's lease expires.
+    let b = s.worker("worker-b", s.db.url(), &quick);
+    let done = s.wait_for(
+        "worker B to finish the crawl",
+        &format!("SELECT status, attempt, worker_id, stalls, failures FROM work_items WHERE id = '{id}' AND status = 'succeeded'"),
+        Duration::from_secs(120),
+    );
+    assert_eq!(done[0], ["succeeded", "2", "worker-b", "1", "0"], "recovered once, never failed");
+    let finished_by_a = events(&log_lines(&a.log), "crawl_finished").len();
+    assert_eq!(finished_by_a, 0, "A was cut off mid-crawl, not after it");
+    assert_eq!(s.query("SELECT count(*) FROM media_assets WHERE NOT is_soft_deleted")[0][0], "60");
+
+    let (_, b_lines) = b.terminate();
+    let a_lines = log_lines(&a.log);
+    drop(a);
+    let stopped = events(&a_lines, "self_stopped");
+    assert_eq!(stopped.len(), 1, "worker A self-stopped once");
+    let since = stopped[0]["fields"]["since_last_good_beat_ms"].as_u64().unwrap();
+    assert!(
+        (2000..2500).contains(&since),
+        "self-stopped at half a lease (2 s) after the last good beat, not {since} ms"
+    );
+    let self_stop_at = timestamp(stopped[0]);
+    assert!(
+        self_stop_at > cut_at && self_stop_at - cut_at < chrono::Duration::seconds(3),
+        "within half a lease of the cut"
+    );
+    assert!(events(&a_lines, "failed").is_empty() && events(&a_lines, "succeeded").is_empty(), "A wrote no outcome");
+    let claimed_by_b = events(&b_lines, "claimed");
+    let b_start =
+        timestamp(claimed_by_b.iter().find(|l| l["span"]["item_id"] == id.as_str()).expect("B claimed the crawl"));
+    assert!(b_start > self_stop_at, "B started only after A had stopped");
+    assert!(
+        !events(&b_lines, "lease_recovered").is_empty()
+            || !s.query(&format!("SELECT 1 FROM work_items WHERE id = '{id}' AND stalls = 1")).is_empty()
+    );
+}
