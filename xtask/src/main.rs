@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 mod demo;
+mod mutants;
 
 use almanac_testdb::Cluster;
 use anyhow::{Context, Result, bail};
@@ -11,6 +12,8 @@ use anyhow::{Context, Result, bail};
 const USAGE: &str = "\
 cargo xtask <verb>
 
+  mutants-changed [--base REV]  cargo-mutants on the code changed against main (must catch 100%, ADR 0005)
+  mutants --package P     cargo-mutants on a whole crate
   demo                    run a Worker on a generated sample library with a private database, and show the result
   db start | stop | url   the private PostgreSQL cluster (dev, demo and tests); url prints the dev database URL
   migrate                 apply migrations to DATABASE_URL, or to the private cluster's dev database
@@ -81,6 +84,21 @@ fn run(args: &[String]) -> Result<ExitCode> {
             return Ok(exit(output.status.success()));
         }
         ["demo"] => demo::run(&workspace(), &cargo())?,
+        ["mutants-changed", rest @ ..] => {
+            let base = match rest {
+                [] => None,
+                ["--base", rev] => Some(*rev),
+                _ => bail!("usage: cargo xtask mutants-changed [--base REV]"),
+            };
+            let cluster = started_cluster()?;
+            let ok = mutants::changed(&workspace(), &cargo(), &cluster.url("postgres"), base)?;
+            return Ok(exit(ok));
+        }
+        ["mutants", "--package", package] => {
+            let cluster = started_cluster()?;
+            let ok = mutants::package(&workspace(), &cargo(), &cluster.url("postgres"), package)?;
+            return Ok(exit(ok));
+        }
         ["help"] | ["--help"] | [] => print!("{USAGE}"),
         _ => bail!("unknown verb {:?}\n\n{USAGE}", args.join(" ")),
     }
