@@ -165,6 +165,37 @@ mod tests {
     }
 
     #[test]
+    fn display_forms_are_the_stored_forms() {
+        assert_eq!(ProxyType::WebVideo.to_string(), "web_video");
+        let hash = ContentHash::from_bytes([0xab; 32]);
+        assert_eq!(hash.to_string(), "ab".repeat(32));
+        let stored: Vec<&str> = [
+            CaptureSource::ExifOriginal,
+            CaptureSource::ExifDigitized,
+            CaptureSource::ExifModified,
+            CaptureSource::Container,
+            CaptureSource::FileMtime,
+        ]
+        .map(CaptureSource::as_str)
+        .to_vec();
+        // The names the schema's CHECK constraint accepts.
+        assert_eq!(stored, ["exif_original", "exif_digitized", "exif_modified", "container", "file_mtime"]);
+    }
+
+    #[test]
+    fn on_this_day_uses_the_camera_local_date() {
+        use chrono::TimeZone;
+        let at = chrono::Utc.with_ymd_and_hms(2020, 7, 3, 23, 30, 0).unwrap();
+        let capture = |offset_minutes| CaptureTime { at, offset_minutes, source: CaptureSource::ExifOriginal };
+        assert_eq!(capture(None).local_month_day(), (7, 3), "no offset: the UTC date");
+        assert_eq!(capture(Some(120)).local_month_day(), (7, 4), "east of UTC it is already the next day");
+        assert_eq!(capture(Some(-60)).local_month_day(), (7, 3));
+        let new_year =
+            CaptureTime { at: chrono::Utc.with_ymd_and_hms(2021, 1, 1, 0, 30, 0).unwrap(), ..capture(Some(-60)) };
+        assert_eq!(new_year.local_month_day(), (12, 31), "west of UTC it is still the day before");
+    }
+
+    #[test]
     fn proxy_dir_derives_from_config_and_hash_only() {
         let config = StorageConfigId::new();
         let hash = ContentHash::from_bytes([0x0f; 32]);

@@ -483,6 +483,37 @@ mod tests {
     fn attempts_count_from_one() {
         assert!(Attempt::new(0).is_err());
         assert_eq!(Attempt::new(1).map(Attempt::get), Ok(1));
+        assert_eq!(Attempt::new(7).map(|a| (a.get(), a.to_string())), Ok((7, "7".to_owned())));
+    }
+
+    #[test]
+    fn display_forms_are_the_stored_forms_and_errors_list_the_choices() {
+        assert_eq!(WorkKind::BurstDetection.to_string(), "burst_detection");
+        assert_eq!(Status::Cancelled.to_string(), "cancelled");
+        let err = "crawling".parse::<WorkKind>().unwrap_err().to_string();
+        assert!(
+            err.contains(
+                "crawl, burst_detection, purge, proxy_deletion, proxy_sweep, token_cleanup, work_item_retention"
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_scope_names_its_config() {
+        let c = StorageConfigId::new();
+        assert_eq!(Scope::Config(c).storage_config(), Some(c));
+        assert_eq!(Scope::Unscoped.storage_config(), None);
+        assert_eq!(Scope::from(Some(c)), Scope::Config(c));
+        assert_eq!(Scope::from(None), Scope::Unscoped);
+    }
+
+    #[test]
+    fn new_items_default_to_five_attempts() {
+        let item = NewWorkItem::new(WorkKind::Crawl, Scope::Config(StorageConfigId::new())).unwrap();
+        assert_eq!(item.max_attempts(), NewWorkItem::DEFAULT_MAX_ATTEMPTS);
+        assert_eq!(item.max_attempts(), 5);
+        assert_eq!(item.with_max_attempts(3).map(|i| i.max_attempts()), Ok(3));
     }
 
     #[test]
@@ -493,6 +524,7 @@ mod tests {
         assert!(WorkerId::new("").is_err());
         assert!(WorkerId::new("w".repeat(201)).is_err());
         assert_eq!(WorkerId::new("nas-1").map(|w| w.to_string()), Ok("nas-1".to_owned()));
+        assert_eq!(WorkerId::new("nas-2").map(|w| w.as_str().to_owned()), Ok("nas-2".to_owned()));
     }
 
     #[test]

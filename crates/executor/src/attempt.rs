@@ -49,6 +49,9 @@ pub(crate) enum Outcome {
     Unwritten,
 }
 
+/// Far enough in the future to mean "never" for a disarmed timer.
+const DISARMED: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 86_400);
+
 type HandlerResult = Result<Result<Option<serde_json::Value>, HandlerError>, JoinError>;
 type BeatAnswer = (Instant, Result<Result<Heartbeat, QueueError>, Elapsed>);
 type BeatFuture<'a> = Pin<Box<dyn Future<Output = BeatAnswer> + Send + 'a>>;
@@ -121,6 +124,8 @@ pub(crate) async fn run<Q: WorkQueue + 'static>(
                 stop = Some(Stop::SelfStopped);
                 beat = None;
                 cancel.cancel();
+                // Disarm: the deadline has done its work.
+                self_stop.as_mut().reset(Instant::now() + DISARMED);
             }
             _ = beats.tick(), if may_write => {
                 let (queue, lease, latest) = (&queue, config.lease, progress.latest());

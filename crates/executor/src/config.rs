@@ -151,6 +151,9 @@ mod tests {
         c.retry.cap = c.retry.base / 2;
         assert_eq!(c.validate().map_err(|e| e.key), Err("queue.retry"));
         let mut c = config();
+        c.retry.cap = c.retry.base;
+        assert_eq!(c.validate(), Ok(()), "a cap equal to the base is a constant delay");
+        let mut c = config();
         c.retry.base = Duration::ZERO;
         assert_eq!(c.validate().map_err(|e| e.key), Err("queue.retry"));
     }

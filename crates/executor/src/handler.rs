@@ -110,3 +110,47 @@ impl HandlerRegistry {
         self.handlers.get(&kind).cloned()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Noop(WorkKind);
+
+    impl Handler for Noop {
+        fn kind(&self) -> WorkKind {
+            self.0
+        }
+        fn run(&self, _ctx: HandlerContext) -> BoxFuture<'_, Result<Option<serde_json::Value>, HandlerError>> {
+            Box::pin(async { Ok(None) })
+        }
+    }
+
+    #[test]
+    fn the_registry_lists_its_kinds_once_each_and_shows_them() {
+        let registry = HandlerRegistry::new()
+            .register(Noop(WorkKind::Purge))
+            .register(Noop(WorkKind::Crawl))
+            .register(Noop(WorkKind::Purge));
+        assert_eq!(registry.kinds(), [WorkKind::Crawl, WorkKind::Purge]);
+        assert_eq!(format!("{registry:?}"), "[Crawl, Purge]");
+        assert!(registry.get(WorkKind::Crawl).is_some() && registry.get(WorkKind::TokenCleanup).is_none());
+    }
+
+    #[test]
+    fn progress_keeps_the_latest_report() {
+        let progress = ProgressReporter::default();
+        assert_eq!(progress.latest(), None);
+        progress.report(serde_json::json!({"done": 1}));
+        progress.report(serde_json::json!({"done": 2}));
+        assert_eq!(progress.latest(), Some(serde_json::json!({"done": 2})));
+    }
+
+    #[test]
+    fn handler_errors_say_whether_to_retry() {
+        assert!(HandlerError::retryable("x").retryable);
+        assert!(!HandlerError::permanent("x").retryable);
+        assert!(HandlerError::cancelled().retryable);
+        assert_eq!(HandlerError::permanent("bad payload").to_string(), "bad payload");
+    }
+}

@@ -165,6 +165,38 @@ async fn cancel_request_cancels_the_handler_and_ends_cancelled() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_handler_winding_down_after_a_cancel_request_keeps_its_lease_alive() {
+    let (queue, id) = one(WorkKind::TokenCleanup);
+    queue.set_beat(Beat::CancelRequested);
+    // Takes 25 s to stop after being told to.
+    let probe = Probe::new(WorkKind::TokenCleanup, Act::UntilCancelled { after: 25 * SECOND });
+    let run = start(&queue, &probe, config());
+    run.at(40 * SECOND).await;
+    let claimed_at = queue.claim_times()[0];
+    let beats = queue.beat_times();
+    assert_eq!(beats, [10, 20, 30].map(|s| claimed_at + s * SECOND), "beats go on while it winds down");
+    let writes = queue.writes();
+    assert_eq!((writes.len(), &writes[0].1, writes[0].0), (1, &Write::Cancelled, id));
+    assert_eq!(writes[0].2, claimed_at + 35 * SECOND);
+    run.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handler_winding_down_after_the_shutdown_grace_keeps_its_lease_alive() {
+    let (queue, _) = one(WorkKind::TokenCleanup);
+    let probe = Probe::new(WorkKind::TokenCleanup, Act::UntilCancelled { after: 15 * SECOND });
+    let mut c = config();
+    c.shutdown_grace = 5 * SECOND;
+    let run = start(&queue, &probe, c);
+    run.at(2 * SECOND).await;
+    let report = run.stop().await;
+    let claimed_at = queue.claim_times()[0];
+    // Cancelled at 7 s, returns at 22 s: beats at 10 and 20 s kept the lease alive meanwhile.
+    assert_eq!(queue.beat_times(), [claimed_at + 10 * SECOND, claimed_at + 20 * SECOND]);
+    assert_eq!(report.released.len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
 async fn success_completes_with_the_result_and_progress_rides_on_heartbeats() {
     let (queue, id) = one(WorkKind::TokenCleanup);
     let probe = Probe::new(WorkKind::TokenCleanup, Act::Work { work: 25 * SECOND });
