@@ -61,10 +61,9 @@ fn run_mutants(workspace: &Path, cargo: &str, database_url: &str, args: &[String
         }
     }
     for name in ["missed.txt", "timeout.txt"] {
-        if let Ok(list) = std::fs::read_to_string(workspace.join("mutants.out").join(name)) {
-            if !list.trim().is_empty() {
-                println!("{name}:\n{list}");
-            }
+        let list = std::fs::read_to_string(workspace.join("mutants.out").join(name)).unwrap_or_default();
+        if !list.trim().is_empty() {
+            println!("{name}:\n{list}");
         }
     }
     Ok(status.success())
