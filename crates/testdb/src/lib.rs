@@ -10,6 +10,8 @@
 //! `DATABASE_URL`) points the tests at a server of your own instead; the template and clones are then made there.
 
 mod cluster;
+#[cfg(feature = "docker")]
+mod docker;
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -24,6 +26,10 @@ pub fn server_url() -> Result<String, ClusterError> {
     URL.get_or_init(|| {
         if let Some(url) = ["TEST_DATABASE_URL", "DATABASE_URL"].iter().find_map(|v| std::env::var(v).ok()) {
             return Ok(url);
+        }
+        #[cfg(feature = "docker")]
+        if std::env::var("ALMANAC_TEST_DOCKER").is_ok_and(|v| v == "1") {
+            return docker::start();
         }
         let cluster = Cluster::private()?;
         cluster.ensure_running()?;
