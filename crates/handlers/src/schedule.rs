@@ -80,10 +80,9 @@ impl<M: MaintenanceStore> Scheduler<M> {
                 enqueued += 1;
             }
         }
+        // Deactivating a config cancels its queue already; this catches work enqueued for it since.
         let cancelled = self.store.cancel_queued_of_inactive().await?;
-        if cancelled > 0 {
-            info!(event = "cancelled_inactive", cancelled, "cancelled queued work of inactive storage configs");
-        }
+        tracing::debug!(event = "cancelled_inactive", cancelled, "queued work of inactive storage configs cancelled");
         Ok(enqueued)
     }
 
