@@ -405,3 +405,20 @@ async fn three_racing_schedulers_enqueue_each_periodic_item_exactly_once() {
         0
     );
 }
+
+#[tokio::test]
+async fn a_running_scheduler_enqueues_on_its_own_and_stops_when_told() {
+    let env = env().await;
+    let settings = ScheduleSettings { tick: Duration::from_millis(50), ..ScheduleSettings::default() };
+    let scheduler = Scheduler::new(env.store.clone(), ServedConfigs::All, settings);
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(scheduler.run(stop.clone()));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while env.count("SELECT count(*) AS n FROM work_items").await < 5 {
+        assert!(std::time::Instant::now() < deadline, "the scheduler enqueued nothing");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(5), task).await.expect("stops when told").unwrap();
+    assert_eq!(env.count("SELECT count(*) AS n FROM work_items").await, 5, "and only once per period");
+}
