@@ -14,15 +14,10 @@ use crate::error::{self, StoreError};
 
 const ACTIVE_CONTENT_INDEX: &str = "ix_media_assets_active_content";
 
-fn catalogue(e: StoreError) -> CatalogueError {
-    match e {
-        StoreError::Unavailable(m) => CatalogueError::Unavailable(m),
-        other => CatalogueError::Unexpected(other.to_string()),
-    }
-}
+use crate::error::catalogue as db;
 
-fn db(e: diesel::result::Error) -> CatalogueError {
-    catalogue(error::from_diesel(e))
+fn catalogue(e: StoreError) -> CatalogueError {
+    e.into()
 }
 
 fn hash(hex: &str) -> Result<ContentHash, CatalogueError> {

@@ -1,6 +1,6 @@
 //! The one place database errors become port errors.
 
-use almanac_domain::QueueError;
+use almanac_domain::{CatalogueError, QueueError};
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use diesel_async::pooled_connection::deadpool::PoolError;
 
@@ -90,5 +90,18 @@ fn is_connection_message(message: &str) -> bool {
 }
 
 pub(crate) fn queue(e: DieselError) -> QueueError {
+    from_diesel(e).into()
+}
+
+impl From<StoreError> for CatalogueError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Unavailable(m) => CatalogueError::Unavailable(m),
+            other => CatalogueError::Unexpected(other.to_string()),
+        }
+    }
+}
+
+pub(crate) fn catalogue(e: DieselError) -> CatalogueError {
     from_diesel(e).into()
 }

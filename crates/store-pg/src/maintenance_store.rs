@@ -9,25 +9,17 @@ use almanac_domain::{
     ServedConfigs, StorageConfigId, StoredProxy, WorkItemId,
 };
 use chrono::{DateTime, Utc};
-use diesel::sql_types::{Array, BigInt, Bool, Integer, Jsonb, Nullable, Text, Timestamptz, Uuid};
+use diesel::sql_types::{Array, BigInt, Bool, Integer, Nullable, Text, Timestamptz, Uuid};
 use diesel::{QueryableByName, sql_query};
 use diesel_async::{AsyncConnection, RunQueryDsl};
 
 use crate::PgStore;
-use crate::error::{self, StoreError};
+use crate::error::StoreError;
 
-fn db(e: diesel::result::Error) -> CatalogueError {
-    match error::from_diesel(e) {
-        StoreError::Unavailable(m) => CatalogueError::Unavailable(m),
-        other => CatalogueError::Unexpected(other.to_string()),
-    }
-}
+use crate::error::catalogue as db;
 
 fn pool(e: StoreError) -> CatalogueError {
-    match e {
-        StoreError::Unavailable(m) => CatalogueError::Unavailable(m),
-        other => CatalogueError::Unexpected(other.to_string()),
-    }
+    e.into()
 }
 
 fn uuids(ids: &[AssetId]) -> Vec<uuid::Uuid> {
@@ -78,12 +70,6 @@ struct IdRow {
 struct PathRow {
     #[diesel(sql_type = Text)]
     relative_path: String,
-}
-
-#[derive(QueryableByName)]
-struct Now {
-    #[diesel(sql_type = Timestamptz)]
-    now: DateTime<Utc>,
 }
 
 fn stored(r: ProxyRow) -> Result<StoredProxy, CatalogueError> {
@@ -378,20 +364,7 @@ impl MaintenanceStore for PgStore {
             if claimed.is_empty() {
                 return Ok(false);
             }
-            sql_query(
-                "INSERT INTO work_items (id, kind, storage_config_id, payload, dedup_key, run_after, max_attempts)
-                 VALUES ($1, $2, $3, $4, $5, COALESCE($6, now()), $7)
-                 ON CONFLICT (dedup_key) WHERE status = 'queued' DO NOTHING",
-            )
-            .bind::<Uuid, _>(id.as_uuid())
-            .bind::<Text, _>(item.kind().as_str())
-            .bind::<Nullable<Uuid>, _>(item.scope().storage_config().map(|c| c.as_uuid()))
-            .bind::<Jsonb, _>(&item.payload)
-            .bind::<Nullable<Text>, _>(item.dedup_key.as_ref().map(|k| k.as_str()))
-            .bind::<Nullable<Timestamptz>, _>(item.run_after)
-            .bind::<Integer, _>(item.max_attempts())
-            .execute(conn)
-            .await?;
+            crate::queue::enqueue_query(id, item).execute(conn).await?;
             Ok(true)
         })
         .await
@@ -415,8 +388,6 @@ impl MaintenanceStore for PgStore {
 
     #[mutants::skip]
     async fn db_now(&self) -> Result<DateTime<Utc>, CatalogueError> {
-        let mut conn = self.conn().await.map_err(pool)?;
-        let row: Now = sql_query("SELECT now() AS now").get_result(&mut conn).await.map_err(db)?;
-        Ok(row.now)
+        almanac_domain::CatalogueStore::now(self).await
     }
 }

@@ -10,6 +10,8 @@ use almanac_domain::{
     WorkQueue, WriteOutcome,
 };
 use chrono::{DateTime, Utc};
+use diesel::pg::Pg;
+use diesel::query_builder::{BoxedSqlQuery, SqlQuery};
 use diesel::sql_types::{Array, BigInt, Bool, Double, Integer, Jsonb, Nullable, Text, Timestamptz, Uuid};
 use diesel::{QueryableByName, sql_query};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
@@ -98,6 +100,19 @@ INSERT INTO work_items (id, kind, storage_config_id, payload, dedup_key, run_aft
 VALUES ($1, $2, $3, $4, $5, COALESCE($6, now()), $7)
 ON CONFLICT (dedup_key) WHERE status = 'queued' DO NOTHING
 RETURNING *";
+
+/// The enqueue statement for `item` under `id` (a queued item with the same dedup key wins: nothing inserted).
+pub(crate) fn enqueue_query(id: WorkItemId, item: &NewWorkItem) -> BoxedSqlQuery<'_, Pg, SqlQuery> {
+    sql_query(ENQUEUE)
+        .into_boxed()
+        .bind::<Uuid, _>(id.as_uuid())
+        .bind::<Text, _>(item.kind().as_str())
+        .bind::<Nullable<Uuid>, _>(item.scope().storage_config().map(|c| c.as_uuid()))
+        .bind::<Jsonb, _>(&item.payload)
+        .bind::<Nullable<Text>, _>(item.dedup_key.as_ref().map(|k| k.as_str()))
+        .bind::<Nullable<Timestamptz>, _>(item.run_after)
+        .bind::<Integer, _>(item.max_attempts())
+}
 
 const QUEUED_BY_DEDUP_KEY: &str = "SELECT * FROM work_items WHERE dedup_key = $1 AND status = 'queued'";
 
@@ -300,14 +315,7 @@ impl WorkQueue for PgStore {
         let mut conn = self.conn().await?;
         // An existing queued item may be claimed between the insert and the read: try again, a few times.
         for _ in 0..5 {
-            let inserted: Option<WorkItemRow> = sql_query(ENQUEUE)
-                .bind::<Uuid, _>(WorkItemId::new().as_uuid())
-                .bind::<Text, _>(item.kind().as_str())
-                .bind::<Nullable<Uuid>, _>(item.scope().storage_config().map(|c| c.as_uuid()))
-                .bind::<Jsonb, _>(&item.payload)
-                .bind::<Nullable<Text>, _>(item.dedup_key.as_ref().map(|k| k.as_str()))
-                .bind::<Nullable<Timestamptz>, _>(item.run_after)
-                .bind::<Integer, _>(item.max_attempts())
+            let inserted: Option<WorkItemRow> = enqueue_query(WorkItemId::new(), item)
                 .get_result(&mut conn)
                 .await
                 .map(Some)
