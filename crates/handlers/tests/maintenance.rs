@@ -422,3 +422,22 @@ async fn a_running_scheduler_enqueues_on_its_own_and_stops_when_told() {
     tokio::time::timeout(Duration::from_secs(5), task).await.expect("stops when told").unwrap();
     assert_eq!(env.count("SELECT count(*) AS n FROM work_items").await, 5, "and only once per period");
 }
+
+#[tokio::test]
+async fn on_this_day_shows_one_memory_per_burst() {
+    let env = env().await;
+    let (first, _) = env.asset(1, "X", 0, 10).await;
+    let (primary, _) = env.asset(2, "X", 300, 30).await;
+    env.asset(3, "X", 600, 20).await;
+    let (alone, _) = env.asset(4, "X", 3_600_000, 10).await;
+    let handler = BurstDetectionHandler::new(env.store.clone(), BurstSettings::default());
+    env.run(&handler, env.item(WorkKind::BurstDetection, Scope::Config(env.config), serde_json::json!({})).await)
+        .await
+        .unwrap();
+    let user = env.store.user_by_name("ann").await.unwrap().unwrap().id;
+    let memories = env.store.on_this_day(user, 1, 1, 50).await.unwrap();
+    let shown: Vec<AssetId> = memories.iter().map(|m| m.asset_id).collect();
+    assert_eq!(shown, [alone, primary], "newest first; the burst shows once, by its primary frame");
+    assert_eq!(memories[1].burst_id.map(|b| b.as_uuid()), Some(first.as_uuid()));
+    assert!(env.store.on_this_day(user, 1, 2, 50).await.unwrap().is_empty());
+}

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use almanac_domain::{StorageConfig, StorageConfigId, User, UserId};
+use almanac_domain::{AssetId, BurstId, StorageConfig, StorageConfigId, User, UserId};
 use diesel::sql_types::{Bool, Text, Uuid};
 use diesel::{QueryableByName, sql_query};
 use diesel_async::{AsyncConnection, RunQueryDsl};
@@ -17,6 +17,35 @@ pub struct NewStorageConfig {
     pub username: String,
     /// Absolute path of the originals.
     pub root_path: PathBuf,
+}
+
+/// One "on this day" memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Memory {
+    /// The asset shown (a burst's primary frame, a Live Photo's still).
+    pub asset_id: AssetId,
+    /// Its path, for people.
+    pub display_path: String,
+    /// A video rather than a still.
+    pub is_video: bool,
+    /// When it was taken.
+    pub captured_at: chrono::DateTime<chrono::Utc>,
+    /// The burst it stands for, if any.
+    pub burst_id: Option<BurstId>,
+}
+
+#[derive(QueryableByName)]
+struct MemoryRow {
+    #[diesel(sql_type = Uuid)]
+    id: uuid::Uuid,
+    #[diesel(sql_type = Text)]
+    display_path: String,
+    #[diesel(sql_type = Text)]
+    media_type: String,
+    #[diesel(sql_type = diesel::sql_types::Timestamptz)]
+    captured_at: chrono::DateTime<chrono::Utc>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<Uuid>)]
+    burst_id: Option<uuid::Uuid>,
 }
 
 #[derive(QueryableByName)]
@@ -139,6 +168,43 @@ impl PgStore {
                 ))
             },
         )
+    }
+
+    /// The "on this day" memories of a user: active assets captured on `month`/`day` (the camera's local date)
+    /// in any year, newest first, one per burst (its primary frame) and one per Live Photo (its still).
+    #[mutants::skip]
+    pub async fn on_this_day(&self, user: UserId, month: u32, day: u32, limit: i64) -> Result<Vec<Memory>, StoreError> {
+        let mut conn = self.conn().await?;
+        let rows: Vec<MemoryRow> = sql_query(
+            "SELECT a.id, a.display_path, a.media_type, a.captured_at, a.burst_id
+               FROM media_assets a
+               JOIN storage_configs c ON c.id = a.storage_config_id
+               LEFT JOIN bursts b ON b.id = a.burst_id
+               LEFT JOIN media_assets p ON p.id = a.paired_asset_id
+              WHERE c.user_id = $1 AND NOT a.is_soft_deleted
+                AND a.capture_month = $2 AND a.capture_day = $3
+                AND (b.id IS NULL OR b.primary_asset_id = a.id)
+                AND NOT (a.media_type = 'video' AND p.media_type = 'image' AND NOT p.is_soft_deleted)
+              ORDER BY a.captured_at DESC, a.id
+              LIMIT $4",
+        )
+        .bind::<Uuid, _>(user.as_uuid())
+        .bind::<diesel::sql_types::SmallInt, _>(month as i16)
+        .bind::<diesel::sql_types::SmallInt, _>(day as i16)
+        .bind::<diesel::sql_types::BigInt, _>(limit)
+        .load(&mut conn)
+        .await
+        .map_err(error::from_diesel)?;
+        Ok(rows
+            .into_iter()
+            .map(|r| Memory {
+                asset_id: AssetId::from_uuid(r.id),
+                display_path: r.display_path,
+                is_video: r.media_type == "video",
+                captured_at: r.captured_at,
+                burst_id: r.burst_id.map(BurstId::from_uuid),
+            })
+            .collect())
     }
 
     /// Makes a storage config active or inactive. Inactive configs are not claimed for, and deactivating one

@@ -21,7 +21,7 @@ use diesel_async::AsyncPgConnection;
 use diesel_async::pooled_connection::AsyncDieselConnectionManager;
 use diesel_async::pooled_connection::deadpool::{Object, Pool};
 
-pub use catalogue::NewStorageConfig;
+pub use catalogue::{Memory, NewStorageConfig};
 pub use error::StoreError;
 pub use listener::{WORK_CHANNEL, listen_for_work};
 pub use migrations::{migrate, pending_migrations};
