@@ -151,29 +151,53 @@ pub(crate) async fn run<Q: WorkQueue + 'static>(
         (Some(Stop::SelfStopped), _) => Outcome::SelfStopped,
         (_, Ok(Ok(result))) => {
             let answer = timeout(interval, queue.complete(fence, result.as_ref())).await;
-            write_outcome("complete", answer, Outcome::Succeeded, || info!(event = "succeeded", "succeeded"))
+            write_outcome(
+                "complete",
+                answer,
+                Outcome::Succeeded,
+                || info!(event = "succeeded", kind = %claimed.item.kind, duration_ms = elapsed_ms(claim_sent_at), "succeeded"),
+            )
         }
         (Some(Stop::CancelRequested), _) => {
             let answer = timeout(interval, queue.mark_cancelled(fence)).await;
-            write_outcome("mark cancelled", answer, Outcome::Cancelled, || {
-                info!(event = "cancelled", "cancelled on request")
-            })
+            write_outcome(
+                "mark cancelled",
+                answer,
+                Outcome::Cancelled,
+                || info!(event = "cancelled", kind = %claimed.item.kind, duration_ms = elapsed_ms(claim_sent_at), "cancelled on request"),
+            )
         }
         (Some(Stop::Shutdown), _) => {
             let answer = timeout(interval, queue.release(fence)).await;
-            write_outcome("release", answer, Outcome::Released, || {
-                info!(event = "released", "released to the queue for another Worker")
-            })
+            write_outcome(
+                "release",
+                answer,
+                Outcome::Released,
+                || info!(event = "released", kind = %claimed.item.kind, duration_ms = elapsed_ms(claim_sent_at), "released to the queue for another Worker"),
+            )
         }
-        (None, Ok(Err(error))) => fail(&*queue, &claimed, &config, error).await,
+        (None, Ok(Err(error))) => fail(&*queue, &claimed, &config, error, claim_sent_at).await,
         (None, Err(join)) => {
             let message = panic_message(join);
-            fail(&*queue, &claimed, &config, HandlerError::retryable(format!("the handler panicked: {message}"))).await
+            let error = HandlerError::retryable(format!("the handler panicked: {message}"));
+            fail(&*queue, &claimed, &config, error, claim_sent_at).await
         }
     }
 }
 
-async fn fail<Q: WorkQueue>(queue: &Q, claimed: &ClaimedItem, config: &ExecutorConfig, error: HandlerError) -> Outcome {
+/// Milliseconds since `since`, for the outcome events' `duration_ms` (the metrics' item duration histograms).
+fn elapsed_ms(since: Instant) -> u64 {
+    u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+async fn fail<Q: WorkQueue>(
+    queue: &Q,
+    claimed: &ClaimedItem,
+    config: &ExecutorConfig,
+    error: HandlerError,
+    claim_sent_at: Instant,
+) -> Outcome {
+    let (kind, duration_ms) = (claimed.item.kind, elapsed_ms(claim_sent_at));
     let failures = u32::try_from(claimed.item.failures).unwrap_or(0).saturating_add(1);
     let retry_delay = config.retry.delay(failures, rand::random::<f64>());
     let failure = Failure { error: error.message.clone(), retryable: error.retryable, retry_delay };
@@ -181,12 +205,12 @@ async fn fail<Q: WorkQueue>(queue: &Q, claimed: &ClaimedItem, config: &ExecutorC
     let written = answer.map(|r| {
         r.map(|outcome| match outcome {
             FailOutcome::RetryScheduled { run_after } => {
-                warn!(event = "retry_scheduled", error = %error, failures, %run_after,
+                warn!(event = "retry_scheduled", %kind, duration_ms, error = %error, failures, %run_after,
                       retry_in_ms = retry_delay.as_millis() as u64, "failed; will retry");
                 Some(Outcome::RetryScheduled)
             }
             FailOutcome::Failed => {
-                warn!(event = "failed", error = %error, failures, retryable = error.retryable, "failed for good");
+                warn!(event = "failed", %kind, duration_ms, error = %error, failures, retryable = error.retryable, "failed for good");
                 Some(Outcome::Failed)
             }
             FailOutcome::Lost => None,

@@ -87,8 +87,29 @@ async fn metrics(health: &Health) -> String {
     let mut out = String::new();
     out.push_str("# HELP almanac_events_total Worker events by name (claims, lost races, heartbeat failures, self-stops, recoveries, outcomes).\n");
     out.push_str("# TYPE almanac_events_total counter\n");
-    for (event, n) in health.counts.snapshot() {
+    let observed = health.counts.snapshot();
+    for (event, n) in &observed.events {
         let _ = writeln!(out, "almanac_events_total{{event=\"{event}\"}} {n}");
+    }
+    out.push_str("# HELP almanac_item_duration_seconds Time from claim to outcome, by kind and outcome.\n");
+    out.push_str("# TYPE almanac_item_duration_seconds histogram\n");
+    for ((kind, outcome), h) in &observed.durations {
+        let labels = format!("kind=\"{kind}\",outcome=\"{outcome}\"");
+        let mut cumulative = 0;
+        for (le, n) in crate::observe::DURATION_BUCKETS.iter().zip(h.buckets) {
+            cumulative += n;
+            let _ = writeln!(out, "almanac_item_duration_seconds_bucket{{{labels},le=\"{le}\"}} {cumulative}");
+        }
+        let _ = writeln!(out, "almanac_item_duration_seconds_bucket{{{labels},le=\"+Inf\"}} {}", h.count);
+        let _ = writeln!(out, "almanac_item_duration_seconds_sum{{{labels}}} {}", h.sum_seconds);
+        let _ = writeln!(out, "almanac_item_duration_seconds_count{{{labels}}} {}", h.count);
+    }
+    out.push_str(
+        "# HELP almanac_crawl_total Files found, ingested and failed, and bytes hashed, by finished crawls.\n",
+    );
+    out.push_str("# TYPE almanac_crawl_total counter\n");
+    for (what, n) in &observed.crawl {
+        let _ = writeln!(out, "almanac_crawl_total{{what=\"{what}\"}} {n}");
     }
     out.push_str(
         "# HELP almanac_work_items Work items in the queue by kind and status.\n# TYPE almanac_work_items gauge\n",

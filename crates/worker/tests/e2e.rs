@@ -117,6 +117,14 @@ impl Drop for Worker {
     }
 }
 
+fn http_get(port: u16, path: &str) -> String {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nhost: localhost\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
+}
+
 fn log_lines(path: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path).unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
 }
@@ -137,7 +145,9 @@ fn two_workers_crawl_a_library_status_shows_it_and_sigterm_exits_cleanly() {
     s.cli(&["config", "add", "--user", "ann", "--root", root]);
     s.cli(&["enqueue", "crawl", "--config", root]);
     let url = s.db.url().to_owned();
-    let a = s.worker("worker-a", &url, &[]);
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let address = format!("127.0.0.1:{port}");
+    let a = s.worker("worker-a", &url, &[("ALMANAC__HTTP__ENABLED", "true"), ("ALMANAC__HTTP__ADDRESS", &address)]);
     let b = s.worker("worker-b", &url, &[]);
     s.wait_for(
         "the crawl and burst detection",
@@ -150,6 +160,15 @@ fn two_workers_crawl_a_library_status_shows_it_and_sigterm_exits_cleanly() {
     assert!(status.contains("crawl") && status.contains("burst_detection"), "{status}");
     let json: serde_json::Value = serde_json::from_str(&s.cli(&["status", "--json"])).unwrap();
     assert!(json["counts"].as_array().unwrap().iter().any(|c| c["kind"] == "crawl" && c["status"] == "succeeded"));
+    assert!(http_get(port, "/healthz").starts_with("HTTP/1.1 200"));
+    assert!(http_get(port, "/readyz").starts_with("HTTP/1.1 200"));
+    let metrics = http_get(port, "/metrics");
+    assert!(metrics.contains("almanac_work_items{kind=\"crawl\",status=\"succeeded\"}"), "{metrics}");
+    assert!(metrics.contains("almanac_database_up 1"));
+    assert!(metrics.contains("almanac_events_total{event=\"claimed\"}"));
+    // Whichever Worker ran the crawl, at least one outcome histogram exists on A (it ran something).
+    assert!(metrics.contains("almanac_item_duration_seconds_count{kind="), "{metrics}");
+    assert!(http_get(port, "/nope").starts_with("HTTP/1.1 404"));
     for w in [a, b] {
         let (exit, lines) = w.terminate();
         assert!(exit.success(), "{exit}");

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 pub use rules::{LIVE_PHOTO_MAX_GAP, Placement, is_skipped_name, mass_deletion_refused, pair_live_photos, place};
-pub use walk::{Seen, WalkEntry, WalkReport, Walked, mtime_of, walk};
+pub use walk::{Seen, WalkEntry, WalkReport, Walked, classify, list_tree, mtime_of};
 
 /// Most files whose failure is listed in a crawl's result (the count is always complete).
 const MAX_LISTED_FAILURES: usize = 200;
@@ -170,9 +170,15 @@ impl<C: CatalogueStore + 'static, Q: WorkQueue + 'static> CrawlHandler<C, Q> {
             .await
             .map_err(catalogue_error)?
             .ok_or_else(|| HandlerError::permanent(format!("storage config {config} does not exist")))?;
+        check_root_reachable(&storage.root_path)?;
+        // List the tree while the catalogue's known files load: neither needs the other.
+        let (root, cancel) = (storage.root_path.clone(), ctx.cancel.clone());
+        let listing = tokio::task::spawn_blocking(move || list_tree(&root, &cancel));
         let known_files = self.catalogue.known_files(config).await.map_err(catalogue_error)?;
+        let (files, report) =
+            listing.await.map_err(|e| HandlerError::retryable(format!("the folder walk ended abnormally: {e}")))?;
         let active = known_files.iter().filter(|k| !k.extra).count();
-        check_root(&storage.root_path, active)?;
+        check_root_not_emptied(&storage.root_path, active)?;
 
         let mut known = HashMap::with_capacity(known_files.len());
         let mut active_by_hash = HashMap::new();
@@ -198,10 +204,8 @@ impl<C: CatalogueStore + 'static, Q: WorkQueue + 'static> CrawlHandler<C, Q> {
         };
 
         let (tx, rx) = tokio::sync::mpsc::channel::<Walked>(256);
-        let walk_cancel = ctx.cancel.clone();
-        let root = storage.root_path.clone();
         let walker = tokio::task::spawn_blocking(move || {
-            walk(&root, &tx, &walk_cancel, |rel, size, mtime| {
+            classify(files, &tx, |rel, size, mtime| {
                 let k = known.get(rel).filter(|k| k.facts.size == size && k.facts.mtime == mtime)?;
                 Some(if k.extra { Seen::Extra(rel.to_vec()) } else { Seen::Asset(k.asset_id) })
             })
@@ -251,7 +255,7 @@ impl<C: CatalogueStore + 'static, Q: WorkQueue + 'static> CrawlHandler<C, Q> {
                 }
             })
             .await;
-        let report =
+        let handed_over =
             walker.await.map_err(|e| HandlerError::retryable(format!("the folder walk ended abnormally: {e}")))?;
         if ctx.cancel.is_cancelled() {
             return Err(HandlerError::cancelled());
@@ -261,7 +265,7 @@ impl<C: CatalogueStore + 'static, Q: WorkQueue + 'static> CrawlHandler<C, Q> {
         }
         ctx.progress.report(run.counters.snapshot());
 
-        let soft_deleted = if report.unreadable.is_empty() && !report.stopped {
+        let soft_deleted = if report.unreadable.is_empty() && !report.stopped && handed_over {
             let unseen_files = run.unseen();
             for (asset, copy) in &unseen_files.promotions {
                 self.catalogue.relocate(*asset, copy).await.map_err(catalogue_error)?;
@@ -320,7 +324,16 @@ impl<C: CatalogueStore + 'static, Q: WorkQueue + 'static> CrawlHandler<C, Q> {
             report.unreadable.iter().map(|(p, e)| serde_json::json!({"path": p, "reason": e})).collect::<Vec<_>>()
         );
         result["failures"] = serde_json::json!(*run.failures.lock().expect("poisoned"));
-        info!(event = "crawl_finished", result = %result, "crawl finished");
+        let count = |name: &str| result[name].as_u64().unwrap_or(0);
+        info!(
+            event = "crawl_finished",
+            files_found = count("found"),
+            files_ingested = count("ingested"),
+            files_failed = count("failed"),
+            bytes_hashed = count("bytes_hashed"),
+            result = %result,
+            "crawl finished"
+        );
         Ok(Some(result))
     }
 }
@@ -329,24 +342,31 @@ fn tokio_stream_from<T: Send + 'static>(mut rx: tokio::sync::mpsc::Receiver<T>) 
     futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
-/// Refuses a root that looks unavailable: missing, not a folder, unreadable, or empty while the catalogue
-/// has active assets for it. An unmounted share must never look like a deleted library.
-fn check_root(root: &Path, active: usize) -> Result<(), HandlerError> {
-    let unavailable = |what: String| {
-        HandlerError::retryable(format!(
-            "the storage root {} {what}; is the share mounted? Nothing was soft-deleted; the crawl will be retried",
-            root.display()
-        ))
-    };
-    let meta = std::fs::metadata(root).map_err(|e| unavailable(format!("cannot be reached ({e})")))?;
+/// Refuses a root that cannot be used: missing, not a folder, or unreadable. An unmounted share must never
+/// look like a deleted library.
+fn check_root_reachable(root: &Path) -> Result<(), HandlerError> {
+    let meta = std::fs::metadata(root).map_err(|e| root_unavailable(root, &format!("cannot be reached ({e})")))?;
     if !meta.is_dir() {
-        return Err(unavailable("is not a folder".into()));
+        return Err(root_unavailable(root, "is not a folder"));
     }
-    let mut entries = std::fs::read_dir(root).map_err(|e| unavailable(format!("cannot be read ({e})")))?;
+    std::fs::read_dir(root).map_err(|e| root_unavailable(root, &format!("cannot be read ({e})")))?;
+    Ok(())
+}
+
+/// Refuses a root that is empty while the catalogue has active assets for it (an empty mount point).
+fn check_root_not_emptied(root: &Path, active: usize) -> Result<(), HandlerError> {
+    let mut entries = std::fs::read_dir(root).map_err(|e| root_unavailable(root, &format!("cannot be read ({e})")))?;
     if active > 0 && entries.next().is_none() {
-        return Err(unavailable(format!("is empty while the catalogue has {active} active assets for it")));
+        return Err(root_unavailable(root, &format!("is empty while the catalogue has {active} active assets for it")));
     }
     Ok(())
+}
+
+fn root_unavailable(root: &Path, what: &str) -> HandlerError {
+    HandlerError::retryable(format!(
+        "the storage root {} {what}; is the share mounted? Nothing was soft-deleted; the crawl will be retried",
+        root.display()
+    ))
 }
 
 impl<C: CatalogueStore> Run<'_, C> {

@@ -66,21 +66,16 @@ pub fn mtime_of(meta: &std::fs::Metadata) -> DateTime<Utc> {
     DateTime::from_timestamp_micros(t.timestamp_micros()).unwrap_or(t)
 }
 
-/// Walks `root`, sending each new or changed candidate file on `tx`, and batches of known files that are
-/// unchanged (`unchanged` says which). Blocking: run it on a blocking thread.
-pub fn walk(
-    root: &Path,
-    tx: &mpsc::Sender<Walked>,
-    cancel: &CancellationToken,
-    unchanged: impl Fn(&[u8], u64, DateTime<Utc>) -> Option<Seen>,
-) -> WalkReport {
+/// Lists the candidate files under `root` (one folder handle open at a time). Blocking: run it on a blocking
+/// thread. It needs nothing from the catalogue, so it runs while the catalogue's known files load.
+pub fn list_tree(root: &Path, cancel: &CancellationToken) -> (Vec<WalkEntry>, WalkReport) {
     let mut report = WalkReport::default();
-    let mut seen = Vec::with_capacity(UNCHANGED_BATCH);
+    let mut files = Vec::new();
     let mut stack: Vec<(PathBuf, Vec<u8>)> = vec![(root.to_path_buf(), Vec::new())];
     while let Some((dir, rel_dir)) = stack.pop() {
         if cancel.is_cancelled() {
             report.stopped = true;
-            return report;
+            return (files, report);
         }
         // Read the whole folder (names and their lstat, relative to the open folder), then close it: one open
         // handle at a time however deep the tree.
@@ -134,29 +129,38 @@ pub fn walk(
                     report.unsupported += 1;
                     continue;
                 }
-                let mtime = mtime_of(&meta);
-                if let Some(mark) = unchanged(&rel, meta.len(), mtime) {
-                    seen.push(mark);
-                    if seen.len() >= UNCHANGED_BATCH
-                        && tx.blocking_send(Walked::Unchanged(std::mem::take(&mut seen))).is_err()
-                    {
-                        report.stopped = true;
-                        return report;
-                    }
-                    continue;
-                }
-                let entry = WalkEntry { abs: dir.join(&name), rel: rel.clone(), size: meta.len(), mtime };
-                if tx.blocking_send(Walked::File(entry)).is_err() {
-                    report.stopped = true;
-                    return report;
-                }
+                files.push(WalkEntry {
+                    abs: dir.join(&name),
+                    rel: rel.clone(),
+                    size: meta.len(),
+                    mtime: mtime_of(&meta),
+                });
             }
         }
         // Depth first, in name order.
         stack.extend(subdirs.into_iter().rev());
     }
-    if !seen.is_empty() && tx.blocking_send(Walked::Unchanged(seen)).is_err() {
-        report.stopped = true;
+    (files, report)
+}
+
+/// Hands the listed files to the crawl: known files found unchanged (`unchanged` says which) in batches,
+/// never opened; the others one by one. Returns false when the receiver went away. Blocking.
+pub fn classify(
+    files: Vec<WalkEntry>,
+    tx: &mpsc::Sender<Walked>,
+    unchanged: impl Fn(&[u8], u64, DateTime<Utc>) -> Option<Seen>,
+) -> bool {
+    let mut seen = Vec::with_capacity(UNCHANGED_BATCH);
+    for entry in files {
+        if let Some(mark) = unchanged(&entry.rel, entry.size, entry.mtime) {
+            seen.push(mark);
+            if seen.len() >= UNCHANGED_BATCH && tx.blocking_send(Walked::Unchanged(std::mem::take(&mut seen))).is_err()
+            {
+                return false;
+            }
+        } else if tx.blocking_send(Walked::File(entry)).is_err() {
+            return false;
+        }
     }
-    report
+    seen.is_empty() || tx.blocking_send(Walked::Unchanged(seen)).is_ok()
 }
