@@ -49,9 +49,6 @@ pub(crate) enum Outcome {
     Unwritten,
 }
 
-/// Far enough in the future to mean "never" for a disarmed timer.
-const DISARMED: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 86_400);
-
 type HandlerResult = Result<Result<Option<serde_json::Value>, HandlerError>, JoinError>;
 type BeatAnswer = (Instant, Result<Result<Heartbeat, QueueError>, Elapsed>);
 type BeatFuture<'a> = Pin<Box<dyn Future<Output = BeatAnswer> + Send + 'a>>;
@@ -78,6 +75,7 @@ pub(crate) async fn run<Q: WorkQueue + 'static>(
     let mut last_good_beat = claim_sent_at;
     let self_stop = sleep_until(claim_sent_at + half_lease);
     tokio::pin!(self_stop);
+    let mut self_stop_armed = true;
     let mut beats = tokio::time::interval_at(claim_sent_at + interval, interval);
     beats.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut beat: Option<BeatFuture<'_>> = None;
@@ -114,7 +112,7 @@ pub(crate) async fn run<Q: WorkQueue + 'static>(
                     Err(_) => warn!(event = "heartbeat_failed", error = "timed out", timeout_ms = interval.as_millis() as u64, "heartbeat did not answer within one heartbeat interval"),
                 }
             }
-            () = &mut self_stop, if may_write => {
+            () = &mut self_stop, if may_write && self_stop_armed => {
                 let since = Instant::now() - last_good_beat;
                 warn!(
                     event = "self_stopped",
@@ -125,7 +123,7 @@ pub(crate) async fn run<Q: WorkQueue + 'static>(
                 beat = None;
                 cancel.cancel();
                 // Disarm: the deadline has done its work.
-                self_stop.as_mut().reset(Instant::now() + DISARMED);
+                self_stop_armed = false;
             }
             _ = beats.tick(), if may_write => {
                 let (queue, lease, latest) = (&queue, config.lease, progress.latest());

@@ -138,15 +138,19 @@ async fn self_stopped_handler_that_returns_an_error_at_once_is_not_failed() {
 async fn lost_cancels_the_handler_and_writes_nothing() {
     let (queue, _) = one(WorkKind::TokenCleanup);
     queue.set_beat(Beat::Lost);
-    let probe = Probe::new(WorkKind::TokenCleanup, Act::UntilCancelled { after: Duration::ZERO });
+    // Slow to stop: the attempt is still winding down when the self-stop deadline would have come.
+    let probe = Probe::new(WorkKind::TokenCleanup, Act::UntilCancelled { after: 60 * SECOND });
     let (logs, _guard) = Logs::capture();
     let run = start(&queue, &probe, config());
-    run.at(25 * SECOND).await;
+    run.at(80 * SECOND).await;
     let claimed_at = queue.claim_times()[0];
     assert_eq!(probe.cancelled(), [claimed_at + 10 * SECOND]);
+    assert_eq!(probe.ended(), [claimed_at + 70 * SECOND]);
     assert_eq!(queue.beat_times().len(), 1, "no beat after Lost");
     assert!(queue.writes().is_empty());
-    assert!(logs.events().contains(&"lost".to_owned()));
+    let events = logs.events();
+    assert!(events.contains(&"lost".to_owned()));
+    assert!(!events.contains(&"self_stopped".to_owned()), "a lost attempt has nothing left to self-stop");
     run.stop().await;
 }
 
