@@ -234,7 +234,10 @@ pub async fn claim_with(
         Ok(row) => row,
         Err(diesel::result::Error::NotFound) => return Ok(None),
         // Rule 2: a concurrent claim of the same config won; this Worker waits for its next poll.
-        Err(e) if error::is_unique_violation_of(&e, RUNNING_CONFIG_INDEX) => return Ok(None),
+        Err(e) if error::is_unique_violation_of(&e, RUNNING_CONFIG_INDEX) => {
+            tracing::info!(event = "lost_race", "another Worker claimed work of the same storage config first");
+            return Ok(None);
+        }
         Err(e) => return Err(error::queue(e)),
     };
     let item = WorkItem::try_from(row)?;

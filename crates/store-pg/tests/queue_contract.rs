@@ -220,6 +220,10 @@ async fn second_claim_blocked_on_index_returns_nothing() {
     let held = claim_with(&mut first, &claimer("w1", &[WorkKind::Crawl])).await.unwrap().expect("first claim");
     assert_eq!(held.item.id, crawl);
 
+    let logs: Arc<Mutex<Vec<u8>>> = Arc::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt().with_writer(move || LogBuffer(writer.clone())).with_ansi(false).finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
     let second_store = store.clone();
     let second = tokio::spawn(async move { second_store.claim(&claimer("w2", &[WorkKind::BurstDetection])).await });
 
@@ -251,6 +255,8 @@ async fn second_claim_blocked_on_index_returns_nothing() {
     first.batch_execute("COMMIT").await.unwrap();
     let outcome = second.await.unwrap();
     assert_eq!(outcome, Ok(None), "the loser gets nothing, and no error");
+    let logged = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+    assert!(logged.contains("lost_race"), "the lost race is logged (and so counted): {logged}");
     assert_eq!(status_of(&store, crawl).await, Status::Running);
     assert_eq!(status_of(&store, bursts).await, Status::Queued);
 }
@@ -560,4 +566,16 @@ async fn eight_concurrent_claimers_never_overlap_a_config_or_claim_twice() {
     let claimed = claimed.lock().unwrap();
     assert_eq!(claimed.len(), total, "every item claimed");
     assert!(claimed.values().all(|&n| n == 1), "no item claimed twice");
+}
+
+struct LogBuffer(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
