@@ -100,10 +100,14 @@ pub fn read_exif(content: &[u8]) -> ExifFacts {
         camera_make: text(Tag::Make),
         camera_model: text(Tag::Model),
         lens_model: text(Tag::LensModel),
-        // Apple's burst id and Live Photo content identifier live in its MakerNote, which is not parsed yet;
-        // the crawl falls back to time-gap grouping and capture-time pairing.
         ..AssetMetadata::default()
     };
+    let mut metadata = metadata;
+    if let Some(Value::Undefined(note, _)) = exif.get_field(Tag::MakerNote, In::PRIMARY).map(|f| &f.value) {
+        let apple = crate::read_apple_note(note);
+        metadata.camera_burst_id = apple.burst_id;
+        metadata.live_photo_content_id = apple.content_identifier;
+    }
     ExifFacts { dates, orientation, metadata }
 }
 

@@ -23,6 +23,10 @@ pub struct FixtureExif {
     pub lens: Option<String>,
     /// (latitude, longitude), signed degrees.
     pub gps: Option<(f64, f64)>,
+    /// Apple's burst identifier, in an Apple MakerNote.
+    pub apple_burst_id: Option<String>,
+    /// Apple's Live Photo content identifier, in an Apple MakerNote.
+    pub apple_content_id: Option<String>,
 }
 
 impl FixtureExif {
@@ -102,6 +106,10 @@ pub fn with_exif(jpeg: &[u8], exif: &FixtureExif) -> Vec<u8> {
         fields.push(Field { tag: Tag::GPSLatitude, ifd_num: In::PRIMARY, value: dms(lat) });
         fields.push(Field { tag: Tag::GPSLongitudeRef, ifd_num: In::PRIMARY, value: r(lon < 0.0, "W", "E") });
         fields.push(Field { tag: Tag::GPSLongitude, ifd_num: In::PRIMARY, value: dms(lon) });
+    }
+    if exif.apple_burst_id.is_some() || exif.apple_content_id.is_some() {
+        let note = crate::apple_note(exif.apple_burst_id.as_deref(), exif.apple_content_id.as_deref());
+        fields.push(Field { tag: Tag::MakerNote, ifd_num: In::PRIMARY, value: Value::Undefined(note, 0) });
     }
     if fields.is_empty() {
         return jpeg.to_vec();

@@ -10,6 +10,7 @@
 //! it writes appears under its final name only when complete (temporary name, then rename). Originals are
 //! only read.
 
+mod apple;
 mod atomic;
 mod detect;
 mod error;
@@ -22,6 +23,7 @@ mod video;
 #[cfg(feature = "fixtures")]
 pub mod fixtures;
 
+pub use apple::{AppleNote, apple_note, read_apple_note};
 pub use atomic::write_atomically;
 pub use detect::{MAGIC_LEN, MediaFormat, detect_format};
 pub use error::MediaError;

@@ -178,3 +178,17 @@ fn heic_goes_through_libheif_and_leaves_nothing_behind() {
     names.sort();
     assert_eq!(names, ["preview.jpg", "thumbnail.jpg"]);
 }
+
+#[test]
+fn apple_burst_and_live_photo_identifiers_are_read_from_the_maker_note() {
+    let exif = FixtureExif {
+        apple_burst_id: Some("0F2D-BURST".into()),
+        apple_content_id: Some("A1B2-LIVE".into()),
+        ..FixtureExif::camera("2022:02:02 10:00:00", "+00:00")
+    };
+    let facts = read_exif(&fixtures::jpeg(64, 48, 1, false, &exif));
+    assert_eq!(facts.metadata.camera_burst_id.as_deref(), Some("0F2D-BURST"));
+    assert_eq!(facts.metadata.live_photo_content_id.as_deref(), Some("A1B2-LIVE"));
+    let plain = read_exif(&fixtures::jpeg(64, 48, 1, false, &FixtureExif::camera("2022:02:02 10:00:00", "+00:00")));
+    assert_eq!((plain.metadata.camera_burst_id, plain.metadata.live_photo_content_id), (None, None));
+}
