@@ -41,6 +41,9 @@ pub struct KnownFile {
     pub facts: FileFacts,
     /// True for an extra path (a copy), false for the asset's own path.
     pub extra: bool,
+    /// Whether the asset has all the proxies of its media type (a `proxy_deletion` removes some, so that the
+    /// next crawl makes them again).
+    pub proxies_complete: bool,
 }
 
 /// An asset of the config with a given content hash.
@@ -147,6 +150,13 @@ pub trait CatalogueStore: Send + Sync {
         config: StorageConfigId,
         asset: AssetId,
         facts: &FileFacts,
+    ) -> impl Future<Output = Result<(), CatalogueError>> + Send;
+
+    /// Stores (or replaces) proxy rows of an existing asset, e.g. proxies made again after a deletion.
+    fn put_proxies(
+        &self,
+        asset: AssetId,
+        proxies: &[NewProxy],
     ) -> impl Future<Output = Result<(), CatalogueError>> + Send;
 
     /// Stores a new asset with its metadata and proxies in one transaction.

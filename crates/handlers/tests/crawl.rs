@@ -483,3 +483,31 @@ async fn a_file_that_vanishes_mid_crawl_is_passed_over() {
     assert_eq!((result["skipped"].as_u64(), result["failed"].as_u64()), (Some(1), Some(0)), "{result}");
     assert_eq!(lib.active().await.len(), 1);
 }
+
+#[tokio::test]
+async fn deleted_proxies_are_made_again_by_the_next_crawl() {
+    let lib = library().await;
+    lib.write("keep.jpg", &photo(1));
+    lib.write("redo.jpg", &photo(2));
+    lib.crawl().await;
+    let redo = lib.active().await.into_iter().find(|a| a.display_path == "redo.jpg").unwrap();
+    let deletion = almanac_handlers::ProxyDeletionHandler::new(lib.store.clone(), lib.proxies.clone());
+    let item = {
+        let new = NewWorkItem::new(WorkKind::ProxyDeletion, Scope::Config(lib.config))
+            .unwrap()
+            .with_payload(serde_json::json!({"asset_ids": [redo.id], "proxy_types": ["preview"]}));
+        lib.store.enqueue(&new).await.unwrap().item
+    };
+    let ctx = HandlerContext { item, cancel: CancellationToken::new(), progress: ProgressReporter::default() };
+    deletion.run(ctx).await.unwrap();
+    let preview = proxy_dir(&lib, &redo.content_hash).join("preview.jpg");
+    assert!(!preview.exists());
+
+    let result = lib.crawl().await;
+    assert_eq!((result["proxies_regenerated"].as_u64(), result["unchanged"].as_u64()), (Some(1), Some(1)), "{result}");
+    assert!(preview.is_file(), "the preview is back");
+    let again = lib.active().await.into_iter().find(|a| a.display_path == "redo.jpg").unwrap();
+    assert_eq!((again.id, again.proxies), (redo.id, 3), "same asset, all three proxies");
+    let next = lib.crawl().await;
+    assert_eq!((next["unchanged"].as_u64(), next["bytes_hashed"].as_u64()), (Some(2), Some(0)));
+}

@@ -2,9 +2,11 @@
 
 use almanac_domain::{
     AssetId, CatalogueError, CatalogueStore, ContentHash, FileFacts, HashMatch, IngestOutcome, KnownFile, MediaType,
-    NewAsset, PairingCandidate, StorageConfig, StorageConfigId,
+    NewAsset, NewProxy, PairingCandidate, StorageConfig, StorageConfigId,
 };
 use chrono::{DateTime, Utc};
+use diesel::pg::Pg;
+use diesel::query_builder::{BoxedSqlQuery, SqlQuery};
 use diesel::sql_types::{Array, BigInt, Binary, Bool, Double, Integer, Nullable, SmallInt, Text, Timestamptz, Uuid};
 use diesel::{QueryableByName, sql_query};
 use diesel_async::{AsyncConnection, RunQueryDsl};
@@ -65,6 +67,8 @@ struct KnownRow {
     file_modified_at: DateTime<Utc>,
     #[diesel(sql_type = Bool)]
     extra: bool,
+    #[diesel(sql_type = Bool)]
+    proxies_complete: bool,
 }
 
 #[derive(QueryableByName)]
@@ -97,6 +101,24 @@ struct IdRow {
     id: uuid::Uuid,
 }
 
+/// Stores a proxy row; a row of the same type for the asset is replaced (a proxy made again).
+fn insert_proxy(asset: AssetId, p: &NewProxy) -> BoxedSqlQuery<'_, Pg, SqlQuery> {
+    sql_query(
+        "INSERT INTO proxy_files (id, asset_id, proxy_type, relative_path, inline_value, size_bytes)
+         VALUES ($1, $2, $3, $4, $5, $6)
+         ON CONFLICT (asset_id, proxy_type) DO UPDATE
+            SET relative_path = EXCLUDED.relative_path, inline_value = EXCLUDED.inline_value,
+                size_bytes = EXCLUDED.size_bytes, created_at = now()",
+    )
+    .into_boxed()
+    .bind::<Uuid, _>(uuid::Uuid::now_v7())
+    .bind::<Uuid, _>(asset.as_uuid())
+    .bind::<Text, _>(p.proxy_type.as_str())
+    .bind::<Nullable<Text>, _>(p.relative_path.as_deref())
+    .bind::<Nullable<Text>, _>(p.inline_value.as_deref())
+    .bind::<BigInt, _>(size(p.size_bytes))
+}
+
 impl CatalogueStore for PgStore {
     #[mutants::skip]
     async fn now(&self) -> Result<DateTime<Utc>, CatalogueError> {
@@ -114,12 +136,18 @@ impl CatalogueStore for PgStore {
     async fn known_files(&self, config: StorageConfigId) -> Result<Vec<KnownFile>, CatalogueError> {
         let mut conn = self.conn().await.map_err(catalogue)?;
         let rows: Vec<KnownRow> = sql_query(
-            "SELECT a.id AS asset_id, a.content_hash, a.file_path, '' AS display_path, a.size_bytes, a.file_modified_at,
-                    false AS extra
-               FROM media_assets a
+            "WITH proxied AS (
+                 SELECT p.asset_id, count(*) AS n FROM proxy_files p
+                   JOIN media_assets a ON a.id = p.asset_id
+                  WHERE a.storage_config_id = $1 AND NOT a.is_soft_deleted
+                  GROUP BY p.asset_id)
+             SELECT a.id AS asset_id, a.content_hash, a.file_path, '' AS display_path, a.size_bytes, a.file_modified_at,
+                    false AS extra,
+                    coalesce(x.n, 0) >= CASE a.media_type WHEN 'image' THEN 3 ELSE 2 END AS proxies_complete
+               FROM media_assets a LEFT JOIN proxied x ON x.asset_id = a.id
               WHERE a.storage_config_id = $1 AND NOT a.is_soft_deleted
              UNION ALL
-             SELECT e.asset_id, a.content_hash, e.file_path, '', e.size_bytes, e.file_modified_at, true
+             SELECT e.asset_id, a.content_hash, e.file_path, '', e.size_bytes, e.file_modified_at, true, true
                FROM asset_extra_paths e JOIN media_assets a ON a.id = e.asset_id
               WHERE e.storage_config_id = $1 AND NOT a.is_soft_deleted",
         )
@@ -139,6 +167,7 @@ impl CatalogueStore for PgStore {
                         mtime: r.file_modified_at,
                     },
                     extra: r.extra,
+                    proxies_complete: r.proxies_complete,
                 })
             })
             .collect()
@@ -242,6 +271,19 @@ impl CatalogueStore for PgStore {
     }
 
     #[mutants::skip]
+    async fn put_proxies(&self, asset: AssetId, proxies: &[NewProxy]) -> Result<(), CatalogueError> {
+        let mut conn = self.conn().await.map_err(catalogue)?;
+        conn.transaction::<_, diesel::result::Error, _>(async |conn| {
+            for p in proxies {
+                insert_proxy(asset, p).execute(conn).await?;
+            }
+            Ok(())
+        })
+        .await
+        .map_err(db)
+    }
+
+    #[mutants::skip]
     async fn ingest(&self, asset: &NewAsset) -> Result<IngestOutcome, CatalogueError> {
         let mut conn = self.conn().await.map_err(catalogue)?;
         let id = AssetId::new();
@@ -301,18 +343,7 @@ impl CatalogueStore for PgStore {
                 .execute(conn)
                 .await?;
                 for p in &asset.proxies {
-                    sql_query(
-                        "INSERT INTO proxy_files (id, asset_id, proxy_type, relative_path, inline_value, size_bytes)
-                         VALUES ($1, $2, $3, $4, $5, $6)",
-                    )
-                    .bind::<Uuid, _>(uuid::Uuid::now_v7())
-                    .bind::<Uuid, _>(id.as_uuid())
-                    .bind::<Text, _>(p.proxy_type.as_str())
-                    .bind::<Nullable<Text>, _>(p.relative_path.as_deref())
-                    .bind::<Nullable<Text>, _>(p.inline_value.as_deref())
-                    .bind::<BigInt, _>(size(p.size_bytes))
-                    .execute(conn)
-                    .await?;
+                    insert_proxy(id, p).execute(conn).await?;
                 }
                 Ok(())
             })

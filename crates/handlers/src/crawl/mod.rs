@@ -75,6 +75,7 @@ struct Counters {
     copies: AtomicU64,
     revived: AtomicU64,
     touched: AtomicU64,
+    regenerated: AtomicU64,
     skipped: AtomicU64,
     failed: AtomicU64,
     bytes_hashed: AtomicU64,
@@ -91,6 +92,7 @@ impl Counters {
             "copies": get(&self.copies),
             "revived": get(&self.revived),
             "touched": get(&self.touched),
+            "proxies_regenerated": get(&self.regenerated),
             "skipped": get(&self.skipped),
             "failed": get(&self.failed),
             "bytes_hashed": get(&self.bytes_hashed),
@@ -111,6 +113,14 @@ struct Run<'a, C> {
     failures: Mutex<Vec<serde_json::Value>>,
     hash_locks: Mutex<HashMap<ContentHash, Arc<tokio::sync::Mutex<()>>>>,
     cancel: CancellationToken,
+}
+
+/// A file's metadata and freshly made proxies.
+struct Made {
+    media_type: MediaType,
+    capture: almanac_domain::CaptureTime,
+    metadata: almanac_domain::AssetMetadata,
+    proxies: Vec<NewProxy>,
 }
 
 /// What a complete walk did not find.
@@ -206,7 +216,10 @@ impl<C: CatalogueStore + 'static, Q: WorkQueue + 'static> CrawlHandler<C, Q> {
         let (tx, rx) = tokio::sync::mpsc::channel::<Walked>(256);
         let walker = tokio::task::spawn_blocking(move || {
             classify(files, &tx, |rel, size, mtime| {
-                let k = known.get(rel).filter(|k| k.facts.size == size && k.facts.mtime == mtime)?;
+                // Unchanged means same path, size and mtime, and nothing missing: an asset whose proxies were
+                // deleted (to be made again) is read again.
+                let k =
+                    known.get(rel).filter(|k| k.facts.size == size && k.facts.mtime == mtime && k.proxies_complete)?;
                 Some(if k.extra { Seen::Extra(rel.to_vec()) } else { Seen::Asset(k.asset_id) })
             })
         });
@@ -295,9 +308,15 @@ impl<C: CatalogueStore + 'static, Q: WorkQueue + 'static> CrawlHandler<C, Q> {
         };
 
         // Pairs can only form where this crawl ingested, moved or revived something.
-        let changed = [&run.counters.ingested, &run.counters.moved, &run.counters.revived, &run.counters.touched]
-            .iter()
-            .any(|c| c.load(Ordering::Relaxed) > 0);
+        let changed = [
+            &run.counters.ingested,
+            &run.counters.moved,
+            &run.counters.revived,
+            &run.counters.touched,
+            &run.counters.regenerated,
+        ]
+        .iter()
+        .any(|c| c.load(Ordering::Relaxed) > 0);
         let mut pairs = Vec::new();
         if changed {
             let candidates = self.catalogue.pairing_candidates(config).await.map_err(catalogue_error)?;
@@ -449,8 +468,14 @@ impl<C: CatalogueStore> Run<'_, C> {
         match place(same_at_path, active, soft_deleted) {
             Placement::Touched(id) => {
                 self.mark(Seen::Asset(id));
+                if known.is_some_and(|k| !k.proxies_complete) {
+                    let made = self.make(entry, format, content, &hash).await?;
+                    self.catalogue.put_proxies(id, &made.proxies).await?;
+                    self.counters.regenerated.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    self.counters.touched.fetch_add(1, Ordering::Relaxed);
+                }
                 self.catalogue.relocate(id, &facts).await?;
-                self.counters.touched.fetch_add(1, Ordering::Relaxed);
             }
             Placement::Moved(id) => {
                 self.mark(Seen::Asset(id));
@@ -545,6 +570,27 @@ impl<C: CatalogueStore> Run<'_, C> {
         facts: FileFacts,
         replaces: Option<AssetId>,
     ) -> Result<NewAsset, FileProblem> {
+        let made = self.make(entry, format, content, &hash).await?;
+        Ok(NewAsset {
+            storage_config_id: self.config,
+            facts,
+            content_hash: hash,
+            media_type: made.media_type,
+            capture: made.capture,
+            metadata: made.metadata,
+            proxies: made.proxies,
+            replaces,
+        })
+    }
+
+    /// Reads a file's metadata and makes its proxies (in its folder under the proxy root).
+    async fn make(
+        &self,
+        entry: &WalkEntry,
+        format: MediaFormat,
+        content: Option<Vec<u8>>,
+        hash: &ContentHash,
+    ) -> Result<Made, FileProblem> {
         if self.cancel.is_cancelled() {
             return Err(FileProblem::Cancelled);
         }
@@ -614,15 +660,6 @@ impl<C: CatalogueStore> Run<'_, C> {
                 (MediaType::Video, capture, probed.metadata, proxies)
             }
         };
-        Ok(NewAsset {
-            storage_config_id: self.config,
-            facts,
-            content_hash: hash,
-            media_type,
-            capture,
-            metadata,
-            proxies,
-            replaces,
-        })
+        Ok(Made { media_type, capture, metadata, proxies })
     }
 }
