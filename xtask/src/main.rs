@@ -5,6 +5,7 @@ use std::process::{Command, ExitCode};
 
 mod demo;
 mod mutants;
+mod system;
 
 use almanac_testdb::Cluster;
 use anyhow::{Context, Result, bail};
@@ -14,6 +15,7 @@ cargo xtask <verb>
 
   mutants-changed [--base REV]  cargo-mutants on the code changed against main (must catch 100%, ADR 0005)
   mutants --package P     cargo-mutants on a whole crate
+  deps                    install the system packages the build and tests need (Debian, as root)
   demo                    run a Worker on a generated sample library with a private database, and show the result
   db start | stop | url   the private PostgreSQL cluster (dev, demo and tests); url prints the dev database URL
   migrate                 apply migrations to DATABASE_URL, or to the private cluster's dev database
@@ -62,6 +64,7 @@ fn run(args: &[String]) -> Result<ExitCode> {
         }
         ["test", rest @ ..] => return test(rest),
         ["bench", which @ ("queue" | "crawl")] => {
+            system::ensure(if *which == "crawl" { &["libvips-tools"] } else { &[] })?;
             let (package, example) = match *which {
                 "queue" => ("almanac-store-pg", "queue_bench"),
                 _ => ("almanac-handlers", "crawl_bench"),
@@ -83,7 +86,11 @@ fn run(args: &[String]) -> Result<ExitCode> {
             }
             return Ok(exit(output.status.success()));
         }
-        ["demo"] => demo::run(&workspace(), &cargo())?,
+        ["deps"] => system::ensure(&[])?,
+        ["demo"] => {
+            system::ensure(&[])?;
+            demo::run(&workspace(), &cargo())?
+        }
         ["mutants-changed", rest @ ..] => {
             let base = match rest {
                 [] => None,
@@ -152,6 +159,7 @@ fn current_schema() -> Result<String> {
 }
 
 fn test(extra: &[&str]) -> Result<ExitCode> {
+    system::ensure(&[])?;
     let cluster = started_cluster()?;
     let nextest = Command::new(cargo()).args(["nextest", "--version"]).output().is_ok_and(|o| o.status.success());
     let mut command = Command::new(cargo());
