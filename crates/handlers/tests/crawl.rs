@@ -1,8 +1,9 @@
 //! The crawl on real files generated here and a real PostgreSQL catalogue.
 
+mod support;
+
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use almanac_domain::{NewWorkItem, Scope, StorageConfigId, WorkItem, WorkKind, WorkQueue};
@@ -10,33 +11,12 @@ use almanac_executor::{Handler, HandlerContext, HandlerError, ProgressReporter};
 use almanac_handlers::{CrawlHandler, CrawlSettings};
 use almanac_media::ToolLimits;
 use almanac_media::fixtures::{self, FixtureExif};
-use almanac_store_pg::{NewStorageConfig, PgStore};
-use almanac_testdb::TestDatabase;
+use almanac_store_pg::PgStore;
 use diesel::sql_query;
 use diesel::sql_types::{BigInt, Binary, Bool, Nullable, Text, Uuid};
-use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use diesel_async::RunQueryDsl;
+use support::{Library, library};
 use tokio_util::sync::CancellationToken;
-
-struct Library {
-    db: TestDatabase,
-    store: Arc<PgStore>,
-    config: StorageConfigId,
-    root: PathBuf,
-    proxies: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-async fn library() -> Library {
-    let db = TestDatabase::create().await;
-    let store = Arc::new(PgStore::new(db.url(), 6, Duration::from_secs(10)).unwrap());
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("originals");
-    let proxies = dir.path().join("proxies");
-    std::fs::create_dir_all(&root).unwrap();
-    let (_, config) =
-        store.add_storage_config(&NewStorageConfig { username: "ann".into(), root_path: root.clone() }).await.unwrap();
-    Library { db, store, config: config.id, root, proxies, _dir: dir }
-}
 
 impl Library {
     fn handler(&self) -> CrawlHandler<PgStore, PgStore> {
@@ -53,8 +33,7 @@ impl Library {
     }
 
     async fn item(&self, payload: serde_json::Value) -> WorkItem {
-        let new = NewWorkItem::new(WorkKind::Crawl, Scope::Config(self.config)).unwrap().with_payload(payload);
-        self.store.enqueue(&new).await.unwrap().item
+        self.work_item(WorkKind::Crawl, Scope::Config(self.config), payload).await
     }
 
     async fn crawl_with(
@@ -77,10 +56,6 @@ impl Library {
         path
     }
 
-    async fn conn(&self) -> AsyncPgConnection {
-        AsyncPgConnection::establish(self.db.url()).await.unwrap()
-    }
-
     async fn assets(&self) -> Vec<AssetRow> {
         sql_query(
             "SELECT a.id, a.file_path, a.display_path, a.is_soft_deleted, a.captured_at_source, a.content_hash,
@@ -97,15 +72,6 @@ impl Library {
 
     async fn active(&self) -> Vec<AssetRow> {
         self.assets().await.into_iter().filter(|a| !a.is_soft_deleted).collect()
-    }
-
-    async fn count(&self, sql: &str) -> i64 {
-        #[derive(diesel::QueryableByName)]
-        struct N {
-            #[diesel(sql_type = BigInt)]
-            n: i64,
-        }
-        sql_query(sql).get_result::<N>(&mut self.conn().await).await.unwrap().n
     }
 }
 

@@ -1,72 +1,35 @@
 //! Burst detection, purge, proxy deletion and sweep, token cleanup, retention and the scheduler, on real
 //! PostgreSQL and real files.
 
-use std::path::PathBuf;
+mod support;
+
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use almanac_domain::{
     AssetId, AssetMetadata, CaptureSource, CaptureTime, CatalogueStore, ClaimRequest, ContentHash, FileFacts,
-    IngestOutcome, LeaseDuration, MediaType, NewAsset, NewProxy, NewWorkItem, ProxyType, Scope, ServedConfigs,
-    StorageConfigId, WorkItem, WorkKind, WorkQueue, WorkerId,
+    IngestOutcome, LeaseDuration, MediaType, NewAsset, NewProxy, ProxyType, Scope, ServedConfigs, WorkKind, WorkQueue,
+    WorkerId,
 };
-use almanac_executor::{Handler, HandlerContext, HandlerError, ProgressReporter};
 use almanac_handlers::{
     BurstDetectionHandler, BurstSettings, ProxyDeletionHandler, ProxySweepHandler, PurgeHandler, PurgeSettings,
     RetentionSettings, ScheduleSettings, Scheduler, TokenCleanupHandler, WorkItemRetentionHandler,
 };
 use almanac_store_pg::{NewStorageConfig, PgStore};
-use almanac_testdb::TestDatabase;
 use chrono::{TimeZone, Utc};
 use diesel::sql_query;
 use diesel::sql_types::{BigInt, Uuid};
-use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
+use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
+use support::{Library, library};
 use tokio_util::sync::CancellationToken;
 
-struct Env {
-    db: TestDatabase,
-    store: Arc<PgStore>,
-    config: StorageConfigId,
-    proxies: PathBuf,
-    _dir: tempfile::TempDir,
-}
+type Env = Library;
 
 async fn env() -> Env {
-    let db = TestDatabase::create().await;
-    let store = Arc::new(PgStore::new(db.url(), 6, Duration::from_secs(10)).unwrap());
-    let dir = tempfile::tempdir().unwrap();
-    let proxies = dir.path().join("proxies");
-    let (_, config) = store
-        .add_storage_config(&NewStorageConfig { username: "ann".into(), root_path: dir.path().join("originals") })
-        .await
-        .unwrap();
-    Env { db, store, config: config.id, proxies, _dir: dir }
+    library().await
 }
 
-impl Env {
-    async fn conn(&self) -> AsyncPgConnection {
-        AsyncPgConnection::establish(self.db.url()).await.unwrap()
-    }
-
-    async fn count(&self, sql: &str) -> i64 {
-        #[derive(diesel::QueryableByName)]
-        struct N {
-            #[diesel(sql_type = BigInt)]
-            n: i64,
-        }
-        sql_query(sql).get_result::<N>(&mut self.conn().await).await.unwrap().n
-    }
-
-    async fn item(&self, kind: WorkKind, scope: Scope, payload: serde_json::Value) -> WorkItem {
-        let new = NewWorkItem::new(kind, scope).unwrap().with_payload(payload);
-        self.store.enqueue(&new).await.unwrap().item
-    }
-
-    async fn run(&self, handler: &impl Handler, item: WorkItem) -> Result<serde_json::Value, HandlerError> {
-        let ctx = HandlerContext { item, cancel: CancellationToken::new(), progress: ProgressReporter::default() };
-        handler.run(ctx).await.map(|r| r.expect("a result"))
-    }
-
+impl Library {
     /// An asset with proxy files on disk, as a crawl would leave it.
     async fn asset(&self, n: u8, model: &str, millis: i64, size: u64) -> (AssetId, ContentHash) {
         let hash = ContentHash::from_bytes([n; 32]);
@@ -134,8 +97,10 @@ async fn burst_detection_is_stable_and_a_burst_dissolves_below_the_minimum() {
     env.asset(4, "X", 60_000, 10).await;
     let handler = BurstDetectionHandler::new(env.store.clone(), BurstSettings::default());
     let scope = Scope::Config(env.config);
-    let first =
-        env.run(&handler, env.item(WorkKind::BurstDetection, scope, serde_json::json!({})).await).await.unwrap();
+    let first = env
+        .run_handler(&handler, env.work_item(WorkKind::BurstDetection, scope, serde_json::json!({})).await)
+        .await
+        .unwrap();
     assert_eq!(first["bursts"], 1);
     let burst_of =
         |id: AssetId| format!("SELECT count(*) AS n FROM media_assets WHERE id = '{id}' AND burst_id = '{a}'");
@@ -150,12 +115,16 @@ async fn burst_detection_is_stable_and_a_burst_dissolves_below_the_minimum() {
         1
     );
     // A re-run gives the same burst, same id.
-    env.run(&handler, env.item(WorkKind::BurstDetection, scope, serde_json::json!({})).await).await.unwrap();
+    env.run_handler(&handler, env.work_item(WorkKind::BurstDetection, scope, serde_json::json!({})).await)
+        .await
+        .unwrap();
     assert_eq!(env.count("SELECT count(*) AS n FROM bursts").await, 1);
     assert_eq!(env.count(&format!("SELECT count(*) AS n FROM bursts WHERE id = '{a}'")).await, 1);
     // One frame leaves (deleted): two are too few, the burst dissolves.
     env.soft_delete(c, 0).await;
-    env.run(&handler, env.item(WorkKind::BurstDetection, scope, serde_json::json!({})).await).await.unwrap();
+    env.run_handler(&handler, env.work_item(WorkKind::BurstDetection, scope, serde_json::json!({})).await)
+        .await
+        .unwrap();
     assert_eq!(env.count("SELECT count(*) AS n FROM bursts").await, 0);
     assert_eq!(env.count("SELECT count(*) AS n FROM media_assets WHERE burst_id IS NOT NULL").await, 0);
 }
@@ -180,7 +149,10 @@ async fn purge_removes_old_soft_deleted_assets_files_first_and_keeps_the_rest() 
     }
     env.soft_delete(recent, 5).await;
     let result = env
-        .run(&purge_handler(&env), env.item(WorkKind::Purge, Scope::Config(env.config), serde_json::json!({})).await)
+        .run_handler(
+            &purge_handler(&env),
+            env.work_item(WorkKind::Purge, Scope::Config(env.config), serde_json::json!({})).await,
+        )
         .await
         .unwrap();
     assert_eq!(result["purged"], 3, "three old ones, in batches of two");
@@ -213,7 +185,10 @@ async fn purge_keeps_an_asset_whose_proxy_file_cannot_be_deleted_and_retries_it_
     std::fs::remove_file(&preview).unwrap();
     std::fs::create_dir_all(preview.join("blocker")).unwrap();
     let result = env
-        .run(&purge_handler(&env), env.item(WorkKind::Purge, Scope::Config(env.config), serde_json::json!({})).await)
+        .run_handler(
+            &purge_handler(&env),
+            env.work_item(WorkKind::Purge, Scope::Config(env.config), serde_json::json!({})).await,
+        )
         .await
         .unwrap();
     assert_eq!(result["purged"], 1);
@@ -224,7 +199,10 @@ async fn purge_keeps_an_asset_whose_proxy_file_cannot_be_deleted_and_retries_it_
     );
     std::fs::remove_dir_all(&preview).unwrap();
     let again = env
-        .run(&purge_handler(&env), env.item(WorkKind::Purge, Scope::Config(env.config), serde_json::json!({})).await)
+        .run_handler(
+            &purge_handler(&env),
+            env.work_item(WorkKind::Purge, Scope::Config(env.config), serde_json::json!({})).await,
+        )
         .await
         .unwrap();
     assert_eq!(again["purged"], 1);
@@ -243,9 +221,12 @@ async fn purge_keeps_proxy_files_shared_with_an_active_asset_of_the_same_content
         .execute(&mut env.conn().await)
         .await
         .unwrap();
-    env.run(&purge_handler(&env), env.item(WorkKind::Purge, Scope::Config(env.config), serde_json::json!({})).await)
-        .await
-        .unwrap();
+    env.run_handler(
+        &purge_handler(&env),
+        env.work_item(WorkKind::Purge, Scope::Config(env.config), serde_json::json!({})).await,
+    )
+    .await
+    .unwrap();
     assert_eq!(env.count(&format!("SELECT count(*) AS n FROM media_assets WHERE id = '{old}'")).await, 0);
     assert!(env.proxies.join(hash.proxy_dir(env.config)).join("preview.jpg").exists());
 }
@@ -261,9 +242,9 @@ async fn a_crawl_of_the_same_config_queued_during_a_purge_waits_for_it() {
         kinds: WorkKind::ALL.to_vec(),
         lease: LeaseDuration::DEFAULT,
     };
-    env.item(WorkKind::Purge, Scope::Config(env.config), serde_json::json!({})).await;
+    env.work_item(WorkKind::Purge, Scope::Config(env.config), serde_json::json!({})).await;
     let purge = env.store.claim(&claimer).await.unwrap().expect("purge claimed");
-    let crawl = env.item(WorkKind::Crawl, Scope::Config(env.config), serde_json::json!({})).await;
+    let crawl = env.work_item(WorkKind::Crawl, Scope::Config(env.config), serde_json::json!({})).await;
     assert!(env.store.claim(&claimer).await.unwrap().is_none(), "the crawl waits");
     env.store.complete(purge.fence, None).await.unwrap();
     assert_eq!(env.store.claim(&claimer).await.unwrap().unwrap().item.id, crawl.id);
@@ -275,17 +256,25 @@ async fn proxy_deletion_removes_the_chosen_proxies_and_rejects_a_bad_payload() {
     let (id, hash) = env.asset(1, "X", 0, 1).await;
     let handler = ProxyDeletionHandler::new(env.store.clone(), env.proxies.clone());
     let payload = serde_json::json!({"asset_ids": [id], "proxy_types": ["preview"]});
-    let result = env.run(&handler, env.item(WorkKind::ProxyDeletion, Scope::Unscoped, payload).await).await.unwrap();
+    let result = env
+        .run_handler(&handler, env.work_item(WorkKind::ProxyDeletion, Scope::Unscoped, payload).await)
+        .await
+        .unwrap();
     assert_eq!(result["deleted"], 1);
     let dir = env.proxies.join(hash.proxy_dir(env.config));
     assert!(!dir.join("preview.jpg").exists() && dir.join("thumbnail.jpg").exists());
     let payload = serde_json::json!({"asset_ids": [id]});
-    let result =
-        env.run(&handler, env.item(WorkKind::ProxyDeletion, Scope::Config(env.config), payload).await).await.unwrap();
+    let result = env
+        .run_handler(&handler, env.work_item(WorkKind::ProxyDeletion, Scope::Config(env.config), payload).await)
+        .await
+        .unwrap();
     assert_eq!(result["deleted"], 2, "thumbnail and blurhash");
     assert!(!dir.exists(), "the emptied folder goes too");
     let bad = serde_json::json!({"asset_ids": ["not-a-uuid"]});
-    let err = env.run(&handler, env.item(WorkKind::ProxyDeletion, Scope::Unscoped, bad).await).await.unwrap_err();
+    let err = env
+        .run_handler(&handler, env.work_item(WorkKind::ProxyDeletion, Scope::Unscoped, bad).await)
+        .await
+        .unwrap_err();
     assert!(!err.retryable && err.message.contains("asset_ids"));
 }
 
@@ -313,14 +302,16 @@ async fn proxy_sweep_deletes_old_orphans_only_and_never_follows_links() {
     std::fs::create_dir_all(fresh.parent().unwrap()).unwrap();
     std::fs::write(&fresh, b"new").unwrap();
     // A link out of the proxy root, to an old file: never followed.
-    let outside = env._dir.path().join("outside.jpg");
+    let outside = env.dir.path().join("outside.jpg");
     std::fs::write(&outside, b"keep").unwrap();
     age(&outside, 7200);
-    std::os::unix::fs::symlink(env._dir.path(), env.proxies.join("escape")).unwrap();
+    std::os::unix::fs::symlink(env.dir.path(), env.proxies.join("escape")).unwrap();
 
     let handler = ProxySweepHandler::new(env.store.clone(), env.proxies.clone(), Duration::from_secs(3600));
-    let result =
-        env.run(&handler, env.item(WorkKind::ProxySweep, Scope::Unscoped, serde_json::json!({})).await).await.unwrap();
+    let result = env
+        .run_handler(&handler, env.work_item(WorkKind::ProxySweep, Scope::Unscoped, serde_json::json!({})).await)
+        .await
+        .unwrap();
     assert_eq!(result["deleted"], 2, "{result}");
     assert!(!old_orphan.exists() && !debris.exists() && !orphan_dir.exists());
     assert!(referenced.exists() && fresh.exists() && outside.exists());
@@ -337,7 +328,7 @@ async fn token_cleanup_deletes_only_tokens_expired_or_revoked_past_the_grace() {
     ).await.unwrap();
     let handler = TokenCleanupHandler::new(env.store.clone(), Duration::from_secs(7 * 86_400));
     let result = env
-        .run(&handler, env.item(WorkKind::TokenCleanup, Scope::Unscoped, serde_json::json!({})).await)
+        .run_handler(&handler, env.work_item(WorkKind::TokenCleanup, Scope::Unscoped, serde_json::json!({})).await)
         .await
         .unwrap();
     assert_eq!(result["deleted"], 2);
@@ -348,15 +339,15 @@ async fn token_cleanup_deletes_only_tokens_expired_or_revoked_past_the_grace() {
 async fn retention_deletes_finished_items_past_retention_only() {
     let env = env().await;
     let handler = WorkItemRetentionHandler::new(env.store.clone(), RetentionSettings::default());
-    let old_done = env.item(WorkKind::TokenCleanup, Scope::Unscoped, serde_json::json!({})).await;
-    let queued = env.item(WorkKind::ProxySweep, Scope::Unscoped, serde_json::json!({})).await;
+    let old_done = env.work_item(WorkKind::TokenCleanup, Scope::Unscoped, serde_json::json!({})).await;
+    let queued = env.work_item(WorkKind::ProxySweep, Scope::Unscoped, serde_json::json!({})).await;
     sql_query("UPDATE work_items SET status = 'succeeded', finished_at = now() - interval '8 days' WHERE id = $1")
         .bind::<Uuid, _>(old_done.id.as_uuid())
         .execute(&mut env.conn().await)
         .await
         .unwrap();
-    let item = env.item(WorkKind::WorkItemRetention, Scope::Unscoped, serde_json::json!({})).await;
-    let result = env.run(&handler, item).await.unwrap();
+    let item = env.work_item(WorkKind::WorkItemRetention, Scope::Unscoped, serde_json::json!({})).await;
+    let result = env.run_handler(&handler, item).await.unwrap();
     assert_eq!(result["deleted"], 1);
     assert!(env.store.get(old_done.id).await.unwrap().is_none());
     assert!(env.store.get(queued.id).await.unwrap().is_some());
@@ -431,9 +422,12 @@ async fn on_this_day_shows_one_memory_per_burst() {
     env.asset(3, "X", 600, 20).await;
     let (alone, _) = env.asset(4, "X", 3_600_000, 10).await;
     let handler = BurstDetectionHandler::new(env.store.clone(), BurstSettings::default());
-    env.run(&handler, env.item(WorkKind::BurstDetection, Scope::Config(env.config), serde_json::json!({})).await)
-        .await
-        .unwrap();
+    env.run_handler(
+        &handler,
+        env.work_item(WorkKind::BurstDetection, Scope::Config(env.config), serde_json::json!({})).await,
+    )
+    .await
+    .unwrap();
     let user = env.store.user_by_name("ann").await.unwrap().unwrap().id;
     let memories = env.store.on_this_day(user, 1, 1, 50).await.unwrap();
     let shown: Vec<AssetId> = memories.iter().map(|m| m.asset_id).collect();
