@@ -204,8 +204,13 @@ async fn a_handler_winding_down_after_the_shutdown_grace_keeps_its_lease_alive()
 async fn success_completes_with_the_result_and_progress_rides_on_heartbeats() {
     let (queue, id) = one(WorkKind::TokenCleanup);
     let probe = Probe::new(WorkKind::TokenCleanup, Act::Work { work: 25 * SECOND });
+    let (logs, _guard) = Logs::capture();
     let run = start(&queue, &probe, config());
     run.at(30 * SECOND).await;
+    let succeeded: Vec<_> = logs.lines().into_iter().filter(|l| l["fields"]["event"] == "succeeded").collect();
+    assert_eq!(succeeded.len(), 1);
+    assert_eq!(succeeded[0]["fields"]["duration_ms"], 25_000, "the outcome carries the time since the claim");
+    assert_eq!(succeeded[0]["fields"]["kind"], "token_cleanup");
     let writes = queue.writes();
     assert_eq!(writes.len(), 1);
     assert_eq!((writes[0].0, &writes[0].1), (id, &Write::Complete(Some(serde_json::json!({"done": true})))));
@@ -239,6 +244,9 @@ async fn handler_error_is_retried_with_backoff_then_failed_at_the_budget() {
     assert_eq!(started[1] - started[0], 60 * SECOND, "the retry waited out its backoff (next poll after it)");
     assert!(started[2] - started[1] >= 120 * SECOND);
     let events = logs.events();
+    let failed: Vec<_> = logs.lines().into_iter().filter(|l| l["fields"]["event"] == "failed").collect();
+    let last_claim = *queue.claim_times().iter().filter(|t| **t <= started[2]).last().unwrap();
+    assert_eq!(failed[0]["fields"]["duration_ms"], (started[2] - last_claim).as_millis() as u64);
     assert_eq!(events.iter().filter(|e| *e == "retry_scheduled").count(), 2);
     assert_eq!(events.iter().filter(|e| *e == "failed").count(), 1);
     run.stop().await;
