@@ -245,7 +245,7 @@ async fn handler_error_is_retried_with_backoff_then_failed_at_the_budget() {
     assert!(started[2] - started[1] >= 120 * SECOND);
     let events = logs.events();
     let failed: Vec<_> = logs.lines().into_iter().filter(|l| l["fields"]["event"] == "failed").collect();
-    let last_claim = *queue.claim_times().iter().filter(|t| **t <= started[2]).last().unwrap();
+    let last_claim = *queue.claim_times().iter().rev().find(|t| **t <= started[2]).unwrap();
     assert_eq!(failed[0]["fields"]["duration_ms"], (started[2] - last_claim).as_millis() as u64);
     assert_eq!(events.iter().filter(|e| *e == "retry_scheduled").count(), 2);
     assert_eq!(events.iter().filter(|e| *e == "failed").count(), 1);
