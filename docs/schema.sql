@@ -190,6 +190,7 @@ CREATE TABLE public.media_assets (
     soft_deleted_at timestamp with time zone,
     last_seen_at timestamp with time zone DEFAULT now() NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
+    proxies_missing boolean DEFAULT false NOT NULL,
     CONSTRAINT ck_media_assets_capture_day CHECK (((capture_day >= 1) AND (capture_day <= 31))),
     CONSTRAINT ck_media_assets_capture_month CHECK (((capture_month >= 1) AND (capture_month <= 12))),
     CONSTRAINT ck_media_assets_captured_at_source CHECK ((captured_at_source = ANY (ARRAY['exif_original'::text, 'exif_digitized'::text, 'exif_modified'::text, 'container'::text, 'file_mtime'::text]))),
@@ -289,6 +290,13 @@ COMMENT ON COLUMN public.media_assets.burst_id IS 'The burst this frame belongs 
 --
 
 COMMENT ON COLUMN public.media_assets.last_seen_at IS 'Last time a crawl read this file (ingested, moved or revived it). Unchanged files are not rewritten by every crawl: what a walk did not find is computed in memory.';
+
+
+--
+-- Name: COLUMN media_assets.proxies_missing; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.media_assets.proxies_missing IS 'Some proxies were deleted on purpose; the next crawl makes them again and clears this.';
 
 
 --

@@ -120,7 +120,8 @@ async fn main() {
         .add_storage_config(&NewStorageConfig { username: "bench".into(), root_path: small.clone() })
         .await
         .unwrap();
-    // Catalogue them as already crawled (same size and mtime), as a previous crawl would have left them.
+    // Catalogue them as already crawled (same size and mtime, all proxies), as a previous crawl would have left
+    // them.
     let mut conn = AsyncPgConnection::establish(db.url()).await.unwrap();
     conn.batch_execute(&format!(
         "INSERT INTO media_assets (id, storage_config_id, file_path, display_path, content_hash, size_bytes,
@@ -129,7 +130,14 @@ async fn main() {
                 to_timestamp(1600000000), 'image', to_timestamp(1600000000), 'file_mtime', 9, 13
            FROM (SELECT format('%s/%s.jpg', lpad((g / 1000)::text, 3, '0'), g) AS p
                    FROM generate_series(0, {last}) g) s;
-         ANALYZE media_assets;",
+         INSERT INTO proxy_files (id, asset_id, proxy_type, relative_path, inline_value, size_bytes)
+         SELECT gen_random_uuid(), a.id, t,
+                CASE WHEN t = 'blurhash' THEN NULL ELSE a.id::text || '/' || t || '.jpg' END,
+                CASE WHEN t = 'blurhash' THEN 'LKO2?U%2Tw=w' END, 1
+           FROM media_assets a CROSS JOIN unnest(ARRAY['preview', 'thumbnail', 'blurhash']) AS t
+          WHERE a.storage_config_id = '{config}';
+         ANALYZE media_assets;
+         ANALYZE proxy_files;",
         config = small_config.id,
         last = files - 1,
     ))

@@ -22,8 +22,8 @@ fn catalogue(e: StoreError) -> CatalogueError {
     e.into()
 }
 
-fn hash(hex: &str) -> Result<ContentHash, CatalogueError> {
-    ContentHash::from_hex(hex).map_err(|e| CatalogueError::Unexpected(e.to_string()))
+fn hash(hex: String) -> Result<ContentHash, CatalogueError> {
+    ContentHash::from_hex_string(hex).map_err(|e| CatalogueError::Unexpected(e.to_string()))
 }
 
 fn media_type(s: &str) -> Result<MediaType, CatalogueError> {
@@ -136,15 +136,9 @@ impl CatalogueStore for PgStore {
     async fn known_files(&self, config: StorageConfigId) -> Result<Vec<KnownFile>, CatalogueError> {
         let mut conn = self.conn().await.map_err(catalogue)?;
         let rows: Vec<KnownRow> = sql_query(
-            "WITH proxied AS (
-                 SELECT p.asset_id, count(*) AS n FROM proxy_files p
-                   JOIN media_assets a ON a.id = p.asset_id
-                  WHERE a.storage_config_id = $1 AND NOT a.is_soft_deleted
-                  GROUP BY p.asset_id)
-             SELECT a.id AS asset_id, a.content_hash, a.file_path, '' AS display_path, a.size_bytes, a.file_modified_at,
-                    false AS extra,
-                    coalesce(x.n, 0) >= CASE a.media_type WHEN 'image' THEN 3 ELSE 2 END AS proxies_complete
-               FROM media_assets a LEFT JOIN proxied x ON x.asset_id = a.id
+            "SELECT a.id AS asset_id, a.content_hash, a.file_path, '' AS display_path, a.size_bytes, a.file_modified_at,
+                    false AS extra, NOT a.proxies_missing AS proxies_complete
+               FROM media_assets a
               WHERE a.storage_config_id = $1 AND NOT a.is_soft_deleted
              UNION ALL
              SELECT e.asset_id, a.content_hash, e.file_path, '', e.size_bytes, e.file_modified_at, true, true
@@ -159,7 +153,7 @@ impl CatalogueStore for PgStore {
             .map(|r| {
                 Ok(KnownFile {
                     asset_id: AssetId::from_uuid(r.asset_id),
-                    content_hash: hash(&r.content_hash)?,
+                    content_hash: hash(r.content_hash)?,
                     facts: FileFacts {
                         file_path: r.file_path,
                         display_path: r.display_path,
@@ -277,6 +271,10 @@ impl CatalogueStore for PgStore {
             for p in proxies {
                 insert_proxy(asset, p).execute(conn).await?;
             }
+            sql_query("UPDATE media_assets SET proxies_missing = false WHERE id = $1")
+                .bind::<Uuid, _>(asset.as_uuid())
+                .execute(conn)
+                .await?;
             Ok(())
         })
         .await

@@ -269,15 +269,25 @@ impl MaintenanceStore for PgStore {
         let mut conn = self.conn().await.map_err(pool)?;
         let assets: Vec<uuid::Uuid> = proxies.iter().map(|p| p.asset_id.as_uuid()).collect();
         let types: Vec<&str> = proxies.iter().map(|p| p.proxy_type.as_str()).collect();
-        let n = sql_query(
-            "DELETE FROM proxy_files p USING unnest($1::uuid[], $2::text[]) AS d(asset_id, proxy_type)
-              WHERE p.asset_id = d.asset_id AND p.proxy_type = d.proxy_type",
-        )
-        .bind::<Array<Uuid>, _>(assets)
-        .bind::<Array<Text>, _>(types)
-        .execute(&mut conn)
-        .await
-        .map_err(db)?;
+        let n = conn
+            .transaction::<_, diesel::result::Error, _>(async |conn| {
+                let n = sql_query(
+                    "DELETE FROM proxy_files p USING unnest($1::uuid[], $2::text[]) AS d(asset_id, proxy_type)
+                      WHERE p.asset_id = d.asset_id AND p.proxy_type = d.proxy_type",
+                )
+                .bind::<Array<Uuid>, _>(&assets)
+                .bind::<Array<Text>, _>(types)
+                .execute(conn)
+                .await?;
+                // The next crawl makes them again (it would otherwise skip the unchanged file).
+                sql_query("UPDATE media_assets SET proxies_missing = true WHERE id = ANY($1)")
+                    .bind::<Array<Uuid>, _>(&assets)
+                    .execute(conn)
+                    .await?;
+                Ok(n)
+            })
+            .await
+            .map_err(db)?;
         Ok(n as u64)
     }
 

@@ -1,0 +1,1 @@
+ALTER TABLE media_assets DROP COLUMN IF EXISTS proxies_missing;
