@@ -119,15 +119,6 @@ impl ContentHash {
         Ok(Self(hex.to_ascii_lowercase()))
     }
 
-    /// As [`ContentHash::from_hex`], taking the text it is given (no copy when it is already lower-case).
-    pub fn from_hex_string(mut hex: String) -> Result<Self, DomainError> {
-        if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Self::from_hex(&hex);
-        }
-        hex.make_ascii_lowercase();
-        Ok(Self(hex))
-    }
-
     /// The hash from its 32 bytes.
     pub fn from_bytes(bytes: [u8; 32]) -> Self {
         Self(bytes.iter().map(|b| format!("{b:02x}")).collect())
@@ -171,9 +162,6 @@ mod tests {
         assert!(ContentHash::from_hex(&"ab".repeat(31)).is_err());
         assert!(ContentHash::from_hex(&"zz".repeat(32)).is_err());
         assert_eq!(ContentHash::from_bytes([0xab; 32]), ContentHash::from_hex(&upper).unwrap());
-        assert_eq!(ContentHash::from_hex_string(upper.clone()), ContentHash::from_hex(&upper));
-        assert!(ContentHash::from_hex_string("ab".repeat(31)).is_err());
-        assert!(ContentHash::from_hex_string("zz".repeat(32)).is_err());
     }
 
     #[test]

@@ -35,8 +35,6 @@ pub struct FileFacts {
 pub struct KnownFile {
     /// The asset.
     pub asset_id: AssetId,
-    /// Its content.
-    pub content_hash: ContentHash,
     /// The path, size and mtime as last hashed.
     pub facts: FileFacts,
     /// True for an extra path (a copy), false for the asset's own path.

@@ -22,10 +22,6 @@ fn catalogue(e: StoreError) -> CatalogueError {
     e.into()
 }
 
-fn hash(hex: String) -> Result<ContentHash, CatalogueError> {
-    ContentHash::from_hex_string(hex).map_err(|e| CatalogueError::Unexpected(e.to_string()))
-}
-
 fn media_type(s: &str) -> Result<MediaType, CatalogueError> {
     match s {
         "image" => Ok(MediaType::Image),
@@ -55,8 +51,6 @@ struct Now {
 struct KnownRow {
     #[diesel(sql_type = Uuid)]
     asset_id: uuid::Uuid,
-    #[diesel(sql_type = Text)]
-    content_hash: String,
     #[diesel(sql_type = Binary)]
     file_path: Vec<u8>,
     #[diesel(sql_type = Text)]
@@ -136,12 +130,12 @@ impl CatalogueStore for PgStore {
     async fn known_files(&self, config: StorageConfigId) -> Result<Vec<KnownFile>, CatalogueError> {
         let mut conn = self.conn().await.map_err(catalogue)?;
         let rows: Vec<KnownRow> = sql_query(
-            "SELECT a.id AS asset_id, a.content_hash, a.file_path, '' AS display_path, a.size_bytes, a.file_modified_at,
+            "SELECT a.id AS asset_id, a.file_path, '' AS display_path, a.size_bytes, a.file_modified_at,
                     false AS extra, NOT a.proxies_missing AS proxies_complete
                FROM media_assets a
               WHERE a.storage_config_id = $1 AND NOT a.is_soft_deleted
              UNION ALL
-             SELECT e.asset_id, a.content_hash, e.file_path, '', e.size_bytes, e.file_modified_at, true, true
+             SELECT e.asset_id, e.file_path, '', e.size_bytes, e.file_modified_at, true, true
                FROM asset_extra_paths e JOIN media_assets a ON a.id = e.asset_id
               WHERE e.storage_config_id = $1 AND NOT a.is_soft_deleted",
         )
@@ -153,7 +147,6 @@ impl CatalogueStore for PgStore {
             .map(|r| {
                 Ok(KnownFile {
                     asset_id: AssetId::from_uuid(r.asset_id),
-                    content_hash: hash(r.content_hash)?,
                     facts: FileFacts {
                         file_path: r.file_path,
                         display_path: r.display_path,

@@ -107,7 +107,6 @@ struct Run<'a, C> {
     config: StorageConfigId,
     root: PathBuf,
     known: Arc<HashMap<Vec<u8>, KnownFile>>,
-    active_by_hash: HashMap<ContentHash, (AssetId, Vec<u8>)>,
     counters: Counters,
     seen: Mutex<HashSet<Seen>>,
     failures: Mutex<Vec<serde_json::Value>>,
@@ -190,14 +189,8 @@ impl<C: CatalogueStore + 'static, Q: WorkQueue + 'static> CrawlHandler<C, Q> {
         let active = known_files.iter().filter(|k| !k.extra).count();
         check_root_not_emptied(&storage.root_path, active)?;
 
-        let mut known = HashMap::with_capacity(known_files.len());
-        let mut active_by_hash = HashMap::new();
-        for k in known_files {
-            if !k.extra {
-                active_by_hash.insert(k.content_hash.clone(), (k.asset_id, k.facts.file_path.clone()));
-            }
-            known.insert(k.facts.file_path.clone(), k);
-        }
+        let known: HashMap<Vec<u8>, KnownFile> =
+            known_files.into_iter().map(|k| (k.facts.file_path.clone(), k)).collect();
         let known = Arc::new(known);
         let run = Run {
             catalogue: &*self.catalogue,
@@ -205,7 +198,6 @@ impl<C: CatalogueStore + 'static, Q: WorkQueue + 'static> CrawlHandler<C, Q> {
             config,
             root: storage.root_path.clone(),
             known: known.clone(),
-            active_by_hash,
             counters: Counters::default(),
             seen: Mutex::default(),
             failures: Mutex::default(),
@@ -451,20 +443,21 @@ impl<C: CatalogueStore> Run<'_, C> {
         };
         let _guard = lock.lock().await;
         let facts = Self::facts(entry);
-        let same_at_path = known.filter(|k| !k.extra && k.content_hash == hash).map(|k| k.asset_id);
-        let mut active = self.active_by_hash.get(&hash).cloned();
+        // Who has this content: the asset at this very path (only size or mtime changed), another active asset
+        // (a move or a copy), or a soft-deleted one (a revival). Asked per changed file, so the known-files load
+        // at the start need not carry every hash.
+        let mut same_at_path = None;
+        let mut active = None;
         let mut soft_deleted = None;
-        if same_at_path.is_none() && active.is_none() {
-            // Not known at the start: ask the catalogue (soft-deleted assets, or content ingested meanwhile).
-            for m in self.catalogue.find_by_hash(self.config, &hash).await? {
-                match m.soft_deleted {
-                    false if active.is_none() => active = Some((m.asset_id, m.file_path)),
-                    true if soft_deleted.is_none() => soft_deleted = Some(m.asset_id),
-                    _ => {}
-                }
+        for m in self.catalogue.find_by_hash(self.config, &hash).await? {
+            match m.soft_deleted {
+                false if m.file_path == entry.rel => same_at_path = Some(m.asset_id),
+                false if active.is_none() => active = Some((m.asset_id, m.file_path)),
+                true if soft_deleted.is_none() => soft_deleted = Some(m.asset_id),
+                _ => {}
             }
         }
-        let active = active.filter(|(_, path)| *path != entry.rel).map(|(id, path)| (id, self.exists(&path)));
+        let active = active.map(|(id, path): (AssetId, Vec<u8>)| (id, self.exists(&path)));
         match place(same_at_path, active, soft_deleted) {
             Placement::Touched(id) => {
                 self.mark(Seen::Asset(id));
