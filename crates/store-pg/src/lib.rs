@@ -18,8 +18,9 @@ mod queue;
 use std::time::Duration;
 
 use diesel_async::AsyncPgConnection;
-use diesel_async::pooled_connection::AsyncDieselConnectionManager;
 use diesel_async::pooled_connection::deadpool::{Object, Pool};
+use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
+use diesel_async::{AsyncConnection, SimpleAsyncConnection};
 
 pub use catalogue::{Memory, NewStorageConfig};
 pub use error::StoreError;
@@ -44,7 +45,32 @@ impl PgStore {
     /// A store over a pool of at most `max_connections` connections to `database_url`. Connections are made
     /// lazily; a request that cannot get one within `acquire_timeout` fails as unavailable.
     pub fn new(database_url: &str, max_connections: usize, acquire_timeout: Duration) -> Result<Self, StoreError> {
-        let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new(database_url);
+        Self::with_idle_transaction_limit(database_url, max_connections, acquire_timeout, Duration::from_secs(60))
+    }
+
+    /// As [`PgStore::new`], and the server ends any transaction of ours left idle longer than `idle_limit`
+    /// (`idle_in_transaction_session_timeout`). A Worker cut off from the database mid-transaction would
+    /// otherwise leave its locks held until the server notices the dead peer, which can take hours and blocks
+    /// the Worker that recovers its work. The Worker sets it to its lease.
+    pub fn with_idle_transaction_limit(
+        database_url: &str,
+        max_connections: usize,
+        acquire_timeout: Duration,
+        idle_limit: Duration,
+    ) -> Result<Self, StoreError> {
+        let millis = idle_limit.as_millis().max(1);
+        let mut config = ManagerConfig::<AsyncPgConnection>::default();
+        config.custom_setup = Box::new(move |url| {
+            let url = url.to_owned();
+            Box::pin(async move {
+                let mut conn = AsyncPgConnection::establish(&url).await?;
+                conn.batch_execute(&format!("SET idle_in_transaction_session_timeout = {millis}"))
+                    .await
+                    .map_err(diesel::ConnectionError::CouldntSetupConfiguration)?;
+                Ok(conn)
+            })
+        });
+        let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new_with_config(database_url, config);
         let pool = Pool::builder(manager)
             .max_size(max_connections.max(1))
             .runtime(deadpool::Runtime::Tokio1)

@@ -41,7 +41,12 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<ExitCode> {
         let applied = almanac_store_pg::migrate(&url).await?;
         info!(event = "migrated", applied = ?applied, "applied pending migrations");
     }
-    let store = PgStore::new(&url, settings.database.max_connections, settings.database.connect_timeout)?;
+    let store = PgStore::with_idle_transaction_limit(
+        &url,
+        settings.database.max_connections,
+        settings.database.connect_timeout,
+        settings.queue.lease,
+    )?;
     let served = match &settings.worker.user {
         None => ServedConfigs::All,
         Some(name) => match store.user_by_name(name).await? {
