@@ -29,6 +29,30 @@ fn delete_proxy_file(proxy_root: &Path, relative: &str) -> Result<(), String> {
     }
 }
 
+/// Rows deleted per batch by the cleanup handlers.
+const DELETE_BATCH: i64 = 1000;
+
+/// Calls `batch` with the batch size until it deletes fewer than that, honouring cancellation between batches
+/// and reporting the running total as progress. Returns the total deleted.
+async fn delete_in_batches<F, Fut>(ctx: &HandlerContext, mut batch: F) -> Result<u64, HandlerError>
+where
+    F: FnMut(i64) -> Fut,
+    Fut: std::future::Future<Output = Result<u64, almanac_domain::CatalogueError>>,
+{
+    let mut deleted = 0;
+    loop {
+        if ctx.cancel.is_cancelled() {
+            return Err(HandlerError::cancelled());
+        }
+        let n = batch(DELETE_BATCH).await.map_err(store_error)?;
+        deleted += n;
+        ctx.progress.report(serde_json::json!({"deleted": deleted}));
+        if n < DELETE_BATCH as u64 {
+            return Ok(deleted);
+        }
+    }
+}
+
 /// Removes `dir` and then its parents up to (not including) `root`, as long as each is empty.
 fn remove_empty_dirs(root: &Path, mut dir: PathBuf) {
     while dir.starts_with(root) && dir != root {
@@ -321,18 +345,8 @@ impl<M: MaintenanceStore + 'static> Handler for TokenCleanupHandler<M> {
     fn run(&self, ctx: HandlerContext) -> BoxFuture<'_, Result<Option<serde_json::Value>, HandlerError>> {
         Box::pin(async move {
             let cutoff = self.store.db_now().await.map_err(store_error)? - chrono_duration(self.grace);
-            let mut deleted = 0;
-            loop {
-                if ctx.cancel.is_cancelled() {
-                    return Err(HandlerError::cancelled());
-                }
-                let n = self.store.delete_refresh_tokens(cutoff, cutoff, 1000).await.map_err(store_error)?;
-                deleted += n;
-                ctx.progress.report(serde_json::json!({"deleted": deleted}));
-                if n < 1000 {
-                    break;
-                }
-            }
+            let deleted =
+                delete_in_batches(&ctx, |limit| self.store.delete_refresh_tokens(cutoff, cutoff, limit)).await?;
             info!(event = "tokens_deleted", deleted, "token cleanup finished");
             Ok(Some(serde_json::json!({"deleted": deleted})))
         })
@@ -378,18 +392,7 @@ impl<M: MaintenanceStore + 'static> Handler for WorkItemRetentionHandler<M> {
             let now = self.store.db_now().await.map_err(store_error)?;
             let (done, failed) =
                 (now - chrono_duration(self.settings.done), now - chrono_duration(self.settings.failed));
-            let mut deleted = 0;
-            loop {
-                if ctx.cancel.is_cancelled() {
-                    return Err(HandlerError::cancelled());
-                }
-                let n = self.store.delete_finished_work(done, failed, 1000).await.map_err(store_error)?;
-                deleted += n;
-                ctx.progress.report(serde_json::json!({"deleted": deleted}));
-                if n < 1000 {
-                    break;
-                }
-            }
+            let deleted = delete_in_batches(&ctx, |limit| self.store.delete_finished_work(done, failed, limit)).await?;
             info!(event = "work_items_deleted", deleted, "retention finished");
             Ok(Some(serde_json::json!({"deleted": deleted})))
         })
