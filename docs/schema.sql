@@ -400,6 +400,7 @@ CREATE TABLE public.storage_configs (
     root_path text NOT NULL,
     is_active boolean DEFAULT true NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
+    root_is_mount_point boolean,
     CONSTRAINT ck_storage_configs_root_path_absolute CHECK (("left"(root_path, 1) = '/'::text))
 );
 
@@ -423,6 +424,13 @@ COMMENT ON COLUMN public.storage_configs.root_path IS 'Absolute path of the fold
 --
 
 COMMENT ON COLUMN public.storage_configs.is_active IS 'Inactive configs get no new work items and are not claimed for.';
+
+
+--
+-- Name: COLUMN storage_configs.root_is_mount_point; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.storage_configs.root_is_mount_point IS 'Whether the root was a mount point (its device differs from its parent''s) when registered or last crawled in full; a crawl refuses when a root that was one no longer is (the share is not mounted). NULL until known.';
 
 
 --
@@ -636,6 +644,14 @@ ALTER TABLE ONLY public.asset_metadata
 
 ALTER TABLE ONLY public.bursts
     ADD CONSTRAINT bursts_pkey PRIMARY KEY (id);
+
+
+--
+-- Name: storage_configs ck_storage_configs_root_path_canonical; Type: CHECK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE public.storage_configs
+    ADD CONSTRAINT ck_storage_configs_root_path_canonical CHECK (((root_path <> '/'::text) AND ("right"(root_path, 1) <> '/'::text) AND (strpos(root_path, '//'::text) = 0) AND (strpos((root_path || '/'::text), '/./'::text) = 0) AND (strpos((root_path || '/'::text), '/../'::text) = 0))) NOT VALID;
 
 
 --

@@ -29,6 +29,9 @@ pub struct StorageConfig {
     pub root_path: PathBuf,
     /// Inactive configs get no new work.
     pub is_active: bool,
+    /// Whether the root was a mount point when registered or last crawled in full (`None`: not known yet). A
+    /// crawl refuses when a root that was one no longer is: the share is not mounted.
+    pub root_is_mount_point: Option<bool>,
 }
 
 /// Whether an asset is a still or a moving picture.

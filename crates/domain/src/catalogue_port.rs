@@ -125,6 +125,21 @@ pub trait CatalogueStore: Send + Sync {
         id: StorageConfigId,
     ) -> impl Future<Output = Result<Option<StorageConfig>, CatalogueError>> + Send;
 
+    /// Other storage configs whose roots are the same tree as this one's or nest with it (possible only in a
+    /// catalogue older than the canonical-root rule): a crawl refuses to run while there are any.
+    fn overlapping_roots(
+        &self,
+        config: StorageConfigId,
+    ) -> impl Future<Output = Result<Vec<StorageConfig>, CatalogueError>> + Send;
+
+    /// Records whether the config's root is a mount point (after a complete walk), so a later crawl can tell
+    /// a share that is no longer mounted.
+    fn record_root_identity(
+        &self,
+        config: StorageConfigId,
+        is_mount_point: bool,
+    ) -> impl Future<Output = Result<(), CatalogueError>> + Send;
+
     /// Every path the catalogue knows for the config's active assets (own and extra paths). Their
     /// `display_path` is left empty: the crawl needs only the exact bytes.
     fn known_files(

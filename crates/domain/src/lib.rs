@@ -11,6 +11,7 @@ mod ids;
 mod maintenance_port;
 mod queue;
 mod retry;
+mod roots;
 mod work;
 
 pub use catalogue::{
@@ -27,6 +28,7 @@ pub use queue::{
     ServedConfigs, WorkQueue, WriteOutcome,
 };
 pub use retry::RetryPolicy;
+pub use roots::{HEIC_SCRATCH_PREFIX, ProxyPath, check_canonical_root, is_proxy_file_name, roots_overlap};
 pub use work::{
     Attempt, DedupKey, DomainError, LeaseDuration, NewWorkItem, Scope, ScopeRule, Status, WorkItem, WorkKind, WorkerId,
 };

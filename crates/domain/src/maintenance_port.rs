@@ -109,6 +109,18 @@ pub trait MaintenanceStore: Send + Sync {
         types: Option<&[ProxyType]>,
     ) -> impl Future<Output = Result<Vec<StoredProxy>, CatalogueError>> + Send;
 
+    /// Those of `assets` that belong to a storage config other than `config` (a config-scoped item refuses
+    /// them: it touches only its own config).
+    fn assets_of_other_configs(
+        &self,
+        config: StorageConfigId,
+        assets: &[AssetId],
+    ) -> impl Future<Output = Result<Vec<AssetId>, CatalogueError>> + Send;
+
+    /// Every storage config's id, active or not (the proxy sweep leaves alone folders of configs that do not
+    /// exist).
+    fn storage_config_ids(&self) -> impl Future<Output = Result<Vec<StorageConfigId>, CatalogueError>> + Send;
+
     /// Deletes these proxy rows.
     fn delete_proxy_rows(&self, proxies: &[StoredProxy]) -> impl Future<Output = Result<u64, CatalogueError>> + Send;
 

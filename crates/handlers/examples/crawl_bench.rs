@@ -46,6 +46,7 @@ async fn crawl(
         proxy_root: proxies.to_owned(),
         max_concurrent_files: cores,
         tool_limits: ToolLimits::default(),
+        mass_deletion: almanac_handlers::MassDeletionGuard::default(),
     };
     let handler = CrawlHandler::new(store.clone(), store.clone(), settings);
     let ctx = HandlerContext { item, cancel: CancellationToken::new(), progress: ProgressReporter::default() };

@@ -10,7 +10,7 @@ pub mod maintenance;
 pub mod schedule;
 
 pub use bursts::{BurstDetectionHandler, BurstSettings, group_bursts};
-pub use crawl::{CrawlHandler, CrawlSettings};
+pub use crawl::{CrawlHandler, CrawlSettings, MassDeletionGuard};
 pub use maintenance::{
     ProxyDeletionHandler, ProxySweepHandler, PurgeHandler, PurgeSettings, RetentionSettings, TokenCleanupHandler,
     WorkItemRetentionHandler,

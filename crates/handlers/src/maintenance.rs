@@ -5,8 +5,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use almanac_domain::{AssetId, MaintenanceStore, ProxyType, Scope, StoredProxy, WorkKind};
+use std::os::unix::ffi::OsStrExt;
+
+use almanac_domain::{AssetId, MaintenanceStore, ProxyPath, ProxyType, Scope, StorageConfigId, StoredProxy, WorkKind};
 use almanac_executor::{BoxFuture, Handler, HandlerContext, HandlerError};
+use almanac_media::{Entry, EntryKind, Removal, RootFolder};
 use tracing::{info, warn};
 
 use crate::store_error;
@@ -15,17 +18,39 @@ fn chrono_duration(d: Duration) -> chrono::Duration {
     chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
 }
 
-/// Deletes a proxy file; a file that is already gone counts as deleted. Never follows a link, never leaves the
-/// proxy root.
-fn delete_proxy_file(proxy_root: &Path, relative: &str) -> Result<(), String> {
+/// Deletes a proxy file beneath the proxy root (no link followed on the way; a link in its place goes, never
+/// its target); a file that is already gone counts as deleted. Empty folders it leaves are removed.
+fn delete_proxy_file(proxy_root: &RootFolder, relative: &str) -> Result<(), String> {
     let rel = Path::new(relative);
     if rel.is_absolute() || rel.components().any(|c| !matches!(c, std::path::Component::Normal(_))) {
         return Err(format!("{relative}: not a path inside the proxy root"));
     }
-    match std::fs::remove_file(proxy_root.join(rel)) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+    match proxy_root.remove_file(relative.as_bytes(), |_| true) {
+        Ok(Removal::Removed | Removal::Gone) => {
+            remove_parents(proxy_root, relative);
+            Ok(())
+        }
+        Ok(Removal::Kept) => Err(format!("{relative}: a folder, not a proxy file")),
         Err(e) => Err(format!("{relative}: {e}")),
+    }
+}
+
+/// Removes the now empty folders above a deleted proxy file, up to (not including) the proxy root.
+fn remove_parents(proxy_root: &RootFolder, relative: &str) {
+    if let Some(parent) = Path::new(relative).parent() {
+        proxy_root.remove_empty_folders(parent.as_os_str().as_bytes());
+    }
+}
+
+/// Opens the proxy root; `None` when it does not exist yet (nothing was ever written).
+fn open_proxy_root(path: &Path) -> Result<Option<RootFolder>, HandlerError> {
+    match RootFolder::open(path) {
+        Ok(root) => Ok(Some(root)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(HandlerError::retryable(format!(
+            "the proxy root {} cannot be opened ({e}); check storage.proxy_root and its permissions",
+            path.display()
+        ))),
     }
 }
 
@@ -53,39 +78,20 @@ where
     }
 }
 
-/// Removes `dir` and then its parents up to (not including) `root`, as long as each is empty.
-fn remove_empty_dirs(root: &Path, mut dir: PathBuf) {
-    while dir.starts_with(root) && dir != root {
-        if std::fs::remove_dir(&dir).is_err() {
-            return;
-        }
-        match dir.parent() {
-            Some(p) => dir = p.to_path_buf(),
-            None => return,
-        }
-    }
-}
-
 /// Deletes the files of these proxies and reports which assets had a file that could not be deleted.
-fn delete_files(proxy_root: &Path, proxies: &[StoredProxy]) -> (HashSet<AssetId>, Vec<String>) {
+fn delete_files(proxy_root: &Path, proxies: &[StoredProxy]) -> Result<(HashSet<AssetId>, Vec<String>), HandlerError> {
     let mut blocked = HashSet::new();
     let mut problems = Vec::new();
+    let Some(root) = open_proxy_root(proxy_root)? else { return Ok((blocked, problems)) };
     for p in proxies {
-        if let Some(rel) = &p.relative_path {
-            match delete_proxy_file(proxy_root, rel) {
-                Ok(()) => {
-                    if let Some(parent) = Path::new(rel).parent() {
-                        remove_empty_dirs(proxy_root, proxy_root.join(parent));
-                    }
-                }
-                Err(e) => {
-                    blocked.insert(p.asset_id);
-                    problems.push(e);
-                }
-            }
+        if let Some(rel) = &p.relative_path
+            && let Err(e) = delete_proxy_file(&root, rel)
+        {
+            blocked.insert(p.asset_id);
+            problems.push(e);
         }
     }
-    (blocked, problems)
+    Ok((blocked, problems))
 }
 
 /// Purge's settings.
@@ -146,7 +152,7 @@ impl<M: MaintenanceStore + 'static> Handler for PurgeHandler<M> {
                         let proxies = candidate.proxies.clone();
                         tokio::task::spawn_blocking(move || delete_files(&root, &proxies)).await.map_err(|e| {
                             HandlerError::retryable(format!("deleting proxy files ended abnormally: {e}"))
-                        })?
+                        })??
                     };
                     if blocked.is_empty() {
                         to_delete.push(candidate.asset_id);
@@ -204,6 +210,20 @@ impl<M: MaintenanceStore + 'static> Handler for ProxyDeletionHandler<M> {
                     ))
                 })?),
             };
+            // A config-scoped item touches only its config: ids of another config's assets are refused, and
+            // nothing is deleted.
+            if let Scope::Config(config) = ctx.item.scope {
+                let foreign = self.store.assets_of_other_configs(config, &assets).await.map_err(store_error)?;
+                if !foreign.is_empty() {
+                    return Err(HandlerError::permanent(format!(
+                        "{} of the asset ids belong to another storage config than {config}, which this item is \
+                         scoped to; nothing was deleted. Enqueue proxy_deletion for their own config, or without \
+                         a config. Foreign ids: {}",
+                        foreign.len(),
+                        foreign.iter().take(20).map(ToString::to_string).collect::<Vec<_>>().join(", ")
+                    )));
+                }
+            }
             let mut deleted = 0u64;
             let mut problems = Vec::new();
             for chunk in assets.chunks(500) {
@@ -214,7 +234,7 @@ impl<M: MaintenanceStore + 'static> Handler for ProxyDeletionHandler<M> {
                 let (root, files) = (self.proxy_root.clone(), proxies.clone());
                 let (blocked, p) = tokio::task::spawn_blocking(move || delete_files(&root, &files))
                     .await
-                    .map_err(|e| HandlerError::retryable(format!("deleting proxy files ended abnormally: {e}")))?;
+                    .map_err(|e| HandlerError::retryable(format!("deleting proxy files ended abnormally: {e}")))??;
                 problems.extend(p);
                 let gone: Vec<StoredProxy> = proxies.into_iter().filter(|p| !blocked.contains(&p.asset_id)).collect();
                 deleted += self.store.delete_proxy_rows(&gone).await.map_err(store_error)?;
@@ -233,10 +253,12 @@ impl<M: MaintenanceStore + 'static> Handler for ProxyDeletionHandler<M> {
     }
 }
 
-/// The proxy sweep handler (kind `proxy_sweep`): deletes proxy files that no row references and that are
-/// older than `min_age` (default one hour, so a crawl's freshly written proxies survive until their rows
-/// commit), re-checking the database immediately before each delete. Never follows a link, never deletes
-/// above the proxy root.
+/// The proxy sweep handler (kind `proxy_sweep`): deletes only what is ours and orphaned. A file is deleted
+/// only when its path under the proxy root has the exact proxy layout (`<config id>/<2 hex>/<64 hex>/<proxy or
+/// temporary name>`, [`ProxyPath`]), its config exists, no proxy row references it, and, checked again right
+/// before the unlink, it is still a regular file older than `min_age` (default one hour, so a crawl's freshly
+/// written proxies survive until their rows commit). Anything else under the proxy root is left alone and
+/// reported once per sweep. No link is followed; nothing above the proxy root is touched.
 pub struct ProxySweepHandler<M> {
     store: Arc<M>,
     proxy_root: PathBuf,
@@ -250,29 +272,70 @@ impl<M> ProxySweepHandler<M> {
     }
 }
 
-/// Regular files under `root` older than `min_age`, as paths relative to it (links and anything odd are
-/// passed over).
-fn old_files(root: &Path, min_age: Duration) -> Vec<String> {
-    let now = SystemTime::now();
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
+/// Files found under the proxy root, sorted into ours (old enough to be considered) and the rest.
+#[derive(Debug, Default)]
+struct SweepListing {
+    /// In the exact proxy layout, of an existing config, and older than the age floor.
+    candidates: Vec<String>,
+    /// Not in the layout, or of a config that does not exist: never deleted, reported.
+    not_ours: Vec<String>,
+    /// How many entries were not ours in all (`not_ours` keeps the first few).
+    not_ours_total: u64,
+    /// Folders that could not be read.
+    unreadable: Vec<String>,
+}
+
+/// How many paths that are not ours a sweep names in its report (the count is always complete).
+const NOT_OURS_LISTED: usize = 20;
+
+/// Whether a file's mtime makes it at least `min_age` old.
+fn old_enough(mtime: chrono::DateTime<chrono::Utc>, min_age: Duration) -> bool {
+    let mtime = SystemTime::UNIX_EPOCH + Duration::from_micros(u64::try_from(mtime.timestamp_micros()).unwrap_or(0));
+    SystemTime::now().duration_since(mtime).is_ok_and(|age| age >= min_age)
+}
+
+/// Lists the proxy root, no link followed, and sorts what it finds. Blocking.
+fn list_proxy_root(root: &RootFolder, configs: &HashSet<StorageConfigId>, min_age: Duration) -> SweepListing {
+    let mut out = SweepListing::default();
+    let not_ours = |out: &mut SweepListing, rel: String| {
+        out.not_ours_total += 1;
+        if out.not_ours.len() < NOT_OURS_LISTED {
+            out.not_ours.push(rel);
+        }
+    };
+    let mut stack: Vec<Vec<u8>> = vec![Vec::new()];
     while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
-        for e in entries.flatten() {
-            let Ok(meta) = e.metadata() else { continue };
-            let path = e.path();
-            if meta.file_type().is_dir() {
-                stack.push(path);
-            } else if meta.file_type().is_file() {
-                let old =
-                    meta.modified().ok().and_then(|m| now.duration_since(m).ok()).is_some_and(|age| age >= min_age);
-                if let (true, Some(rel)) = (old, path.strip_prefix(root).ok().and_then(Path::to_str)) {
-                    out.push(rel.to_owned());
-                }
+        let listed = root.open_folder(&dir).and_then(|folder| root.list(&folder, &dir));
+        let entries = match listed {
+            Ok(entries) => entries,
+            Err(e) => {
+                out.unreadable.push(e.to_string());
+                continue;
+            }
+        };
+        for entry in entries {
+            let mut rel = dir.clone();
+            if !rel.is_empty() {
+                rel.push(b'/');
+            }
+            rel.extend_from_slice(entry.name.as_bytes());
+            if entry.kind == EntryKind::Folder {
+                stack.push(rel);
+                continue;
+            }
+            let text = String::from_utf8_lossy(&rel).into_owned();
+            let ours = (entry.kind == EntryKind::File)
+                .then(|| std::str::from_utf8(&rel).ok().and_then(ProxyPath::parse))
+                .flatten()
+                .filter(|p| configs.contains(&p.config));
+            match ours {
+                Some(_) if old_enough(entry.mtime, min_age) => out.candidates.push(text),
+                Some(_) => {}
+                None => not_ours(&mut out, text),
             }
         }
     }
-    out.sort();
+    out.candidates.sort();
     out
 }
 
@@ -283,16 +346,28 @@ impl<M: MaintenanceStore + 'static> Handler for ProxySweepHandler<M> {
 
     fn run(&self, ctx: HandlerContext) -> BoxFuture<'_, Result<Option<serde_json::Value>, HandlerError>> {
         Box::pin(async move {
-            let (root, min_age) = (self.proxy_root.clone(), self.min_age);
-            if !root.is_dir() {
+            let Some(root) = open_proxy_root(&self.proxy_root)? else {
                 return Ok(Some(serde_json::json!({"deleted": 0, "note": "no proxy root yet"})));
-            }
-            let candidates = tokio::task::spawn_blocking(move || old_files(&root, min_age))
+            };
+            let root = Arc::new(root);
+            let configs: HashSet<StorageConfigId> =
+                self.store.storage_config_ids().await.map_err(store_error)?.into_iter().collect();
+            let (listing_root, min_age) = (root.clone(), self.min_age);
+            let listing = tokio::task::spawn_blocking(move || list_proxy_root(&listing_root, &configs, min_age))
                 .await
                 .map_err(|e| HandlerError::retryable(format!("walking the proxy root ended abnormally: {e}")))?;
+            if listing.not_ours_total > 0 {
+                warn!(
+                    event = "proxy_root_not_ours",
+                    count = listing.not_ours_total,
+                    examples = ?listing.not_ours,
+                    "files under the proxy root that are not in the proxy layout (or of a config that does not \
+                     exist) were left alone; nothing but Almanac's proxies belongs there"
+                );
+            }
             let mut deleted = 0u64;
             let mut problems = Vec::new();
-            for chunk in candidates.chunks(500) {
+            for chunk in listing.candidates.chunks(500) {
                 if ctx.cancel.is_cancelled() {
                     return Err(HandlerError::cancelled());
                 }
@@ -305,20 +380,28 @@ impl<M: MaintenanceStore + 'static> Handler for ProxySweepHandler<M> {
                     if !again.is_empty() {
                         continue;
                     }
-                    match delete_proxy_file(&self.proxy_root, orphan) {
-                        Ok(()) => {
+                    // And the file itself: still a regular file, still older than the floor (a retry of a
+                    // crawl may have just rewritten it).
+                    let confirm = |e: &Entry| e.kind == EntryKind::File && old_enough(e.mtime, self.min_age);
+                    match root.remove_file(orphan.as_bytes(), confirm) {
+                        Ok(Removal::Removed) => {
                             deleted += 1;
-                            if let Some(parent) = Path::new(orphan).parent() {
-                                remove_empty_dirs(&self.proxy_root, self.proxy_root.join(parent));
-                            }
+                            remove_parents(&root, orphan);
                         }
-                        Err(e) => problems.push(e),
+                        Ok(Removal::Gone | Removal::Kept) => {}
+                        Err(e) => problems.push(e.to_string()),
                     }
                 }
-                ctx.progress.report(serde_json::json!({"checked": candidates.len(), "deleted": deleted}));
+                ctx.progress.report(serde_json::json!({"checked": listing.candidates.len(), "deleted": deleted}));
             }
             info!(event = "proxies_swept", deleted, not_deleted = problems.len(), "proxy sweep finished");
-            Ok(Some(serde_json::json!({"deleted": deleted, "not_deleted": problems})))
+            Ok(Some(serde_json::json!({
+                "deleted": deleted,
+                "not_deleted": problems,
+                "left_alone": listing.not_ours_total,
+                "left_alone_examples": listing.not_ours,
+                "unreadable_folders": listing.unreadable,
+            })))
         })
     }
 }
@@ -406,22 +489,25 @@ mod tests {
     #[test]
     fn proxy_paths_must_stay_inside_the_root() {
         let dir = tempfile::tempdir().unwrap();
+        let root = RootFolder::open(dir.path()).unwrap();
         for bad in ["/etc/passwd", "../x.jpg", "a/../../x.jpg", "./a.jpg"] {
-            assert!(delete_proxy_file(dir.path(), bad).is_err(), "{bad}");
+            assert!(delete_proxy_file(&root, bad).is_err(), "{bad}");
         }
-        assert_eq!(delete_proxy_file(dir.path(), "a/b/missing.jpg"), Ok(()), "already gone counts as deleted");
+        assert_eq!(delete_proxy_file(&root, "a/b/missing.jpg"), Ok(()), "already gone counts as deleted");
     }
 
     #[test]
     fn empty_folders_are_removed_up_to_the_root_only() {
         let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().join("proxies");
-        std::fs::create_dir_all(root.join("c/ab/abcd")).unwrap();
-        std::fs::create_dir_all(root.join("c/cd")).unwrap();
-        remove_empty_dirs(&root, root.join("c/ab/abcd"));
-        assert!(!root.join("c/ab").exists());
-        assert!(root.join("c/cd").exists(), "a non-empty parent stops the walk up");
-        remove_empty_dirs(&root, root.join("c/cd"));
-        assert!(root.exists() && !root.join("c").exists(), "the root itself stays");
+        let root_path = dir.path().join("proxies");
+        std::fs::create_dir_all(root_path.join("c/ab/abcd")).unwrap();
+        std::fs::create_dir_all(root_path.join("c/cd")).unwrap();
+        std::fs::write(root_path.join("c/ab/abcd/thumbnail.jpg"), b"x").unwrap();
+        let root = RootFolder::open(&root_path).unwrap();
+        delete_proxy_file(&root, "c/ab/abcd/thumbnail.jpg").unwrap();
+        assert!(!root_path.join("c/ab").exists());
+        assert!(root_path.join("c/cd").exists(), "a non-empty parent stops the walk up");
+        remove_parents(&root, "c/cd/x.jpg");
+        assert!(root_path.exists() && !root_path.join("c").exists(), "the root itself stays");
     }
 }

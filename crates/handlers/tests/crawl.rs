@@ -6,12 +6,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use almanac_domain::{NewWorkItem, Scope, StorageConfigId, WorkItem, WorkKind, WorkQueue};
-use almanac_executor::{Handler, HandlerContext, HandlerError, ProgressReporter};
-use almanac_handlers::{CrawlHandler, CrawlSettings};
-use almanac_media::ToolLimits;
+use almanac_domain::{NewWorkItem, Scope, StorageConfigId, WorkKind, WorkQueue};
+use almanac_executor::{Handler, HandlerContext, ProgressReporter};
 use almanac_media::fixtures::{self, FixtureExif};
-use almanac_store_pg::PgStore;
 use diesel::sql_query;
 use diesel::sql_types::{BigInt, Binary, Bool, Nullable, Text, Uuid};
 use diesel_async::RunQueryDsl;
@@ -19,43 +16,6 @@ use support::{Library, library};
 use tokio_util::sync::CancellationToken;
 
 impl Library {
-    fn handler(&self) -> CrawlHandler<PgStore, PgStore> {
-        self.handler_with(4)
-    }
-
-    fn handler_with(&self, max_concurrent_files: usize) -> CrawlHandler<PgStore, PgStore> {
-        let settings = CrawlSettings {
-            proxy_root: self.proxies.clone(),
-            max_concurrent_files,
-            tool_limits: ToolLimits::default(),
-        };
-        CrawlHandler::new(self.store.clone(), self.store.clone(), settings)
-    }
-
-    async fn item(&self, payload: serde_json::Value) -> WorkItem {
-        self.work_item(WorkKind::Crawl, Scope::Config(self.config), payload).await
-    }
-
-    async fn crawl_with(
-        &self,
-        payload: serde_json::Value,
-        cancel: CancellationToken,
-    ) -> Result<serde_json::Value, HandlerError> {
-        let ctx = HandlerContext { item: self.item(payload).await, cancel, progress: ProgressReporter::default() };
-        self.handler().run(ctx).await.map(|r| r.expect("a crawl reports its result"))
-    }
-
-    async fn crawl(&self) -> serde_json::Value {
-        self.crawl_with(serde_json::json!({}), CancellationToken::new()).await.expect("crawl succeeds")
-    }
-
-    fn write(&self, rel: &str, content: &[u8]) -> PathBuf {
-        let path = self.root.join(rel);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, content).unwrap();
-        path
-    }
-
     async fn assets(&self) -> Vec<AssetRow> {
         sql_query(
             "SELECT a.id, a.file_path, a.display_path, a.is_soft_deleted, a.captured_at_source, a.content_hash,
@@ -269,7 +229,7 @@ async fn a_missing_or_emptied_root_is_refused_and_nothing_is_soft_deleted() {
     // An empty mount point looks the same.
     std::fs::create_dir_all(&lib.root).unwrap();
     let err = lib.crawl_with(serde_json::json!({}), CancellationToken::new()).await.unwrap_err();
-    assert!(err.retryable && err.message.contains("is empty"), "{err:?}");
+    assert!(err.retryable && err.message.contains("holds no photos or videos"), "{err:?}");
     assert_eq!(lib.active().await.len(), 1, "nothing soft-deleted");
 }
 
@@ -288,7 +248,7 @@ async fn mass_deletion_is_refused_until_confirmed() {
         std::fs::remove_file(lib.root.join(format!("lib/{i:03}.jpg"))).unwrap();
     }
     let err = lib.crawl_with(serde_json::json!({}), CancellationToken::new()).await.unwrap_err();
-    assert!(!err.retryable && err.message.contains("allow_mass_deletion"), "{err:?}");
+    assert!(err.retryable && err.message.contains("allow_mass_deletion"), "{err:?}");
     assert_eq!(lib.active().await.len(), 120);
     let result =
         lib.crawl_with(serde_json::json!({"allow_mass_deletion": true}), CancellationToken::new()).await.unwrap();

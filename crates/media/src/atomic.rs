@@ -13,7 +13,19 @@ pub fn write_atomically(dest: &Path, bytes: &[u8]) -> Result<(), MediaError> {
     file.write_all(bytes).map_err(|e| MediaError::io(&tmp, e))?;
     file.sync_data().map_err(|e| MediaError::io(&tmp, e))?;
     drop(file);
-    std::fs::rename(&tmp, dest).map_err(|e| MediaError::io(dest, e))
+    std::fs::rename(&tmp, dest).map_err(|e| MediaError::io(dest, e))?;
+    sync_folder(dir)
+}
+
+/// Makes a folder's entries durable (after a rename into it), so a power cut cannot leave a proxy row
+/// pointing at a name that never reached the disk.
+pub fn sync_folder(dir: &Path) -> Result<(), MediaError> {
+    std::fs::File::open(dir).and_then(|f| f.sync_all()).map_err(|e| MediaError::io(dir, e))
+}
+
+/// Flushes a finished file to disk before it is renamed into place.
+pub(crate) fn sync_file(path: &Path) -> Result<(), MediaError> {
+    std::fs::File::open(path).and_then(|f| f.sync_all()).map_err(|e| MediaError::io(path, e))
 }
 
 /// The temporary name used for `dest` while it is being written: hidden, in the same folder.
@@ -36,6 +48,7 @@ mod tests {
         write_atomically(&dest, b"new").unwrap();
         assert_eq!(std::fs::read(&dest).unwrap(), b"new");
         assert!(!temporary_name(&dest).exists());
-        assert_eq!(temporary_name(&dest).file_name().unwrap(), ".preview.jpg.tmp");
+        let expected = almanac_domain::ProxyType::Preview.temporary_file_name().unwrap();
+        assert_eq!(temporary_name(&dest).file_name().unwrap(), expected, "the name the proxy sweep knows as ours");
     }
 }

@@ -16,7 +16,13 @@ pub struct HashedBytes {
 
 /// Hashes a file with BLAKE3, streaming in 256 KiB blocks: never the whole file in memory.
 pub fn hash_file(path: &Path) -> Result<HashedBytes, MediaError> {
-    let mut file = std::fs::File::open(path).map_err(|e| MediaError::io(path, e))?;
+    let file = std::fs::File::open(path).map_err(|e| MediaError::io(path, e))?;
+    hash_reader(file, path)
+}
+
+/// Hashes what `reader` yields to its end with BLAKE3, streaming in 256 KiB blocks (an original opened
+/// beneath its root is hashed through its open file, never by path). `path` is for messages only.
+pub fn hash_reader(mut file: impl Read, path: &Path) -> Result<HashedBytes, MediaError> {
     let mut hasher = blake3::Hasher::new();
     let mut buffer = vec![0u8; 256 * 1024];
     let mut bytes = 0u64;

@@ -1,11 +1,17 @@
 use std::path::Path;
 
-use almanac_domain::ProxyType;
+use almanac_domain::{HEIC_SCRATCH_PREFIX, ProxyType};
 use fast_image_resize::{FilterType, ResizeAlg, ResizeOptions, Resizer};
 use image::{RgbImage, imageops};
 
+use std::ffi::OsString;
+
+use tokio_util::sync::CancellationToken;
+
 use crate::detect::MediaFormat;
-use crate::{MediaError, write_atomically};
+use crate::tool::{OPEN_ORIGINAL, run_tool};
+use crate::video::tool_input;
+use crate::{MediaError, Original, ToolLimits, write_atomically};
 
 /// Long side of the preview, in pixels.
 pub const PREVIEW_LONG_SIDE: u32 = 1920;
@@ -30,8 +36,8 @@ pub struct StillProxies {
     pub blurhash: String,
 }
 
-/// Decodes a still once (downscaled during decode for JPEG), turns it upright per EXIF `orientation`, and
-/// writes `preview.jpg` and `thumbnail.jpg` (the thumbnail made from the preview) into `dest_dir`. Returns the
+/// Decodes a still once (downscaled during decode for JPEG; a HEIC arrives as the JPEG [`heic_to_jpeg`] made
+/// of it), turns it upright per EXIF `orientation`, and writes `preview.jpg` and `thumbnail.jpg` (the thumbnail made from the preview) into `dest_dir`. Returns the
 /// dimensions and the BlurHash. Blocking: call it from a blocking thread.
 pub fn make_still_proxies(
     path: &Path,
@@ -50,8 +56,7 @@ pub fn make_still_proxies(
             (image, w, h)
         }
         MediaFormat::Heic => {
-            let jpeg = heic_to_jpeg(path, dest_dir)?;
-            decode_jpeg_for(path, &jpeg, PREVIEW_LONG_SIDE)?
+            return Err(MediaError::corrupt(path, "HEIC is converted by heic_to_jpeg first, then passed as a JPEG"));
         }
         MediaFormat::QuickTime | MediaFormat::Mp4 => {
             return Err(MediaError::corrupt(path, "a video is not a still"));
@@ -153,34 +158,40 @@ fn blurhash_of(path: &Path, tiny: &RgbImage) -> Result<String, MediaError> {
 }
 
 /// libheif's Rust bindings need libheif 1.17 or newer and Debian has 1.15, so HEIC goes through libheif's own
-/// `heif-convert` tool into a temporary JPEG inside the destination folder (removed afterwards).
-fn heic_to_jpeg(path: &Path, dest_dir: &Path) -> Result<Vec<u8>, MediaError> {
-    std::fs::create_dir_all(dest_dir).map_err(|e| MediaError::io(dest_dir, e))?;
-    let tmp = dest_dir.join(".heic-decode.jpg");
-    let output = std::process::Command::new("heif-convert").args(["-q", "95"]).arg(path).arg(&tmp).output().map_err(
-        |e| match e.kind() {
-            std::io::ErrorKind::NotFound => {
-                MediaError::ToolMissing { tool: "heif-convert", package: "libheif-examples", path: path.to_owned() }
-            }
-            _ => MediaError::io(path, e),
-        },
-    )?;
-    let result = if output.status.success() {
-        std::fs::read(&tmp).map_err(|e| MediaError::io(&tmp, e))
-    } else {
-        Err(MediaError::corrupt(path, String::from_utf8_lossy(&output.stderr).trim()))
+/// `heif-convert` tool, which reads the open original (never its path) and writes a temporary JPEG into
+/// `scratch_dir` (removed afterwards). Like ffmpeg, it runs in a process group of its own with a time limit
+/// and is killed with its tree on cancellation. Returns the JPEG, for [`make_still_proxies`].
+pub async fn heic_to_jpeg(
+    original: &Original,
+    scratch_dir: &Path,
+    limits: ToolLimits,
+    cancel: &CancellationToken,
+) -> Result<Vec<u8>, MediaError> {
+    let path = original.path();
+    std::fs::create_dir_all(scratch_dir).map_err(|e| MediaError::io(scratch_dir, e))?;
+    let tmp = scratch_dir.join(HEIC_SCRATCH);
+    let args = vec![OsString::from("-q"), OsString::from("95"), OsString::from(OPEN_ORIGINAL), tmp.clone().into()];
+    let converted =
+        run_tool("heif-convert", "libheif-examples", args, Some(tool_input(original)?), path, limits.quick, cancel)
+            .await;
+    let result = match converted {
+        Ok(_) => std::fs::read(&tmp).map_err(|e| MediaError::io(&tmp, e)),
+        Err(MediaError::Tool { message, .. }) => Err(MediaError::corrupt(path, message)),
+        Err(e) => Err(e),
     };
-    let _ = std::fs::remove_file(&tmp);
     // heif-convert may write auxiliary images (depth, alpha) beside the output; do not leave them behind.
-    if let Ok(entries) = std::fs::read_dir(dest_dir) {
+    if let Ok(entries) = std::fs::read_dir(scratch_dir) {
         for e in entries.flatten() {
-            if e.file_name().to_string_lossy().starts_with(".heic-decode") {
+            if e.file_name().to_string_lossy().starts_with(HEIC_SCRATCH_PREFIX) {
                 let _ = std::fs::remove_file(e.path());
             }
         }
     }
     result
 }
+
+/// The temporary JPEG `heif-convert` writes (its auxiliary images share the prefix).
+const HEIC_SCRATCH: &str = ".heic-decode.jpg";
 
 #[cfg(test)]
 mod tests {

@@ -6,9 +6,10 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
+use crate::atomic::{sync_file, sync_folder};
 use crate::still::file_name;
-use crate::tool::run_tool;
-use crate::{MediaError, ToolLimits};
+use crate::tool::{OPEN_ORIGINAL, run_tool};
+use crate::{MediaError, Original, ToolLimits};
 
 /// What ffprobe says about a video.
 #[derive(Debug, Clone, PartialEq)]
@@ -53,18 +54,16 @@ struct Format {
     tags: std::collections::HashMap<String, String>,
 }
 
-/// Reads a video's dimensions, duration, rotation, creation time and Apple content identifier with ffprobe.
+/// Reads a video's dimensions, duration, rotation, creation time and Apple content identifier with ffprobe,
+/// which reads the open original (never its path).
 pub async fn probe_video(
-    path: &Path,
+    original: &Original,
     limits: ToolLimits,
     cancel: &CancellationToken,
 ) -> Result<VideoFacts, MediaError> {
-    let args: Vec<OsString> = ["-v", "error", "-print_format", "json", "-show_format", "-show_streams"]
-        .iter()
-        .map(OsString::from)
-        .chain([path.as_os_str().to_owned()])
-        .collect();
-    let out = run_tool("ffprobe", "ffmpeg", args, path, limits.quick, cancel).await?;
+    let path = original.path();
+    let args = args(&["-v", "error", "-print_format", "json", "-show_format", "-show_streams", OPEN_ORIGINAL]);
+    let out = run_tool("ffprobe", "ffmpeg", args, Some(tool_input(original)?), path, limits.quick, cancel).await?;
     let probe: Probe = serde_json::from_slice(&out).map_err(|e| MediaError::corrupt(path, e))?;
     let video = probe
         .streams
@@ -118,43 +117,48 @@ pub async fn probe_video(
 }
 
 /// Writes `poster.jpg` (a frame near the start, upright, at most 1920 px) and `web.mp4` (H.264, at most 720
-/// lines, AAC, fast start) into `dest_dir`, each through a temporary name.
+/// lines, AAC, fast start) into `dest_dir`, each through a temporary name, flushed to disk before it is
+/// renamed into place. ffmpeg reads the open original, never its path.
 pub async fn make_video_proxies(
-    path: &Path,
+    original: &Original,
     dest_dir: &Path,
     limits: ToolLimits,
     cancel: &CancellationToken,
 ) -> Result<VideoProxies, MediaError> {
+    let path = original.path();
+    let input = OsString::from(OPEN_ORIGINAL);
     std::fs::create_dir_all(dest_dir).map_err(|e| MediaError::io(dest_dir, e))?;
     let poster = dest_dir.join(file_name(ProxyType::Poster));
-    let poster_tmp = dest_dir.join(".poster.tmp.jpg");
+    let poster_tmp = dest_dir.join(ProxyType::Poster.temporary_file_name().expect("a file proxy"));
     let poster_args = args(&["-nostdin", "-y", "-v", "error", "-ss", "0.5", "-i"])
         .into_iter()
-        .chain([path.as_os_str().to_owned()])
+        .chain([input.clone()])
         .chain(args(&["-frames:v", "1", "-vf", "scale='min(1920,iw)':-2", "-q:v", "3", "-update", "1"]))
         .chain([poster_tmp.as_os_str().to_owned()])
         .collect();
     // A clip shorter than half a second has no frame there; that case is retried below from the start.
-    if let Err(MediaError::Cancelled) = run_tool("ffmpeg", "ffmpeg", poster_args, path, limits.quick, cancel).await {
+    let first_try = run_tool("ffmpeg", "ffmpeg", poster_args, Some(tool_input(original)?), path, limits.quick, cancel);
+    if let Err(MediaError::Cancelled) = first_try.await {
         return Err(MediaError::Cancelled);
     }
     if !poster_tmp.exists() {
         // Shorter than half a second: take the very first frame.
         let first_frame = args(&["-nostdin", "-y", "-v", "error", "-i"])
             .into_iter()
-            .chain([path.as_os_str().to_owned()])
+            .chain([input.clone()])
             .chain(args(&["-frames:v", "1", "-vf", "scale='min(1920,iw)':-2", "-q:v", "3", "-update", "1"]))
             .chain([poster_tmp.as_os_str().to_owned()])
             .collect();
-        run_tool("ffmpeg", "ffmpeg", first_frame, path, limits.quick, cancel).await?;
+        run_tool("ffmpeg", "ffmpeg", first_frame, Some(tool_input(original)?), path, limits.quick, cancel).await?;
     }
+    sync_file(&poster_tmp)?;
     std::fs::rename(&poster_tmp, &poster).map_err(|e| MediaError::io(&poster, e))?;
 
     let web = dest_dir.join(file_name(ProxyType::WebVideo));
-    let web_tmp = dest_dir.join(".web.tmp.mp4");
+    let web_tmp = dest_dir.join(ProxyType::WebVideo.temporary_file_name().expect("a file proxy"));
     let web_args = args(&["-nostdin", "-y", "-v", "error", "-i"])
         .into_iter()
-        .chain([path.as_os_str().to_owned()])
+        .chain([input.clone()])
         .chain(args(&[
             "-map",
             "0:v:0",
@@ -181,14 +185,21 @@ pub async fn make_video_proxies(
         ]))
         .chain([web_tmp.as_os_str().to_owned()])
         .collect();
-    let transcoded = run_tool("ffmpeg", "ffmpeg", web_args, path, limits.transcode, cancel).await;
-    if let Err(e) = transcoded {
+    let transcoded =
+        run_tool("ffmpeg", "ffmpeg", web_args, Some(tool_input(original)?), path, limits.transcode, cancel).await;
+    if let Err(e) = transcoded.and_then(|_| sync_file(&web_tmp)) {
         let _ = std::fs::remove_file(&web_tmp);
         return Err(e);
     }
     std::fs::rename(&web_tmp, &web).map_err(|e| MediaError::io(&web, e))?;
+    sync_folder(dest_dir)?;
     let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).map_err(|e| MediaError::io(p, e));
     Ok(VideoProxies { poster_bytes: size(&poster)?, web_video_bytes: size(&web)? })
+}
+
+/// A handle on the open original for a tool's standard input.
+pub(crate) fn tool_input(original: &Original) -> Result<std::fs::File, MediaError> {
+    original.handle_for_tool().map_err(|e| MediaError::io(original.path(), e))
 }
 
 fn args(list: &[&str]) -> Vec<OsString> {

@@ -6,10 +6,17 @@ use std::time::{Duration, Instant};
 use almanac_domain::CaptureSource;
 use almanac_media::fixtures::{self, FixtureExif};
 use almanac_media::{
-    MediaError, MediaFormat, ToolLimits, make_still_proxies, make_video_proxies, probe_video, read_exif,
+    MediaError, MediaFormat, Original, RootFolder, ToolLimits, heic_to_jpeg, make_still_proxies, make_video_proxies,
+    probe_video, read_exif,
 };
 use chrono::{TimeZone, Utc};
 use tokio_util::sync::CancellationToken;
+
+/// Opens `path` the way the crawl does: beneath its folder, no link followed.
+fn open(path: &Path) -> Original {
+    let root = RootFolder::open(path.parent().unwrap()).unwrap();
+    root.open_file(path.file_name().unwrap().as_encoded_bytes()).unwrap()
+}
 
 fn dims(path: &Path) -> (u32, u32) {
     image::image_dimensions(path).unwrap()
@@ -110,7 +117,7 @@ async fn video_is_probed_and_gets_a_poster_and_a_720p_web_video() {
     let src = dir.path().join("clip.mov");
     fixtures::video(&src, 1.5, 1280, 960, "2021-06-01T10:00:00Z");
     let cancel = CancellationToken::new();
-    let facts = probe_video(&src, ToolLimits::default(), &cancel).await.unwrap();
+    let facts = probe_video(&open(&src), ToolLimits::default(), &cancel).await.unwrap();
     assert_eq!((facts.metadata.width, facts.metadata.height), (Some(1280), Some(960)));
     let duration = facts.metadata.duration_ms.unwrap();
     assert!((1400..=1700).contains(&duration), "{duration}");
@@ -118,10 +125,10 @@ async fn video_is_probed_and_gets_a_poster_and_a_720p_web_video() {
     assert_eq!(facts.created.unwrap().source, CaptureSource::Container);
 
     let out = dir.path().join("proxies");
-    let made = make_video_proxies(&src, &out, ToolLimits::default(), &cancel).await.unwrap();
+    let made = make_video_proxies(&open(&src), &out, ToolLimits::default(), &cancel).await.unwrap();
     assert!(made.poster_bytes > 0 && made.web_video_bytes > 0);
     assert_eq!(dims(&out.join("poster.jpg")), (1280, 960));
-    let web = probe_video(&out.join("web.mp4"), ToolLimits::default(), &cancel).await.unwrap();
+    let web = probe_video(&open(&out.join("web.mp4")), ToolLimits::default(), &cancel).await.unwrap();
     assert_eq!((web.metadata.width, web.metadata.height), (Some(960), Some(720)));
     let mut names: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).collect();
     names.sort();
@@ -133,7 +140,7 @@ async fn a_video_that_is_not_one_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("broken.mp4");
     std::fs::write(&src, b"\0\0\0\x18ftypisom\0\0\0\0 and then garbage").unwrap();
-    let err = probe_video(&src, ToolLimits::default(), &CancellationToken::new()).await.unwrap_err();
+    let err = probe_video(&open(&src), ToolLimits::default(), &CancellationToken::new()).await.unwrap_err();
     assert!(err.to_string().contains("broken.mp4"), "{err}");
 }
 
@@ -150,7 +157,7 @@ async fn cancellation_stops_ffmpeg_within_a_second_and_leaves_no_process() {
         trigger.cancel();
     });
     let started = Instant::now();
-    let err = make_video_proxies(&src, &out, ToolLimits::default(), &cancel).await.unwrap_err();
+    let err = make_video_proxies(&open(&src), &out, ToolLimits::default(), &cancel).await.unwrap_err();
     let stopped_after = started.elapsed();
     assert!(matches!(err, MediaError::Cancelled), "{err:?}");
     // The transcode alone takes several times longer than this: returning here means it was killed, not
@@ -163,15 +170,16 @@ async fn cancellation_stops_ffmpeg_within_a_second_and_leaves_no_process() {
     assert!(!out.join(".web.tmp.mp4").exists(), "the partial transcode is removed");
 }
 
-#[test]
-fn heic_goes_through_libheif_and_leaves_nothing_behind() {
+#[tokio::test]
+async fn heic_goes_through_libheif_and_leaves_nothing_behind() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("IMG_0001.HEIC");
     fixtures::heic(&src, 640, 480, 4);
     let content = std::fs::read(&src).unwrap();
     assert_eq!(almanac_media::detect_format(&src, &content[..16]), Some(MediaFormat::Heic));
     let out = dir.path().join("proxies");
-    let made = make_still_proxies(&src, &content, MediaFormat::Heic, 1, &out).unwrap();
+    let jpeg = heic_to_jpeg(&open(&src), &out, ToolLimits::default(), &CancellationToken::new()).await.unwrap();
+    let made = make_still_proxies(&src, &jpeg, MediaFormat::Jpeg, 1, &out).unwrap();
     assert_eq!((made.width, made.height), (640, 480));
     assert_eq!(dims(&out.join("thumbnail.jpg")), (300, 225));
     let mut names: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).collect();

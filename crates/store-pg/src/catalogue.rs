@@ -68,7 +68,12 @@ struct ConfigRow {
     root_path: String,
     #[diesel(sql_type = Bool)]
     is_active: bool,
+    #[diesel(sql_type = diesel::sql_types::Nullable<Bool>)]
+    root_is_mount_point: Option<bool>,
 }
+
+/// The columns a [`ConfigRow`] reads.
+pub(crate) const CONFIG_COLUMNS: &str = "id, user_id, root_path, is_active, root_is_mount_point";
 
 impl From<ConfigRow> for StorageConfig {
     fn from(r: ConfigRow) -> Self {
@@ -77,25 +82,103 @@ impl From<ConfigRow> for StorageConfig {
             user_id: UserId::from_uuid(r.user_id),
             root_path: PathBuf::from(r.root_path),
             is_active: r.is_active,
+            root_is_mount_point: r.root_is_mount_point,
         }
     }
 }
 
+/// Why a registration's transaction ended.
+enum AddError {
+    Db(diesel::result::Error),
+    Overlaps(String),
+}
+
+impl From<diesel::result::Error> for AddError {
+    fn from(e: diesel::result::Error) -> Self {
+        AddError::Db(e)
+    }
+}
+
+#[derive(QueryableByName)]
+struct OverlapRow {
+    #[diesel(sql_type = Uuid)]
+    a_id: uuid::Uuid,
+    #[diesel(sql_type = Text)]
+    a_root: String,
+    #[diesel(sql_type = Text)]
+    a_user: String,
+    #[diesel(sql_type = Uuid)]
+    b_id: uuid::Uuid,
+    #[diesel(sql_type = Text)]
+    b_root: String,
+    #[diesel(sql_type = Text)]
+    b_user: String,
+}
+
+/// Two storage configs whose roots are the same tree or one inside the other (possible only in a catalogue
+/// older than the canonical-root rule, ADR 0009).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RootOverlap {
+    /// One config, its root and its owner's name.
+    pub first: (StorageConfigId, PathBuf, String),
+    /// The other.
+    pub second: (StorageConfigId, PathBuf, String),
+}
+
+impl From<OverlapRow> for RootOverlap {
+    fn from(r: OverlapRow) -> Self {
+        RootOverlap {
+            first: (StorageConfigId::from_uuid(r.a_id), PathBuf::from(r.a_root), r.a_user),
+            second: (StorageConfigId::from_uuid(r.b_id), PathBuf::from(r.b_root), r.b_user),
+        }
+    }
+}
+
+/// Whether two roots are one tree or nest, compared as canonical paths (a trailing slash ignored). SQL over
+/// `storage_configs` aliased `a` and `b`; [`almanac_domain::roots_overlap`] is the same rule in Rust.
+const ROOTS_OVERLAP: &str = "(rtrim(a.root_path, '/') = rtrim(b.root_path, '/')
+        OR starts_with(rtrim(a.root_path, '/') || '/', rtrim(b.root_path, '/') || '/')
+        OR starts_with(rtrim(b.root_path, '/') || '/', rtrim(a.root_path, '/') || '/'))";
+
 impl PgStore {
-    /// Registers a storage config, creating its user when needed. A root path must be absolute, UTF-8 and not
-    /// registered yet.
+    /// Registers a storage config, creating its user when needed. The root path must be canonical (absolute,
+    /// UTF-8, no trailing slash, no `.` or `..`, not `/`: resolve links first, as `config add` does) and must
+    /// neither equal, contain nor lie inside another config's root, whoever owns it. Concurrent registrations
+    /// take turns, so two overlapping roots cannot both get in.
     #[mutants::skip]
     pub async fn add_storage_config(&self, new: &NewStorageConfig) -> Result<(User, StorageConfig), StoreError> {
-        let root = new.root_path.to_str().filter(|p| p.starts_with('/')).ok_or_else(|| {
-            StoreError::Conflict(format!("the root path {} must be absolute and valid UTF-8", new.root_path.display()))
+        let root = new.root_path.to_str().ok_or_else(|| {
+            StoreError::Conflict(format!("the root path {} must be valid UTF-8", new.root_path.display()))
         })?;
+        almanac_domain::check_canonical_root(root).map_err(|e| StoreError::Conflict(e.to_string()))?;
         let username = new.username.trim();
         if username.is_empty() {
             return Err(StoreError::Conflict("the user name must not be blank".into()));
         }
         let mut conn = self.conn().await?;
         let result = conn
-            .transaction::<_, diesel::result::Error, _>(async |conn| {
+            .transaction::<_, AddError, _>(async |conn| {
+                // One registration at a time, so the overlap check below sees every committed root.
+                sql_query("LOCK TABLE storage_configs IN SHARE ROW EXCLUSIVE MODE").execute(conn).await?;
+                let overlapping: Vec<OverlapRow> = sql_query(format!(
+                    "SELECT b.id AS a_id, b.root_path AS a_root, u.username AS a_user,
+                            b.id AS b_id, b.root_path AS b_root, u.username AS b_user
+                       FROM (SELECT $1::text AS root_path) a
+                       JOIN storage_configs b ON {ROOTS_OVERLAP}
+                       JOIN users u ON u.id = b.user_id
+                      ORDER BY b.created_at LIMIT 1"
+                ))
+                .bind::<Text, _>(root)
+                .load(conn)
+                .await?;
+                if let Some(other) = overlapping.into_iter().next() {
+                    return Err(AddError::Overlaps(format!(
+                        "the root {root} overlaps storage config {} of user {} at {}: two configs may never \
+                             cover one tree (the per-config rule would protect nothing). Register a folder that \
+                             neither contains nor lies inside it",
+                        other.a_id, other.a_user, other.a_root
+                    )));
+                }
                 let user: UserRow = sql_query(
                     "INSERT INTO users (id, username) VALUES ($1, $2)
                      ON CONFLICT (username) DO UPDATE SET username = EXCLUDED.username
@@ -107,7 +190,7 @@ impl PgStore {
                 .await?;
                 let config: ConfigRow = sql_query(
                     "INSERT INTO storage_configs (id, user_id, root_path) VALUES ($1, $2, $3)
-                     RETURNING id, user_id, root_path, is_active",
+                     RETURNING id, user_id, root_path, is_active, root_is_mount_point",
                 )
                 .bind::<Uuid, _>(StorageConfigId::new().as_uuid())
                 .bind::<Uuid, _>(user.id)
@@ -122,10 +205,11 @@ impl PgStore {
                 User { id: UserId::from_uuid(user.id), username: user.username, disabled: user.disabled },
                 config.into(),
             )),
-            Err(e) if error::is_unique_violation_of(&e, "uq_storage_configs_root_path") => {
+            Err(AddError::Db(e)) if error::is_unique_violation_of(&e, "uq_storage_configs_root_path") => {
                 Err(StoreError::Conflict(format!("the root path {root} is already registered")))
             }
-            Err(e) => Err(error::from_diesel(e)),
+            Err(AddError::Overlaps(refused)) => Err(StoreError::Conflict(refused)),
+            Err(AddError::Db(e)) => Err(error::from_diesel(e)),
         }
     }
 
@@ -134,11 +218,29 @@ impl PgStore {
     pub async fn list_storage_configs(&self) -> Result<Vec<StorageConfig>, StoreError> {
         let mut conn = self.conn().await?;
         let rows: Vec<ConfigRow> =
-            sql_query("SELECT id, user_id, root_path, is_active FROM storage_configs ORDER BY created_at, id")
+            sql_query(format!("SELECT {CONFIG_COLUMNS} FROM storage_configs ORDER BY created_at, id"))
                 .load(&mut conn)
                 .await
                 .map_err(error::from_diesel)?;
         Ok(rows.into_iter().map(StorageConfig::from).collect())
+    }
+
+    /// Every pair of storage configs whose roots overlap (same tree, or one inside the other). Empty in a
+    /// catalogue made since ADR 0009; an older one may have some, which `status` reports.
+    #[mutants::skip]
+    pub async fn root_overlaps(&self) -> Result<Vec<RootOverlap>, StoreError> {
+        let mut conn = self.conn().await?;
+        let rows: Vec<OverlapRow> = sql_query(format!(
+            "SELECT a.id AS a_id, a.root_path AS a_root, ua.username AS a_user,
+                    b.id AS b_id, b.root_path AS b_root, ub.username AS b_user
+               FROM storage_configs a JOIN storage_configs b ON a.id < b.id AND {ROOTS_OVERLAP}
+               JOIN users ua ON ua.id = a.user_id JOIN users ub ON ub.id = b.user_id
+              ORDER BY a.root_path, b.root_path"
+        ))
+        .load(&mut conn)
+        .await
+        .map_err(error::from_diesel)?;
+        Ok(rows.into_iter().map(RootOverlap::from).collect())
     }
 
     /// The user with this name, if any.

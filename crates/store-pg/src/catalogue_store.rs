@@ -127,6 +127,33 @@ impl CatalogueStore for PgStore {
     }
 
     #[mutants::skip]
+    async fn overlapping_roots(&self, config: StorageConfigId) -> Result<Vec<StorageConfig>, CatalogueError> {
+        let overlaps = self.root_overlaps().await.map_err(catalogue)?;
+        let others: Vec<StorageConfigId> = overlaps
+            .iter()
+            .filter_map(|o| match (o.first.0 == config, o.second.0 == config) {
+                (true, _) => Some(o.second.0),
+                (_, true) => Some(o.first.0),
+                _ => None,
+            })
+            .collect();
+        let configs = self.list_storage_configs().await.map_err(catalogue)?;
+        Ok(configs.into_iter().filter(|c| others.contains(&c.id)).collect())
+    }
+
+    #[mutants::skip]
+    async fn record_root_identity(&self, config: StorageConfigId, is_mount_point: bool) -> Result<(), CatalogueError> {
+        let mut conn = self.conn().await.map_err(catalogue)?;
+        sql_query("UPDATE storage_configs SET root_is_mount_point = $2 WHERE id = $1")
+            .bind::<Uuid, _>(config.as_uuid())
+            .bind::<Bool, _>(is_mount_point)
+            .execute(&mut conn)
+            .await
+            .map_err(db)?;
+        Ok(())
+    }
+
+    #[mutants::skip]
     async fn known_files(&self, config: StorageConfigId) -> Result<Vec<KnownFile>, CatalogueError> {
         let mut conn = self.conn().await.map_err(catalogue)?;
         let rows: Vec<KnownRow> = sql_query(

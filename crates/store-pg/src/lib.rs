@@ -22,7 +22,7 @@ use diesel_async::pooled_connection::deadpool::{Object, Pool};
 use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
 use diesel_async::{AsyncConnection, SimpleAsyncConnection};
 
-pub use catalogue::{Memory, NewStorageConfig};
+pub use catalogue::{Memory, NewStorageConfig, RootOverlap};
 pub use error::StoreError;
 pub use listener::{WORK_CHANNEL, listen_for_work};
 pub use migrations::{migrate, pending_migrations};

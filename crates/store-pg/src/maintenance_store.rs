@@ -265,6 +265,28 @@ impl MaintenanceStore for PgStore {
     }
 
     #[mutants::skip]
+    async fn assets_of_other_configs(
+        &self,
+        config: StorageConfigId,
+        assets: &[AssetId],
+    ) -> Result<Vec<AssetId>, CatalogueError> {
+        let mut conn = self.conn().await.map_err(pool)?;
+        let rows: Vec<IdRow> =
+            sql_query("SELECT id FROM media_assets WHERE id = ANY($2) AND storage_config_id <> $1 ORDER BY id")
+                .bind::<Uuid, _>(config.as_uuid())
+                .bind::<Array<Uuid>, _>(uuids(assets))
+                .load(&mut conn)
+                .await
+                .map_err(db)?;
+        Ok(rows.into_iter().map(|r| AssetId::from_uuid(r.id)).collect())
+    }
+
+    #[mutants::skip]
+    async fn storage_config_ids(&self) -> Result<Vec<StorageConfigId>, CatalogueError> {
+        Ok(self.list_storage_configs().await.map_err(pool)?.into_iter().map(|c| c.id).collect())
+    }
+
+    #[mutants::skip]
     async fn delete_proxy_rows(&self, proxies: &[StoredProxy]) -> Result<u64, CatalogueError> {
         let mut conn = self.conn().await.map_err(pool)?;
         let assets: Vec<uuid::Uuid> = proxies.iter().map(|p| p.asset_id.as_uuid()).collect();

@@ -5,13 +5,16 @@
 
 mod http;
 mod observe;
+mod roots;
 mod run;
 mod settings;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use almanac_domain::{CancelOutcome, DedupKey, NewWorkItem, Scope, Status, WorkItemId, WorkKind, WorkQueue};
+use almanac_domain::{
+    CancelOutcome, CatalogueStore, DedupKey, NewWorkItem, Scope, Status, WorkItemId, WorkKind, WorkQueue,
+};
 use almanac_store_pg::{NewStorageConfig, PgStore, StoreError};
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -160,12 +163,41 @@ async fn dispatch(command: Command, settings: Settings) -> Result<ExitCode> {
         other => {
             let url = settings.database_url()?.to_owned();
             let store = PgStore::new(&url, 2, settings.database.connect_timeout)?;
-            admin(other, &url, &store).await
+            admin(other, &settings, &url, &store).await
         }
     }
 }
 
-async fn admin(command: Command, url: &str, store: &PgStore) -> Result<ExitCode> {
+/// `config add`: the root is canonicalised (it must exist), must not overlap the proxy root nor another
+/// config's root (exit 2 naming both), and its mount-point identity is recorded.
+async fn add_config(settings: &Settings, store: &PgStore, user: String, root: &std::path::Path) -> Result<ExitCode> {
+    let refuse = |message: String| {
+        eprintln!("almanac-worker: {message}");
+        Ok(ExitCode::from(2))
+    };
+    let root = match roots::canonical_config_root(root) {
+        Ok(root) => root,
+        Err(e) => return refuse(e),
+    };
+    let proxy_root =
+        std::fs::canonicalize(&settings.storage.proxy_root).unwrap_or_else(|_| settings.storage.proxy_root.clone());
+    if almanac_domain::roots_overlap(&proxy_root, &root) {
+        return refuse(format!("{}; nothing was registered", roots::overlap_message(&proxy_root, &root)));
+    }
+    let (user, config) = match store.add_storage_config(&NewStorageConfig { username: user, root_path: root }).await {
+        Ok(added) => added,
+        Err(StoreError::Conflict(why)) => return refuse(format!("{why}; nothing was registered")),
+        Err(e) => return Err(e.into()),
+    };
+    let is_mount_point = almanac_media::RootFolder::open(&config.root_path)
+        .and_then(|r| r.is_mount_point())
+        .with_context(|| format!("examining {}", config.root_path.display()))?;
+    store.record_root_identity(config.id, is_mount_point).await?;
+    println!("{}\t{}\t{}", config.id, user.username, config.root_path.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn admin(command: Command, settings: &Settings, url: &str, store: &PgStore) -> Result<ExitCode> {
     match command {
         Command::Migrate => {
             let applied = almanac_store_pg::migrate(url).await?;
@@ -175,18 +207,7 @@ async fn admin(command: Command, url: &str, store: &PgStore) -> Result<ExitCode>
                 println!("applied {} migration(s): {}", applied.len(), applied.join(", "));
             }
         }
-        Command::Config(ConfigCommand::Add { user, root }) => {
-            let root = std::path::absolute(&root).with_context(|| format!("resolving {}", root.display()))?;
-            if !root.is_dir() {
-                eprintln!(
-                    "warning: {} is not a folder here (yet); the crawl will refuse it until it is",
-                    root.display()
-                );
-            }
-            let (user, config) =
-                store.add_storage_config(&NewStorageConfig { username: user, root_path: root }).await?;
-            println!("{}\t{}\t{}", config.id, user.username, config.root_path.display());
-        }
+        Command::Config(ConfigCommand::Add { user, root }) => return add_config(settings, store, user, &root).await,
         Command::Config(ConfigCommand::List) => {
             println!("ID\tACTIVE\tROOT");
             for c in store.list_storage_configs().await? {
@@ -223,21 +244,52 @@ async fn admin(command: Command, url: &str, store: &PgStore) -> Result<ExitCode>
                 CancelOutcome::NotFound => anyhow::bail!("no work item {id}"),
             }
         }
-        Command::Status { json } => status(store, json).await?,
+        Command::Status { json } => status(store, settings, json).await?,
         Command::Run { .. } | Command::Config(ConfigCommand::Check) => unreachable!("dispatched above"),
     }
     Ok(ExitCode::SUCCESS)
 }
 
-async fn status(store: &PgStore, json: bool) -> Result<()> {
+/// Roots that overlap in the catalogue (an older one may hold some) or with this Worker's proxy root.
+async fn root_problems(store: &PgStore, settings: &Settings) -> Result<Vec<String>> {
+    let mut problems: Vec<String> = store
+        .root_overlaps()
+        .await?
+        .into_iter()
+        .map(|o| {
+            format!(
+                "storage config {} ({}, user {}) and {} ({}, user {}) cover one tree: their crawls refuse to run \
+                 until one is deactivated (almanac-worker config deactivate ID)",
+                o.first.0,
+                o.first.1.display(),
+                o.first.2,
+                o.second.0,
+                o.second.1.display(),
+                o.second.2
+            )
+        })
+        .collect();
+    let proxy_root =
+        std::fs::canonicalize(&settings.storage.proxy_root).unwrap_or_else(|_| settings.storage.proxy_root.clone());
+    for c in store.list_storage_configs().await? {
+        if almanac_domain::roots_overlap(&proxy_root, &c.root_path) {
+            problems.push(roots::overlap_message(&proxy_root, &c.root_path));
+        }
+    }
+    Ok(problems)
+}
+
+async fn status(store: &PgStore, settings: &Settings, json: bool) -> Result<()> {
     let summary = store.queue_summary().await?;
     let running = store.list_items(Some(Status::Running), 100).await?;
     let failed = store.list_items(Some(Status::Failed), 10).await?;
+    let problems = root_problems(store, settings).await?;
     if json {
         let value = serde_json::json!({
             "counts": summary.iter().map(|r| serde_json::json!({"kind": r.kind, "status": r.status, "count": r.count})).collect::<Vec<_>>(),
             "running": running,
             "recent_failures": failed,
+            "root_problems": problems,
         });
         println!("{}", serde_json::to_string_pretty(&value)?);
         return Ok(());
@@ -269,6 +321,12 @@ async fn status(store: &PgStore, json: bool) -> Result<()> {
                 i.attempt,
                 i.progress.as_ref().map_or("-".into(), |p| p.to_string())
             );
+        }
+    }
+    if !problems.is_empty() {
+        println!("\nROOT PROBLEMS");
+        for p in &problems {
+            println!("{p}");
         }
     }
     if !failed.is_empty() {

@@ -20,6 +20,7 @@ use tracing::{error, info, warn};
 
 use crate::http::{self, Health};
 use crate::observe;
+use crate::roots;
 use crate::settings::{Settings, mask_password};
 
 /// How often, and how long, `run` tries to reach the database before giving up.
@@ -57,19 +58,29 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<ExitCode> {
         },
     };
     let executor_config = settings.executor(served)?;
-    std::fs::create_dir_all(&settings.storage.proxy_root)
-        .with_context(|| format!("storage.proxy_root: cannot create {}", settings.storage.proxy_root.display()))?;
+    // The proxy root never overlaps a library: the sweep would delete originals, the crawl ingest proxies.
+    let proxy_root = match roots::canonical_proxy_root(&settings.storage.proxy_root) {
+        Ok(p) => p,
+        Err(refused) => {
+            eprintln!("almanac-worker: {refused}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    if let Err(refused) = roots::check_proxy_root(&proxy_root, &store.list_storage_configs().await?) {
+        eprintln!("almanac-worker: {refused}");
+        return Ok(ExitCode::from(2));
+    }
     let store = Arc::new(store);
     let crawl = CrawlHandler::new(
         store.clone(),
         store.clone(),
         CrawlSettings {
-            proxy_root: settings.storage.proxy_root.clone(),
+            proxy_root: proxy_root.clone(),
             max_concurrent_files: settings.worker.max_concurrent_files,
             tool_limits: ToolLimits::default(),
+            mass_deletion: settings.mass_deletion(),
         },
     );
-    let proxy_root = settings.storage.proxy_root.clone();
     let registry = HandlerRegistry::new()
         .register(crawl)
         .register(BurstDetectionHandler::new(store.clone(), BurstSettings::default()))

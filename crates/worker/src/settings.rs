@@ -67,6 +67,11 @@ pub struct Worker {
 #[serde(deny_unknown_fields, default)]
 pub struct Storage {
     pub proxy_root: PathBuf,
+    /// A crawl refuses to soft-delete more than `mass_deletion_max_percent` of a config's active assets when
+    /// that is also this many or more, unless confirmed (`allow_mass_deletion`).
+    pub mass_deletion_min_assets: u64,
+    /// See `mass_deletion_min_assets`; 1 to 100.
+    pub mass_deletion_max_percent: u8,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -133,7 +138,12 @@ impl Default for Worker {
 
 impl Default for Storage {
     fn default() -> Self {
-        Self { proxy_root: PathBuf::from("/var/lib/almanac/proxies") }
+        let guard = almanac_handlers::MassDeletionGuard::default();
+        Self {
+            proxy_root: PathBuf::from("/var/lib/almanac/proxies"),
+            mass_deletion_min_assets: guard.min_assets,
+            mass_deletion_max_percent: guard.max_percent,
+        }
     }
 }
 
@@ -213,6 +223,15 @@ impl Settings {
         if !self.storage.proxy_root.is_absolute() {
             bail!("storage.proxy_root: {} must be an absolute path", self.storage.proxy_root.display());
         }
+        if self.storage.proxy_root.parent().is_none() {
+            bail!("storage.proxy_root: / cannot be the proxy root: it would contain every library");
+        }
+        if !(1..=100).contains(&self.storage.mass_deletion_max_percent) {
+            bail!(
+                "storage.mass_deletion_max_percent: {} must be from 1 to 100",
+                self.storage.mass_deletion_max_percent
+            );
+        }
         if self.schedule.crawl_interval < Duration::from_secs(60) {
             bail!("schedule.crawl_interval: {:?} must be at least one minute", self.schedule.crawl_interval);
         }
@@ -256,6 +275,14 @@ impl Settings {
         c.retry = RetryPolicy { base: self.queue.retry_base, cap: self.queue.retry_cap, ..RetryPolicy::default() };
         c.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
         Ok(c)
+    }
+
+    /// The crawl's mass-deletion guard.
+    pub fn mass_deletion(&self) -> almanac_handlers::MassDeletionGuard {
+        almanac_handlers::MassDeletionGuard {
+            min_assets: self.storage.mass_deletion_min_assets,
+            max_percent: self.storage.mass_deletion_max_percent,
+        }
     }
 
     /// The settings as TOML with secrets masked (`config check`).
@@ -310,6 +337,7 @@ mod tests {
         assert_eq!(s.schedule.crawl_interval, Duration::from_secs(4 * 3600));
         assert_eq!(s.http.address.to_string(), "127.0.0.1:9464");
         assert_eq!(s.log.format, LogFormat::Human);
+        assert_eq!((s.storage.mass_deletion_min_assets, s.storage.mass_deletion_max_percent), (10, 50));
     }
 
     #[test]
@@ -348,6 +376,9 @@ mod tests {
         assert!(err(&[("ALMANAC__QUEUE__LEESE", "20s")]).contains("leese"));
         assert!(err(&[("ALMANAC__WORKER__SLOTS", "0")]).contains("worker.slots"));
         assert!(err(&[("ALMANAC__STORAGE__PROXY_ROOT", "relative/dir")]).contains("storage.proxy_root"));
+        assert!(err(&[("ALMANAC__STORAGE__PROXY_ROOT", "/")]).contains("storage.proxy_root"));
+        assert!(err(&[("ALMANAC__STORAGE__MASS_DELETION_MAX_PERCENT", "0")]).contains("mass_deletion_max_percent"));
+        assert!(err(&[("ALMANAC__STORAGE__MASS_DELETION_MAX_PERCENT", "300")]).contains("mass_deletion_max_percent"));
         assert!(err(&[("ALMANAC__LOG__FORMAT", "xml")]).contains("format"));
     }
 

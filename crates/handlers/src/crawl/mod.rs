@@ -13,16 +13,17 @@ use std::sync::{Arc, Mutex};
 
 use almanac_domain::{
     AssetId, CatalogueError, CatalogueStore, ContentHash, DedupKey, FileFacts, IngestOutcome, KnownFile, MediaType,
-    NewAsset, NewProxy, NewWorkItem, ProxyType, Scope, StorageConfigId, WorkKind, WorkQueue,
+    NewAsset, NewProxy, NewWorkItem, ProxyType, Scope, StorageConfig, StorageConfigId, WorkKind, WorkQueue,
+    roots_overlap,
 };
 use almanac_executor::{BoxFuture, Handler, HandlerContext, HandlerError};
-use almanac_media::{MAGIC_LEN, MediaError, MediaFormat, ToolLimits, detect_format};
+use almanac_media::{MAGIC_LEN, MediaError, MediaFormat, OpenError, Original, RootFolder, ToolLimits, detect_format};
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-pub use rules::{LIVE_PHOTO_MAX_GAP, Placement, is_skipped_name, mass_deletion_refused, pair_live_photos, place};
-pub use walk::{Seen, WalkEntry, WalkReport, Walked, classify, list_tree, mtime_of};
+pub use rules::{LIVE_PHOTO_MAX_GAP, MassDeletionGuard, Placement, is_skipped_name, pair_live_photos, place};
+pub use walk::{Seen, WalkEntry, WalkReport, Walked, classify, list_tree};
 
 /// Most files whose failure is listed in a crawl's result (the count is always complete).
 const MAX_LISTED_FAILURES: usize = 200;
@@ -40,6 +41,8 @@ pub struct CrawlSettings {
     pub max_concurrent_files: usize,
     /// Time limits for ffmpeg and friends.
     pub tool_limits: ToolLimits,
+    /// When a crawl refuses to soft-delete what it did not find.
+    pub mass_deletion: MassDeletionGuard,
 }
 
 /// The crawl handler (kind `crawl`).
@@ -105,7 +108,7 @@ struct Run<'a, C> {
     catalogue: &'a C,
     settings: &'a CrawlSettings,
     config: StorageConfigId,
-    root: PathBuf,
+    root: Arc<RootFolder>,
     known: Arc<HashMap<Vec<u8>, KnownFile>>,
     counters: Counters,
     seen: Mutex<HashSet<Seen>>,
@@ -131,6 +134,51 @@ struct Unseen {
     extra_paths: Vec<Vec<u8>>,
     /// Assets whose own path is gone but a copy remains: they move to the copy.
     promotions: Vec<(AssetId, FileFacts)>,
+}
+
+/// A file opened beneath the root and hashed.
+struct Hashed {
+    original: Original,
+    format: MediaFormat,
+    /// A still's whole content (a video is not kept in memory).
+    content: Option<Vec<u8>>,
+    hash: ContentHash,
+    bytes: u64,
+}
+
+/// Opens `rel` beneath the root with no link followed and hashes it through the open file. Blocking.
+fn read_and_hash(root: &RootFolder, rel: &[u8]) -> Result<Hashed, FileProblem> {
+    use std::io::Read;
+    let original = root.open_file(rel).map_err(|e| match e {
+        OpenError::Vanished(_) => FileProblem::Skipped("vanished during the crawl".into()),
+        other => FileProblem::Failed(other.to_string()),
+    })?;
+    let mut file = original.file();
+    let mut head = [0u8; MAGIC_LEN];
+    let mut n = 0;
+    while n < head.len() {
+        match file.read(&mut head[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) => return Err(FileProblem::Failed(format!("cannot read: {e}"))),
+        }
+    }
+    let format = detect_format(Path::new(std::ffi::OsStr::from_bytes(rel)), &head[..n])
+        .ok_or_else(|| FileProblem::Skipped("not a supported image or video by its content".into()))?;
+    let (content, hashed) = match format.media_type() {
+        MediaType::Image => {
+            let len = file.metadata().map_err(|e| FileProblem::Failed(e.to_string()))?.len();
+            if len > MAX_STILL_BYTES {
+                return Err(FileProblem::Failed(format!("{len} bytes is too large for a still")));
+            }
+            let mut content = head[..n].to_vec();
+            file.read_to_end(&mut content).map_err(|e| FileProblem::Failed(format!("cannot read: {e}")))?;
+            let hashed = almanac_media::hash_bytes(&content);
+            (Some(content), hashed)
+        }
+        MediaType::Video => (None, almanac_media::hash_reader((&head[..n]).chain(file), original.path())?),
+    };
+    Ok(Hashed { original, format, content, hash: hashed.hash, bytes: hashed.bytes })
 }
 
 /// Why one file was not ingested.
@@ -168,26 +216,80 @@ fn display(rel: &[u8]) -> String {
 }
 
 impl<C: CatalogueStore + 'static, Q: WorkQueue + 'static> CrawlHandler<C, Q> {
+    /// Refuses a root that overlaps the proxy root or another config's root (an older catalogue may hold
+    /// such roots; new ones are refused when registered): the sweep could delete originals, the crawl could
+    /// ingest proxies, and two configs on one tree would make the per-config rule protect nothing.
+    async fn check_roots_apart(&self, storage: &StorageConfig) -> Result<(), HandlerError> {
+        let root = &storage.root_path;
+        if roots_overlap(root, &self.settings.proxy_root) {
+            return Err(HandlerError::permanent(format!(
+                "the storage root {} and the proxy root {} overlap, so the crawl could take proxies for photos \
+                 and the proxy sweep could delete originals. Nothing was done. Set storage.proxy_root to a folder \
+                 outside every library",
+                root.display(),
+                self.settings.proxy_root.display()
+            )));
+        }
+        let others = self.catalogue.overlapping_roots(storage.id).await.map_err(catalogue_error)?;
+        if let Some(other) = others.first() {
+            return Err(HandlerError::permanent(format!(
+                "the storage root {} overlaps storage config {} at {}: two configs on one tree would be crawled \
+                 at the same time. Nothing was done. Deactivate one of them (almanac-worker config deactivate \
+                 {})",
+                root.display(),
+                other.id,
+                other.root_path.display(),
+                other.id
+            )));
+        }
+        Ok(())
+    }
+
     async fn crawl(&self, ctx: HandlerContext) -> Result<Option<serde_json::Value>, HandlerError> {
         let Scope::Config(config) = ctx.item.scope else {
             return Err(HandlerError::permanent("a crawl needs a storage config"));
         };
-        let confirmed = ctx.item.payload.get("allow_mass_deletion").and_then(serde_json::Value::as_bool) == Some(true);
+        let confirmed = payload_flag(&ctx, "allow_mass_deletion");
         let storage = self
             .catalogue
             .storage_config(config)
             .await
             .map_err(catalogue_error)?
             .ok_or_else(|| HandlerError::permanent(format!("storage config {config} does not exist")))?;
-        check_root_reachable(&storage.root_path)?;
+        self.check_roots_apart(&storage).await?;
+        let root = Arc::new(open_root(&storage.root_path)?);
+        let is_mount_point = root
+            .is_mount_point()
+            .map_err(|e| root_unavailable(&storage.root_path, &format!("cannot be examined ({e})")))?;
+        if storage.root_is_mount_point == Some(true) && !is_mount_point && !payload_flag(&ctx, "root_moved") {
+            return Err(root_unavailable(
+                &storage.root_path,
+                &format!(
+                    "was a mount point at the last crawl and is not one now (a share that is not mounted leaves an \
+                     ordinary folder behind). If the library really moved off its own mount, confirm with: \
+                     almanac-worker enqueue crawl --config {config} --payload '{{\"root_moved\": true}}'"
+                ),
+            ));
+        }
         // List the tree while the catalogue's known files load: neither needs the other.
-        let (root, cancel) = (storage.root_path.clone(), ctx.cancel.clone());
-        let listing = tokio::task::spawn_blocking(move || list_tree(&root, &cancel));
+        let (listing_root, cancel) = (root.clone(), ctx.cancel.clone());
+        let listing = tokio::task::spawn_blocking(move || list_tree(&listing_root, &cancel));
         let known_files = self.catalogue.known_files(config).await.map_err(catalogue_error)?;
         let (files, report) =
             listing.await.map_err(|e| HandlerError::retryable(format!("the folder walk ended abnormally: {e}")))?;
         let active = known_files.iter().filter(|k| !k.extra).count();
-        check_root_not_emptied(&storage.root_path, active)?;
+        // Decided on what the walk found, not on raw entries: a mount point left with `.DS_Store`, `@eaDir` or
+        // `lost+found` holds no media.
+        if active > 0 && files.is_empty() && !report.stopped && !confirmed {
+            return Err(root_unavailable(
+                &storage.root_path,
+                &format!(
+                    "holds no photos or videos while the catalogue has {active} active assets for it. If the \
+                     library really is empty now, confirm with: almanac-worker enqueue crawl --config {config} \
+                     --payload '{{\"allow_mass_deletion\": true}}'"
+                ),
+            ));
+        }
 
         let known: HashMap<Vec<u8>, KnownFile> =
             known_files.into_iter().map(|k| (k.facts.file_path.clone(), k)).collect();
@@ -196,7 +298,7 @@ impl<C: CatalogueStore + 'static, Q: WorkQueue + 'static> CrawlHandler<C, Q> {
             catalogue: &*self.catalogue,
             settings: &self.settings,
             config,
-            root: storage.root_path.clone(),
+            root: root.clone(),
             known: known.clone(),
             counters: Counters::default(),
             seen: Mutex::default(),
@@ -277,19 +379,28 @@ impl<C: CatalogueStore + 'static, Q: WorkQueue + 'static> CrawlHandler<C, Q> {
                 run.counters.moved.fetch_add(1, Ordering::Relaxed);
             }
             let (active, unseen) = (active as u64, unseen_files.assets.len() as u64);
-            if mass_deletion_refused(active, unseen, confirmed) {
-                return Err(HandlerError::permanent(format!(
-                    "refusing to soft-delete {unseen} of {active} assets under {}: more than half of the library \
-                     vanished at once, which usually means a share is only partly mounted. Nothing was deleted. If \
-                     the files really are gone, confirm with: almanac-worker enqueue crawl --config {config} \
-                     --payload '{{\"allow_mass_deletion\": true}}'",
-                    storage.root_path.display()
+            if !confirmed && self.settings.mass_deletion.refuses(active, unseen) {
+                return Err(HandlerError::retryable(format!(
+                    "refusing to soft-delete {unseen} of {active} assets under {}: {} vanished at once, which \
+                     usually means a share is only partly mounted. Nothing was deleted. If the files really are \
+                     gone, confirm with: almanac-worker enqueue crawl --config {config} --payload \
+                     '{{\"allow_mass_deletion\": true}}'",
+                    storage.root_path.display(),
+                    self.settings.mass_deletion.describe(),
                 )));
             }
-            self.catalogue
+            if ctx.cancel.is_cancelled() {
+                return Err(HandlerError::cancelled());
+            }
+            let soft_deleted = self
+                .catalogue
                 .soft_delete(config, &unseen_files.assets, &unseen_files.extra_paths)
                 .await
-                .map_err(catalogue_error)?
+                .map_err(catalogue_error)?;
+            if storage.root_is_mount_point != Some(is_mount_point) {
+                self.catalogue.record_root_identity(config, is_mount_point).await.map_err(catalogue_error)?;
+            }
+            soft_deleted
         } else {
             warn!(
                 event = "soft_delete_skipped",
@@ -353,24 +464,17 @@ fn tokio_stream_from<T: Send + 'static>(mut rx: tokio::sync::mpsc::Receiver<T>) 
     futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
-/// Refuses a root that cannot be used: missing, not a folder, or unreadable. An unmounted share must never
-/// look like a deleted library.
-fn check_root_reachable(root: &Path) -> Result<(), HandlerError> {
-    let meta = std::fs::metadata(root).map_err(|e| root_unavailable(root, &format!("cannot be reached ({e})")))?;
-    if !meta.is_dir() {
-        return Err(root_unavailable(root, "is not a folder"));
-    }
-    std::fs::read_dir(root).map_err(|e| root_unavailable(root, &format!("cannot be read ({e})")))?;
-    Ok(())
+/// Opens the root: it must be there, be a folder and be readable. An unmounted share must never look like a
+/// deleted library.
+fn open_root(root: &Path) -> Result<RootFolder, HandlerError> {
+    RootFolder::open(root).map_err(|e| match e.raw_os_error() {
+        Some(20) => root_unavailable(root, "is not a folder"),
+        _ => root_unavailable(root, &format!("cannot be opened ({e})")),
+    })
 }
 
-/// Refuses a root that is empty while the catalogue has active assets for it (an empty mount point).
-fn check_root_not_emptied(root: &Path, active: usize) -> Result<(), HandlerError> {
-    let mut entries = std::fs::read_dir(root).map_err(|e| root_unavailable(root, &format!("cannot be read ({e})")))?;
-    if active > 0 && entries.next().is_none() {
-        return Err(root_unavailable(root, &format!("is empty while the catalogue has {active} active assets for it")));
-    }
-    Ok(())
+fn payload_flag(ctx: &HandlerContext, key: &str) -> bool {
+    ctx.item.payload.get(key).and_then(serde_json::Value::as_bool) == Some(true)
 }
 
 fn root_unavailable(root: &Path, what: &str) -> HandlerError {
@@ -436,7 +540,8 @@ impl<C: CatalogueStore> Run<'_, C> {
         if entry.size == 0 {
             return Err(FileProblem::Skipped("empty file".into()));
         }
-        let (format, content, hash) = self.read_and_hash(entry).await?;
+        let Hashed { original, format, content, hash, .. } = self.read_and_hash(entry).await?;
+        self.still_wanted()?;
         let lock = {
             let mut locks = self.hash_locks.lock().expect("poisoned");
             locks.entry(hash.clone()).or_default().clone()
@@ -462,7 +567,8 @@ impl<C: CatalogueStore> Run<'_, C> {
             Placement::Touched(id) => {
                 self.mark(Seen::Asset(id));
                 if known.is_some_and(|k| !k.proxies_complete) {
-                    let made = self.make(entry, format, content, &hash).await?;
+                    let made = self.make(entry, original, format, content, &hash).await?;
+                    self.still_wanted()?;
                     self.catalogue.put_proxies(id, &made.proxies).await?;
                     self.counters.regenerated.fetch_add(1, Ordering::Relaxed);
                 } else {
@@ -487,7 +593,8 @@ impl<C: CatalogueStore> Run<'_, C> {
             }
             Placement::New => {
                 let replaces = known.filter(|k| !k.extra).map(|k| k.asset_id);
-                let asset = self.ingest_new(entry, format, content, hash, facts.clone(), replaces).await?;
+                let asset = self.ingest_new(entry, original, format, content, hash, facts.clone(), replaces).await?;
+                self.still_wanted()?;
                 match self.catalogue.ingest(&asset).await? {
                     IngestOutcome::Ingested(_) => {
                         self.counters.ingested.fetch_add(1, Ordering::Relaxed);
@@ -504,66 +611,39 @@ impl<C: CatalogueStore> Run<'_, C> {
     }
 
     fn exists(&self, rel: &[u8]) -> bool {
-        std::fs::symlink_metadata(self.root.join(std::ffi::OsStr::from_bytes(rel))).is_ok()
+        self.root.exists(rel)
     }
 
-    /// Reads the head to confirm the format, then hashes: stills are read once into memory (their decoder
-    /// needs the whole file anyway), videos are streamed.
-    async fn read_and_hash(
-        &self,
-        entry: &WalkEntry,
-    ) -> Result<(MediaFormat, Option<Vec<u8>>, ContentHash), FileProblem> {
-        let abs = entry.abs.clone();
+    /// Every write after hashing is preceded by this: a cancelled (or self-stopped) attempt writes nothing more.
+    fn still_wanted(&self) -> Result<(), FileProblem> {
+        if self.cancel.is_cancelled() { Err(FileProblem::Cancelled) } else { Ok(()) }
+    }
+
+    /// Opens the file beneath the root (no link followed), reads the head to confirm the format, then hashes
+    /// through the open file: stills are read once into memory (their decoder needs the whole file anyway),
+    /// videos are streamed. The open file is kept for the tools that read it next.
+    async fn read_and_hash(&self, entry: &WalkEntry) -> Result<Hashed, FileProblem> {
+        let root = self.root.clone();
         let rel = entry.rel.clone();
-        let (format, content, hashed) = tokio::task::spawn_blocking(move || -> Result<_, FileProblem> {
-            let mut head = [0u8; MAGIC_LEN];
-            let n = {
-                use std::io::Read;
-                let mut f = std::fs::File::open(&abs).map_err(|e| match e.kind() {
-                    std::io::ErrorKind::NotFound => FileProblem::Skipped("vanished during the crawl".into()),
-                    _ => FileProblem::Failed(format!("cannot open: {e}")),
-                })?;
-                let mut n = 0;
-                while n < head.len() {
-                    match f.read(&mut head[n..]) {
-                        Ok(0) => break,
-                        Ok(k) => n += k,
-                        Err(e) => return Err(FileProblem::Failed(format!("cannot read: {e}"))),
-                    }
-                }
-                n
-            };
-            let format = detect_format(Path::new(std::ffi::OsStr::from_bytes(&rel)), &head[..n])
-                .ok_or_else(|| FileProblem::Skipped("not a supported image or video by its content".into()))?;
-            match format.media_type() {
-                MediaType::Image => {
-                    let len = std::fs::metadata(&abs).map_err(|e| FileProblem::Failed(e.to_string()))?.len();
-                    if len > MAX_STILL_BYTES {
-                        return Err(FileProblem::Failed(format!("{len} bytes is too large for a still")));
-                    }
-                    let content = std::fs::read(&abs).map_err(|e| FileProblem::Failed(format!("cannot read: {e}")))?;
-                    let hashed = almanac_media::hash_bytes(&content);
-                    Ok((format, Some(content), hashed))
-                }
-                MediaType::Video => Ok((format, None, almanac_media::hash_file(&abs)?)),
-            }
-        })
-        .await
-        .map_err(|e| FileProblem::Failed(format!("hashing ended abnormally: {e}")))??;
+        let hashed = tokio::task::spawn_blocking(move || read_and_hash(&root, &rel))
+            .await
+            .map_err(|e| FileProblem::Failed(format!("hashing ended abnormally: {e}")))??;
         self.counters.bytes_hashed.fetch_add(hashed.bytes, Ordering::Relaxed);
-        Ok((format, content, hashed.hash))
+        Ok(hashed)
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn ingest_new(
         &self,
         entry: &WalkEntry,
+        original: Original,
         format: MediaFormat,
         content: Option<Vec<u8>>,
         hash: ContentHash,
         facts: FileFacts,
         replaces: Option<AssetId>,
     ) -> Result<NewAsset, FileProblem> {
-        let made = self.make(entry, format, content, &hash).await?;
+        let made = self.make(entry, original, format, content, &hash).await?;
         Ok(NewAsset {
             storage_config_id: self.config,
             facts,
@@ -580,6 +660,7 @@ impl<C: CatalogueStore> Run<'_, C> {
     async fn make(
         &self,
         entry: &WalkEntry,
+        original: Original,
         format: MediaFormat,
         content: Option<Vec<u8>>,
         hash: &ContentHash,
@@ -592,11 +673,23 @@ impl<C: CatalogueStore> Run<'_, C> {
         let rel_file = |t: ProxyType| relative_dir.join(t.file_name().expect("file proxy")).display().to_string();
         let (media_type, capture, metadata, proxies) = match (format.media_type(), content) {
             (MediaType::Image, Some(content)) => {
+                // HEIC is turned into a JPEG first, by a tool reading the open file (killed on cancellation).
+                let decodable = match format {
+                    MediaFormat::Heic => Some(
+                        almanac_media::heic_to_jpeg(&original, &dir, self.settings.tool_limits, &self.cancel).await?,
+                    ),
+                    _ => None,
+                };
                 let abs = entry.abs.clone();
                 let out = dir.clone();
                 let (facts_exif, made) = tokio::task::spawn_blocking(move || {
                     let exif = almanac_media::read_exif(&content);
-                    let made = almanac_media::make_still_proxies(&abs, &content, format, exif.orientation, &out);
+                    let made = match &decodable {
+                        Some(jpeg) => {
+                            almanac_media::make_still_proxies(&abs, jpeg, MediaFormat::Jpeg, exif.orientation, &out)
+                        }
+                        None => almanac_media::make_still_proxies(&abs, &content, format, exif.orientation, &out),
+                    };
                     (exif, made)
                 })
                 .await
@@ -629,8 +722,8 @@ impl<C: CatalogueStore> Run<'_, C> {
             }
             _ => {
                 let limits = self.settings.tool_limits;
-                let probed = almanac_media::probe_video(&entry.abs, limits, &self.cancel).await?;
-                let made = almanac_media::make_video_proxies(&entry.abs, &dir, limits, &self.cancel).await?;
+                let probed = almanac_media::probe_video(&original, limits, &self.cancel).await?;
+                let made = almanac_media::make_video_proxies(&original, &dir, limits, &self.cancel).await?;
                 let capture = probed.created.unwrap_or(almanac_domain::CaptureTime {
                     at: entry.mtime,
                     offset_minutes: None,

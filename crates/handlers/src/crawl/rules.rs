@@ -15,10 +15,32 @@ pub fn is_skipped_name(name: &[u8]) -> bool {
     name.first() == Some(&b'.') || SYSTEM_FOLDERS.contains(&name)
 }
 
-/// The mass-deletion cap: a crawl refuses to soft-delete more than half of a config's active assets when that
-/// is also more than 100 files, unless the operator confirmed it.
-pub fn mass_deletion_refused(active: u64, unseen: u64, confirmed: bool) -> bool {
-    !confirmed && unseen > 100 && unseen * 2 > active
+/// The mass-deletion guard: a crawl refuses to soft-delete more than `max_percent` of a config's active
+/// assets when that is also `min_assets` or more, unless the operator confirmed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MassDeletionGuard {
+    /// Deletions below this many assets are never refused (a small library may lose most of its files).
+    pub min_assets: u64,
+    /// The largest share of the active assets, in percent, that one crawl soft-deletes unconfirmed.
+    pub max_percent: u8,
+}
+
+impl Default for MassDeletionGuard {
+    fn default() -> Self {
+        Self { min_assets: 10, max_percent: 50 }
+    }
+}
+
+impl MassDeletionGuard {
+    /// Whether soft-deleting `unseen` of `active` assets needs the operator's confirmation.
+    pub fn refuses(&self, active: u64, unseen: u64) -> bool {
+        unseen >= self.min_assets && unseen * 100 > active * u64::from(self.max_percent)
+    }
+
+    /// The rule in words, for the refusal's message.
+    pub fn describe(&self) -> String {
+        format!("more than {}% of the library (and {} or more assets)", self.max_percent, self.min_assets)
+    }
 }
 
 /// What a hashed file is, given what the catalogue knows.
@@ -119,13 +141,19 @@ mod tests {
     }
 
     #[test]
-    fn mass_deletion_needs_both_more_than_half_and_more_than_a_hundred() {
-        assert!(mass_deletion_refused(200, 101, false));
-        assert!(!mass_deletion_refused(200, 101, true), "confirmed");
-        assert!(!mass_deletion_refused(202, 101, false), "exactly half is allowed");
-        assert!(!mass_deletion_refused(150, 100, false), "a hundred is allowed");
-        assert!(mass_deletion_refused(101, 101, false));
-        assert!(!mass_deletion_refused(10, 9, false), "small libraries may lose most files");
+    fn mass_deletion_needs_both_more_than_half_and_ten_or_more() {
+        let guard = MassDeletionGuard::default();
+        assert!(guard.refuses(25, 25), "a whole library of 25");
+        assert!(guard.refuses(19, 10), "ten of nineteen");
+        assert!(!guard.refuses(20, 10), "exactly half is allowed");
+        assert!(!guard.refuses(12, 9), "nine is below the floor");
+        assert!(guard.refuses(10, 10));
+        assert!(guard.refuses(1_000_000, 500_001));
+        assert!(!guard.refuses(1_000_000, 500_000));
+        assert!(!guard.refuses(100, 0));
+        let strict = MassDeletionGuard { min_assets: 3, max_percent: 10 };
+        assert!(strict.refuses(100, 11) && !strict.refuses(100, 10) && !strict.refuses(20, 2));
+        assert!(guard.describe().contains("50%") && guard.describe().contains("10 or more"));
     }
 
     #[test]

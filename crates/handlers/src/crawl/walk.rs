@@ -1,9 +1,11 @@
 //! Walking a config's folder: one directory handle open at a time, links never followed, system folders and
 //! hidden files skipped, names kept as the exact bytes the file system gave.
 
+use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use almanac_media::{EntryKind, OpenError, RootFolder};
 use chrono::{DateTime, Utc};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -37,7 +39,7 @@ const UNCHANGED_BATCH: usize = 1024;
 /// A file that may be media.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WalkEntry {
-    /// Absolute path, for opening it.
+    /// Absolute path, for messages only: the file is opened beneath the root by `rel`, never by this path.
     pub abs: PathBuf,
     /// Path relative to the root, as bytes.
     pub rel: Vec<u8>,
@@ -54,93 +56,76 @@ pub struct WalkReport {
     pub unreadable: Vec<(String, String)>,
     /// Symbolic links passed over (never followed).
     pub links: u64,
-    /// Files that are not of a media type by name.
+    /// Files that are not of a media type by name, and FIFOs, sockets and devices.
     pub unsupported: u64,
     /// True when the walk stopped early (cancelled, or the receiver went away).
     pub stopped: bool,
 }
 
-/// A file's mtime as the catalogue stores it (microseconds).
-pub fn mtime_of(meta: &std::fs::Metadata) -> DateTime<Utc> {
-    let t: DateTime<Utc> = meta.modified().map(DateTime::<Utc>::from).unwrap_or(DateTime::<Utc>::UNIX_EPOCH);
-    DateTime::from_timestamp_micros(t.timestamp_micros()).unwrap_or(t)
-}
-
-/// Lists the candidate files under `root` (one folder handle open at a time). Blocking: run it on a blocking
-/// thread. It needs nothing from the catalogue, so it runs while the catalogue's known files load.
-pub fn list_tree(root: &Path, cancel: &CancellationToken) -> (Vec<WalkEntry>, WalkReport) {
+/// Lists the candidate files under the root (one folder handle open at a time, each opened beneath the root
+/// with no link followed, so a folder swapped for a link after it was listed is refused, not followed).
+/// Blocking: run it on a blocking thread. It needs nothing from the catalogue, so it runs while the
+/// catalogue's known files load.
+pub fn list_tree(root: &RootFolder, cancel: &CancellationToken) -> (Vec<WalkEntry>, WalkReport) {
     let mut report = WalkReport::default();
     let mut files = Vec::new();
-    let mut stack: Vec<(PathBuf, Vec<u8>)> = vec![(root.to_path_buf(), Vec::new())];
-    while let Some((dir, rel_dir)) = stack.pop() {
+    let mut stack: Vec<Vec<u8>> = vec![Vec::new()];
+    while let Some(rel_dir) = stack.pop() {
         if cancel.is_cancelled() {
             report.stopped = true;
             return (files, report);
         }
         // Read the whole folder (names and their lstat, relative to the open folder), then close it: one open
         // handle at a time however deep the tree.
-        let listed: std::io::Result<Vec<(std::ffi::OsString, std::io::Result<std::fs::Metadata>)>> =
-            std::fs::read_dir(&dir).and_then(|rd| {
-                rd.filter_map(|e| match e {
-                    Ok(e) if is_skipped_name(e.file_name().as_bytes()) => None,
-                    Ok(e) => Some(Ok((e.file_name(), e.metadata()))),
-                    Err(err) => Some(Err(err)),
-                })
-                .collect()
-            });
+        let listed = root.open_folder(&rel_dir).and_then(|folder| root.list(&folder, &rel_dir));
         let mut entries = match listed {
             Ok(entries) => entries,
+            // Gone since its parent was listed: it is simply not there.
+            Err(OpenError::Vanished(_)) => continue,
             Err(e) => {
-                report.unreadable.push((dir.display().to_string(), e.to_string()));
+                report.unreadable.push((display_of(root, &rel_dir), e.to_string()));
                 continue;
             }
         };
-        entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        entries.retain(|e| !is_skipped_name(e.name.as_bytes()));
+        entries.sort_unstable_by(|a, b| a.name.cmp(&b.name));
         let mut subdirs = Vec::new();
         let mut rel = rel_dir.clone();
         if !rel.is_empty() {
             rel.push(b'/');
         }
         let prefix = rel.len();
-        for (name, meta) in entries {
-            let bytes = name.as_bytes();
+        for entry in entries {
             rel.truncate(prefix);
-            rel.extend_from_slice(bytes);
-            let meta = match meta {
-                Ok(m) => m,
-                // Vanished between listing and looking: it is simply not there.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => {
-                    report.unreadable.push((dir.join(&name).display().to_string(), e.to_string()));
-                    continue;
-                }
-            };
-            let kind = meta.file_type();
-            if kind.is_symlink() {
-                report.links += 1;
-            } else if kind.is_dir() {
-                subdirs.push((dir.join(&name), rel.clone()));
-            } else if kind.is_file() {
-                let media = Path::new(&name)
-                    .extension()
-                    .and_then(|e| e.to_str())
-                    .is_some_and(|e| MEDIA_EXTENSIONS.iter().any(|m| m.eq_ignore_ascii_case(e)));
-                if !media {
-                    report.unsupported += 1;
-                    continue;
-                }
-                files.push(WalkEntry {
-                    abs: dir.join(&name),
+            rel.extend_from_slice(entry.name.as_bytes());
+            match entry.kind {
+                EntryKind::Link => report.links += 1,
+                EntryKind::Folder => subdirs.push(rel.clone()),
+                EntryKind::Other => report.unsupported += 1,
+                EntryKind::File if !is_media_name(&entry.name) => report.unsupported += 1,
+                EntryKind::File => files.push(WalkEntry {
+                    abs: root.path().join(OsStr::from_bytes(&rel)),
                     rel: rel.clone(),
-                    size: meta.len(),
-                    mtime: mtime_of(&meta),
-                });
+                    size: entry.size,
+                    mtime: entry.mtime,
+                }),
             }
         }
         // Depth first, in name order.
         stack.extend(subdirs.into_iter().rev());
     }
     (files, report)
+}
+
+fn is_media_name(name: &OsStr) -> bool {
+    Path::new(name)
+        .extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| MEDIA_EXTENSIONS.iter().any(|m| m.eq_ignore_ascii_case(e)))
+}
+
+fn display_of(root: &RootFolder, rel: &[u8]) -> String {
+    root.path().join(OsStr::from_bytes(rel)).display().to_string()
 }
 
 /// Hands the listed files to the crawl: known files found unchanged (`unchanged` says which) in batches,

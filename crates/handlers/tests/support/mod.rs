@@ -4,11 +4,14 @@
 #![allow(dead_code)]
 
 use std::path::PathBuf;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use almanac_domain::{NewWorkItem, Scope, StorageConfigId, WorkItem, WorkKind, WorkQueue};
 use almanac_executor::{Handler, HandlerContext, HandlerError, ProgressReporter};
+use almanac_handlers::{CrawlHandler, CrawlSettings, MassDeletionGuard};
+use almanac_media::ToolLimits;
 use almanac_store_pg::{NewStorageConfig, PgStore};
 use almanac_testdb::TestDatabase;
 use diesel::sql_query;
@@ -63,5 +66,44 @@ impl Library {
             n: i64,
         }
         sql_query(sql).get_result::<N>(&mut self.conn().await).await.unwrap().n
+    }
+
+    // The crawl, as the crawl and file-safety tests run it.
+    pub fn handler(&self) -> CrawlHandler<PgStore, PgStore> {
+        self.handler_with(4)
+    }
+
+    pub fn handler_with(&self, max_concurrent_files: usize) -> CrawlHandler<PgStore, PgStore> {
+        let settings = CrawlSettings {
+            proxy_root: self.proxies.clone(),
+            max_concurrent_files,
+            tool_limits: ToolLimits::default(),
+            mass_deletion: MassDeletionGuard::default(),
+        };
+        CrawlHandler::new(self.store.clone(), self.store.clone(), settings)
+    }
+
+    pub async fn item(&self, payload: serde_json::Value) -> WorkItem {
+        self.work_item(WorkKind::Crawl, Scope::Config(self.config), payload).await
+    }
+
+    pub async fn crawl_with(
+        &self,
+        payload: serde_json::Value,
+        cancel: CancellationToken,
+    ) -> Result<serde_json::Value, HandlerError> {
+        let ctx = HandlerContext { item: self.item(payload).await, cancel, progress: ProgressReporter::default() };
+        self.handler().run(ctx).await.map(|r| r.expect("a crawl reports its result"))
+    }
+
+    pub async fn crawl(&self) -> serde_json::Value {
+        self.crawl_with(serde_json::json!({}), CancellationToken::new()).await.expect("crawl succeeds")
+    }
+
+    pub fn write(&self, rel: &str, content: &[u8]) -> PathBuf {
+        let path = self.root.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, content).unwrap();
+        path
     }
 }

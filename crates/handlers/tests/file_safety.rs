@@ -1,0 +1,454 @@
+//! File-system safety (ADR 0009) on real folders and a real catalogue: a missing share never looks like a
+//! deleted library, roots never overlap, originals are read only beneath their root, a scoped item touches only
+//! its config, and the sweep deletes only what is ours.
+
+mod support;
+
+use std::mem::MaybeUninit;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use almanac_domain::{
+    AssetId, CatalogueError, CatalogueStore, ContentHash, FileFacts, HashMatch, IngestOutcome, KnownFile, NewAsset,
+    NewProxy, PairingCandidate, Scope, StorageConfig, StorageConfigId, WorkKind,
+};
+use almanac_executor::{Handler, HandlerContext, ProgressReporter};
+use almanac_handlers::{CrawlHandler, CrawlSettings, MassDeletionGuard, ProxyDeletionHandler, ProxySweepHandler};
+use almanac_media::ToolLimits;
+use almanac_media::fixtures::{self, FixtureExif};
+use almanac_store_pg::{NewStorageConfig, PgStore};
+use chrono::{DateTime, Utc};
+use diesel::sql_query;
+use diesel::sql_types::{Text, Uuid};
+use diesel_async::RunQueryDsl;
+use rustix::fs::inotify;
+use support::{Library, library};
+use tokio_util::sync::CancellationToken;
+
+fn photo(seed: u32) -> Vec<u8> {
+    fixtures::jpeg(64, 48, seed, false, &FixtureExif::camera("2019:07:04 18:30:05", "+02:00"))
+}
+
+fn hash_of(content: &[u8]) -> String {
+    almanac_media::hash_bytes(content).hash.as_hex().to_owned()
+}
+
+impl Library {
+    async fn active_count(&self) -> i64 {
+        self.count(&format!(
+            "SELECT count(*) AS n FROM media_assets WHERE storage_config_id = '{}' AND NOT is_soft_deleted",
+            self.config
+        ))
+        .await
+    }
+
+    async fn refused(&self, payload: serde_json::Value) -> almanac_executor::HandlerError {
+        self.crawl_with(payload, CancellationToken::new()).await.expect_err("the crawl refuses")
+    }
+
+    /// A library of `n` photos, crawled once.
+    async fn with_photos(&self, n: u32) {
+        for i in 0..n {
+            self.write(&format!("{}/IMG_{i:04}.jpg", 2019 + i % 3), &photo(i));
+        }
+        assert_eq!(self.crawl().await["ingested"], u64::from(n));
+    }
+
+    /// "Unmounts" the share: the library moves away and an ordinary folder holding `leftovers` takes its place.
+    fn unmount_leaving(&self, leftovers: &[&str]) -> PathBuf {
+        let away = self.root.with_file_name("unmounted-share");
+        std::fs::rename(&self.root, &away).unwrap();
+        std::fs::create_dir_all(&self.root).unwrap();
+        for rel in leftovers {
+            let path = self.root.join(rel);
+            if rel.ends_with('/') {
+                std::fs::create_dir_all(&path).unwrap();
+            } else {
+                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                std::fs::write(&path, b"leftover").unwrap();
+            }
+        }
+        away
+    }
+
+    fn remount(&self, away: &Path) {
+        std::fs::remove_dir_all(&self.root).unwrap();
+        std::fs::rename(away, &self.root).unwrap();
+    }
+
+    async fn set_mount_point(&self, value: Option<bool>) {
+        sql_query("UPDATE storage_configs SET root_is_mount_point = $2 WHERE id = $1")
+            .bind::<Uuid, _>(self.config.as_uuid())
+            .bind::<diesel::sql_types::Nullable<diesel::sql_types::Bool>, _>(value)
+            .execute(&mut self.conn().await)
+            .await
+            .unwrap();
+    }
+
+    async fn mount_point(&self) -> Option<bool> {
+        self.store.storage_config(self.config).await.unwrap().unwrap().root_is_mount_point
+    }
+}
+
+#[tokio::test]
+async fn a_mount_point_left_with_only_leftovers_is_refused_and_nothing_is_soft_deleted() {
+    let lib = library().await;
+    lib.with_photos(25).await;
+    // What NAS systems and desktops leave on a mount point without its mount: hidden files, system folders
+    // (with their own thumbnails inside), files that are not media, and media-named files in skipped folders.
+    let leftover_sets: [&[&str]; 4] = [
+        &[".DS_Store", "@eaDir/"],
+        &["lost+found/", "#recycle/2019/IMG_0001.jpg", "@eaDir/IMG_0002.jpg/SYNOPHOTO_THUMB_XL.jpg"],
+        &["Thumbs.db", "desktop.ini", ".Trashes/", "README.txt", ".localized"],
+        &["#snapshot/daily/2019/IMG_0003.jpg", ".thumbnails/large/x.png", "$RECYCLE.BIN/"],
+    ];
+    for leftovers in leftover_sets {
+        let away = lib.unmount_leaving(leftovers);
+        let err = lib.refused(serde_json::json!({})).await;
+        assert!(err.retryable, "{leftovers:?}: {err:?}");
+        assert!(err.message.contains("holds no photos or videos"), "{leftovers:?}: {}", err.message);
+        assert!(err.message.contains("25 active assets") && err.message.contains("is the share mounted"));
+        assert_eq!(lib.active_count().await, 25, "{leftovers:?}: nothing soft-deleted");
+        lib.remount(&away);
+    }
+    // Mounted again, the library is all there and nothing was lost.
+    let result = lib.crawl().await;
+    assert_eq!((result["unchanged"].as_u64(), result["soft_deleted"].as_u64()), (Some(25), Some(0)), "{result}");
+    // An operator who really emptied the library confirms it.
+    lib.unmount_leaving(&[".DS_Store"]);
+    let result = lib.crawl_with(serde_json::json!({"allow_mass_deletion": true}), CancellationToken::new()).await;
+    assert_eq!(result.unwrap()["soft_deleted"], 25);
+}
+
+#[tokio::test]
+async fn a_root_that_stopped_being_a_mount_point_is_refused_until_confirmed() {
+    let lib = library().await;
+    lib.with_photos(3).await;
+    assert_eq!(lib.mount_point().await, Some(false), "a complete crawl records the root's identity");
+    // Registered while the share was mounted; now the folder under the mount point shows through, photos and
+    // all (a stale copy): the crawl must not treat it as the library.
+    lib.set_mount_point(Some(true)).await;
+    let err = lib.refused(serde_json::json!({})).await;
+    assert!(err.retryable && err.message.contains("was a mount point"), "{err:?}");
+    assert!(err.message.contains("root_moved"), "it says how to confirm: {}", err.message);
+    assert_eq!(lib.active_count().await, 3);
+    let result = lib.crawl_with(serde_json::json!({"root_moved": true}), CancellationToken::new()).await.unwrap();
+    assert_eq!(result["unchanged"], 3);
+    assert_eq!(lib.mount_point().await, Some(false), "the new identity is recorded");
+    assert_eq!(lib.crawl().await["unchanged"], 3, "and accepted from then on");
+}
+
+#[tokio::test]
+async fn mass_deletion_is_proportional_from_ten_assets() {
+    let lib = library().await;
+    lib.with_photos(20).await;
+    let gone = |range: std::ops::Range<u32>| {
+        for i in range {
+            std::fs::remove_file(lib.root.join(format!("{}/IMG_{i:04}.jpg", 2019 + i % 3))).unwrap();
+        }
+    };
+    gone(0..11);
+    let err = lib.refused(serde_json::json!({})).await;
+    assert!(err.retryable && err.message.contains("11 of 20") && err.message.contains("allow_mass_deletion"));
+    assert_eq!(lib.active_count().await, 20, "nothing soft-deleted");
+    let result = lib.crawl_with(serde_json::json!({"allow_mass_deletion": true}), CancellationToken::new()).await;
+    assert_eq!(result.unwrap()["soft_deleted"], 11);
+    // Nine remain: losing all but one is below the floor of ten, so it is allowed.
+    gone(11..19);
+    assert_eq!(lib.crawl().await["soft_deleted"], 8);
+}
+
+#[tokio::test]
+async fn a_root_overlapping_the_proxy_root_is_refused_by_the_crawl() {
+    let lib = library().await;
+    lib.write("IMG.jpg", &photo(1));
+    for proxy_root in [lib.root.parent().unwrap().to_path_buf(), lib.root.join(".almanac-proxies"), lib.root.clone()] {
+        let settings = CrawlSettings {
+            proxy_root: proxy_root.clone(),
+            max_concurrent_files: 1,
+            tool_limits: ToolLimits::default(),
+            mass_deletion: MassDeletionGuard::default(),
+        };
+        let handler = CrawlHandler::new(lib.store.clone(), lib.store.clone(), settings);
+        let ctx = HandlerContext {
+            item: lib.item(serde_json::json!({})).await,
+            cancel: CancellationToken::new(),
+            progress: ProgressReporter::default(),
+        };
+        let err = handler.run(ctx).await.unwrap_err();
+        assert!(!err.retryable && err.message.contains("overlap"), "{}: {err:?}", proxy_root.display());
+        assert!(err.message.contains(&proxy_root.display().to_string()));
+    }
+    assert_eq!(lib.active_count().await, 0, "nothing ingested");
+    assert!(!lib.root.join(".almanac-proxies").exists(), "nothing written");
+}
+
+#[tokio::test]
+async fn roots_of_an_older_catalogue_that_overlap_are_refused_by_the_crawl_and_reported() {
+    let lib = library().await;
+    lib.write("bob/IMG.jpg", &photo(1));
+    // An older catalogue, from before roots were checked: eve's root inside ann's.
+    let eve_root = lib.root.join("bob");
+    sql_query(
+        "WITH u AS (INSERT INTO users (id, username) VALUES (gen_random_uuid(), 'eve') RETURNING id)
+         INSERT INTO storage_configs (id, user_id, root_path) SELECT gen_random_uuid(), u.id, $1 FROM u",
+    )
+    .bind::<Text, _>(eve_root.to_str().unwrap())
+    .execute(&mut lib.conn().await)
+    .await
+    .unwrap();
+    let err = lib.refused(serde_json::json!({})).await;
+    assert!(!err.retryable && err.message.contains("overlaps storage config"), "{err:?}");
+    assert!(err.message.contains(eve_root.to_str().unwrap()) && err.message.contains("config deactivate"));
+    let overlaps = lib.store.root_overlaps().await.unwrap();
+    assert_eq!(overlaps.len(), 1);
+    assert_eq!((overlaps[0].first.2.as_str(), overlaps[0].second.2.as_str()), ("ann", "eve"));
+    assert_eq!(lib.active_count().await, 0);
+}
+
+/// The catalogue as the crawl sees it, with one twist: loading the known files waits until the walk has
+/// listed (and closed) the folder `last`, then runs `swap`. The crawl reads files only after both, so whatever
+/// `swap` does happens between the listing and the reading, every time.
+struct SwapAfterListing {
+    inner: Arc<PgStore>,
+    inotify: OwnedFd,
+    swap: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl SwapAfterListing {
+    fn new(inner: Arc<PgStore>, last: &Path, swap: impl FnOnce() + Send + 'static) -> Self {
+        let inotify = inotify::init(inotify::CreateFlags::CLOEXEC).unwrap();
+        inotify::add_watch(&inotify, last, inotify::WatchFlags::CLOSE_NOWRITE).unwrap();
+        Self { inner, inotify, swap: Mutex::new(Some(Box::new(swap))) }
+    }
+}
+
+impl CatalogueStore for SwapAfterListing {
+    async fn now(&self) -> Result<DateTime<Utc>, CatalogueError> {
+        self.inner.now().await
+    }
+    async fn storage_config(&self, id: StorageConfigId) -> Result<Option<StorageConfig>, CatalogueError> {
+        self.inner.storage_config(id).await
+    }
+    async fn overlapping_roots(&self, config: StorageConfigId) -> Result<Vec<StorageConfig>, CatalogueError> {
+        self.inner.overlapping_roots(config).await
+    }
+    async fn record_root_identity(&self, config: StorageConfigId, is_mount_point: bool) -> Result<(), CatalogueError> {
+        self.inner.record_root_identity(config, is_mount_point).await
+    }
+    async fn known_files(&self, config: StorageConfigId) -> Result<Vec<KnownFile>, CatalogueError> {
+        let inotify = self.inotify.try_clone().unwrap();
+        tokio::task::spawn_blocking(move || {
+            let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
+            let mut events = inotify::Reader::new(&inotify, &mut buf);
+            // The folder's own close (no name): the walk has read every entry of it.
+            while events.next().unwrap().file_name().is_some_and(|n| !n.is_empty()) {}
+        })
+        .await
+        .unwrap();
+        let swap = self.swap.lock().unwrap().take().expect("one crawl");
+        swap();
+        self.inner.known_files(config).await
+    }
+    async fn find_by_hash(
+        &self,
+        config: StorageConfigId,
+        hash: &ContentHash,
+    ) -> Result<Vec<HashMatch>, CatalogueError> {
+        self.inner.find_by_hash(config, hash).await
+    }
+    async fn relocate(&self, asset: AssetId, facts: &FileFacts) -> Result<(), CatalogueError> {
+        self.inner.relocate(asset, facts).await
+    }
+    async fn record_extra_path(
+        &self,
+        config: StorageConfigId,
+        asset: AssetId,
+        facts: &FileFacts,
+    ) -> Result<(), CatalogueError> {
+        self.inner.record_extra_path(config, asset, facts).await
+    }
+    async fn put_proxies(&self, asset: AssetId, proxies: &[NewProxy]) -> Result<(), CatalogueError> {
+        self.inner.put_proxies(asset, proxies).await
+    }
+    async fn ingest(&self, asset: &NewAsset) -> Result<IngestOutcome, CatalogueError> {
+        self.inner.ingest(asset).await
+    }
+    async fn soft_delete(
+        &self,
+        config: StorageConfigId,
+        assets: &[AssetId],
+        extra_paths: &[Vec<u8>],
+    ) -> Result<u64, CatalogueError> {
+        self.inner.soft_delete(config, assets, extra_paths).await
+    }
+    async fn pairing_candidates(&self, config: StorageConfigId) -> Result<Vec<PairingCandidate>, CatalogueError> {
+        self.inner.pairing_candidates(config).await
+    }
+    async fn pair(&self, still: AssetId, motion: AssetId) -> Result<(), CatalogueError> {
+        self.inner.pair(still, motion).await
+    }
+}
+
+#[tokio::test]
+async fn a_file_or_folder_swapped_for_a_link_after_listing_is_never_read() {
+    let lib = library().await;
+    // Bob's photos, outside ann's root, which the all-user Worker can read.
+    let bob = lib.dir.path().join("bob");
+    std::fs::create_dir_all(bob.join("album")).unwrap();
+    let (bobs_photo, bobs_album_photo) = (photo(100), photo(101));
+    std::fs::write(bob.join("secret.jpg"), &bobs_photo).unwrap();
+    std::fs::write(bob.join("album/IMG_2.jpg"), &bobs_album_photo).unwrap();
+    // Ann's library: a file and a folder she will swap for links once the walk has listed them.
+    lib.write("in/IMG_1.jpg", &photo(1));
+    lib.write("in/sub/IMG_2.jpg", &photo(2));
+    lib.write("keep/IMG_3.jpg", &photo(3));
+    let root = lib.root.clone();
+    let bob_for_swap = bob.clone();
+    // Depth first in name order: `keep` is the last folder listed.
+    let catalogue = SwapAfterListing::new(lib.store.clone(), &root.join("keep"), move || {
+        std::fs::remove_file(root.join("in/IMG_1.jpg")).unwrap();
+        std::os::unix::fs::symlink(bob_for_swap.join("secret.jpg"), root.join("in/IMG_1.jpg")).unwrap();
+        std::fs::remove_dir_all(root.join("in/sub")).unwrap();
+        std::os::unix::fs::symlink(bob_for_swap.join("album"), root.join("in/sub")).unwrap();
+    });
+    let settings = CrawlSettings {
+        proxy_root: lib.proxies.clone(),
+        max_concurrent_files: 2,
+        tool_limits: ToolLimits::default(),
+        mass_deletion: MassDeletionGuard::default(),
+    };
+    let handler = CrawlHandler::new(Arc::new(catalogue), lib.store.clone(), settings);
+    let ctx = HandlerContext {
+        item: lib.item(serde_json::json!({})).await,
+        cancel: CancellationToken::new(),
+        progress: ProgressReporter::default(),
+    };
+    let result = handler.run(ctx).await.unwrap().unwrap();
+    assert!(std::fs::symlink_metadata(lib.root.join("in/sub")).unwrap().is_symlink(), "the swap happened");
+    assert_eq!((result["ingested"].as_u64(), result["failed"].as_u64()), (Some(1), Some(2)), "{result}");
+    let reasons: Vec<String> =
+        result["failures"].as_array().unwrap().iter().map(|f| f["reason"].as_str().unwrap().to_owned()).collect();
+    assert!(reasons.iter().all(|r| r.contains("not followed and nothing is read")), "{reasons:?}");
+    // Nothing of bob's is in ann's catalogue or among her proxies.
+    let bobs = format!(
+        "SELECT count(*) AS n FROM media_assets WHERE content_hash IN ('{}', '{}')",
+        hash_of(&bobs_photo),
+        hash_of(&bobs_album_photo)
+    );
+    assert_eq!(lib.count(&bobs).await, 0);
+    let proxy_folders = std::fs::read_dir(lib.proxies.join(lib.config.to_string())).unwrap().count();
+    assert_eq!(proxy_folders, 1, "proxies of one photo only");
+    assert_eq!(lib.active_count().await, 1);
+}
+
+#[tokio::test]
+async fn a_scoped_proxy_deletion_refuses_another_configs_assets_and_deletes_nothing() {
+    let lib = library().await;
+    lib.write("IMG.jpg", &photo(1));
+    lib.crawl().await;
+    // Bob's library, crawled by the same Worker.
+    let bob_root = lib.dir.path().join("bob");
+    std::fs::create_dir_all(&bob_root).unwrap();
+    std::fs::write(bob_root.join("IMG.jpg"), photo(2)).unwrap();
+    let (_, bob) =
+        lib.store.add_storage_config(&NewStorageConfig { username: "bob".into(), root_path: bob_root }).await.unwrap();
+    let bob_item = lib.work_item(WorkKind::Crawl, Scope::Config(bob.id), serde_json::json!({})).await;
+    lib.run_handler(&lib.handler(), bob_item).await.unwrap();
+    let (ann_proxies, bob_proxies) = (proxy_rows(&lib, lib.config).await, proxy_rows(&lib, bob.id).await);
+    assert!(ann_proxies == 3 && bob_proxies == 3);
+    #[derive(diesel::QueryableByName)]
+    struct Id {
+        #[diesel(sql_type = Uuid)]
+        id: uuid::Uuid,
+    }
+    let all: Vec<Id> = sql_query("SELECT id FROM media_assets ORDER BY storage_config_id = $1")
+        .bind::<Uuid, _>(lib.config.as_uuid())
+        .load(&mut lib.conn().await)
+        .await
+        .unwrap();
+    let all: Vec<uuid::Uuid> = all.into_iter().map(|r| r.id).collect();
+    let handler = ProxyDeletionHandler::new(lib.store.clone(), lib.proxies.clone());
+    let payload = serde_json::json!({"asset_ids": all});
+    let item = lib.work_item(WorkKind::ProxyDeletion, Scope::Config(lib.config), payload).await;
+    let err = lib.run_handler(&handler, item).await.unwrap_err();
+    assert!(!err.retryable && err.message.contains("belong to another storage config"), "{err:?}");
+    assert!(err.message.contains(&all[0].to_string()), "it names the foreign id: {}", err.message);
+    let after = (proxy_rows(&lib, lib.config).await, proxy_rows(&lib, bob.id).await);
+    assert_eq!(after, (3, 3), "nothing deleted, not even ann's own");
+    let proxy_files = |config: StorageConfigId| {
+        walk_files(&lib.proxies.join(config.to_string())).into_iter().filter(|p| !p.contains("/.")).count()
+    };
+    assert_eq!((proxy_files(lib.config), proxy_files(bob.id)), (2, 2));
+}
+
+async fn proxy_rows(lib: &Library, config: StorageConfigId) -> i64 {
+    lib.count(&format!(
+        "SELECT count(*) AS n FROM proxy_files p JOIN media_assets a ON a.id = p.asset_id
+          WHERE a.storage_config_id = '{config}'"
+    ))
+    .await
+}
+
+fn walk_files(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let kind = e.file_type().unwrap();
+            if kind.is_dir() {
+                stack.push(e.path());
+            } else {
+                out.push(e.path().strip_prefix(dir).unwrap().display().to_string());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn aged(path: &Path, content: &[u8]) -> PathBuf {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, content).unwrap();
+    let f = std::fs::File::options().write(true).open(path).unwrap();
+    f.set_modified(SystemTime::now() - Duration::from_secs(7200)).unwrap();
+    path.to_path_buf()
+}
+
+#[tokio::test]
+async fn the_sweep_deletes_only_our_layout_and_reports_the_rest() {
+    let lib = library().await;
+    let config = lib.config.to_string();
+    let hash = "ab".repeat(32);
+    let ours = |name: &str| lib.proxies.join(&config).join("ab").join(&hash).join(name);
+    // Orphans of ours, old: deleted.
+    let orphans = [aged(&ours("preview.jpg"), b"p"), aged(&ours(".web.tmp.mp4"), b"w")];
+    // Old files under the proxy root that are not ours: an operator's photos (the proxy root set to a
+    // library's parent), a file of a config that does not exist, a name we never write, a folder that is not
+    // the hash's own prefix, an upper-case hash, files too shallow or too deep.
+    let missing_config = StorageConfigId::new().to_string();
+    let not_ours = [
+        aged(&lib.proxies.join("photos/ann/IMG_0001.jpg"), b"a photo"),
+        aged(&lib.proxies.join(&missing_config).join("ab").join(&hash).join("preview.jpg"), b"x"),
+        aged(&ours("IMG_0002.jpg"), b"x"),
+        aged(&lib.proxies.join(&config).join("cd").join(&hash).join("thumbnail.jpg"), b"x"),
+        aged(&lib.proxies.join(&config).join("AB").join("AB".repeat(32)).join("thumbnail.jpg"), b"x"),
+        aged(&lib.proxies.join(&config).join("thumbnail.jpg"), b"x"),
+        aged(&ours("extra/thumbnail.jpg"), b"x"),
+        aged(&lib.proxies.join("notes.txt"), b"x"),
+    ];
+    let handler = ProxySweepHandler::new(lib.store.clone(), lib.proxies.clone(), Duration::from_secs(3600));
+    let item = lib.work_item(WorkKind::ProxySweep, Scope::Unscoped, serde_json::json!({})).await;
+    let result = lib.run_handler(&handler, item).await.unwrap();
+    assert_eq!(result["deleted"], 2, "{result}");
+    assert_eq!(result["left_alone"], not_ours.len(), "{result}");
+    assert!(result["left_alone_examples"].to_string().contains("photos/ann/IMG_0001.jpg"), "{result}");
+    for p in &orphans {
+        assert!(!p.exists(), "{}", p.display());
+    }
+    for p in &not_ours {
+        assert!(p.exists(), "{} was deleted", p.display());
+    }
+}

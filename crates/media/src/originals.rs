@@ -1,0 +1,427 @@
+//! Originals are only read, and only beneath their root (ADR 0009). A root (a config's folder of originals,
+//! or the proxy root) is opened once; every folder and file under it is opened relative to that handle, with
+//! no link followed at any component, so a file or folder swapped for a link after the listing cannot lead
+//! outside the root. An original that is opened is what gets read, hashed and handed to external tools (as
+//! their standard input), never the path again. In the proxy root, files are removed the same way.
+
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use chrono::{DateTime, Utc};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
+
+/// A root folder (a storage config's root, or the proxy root), opened once.
+#[derive(Debug)]
+pub struct RootFolder {
+    dir: OwnedFd,
+    path: PathBuf,
+}
+
+/// A directory entry as the walk sees it: its name and what `lstat` said (links are reported, not followed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// The name, as the exact bytes the file system gave.
+    pub name: OsString,
+    /// What it is.
+    pub kind: EntryKind,
+    /// Size in bytes.
+    pub size: u64,
+    /// Modification time, truncated to microseconds (what the catalogue keeps).
+    pub mtime: DateTime<Utc>,
+}
+
+/// The kinds of entry the walk tells apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    /// A regular file.
+    File,
+    /// A folder.
+    Folder,
+    /// A symbolic link: never followed.
+    Link,
+    /// A FIFO, socket or device: never opened.
+    Other,
+}
+
+/// What [`RootFolder::remove_file`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removal {
+    /// Removed.
+    Removed,
+    /// Already gone.
+    Gone,
+    /// Left in place: a folder, or the check right before the unlink said no.
+    Kept,
+}
+
+/// An original opened beneath its root: the open file, and its path for messages only.
+#[derive(Debug)]
+pub struct Original {
+    file: File,
+    path: PathBuf,
+}
+
+impl Original {
+    /// The open file. Reading through it reads what was opened, whatever happens to the path meanwhile.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// The path, for messages only: it is never opened again.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A second handle on the same open file, for an external tool's standard input.
+    pub(crate) fn handle_for_tool(&self) -> std::io::Result<File> {
+        self.file.try_clone()
+    }
+}
+
+/// Why something beneath a root could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// It is not there (vanished since the listing).
+    #[error("{0}: vanished since the folder was listed")]
+    Vanished(PathBuf),
+    /// A component is a symbolic link, or the path would leave the root: refused, nothing read.
+    #[error("{0}: a link or a path leading outside the storage root; it is not followed and nothing is read")]
+    Escapes(PathBuf),
+    /// Not a regular file (a FIFO, socket or device swapped in): refused, never opened for reading.
+    #[error("{0}: not a regular file; it is not read")]
+    NotAFile(PathBuf),
+    /// Anything else the operating system said.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
+
+impl RootFolder {
+    /// Opens a root folder. The root's own path is trusted (it was canonicalised when registered); what lies
+    /// beneath it is not.
+    pub fn open(path: &Path) -> std::io::Result<Self> {
+        let dir = rustix::fs::open(path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+        Ok(Self { dir, path: path.to_owned() })
+    }
+
+    /// The root's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether the root is a mount point: its device differs from its parent folder's.
+    pub fn is_mount_point(&self) -> std::io::Result<bool> {
+        let own = rustix::fs::fstat(&self.dir)?;
+        let parent = rustix::fs::statat(&self.dir, "..", AtFlags::empty())?;
+        Ok(own.st_dev != parent.st_dev || own.st_ino == parent.st_ino)
+    }
+
+    fn display(&self, rel: &[u8]) -> PathBuf {
+        if rel.is_empty() { self.path.clone() } else { self.path.join(OsStr::from_bytes(rel)) }
+    }
+
+    /// Opens a folder beneath the root (`rel` empty for the root itself), no link followed.
+    pub fn open_folder(&self, rel: &[u8]) -> Result<OwnedFd, OpenError> {
+        if rel.is_empty() {
+            return rustix::fs::openat(
+                &self.dir,
+                ".",
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(|e| self.open_error(rel, e));
+        }
+        self.open_beneath(rel, OFlags::RDONLY | OFlags::DIRECTORY)
+    }
+
+    /// Lists a folder opened with [`Self::open_folder`]: every entry but `.` and `..`, each with its `lstat`.
+    /// An entry that vanished between listing and looking is left out.
+    pub fn list(&self, folder: &OwnedFd, rel: &[u8]) -> Result<Vec<Entry>, OpenError> {
+        let dir = rustix::fs::Dir::read_from(folder).map_err(|e| self.open_error(rel, e))?;
+        let mut out = Vec::new();
+        for entry in dir {
+            let entry = entry.map_err(|e| self.open_error(rel, e))?;
+            let name = entry.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            let name = OsStr::from_bytes(name).to_owned();
+            match rustix::fs::statat(folder, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(stat) => out.push(entry_of(name, &stat)),
+                Err(Errno::NOENT) => continue,
+                Err(e) => return Err(self.open_error(&join(rel, name.as_bytes()), e)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Opens an original for reading beneath the root, no link followed at any component, and only when it
+    /// is a regular file (a FIFO swapped in would otherwise hang the read).
+    pub fn open_file(&self, rel: &[u8]) -> Result<Original, OpenError> {
+        let fd = self.open_beneath(rel, OFlags::RDONLY | OFlags::NONBLOCK)?;
+        let stat = rustix::fs::fstat(&fd).map_err(|e| self.open_error(rel, e))?;
+        if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+            return Err(OpenError::NotAFile(self.display(rel)));
+        }
+        // Regular files ignore O_NONBLOCK for reads, but an external tool inherits the flag: clear it.
+        let flags = rustix::fs::fcntl_getfl(&fd).map_err(|e| self.open_error(rel, e))?;
+        rustix::fs::fcntl_setfl(&fd, flags - OFlags::NONBLOCK).map_err(|e| self.open_error(rel, e))?;
+        Ok(Original { file: File::from(fd), path: self.display(rel) })
+    }
+
+    /// Whether something (not following a link) exists at `rel` beneath the root.
+    pub fn exists(&self, rel: &[u8]) -> bool {
+        let (parent, name) = split_parent(rel);
+        let Ok(folder) = self.open_folder(parent) else { return false };
+        rustix::fs::statat(&folder, OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW).is_ok()
+    }
+
+    /// Removes the file (or link: never its target) at `rel` beneath the root when `confirm`, given its
+    /// `lstat` taken right before the unlink, agrees. No link is followed on the way.
+    pub fn remove_file(&self, rel: &[u8], confirm: impl FnOnce(&Entry) -> bool) -> Result<Removal, OpenError> {
+        let (parent, name) = split_parent(rel);
+        let folder = match self.open_folder(parent) {
+            Ok(folder) => folder,
+            Err(OpenError::Vanished(_)) => return Ok(Removal::Gone),
+            Err(e) => return Err(e),
+        };
+        let name = OsStr::from_bytes(name);
+        let entry = match rustix::fs::statat(&folder, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(stat) => entry_of(name.to_owned(), &stat),
+            Err(Errno::NOENT) => return Ok(Removal::Gone),
+            Err(e) => return Err(self.open_error(rel, e)),
+        };
+        if entry.kind == EntryKind::Folder || !confirm(&entry) {
+            return Ok(Removal::Kept);
+        }
+        match rustix::fs::unlinkat(&folder, name, AtFlags::empty()) {
+            Ok(()) => Ok(Removal::Removed),
+            Err(Errno::NOENT) => Ok(Removal::Gone),
+            Err(e) => Err(self.open_error(rel, e)),
+        }
+    }
+
+    /// Removes the folder at `rel` and then its parents up to (not including) the root, as long as each is
+    /// empty. No link is followed.
+    pub fn remove_empty_folders(&self, rel: &[u8]) {
+        let mut rel = rel;
+        while !rel.is_empty() {
+            let (parent, name) = split_parent(rel);
+            let Ok(folder) = self.open_folder(parent) else { return };
+            if rustix::fs::unlinkat(&folder, OsStr::from_bytes(name), AtFlags::REMOVEDIR).is_err() {
+                return;
+            }
+            rel = parent;
+        }
+    }
+
+    fn open_beneath(&self, rel: &[u8], flags: OFlags) -> Result<OwnedFd, OpenError> {
+        let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY;
+        let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+        match rustix::fs::openat2(&self.dir, OsStr::from_bytes(rel), flags, Mode::empty(), resolve) {
+            // Kernels before 5.6 (many NAS systems) have no openat2: walk the components one by one instead.
+            Err(Errno::NOSYS) => open_component_by_component(&self.dir, rel, flags),
+            other => other,
+        }
+        .map_err(|e| self.open_error(rel, e))
+    }
+
+    fn open_error(&self, rel: &[u8], e: Errno) -> OpenError {
+        let path = self.display(rel);
+        match e {
+            Errno::NOENT => OpenError::Vanished(path),
+            // ELOOP: a link refused by NO_SYMLINKS or O_NOFOLLOW; EXDEV: would leave the root; ENOTDIR: a
+            // folder component swapped for a file or a link.
+            Errno::LOOP | Errno::XDEV | Errno::NOTDIR => OpenError::Escapes(path),
+            e => OpenError::Io { path, source: e.into() },
+        }
+    }
+}
+
+/// The same guarantee as `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`, for kernels without it: each
+/// component is opened relative to the previous one with `O_NOFOLLOW`; `..`, `.` and empty components are
+/// refused.
+pub(crate) fn open_component_by_component(root: &OwnedFd, rel: &[u8], flags: OFlags) -> Result<OwnedFd, Errno> {
+    let components: Vec<&[u8]> = rel.split(|b| *b == b'/').collect();
+    let (last, folders) = components.split_last().ok_or(Errno::NOENT)?;
+    let mut current: Option<OwnedFd> = None;
+    for name in folders.iter().chain(std::iter::once(last)) {
+        if name.is_empty() || *name == b"." || *name == b".." {
+            return Err(Errno::XDEV);
+        }
+    }
+    for folder in folders {
+        let at = current.as_ref().map_or(root.as_fd(), AsFd::as_fd);
+        let next = rustix::fs::openat(
+            at,
+            OsStr::from_bytes(folder),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        current = Some(next);
+    }
+    let at = current.as_ref().map_or(root.as_fd(), AsFd::as_fd);
+    rustix::fs::openat(at, OsStr::from_bytes(last), flags | OFlags::NOFOLLOW, Mode::empty())
+}
+
+// `st_mtime` is 32-bit on some 32-bit targets (older ARM NAS boxes), so the conversion is not useless there.
+#[allow(clippy::useless_conversion)]
+fn entry_of(name: OsString, stat: &rustix::fs::Stat) -> Entry {
+    let kind = match FileType::from_raw_mode(stat.st_mode) {
+        FileType::RegularFile => EntryKind::File,
+        FileType::Directory => EntryKind::Folder,
+        FileType::Symlink => EntryKind::Link,
+        _ => EntryKind::Other,
+    };
+    let micros = i64::from(stat.st_mtime).saturating_mul(1_000_000) + i64::from(stat.st_mtime_nsec as u32) / 1000;
+    let mtime = DateTime::from_timestamp_micros(micros).unwrap_or(DateTime::<Utc>::UNIX_EPOCH);
+    Entry { name, kind, size: u64::try_from(stat.st_size).unwrap_or(0), mtime }
+}
+
+fn join(rel: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut out = rel.to_vec();
+    if !out.is_empty() {
+        out.push(b'/');
+    }
+    out.extend_from_slice(name);
+    out
+}
+
+fn split_parent(rel: &[u8]) -> (&[u8], &[u8]) {
+    match rel.iter().rposition(|b| *b == b'/') {
+        Some(i) => (&rel[..i], &rel[i + 1..]),
+        None => (&rel[..0], rel),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+    use std::os::unix::fs::symlink;
+
+    use super::*;
+
+    fn read_all(root: &RootFolder, rel: &str) -> Result<Vec<u8>, OpenError> {
+        let original = root.open_file(rel.as_bytes())?;
+        let mut out = Vec::new();
+        original.file().read_to_end(&mut out).unwrap();
+        Ok(out)
+    }
+
+    /// A root with `a/photo.jpg`, and a secret outside it.
+    fn layout() -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("ann");
+        std::fs::create_dir_all(root.join("a")).unwrap();
+        std::fs::write(root.join("a/photo.jpg"), b"ann's photo").unwrap();
+        let outside = dir.path().join("bob");
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("secret.jpg"), b"bob's photo").unwrap();
+        (dir, root, outside)
+    }
+
+    #[test]
+    fn files_beneath_the_root_are_read() {
+        let (_dir, root, _) = layout();
+        let root = RootFolder::open(&root).unwrap();
+        assert_eq!(read_all(&root, "a/photo.jpg").unwrap(), b"ann's photo");
+        assert!(root.exists(b"a/photo.jpg") && root.exists(b"a") && !root.exists(b"a/none.jpg"));
+    }
+
+    #[test]
+    fn a_file_or_folder_swapped_for_a_link_is_never_followed() {
+        let (_dir, root_path, outside) = layout();
+        let root = RootFolder::open(&root_path).unwrap();
+        // A file swapped for a link to a file outside.
+        std::fs::remove_file(root_path.join("a/photo.jpg")).unwrap();
+        symlink(outside.join("secret.jpg"), root_path.join("a/photo.jpg")).unwrap();
+        assert!(matches!(read_all(&root, "a/photo.jpg"), Err(OpenError::Escapes(_))));
+        // A folder swapped for a link to a folder outside.
+        std::fs::remove_dir_all(root_path.join("a")).unwrap();
+        symlink(&outside, root_path.join("a")).unwrap();
+        assert!(matches!(read_all(&root, "a/secret.jpg"), Err(OpenError::Escapes(_))));
+        assert!(matches!(root.open_folder(b"a"), Err(OpenError::Escapes(_))));
+        // A link inside the root that stays inside is refused as well: no link is followed at all.
+        std::fs::create_dir_all(root_path.join("b")).unwrap();
+        std::fs::write(root_path.join("b/real.jpg"), b"x").unwrap();
+        symlink("real.jpg", root_path.join("b/alias.jpg")).unwrap();
+        assert!(matches!(read_all(&root, "b/alias.jpg"), Err(OpenError::Escapes(_))));
+        // `..` never leaves the root.
+        assert!(matches!(read_all(&root, "../bob/secret.jpg"), Err(OpenError::Escapes(_))));
+    }
+
+    #[test]
+    fn the_fallback_without_openat2_refuses_the_same_paths() {
+        let (_dir, root_path, outside) = layout();
+        let root = RootFolder::open(&root_path).unwrap();
+        let open = |rel: &str| open_component_by_component(&root.dir, rel.as_bytes(), OFlags::RDONLY);
+        assert!(open("a/photo.jpg").is_ok());
+        symlink(outside.join("secret.jpg"), root_path.join("a/link.jpg")).unwrap();
+        assert_eq!(open("a/link.jpg").unwrap_err(), Errno::LOOP);
+        symlink(&outside, root_path.join("c")).unwrap();
+        assert_eq!(open("c/secret.jpg").unwrap_err(), Errno::NOTDIR);
+        for bad in ["../bob/secret.jpg", "a/../a/photo.jpg", "./a/photo.jpg", "a//photo.jpg", ""] {
+            assert!(open(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        let (_dir, root_path, _) = layout();
+        let fifo = root_path.join("a/pipe.jpg");
+        let status = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+        assert!(status.success());
+        let root = RootFolder::open(&root_path).unwrap();
+        assert!(matches!(read_all(&root, "a/pipe.jpg"), Err(OpenError::NotAFile(_))));
+        let listed = root.list(&root.open_folder(b"a").unwrap(), b"a").unwrap();
+        let kinds: Vec<_> = listed.iter().map(|e| (e.name.to_str().unwrap().to_owned(), e.kind)).collect();
+        assert!(kinds.contains(&("pipe.jpg".into(), EntryKind::Other)), "{kinds:?}");
+        assert!(kinds.contains(&("photo.jpg".into(), EntryKind::File)), "{kinds:?}");
+    }
+
+    #[test]
+    fn removal_stays_beneath_the_root_and_rechecks_right_before_the_unlink() {
+        let (_dir, root_path, outside) = layout();
+        let root = RootFolder::open(&root_path).unwrap();
+        assert_eq!(root.remove_file(b"a/photo.jpg", |_| false).unwrap(), Removal::Kept);
+        assert!(root_path.join("a/photo.jpg").exists());
+        // A folder swapped for a link: nothing outside is removed.
+        symlink(&outside, root_path.join("b")).unwrap();
+        assert!(matches!(root.remove_file(b"b/secret.jpg", |_| true), Err(OpenError::Escapes(_))));
+        assert!(outside.join("secret.jpg").exists());
+        // A link as the last component: the link goes, never its target.
+        symlink(outside.join("secret.jpg"), root_path.join("a/link.jpg")).unwrap();
+        let seen = std::cell::Cell::new(None);
+        let removed = root.remove_file(b"a/link.jpg", |e| {
+            seen.set(Some(e.kind));
+            true
+        });
+        assert_eq!((removed.unwrap(), seen.get()), (Removal::Removed, Some(EntryKind::Link)));
+        assert!(outside.join("secret.jpg").exists() && !root_path.join("a/link.jpg").exists());
+        assert_eq!(root.remove_file(b"a/photo.jpg", |e| e.kind == EntryKind::File).unwrap(), Removal::Removed);
+        assert_eq!(root.remove_file(b"a/photo.jpg", |_| true).unwrap(), Removal::Gone);
+        assert_eq!(root.remove_file(b"a", |_| true).unwrap(), Removal::Kept, "folders are never unlinked");
+        std::fs::create_dir_all(root_path.join("c/d/e")).unwrap();
+        std::fs::write(root_path.join("c/keep.jpg"), b"x").unwrap();
+        root.remove_empty_folders(b"c/d/e");
+        assert!(!root_path.join("c/d").exists() && root_path.join("c/keep.jpg").exists());
+        root.remove_empty_folders(b"a");
+        assert!(!root_path.join("a").exists() && root_path.exists(), "the root itself stays");
+    }
+
+    #[test]
+    fn a_plain_folder_is_not_a_mount_point_and_proc_is() {
+        let (_dir, root_path, _) = layout();
+        assert!(!RootFolder::open(&root_path).unwrap().is_mount_point().unwrap());
+        assert!(RootFolder::open(Path::new("/proc")).unwrap().is_mount_point().unwrap());
+        assert!(RootFolder::open(Path::new("/")).unwrap().is_mount_point().unwrap(), "/ is its own parent");
+    }
+}
