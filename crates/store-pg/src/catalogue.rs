@@ -172,12 +172,16 @@ impl PgStore {
                 .load(conn)
                 .await?;
                 if let Some(other) = overlapping.into_iter().next() {
-                    return Err(AddError::Overlaps(format!(
-                        "the root {root} overlaps storage config {} of user {} at {}: two configs may never \
-                             cover one tree (the per-config rule would protect nothing). Register a folder that \
-                             neither contains nor lies inside it",
-                        other.a_id, other.a_user, other.a_root
-                    )));
+                    let (id, owner, theirs) = (other.a_id, other.a_user, other.a_root);
+                    return Err(AddError::Overlaps(if theirs.trim_end_matches('/') == root {
+                        format!("the root path {root} is already registered (storage config {id} of user {owner})")
+                    } else {
+                        format!(
+                            "the root {root} overlaps storage config {id} of user {owner} at {theirs}: two configs \
+                             may never cover one tree (the per-config rule would protect nothing). Register a \
+                             folder that neither contains nor lies inside it"
+                        )
+                    }));
                 }
                 let user: UserRow = sql_query(
                     "INSERT INTO users (id, username) VALUES ($1, $2)

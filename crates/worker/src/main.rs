@@ -168,6 +168,14 @@ async fn dispatch(command: Command, settings: Settings) -> Result<ExitCode> {
     }
 }
 
+/// A `--config` value: an id as given, or a root path resolved the way `config add` stored it.
+fn config_key(given: &str) -> String {
+    match std::fs::canonicalize(given) {
+        Ok(path) if given.starts_with('/') => path.display().to_string(),
+        _ => given.trim_end_matches('/').to_owned(),
+    }
+}
+
 /// `config add`: the root is canonicalised (it must exist), must not overlap the proxy root nor another
 /// config's root (exit 2 naming both), and its mount-point identity is recorded.
 async fn add_config(settings: &Settings, store: &PgStore, user: String, root: &std::path::Path) -> Result<ExitCode> {
@@ -215,14 +223,14 @@ async fn admin(command: Command, settings: &Settings, url: &str, store: &PgStore
             }
         }
         Command::Config(ConfigCommand::Deactivate { config }) => {
-            let c = store.find_storage_config(&config).await?;
+            let c = store.find_storage_config(&config_key(&config)).await?;
             store.set_storage_config_active(c.id, false).await?;
             println!("deactivated {} ({})", c.id, c.root_path.display());
         }
         Command::Enqueue { kind, config, payload, dedup_key } => {
             let kind: WorkKind = kind.replace('-', "_").parse()?;
             let scope = match config {
-                Some(c) => Scope::Config(store.find_storage_config(&c).await?.id),
+                Some(c) => Scope::Config(store.find_storage_config(&config_key(&c)).await?.id),
                 None => Scope::Unscoped,
             };
             let mut item = NewWorkItem::new(kind, scope)?;
@@ -269,8 +277,7 @@ async fn root_problems(store: &PgStore, settings: &Settings) -> Result<Vec<Strin
             )
         })
         .collect();
-    let proxy_root =
-        std::fs::canonicalize(&settings.storage.proxy_root).unwrap_or_else(|_| settings.storage.proxy_root.clone());
+    let proxy_root = roots::resolved(&settings.storage.proxy_root);
     for c in store.list_storage_configs().await? {
         if almanac_domain::roots_overlap(&proxy_root, &c.root_path) {
             problems.push(roots::overlap_message(&proxy_root, &c.root_path));

@@ -5,12 +5,33 @@ use std::path::{Path, PathBuf};
 
 use almanac_domain::{StorageConfig, roots_overlap};
 
-/// The proxy root as the file system resolves it (links followed), created first when missing, so it compares
-/// with the canonical config roots.
-pub fn canonical_proxy_root(proxy_root: &Path) -> Result<PathBuf, String> {
-    std::fs::create_dir_all(proxy_root)
-        .and_then(|()| std::fs::canonicalize(proxy_root))
-        .map_err(|e| format!("storage.proxy_root: cannot create or resolve {}: {e}", proxy_root.display()))
+/// A path as the file system would resolve it (links followed) without creating anything: its longest
+/// existing ancestor canonicalised, and the rest appended. So a proxy root that does not exist yet compares
+/// with the canonical config roots, and is checked before it is created.
+pub fn resolved(path: &Path) -> PathBuf {
+    let mut existing = path;
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(canonical) = std::fs::canonicalize(existing) {
+            return rest.iter().rev().fold(canonical, |p, name| p.join(name));
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_owned());
+                existing = parent;
+            }
+            _ => return path.to_path_buf(),
+        }
+    }
+}
+
+/// Checks the proxy root against every config's root, then creates it. Returns it resolved.
+pub fn prepare_proxy_root(proxy_root: &Path, configs: &[StorageConfig]) -> Result<PathBuf, String> {
+    let resolved = resolved(proxy_root);
+    check_proxy_root(&resolved, configs)?;
+    std::fs::create_dir_all(&resolved)
+        .map_err(|e| format!("storage.proxy_root: cannot create {}: {e}", resolved.display()))?;
+    Ok(resolved)
 }
 
 /// Refuses a proxy root that is `/`, or that equals, contains or lies inside a config's root (any config,
@@ -90,6 +111,21 @@ mod tests {
         assert!(check_proxy_root(Path::new("/"), &configs).unwrap_err().contains("/ cannot be"));
         assert_eq!(check_proxy_root(Path::new("/volume1/almanac/proxies"), &configs), Ok(()));
         assert_eq!(check_proxy_root(Path::new("/volume1/photos/annex"), &configs), Ok(()));
+    }
+
+    #[test]
+    fn a_proxy_root_is_resolved_and_checked_before_it_is_created() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(real.join("photos/ann")).unwrap();
+        std::os::unix::fs::symlink(real.join("photos"), real.join("link")).unwrap();
+        assert_eq!(resolved(&real.join("link/ann/.proxies/x")), real.join("photos/ann/.proxies/x"));
+        let ann = [config(real.join("photos/ann").to_str().unwrap())];
+        let err = prepare_proxy_root(&real.join("link/ann/.proxies"), &ann).unwrap_err();
+        assert!(err.contains("lies inside"), "{err}");
+        assert!(!real.join("photos/ann/.proxies").exists(), "nothing is created inside a library");
+        let made = prepare_proxy_root(&real.join("almanac/proxies"), &ann).unwrap();
+        assert!(made.is_dir() && made == real.join("almanac/proxies"));
     }
 
     #[test]

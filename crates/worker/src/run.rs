@@ -59,17 +59,14 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<ExitCode> {
     };
     let executor_config = settings.executor(served)?;
     // The proxy root never overlaps a library: the sweep would delete originals, the crawl ingest proxies.
-    let proxy_root = match roots::canonical_proxy_root(&settings.storage.proxy_root) {
+    let proxy_root = match roots::prepare_proxy_root(&settings.storage.proxy_root, &store.list_storage_configs().await?)
+    {
         Ok(p) => p,
         Err(refused) => {
             eprintln!("almanac-worker: {refused}");
             return Ok(ExitCode::from(2));
         }
     };
-    if let Err(refused) = roots::check_proxy_root(&proxy_root, &store.list_storage_configs().await?) {
-        eprintln!("almanac-worker: {refused}");
-        return Ok(ExitCode::from(2));
-    }
     let store = Arc::new(store);
     let crawl = CrawlHandler::new(
         store.clone(),

@@ -40,6 +40,18 @@ impl Setup {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// Runs the CLI with extra environment and returns its exit code, standard output and standard error.
+    fn cli_exit(&self, args: &[&str], env: &[(&str, &Path)]) -> (i32, String, String) {
+        let mut command = Command::new(BIN);
+        command.args(args).env("DATABASE_URL", self.db.url());
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let out = command.output().unwrap();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
+    }
+
     fn worker(&self, name: &str, url: &str, extra: &[(&str, &str)]) -> Worker {
         let log = self.dir.path().join(format!("{name}.log"));
         let mut command = Command::new(BIN);
@@ -199,6 +211,66 @@ fn sigterm_releases_a_running_crawl_and_exits_zero() {
     let survivors =
         Command::new("pgrep").args(["-f", &s.dir.path().join("proxies").display().to_string()]).output().unwrap();
     assert!(survivors.stdout.is_empty(), "ffmpeg left running");
+}
+
+#[test]
+fn roots_and_the_proxy_root_never_overlap_config_add_and_run_refuse_with_exit_2() {
+    let s = setup(2);
+    s.cli(&["migrate"]);
+    let base = std::fs::canonicalize(s.dir.path()).unwrap();
+    let library = base.join("library");
+    // The proxy root lives apart, so a root containing the whole test folder meets only ann's library.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let proxies = elsewhere.path().join("proxies");
+    let env = [("ALMANAC__STORAGE__PROXY_ROOT", proxies.as_path())];
+    // Registered as given by a clumsy operator (trailing slash, `..`, through a link): stored canonical.
+    std::os::unix::fs::symlink(&library, base.join("photos-link")).unwrap();
+    let given = format!("{}/../library/", library.display());
+    let (code, out, err) = s.cli_exit(&["config", "add", "--user", "ann", "--root", &given], &env);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.trim_end().ends_with(&format!("\t{}", library.display())), "{out}");
+    let (code, _, err) =
+        s.cli_exit(&["config", "add", "--user", "bob", "--root", base.join("photos-link").to_str().unwrap()], &env);
+    assert_eq!(code, 2, "the same tree through a link: {err}");
+    assert!(err.contains("already registered") && err.contains(library.to_str().unwrap()), "{err}");
+    std::fs::create_dir_all(library.join("bob")).unwrap();
+    for (root, what) in [(base.clone(), "contains"), (library.join("bob"), "inside")] {
+        let (code, _, err) = s.cli_exit(&["config", "add", "--user", "eve", "--root", root.to_str().unwrap()], &env);
+        assert_eq!(code, 2, "{what}: {err}");
+        assert!(err.contains("overlaps") && err.contains(library.to_str().unwrap()) && err.contains("user ann"));
+    }
+    let (code, _, err) = s.cli_exit(&["config", "add", "--user", "eve", "--root", "/no/such/share"], &env);
+    assert!(code == 2 && err.contains("mount the share first"), "{code} {err}");
+    // A root that would hold the proxy root, and a proxy root inside a library.
+    let (code, _, err) = s.cli_exit(
+        &["config", "add", "--user", "eve", "--root", base.join("proxies-parent").to_str().unwrap()],
+        &[("ALMANAC__STORAGE__PROXY_ROOT", &base.join("proxies-parent/proxies"))],
+    );
+    assert_eq!(code, 2, "{err}");
+    std::fs::create_dir_all(base.join("proxies-parent")).unwrap();
+    let (code, _, err) = s.cli_exit(
+        &["config", "add", "--user", "eve", "--root", base.join("proxies-parent").to_str().unwrap()],
+        &[("ALMANAC__STORAGE__PROXY_ROOT", &base.join("proxies-parent/proxies"))],
+    );
+    assert!(code == 2 && err.contains("storage.proxy_root") && err.contains("proxies-parent"), "{code} {err}");
+    let listed = s.cli(&["config", "list"]);
+    assert_eq!(listed.lines().count(), 2, "only ann's library is registered: {listed}");
+    // `run` with the proxy root set to the library's parent, or inside it, refuses at once: exit 2, both named.
+    for proxy_root in [base.clone(), library.join(".proxies")] {
+        let (code, _, err) = s.cli_exit(&["run"], &[("ALMANAC__STORAGE__PROXY_ROOT", proxy_root.as_path())]);
+        assert_eq!(code, 2, "{}: {err}", proxy_root.display());
+        assert!(err.contains(proxy_root.to_str().unwrap()) && err.contains(library.to_str().unwrap()), "{err}");
+    }
+    assert_eq!(std::fs::read_dir(&library).unwrap().count(), 3, "the library is untouched (2 photos, bob/)");
+    // An older catalogue's overlap is reported by `status`.
+    s.query(&format!(
+        "WITH u AS (INSERT INTO users (id, username) VALUES (gen_random_uuid(), 'eve') RETURNING id)
+         INSERT INTO storage_configs (id, user_id, root_path) SELECT gen_random_uuid(), u.id, '{}' FROM u",
+        library.join("bob").display()
+    ));
+    let (code, status, err) = s.cli_exit(&["status"], &env);
+    assert_eq!(code, 0, "{err}");
+    assert!(status.contains("ROOT PROBLEMS") && status.contains("cover one tree"), "{status}");
 }
 
 /// A TCP proxy to the cluster's Unix socket that can be cut: it stops forwarding without closing the sockets,
