@@ -11,8 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use almanac_domain::{
-    AssetId, CatalogueError, CatalogueStore, ContentHash, FileFacts, HashMatch, IngestOutcome, KnownFile, NewAsset,
-    NewProxy, PairingCandidate, Scope, StorageConfig, StorageConfigId, WorkKind,
+    AssetId, BurstFrame, BurstGroup, CatalogueError, CatalogueStore, ContentHash, FileFacts, HashMatch, IngestOutcome,
+    KnownFile, MaintenanceStore, NewAsset, NewProxy, NewWorkItem, PairingCandidate, ProxyType, PurgeCandidate, Scope,
+    ServedConfigs, StorageConfig, StorageConfigId, StoredProxy, WorkKind,
 };
 use almanac_executor::{Handler, HandlerContext, ProgressReporter};
 use almanac_handlers::{CrawlHandler, CrawlSettings, MassDeletionGuard, ProxyDeletionHandler, ProxySweepHandler};
@@ -451,4 +452,104 @@ async fn the_sweep_deletes_only_our_layout_and_reports_the_rest() {
     for p in &not_ours {
         assert!(p.exists(), "{} was deleted", p.display());
     }
+}
+
+/// The maintenance statements, with one twist: the per-file re-check right before a sweep's unlink first
+/// rewrites that file (as a retried crawl writing the same proxy again would), so the sweep's last look at the
+/// file must see it young.
+struct RewriteBeforeRecheck {
+    inner: Arc<PgStore>,
+    proxy_root: PathBuf,
+}
+
+impl MaintenanceStore for RewriteBeforeRecheck {
+    async fn burst_frames(&self, config: StorageConfigId) -> Result<Vec<BurstFrame>, CatalogueError> {
+        self.inner.burst_frames(config).await
+    }
+    async fn replace_bursts(&self, config: StorageConfigId, groups: &[BurstGroup]) -> Result<(), CatalogueError> {
+        self.inner.replace_bursts(config, groups).await
+    }
+    async fn purge_candidates(
+        &self,
+        config: StorageConfigId,
+        before: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<Vec<PurgeCandidate>, CatalogueError> {
+        self.inner.purge_candidates(config, before, limit).await
+    }
+    async fn purge_rows(
+        &self,
+        config: StorageConfigId,
+        assets: &[AssetId],
+        before: DateTime<Utc>,
+    ) -> Result<Vec<AssetId>, CatalogueError> {
+        self.inner.purge_rows(config, assets, before).await
+    }
+    async fn proxies_of(
+        &self,
+        assets: &[AssetId],
+        types: Option<&[ProxyType]>,
+    ) -> Result<Vec<StoredProxy>, CatalogueError> {
+        self.inner.proxies_of(assets, types).await
+    }
+    async fn assets_of_other_configs(
+        &self,
+        config: StorageConfigId,
+        assets: &[AssetId],
+    ) -> Result<Vec<AssetId>, CatalogueError> {
+        self.inner.assets_of_other_configs(config, assets).await
+    }
+    async fn storage_config_ids(&self) -> Result<Vec<StorageConfigId>, CatalogueError> {
+        self.inner.storage_config_ids().await
+    }
+    async fn delete_proxy_rows(&self, proxies: &[StoredProxy]) -> Result<u64, CatalogueError> {
+        self.inner.delete_proxy_rows(proxies).await
+    }
+    async fn referenced_proxy_paths(&self, paths: &[String]) -> Result<Vec<String>, CatalogueError> {
+        if let [one] = paths {
+            std::fs::write(self.proxy_root.join(one), b"written again by a retried crawl").unwrap();
+        }
+        self.inner.referenced_proxy_paths(paths).await
+    }
+    async fn delete_refresh_tokens(
+        &self,
+        expired_before: DateTime<Utc>,
+        revoked_before: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<u64, CatalogueError> {
+        self.inner.delete_refresh_tokens(expired_before, revoked_before, limit).await
+    }
+    async fn delete_finished_work(
+        &self,
+        done_before: DateTime<Utc>,
+        failed_before: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<u64, CatalogueError> {
+        self.inner.delete_finished_work(done_before, failed_before, limit).await
+    }
+    async fn served_configs(&self, served: ServedConfigs) -> Result<Vec<StorageConfigId>, CatalogueError> {
+        self.inner.served_configs(served).await
+    }
+    async fn enqueue_once(&self, schedule_key: &str, item: &NewWorkItem) -> Result<bool, CatalogueError> {
+        self.inner.enqueue_once(schedule_key, item).await
+    }
+    async fn cancel_queued_of_inactive(&self) -> Result<u64, CatalogueError> {
+        self.inner.cancel_queued_of_inactive().await
+    }
+    async fn db_now(&self) -> Result<DateTime<Utc>, CatalogueError> {
+        self.inner.db_now().await
+    }
+}
+
+#[tokio::test]
+async fn the_sweep_rechecks_the_age_right_before_the_unlink() {
+    let lib = library().await;
+    let orphan =
+        aged(&lib.proxies.join(lib.config.to_string()).join("ab").join("ab".repeat(32)).join("thumbnail.jpg"), b"old");
+    let store = RewriteBeforeRecheck { inner: lib.store.clone(), proxy_root: lib.proxies.clone() };
+    let handler = ProxySweepHandler::new(Arc::new(store), lib.proxies.clone(), Duration::from_secs(3600));
+    let item = lib.work_item(WorkKind::ProxySweep, Scope::Unscoped, serde_json::json!({})).await;
+    let result = lib.run_handler(&handler, item).await.unwrap();
+    assert_eq!(result["deleted"], 0, "{result}");
+    assert_eq!(std::fs::read(&orphan).unwrap(), b"written again by a retried crawl");
 }
