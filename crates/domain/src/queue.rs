@@ -115,6 +115,8 @@ pub enum FailOutcome {
     },
     /// Failed for good: not retryable, or the retry budget is spent.
     Failed,
+    /// A cancel had been requested: the item ends cancelled (its error kept), never retried.
+    Cancelled,
     /// The attempt no longer holds the item; nothing was written.
     Lost,
 }

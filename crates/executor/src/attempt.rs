@@ -211,6 +211,10 @@ async fn fail<Q: WorkQueue>(
                 warn!(event = "failed", %kind, duration_ms, error = %error, failures, retryable = error.retryable, "failed for good");
                 Some(Outcome::Failed)
             }
+            FailOutcome::Cancelled => {
+                info!(event = "cancelled", %kind, duration_ms, error = %error, "failed after a cancel was requested; ended cancelled");
+                Some(Outcome::Cancelled)
+            }
             FailOutcome::Lost => None,
         })
     });

@@ -396,12 +396,15 @@ impl WorkQueue for PgStore {
             "UPDATE work_items AS w
                 SET failures = w.failures + 1,
                     last_error = $3,
-                    status = CASE WHEN d.retry THEN 'queued' ELSE 'failed' END,
+                    status = CASE WHEN d.retry THEN 'queued'
+                                  WHEN w.cancel_requested_at IS NOT NULL THEN 'cancelled'
+                                  ELSE 'failed' END,
                     run_after = CASE WHEN d.retry THEN now() + $5 * interval '1 second' ELSE w.run_after END,
                     finished_at = CASE WHEN d.retry THEN NULL ELSE now() END,
                     lease_expires_at = NULL,
                     dedup_key = CASE WHEN d.retry THEN {REQUEUE_DEDUP_KEY} ELSE w.dedup_key END
-               FROM (SELECT $4::boolean AND i.failures + 1 < i.max_attempts AS retry
+               FROM (SELECT $4::boolean AND i.failures + 1 < i.max_attempts AND i.cancel_requested_at IS NULL
+                            AS retry
                        FROM work_items AS i WHERE i.id = $1) AS d
               WHERE {FENCE}
           RETURNING w.status, w.run_after"
@@ -419,6 +422,7 @@ impl WorkQueue for PgStore {
         };
         Ok(match parse_status(&row.status)? {
             Status::Queued => FailOutcome::RetryScheduled { run_after: row.run_after },
+            Status::Cancelled => FailOutcome::Cancelled,
             _ => FailOutcome::Failed,
         })
     }
@@ -486,27 +490,45 @@ impl WorkQueue for PgStore {
     #[mutants::skip]
     async fn recover_expired_leases(&self, max_stalls: i32) -> Result<Vec<Recovered>, QueueError> {
         let mut conn = self.conn().await?;
-        let rows: Vec<RecoveredRow> = sql_query(format!(
-            "UPDATE work_items AS w
+        // Items of one batch may share a dedup key (two running items can, unlike two queued ones). Requeued
+        // together, each row's check for a queued holder of its key cannot see the others' new versions, so
+        // the batch decides: only the oldest requeued item of each key keeps it, and only when no queued item
+        // holds it already. Anything else would fail the whole statement on the dedup index, every tick.
+        let rows: Vec<RecoveredRow> = sql_query(
+            "WITH expired AS (
+                 SELECT e.id, e.dedup_key, e.requested_at,
+                        e.cancel_requested_at IS NULL AND e.stalls + 1 < $1 AS requeue
+                   FROM work_items AS e
+                  WHERE e.status = 'running' AND e.lease_expires_at < now()
+                  ORDER BY e.lease_expires_at
+                  LIMIT 1000
+                    FOR UPDATE SKIP LOCKED),
+             decided AS (
+                 SELECT x.id, x.requeue,
+                        CASE WHEN NOT x.requeue THEN x.dedup_key
+                             WHEN x.dedup_key IS NULL THEN NULL
+                             WHEN EXISTS (SELECT 1 FROM work_items AS o
+                                           WHERE o.dedup_key = x.dedup_key AND o.status = 'queued') THEN NULL
+                             WHEN row_number() OVER (PARTITION BY x.dedup_key, x.requeue
+                                                         ORDER BY x.requested_at, x.id) = 1 THEN x.dedup_key
+                             ELSE NULL END AS dedup_key
+                   FROM expired AS x)
+             UPDATE work_items AS w
                 SET stalls = w.stalls + 1,
                     status = CASE WHEN w.cancel_requested_at IS NOT NULL THEN 'cancelled'
                                   WHEN w.stalls + 1 >= $1 THEN 'failed'
                                   ELSE 'queued' END,
-                    finished_at = CASE WHEN w.cancel_requested_at IS NOT NULL OR w.stalls + 1 >= $1 THEN now() END,
+                    finished_at = CASE WHEN d.requeue THEN NULL ELSE now() END,
                     last_error = CASE WHEN w.cancel_requested_at IS NULL AND w.stalls + 1 >= $1
                                       THEN format('stalled: the lease expired %s times without a heartbeat (max_stalls is %s)', w.stalls + 1, $1)
                                       ELSE w.last_error END,
                     lease_expires_at = NULL,
                     run_after = now(),
-                    dedup_key = CASE WHEN w.cancel_requested_at IS NULL AND w.stalls + 1 < $1
-                                     THEN {REQUEUE_DEDUP_KEY} ELSE w.dedup_key END
-              WHERE w.id IN (SELECT e.id FROM work_items AS e
-                              WHERE e.status = 'running' AND e.lease_expires_at < now()
-                              ORDER BY e.lease_expires_at
-                              LIMIT 1000
-                                FOR UPDATE SKIP LOCKED)
-          RETURNING w.id, w.status, w.stalls"
-        ))
+                    dedup_key = d.dedup_key
+               FROM decided AS d
+              WHERE w.id = d.id
+          RETURNING w.id, w.status, w.stalls",
+        )
         .bind::<Integer, _>(max_stalls.max(1))
         .load(&mut conn)
         .await

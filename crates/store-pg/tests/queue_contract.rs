@@ -426,6 +426,80 @@ async fn recovery_requeues_expired_leases_then_fails_at_max_stalls() {
     assert_eq!(store.claim(&all_kinds("w3")).await.unwrap().unwrap().item.id, later);
 }
 
+async fn enqueue_keyed(store: &PgStore, kind: WorkKind, scope: Scope, key: &str) -> WorkItemId {
+    let item = NewWorkItem::new(kind, scope).unwrap().with_dedup_key(DedupKey::new(key).unwrap());
+    let enqueued = store.enqueue(&item).await.expect("enqueue");
+    assert!(enqueued.created, "{key} was not queued yet");
+    enqueued.item.id
+}
+
+/// Two running items may share a dedup key (the index covers queued items only): two unscoped items, or two
+/// configs' items given one key by the web backend. After an outage their leases expire together.
+#[tokio::test]
+async fn recovery_of_expired_items_sharing_a_key_is_never_poisoned() {
+    let (db, store) = setup().await;
+    let (c1, c2) = (config(&store, "ann", "/c1").await, config(&store, "bob", "/c2").await);
+    let mut running = Vec::new();
+    for (kind, scope, key) in [
+        (WorkKind::TokenCleanup, Scope::Unscoped, "nightly"),
+        (WorkKind::TokenCleanup, Scope::Unscoped, "nightly"),
+        (WorkKind::Crawl, Scope::Config(c1.id), "crawl-all"),
+        (WorkKind::Crawl, Scope::Config(c2.id), "crawl-all"),
+        (WorkKind::WorkItemRetention, Scope::Unscoped, "held"),
+    ] {
+        let id = enqueue_keyed(&store, kind, scope, key).await;
+        assert_eq!(store.claim(&all_kinds("w1")).await.unwrap().unwrap().item.id, id);
+        running.push(id);
+    }
+    let unrelated = enqueue(&store, WorkKind::ProxySweep, Scope::Unscoped).await;
+    store.claim(&all_kinds("w1")).await.unwrap().unwrap();
+    running.push(unrelated);
+    // A newer item already holds `held` in the queue.
+    let holder = enqueue_keyed(&store, WorkKind::WorkItemRetention, Scope::Unscoped, "held").await;
+    for id in &running {
+        expire_lease(&db, *id).await;
+    }
+
+    let recovered = store.recover_expired_leases(3).await.expect("one recovery requeues them all");
+    assert_eq!(recovered.len(), 6);
+    assert!(recovered.iter().all(|r| r.status == Status::Queued && r.stalls == 1), "{recovered:?}");
+    let key = |id: WorkItemId| {
+        let store = &store;
+        async move { store.get(id).await.unwrap().unwrap().dedup_key.map(|k| k.to_string()) }
+    };
+    assert_eq!(key(running[0]).await.as_deref(), Some("nightly"), "the oldest keeps the key");
+    assert_eq!(key(running[1]).await, None);
+    assert_eq!(key(running[2]).await.as_deref(), Some("crawl-all"));
+    assert_eq!(key(running[3]).await, None);
+    assert_eq!(key(running[4]).await, None, "a queued holder keeps its key");
+    assert_eq!(key(holder).await.as_deref(), Some("held"));
+    assert!(store.recover_expired_leases(3).await.unwrap().is_empty(), "and the next tick has nothing left");
+    // Enqueueing a held key returns the queued item, as before.
+    let again = store
+        .enqueue(
+            &NewWorkItem::new(WorkKind::TokenCleanup, Scope::Unscoped)
+                .unwrap()
+                .with_dedup_key(DedupKey::new("nightly").unwrap()),
+        )
+        .await
+        .unwrap();
+    assert_eq!((again.created, again.item.id), (false, running[0]));
+}
+
+#[tokio::test]
+async fn a_failure_after_a_cancel_request_ends_cancelled_not_retried() {
+    let (_db, store) = setup().await;
+    let id = enqueue(&store, WorkKind::TokenCleanup, Scope::Unscoped).await;
+    let claimed = store.claim(&all_kinds("w1")).await.unwrap().unwrap();
+    assert_eq!(store.request_cancel(id).await.unwrap(), CancelOutcome::Requested);
+    let failure = Failure { error: "disk full".into(), retryable: true, retry_delay: Duration::from_secs(1) };
+    assert_eq!(store.fail(claimed.fence, &failure).await.unwrap(), FailOutcome::Cancelled);
+    let item = store.get(id).await.unwrap().unwrap();
+    assert_eq!((item.status, item.last_error.as_deref()), (Status::Cancelled, Some("disk full")));
+    assert!(item.finished_at.is_some());
+    assert!(store.claim(&all_kinds("w2")).await.unwrap().is_none(), "never retried");
+}
+
 #[tokio::test]
 async fn recovery_cancels_an_expired_item_whose_cancel_was_requested() {
     let (db, store) = setup().await;
