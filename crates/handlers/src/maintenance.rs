@@ -19,11 +19,16 @@ fn chrono_duration(d: Duration) -> chrono::Duration {
 }
 
 /// Deletes a proxy file beneath the proxy root (no link followed on the way; a link in its place goes, never
-/// its target); a file that is already gone counts as deleted. Empty folders it leaves are removed.
-fn delete_proxy_file(proxy_root: &RootFolder, relative: &str) -> Result<(), String> {
-    let rel = Path::new(relative);
-    if rel.is_absolute() || rel.components().any(|c| !matches!(c, std::path::Component::Normal(_))) {
-        return Err(format!("{relative}: not a path inside the proxy root"));
+/// its target); a file that is already gone counts as deleted. Empty folders it leaves are removed. Only a
+/// path in the exact proxy layout is deleted, and, when `config` is given, only one in that config's folder:
+/// a bad row (hand-written SQL, an old catalogue) cannot make us delete anything else.
+fn delete_proxy_file(proxy_root: &RootFolder, relative: &str, config: Option<StorageConfigId>) -> Result<(), String> {
+    match ProxyPath::parse(relative) {
+        None => return Err(format!("{relative}: not a path in the proxy layout; it is left alone")),
+        Some(p) if config.is_some_and(|c| c != p.config) => {
+            return Err(format!("{relative}: in another storage config's proxy folder; it is left alone"));
+        }
+        Some(_) => {}
     }
     match proxy_root.remove_file(relative.as_bytes(), |_| true) {
         Ok(Removal::Removed | Removal::Gone) => {
@@ -79,13 +84,17 @@ where
 }
 
 /// Deletes the files of these proxies and reports which assets had a file that could not be deleted.
-fn delete_files(proxy_root: &Path, proxies: &[StoredProxy]) -> Result<(HashSet<AssetId>, Vec<String>), HandlerError> {
+fn delete_files(
+    proxy_root: &Path,
+    proxies: &[StoredProxy],
+    config: Option<StorageConfigId>,
+) -> Result<(HashSet<AssetId>, Vec<String>), HandlerError> {
     let mut blocked = HashSet::new();
     let mut problems = Vec::new();
     let Some(root) = open_proxy_root(proxy_root)? else { return Ok((blocked, problems)) };
     for p in proxies {
         if let Some(rel) = &p.relative_path
-            && let Err(e) = delete_proxy_file(&root, rel)
+            && let Err(e) = delete_proxy_file(&root, rel, config)
         {
             blocked.insert(p.asset_id);
             problems.push(e);
@@ -150,9 +159,11 @@ impl<M: MaintenanceStore + 'static> Handler for PurgeHandler<M> {
                     } else {
                         let root = self.settings.proxy_root.clone();
                         let proxies = candidate.proxies.clone();
-                        tokio::task::spawn_blocking(move || delete_files(&root, &proxies)).await.map_err(|e| {
-                            HandlerError::retryable(format!("deleting proxy files ended abnormally: {e}"))
-                        })??
+                        tokio::task::spawn_blocking(move || delete_files(&root, &proxies, Some(config)))
+                            .await
+                            .map_err(|e| {
+                                HandlerError::retryable(format!("deleting proxy files ended abnormally: {e}"))
+                            })??
                     };
                     if blocked.is_empty() {
                         to_delete.push(candidate.asset_id);
@@ -232,7 +243,8 @@ impl<M: MaintenanceStore + 'static> Handler for ProxyDeletionHandler<M> {
                 }
                 let proxies = self.store.proxies_of(chunk, types.as_deref()).await.map_err(store_error)?;
                 let (root, files) = (self.proxy_root.clone(), proxies.clone());
-                let (blocked, p) = tokio::task::spawn_blocking(move || delete_files(&root, &files))
+                let scope = ctx.item.scope.storage_config();
+                let (blocked, p) = tokio::task::spawn_blocking(move || delete_files(&root, &files, scope))
                     .await
                     .map_err(|e| HandlerError::retryable(format!("deleting proxy files ended abnormally: {e}")))??;
                 problems.extend(p);
@@ -484,30 +496,47 @@ impl<M: MaintenanceStore + 'static> Handler for WorkItemRetentionHandler<M> {
 
 #[cfg(test)]
 mod tests {
+    use almanac_domain::ContentHash;
+
     use super::*;
 
     #[test]
     fn proxy_paths_must_stay_inside_the_root() {
         let dir = tempfile::tempdir().unwrap();
         let root = RootFolder::open(dir.path()).unwrap();
-        for bad in ["/etc/passwd", "../x.jpg", "a/../../x.jpg", "./a.jpg"] {
-            assert!(delete_proxy_file(&root, bad).is_err(), "{bad}");
+        let config = StorageConfigId::new();
+        let ours = ContentHash::from_bytes([0xab; 32]).proxy_dir(config).join("preview.jpg");
+        let ours = ours.to_str().unwrap();
+        for bad in ["/etc/passwd", "../x.jpg", "a/../../x.jpg", "./a.jpg", "photos/IMG_0001.jpg", "a/b/missing.jpg"] {
+            std::fs::create_dir_all(dir.path().join("photos")).unwrap();
+            std::fs::write(dir.path().join("photos/IMG_0001.jpg"), b"an original").unwrap();
+            assert!(delete_proxy_file(&root, bad, None).is_err(), "{bad}");
         }
-        assert_eq!(delete_proxy_file(&root, "a/b/missing.jpg"), Ok(()), "already gone counts as deleted");
+        assert!(dir.path().join("photos/IMG_0001.jpg").exists());
+        let other = StorageConfigId::new();
+        std::fs::create_dir_all(dir.path().join(ours).parent().unwrap()).unwrap();
+        std::fs::write(dir.path().join(ours), b"p").unwrap();
+        assert!(delete_proxy_file(&root, ours, Some(other)).unwrap_err().contains("another storage config"));
+        assert_eq!(delete_proxy_file(&root, ours, Some(config)), Ok(()));
+        assert!(!dir.path().join(ours).exists());
+        assert_eq!(delete_proxy_file(&root, ours, None), Ok(()), "already gone counts as deleted");
     }
 
     #[test]
     fn empty_folders_are_removed_up_to_the_root_only() {
         let dir = tempfile::tempdir().unwrap();
         let root_path = dir.path().join("proxies");
-        std::fs::create_dir_all(root_path.join("c/ab/abcd")).unwrap();
-        std::fs::create_dir_all(root_path.join("c/cd")).unwrap();
-        std::fs::write(root_path.join("c/ab/abcd/thumbnail.jpg"), b"x").unwrap();
+        let config = StorageConfigId::new();
+        let file = ContentHash::from_bytes([0xab; 32]).proxy_dir(config).join("thumbnail.jpg");
+        let sibling = root_path.join(config.to_string()).join("cd");
+        std::fs::create_dir_all(root_path.join(&file).parent().unwrap()).unwrap();
+        std::fs::create_dir_all(&sibling).unwrap();
+        std::fs::write(root_path.join(&file), b"x").unwrap();
         let root = RootFolder::open(&root_path).unwrap();
-        delete_proxy_file(&root, "c/ab/abcd/thumbnail.jpg").unwrap();
-        assert!(!root_path.join("c/ab").exists());
-        assert!(root_path.join("c/cd").exists(), "a non-empty parent stops the walk up");
-        remove_parents(&root, "c/cd/x.jpg");
-        assert!(root_path.exists() && !root_path.join("c").exists(), "the root itself stays");
+        delete_proxy_file(&root, file.to_str().unwrap(), Some(config)).unwrap();
+        assert!(!root_path.join(config.to_string()).join("ab").exists());
+        assert!(sibling.exists(), "a non-empty parent stops the walk up");
+        remove_parents(&root, &format!("{config}/cd/x.jpg"));
+        assert!(root_path.exists() && !root_path.join(config.to_string()).exists(), "the root itself stays");
     }
 }

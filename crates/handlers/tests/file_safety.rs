@@ -142,7 +142,7 @@ async fn a_root_that_stopped_being_a_mount_point_is_refused_until_confirmed() {
 }
 
 #[tokio::test]
-async fn mass_deletion_is_proportional_from_ten_assets() {
+async fn mass_deletion_is_proportional_in_libraries_of_ten_or_more() {
     let lib = library().await;
     lib.with_photos(20).await;
     let gone = |range: std::ops::Range<u32>| {
@@ -156,7 +156,7 @@ async fn mass_deletion_is_proportional_from_ten_assets() {
     assert_eq!(lib.active_count().await, 20, "nothing soft-deleted");
     let result = lib.crawl_with(serde_json::json!({"allow_mass_deletion": true}), CancellationToken::new()).await;
     assert_eq!(result.unwrap()["soft_deleted"], 11);
-    // Nine remain: losing all but one is below the floor of ten, so it is allowed.
+    // Nine remain: a library of nine is below the floor of ten, so losing eight of them is allowed.
     gone(11..19);
     assert_eq!(lib.crawl().await["soft_deleted"], 8);
 }
@@ -552,4 +552,45 @@ async fn the_sweep_rechecks_the_age_right_before_the_unlink() {
     let result = lib.run_handler(&handler, item).await.unwrap();
     assert_eq!(result["deleted"], 0, "{result}");
     assert_eq!(std::fs::read(&orphan).unwrap(), b"written again by a retried crawl");
+}
+
+#[tokio::test]
+async fn a_root_swapped_for_a_link_or_stored_non_canonical_is_never_read() {
+    let lib = library().await;
+    lib.with_photos(2).await;
+    let bob = lib.dir.path().join("bob");
+    std::fs::create_dir_all(&bob).unwrap();
+    let bobs_photo = photo(100);
+    std::fs::write(bob.join("IMG_9999.jpg"), &bobs_photo).unwrap();
+    // Ann, who can write to the folder above her root, swaps her root for a link to bob's library.
+    let away = lib.root.with_file_name("ann-real");
+    std::fs::rename(&lib.root, &away).unwrap();
+    std::os::unix::fs::symlink(&bob, &lib.root).unwrap();
+    let err = lib.refused(serde_json::json!({})).await;
+    assert!(!err.retryable && err.message.contains("is a link now"), "{err:?}");
+    let bobs = format!("SELECT count(*) AS n FROM media_assets WHERE content_hash = '{}'", hash_of(&bobs_photo));
+    assert_eq!((lib.count(&bobs).await, lib.active_count().await), (0, 2), "nothing read, nothing deleted");
+    std::fs::remove_file(&lib.root).unwrap();
+    std::fs::rename(&away, &lib.root).unwrap();
+
+    // An older catalogue (before the canonical-root rule) holds eve's root spelled through `..`.
+    let mut conn = lib.conn().await;
+    sql_query("ALTER TABLE storage_configs DROP CONSTRAINT ck_storage_configs_root_path_canonical")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let eve = StorageConfigId::new();
+    sql_query(
+        "WITH u AS (INSERT INTO users (id, username) VALUES (gen_random_uuid(), 'eve') RETURNING id)
+         INSERT INTO storage_configs (id, user_id, root_path) SELECT $1, u.id, $2 FROM u",
+    )
+    .bind::<Uuid, _>(eve.as_uuid())
+    .bind::<Text, _>(format!("{}/../bob", lib.root.display()))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let item = lib.work_item(WorkKind::Crawl, Scope::Config(eve), serde_json::json!({})).await;
+    let err = lib.run_handler(&lib.handler(), item).await.unwrap_err();
+    assert!(!err.retryable && err.message.contains("not a canonical path"), "{err:?}");
+    assert_eq!(lib.count(&bobs).await, 0);
 }

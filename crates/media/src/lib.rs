@@ -30,7 +30,9 @@ pub use detect::{MAGIC_LEN, MediaFormat, detect_format};
 pub use error::MediaError;
 pub use exif_facts::{ExifFacts, read_exif};
 pub use hash::{HashedBytes, hash_bytes, hash_file, hash_reader};
-pub use originals::{Entry, EntryKind, OpenError, Original, Removal, RootFolder};
+pub use originals::{
+    Entry, EntryKind, OpenError, Original, Removal, RootFolder, identity, lies_within, same_folder, same_tree,
+};
 pub use still::{PREVIEW_LONG_SIDE, StillProxies, THUMBNAIL_LONG_SIDE, heic_to_jpeg, make_still_proxies};
 pub use tool::ToolLimits;
 pub use video::{VideoFacts, VideoProxies, make_video_proxies, probe_video};

@@ -6,7 +6,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -32,6 +32,8 @@ pub struct Entry {
     pub size: u64,
     /// Modification time, truncated to microseconds (what the catalogue keeps).
     pub mtime: DateTime<Utc>,
+    /// Its file-system identity (device, inode), which tells a folder mounted in a second place.
+    pub identity: (u64, u64),
 }
 
 /// The kinds of entry the walk tells apart.
@@ -88,8 +90,12 @@ pub enum OpenError {
     /// It is not there (vanished since the listing).
     #[error("{0}: vanished since the folder was listed")]
     Vanished(PathBuf),
-    /// A component is a symbolic link, or the path would leave the root: refused, nothing read.
-    #[error("{0}: a link or a path leading outside the storage root; it is not followed and nothing is read")]
+    /// A component is a symbolic link (or a folder replaced by something else), or the path would leave the
+    /// root: refused, nothing read.
+    #[error(
+        "{0}: a link, or a folder replaced by a file or a link, is on the way to it (or it leads outside the \
+         storage root); it is not followed and nothing is read"
+    )]
     Escapes(PathBuf),
     /// Not a regular file (a FIFO, socket or device swapped in): refused, never opened for reading.
     #[error("{0}: not a regular file; it is not read")]
@@ -105,10 +111,28 @@ pub enum OpenError {
 }
 
 impl RootFolder {
-    /// Opens a root folder. The root's own path is trusted (it was canonicalised when registered); what lies
-    /// beneath it is not.
+    /// Opens a root folder by its absolute path, no link followed at any component: a root registered
+    /// canonical has none, and one swapped for a link since (by a user who can write to the folder above it)
+    /// is refused with `ELOOP` (`ENOTDIR` when a component became a file). What lies beneath is then opened
+    /// relative to this handle.
     pub fn open(path: &Path) -> std::io::Result<Self> {
-        let dir = rustix::fs::open(path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+        if !path.is_absolute() {
+            return Err(std::io::Error::other(format!("{} is not an absolute path", path.display())));
+        }
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let resolve = ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+        let dir = match rustix::fs::openat2(rustix::fs::CWD, path, flags, Mode::empty(), resolve) {
+            Err(Errno::NOSYS | Errno::PERM) => {
+                let slash = rustix::fs::open("/", OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+                let rel = path.as_os_str().as_bytes().strip_prefix(b"/").unwrap_or_default();
+                if rel.is_empty() {
+                    Ok(rustix::fs::openat(&slash, ".", flags, Mode::empty())?)
+                } else {
+                    open_component_by_component(&slash, rel, flags)
+                }
+            }
+            other => other,
+        }?;
         Ok(Self { dir, path: path.to_owned() })
     }
 
@@ -164,16 +188,22 @@ impl RootFolder {
     }
 
     /// Opens an original for reading beneath the root, no link followed at any component, and only when it
-    /// is a regular file (a FIFO swapped in would otherwise hang the read).
+    /// is a regular file: it is first located without being opened (`O_PATH`), so a FIFO or a device swapped
+    /// in is never opened at all (opening one could hang, or have side effects); a regular file is then opened
+    /// for reading through that very handle.
     pub fn open_file(&self, rel: &[u8]) -> Result<Original, OpenError> {
-        let fd = self.open_beneath(rel, OFlags::RDONLY | OFlags::NONBLOCK)?;
-        let stat = rustix::fs::fstat(&fd).map_err(|e| self.open_error(rel, e))?;
-        if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
-            return Err(OpenError::NotAFile(self.display(rel)));
+        let located = self.open_beneath(rel, OFlags::PATH)?;
+        let stat = rustix::fs::fstat(&located).map_err(|e| self.open_error(rel, e))?;
+        match FileType::from_raw_mode(stat.st_mode) {
+            FileType::RegularFile => {}
+            // O_PATH | O_NOFOLLOW hands back a trailing link itself rather than refusing it.
+            FileType::Symlink => return Err(OpenError::Escapes(self.display(rel))),
+            _ => return Err(OpenError::NotAFile(self.display(rel))),
         }
-        // Regular files ignore O_NONBLOCK for reads, but an external tool inherits the flag: clear it.
-        let flags = rustix::fs::fcntl_getfl(&fd).map_err(|e| self.open_error(rel, e))?;
-        rustix::fs::fcntl_setfl(&fd, flags - OFlags::NONBLOCK).map_err(|e| self.open_error(rel, e))?;
+        // Reopening the located file through its descriptor reads exactly that inode, whatever the path is now.
+        let reopen = format!("/proc/self/fd/{}", located.as_raw_fd());
+        let fd = rustix::fs::open(reopen.as_str(), OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY, Mode::empty())
+            .map_err(|e| self.open_error(rel, e))?;
         Ok(Original { file: File::from(fd), path: self.display(rel) })
     }
 
@@ -224,11 +254,14 @@ impl RootFolder {
     }
 
     fn open_beneath(&self, rel: &[u8], flags: OFlags) -> Result<OwnedFd, OpenError> {
-        let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY;
+        // O_PATH takes no other open flags (openat2 refuses them).
+        let extra = if flags.contains(OFlags::PATH) { OFlags::empty() } else { OFlags::NOCTTY };
+        let flags = flags | extra | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
         match rustix::fs::openat2(&self.dir, OsStr::from_bytes(rel), flags, Mode::empty(), resolve) {
-            // Kernels before 5.6 (many NAS systems) have no openat2: walk the components one by one instead.
-            Err(Errno::NOSYS) => open_component_by_component(&self.dir, rel, flags),
+            // Kernels before 5.6 (many NAS systems) have no openat2, and some container seccomp profiles
+            // refuse it with EPERM: walk the components one by one instead.
+            Err(Errno::NOSYS | Errno::PERM) => open_component_by_component(&self.dir, rel, flags),
             other => other,
         }
         .map_err(|e| self.open_error(rel, e))
@@ -246,6 +279,33 @@ impl RootFolder {
     }
 }
 
+/// A path's file-system identity (device, inode), following links; `None` when it does not exist.
+pub fn identity(path: &Path) -> Option<(u64, u64)> {
+    std::fs::metadata(path)
+        .ok()
+        .map(|m| (std::os::unix::fs::MetadataExt::dev(&m), std::os::unix::fs::MetadataExt::ino(&m)))
+}
+
+/// Whether two existing paths are one folder (same device and inode), however they are spelled or mounted.
+pub fn same_folder(a: &Path, b: &Path) -> bool {
+    identity(a).is_some_and(|id| identity(b) == Some(id))
+}
+
+/// Whether two existing folders are one tree or one lies inside the other, by file-system identity: `b` is
+/// `a` or one of the folders above it, or the other way round. This catches what comparing paths cannot: a
+/// bind mount of a library at another path, or another spelling of one folder on a case-insensitive share.
+pub fn same_tree(a: &Path, b: &Path) -> bool {
+    lies_within(a, b) || lies_within(b, a)
+}
+
+/// Whether `inner` is `outer` or lies inside it, by file-system identity: `outer` is `inner` or one of the
+/// existing folders above it (so a folder not created yet is placed by its parents). False when `outer`
+/// does not exist.
+pub fn lies_within(inner: &Path, outer: &Path) -> bool {
+    let Some(outer) = identity(outer) else { return false };
+    inner.ancestors().any(|f| identity(f) == Some(outer))
+}
+
 /// The same guarantee as `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`, for kernels without it: each
 /// component is opened relative to the previous one with `O_NOFOLLOW`; `..`, `.` and empty components are
 /// refused.
@@ -260,10 +320,11 @@ pub(crate) fn open_component_by_component(root: &OwnedFd, rel: &[u8], flags: OFl
     }
     for folder in folders {
         let at = current.as_ref().map_or(root.as_fd(), AsFd::as_fd);
+        // O_PATH: passing through a folder needs only search permission, as with openat2.
         let next = rustix::fs::openat(
             at,
             OsStr::from_bytes(folder),
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
         )?;
         current = Some(next);
@@ -283,7 +344,8 @@ fn entry_of(name: OsString, stat: &rustix::fs::Stat) -> Entry {
     };
     let micros = i64::from(stat.st_mtime).saturating_mul(1_000_000) + i64::from(stat.st_mtime_nsec as u32) / 1000;
     let mtime = DateTime::from_timestamp_micros(micros).unwrap_or(DateTime::<Utc>::UNIX_EPOCH);
-    Entry { name, kind, size: u64::try_from(stat.st_size).unwrap_or(0), mtime }
+    let identity = (u64::from(stat.st_dev), u64::from(stat.st_ino));
+    Entry { name, kind, size: u64::try_from(stat.st_size).unwrap_or(0), mtime, identity }
 }
 
 fn join(rel: &[u8], name: &[u8]) -> Vec<u8> {
@@ -356,6 +418,23 @@ mod tests {
         assert!(matches!(read_all(&root, "b/alias.jpg"), Err(OpenError::Escapes(_))));
         // `..` never leaves the root.
         assert!(matches!(read_all(&root, "../bob/secret.jpg"), Err(OpenError::Escapes(_))));
+    }
+
+    #[test]
+    fn a_root_reached_through_a_link_is_refused() {
+        let (dir, root_path, outside) = layout();
+        // Ann replaces her own root (in a folder she can write) with a link to bob's folder.
+        let real = dir.path().join("ann-real");
+        std::fs::rename(&root_path, &real).unwrap();
+        symlink(&outside, &root_path).unwrap();
+        let err = RootFolder::open(&root_path).unwrap_err();
+        let refused = [Errno::LOOP, Errno::NOTDIR].map(|e| Some(e.raw_os_error()));
+        assert!(refused.contains(&err.raw_os_error()), "{err}");
+        // A link higher up the path is refused as well.
+        symlink(dir.path(), dir.path().join("up")).unwrap();
+        assert!(RootFolder::open(&dir.path().join("up/ann-real")).is_err());
+        assert!(RootFolder::open(&real).is_ok());
+        assert!(RootFolder::open(Path::new("relative")).is_err());
     }
 
     #[test]

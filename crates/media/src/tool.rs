@@ -21,6 +21,15 @@ pub struct ToolLimits {
     pub transcode: Duration,
 }
 
+impl ToolLimits {
+    /// The longest a file's proxies can sit on disk before its rows are committed: a probe, two tries at a
+    /// poster, then the transcode. The proxy sweep's age floor must exceed it, or it could take a long
+    /// video's poster for an orphan.
+    pub fn longest_proxy_write(&self) -> Duration {
+        self.quick * 3 + self.transcode
+    }
+}
+
 impl Default for ToolLimits {
     fn default() -> Self {
         Self { quick: Duration::from_secs(120), transcode: Duration::from_secs(3600) }

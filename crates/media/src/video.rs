@@ -136,12 +136,17 @@ pub async fn make_video_proxies(
         .chain(args(&["-frames:v", "1", "-vf", "scale='min(1920,iw)':-2", "-q:v", "3", "-update", "1"]))
         .chain([poster_tmp.as_os_str().to_owned()])
         .collect();
-    // A clip shorter than half a second has no frame there; that case is retried below from the start.
+    // Debris of an earlier attempt must never pass for this attempt's poster.
+    let _ = std::fs::remove_file(&poster_tmp);
+    // A clip shorter than half a second has no frame there (ffmpeg then succeeds and writes nothing, or
+    // fails): that case is retried below from the start. A cancel or a time limit ends it here.
     let first_try = run_tool("ffmpeg", "ffmpeg", poster_args, Some(tool_input(original)?), path, limits.quick, cancel);
-    if let Err(MediaError::Cancelled) = first_try.await {
-        return Err(MediaError::Cancelled);
+    if let Err(stopped @ (MediaError::Cancelled | MediaError::TimedOut { .. })) = first_try.await {
+        let _ = std::fs::remove_file(&poster_tmp);
+        return Err(stopped);
     }
-    if !poster_tmp.exists() {
+    if !is_non_empty(&poster_tmp) {
+        let _ = std::fs::remove_file(&poster_tmp);
         // Shorter than half a second: take the very first frame.
         let first_frame = args(&["-nostdin", "-y", "-v", "error", "-i"])
             .into_iter()
@@ -150,6 +155,10 @@ pub async fn make_video_proxies(
             .chain([poster_tmp.as_os_str().to_owned()])
             .collect();
         run_tool("ffmpeg", "ffmpeg", first_frame, Some(tool_input(original)?), path, limits.quick, cancel).await?;
+        if !is_non_empty(&poster_tmp) {
+            let _ = std::fs::remove_file(&poster_tmp);
+            return Err(MediaError::corrupt(path, "ffmpeg found no frame for a poster"));
+        }
     }
     sync_file(&poster_tmp)?;
     std::fs::rename(&poster_tmp, &poster).map_err(|e| MediaError::io(&poster, e))?;
@@ -195,6 +204,10 @@ pub async fn make_video_proxies(
     sync_folder(dest_dir)?;
     let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).map_err(|e| MediaError::io(p, e));
     Ok(VideoProxies { poster_bytes: size(&poster)?, web_video_bytes: size(&web)? })
+}
+
+fn is_non_empty(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() > 0)
 }
 
 /// A handle on the open original for a tool's standard input.

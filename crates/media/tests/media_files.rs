@@ -136,6 +136,20 @@ async fn video_is_probed_and_gets_a_poster_and_a_720p_web_video() {
 }
 
 #[tokio::test]
+async fn a_short_clip_gets_its_first_frame_and_never_an_earlier_attempts_debris() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("blink.mp4");
+    fixtures::video(&src, 0.2, 320, 240, "2021-06-01T10:00:00Z");
+    let out = dir.path().join("proxies");
+    std::fs::create_dir_all(&out).unwrap();
+    // A killed attempt left half a poster behind.
+    std::fs::write(out.join(".poster.tmp.jpg"), b"\xff\xd8\xff half a jpeg").unwrap();
+    let made = make_video_proxies(&open(&src), &out, ToolLimits::default(), &CancellationToken::new()).await.unwrap();
+    assert_eq!(dims(&out.join("poster.jpg")), (320, 240), "a real frame, not the debris");
+    assert!(made.poster_bytes > 100);
+}
+
+#[tokio::test]
 async fn a_video_that_is_not_one_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("broken.mp4");

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use almanac_domain::{
-    CancelOutcome, CatalogueStore, DedupKey, NewWorkItem, Scope, Status, WorkItemId, WorkKind, WorkQueue,
+    CancelOutcome, CatalogueStore, DedupKey, NewWorkItem, Scope, Status, WorkItemId, WorkKind, WorkQueue, roots_overlap,
 };
 use almanac_store_pg::{NewStorageConfig, PgStore, StoreError};
 use anyhow::{Context, Result};
@@ -187,10 +187,23 @@ async fn add_config(settings: &Settings, store: &PgStore, user: String, root: &s
         Ok(root) => root,
         Err(e) => return refuse(e),
     };
-    let proxy_root =
-        std::fs::canonicalize(&settings.storage.proxy_root).unwrap_or_else(|_| settings.storage.proxy_root.clone());
-    if almanac_domain::roots_overlap(&proxy_root, &root) {
+    let proxy_root = roots::resolved(&settings.storage.proxy_root);
+    if roots::overlap(&proxy_root, &root) {
         return refuse(format!("{}; nothing was registered", roots::overlap_message(&proxy_root, &root)));
+    }
+    // The store compares paths; the file system also knows a bind mount or another spelling of one folder.
+    let configs = store.list_storage_configs().await?;
+    let hidden_overlap = |c: &&almanac_domain::StorageConfig| {
+        !roots_overlap(&c.root_path, &root) && almanac_media::same_tree(&c.root_path, &root)
+    };
+    if let Some(other) = configs.iter().find(hidden_overlap) {
+        return refuse(format!(
+            "the root {} is the same tree as storage config {} at {}, or nests with it (a bind mount, or another \
+             spelling of one folder): two configs may never cover one tree; nothing was registered",
+            root.display(),
+            other.id,
+            other.root_path.display()
+        ));
     }
     let (user, config) = match store.add_storage_config(&NewStorageConfig { username: user, root_path: root }).await {
         Ok(added) => added,
@@ -277,9 +290,38 @@ async fn root_problems(store: &PgStore, settings: &Settings) -> Result<Vec<Strin
             )
         })
         .collect();
+    let configs = store.list_storage_configs().await?;
+    // Overlaps the catalogue cannot see: one tree under two paths (a bind mount, another spelling).
+    for (i, a) in configs.iter().enumerate() {
+        for b in &configs[i + 1..] {
+            if !almanac_domain::roots_overlap(&a.root_path, &b.root_path)
+                && almanac_media::same_tree(&a.root_path, &b.root_path)
+            {
+                problems.push(format!(
+                    "storage configs {} ({}) and {} ({}) are one tree on disk (a bind mount or another spelling): \
+                     deactivate one (almanac-worker config deactivate ID)",
+                    a.id,
+                    a.root_path.display(),
+                    b.id,
+                    b.root_path.display()
+                ));
+            }
+        }
+    }
+    for c in &configs {
+        let canonical = c.root_path.to_str().is_some_and(|r| almanac_domain::check_canonical_root(r).is_ok());
+        if !canonical {
+            problems.push(format!(
+                "storage config {} has the root {}, which is not a canonical path (`.`, `..`, a doubled or \
+                 trailing slash): its crawls refuse to run. Deactivate it and register the real path",
+                c.id,
+                c.root_path.display()
+            ));
+        }
+    }
     let proxy_root = roots::resolved(&settings.storage.proxy_root);
-    for c in store.list_storage_configs().await? {
-        if almanac_domain::roots_overlap(&proxy_root, &c.root_path) {
+    for c in configs {
+        if roots::overlap(&proxy_root, &c.root_path) {
             problems.push(roots::overlap_message(&proxy_root, &c.root_path));
         }
     }

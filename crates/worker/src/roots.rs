@@ -35,22 +35,28 @@ pub fn prepare_proxy_root(proxy_root: &Path, configs: &[StorageConfig]) -> Resul
 }
 
 /// Refuses a proxy root that is `/`, or that equals, contains or lies inside a config's root (any config,
-/// active or not, any user). The message names both paths and what to do.
+/// active or not, any user), by path or by file-system identity. The message names both paths and what to do.
 pub fn check_proxy_root(proxy_root: &Path, configs: &[StorageConfig]) -> Result<(), String> {
     if proxy_root.parent().is_none() {
         return Err("storage.proxy_root: / cannot be the proxy root: it would contain every library".into());
     }
-    match configs.iter().find(|c| roots_overlap(proxy_root, &c.root_path)) {
+    match configs.iter().find(|c| overlap(proxy_root, &c.root_path)) {
         Some(c) => Err(overlap_message(proxy_root, &c.root_path)),
         None => Ok(()),
     }
 }
 
+/// Whether two folders are one tree or nest: by their paths, or, where both exist, by their file-system
+/// identities ([`almanac_media::same_tree`]: a bind mount, or another spelling on a case-insensitive share).
+pub fn overlap(a: &Path, b: &Path) -> bool {
+    roots_overlap(a, b) || almanac_media::same_tree(a, b)
+}
+
 /// The refusal for a proxy root and a storage root that overlap.
 pub fn overlap_message(proxy_root: &Path, root: &Path) -> String {
-    let relation = if proxy_root == root {
+    let relation = if proxy_root == root || almanac_media::same_folder(proxy_root, root) {
         "is the same folder as"
-    } else if proxy_root.starts_with(root) {
+    } else if proxy_root.starts_with(root) || almanac_media::lies_within(proxy_root, root) {
         "lies inside"
     } else {
         "contains"

@@ -86,7 +86,7 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<ExitCode> {
             PurgeSettings { proxy_root: proxy_root.clone(), purge_after: settings.schedule.purge_after, batch: 100 },
         ))
         .register(ProxyDeletionHandler::new(store.clone(), proxy_root.clone()))
-        .register(ProxySweepHandler::new(store.clone(), proxy_root, Duration::from_secs(3600)))
+        .register(ProxySweepHandler::new(store.clone(), proxy_root, sweep_age_floor(ToolLimits::default())))
         .register(TokenCleanupHandler::new(store.clone(), Duration::from_secs(7 * 86_400)))
         .register(WorkItemRetentionHandler::new(store.clone(), RetentionSettings::default()));
     let executor = Executor::new(store.clone(), registry, executor_config)?;
@@ -129,6 +129,12 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<ExitCode> {
         );
         Ok(ExitCode::from(4))
     }
+}
+
+/// The proxy sweep leaves files younger than this: an hour, or longer than a file's proxies can wait for
+/// their rows (a long video's poster is written before its transcode), with ten minutes to spare.
+fn sweep_age_floor(limits: ToolLimits) -> Duration {
+    (limits.longest_proxy_write() + Duration::from_secs(600)).max(Duration::from_secs(3600))
 }
 
 /// Pending migrations, trying a few times with backoff while the database is starting.

@@ -3,7 +3,7 @@
 //! values are errors that name the key.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 use almanac_domain::{LeaseDuration, RetryPolicy, ServedConfigs, WorkerId};
@@ -67,8 +67,8 @@ pub struct Worker {
 #[serde(deny_unknown_fields, default)]
 pub struct Storage {
     pub proxy_root: PathBuf,
-    /// A crawl refuses to soft-delete more than `mass_deletion_max_percent` of a config's active assets when
-    /// that is also this many or more, unless confirmed (`allow_mass_deletion`).
+    /// In a library of this many active assets or more, a crawl refuses to soft-delete more than
+    /// `mass_deletion_max_percent` of them at once, unless confirmed (`allow_mass_deletion`).
     pub mass_deletion_min_assets: u64,
     /// See `mass_deletion_min_assets`; 1 to 100.
     pub mass_deletion_max_percent: u8,
@@ -226,6 +226,12 @@ impl Settings {
         if self.storage.proxy_root.parent().is_none() {
             bail!("storage.proxy_root: / cannot be the proxy root: it would contain every library");
         }
+        if self.storage.proxy_root.components().any(|c| matches!(c, Component::CurDir | Component::ParentDir)) {
+            bail!(
+                "storage.proxy_root: {} must not contain `.` or `..`: give the folder's plain absolute path",
+                self.storage.proxy_root.display()
+            );
+        }
         if !(1..=100).contains(&self.storage.mass_deletion_max_percent) {
             bail!(
                 "storage.mass_deletion_max_percent: {} must be from 1 to 100",
@@ -377,6 +383,7 @@ mod tests {
         assert!(err(&[("ALMANAC__WORKER__SLOTS", "0")]).contains("worker.slots"));
         assert!(err(&[("ALMANAC__STORAGE__PROXY_ROOT", "relative/dir")]).contains("storage.proxy_root"));
         assert!(err(&[("ALMANAC__STORAGE__PROXY_ROOT", "/")]).contains("storage.proxy_root"));
+        assert!(err(&[("ALMANAC__STORAGE__PROXY_ROOT", "/volume1/new/../photos")]).contains("`..`"));
         assert!(err(&[("ALMANAC__STORAGE__MASS_DELETION_MAX_PERCENT", "0")]).contains("mass_deletion_max_percent"));
         assert!(err(&[("ALMANAC__STORAGE__MASS_DELETION_MAX_PERCENT", "300")]).contains("mass_deletion_max_percent"));
         assert!(err(&[("ALMANAC__LOG__FORMAT", "xml")]).contains("format"));

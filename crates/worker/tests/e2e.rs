@@ -273,6 +273,46 @@ fn roots_and_the_proxy_root_never_overlap_config_add_and_run_refuse_with_exit_2(
     assert!(status.contains("ROOT PROBLEMS") && status.contains("cover one tree"), "{status}");
 }
 
+/// One tree under two paths: a library bind-mounted elsewhere (in a mount namespace of the test's own, so
+/// nothing outside it sees the mount). The paths differ; the file system knows it is one folder.
+#[test]
+fn a_bind_mount_of_a_library_is_refused_as_a_second_root_and_as_the_proxy_root() {
+    let s = setup(1);
+    s.cli(&["migrate"]);
+    let base = std::fs::canonicalize(s.dir.path()).unwrap();
+    let library = base.join("library");
+    let alias = base.join("alias");
+    std::fs::create_dir_all(&alias).unwrap();
+    s.cli(&["config", "add", "--user", "ann", "--root", library.to_str().unwrap()]);
+    let in_namespace = |command: &str| {
+        Command::new("unshare")
+            .args(["-m", "--propagation", "private", "sh", "-c"])
+            // Bounded: a Worker that wrongly starts must not hang the suite.
+            .arg(format!("mount --bind '{}' '{}' && timeout 20 {command}", library.display(), alias.display()))
+            .env("DATABASE_URL", s.db.url())
+            .env("ALMANAC__STORAGE__PROXY_ROOT", base.join("proxies"))
+            .output()
+            .unwrap()
+    };
+    let probe = in_namespace("true");
+    if !probe.status.success() {
+        // Mount namespaces need root (CI runs as root); say so rather than pass silently.
+        eprintln!("SKIPPED: cannot bind-mount here: {}", String::from_utf8_lossy(&probe.stderr));
+        return;
+    }
+    let out = in_namespace(&format!("'{BIN}' config add --user eve --root '{}'", alias.display()));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("same tree") && err.contains(library.to_str().unwrap()), "{err}");
+    let out =
+        in_namespace(&format!("env ALMANAC__STORAGE__PROXY_ROOT='{}' '{BIN}' run", alias.join("proxies").display()));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("lies inside") && err.contains(library.to_str().unwrap()), "{err}");
+    assert!(!library.join("proxies").exists(), "nothing was created inside the library");
+    assert_eq!(s.cli(&["config", "list"]).lines().count(), 2);
+}
+
 /// A TCP proxy to the cluster's Unix socket that can be cut: it stops forwarding without closing the sockets,
 /// the way a dead network path looks to both ends.
 struct Proxy {

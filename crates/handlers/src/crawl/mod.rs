@@ -146,8 +146,9 @@ struct Hashed {
     bytes: u64,
 }
 
-/// Opens `rel` beneath the root with no link followed and hashes it through the open file. Blocking.
-fn read_and_hash(root: &RootFolder, rel: &[u8]) -> Result<Hashed, FileProblem> {
+/// Opens `rel` beneath the root with no link followed and hashes it through the open file, stopping at
+/// cancellation. Blocking.
+fn read_and_hash(root: &RootFolder, rel: &[u8], cancel: &CancellationToken) -> Result<Hashed, FileProblem> {
     use std::io::Read;
     let original = root.open_file(rel).map_err(|e| match e {
         OpenError::Vanished(_) => FileProblem::Skipped("vanished during the crawl".into()),
@@ -172,11 +173,17 @@ fn read_and_hash(root: &RootFolder, rel: &[u8]) -> Result<Hashed, FileProblem> {
                 return Err(FileProblem::Failed(format!("{len} bytes is too large for a still")));
             }
             let mut content = head[..n].to_vec();
-            file.read_to_end(&mut content).map_err(|e| FileProblem::Failed(format!("cannot read: {e}")))?;
+            // Bounded: a file that grows while it is read is not read without end.
+            file.take(MAX_STILL_BYTES + 1 - n as u64)
+                .read_to_end(&mut content)
+                .map_err(|e| FileProblem::Failed(format!("cannot read: {e}")))?;
+            if content.len() as u64 > MAX_STILL_BYTES {
+                return Err(FileProblem::Failed(format!("more than {MAX_STILL_BYTES} bytes is too large for a still")));
+            }
             let hashed = almanac_media::hash_bytes(&content);
             (Some(content), hashed)
         }
-        MediaType::Video => (None, almanac_media::hash_reader((&head[..n]).chain(file), original.path())?),
+        MediaType::Video => (None, almanac_media::hash_reader((&head[..n]).chain(file), original.path(), cancel)?),
     };
     Ok(Hashed { original, format, content, hash: hashed.hash, bytes: hashed.bytes })
 }
@@ -221,7 +228,16 @@ impl<C: CatalogueStore + 'static, Q: WorkQueue + 'static> CrawlHandler<C, Q> {
     /// ingest proxies, and two configs on one tree would make the per-config rule protect nothing.
     async fn check_roots_apart(&self, storage: &StorageConfig) -> Result<(), HandlerError> {
         let root = &storage.root_path;
-        if roots_overlap(root, &self.settings.proxy_root) {
+        // An older catalogue may hold a root spelled with `..` or `.`: it may name another tree than it seems.
+        if root.to_str().is_none_or(|r| almanac_domain::check_canonical_root(r).is_err()) {
+            return Err(HandlerError::permanent(format!(
+                "the storage root {} is not a canonical path (it has `.`, `..`, a doubled or trailing slash, or is \
+                 /), so it may name another folder than the one registered; nothing was read. Deactivate it and \
+                 register the library's real path with almanac-worker config add",
+                root.display()
+            )));
+        }
+        if roots_overlap(root, &self.settings.proxy_root) || almanac_media::same_tree(root, &self.settings.proxy_root) {
             return Err(HandlerError::permanent(format!(
                 "the storage root {} and the proxy root {} overlap, so the crawl could take proxies for photos \
                  and the proxy sweep could delete originals. Nothing was done. Set storage.proxy_root to a folder \
@@ -273,7 +289,8 @@ impl<C: CatalogueStore + 'static, Q: WorkQueue + 'static> CrawlHandler<C, Q> {
         }
         // List the tree while the catalogue's known files load: neither needs the other.
         let (listing_root, cancel) = (root.clone(), ctx.cancel.clone());
-        let listing = tokio::task::spawn_blocking(move || list_tree(&listing_root, &cancel));
+        let avoid = almanac_media::identity(&self.settings.proxy_root);
+        let listing = tokio::task::spawn_blocking(move || list_tree(&listing_root, avoid, &cancel));
         let known_files = self.catalogue.known_files(config).await.map_err(catalogue_error)?;
         let (files, report) =
             listing.await.map_err(|e| HandlerError::retryable(format!("the folder walk ended abnormally: {e}")))?;
@@ -374,10 +391,6 @@ impl<C: CatalogueStore + 'static, Q: WorkQueue + 'static> CrawlHandler<C, Q> {
 
         let soft_deleted = if report.unreadable.is_empty() && !report.stopped && handed_over {
             let unseen_files = run.unseen();
-            for (asset, copy) in &unseen_files.promotions {
-                self.catalogue.relocate(*asset, copy).await.map_err(catalogue_error)?;
-                run.counters.moved.fetch_add(1, Ordering::Relaxed);
-            }
             let (active, unseen) = (active as u64, unseen_files.assets.len() as u64);
             if !confirmed && self.settings.mass_deletion.refuses(active, unseen) {
                 return Err(HandlerError::retryable(format!(
@@ -391,6 +404,11 @@ impl<C: CatalogueStore + 'static, Q: WorkQueue + 'static> CrawlHandler<C, Q> {
             }
             if ctx.cancel.is_cancelled() {
                 return Err(HandlerError::cancelled());
+            }
+            // Decided above with nothing written yet: a refused crawl changes nothing at all.
+            for (asset, copy) in &unseen_files.promotions {
+                self.catalogue.relocate(*asset, copy).await.map_err(catalogue_error)?;
+                run.counters.moved.fetch_add(1, Ordering::Relaxed);
             }
             let soft_deleted = self
                 .catalogue
@@ -421,6 +439,9 @@ impl<C: CatalogueStore + 'static, Q: WorkQueue + 'static> CrawlHandler<C, Q> {
         .iter()
         .any(|c| c.load(Ordering::Relaxed) > 0);
         let mut pairs = Vec::new();
+        if ctx.cancel.is_cancelled() {
+            return Err(HandlerError::cancelled());
+        }
         if changed {
             let candidates = self.catalogue.pairing_candidates(config).await.map_err(catalogue_error)?;
             pairs = pair_live_photos(&candidates, LIVE_PHOTO_MAX_GAP);
@@ -429,6 +450,9 @@ impl<C: CatalogueStore + 'static, Q: WorkQueue + 'static> CrawlHandler<C, Q> {
             }
         }
 
+        if ctx.cancel.is_cancelled() {
+            return Err(HandlerError::cancelled());
+        }
         let bursts = NewWorkItem::new(WorkKind::BurstDetection, Scope::Config(config))
             .map_err(|e| HandlerError::permanent(e.to_string()))?
             .with_dedup_key(DedupKey::new(format!("burst_detection:{config}")).expect("a valid key"));
@@ -442,6 +466,14 @@ impl<C: CatalogueStore + 'static, Q: WorkQueue + 'static> CrawlHandler<C, Q> {
         result["live_photos_paired"] = serde_json::json!(pairs.len());
         result["links_skipped"] = serde_json::json!(report.links);
         result["unsupported"] = serde_json::json!(report.unsupported);
+        if !report.proxy_root_inside.is_empty() {
+            warn!(
+                event = "proxy_root_inside_library",
+                folders = ?report.proxy_root_inside,
+                "the proxy root is mounted inside this library; it was passed over. Mount it outside every library"
+            );
+            result["proxy_root_inside"] = serde_json::json!(report.proxy_root_inside);
+        }
         result["unreadable_folders"] = serde_json::json!(
             report.unreadable.iter().map(|(p, e)| serde_json::json!({"path": p, "reason": e})).collect::<Vec<_>>()
         );
@@ -464,12 +496,22 @@ fn tokio_stream_from<T: Send + 'static>(mut rx: tokio::sync::mpsc::Receiver<T>) 
     futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
-/// Opens the root: it must be there, be a folder and be readable. An unmounted share must never look like a
-/// deleted library.
+/// Opens the root: it must be reached without any link, be a folder and be readable. An unmounted
+/// share must never look like a deleted library, and a root swapped for a link must never lead elsewhere.
 fn open_root(root: &Path) -> Result<RootFolder, HandlerError> {
-    RootFolder::open(root).map_err(|e| match e.raw_os_error() {
-        Some(20) => root_unavailable(root, "is not a folder"),
-        _ => root_unavailable(root, &format!("cannot be opened ({e})")),
+    RootFolder::open(root).map_err(|e| {
+        if std::fs::symlink_metadata(root).is_ok_and(|m| m.file_type().is_symlink()) {
+            return HandlerError::permanent(format!(
+                "the storage root {} is a link now, which is never followed: nothing was read. If the library \
+                 really moved, deactivate this config and register its real path with almanac-worker config add",
+                root.display()
+            ));
+        }
+        match e.raw_os_error() {
+            Some(20) => root_unavailable(root, "is not a folder, or a folder on the way to it is a link"),
+            Some(40) => root_unavailable(root, "is reached through a link, which is never followed"),
+            _ => root_unavailable(root, &format!("cannot be opened ({e})")),
+        }
     })
 }
 
@@ -547,6 +589,8 @@ impl<C: CatalogueStore> Run<'_, C> {
             locks.entry(hash.clone()).or_default().clone()
         };
         let _guard = lock.lock().await;
+        // Waiting for the lock can take a whole transcode of the same content.
+        self.still_wanted()?;
         let facts = Self::facts(entry);
         // Who has this content: the asset at this very path (only size or mtime changed), another active asset
         // (a move or a copy), or a soft-deleted one (a revival). Asked per changed file, so the known-files load
@@ -625,7 +669,8 @@ impl<C: CatalogueStore> Run<'_, C> {
     async fn read_and_hash(&self, entry: &WalkEntry) -> Result<Hashed, FileProblem> {
         let root = self.root.clone();
         let rel = entry.rel.clone();
-        let hashed = tokio::task::spawn_blocking(move || read_and_hash(&root, &rel))
+        let cancel = self.cancel.clone();
+        let hashed = tokio::task::spawn_blocking(move || read_and_hash(&root, &rel, &cancel))
             .await
             .map_err(|e| FileProblem::Failed(format!("hashing ended abnormally: {e}")))??;
         self.counters.bytes_hashed.fetch_add(hashed.bytes, Ordering::Relaxed);

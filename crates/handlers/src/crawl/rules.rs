@@ -15,11 +15,12 @@ pub fn is_skipped_name(name: &[u8]) -> bool {
     name.first() == Some(&b'.') || SYSTEM_FOLDERS.contains(&name)
 }
 
-/// The mass-deletion guard: a crawl refuses to soft-delete more than `max_percent` of a config's active
-/// assets when that is also `min_assets` or more, unless the operator confirmed it.
+/// The mass-deletion guard: in a library of `min_assets` or more active assets, a crawl refuses to soft-delete
+/// more than `max_percent` of them at once, unless the operator confirmed it. (A smaller library may lose most
+/// of its files; losing all of them is refused by the crawl's empty-walk check.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MassDeletionGuard {
-    /// Deletions below this many assets are never refused (a small library may lose most of its files).
+    /// Libraries smaller than this are not guarded.
     pub min_assets: u64,
     /// The largest share of the active assets, in percent, that one crawl soft-deletes unconfirmed.
     pub max_percent: u8,
@@ -34,12 +35,12 @@ impl Default for MassDeletionGuard {
 impl MassDeletionGuard {
     /// Whether soft-deleting `unseen` of `active` assets needs the operator's confirmation.
     pub fn refuses(&self, active: u64, unseen: u64) -> bool {
-        unseen >= self.min_assets && unseen * 100 > active * u64::from(self.max_percent)
+        active >= self.min_assets && unseen * 100 > active * u64::from(self.max_percent)
     }
 
     /// The rule in words, for the refusal's message.
     pub fn describe(&self) -> String {
-        format!("more than {}% of the library (and {} or more assets)", self.max_percent, self.min_assets)
+        format!("more than {}% of a library of {} or more assets", self.max_percent, self.min_assets)
     }
 }
 
@@ -141,18 +142,19 @@ mod tests {
     }
 
     #[test]
-    fn mass_deletion_needs_both_more_than_half_and_ten_or_more() {
+    fn mass_deletion_is_more_than_half_of_a_library_of_ten_or_more() {
         let guard = MassDeletionGuard::default();
         assert!(guard.refuses(25, 25), "a whole library of 25");
         assert!(guard.refuses(19, 10), "ten of nineteen");
         assert!(!guard.refuses(20, 10), "exactly half is allowed");
-        assert!(!guard.refuses(12, 9), "nine is below the floor");
-        assert!(guard.refuses(10, 10));
+        assert!(guard.refuses(12, 9), "nine of twelve");
+        assert!(guard.refuses(10, 6) && !guard.refuses(10, 5));
+        assert!(!guard.refuses(9, 8), "a library of nine is below the floor");
         assert!(guard.refuses(1_000_000, 500_001));
         assert!(!guard.refuses(1_000_000, 500_000));
         assert!(!guard.refuses(100, 0));
         let strict = MassDeletionGuard { min_assets: 3, max_percent: 10 };
-        assert!(strict.refuses(100, 11) && !strict.refuses(100, 10) && !strict.refuses(20, 2));
+        assert!(strict.refuses(100, 11) && !strict.refuses(100, 10) && !strict.refuses(2, 2) && strict.refuses(3, 1));
         assert!(guard.describe().contains("50%") && guard.describe().contains("10 or more"));
     }
 

@@ -58,6 +58,8 @@ pub struct WalkReport {
     pub links: u64,
     /// Files that are not of a media type by name, and FIFOs, sockets and devices.
     pub unsupported: u64,
+    /// Folders passed over because they are the proxy root, mounted inside the library (never crawled).
+    pub proxy_root_inside: Vec<String>,
     /// True when the walk stopped early (cancelled, or the receiver went away).
     pub stopped: bool,
 }
@@ -66,7 +68,14 @@ pub struct WalkReport {
 /// with no link followed, so a folder swapped for a link after it was listed is refused, not followed).
 /// Blocking: run it on a blocking thread. It needs nothing from the catalogue, so it runs while the
 /// catalogue's known files load.
-pub fn list_tree(root: &RootFolder, cancel: &CancellationToken) -> (Vec<WalkEntry>, WalkReport) {
+///
+/// A folder whose identity is `avoid` (the proxy root, when it is bind-mounted inside the library) is passed
+/// over and reported: our proxies are never crawled as photos.
+pub fn list_tree(
+    root: &RootFolder,
+    avoid: Option<(u64, u64)>,
+    cancel: &CancellationToken,
+) -> (Vec<WalkEntry>, WalkReport) {
     let mut report = WalkReport::default();
     let mut files = Vec::new();
     let mut stack: Vec<Vec<u8>> = vec![Vec::new()];
@@ -100,6 +109,9 @@ pub fn list_tree(root: &RootFolder, cancel: &CancellationToken) -> (Vec<WalkEntr
             rel.extend_from_slice(entry.name.as_bytes());
             match entry.kind {
                 EntryKind::Link => report.links += 1,
+                EntryKind::Folder if Some(entry.identity) == avoid => {
+                    report.proxy_root_inside.push(display_of(root, &rel));
+                }
                 EntryKind::Folder => subdirs.push(rel.clone()),
                 EntryKind::Other => report.unsupported += 1,
                 EntryKind::File if !is_media_name(&entry.name) => report.unsupported += 1,
@@ -148,4 +160,29 @@ pub fn classify(
         }
     }
     seen.is_empty() || tx.blocking_send(Walked::Unchanged(seen)).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_folder_with_the_avoided_identity_is_passed_over_and_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("ann");
+        for rel in ["2019/IMG_1.jpg", "proxies/ab/thumbnail.jpg", "2020/IMG_2.JPG"] {
+            std::fs::create_dir_all(root.join(rel).parent().unwrap()).unwrap();
+            std::fs::write(root.join(rel), b"x").unwrap();
+        }
+        // The proxy root, as a bind mount inside the library would show it: the same folder, seen in the walk.
+        let avoid = almanac_media::identity(&root.join("proxies"));
+        let folder = RootFolder::open(&root).unwrap();
+        let (files, report) = list_tree(&folder, avoid, &CancellationToken::new());
+        let rels: Vec<_> = files.iter().map(|f| String::from_utf8_lossy(&f.rel).into_owned()).collect();
+        assert_eq!(rels, ["2019/IMG_1.jpg", "2020/IMG_2.JPG"]);
+        assert_eq!(report.proxy_root_inside.len(), 1);
+        assert!(report.proxy_root_inside[0].ends_with("ann/proxies"), "{:?}", report.proxy_root_inside);
+        let (all, _) = list_tree(&folder, None, &CancellationToken::new());
+        assert_eq!(all.len(), 3, "without it, the folder is walked");
+    }
 }
