@@ -81,6 +81,8 @@ pub(crate) async fn run<Q: WorkQueue + 'static>(
     let mut beat: Option<BeatFuture<'_>> = None;
     let mut stop: Option<Stop> = None;
     let mut grace: Option<Pin<Box<tokio::time::Sleep>>> = None;
+    // When the attempt stopped writing (lost or self-stopped): its handler may take a while to return.
+    let mut stopped_writing_at: Option<Instant> = None;
 
     let joined: HandlerResult = loop {
         let may_write = stop.is_none_or(Stop::may_write);
@@ -105,6 +107,7 @@ pub(crate) async fn run<Q: WorkQueue + 'static>(
                         if may_write {
                             warn!(event = "lost", "the item is no longer held by this attempt; stopping the handler and writing nothing more");
                             stop = Some(Stop::Lost);
+                            stopped_writing_at = Some(Instant::now());
                             cancel.cancel();
                         }
                     }
@@ -120,6 +123,7 @@ pub(crate) async fn run<Q: WorkQueue + 'static>(
                     "no successful heartbeat for half a lease: stopping the handler and writing nothing; lease recovery will requeue the item"
                 );
                 stop = Some(Stop::SelfStopped);
+                stopped_writing_at = Some(Instant::now());
                 beat = None;
                 cancel.cancel();
                 // Disarm: the deadline has done its work.
@@ -144,6 +148,11 @@ pub(crate) async fn run<Q: WorkQueue + 'static>(
     };
     drop(beat);
 
+    if let (Some(stopped), Some(at)) = (stop.filter(|s| !s.may_write()), stopped_writing_at) {
+        // How long a stopped handler kept running matters: that is the window ADR 0008's margin must cover.
+        let after_stop_ms = u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX);
+        warn!(event = "stopped_handler_returned", after_stop_ms, stop = ?stopped, "the stopped handler has returned; nothing was written");
+    }
     match (stop, joined) {
         (Some(Stop::Lost), _) => Outcome::Lost,
         (Some(Stop::SelfStopped), _) => Outcome::SelfStopped,

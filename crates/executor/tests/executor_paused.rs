@@ -115,6 +115,10 @@ async fn database_answers_again_after_the_self_stop_nothing_is_written_and_self_
     assert_eq!(stopped.len(), 1);
     assert_eq!(stopped[0]["span"]["item_id"], id.to_string());
     assert_eq!(stopped[0]["fields"]["since_last_good_beat_ms"], 30_000);
+    let returned: Vec<_> =
+        logs.lines().into_iter().filter(|l| l["fields"]["event"] == "stopped_handler_returned").collect();
+    assert_eq!(returned.len(), 1, "the late return of the stopped handler is logged");
+    assert_eq!(returned[0]["fields"]["after_stop_ms"], 5_000);
     assert!(!logs.events().iter().any(|e| e == "failed" || e == "retry_scheduled"));
     let report = run.stop().await;
     assert!(report.is_clean());

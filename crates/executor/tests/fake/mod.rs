@@ -289,20 +289,60 @@ pub fn config() -> ExecutorConfig {
 }
 
 /// Log lines (JSON) written while the guard lives, on this thread.
+///
+/// One process-wide subscriber writes every line to the capture of the thread that logged it. (A scoped
+/// subscriber per test, `set_default`, loses lines when tests share a process, as under plain `cargo test`:
+/// tracing caches each callsite's interest across threads, and a test on another thread with no subscriber
+/// can leave a callsite disabled for this one.)
 #[derive(Clone, Default)]
 pub struct Logs(Arc<Mutex<Vec<u8>>>);
 
+thread_local! {
+    static CAPTURE: std::cell::RefCell<Option<Logs>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Stops this thread's capture when dropped.
+pub struct CaptureGuard(());
+
+impl Drop for CaptureGuard {
+    fn drop(&mut self) {
+        CAPTURE.with(|c| *c.borrow_mut() = None);
+    }
+}
+
+/// Writes to the current thread's capture, if any.
+struct ThreadCapture;
+
+impl std::io::Write for ThreadCapture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        CAPTURE.with(|c| {
+            if let Some(logs) = &*c.borrow() {
+                logs.0.lock().unwrap().extend_from_slice(buf);
+            }
+        });
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 impl Logs {
-    pub fn capture() -> (Self, tracing::subscriber::DefaultGuard) {
+    pub fn capture() -> (Self, CaptureGuard) {
+        static INSTALLED: std::sync::Once = std::sync::Once::new();
+        INSTALLED.call_once(|| {
+            let subscriber = tracing_subscriber::fmt()
+                .json()
+                .with_max_level(tracing::Level::TRACE)
+                .with_current_span(true)
+                .with_span_list(false)
+                .with_writer(|| ThreadCapture)
+                .finish();
+            tracing::subscriber::set_global_default(subscriber).expect("the only global subscriber of this test");
+        });
         let logs = Self::default();
-        let writer = logs.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .json()
-            .with_current_span(true)
-            .with_span_list(false)
-            .with_writer(move || writer.clone())
-            .finish();
-        (logs.clone(), tracing::subscriber::set_default(subscriber))
+        CAPTURE.with(|c| *c.borrow_mut() = Some(logs.clone()));
+        (logs, CaptureGuard(()))
     }
 
     pub fn lines(&self) -> Vec<serde_json::Value> {
@@ -311,14 +351,5 @@ impl Logs {
 
     pub fn events(&self) -> Vec<String> {
         self.lines().iter().filter_map(|l| l["fields"]["event"].as_str().map(str::to_owned)).collect()
-    }
-}
-
-impl std::io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        std::io::Write::write(&mut *self.0.lock().unwrap(), buf)
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
     }
 }
