@@ -4,6 +4,8 @@ use chrono::{DateTime, Utc};
 
 use crate::catalogue::{AssetMetadata, CaptureTime, ContentHash, MediaType, ProxyType, StorageConfig};
 use crate::ids::{AssetId, StorageConfigId};
+use crate::queue::Fence;
+use crate::work::NewWorkItem;
 
 /// Why a catalogue operation could not answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -12,6 +14,10 @@ pub enum CatalogueError {
     /// timeout failures.
     #[error("the catalogue database is unavailable: {0}. Check that PostgreSQL is running and reachable")]
     Unavailable(String),
+    /// The attempt no longer holds its work item (its lease was recovered, or another attempt claimed it):
+    /// nothing of the write was committed. MUST be returned when a fenced write finds the fence stale.
+    #[error("this attempt no longer holds its work item (another attempt took over); nothing was written")]
+    Lost,
     /// Anything else.
     #[error("the catalogue failed unexpectedly: {0}")]
     Unexpected(String),
@@ -115,6 +121,12 @@ pub struct PairingCandidate {
 }
 
 /// The catalogue as the crawl sees it.
+///
+/// Every write takes the attempt's [`Fence`] and is fenced (ADR 0008 rule 5, safety invariant 1): it runs in a
+/// transaction that first locks the work item's row (`FOR SHARE`) and checks `(id, attempt, running)`, and
+/// commits nothing when the check fails, answering [`CatalogueError::Lost`]. So lease recovery and a newer
+/// claim can never interleave with a stale write, and a statement of an old attempt that reaches the server
+/// late changes nothing.
 pub trait CatalogueStore: Send + Sync {
     /// The database's clock (the crawl's start and "seen" marks use it, never a Worker's clock).
     fn now(&self) -> impl Future<Output = Result<DateTime<Utc>, CatalogueError>> + Send;
@@ -136,6 +148,7 @@ pub trait CatalogueStore: Send + Sync {
     /// a share that is no longer mounted.
     fn record_root_identity(
         &self,
+        fence: Fence,
         config: StorageConfigId,
         is_mount_point: bool,
     ) -> impl Future<Output = Result<(), CatalogueError>> + Send;
@@ -155,11 +168,17 @@ pub trait CatalogueStore: Send + Sync {
     ) -> impl Future<Output = Result<Vec<HashMatch>, CatalogueError>> + Send;
 
     /// Points an asset at a file (a move, a touched file, or a revival) and makes it active.
-    fn relocate(&self, asset: AssetId, facts: &FileFacts) -> impl Future<Output = Result<(), CatalogueError>> + Send;
+    fn relocate(
+        &self,
+        fence: Fence,
+        asset: AssetId,
+        facts: &FileFacts,
+    ) -> impl Future<Output = Result<(), CatalogueError>> + Send;
 
     /// Records (or refreshes) an extra path of an active asset.
     fn record_extra_path(
         &self,
+        fence: Fence,
         config: StorageConfigId,
         asset: AssetId,
         facts: &FileFacts,
@@ -168,17 +187,23 @@ pub trait CatalogueStore: Send + Sync {
     /// Stores (or replaces) proxy rows of an existing asset, e.g. proxies made again after a deletion.
     fn put_proxies(
         &self,
+        fence: Fence,
         asset: AssetId,
         proxies: &[NewProxy],
     ) -> impl Future<Output = Result<(), CatalogueError>> + Send;
 
     /// Stores a new asset with its metadata and proxies in one transaction.
-    fn ingest(&self, asset: &NewAsset) -> impl Future<Output = Result<IngestOutcome, CatalogueError>> + Send;
+    fn ingest(
+        &self,
+        fence: Fence,
+        asset: &NewAsset,
+    ) -> impl Future<Output = Result<IngestOutcome, CatalogueError>> + Send;
 
     /// Soft-deletes these active assets of the config and drops these extra paths (what a complete walk did
     /// not find). Returns how many assets were soft-deleted.
     fn soft_delete(
         &self,
+        fence: Fence,
         config: StorageConfigId,
         assets: &[AssetId],
         extra_paths: &[Vec<u8>],
@@ -191,5 +216,18 @@ pub trait CatalogueStore: Send + Sync {
     ) -> impl Future<Output = Result<Vec<PairingCandidate>, CatalogueError>> + Send;
 
     /// Pairs a Live Photo's still and motion halves.
-    fn pair(&self, still: AssetId, motion: AssetId) -> impl Future<Output = Result<(), CatalogueError>> + Send;
+    fn pair(
+        &self,
+        fence: Fence,
+        still: AssetId,
+        motion: AssetId,
+    ) -> impl Future<Output = Result<(), CatalogueError>> + Send;
+
+    /// Enqueues follow-up work (burst detection after a crawl), fenced like every other write: an item whose
+    /// key is already queued is left as it is.
+    fn enqueue_follow_up(
+        &self,
+        fence: Fence,
+        item: &NewWorkItem,
+    ) -> impl Future<Output = Result<(), CatalogueError>> + Send;
 }

@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 use crate::catalogue::ProxyType;
 use crate::catalogue_port::CatalogueError;
 use crate::ids::{AssetId, StorageConfigId};
+use crate::queue::Fence;
 use crate::work::NewWorkItem;
 
 /// An active still considered for burst grouping.
@@ -69,7 +70,9 @@ pub struct PurgeCandidate {
 }
 
 /// The catalogue and queue statements of burst detection, purge, proxy deletion and sweep, token cleanup,
-/// retention and the scheduler.
+/// retention and the scheduler. The handlers' writes take the attempt's [`Fence`] and are fenced as in
+/// [`crate::CatalogueStore`]; the scheduler's (`enqueue_once`, `cancel_queued_of_inactive`) belong to no
+/// attempt.
 pub trait MaintenanceStore: Send + Sync {
     /// Active stills of the config, for burst grouping.
     fn burst_frames(
@@ -81,6 +84,7 @@ pub trait MaintenanceStore: Send + Sync {
     /// frames leave them.
     fn replace_bursts(
         &self,
+        fence: Fence,
         config: StorageConfigId,
         groups: &[BurstGroup],
     ) -> impl Future<Output = Result<(), CatalogueError>> + Send;
@@ -97,6 +101,7 @@ pub trait MaintenanceStore: Send + Sync {
     /// since before `before`, re-checked in the same transaction; returns the ones deleted.
     fn purge_rows(
         &self,
+        fence: Fence,
         config: StorageConfigId,
         assets: &[AssetId],
         before: DateTime<Utc>,
@@ -122,7 +127,11 @@ pub trait MaintenanceStore: Send + Sync {
     fn storage_config_ids(&self) -> impl Future<Output = Result<Vec<StorageConfigId>, CatalogueError>> + Send;
 
     /// Deletes these proxy rows.
-    fn delete_proxy_rows(&self, proxies: &[StoredProxy]) -> impl Future<Output = Result<u64, CatalogueError>> + Send;
+    fn delete_proxy_rows(
+        &self,
+        fence: Fence,
+        proxies: &[StoredProxy],
+    ) -> impl Future<Output = Result<u64, CatalogueError>> + Send;
 
     /// Which of these paths (relative to the proxy root) a proxy row still references.
     fn referenced_proxy_paths(
@@ -133,6 +142,7 @@ pub trait MaintenanceStore: Send + Sync {
     /// Deletes up to `limit` refresh tokens expired before `expired_before` or revoked before `revoked_before`.
     fn delete_refresh_tokens(
         &self,
+        fence: Fence,
         expired_before: DateTime<Utc>,
         revoked_before: DateTime<Utc>,
         limit: i64,
@@ -142,6 +152,7 @@ pub trait MaintenanceStore: Send + Sync {
     /// `failed_before`) and schedule records older than `failed_before`.
     fn delete_finished_work(
         &self,
+        fence: Fence,
         done_before: DateTime<Utc>,
         failed_before: DateTime<Utc>,
         limit: i64,

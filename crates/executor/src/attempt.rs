@@ -66,7 +66,7 @@ pub(crate) async fn run<Q: WorkQueue + 'static>(
     let fence = claimed.fence;
     let cancel = CancellationToken::new();
     let progress = ProgressReporter::default();
-    let ctx = HandlerContext { item: claimed.item.clone(), cancel: cancel.clone(), progress: progress.clone() };
+    let ctx = HandlerContext { item: claimed.item.clone(), fence, cancel: cancel.clone(), progress: progress.clone() };
     let span = tracing::Span::current();
     let mut handler_task = tokio::spawn(tracing::Instrument::instrument(async move { handler.run(ctx).await }, span));
 

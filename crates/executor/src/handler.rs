@@ -3,7 +3,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
-use almanac_domain::{WorkItem, WorkKind};
+use almanac_domain::{Fence, WorkItem, WorkKind};
 use tokio_util::sync::CancellationToken;
 
 /// A boxed, sendable future: what a [`Handler`] returns.
@@ -59,6 +59,9 @@ impl ProgressReporter {
 pub struct HandlerContext {
     /// The claimed item.
     pub item: WorkItem,
+    /// This attempt's fence: every catalogue write the handler makes carries it, so nothing of a stale
+    /// attempt commits (ADR 0008 rule 5).
+    pub fence: Fence,
     /// Cancelled when the handler must stop: a cancel request, a lost lease, the self-stop, or the end of the
     /// shutdown grace. Handlers check it between steps and stop promptly.
     pub cancel: CancellationToken,

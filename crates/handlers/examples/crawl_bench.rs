@@ -13,7 +13,9 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use almanac_domain::{NewWorkItem, Scope, StorageConfigId, WorkKind, WorkQueue};
+use almanac_domain::{
+    ClaimRequest, LeaseDuration, NewWorkItem, Scope, ServedConfigs, StorageConfigId, WorkKind, WorkQueue, WorkerId,
+};
 use almanac_executor::{Handler, HandlerContext, ProgressReporter};
 use almanac_handlers::{CrawlHandler, CrawlSettings};
 use almanac_media::ToolLimits;
@@ -41,17 +43,31 @@ async fn crawl(
     proxies: &Path,
     cores: usize,
 ) -> (Duration, serde_json::Value) {
-    let item = store.enqueue(&NewWorkItem::new(WorkKind::Crawl, Scope::Config(config)).unwrap()).await.unwrap().item;
+    store.enqueue(&NewWorkItem::new(WorkKind::Crawl, Scope::Config(config)).unwrap()).await.unwrap();
+    // Claimed as a Worker would, so the crawl's fenced writes hold (the lease outlasts any benchmark run).
+    let claim = ClaimRequest {
+        worker_id: WorkerId::new("bench").unwrap(),
+        served: ServedConfigs::All,
+        kinds: vec![WorkKind::Crawl],
+        lease: LeaseDuration::new(Duration::from_secs(86_400)).unwrap(),
+    };
+    let claimed = store.claim(&claim).await.unwrap().expect("the crawl just enqueued");
     let settings = CrawlSettings {
         proxy_root: proxies.to_owned(),
         max_concurrent_files: cores,
         tool_limits: ToolLimits::default(),
         mass_deletion: almanac_handlers::MassDeletionGuard::default(),
     };
-    let handler = CrawlHandler::new(store.clone(), store.clone(), settings);
-    let ctx = HandlerContext { item, cancel: CancellationToken::new(), progress: ProgressReporter::default() };
+    let handler = CrawlHandler::new(store.clone(), settings);
+    let ctx = HandlerContext {
+        item: claimed.item,
+        fence: claimed.fence,
+        cancel: CancellationToken::new(),
+        progress: ProgressReporter::default(),
+    };
     let started = Instant::now();
     let result = handler.run(ctx).await.expect("crawl").expect("result");
+    store.complete(claimed.fence, Some(&result)).await.expect("complete");
     (started.elapsed(), result)
 }
 

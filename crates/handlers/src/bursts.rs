@@ -118,7 +118,7 @@ impl<M: MaintenanceStore + 'static> Handler for BurstDetectionHandler<M> {
                 return Err(HandlerError::cancelled());
             }
             let groups = group_bursts(&frames, self.settings);
-            self.store.replace_bursts(config, &groups).await.map_err(store_error)?;
+            self.store.replace_bursts(ctx.fence, config, &groups).await.map_err(store_error)?;
             let framed: usize = groups.iter().map(|g| g.members.len()).sum();
             tracing::info!(event = "bursts_detected", bursts = groups.len(), frames = framed, "bursts detected");
             Ok(Some(serde_json::json!({"stills": frames.len(), "bursts": groups.len(), "frames_in_bursts": framed})))

@@ -171,7 +171,8 @@ impl<M: MaintenanceStore + 'static> Handler for PurgeHandler<M> {
                         files_kept.extend(problems);
                     }
                 }
-                let deleted = self.store.purge_rows(config, &to_delete, cutoff).await.map_err(store_error)?;
+                let deleted =
+                    self.store.purge_rows(ctx.fence, config, &to_delete, cutoff).await.map_err(store_error)?;
                 purged += deleted.len();
                 ctx.progress.report(serde_json::json!({"purged": purged, "kept": files_kept.len()}));
                 // A batch that purged nothing holds only assets whose files cannot be deleted: try next time.
@@ -249,7 +250,7 @@ impl<M: MaintenanceStore + 'static> Handler for ProxyDeletionHandler<M> {
                     .map_err(|e| HandlerError::retryable(format!("deleting proxy files ended abnormally: {e}")))??;
                 problems.extend(p);
                 let gone: Vec<StoredProxy> = proxies.into_iter().filter(|p| !blocked.contains(&p.asset_id)).collect();
-                deleted += self.store.delete_proxy_rows(&gone).await.map_err(store_error)?;
+                deleted += self.store.delete_proxy_rows(ctx.fence, &gone).await.map_err(store_error)?;
                 ctx.progress.report(serde_json::json!({"deleted": deleted}));
             }
             info!(event = "proxies_deleted", deleted, "proxies deleted");
@@ -441,7 +442,8 @@ impl<M: MaintenanceStore + 'static> Handler for TokenCleanupHandler<M> {
         Box::pin(async move {
             let cutoff = self.store.db_now().await.map_err(store_error)? - chrono_duration(self.grace);
             let deleted =
-                delete_in_batches(&ctx, |limit| self.store.delete_refresh_tokens(cutoff, cutoff, limit)).await?;
+                delete_in_batches(&ctx, |limit| self.store.delete_refresh_tokens(ctx.fence, cutoff, cutoff, limit))
+                    .await?;
             info!(event = "tokens_deleted", deleted, "token cleanup finished");
             Ok(Some(serde_json::json!({"deleted": deleted})))
         })
@@ -487,7 +489,9 @@ impl<M: MaintenanceStore + 'static> Handler for WorkItemRetentionHandler<M> {
             let now = self.store.db_now().await.map_err(store_error)?;
             let (done, failed) =
                 (now - chrono_duration(self.settings.done), now - chrono_duration(self.settings.failed));
-            let deleted = delete_in_batches(&ctx, |limit| self.store.delete_finished_work(done, failed, limit)).await?;
+            let deleted =
+                delete_in_batches(&ctx, |limit| self.store.delete_finished_work(ctx.fence, done, failed, limit))
+                    .await?;
             info!(event = "work_items_deleted", deleted, "retention finished");
             Ok(Some(serde_json::json!({"deleted": deleted})))
         })

@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use almanac_domain::{NewWorkItem, Scope, StorageConfigId, WorkKind, WorkQueue};
-use almanac_executor::{Handler, HandlerContext, ProgressReporter};
 use almanac_media::fixtures::{self, FixtureExif};
 use diesel::sql_query;
 use diesel::sql_types::{BigInt, Binary, Bool, Nullable, Text, Uuid};
@@ -165,12 +164,8 @@ async fn when_the_asset_path_goes_but_a_copy_stays_the_asset_moves_to_the_copy()
     // One at a time, so "a" is the asset's own path and "b" its copy.
     lib.write("a/IMG.jpg", &photo(1));
     lib.write("b/IMG.jpg", &photo(1));
-    let ctx = HandlerContext {
-        item: lib.item(serde_json::json!({})).await,
-        cancel: CancellationToken::new(),
-        progress: ProgressReporter::default(),
-    };
-    lib.handler_with(1).run(ctx).await.unwrap();
+    let item = lib.item(serde_json::json!({})).await;
+    lib.run_in(&lib.handler_with(1), item, CancellationToken::new()).await.unwrap();
     let id = lib.active().await[0].id;
     assert_eq!(lib.active().await[0].display_path, "a/IMG.jpg");
     std::fs::remove_file(lib.root.join("a/IMG.jpg")).unwrap();
@@ -379,8 +374,7 @@ async fn a_crawl_of_a_missing_config_is_a_permanent_error() {
     let lib = library().await;
     let mut item = lib.item(serde_json::json!({})).await;
     item.scope = Scope::Config(StorageConfigId::new());
-    let ctx = HandlerContext { item, cancel: CancellationToken::new(), progress: ProgressReporter::default() };
-    let err = lib.handler().run(ctx).await.unwrap_err();
+    let err = lib.run_in(&lib.handler(), item, CancellationToken::new()).await.unwrap_err();
     assert!(!err.retryable && err.message.contains("does not exist"));
     let _ = Path::new("");
 }
@@ -392,13 +386,9 @@ async fn a_file_that_vanishes_mid_crawl_is_passed_over() {
     // has listed the photo; the photo is deleted meanwhile.
     fixtures::video(&lib.root.join("a.mp4"), 20.0, 640, 480, "2021-06-01T10:00:00Z");
     let photo_path = lib.write("b.jpg", &photo(1));
-    let ctx = HandlerContext {
-        item: lib.item(serde_json::json!({})).await,
-        cancel: CancellationToken::new(),
-        progress: ProgressReporter::default(),
-    };
+    let item = lib.item(serde_json::json!({})).await;
     let handler = lib.handler_with(1);
-    let crawl = handler.run(ctx);
+    let crawl = lib.run_in(&handler, item, CancellationToken::new());
     let delete = async {
         tokio::time::sleep(Duration::from_millis(300)).await;
         std::fs::remove_file(&photo_path).unwrap();
@@ -424,8 +414,7 @@ async fn deleted_proxies_are_made_again_by_the_next_crawl() {
             .with_payload(serde_json::json!({"asset_ids": [redo.id], "proxy_types": ["preview"]}));
         lib.store.enqueue(&new).await.unwrap().item
     };
-    let ctx = HandlerContext { item, cancel: CancellationToken::new(), progress: ProgressReporter::default() };
-    deletion.run(ctx).await.unwrap();
+    lib.run_in(&deletion, item, CancellationToken::new()).await.unwrap();
     let preview = proxy_dir(&lib, &redo.content_hash).join("preview.jpg");
     assert!(!preview.exists());
 

@@ -11,11 +11,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use almanac_domain::{
-    AssetId, BurstFrame, BurstGroup, CatalogueError, CatalogueStore, ContentHash, FileFacts, HashMatch, IngestOutcome,
-    KnownFile, MaintenanceStore, NewAsset, NewProxy, NewWorkItem, PairingCandidate, ProxyType, PurgeCandidate, Scope,
-    ServedConfigs, StorageConfig, StorageConfigId, StoredProxy, WorkKind,
+    AssetId, BurstFrame, BurstGroup, CatalogueError, CatalogueStore, ContentHash, Fence, FileFacts, HashMatch,
+    IngestOutcome, KnownFile, MaintenanceStore, NewAsset, NewProxy, NewWorkItem, PairingCandidate, ProxyType,
+    PurgeCandidate, Scope, ServedConfigs, StorageConfig, StorageConfigId, StoredProxy, WorkKind,
 };
-use almanac_executor::{Handler, HandlerContext, ProgressReporter};
 use almanac_handlers::{CrawlHandler, CrawlSettings, MassDeletionGuard, ProxyDeletionHandler, ProxySweepHandler};
 use almanac_media::ToolLimits;
 use almanac_media::fixtures::{self, FixtureExif};
@@ -172,13 +171,9 @@ async fn a_root_overlapping_the_proxy_root_is_refused_by_the_crawl() {
             tool_limits: ToolLimits::default(),
             mass_deletion: MassDeletionGuard::default(),
         };
-        let handler = CrawlHandler::new(lib.store.clone(), lib.store.clone(), settings);
-        let ctx = HandlerContext {
-            item: lib.item(serde_json::json!({})).await,
-            cancel: CancellationToken::new(),
-            progress: ProgressReporter::default(),
-        };
-        let err = handler.run(ctx).await.unwrap_err();
+        let handler = CrawlHandler::new(lib.store.clone(), settings);
+        let item = lib.item(serde_json::json!({})).await;
+        let err = lib.run_in(&handler, item, CancellationToken::new()).await.unwrap_err();
         assert!(!err.retryable && err.message.contains("overlap"), "{}: {err:?}", proxy_root.display());
         assert!(err.message.contains(&proxy_root.display().to_string()));
     }
@@ -236,8 +231,13 @@ impl CatalogueStore for SwapAfterListing {
     async fn overlapping_roots(&self, config: StorageConfigId) -> Result<Vec<StorageConfig>, CatalogueError> {
         self.inner.overlapping_roots(config).await
     }
-    async fn record_root_identity(&self, config: StorageConfigId, is_mount_point: bool) -> Result<(), CatalogueError> {
-        self.inner.record_root_identity(config, is_mount_point).await
+    async fn record_root_identity(
+        &self,
+        fence: Fence,
+        config: StorageConfigId,
+        is_mount_point: bool,
+    ) -> Result<(), CatalogueError> {
+        self.inner.record_root_identity(fence, config, is_mount_point).await
     }
     async fn known_files(&self, config: StorageConfigId) -> Result<Vec<KnownFile>, CatalogueError> {
         let inotify = self.inotify.try_clone().unwrap();
@@ -260,36 +260,41 @@ impl CatalogueStore for SwapAfterListing {
     ) -> Result<Vec<HashMatch>, CatalogueError> {
         self.inner.find_by_hash(config, hash).await
     }
-    async fn relocate(&self, asset: AssetId, facts: &FileFacts) -> Result<(), CatalogueError> {
-        self.inner.relocate(asset, facts).await
+    async fn relocate(&self, fence: Fence, asset: AssetId, facts: &FileFacts) -> Result<(), CatalogueError> {
+        self.inner.relocate(fence, asset, facts).await
     }
     async fn record_extra_path(
         &self,
+        fence: Fence,
         config: StorageConfigId,
         asset: AssetId,
         facts: &FileFacts,
     ) -> Result<(), CatalogueError> {
-        self.inner.record_extra_path(config, asset, facts).await
+        self.inner.record_extra_path(fence, config, asset, facts).await
     }
-    async fn put_proxies(&self, asset: AssetId, proxies: &[NewProxy]) -> Result<(), CatalogueError> {
-        self.inner.put_proxies(asset, proxies).await
+    async fn put_proxies(&self, fence: Fence, asset: AssetId, proxies: &[NewProxy]) -> Result<(), CatalogueError> {
+        self.inner.put_proxies(fence, asset, proxies).await
     }
-    async fn ingest(&self, asset: &NewAsset) -> Result<IngestOutcome, CatalogueError> {
-        self.inner.ingest(asset).await
+    async fn ingest(&self, fence: Fence, asset: &NewAsset) -> Result<IngestOutcome, CatalogueError> {
+        self.inner.ingest(fence, asset).await
     }
     async fn soft_delete(
         &self,
+        fence: Fence,
         config: StorageConfigId,
         assets: &[AssetId],
         extra_paths: &[Vec<u8>],
     ) -> Result<u64, CatalogueError> {
-        self.inner.soft_delete(config, assets, extra_paths).await
+        self.inner.soft_delete(fence, config, assets, extra_paths).await
     }
     async fn pairing_candidates(&self, config: StorageConfigId) -> Result<Vec<PairingCandidate>, CatalogueError> {
         self.inner.pairing_candidates(config).await
     }
-    async fn pair(&self, still: AssetId, motion: AssetId) -> Result<(), CatalogueError> {
-        self.inner.pair(still, motion).await
+    async fn pair(&self, fence: Fence, still: AssetId, motion: AssetId) -> Result<(), CatalogueError> {
+        self.inner.pair(fence, still, motion).await
+    }
+    async fn enqueue_follow_up(&self, fence: Fence, item: &NewWorkItem) -> Result<(), CatalogueError> {
+        self.inner.enqueue_follow_up(fence, item).await
     }
 }
 
@@ -321,13 +326,9 @@ async fn a_file_or_folder_swapped_for_a_link_after_listing_is_never_read() {
         tool_limits: ToolLimits::default(),
         mass_deletion: MassDeletionGuard::default(),
     };
-    let handler = CrawlHandler::new(Arc::new(catalogue), lib.store.clone(), settings);
-    let ctx = HandlerContext {
-        item: lib.item(serde_json::json!({})).await,
-        cancel: CancellationToken::new(),
-        progress: ProgressReporter::default(),
-    };
-    let result = handler.run(ctx).await.unwrap().unwrap();
+    let handler = CrawlHandler::new(Arc::new(catalogue), settings);
+    let item = lib.item(serde_json::json!({})).await;
+    let result = lib.run_in(&handler, item, CancellationToken::new()).await.unwrap().unwrap();
     assert!(std::fs::symlink_metadata(lib.root.join("in/sub")).unwrap().is_symlink(), "the swap happened");
     assert_eq!((result["ingested"].as_u64(), result["failed"].as_u64()), (Some(1), Some(2)), "{result}");
     let reasons: Vec<String> =
@@ -466,8 +467,13 @@ impl MaintenanceStore for RewriteBeforeRecheck {
     async fn burst_frames(&self, config: StorageConfigId) -> Result<Vec<BurstFrame>, CatalogueError> {
         self.inner.burst_frames(config).await
     }
-    async fn replace_bursts(&self, config: StorageConfigId, groups: &[BurstGroup]) -> Result<(), CatalogueError> {
-        self.inner.replace_bursts(config, groups).await
+    async fn replace_bursts(
+        &self,
+        fence: Fence,
+        config: StorageConfigId,
+        groups: &[BurstGroup],
+    ) -> Result<(), CatalogueError> {
+        self.inner.replace_bursts(fence, config, groups).await
     }
     async fn purge_candidates(
         &self,
@@ -479,11 +485,12 @@ impl MaintenanceStore for RewriteBeforeRecheck {
     }
     async fn purge_rows(
         &self,
+        fence: Fence,
         config: StorageConfigId,
         assets: &[AssetId],
         before: DateTime<Utc>,
     ) -> Result<Vec<AssetId>, CatalogueError> {
-        self.inner.purge_rows(config, assets, before).await
+        self.inner.purge_rows(fence, config, assets, before).await
     }
     async fn proxies_of(
         &self,
@@ -502,8 +509,8 @@ impl MaintenanceStore for RewriteBeforeRecheck {
     async fn storage_config_ids(&self) -> Result<Vec<StorageConfigId>, CatalogueError> {
         self.inner.storage_config_ids().await
     }
-    async fn delete_proxy_rows(&self, proxies: &[StoredProxy]) -> Result<u64, CatalogueError> {
-        self.inner.delete_proxy_rows(proxies).await
+    async fn delete_proxy_rows(&self, fence: Fence, proxies: &[StoredProxy]) -> Result<u64, CatalogueError> {
+        self.inner.delete_proxy_rows(fence, proxies).await
     }
     async fn referenced_proxy_paths(&self, paths: &[String]) -> Result<Vec<String>, CatalogueError> {
         if let [one] = paths {
@@ -513,19 +520,21 @@ impl MaintenanceStore for RewriteBeforeRecheck {
     }
     async fn delete_refresh_tokens(
         &self,
+        fence: Fence,
         expired_before: DateTime<Utc>,
         revoked_before: DateTime<Utc>,
         limit: i64,
     ) -> Result<u64, CatalogueError> {
-        self.inner.delete_refresh_tokens(expired_before, revoked_before, limit).await
+        self.inner.delete_refresh_tokens(fence, expired_before, revoked_before, limit).await
     }
     async fn delete_finished_work(
         &self,
+        fence: Fence,
         done_before: DateTime<Utc>,
         failed_before: DateTime<Utc>,
         limit: i64,
     ) -> Result<u64, CatalogueError> {
-        self.inner.delete_finished_work(done_before, failed_before, limit).await
+        self.inner.delete_finished_work(fence, done_before, failed_before, limit).await
     }
     async fn served_configs(&self, served: ServedConfigs) -> Result<Vec<StorageConfigId>, CatalogueError> {
         self.inner.served_configs(served).await

@@ -72,7 +72,7 @@ impl Library {
             proxies,
             replaces: None,
         };
-        match self.store.ingest(&asset).await.unwrap() {
+        match self.store.ingest(self.fixture_fence().await, &asset).await.unwrap() {
             IngestOutcome::Ingested(id) => (id, hash),
             other => panic!("{other:?}"),
         }

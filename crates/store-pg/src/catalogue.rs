@@ -229,6 +229,20 @@ impl PgStore {
         Ok(rows.into_iter().map(StorageConfig::from).collect())
     }
 
+    /// Records whether a config's root is a mount point, at registration (`config add`); crawls keep it
+    /// current through the fenced [`almanac_domain::CatalogueStore::record_root_identity`].
+    #[mutants::skip]
+    pub async fn set_root_is_mount_point(&self, id: StorageConfigId, is_mount_point: bool) -> Result<(), StoreError> {
+        let mut conn = self.conn().await?;
+        sql_query("UPDATE storage_configs SET root_is_mount_point = $2 WHERE id = $1")
+            .bind::<Uuid, _>(id.as_uuid())
+            .bind::<Bool, _>(is_mount_point)
+            .execute(&mut conn)
+            .await
+            .map_err(error::from_diesel)?;
+        Ok(())
+    }
+
     /// Every pair of storage configs whose roots overlap (same tree, or one inside the other). Empty in a
     /// catalogue made since ADR 0009; an older one may have some, which `status` reports.
     #[mutants::skip]

@@ -1,8 +1,8 @@
 //! The catalogue statements the crawl needs ([`CatalogueStore`]).
 
 use almanac_domain::{
-    AssetId, CatalogueError, CatalogueStore, ContentHash, FileFacts, HashMatch, IngestOutcome, KnownFile, MediaType,
-    NewAsset, NewProxy, PairingCandidate, StorageConfig, StorageConfigId,
+    AssetId, CatalogueError, CatalogueStore, ContentHash, Fence, FileFacts, HashMatch, IngestOutcome, KnownFile,
+    MediaType, NewAsset, NewProxy, NewWorkItem, PairingCandidate, StorageConfig, StorageConfigId,
 };
 use chrono::{DateTime, Utc};
 use diesel::pg::Pg;
@@ -13,6 +13,7 @@ use diesel_async::{AsyncConnection, RunQueryDsl};
 
 use crate::PgStore;
 use crate::error::{self, StoreError};
+use crate::fence::{Fenced, fenced_error, hold};
 
 const ACTIVE_CONTENT_INDEX: &str = "ix_media_assets_active_content";
 
@@ -142,15 +143,24 @@ impl CatalogueStore for PgStore {
     }
 
     #[mutants::skip]
-    async fn record_root_identity(&self, config: StorageConfigId, is_mount_point: bool) -> Result<(), CatalogueError> {
+    async fn record_root_identity(
+        &self,
+        fence: Fence,
+        config: StorageConfigId,
+        is_mount_point: bool,
+    ) -> Result<(), CatalogueError> {
         let mut conn = self.conn().await.map_err(catalogue)?;
-        sql_query("UPDATE storage_configs SET root_is_mount_point = $2 WHERE id = $1")
-            .bind::<Uuid, _>(config.as_uuid())
-            .bind::<Bool, _>(is_mount_point)
-            .execute(&mut conn)
-            .await
-            .map_err(db)?;
-        Ok(())
+        conn.transaction::<_, Fenced, _>(async |conn| {
+            hold(conn, fence).await?;
+            sql_query("UPDATE storage_configs SET root_is_mount_point = $2 WHERE id = $1")
+                .bind::<Uuid, _>(config.as_uuid())
+                .bind::<Bool, _>(is_mount_point)
+                .execute(conn)
+                .await?;
+            Ok(())
+        })
+        .await
+        .map_err(fenced_error)
     }
 
     #[mutants::skip]
@@ -215,9 +225,10 @@ impl CatalogueStore for PgStore {
     }
 
     #[mutants::skip]
-    async fn relocate(&self, asset: AssetId, facts: &FileFacts) -> Result<(), CatalogueError> {
+    async fn relocate(&self, fence: Fence, asset: AssetId, facts: &FileFacts) -> Result<(), CatalogueError> {
         let mut conn = self.conn().await.map_err(catalogue)?;
-        conn.transaction::<_, diesel::result::Error, _>(async |conn| {
+        conn.transaction::<_, Fenced, _>(async |conn| {
+            hold(conn, fence).await?;
             // Whatever active asset held this path before has lost it (its content changed into this one's).
             sql_query(
                 "UPDATE media_assets AS o SET is_soft_deleted = true, soft_deleted_at = now()
@@ -253,18 +264,21 @@ impl CatalogueStore for PgStore {
             Ok(())
         })
         .await
-        .map_err(db)
+        .map_err(fenced_error)
     }
 
     #[mutants::skip]
     async fn record_extra_path(
         &self,
+        fence: Fence,
         config: StorageConfigId,
         asset: AssetId,
         facts: &FileFacts,
     ) -> Result<(), CatalogueError> {
         let mut conn = self.conn().await.map_err(catalogue)?;
-        sql_query(
+        conn.transaction::<_, Fenced, _>(async |conn| {
+            hold(conn, fence).await?;
+            sql_query(
             "INSERT INTO asset_extra_paths (storage_config_id, file_path, asset_id, display_path, size_bytes, file_modified_at)
              VALUES ($1, $2, $3, $4, $5, $6)
              ON CONFLICT (storage_config_id, file_path) DO UPDATE
@@ -278,16 +292,19 @@ impl CatalogueStore for PgStore {
         .bind::<Text, _>(&facts.display_path)
         .bind::<BigInt, _>(size(facts.size))
         .bind::<Timestamptz, _>(facts.mtime)
-        .execute(&mut conn)
+            .execute(conn)
+            .await?;
+            Ok(())
+        })
         .await
-        .map_err(db)?;
-        Ok(())
+        .map_err(fenced_error)
     }
 
     #[mutants::skip]
-    async fn put_proxies(&self, asset: AssetId, proxies: &[NewProxy]) -> Result<(), CatalogueError> {
+    async fn put_proxies(&self, fence: Fence, asset: AssetId, proxies: &[NewProxy]) -> Result<(), CatalogueError> {
         let mut conn = self.conn().await.map_err(catalogue)?;
-        conn.transaction::<_, diesel::result::Error, _>(async |conn| {
+        conn.transaction::<_, Fenced, _>(async |conn| {
+            hold(conn, fence).await?;
             for p in proxies {
                 insert_proxy(asset, p).execute(conn).await?;
             }
@@ -298,16 +315,17 @@ impl CatalogueStore for PgStore {
             Ok(())
         })
         .await
-        .map_err(db)
+        .map_err(fenced_error)
     }
 
     #[mutants::skip]
-    async fn ingest(&self, asset: &NewAsset) -> Result<IngestOutcome, CatalogueError> {
+    async fn ingest(&self, fence: Fence, asset: &NewAsset) -> Result<IngestOutcome, CatalogueError> {
         let mut conn = self.conn().await.map_err(catalogue)?;
         let id = AssetId::new();
         let (month, day) = asset.capture.local_month_day();
         let stored = conn
-            .transaction::<_, diesel::result::Error, _>(async |conn| {
+            .transaction::<_, Fenced, _>(async |conn| {
+                hold(conn, fence).await?;
                 if let Some(old) = asset.replaces {
                     sql_query(
                         "UPDATE media_assets SET is_soft_deleted = true, soft_deleted_at = now()
@@ -368,7 +386,7 @@ impl CatalogueStore for PgStore {
             .await;
         match stored {
             Ok(()) => Ok(IngestOutcome::Ingested(id)),
-            Err(e) if error::is_unique_violation_of(&e, ACTIVE_CONTENT_INDEX) => {
+            Err(Fenced::Db(e)) if error::is_unique_violation_of(&e, ACTIVE_CONTENT_INDEX) => {
                 let existing: Vec<IdRow> = sql_query(
                     "SELECT id FROM media_assets WHERE storage_config_id = $1 AND content_hash = $2 AND NOT is_soft_deleted",
                 )
@@ -383,20 +401,22 @@ impl CatalogueStore for PgStore {
                     .map(|r| IngestOutcome::ContentExists(AssetId::from_uuid(r.id)))
                     .ok_or_else(|| CatalogueError::Unexpected("content vanished during ingest".into()))
             }
-            Err(e) => Err(db(e)),
+            Err(e) => Err(fenced_error(e)),
         }
     }
 
     #[mutants::skip]
     async fn soft_delete(
         &self,
+        fence: Fence,
         config: StorageConfigId,
         assets: &[AssetId],
         extra_paths: &[Vec<u8>],
     ) -> Result<u64, CatalogueError> {
         let mut conn = self.conn().await.map_err(catalogue)?;
         let ids: Vec<uuid::Uuid> = assets.iter().map(AssetId::as_uuid).collect();
-        conn.transaction::<_, diesel::result::Error, _>(async |conn| {
+        conn.transaction::<_, Fenced, _>(async |conn| {
+            hold(conn, fence).await?;
             let mut deleted = 0;
             for chunk in ids.chunks(10_000) {
                 deleted += sql_query(
@@ -418,7 +438,7 @@ impl CatalogueStore for PgStore {
             Ok(deleted)
         })
         .await
-        .map_err(db)
+        .map_err(fenced_error)
     }
 
     #[mutants::skip]
@@ -447,16 +467,32 @@ impl CatalogueStore for PgStore {
     }
 
     #[mutants::skip]
-    async fn pair(&self, still: AssetId, motion: AssetId) -> Result<(), CatalogueError> {
+    async fn pair(&self, fence: Fence, still: AssetId, motion: AssetId) -> Result<(), CatalogueError> {
         let mut conn = self.conn().await.map_err(catalogue)?;
-        sql_query(
-            "UPDATE media_assets SET paired_asset_id = CASE WHEN id = $1 THEN $2 ELSE $1 END WHERE id IN ($1, $2)",
-        )
-        .bind::<Uuid, _>(still.as_uuid())
-        .bind::<Uuid, _>(motion.as_uuid())
-        .execute(&mut conn)
+        conn.transaction::<_, Fenced, _>(async |conn| {
+            hold(conn, fence).await?;
+            sql_query(
+                "UPDATE media_assets SET paired_asset_id = CASE WHEN id = $1 THEN $2 ELSE $1 END WHERE id IN ($1, $2)",
+            )
+            .bind::<Uuid, _>(still.as_uuid())
+            .bind::<Uuid, _>(motion.as_uuid())
+            .execute(conn)
+            .await?;
+            Ok(())
+        })
         .await
-        .map_err(db)?;
-        Ok(())
+        .map_err(fenced_error)
+    }
+
+    #[mutants::skip]
+    async fn enqueue_follow_up(&self, fence: Fence, item: &NewWorkItem) -> Result<(), CatalogueError> {
+        let mut conn = self.conn().await.map_err(catalogue)?;
+        conn.transaction::<_, Fenced, _>(async |conn| {
+            hold(conn, fence).await?;
+            crate::queue::enqueue_query(almanac_domain::WorkItemId::new(), item).execute(conn).await?;
+            Ok(())
+        })
+        .await
+        .map_err(fenced_error)
     }
 }

@@ -10,6 +10,7 @@
 mod catalogue;
 mod catalogue_store;
 mod error;
+mod fence;
 mod listener;
 mod maintenance_store;
 mod migrations;

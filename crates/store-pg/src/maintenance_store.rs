@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::str::FromStr;
 
 use almanac_domain::{
-    AssetId, BurstFrame, BurstGroup, CatalogueError, MaintenanceStore, NewWorkItem, ProxyType, PurgeCandidate,
+    AssetId, BurstFrame, BurstGroup, CatalogueError, Fence, MaintenanceStore, NewWorkItem, ProxyType, PurgeCandidate,
     ServedConfigs, StorageConfigId, StoredProxy, WorkItemId,
 };
 use chrono::{DateTime, Utc};
@@ -15,6 +15,7 @@ use diesel_async::{AsyncConnection, RunQueryDsl};
 
 use crate::PgStore;
 use crate::error::StoreError;
+use crate::fence::{Fenced, fenced_error, hold};
 
 use crate::error::catalogue as db;
 
@@ -108,10 +109,16 @@ impl MaintenanceStore for PgStore {
     }
 
     #[mutants::skip]
-    async fn replace_bursts(&self, config: StorageConfigId, groups: &[BurstGroup]) -> Result<(), CatalogueError> {
+    async fn replace_bursts(
+        &self,
+        fence: Fence,
+        config: StorageConfigId,
+        groups: &[BurstGroup],
+    ) -> Result<(), CatalogueError> {
         let mut conn = self.conn().await.map_err(pool)?;
         let keep: Vec<uuid::Uuid> = groups.iter().map(|g| g.id.as_uuid()).collect();
-        conn.transaction::<_, diesel::result::Error, _>(async |conn| {
+        conn.transaction::<_, Fenced, _>(async |conn| {
+            hold(conn, fence).await?;
             sql_query("UPDATE media_assets SET burst_id = NULL WHERE storage_config_id = $1 AND burst_id IS NOT NULL")
                 .bind::<Uuid, _>(config.as_uuid())
                 .execute(conn)
@@ -151,7 +158,7 @@ impl MaintenanceStore for PgStore {
             Ok(())
         })
         .await
-        .map_err(db)
+        .map_err(fenced_error)
     }
 
     #[mutants::skip]
@@ -197,13 +204,15 @@ impl MaintenanceStore for PgStore {
     #[mutants::skip]
     async fn purge_rows(
         &self,
+        fence: Fence,
         config: StorageConfigId,
         assets: &[AssetId],
         before: DateTime<Utc>,
     ) -> Result<Vec<AssetId>, CatalogueError> {
         let mut conn = self.conn().await.map_err(pool)?;
         let rows: Vec<IdRow> = conn
-            .transaction::<_, diesel::result::Error, _>(async |conn| {
+            .transaction::<_, Fenced, _>(async |conn| {
+                hold(conn, fence).await?;
                 // Re-check under a row lock: only assets still soft-deleted since before the cut-off go.
                 let still: Vec<IdRow> = sql_query(
                     "SELECT id FROM media_assets
@@ -233,13 +242,13 @@ impl MaintenanceStore for PgStore {
                     .execute(conn)
                     .await?;
                 // Metadata, proxy rows and extra paths go with the asset (ON DELETE CASCADE).
-                sql_query("DELETE FROM media_assets WHERE id = ANY($1) RETURNING id")
+                Ok(sql_query("DELETE FROM media_assets WHERE id = ANY($1) RETURNING id")
                     .bind::<Array<Uuid>, _>(&ids)
                     .load(conn)
-                    .await
+                    .await?)
             })
             .await
-            .map_err(db)?;
+            .map_err(fenced_error)?;
         Ok(rows.into_iter().map(|r| AssetId::from_uuid(r.id)).collect())
     }
 
@@ -287,12 +296,13 @@ impl MaintenanceStore for PgStore {
     }
 
     #[mutants::skip]
-    async fn delete_proxy_rows(&self, proxies: &[StoredProxy]) -> Result<u64, CatalogueError> {
+    async fn delete_proxy_rows(&self, fence: Fence, proxies: &[StoredProxy]) -> Result<u64, CatalogueError> {
         let mut conn = self.conn().await.map_err(pool)?;
         let assets: Vec<uuid::Uuid> = proxies.iter().map(|p| p.asset_id.as_uuid()).collect();
         let types: Vec<&str> = proxies.iter().map(|p| p.proxy_type.as_str()).collect();
         let n = conn
-            .transaction::<_, diesel::result::Error, _>(async |conn| {
+            .transaction::<_, Fenced, _>(async |conn| {
+                hold(conn, fence).await?;
                 let n = sql_query(
                     "DELETE FROM proxy_files p USING unnest($1::uuid[], $2::text[]) AS d(asset_id, proxy_type)
                       WHERE p.asset_id = d.asset_id AND p.proxy_type = d.proxy_type",
@@ -309,7 +319,7 @@ impl MaintenanceStore for PgStore {
                 Ok(n)
             })
             .await
-            .map_err(db)?;
+            .map_err(fenced_error)?;
         Ok(n as u64)
     }
 
@@ -327,43 +337,57 @@ impl MaintenanceStore for PgStore {
     #[mutants::skip]
     async fn delete_refresh_tokens(
         &self,
+        fence: Fence,
         expired_before: DateTime<Utc>,
         revoked_before: DateTime<Utc>,
         limit: i64,
     ) -> Result<u64, CatalogueError> {
         let mut conn = self.conn().await.map_err(pool)?;
-        let n = sql_query(
-            "DELETE FROM refresh_tokens WHERE id IN (
-                SELECT id FROM refresh_tokens WHERE expires_at < $1 OR revoked_at < $2 LIMIT $3)",
-        )
-        .bind::<Timestamptz, _>(expired_before)
-        .bind::<Timestamptz, _>(revoked_before)
-        .bind::<BigInt, _>(limit)
-        .execute(&mut conn)
-        .await
-        .map_err(db)?;
+        let n = conn
+            .transaction::<_, Fenced, _>(async |conn| {
+                hold(conn, fence).await?;
+                Ok(sql_query(
+                    "DELETE FROM refresh_tokens WHERE id IN (
+                        SELECT id FROM refresh_tokens WHERE expires_at < $1 OR revoked_at < $2 LIMIT $3)",
+                )
+                .bind::<Timestamptz, _>(expired_before)
+                .bind::<Timestamptz, _>(revoked_before)
+                .bind::<BigInt, _>(limit)
+                .execute(conn)
+                .await?)
+            })
+            .await
+            .map_err(fenced_error)?;
         Ok(n as u64)
     }
 
     #[mutants::skip]
     async fn delete_finished_work(
         &self,
+        fence: Fence,
         done_before: DateTime<Utc>,
         failed_before: DateTime<Utc>,
         limit: i64,
     ) -> Result<u64, CatalogueError> {
-        let items = self.delete_finished(done_before, failed_before, limit).await.map_err(pool)?;
         let mut conn = self.conn().await.map_err(pool)?;
-        sql_query(
-            "DELETE FROM schedule_periods WHERE schedule_key IN (
-                SELECT schedule_key FROM schedule_periods WHERE created_at < $1 LIMIT $2)",
-        )
-        .bind::<Timestamptz, _>(failed_before)
-        .bind::<BigInt, _>(limit)
-        .execute(&mut conn)
-        .await
-        .map_err(db)?;
-        Ok(items)
+        let items = conn
+            .transaction::<_, Fenced, _>(async |conn| {
+                hold(conn, fence).await?;
+                let items =
+                    crate::queue::delete_finished_query(done_before, failed_before, limit).execute(conn).await?;
+                sql_query(
+                    "DELETE FROM schedule_periods WHERE schedule_key IN (
+                        SELECT schedule_key FROM schedule_periods WHERE created_at < $1 LIMIT $2)",
+                )
+                .bind::<Timestamptz, _>(failed_before)
+                .bind::<BigInt, _>(limit)
+                .execute(conn)
+                .await?;
+                Ok(items)
+            })
+            .await
+            .map_err(fenced_error)?;
+        Ok(items as u64)
     }
 
     #[mutants::skip]

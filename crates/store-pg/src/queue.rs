@@ -293,23 +293,34 @@ impl PgStore {
         batch: i64,
     ) -> Result<u64, StoreError> {
         let mut conn = self.conn().await?;
-        let deleted = sql_query(
-            "DELETE FROM work_items WHERE id IN (
-                SELECT id FROM work_items
-                 WHERE (status IN ('succeeded', 'cancelled') AND finished_at < $1)
-                    OR (status = 'failed' AND finished_at < $2)
-                 ORDER BY finished_at
-                 LIMIT $3
-                   FOR UPDATE SKIP LOCKED)",
-        )
-        .bind::<Timestamptz, _>(done_before)
-        .bind::<Timestamptz, _>(failed_before)
-        .bind::<BigInt, _>(batch)
-        .execute(&mut conn)
-        .await
-        .map_err(error::from_diesel)?;
+        let deleted = delete_finished_query(done_before, failed_before, batch)
+            .execute(&mut conn)
+            .await
+            .map_err(error::from_diesel)?;
         Ok(deleted as u64)
     }
+}
+
+/// Deletes up to `batch` finished items: succeeded or cancelled before `done_before`, failed before
+/// `failed_before`; never a queued or running one.
+pub(crate) fn delete_finished_query(
+    done_before: DateTime<Utc>,
+    failed_before: DateTime<Utc>,
+    batch: i64,
+) -> BoxedSqlQuery<'static, Pg, SqlQuery> {
+    sql_query(
+        "DELETE FROM work_items WHERE id IN (
+            SELECT id FROM work_items
+             WHERE (status IN ('succeeded', 'cancelled') AND finished_at < $1)
+                OR (status = 'failed' AND finished_at < $2)
+             ORDER BY finished_at
+             LIMIT $3
+               FOR UPDATE SKIP LOCKED)",
+    )
+    .into_boxed()
+    .bind::<Timestamptz, _>(done_before)
+    .bind::<Timestamptz, _>(failed_before)
+    .bind::<BigInt, _>(batch)
 }
 
 impl WorkQueue for PgStore {

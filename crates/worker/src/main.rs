@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use almanac_domain::{
-    CancelOutcome, CatalogueStore, DedupKey, NewWorkItem, Scope, Status, WorkItemId, WorkKind, WorkQueue, roots_overlap,
+    CancelOutcome, DedupKey, NewWorkItem, Scope, Status, WorkItemId, WorkKind, WorkQueue, roots_overlap,
 };
 use almanac_store_pg::{NewStorageConfig, PgStore, StoreError};
 use anyhow::{Context, Result};
@@ -213,7 +213,7 @@ async fn add_config(settings: &Settings, store: &PgStore, user: String, root: &s
     let is_mount_point = almanac_media::RootFolder::open(&config.root_path)
         .and_then(|r| r.is_mount_point())
         .with_context(|| format!("examining {}", config.root_path.display()))?;
-    store.record_root_identity(config.id, is_mount_point).await?;
+    store.set_root_is_mount_point(config.id, is_mount_point).await?;
     println!("{}\t{}\t{}", config.id, user.username, config.root_path.display());
     Ok(ExitCode::SUCCESS)
 }

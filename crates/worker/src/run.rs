@@ -70,7 +70,6 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<ExitCode> {
     let store = Arc::new(store);
     let crawl = CrawlHandler::new(
         store.clone(),
-        store.clone(),
         CrawlSettings {
             proxy_root: proxy_root.clone(),
             max_concurrent_files: settings.worker.max_concurrent_files,

@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use almanac_domain::{
-    AssetId, CatalogueError, CatalogueStore, ContentHash, DedupKey, FileFacts, IngestOutcome, KnownFile, MediaType,
-    NewAsset, NewProxy, NewWorkItem, ProxyType, Scope, StorageConfig, StorageConfigId, WorkKind, WorkQueue,
+    AssetId, CatalogueError, CatalogueStore, ContentHash, DedupKey, Fence, FileFacts, IngestOutcome, KnownFile,
+    MediaType, NewAsset, NewProxy, NewWorkItem, ProxyType, Scope, StorageConfig, StorageConfigId, WorkKind,
     roots_overlap,
 };
 use almanac_executor::{BoxFuture, Handler, HandlerContext, HandlerError};
@@ -46,20 +46,19 @@ pub struct CrawlSettings {
 }
 
 /// The crawl handler (kind `crawl`).
-pub struct CrawlHandler<C, Q> {
+pub struct CrawlHandler<C> {
     catalogue: Arc<C>,
-    queue: Arc<Q>,
     settings: CrawlSettings,
 }
 
-impl<C, Q> CrawlHandler<C, Q> {
-    /// A crawl handler over these ports.
-    pub fn new(catalogue: Arc<C>, queue: Arc<Q>, settings: CrawlSettings) -> Self {
-        Self { catalogue, queue, settings }
+impl<C> CrawlHandler<C> {
+    /// A crawl handler over the catalogue port (whose writes, the follow-up enqueue included, are fenced).
+    pub fn new(catalogue: Arc<C>, settings: CrawlSettings) -> Self {
+        Self { catalogue, settings }
     }
 }
 
-impl<C: CatalogueStore + 'static, Q: WorkQueue + 'static> Handler for CrawlHandler<C, Q> {
+impl<C: CatalogueStore + 'static> Handler for CrawlHandler<C> {
     fn kind(&self) -> WorkKind {
         WorkKind::Crawl
     }
@@ -108,6 +107,7 @@ struct Run<'a, C> {
     catalogue: &'a C,
     settings: &'a CrawlSettings,
     config: StorageConfigId,
+    fence: Fence,
     root: Arc<RootFolder>,
     known: Arc<HashMap<Vec<u8>, KnownFile>>,
     counters: Counters,
@@ -222,7 +222,7 @@ fn display(rel: &[u8]) -> String {
     String::from_utf8_lossy(rel).into_owned()
 }
 
-impl<C: CatalogueStore + 'static, Q: WorkQueue + 'static> CrawlHandler<C, Q> {
+impl<C: CatalogueStore + 'static> CrawlHandler<C> {
     /// Refuses a root that overlaps the proxy root or another config's root (an older catalogue may hold
     /// such roots; new ones are refused when registered): the sweep could delete originals, the crawl could
     /// ingest proxies, and two configs on one tree would make the per-config rule protect nothing.
@@ -315,6 +315,7 @@ impl<C: CatalogueStore + 'static, Q: WorkQueue + 'static> CrawlHandler<C, Q> {
             catalogue: &*self.catalogue,
             settings: &self.settings,
             config,
+            fence: ctx.fence,
             root: root.clone(),
             known: known.clone(),
             counters: Counters::default(),
@@ -407,16 +408,19 @@ impl<C: CatalogueStore + 'static, Q: WorkQueue + 'static> CrawlHandler<C, Q> {
             }
             // Decided above with nothing written yet: a refused crawl changes nothing at all.
             for (asset, copy) in &unseen_files.promotions {
-                self.catalogue.relocate(*asset, copy).await.map_err(catalogue_error)?;
+                self.catalogue.relocate(ctx.fence, *asset, copy).await.map_err(catalogue_error)?;
                 run.counters.moved.fetch_add(1, Ordering::Relaxed);
             }
             let soft_deleted = self
                 .catalogue
-                .soft_delete(config, &unseen_files.assets, &unseen_files.extra_paths)
+                .soft_delete(ctx.fence, config, &unseen_files.assets, &unseen_files.extra_paths)
                 .await
                 .map_err(catalogue_error)?;
             if storage.root_is_mount_point != Some(is_mount_point) {
-                self.catalogue.record_root_identity(config, is_mount_point).await.map_err(catalogue_error)?;
+                self.catalogue
+                    .record_root_identity(ctx.fence, config, is_mount_point)
+                    .await
+                    .map_err(catalogue_error)?;
             }
             soft_deleted
         } else {
@@ -446,7 +450,7 @@ impl<C: CatalogueStore + 'static, Q: WorkQueue + 'static> CrawlHandler<C, Q> {
             let candidates = self.catalogue.pairing_candidates(config).await.map_err(catalogue_error)?;
             pairs = pair_live_photos(&candidates, LIVE_PHOTO_MAX_GAP);
             for (still, motion) in &pairs {
-                self.catalogue.pair(*still, *motion).await.map_err(catalogue_error)?;
+                self.catalogue.pair(ctx.fence, *still, *motion).await.map_err(catalogue_error)?;
             }
         }
 
@@ -456,8 +460,8 @@ impl<C: CatalogueStore + 'static, Q: WorkQueue + 'static> CrawlHandler<C, Q> {
         let bursts = NewWorkItem::new(WorkKind::BurstDetection, Scope::Config(config))
             .map_err(|e| HandlerError::permanent(e.to_string()))?
             .with_dedup_key(DedupKey::new(format!("burst_detection:{config}")).expect("a valid key"));
-        self.queue
-            .enqueue(&bursts)
+        self.catalogue
+            .enqueue_follow_up(ctx.fence, &bursts)
             .await
             .map_err(|e| HandlerError::retryable(format!("could not enqueue burst detection: {e}")))?;
 
@@ -613,39 +617,39 @@ impl<C: CatalogueStore> Run<'_, C> {
                 if known.is_some_and(|k| !k.proxies_complete) {
                     let made = self.make(entry, original, format, content, &hash).await?;
                     self.still_wanted()?;
-                    self.catalogue.put_proxies(id, &made.proxies).await?;
+                    self.catalogue.put_proxies(self.fence, id, &made.proxies).await?;
                     self.counters.regenerated.fetch_add(1, Ordering::Relaxed);
                 } else {
                     self.counters.touched.fetch_add(1, Ordering::Relaxed);
                 }
-                self.catalogue.relocate(id, &facts).await?;
+                self.catalogue.relocate(self.fence, id, &facts).await?;
             }
             Placement::Moved(id) => {
                 self.mark(Seen::Asset(id));
-                self.catalogue.relocate(id, &facts).await?;
+                self.catalogue.relocate(self.fence, id, &facts).await?;
                 self.counters.moved.fetch_add(1, Ordering::Relaxed);
             }
             Placement::Copy(id) => {
                 self.mark(Seen::Extra(entry.rel.clone()));
-                self.catalogue.record_extra_path(self.config, id, &facts).await?;
+                self.catalogue.record_extra_path(self.fence, self.config, id, &facts).await?;
                 self.counters.copies.fetch_add(1, Ordering::Relaxed);
             }
             Placement::Revived(id) => {
                 self.mark(Seen::Asset(id));
-                self.catalogue.relocate(id, &facts).await?;
+                self.catalogue.relocate(self.fence, id, &facts).await?;
                 self.counters.revived.fetch_add(1, Ordering::Relaxed);
             }
             Placement::New => {
                 let replaces = known.filter(|k| !k.extra).map(|k| k.asset_id);
                 let asset = self.ingest_new(entry, original, format, content, hash, facts.clone(), replaces).await?;
                 self.still_wanted()?;
-                match self.catalogue.ingest(&asset).await? {
+                match self.catalogue.ingest(self.fence, &asset).await? {
                     IngestOutcome::Ingested(_) => {
                         self.counters.ingested.fetch_add(1, Ordering::Relaxed);
                     }
                     IngestOutcome::ContentExists(id) => {
                         self.mark(Seen::Extra(entry.rel.clone()));
-                        self.catalogue.record_extra_path(self.config, id, &facts).await?;
+                        self.catalogue.record_extra_path(self.fence, self.config, id, &facts).await?;
                         self.counters.copies.fetch_add(1, Ordering::Relaxed);
                     }
                 }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use almanac_domain::{NewWorkItem, Scope, StorageConfigId, WorkItem, WorkKind, WorkQueue};
+use almanac_domain::{Attempt, Fence, NewWorkItem, Scope, StorageConfigId, WorkItem, WorkItemId, WorkKind, WorkQueue};
 use almanac_executor::{Handler, HandlerContext, HandlerError, ProgressReporter};
 use almanac_handlers::{CrawlHandler, CrawlSettings, MassDeletionGuard};
 use almanac_media::ToolLimits;
@@ -54,8 +54,60 @@ impl Library {
 
     /// Runs a handler on an item and returns its result.
     pub async fn run_handler(&self, handler: &impl Handler, item: WorkItem) -> Result<serde_json::Value, HandlerError> {
-        let ctx = HandlerContext { item, cancel: CancellationToken::new(), progress: ProgressReporter::default() };
-        handler.run(ctx).await.map(|r| r.expect("a result"))
+        self.run_in(handler, item, CancellationToken::new()).await.map(|r| r.expect("a result"))
+    }
+
+    /// Runs a handler on an item as an attempt would: the item is taken (running, a new attempt, a lease of an
+    /// hour) so the handler's fenced writes hold, and finished afterwards so the config's next item can run.
+    pub async fn run_in(
+        &self,
+        handler: &impl Handler,
+        item: WorkItem,
+        cancel: CancellationToken,
+    ) -> Result<Option<serde_json::Value>, HandlerError> {
+        let fence = self.start(item.id).await;
+        let ctx = HandlerContext { item, fence, cancel, progress: ProgressReporter::default() };
+        let result = handler.run(ctx).await;
+        self.finish(fence).await;
+        result
+    }
+
+    /// A live fence for writing fixtures through the fenced ports: an unscoped item taken as a claim would.
+    pub async fn fixture_fence(&self) -> Fence {
+        let item = self.work_item(WorkKind::TokenCleanup, Scope::Unscoped, serde_json::json!({"fixture": true})).await;
+        self.start(item.id).await
+    }
+
+    /// Takes an item the way a claim would; returns its fence.
+    pub async fn start(&self, id: WorkItemId) -> Fence {
+        #[derive(diesel::QueryableByName)]
+        struct Started {
+            #[diesel(sql_type = diesel::sql_types::Integer)]
+            attempt: i32,
+        }
+        let started: Started = sql_query(
+            "UPDATE work_items SET status = 'running', attempt = attempt + 1, worker_id = 'test',
+                    started_at = now(), lease_expires_at = now() + interval '1 hour'
+              WHERE id = $1 RETURNING attempt",
+        )
+        .bind::<diesel::sql_types::Uuid, _>(id.as_uuid())
+        .get_result(&mut self.conn().await)
+        .await
+        .unwrap();
+        Fence { id, attempt: Attempt::new(started.attempt).unwrap() }
+    }
+
+    /// Ends an attempt started by [`Library::start`] (if it still holds its item).
+    pub async fn finish(&self, fence: Fence) {
+        sql_query(
+            "UPDATE work_items SET status = 'succeeded', finished_at = now(), lease_expires_at = NULL
+              WHERE id = $1 AND attempt = $2 AND status = 'running'",
+        )
+        .bind::<diesel::sql_types::Uuid, _>(fence.id.as_uuid())
+        .bind::<diesel::sql_types::Integer, _>(fence.attempt.get())
+        .execute(&mut self.conn().await)
+        .await
+        .unwrap();
     }
 
     /// The `n` column of a one-row query.
@@ -69,18 +121,18 @@ impl Library {
     }
 
     // The crawl, as the crawl and file-safety tests run it.
-    pub fn handler(&self) -> CrawlHandler<PgStore, PgStore> {
+    pub fn handler(&self) -> CrawlHandler<PgStore> {
         self.handler_with(4)
     }
 
-    pub fn handler_with(&self, max_concurrent_files: usize) -> CrawlHandler<PgStore, PgStore> {
+    pub fn handler_with(&self, max_concurrent_files: usize) -> CrawlHandler<PgStore> {
         let settings = CrawlSettings {
             proxy_root: self.proxies.clone(),
             max_concurrent_files,
             tool_limits: ToolLimits::default(),
             mass_deletion: MassDeletionGuard::default(),
         };
-        CrawlHandler::new(self.store.clone(), self.store.clone(), settings)
+        CrawlHandler::new(self.store.clone(), settings)
     }
 
     pub async fn item(&self, payload: serde_json::Value) -> WorkItem {
@@ -92,8 +144,8 @@ impl Library {
         payload: serde_json::Value,
         cancel: CancellationToken,
     ) -> Result<serde_json::Value, HandlerError> {
-        let ctx = HandlerContext { item: self.item(payload).await, cancel, progress: ProgressReporter::default() };
-        self.handler().run(ctx).await.map(|r| r.expect("a crawl reports its result"))
+        let item = self.item(payload).await;
+        self.run_in(&self.handler(), item, cancel).await.map(|r| r.expect("a crawl reports its result"))
     }
 
     pub async fn crawl(&self) -> serde_json::Value {

@@ -1,0 +1,205 @@
+//! Every write of an attempt is fenced (ADR 0008 rule 5, safety invariant 1), catalogue writes included: with a
+//! stale fence, each port method answers Lost and commits nothing.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use almanac_domain::{
+    AssetId, AssetMetadata, BurstGroup, CaptureSource, CaptureTime, CatalogueError, CatalogueStore, ClaimRequest,
+    ContentHash, Fence, FileFacts, IngestOutcome, LeaseDuration, MaintenanceStore, MediaType, NewAsset, NewProxy,
+    NewWorkItem, ProxyType, Scope, ServedConfigs, StorageConfigId, StoredProxy, WorkKind, WorkQueue, WorkerId,
+};
+use almanac_store_pg::{NewStorageConfig, PgStore};
+use almanac_testdb::TestDatabase;
+use chrono::{TimeZone, Utc};
+use diesel::sql_query;
+use diesel::sql_types::{Text, Uuid};
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+
+struct Setup {
+    db: TestDatabase,
+    store: PgStore,
+    config: StorageConfigId,
+}
+
+async fn setup() -> Setup {
+    let db = TestDatabase::create().await;
+    let store = PgStore::new(db.url(), 4, Duration::from_secs(10)).expect("store");
+    let new = NewStorageConfig { username: "ann".into(), root_path: PathBuf::from("/photos/ann") };
+    let config = store.add_storage_config(&new).await.unwrap().1.id;
+    Setup { db, store, config }
+}
+
+impl Setup {
+    async fn raw(&self) -> AsyncPgConnection {
+        AsyncPgConnection::establish(self.db.url()).await.unwrap()
+    }
+
+    /// Claims the config's oldest item (a crawl), as a Worker would.
+    async fn claim(&self, worker: &str) -> Fence {
+        let request = ClaimRequest {
+            worker_id: WorkerId::new(worker).unwrap(),
+            served: ServedConfigs::All,
+            kinds: WorkKind::ALL.to_vec(),
+            lease: LeaseDuration::new(Duration::from_secs(60)).unwrap(),
+        };
+        self.store.claim(&request).await.unwrap().expect("an item to claim").fence
+    }
+
+    /// Everything a handler can write, as one text: equal before and after means nothing was committed.
+    async fn state(&self) -> String {
+        #[derive(diesel::QueryableByName)]
+        struct State {
+            #[diesel(sql_type = Text)]
+            state: String,
+        }
+        let tables = ["media_assets", "asset_metadata", "proxy_files", "asset_extra_paths", "bursts", "refresh_tokens"];
+        let parts: Vec<String> = tables
+            .iter()
+            .map(|t| format!("(SELECT coalesce(string_agg(x::text, ';' ORDER BY x::text), '') FROM {t} x)"))
+            .chain([
+                "(SELECT string_agg(root_path || coalesce(root_is_mount_point::text, '-'), ';') FROM storage_configs)"
+                    .into(),
+                "(SELECT string_agg(id::text || status || coalesce(dedup_key, ''), ';' ORDER BY id) FROM work_items)"
+                    .into(),
+                "(SELECT coalesce(string_agg(schedule_key, ';'), '') FROM schedule_periods)".into(),
+            ])
+            .collect();
+        let state: State = sql_query(format!("SELECT {} AS state", parts.join(" || '|' || ")))
+            .get_result(&mut self.raw().await)
+            .await
+            .unwrap();
+        state.state
+    }
+}
+
+fn asset(config: StorageConfigId, n: u8, path: &str) -> NewAsset {
+    let at = Utc.with_ymd_and_hms(2022, 1, 1, 12, 0, 0).unwrap();
+    let hash = ContentHash::from_bytes([n; 32]);
+    NewAsset {
+        storage_config_id: config,
+        facts: FileFacts { file_path: path.as_bytes().to_vec(), display_path: path.into(), size: 10, mtime: at },
+        content_hash: hash.clone(),
+        media_type: MediaType::Image,
+        capture: CaptureTime { at, offset_minutes: Some(0), source: CaptureSource::ExifOriginal },
+        metadata: AssetMetadata { camera_model: Some("X".into()), ..AssetMetadata::default() },
+        proxies: vec![NewProxy {
+            proxy_type: ProxyType::Thumbnail,
+            relative_path: Some(hash.proxy_dir(config).join("thumbnail.jpg").display().to_string()),
+            inline_value: None,
+            size_bytes: 4,
+        }],
+        replaces: None,
+    }
+}
+
+fn assert_lost<T: std::fmt::Debug>(what: &str, answer: Result<T, CatalogueError>) {
+    assert!(matches!(answer, Err(CatalogueError::Lost)), "{what} with a stale fence: {answer:?}");
+}
+
+/// Runs every fenced write with `stale` and checks each is Lost and the catalogue unchanged.
+async fn every_write_is_lost(s: &Setup, stale: Fence, live_asset: AssetId, gone_asset: AssetId) {
+    let before = s.state().await;
+    let facts =
+        FileFacts { file_path: b"moved.jpg".to_vec(), display_path: "moved.jpg".into(), size: 1, mtime: Utc::now() };
+    let store = &s.store;
+    assert_lost("ingest", store.ingest(stale, &asset(s.config, 9, "late.jpg")).await);
+    assert_lost("relocate", store.relocate(stale, live_asset, &facts).await);
+    assert_lost("record_extra_path", store.record_extra_path(stale, s.config, live_asset, &facts).await);
+    let proxy = NewProxy { proxy_type: ProxyType::Preview, relative_path: None, inline_value: None, size_bytes: 1 };
+    assert_lost("put_proxies", store.put_proxies(stale, live_asset, &[proxy]).await);
+    assert_lost("soft_delete", store.soft_delete(stale, s.config, &[live_asset], &[]).await);
+    assert_lost("pair", store.pair(stale, live_asset, gone_asset).await);
+    assert_lost("record_root_identity", store.record_root_identity(stale, s.config, true).await);
+    let follow_up = NewWorkItem::new(WorkKind::BurstDetection, Scope::Config(s.config)).unwrap();
+    assert_lost("enqueue_follow_up", store.enqueue_follow_up(stale, &follow_up).await);
+    let group = BurstGroup {
+        id: live_asset,
+        primary: live_asset,
+        members: vec![live_asset],
+        from_camera: false,
+        camera_make: None,
+        camera_model: None,
+        started_at: Utc::now(),
+        ended_at: Utc::now(),
+    };
+    assert_lost("replace_bursts", store.replace_bursts(stale, s.config, &[group]).await);
+    assert_lost("purge_rows", store.purge_rows(stale, s.config, &[gone_asset], Utc::now()).await);
+    let stored = StoredProxy { asset_id: live_asset, proxy_type: ProxyType::Thumbnail, relative_path: None };
+    assert_lost("delete_proxy_rows", store.delete_proxy_rows(stale, &[stored]).await);
+    let future = Utc::now() + chrono::Duration::days(1);
+    assert_lost("delete_refresh_tokens", store.delete_refresh_tokens(stale, future, future, 100).await);
+    assert_lost("delete_finished_work", store.delete_finished_work(stale, future, future, 100).await);
+    assert_eq!(s.state().await, before, "a stale attempt committed something");
+}
+
+/// The catalogue the stale writes aim at: a live asset, a soft-deleted one, an expired refresh token, a
+/// finished work item. Written with a live fence, which must work.
+async fn catalogue(s: &Setup, live: Fence) -> (AssetId, AssetId) {
+    let IngestOutcome::Ingested(kept) = s.store.ingest(live, &asset(s.config, 1, "kept.jpg")).await.unwrap() else {
+        panic!("ingested")
+    };
+    let IngestOutcome::Ingested(gone) = s.store.ingest(live, &asset(s.config, 2, "gone.jpg")).await.unwrap() else {
+        panic!("ingested")
+    };
+    assert_eq!(s.store.soft_delete(live, s.config, &[gone], &[]).await.unwrap(), 1);
+    sql_query(
+        "INSERT INTO refresh_tokens (id, user_id, token_hash, expires_at)
+         SELECT gen_random_uuid(), id, '\\x01', now() - interval '30 days' FROM users",
+    )
+    .execute(&mut s.raw().await)
+    .await
+    .unwrap();
+    let done = s.store.enqueue(&NewWorkItem::new(WorkKind::TokenCleanup, Scope::Unscoped).unwrap()).await.unwrap();
+    sql_query("UPDATE work_items SET status = 'succeeded', finished_at = now() - interval '30 days' WHERE id = $1")
+        .bind::<Uuid, _>(done.item.id.as_uuid())
+        .execute(&mut s.raw().await)
+        .await
+        .unwrap();
+    (kept, gone)
+}
+
+#[tokio::test]
+async fn every_catalogue_write_of_a_recovered_attempt_is_lost_and_commits_nothing() {
+    let s = setup().await;
+    s.store.enqueue(&NewWorkItem::new(WorkKind::Crawl, Scope::Config(s.config)).unwrap()).await.unwrap();
+    let first = s.claim("w1").await;
+    let (kept, gone) = catalogue(&s, first).await;
+    // The first attempt's lease expires and another Worker's recovery requeues the item.
+    sql_query("UPDATE work_items SET lease_expires_at = now() - interval '1 second' WHERE id = $1")
+        .bind::<Uuid, _>(first.id.as_uuid())
+        .execute(&mut s.raw().await)
+        .await
+        .unwrap();
+    assert_eq!(s.store.recover_expired_leases(3).await.unwrap().len(), 1);
+    every_write_is_lost(&s, first, kept, gone).await;
+}
+
+#[tokio::test]
+async fn every_catalogue_write_of_an_attempt_superseded_by_a_newer_claim_is_lost() {
+    let s = setup().await;
+    s.store.enqueue(&NewWorkItem::new(WorkKind::Crawl, Scope::Config(s.config)).unwrap()).await.unwrap();
+    let first = s.claim("w1").await;
+    let (kept, gone) = catalogue(&s, first).await;
+    sql_query("UPDATE work_items SET lease_expires_at = now() - interval '1 second' WHERE id = $1")
+        .bind::<Uuid, _>(first.id.as_uuid())
+        .execute(&mut s.raw().await)
+        .await
+        .unwrap();
+    s.store.recover_expired_leases(3).await.unwrap();
+    let second = s.claim("w2").await;
+    assert_eq!((second.id, second.attempt.get()), (first.id, first.attempt.get() + 1));
+    every_write_is_lost(&s, first, kept, gone).await;
+    // The new attempt's own writes go through.
+    assert_eq!(s.store.soft_delete(second, s.config, &[kept], &[]).await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn a_finished_attempt_writes_nothing_more() {
+    let s = setup().await;
+    s.store.enqueue(&NewWorkItem::new(WorkKind::Crawl, Scope::Config(s.config)).unwrap()).await.unwrap();
+    let fence = s.claim("w1").await;
+    let (kept, gone) = catalogue(&s, fence).await;
+    assert_eq!(s.store.complete(fence, None).await.unwrap(), almanac_domain::WriteOutcome::Written);
+    every_write_is_lost(&s, fence, kept, gone).await;
+}
