@@ -212,12 +212,21 @@ fn parse_status(s: &str) -> Result<Status, QueueError> {
 }
 
 /// The claim on a connection of the caller's, e.g. inside an explicit transaction held open to force the
-/// race that rule 2 covers. [`PgStore::claim`] is this on a pooled connection.
+/// race that rule 2 covers (the caller then commits). [`PgStore::claim`] runs it in a transaction of its own
+/// whose commit it awaits.
 #[mutants::skip]
 pub async fn claim_with(
     conn: &mut AsyncPgConnection,
     request: &ClaimRequest,
 ) -> Result<Option<ClaimedItem>, QueueError> {
+    claimed(claim_statement(conn, request).await)
+}
+
+/// The claim statement: the claimed row, or none.
+async fn claim_statement(
+    conn: &mut AsyncPgConnection,
+    request: &ClaimRequest,
+) -> Result<Option<WorkItemRow>, diesel::result::Error> {
     let kinds: Vec<String> = request.kinds.iter().map(|k| k.as_str().to_owned()).collect();
     let user = match request.served {
         ServedConfigs::All => None,
@@ -230,9 +239,18 @@ pub async fn claim_with(
         .bind::<Nullable<Uuid>, _>(user)
         .get_result::<WorkItemRow>(conn)
         .await;
-    let row = match claimed {
-        Ok(row) => row,
-        Err(diesel::result::Error::NotFound) => return Ok(None),
+    match claimed {
+        Ok(row) => Ok(Some(row)),
+        Err(diesel::result::Error::NotFound) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// What a claim's statement (and its commit) came to.
+fn claimed(outcome: Result<Option<WorkItemRow>, diesel::result::Error>) -> Result<Option<ClaimedItem>, QueueError> {
+    let row = match outcome {
+        Ok(Some(row)) => row,
+        Ok(None) => return Ok(None),
         // Rule 2: a concurrent claim of the same config won; this Worker waits for its next poll.
         Err(e) if error::is_unique_violation_of(&e, RUNNING_CONFIG_INDEX) => {
             tracing::info!(event = "lost_race", "another Worker claimed work of the same storage config first");
@@ -246,12 +264,19 @@ pub async fn claim_with(
 }
 
 impl PgStore {
+    /// A fenced write of the attempt's own: on a reserved connection, in an explicit transaction whose
+    /// commit is awaited (acknowledged means committed: a backend killed before the commit is an error here,
+    /// never a silent rollback).
     async fn fenced_write(&self, sql: String, fence: Fence) -> Result<WriteOutcome, QueueError> {
-        let mut conn = self.conn().await?;
-        let rows = sql_query(sql)
-            .bind::<Uuid, _>(fence.id.as_uuid())
-            .bind::<Integer, _>(fence.attempt.get())
-            .execute(&mut conn)
+        let mut conn = self.attempt_conn().await?;
+        let rows = conn
+            .transaction::<_, diesel::result::Error, _>(async |conn| {
+                sql_query(sql)
+                    .bind::<Uuid, _>(fence.id.as_uuid())
+                    .bind::<Integer, _>(fence.attempt.get())
+                    .execute(conn)
+                    .await
+            })
             .await
             .map_err(error::queue)?;
         Ok(if rows == 1 { WriteOutcome::Written } else { WriteOutcome::Lost })
@@ -328,21 +353,24 @@ impl WorkQueue for PgStore {
     async fn enqueue(&self, item: &NewWorkItem) -> Result<Enqueued, QueueError> {
         let mut conn = self.conn().await?;
         // An existing queued item may be claimed between the insert and the read: try again, a few times.
+        // Each try is a transaction whose commit is awaited: an acknowledged enqueue is a committed one.
         for _ in 0..5 {
-            let inserted: Option<WorkItemRow> = enqueue_query(WorkItemId::new(), item)
-                .get_result(&mut conn)
+            let found = conn
+                .transaction::<_, diesel::result::Error, _>(async |conn| {
+                    match enqueue_query(WorkItemId::new(), item).get_result::<WorkItemRow>(conn).await {
+                        Ok(row) => return Ok(Some((row, true))),
+                        Err(diesel::result::Error::NotFound) => {}
+                        Err(e) => return Err(e),
+                    }
+                    let key = item.dedup_key.as_ref().map(|k| k.as_str()).unwrap_or_default();
+                    let existing: Vec<WorkItemRow> =
+                        sql_query(QUEUED_BY_DEDUP_KEY).bind::<Text, _>(key).load(conn).await?;
+                    Ok(existing.into_iter().next().map(|row| (row, false)))
+                })
                 .await
-                .map(Some)
-                .or_else(|e| if e == diesel::result::Error::NotFound { Ok(None) } else { Err(e) })
                 .map_err(error::queue)?;
-            if let Some(row) = inserted {
-                return Ok(Enqueued { item: row.try_into()?, created: true });
-            }
-            let key = item.dedup_key.as_ref().map(|k| k.as_str()).unwrap_or_default();
-            let existing: Vec<WorkItemRow> =
-                sql_query(QUEUED_BY_DEDUP_KEY).bind::<Text, _>(key).load(&mut conn).await.map_err(error::queue)?;
-            if let Some(row) = existing.into_iter().next() {
-                return Ok(Enqueued { item: row.try_into()?, created: false });
+            if let Some((row, created)) = found {
+                return Ok(Enqueued { item: row.try_into()?, created });
             }
         }
         Err(QueueError::Unexpected("enqueue kept racing with claims of the same dedup key".into()))
@@ -351,7 +379,9 @@ impl WorkQueue for PgStore {
     #[mutants::skip]
     async fn claim(&self, request: &ClaimRequest) -> Result<Option<ClaimedItem>, QueueError> {
         let mut conn = self.conn().await?;
-        claim_with(&mut conn, request).await
+        // In a transaction whose commit is awaited: a claim acknowledged is a claim committed, so no handler
+        // ever runs an item that is still queued (whose next claim would reuse its attempt number).
+        claimed(conn.transaction(async |conn| claim_statement(conn, request).await).await)
     }
 
     #[mutants::skip]
@@ -361,22 +391,27 @@ impl WorkQueue for PgStore {
         lease: LeaseDuration,
         progress: Option<&serde_json::Value>,
     ) -> Result<Heartbeat, QueueError> {
-        let mut conn = self.conn().await?;
-        let renewed: Vec<CancelRequested> = sql_query(format!(
+        let mut conn = self.attempt_conn().await?;
+        let sql = format!(
             "UPDATE work_items AS w
                 SET heartbeat_at = now(),
                     lease_expires_at = now() + $3 * interval '1 second',
                     progress = COALESCE($4, w.progress)
               WHERE {FENCE}
           RETURNING w.cancel_requested_at IS NOT NULL AS cancel_requested"
-        ))
-        .bind::<Uuid, _>(fence.id.as_uuid())
-        .bind::<Integer, _>(fence.attempt.get())
-        .bind::<Double, _>(seconds(lease))
-        .bind::<Nullable<Jsonb>, _>(progress)
-        .load(&mut conn)
-        .await
-        .map_err(error::queue)?;
+        );
+        let renewed: Vec<CancelRequested> = conn
+            .transaction::<_, diesel::result::Error, _>(async |conn| {
+                sql_query(sql)
+                    .bind::<Uuid, _>(fence.id.as_uuid())
+                    .bind::<Integer, _>(fence.attempt.get())
+                    .bind::<Double, _>(seconds(lease))
+                    .bind::<Nullable<Jsonb>, _>(progress)
+                    .load(conn)
+                    .await
+            })
+            .await
+            .map_err(error::queue)?;
         Ok(match renewed.into_iter().next() {
             Some(r) => Heartbeat::Renewed { cancel_requested: r.cancel_requested },
             None => Heartbeat::Lost,
@@ -385,25 +420,30 @@ impl WorkQueue for PgStore {
 
     #[mutants::skip]
     async fn complete(&self, fence: Fence, result: Option<&serde_json::Value>) -> Result<WriteOutcome, QueueError> {
-        let mut conn = self.conn().await?;
-        let rows = sql_query(format!(
+        let mut conn = self.attempt_conn().await?;
+        let sql = format!(
             "UPDATE work_items AS w
                 SET status = 'succeeded', finished_at = now(), lease_expires_at = NULL, result = $3
               WHERE {FENCE}"
-        ))
-        .bind::<Uuid, _>(fence.id.as_uuid())
-        .bind::<Integer, _>(fence.attempt.get())
-        .bind::<Nullable<Jsonb>, _>(result)
-        .execute(&mut conn)
-        .await
-        .map_err(error::queue)?;
+        );
+        let rows = conn
+            .transaction::<_, diesel::result::Error, _>(async |conn| {
+                sql_query(sql)
+                    .bind::<Uuid, _>(fence.id.as_uuid())
+                    .bind::<Integer, _>(fence.attempt.get())
+                    .bind::<Nullable<Jsonb>, _>(result)
+                    .execute(conn)
+                    .await
+            })
+            .await
+            .map_err(error::queue)?;
         Ok(if rows == 1 { WriteOutcome::Written } else { WriteOutcome::Lost })
     }
 
     #[mutants::skip]
     async fn fail(&self, fence: Fence, failure: &Failure) -> Result<FailOutcome, QueueError> {
-        let mut conn = self.conn().await?;
-        let rows: Vec<StatusRow> = sql_query(format!(
+        let mut conn = self.attempt_conn().await?;
+        let sql = format!(
             "UPDATE work_items AS w
                 SET failures = w.failures + 1,
                     last_error = $3,
@@ -419,15 +459,20 @@ impl WorkQueue for PgStore {
                        FROM work_items AS i WHERE i.id = $1) AS d
               WHERE {FENCE}
           RETURNING w.status, w.run_after"
-        ))
-        .bind::<Uuid, _>(fence.id.as_uuid())
-        .bind::<Integer, _>(fence.attempt.get())
-        .bind::<Text, _>(&failure.error)
-        .bind::<Bool, _>(failure.retryable)
-        .bind::<Double, _>(failure.retry_delay.as_secs_f64())
-        .load(&mut conn)
-        .await
-        .map_err(error::queue)?;
+        );
+        let rows: Vec<StatusRow> = conn
+            .transaction::<_, diesel::result::Error, _>(async |conn| {
+                sql_query(sql)
+                    .bind::<Uuid, _>(fence.id.as_uuid())
+                    .bind::<Integer, _>(fence.attempt.get())
+                    .bind::<Text, _>(&failure.error)
+                    .bind::<Bool, _>(failure.retryable)
+                    .bind::<Double, _>(failure.retry_delay.as_secs_f64())
+                    .load(conn)
+                    .await
+            })
+            .await
+            .map_err(error::queue)?;
         let Some(row) = rows.into_iter().next() else {
             return Ok(FailOutcome::Lost);
         };
@@ -505,7 +550,7 @@ impl WorkQueue for PgStore {
         // together, each row's check for a queued holder of its key cannot see the others' new versions, so
         // the batch decides: only the oldest requeued item of each key keeps it, and only when no queued item
         // holds it already. Anything else would fail the whole statement on the dedup index, every tick.
-        let rows: Vec<RecoveredRow> = sql_query(
+        let recover = sql_query(
             "WITH expired AS (
                  SELECT e.id, e.dedup_key, e.requested_at,
                         e.cancel_requested_at IS NULL AND e.stalls + 1 < $1 AS requeue
@@ -540,10 +585,12 @@ impl WorkQueue for PgStore {
               WHERE w.id = d.id
           RETURNING w.id, w.status, w.stalls",
         )
-        .bind::<Integer, _>(max_stalls.max(1))
-        .load(&mut conn)
-        .await
-        .map_err(error::queue)?;
+        .bind::<Integer, _>(max_stalls.max(1));
+        // Committed before it is reported: a recovery is only logged (and counted) when it happened.
+        let rows: Vec<RecoveredRow> = conn
+            .transaction::<_, diesel::result::Error, _>(async |conn| recover.load(conn).await)
+            .await
+            .map_err(error::queue)?;
         rows.into_iter()
             .map(|r| {
                 Ok(Recovered { id: WorkItemId::from_uuid(r.id), status: parse_status(&r.status)?, stalls: r.stalls })

@@ -13,7 +13,7 @@ use almanac_handlers::{
     WorkItemRetentionHandler,
 };
 use almanac_media::ToolLimits;
-use almanac_store_pg::{PgStore, StoreError, listen_for_work};
+use almanac_store_pg::{PgStore, StoreError, WorkerConnections, listen_for_work};
 use anyhow::{Context, Result, bail};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
@@ -42,11 +42,16 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<ExitCode> {
         let applied = almanac_store_pg::migrate(&url).await?;
         info!(event = "migrated", applied = ?applied, "applied pending migrations");
     }
-    let store = PgStore::with_idle_transaction_limit(
+    // Heartbeats and outcomes have connections of their own (one per slot, one to spare): nothing else can
+    // take them, so no crawl or probe can delay a beat into a self-stop.
+    let store = PgStore::for_worker(
         &url,
-        settings.database.max_connections,
-        settings.database.connect_timeout,
-        settings.queue.lease,
+        WorkerConnections {
+            shared: settings.database.max_connections,
+            reserved: settings.worker.slots + 1,
+            acquire_timeout: settings.database.connect_timeout,
+            lease: settings.queue.lease,
+        },
     )?;
     let served = match &settings.worker.user {
         None => ServedConfigs::All,
@@ -96,7 +101,10 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<ExitCode> {
     let http = if settings.http.enabled {
         let bound = http::bind(settings.http.address).await?;
         info!(event = "http_listening", address = %settings.http.address, "serving /healthz, /readyz and /metrics");
-        let health = Health { store: (*store).clone(), counts, running: running.clone() };
+        // Probes and metrics get a small budget of their own: a flood of scrapes cannot take the Worker's.
+        let probes =
+            PgStore::with_idle_transaction_limit(&url, 2, settings.database.connect_timeout, settings.queue.lease)?;
+        let health = Health { store: probes, counts, running: running.clone() };
         Some(tokio::spawn(http::serve(bound, health, stop.clone())))
     } else {
         None

@@ -1,0 +1,201 @@
+//! Acknowledged means committed (safety invariant 8), and heartbeats are never starved (invariant 7), on real
+//! PostgreSQL.
+//!
+//! To kill a backend between a write's statement and its commit, a deferred constraint trigger (fired at
+//! commit) waits for an advisory lock the test holds; the test then terminates the waiting backend.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use almanac_domain::{
+    ClaimRequest, Fence, Heartbeat, LeaseDuration, NewWorkItem, Scope, ServedConfigs, Status, WorkItemId, WorkKind,
+    WorkQueue, WorkerId, WriteOutcome,
+};
+use almanac_store_pg::{NewStorageConfig, PgStore, WorkerConnections};
+use almanac_testdb::TestDatabase;
+use diesel::sql_query;
+use diesel::sql_types::{BigInt, Integer, Nullable};
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
+
+const COMMIT_LOCK: i64 = 4242;
+
+async fn raw(db: &TestDatabase) -> AsyncPgConnection {
+    AsyncPgConnection::establish(db.url()).await.unwrap()
+}
+
+fn claimer() -> ClaimRequest {
+    ClaimRequest {
+        worker_id: WorkerId::new("w1").unwrap(),
+        served: ServedConfigs::All,
+        kinds: WorkKind::ALL.to_vec(),
+        lease: LeaseDuration::new(Duration::from_secs(60)).unwrap(),
+    }
+}
+
+/// Makes every later commit that wrote `work_items` wait for the advisory lock `COMMIT_LOCK`, and takes it.
+async fn hold_commits(db: &TestDatabase) -> AsyncPgConnection {
+    let mut conn = raw(db).await;
+    conn.batch_execute(&format!(
+        "CREATE FUNCTION wait_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+           BEGIN PERFORM pg_advisory_lock({COMMIT_LOCK}); PERFORM pg_advisory_unlock({COMMIT_LOCK}); RETURN NULL; END $$;
+         CREATE CONSTRAINT TRIGGER wait_at_commit AFTER INSERT OR UPDATE ON work_items
+           DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION wait_at_commit();
+         SELECT pg_advisory_lock({COMMIT_LOCK});"
+    ))
+    .await
+    .unwrap();
+    conn
+}
+
+/// Waits until a backend is held at its commit, and kills it. Returns false if none got there.
+async fn kill_the_committing_backend(observer: &mut AsyncPgConnection) -> bool {
+    #[derive(diesel::QueryableByName)]
+    struct Pid {
+        #[diesel(sql_type = Nullable<Integer>)]
+        pid: Option<i32>,
+    }
+    for _ in 0..400 {
+        let waiting: Pid = sql_query(
+            "SELECT max(pid) AS pid FROM pg_stat_activity
+              WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event = 'advisory'",
+        )
+        .get_result(observer)
+        .await
+        .unwrap();
+        if let Some(pid) = waiting.pid {
+            sql_query("SELECT pg_terminate_backend($1)").bind::<Integer, _>(pid).execute(observer).await.unwrap();
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    false
+}
+
+async fn count(db: &TestDatabase, sql: &str) -> i64 {
+    #[derive(diesel::QueryableByName)]
+    struct N {
+        #[diesel(sql_type = BigInt)]
+        n: i64,
+    }
+    sql_query(sql).get_result::<N>(&mut raw(db).await).await.unwrap().n
+}
+
+async fn status(db: &TestDatabase, id: WorkItemId) -> (String, i64) {
+    #[derive(diesel::QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        status: String,
+        #[diesel(sql_type = BigInt)]
+        attempt: i64,
+    }
+    let row: Row = sql_query(format!("SELECT status, attempt::bigint FROM work_items WHERE id = '{id}'"))
+        .get_result(&mut raw(db).await)
+        .await
+        .unwrap();
+    (row.status, row.attempt)
+}
+
+#[tokio::test]
+async fn an_enqueue_killed_before_its_commit_is_an_error_never_a_silent_loss() {
+    let db = TestDatabase::create().await;
+    let store = Arc::new(PgStore::new(db.url(), 2, Duration::from_secs(10)).unwrap());
+    let mut holder = hold_commits(&db).await;
+    let writer = store.clone();
+    let enqueue = tokio::spawn(async move {
+        writer.enqueue(&NewWorkItem::new(WorkKind::TokenCleanup, Scope::Unscoped).unwrap()).await
+    });
+    assert!(kill_the_committing_backend(&mut holder).await, "the enqueue never reached its commit");
+    let answer = enqueue.await.unwrap();
+    assert!(answer.is_err(), "an enqueue that never committed was acknowledged: {answer:?}");
+    assert_eq!(count(&db, "SELECT count(*) AS n FROM work_items").await, 0);
+}
+
+#[tokio::test]
+async fn a_claim_and_a_complete_killed_before_their_commits_are_errors() {
+    let db = TestDatabase::create().await;
+    let store = Arc::new(PgStore::new(db.url(), 2, Duration::from_secs(10)).unwrap());
+    let id = store.enqueue(&NewWorkItem::new(WorkKind::TokenCleanup, Scope::Unscoped).unwrap()).await.unwrap().item.id;
+    let mut holder = hold_commits(&db).await;
+    let writer = store.clone();
+    let claim = tokio::spawn(async move { writer.claim(&claimer()).await });
+    assert!(kill_the_committing_backend(&mut holder).await, "the claim never reached its commit");
+    let answer = claim.await.unwrap();
+    assert!(answer.is_err(), "a claim that never committed handed out an item: {answer:?}");
+    assert_eq!(status(&db, id).await, ("queued".into(), 0), "still queued, attempt number unused");
+
+    holder.batch_execute(&format!("SELECT pg_advisory_unlock({COMMIT_LOCK})")).await.unwrap();
+    let claimed = store.claim(&claimer()).await.unwrap().unwrap();
+    assert_eq!(claimed.fence.attempt.get(), 1);
+    holder.batch_execute(&format!("SELECT pg_advisory_lock({COMMIT_LOCK})")).await.unwrap();
+    let writer = store.clone();
+    let fence: Fence = claimed.fence;
+    let complete = tokio::spawn(async move { writer.complete(fence, None).await });
+    assert!(kill_the_committing_backend(&mut holder).await, "the complete never reached its commit");
+    let answer = complete.await.unwrap();
+    assert!(answer.is_err(), "a complete that never committed was acknowledged: {answer:?}");
+    assert_eq!(status(&db, id).await, ("running".into(), 1));
+}
+
+/// The shared pool is saturated (every connection waits on a lock, more callers queue for one): the
+/// attempt's heartbeat and outcome still go through on connections nothing else can take.
+#[tokio::test]
+async fn heartbeats_and_outcomes_go_through_while_the_shared_pool_is_saturated() {
+    let db = TestDatabase::create().await;
+    let connections = WorkerConnections {
+        shared: 2,
+        reserved: 2,
+        acquire_timeout: Duration::from_secs(2),
+        lease: Duration::from_secs(60),
+    };
+    let store = Arc::new(PgStore::for_worker(db.url(), connections).unwrap());
+    let new = NewStorageConfig { username: "ann".into(), root_path: PathBuf::from("/photos/ann") };
+    let config = store.add_storage_config(&new).await.unwrap().1.id;
+    store.enqueue(&NewWorkItem::new(WorkKind::Crawl, Scope::Config(config)).unwrap()).await.unwrap();
+    let claimed = store.claim(&claimer()).await.unwrap().unwrap();
+
+    let mut blocker = raw(&db).await;
+    blocker.batch_execute("BEGIN; LOCK TABLE storage_configs IN ACCESS EXCLUSIVE MODE").await.unwrap();
+    let busy: Vec<_> = (0..6)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move { store.list_storage_configs().await })
+        })
+        .collect();
+    let mut observer = raw(&db).await;
+    let mut waiting = 0;
+    for _ in 0..400 {
+        #[derive(diesel::QueryableByName)]
+        struct N {
+            #[diesel(sql_type = BigInt)]
+            n: i64,
+        }
+        let n: N = sql_query(
+            "SELECT count(*) AS n FROM pg_stat_activity
+              WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()",
+        )
+        .get_result(&mut observer)
+        .await
+        .unwrap();
+        waiting = n.n;
+        if waiting == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(waiting, 2, "both shared connections are taken");
+    let shared = store.queue_summary().await;
+    assert!(shared.is_err(), "the shared pool is saturated: a statement on it waits past the acquire timeout");
+
+    let lease = LeaseDuration::new(Duration::from_secs(60)).unwrap();
+    let beat = tokio::time::timeout(Duration::from_secs(1), store.heartbeat(claimed.fence, lease, None)).await;
+    assert!(matches!(beat, Ok(Ok(Heartbeat::Renewed { .. }))), "the heartbeat was starved: {beat:?}");
+    let done = tokio::time::timeout(Duration::from_secs(1), store.complete(claimed.fence, None)).await;
+    assert!(matches!(done, Ok(Ok(WriteOutcome::Written))), "the outcome was starved: {done:?}");
+
+    blocker.batch_execute("COMMIT").await.unwrap();
+    for task in busy {
+        let _ = task.await.unwrap();
+    }
+    assert_eq!(store.get(claimed.item.id).await.unwrap().unwrap().status, Status::Succeeded);
+}
