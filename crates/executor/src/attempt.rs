@@ -124,12 +124,18 @@ pub(crate) async fn run<Q: WorkQueue + 'static>(
                 );
                 stop = Some(Stop::SelfStopped);
                 stopped_writing_at = Some(Instant::now());
-                beat = None;
+                if beat.take().is_some() {
+                    warn!(event = "heartbeat_failed", error = "timed out", timeout_ms = interval.as_millis() as u64, "heartbeat did not answer before the self-stop");
+                }
                 cancel.cancel();
                 // Disarm: the deadline has done its work.
                 self_stop_armed = false;
             }
             _ = beats.tick(), if may_write => {
+                if beat.is_some() {
+                    // The pending beat reaches its time limit at this very tick; say so before it is replaced.
+                    warn!(event = "heartbeat_failed", error = "timed out", timeout_ms = interval.as_millis() as u64, "heartbeat did not answer within one heartbeat interval");
+                }
                 let (queue, lease, latest) = (&queue, config.lease, progress.latest());
                 let sent_at = Instant::now();
                 beat = Some(Box::pin(async move {

@@ -105,17 +105,18 @@ impl PgStore {
     }
 }
 
-/// A pool whose connections end transactions left idle longer than `limit` and statements running longer
-/// than half of it, and whose TCP connections send keepalives after 30 s of silence (so a dead peer is
-/// noticed in about a minute rather than hours).
+/// A pool whose connections end transactions left idle, and statements running, longer than half of `limit`
+/// (the lease), and whose TCP connections send keepalives after 30 s of silence (so a dead peer is noticed in
+/// about a minute rather than hours). An attempt's last statement comes at most half a lease after its last
+/// good heartbeat (then it self-stops), so whatever it left open ends by the time its lease expires.
 fn pool(
     database_url: &str,
     max_connections: usize,
     acquire_timeout: Duration,
     limit: Duration,
 ) -> Result<Pool<AsyncPgConnection>, StoreError> {
-    let idle = limit.as_millis().max(1);
-    let statement = (limit.as_millis() / 2).max(1);
+    let idle = (limit.as_millis() / 2).max(1);
+    let statement = idle;
     let mut config = ManagerConfig::<AsyncPgConnection>::default();
     config.custom_setup = Box::new(move |url| {
         let url = with_keepalives(url);
