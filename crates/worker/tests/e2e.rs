@@ -318,17 +318,52 @@ fn a_bind_mount_of_a_library_is_refused_as_a_second_root_and_as_the_proxy_root()
 struct Proxy {
     port: u16,
     cut: Arc<AtomicBool>,
+    held: Arc<AtomicBool>,
+    directions: Arc<std::sync::Mutex<Vec<Arc<std::sync::Mutex<Direction>>>>>,
+}
+
+/// One direction of a proxied connection: bytes held back while the path is held, and where they go.
+struct Direction {
+    pending: Vec<u8>,
+    to: Box<dyn Write + Send>,
+    held_bytes: usize,
+}
+
+impl Proxy {
+    /// Stops delivering without closing anything or dropping a byte: what TCP does on a path that goes silent
+    /// and then heals (the peers retransmit).
+    fn hold(&self) {
+        self.held.store(true, Ordering::SeqCst);
+    }
+
+    /// Heals a held path: everything held is delivered, in order, then traffic flows again. Returns how many
+    /// bytes had been held.
+    fn deliver(&self) -> usize {
+        self.held.store(false, Ordering::SeqCst);
+        let mut total = 0;
+        for direction in self.directions.lock().unwrap().iter() {
+            let mut d = direction.lock().unwrap();
+            total += d.held_bytes;
+            let pending = std::mem::take(&mut d.pending);
+            let _ = d.to.write_all(&pending);
+        }
+        total
+    }
 }
 
 fn proxy_to(socket: PathBuf) -> Proxy {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
-    let cut = Arc::new(AtomicBool::new(false));
-    let flag = cut.clone();
+    let (cut, held) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+    let directions: Arc<std::sync::Mutex<Vec<Arc<std::sync::Mutex<Direction>>>>> = Arc::default();
+    let (flag, hold, registry) = (cut.clone(), held.clone(), directions.clone());
     std::thread::spawn(move || {
         for client in listener.incoming().flatten() {
             let Ok(server) = UnixStream::connect(&socket) else { continue };
-            let pipe = |mut from: Box<dyn Read + Send>, mut to: Box<dyn Write + Send>, cut: Arc<AtomicBool>| {
+            let pipe = |mut from: Box<dyn Read + Send>, to: Box<dyn Write + Send>| {
+                let direction = Arc::new(std::sync::Mutex::new(Direction { pending: Vec::new(), to, held_bytes: 0 }));
+                registry.lock().unwrap().push(direction.clone());
+                let (cut, held) = (flag.clone(), hold.clone());
                 std::thread::spawn(move || {
                     let mut buf = [0u8; 16384];
                     loop {
@@ -340,7 +375,15 @@ fn proxy_to(socket: PathBuf) -> Proxy {
                         if cut.load(Ordering::SeqCst) {
                             continue;
                         }
-                        if to.write_all(&buf[..n]).is_err() {
+                        let mut d = direction.lock().unwrap();
+                        if held.load(Ordering::SeqCst) {
+                            d.pending.extend_from_slice(&buf[..n]);
+                            d.held_bytes += n;
+                            continue;
+                        }
+                        let mut out = std::mem::take(&mut d.pending);
+                        out.extend_from_slice(&buf[..n]);
+                        if d.to.write_all(&out).is_err() {
                             return;
                         }
                     }
@@ -348,11 +391,24 @@ fn proxy_to(socket: PathBuf) -> Proxy {
             };
             let client2: TcpStream = client.try_clone().unwrap();
             let server2 = server.try_clone().unwrap();
-            pipe(Box::new(client), Box::new(server), flag.clone());
-            pipe(Box::new(server2), Box::new(client2), flag.clone());
+            pipe(Box::new(client), Box::new(server));
+            pipe(Box::new(server2), Box::new(client2));
         }
     });
-    Proxy { port, cut }
+    Proxy { port, cut, held, directions }
+}
+
+/// Worker A reaches the database through `proxy`; returns its URL (with `application_name` = `name`).
+fn via_proxy(s: &Setup, name: &str) -> (Proxy, String) {
+    let url = url::Url::parse(s.db.url()).unwrap();
+    let host = url.query_pairs().find(|(k, _)| k == "host").map(|(_, v)| v.into_owned()).expect("a socket dir");
+    let port =
+        url.query_pairs().find(|(k, _)| k == "port").map(|(_, v)| v.into_owned()).unwrap_or_else(|| "5432".into());
+    let proxy = proxy_to(Path::new(&host).join(format!(".s.PGSQL.{port}")));
+    let db_name = url.path().trim_start_matches('/');
+    let url =
+        format!("postgres://postgres@127.0.0.1:{}/{db_name}?connect_timeout=2&application_name={name}", proxy.port);
+    (proxy, url)
 }
 
 /// The design record's own scenario: a Worker whose database connection is cut mid-crawl self-stops within
@@ -366,13 +422,7 @@ fn a_worker_cut_off_mid_crawl_self_stops_and_another_recovers_and_finishes_it() 
     s.cli(&["config", "add", "--user", "ann", "--root", root]);
     let id = s.cli(&["enqueue", "crawl", "--config", root]).split_whitespace().next().unwrap().to_owned();
     // The test database is reached over the cluster's Unix socket: give worker A a cuttable TCP path to it.
-    let url = url::Url::parse(s.db.url()).unwrap();
-    let host = url.query_pairs().find(|(k, _)| k == "host").map(|(_, v)| v.into_owned()).expect("a socket dir");
-    let port =
-        url.query_pairs().find(|(k, _)| k == "port").map(|(_, v)| v.into_owned()).unwrap_or_else(|| "5432".into());
-    let proxy = proxy_to(Path::new(&host).join(format!(".s.PGSQL.{port}")));
-    let db_name = url.path().trim_start_matches('/');
-    let via_proxy = format!("postgres://postgres@127.0.0.1:{}/{db_name}?connect_timeout=2", proxy.port);
+    let (proxy, via_proxy) = via_proxy(&s, "worker-a");
     let quick = [
         ("ALMANAC__QUEUE__LEASE", "4s"),
         ("ALMANAC__QUEUE__HEARTBEAT_INTERVAL", "1s"),
@@ -424,4 +474,82 @@ fn a_worker_cut_off_mid_crawl_self_stops_and_another_recovers_and_finishes_it() 
         !events(&b_lines, "lease_recovered").is_empty()
             || !s.query(&format!("SELECT 1 FROM work_items WHERE id = '{id}' AND stalls = 1")).is_empty()
     );
+}
+
+/// The fault the cut above cannot show: a network path that holds worker A's bytes (nothing dropped, nothing
+/// closed) and delivers them, in order, after worker B has taken the crawl over. Every catalogue write is
+/// fenced, so nothing of A's attempt lands after B's claim: an audit trigger records which Worker wrote each
+/// catalogue row, and when.
+#[test]
+fn bytes_of_a_cut_off_worker_delivered_after_the_takeover_change_nothing() {
+    let s = setup(60);
+    s.cli(&["migrate"]);
+    s.query(
+        "CREATE TABLE audit (app text, at timestamptz, tbl text);
+         CREATE FUNCTION audit_write() RETURNS trigger LANGUAGE plpgsql AS $$
+           BEGIN INSERT INTO audit VALUES (current_setting('application_name'), clock_timestamp(), TG_TABLE_NAME);
+                 RETURN NULL; END $$;
+         CREATE TRIGGER audit_assets AFTER INSERT OR UPDATE OR DELETE ON media_assets
+           FOR EACH STATEMENT EXECUTE FUNCTION audit_write();
+         CREATE TRIGGER audit_metadata AFTER INSERT OR UPDATE OR DELETE ON asset_metadata
+           FOR EACH STATEMENT EXECUTE FUNCTION audit_write();
+         CREATE TRIGGER audit_proxies AFTER INSERT OR UPDATE OR DELETE ON proxy_files
+           FOR EACH STATEMENT EXECUTE FUNCTION audit_write();
+         CREATE TRIGGER audit_extra AFTER INSERT OR UPDATE OR DELETE ON asset_extra_paths
+           FOR EACH STATEMENT EXECUTE FUNCTION audit_write();",
+    );
+    let root = s.library.to_str().unwrap();
+    s.cli(&["config", "add", "--user", "ann", "--root", root]);
+    let id = s.cli(&["enqueue", "crawl", "--config", root]).split_whitespace().next().unwrap().to_owned();
+    let (proxy, url_a) = via_proxy(&s, "worker-a");
+    let quick = [
+        ("ALMANAC__QUEUE__LEASE", "4s"),
+        ("ALMANAC__QUEUE__HEARTBEAT_INTERVAL", "1s"),
+        ("ALMANAC__WORKER__MAX_CONCURRENT_FILES", "1"),
+    ];
+    let a = s.worker("worker-a", &url_a, &quick);
+    s.wait_for(
+        "worker A to ingest some files",
+        "SELECT 1 WHERE (SELECT count(*) FROM audit WHERE app = 'worker-a' AND tbl = 'media_assets') >= 3",
+        Duration::from_secs(60),
+    );
+    proxy.hold();
+    let url_b = format!("{}&application_name=worker-b", s.db.url());
+    let b = s.worker("worker-b", &url_b, &quick);
+    let claimed_by_b = s.wait_for(
+        "worker B to take the crawl over",
+        &format!(
+            "SELECT started_at FROM work_items WHERE id = '{id}' AND worker_id = 'worker-b' AND status = 'running'"
+        ),
+        Duration::from_secs(60),
+    );
+    let b_started: chrono::DateTime<chrono::Utc> = claimed_by_b[0][0].replace(' ', "T").parse().unwrap_or_else(|_| {
+        chrono::DateTime::parse_from_str(&claimed_by_b[0][0], "%Y-%m-%d %H:%M:%S%.f%#z").unwrap().into()
+    });
+    let held = proxy.deliver();
+    assert!(held > 0, "worker A's bytes were held and delivered late");
+    s.wait_for(
+        "worker B to finish the crawl",
+        &format!("SELECT 1 FROM work_items WHERE id = '{id}' AND status = 'succeeded' AND worker_id = 'worker-b'"),
+        Duration::from_secs(120),
+    );
+    // Give anything A still had to say time to arrive.
+    std::thread::sleep(Duration::from_secs(2));
+    // Once healed, A is a live Worker again and may claim other work (the burst detection B's crawl queued):
+    // those are writes of new attempts. Nothing of A's may land between B's claim and A's next claim.
+    let late = s.query(&format!(
+        "SELECT count(*) FROM audit
+          WHERE app = 'worker-a' AND at >= '{b}'
+            AND at < coalesce((SELECT min(started_at) FROM work_items
+                                WHERE worker_id = 'worker-a' AND started_at > '{b}'), 'infinity')",
+        b = b_started.to_rfc3339()
+    ));
+    assert_eq!(late[0][0], "0", "a write of worker A's crawl landed after worker B's claim at {b_started}");
+    assert_eq!(s.query("SELECT count(*) FROM media_assets WHERE NOT is_soft_deleted")[0][0], "60");
+    let copies = s.query("SELECT count(*) FROM asset_extra_paths");
+    assert_eq!(copies[0][0], "0", "no file recorded as a copy of itself");
+    let (_, _) = b.terminate();
+    let a_lines = log_lines(&a.log);
+    drop(a);
+    assert_eq!(events(&a_lines, "self_stopped").len(), 1, "A stopped itself");
 }
