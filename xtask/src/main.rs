@@ -21,6 +21,7 @@ cargo xtask <verb>
   migrate                 apply migrations to DATABASE_URL, or to the private cluster's dev database
   schema [--check]        write docs/schema.sql from a freshly migrated database; --check fails when it is stale
   test [ARGS…]            start the private cluster and run the whole test suite (nextest when installed)
+  chaos [--trials N]      the fault suite: N trials (default 20) of each fault against real Workers, with a table
   bench queue|crawl       benchmarks (release build), JSON on stdout and in docs/benchmarks/<name>.json
 ";
 
@@ -63,6 +64,8 @@ fn run(args: &[String]) -> Result<ExitCode> {
             println!("docs/schema.sql is current");
         }
         ["test", rest @ ..] => return test(rest),
+        ["chaos"] => return chaos("20"),
+        ["chaos", "--trials", n] => return chaos(n),
         ["bench", which @ ("queue" | "crawl")] => {
             system::ensure(if *which == "crawl" { &["libvips-tools"] } else { &[] })?;
             let (package, example) = match *which {
@@ -156,6 +159,20 @@ fn current_schema() -> Result<String> {
     let schema = cluster.dump_schema(db.url())?;
     drop(db);
     Ok(schema)
+}
+
+/// The fault suite's long form (`crates/worker/tests/chaos.rs`): its own cluster, real Worker processes, a
+/// table of what each fault broke (nothing, or it fails).
+fn chaos(trials: &str) -> Result<ExitCode> {
+    let n: usize = trials.parse().with_context(|| format!("--trials {trials}: a number of trials, e.g. 20"))?;
+    system::ensure(&[])?;
+    let status = Command::new(cargo())
+        .args(["test", "-p", "almanac-worker", "--test", "chaos", "--", "--ignored", "--exact", "chaos_suite"])
+        .arg("--nocapture")
+        .env("ALMANAC_CHAOS_TRIALS", n.to_string())
+        .current_dir(workspace())
+        .status()?;
+    Ok(if status.success() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
 fn test(extra: &[&str]) -> Result<ExitCode> {

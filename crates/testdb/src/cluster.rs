@@ -54,6 +54,12 @@ impl Cluster {
         Ok(Self { dir, bindir: bindir()?, port: 5432 })
     }
 
+    /// A cluster of its own in `dir` (created by [`Cluster::ensure_running`]), for tests that stop and start
+    /// their server (the fault suite) without disturbing the cluster every other test shares.
+    pub fn at(dir: PathBuf) -> Result<Self, ClusterError> {
+        Ok(Self { dir, bindir: bindir()?, port: 5432 })
+    }
+
     /// The cluster's folder (data, socket, log).
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -164,6 +170,18 @@ impl Cluster {
                 &["stop", "-m", "fast", "-w", "-D", &self.data_dir().display().to_string()],
             )?;
         }
+        Ok(())
+    }
+
+    /// Stops the cluster the way a crash would (`pg_ctl stop -m immediate`: no checkpoint, crash recovery at
+    /// the next start); [`Cluster::ensure_running`] starts it again.
+    pub fn stop_immediately(&self) -> Result<(), ClusterError> {
+        let as_postgres = running_as_root();
+        self.run(
+            as_postgres,
+            "pg_ctl",
+            &["stop", "-m", "immediate", "-w", "-D", &self.data_dir().display().to_string()],
+        )?;
         Ok(())
     }
 

@@ -1,16 +1,17 @@
 //! End to end: the real `almanac-worker` binary as processes, over a real database and a generated library.
 
+mod support;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use almanac_media::fixtures::{self, FixtureExif};
 use almanac_testdb::TestDatabase;
+use support::{Proxy, proxy_to};
 
 const BIN: &str = env!("CARGO_BIN_EXE_almanac-worker");
 
@@ -315,89 +316,6 @@ fn a_bind_mount_of_a_library_is_refused_as_a_second_root_and_as_the_proxy_root()
 
 /// A TCP proxy to the cluster's Unix socket that can be cut: it stops forwarding without closing the sockets,
 /// the way a dead network path looks to both ends.
-struct Proxy {
-    port: u16,
-    cut: Arc<AtomicBool>,
-    held: Arc<AtomicBool>,
-    directions: Arc<std::sync::Mutex<Vec<Arc<std::sync::Mutex<Direction>>>>>,
-}
-
-/// One direction of a proxied connection: bytes held back while the path is held, and where they go.
-struct Direction {
-    pending: Vec<u8>,
-    to: Box<dyn Write + Send>,
-    held_bytes: usize,
-}
-
-impl Proxy {
-    /// Stops delivering without closing anything or dropping a byte: what TCP does on a path that goes silent
-    /// and then heals (the peers retransmit).
-    fn hold(&self) {
-        self.held.store(true, Ordering::SeqCst);
-    }
-
-    /// Heals a held path: everything held is delivered, in order, then traffic flows again. Returns how many
-    /// bytes had been held.
-    fn deliver(&self) -> usize {
-        self.held.store(false, Ordering::SeqCst);
-        let mut total = 0;
-        for direction in self.directions.lock().unwrap().iter() {
-            let mut d = direction.lock().unwrap();
-            total += d.held_bytes;
-            let pending = std::mem::take(&mut d.pending);
-            let _ = d.to.write_all(&pending);
-        }
-        total
-    }
-}
-
-fn proxy_to(socket: PathBuf) -> Proxy {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let (cut, held) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
-    let directions: Arc<std::sync::Mutex<Vec<Arc<std::sync::Mutex<Direction>>>>> = Arc::default();
-    let (flag, hold, registry) = (cut.clone(), held.clone(), directions.clone());
-    std::thread::spawn(move || {
-        for client in listener.incoming().flatten() {
-            let Ok(server) = UnixStream::connect(&socket) else { continue };
-            let pipe = |mut from: Box<dyn Read + Send>, to: Box<dyn Write + Send>| {
-                let direction = Arc::new(std::sync::Mutex::new(Direction { pending: Vec::new(), to, held_bytes: 0 }));
-                registry.lock().unwrap().push(direction.clone());
-                let (cut, held) = (flag.clone(), hold.clone());
-                std::thread::spawn(move || {
-                    let mut buf = [0u8; 16384];
-                    loop {
-                        let Ok(n) = from.read(&mut buf) else { return };
-                        if n == 0 {
-                            return;
-                        }
-                        // Once cut, swallow everything and never answer; keep the sockets open.
-                        if cut.load(Ordering::SeqCst) {
-                            continue;
-                        }
-                        let mut d = direction.lock().unwrap();
-                        if held.load(Ordering::SeqCst) {
-                            d.pending.extend_from_slice(&buf[..n]);
-                            d.held_bytes += n;
-                            continue;
-                        }
-                        let mut out = std::mem::take(&mut d.pending);
-                        out.extend_from_slice(&buf[..n]);
-                        if d.to.write_all(&out).is_err() {
-                            return;
-                        }
-                    }
-                });
-            };
-            let client2: TcpStream = client.try_clone().unwrap();
-            let server2 = server.try_clone().unwrap();
-            pipe(Box::new(client), Box::new(server));
-            pipe(Box::new(server2), Box::new(client2));
-        }
-    });
-    Proxy { port, cut, held, directions }
-}
-
 /// Worker A reaches the database through `proxy`; returns its URL (with `application_name` = `name`).
 fn via_proxy(s: &Setup, name: &str) -> (Proxy, String) {
     let url = url::Url::parse(s.db.url()).unwrap();

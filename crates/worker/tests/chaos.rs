@@ -1,0 +1,429 @@
+//! The fault suite: real Worker processes, a cluster of their own, and one fault per trial. After each trial
+//! the database is asked whether a promise broke: an acknowledged enqueue missing, an item stuck running, a
+//! catalogue write of an attempt outside that attempt's hold on its config (from an audit written by
+//! triggers), or an inconsistent catalogue (a proxy row without its file, a path recorded twice, a photo
+//! missing).
+//!
+//! `chaos_short_suite` runs one trial of each fault in the test suite; `cargo xtask chaos --trials N` runs the
+//! ignored `chaos_suite` with `ALMANAC_CHAOS_TRIALS=N` and prints the table.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use almanac_media::fixtures::{self, FixtureExif};
+use almanac_testdb::Cluster;
+use support::proxy_to;
+
+const BIN: &str = env!("CARGO_BIN_EXE_almanac-worker");
+const PHOTOS: u32 = 30;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    /// `kill -9` of the Worker running a crawl.
+    KillWorker,
+    /// PostgreSQL stopped with `-m immediate` and started again.
+    RestartDatabase,
+    /// Every backend of the database killed once (`pg_terminate_backend`).
+    KillBackends,
+    /// A Worker's network path black-holed past its lease, then its held bytes delivered late.
+    BlackholeThenDeliver,
+    /// Backends killed every 200 ms for four seconds while items are enqueued and claimed.
+    KillBackendsRepeatedly,
+    /// The shared pool exhausted (one connection, several files at once).
+    PoolExhausted,
+}
+
+const FAULTS: [Fault; 6] = [
+    Fault::KillWorker,
+    Fault::RestartDatabase,
+    Fault::KillBackends,
+    Fault::BlackholeThenDeliver,
+    Fault::KillBackendsRepeatedly,
+    Fault::PoolExhausted,
+];
+
+/// What one trial found.
+#[derive(Debug, Default, Clone)]
+struct Verdict {
+    enqueued: usize,
+    lost: usize,
+    stuck: usize,
+    outside_attempt: usize,
+    inconsistent: Vec<String>,
+    self_stops: usize,
+}
+
+impl Verdict {
+    fn ok(&self) -> bool {
+        self.lost == 0 && self.stuck == 0 && self.outside_attempt == 0 && self.inconsistent.is_empty()
+    }
+}
+
+/// The suite's own cluster: a restart must not disturb the cluster the other tests share.
+fn cluster() -> &'static Cluster {
+    static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("almanac-chaos-{}", std::process::id()));
+        let cluster = Cluster::at(dir).expect("PostgreSQL's binaries");
+        cluster.ensure_running().expect("the fault suite's cluster starts");
+        cluster
+    })
+}
+
+/// Trials take turns (one of them restarts the server).
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn sql(url: &str, statement: &str) -> Vec<Vec<String>> {
+    let (url, statement) = (url.to_owned(), statement.to_owned());
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+            tokio::spawn(conn);
+            client
+                .simple_query(&statement)
+                .await
+                .unwrap()
+                .into_iter()
+                .filter_map(|m| match m {
+                    tokio_postgres::SimpleQueryMessage::Row(r) => {
+                        Some((0..r.len()).map(|i| r.get(i).unwrap_or("").to_owned()).collect())
+                    }
+                    _ => None,
+                })
+                .collect()
+        })
+    })
+    .join()
+    .unwrap()
+}
+
+/// Like [`sql`], for a server that may be down or killing backends: `None` instead of a panic.
+fn try_sql(url: &str, statement: &str) -> Option<Vec<Vec<String>>> {
+    let (url, statement) = (url.to_owned(), statement.to_owned());
+    std::thread::spawn(move || std::panic::catch_unwind(|| sql(&url, &statement)).ok()).join().ok().flatten()
+}
+
+/// Catalogue writes and attempts, recorded by triggers in the writing transaction (so only what committed).
+const AUDIT: &str = "
+CREATE TABLE chaos_attempts (item uuid, config uuid, attempt int, worker text, claimed_at timestamptz, ended_at timestamptz);
+CREATE FUNCTION chaos_attempt() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+  IF NEW.status = 'running' AND OLD.status <> 'running' THEN
+    INSERT INTO chaos_attempts VALUES (NEW.id, NEW.storage_config_id, NEW.attempt, NEW.worker_id, clock_timestamp(), NULL);
+  ELSIF OLD.status = 'running' AND NEW.status <> 'running' THEN
+    UPDATE chaos_attempts SET ended_at = clock_timestamp() WHERE item = NEW.id AND attempt = OLD.attempt;
+  END IF;
+  RETURN NULL; END $$;
+CREATE TRIGGER chaos_attempt AFTER UPDATE ON work_items FOR EACH ROW EXECUTE FUNCTION chaos_attempt();
+CREATE TABLE chaos_writes (worker text, config uuid, at timestamptz);
+CREATE FUNCTION chaos_write() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+  INSERT INTO chaos_writes VALUES (current_setting('application_name'),
+                                   CASE WHEN TG_OP = 'DELETE' THEN OLD.storage_config_id ELSE NEW.storage_config_id END,
+                                   clock_timestamp());
+  RETURN NULL; END $$;
+CREATE TRIGGER chaos_write AFTER INSERT OR UPDATE OR DELETE ON media_assets FOR EACH ROW EXECUTE FUNCTION chaos_write();";
+
+struct Trial {
+    url: String,
+    dir: tempfile::TempDir,
+    fault: Fault,
+    workers: Vec<(String, Child)>,
+    acknowledged: Arc<Mutex<Vec<String>>>,
+}
+
+fn library_template() -> &'static Path {
+    static TEMPLATE: OnceLock<PathBuf> = OnceLock::new();
+    TEMPLATE.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("almanac-chaos-library-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for i in 0..PHOTOS {
+            let exif = FixtureExif::camera(&format!("2021:03:{:02} 10:00:00", 1 + i % 28), "+01:00");
+            std::fs::write(dir.join(format!("IMG_{i:04}.JPG")), fixtures::jpeg(1600, 1200, i, true, &exif)).unwrap();
+        }
+        dir
+    })
+}
+
+impl Trial {
+    fn new(fault: Fault, n: usize) -> Self {
+        let cluster = cluster();
+        let name = format!("chaos_{n}_{}", format!("{fault:?}").to_lowercase());
+        sql(&cluster.url("postgres"), &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
+        sql(&cluster.url("postgres"), &format!("CREATE DATABASE {name}"));
+        let url = cluster.url(&name);
+        let trial =
+            Trial { url, dir: tempfile::tempdir().unwrap(), fault, workers: Vec::new(), acknowledged: Arc::default() };
+        trial.cli(&["migrate"]).expect("migrate");
+        sql(&trial.url, AUDIT);
+        for user in ["ann", "bob"] {
+            let root = trial.dir.path().join(user);
+            std::fs::create_dir_all(&root).unwrap();
+            for e in std::fs::read_dir(library_template()).unwrap().flatten() {
+                std::fs::copy(e.path(), root.join(e.file_name())).unwrap();
+            }
+            trial.cli(&["config", "add", "--user", user, "--root", root.to_str().unwrap()]).expect("config add");
+            trial.enqueue(&["crawl", "--config", root.to_str().unwrap()]);
+        }
+        trial
+    }
+
+    fn cli(&self, args: &[&str]) -> Option<String> {
+        let out = Command::new(BIN).args(args).env("DATABASE_URL", &self.url).output().ok()?;
+        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Enqueues through the CLI; an enqueue that exits 0 was acknowledged and must never go missing.
+    fn enqueue(&self, args: &[&str]) {
+        let mut all = vec!["enqueue"];
+        all.extend_from_slice(args);
+        if let Some(out) = self.cli(&all) {
+            let id = out.split_whitespace().next().unwrap_or_default().to_owned();
+            self.acknowledged.lock().unwrap().push(id);
+        }
+    }
+
+    fn start_worker(&mut self, name: &str, url: &str, extra: &[(&str, &str)]) {
+        let log = std::fs::File::create(self.dir.path().join(format!("{name}.log"))).unwrap();
+        let mut command = Command::new(BIN);
+        command
+            .args(["run", "--log-format", "json"])
+            .env("DATABASE_URL", format!("{url}&application_name={name}"))
+            .env("ALMANAC__WORKER__ID", name)
+            .env("ALMANAC__STORAGE__PROXY_ROOT", self.dir.path().join("proxies"))
+            .env("ALMANAC__HTTP__ENABLED", "false")
+            .env("ALMANAC__QUEUE__POLL_INTERVAL", "200ms")
+            .env("ALMANAC__QUEUE__LEASE", "4s")
+            .env("ALMANAC__QUEUE__HEARTBEAT_INTERVAL", "1s")
+            .env("ALMANAC__QUEUE__RETRY_BASE", "1s")
+            .env("ALMANAC__QUEUE__RETRY_CAP", "2s")
+            .env("ALMANAC__QUEUE__MAX_STALLS", "10")
+            .env("ALMANAC__WORKER__MAX_CONCURRENT_FILES", "2")
+            .stdout(Stdio::null())
+            .stderr(log);
+        for (k, v) in extra {
+            command.env(k, v);
+        }
+        self.workers.push((name.to_owned(), command.spawn().unwrap()));
+    }
+
+    fn pid_of(&self, name: &str) -> u32 {
+        self.workers.iter().find(|(n, _)| n == name).map(|(_, c)| c.id()).unwrap()
+    }
+
+    fn wait_until(&self, what: &str, statement: &str, limit: Duration) -> bool {
+        let started = Instant::now();
+        while started.elapsed() < limit {
+            if try_sql(&self.url, statement).is_some_and(|rows| !rows.is_empty()) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!("{:?}: gave up waiting for {what}", self.fault);
+        false
+    }
+
+    /// Runs the trial: workers, the fault, the wait for every item to end, the checks.
+    fn run(mut self) -> Verdict {
+        let direct = self.url.clone();
+        let proxied = (self.fault == Fault::BlackholeThenDeliver).then(|| {
+            let socket = cluster().dir().join("socket/.s.PGSQL.5432");
+            let proxy = proxy_to(socket);
+            let db = self.url.split('/').nth(3).unwrap().split('?').next().unwrap().to_owned();
+            (format!("postgres://postgres@127.0.0.1:{}/{db}?connect_timeout=2", proxy.port), proxy)
+        });
+        let pool = if self.fault == Fault::PoolExhausted {
+            vec![("ALMANAC__DATABASE__MAX_CONNECTIONS", "1"), ("ALMANAC__WORKER__MAX_CONCURRENT_FILES", "4")]
+        } else {
+            vec![]
+        };
+        let url_a = proxied.as_ref().map_or(direct.clone(), |(u, _)| u.clone());
+        self.start_worker("worker-a", &url_a, &pool);
+        let running = "SELECT worker_id FROM work_items WHERE kind = 'crawl' AND status = 'running'
+                        AND (SELECT count(*) FROM media_assets) >= 3";
+        self.wait_until("a crawl to get going", running, Duration::from_secs(60));
+        self.start_worker("worker-b", &direct, &pool);
+        match self.fault {
+            Fault::KillWorker => {
+                let _ = Command::new("kill").args(["-KILL", &self.pid_of("worker-a").to_string()]).status();
+                self.start_worker("worker-c", &direct, &[]);
+            }
+            Fault::RestartDatabase => {
+                cluster().stop_immediately().expect("stop -m immediate");
+                std::thread::sleep(Duration::from_secs(1));
+                cluster().ensure_running().expect("start again");
+            }
+            Fault::KillBackends => {
+                try_sql(
+                    &direct,
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                      WHERE datname = current_database() AND pid <> pg_backend_pid()",
+                );
+            }
+            Fault::BlackholeThenDeliver => {
+                let (_, proxy) = proxied.as_ref().unwrap();
+                proxy.hold();
+                std::thread::sleep(Duration::from_secs(6));
+                proxy.deliver();
+            }
+            Fault::KillBackendsRepeatedly => {
+                let started = Instant::now();
+                let mut n = 0;
+                while started.elapsed() < Duration::from_secs(4) {
+                    self.enqueue(&["token-cleanup", "--dedup-key", &format!("chaos-{n}")]);
+                    n += 1;
+                    try_sql(
+                        &direct,
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                          WHERE datname = current_database() AND pid <> pg_backend_pid()
+                          ORDER BY random() LIMIT 1",
+                    );
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            }
+            Fault::PoolExhausted => {}
+        }
+        self.wait_until(
+            "every item to end",
+            "SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM work_items WHERE status IN ('queued', 'running'))
+               AND (SELECT count(*) FROM work_items WHERE kind = 'crawl' AND status = 'succeeded') >= 2",
+            Duration::from_secs(90),
+        );
+        for (_, child) in &mut self.workers {
+            let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+        }
+        for (_, child) in &mut self.workers {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline && child.try_wait().ok().flatten().is_none() {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.verdict()
+    }
+
+    fn verdict(&self) -> Verdict {
+        let url = &self.url;
+        let count = |statement: &str| sql(url, statement)[0][0].parse::<usize>().unwrap_or(usize::MAX);
+        let acknowledged = self.acknowledged.lock().unwrap().clone();
+        let ids = acknowledged.iter().map(|i| format!("'{i}'")).collect::<Vec<_>>().join(",");
+        let lost = if ids.is_empty() {
+            0
+        } else {
+            acknowledged.len() - count(&format!("SELECT count(*) FROM work_items WHERE id IN ({ids})"))
+        };
+        // Still running (or queued) long after the trial: stuck.
+        let stuck = count("SELECT count(*) FROM work_items WHERE status IN ('queued', 'running')");
+        // A committed catalogue write by a Worker on a config when no attempt of that Worker held the config.
+        let outside_attempt = count(
+            "SELECT count(*) FROM chaos_writes w
+              WHERE NOT EXISTS (SELECT 1 FROM chaos_attempts a
+                                 WHERE a.worker = w.worker AND a.config = w.config
+                                   AND w.at >= a.claimed_at AND w.at <= coalesce(a.ended_at, 'infinity'))",
+        );
+        let mut inconsistent = Vec::new();
+        let overlapping = count(
+            "SELECT count(*) FROM chaos_attempts a JOIN chaos_attempts b
+               ON a.config = b.config AND (a.item, a.attempt) < (b.item, b.attempt)
+              AND a.claimed_at < coalesce(b.ended_at, 'infinity') AND b.claimed_at < coalesce(a.ended_at, 'infinity')",
+        );
+        if overlapping > 0 {
+            inconsistent.push(format!("{overlapping} pairs of attempts of one config overlapped"));
+        }
+        let proxies = self.dir.path().join("proxies");
+        for row in sql(url, "SELECT relative_path FROM proxy_files WHERE relative_path IS NOT NULL") {
+            if !proxies.join(&row[0]).is_file() {
+                inconsistent.push(format!("proxy row without its file: {}", row[0]));
+            }
+        }
+        let twice = count(
+            "SELECT count(*) FROM asset_extra_paths e JOIN media_assets a
+               ON a.storage_config_id = e.storage_config_id AND a.file_path = e.file_path AND NOT a.is_soft_deleted",
+        );
+        if twice > 0 {
+            inconsistent.push(format!("{twice} paths recorded both as an asset's and as a copy's"));
+        }
+        for row in sql(
+            url,
+            "SELECT c.root_path, count(a.id) FROM storage_configs c LEFT JOIN media_assets a
+                              ON a.storage_config_id = c.id AND NOT a.is_soft_deleted GROUP BY c.root_path",
+        ) {
+            if row[1] != PHOTOS.to_string() {
+                inconsistent.push(format!("{} has {} active assets, not {PHOTOS}", row[0], row[1]));
+            }
+        }
+        let self_stops = self
+            .workers
+            .iter()
+            .map(|(name, _)| {
+                let log = std::fs::read_to_string(self.dir.path().join(format!("{name}.log"))).unwrap_or_default();
+                log.lines().filter(|l| l.contains("\"event\":\"self_stopped\"")).count()
+            })
+            .sum();
+        Verdict { enqueued: acknowledged.len(), lost, stuck, outside_attempt, inconsistent, self_stops }
+    }
+}
+
+/// Runs `trials` trials of every fault; prints the table; returns whether every trial kept every promise.
+fn suite(trials: usize) -> bool {
+    let _turn = one_at_a_time();
+    cluster().ensure_running().expect("the fault suite's cluster starts");
+    let mut all_ok = true;
+    println!(
+        "\n{:<26}{:>7}{:>10}{:>6}{:>7}{:>16}{:>14}{:>12}",
+        "fault", "trials", "enqueued", "lost", "stuck", "outside attempt", "inconsistent", "self-stops"
+    );
+    for fault in FAULTS {
+        let mut total = Verdict::default();
+        let mut failures = Vec::new();
+        for n in 0..trials {
+            let verdict = Trial::new(fault, n).run();
+            if !verdict.ok() {
+                failures.push(format!("trial {n}: {verdict:?}"));
+            }
+            total.enqueued += verdict.enqueued;
+            total.lost += verdict.lost;
+            total.stuck += verdict.stuck;
+            total.outside_attempt += verdict.outside_attempt;
+            total.inconsistent.extend(verdict.inconsistent);
+            total.self_stops += verdict.self_stops;
+        }
+        println!(
+            "{:<26}{:>7}{:>10}{:>6}{:>7}{:>16}{:>14}{:>12}",
+            format!("{fault:?}"),
+            trials,
+            total.enqueued,
+            total.lost,
+            total.stuck,
+            total.outside_attempt,
+            total.inconsistent.len(),
+            total.self_stops
+        );
+        for f in &failures {
+            println!("    {f}");
+        }
+        all_ok &= failures.is_empty();
+    }
+    let _ = cluster().stop();
+    let _ = std::fs::remove_dir_all(cluster().dir());
+    all_ok
+}
+
+#[test]
+fn chaos_short_suite() {
+    assert!(suite(1), "a fault broke a promise (see the table above)");
+}
+
+#[test]
+#[ignore = "the long form: cargo xtask chaos --trials N"]
+fn chaos_suite() {
+    let trials = std::env::var("ALMANAC_CHAOS_TRIALS").ok().and_then(|n| n.parse().ok()).unwrap_or(20);
+    assert!(suite(trials), "a fault broke a promise (see the table above)");
+}

@@ -1,0 +1,95 @@
+//! What the end-to-end and fault tests share: a TCP path to the database that can be cut or held.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// A TCP proxy to the cluster's Unix socket that can be cut (bytes swallowed, sockets kept open: a dead path)
+/// or held (bytes kept and delivered later, in order: a path that heals).
+pub struct Proxy {
+    pub port: u16,
+    pub cut: Arc<AtomicBool>,
+    held: Arc<AtomicBool>,
+    directions: Arc<std::sync::Mutex<Vec<Arc<std::sync::Mutex<Direction>>>>>,
+}
+
+/// One direction of a proxied connection: bytes held back while the path is held, and where they go.
+struct Direction {
+    pending: Vec<u8>,
+    to: Box<dyn Write + Send>,
+    held_bytes: usize,
+}
+
+impl Proxy {
+    /// Stops delivering without closing anything or dropping a byte: what TCP does on a path that goes silent
+    /// and then heals (the peers retransmit).
+    pub fn hold(&self) {
+        self.held.store(true, Ordering::SeqCst);
+    }
+
+    /// Heals a held path: everything held is delivered, in order, then traffic flows again. Returns how many
+    /// bytes had been held.
+    pub fn deliver(&self) -> usize {
+        self.held.store(false, Ordering::SeqCst);
+        let mut total = 0;
+        for direction in self.directions.lock().unwrap().iter() {
+            let mut d = direction.lock().unwrap();
+            total += d.held_bytes;
+            let pending = std::mem::take(&mut d.pending);
+            let _ = d.to.write_all(&pending);
+        }
+        total
+    }
+}
+
+pub fn proxy_to(socket: PathBuf) -> Proxy {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (cut, held) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+    let directions: Arc<std::sync::Mutex<Vec<Arc<std::sync::Mutex<Direction>>>>> = Arc::default();
+    let (flag, hold, registry) = (cut.clone(), held.clone(), directions.clone());
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let Ok(server) = UnixStream::connect(&socket) else { continue };
+            let pipe = |mut from: Box<dyn Read + Send>, to: Box<dyn Write + Send>| {
+                let direction = Arc::new(std::sync::Mutex::new(Direction { pending: Vec::new(), to, held_bytes: 0 }));
+                registry.lock().unwrap().push(direction.clone());
+                let (cut, held) = (flag.clone(), hold.clone());
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 16384];
+                    loop {
+                        let Ok(n) = from.read(&mut buf) else { return };
+                        if n == 0 {
+                            return;
+                        }
+                        // Once cut, swallow everything and never answer; keep the sockets open.
+                        if cut.load(Ordering::SeqCst) {
+                            continue;
+                        }
+                        let mut d = direction.lock().unwrap();
+                        if held.load(Ordering::SeqCst) {
+                            d.pending.extend_from_slice(&buf[..n]);
+                            d.held_bytes += n;
+                            continue;
+                        }
+                        let mut out = std::mem::take(&mut d.pending);
+                        out.extend_from_slice(&buf[..n]);
+                        if d.to.write_all(&out).is_err() {
+                            return;
+                        }
+                    }
+                });
+            };
+            let client2: TcpStream = client.try_clone().unwrap();
+            let server2 = server.try_clone().unwrap();
+            pipe(Box::new(client), Box::new(server));
+            pipe(Box::new(server2), Box::new(client2));
+        }
+    });
+    Proxy { port, cut, held, directions }
+}
