@@ -152,6 +152,11 @@ impl<M: MaintenanceStore + 'static> Handler for PurgeHandler<M> {
                 }
                 let mut to_delete = Vec::new();
                 for candidate in &batch {
+                    // Before each asset's files: a stopped attempt deletes nothing more (a takeover may be
+                    // reviving this very content).
+                    if ctx.cancel.is_cancelled() {
+                        return Err(HandlerError::cancelled());
+                    }
                     // Proxy files derive from (config, content): while an active asset has the same content,
                     // they are its files too and stay.
                     let (blocked, problems) = if candidate.content_still_active {

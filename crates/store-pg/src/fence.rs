@@ -1,8 +1,10 @@
 //! Fenced writes of an attempt (ADR 0008 rule 5, safety invariant 1): every catalogue write a handler makes
-//! runs in a transaction whose first statement locks the work item's row `FOR SHARE` and checks the fence
+//! runs in a transaction whose first statement locks the work item's row `FOR KEY SHARE` and checks the fence
 //! `(id, attempt, running)`. A stale fence commits nothing and answers Lost. While the lock is held, lease
-//! recovery and a newer claim (both update that row) wait for the write to commit; once either has committed,
-//! the check fails. So a statement of an old attempt that reaches the server late changes nothing.
+//! recovery and a claim (both pick their rows `FOR UPDATE SKIP LOCKED`) pass the row over; once either has
+//! committed, the check fails. So a statement of an old attempt that reaches the server late changes nothing.
+//! The attempt's own heartbeats and outcome writes (plain updates, `FOR NO KEY UPDATE`) do not conflict with
+//! the lock: a long catalogue write never holds up its own heartbeat.
 
 use almanac_domain::{CatalogueError, Fence};
 use diesel::result::Error as DieselError;
@@ -41,7 +43,7 @@ struct Held {
 /// The first statement of every fenced transaction: holds the item's row and checks the fence.
 pub(crate) async fn hold(conn: &mut AsyncPgConnection, fence: Fence) -> Result<(), Fenced> {
     let held: Vec<Held> =
-        sql_query("SELECT id FROM work_items WHERE id = $1 AND attempt = $2 AND status = 'running' FOR SHARE")
+        sql_query("SELECT id FROM work_items WHERE id = $1 AND attempt = $2 AND status = 'running' FOR KEY SHARE")
             .bind::<Uuid, _>(fence.id.as_uuid())
             .bind::<Integer, _>(fence.attempt.get())
             .load(conn)

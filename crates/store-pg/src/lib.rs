@@ -71,9 +71,13 @@ impl PgStore {
     /// A Worker's store: a shared pool, and a pool reserved for its attempts' heartbeats and outcomes.
     pub fn for_worker(database_url: &str, connections: WorkerConnections) -> Result<Self, StoreError> {
         let WorkerConnections { shared, reserved, acquire_timeout, lease } = connections;
+        // An attempt's last statement comes at most half a lease after its last good heartbeat (then it
+        // self-stops): a transaction it left open ends by the time its lease expires. A statement gets a
+        // whole lease: while one holds the item's row, recovery passes the item over.
+        let (idle, statement) = (lease / 2, Some(lease));
         Ok(Self {
-            pool: pool(database_url, shared, acquire_timeout, lease)?,
-            attempts: Some(pool(database_url, reserved, acquire_timeout, lease)?),
+            pool: pool(database_url, shared, acquire_timeout, idle, statement)?,
+            attempts: Some(pool(database_url, reserved, acquire_timeout, idle, statement)?),
         })
     }
 
@@ -87,7 +91,7 @@ impl PgStore {
         acquire_timeout: Duration,
         idle_limit: Duration,
     ) -> Result<Self, StoreError> {
-        Ok(Self { pool: pool(database_url, max_connections, acquire_timeout, idle_limit)?, attempts: None })
+        Ok(Self { pool: pool(database_url, max_connections, acquire_timeout, idle_limit, None)?, attempts: None })
     }
 
     /// A store with ten connections and a ten-second acquire timeout.
@@ -95,35 +99,66 @@ impl PgStore {
         Self::new(database_url, 10, Duration::from_secs(10))
     }
 
-    pub(crate) async fn conn(&self) -> Result<Object<AsyncPgConnection>, StoreError> {
-        self.pool.get().await.map_err(error::from_pool)
+    pub(crate) async fn conn(&self) -> Result<Conn, StoreError> {
+        Ok(Conn(Some(self.pool.get().await.map_err(error::from_pool)?)))
     }
 
     /// A connection for an attempt's own queue writes: from the reserved pool when there is one.
-    pub(crate) async fn attempt_conn(&self) -> Result<Object<AsyncPgConnection>, StoreError> {
-        self.attempts.as_ref().unwrap_or(&self.pool).get().await.map_err(error::from_pool)
+    pub(crate) async fn attempt_conn(&self) -> Result<Conn, StoreError> {
+        Ok(Conn(Some(self.attempts.as_ref().unwrap_or(&self.pool).get().await.map_err(error::from_pool)?)))
     }
 }
 
-/// A pool whose connections end transactions left idle, and statements running, longer than half of `limit`
-/// (the lease), and whose TCP connections send keepalives after 30 s of silence (so a dead peer is noticed in
-/// about a minute rather than hours). An attempt's last statement comes at most half a lease after its last
-/// good heartbeat (then it self-stops), so whatever it left open ends by the time its lease expires.
+/// A pooled connection that never goes back to the pool inside a transaction. When the future using it is
+/// dropped mid-transaction (a heartbeat past its time limit, a claim or recovery cut short), the connection is
+/// closed instead, so the server rolls back at once and releases the row locks. Returned to the pool, it would
+/// sit idle with its transaction open (holding, say, the item's row against the next heartbeat) until taken
+/// again or ended by the idle timeout.
+pub(crate) struct Conn(Option<Object<AsyncPgConnection>>);
+
+impl std::ops::Deref for Conn {
+    type Target = AsyncPgConnection;
+    fn deref(&self) -> &AsyncPgConnection {
+        self.0.as_deref().expect("present until dropped")
+    }
+}
+
+impl std::ops::DerefMut for Conn {
+    fn deref_mut(&mut self) -> &mut AsyncPgConnection {
+        self.0.as_deref_mut().expect("present until dropped")
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        if let Some(mut pooled) = self.0.take()
+            && diesel_async::pooled_connection::PoolableConnection::is_broken(&mut *pooled)
+        {
+            drop(Object::take(pooled));
+        }
+    }
+}
+
+/// A pool whose connections end transactions left idle longer than `idle` and, when given, statements running
+/// longer than `statement`, and whose TCP connections probe a silent peer after 30 s, every 10 s, three times
+/// (so a dead peer is noticed in about a minute rather than hours).
 fn pool(
     database_url: &str,
     max_connections: usize,
     acquire_timeout: Duration,
-    limit: Duration,
+    idle: Duration,
+    statement: Option<Duration>,
 ) -> Result<Pool<AsyncPgConnection>, StoreError> {
-    let idle = (limit.as_millis() / 2).max(1);
-    let statement = idle;
+    let mut settings = format!("SET idle_in_transaction_session_timeout = {}", idle.as_millis().max(1));
+    if let Some(statement) = statement {
+        settings.push_str(&format!("; SET statement_timeout = {}", statement.as_millis().max(1)));
+    }
     let mut config = ManagerConfig::<AsyncPgConnection>::default();
     config.custom_setup = Box::new(move |url| {
         let url = with_keepalives(url);
+        let settings = settings.clone();
         Box::pin(async move {
             let mut conn = AsyncPgConnection::establish(&url).await?;
-            let settings =
-                format!("SET idle_in_transaction_session_timeout = {idle}; SET statement_timeout = {statement}");
             conn.batch_execute(&settings).await.map_err(diesel::ConnectionError::CouldntSetupConfiguration)?;
             Ok(conn)
         })
@@ -139,15 +174,16 @@ fn pool(
         .map_err(|e| StoreError::Config(format!("building the connection pool: {e}")))
 }
 
-/// Adds a TCP keepalive setting to a connection string that has none (URL or key=value form).
+/// Adds TCP keepalive settings to a connection string that has none of its own (URL or key=value form).
 fn with_keepalives(url: &str) -> String {
+    const KEEPALIVES: [&str; 3] = ["keepalives_idle=30", "keepalives_interval=10", "keepalives_retries=3"];
     if url.contains("keepalives") {
         url.to_owned()
     } else if url.contains("://") {
         let separator = if url.contains('?') { "&" } else { "?" };
-        format!("{url}{separator}keepalives_idle=30")
+        format!("{url}{separator}{}", KEEPALIVES.join("&"))
     } else {
-        format!("{url} keepalives_idle=30")
+        format!("{url} {}", KEEPALIVES.join(" "))
     }
 }
 
@@ -157,9 +193,16 @@ mod tests {
 
     #[test]
     fn keepalives_are_added_to_every_form_of_connection_string_once() {
-        assert_eq!(with_keepalives("postgres://u@h/db"), "postgres://u@h/db?keepalives_idle=30");
-        assert_eq!(with_keepalives("postgres://u@h/db?host=/s"), "postgres://u@h/db?host=/s&keepalives_idle=30");
-        assert_eq!(with_keepalives("host=h dbname=d"), "host=h dbname=d keepalives_idle=30");
+        let url = "postgres://u@h/db?keepalives_idle=30&keepalives_interval=10&keepalives_retries=3";
+        assert_eq!(with_keepalives("postgres://u@h/db"), url);
+        assert!(
+            with_keepalives("postgres://u@h/db?host=/s").starts_with("postgres://u@h/db?host=/s&keepalives_idle=30&")
+        );
+        let kv = "host=h dbname=d keepalives_idle=30 keepalives_interval=10 keepalives_retries=3";
+        assert_eq!(with_keepalives("host=h dbname=d"), kv);
+        for parsed in [url, kv] {
+            assert!(parsed.parse::<tokio_postgres::Config>().is_ok(), "{parsed}");
+        }
         assert_eq!(with_keepalives("postgres://h/d?keepalives_idle=5"), "postgres://h/d?keepalives_idle=5");
     }
 }

@@ -515,7 +515,7 @@ impl WorkQueue for PgStore {
         let mut conn = self.conn().await?;
         conn.transaction::<_, diesel::result::Error, _>(async |conn| {
             let current: Vec<StatusRow> =
-                sql_query("SELECT status, run_after FROM work_items WHERE id = $1 FOR UPDATE")
+                sql_query("SELECT status, run_after FROM work_items WHERE id = $1 FOR NO KEY UPDATE")
                     .bind::<Uuid, _>(id.as_uuid())
                     .load(conn)
                     .await?;

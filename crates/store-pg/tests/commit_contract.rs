@@ -162,27 +162,7 @@ async fn heartbeats_and_outcomes_go_through_while_the_shared_pool_is_saturated()
             tokio::spawn(async move { store.list_storage_configs().await })
         })
         .collect();
-    let mut observer = raw(&db).await;
-    let mut waiting = 0;
-    for _ in 0..400 {
-        #[derive(diesel::QueryableByName)]
-        struct N {
-            #[diesel(sql_type = BigInt)]
-            n: i64,
-        }
-        let n: N = sql_query(
-            "SELECT count(*) AS n FROM pg_stat_activity
-              WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()",
-        )
-        .get_result(&mut observer)
-        .await
-        .unwrap();
-        waiting = n.n;
-        if waiting == 2 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    let waiting = db.sessions_waiting_on_locks(2).await;
     assert_eq!(waiting, 2, "both shared connections are taken");
     let shared = store.queue_summary().await;
     assert!(shared.is_err(), "the shared pool is saturated: a statement on it waits past the acquire timeout");

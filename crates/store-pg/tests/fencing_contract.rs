@@ -14,7 +14,7 @@ use almanac_testdb::TestDatabase;
 use chrono::{TimeZone, Utc};
 use diesel::sql_query;
 use diesel::sql_types::{Text, Uuid};
-use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 
 struct Setup {
     db: TestDatabase,
@@ -44,6 +44,16 @@ impl Setup {
             lease: LeaseDuration::new(Duration::from_secs(60)).unwrap(),
         };
         self.store.claim(&request).await.unwrap().expect("an item to claim").fence
+    }
+
+    /// The attempt's lease expires and another Worker's recovery requeues its item.
+    async fn expire_and_recover(&self, fence: Fence) {
+        sql_query("UPDATE work_items SET lease_expires_at = now() - interval '1 second' WHERE id = $1")
+            .bind::<Uuid, _>(fence.id.as_uuid())
+            .execute(&mut self.raw().await)
+            .await
+            .unwrap();
+        assert_eq!(self.store.recover_expired_leases(3).await.unwrap().len(), 1);
     }
 
     /// Everything a handler can write, as one text: equal before and after means nothing was committed.
@@ -165,13 +175,7 @@ async fn every_catalogue_write_of_a_recovered_attempt_is_lost_and_commits_nothin
     s.store.enqueue(&NewWorkItem::new(WorkKind::Crawl, Scope::Config(s.config)).unwrap()).await.unwrap();
     let first = s.claim("w1").await;
     let (kept, gone) = catalogue(&s, first).await;
-    // The first attempt's lease expires and another Worker's recovery requeues the item.
-    sql_query("UPDATE work_items SET lease_expires_at = now() - interval '1 second' WHERE id = $1")
-        .bind::<Uuid, _>(first.id.as_uuid())
-        .execute(&mut s.raw().await)
-        .await
-        .unwrap();
-    assert_eq!(s.store.recover_expired_leases(3).await.unwrap().len(), 1);
+    s.expire_and_recover(first).await;
     every_write_is_lost(&s, first, kept, gone).await;
 }
 
@@ -181,12 +185,7 @@ async fn every_catalogue_write_of_an_attempt_superseded_by_a_newer_claim_is_lost
     s.store.enqueue(&NewWorkItem::new(WorkKind::Crawl, Scope::Config(s.config)).unwrap()).await.unwrap();
     let first = s.claim("w1").await;
     let (kept, gone) = catalogue(&s, first).await;
-    sql_query("UPDATE work_items SET lease_expires_at = now() - interval '1 second' WHERE id = $1")
-        .bind::<Uuid, _>(first.id.as_uuid())
-        .execute(&mut s.raw().await)
-        .await
-        .unwrap();
-    s.store.recover_expired_leases(3).await.unwrap();
+    s.expire_and_recover(first).await;
     let second = s.claim("w2").await;
     assert_eq!((second.id, second.attempt.get()), (first.id, first.attempt.get() + 1));
     every_write_is_lost(&s, first, kept, gone).await;
@@ -202,4 +201,37 @@ async fn a_finished_attempt_writes_nothing_more() {
     let (kept, gone) = catalogue(&s, fence).await;
     assert_eq!(s.store.complete(fence, None).await.unwrap(), almanac_domain::WriteOutcome::Written);
     every_write_is_lost(&s, fence, kept, gone).await;
+}
+
+/// A fenced write in progress holds its item's row against a takeover (recovery passes the item over until
+/// the write has committed) but not against its own attempt's heartbeat.
+#[tokio::test]
+async fn a_fenced_write_in_progress_holds_off_recovery_but_not_its_own_heartbeat() {
+    let s = setup().await;
+    s.store.enqueue(&NewWorkItem::new(WorkKind::Crawl, Scope::Config(s.config)).unwrap()).await.unwrap();
+    let fence = s.claim("w1").await;
+    let (kept, _) = catalogue(&s, fence).await;
+    // Hold the write after its fence check: the table it updates is locked.
+    let mut blocker = s.raw().await;
+    blocker.batch_execute("BEGIN; LOCK TABLE media_assets IN ACCESS EXCLUSIVE MODE").await.unwrap();
+    let store = std::sync::Arc::new(PgStore::new(s.db.url(), 4, Duration::from_secs(10)).unwrap());
+    let writer = store.clone();
+    let (config, write_fence) = (s.config, fence);
+    let write = tokio::spawn(async move { writer.soft_delete(write_fence, config, &[kept], &[]).await });
+    assert_eq!(s.db.sessions_waiting_on_locks(1).await, 1, "the write is under way, past its fence");
+
+    let lease = LeaseDuration::new(Duration::from_secs(60)).unwrap();
+    let beat = tokio::time::timeout(Duration::from_secs(2), store.heartbeat(fence, lease, None)).await;
+    assert!(matches!(beat, Ok(Ok(almanac_domain::Heartbeat::Renewed { .. }))), "its own beat waited: {beat:?}");
+    sql_query("UPDATE work_items SET lease_expires_at = now() - interval '1 second' WHERE id = $1")
+        .bind::<Uuid, _>(fence.id.as_uuid())
+        .execute(&mut s.raw().await)
+        .await
+        .unwrap();
+    assert!(store.recover_expired_leases(3).await.unwrap().is_empty(), "recovery passes over a held item");
+
+    blocker.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(write.await.unwrap(), Ok(1), "the write that held the item commits");
+    assert_eq!(store.recover_expired_leases(3).await.unwrap().len(), 1, "then recovery takes the item");
+    assert_lost("a write after the takeover", store.soft_delete(fence, s.config, &[kept], &[]).await);
 }

@@ -12,7 +12,7 @@ use almanac_domain::{
 use almanac_store_pg::{NewStorageConfig, PgStore, claim_with};
 use almanac_testdb::TestDatabase;
 use diesel::sql_query;
-use diesel::sql_types::{BigInt, Uuid};
+use diesel::sql_types::Uuid;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 
 async fn setup() -> (TestDatabase, PgStore) {
@@ -228,27 +228,7 @@ async fn second_claim_blocked_on_index_returns_nothing() {
     let second = tokio::spawn(async move { second_store.claim(&claimer("w2", &[WorkKind::BurstDetection])).await });
 
     // Wait until the second claim is really blocked on a lock (the index entry of the uncommitted first).
-    let mut observer = raw(&db).await;
-    let mut waiting = 0;
-    for _ in 0..200 {
-        #[derive(diesel::QueryableByName)]
-        struct Count {
-            #[diesel(sql_type = BigInt)]
-            n: i64,
-        }
-        let count: Count = sql_query(
-            "SELECT count(*) AS n FROM pg_stat_activity
-              WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'UPDATE work_items AS w%'",
-        )
-        .get_result(&mut observer)
-        .await
-        .unwrap();
-        waiting = count.n;
-        if waiting == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    let waiting = db.sessions_waiting_on_locks(1).await;
     assert_eq!(waiting, 1, "the second claim never blocked on the first");
     assert!(!second.is_finished());
 

@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use almanac_store_pg::{NewStorageConfig, PgStore, StoreError};
 use almanac_testdb::TestDatabase;
-use diesel::sql_query;
-use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
+use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
 
 async fn setup() -> (TestDatabase, PgStore) {
     let db = TestDatabase::create().await;
@@ -61,31 +60,11 @@ async fn racing_registrations_of_nested_roots_let_exactly_one_in() {
     // A few rounds: without the registrations' own lock, released together they usually both get in.
     for round in 0..4 {
         let mut holder = AsyncPgConnection::establish(db.url()).await.unwrap();
-        let mut observer = AsyncPgConnection::establish(db.url()).await.unwrap();
         holder.batch_execute("BEGIN; LOCK TABLE storage_configs IN ACCESS EXCLUSIVE MODE").await.unwrap();
         let (s1, s2) = (store.clone(), store.clone());
         let outer = tokio::spawn(async move { add(&s1, "ann", &format!("/r{round}")).await });
         let inner = tokio::spawn(async move { add(&s2, "bob", &format!("/r{round}/inner")).await });
-        #[derive(diesel::QueryableByName)]
-        struct Count {
-            #[diesel(sql_type = diesel::sql_types::BigInt)]
-            n: i64,
-        }
-        let mut waiting = 0;
-        for _ in 0..400 {
-            let count: Count = sql_query(
-                "SELECT count(*) AS n FROM pg_stat_activity
-                  WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()",
-            )
-            .get_result(&mut observer)
-            .await
-            .unwrap();
-            waiting = count.n;
-            if waiting == 2 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+        let waiting = db.sessions_waiting_on_locks(2).await;
         assert_eq!(waiting, 2, "both registrations must be waiting before they are let go");
         holder.batch_execute("COMMIT").await.unwrap();
         let (a, b) = (outer.await.unwrap(), inner.await.unwrap());

@@ -83,6 +83,30 @@ impl TestDatabase {
         &self.url
     }
 
+    /// Waits (up to ten seconds) until `n` other sessions of this database wait on a lock, and returns how many
+    /// do. Tests use it to force an overlap: a statement let go only once it is blocked behind a transaction
+    /// the test holds.
+    pub async fn sessions_waiting_on_locks(&self, n: i64) -> i64 {
+        let client = cluster::connect(&self.url).await.unwrap_or_else(|e| panic!("watching for lock waits: {e}"));
+        let mut waiting = 0;
+        for _ in 0..400 {
+            let row = client
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity
+                      WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()",
+                    &[],
+                )
+                .await
+                .unwrap_or_else(|e| panic!("watching for lock waits: {e}"));
+            waiting = row.get::<_, i64>(0);
+            if waiting == n {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+        waiting
+    }
+
     /// The database's name.
     pub fn name(&self) -> &str {
         &self.name

@@ -31,7 +31,8 @@ enum Fault {
     KillBackends,
     /// A Worker's network path black-holed past its lease, then its held bytes delivered late.
     BlackholeThenDeliver,
-    /// Backends killed every 200 ms for four seconds while items are enqueued and claimed.
+    /// Backends killed every 100 ms for four seconds while items are enqueued (as fast as one connection
+    /// can) and claimed.
     KillBackendsRepeatedly,
     /// The shared pool exhausted (one connection, several files at once).
     PoolExhausted,
@@ -55,11 +56,17 @@ struct Verdict {
     outside_attempt: usize,
     inconsistent: Vec<String>,
     self_stops: usize,
+    /// Why the trial did not exercise what it claims (the fault missed the work), if it did not.
+    missed: Option<String>,
 }
 
 impl Verdict {
     fn ok(&self) -> bool {
-        self.lost == 0 && self.stuck == 0 && self.outside_attempt == 0 && self.inconsistent.is_empty()
+        self.lost == 0
+            && self.stuck == 0
+            && self.outside_attempt == 0
+            && self.inconsistent.is_empty()
+            && self.missed.is_none()
     }
 }
 
@@ -81,28 +88,7 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 }
 
 fn sql(url: &str, statement: &str) -> Vec<Vec<String>> {
-    let (url, statement) = (url.to_owned(), statement.to_owned());
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        rt.block_on(async {
-            let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
-            tokio::spawn(conn);
-            client
-                .simple_query(&statement)
-                .await
-                .unwrap()
-                .into_iter()
-                .filter_map(|m| match m {
-                    tokio_postgres::SimpleQueryMessage::Row(r) => {
-                        Some((0..r.len()).map(|i| r.get(i).unwrap_or("").to_owned()).collect())
-                    }
-                    _ => None,
-                })
-                .collect()
-        })
-    })
-    .join()
-    .unwrap()
+    support::query(url, statement)
 }
 
 /// Like [`sql`], for a server that may be down or killing backends: `None` instead of a panic.
@@ -128,7 +114,8 @@ CREATE FUNCTION chaos_write() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
                                    CASE WHEN TG_OP = 'DELETE' THEN OLD.storage_config_id ELSE NEW.storage_config_id END,
                                    clock_timestamp());
   RETURN NULL; END $$;
-CREATE TRIGGER chaos_write AFTER INSERT OR UPDATE OR DELETE ON media_assets FOR EACH ROW EXECUTE FUNCTION chaos_write();";
+CREATE TRIGGER chaos_write AFTER INSERT OR UPDATE OR DELETE ON media_assets FOR EACH ROW EXECUTE FUNCTION chaos_write();
+CREATE TRIGGER chaos_write AFTER INSERT OR UPDATE OR DELETE ON asset_extra_paths FOR EACH ROW EXECUTE FUNCTION chaos_write();";
 
 struct Trial {
     url: String,
@@ -269,30 +256,39 @@ impl Trial {
             Fault::BlackholeThenDeliver => {
                 let (_, proxy) = proxied.as_ref().unwrap();
                 proxy.hold();
-                std::thread::sleep(Duration::from_secs(6));
+                // Deliver A's held bytes only once another Worker has taken A's crawl over.
+                self.wait_until(
+                    "worker B to take worker A's crawl over",
+                    "SELECT 1 FROM chaos_attempts a JOIN chaos_attempts b ON a.item = b.item AND b.attempt > a.attempt
+                      WHERE a.worker = 'worker-a' AND b.worker <> 'worker-a'",
+                    Duration::from_secs(60),
+                );
                 proxy.deliver();
             }
             Fault::KillBackendsRepeatedly => {
+                let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let enqueuer = enqueue_fast(&direct, self.acknowledged.clone(), stop.clone());
                 let started = Instant::now();
-                let mut n = 0;
                 while started.elapsed() < Duration::from_secs(4) {
-                    self.enqueue(&["token-cleanup", "--dedup-key", &format!("chaos-{n}")]);
-                    n += 1;
                     try_sql(
                         &direct,
                         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
                           WHERE datname = current_database() AND pid <> pg_backend_pid()
                           ORDER BY random() LIMIT 1",
                     );
-                    std::thread::sleep(Duration::from_millis(200));
+                    std::thread::sleep(Duration::from_millis(100));
                 }
+                stop.store(true, std::sync::atomic::Ordering::SeqCst);
+                enqueuer.join().unwrap();
             }
             Fault::PoolExhausted => {}
         }
         self.wait_until(
             "every item to end",
-            "SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM work_items WHERE status IN ('queued', 'running'))
-               AND (SELECT count(*) FROM work_items WHERE kind = 'crawl' AND status = 'succeeded') >= 2",
+            &format!(
+                "SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM work_items WHERE status IN ('queued', 'running') AND {DUE})
+                   AND (SELECT count(*) FROM work_items WHERE kind = 'crawl' AND status = 'succeeded') >= 2"
+            ),
             Duration::from_secs(90),
         );
         for (_, child) in &mut self.workers {
@@ -319,8 +315,8 @@ impl Trial {
         } else {
             acknowledged.len() - count(&format!("SELECT count(*) FROM work_items WHERE id IN ({ids})"))
         };
-        // Still running (or queued) long after the trial: stuck.
-        let stuck = count("SELECT count(*) FROM work_items WHERE status IN ('queued', 'running')");
+        // Still running (or queued and due) long after the trial: stuck.
+        let stuck = count(&format!("SELECT count(*) FROM work_items WHERE status IN ('queued', 'running') AND {DUE}"));
         // A committed catalogue write by a Worker on a config when no attempt of that Worker held the config.
         let outside_attempt = count(
             "SELECT count(*) FROM chaos_writes w
@@ -367,7 +363,68 @@ impl Trial {
                 log.lines().filter(|l| l.contains("\"event\":\"self_stopped\"")).count()
             })
             .sum();
-        Verdict { enqueued: acknowledged.len(), lost, stuck, outside_attempt, inconsistent, self_stops }
+        let missed = self.missed(self_stops);
+        Verdict { enqueued: acknowledged.len(), lost, stuck, outside_attempt, inconsistent, self_stops, missed }
+    }
+
+    /// Whether the fault hit the work it was aimed at (a trial that missed proves nothing), or, for an
+    /// exhausted pool, whether healthy work was wrongly stopped.
+    fn missed(&self, self_stops: usize) -> Option<String> {
+        let took_over = "SELECT count(*) FROM chaos_attempts a JOIN chaos_attempts b
+                           ON a.item = b.item AND b.attempt > a.attempt AND b.worker <> a.worker
+                          WHERE a.worker = 'worker-a'";
+        let n = |statement: &str| sql(&self.url, statement)[0][0].parse::<usize>().unwrap_or(0);
+        match self.fault {
+            Fault::KillWorker | Fault::BlackholeThenDeliver if n(took_over) == 0 => {
+                Some("no other Worker took over worker A's attempt".into())
+            }
+            Fault::BlackholeThenDeliver if self_stops == 0 => Some("worker A never stopped itself".into()),
+            Fault::PoolExhausted if self_stops > 0 => {
+                Some(format!("{self_stops} self-stops: an exhausted pool starved heartbeats"))
+            }
+            Fault::KillBackendsRepeatedly if self.acknowledged.lock().unwrap().len() < 100 => {
+                Some("fewer than 100 enqueues were made while backends were killed".into())
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Items due now (the fast enqueuer's items are due tomorrow: they must exist, not run).
+const DUE: &str = "run_after <= now() + interval '1 hour'";
+
+/// Enqueues as fast as one connection can until told to stop, recording each id acknowledged as enqueued.
+/// The items are due tomorrow: they only have to exist.
+fn enqueue_fast(
+    url: &str,
+    acknowledged: Arc<Mutex<Vec<String>>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    use almanac_domain::{NewWorkItem, Scope, WorkKind, WorkQueue};
+    let url = url.to_owned();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let store = almanac_store_pg::PgStore::new(&url, 1, Duration::from_secs(2)).unwrap();
+            let tomorrow = chrono::Utc::now() + chrono::Duration::days(1);
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let item =
+                    NewWorkItem::new(WorkKind::WorkItemRetention, Scope::Unscoped).unwrap().with_run_after(tomorrow);
+                if let Ok(enqueued) = store.enqueue(&item).await {
+                    acknowledged.lock().unwrap().push(enqueued.item.id.to_string());
+                }
+            }
+        });
+    })
+}
+
+/// Stops the suite's cluster and removes its files, also when a trial panics.
+struct ClusterCleanup;
+
+impl Drop for ClusterCleanup {
+    fn drop(&mut self) {
+        let _ = cluster().stop();
+        let _ = std::fs::remove_dir_all(cluster().dir());
     }
 }
 
@@ -375,13 +432,15 @@ impl Trial {
 fn suite(trials: usize) -> bool {
     let _turn = one_at_a_time();
     cluster().ensure_running().expect("the fault suite's cluster starts");
+    let _cleanup = ClusterCleanup;
     let mut all_ok = true;
     println!(
-        "\n{:<26}{:>7}{:>10}{:>6}{:>7}{:>16}{:>14}{:>12}",
-        "fault", "trials", "enqueued", "lost", "stuck", "outside attempt", "inconsistent", "self-stops"
+        "\n{:<24}{:>7}{:>10}{:>6}{:>7}{:>16}{:>14}{:>12}{:>8}",
+        "fault", "trials", "enqueued", "lost", "stuck", "outside attempt", "inconsistent", "self-stops", "missed"
     );
     for fault in FAULTS {
         let mut total = Verdict::default();
+        let mut missed = 0;
         let mut failures = Vec::new();
         for n in 0..trials {
             let verdict = Trial::new(fault, n).run();
@@ -394,9 +453,10 @@ fn suite(trials: usize) -> bool {
             total.outside_attempt += verdict.outside_attempt;
             total.inconsistent.extend(verdict.inconsistent);
             total.self_stops += verdict.self_stops;
+            missed += usize::from(verdict.missed.is_some());
         }
         println!(
-            "{:<26}{:>7}{:>10}{:>6}{:>7}{:>16}{:>14}{:>12}",
+            "{:<24}{:>7}{:>10}{:>6}{:>7}{:>16}{:>14}{:>12}{:>8}",
             format!("{fault:?}"),
             trials,
             total.enqueued,
@@ -404,15 +464,14 @@ fn suite(trials: usize) -> bool {
             total.stuck,
             total.outside_attempt,
             total.inconsistent.len(),
-            total.self_stops
+            total.self_stops,
+            missed
         );
         for f in &failures {
             println!("    {f}");
         }
         all_ok &= failures.is_empty();
     }
-    let _ = cluster().stop();
-    let _ = std::fs::remove_dir_all(cluster().dir());
     all_ok
 }
 

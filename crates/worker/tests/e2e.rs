@@ -73,29 +73,7 @@ impl Setup {
     }
 
     fn query(&self, sql: &str) -> Vec<Vec<String>> {
-        let url = self.db.url().to_owned();
-        let sql = sql.to_owned();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-            rt.block_on(async {
-                let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
-                tokio::spawn(conn);
-                client
-                    .simple_query(&sql)
-                    .await
-                    .unwrap()
-                    .into_iter()
-                    .filter_map(|m| match m {
-                        tokio_postgres::SimpleQueryMessage::Row(r) => {
-                            Some((0..r.len()).map(|i| r.get(i).unwrap_or("").to_owned()).collect())
-                        }
-                        _ => None,
-                    })
-                    .collect()
-            })
-        })
-        .join()
-        .unwrap()
+        support::query(self.db.url(), sql)
     }
 
     fn wait_for(&self, what: &str, sql: &str, timeout: Duration) -> Vec<Vec<String>> {

@@ -1,4 +1,5 @@
-//! What the end-to-end and fault tests share: a TCP path to the database that can be cut or held.
+//! What the end-to-end and fault tests share: plain SQL on a connection of its own, and a TCP path to the
+//! database that can be cut or held.
 
 #![allow(dead_code)]
 
@@ -92,4 +93,31 @@ pub fn proxy_to(socket: PathBuf) -> Proxy {
         }
     });
     Proxy { port, cut, held, directions }
+}
+
+/// Runs `sql` (simple protocol, any number of statements) on a connection of its own, from a thread of its own
+/// (callers need no runtime), and returns the rows as text.
+pub fn query(url: &str, sql: &str) -> Vec<Vec<String>> {
+    let (url, sql) = (url.to_owned(), sql.to_owned());
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+            tokio::spawn(conn);
+            client
+                .simple_query(&sql)
+                .await
+                .unwrap()
+                .into_iter()
+                .filter_map(|m| match m {
+                    tokio_postgres::SimpleQueryMessage::Row(r) => {
+                        Some((0..r.len()).map(|i| r.get(i).unwrap_or("").to_owned()).collect())
+                    }
+                    _ => None,
+                })
+                .collect()
+        })
+    })
+    .join()
+    .unwrap()
 }
