@@ -183,6 +183,9 @@ impl MaintenanceStore for PgStore {
         .load(&mut conn)
         .await
         .map_err(db)?;
+        // Back to the pool before the next statement takes one: holding it while asking for another starves
+        // (with a pool of one, deadlocks) the very call (found by the fault suite's exhausted pool).
+        drop(conn);
         let ids: Vec<AssetId> = rows.iter().map(|r| AssetId::from_uuid(r.id)).collect();
         let mut proxies: BTreeMap<AssetId, Vec<StoredProxy>> = BTreeMap::new();
         for p in self.proxies_of(&ids, None).await? {

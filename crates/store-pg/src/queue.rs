@@ -160,6 +160,11 @@ RETURNING w.*";
 
 const FENCE: &str = "w.id = $1 AND w.attempt = $2 AND w.status = 'running'";
 
+/// Whether a failing attempt's item is retried: retryable, under its budget, and no cancel requested. Read from
+/// the row being updated, so a cancel requested at that very moment is seen (a subquery's snapshot would not
+/// be re-read when the update waits for the cancel's row lock).
+const RETRY: &str = "($4::boolean AND w.failures + 1 < w.max_attempts AND w.cancel_requested_at IS NULL)";
+
 /// Requeuing must not collide with a newer queued item of the same dedup key: the requeued item drops its key
 /// and both stay (nothing is lost; the work may run twice).
 const REQUEUE_DEDUP_KEY: &str = "CASE WHEN EXISTS (SELECT 1 FROM work_items AS o
@@ -447,16 +452,13 @@ impl WorkQueue for PgStore {
             "UPDATE work_items AS w
                 SET failures = w.failures + 1,
                     last_error = $3,
-                    status = CASE WHEN d.retry THEN 'queued'
+                    status = CASE WHEN {RETRY} THEN 'queued'
                                   WHEN w.cancel_requested_at IS NOT NULL THEN 'cancelled'
                                   ELSE 'failed' END,
-                    run_after = CASE WHEN d.retry THEN now() + $5 * interval '1 second' ELSE w.run_after END,
-                    finished_at = CASE WHEN d.retry THEN NULL ELSE now() END,
+                    run_after = CASE WHEN {RETRY} THEN now() + $5 * interval '1 second' ELSE w.run_after END,
+                    finished_at = CASE WHEN {RETRY} THEN NULL ELSE now() END,
                     lease_expires_at = NULL,
-                    dedup_key = CASE WHEN d.retry THEN {REQUEUE_DEDUP_KEY} ELSE w.dedup_key END
-               FROM (SELECT $4::boolean AND i.failures + 1 < i.max_attempts AND i.cancel_requested_at IS NULL
-                            AS retry
-                       FROM work_items AS i WHERE i.id = $1) AS d
+                    dedup_key = CASE WHEN {RETRY} THEN {REQUEUE_DEDUP_KEY} ELSE w.dedup_key END
               WHERE {FENCE}
           RETURNING w.status, w.run_after"
         );

@@ -56,6 +56,9 @@ struct Verdict {
     outside_attempt: usize,
     inconsistent: Vec<String>,
     self_stops: usize,
+    /// Items that ended failed (a fault should cost retries, not failures; reported, and a violation for
+    /// the crawls, which must succeed).
+    failed: usize,
     /// Why the trial did not exercise what it claims (the fault missed the work), if it did not.
     missed: Option<String>,
 }
@@ -364,7 +367,11 @@ impl Trial {
             })
             .sum();
         let missed = self.missed(self_stops);
-        Verdict { enqueued: acknowledged.len(), lost, stuck, outside_attempt, inconsistent, self_stops, missed }
+        let failed = count("SELECT count(*) FROM work_items WHERE status = 'failed'");
+        for row in sql(url, "SELECT kind, left(last_error, 300) FROM work_items WHERE status = 'failed'") {
+            inconsistent.push(format!("{} failed: {}", row[0], row[1]));
+        }
+        Verdict { enqueued: acknowledged.len(), lost, stuck, outside_attempt, inconsistent, self_stops, failed, missed }
     }
 
     /// Whether the fault hit the work it was aimed at (a trial that missed proves nothing), or, for an
@@ -435,10 +442,21 @@ fn suite(trials: usize) -> bool {
     let _cleanup = ClusterCleanup;
     let mut all_ok = true;
     println!(
-        "\n{:<24}{:>7}{:>10}{:>6}{:>7}{:>16}{:>14}{:>12}{:>8}",
-        "fault", "trials", "enqueued", "lost", "stuck", "outside attempt", "inconsistent", "self-stops", "missed"
+        "\n{:<24}{:>7}{:>10}{:>6}{:>7}{:>16}{:>14}{:>8}{:>12}{:>8}",
+        "fault",
+        "trials",
+        "enqueued",
+        "lost",
+        "stuck",
+        "outside attempt",
+        "inconsistent",
+        "failed",
+        "self-stops",
+        "missed"
     );
-    for fault in FAULTS {
+    // `ALMANAC_CHAOS_ONLY=PoolExhausted,KillWorker` runs some faults only.
+    let only = std::env::var("ALMANAC_CHAOS_ONLY").unwrap_or_default();
+    for fault in FAULTS.into_iter().filter(|f| only.is_empty() || only.split(',').any(|o| o == format!("{f:?}"))) {
         let mut total = Verdict::default();
         let mut missed = 0;
         let mut failures = Vec::new();
@@ -453,10 +471,11 @@ fn suite(trials: usize) -> bool {
             total.outside_attempt += verdict.outside_attempt;
             total.inconsistent.extend(verdict.inconsistent);
             total.self_stops += verdict.self_stops;
+            total.failed += verdict.failed;
             missed += usize::from(verdict.missed.is_some());
         }
         println!(
-            "{:<24}{:>7}{:>10}{:>6}{:>7}{:>16}{:>14}{:>12}{:>8}",
+            "{:<24}{:>7}{:>10}{:>6}{:>7}{:>16}{:>14}{:>8}{:>12}{:>8}",
             format!("{fault:?}"),
             trials,
             total.enqueued,
@@ -464,6 +483,7 @@ fn suite(trials: usize) -> bool {
             total.stuck,
             total.outside_attempt,
             total.inconsistent.len(),
+            total.failed,
             total.self_stops,
             missed
         );

@@ -449,3 +449,65 @@ fn bytes_of_a_cut_off_worker_delivered_after_the_takeover_change_nothing() {
     drop(a);
     assert_eq!(events(&a_lines, "self_stopped").len(), 1, "A stopped itself");
 }
+
+/// Probes and metrics have a small pool of their own: a flood of `/readyz` and `/metrics` during a crawl of
+/// four files at once neither delays a heartbeat nor stops the crawl.
+#[test]
+fn a_flood_of_probes_and_scrapes_never_starves_heartbeats() {
+    let s = setup(40);
+    s.cli(&["migrate"]);
+    let root = s.library.to_str().unwrap();
+    s.cli(&["config", "add", "--user", "ann", "--root", root]);
+    let id = s.cli(&["enqueue", "crawl", "--config", root]).split_whitespace().next().unwrap().to_owned();
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let address = format!("127.0.0.1:{port}");
+    let w = s.worker(
+        "worker-a",
+        s.db.url(),
+        &[
+            ("ALMANAC__HTTP__ENABLED", "true"),
+            ("ALMANAC__HTTP__ADDRESS", &address),
+            ("ALMANAC__QUEUE__LEASE", "8s"),
+            ("ALMANAC__QUEUE__HEARTBEAT_INTERVAL", "2s"),
+            ("ALMANAC__DATABASE__MAX_CONNECTIONS", "2"),
+            ("ALMANAC__WORKER__MAX_CONCURRENT_FILES", "4"),
+        ],
+    );
+    s.wait_for(
+        "the crawl to start",
+        &format!("SELECT 1 FROM work_items WHERE id = '{id}' AND status = 'running'"),
+        Duration::from_secs(30),
+    );
+    let flooding = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let served = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let flood: Vec<_> = (0..16)
+        .map(|i| {
+            let (flooding, served) = (flooding.clone(), served.clone());
+            std::thread::spawn(move || {
+                let path = if i % 2 == 0 { "/readyz" } else { "/metrics" };
+                while flooding.load(Ordering::SeqCst) {
+                    if let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) {
+                        let _ = write!(stream, "GET {path} HTTP/1.1\r\nhost: localhost\r\n\r\n");
+                        let mut answer = String::new();
+                        let _ = stream.read_to_string(&mut answer);
+                        served.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    let done = s.wait_for(
+        "the crawl to finish",
+        &format!("SELECT attempt, stalls FROM work_items WHERE id = '{id}' AND status = 'succeeded'"),
+        Duration::from_secs(120),
+    );
+    flooding.store(false, Ordering::SeqCst);
+    for t in flood {
+        t.join().unwrap();
+    }
+    assert!(served.load(Ordering::Relaxed) > 100, "the endpoints were flooded");
+    assert_eq!(done[0], ["1", "0"], "one attempt, never recovered");
+    let (_, lines) = w.terminate();
+    assert!(events(&lines, "self_stopped").is_empty(), "a flood stopped a healthy crawl");
+    assert!(events(&lines, "heartbeat_failed").is_empty(), "a heartbeat was late under the flood");
+}
