@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use almanac_domain::{
-    ClaimRequest, Fence, Heartbeat, LeaseDuration, NewWorkItem, Scope, ServedConfigs, Status, WorkItemId, WorkKind,
-    WorkQueue, WorkerId, WriteOutcome,
+    CatalogueStore, ClaimRequest, Failure, Fence, Heartbeat, LeaseDuration, NewWorkItem, Scope, ServedConfigs, Status,
+    WorkItemId, WorkKind, WorkQueue, WorkerId, WriteOutcome,
 };
 use almanac_store_pg::{NewStorageConfig, PgStore, WorkerConnections};
 use almanac_testdb::TestDatabase;
@@ -40,6 +40,8 @@ async fn hold_commits(db: &TestDatabase) -> AsyncPgConnection {
         "CREATE FUNCTION wait_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
            BEGIN PERFORM pg_advisory_lock({COMMIT_LOCK}); PERFORM pg_advisory_unlock({COMMIT_LOCK}); RETURN NULL; END $$;
          CREATE CONSTRAINT TRIGGER wait_at_commit AFTER INSERT OR UPDATE ON work_items
+           DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION wait_at_commit();
+         CREATE CONSTRAINT TRIGGER wait_at_commit AFTER INSERT OR UPDATE ON media_assets
            DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION wait_at_commit();
          SELECT pg_advisory_lock({COMMIT_LOCK});"
     ))
@@ -178,4 +180,60 @@ async fn heartbeats_and_outcomes_go_through_while_the_shared_pool_is_saturated()
         let _ = task.await.unwrap();
     }
     assert_eq!(store.get(claimed.item.id).await.unwrap().unwrap().status, Status::Succeeded);
+}
+
+/// The attempt's other writes and a fenced catalogue write, each killed at its commit: an error every time,
+/// nothing changed.
+#[tokio::test]
+async fn heartbeats_failures_releases_and_catalogue_writes_killed_before_their_commits_are_errors() {
+    let db = TestDatabase::create().await;
+    let store = Arc::new(PgStore::new(db.url(), 4, Duration::from_secs(10)).unwrap());
+    let new = NewStorageConfig { username: "ann".into(), root_path: PathBuf::from("/photos/ann") };
+    let config = store.add_storage_config(&new).await.unwrap().1.id;
+    let id = store.enqueue(&NewWorkItem::new(WorkKind::Crawl, Scope::Config(config)).unwrap()).await.unwrap().item.id;
+    let fence = store.claim(&claimer()).await.unwrap().unwrap().fence;
+    let mut holder = hold_commits(&db).await;
+    let lease = LeaseDuration::new(Duration::from_secs(60)).unwrap();
+    let before = count(&db, "SELECT count(*) AS n FROM media_assets").await;
+
+    let writer = store.clone();
+    let beat = tokio::spawn(async move { writer.heartbeat(fence, lease, Some(&serde_json::json!({"done": 7}))).await });
+    assert!(kill_the_committing_backend(&mut holder).await, "the heartbeat never reached its commit");
+    assert!(beat.await.unwrap().is_err(), "a heartbeat that never committed was acknowledged");
+    let unchanged = format!("SELECT count(*) AS n FROM work_items WHERE id = '{id}' AND progress IS NULL");
+    assert_eq!(count(&db, &unchanged).await, 1, "its progress was not stored");
+
+    let writer = store.clone();
+    let failure = Failure { error: "x".into(), retryable: true, retry_delay: Duration::from_secs(1) };
+    let fail = tokio::spawn(async move { writer.fail(fence, &failure).await });
+    assert!(kill_the_committing_backend(&mut holder).await, "the fail never reached its commit");
+    assert!(fail.await.unwrap().is_err(), "a fail that never committed was acknowledged");
+
+    let writer = store.clone();
+    let release = tokio::spawn(async move { writer.release(fence).await });
+    assert!(kill_the_committing_backend(&mut holder).await, "the release never reached its commit");
+    assert!(release.await.unwrap().is_err(), "a release that never committed was acknowledged");
+    assert_eq!(status(&db, id).await, ("running".into(), 1), "still running: nothing of the three committed");
+
+    let writer = store.clone();
+    let asset = fixture_asset(config);
+    let ingest = tokio::spawn(async move { writer.ingest(fence, &asset).await });
+    assert!(kill_the_committing_backend(&mut holder).await, "the ingest never reached its commit");
+    assert!(ingest.await.unwrap().is_err(), "an ingest that never committed was acknowledged");
+    assert_eq!(count(&db, "SELECT count(*) AS n FROM media_assets").await, before);
+}
+
+fn fixture_asset(config: almanac_domain::StorageConfigId) -> almanac_domain::NewAsset {
+    use almanac_domain::{AssetMetadata, CaptureSource, CaptureTime, ContentHash, FileFacts, MediaType, NewAsset};
+    let at = chrono::Utc::now();
+    NewAsset {
+        storage_config_id: config,
+        facts: FileFacts { file_path: b"a.jpg".to_vec(), display_path: "a.jpg".into(), size: 1, mtime: at },
+        content_hash: ContentHash::from_bytes([7; 32]),
+        media_type: MediaType::Image,
+        capture: CaptureTime { at, offset_minutes: None, source: CaptureSource::FileMtime },
+        metadata: AssetMetadata::default(),
+        proxies: Vec::new(),
+        replaces: None,
+    }
 }
