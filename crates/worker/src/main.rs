@@ -310,6 +310,15 @@ async fn root_problems(store: &PgStore, settings: &Settings) -> Result<Vec<Strin
     }
     for c in &configs {
         let canonical = c.root_path.to_str().is_some_and(|r| almanac_domain::check_canonical_root(r).is_ok());
+        if canonical && std::fs::canonicalize(&c.root_path).is_ok_and(|real| real != c.root_path) {
+            problems.push(format!(
+                "storage config {} has the root {}, which is reached through a link (the real folder is {}): its \
+                 crawls refuse to run. Deactivate it and register the real path",
+                c.id,
+                c.root_path.display(),
+                std::fs::canonicalize(&c.root_path).map(|p| p.display().to_string()).unwrap_or_default()
+            ));
+        }
         if !canonical {
             problems.push(format!(
                 "storage config {} has the root {}, which is not a canonical path (`.`, `..`, a doubled or \

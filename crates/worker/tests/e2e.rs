@@ -247,9 +247,16 @@ fn roots_and_the_proxy_root_never_overlap_config_add_and_run_refuse_with_exit_2(
          INSERT INTO storage_configs (id, user_id, root_path) SELECT gen_random_uuid(), u.id, '{}' FROM u",
         library.join("bob").display()
     ));
+    // And a root registered through a link (`photos-link` points at the library).
+    s.query(&format!(
+        "WITH u AS (INSERT INTO users (id, username) VALUES (gen_random_uuid(), 'zed') RETURNING id)
+         INSERT INTO storage_configs (id, user_id, root_path) SELECT gen_random_uuid(), u.id, '{}' FROM u",
+        base.join("photos-link").display()
+    ));
     let (code, status, err) = s.cli_exit(&["status"], &env);
     assert_eq!(code, 0, "{err}");
     assert!(status.contains("ROOT PROBLEMS") && status.contains("cover one tree"), "{status}");
+    assert!(status.contains("reached through a link"), "{status}");
 }
 
 /// One tree under two paths: a library bind-mounted elsewhere (in a mount namespace of the test's own, so
