@@ -261,6 +261,24 @@ impl PgStore {
         Ok(rows.into_iter().map(RootOverlap::from).collect())
     }
 
+    /// The other storage configs whose roots overlap this one's (one indexed row against the others: no
+    /// self-join of every config, so a crawl's check stays cheap with thousands of configs).
+    #[mutants::skip]
+    pub(crate) async fn roots_overlapping(&self, config: StorageConfigId) -> Result<Vec<StorageConfig>, StoreError> {
+        let mut conn = self.conn().await?;
+        let rows: Vec<ConfigRow> = sql_query(format!(
+            "SELECT b.id, b.user_id, b.root_path, b.is_active, b.root_is_mount_point
+               FROM storage_configs a JOIN storage_configs b ON b.id <> a.id AND {ROOTS_OVERLAP}
+              WHERE a.id = $1
+              ORDER BY b.created_at, b.id"
+        ))
+        .bind::<Uuid, _>(config.as_uuid())
+        .load(&mut conn)
+        .await
+        .map_err(error::from_diesel)?;
+        Ok(rows.into_iter().map(StorageConfig::from).collect())
+    }
+
     /// The user with this name, if any.
     #[mutants::skip]
     pub async fn user_by_name(&self, username: &str) -> Result<Option<User>, StoreError> {

@@ -129,17 +129,7 @@ impl CatalogueStore for PgStore {
 
     #[mutants::skip]
     async fn overlapping_roots(&self, config: StorageConfigId) -> Result<Vec<StorageConfig>, CatalogueError> {
-        let overlaps = self.root_overlaps().await.map_err(catalogue)?;
-        let others: Vec<StorageConfigId> = overlaps
-            .iter()
-            .filter_map(|o| match (o.first.0 == config, o.second.0 == config) {
-                (true, _) => Some(o.second.0),
-                (_, true) => Some(o.first.0),
-                _ => None,
-            })
-            .collect();
-        let configs = self.list_storage_configs().await.map_err(catalogue)?;
-        Ok(configs.into_iter().filter(|c| others.contains(&c.id)).collect())
+        self.roots_overlapping(config).await.map_err(catalogue)
     }
 
     #[mutants::skip]
