@@ -31,7 +31,8 @@ pub use error::MediaError;
 pub use exif_facts::{ExifFacts, read_exif};
 pub use hash::{HashedBytes, hash_bytes, hash_file, hash_reader};
 pub use originals::{
-    Entry, EntryKind, OpenError, Original, Removal, RootFolder, identity, lies_within, same_folder, same_tree,
+    Entry, EntryKind, OpenError, Original, Removal, RootFolder, identity, lies_within, overlap_hidden_from_paths,
+    same_folder, same_tree, trees_overlap,
 };
 pub use still::{PREVIEW_LONG_SIDE, StillProxies, THUMBNAIL_LONG_SIDE, heic_to_jpeg, make_still_proxies};
 pub use tool::ToolLimits;

@@ -298,6 +298,18 @@ pub fn same_tree(a: &Path, b: &Path) -> bool {
     lies_within(a, b) || lies_within(b, a)
 }
 
+/// Whether two folders are one tree or one lies inside the other: by their paths
+/// ([`almanac_domain::roots_overlap`]) or, where they exist, by file-system identity ([`same_tree`]).
+pub fn trees_overlap(a: &Path, b: &Path) -> bool {
+    almanac_domain::roots_overlap(a, b) || same_tree(a, b)
+}
+
+/// Whether two folders overlap only as the file system sees them (a bind mount, another spelling of one folder
+/// on a case-insensitive share): what a comparison of paths, such as the catalogue's, cannot find.
+pub fn overlap_hidden_from_paths(a: &Path, b: &Path) -> bool {
+    !almanac_domain::roots_overlap(a, b) && same_tree(a, b)
+}
+
 /// Whether `inner` is `outer` or lies inside it, by file-system identity: `outer` is `inner` or one of the
 /// existing folders above it (so a folder not created yet is placed by its parents). False when `outer`
 /// does not exist.

@@ -12,9 +12,7 @@ mod settings;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use almanac_domain::{
-    CancelOutcome, DedupKey, NewWorkItem, Scope, Status, WorkItemId, WorkKind, WorkQueue, roots_overlap,
-};
+use almanac_domain::{CancelOutcome, DedupKey, NewWorkItem, Scope, Status, WorkItemId, WorkKind, WorkQueue};
 use almanac_store_pg::{NewStorageConfig, PgStore, StoreError};
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -188,14 +186,13 @@ async fn add_config(settings: &Settings, store: &PgStore, user: String, root: &s
         Err(e) => return refuse(e),
     };
     let proxy_root = roots::resolved(&settings.storage.proxy_root);
-    if roots::overlap(&proxy_root, &root) {
+    if almanac_media::trees_overlap(&proxy_root, &root) {
         return refuse(format!("{}; nothing was registered", roots::overlap_message(&proxy_root, &root)));
     }
     // The store compares paths; the file system also knows a bind mount or another spelling of one folder.
     let configs = store.list_storage_configs().await?;
-    let hidden_overlap = |c: &&almanac_domain::StorageConfig| {
-        !roots_overlap(&c.root_path, &root) && almanac_media::same_tree(&c.root_path, &root)
-    };
+    let hidden_overlap =
+        |c: &&almanac_domain::StorageConfig| almanac_media::overlap_hidden_from_paths(&c.root_path, &root);
     if let Some(other) = configs.iter().find(hidden_overlap) {
         return refuse(format!(
             "the root {} is the same tree as storage config {} at {}, or nests with it (a bind mount, or another \
@@ -294,9 +291,7 @@ async fn root_problems(store: &PgStore, settings: &Settings) -> Result<Vec<Strin
     // Overlaps the catalogue cannot see: one tree under two paths (a bind mount, another spelling).
     for (i, a) in configs.iter().enumerate() {
         for b in &configs[i + 1..] {
-            if !almanac_domain::roots_overlap(&a.root_path, &b.root_path)
-                && almanac_media::same_tree(&a.root_path, &b.root_path)
-            {
+            if almanac_media::overlap_hidden_from_paths(&a.root_path, &b.root_path) {
                 problems.push(format!(
                     "storage configs {} ({}) and {} ({}) are one tree on disk (a bind mount or another spelling): \
                      deactivate one (almanac-worker config deactivate ID)",
@@ -310,13 +305,16 @@ async fn root_problems(store: &PgStore, settings: &Settings) -> Result<Vec<Strin
     }
     for c in &configs {
         let canonical = c.root_path.to_str().is_some_and(|r| almanac_domain::check_canonical_root(r).is_ok());
-        if canonical && std::fs::canonicalize(&c.root_path).is_ok_and(|real| real != c.root_path) {
+        if let Ok(real) = std::fs::canonicalize(&c.root_path)
+            && canonical
+            && real != c.root_path
+        {
             problems.push(format!(
                 "storage config {} has the root {}, which is reached through a link (the real folder is {}): its \
                  crawls refuse to run. Deactivate it and register the real path",
                 c.id,
                 c.root_path.display(),
-                std::fs::canonicalize(&c.root_path).map(|p| p.display().to_string()).unwrap_or_default()
+                real.display()
             ));
         }
         if !canonical {
@@ -330,7 +328,7 @@ async fn root_problems(store: &PgStore, settings: &Settings) -> Result<Vec<Strin
     }
     let proxy_root = roots::resolved(&settings.storage.proxy_root);
     for c in configs {
-        if roots::overlap(&proxy_root, &c.root_path) {
+        if almanac_media::trees_overlap(&proxy_root, &c.root_path) {
             problems.push(roots::overlap_message(&proxy_root, &c.root_path));
         }
     }

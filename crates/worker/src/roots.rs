@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use almanac_domain::{StorageConfig, roots_overlap};
+use almanac_domain::StorageConfig;
 
 /// A path as the file system would resolve it (links followed) without creating anything: its longest
 /// existing ancestor canonicalised, and the rest appended. So a proxy root that does not exist yet compares
@@ -40,16 +40,10 @@ pub fn check_proxy_root(proxy_root: &Path, configs: &[StorageConfig]) -> Result<
     if proxy_root.parent().is_none() {
         return Err("storage.proxy_root: / cannot be the proxy root: it would contain every library".into());
     }
-    match configs.iter().find(|c| overlap(proxy_root, &c.root_path)) {
+    match configs.iter().find(|c| almanac_media::trees_overlap(proxy_root, &c.root_path)) {
         Some(c) => Err(overlap_message(proxy_root, &c.root_path)),
         None => Ok(()),
     }
-}
-
-/// Whether two folders are one tree or nest: by their paths, or, where both exist, by their file-system
-/// identities ([`almanac_media::same_tree`]: a bind mount, or another spelling on a case-insensitive share).
-pub fn overlap(a: &Path, b: &Path) -> bool {
-    roots_overlap(a, b) || almanac_media::same_tree(a, b)
 }
 
 /// The refusal for a proxy root and a storage root that overlap.

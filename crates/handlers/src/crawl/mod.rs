@@ -14,7 +14,6 @@ use std::sync::{Arc, Mutex};
 use almanac_domain::{
     AssetId, CatalogueError, CatalogueStore, ContentHash, DedupKey, Fence, FileFacts, IngestOutcome, KnownFile,
     MediaType, NewAsset, NewProxy, NewWorkItem, ProxyType, Scope, StorageConfig, StorageConfigId, WorkKind,
-    roots_overlap,
 };
 use almanac_executor::{BoxFuture, Handler, HandlerContext, HandlerError};
 use almanac_media::{MAGIC_LEN, MediaError, MediaFormat, OpenError, Original, RootFolder, ToolLimits, detect_format};
@@ -237,7 +236,7 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
                 root.display()
             )));
         }
-        if roots_overlap(root, &self.settings.proxy_root) || almanac_media::same_tree(root, &self.settings.proxy_root) {
+        if almanac_media::trees_overlap(root, &self.settings.proxy_root) {
             return Err(HandlerError::permanent(format!(
                 "the storage root {} and the proxy root {} overlap, so the crawl could take proxies for photos \
                  and the proxy sweep could delete originals. Nothing was done. Set storage.proxy_root to a folder \
@@ -733,12 +732,11 @@ impl<C: CatalogueStore> Run<'_, C> {
                 let out = dir.clone();
                 let (facts_exif, made) = tokio::task::spawn_blocking(move || {
                     let exif = almanac_media::read_exif(&content);
-                    let made = match &decodable {
-                        Some(jpeg) => {
-                            almanac_media::make_still_proxies(&abs, jpeg, MediaFormat::Jpeg, exif.orientation, &out)
-                        }
-                        None => almanac_media::make_still_proxies(&abs, &content, format, exif.orientation, &out),
+                    let (pixels, pixels_format) = match &decodable {
+                        Some(jpeg) => (jpeg.as_slice(), MediaFormat::Jpeg),
+                        None => (content.as_slice(), format),
                     };
+                    let made = almanac_media::make_still_proxies(&abs, pixels, pixels_format, exif.orientation, &out);
                     (exif, made)
                 })
                 .await
