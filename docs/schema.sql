@@ -191,11 +191,15 @@ CREATE TABLE public.media_assets (
     last_seen_at timestamp with time zone DEFAULT now() NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     proxies_missing boolean DEFAULT false NOT NULL,
+    sidecar_path bytea,
+    sidecar_size bigint,
+    sidecar_modified_at timestamp with time zone,
     CONSTRAINT ck_media_assets_capture_day CHECK (((capture_day >= 1) AND (capture_day <= 31))),
     CONSTRAINT ck_media_assets_capture_month CHECK (((capture_month >= 1) AND (capture_month <= 12))),
-    CONSTRAINT ck_media_assets_captured_at_source CHECK ((captured_at_source = ANY (ARRAY['exif_original'::text, 'exif_digitized'::text, 'exif_modified'::text, 'container'::text, 'file_mtime'::text]))),
+    CONSTRAINT ck_media_assets_captured_at_source CHECK ((captured_at_source = ANY (ARRAY['exif_original'::text, 'exif_digitized'::text, 'xmp_embedded'::text, 'xmp_sidecar'::text, 'container'::text, 'file_name'::text, 'exif_modified'::text, 'file_mtime'::text]))),
     CONSTRAINT ck_media_assets_content_hash CHECK ((content_hash ~ '^[0-9a-f]{64}$'::text)),
     CONSTRAINT ck_media_assets_media_type CHECK ((media_type = ANY (ARRAY['image'::text, 'video'::text]))),
+    CONSTRAINT ck_media_assets_sidecar CHECK ((((sidecar_path IS NULL) = (sidecar_size IS NULL)) AND ((sidecar_path IS NULL) = (sidecar_modified_at IS NULL)))),
     CONSTRAINT ck_media_assets_size CHECK ((size_bytes >= 0)),
     CONSTRAINT ck_media_assets_soft_delete CHECK ((is_soft_deleted = (soft_deleted_at IS NOT NULL)))
 );
@@ -254,7 +258,7 @@ COMMENT ON COLUMN public.media_assets.captured_offset_minutes IS 'UTC offset of 
 -- Name: COLUMN media_assets.captured_at_source; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.media_assets.captured_at_source IS 'Which source gave captured_at: an EXIF date, the video container, or the file mtime.';
+COMMENT ON COLUMN public.media_assets.captured_at_source IS 'Which source gave captured_at, best first: exif_original, exif_digitized, xmp_embedded, xmp_sidecar, container, file_name, exif_modified, file_mtime.';
 
 
 --
@@ -297,6 +301,13 @@ COMMENT ON COLUMN public.media_assets.last_seen_at IS 'Last time a crawl read th
 --
 
 COMMENT ON COLUMN public.media_assets.proxies_missing IS 'Some proxies were deleted on purpose; the next crawl makes them again and clears this.';
+
+
+--
+-- Name: COLUMN media_assets.sidecar_path; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.media_assets.sidecar_path IS 'The XMP sidecar (relative to the root, exact bytes) present when the capture time was last read; with its size and mtime, a crawl sees a sidecar that appeared, changed or vanished and reads the date again. NULL when there was none.';
 
 
 --

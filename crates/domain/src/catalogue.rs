@@ -172,17 +172,23 @@ mod tests {
         assert_eq!(ProxyType::WebVideo.to_string(), "web_video");
         let hash = ContentHash::from_bytes([0xab; 32]);
         assert_eq!(hash.to_string(), "ab".repeat(32));
-        let stored: Vec<&str> = [
-            CaptureSource::ExifOriginal,
-            CaptureSource::ExifDigitized,
-            CaptureSource::ExifModified,
-            CaptureSource::Container,
-            CaptureSource::FileMtime,
-        ]
-        .map(CaptureSource::as_str)
-        .to_vec();
-        // The names the schema's CHECK constraint accepts.
-        assert_eq!(stored, ["exif_original", "exif_digitized", "exif_modified", "container", "file_mtime"]);
+        let stored: Vec<&str> = CaptureSource::ALL.map(CaptureSource::as_str).to_vec();
+        // The names the schema's CHECK constraint accepts, best first.
+        assert_eq!(
+            stored,
+            [
+                "exif_original",
+                "exif_digitized",
+                "xmp_embedded",
+                "xmp_sidecar",
+                "container",
+                "file_name",
+                "exif_modified",
+                "file_mtime"
+            ]
+        );
+        let ranks: Vec<u8> = CaptureSource::ALL.map(CaptureSource::rank).to_vec();
+        assert!(ranks.windows(2).all(|w| w[0] < w[1]), "ALL is in rank order: {ranks:?}");
     }
 
     #[test]
@@ -208,32 +214,60 @@ mod tests {
     }
 }
 
-/// Where an asset's capture time came from, best first. Stored as text.
+/// Where an asset's capture time came from. Stored as text. The variants are declared in rank order: when
+/// several sources give a time, the first in this order wins ([`CaptureSource::rank`], `docs/media.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CaptureSource {
-    /// EXIF DateTimeOriginal.
+    /// EXIF DateTimeOriginal (with its sub-seconds and offset when present).
     ExifOriginal,
     /// EXIF DateTimeDigitized.
     ExifDigitized,
-    /// EXIF DateTime (last modified by the camera or an editor).
-    ExifModified,
+    /// XMP embedded in the file (`exif:DateTimeOriginal`, `photoshop:DateCreated`, `xmp:CreateDate`).
+    XmpEmbedded,
+    /// An XMP sidecar next to the original (`NAME.EXT.xmp` or `NAME.xmp`).
+    XmpSidecar,
     /// The video container's creation time.
     Container,
+    /// A date in the file name (`IMG_20190704_123456.jpg`, `Screenshot_2019-07-04-…`).
+    FileName,
+    /// EXIF DateTime: when the camera or an editor last wrote the file, which for an edited photo is not
+    /// when it was taken; ranked below the file name for that reason.
+    ExifModified,
     /// The file's mtime: nothing better was found.
     FileMtime,
 }
 
 impl CaptureSource {
+    /// Every source, best first.
+    pub const ALL: [CaptureSource; 8] = [
+        CaptureSource::ExifOriginal,
+        CaptureSource::ExifDigitized,
+        CaptureSource::XmpEmbedded,
+        CaptureSource::XmpSidecar,
+        CaptureSource::Container,
+        CaptureSource::FileName,
+        CaptureSource::ExifModified,
+        CaptureSource::FileMtime,
+    ];
+
     /// As stored in the database.
     pub const fn as_str(self) -> &'static str {
         match self {
             CaptureSource::ExifOriginal => "exif_original",
             CaptureSource::ExifDigitized => "exif_digitized",
-            CaptureSource::ExifModified => "exif_modified",
+            CaptureSource::XmpEmbedded => "xmp_embedded",
+            CaptureSource::XmpSidecar => "xmp_sidecar",
             CaptureSource::Container => "container",
+            CaptureSource::FileName => "file_name",
+            CaptureSource::ExifModified => "exif_modified",
             CaptureSource::FileMtime => "file_mtime",
         }
+    }
+
+    /// Lower is better.
+    pub const fn rank(self) -> u8 {
+        self as u8
     }
 }
 
@@ -249,6 +283,15 @@ pub struct CaptureTime {
 }
 
 impl CaptureTime {
+    /// The best of several candidates: the one whose source ranks first ([`CaptureSource::rank`]); of two
+    /// from the same source, the first given.
+    pub fn best(candidates: impl IntoIterator<Item = CaptureTime>) -> Option<CaptureTime> {
+        candidates.into_iter().fold(None, |best: Option<CaptureTime>, c| match best {
+            Some(b) if b.source.rank() <= c.source.rank() => Some(b),
+            _ => Some(c),
+        })
+    }
+
     /// The local (month, day) of capture for the "on this day" index: in the camera's offset when known,
     /// else in UTC.
     pub fn local_month_day(&self) -> (u32, u32) {

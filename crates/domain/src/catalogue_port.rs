@@ -36,6 +36,18 @@ pub struct FileFacts {
     pub mtime: DateTime<Utc>,
 }
 
+/// An XMP sidecar next to an original, as the file system shows it: an asset remembers the one its capture
+/// time was read with, so that a sidecar that appears, changes or vanishes has the date read again.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Sidecar {
+    /// The sidecar's path relative to the root, as the exact bytes the file system gave.
+    pub path: Vec<u8>,
+    /// Size in bytes.
+    pub size: u64,
+    /// Modification time, truncated to microseconds (what the database keeps).
+    pub mtime: DateTime<Utc>,
+}
+
 /// A path the catalogue already knows for a config: an active asset's own path, or an extra path of one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KnownFile {
@@ -45,6 +57,8 @@ pub struct KnownFile {
     pub facts: FileFacts,
     /// True for an extra path (a copy), false for the asset's own path.
     pub extra: bool,
+    /// The sidecar the asset's capture time was read with (always `None` for an extra path).
+    pub sidecar: Option<Sidecar>,
     /// Whether the asset has all the proxies of its media type (a `proxy_deletion` removes some, so that the
     /// next crawl makes them again).
     pub proxies_complete: bool,
@@ -93,6 +107,8 @@ pub struct NewAsset {
     pub proxies: Vec<NewProxy>,
     /// An active asset at the same path whose content changed: soft-deleted in the same transaction.
     pub replaces: Option<AssetId>,
+    /// The XMP sidecar present when the capture time was read.
+    pub sidecar: Option<Sidecar>,
 }
 
 /// How an ingest ended.
@@ -173,6 +189,16 @@ pub trait CatalogueStore: Send + Sync {
         fence: Fence,
         asset: AssetId,
         facts: &FileFacts,
+    ) -> impl Future<Output = Result<(), CatalogueError>> + Send;
+
+    /// Sets an asset's capture time (and its "on this day" index) read again because its sidecar appeared,
+    /// changed or vanished, and remembers the sidecar it was read with.
+    fn redate(
+        &self,
+        fence: Fence,
+        asset: AssetId,
+        capture: &CaptureTime,
+        sidecar: Option<&Sidecar>,
     ) -> impl Future<Output = Result<(), CatalogueError>> + Send;
 
     /// Records (or refreshes) an extra path of an active asset.

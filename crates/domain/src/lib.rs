@@ -19,7 +19,7 @@ pub use catalogue::{
 };
 pub use catalogue_port::{
     CatalogueError, CatalogueStore, FileFacts, HashMatch, IngestOutcome, KnownFile, NewAsset, NewProxy,
-    PairingCandidate,
+    PairingCandidate, Sidecar,
 };
 pub use ids::{AssetId, BurstId, StorageConfigId, UserId, WorkItemId};
 pub use maintenance_port::{BurstFrame, BurstGroup, MaintenanceStore, PurgeCandidate, StoredProxy};

@@ -57,6 +57,7 @@ async fn crawl(
         max_concurrent_files: cores,
         tool_limits: ToolLimits::default(),
         mass_deletion: almanac_handlers::MassDeletionGuard::default(),
+        max_image_pixels: almanac_media::DEFAULT_MAX_PIXELS,
     };
     let handler = CrawlHandler::new(store.clone(), settings);
     let ctx = HandlerContext {

@@ -170,6 +170,7 @@ async fn a_root_overlapping_the_proxy_root_is_refused_by_the_crawl() {
             max_concurrent_files: 1,
             tool_limits: ToolLimits::default(),
             mass_deletion: MassDeletionGuard::default(),
+            max_image_pixels: almanac_media::DEFAULT_MAX_PIXELS,
         };
         let handler = CrawlHandler::new(lib.store.clone(), settings);
         let item = lib.item(serde_json::json!({})).await;
@@ -263,6 +264,15 @@ impl CatalogueStore for SwapAfterListing {
     async fn relocate(&self, fence: Fence, asset: AssetId, facts: &FileFacts) -> Result<(), CatalogueError> {
         self.inner.relocate(fence, asset, facts).await
     }
+    async fn redate(
+        &self,
+        fence: Fence,
+        asset: AssetId,
+        capture: &almanac_domain::CaptureTime,
+        sidecar: Option<&almanac_domain::Sidecar>,
+    ) -> Result<(), CatalogueError> {
+        self.inner.redate(fence, asset, capture, sidecar).await
+    }
     async fn record_extra_path(
         &self,
         fence: Fence,
@@ -325,6 +335,7 @@ async fn a_file_or_folder_swapped_for_a_link_after_listing_is_never_read() {
         max_concurrent_files: 2,
         tool_limits: ToolLimits::default(),
         mass_deletion: MassDeletionGuard::default(),
+        max_image_pixels: almanac_media::DEFAULT_MAX_PIXELS,
     };
     let handler = CrawlHandler::new(Arc::new(catalogue), settings);
     let item = lib.item(serde_json::json!({})).await;

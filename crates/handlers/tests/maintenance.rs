@@ -71,6 +71,7 @@ impl Library {
             },
             proxies,
             replaces: None,
+            sidecar: None,
         };
         match self.store.ingest(self.fixture_fence().await, &asset).await.unwrap() {
             IngestOutcome::Ingested(id) => (id, hash),

@@ -1,6 +1,9 @@
 use almanac_domain::{AssetMetadata, CaptureSource, CaptureTime};
-use chrono::{DateTime, NaiveDate, TimeZone, Utc};
-use exif::{In, Tag, Value};
+use chrono::{DateTime, Utc};
+use exif::{Context, In, Tag, Value};
+
+use crate::MediaFormat;
+use crate::dates::{parse_date_text, parse_offset};
 
 /// What a still's EXIF says, as far as the catalogue cares.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -16,7 +19,7 @@ pub struct ExifFacts {
 impl ExifFacts {
     /// The capture time: the best EXIF date, else `mtime`.
     pub fn capture_time(&self, mtime: DateTime<Utc>) -> CaptureTime {
-        self.dates.first().copied().unwrap_or(CaptureTime {
+        CaptureTime::best(self.dates.iter().copied()).unwrap_or(CaptureTime {
             at: mtime,
             offset_minutes: None,
             source: CaptureSource::FileMtime,
@@ -24,47 +27,135 @@ impl ExifFacts {
     }
 }
 
-/// Reads EXIF from a JPEG, HEIF, PNG or TIFF in memory. A file without EXIF (or with broken EXIF) gives
-/// empty facts, never an error: the capture time then falls back to the file's mtime.
+/// Everything a still's own bytes say: its EXIF (for a RAW whose container keeps none, its embedded preview's
+/// EXIF), plus the date of an XMP packet embedded anywhere in it, as one more candidate in `dates`.
+pub fn read_still_facts(content: &[u8], format: MediaFormat) -> ExifFacts {
+    let mut facts = read_exif(content);
+    if matches!(format, MediaFormat::Raw(_))
+        && (facts.dates.is_empty() || facts.metadata.camera_make.is_none())
+        && let Ok(preview) = crate::raw_preview(std::path::Path::new(""), content)
+    {
+        let from_preview = read_exif(preview);
+        if facts.dates.is_empty() {
+            facts.dates = from_preview.dates;
+        }
+        if facts.metadata.camera_make.is_none() {
+            facts.metadata = from_preview.metadata;
+            facts.orientation = from_preview.orientation;
+        }
+    }
+    facts.dates.extend(crate::embedded_xmp_date(content));
+    facts
+}
+
+/// Reads EXIF from a JPEG, HEIF/AVIF, PNG, WebP or TIFF-based file in memory, tolerantly: a block that
+/// breaks the specification somewhere (a sub-IFD without its next-IFD pointer, an entry whose value lies past
+/// the end, a MakerNote pointing outside, a wrong type or count, duplicate tags, a date in the wrong IFD) keeps
+/// every field that is still valid. A file without EXIF gives empty facts, never an error: the capture time
+/// then comes from elsewhere.
 pub fn read_exif(content: &[u8]) -> ExifFacts {
-    let Ok(exif) = exif::Reader::new().read_from_container(&mut std::io::Cursor::new(content)) else {
-        return ExifFacts { orientation: 1, ..ExifFacts::default() };
+    let mut facts = match parse_tolerantly(content) {
+        Some(exif) => facts_of(&exif),
+        None => ExifFacts { orientation: 1, ..ExifFacts::default() },
     };
-    let text = |tag: Tag| -> Option<String> {
-        match &exif.get_field(tag, In::PRIMARY)?.value {
-            Value::Ascii(parts) => {
-                let s = String::from_utf8_lossy(parts.first()?)
-                    .trim_matches(|c: char| c == '\0' || c.is_whitespace())
-                    .to_owned();
-                (!s.is_empty()).then_some(s)
+    // Canon's CR3 keeps IFD0 in a `CMT1` box and the Exif IFD in `CMT2`, each a TIFF block of its own.
+    if facts.dates.is_empty() {
+        let block = |name: &[u8]| {
+            let at = memchr::memmem::find(&content[..content.len().min(1 << 20)], name)? + name.len();
+            let tiff = content.get(at..content.len().min(at + (1 << 16)))?;
+            let mut reader = exif::Reader::new();
+            reader.continue_on_error(true);
+            reader.read_raw(tiff.to_vec()).or_else(|e| e.distill_partial_result(|_| {})).ok()
+        };
+        if let Some(ifd0) = block(b"CMT1") {
+            let base = facts_of(&ifd0);
+            if facts.metadata.camera_make.is_none() {
+                facts.metadata = base.metadata;
+                facts.orientation = base.orientation;
             }
-            _ => None,
         }
+        if let Some(exif_ifd) = block(b"CMT2") {
+            facts.dates = facts_of(&exif_ifd).dates;
+        }
+    }
+    facts
+}
+
+/// The EXIF block of a file, with what could be read of a damaged one. When the container cannot be walked
+/// (a damaged segment before the EXIF, an unknown box layout), the block is looked for by its signature.
+fn parse_tolerantly(content: &[u8]) -> Option<exif::Exif> {
+    let mut reader = exif::Reader::new();
+    reader.continue_on_error(true);
+    let keep_partial = |e: exif::Error| {
+        e.distill_partial_result(|errors| {
+            tracing::debug!(errors = ?errors, "EXIF partly damaged; the valid fields are kept");
+        })
     };
-    let raw = |tag: Tag| -> Option<Vec<u8>> {
-        match &exif.get_field(tag, In::PRIMARY)?.value {
-            Value::Ascii(parts) => parts.first().cloned(),
-            _ => None,
+    if let Ok(exif) = reader.read_from_container(&mut std::io::Cursor::new(content)).or_else(keep_partial) {
+        return Some(exif);
+    }
+    let tiff = find_exif_block(content)?;
+    reader.read_raw(tiff.to_vec()).or_else(keep_partial).ok()
+}
+
+/// A TIFF header right after an `Exif\0\0` identifier anywhere in the first part of the file (where every
+/// container keeps it), else at the very start (a TIFF or TIFF-based RAW).
+fn find_exif_block(content: &[u8]) -> Option<&[u8]> {
+    const SEARCH: usize = 1 << 20;
+    let head = &content[..content.len().min(SEARCH)];
+    let is_tiff = |b: &[u8]| b.starts_with(b"II*\0") || b.starts_with(b"MM\0*");
+    let mut from = 0;
+    while let Some(at) = memchr::memmem::find(&head[from..], b"Exif\0\0") {
+        let block = &content[from + at + 6..];
+        if is_tiff(block) {
+            return Some(block);
         }
+        from += at + 6;
+    }
+    is_tiff(content).then_some(content)
+}
+
+/// A field in the primary image, wherever a writer put it: in its own IFD first, else (a common mistake) in the
+/// other of IFD0 and the Exif IFD. GPS fields are only ever read from the GPS IFD (their numbers mean other
+/// things elsewhere). Of duplicates, the first valid one is kept.
+fn field(exif: &exif::Exif, tag: Tag) -> Option<&exif::Field> {
+    let find = |context: Context| {
+        exif.fields().find(|f| f.ifd_num == In::PRIMARY && f.tag.context() == context && f.tag.number() == tag.number())
+    };
+    find(tag.context()).or_else(|| match tag.context() {
+        Context::Tiff => find(Context::Exif),
+        Context::Exif => find(Context::Tiff),
+        _ => None,
+    })
+}
+
+/// A text field's bytes, whatever type the writer gave it (ASCII, or UNDEFINED/BYTE holding text).
+fn bytes_of(value: &Value) -> Option<&[u8]> {
+    match value {
+        Value::Ascii(parts) => parts.iter().map(Vec::as_slice).find(|p| !p.iter().all(|b| *b == 0 || *b == b' ')),
+        Value::Undefined(bytes, _) | Value::Byte(bytes) => Some(bytes.as_slice()),
+        _ => None,
+    }
+}
+
+fn facts_of(exif: &exif::Exif) -> ExifFacts {
+    let text = |tag: Tag| -> Option<String> {
+        let bytes = bytes_of(&field(exif, tag)?.value)?;
+        let s = String::from_utf8_lossy(bytes).trim_matches(|c: char| c == '\0' || c.is_whitespace()).to_owned();
+        (!s.is_empty()).then_some(s)
     };
     let date = |tag: Tag, subsec: Tag, offset: Tag, source: CaptureSource| -> Option<CaptureTime> {
-        let mut dt = exif::DateTime::from_ascii(&raw(tag)?).ok()?;
-        if let Some(s) = raw(subsec) {
-            let _ = dt.parse_subsec(&s);
+        let mut stamp = parse_date_text(&text(tag)?)?;
+        if let Some(fraction) = text(subsec).filter(|f| f.bytes().all(|b| b.is_ascii_digit())) {
+            let nine: String = fraction.chars().chain(std::iter::repeat('0')).take(9).collect();
+            if let Ok(nanos) = nine.parse::<i64>() {
+                stamp.local += chrono::Duration::nanoseconds(nanos);
+            }
         }
-        if let Some(o) = raw(offset) {
-            let _ = dt.parse_offset(&o);
+        if stamp.offset_minutes.is_none() {
+            stamp.offset_minutes = text(offset).and_then(|o| parse_offset(&o));
         }
-        let local = NaiveDate::from_ymd_opt(i32::from(dt.year), u32::from(dt.month), u32::from(dt.day))?
-            .and_hms_nano_opt(
-                u32::from(dt.hour),
-                u32::from(dt.minute),
-                u32::from(dt.second),
-                dt.nanosecond.unwrap_or(0),
-            )?;
-        let offset_minutes = dt.offset.map(i32::from);
-        let at = Utc.from_utc_datetime(&(local - chrono::Duration::minutes(i64::from(offset_minutes.unwrap_or(0)))));
-        Some(CaptureTime { at, offset_minutes, source })
+        Some(stamp.capture(source))
     };
     let dates = [
         date(Tag::DateTimeOriginal, Tag::SubSecTimeOriginal, Tag::OffsetTimeOriginal, CaptureSource::ExifOriginal),
@@ -74,25 +165,34 @@ pub fn read_exif(content: &[u8]) -> ExifFacts {
     .into_iter()
     .flatten()
     .collect();
-    let orientation = exif
-        .get_field(Tag::Orientation, In::PRIMARY)
+    let orientation = field(exif, Tag::Orientation)
         .and_then(|f| f.value.get_uint(0))
         .filter(|o| (1..=8).contains(o))
         .map_or(1, |o| o as u16);
+    let gps_field = |tag: Tag| field(exif, tag);
+    let gps_text =
+        |tag: Tag| gps_field(tag).and_then(|f| bytes_of(&f.value)).map(|b| String::from_utf8_lossy(b).into_owned());
     let gps = |value: Tag, reference: Tag, negative: &str| -> Option<f64> {
-        let Value::Rational(parts) = &exif.get_field(value, In::PRIMARY)?.value else { return None };
+        let Value::Rational(parts) = &gps_field(value)?.value else { return None };
+        if parts.is_empty() || parts.iter().any(|r| r.denom == 0) {
+            return None;
+        }
         let degrees = parts.iter().zip([1.0, 60.0, 3600.0]).map(|(r, d)| r.to_f64() / d).sum::<f64>();
-        let sign = if text(reference).is_some_and(|r| r.eq_ignore_ascii_case(negative)) { -1.0 } else { 1.0 };
+        let sign = if gps_text(reference).is_some_and(|r| r.trim_matches('\0').eq_ignore_ascii_case(negative)) {
+            -1.0
+        } else {
+            1.0
+        };
         degrees.is_finite().then_some(sign * degrees)
     };
-    let altitude = match exif.get_field(Tag::GPSAltitude, In::PRIMARY).map(|f| &f.value) {
-        Some(Value::Rational(r)) if !r.is_empty() => {
-            let below = exif.get_field(Tag::GPSAltitudeRef, In::PRIMARY).and_then(|f| f.value.get_uint(0)) == Some(1);
+    let altitude = match gps_field(Tag::GPSAltitude).map(|f| &f.value) {
+        Some(Value::Rational(r)) if !r.is_empty() && r[0].denom != 0 => {
+            let below = gps_field(Tag::GPSAltitudeRef).and_then(|f| f.value.get_uint(0)) == Some(1);
             Some(if below { -r[0].to_f64() } else { r[0].to_f64() }).filter(|a| a.is_finite())
         }
         _ => None,
     };
-    let metadata = AssetMetadata {
+    let mut metadata = AssetMetadata {
         orientation_degrees: orientation_degrees(orientation),
         gps_latitude: gps(Tag::GPSLatitude, Tag::GPSLatitudeRef, "S").filter(|v| (-90.0..=90.0).contains(v)),
         gps_longitude: gps(Tag::GPSLongitude, Tag::GPSLongitudeRef, "W").filter(|v| (-180.0..=180.0).contains(v)),
@@ -102,8 +202,7 @@ pub fn read_exif(content: &[u8]) -> ExifFacts {
         lens_model: text(Tag::LensModel),
         ..AssetMetadata::default()
     };
-    let mut metadata = metadata;
-    if let Some(Value::Undefined(note, _)) = exif.get_field(Tag::MakerNote, In::PRIMARY).map(|f| &f.value) {
+    if let Some(Value::Undefined(note, _)) = field(exif, Tag::MakerNote).map(|f| &f.value) {
         let apple = crate::read_apple_note(note);
         metadata.camera_burst_id = apple.burst_id;
         metadata.live_photo_content_id = apple.content_identifier;
@@ -135,6 +234,7 @@ mod tests {
     fn no_exif_means_upright_and_the_file_time() {
         let facts = read_exif(b"not an image");
         assert_eq!(facts.orientation, 1);
+        use chrono::TimeZone;
         let mtime = Utc.with_ymd_and_hms(2020, 5, 17, 10, 0, 0).unwrap();
         let capture = facts.capture_time(mtime);
         assert_eq!((capture.at, capture.source, capture.offset_minutes), (mtime, CaptureSource::FileMtime, None));

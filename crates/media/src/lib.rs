@@ -12,28 +12,36 @@
 
 mod apple;
 mod atomic;
+mod dates;
 mod detect;
 mod error;
 mod exif_facts;
 mod hash;
 mod originals;
+mod raw;
 mod still;
 mod tool;
 mod video;
+mod xmp;
 
 #[cfg(feature = "fixtures")]
 pub mod fixtures;
 
 pub use apple::{AppleNote, apple_note, read_apple_note};
 pub use atomic::{sync_folder, write_atomically};
-pub use detect::{MAGIC_LEN, MediaFormat, detect_format};
+pub use dates::date_in_file_name;
+pub use detect::{EXTENSIONS, MAGIC_LEN, MediaFormat, RawFormat, detect_format, is_media_name};
 pub use error::MediaError;
-pub use exif_facts::{ExifFacts, read_exif};
+pub use exif_facts::{ExifFacts, read_exif, read_still_facts};
 pub use hash::{HashedBytes, hash_bytes, hash_file, hash_reader};
 pub use originals::{
     Entry, EntryKind, OpenError, Original, Removal, RootFolder, identity, lies_within, overlap_hidden_from_paths,
     same_folder, same_tree, trees_overlap,
 };
-pub use still::{PREVIEW_LONG_SIDE, StillProxies, THUMBNAIL_LONG_SIDE, heic_to_jpeg, make_still_proxies};
+pub use raw::raw_preview;
+pub use still::{
+    DEFAULT_MAX_PIXELS, PREVIEW_LONG_SIDE, StillProxies, THUMBNAIL_LONG_SIDE, heic_to_jpeg, make_still_proxies,
+};
 pub use tool::ToolLimits;
 pub use video::{VideoFacts, VideoProxies, make_video_proxies, probe_video};
+pub use xmp::{MAX_XMP_BYTES, embedded_xmp_date, is_sidecar_name, sidecar_names, xmp_date};

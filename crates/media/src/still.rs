@@ -36,29 +36,41 @@ pub struct StillProxies {
     pub blurhash: String,
 }
 
-/// Decodes a still once (downscaled during decode for JPEG; a HEIC arrives as the JPEG [`heic_to_jpeg`] made
-/// of it), turns it upright per EXIF `orientation`, and writes `preview.jpg` and `thumbnail.jpg` (the thumbnail made from the preview) into `dest_dir`. Returns the
-/// dimensions and the BlurHash. Blocking: call it from a blocking thread.
+/// The default limit on a still's pixel count (setting `storage.max_image_megapixels`): above a 200 MP phone
+/// sensor, far below a decompression bomb's 60,000 × 60,000.
+pub const DEFAULT_MAX_PIXELS: u64 = 250_000_000;
+
+/// Decodes a still once (downscaled during decode for JPEG; a HEIC or AVIF arrives as the JPEG [`heic_to_jpeg`]
+/// made of it, a RAW as its embedded preview), turns it upright per EXIF `orientation`, and writes
+/// `preview.jpg` and `thumbnail.jpg` (the thumbnail made from the preview) into `dest_dir`. Returns the
+/// dimensions and the BlurHash. A header claiming more than `max_pixels` pixels is refused before anything
+/// is decoded. Blocking: call it from a blocking thread.
 pub fn make_still_proxies(
     path: &Path,
     content: &[u8],
     format: MediaFormat,
     orientation: u16,
+    max_pixels: u64,
     dest_dir: &Path,
 ) -> Result<StillProxies, MediaError> {
     let (decoded, width, height) = match format {
-        MediaFormat::Jpeg => decode_jpeg_for(path, content, PREVIEW_LONG_SIDE)?,
-        MediaFormat::Png => {
-            let image = image::load_from_memory_with_format(content, image::ImageFormat::Png)
-                .map_err(|e| MediaError::corrupt(path, e))?
-                .to_rgb8();
-            let (w, h) = image.dimensions();
-            (image, w, h)
+        MediaFormat::Jpeg => decode_jpeg_for(path, content, PREVIEW_LONG_SIDE, max_pixels)?,
+        MediaFormat::Png => decode_with_image(path, content, image::ImageFormat::Png, max_pixels)?,
+        MediaFormat::WebP => decode_with_image(path, content, image::ImageFormat::WebP, max_pixels)?,
+        MediaFormat::Tiff => decode_with_image(path, content, image::ImageFormat::Tiff, max_pixels)?,
+        MediaFormat::Gif => decode_with_image(path, content, image::ImageFormat::Gif, max_pixels)?,
+        MediaFormat::Heic | MediaFormat::Avif => {
+            return Err(MediaError::corrupt(path, "HEIF is converted by heic_to_jpeg first, then passed as a JPEG"));
         }
-        MediaFormat::Heic => {
-            return Err(MediaError::corrupt(path, "HEIC is converted by heic_to_jpeg first, then passed as a JPEG"));
+        MediaFormat::Raw(_) => {
+            return Err(MediaError::corrupt(path, "a RAW file passes its embedded preview (raw_preview), as a JPEG"));
         }
-        MediaFormat::QuickTime | MediaFormat::Mp4 => {
+        MediaFormat::QuickTime
+        | MediaFormat::Mp4
+        | MediaFormat::Matroska
+        | MediaFormat::Avi
+        | MediaFormat::MpegTs
+        | MediaFormat::Mpeg => {
             return Err(MediaError::corrupt(path, "a video is not a still"));
         }
     };
@@ -79,6 +91,49 @@ pub fn make_still_proxies(
     })
 }
 
+/// Refuses dimensions that are empty or larger than the limit, before any pixel is decoded.
+fn check_pixels(path: &Path, width: u32, height: u32, max_pixels: u64) -> Result<(), MediaError> {
+    let pixels = u64::from(width) * u64::from(height);
+    if pixels == 0 {
+        return Err(MediaError::corrupt(path, format!("the image claims {width}x{height} pixels")));
+    }
+    if pixels > max_pixels {
+        return Err(MediaError::corrupt(
+            path,
+            format!(
+                "the image claims {width}x{height} pixels ({} megapixels), more than the limit of {} \
+                 (setting storage.max_image_megapixels); refused before decoding. Raise the limit if the \
+                 image is genuine",
+                pixels / 1_000_000,
+                max_pixels / 1_000_000
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// PNG, WebP, TIFF and GIF (its first frame) through the `image` crate: the header's dimensions are checked
+/// against the limit first, and the decoder's own allocation limit follows from it.
+fn decode_with_image(
+    path: &Path,
+    content: &[u8],
+    format: image::ImageFormat,
+    max_pixels: u64,
+) -> Result<(RgbImage, u32, u32), MediaError> {
+    let reader = || image::ImageReader::with_format(std::io::Cursor::new(content), format);
+    let (w, h) = reader().into_dimensions().map_err(|e| MediaError::corrupt(path, e))?;
+    check_pixels(path, w, h, max_pixels)?;
+    let mut limits = image::Limits::default();
+    limits.max_image_width = Some(w);
+    limits.max_image_height = Some(h);
+    // Room for 16-bit RGBA, the widest pixels these decoders produce.
+    limits.max_alloc = Some(max_pixels.saturating_mul(8));
+    let mut decoder = reader();
+    decoder.limits(limits);
+    let image = decoder.decode().map_err(|e| MediaError::corrupt(path, e))?.to_rgb8();
+    Ok((image, w, h))
+}
+
 pub(crate) fn file_name(proxy: ProxyType) -> &'static str {
     proxy.file_name().expect("file proxies have file names")
 }
@@ -94,13 +149,16 @@ pub(crate) fn jpeg_scale(width: u32, height: u32, long_side: u32) -> (u32, u32) 
 
 /// Decodes a JPEG at the smallest DCT scale that still covers `long_side`. Returns the image and the
 /// original's full dimensions.
-fn decode_jpeg_for(path: &Path, content: &[u8], long_side: u32) -> Result<(RgbImage, u32, u32), MediaError> {
+fn decode_jpeg_for(
+    path: &Path,
+    content: &[u8],
+    long_side: u32,
+    max_pixels: u64,
+) -> Result<(RgbImage, u32, u32), MediaError> {
     let mut decompressor = turbojpeg::Decompressor::new().map_err(|e| MediaError::corrupt(path, e))?;
     let header = decompressor.read_header(content).map_err(|e| MediaError::corrupt(path, e))?;
     let (full_w, full_h) = (header.width as u32, header.height as u32);
-    if full_w == 0 || full_h == 0 || u64::from(full_w) * u64::from(full_h) > 300_000_000 {
-        return Err(MediaError::corrupt(path, format!("implausible dimensions {full_w}x{full_h}")));
-    }
+    check_pixels(path, full_w, full_h, max_pixels)?;
     let (w, h) = jpeg_scale(full_w, full_h, long_side);
     let mut pixels = vec![0u8; 3 * w as usize * h as usize];
     let image = turbojpeg::Image {

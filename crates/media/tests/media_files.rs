@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 use almanac_domain::CaptureSource;
 use almanac_media::fixtures::{self, FixtureExif};
 use almanac_media::{
-    MediaError, MediaFormat, Original, RootFolder, ToolLimits, heic_to_jpeg, make_still_proxies, make_video_proxies,
-    probe_video, read_exif,
+    DEFAULT_MAX_PIXELS, MediaError, MediaFormat, Original, RootFolder, ToolLimits, heic_to_jpeg, make_still_proxies,
+    make_video_proxies, probe_video, read_exif,
 };
 use chrono::{TimeZone, Utc};
 use tokio_util::sync::CancellationToken;
@@ -68,7 +68,7 @@ fn a_twelve_megapixel_jpeg_gives_an_upright_preview_thumbnail_and_blurhash() {
     let src = dir.path().join("IMG.jpg");
     std::fs::write(&src, &content).unwrap();
     let out = dir.path().join("proxies");
-    let made = make_still_proxies(&src, &content, MediaFormat::Jpeg, 6, &out).unwrap();
+    let made = make_still_proxies(&src, &content, MediaFormat::Jpeg, 6, DEFAULT_MAX_PIXELS, &out).unwrap();
     assert_eq!((made.width, made.height), (4000, 3000));
     // Orientation 6: the stored landscape is upright as portrait.
     assert_eq!(dims(&out.join("preview.jpg")), (1440, 1920));
@@ -91,7 +91,9 @@ fn a_twelve_megapixel_jpeg_gives_an_upright_preview_thumbnail_and_blurhash() {
 fn small_png_is_not_upscaled() {
     let dir = tempfile::tempdir().unwrap();
     let content = fixtures::png(200, 100, 3);
-    let made = make_still_proxies(&dir.path().join("a.png"), &content, MediaFormat::Png, 1, dir.path()).unwrap();
+    let made =
+        make_still_proxies(&dir.path().join("a.png"), &content, MediaFormat::Png, 1, DEFAULT_MAX_PIXELS, dir.path())
+            .unwrap();
     assert_eq!((made.width, made.height), (200, 100));
     assert_eq!(dims(&dir.path().join("preview.jpg")), (200, 100));
     assert_eq!(dims(&dir.path().join("thumbnail.jpg")), (200, 100));
@@ -103,11 +105,19 @@ fn truncated_or_fake_jpeg_is_a_clear_error_and_writes_no_proxy() {
     let content = fixtures::jpeg(800, 600, 1, true, &FixtureExif::default());
     let truncated = &content[..content.len() / 3];
     let out = dir.path().join("out");
-    let err = make_still_proxies(Path::new("/lib/cut.jpg"), truncated, MediaFormat::Jpeg, 1, &out).unwrap_err();
+    let err = make_still_proxies(Path::new("/lib/cut.jpg"), truncated, MediaFormat::Jpeg, 1, DEFAULT_MAX_PIXELS, &out)
+        .unwrap_err();
     assert!(matches!(err, MediaError::Corrupt { .. }), "{err:?}");
     assert!(err.to_string().contains("/lib/cut.jpg"));
     assert!(!out.join("preview.jpg").exists());
-    let err = make_still_proxies(Path::new("/lib/x.jpg"), b"\xff\xd8\xffnonsense", MediaFormat::Jpeg, 1, &out);
+    let err = make_still_proxies(
+        Path::new("/lib/x.jpg"),
+        b"\xff\xd8\xffnonsense",
+        MediaFormat::Jpeg,
+        1,
+        DEFAULT_MAX_PIXELS,
+        &out,
+    );
     assert!(matches!(err, Err(MediaError::Corrupt { .. })));
 }
 
@@ -193,7 +203,7 @@ async fn heic_goes_through_libheif_and_leaves_nothing_behind() {
     assert_eq!(almanac_media::detect_format(&src, &content[..16]), Some(MediaFormat::Heic));
     let out = dir.path().join("proxies");
     let jpeg = heic_to_jpeg(&open(&src), &out, ToolLimits::default(), &CancellationToken::new()).await.unwrap();
-    let made = make_still_proxies(&src, &jpeg, MediaFormat::Jpeg, 1, &out).unwrap();
+    let made = make_still_proxies(&src, &jpeg, MediaFormat::Jpeg, 1, DEFAULT_MAX_PIXELS, &out).unwrap();
     assert_eq!((made.width, made.height), (640, 480));
     assert_eq!(dims(&out.join("thumbnail.jpg")), (300, 225));
     let mut names: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).collect();

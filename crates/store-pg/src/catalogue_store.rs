@@ -1,8 +1,8 @@
 //! The catalogue statements the crawl needs ([`CatalogueStore`]).
 
 use almanac_domain::{
-    AssetId, CatalogueError, CatalogueStore, ContentHash, Fence, FileFacts, HashMatch, IngestOutcome, KnownFile,
-    MediaType, NewAsset, NewProxy, NewWorkItem, PairingCandidate, StorageConfig, StorageConfigId,
+    AssetId, CaptureTime, CatalogueError, CatalogueStore, ContentHash, Fence, FileFacts, HashMatch, IngestOutcome,
+    KnownFile, MediaType, NewAsset, NewProxy, NewWorkItem, PairingCandidate, Sidecar, StorageConfig, StorageConfigId,
 };
 use chrono::{DateTime, Utc};
 use diesel::pg::Pg;
@@ -64,6 +64,12 @@ struct KnownRow {
     extra: bool,
     #[diesel(sql_type = Bool)]
     proxies_complete: bool,
+    #[diesel(sql_type = Nullable<Binary>)]
+    sidecar_path: Option<Vec<u8>>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    sidecar_size: Option<i64>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    sidecar_modified_at: Option<DateTime<Utc>>,
 }
 
 #[derive(QueryableByName)]
@@ -158,11 +164,12 @@ impl CatalogueStore for PgStore {
         let mut conn = self.conn().await.map_err(catalogue)?;
         let rows: Vec<KnownRow> = sql_query(
             "SELECT a.id AS asset_id, a.file_path, '' AS display_path, a.size_bytes, a.file_modified_at,
-                    false AS extra, NOT a.proxies_missing AS proxies_complete
+                    false AS extra, NOT a.proxies_missing AS proxies_complete,
+                    a.sidecar_path, a.sidecar_size, a.sidecar_modified_at
                FROM media_assets a
               WHERE a.storage_config_id = $1 AND NOT a.is_soft_deleted
              UNION ALL
-             SELECT e.asset_id, e.file_path, '', e.size_bytes, e.file_modified_at, true, true
+             SELECT e.asset_id, e.file_path, '', e.size_bytes, e.file_modified_at, true, true, NULL, NULL, NULL
                FROM asset_extra_paths e JOIN media_assets a ON a.id = e.asset_id
               WHERE e.storage_config_id = $1 AND NOT a.is_soft_deleted",
         )
@@ -181,6 +188,12 @@ impl CatalogueStore for PgStore {
                         mtime: r.file_modified_at,
                     },
                     extra: r.extra,
+                    sidecar: match (r.sidecar_path, r.sidecar_size, r.sidecar_modified_at) {
+                        (Some(path), Some(size), Some(mtime)) => {
+                            Some(Sidecar { path, size: u64::try_from(size).unwrap_or(0), mtime })
+                        }
+                        _ => None,
+                    },
                     proxies_complete: r.proxies_complete,
                 })
             })
@@ -309,6 +322,42 @@ impl CatalogueStore for PgStore {
     }
 
     #[mutants::skip]
+    async fn redate(
+        &self,
+        fence: Fence,
+        asset: AssetId,
+        capture: &CaptureTime,
+        sidecar: Option<&Sidecar>,
+    ) -> Result<(), CatalogueError> {
+        let mut conn = self.conn().await.map_err(catalogue)?;
+        let (month, day) = capture.local_month_day();
+        conn.transaction::<_, Fenced, _>(async |conn| {
+            hold(conn, fence).await?;
+            sql_query(
+                "UPDATE media_assets
+                    SET captured_at = $2, captured_offset_minutes = $3, captured_at_source = $4,
+                        capture_month = $5, capture_day = $6,
+                        sidecar_path = $7, sidecar_size = $8, sidecar_modified_at = $9
+                  WHERE id = $1",
+            )
+            .bind::<Uuid, _>(asset.as_uuid())
+            .bind::<Timestamptz, _>(capture.at)
+            .bind::<Nullable<Integer>, _>(capture.offset_minutes)
+            .bind::<Text, _>(capture.source.as_str())
+            .bind::<SmallInt, _>(month as i16)
+            .bind::<SmallInt, _>(day as i16)
+            .bind::<Nullable<Binary>, _>(sidecar.map(|s| s.path.as_slice()))
+            .bind::<Nullable<BigInt>, _>(sidecar.map(|s| size(s.size)))
+            .bind::<Nullable<Timestamptz>, _>(sidecar.map(|s| s.mtime))
+            .execute(conn)
+            .await?;
+            Ok(())
+        })
+        .await
+        .map_err(fenced_error)
+    }
+
+    #[mutants::skip]
     async fn ingest(&self, fence: Fence, asset: &NewAsset) -> Result<IngestOutcome, CatalogueError> {
         let mut conn = self.conn().await.map_err(catalogue)?;
         let id = AssetId::new();
@@ -328,8 +377,8 @@ impl CatalogueStore for PgStore {
                 sql_query(
                     "INSERT INTO media_assets (id, storage_config_id, file_path, display_path, content_hash, size_bytes,
                          file_modified_at, media_type, captured_at, captured_offset_minutes, captured_at_source,
-                         capture_month, capture_day)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+                         capture_month, capture_day, sidecar_path, sidecar_size, sidecar_modified_at)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
                 )
                 .bind::<Uuid, _>(id.as_uuid())
                 .bind::<Uuid, _>(asset.storage_config_id.as_uuid())
@@ -344,6 +393,9 @@ impl CatalogueStore for PgStore {
                 .bind::<Text, _>(asset.capture.source.as_str())
                 .bind::<SmallInt, _>(month as i16)
                 .bind::<SmallInt, _>(day as i16)
+                .bind::<Nullable<Binary>, _>(asset.sidecar.as_ref().map(|s| s.path.as_slice()))
+                .bind::<Nullable<BigInt>, _>(asset.sidecar.as_ref().map(|s| size(s.size)))
+                .bind::<Nullable<Timestamptz>, _>(asset.sidecar.as_ref().map(|s| s.mtime))
                 .execute(conn)
                 .await?;
                 let m = &asset.metadata;

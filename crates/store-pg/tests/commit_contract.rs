@@ -235,5 +235,6 @@ fn fixture_asset(config: almanac_domain::StorageConfigId) -> almanac_domain::New
         metadata: AssetMetadata::default(),
         proxies: Vec::new(),
         replaces: None,
+        sidecar: None,
     }
 }

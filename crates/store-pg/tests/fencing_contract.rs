@@ -100,6 +100,7 @@ fn asset(config: StorageConfigId, n: u8, path: &str) -> NewAsset {
             size_bytes: 4,
         }],
         replaces: None,
+        sidecar: None,
     }
 }
 

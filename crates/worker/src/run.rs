@@ -80,6 +80,7 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<ExitCode> {
             max_concurrent_files: settings.worker.max_concurrent_files,
             tool_limits: ToolLimits::default(),
             mass_deletion: settings.mass_deletion(),
+            max_image_pixels: settings.storage.max_image_megapixels * 1_000_000,
         },
     );
     let registry = HandlerRegistry::new()

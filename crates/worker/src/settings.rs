@@ -72,6 +72,9 @@ pub struct Storage {
     pub mass_deletion_min_assets: u64,
     /// See `mass_deletion_min_assets`; 1 to 100.
     pub mass_deletion_max_percent: u8,
+    /// Stills whose header claims more megapixels than this are refused before decoding (a decompression
+    /// bomb), recorded as failed files with the reason.
+    pub max_image_megapixels: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -143,6 +146,7 @@ impl Default for Storage {
             proxy_root: PathBuf::from("/var/lib/almanac/proxies"),
             mass_deletion_min_assets: guard.min_assets,
             mass_deletion_max_percent: guard.max_percent,
+            max_image_megapixels: almanac_media::DEFAULT_MAX_PIXELS / 1_000_000,
         }
     }
 }
@@ -236,6 +240,14 @@ impl Settings {
             bail!(
                 "storage.mass_deletion_max_percent: {} must be from 1 to 100",
                 self.storage.mass_deletion_max_percent
+            );
+        }
+        if !(1..=10_000).contains(&self.storage.max_image_megapixels) {
+            bail!(
+                "storage.max_image_megapixels: {} must be from 1 to 10000 (the default, {}, is above any camera's \
+                 sensor)",
+                self.storage.max_image_megapixels,
+                almanac_media::DEFAULT_MAX_PIXELS / 1_000_000
             );
         }
         if self.schedule.crawl_interval < Duration::from_secs(60) {

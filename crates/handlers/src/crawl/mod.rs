@@ -42,6 +42,8 @@ pub struct CrawlSettings {
     pub tool_limits: ToolLimits,
     /// When a crawl refuses to soft-delete what it did not find.
     pub mass_deletion: MassDeletionGuard,
+    /// Stills whose header claims more pixels than this are refused before decoding (a decompression bomb).
+    pub max_image_pixels: u64,
 }
 
 /// The crawl handler (kind `crawl`).
@@ -77,6 +79,7 @@ struct Counters {
     revived: AtomicU64,
     touched: AtomicU64,
     regenerated: AtomicU64,
+    redated: AtomicU64,
     skipped: AtomicU64,
     failed: AtomicU64,
     bytes_hashed: AtomicU64,
@@ -94,6 +97,7 @@ impl Counters {
             "revived": get(&self.revived),
             "touched": get(&self.touched),
             "proxies_regenerated": get(&self.regenerated),
+            "redated": get(&self.redated),
             "skipped": get(&self.skipped),
             "failed": get(&self.failed),
             "bytes_hashed": get(&self.bytes_hashed),
@@ -326,12 +330,17 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
 
         let (tx, rx) = tokio::sync::mpsc::channel::<Walked>(256);
         let walker = tokio::task::spawn_blocking(move || {
-            classify(files, &tx, |rel, size, mtime| {
-                // Unchanged means same path, size and mtime, and nothing missing: an asset whose proxies were
-                // deleted (to be made again) is read again.
-                let k =
-                    known.get(rel).filter(|k| k.facts.size == size && k.facts.mtime == mtime && k.proxies_complete)?;
-                Some(if k.extra { Seen::Extra(rel.to_vec()) } else { Seen::Asset(k.asset_id) })
+            classify(files, &tx, |entry| {
+                // Unchanged means same path, size and mtime, the same sidecar (an asset's date is read again
+                // when its sidecar appears, changes or vanishes), and nothing missing: an asset whose proxies
+                // were deleted (to be made again) is read again.
+                let k = known.get(&entry.rel).filter(|k| {
+                    k.facts.size == entry.size
+                        && k.facts.mtime == entry.mtime
+                        && k.proxies_complete
+                        && (k.extra || k.sidecar == entry.sidecar)
+                })?;
+                Some(if k.extra { Seen::Extra(entry.rel.clone()) } else { Seen::Asset(k.asset_id) })
             })
         });
         let fatal: Mutex<Option<CatalogueError>> = Mutex::default();
@@ -438,6 +447,7 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
             &run.counters.revived,
             &run.counters.touched,
             &run.counters.regenerated,
+            &run.counters.redated,
         ]
         .iter()
         .any(|c| c.load(Ordering::Relaxed) > 0);
@@ -613,11 +623,20 @@ impl<C: CatalogueStore> Run<'_, C> {
         match place(same_at_path, active, soft_deleted) {
             Placement::Touched(id) => {
                 self.mark(Seen::Asset(id));
+                let sidecar_changed = known.is_some_and(|k| k.sidecar != entry.sidecar);
                 if known.is_some_and(|k| !k.proxies_complete) {
                     let made = self.make(entry, original, format, content, &hash).await?;
                     self.still_wanted()?;
                     self.catalogue.put_proxies(self.fence, id, &made.proxies).await?;
+                    if sidecar_changed {
+                        self.catalogue.redate(self.fence, id, &made.capture, entry.sidecar.as_ref()).await?;
+                    }
                     self.counters.regenerated.fetch_add(1, Ordering::Relaxed);
+                } else if sidecar_changed {
+                    let capture = self.capture_again(entry, &original, format, content).await?;
+                    self.still_wanted()?;
+                    self.catalogue.redate(self.fence, id, &capture, entry.sidecar.as_ref()).await?;
+                    self.counters.redated.fetch_add(1, Ordering::Relaxed);
                 } else {
                     self.counters.touched.fetch_add(1, Ordering::Relaxed);
                 }
@@ -701,6 +720,7 @@ impl<C: CatalogueStore> Run<'_, C> {
             metadata: made.metadata,
             proxies: made.proxies,
             replaces,
+            sidecar: entry.sidecar.clone(),
         })
     }
 
@@ -721,28 +741,43 @@ impl<C: CatalogueStore> Run<'_, C> {
         let rel_file = |t: ProxyType| relative_dir.join(t.file_name().expect("file proxy")).display().to_string();
         let (media_type, capture, metadata, proxies) = match (format.media_type(), content) {
             (MediaType::Image, Some(content)) => {
-                // HEIC is turned into a JPEG first, by a tool reading the open file (killed on cancellation).
-                let decodable = match format {
-                    MediaFormat::Heic => Some(
+                // HEIC and AVIF are turned into a JPEG first, by a tool reading the open file (killed on
+                // cancellation); a RAW passes its embedded preview.
+                let converted = match format {
+                    MediaFormat::Heic | MediaFormat::Avif => Some(
                         almanac_media::heic_to_jpeg(&original, &dir, self.settings.tool_limits, &self.cancel).await?,
                     ),
                     _ => None,
                 };
                 let abs = entry.abs.clone();
                 let out = dir.clone();
-                let (facts_exif, made) = tokio::task::spawn_blocking(move || {
-                    let exif = almanac_media::read_exif(&content);
-                    let (pixels, pixels_format) = match &decodable {
-                        Some(jpeg) => (jpeg.as_slice(), MediaFormat::Jpeg),
-                        None => (content.as_slice(), format),
-                    };
-                    let made = almanac_media::make_still_proxies(&abs, pixels, pixels_format, exif.orientation, &out);
-                    (exif, made)
+                let max_pixels = self.settings.max_image_pixels;
+                let (facts, made) = tokio::task::spawn_blocking(move || {
+                    let facts = almanac_media::read_still_facts(&content, format);
+                    let made = match (&converted, format) {
+                        (Some(jpeg), _) => Ok((jpeg.as_slice(), MediaFormat::Jpeg)),
+                        (None, MediaFormat::Raw(_)) => {
+                            almanac_media::raw_preview(&abs, &content).map(|p| (p, MediaFormat::Jpeg))
+                        }
+                        (None, _) => Ok((content.as_slice(), format)),
+                    }
+                    .and_then(|(pixels, pixels_format)| {
+                        almanac_media::make_still_proxies(
+                            &abs,
+                            pixels,
+                            pixels_format,
+                            facts.orientation,
+                            max_pixels,
+                            &out,
+                        )
+                    });
+                    (facts, made)
                 })
                 .await
                 .map_err(|e| FileProblem::Failed(format!("decoding ended abnormally: {e}")))?;
                 let made = made?;
-                let mut metadata = facts_exif.metadata.clone();
+                let capture = self.best_capture(entry, facts.dates.iter().copied()).await;
+                let mut metadata = facts.metadata;
                 metadata.width = Some(made.width);
                 metadata.height = Some(made.height);
                 let proxies = vec![
@@ -765,17 +800,13 @@ impl<C: CatalogueStore> Run<'_, C> {
                         size_bytes: 0,
                     },
                 ];
-                (MediaType::Image, facts_exif.capture_time(entry.mtime), metadata, proxies)
+                (MediaType::Image, capture, metadata, proxies)
             }
             _ => {
                 let limits = self.settings.tool_limits;
                 let probed = almanac_media::probe_video(&original, limits, &self.cancel).await?;
                 let made = almanac_media::make_video_proxies(&original, &dir, limits, &self.cancel).await?;
-                let capture = probed.created.unwrap_or(almanac_domain::CaptureTime {
-                    at: entry.mtime,
-                    offset_minutes: None,
-                    source: almanac_domain::CaptureSource::FileMtime,
-                });
+                let capture = self.best_capture(entry, probed.created).await;
                 let proxies = vec![
                     NewProxy {
                         proxy_type: ProxyType::Poster,
@@ -794,5 +825,79 @@ impl<C: CatalogueStore> Run<'_, C> {
             }
         };
         Ok(Made { media_type, capture, metadata, proxies })
+    }
+
+    /// The capture time of a known file whose sidecar appeared, changed or vanished: its own dates read again
+    /// (no proxies made), ranked with the sidecar's and the file name's.
+    async fn capture_again(
+        &self,
+        entry: &WalkEntry,
+        original: &Original,
+        format: MediaFormat,
+        content: Option<Vec<u8>>,
+    ) -> Result<almanac_domain::CaptureTime, FileProblem> {
+        let own: Vec<almanac_domain::CaptureTime> = match content {
+            Some(content) => {
+                tokio::task::spawn_blocking(move || almanac_media::read_still_facts(&content, format).dates)
+                    .await
+                    .map_err(|e| FileProblem::Failed(format!("reading metadata ended abnormally: {e}")))?
+            }
+            None => {
+                let probed = almanac_media::probe_video(original, self.settings.tool_limits, &self.cancel).await?;
+                probed.created.into_iter().collect()
+            }
+        };
+        Ok(self.best_capture(entry, own).await)
+    }
+
+    /// The best capture time of a file: its own dates (EXIF, embedded XMP, the container's), its sidecar's, a
+    /// date in its name, and at last its mtime, ranked by [`almanac_domain::CaptureSource::rank`].
+    async fn best_capture(
+        &self,
+        entry: &WalkEntry,
+        own: impl IntoIterator<Item = almanac_domain::CaptureTime>,
+    ) -> almanac_domain::CaptureTime {
+        let sidecar = match &entry.sidecar {
+            Some(sidecar) => self.sidecar_date(sidecar).await,
+            None => None,
+        };
+        let name = entry.rel.rsplit(|c| *c == b'/').next().unwrap_or(&entry.rel);
+        let from_name = almanac_media::date_in_file_name(&String::from_utf8_lossy(name));
+        almanac_domain::CaptureTime::best(own.into_iter().chain(sidecar).chain(from_name)).unwrap_or(
+            almanac_domain::CaptureTime {
+                at: entry.mtime,
+                offset_minutes: None,
+                source: almanac_domain::CaptureSource::FileMtime,
+            },
+        )
+    }
+
+    /// The date in a sidecar, read beneath the root like an original (no link followed, bounded in size). A
+    /// sidecar that cannot be read or parsed gives no date; the others still count.
+    async fn sidecar_date(&self, sidecar: &almanac_domain::Sidecar) -> Option<almanac_domain::CaptureTime> {
+        let root = self.root.clone();
+        let path = sidecar.path.clone();
+        let read = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, String> {
+            use std::io::Read;
+            let original = root.open_file(&path).map_err(|e| e.to_string())?;
+            let mut bytes = Vec::new();
+            original
+                .file()
+                .take(almanac_media::MAX_XMP_BYTES as u64 + 1)
+                .read_to_end(&mut bytes)
+                .map_err(|e| e.to_string())?;
+            Ok(bytes)
+        })
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r);
+        match read {
+            Ok(bytes) => almanac_media::xmp_date(&bytes, almanac_domain::CaptureSource::XmpSidecar),
+            Err(reason) => {
+                let path = display(&sidecar.path);
+                tracing::warn!(sidecar = %path, %reason, "an XMP sidecar could not be read; its date is not used");
+                None
+            }
+        }
     }
 }

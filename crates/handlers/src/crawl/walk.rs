@@ -1,19 +1,18 @@
 //! Walking a config's folder: one directory handle open at a time, links never followed, system folders and
 //! hidden files skipped, names kept as the exact bytes the file system gave.
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use almanac_media::{EntryKind, OpenError, RootFolder};
+use almanac_domain::Sidecar;
+use almanac_media::{EntryKind, OpenError, RootFolder, is_media_name, is_sidecar_name, sidecar_names};
 use chrono::{DateTime, Utc};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::rules::is_skipped_name;
-
-/// Extensions the crawl looks at (the content is checked later by its first bytes).
-const MEDIA_EXTENSIONS: [&str; 10] = ["jpg", "jpeg", "jpe", "png", "heic", "heif", "hif", "mov", "mp4", "m4v"];
 
 /// What the walk hands to the crawl.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +46,8 @@ pub struct WalkEntry {
     pub size: u64,
     /// Modification time, truncated to microseconds (what the database keeps).
     pub mtime: DateTime<Utc>,
+    /// Its XMP sidecar in the same folder, if there is one (`NAME.EXT.xmp` before `NAME.xmp`, any case).
+    pub sidecar: Option<Sidecar>,
 }
 
 /// What the walk passed over.
@@ -104,6 +105,15 @@ pub fn list_tree(
             rel.push(b'/');
         }
         let prefix = rel.len();
+        // The folder's XMP sidecars, by lower-case name, for the media files beside them.
+        let sidecars: HashMap<Vec<u8>, Sidecar> = entries
+            .iter()
+            .filter(|e| e.kind == EntryKind::File && is_sidecar_name(e.name.as_bytes()))
+            .map(|e| {
+                let path = [&rel[..], e.name.as_bytes()].concat();
+                (e.name.as_bytes().to_ascii_lowercase(), Sidecar { path, size: e.size, mtime: e.mtime })
+            })
+            .collect();
         for entry in entries {
             rel.truncate(prefix);
             rel.extend_from_slice(entry.name.as_bytes());
@@ -114,12 +124,17 @@ pub fn list_tree(
                 }
                 EntryKind::Folder => subdirs.push(rel.clone()),
                 EntryKind::Other => report.unsupported += 1,
+                EntryKind::File if is_sidecar_name(entry.name.as_bytes()) => {}
                 EntryKind::File if !is_media_name(&entry.name) => report.unsupported += 1,
                 EntryKind::File => files.push(WalkEntry {
                     abs: root.path().join(OsStr::from_bytes(&rel)),
                     rel: rel.clone(),
                     size: entry.size,
                     mtime: entry.mtime,
+                    sidecar: sidecar_names(entry.name.as_bytes())
+                        .iter()
+                        .find_map(|name| sidecars.get(&name.to_ascii_lowercase()))
+                        .cloned(),
                 }),
             }
         }
@@ -127,13 +142,6 @@ pub fn list_tree(
         stack.extend(subdirs.into_iter().rev());
     }
     (files, report)
-}
-
-fn is_media_name(name: &OsStr) -> bool {
-    Path::new(name)
-        .extension()
-        .and_then(|e| e.to_str())
-        .is_some_and(|e| MEDIA_EXTENSIONS.iter().any(|m| m.eq_ignore_ascii_case(e)))
 }
 
 fn display_of(root: &RootFolder, rel: &[u8]) -> String {
@@ -145,11 +153,11 @@ fn display_of(root: &RootFolder, rel: &[u8]) -> String {
 pub fn classify(
     files: Vec<WalkEntry>,
     tx: &mpsc::Sender<Walked>,
-    unchanged: impl Fn(&[u8], u64, DateTime<Utc>) -> Option<Seen>,
+    unchanged: impl Fn(&WalkEntry) -> Option<Seen>,
 ) -> bool {
     let mut seen = Vec::with_capacity(UNCHANGED_BATCH);
     for entry in files {
-        if let Some(mark) = unchanged(&entry.rel, entry.size, entry.mtime) {
+        if let Some(mark) = unchanged(&entry) {
             seen.push(mark);
             if seen.len() >= UNCHANGED_BATCH && tx.blocking_send(Walked::Unchanged(std::mem::take(&mut seen))).is_err()
             {

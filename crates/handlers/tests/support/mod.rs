@@ -131,6 +131,7 @@ impl Library {
             max_concurrent_files,
             tool_limits: ToolLimits::default(),
             mass_deletion: MassDeletionGuard::default(),
+            max_image_pixels: almanac_media::DEFAULT_MAX_PIXELS,
         };
         CrawlHandler::new(self.store.clone(), settings)
     }

@@ -1,0 +1,262 @@
+//! The right day for every file: a mixed library (every format the Worker reads; dates in EXIF, broken EXIF,
+//! embedded XMP, sidecars, containers and file names; a decompression bomb; truncated files) crawled on real
+//! files generated here and a real PostgreSQL catalogue.
+
+mod support;
+
+use almanac_media::fixtures::exif_block::{self, Block};
+use almanac_media::fixtures::{self, FixtureExif};
+use diesel::sql_query;
+use diesel::sql_types::{BigInt, Nullable, Text};
+use diesel_async::RunQueryDsl;
+use support::{Library, library};
+
+#[derive(Debug, Clone, diesel::QueryableByName)]
+struct Dated {
+    #[diesel(sql_type = Text)]
+    display_path: String,
+    #[diesel(sql_type = Text)]
+    source: String,
+    #[diesel(sql_type = Text)]
+    day: String,
+    #[diesel(sql_type = Text)]
+    content_hash: String,
+    #[diesel(sql_type = Text)]
+    media_type: String,
+    #[diesel(sql_type = Nullable<Text>)]
+    camera_make: Option<String>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    orientation: Option<i64>,
+}
+
+impl Library {
+    /// Each active asset's date source and its "on this day" index as `MM-DD`.
+    async fn dated(&self) -> Vec<Dated> {
+        sql_query(
+            "SELECT a.display_path, a.captured_at_source AS source,
+                    lpad(a.capture_month::text, 2, '0') || '-' || lpad(a.capture_day::text, 2, '0') AS day,
+                    a.content_hash, a.media_type, m.camera_make, m.orientation_degrees::bigint AS orientation
+               FROM media_assets a LEFT JOIN asset_metadata m ON m.asset_id = a.id
+              WHERE NOT a.is_soft_deleted ORDER BY a.display_path",
+        )
+        .load(&mut self.conn().await)
+        .await
+        .unwrap()
+    }
+
+    fn preview_of(&self, hash: &str) -> std::path::PathBuf {
+        self.proxies.join(self.config.to_string()).join(&hash[..2]).join(hash).join("preview.jpg")
+    }
+}
+
+fn find<'a>(rows: &'a [Dated], path: &str) -> &'a Dated {
+    rows.iter().find(|r| r.display_path == path).unwrap_or_else(|| panic!("{path} was not ingested: {rows:#?}"))
+}
+
+/// A JPEG with no metadata at all (its date then comes from elsewhere).
+fn bare_jpeg(seed: u32) -> Vec<u8> {
+    fixtures::jpeg(64, 48, seed, false, &FixtureExif::default())
+}
+
+/// A camera block (orientation 6, dated 2019-07-04 18:30 +02:00) from a writer that leaves out the Exif
+/// sub-IFD's next-IFD pointer.
+fn broken_block(little_endian: bool) -> Vec<u8> {
+    Block { exif_without_next_pointer: true, ..Block::camera(little_endian) }.bytes()
+}
+
+/// A still of 64x48 with orientation 6: its preview must be upright, 48 wide and 64 high.
+fn assert_upright(lib: &Library, row: &Dated) {
+    assert_eq!(row.orientation, Some(90), "{}", row.display_path);
+    let dims = image::image_dimensions(lib.preview_of(&row.content_hash)).unwrap();
+    assert_eq!(dims, (48, 64), "{}: the preview is turned upright", row.display_path);
+}
+
+#[tokio::test]
+async fn a_mixed_library_gets_the_right_day_for_every_file() {
+    let lib = library().await;
+    let preview_with_exif = |seed: u32| {
+        let plain = fixtures::jpeg(64, 48, seed, false, &FixtureExif::default());
+        let block = broken_block(seed.is_multiple_of(2));
+        [&plain[..2], &exif_block::app1(&block), &plain[2..]].concat()
+    };
+
+    // EXIF, intact and broken, in every still container that carries it.
+    lib.write(
+        "exif/camera.jpg",
+        &fixtures::jpeg(64, 48, 1, false, &FixtureExif::camera("2019:07:04 18:30:05", "+02:00")),
+    );
+    lib.write("exif/broken_le.jpg", &preview_with_exif(2));
+    lib.write("exif/broken_be.jpg", &preview_with_exif(3));
+    lib.write("exif/broken.png", &exif_block::png(&broken_block(true)));
+    lib.write("exif/broken.webp", &exif_block::webp(&broken_block(false)));
+    // Embedded XMP only, sidecars of both naming forms, a date in the file name only.
+    lib.write(
+        "xmp/embedded.jpg",
+        &fixtures::with_xmp(&bare_jpeg(4), &fixtures::xmp("photoshop:DateCreated", "2018-03-05T10:00:00")),
+    );
+    lib.write("xmp/darktable.jpg", &bare_jpeg(5));
+    lib.write("xmp/darktable.jpg.xmp", fixtures::xmp("exif:DateTimeOriginal", "2017-02-14T09:00:00").as_bytes());
+    lib.write("xmp/DSC_0006.JPG", &bare_jpeg(6));
+    lib.write("xmp/DSC_0006.XMP", fixtures::xmp("xmp:CreateDate", "2016-12-25T08:00:00").as_bytes());
+    lib.write("names/IMG-20170809-WA0001.jpg", &bare_jpeg(7));
+    lib.write("names/Screenshot_2016-02-03-10-11-12.png", &fixtures::png(40, 30, 8));
+    // EXIF outranks the sidecar and the name.
+    lib.write(
+        "names/IMG_20100101_000000.jpg",
+        &fixtures::jpeg(64, 48, 9, false, &FixtureExif::camera("2019:07:04 18:30:05", "+02:00")),
+    );
+    lib.write(
+        "names/IMG_20100101_000000.jpg.xmp",
+        fixtures::xmp("exif:DateTimeOriginal", "2011-11-11T11:11:11").as_bytes(),
+    );
+    // Other still formats.
+    lib.write("formats/IMG_20150310_120000.tif", &fixtures::encoded(40, 30, 10, image::ImageFormat::Tiff));
+    lib.write("formats/IMG_20150311_120000.gif", &fixtures::encoded(40, 30, 11, image::ImageFormat::Gif));
+    lib.write("formats/IMG_20150312_120000.webp", &fixtures::encoded(40, 30, 12, image::ImageFormat::WebP));
+    fixtures::avif(&lib.root.join("formats/IMG_20150313_120000.avif"), 40, 30, 13);
+    // RAW: TIFF-based with its own EXIF, RAF and CR3 whose EXIF sits elsewhere.
+    lib.write("raw/DSC_0001.NEF", &fixtures::tiff_raw(&broken_block(true), &bare_jpeg(14)));
+    lib.write("raw/IMG_0002.CR2", &fixtures::tiff_raw(&broken_block(true), &bare_jpeg(15)));
+    lib.write("raw/DSCF0003.RAF", &fixtures::raf(&preview_with_exif(16)));
+    let camera = Block::camera(true);
+    let ifd0 = Block { exif: vec![], gps: vec![], ..camera.clone() }.bytes();
+    let exif_ifd = Block { ifd0: camera.exif.clone(), exif: vec![], gps: vec![], ..camera.clone() }.bytes();
+    lib.write("raw/IMG_0004.CR3", &fixtures::cr3(&ifd0, &exif_ifd, &bare_jpeg(17)));
+    // Videos: container dates in Matroska and QuickTime, a name date in an AVI, an MTS with neither.
+    fixtures::video_in(&lib.root.join("video/clip.mkv"), 0.6, 64, 48, Some("2014-05-06T07:08:09Z"));
+    fixtures::video_in(&lib.root.join("video/clip.webm"), 0.6, 64, 48, Some("2014-05-07T07:08:09Z"));
+    fixtures::video_in(&lib.root.join("video/VID_20130405_101112.avi"), 0.6, 64, 48, None);
+    fixtures::video_in(&lib.root.join("video/VID_20130406_101112.3gp"), 0.6, 64, 48, None);
+    fixtures::video_in(&lib.root.join("video/00001.MTS"), 0.6, 64, 48, None);
+    fixtures::video_in(&lib.root.join("video/MVI_20130407.mpg"), 0.6, 64, 48, None);
+    // Hostile and damaged files.
+    lib.write("bad/bomb.png", &fixtures::png_claiming(60_000, 60_000));
+    lib.write("bad/bomb.jpg", &fixtures::jpeg_claiming(60_000, 60_000));
+    let tiff = fixtures::encoded(40, 30, 20, image::ImageFormat::Tiff);
+    lib.write("bad/cut.tif", &tiff[..tiff.len() / 2]);
+    let gif = fixtures::encoded(40, 30, 21, image::ImageFormat::Gif);
+    lib.write("bad/cut.gif", &gif[..gif.len() / 2]);
+    let webp = fixtures::encoded(40, 30, 22, image::ImageFormat::WebP);
+    lib.write("bad/cut.webp", &webp[..webp.len() / 2]);
+    // A RAW cut inside its large preview (its small thumbnail intact): the preview's header promises more than
+    // the file holds, and that is a failure, not a thumbnail passed off as the photo.
+    let preview = fixtures::jpeg(640, 480, 23, true, &FixtureExif::default());
+    let nef = fixtures::tiff_raw(&broken_block(true), &preview);
+    lib.write("bad/cut.nef", &nef[..nef.len() - preview.len() / 2]);
+    let avif = std::fs::read(lib.root.join("formats/IMG_20150313_120000.avif")).unwrap();
+    lib.write("bad/cut.avif", &avif[..avif.len() / 2]);
+
+    let result = lib.crawl().await;
+    let rows = lib.dated().await;
+    let expect = |path: &str, source: &str, day: &str| {
+        let row = find(&rows, path);
+        assert_eq!((row.source.as_str(), row.day.as_str()), (source, day), "{path}");
+    };
+    for path in ["exif/camera.jpg", "exif/broken_le.jpg", "exif/broken_be.jpg", "exif/broken.png", "exif/broken.webp"] {
+        expect(path, "exif_original", "07-04");
+    }
+    expect("xmp/embedded.jpg", "xmp_embedded", "03-05");
+    expect("xmp/darktable.jpg", "xmp_sidecar", "02-14");
+    expect("xmp/DSC_0006.JPG", "xmp_sidecar", "12-25");
+    expect("names/IMG-20170809-WA0001.jpg", "file_name", "08-09");
+    expect("names/Screenshot_2016-02-03-10-11-12.png", "file_name", "02-03");
+    expect("names/IMG_20100101_000000.jpg", "exif_original", "07-04");
+    expect("formats/IMG_20150310_120000.tif", "file_name", "03-10");
+    expect("formats/IMG_20150311_120000.gif", "file_name", "03-11");
+    expect("formats/IMG_20150312_120000.webp", "file_name", "03-12");
+    expect("formats/IMG_20150313_120000.avif", "file_name", "03-13");
+    for path in ["raw/DSC_0001.NEF", "raw/IMG_0002.CR2", "raw/DSCF0003.RAF", "raw/IMG_0004.CR3"] {
+        expect(path, "exif_original", "07-04");
+        assert_eq!(find(&rows, path).camera_make.as_deref(), Some("Almanac"), "{path}: burst detection needs it");
+        assert_eq!(find(&rows, path).media_type, "image");
+    }
+    expect("video/clip.mkv", "container", "05-06");
+    expect("video/clip.webm", "container", "05-07");
+    expect("video/VID_20130405_101112.avi", "file_name", "04-05");
+    expect("video/VID_20130406_101112.3gp", "file_name", "04-06");
+    expect("video/MVI_20130407.mpg", "file_name", "04-07");
+    let mts = find(&rows, "video/00001.MTS");
+    assert_eq!((mts.source.as_str(), mts.media_type.as_str()), ("file_mtime", "video"));
+
+    // Every rotated photo has an upright preview, RAW previews included.
+    for path in ["exif/broken_le.jpg", "exif/broken_be.jpg", "raw/DSC_0001.NEF", "raw/IMG_0002.CR2", "raw/DSCF0003.RAF"]
+    {
+        assert_upright(&lib, find(&rows, path));
+    }
+
+    // The hostile and damaged files are recorded failures with their reasons; nothing of them is stored.
+    assert!(rows.iter().all(|r| !r.display_path.starts_with("bad/")), "{rows:#?}");
+    let failures = result["failures"].as_array().unwrap_or_else(|| panic!("{result}"));
+    let reason = |name: &str| -> String {
+        failures
+            .iter()
+            .find(|f| f["path"].as_str().is_some_and(|p| p.ends_with(name)))
+            .unwrap_or_else(|| panic!("{name} is not among the failures: {result}"))["reason"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    for bomb in ["bomb.png", "bomb.jpg"] {
+        let why = reason(bomb);
+        assert!(why.contains("60000x60000") && why.contains("max_image_megapixels"), "{bomb}: {why}");
+    }
+    for cut in ["cut.tif", "cut.gif", "cut.webp", "cut.nef", "cut.avif"] {
+        assert!(!reason(cut).is_empty());
+    }
+    assert_eq!(result["failed"], 7, "{result}");
+    assert_eq!(rows.len(), 25, "{rows:#?}");
+}
+
+#[tokio::test]
+async fn a_sidecar_that_appears_changes_or_vanishes_changes_the_date_at_the_next_crawl() {
+    let lib = library().await;
+    lib.write("2019/holiday.jpg", &bare_jpeg(1));
+    lib.write("2019/IMG_20120101_101010.jpg", &bare_jpeg(2));
+    let first = lib.crawl().await;
+    assert_eq!(first["ingested"], 2, "{first}");
+    let day = |rows: &[Dated], path: &str| {
+        let r = find(rows, path);
+        (r.source.clone(), r.day.clone())
+    };
+    let rows = lib.dated().await;
+    assert_eq!(day(&rows, "2019/holiday.jpg").0, "file_mtime");
+    assert_eq!(day(&rows, "2019/IMG_20120101_101010.jpg"), ("file_name".into(), "01-01".into()));
+
+    // A sidecar appears: the date is read again without the photo being re-ingested.
+    lib.write("2019/holiday.jpg.xmp", fixtures::xmp("exif:DateTimeOriginal", "2019-07-04T18:30:05+02:00").as_bytes());
+    lib.write("2019/IMG_20120101_101010.xmp", fixtures::xmp("xmp:CreateDate", "2012-01-02T10:10:10").as_bytes());
+    let second = lib.crawl().await;
+    assert_eq!((second["redated"].as_u64(), second["ingested"].as_u64()), (Some(2), Some(0)), "{second}");
+    let rows = lib.dated().await;
+    assert_eq!(day(&rows, "2019/holiday.jpg"), ("xmp_sidecar".into(), "07-04".into()));
+    assert_eq!(day(&rows, "2019/IMG_20120101_101010.jpg"), ("xmp_sidecar".into(), "01-02".into()));
+
+    // Unchanged: nothing is read again.
+    let third = lib.crawl().await;
+    assert_eq!((third["redated"].as_u64(), third["unchanged"].as_u64()), (Some(0), Some(2)), "{third}");
+
+    // The sidecar changes (an edit in darktable): the new date.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    lib.write("2019/holiday.jpg.xmp", fixtures::xmp("exif:DateTimeOriginal", "2019-08-15T12:00:00").as_bytes());
+    let fourth = lib.crawl().await;
+    assert_eq!(fourth["redated"], 1, "{fourth}");
+    assert_eq!(day(&lib.dated().await, "2019/holiday.jpg"), ("xmp_sidecar".into(), "08-15".into()));
+
+    // The sidecar vanishes: back to the next best source.
+    std::fs::remove_file(lib.root.join("2019/IMG_20120101_101010.xmp")).unwrap();
+    let fifth = lib.crawl().await;
+    assert_eq!(fifth["redated"], 1, "{fifth}");
+    assert_eq!(day(&lib.dated().await, "2019/IMG_20120101_101010.jpg"), ("file_name".into(), "01-01".into()));
+}
+
+#[tokio::test]
+async fn a_sidecar_reached_through_a_link_is_not_read() {
+    let lib = library().await;
+    lib.write("a/holiday.jpg", &bare_jpeg(1));
+    let outside = lib.dir.path().join("outside.xmp");
+    std::fs::write(&outside, fixtures::xmp("exif:DateTimeOriginal", "2001-01-01T00:00:00")).unwrap();
+    std::os::unix::fs::symlink(&outside, lib.root.join("a/holiday.jpg.xmp")).unwrap();
+    let result = lib.crawl().await;
+    assert_eq!(result["ingested"], 1, "{result}");
+    assert_eq!(find(&lib.dated().await, "a/holiday.jpg").source, "file_mtime", "the link is never followed");
+}

@@ -1,0 +1,65 @@
+//! Camera RAW files: the pixels come from the largest JPEG preview the camera embedded (every RAW format the
+//! Worker reads carries one: DNG, CR2, NEF, ARW and RW2 in their IFDs, ORF in its maker note, RAF after its
+//! header, CR3 in a `PRVW` box). Demosaicing the sensor data is left to the editors; for a flashback the
+//! camera's own rendering is the picture.
+//!
+//! The previews are found the same way in every format: each JPEG start-of-image marker is tried with the JPEG
+//! decoder's header reader (a lossless-JPEG raw strip, which libjpeg-turbo cannot decode, or random bytes
+//! that look like a marker, are passed over), and the one with the most pixels wins.
+
+use std::path::Path;
+
+use crate::MediaError;
+
+/// At most this many start-of-image markers are tried (a file stuffed with fake markers stays cheap).
+const MAX_CANDIDATES: usize = 64;
+
+/// The largest embedded JPEG preview of a RAW file: the bytes from its start-of-image marker to the end of
+/// the file (the decoder stops at its end-of-image marker).
+pub fn raw_preview<'a>(path: &Path, content: &'a [u8]) -> Result<&'a [u8], MediaError> {
+    let mut best: Option<(u64, usize)> = None;
+    for at in memchr::memmem::find_iter(content, &[0xFF, 0xD8, 0xFF]).take(MAX_CANDIDATES) {
+        // A fresh decoder for each candidate: one that failed on a false marker does not recover.
+        let mut decompressor = turbojpeg::Decompressor::new().map_err(|e| MediaError::corrupt(path, e))?;
+        let Ok(header) = decompressor.read_header(&content[at..]) else { continue };
+        let pixels = header.width as u64 * header.height as u64;
+        if pixels > 0 && best.is_none_or(|(p, _)| pixels > p) {
+            best = Some((pixels, at));
+        }
+    }
+    best.map(|(_, at)| &content[at..])
+        .ok_or_else(|| MediaError::corrupt(path, "this RAW file carries no JPEG preview the Worker can read"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn jpeg(w: usize, h: usize) -> Vec<u8> {
+        let image = image::RgbImage::from_pixel(w as u32, h as u32, image::Rgb([10, 200, 30]));
+        turbojpeg::compress_image(&image, 80, turbojpeg::Subsamp::Sub2x2).unwrap().to_vec()
+    }
+
+    #[test]
+    fn the_largest_preview_wins_and_fake_markers_are_passed_over() {
+        let mut raw = b"II*\0\x08\0\0\0".to_vec();
+        raw.extend_from_slice(&[0xFF, 0xD8, 0xFF, 0x00, 0x12]);
+        let small = jpeg(16, 12);
+        let large = jpeg(64, 48);
+        raw.extend_from_slice(&small);
+        raw.extend_from_slice(&[0x55; 100]);
+        let large_at = raw.len();
+        raw.extend_from_slice(&large);
+        raw.extend_from_slice(&[0xAA; 100]);
+        let preview = raw_preview(Path::new("a.nef"), &raw).unwrap();
+        assert_eq!(preview.as_ptr(), raw[large_at..].as_ptr());
+    }
+
+    #[test]
+    fn no_preview_is_a_clear_error() {
+        let err = raw_preview(Path::new("a.cr2"), b"II*\0\x08\0\0\0 nothing here").unwrap_err();
+        assert!(err.to_string().contains("no JPEG preview"), "{err}");
+        let stuffed = [0xFF, 0xD8, 0xFF].repeat(10_000);
+        assert!(raw_preview(Path::new("a.cr2"), &stuffed).is_err());
+    }
+}
