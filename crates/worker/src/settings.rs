@@ -356,6 +356,7 @@ mod tests {
         assert_eq!(s.http.address.to_string(), "127.0.0.1:9464");
         assert_eq!(s.log.format, LogFormat::Human);
         assert_eq!((s.storage.mass_deletion_min_assets, s.storage.mass_deletion_max_percent), (10, 50));
+        assert_eq!(s.storage.max_image_megapixels, 250);
     }
 
     #[test]
@@ -398,6 +399,8 @@ mod tests {
         assert!(err(&[("ALMANAC__STORAGE__PROXY_ROOT", "/volume1/new/../photos")]).contains("`..`"));
         assert!(err(&[("ALMANAC__STORAGE__MASS_DELETION_MAX_PERCENT", "0")]).contains("mass_deletion_max_percent"));
         assert!(err(&[("ALMANAC__STORAGE__MASS_DELETION_MAX_PERCENT", "300")]).contains("mass_deletion_max_percent"));
+        assert!(err(&[("ALMANAC__STORAGE__MAX_IMAGE_MEGAPIXELS", "0")]).contains("max_image_megapixels"));
+        assert!(err(&[("ALMANAC__STORAGE__MAX_IMAGE_MEGAPIXELS", "10001")]).contains("max_image_megapixels"));
         assert!(err(&[("ALMANAC__LOG__FORMAT", "xml")]).contains("format"));
     }
 
