@@ -260,3 +260,21 @@ async fn a_sidecar_reached_through_a_link_is_not_read() {
     assert_eq!(result["ingested"], 1, "{result}");
     assert_eq!(find(&lib.dated().await, "a/holiday.jpg").source, "file_mtime", "the link is never followed");
 }
+
+#[tokio::test]
+async fn a_photo_moved_with_its_sidecar_keeps_the_sidecar_date_at_once() {
+    let lib = library().await;
+    lib.write("inbox/holiday.jpg", &bare_jpeg(1));
+    lib.crawl().await;
+    assert_eq!(find(&lib.dated().await, "inbox/holiday.jpg").source, "file_mtime");
+    // Sorted into a folder, with a sidecar written by the tool that sorted it.
+    std::fs::create_dir_all(lib.root.join("2019")).unwrap();
+    std::fs::rename(lib.root.join("inbox/holiday.jpg"), lib.root.join("2019/holiday.jpg")).unwrap();
+    lib.write("2019/holiday.xmp", fixtures::xmp("photoshop:DateCreated", "2019-07-04").as_bytes());
+    let moved = lib.crawl().await;
+    assert_eq!(moved["moved"], 1, "{moved}");
+    let row = find(&lib.dated().await, "2019/holiday.jpg").clone();
+    assert_eq!((row.source.as_str(), row.day.as_str()), ("xmp_sidecar", "07-04"));
+    let again = lib.crawl().await;
+    assert_eq!((again["unchanged"].as_u64(), again["redated"].as_u64()), (Some(1), Some(0)), "{again}");
+}

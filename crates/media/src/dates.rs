@@ -197,7 +197,9 @@ fn date_at(b: &[u8], start: usize) -> Option<NaiveDateTime> {
 }
 
 fn name_date(year: u32, month: u32, day: u32) -> Option<NaiveDate> {
-    let year = i32::try_from(year).ok().filter(|y| NAME_YEARS.contains(y))?;
+    // Not in the future either: `2048_10_10.png` is a name, not a date.
+    let next_year = chrono::Datelike::year(&Utc::now()) + 1;
+    let year = i32::try_from(year).ok().filter(|y| NAME_YEARS.contains(y) && *y <= next_year)?;
     NaiveDate::from_ymd_opt(year, month, day)
 }
 
@@ -260,6 +262,7 @@ mod tests {
         assert_eq!(at("2019-07-04T12:34-0530"), Some((local(2019, 7, 4, 12, 34, 0), Some(-330))));
         assert_eq!(at("2019-07-04"), Some((local(2019, 7, 4, 0, 0, 0), None)));
         let fraction = parse_date_text("2019-07-04T12:34:56.25").unwrap();
+        assert_eq!(parse_date_text("2019:07:04 12:34:56.5").unwrap().local.and_utc().timestamp_subsec_millis(), 500);
         assert_eq!(fraction.local, local(2019, 7, 4, 12, 34, 56) + chrono::Duration::milliseconds(250));
         for blank in ["", "    :  :     :  :  ", "0000:00:00 00:00:00", "2019:02:30 10:00:00", "2019:13:01 00:00:00"] {
             assert_eq!(at(blank), None, "{blank:?}");
@@ -315,6 +318,7 @@ mod tests {
             "2019-7-4.jpg",
             "2019-07_04.jpg",
             "18000101_000000.jpg",
+            "2090_10_10.png",
             "",
         ] {
             assert_eq!(date_in_file_name(name), None, "{name}");

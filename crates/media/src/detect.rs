@@ -148,23 +148,33 @@ impl MediaFormat {
             }
             MediaFormat::Matroska => at(0, &[0x1A, 0x45, 0xDF, 0xA3]),
             MediaFormat::Avi => riff(b"AVI "),
-            // A transport stream's sync byte, first (TS) or after a 4-byte timestamp (M2TS, AVCHD's MTS).
-            MediaFormat::MpegTs => head.first() == Some(&0x47) || head.get(4) == Some(&0x47),
+            // A transport stream's sync byte in two packets running: 188 bytes apart from the start (TS), or
+            // 192 bytes apart after a 4-byte timestamp (M2TS, AVCHD's MTS). One byte alone is a letter `G`.
+            MediaFormat::MpegTs => {
+                (head.first() == Some(&0x47) && head.get(188) == Some(&0x47))
+                    || (head.get(4) == Some(&0x47) && head.get(196) == Some(&0x47))
+            }
             MediaFormat::Mpeg => at(0, &[0, 0, 1, 0xBA]) || at(0, &[0, 0, 1, 0xB3]),
         }
     }
 }
 
 /// ISO base media brands of HEIF images (HEIC and AVIF alike: libheif reads both).
-const HEIF_BRANDS: [[u8; 4]; 10] =
-    [*b"heic", *b"heix", *b"hevc", *b"hevx", *b"mif1", *b"msf1", *b"heim", *b"heis", *b"avif", *b"avis"];
+const HEIF_BRANDS: [[u8; 4]; 12] = [
+    *b"heic", *b"heix", *b"hevc", *b"hevx", *b"mif1", *b"mif2", *b"miaf", *b"msf1", *b"heim", *b"heis", *b"avif",
+    *b"avis",
+];
 
 fn ftyp_brand(head: &[u8]) -> Option<[u8; 4]> {
     (head.get(4..8) == Some(b"ftyp")).then(|| head.get(8..12)?.try_into().ok()).flatten()
 }
 
-/// Bytes needed from the start of a file for [`detect_format`].
-pub const MAGIC_LEN: usize = 16;
+/// Bytes needed from the start of a file for [`detect_format`] (a transport stream's second packet).
+pub const MAGIC_LEN: usize = 200;
+
+/// Still formats recognisable by their content alone, for a still under another still's extension.
+const STILLS_BY_CONTENT: [MediaFormat; 6] =
+    [MediaFormat::Jpeg, MediaFormat::Png, MediaFormat::Heic, MediaFormat::WebP, MediaFormat::Gif, MediaFormat::Tiff];
 
 /// Whether a file name has an extension the Worker reads (the walk's first filter; the content decides).
 pub fn is_media_name(name: &std::ffi::OsStr) -> bool {
@@ -173,11 +183,20 @@ pub fn is_media_name(name: &std::ffi::OsStr) -> bool {
 
 /// Decides a file's format by its extension, then confirms it by its first bytes: a file whose content does
 /// not match is not media (a `.jpg` that is really a text file). A `.mov` holding an MP4 (or the reverse) is
-/// read as what it holds; a `.heic` holding AVIF (or the reverse) too, since one tool reads both.
+/// read as what it holds; a `.heic` holding AVIF (or the reverse) too, since one tool reads both; and a still
+/// named as another still (a `.jpg` that is really a PNG or a HEIC, as downloads and transfers leave them) is
+/// read as what it holds.
 pub fn detect_format(path: &Path, head: &[u8]) -> Option<MediaFormat> {
     let by_name = MediaFormat::by_extension(path.extension()?.to_str()?)?;
     if !by_name.signature_matches(head) {
-        return None;
+        // Not for a RAW name: a RAW is TIFF-shaped, and decoding one as a plain TIFF would make a wrong picture.
+        return match by_name {
+            MediaFormat::Raw(_) => None,
+            _ if by_name.media_type() == MediaType::Image => {
+                STILLS_BY_CONTENT.into_iter().find(|f| f.signature_matches(head))
+            }
+            _ => None,
+        };
     }
     Some(match by_name {
         MediaFormat::QuickTime | MediaFormat::Mp4 => {
@@ -208,7 +227,9 @@ mod tests {
         let jpeg = [0xFF, 0xD8, 0xFF, 0xE1, 0, 0];
         assert_eq!(detect_format(Path::new("a/IMG_1.JPG"), &jpeg), Some(MediaFormat::Jpeg));
         assert_eq!(detect_format(Path::new("a.jpeg"), b"hello, I am text"), None);
-        assert_eq!(detect_format(Path::new("a.png"), &jpeg), None);
+        assert_eq!(detect_format(Path::new("a.png"), &jpeg), Some(MediaFormat::Jpeg), "a still named as another");
+        assert_eq!(detect_format(Path::new("a.jpg"), &ftyp(b"heic")), Some(MediaFormat::Heic));
+        assert_eq!(detect_format(Path::new("a.mp4"), &jpeg), None, "a video name never holds a still");
         assert_eq!(detect_format(Path::new("a.txt"), &jpeg), None);
         assert_eq!(detect_format(Path::new("noext"), &jpeg), None);
         assert_eq!(detect_format(Path::new("a.png"), b"\x89PNG\r\n\x1a\n...."), Some(MediaFormat::Png));
@@ -229,7 +250,7 @@ mod tests {
 
     #[test]
     fn every_format_by_its_signature() {
-        let cases: [(&str, &[u8], MediaFormat); 16] = [
+        let cases: [(&str, &[u8], MediaFormat); 15] = [
             ("a.webp", b"RIFF\0\0\0\0WEBPVP8 ", MediaFormat::WebP),
             ("a.tif", b"II*\0\x08\0\0\0", MediaFormat::Tiff),
             ("a.tiff", b"MM\0*\0\0\0\x08", MediaFormat::Tiff),
@@ -244,15 +265,28 @@ mod tests {
             ("a.mkv", b"\x1a\x45\xdf\xa3\x01\0", MediaFormat::Matroska),
             ("a.webm", b"\x1a\x45\xdf\xa3\x01\0", MediaFormat::Matroska),
             ("a.avi", b"RIFF\0\0\0\0AVI LIST", MediaFormat::Avi),
-            ("a.MTS", b"\0\0\0\0\x47\x40\0\x10", MediaFormat::MpegTs),
             ("a.mpg", b"\0\0\x01\xba\x44\0", MediaFormat::Mpeg),
         ];
         for (name, head, format) in cases {
             assert_eq!(detect_format(Path::new(name), head), Some(format), "{name}");
             assert!(is_media_name(std::ffi::OsStr::new(name)), "{name}");
         }
+        let mut m2ts = vec![0u8; 400];
+        m2ts[4] = 0x47;
+        m2ts[196] = 0x47;
+        assert_eq!(detect_format(Path::new("a.MTS"), &m2ts), Some(MediaFormat::MpegTs));
+        let mut ts = vec![0u8; 400];
+        ts[0] = 0x47;
+        ts[188] = 0x47;
+        assert_eq!(detect_format(Path::new("a.m2ts"), &ts), Some(MediaFormat::MpegTs));
+        let typescript = b"let G = 1;\nimport { readFile } from 'node:fs/promises';\n\
+            export async function load(path: string): Promise<string> {\n  return readFile(path, 'utf8');\n}\n\
+            export const VERSION = '1.0.0';\nexport default load;\n";
+        assert_eq!((typescript[4], typescript.len() > 200), (b'G', true));
+        assert_eq!(detect_format(Path::new("module.mts"), typescript), None, "TypeScript's .mts is not a video");
+        assert_eq!(detect_format(Path::new("a.MTS"), &m2ts[..100]), None, "one packet is not enough");
         // The same bytes under another format's extension are refused.
-        assert_eq!(detect_format(Path::new("a.webp"), b"RIFF\0\0\0\0AVI LIST"), None);
+        assert_eq!(detect_format(Path::new("a.webp"), b"RIFF\0\0\0\0AVI LIST"), None, "a video is not a still");
         assert_eq!(detect_format(Path::new("a.avi"), b"RIFF\0\0\0\0WEBPVP8 "), None);
         assert_eq!(detect_format(Path::new("a.orf"), b"II*\0\x08\0\0\0"), None);
         assert_eq!(detect_format(Path::new("a.gif"), b"GIF90a"), None);

@@ -98,21 +98,25 @@ fn parse_tolerantly(content: &[u8]) -> Option<exif::Exif> {
     reader.read_raw(tiff.to_vec()).or_else(keep_partial).ok()
 }
 
-/// A TIFF header right after an `Exif\0\0` identifier anywhere in the first part of the file (where every
-/// container keeps it), else at the very start (a TIFF or TIFF-based RAW).
+/// A TIFF header right after an `Exif\0\0` identifier in the first part of the file (where every container
+/// keeps it).
 fn find_exif_block(content: &[u8]) -> Option<&[u8]> {
     const SEARCH: usize = 1 << 20;
     let head = &content[..content.len().min(SEARCH)];
+    // An EXIF block in any container is far below this (a JPEG segment holds at most 64 KiB).
+    const MAX_BLOCK: usize = 1 << 20;
     let is_tiff = |b: &[u8]| b.starts_with(b"II*\0") || b.starts_with(b"MM\0*");
     let mut from = 0;
     while let Some(at) = memchr::memmem::find(&head[from..], b"Exif\0\0") {
-        let block = &content[from + at + 6..];
+        let start = from + at + 6;
+        let block = &content[start..content.len().min(start + MAX_BLOCK)];
         if is_tiff(block) {
             return Some(block);
         }
-        from += at + 6;
+        from = start;
     }
-    is_tiff(content).then_some(content)
+    // A TIFF at the very start was already read as one by the container reader: no second pass.
+    None
 }
 
 /// A field in the primary image, wherever a writer put it: in its own IFD first, else (a common mistake) in the
@@ -146,7 +150,9 @@ fn facts_of(exif: &exif::Exif) -> ExifFacts {
     };
     let date = |tag: Tag, subsec: Tag, offset: Tag, source: CaptureSource| -> Option<CaptureTime> {
         let mut stamp = parse_date_text(&text(tag)?)?;
-        if let Some(fraction) = text(subsec).filter(|f| f.bytes().all(|b| b.is_ascii_digit())) {
+        // Sub-seconds from their own tag, unless the date text already carried a fraction.
+        let whole_second = chrono::Timelike::nanosecond(&stamp.local) == 0;
+        if let Some(fraction) = text(subsec).filter(|f| whole_second && f.bytes().all(|b| b.is_ascii_digit())) {
             let nine: String = fraction.chars().chain(std::iter::repeat('0')).take(9).collect();
             if let Ok(nanos) = nine.parse::<i64>() {
                 stamp.local += chrono::Duration::nanoseconds(nanos);

@@ -11,14 +11,41 @@ use std::path::Path;
 
 use crate::MediaError;
 
-/// At most this many start-of-image markers are tried (a file stuffed with fake markers stays cheap).
+/// At most this many JPEGs that look decodable are tried with the decoder's header reader.
 const MAX_CANDIDATES: usize = 64;
+/// At most this many start-of-image markers are looked at (a tiled DNG has one per lossless tile; a file
+/// stuffed with fake markers stays cheap).
+const MAX_MARKERS: usize = 100_000;
+
+/// Whether the JPEG starting here has a baseline or progressive frame (SOF0–SOF2), walking its marker segments
+/// (at most 32). Lossless frames (SOF3, a RAW's sensor data or tiles) and arithmetic-coded ones are not
+/// previews.
+fn is_baseline_or_progressive(jpeg: &[u8]) -> bool {
+    let mut at = 2;
+    for _ in 0..32 {
+        let (Some(&0xFF), Some(&marker)) = (jpeg.get(at), jpeg.get(at + 1)) else { return false };
+        match marker {
+            0xC0..=0xC2 => return true,
+            0xC3 | 0xC5..=0xC7 | 0xC9..=0xCB | 0xCD..=0xCF | 0xD9 | 0xDA => return false,
+            _ => {}
+        }
+        let Some(len) = jpeg.get(at + 2..at + 4).map(|b| usize::from(u16::from_be_bytes([b[0], b[1]]))) else {
+            return false;
+        };
+        at += 2 + len;
+    }
+    false
+}
 
 /// The largest embedded JPEG preview of a RAW file: the bytes from its start-of-image marker to the end of
 /// the file (the decoder stops at its end-of-image marker).
 pub fn raw_preview<'a>(path: &Path, content: &'a [u8]) -> Result<&'a [u8], MediaError> {
     let mut best: Option<(u64, usize)> = None;
-    for at in memchr::memmem::find_iter(content, &[0xFF, 0xD8, 0xFF]).take(MAX_CANDIDATES) {
+    let candidates = memchr::memmem::find_iter(content, &[0xFF, 0xD8, 0xFF])
+        .take(MAX_MARKERS)
+        .filter(|at| is_baseline_or_progressive(&content[*at..]))
+        .take(MAX_CANDIDATES);
+    for at in candidates {
         // A fresh decoder for each candidate: one that failed on a false marker does not recover.
         let mut decompressor = turbojpeg::Decompressor::new().map_err(|e| MediaError::corrupt(path, e))?;
         let Ok(header) = decompressor.read_header(&content[at..]) else { continue };
@@ -53,6 +80,22 @@ mod tests {
         raw.extend_from_slice(&[0xAA; 100]);
         let preview = raw_preview(Path::new("a.nef"), &raw).unwrap();
         assert_eq!(preview.as_ptr(), raw[large_at..].as_ptr());
+    }
+
+    #[test]
+    fn lossless_tiles_before_the_preview_do_not_hide_it() {
+        // A tiled DNG: hundreds of lossless-JPEG tiles (SOF3) before the preview.
+        let tile = [0xFF, 0xD8, 0xFF, 0xC3, 0x00, 0x0B, 8, 0, 16, 0, 16, 1, 1, 0x11, 0];
+        let mut raw = b"II*\0\x08\0\0\0".to_vec();
+        for _ in 0..500 {
+            raw.extend_from_slice(&tile);
+            raw.extend_from_slice(&[0x33; 40]);
+        }
+        let preview_at = raw.len();
+        raw.extend_from_slice(&jpeg(64, 48));
+        assert_eq!(raw_preview(Path::new("a.dng"), &raw).unwrap().as_ptr(), raw[preview_at..].as_ptr());
+        assert!(!is_baseline_or_progressive(&tile));
+        assert!(is_baseline_or_progressive(&jpeg(8, 8)));
     }
 
     #[test]

@@ -97,6 +97,12 @@ pub async fn probe_video(
                 source: CaptureSource::Container,
             })
         });
+    // An unset clock (the Unix or QuickTime epoch) or a date in the future is no capture time: the file name
+    // or the mtime then decide.
+    let created = created.filter(|c| {
+        use chrono::Datelike;
+        c.at.year() >= 1980 && c.at <= Utc::now() + chrono::Duration::days(1)
+    });
     let duration_ms = format
         .and_then(|f| f.duration.as_deref())
         .and_then(|d| d.parse::<f64>().ok())

@@ -163,3 +163,12 @@ fn no_block_and_garbage_give_upright_facts_without_dates() {
         assert_eq!((facts.orientation, facts.dates.len()), (1, 0), "{bytes:?}");
     }
 }
+
+#[test]
+fn a_fraction_in_the_date_text_is_not_added_twice() {
+    for (block, order) in
+        both_orders(|b| b.exif[0] = E::ascii(exif_block::DATE_TIME_ORIGINAL, "2019:07:04 18:30:05.25"))
+    {
+        assert_kept(&read_exif(&exif_block::jpeg(&block.bytes(), false)), &[], order);
+    }
+}

@@ -644,7 +644,11 @@ impl<C: CatalogueStore> Run<'_, C> {
             }
             Placement::Moved(id) => {
                 self.mark(Seen::Asset(id));
+                // A file moves with (or away from) its sidecar, and its name may carry a date: read it again.
+                let capture = self.capture_again(entry, &original, format, content).await?;
+                self.still_wanted()?;
                 self.catalogue.relocate(self.fence, id, &facts).await?;
+                self.catalogue.redate(self.fence, id, &capture, entry.sidecar.as_ref()).await?;
                 self.counters.moved.fetch_add(1, Ordering::Relaxed);
             }
             Placement::Copy(id) => {
@@ -654,7 +658,10 @@ impl<C: CatalogueStore> Run<'_, C> {
             }
             Placement::Revived(id) => {
                 self.mark(Seen::Asset(id));
+                let capture = self.capture_again(entry, &original, format, content).await?;
+                self.still_wanted()?;
                 self.catalogue.relocate(self.fence, id, &facts).await?;
+                self.catalogue.redate(self.fence, id, &capture, entry.sidecar.as_ref()).await?;
                 self.counters.revived.fetch_add(1, Ordering::Relaxed);
             }
             Placement::New => {
@@ -827,8 +834,8 @@ impl<C: CatalogueStore> Run<'_, C> {
         Ok(Made { media_type, capture, metadata, proxies })
     }
 
-    /// The capture time of a known file whose sidecar appeared, changed or vanished: its own dates read again
-    /// (no proxies made), ranked with the sidecar's and the file name's.
+    /// The capture time of a known asset found with another sidecar, at another path, or back from deletion:
+    /// its own dates read again (no proxies made), ranked with the sidecar's and the file name's.
     async fn capture_again(
         &self,
         entry: &WalkEntry,
