@@ -283,6 +283,11 @@ pub struct CaptureTime {
 }
 
 impl CaptureTime {
+    /// The file's mtime, when nothing better was found.
+    pub fn file_mtime(at: chrono::DateTime<chrono::Utc>) -> CaptureTime {
+        CaptureTime { at, offset_minutes: None, source: CaptureSource::FileMtime }
+    }
+
     /// The best of several candidates: the one whose source ranks first ([`CaptureSource::rank`]); of two
     /// from the same source, the first given.
     pub fn best(candidates: impl IntoIterator<Item = CaptureTime>) -> Option<CaptureTime> {

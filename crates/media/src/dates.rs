@@ -60,18 +60,22 @@ pub(crate) fn parse_date_text(text: &str) -> Option<Stamp> {
             while b.get(at).is_some_and(u8::is_ascii_digit) {
                 at += 1;
             }
-            let fraction = &s[start..at];
-            if fraction.is_empty() {
-                return None;
-            }
-            let nine: String = fraction.chars().chain(std::iter::repeat('0')).take(9).collect();
-            nanos = nine.parse().ok()?;
+            nanos = fraction_nanos(&s[start..at])?;
         }
     }
     let time = NaiveTime::from_hms_nano_opt(hour, minute, second, nanos)?;
     let rest = s[at..].trim_start();
     let offset_minutes = if rest.is_empty() { None } else { Some(parse_offset(rest)?) };
     Some(Stamp { local: date.and_time(time), offset_minutes })
+}
+
+/// Decimal fraction digits (`25` of `:56.25`, or an EXIF `SubSecTime`) as nanoseconds; digits past the ninth
+/// are dropped. Nothing for an empty or non-digit fraction.
+pub(crate) fn fraction_nanos(digits: &str) -> Option<u32> {
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.chars().chain(std::iter::repeat('0')).take(9).collect::<String>().parse().ok()
 }
 
 /// `Z`, `+02:00`, `-0530`, `+02`: minutes east of UTC, within ±14 hours.

@@ -2,8 +2,7 @@ use almanac_domain::{AssetMetadata, CaptureSource, CaptureTime};
 use chrono::{DateTime, Utc};
 use exif::{Context, In, Tag, Value};
 
-use crate::MediaFormat;
-use crate::dates::{parse_date_text, parse_offset};
+use crate::dates::{fraction_nanos, parse_date_text, parse_offset};
 
 /// What a still's EXIF says, as far as the catalogue cares.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -19,21 +18,17 @@ pub struct ExifFacts {
 impl ExifFacts {
     /// The capture time: the best EXIF date, else `mtime`.
     pub fn capture_time(&self, mtime: DateTime<Utc>) -> CaptureTime {
-        CaptureTime::best(self.dates.iter().copied()).unwrap_or(CaptureTime {
-            at: mtime,
-            offset_minutes: None,
-            source: CaptureSource::FileMtime,
-        })
+        CaptureTime::best(self.dates.iter().copied()).unwrap_or(CaptureTime::file_mtime(mtime))
     }
 }
 
-/// Everything a still's own bytes say: its EXIF (for a RAW whose container keeps none, its embedded preview's
-/// EXIF), plus the date of an XMP packet embedded anywhere in it, as one more candidate in `dates`.
-pub fn read_still_facts(content: &[u8], format: MediaFormat) -> ExifFacts {
+/// Everything a still's own bytes say: its EXIF (for a RAW whose container keeps none, the EXIF of its
+/// embedded `preview`, which the caller found with [`crate::raw_preview`]), plus the date of an XMP packet
+/// embedded anywhere in it, as one more candidate in `dates`.
+pub fn read_still_facts(content: &[u8], preview: Option<&[u8]>) -> ExifFacts {
     let mut facts = read_exif(content);
-    if matches!(format, MediaFormat::Raw(_))
-        && (facts.dates.is_empty() || facts.metadata.camera_make.is_none())
-        && let Ok(preview) = crate::raw_preview(std::path::Path::new(""), content)
+    if (facts.dates.is_empty() || facts.metadata.camera_make.is_none())
+        && let Some(preview) = preview
     {
         let from_preview = read_exif(preview);
         if facts.dates.is_empty() {
@@ -62,10 +57,7 @@ pub fn read_exif(content: &[u8]) -> ExifFacts {
     if facts.dates.is_empty() {
         let block = |name: &[u8]| {
             let at = memchr::memmem::find(&content[..content.len().min(1 << 20)], name)? + name.len();
-            let tiff = content.get(at..content.len().min(at + (1 << 16)))?;
-            let mut reader = exif::Reader::new();
-            reader.continue_on_error(true);
-            reader.read_raw(tiff.to_vec()).or_else(|e| e.distill_partial_result(|_| {})).ok()
+            read_raw_tolerantly(content.get(at..content.len().min(at + (1 << 16)))?)
         };
         if let Some(ifd0) = block(b"CMT1") {
             let base = facts_of(&ifd0);
@@ -84,18 +76,29 @@ pub fn read_exif(content: &[u8]) -> ExifFacts {
 /// The EXIF block of a file, with what could be read of a damaged one. When the container cannot be walked
 /// (a damaged segment before the EXIF, an unknown box layout), the block is looked for by its signature.
 fn parse_tolerantly(content: &[u8]) -> Option<exif::Exif> {
+    let in_container = tolerant_reader().read_from_container(&mut std::io::Cursor::new(content));
+    match in_container.or_else(keep_partial) {
+        Ok(exif) => Some(exif),
+        Err(_) => read_raw_tolerantly(find_exif_block(content)?),
+    }
+}
+
+/// A TIFF-structured EXIF block read tolerantly.
+fn read_raw_tolerantly(tiff: &[u8]) -> Option<exif::Exif> {
+    tolerant_reader().read_raw(tiff.to_vec()).or_else(keep_partial).ok()
+}
+
+fn tolerant_reader() -> exif::Reader {
     let mut reader = exif::Reader::new();
     reader.continue_on_error(true);
-    let keep_partial = |e: exif::Error| {
-        e.distill_partial_result(|errors| {
-            tracing::debug!(errors = ?errors, "EXIF partly damaged; the valid fields are kept");
-        })
-    };
-    if let Ok(exif) = reader.read_from_container(&mut std::io::Cursor::new(content)).or_else(keep_partial) {
-        return Some(exif);
-    }
-    let tiff = find_exif_block(content)?;
-    reader.read_raw(tiff.to_vec()).or_else(keep_partial).ok()
+    reader
+}
+
+/// What a damaged block still holds: every field read before and after each error.
+fn keep_partial(e: exif::Error) -> Result<exif::Exif, exif::Error> {
+    e.distill_partial_result(|errors| {
+        tracing::debug!(errors = ?errors, "EXIF partly damaged; the valid fields are kept");
+    })
 }
 
 /// A TIFF header right after an `Exif\0\0` identifier in the first part of the file (where every container
@@ -152,11 +155,8 @@ fn facts_of(exif: &exif::Exif) -> ExifFacts {
         let mut stamp = parse_date_text(&text(tag)?)?;
         // Sub-seconds from their own tag, unless the date text already carried a fraction.
         let whole_second = chrono::Timelike::nanosecond(&stamp.local) == 0;
-        if let Some(fraction) = text(subsec).filter(|f| whole_second && f.bytes().all(|b| b.is_ascii_digit())) {
-            let nine: String = fraction.chars().chain(std::iter::repeat('0')).take(9).collect();
-            if let Ok(nanos) = nine.parse::<i64>() {
-                stamp.local += chrono::Duration::nanoseconds(nanos);
-            }
+        if let Some(nanos) = text(subsec).filter(|_| whole_second).and_then(|f| fraction_nanos(&f)) {
+            stamp.local += chrono::Duration::nanoseconds(i64::from(nanos));
         }
         if stamp.offset_minutes.is_none() {
             stamp.offset_minutes = text(offset).and_then(|o| parse_offset(&o));

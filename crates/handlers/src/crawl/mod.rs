@@ -760,13 +760,17 @@ impl<C: CatalogueStore> Run<'_, C> {
                 let out = dir.clone();
                 let max_pixels = self.settings.max_image_pixels;
                 let (facts, made) = tokio::task::spawn_blocking(move || {
-                    let facts = almanac_media::read_still_facts(&content, format);
-                    let made = match (&converted, format) {
+                    // A RAW's preview is found once: its pixels, and its EXIF when the RAW keeps none.
+                    let preview =
+                        matches!(format, MediaFormat::Raw(_)).then(|| almanac_media::raw_preview(&abs, &content));
+                    let facts = almanac_media::read_still_facts(
+                        &content,
+                        preview.as_ref().and_then(|p| p.as_ref().ok().copied()),
+                    );
+                    let made = match (&converted, preview) {
                         (Some(jpeg), _) => Ok((jpeg.as_slice(), MediaFormat::Jpeg)),
-                        (None, MediaFormat::Raw(_)) => {
-                            almanac_media::raw_preview(&abs, &content).map(|p| (p, MediaFormat::Jpeg))
-                        }
-                        (None, _) => Ok((content.as_slice(), format)),
+                        (None, Some(preview)) => preview.map(|p| (p, MediaFormat::Jpeg)),
+                        (None, None) => Ok((content.as_slice(), format)),
                     }
                     .and_then(|(pixels, pixels_format)| {
                         almanac_media::make_still_proxies(
@@ -844,11 +848,14 @@ impl<C: CatalogueStore> Run<'_, C> {
         content: Option<Vec<u8>>,
     ) -> Result<almanac_domain::CaptureTime, FileProblem> {
         let own: Vec<almanac_domain::CaptureTime> = match content {
-            Some(content) => {
-                tokio::task::spawn_blocking(move || almanac_media::read_still_facts(&content, format).dates)
-                    .await
-                    .map_err(|e| FileProblem::Failed(format!("reading metadata ended abnormally: {e}")))?
-            }
+            Some(content) => tokio::task::spawn_blocking(move || {
+                let preview = matches!(format, MediaFormat::Raw(_))
+                    .then(|| almanac_media::raw_preview(Path::new(""), &content).ok())
+                    .flatten();
+                almanac_media::read_still_facts(&content, preview).dates
+            })
+            .await
+            .map_err(|e| FileProblem::Failed(format!("reading metadata ended abnormally: {e}")))?,
             None => {
                 let probed = almanac_media::probe_video(original, self.settings.tool_limits, &self.cancel).await?;
                 probed.created.into_iter().collect()
@@ -870,13 +877,8 @@ impl<C: CatalogueStore> Run<'_, C> {
         };
         let name = entry.rel.rsplit(|c| *c == b'/').next().unwrap_or(&entry.rel);
         let from_name = almanac_media::date_in_file_name(&String::from_utf8_lossy(name));
-        almanac_domain::CaptureTime::best(own.into_iter().chain(sidecar).chain(from_name)).unwrap_or(
-            almanac_domain::CaptureTime {
-                at: entry.mtime,
-                offset_minutes: None,
-                source: almanac_domain::CaptureSource::FileMtime,
-            },
-        )
+        almanac_domain::CaptureTime::best(own.into_iter().chain(sidecar).chain(from_name))
+            .unwrap_or(almanac_domain::CaptureTime::file_mtime(entry.mtime))
     }
 
     /// The date in a sidecar, read beneath the root like an original (no link followed, bounded in size). A
