@@ -7,13 +7,24 @@ use crate::MediaError;
 /// flush, then rename over `dest`. A retry overwrites its own debris.
 pub fn write_atomically(dest: &Path, bytes: &[u8]) -> Result<(), MediaError> {
     let dir = dest.parent().ok_or_else(|| MediaError::io(dest, std::io::Error::other("no parent folder")))?;
+    write_all_atomically(dir, &[(dest.file_name().map(Path::new).unwrap_or(dest), bytes)])
+}
+
+/// [`write_atomically`] for several files of one folder: each is written and flushed under its temporary name,
+/// then all are renamed into place and the folder is made durable once (one folder flush instead of one per
+/// file).
+pub fn write_all_atomically(dir: &Path, files: &[(&Path, &[u8])]) -> Result<(), MediaError> {
     std::fs::create_dir_all(dir).map_err(|e| MediaError::io(dir, e))?;
-    let tmp = temporary_name(dest);
-    let mut file = std::fs::File::create(&tmp).map_err(|e| MediaError::io(&tmp, e))?;
-    file.write_all(bytes).map_err(|e| MediaError::io(&tmp, e))?;
-    file.sync_data().map_err(|e| MediaError::io(&tmp, e))?;
-    drop(file);
-    std::fs::rename(&tmp, dest).map_err(|e| MediaError::io(dest, e))?;
+    for (name, bytes) in files {
+        let tmp = temporary_name(&dir.join(name));
+        let mut file = std::fs::File::create(&tmp).map_err(|e| MediaError::io(&tmp, e))?;
+        file.write_all(bytes).map_err(|e| MediaError::io(&tmp, e))?;
+        file.sync_data().map_err(|e| MediaError::io(&tmp, e))?;
+    }
+    for (name, _) in files {
+        let dest = dir.join(name);
+        std::fs::rename(temporary_name(&dest), &dest).map_err(|e| MediaError::io(&dest, e))?;
+    }
     sync_folder(dir)
 }
 

@@ -28,7 +28,7 @@ mod xmp;
 pub mod fixtures;
 
 pub use apple::{AppleNote, apple_note, read_apple_note};
-pub use atomic::{sync_folder, write_atomically};
+pub use atomic::{sync_folder, write_all_atomically, write_atomically};
 pub use dates::date_in_file_name;
 pub use detect::{EXTENSIONS, MAGIC_LEN, MediaFormat, RawFormat, detect_format, is_media_name};
 pub use error::MediaError;

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::detect::MediaFormat;
 use crate::tool::{OPEN_ORIGINAL, run_tool};
 use crate::video::tool_input;
-use crate::{MediaError, Original, ToolLimits, write_atomically};
+use crate::{MediaError, Original, ToolLimits, write_all_atomically};
 
 /// Long side of the preview, in pixels.
 pub const PREVIEW_LONG_SIDE: u32 = 1920;
@@ -74,14 +74,19 @@ pub fn make_still_proxies(
             return Err(MediaError::corrupt(path, "a video is not a still"));
         }
     };
-    let upright = apply_orientation(decoded, orientation);
-    let preview = fit(&upright, PREVIEW_LONG_SIDE);
+    // Scaled first, then turned: the long side is the same either way, and turning the smaller image is cheaper.
+    let preview = apply_orientation(fit_owned(decoded, PREVIEW_LONG_SIDE), orientation);
     let preview_jpeg = encode_jpeg(path, &preview, PREVIEW_QUALITY)?;
     let thumbnail = fit(&preview, THUMBNAIL_LONG_SIDE);
     let thumbnail_jpeg = encode_jpeg(path, &thumbnail, THUMBNAIL_QUALITY)?;
     let blurhash = blurhash_of(path, &fit(&thumbnail, BLURHASH_SIDE))?;
-    write_atomically(&dest_dir.join(file_name(ProxyType::Preview)), &preview_jpeg)?;
-    write_atomically(&dest_dir.join(file_name(ProxyType::Thumbnail)), &thumbnail_jpeg)?;
+    write_all_atomically(
+        dest_dir,
+        &[
+            (Path::new(file_name(ProxyType::Preview)), &preview_jpeg),
+            (Path::new(file_name(ProxyType::Thumbnail)), &thumbnail_jpeg),
+        ],
+    )?;
     Ok(StillProxies {
         width,
         height,
@@ -185,6 +190,11 @@ pub(crate) fn apply_orientation(image: RgbImage, orientation: u16) -> RgbImage {
         8 => imageops::rotate270(&image),
         _ => image,
     }
+}
+
+/// [`fit`], keeping the image itself (no copy) when it is small enough already.
+fn fit_owned(image: RgbImage, long_side: u32) -> RgbImage {
+    if image.width().max(image.height()) <= long_side { image } else { fit(&image, long_side) }
 }
 
 /// Scales down so the long side is at most `long_side`; smaller images are kept as they are.

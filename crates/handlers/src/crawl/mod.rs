@@ -112,6 +112,7 @@ struct Run<'a, C> {
     config: StorageConfigId,
     fence: Fence,
     root: Arc<RootFolder>,
+    /// The catalogue's files by path (the key; each value's `facts.file_path` is left empty).
     known: Arc<HashMap<Vec<u8>, KnownFile>>,
     counters: Counters,
     seen: Mutex<HashSet<Seen>>,
@@ -295,9 +296,20 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
         let avoid = almanac_media::identity(&self.settings.proxy_root);
         let listing = tokio::task::spawn_blocking(move || list_tree(&listing_root, avoid, &cancel));
         let known_files = self.catalogue.known_files(config).await.map_err(catalogue_error)?;
+        let active = known_files.iter().filter(|k| !k.extra).count();
+        // Indexed by path while the walk goes on (on a blocking thread: 100,000 files take tens of ms).
+        let known = tokio::task::spawn_blocking(move || {
+            // The path moves into the key (the map's value keeps an empty one): no copy of 100,000 paths.
+            let mut known = HashMap::with_capacity(known_files.len());
+            for mut k in known_files {
+                known.insert(std::mem::take(&mut k.facts.file_path), k);
+            }
+            Arc::new(known)
+        })
+        .await
+        .map_err(|e| HandlerError::retryable(format!("indexing the known files ended abnormally: {e}")))?;
         let (files, report) =
             listing.await.map_err(|e| HandlerError::retryable(format!("the folder walk ended abnormally: {e}")))?;
-        let active = known_files.iter().filter(|k| !k.extra).count();
         // Decided on what the walk found, not on raw entries: a mount point left with `.DS_Store`, `@eaDir` or
         // `lost+found` holds no media.
         if active > 0 && files.is_empty() && !report.stopped && !confirmed {
@@ -311,9 +323,6 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
             ));
         }
 
-        let known: HashMap<Vec<u8>, KnownFile> =
-            known_files.into_iter().map(|k| (k.facts.file_path.clone(), k)).collect();
-        let known = Arc::new(known);
         let run = Run {
             catalogue: &*self.catalogue,
             settings: &self.settings,
@@ -367,11 +376,11 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
                         Ok(()) => {}
                         Err(FileProblem::Skipped(reason)) => {
                             run.counters.skipped.fetch_add(1, Ordering::Relaxed);
-                            tracing::debug!(path = %entry.abs.display(), reason, "skipped");
+                            tracing::debug!(path = %run.abs(&entry).display(), reason, "skipped");
                         }
                         Err(FileProblem::Failed(reason)) => {
                             run.counters.failed.fetch_add(1, Ordering::Relaxed);
-                            warn!(event = "file_failed", path = %entry.abs.display(), reason, "file skipped");
+                            warn!(event = "file_failed", path = %run.abs(&entry).display(), reason, "file skipped");
                             let mut failures = run.failures.lock().expect("poisoned");
                             if failures.len() < MAX_LISTED_FAILURES {
                                 failures.push(serde_json::json!({"path": display(&entry.rel), "reason": reason}));
@@ -549,14 +558,14 @@ impl<C: CatalogueStore> Run<'_, C> {
     /// (returned as a promotion) instead.
     fn unseen(&self) -> Unseen {
         let seen = self.seen.lock().expect("poisoned");
-        let mut surviving_copies: HashMap<AssetId, &KnownFile> = HashMap::new();
         let mut out = Unseen::default();
+        let mut surviving_copies: HashMap<AssetId, &Vec<u8>> = HashMap::new();
         for (path, k) in self.known.iter() {
             if !k.extra {
                 continue;
             }
             if seen.contains(&Seen::Extra(path.clone())) {
-                surviving_copies.entry(k.asset_id).or_insert(k);
+                surviving_copies.entry(k.asset_id).or_insert(path);
             } else {
                 out.extra_paths.push(path.clone());
             }
@@ -566,14 +575,23 @@ impl<C: CatalogueStore> Run<'_, C> {
                 continue;
             }
             match surviving_copies.get(&k.asset_id) {
-                Some(copy) => out.promotions.push((
-                    k.asset_id,
-                    FileFacts { display_path: display(&copy.facts.file_path), ..copy.facts.clone() },
-                )),
+                Some(path) => {
+                    let copy = &self.known[*path].facts;
+                    out.promotions.push((
+                        k.asset_id,
+                        FileFacts { file_path: path.to_vec(), display_path: display(path), ..copy.clone() },
+                    ));
+                }
                 None => out.assets.push(k.asset_id),
             }
         }
         out
+    }
+
+    /// A file's absolute path, for messages and tools' error text only: files are opened beneath the root by
+    /// their relative path, never by this one.
+    fn abs(&self, entry: &WalkEntry) -> PathBuf {
+        self.root.path().join(std::ffi::OsStr::from_bytes(&entry.rel))
     }
 
     fn facts(entry: &WalkEntry) -> FileFacts {
@@ -756,7 +774,7 @@ impl<C: CatalogueStore> Run<'_, C> {
                     ),
                     _ => None,
                 };
-                let abs = entry.abs.clone();
+                let abs = self.abs(entry);
                 let out = dir.clone();
                 let max_pixels = self.settings.max_image_pixels;
                 let (facts, made) = tokio::task::spawn_blocking(move || {

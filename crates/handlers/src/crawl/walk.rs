@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
 
 use almanac_domain::Sidecar;
 use almanac_media::{EntryKind, OpenError, RootFolder, is_media_name, is_sidecar_name, sidecar_names};
@@ -38,8 +37,6 @@ const UNCHANGED_BATCH: usize = 1024;
 /// A file that may be media.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WalkEntry {
-    /// Absolute path, for messages only: the file is opened beneath the root by `rel`, never by this path.
-    pub abs: PathBuf,
     /// Path relative to the root, as bytes.
     pub rel: Vec<u8>,
     /// Size.
@@ -127,14 +124,18 @@ pub fn list_tree(
                 EntryKind::File if is_sidecar_name(entry.name.as_bytes()) => {}
                 EntryKind::File if !is_media_name(&entry.name) => report.unsupported += 1,
                 EntryKind::File => files.push(WalkEntry {
-                    abs: root.path().join(OsStr::from_bytes(&rel)),
                     rel: rel.clone(),
                     size: entry.size,
                     mtime: entry.mtime,
-                    sidecar: sidecar_names(entry.name.as_bytes())
-                        .iter()
-                        .find_map(|name| sidecars.get(&name.to_ascii_lowercase()))
-                        .cloned(),
+                    // Most folders hold no sidecar: no names are made for them.
+                    sidecar: if sidecars.is_empty() {
+                        None
+                    } else {
+                        sidecar_names(entry.name.as_bytes())
+                            .iter()
+                            .find_map(|name| sidecars.get(&name.to_ascii_lowercase()))
+                            .cloned()
+                    },
                 }),
             }
         }
