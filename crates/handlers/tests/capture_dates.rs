@@ -278,3 +278,35 @@ async fn a_photo_moved_with_its_sidecar_keeps_the_sidecar_date_at_once() {
     let again = lib.crawl().await;
     assert_eq!((again["unchanged"].as_u64(), again["redated"].as_u64()), (Some(1), Some(0)), "{again}");
 }
+
+/// Large stills decoded side by side share one pixel budget (the largest image allowed): four files that each
+/// take the whole budget, and smaller ones, all get through one at a time instead of all at once (the budget's
+/// own test shows the waiting), and one over the limit is refused, not decoded.
+#[tokio::test]
+async fn stills_that_fill_the_pixel_budget_are_all_crawled() {
+    use almanac_handlers::{CrawlHandler, CrawlSettings, MassDeletionGuard};
+    let lib = library().await;
+    for i in 0..4 {
+        lib.write(&format!("big/IMG_2019070{i}_120000.png"), &fixtures::png(1000, 1000, i));
+    }
+    for i in 0..3 {
+        lib.write(&format!("small/IMG_2019071{i}_120000.png"), &fixtures::png(800, 600, 10 + i));
+    }
+    lib.write("over/IMG_20190720_120000.png", &fixtures::png(1001, 1000, 20));
+    let handler = CrawlHandler::new(
+        lib.store.clone(),
+        CrawlSettings {
+            proxy_root: lib.proxies.clone(),
+            max_concurrent_files: 8,
+            tool_limits: almanac_media::ToolLimits::default(),
+            mass_deletion: MassDeletionGuard::default(),
+            max_image_pixels: 1_000_000,
+        },
+    );
+    let item = lib.item(serde_json::json!({})).await;
+    let result = lib.run_handler(&handler, item).await.expect("the crawl succeeds");
+    assert_eq!(result["ingested"], 7, "{result}");
+    assert_eq!(result["failed"], 1, "{result}");
+    let reason = result["failures"][0]["reason"].as_str().unwrap();
+    assert!(reason.contains("1001x1000") && reason.contains("max_image_megapixels"), "{reason}");
+}

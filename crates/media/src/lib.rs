@@ -12,6 +12,7 @@
 
 mod apple;
 mod atomic;
+mod budget;
 mod dates;
 mod detect;
 mod error;
@@ -29,6 +30,7 @@ pub mod fixtures;
 
 pub use apple::{AppleNote, apple_note, read_apple_note};
 pub use atomic::{sync_folder, write_all_atomically, write_atomically};
+pub use budget::{PixelBudget, PixelReservation, full_decode_pixels};
 pub use dates::date_in_file_name;
 pub use detect::{EXTENSIONS, MAGIC_LEN, MediaFormat, RawFormat, detect_format, is_media_name};
 pub use error::MediaError;

@@ -16,7 +16,9 @@ use almanac_domain::{
     MediaType, NewAsset, NewProxy, NewWorkItem, ProxyType, Scope, StorageConfig, StorageConfigId, WorkKind,
 };
 use almanac_executor::{BoxFuture, Handler, HandlerContext, HandlerError};
-use almanac_media::{MAGIC_LEN, MediaError, MediaFormat, OpenError, Original, RootFolder, ToolLimits, detect_format};
+use almanac_media::{
+    MAGIC_LEN, MediaError, MediaFormat, OpenError, Original, PixelBudget, RootFolder, ToolLimits, detect_format,
+};
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -50,12 +52,16 @@ pub struct CrawlSettings {
 pub struct CrawlHandler<C> {
     catalogue: Arc<C>,
     settings: CrawlSettings,
+    /// Shared by every crawl this handler runs (the Worker makes one handler for all its slots), so that large
+    /// stills decoded side by side stay within `max_image_pixels` in all.
+    pixel_budget: PixelBudget,
 }
 
 impl<C> CrawlHandler<C> {
     /// A crawl handler over the catalogue port (whose writes, the follow-up enqueue included, are fenced).
     pub fn new(catalogue: Arc<C>, settings: CrawlSettings) -> Self {
-        Self { catalogue, settings }
+        let pixel_budget = PixelBudget::new(settings.max_image_pixels);
+        Self { catalogue, settings, pixel_budget }
     }
 }
 
@@ -109,6 +115,7 @@ impl Counters {
 struct Run<'a, C> {
     catalogue: &'a C,
     settings: &'a CrawlSettings,
+    pixel_budget: &'a PixelBudget,
     config: StorageConfigId,
     fence: Fence,
     root: Arc<RootFolder>,
@@ -326,6 +333,7 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
         let run = Run {
             catalogue: &*self.catalogue,
             settings: &self.settings,
+            pixel_budget: &self.pixel_budget,
             config,
             fence: ctx.fence,
             root: root.clone(),
@@ -777,6 +785,11 @@ impl<C: CatalogueStore> Run<'_, C> {
                 let abs = self.abs(entry);
                 let out = dir.clone();
                 let max_pixels = self.settings.max_image_pixels;
+                // Held while the pixels are decoded and scaled (large PNGs and TIFFs decode at full size).
+                let _pixels = self
+                    .pixel_budget
+                    .reserve(almanac_media::full_decode_pixels(&content, format), &self.cancel)
+                    .await?;
                 let (facts, made) = tokio::task::spawn_blocking(move || {
                     // A RAW's preview is found once: its pixels, and its EXIF when the RAW keeps none.
                     let preview =

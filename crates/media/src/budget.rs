@@ -1,0 +1,126 @@
+//! How many pixels full-size decoders may hold at once: a process-wide budget, so that several large PNG, WebP,
+//! TIFF or GIF files decoded side by side (one per concurrent file, in every running crawl) cannot add up past
+//! the memory of a small NAS. JPEGs (and the JPEGs that HEIC, AVIF and RAW files pass on) decode scaled and are
+//! not charged. First come, first served: small images do not starve a large one.
+
+use std::sync::Arc;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use crate::{MediaError, MediaFormat};
+
+/// Permits count whole megapixels.
+const PIXELS_PER_PERMIT: u64 = 1_000_000;
+
+/// The pixels full-size decoders may hold at once. Cloning shares the budget.
+#[derive(Debug, Clone)]
+pub struct PixelBudget {
+    permits: Arc<Semaphore>,
+    megapixels: u32,
+}
+
+/// Pixels reserved from a [`PixelBudget`], given back when dropped.
+#[derive(Debug)]
+pub struct PixelReservation {
+    _permit: Option<OwnedSemaphorePermit>,
+}
+
+impl PixelBudget {
+    /// A budget of `pixels` (at least one megapixel). With the largest image allowed as the budget, such an
+    /// image decodes alone, and smaller ones share.
+    pub fn new(pixels: u64) -> Self {
+        let megapixels = u32::try_from(pixels.div_ceil(PIXELS_PER_PERMIT)).unwrap_or(u32::MAX).max(1);
+        let megapixels = megapixels.min(Semaphore::MAX_PERMITS as u32);
+        Self { permits: Arc::new(Semaphore::new(megapixels as usize)), megapixels }
+    }
+
+    /// The whole budget, in megapixels.
+    pub fn megapixels(&self) -> u32 {
+        self.megapixels
+    }
+
+    /// Waits until `pixels` fit in the budget (a request larger than the whole budget waits for all of it, so
+    /// it runs alone), or until `cancel`. Zero pixels reserve nothing.
+    pub async fn reserve(&self, pixels: u64, cancel: &CancellationToken) -> Result<PixelReservation, MediaError> {
+        if pixels == 0 {
+            return Ok(PixelReservation { _permit: None });
+        }
+        let wanted = u32::try_from(pixels.div_ceil(PIXELS_PER_PERMIT)).unwrap_or(u32::MAX).min(self.megapixels);
+        tokio::select! {
+            biased;
+            () = cancel.cancelled() => Err(MediaError::Cancelled),
+            permit = self.permits.clone().acquire_many_owned(wanted) => {
+                Ok(PixelReservation { _permit: Some(permit.expect("the budget's semaphore is never closed")) })
+            }
+        }
+    }
+}
+
+/// The pixels a still's decoder holds at full size: what its header claims for PNG, WebP, TIFF and GIF (read
+/// from the header only), zero for formats that decode scaled (JPEG) or through a tool (HEIC, AVIF), for RAW
+/// previews (JPEGs) and for anything whose header cannot be read (the decoder then refuses it).
+pub fn full_decode_pixels(content: &[u8], format: MediaFormat) -> u64 {
+    let format = match format {
+        MediaFormat::Png => image::ImageFormat::Png,
+        MediaFormat::WebP => image::ImageFormat::WebP,
+        MediaFormat::Tiff => image::ImageFormat::Tiff,
+        MediaFormat::Gif => image::ImageFormat::Gif,
+        _ => return 0,
+    };
+    image::ImageReader::with_format(std::io::Cursor::new(content), format)
+        .into_dimensions()
+        .map_or(0, |(w, h)| u64::from(w) * u64::from(h))
+}
+
+#[cfg(test)]
+mod tests {
+    use futures_util::FutureExt;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_reservation_waits_until_the_pixels_fit_and_a_huge_one_runs_alone() {
+        let budget = PixelBudget::new(10_000_000);
+        let cancel = CancellationToken::new();
+        let first = budget.reserve(8_000_000, &cancel).await.unwrap();
+        let mut second = Box::pin(budget.reserve(8_000_000, &cancel));
+        assert!((&mut second).now_or_never().is_none(), "8 + 8 megapixels do not fit in 10");
+        // First come, first served: a small image does not overtake (and so cannot starve) a waiting large one.
+        let mut small = Box::pin(budget.reserve(2_000_000, &cancel));
+        assert!((&mut small).now_or_never().is_none(), "2 would fit, but the 8 asked first");
+        drop(first);
+        let second = second.now_or_never().expect("fits once the first is given back").unwrap();
+        let small = small.now_or_never().expect("8 + 2 fit in 10").unwrap();
+        drop(small);
+        // Larger than the whole budget: waits for all of it.
+        let mut huge = Box::pin(budget.reserve(500_000_000, &cancel));
+        assert!((&mut huge).now_or_never().is_none());
+        drop(second);
+        let huge = huge.now_or_never().expect("the whole budget is free").unwrap();
+        assert!(budget.reserve(1, &cancel).now_or_never().is_none(), "nothing else decodes beside it");
+        assert!(budget.reserve(0, &cancel).now_or_never().is_some(), "zero pixels reserve nothing");
+        drop(huge);
+    }
+
+    #[tokio::test]
+    async fn a_waiting_reservation_ends_at_cancellation() {
+        let budget = PixelBudget::new(1);
+        assert_eq!(budget.megapixels(), 1, "at least one megapixel");
+        let cancel = CancellationToken::new();
+        let _held = budget.reserve(1, &cancel).await.unwrap();
+        let waiting = budget.reserve(1, &cancel);
+        cancel.cancel();
+        assert!(matches!(waiting.await, Err(MediaError::Cancelled)));
+    }
+
+    #[test]
+    fn only_full_size_decoders_are_charged() {
+        let mut png = std::io::Cursor::new(Vec::new());
+        image::RgbImage::new(40, 30).write_to(&mut png, image::ImageFormat::Png).unwrap();
+        let png = png.into_inner();
+        assert_eq!(full_decode_pixels(&png, MediaFormat::Png), 1200);
+        assert_eq!(full_decode_pixels(&png, MediaFormat::Jpeg), 0, "JPEGs decode scaled");
+        assert_eq!(full_decode_pixels(b"not a png", MediaFormat::Png), 0, "the decoder refuses it itself");
+    }
+}
