@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use almanac_domain::{ClaimRequest, WorkItemId, WorkQueue};
+use almanac_domain::{ClaimRequest, ClaimedItem, QueueError, WorkItemId, WorkQueue};
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, timeout};
@@ -67,66 +67,88 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
         let attempts_shutdown = CancellationToken::new();
         let mut attempts: JoinSet<(WorkItemId, Outcome)> = JoinSet::new();
         let mut report = ShutdownReport::default();
+        let mut late_claims: Vec<ClaimedItem> = Vec::new();
         info!(event = "worker_started", worker_id = %self.config.worker_id, kinds = ?request.kinds, slots = self.config.slots, "worker started");
 
+        // Up to one claim in flight per free slot, so that short items do not wait for each other's claim
+        // round trip. After a claim finds nothing (or fails), no new claim starts until the next poll, wake-up
+        // or finished attempt (no immediate retry); claims already in flight still land.
+        let mut claims: JoinSet<Claimed> = JoinSet::new();
+        let mut starved = false;
         while !shutdown.is_cancelled() {
-            while attempts.len() < self.config.slots && !shutdown.is_cancelled() {
-                let sent_at = Instant::now();
-                let claimed = match timeout(self.config.heartbeat_interval, self.queue.claim(&request)).await {
-                    Ok(Ok(Some(claimed))) => claimed,
-                    // Nothing eligible, or a lost race: wait for the next poll (no immediate retry).
-                    Ok(Ok(None)) => break,
-                    Ok(Err(e)) => {
-                        warn!(event = "claim_failed", error = %e, "could not claim; trying again at the next poll");
-                        break;
-                    }
-                    Err(_) => {
-                        warn!(
-                            event = "claim_failed",
-                            error = "timed out",
-                            "could not claim; trying again at the next poll"
-                        );
-                        break;
-                    }
-                };
-                let Some(handler) = self.handlers.get(claimed.item.kind) else {
-                    // The claim only asks for our kinds, so this is a bug; the lease will expire and requeue it.
-                    warn!(event = "no_handler", kind = %claimed.item.kind, "claimed an item with no handler");
-                    continue;
-                };
-                let item = &claimed.item;
-                let span = info_span!(
-                    "attempt",
-                    item_id = %item.id,
-                    kind = %item.kind,
-                    storage_config = item.scope.storage_config().map(|c| c.to_string()),
-                    attempt = %claimed.fence.attempt,
-                    worker_id = %self.config.worker_id,
-                );
-                span.in_scope(|| info!(event = "claimed", "claimed"));
-                let id = item.id;
-                let run = attempt::run(
-                    self.queue.clone(),
-                    handler,
-                    claimed,
-                    sent_at,
-                    self.config.clone(),
-                    attempts_shutdown.clone(),
-                );
-                attempts.spawn(async move { (id, run.await) }.instrument(span));
+            if !starved {
+                while attempts.len() + claims.len() < self.config.slots {
+                    let (queue, request, wait) = (self.queue.clone(), request.clone(), self.config.heartbeat_interval);
+                    claims.spawn(async move {
+                        let sent_at = Instant::now();
+                        (sent_at, timeout(wait, queue.claim(&request)).await)
+                    });
+                }
             }
             tokio::select! {
                 () = shutdown.cancelled() => {}
+                Some(landed) = claims.join_next(), if !claims.is_empty() => {
+                    let (sent_at, claimed) = match landed {
+                        Ok((sent_at, Ok(Ok(Some(claimed))))) => (sent_at, claimed),
+                        // Nothing eligible, or a lost race: wait for the next poll.
+                        Ok((_, Ok(Ok(None)))) => {
+                            starved = true;
+                            continue;
+                        }
+                        Ok((_, Ok(Err(e)))) => {
+                            warn!(event = "claim_failed", error = %e, "could not claim; trying again at the next poll");
+                            starved = true;
+                            continue;
+                        }
+                        Ok((_, Err(_))) => {
+                            warn!(event = "claim_failed", error = "timed out", "could not claim; trying again at the next poll");
+                            starved = true;
+                            continue;
+                        }
+                        Err(e) => {
+                            warn!(event = "claim_failed", error = %e, "a claim task ended abnormally");
+                            starved = true;
+                            continue;
+                        }
+                    };
+                    if shutdown.is_cancelled() {
+                        // Landed as the shutdown began: handed back below with the others.
+                        late_claims.push(claimed);
+                        continue;
+                    }
+                    self.start_attempt(&mut attempts, claimed, sent_at, &attempts_shutdown);
+                }
                 Some(done) = attempts.join_next(), if !attempts.is_empty() => {
+                    starved = false;
                     if let Ok((id, outcome)) = done {
                         debug!(item_id = %id, ?outcome, "attempt ended");
                     }
                 }
-                () = tokio::time::sleep(self.config.poll_interval) => {}
-                () = self.wake.notified() => {}
+                () = tokio::time::sleep(self.config.poll_interval) => {
+                    starved = false;
+                }
+                () = self.wake.notified() => {
+                    starved = false;
+                }
             }
         }
 
+        // Claims still in flight: whatever they claimed goes back to the queue at once, for another Worker.
+        while let Some(landed) = claims.join_next().await {
+            if let Ok((_, Ok(Ok(Some(claimed))))) = landed {
+                late_claims.push(claimed);
+            }
+        }
+        for claimed in late_claims {
+            let id = claimed.item.id;
+            match timeout(self.config.heartbeat_interval, self.queue.release(claimed.fence)).await {
+                Ok(Ok(_)) => report.released.push(id),
+                _ => {
+                    warn!(event = "release_failed", item_id = %id, "could not hand back an item claimed at shutdown; lease recovery will requeue it");
+                    report.unwritten.push(id);
+                }
+            }
+        }
         info!(event = "shutdown_started", running = attempts.len(), "shutting down: no more claims");
         attempts_shutdown.cancel();
         while let Some(done) = attempts.join_next().await {
@@ -146,6 +168,39 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
             "worker stopped"
         );
         report
+    }
+}
+
+/// A claim's send time and what it came to (`Err` when it timed out).
+type Claimed = (Instant, Result<Result<Option<ClaimedItem>, QueueError>, tokio::time::error::Elapsed>);
+
+impl<Q: WorkQueue + 'static> Executor<Q> {
+    /// Starts the attempt of a claimed item in its slot.
+    fn start_attempt(
+        &self,
+        attempts: &mut JoinSet<(WorkItemId, Outcome)>,
+        claimed: ClaimedItem,
+        sent_at: Instant,
+        shutdown: &CancellationToken,
+    ) {
+        let Some(handler) = self.handlers.get(claimed.item.kind) else {
+            // The claim only asks for our kinds, so this is a bug; the lease will expire and requeue it.
+            warn!(event = "no_handler", kind = %claimed.item.kind, "claimed an item with no handler");
+            return;
+        };
+        let item = &claimed.item;
+        let span = info_span!(
+            "attempt",
+            item_id = %item.id,
+            kind = %item.kind,
+            storage_config = item.scope.storage_config().map(|c| c.to_string()),
+            attempt = %claimed.fence.attempt,
+            worker_id = %self.config.worker_id,
+        );
+        span.in_scope(|| info!(event = "claimed", "claimed"));
+        let id = item.id;
+        let run = attempt::run(self.queue.clone(), handler, claimed, sent_at, self.config.clone(), shutdown.clone());
+        attempts.spawn(async move { (id, run.await) }.instrument(span));
     }
 }
 

@@ -380,3 +380,47 @@ async fn lease_recovery_runs_on_its_own_interval_while_slots_are_busy() {
     assert_eq!(recoveries, [s, s + 30 * SECOND, s + 60 * SECOND, s + 90 * SECOND]);
     run.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn free_slots_claim_side_by_side_instead_of_one_after_another() {
+    let queue = FakeQueue::with_items((0..4).map(|_| item(WorkKind::TokenCleanup)));
+    queue.state.lock().unwrap().claim_delay = SECOND;
+    let probe = Probe::new(WorkKind::TokenCleanup, Act::Work { work: 10 * SECOND });
+    let mut c = config();
+    c.slots = 4;
+    let run = start(&queue, &probe, c);
+    run.at(2 * SECOND).await;
+    let s = run.start;
+    // One after another, the fourth would start at 4 s.
+    assert_eq!(probe.started(), [s + SECOND; 4], "four claims of one second each, in flight together");
+    assert_eq!(queue.state.lock().unwrap().most_claims_in_flight, 4);
+    run.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_a_claim_finds_nothing_no_new_claim_starts_before_the_next_poll_or_finished_attempt() {
+    let (queue, _) = one(WorkKind::TokenCleanup);
+    let probe = Probe::new(WorkKind::TokenCleanup, Act::Work { work: 2 * SECOND });
+    let mut c = config();
+    c.slots = 3;
+    let run = start(&queue, &probe, c);
+    run.at(8 * SECOND).await;
+    let s = run.start;
+    // Three free slots claim at once (one finds the item); the attempt's end at 2 s claims again for all three
+    // slots, which find nothing; then the poll interval (5 s), not a busy loop.
+    assert_eq!(queue.claim_times(), [[s; 3], [s + 2 * SECOND; 3], [s + 7 * SECOND; 3]].concat());
+    run.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_item_claimed_while_shutting_down_is_handed_back_without_running() {
+    let (queue, id) = one(WorkKind::TokenCleanup);
+    queue.state.lock().unwrap().claim_delay = 2 * SECOND;
+    let probe = Probe::new(WorkKind::TokenCleanup, Act::Work { work: SECOND });
+    let run = start(&queue, &probe, config());
+    run.at(SECOND).await;
+    let report = run.stop().await;
+    assert!(probe.started().is_empty(), "the handler never ran");
+    assert_eq!(report.released, [id]);
+    assert!(matches!(queue.writes()[..], [(written, Write::Release, _)] if written == id));
+}

@@ -43,6 +43,11 @@ pub struct State {
     pub writes: Vec<(WorkItemId, Write, Instant)>,
     pub recoveries: Vec<Instant>,
     pub writes_fail: bool,
+    /// How long each claim takes to answer (the round trip to the database).
+    pub claim_delay: Duration,
+    /// Claims answering at this moment, and the most ever at once.
+    pub claims_in_flight: usize,
+    pub most_claims_in_flight: usize,
 }
 
 #[derive(Default, Clone)]
@@ -120,10 +125,18 @@ impl WorkQueue for FakeQueue {
     }
 
     async fn claim(&self, request: &ClaimRequest) -> Result<Option<ClaimedItem>, QueueError> {
+        let delay = {
+            let mut s = self.state.lock().unwrap();
+            s.claims.push(Instant::now());
+            s.requests.push(request.clone());
+            s.claims_in_flight += 1;
+            s.most_claims_in_flight = s.most_claims_in_flight.max(s.claims_in_flight);
+            s.claim_delay
+        };
+        tokio::time::sleep(delay).await;
         let mut s = self.state.lock().unwrap();
+        s.claims_in_flight -= 1;
         let now = Instant::now();
-        s.claims.push(now);
-        s.requests.push(request.clone());
         let Some(pos) = s.queued.iter().position(|(i, due)| *due <= now && request.kinds.contains(&i.kind)) else {
             return Ok(None);
         };
