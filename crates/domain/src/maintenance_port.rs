@@ -164,13 +164,12 @@ pub trait MaintenanceStore: Send + Sync {
         served: crate::ServedConfigs,
     ) -> impl Future<Output = Result<Vec<StorageConfigId>, CatalogueError>> + Send;
 
-    /// Enqueues `item` for the period named `schedule_key` unless that period already has one; true when this
-    /// call enqueued it. Exactly one of any number of concurrent callers wins.
+    /// Enqueues each `(schedule_key, item)` unless its period (the key) already has one, all at once; answers
+    /// the keys this call enqueued. Exactly one of any number of concurrent callers wins each period.
     fn enqueue_once(
         &self,
-        schedule_key: &str,
-        item: &NewWorkItem,
-    ) -> impl Future<Output = Result<bool, CatalogueError>> + Send;
+        due: &[(String, NewWorkItem)],
+    ) -> impl Future<Output = Result<Vec<String>, CatalogueError>> + Send;
 
     /// Cancels queued items of inactive storage configs; returns how many.
     fn cancel_queued_of_inactive(&self) -> impl Future<Output = Result<u64, CatalogueError>> + Send;

@@ -154,6 +154,20 @@ pub trait WorkQueue: Send + Sync {
     /// Enqueues work. With a dedup key that is already queued, returns the queued item (`created: false`).
     fn enqueue(&self, item: &NewWorkItem) -> impl Future<Output = Result<Enqueued, QueueError>> + Send;
 
+    /// Enqueues many items at once, in this order (they are claimed in this order too), answering for each
+    /// what [`WorkQueue::enqueue`] would: the new item, or the item already queued under its dedup key (an
+    /// earlier item of the same batch included). A store makes this one statement for thousands of items; this
+    /// default enqueues them one by one.
+    fn enqueue_many(&self, items: &[NewWorkItem]) -> impl Future<Output = Result<Vec<Enqueued>, QueueError>> + Send {
+        async move {
+            let mut out = Vec::with_capacity(items.len());
+            for item in items {
+                out.push(self.enqueue(item).await?);
+            }
+            Ok(out)
+        }
+    }
+
     /// Claims the oldest due item this Worker serves whose storage config has no running item (rules 1–3).
     /// MUST answer `Ok(None)` both when nothing is eligible and when a concurrent claim of the same config
     /// won the race (the running-config index rejected this one).

@@ -73,17 +73,15 @@ impl<M: MaintenanceStore> Scheduler<M> {
     pub async fn tick(&self) -> Result<usize, CatalogueError> {
         let now = self.store.db_now().await?;
         let configs = self.store.served_configs(self.served).await?;
-        let mut enqueued = 0;
-        for (key, item) in due(now, &configs, self.settings) {
-            if self.store.enqueue_once(&key, &item).await? {
-                info!(event = "scheduled", key, kind = %item.kind(), "periodic work enqueued");
-                enqueued += 1;
-            }
+        // One batch for every config (thousands of configs are two statements, not thousands).
+        let enqueued = self.store.enqueue_once(&due(now, &configs, self.settings)).await?;
+        for key in &enqueued {
+            info!(event = "scheduled", key, "periodic work enqueued");
         }
         // Deactivating a config cancels its queue already; this catches work enqueued for it since.
         let cancelled = self.store.cancel_queued_of_inactive().await?;
         tracing::debug!(event = "cancelled_inactive", cancelled, "queued work of inactive storage configs cancelled");
-        Ok(enqueued)
+        Ok(enqueued.len())
     }
 
     /// Ticks until `stop`.

@@ -550,8 +550,8 @@ impl MaintenanceStore for RewriteBeforeRecheck {
     async fn served_configs(&self, served: ServedConfigs) -> Result<Vec<StorageConfigId>, CatalogueError> {
         self.inner.served_configs(served).await
     }
-    async fn enqueue_once(&self, schedule_key: &str, item: &NewWorkItem) -> Result<bool, CatalogueError> {
-        self.inner.enqueue_once(schedule_key, item).await
+    async fn enqueue_once(&self, due: &[(String, NewWorkItem)]) -> Result<Vec<String>, CatalogueError> {
+        self.inner.enqueue_once(due).await
     }
     async fn cancel_queued_of_inactive(&self) -> Result<u64, CatalogueError> {
         self.inner.cancel_queued_of_inactive().await

@@ -1,4 +1,5 @@
-//! How the web backend uses the queue: enqueue a crawl with a dedup key, request a cancel, read the status.
+//! How the web backend uses the queue: enqueue a crawl with a dedup key, enqueue many items at once, request a
+//! cancel, read the status.
 //!
 //! `cargo run -p almanac-store-pg --example backend` (uses `DATABASE_URL`, or starts the private cluster's dev
 //! database).
@@ -37,6 +38,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         first.item.id, first.created, again.item.id, again.created
     );
     assert_eq!(first.item.id, again.item.id);
+
+    // Many at once (e.g. burst detection for every config after an import): one statement, dedup keys
+    // honoured item by item; the crawl asked for again returns the queued one.
+    let bursts = NewWorkItem::new(almanac_domain::WorkKind::BurstDetection, Scope::Config(config.id))?
+        .with_dedup_key(DedupKey::new(format!("burst_detection:{}", config.id))?);
+    let batch = store.enqueue_many(&[crawl.clone(), bursts]).await?;
+    for enqueued in &batch {
+        println!("batch: {} {} (created: {})", enqueued.item.kind, enqueued.item.id, enqueued.created);
+    }
+    assert_eq!(batch[0].item.id, first.item.id);
 
     // The user changes their mind.
     let outcome = store.request_cancel(first.item.id).await?;

@@ -408,23 +408,33 @@ impl MaintenanceStore for PgStore {
     }
 
     #[mutants::skip]
-    async fn enqueue_once(&self, schedule_key: &str, item: &NewWorkItem) -> Result<bool, CatalogueError> {
+    async fn enqueue_once(&self, due: &[(String, NewWorkItem)]) -> Result<Vec<String>, CatalogueError> {
+        if due.is_empty() {
+            return Ok(Vec::new());
+        }
+        // In key order: racing schedulers then wait for each other's keys in one order, never in a cycle.
+        let mut due: Vec<&(String, NewWorkItem)> = due.iter().collect();
+        due.sort_by(|a, b| a.0.cmp(&b.0));
         let mut conn = self.conn().await.map_err(pool)?;
-        let id = WorkItemId::new();
+        let ids: Vec<WorkItemId> = due.iter().map(|_| WorkItemId::new()).collect();
         conn.transaction::<_, diesel::result::Error, _>(async |conn| {
-            let claimed: Vec<IdRow> = sql_query(
-                "INSERT INTO schedule_periods (schedule_key, work_item_id) VALUES ($1, $2)
+            // The periods this call records first are the ones it enqueues: two statements, one commit.
+            let won: Vec<IdRow> = sql_query(
+                "INSERT INTO schedule_periods (schedule_key, work_item_id)
+                 SELECT * FROM unnest($1::text[], $2::uuid[])
                  ON CONFLICT (schedule_key) DO NOTHING RETURNING work_item_id AS id",
             )
-            .bind::<Text, _>(schedule_key)
-            .bind::<Uuid, _>(id.as_uuid())
+            .bind::<Array<Text>, _>(due.iter().map(|(key, _)| key.clone()).collect::<Vec<_>>())
+            .bind::<Array<Uuid>, _>(ids.iter().map(WorkItemId::as_uuid).collect::<Vec<_>>())
             .load(conn)
             .await?;
-            if claimed.is_empty() {
-                return Ok(false);
+            let won: std::collections::HashSet<uuid::Uuid> = won.into_iter().map(|r| r.id).collect();
+            let (won_ids, won_due): (Vec<WorkItemId>, Vec<&(String, NewWorkItem)>) =
+                ids.iter().zip(&due).filter(|(id, _)| won.contains(&id.as_uuid())).unzip();
+            if !won_ids.is_empty() {
+                crate::queue::enqueue_many_query(&won_ids, won_due.iter().map(|(_, item)| item)).execute(conn).await?;
             }
-            crate::queue::enqueue_query(id, item).execute(conn).await?;
-            Ok(true)
+            Ok(won_due.into_iter().map(|(key, _)| key.clone()).collect())
         })
         .await
         .map_err(db)

@@ -114,6 +114,41 @@ pub(crate) fn enqueue_query(id: WorkItemId, item: &NewWorkItem) -> BoxedSqlQuery
         .bind::<Integer, _>(item.max_attempts())
 }
 
+/// The batch enqueue: one row per array element, inserted in the arrays' order (ids are time-ordered, so the
+/// claim order within one `requested_at` follows it too); a queued item with the same dedup key wins, an
+/// earlier element of the same batch included.
+const ENQUEUE_MANY: &str = "\
+INSERT INTO work_items (id, kind, storage_config_id, payload, dedup_key, run_after, max_attempts)
+SELECT i.id, i.kind, i.config, i.payload, i.dedup_key, COALESCE(i.run_after, now()), i.max_attempts
+  FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::jsonb[], $5::text[], $6::timestamptz[], $7::integer[])
+       WITH ORDINALITY AS i(id, kind, config, payload, dedup_key, run_after, max_attempts, n)
+ ORDER BY i.n
+ON CONFLICT (dedup_key) WHERE status = 'queued' DO NOTHING
+RETURNING *";
+
+/// Items per batch statement: bounds the statement's size, not the caller's batch.
+const ENQUEUE_MANY_CHUNK: usize = 5_000;
+
+/// The batch enqueue statement for `items` under `ids` (same length).
+pub(crate) fn enqueue_many_query<'a>(
+    ids: &[WorkItemId],
+    items: impl Iterator<Item = &'a NewWorkItem> + Clone,
+) -> BoxedSqlQuery<'static, Pg, SqlQuery> {
+    sql_query(ENQUEUE_MANY)
+        .into_boxed()
+        .bind::<Array<Uuid>, _>(ids.iter().map(|id| id.as_uuid()).collect::<Vec<_>>())
+        .bind::<Array<Text>, _>(items.clone().map(|i| i.kind().as_str().to_owned()).collect::<Vec<_>>())
+        .bind::<Array<Nullable<Uuid>>, _>(
+            items.clone().map(|i| i.scope().storage_config().map(|c| c.as_uuid())).collect::<Vec<_>>(),
+        )
+        .bind::<Array<Jsonb>, _>(items.clone().map(|i| i.payload.clone()).collect::<Vec<_>>())
+        .bind::<Array<Nullable<Text>>, _>(
+            items.clone().map(|i| i.dedup_key.as_ref().map(|k| k.as_str().to_owned())).collect::<Vec<_>>(),
+        )
+        .bind::<Array<Nullable<Timestamptz>>, _>(items.clone().map(|i| i.run_after).collect::<Vec<_>>())
+        .bind::<Array<Integer>, _>(items.map(NewWorkItem::max_attempts).collect::<Vec<_>>())
+}
+
 const QUEUED_BY_DEDUP_KEY: &str = "SELECT * FROM work_items WHERE dedup_key = $1 AND status = 'queued'";
 
 /// Rule 1: one statement under READ COMMITTED. The candidate set is each idle served config's oldest due item
@@ -379,6 +414,70 @@ impl WorkQueue for PgStore {
             }
         }
         Err(QueueError::Unexpected("enqueue kept racing with claims of the same dedup key".into()))
+    }
+
+    #[mutants::skip]
+    async fn enqueue_many(&self, items: &[NewWorkItem]) -> Result<Vec<Enqueued>, QueueError> {
+        let mut out: Vec<Option<Enqueued>> = (0..items.len()).map(|_| None).collect();
+        let mut conn = self.conn().await?;
+        for start in (0..items.len()).step_by(ENQUEUE_MANY_CHUNK) {
+            let mut pending: Vec<usize> = (start..items.len().min(start + ENQUEUE_MANY_CHUNK)).collect();
+            // As in `enqueue`: an item already queued may be claimed between the insert and the read; those
+            // are tried again, a few times. Each try is one transaction whose commit is awaited.
+            for _ in 0..5 {
+                if pending.is_empty() {
+                    break;
+                }
+                let ids: Vec<WorkItemId> = pending.iter().map(|_| WorkItemId::new()).collect();
+                let (inserted, existing) = conn
+                    .transaction::<_, diesel::result::Error, _>(async |conn| {
+                        let inserted: Vec<WorkItemRow> =
+                            enqueue_many_query(&ids, pending.iter().map(|&i| &items[i])).load(conn).await?;
+                        let new: std::collections::HashSet<uuid::Uuid> = inserted.iter().map(|r| r.id).collect();
+                        let keys: Vec<String> = pending
+                            .iter()
+                            .zip(&ids)
+                            .filter(|(_, id)| !new.contains(&id.as_uuid()))
+                            .filter_map(|(&i, _)| items[i].dedup_key.as_ref().map(|k| k.as_str().to_owned()))
+                            .collect();
+                        let existing: Vec<WorkItemRow> = if keys.is_empty() {
+                            Vec::new()
+                        } else {
+                            sql_query("SELECT * FROM work_items WHERE status = 'queued' AND dedup_key = ANY($1)")
+                                .bind::<Array<Text>, _>(keys)
+                                .load(conn)
+                                .await?
+                        };
+                        Ok((inserted, existing))
+                    })
+                    .await
+                    .map_err(error::queue)?;
+                let mut inserted: std::collections::HashMap<uuid::Uuid, WorkItemRow> =
+                    inserted.into_iter().map(|r| (r.id, r)).collect();
+                let mut by_key: std::collections::HashMap<String, WorkItem> = std::collections::HashMap::new();
+                for row in existing {
+                    let item = WorkItem::try_from(row)?;
+                    if let Some(key) = item.dedup_key.clone() {
+                        by_key.insert(key, item);
+                    }
+                }
+                let mut again = Vec::new();
+                for (&i, id) in pending.iter().zip(&ids) {
+                    if let Some(row) = inserted.remove(&id.as_uuid()) {
+                        out[i] = Some(Enqueued { item: row.try_into()?, created: true });
+                    } else if let Some(item) = items[i].dedup_key.as_ref().and_then(|k| by_key.get(k.as_str())) {
+                        out[i] = Some(Enqueued { item: item.clone(), created: false });
+                    } else {
+                        again.push(i);
+                    }
+                }
+                pending = again;
+            }
+            if !pending.is_empty() {
+                return Err(QueueError::Unexpected("enqueue kept racing with claims of the same dedup key".into()));
+            }
+        }
+        Ok(out.into_iter().map(|e| e.expect("every item was answered")).collect())
     }
 
     #[mutants::skip]

@@ -87,6 +87,48 @@ async fn enqueue_with_a_queued_dedup_key_returns_the_existing_item() {
 }
 
 #[tokio::test]
+async fn enqueue_many_inserts_in_order_and_honours_dedup_keys_item_by_item() {
+    let (_db, store) = setup().await;
+    let c = config(&store, "ann", "/photos/ann").await;
+    let keyed = |key: &str| {
+        NewWorkItem::new(WorkKind::Crawl, Scope::Config(c.id)).unwrap().with_dedup_key(DedupKey::new(key).unwrap())
+    };
+    let already = store.enqueue(&keyed("crawl:ann:1")).await.unwrap().item;
+    let cleanup =
+        NewWorkItem::new(WorkKind::TokenCleanup, Scope::Unscoped).unwrap().with_payload(serde_json::json!({"n": 1}));
+    let later = chrono::Utc::now() + chrono::Duration::hours(1);
+    let batch = [
+        keyed("crawl:ann:1"),
+        keyed("crawl:ann:2"),
+        cleanup.clone(),
+        keyed("crawl:ann:2"),
+        cleanup.clone().with_run_after(later),
+    ];
+    let answered = store.enqueue_many(&batch).await.unwrap();
+    let created: Vec<bool> = answered.iter().map(|e| e.created).collect();
+    assert_eq!(created, [false, true, true, false, true]);
+    assert_eq!(answered[0].item.id, already.id, "the item queued before the batch");
+    assert_eq!(answered[3].item.id, answered[1].item.id, "an earlier item of the same batch");
+    assert_eq!(answered[2].item.payload, serde_json::json!({"n": 1}));
+    assert_eq!(answered[4].item.run_after.timestamp_micros(), later.timestamp_micros());
+    // Claimed in the batch's order: the queued crawl, then the batch's cleanup (its later twin is not due).
+    let first = store.claim(&all_kinds("w1")).await.unwrap().unwrap();
+    let second = store.claim(&all_kinds("w2")).await.unwrap().unwrap();
+    assert_eq!((first.item.id, second.item.id), (already.id, answered[2].item.id));
+    assert!(store.claim(&all_kinds("w3")).await.unwrap().is_none(), "ann is busy; the other cleanup is not due");
+    assert!(store.enqueue_many(&[]).await.unwrap().is_empty());
+
+    // Thousands in one call (more than one statement's chunk), keys honoured across chunks.
+    let many: Vec<NewWorkItem> = (0..12_000).map(|i| keyed(&format!("bulk:{}", i % 11_000))).collect();
+    let answered = store.enqueue_many(&many).await.unwrap();
+    assert_eq!(answered.iter().filter(|e| e.created).count(), 11_000);
+    assert_eq!(answered[11_500].item.id, answered[500].item.id);
+    let missing = NewWorkItem::new(WorkKind::Crawl, Scope::Config(almanac_domain::StorageConfigId::new())).unwrap();
+    let err = store.enqueue_many(&[cleanup, missing]).await.unwrap_err();
+    assert!(matches!(err, QueueError::Rejected(ref m) if m.contains("storage_config")), "{err:?}");
+}
+
+#[tokio::test]
 async fn enqueue_for_a_missing_config_is_rejected() {
     let (_db, store) = setup().await;
     let missing = Scope::Config(almanac_domain::StorageConfigId::new());
