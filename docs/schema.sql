@@ -17,6 +17,115 @@ SET client_min_messages = warning;
 SET row_security = off;
 
 --
+-- Name: almanac_queue_heads_config_added(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.almanac_queue_heads_config_added() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    INSERT INTO queue_heads (storage_config_id, user_id, active) VALUES (NEW.id, NEW.user_id, NEW.is_active)
+    ON CONFLICT (storage_config_id) DO NOTHING;
+    RETURN NULL;
+END $$;
+
+
+--
+-- Name: almanac_queue_heads_config_changed(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.almanac_queue_heads_config_changed() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE queue_heads SET active = NEW.is_active, user_id = NEW.user_id WHERE storage_config_id = NEW.id;
+    PERFORM almanac_refresh_queue_heads(ARRAY[NEW.id]);
+    RETURN NULL;
+END $$;
+
+
+--
+-- Name: almanac_queue_heads_deleted(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.almanac_queue_heads_deleted() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM almanac_refresh_queue_heads(ARRAY(
+        SELECT DISTINCT o.storage_config_id FROM old_rows AS o
+         WHERE o.storage_config_id IS NOT NULL AND o.status IN ('queued', 'running')
+         ORDER BY 1));
+    RETURN NULL;
+END $$;
+
+
+--
+-- Name: almanac_queue_heads_inserted(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.almanac_queue_heads_inserted() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM almanac_refresh_queue_heads(ARRAY(
+        SELECT DISTINCT n.storage_config_id FROM new_rows AS n
+         WHERE n.storage_config_id IS NOT NULL AND n.status IN ('queued', 'running')
+         ORDER BY 1));
+    RETURN NULL;
+END $$;
+
+
+--
+-- Name: almanac_queue_heads_updated(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.almanac_queue_heads_updated() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM almanac_refresh_queue_heads(ARRAY(
+        SELECT DISTINCT x.config FROM (
+            SELECT o.storage_config_id AS config, n.storage_config_id AS moved_to
+              FROM old_rows AS o JOIN new_rows AS n ON n.id = o.id
+             WHERE (o.status, o.run_after, o.requested_at, o.storage_config_id)
+                   IS DISTINCT FROM (n.status, n.run_after, n.requested_at, n.storage_config_id)
+               AND (o.status IN ('queued', 'running') OR n.status IN ('queued', 'running'))) AS changed
+         CROSS JOIN LATERAL (VALUES (changed.config), (changed.moved_to)) AS x (config)
+         WHERE x.config IS NOT NULL
+         ORDER BY 1));
+    RETURN NULL;
+END $$;
+
+
+--
+-- Name: almanac_refresh_queue_heads(uuid[]); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.almanac_refresh_queue_heads(configs uuid[]) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    c uuid;
+BEGIN
+    FOREACH c IN ARRAY configs LOOP
+        PERFORM 1 FROM queue_heads AS h WHERE h.storage_config_id = c FOR UPDATE;
+        UPDATE queue_heads AS h
+           SET oldest_requested_at = q.oldest,
+               earliest_run_after = q.earliest,
+               claimable = q.oldest IS NOT NULL AND h.active AND NOT q.running
+          FROM (SELECT (SELECT min(w.requested_at) FROM work_items AS w
+                         WHERE w.storage_config_id = c AND w.status = 'queued') AS oldest,
+                       (SELECT min(w.run_after) FROM work_items AS w
+                         WHERE w.storage_config_id = c AND w.status = 'queued' AND w.attempt >= 0) AS earliest,
+                       EXISTS (SELECT 1 FROM work_items AS w
+                                WHERE w.storage_config_id = c AND w.status = 'running') AS running) AS q
+         WHERE h.storage_config_id = c;
+    END LOOP;
+END $$;
+
+
+--
 -- Name: notify_work_items_queued(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -346,6 +455,55 @@ COMMENT ON COLUMN public.proxy_files.relative_path IS 'Path of the file relative
 --
 
 COMMENT ON COLUMN public.proxy_files.inline_value IS 'The BlurHash string; set only for proxy_type blurhash.';
+
+
+--
+-- Name: queue_heads; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.queue_heads (
+    storage_config_id uuid NOT NULL,
+    user_id uuid NOT NULL,
+    active boolean NOT NULL,
+    claimable boolean DEFAULT false NOT NULL,
+    oldest_requested_at timestamp with time zone,
+    earliest_run_after timestamp with time zone
+);
+
+
+--
+-- Name: TABLE queue_heads; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.queue_heads IS 'One row per storage config that ever had work: whether it can be claimed for now (active, queued work, nothing running) and its oldest queued item. Kept by triggers on work_items and storage_configs; the claim reads only its oldest claimable rows.';
+
+
+--
+-- Name: COLUMN queue_heads.active; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.queue_heads.active IS 'storage_configs.is_active, copied by its trigger (so that keeping a head never reads storage_configs).';
+
+
+--
+-- Name: COLUMN queue_heads.claimable; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.queue_heads.claimable IS 'Active, with queued work, and no running item (as of the last change to its queue).';
+
+
+--
+-- Name: COLUMN queue_heads.oldest_requested_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.queue_heads.oldest_requested_at IS 'requested_at of the config''s oldest queued item: the claim''s order between configs.';
+
+
+--
+-- Name: COLUMN queue_heads.earliest_run_after; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.queue_heads.earliest_run_after IS 'The earliest run_after of its queued items: not claimed for before then.';
 
 
 --
@@ -682,6 +840,14 @@ ALTER TABLE ONLY public.proxy_files
 
 
 --
+-- Name: queue_heads queue_heads_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.queue_heads
+    ADD CONSTRAINT queue_heads_pkey PRIMARY KEY (storage_config_id);
+
+
+--
 -- Name: refresh_tokens refresh_tokens_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -817,6 +983,20 @@ CREATE INDEX ix_proxy_files_relative_path ON public.proxy_files USING btree (rel
 
 
 --
+-- Name: ix_queue_heads_claimable; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ix_queue_heads_claimable ON public.queue_heads USING btree (oldest_requested_at, storage_config_id) WHERE claimable;
+
+
+--
+-- Name: ix_queue_heads_claimable_user; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ix_queue_heads_claimable_user ON public.queue_heads USING btree (user_id, oldest_requested_at, storage_config_id) WHERE claimable;
+
+
+--
 -- Name: ix_refresh_tokens_expires; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -845,10 +1025,10 @@ CREATE INDEX ix_storage_configs_user ON public.storage_configs USING btree (user
 
 
 --
--- Name: ix_work_items_config_status; Type: INDEX; Schema: public; Owner: -
+-- Name: ix_work_items_config_order; Type: INDEX; Schema: public; Owner: -
 --
 
-CREATE INDEX ix_work_items_config_status ON public.work_items USING btree (storage_config_id, status);
+CREATE INDEX ix_work_items_config_order ON public.work_items USING btree (storage_config_id, status, requested_at, id);
 
 
 --
@@ -873,6 +1053,13 @@ CREATE INDEX ix_work_items_queued_config ON public.work_items USING btree (stora
 
 
 --
+-- Name: ix_work_items_queued_config_due; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ix_work_items_queued_config_due ON public.work_items USING btree (storage_config_id, run_after) WHERE ((status = 'queued'::text) AND (storage_config_id IS NOT NULL) AND (attempt >= 0));
+
+
+--
 -- Name: ix_work_items_queued_unscoped; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -894,10 +1081,45 @@ CREATE INDEX ix_work_items_running_lease ON public.work_items USING btree (lease
 
 
 --
+-- Name: storage_configs tr_storage_configs_queue_heads; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER tr_storage_configs_queue_heads AFTER UPDATE OF is_active, user_id ON public.storage_configs FOR EACH ROW WHEN (((old.is_active IS DISTINCT FROM new.is_active) OR (old.user_id IS DISTINCT FROM new.user_id))) EXECUTE FUNCTION public.almanac_queue_heads_config_changed();
+
+
+--
+-- Name: storage_configs tr_storage_configs_queue_heads_insert; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER tr_storage_configs_queue_heads_insert AFTER INSERT ON public.storage_configs FOR EACH ROW EXECUTE FUNCTION public.almanac_queue_heads_config_added();
+
+
+--
 -- Name: work_items tr_work_items_notify_queued; Type: TRIGGER; Schema: public; Owner: -
 --
 
 CREATE TRIGGER tr_work_items_notify_queued AFTER INSERT ON public.work_items FOR EACH STATEMENT EXECUTE FUNCTION public.notify_work_items_queued();
+
+
+--
+-- Name: work_items tr_work_items_queue_heads_delete; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER tr_work_items_queue_heads_delete AFTER DELETE ON public.work_items REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION public.almanac_queue_heads_deleted();
+
+
+--
+-- Name: work_items tr_work_items_queue_heads_insert; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER tr_work_items_queue_heads_insert AFTER INSERT ON public.work_items REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.almanac_queue_heads_inserted();
+
+
+--
+-- Name: work_items tr_work_items_queue_heads_update; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER tr_work_items_queue_heads_update AFTER UPDATE ON public.work_items REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.almanac_queue_heads_updated();
 
 
 --
@@ -970,6 +1192,14 @@ ALTER TABLE ONLY public.media_assets
 
 ALTER TABLE ONLY public.proxy_files
     ADD CONSTRAINT proxy_files_asset_id_fkey FOREIGN KEY (asset_id) REFERENCES public.media_assets(id) ON DELETE CASCADE;
+
+
+--
+-- Name: queue_heads queue_heads_storage_config_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.queue_heads
+    ADD CONSTRAINT queue_heads_storage_config_id_fkey FOREIGN KEY (storage_config_id) REFERENCES public.storage_configs(id) ON DELETE CASCADE;
 
 
 --

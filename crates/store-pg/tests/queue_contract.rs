@@ -283,6 +283,58 @@ async fn second_claim_blocked_on_index_returns_nothing() {
     assert_eq!(status_of(&store, bursts).await, Status::Queued);
 }
 
+/// The claim reads each config's head (`queue_heads`), kept by triggers. Forced interleaving: an enqueue for a
+/// running config is held open (its head says "running, not claimable"), the running item's completion waits
+/// for that head, and then reads the committed enqueue: the config is claimable again and its new item is
+/// claimed. A head computed from the completion's own older snapshot would leave the item stranded.
+#[tokio::test]
+async fn a_head_refreshed_under_a_concurrent_enqueue_leaves_the_new_item_claimable() {
+    let (db, store) = setup().await;
+    let c = config(&store, "ann", "/c").await;
+    enqueue(&store, WorkKind::Crawl, Scope::Config(c.id)).await;
+    let running = store.claim(&all_kinds("w1")).await.unwrap().expect("claimed");
+
+    let mut enqueuer = raw(&db).await;
+    enqueuer.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED").await.unwrap();
+    let late = WorkItemId::new();
+    sql_query("INSERT INTO work_items (id, kind, storage_config_id) VALUES ($1, 'burst_detection', $2)")
+        .bind::<Uuid, _>(late.as_uuid())
+        .bind::<Uuid, _>(c.id.as_uuid())
+        .execute(&mut enqueuer)
+        .await
+        .unwrap();
+    let completer = store.clone();
+    let complete = tokio::spawn(async move { completer.complete(running.fence, None).await });
+    assert_eq!(db.sessions_waiting_on_locks(1).await, 1, "the completion never waited for the config's head");
+    assert!(!complete.is_finished());
+    enqueuer.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(complete.await.unwrap(), Ok(WriteOutcome::Written));
+
+    let next = store.claim(&all_kinds("w2")).await.unwrap().expect("the late item is claimable");
+    assert_eq!(next.item.id, late);
+    // And the head follows the claim: running again, nothing more to claim.
+    assert!(store.claim(&all_kinds("w3")).await.unwrap().is_none());
+}
+
+/// Deactivating a config takes it out of the claim's candidates at once (its head is kept by a trigger on
+/// storage_configs), and re-activating brings its queued work back.
+#[tokio::test]
+async fn a_config_switched_off_and_on_again_is_claimed_for_only_while_active() {
+    let (db, store) = setup().await;
+    let c = config(&store, "ann", "/c").await;
+    let id = enqueue(&store, WorkKind::Crawl, Scope::Config(c.id)).await;
+    let flip = |active: bool| {
+        sql_query("UPDATE storage_configs SET is_active = $1 WHERE id = $2")
+            .bind::<diesel::sql_types::Bool, _>(active)
+            .bind::<Uuid, _>(c.id.as_uuid())
+    };
+    // Switched off by hand (not through set_storage_config_active, which also cancels the queue).
+    flip(false).execute(&mut raw(&db).await).await.unwrap();
+    assert!(store.claim(&all_kinds("w1")).await.unwrap().is_none());
+    flip(true).execute(&mut raw(&db).await).await.unwrap();
+    assert_eq!(store.claim(&all_kinds("w1")).await.unwrap().expect("active again").item.id, id);
+}
+
 #[tokio::test]
 async fn second_running_row_for_a_config_violates_the_running_config_index() {
     let (db, store) = setup().await;

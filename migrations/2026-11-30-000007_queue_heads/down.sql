@@ -1,0 +1,15 @@
+DROP TRIGGER IF EXISTS tr_storage_configs_queue_heads ON storage_configs;
+DROP TRIGGER IF EXISTS tr_storage_configs_queue_heads_insert ON storage_configs;
+DROP TRIGGER IF EXISTS tr_work_items_queue_heads_delete ON work_items;
+DROP TRIGGER IF EXISTS tr_work_items_queue_heads_update ON work_items;
+DROP TRIGGER IF EXISTS tr_work_items_queue_heads_insert ON work_items;
+DROP FUNCTION IF EXISTS almanac_queue_heads_config_changed();
+DROP FUNCTION IF EXISTS almanac_queue_heads_config_added();
+DROP FUNCTION IF EXISTS almanac_queue_heads_deleted();
+DROP FUNCTION IF EXISTS almanac_queue_heads_updated();
+DROP FUNCTION IF EXISTS almanac_queue_heads_inserted();
+DROP FUNCTION IF EXISTS almanac_refresh_queue_heads(uuid[]);
+DROP TABLE IF EXISTS queue_heads;
+DROP INDEX IF EXISTS ix_work_items_queued_config_due;
+CREATE INDEX IF NOT EXISTS ix_work_items_config_status ON work_items (storage_config_id, status);
+DROP INDEX IF EXISTS ix_work_items_config_order;
