@@ -1,35 +1,74 @@
 //! Queue benchmarks (run through `cargo xtask bench queue`): JSON on stdout.
 //!
-//! - claim+complete throughput with no-op work for 1 and 8 concurrent claimers;
-//! - claim latency (p50/p99) with 100,000 queued items of which 90% belong to one busy config, for our claim
-//!   and, as the baseline measured in the same run, the textbook claim that scans the queue in order.
+//! The scenarios of issue 13, each through the executor (as a Worker runs it: slots, heartbeats, fenced
+//! outcomes, a no-op handler) and through the store alone (raw claim+complete loops), with the same counts:
+//! - drain: 20,000 unscoped no-op items, concurrency 8;
+//! - keyed: 20,000 items over 50 configs (one running per config), concurrency 8;
+//! - hot config: 1,000 items over 100 configs queued behind a busy config's 49,000, concurrency 4;
+//! - scale: 10,000 configs, 1,000,000 queued items, half the configs busy, 32 concurrent claimers: claim
+//!   latency p50/p95/p99 of our claim and, as the baseline in the same run, the claim before `queue_heads`.
+//!
+//! `ALMANAC_BENCH_SCALE_ITEMS` (default 1,000,000) shrinks the scale scenario for a quick run.
 
-use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use almanac_domain::{ClaimRequest, LeaseDuration, NewWorkItem, Scope, ServedConfigs, WorkKind, WorkQueue, WorkerId};
-use almanac_store_pg::{NewStorageConfig, PgStore, claim_with};
+use almanac_domain::{
+    ClaimRequest, LeaseDuration, NewWorkItem, Scope, ServedConfigs, StorageConfigId, WorkKind, WorkQueue, WorkerId,
+};
+use almanac_executor::{BoxFuture, Executor, ExecutorConfig, Handler, HandlerContext, HandlerError, HandlerRegistry};
+use almanac_store_pg::{PgStore, WorkerConnections};
 use almanac_testdb::TestDatabase;
+use diesel::QueryableByName;
 use diesel::sql_query;
-use diesel::sql_types::{Array, Double, Nullable, Text, Uuid};
+use diesel::sql_types::{Array, BigInt, Double, Nullable, Text, Uuid};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
+use tokio_util::sync::CancellationToken;
 
-const TEXTBOOK_CLAIM: &str = "\
+/// The claim as it was before `queue_heads` (it probes every active config): the baseline.
+const CLAIM_BEFORE: &str = "\
 UPDATE work_items AS w
    SET status = 'running', attempt = w.attempt + 1, worker_id = $1, started_at = now(), heartbeat_at = now(),
        lease_expires_at = now() + $2 * interval '1 second', progress = NULL
  WHERE w.id = (
        SELECT q.id FROM work_items AS q
-        WHERE q.status = 'queued' AND q.run_after <= now() AND q.kind = ANY($3)
-          AND (q.storage_config_id IS NULL OR (
-                EXISTS (SELECT 1 FROM storage_configs s WHERE s.id = q.storage_config_id AND s.is_active
-                          AND ($4::uuid IS NULL OR s.user_id = $4))
-                AND NOT EXISTS (SELECT 1 FROM work_items r
-                                 WHERE r.storage_config_id = q.storage_config_id AND r.status = 'running')))
-        ORDER BY q.requested_at, q.id
-        LIMIT 1
+        WHERE q.id IN (
+                (SELECT u.id FROM work_items AS u
+                  WHERE u.status = 'queued' AND u.storage_config_id IS NULL
+                    AND u.run_after <= now() AND u.kind = ANY($3)
+                  ORDER BY u.requested_at, u.id LIMIT 64)
+                UNION ALL
+                SELECT n.id FROM storage_configs AS s
+                 CROSS JOIN LATERAL (
+                       SELECT x.id FROM work_items AS x
+                        WHERE x.storage_config_id = s.id AND x.status = 'queued'
+                          AND x.run_after <= now() AND x.kind = ANY($3)
+                        ORDER BY x.requested_at, x.id LIMIT 1) AS n
+                 WHERE s.is_active AND ($4::uuid IS NULL OR s.user_id = $4)
+                   AND NOT EXISTS (SELECT 1 FROM work_items AS r
+                                    WHERE r.storage_config_id = s.id AND r.status = 'running'))
+          AND q.status = 'queued'
+        ORDER BY q.requested_at, q.id LIMIT 1
           FOR UPDATE SKIP LOCKED)
-RETURNING w.id";
+RETURNING w.id, w.attempt";
+
+#[derive(QueryableByName)]
+struct ClaimedRow {
+    #[diesel(sql_type = Uuid)]
+    id: uuid::Uuid,
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    attempt: i32,
+}
+
+#[derive(QueryableByName)]
+struct Count {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+}
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
 
 fn request(worker: &str) -> ClaimRequest {
     ClaimRequest {
@@ -40,131 +79,288 @@ fn request(worker: &str) -> ClaimRequest {
     }
 }
 
-async fn configs(store: &PgStore, n: usize) -> Vec<almanac_domain::StorageConfigId> {
-    let mut ids = Vec::new();
-    for i in 0..n {
-        let new =
-            NewStorageConfig { username: format!("user{}", i % 5), root_path: PathBuf::from(format!("/lib/{i}")) };
-        ids.push(store.add_storage_config(&new).await.unwrap().1.id);
-    }
-    ids
-}
-
-async fn throughput(claimers: usize) -> serde_json::Value {
-    let db = TestDatabase::create().await;
-    let store = PgStore::new(db.url(), claimers + 2, Duration::from_secs(10)).unwrap();
-    let ids = configs(&store, 50).await;
-    let total = 2000;
-    for i in 0..total {
-        let scope = if i % 5 == 0 { Scope::Unscoped } else { Scope::Config(ids[i % ids.len()]) };
-        let kind = if i % 5 == 0 { WorkKind::TokenCleanup } else { WorkKind::BurstDetection };
-        store.enqueue(&NewWorkItem::new(kind, scope).unwrap()).await.unwrap();
-    }
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..claimers)
-        .map(|w| {
-            let store = store.clone();
-            tokio::spawn(async move {
-                let mut done = 0u32;
-                let mut empty = 0;
-                while empty < 3 {
-                    match store.claim(&request(&format!("w{w}"))).await.unwrap() {
-                        Some(item) => {
-                            store.complete(item.fence, None).await.unwrap();
-                            done += 1;
-                            empty = 0;
-                        }
-                        None => {
-                            empty += 1;
-                            tokio::time::sleep(Duration::from_millis(2)).await;
-                        }
-                    }
-                }
-                done
-            })
-        })
-        .collect();
-    let mut done = 0;
-    for t in tasks {
-        done += t.await.unwrap();
-    }
-    let secs = started.elapsed().as_secs_f64();
-    serde_json::json!({"claimers": claimers, "items": done, "seconds": secs, "items_per_second": f64::from(done) / secs})
-}
-
 fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
-async fn latency() -> serde_json::Value {
+fn latency_json(samples: &mut [f64]) -> serde_json::Value {
+    samples.sort_by(f64::total_cmp);
+    serde_json::json!({
+        "samples": samples.len(),
+        "p50": percentile(samples, 0.5),
+        "p95": percentile(samples, 0.95),
+        "p99": percentile(samples, 0.99),
+    })
+}
+
+/// A handler that does nothing, for every kind.
+struct NoOp(WorkKind);
+
+impl Handler for NoOp {
+    fn kind(&self) -> WorkKind {
+        self.0
+    }
+    fn run(&self, _ctx: HandlerContext) -> BoxFuture<'_, Result<Option<serde_json::Value>, HandlerError>> {
+        Box::pin(async { Ok(None) })
+    }
+}
+
+/// A fresh database with `configs` storage configs (one user each of five), returned in creation order.
+async fn database(configs: usize) -> (TestDatabase, AsyncPgConnection, Vec<StorageConfigId>) {
     let db = TestDatabase::create().await;
-    let store = PgStore::new(db.url(), 4, Duration::from_secs(10)).unwrap();
-    let ids = configs(&store, 101).await;
-    let busy = ids[0];
     let mut conn = AsyncPgConnection::establish(db.url()).await.unwrap();
-    // 90,000 items of the busy config (oldest first), 9,000 over 100 other configs, 1,000 unscoped.
     conn.batch_execute(&format!(
-        "INSERT INTO work_items (id, kind, storage_config_id, requested_at)
-         SELECT gen_random_uuid(), 'burst_detection', '{busy}', now() - interval '1 day' + g * interval '1 ms'
-           FROM generate_series(1, 90000) g;
-         INSERT INTO work_items (id, kind, storage_config_id, requested_at)
-         SELECT gen_random_uuid(), 'burst_detection', c.id, now() - interval '1 hour' + g * interval '1 ms'
-           FROM generate_series(1, 90) g CROSS JOIN storage_configs c WHERE c.id <> '{busy}';
-         INSERT INTO work_items (id, kind, requested_at)
-         SELECT gen_random_uuid(), 'token_cleanup', now() - interval '1 hour' + g * interval '1 ms'
-           FROM generate_series(1, 1000) g;
-         ANALYZE work_items;"
+        "INSERT INTO users (id, username) SELECT gen_random_uuid(), 'user' || g FROM generate_series(1, 5) g;
+         INSERT INTO storage_configs (id, user_id, root_path, created_at)
+         SELECT gen_random_uuid(), (SELECT id FROM users ORDER BY username OFFSET g % 5 LIMIT 1), '/lib/' || g,
+                now() + g * interval '1 microsecond'
+           FROM generate_series(1, {configs}) g;"
     ))
     .await
     .unwrap();
-    // The busy config's one running item.
-    store.claim(&request("busy")).await.unwrap().expect("claims the busy config's oldest item");
-    let queued: i64 = 99_999;
-    let samples = 300;
-    let mut ours = Vec::new();
-    let mut textbook = Vec::new();
-    for _ in 0..samples {
-        conn.batch_execute("BEGIN").await.unwrap();
-        let t = Instant::now();
-        let claimed = claim_with(&mut conn, &request("bench")).await.unwrap();
-        ours.push(t.elapsed().as_secs_f64() * 1000.0);
-        assert!(claimed.is_some_and(|c| c.item.scope != Scope::Config(busy)));
-        conn.batch_execute("ROLLBACK").await.unwrap();
-
-        conn.batch_execute("BEGIN").await.unwrap();
-        let kinds: Vec<String> = WorkKind::ALL.iter().map(|k| k.as_str().to_owned()).collect();
-        let t = Instant::now();
-        sql_query(TEXTBOOK_CLAIM)
-            .bind::<Text, _>("bench")
-            .bind::<Double, _>(60.0)
-            .bind::<Array<Text>, _>(kinds)
-            .bind::<Nullable<Uuid>, _>(None::<uuid::Uuid>)
-            .execute(&mut conn)
-            .await
-            .unwrap();
-        textbook.push(t.elapsed().as_secs_f64() * 1000.0);
-        conn.batch_execute("ROLLBACK").await.unwrap();
+    #[derive(QueryableByName)]
+    struct Id {
+        #[diesel(sql_type = Uuid)]
+        id: uuid::Uuid,
     }
-    ours.sort_by(f64::total_cmp);
-    textbook.sort_by(f64::total_cmp);
-    let ours_p50 = percentile(&ours, 0.5);
-    let textbook_p50 = percentile(&textbook, 0.5);
+    let ids: Vec<Id> = sql_query("SELECT id FROM storage_configs ORDER BY created_at").load(&mut conn).await.unwrap();
+    (db, conn, ids.into_iter().map(|r| StorageConfigId::from_uuid(r.id)).collect())
+}
+
+fn store_for(db: &TestDatabase, slots: usize) -> Arc<PgStore> {
+    Arc::new(
+        PgStore::for_worker(
+            db.url(),
+            WorkerConnections {
+                shared: slots + 2,
+                reserved: slots + 1,
+                acquire_timeout: Duration::from_secs(10),
+                lease: Duration::from_secs(60),
+            },
+        )
+        .unwrap(),
+    )
+}
+
+async fn count(conn: &mut AsyncPgConnection, sql: &str) -> i64 {
+    sql_query(sql).get_result::<Count>(conn).await.unwrap().n
+}
+
+/// Runs an executor with `slots` over the queue until `target` items of `worker` succeeded.
+async fn through_executor(db: &TestDatabase, slots: usize, target: i64) -> f64 {
+    let store = store_for(db, slots);
+    let handlers = WorkKind::ALL.iter().fold(HandlerRegistry::new(), |r, k| r.register(NoOp(*k)));
+    let mut config = ExecutorConfig::new(WorkerId::new("executor").unwrap(), ServedConfigs::All);
+    config.slots = slots;
+    config.poll_interval = Duration::from_millis(50);
+    let executor = Executor::new(store, handlers, config).unwrap();
+    let shutdown = CancellationToken::new();
+    let started = Instant::now();
+    let run = tokio::spawn(executor.run(shutdown.clone()));
+    let mut conn = AsyncPgConnection::establish(db.url()).await.unwrap();
+    loop {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let done = count(
+            &mut conn,
+            "SELECT count(*) AS n FROM work_items WHERE worker_id = 'executor' AND status = 'succeeded'",
+        )
+        .await;
+        if done >= target {
+            break;
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    shutdown.cancel();
+    run.await.unwrap();
+    seconds
+}
+
+/// `claimers` raw claim+complete loops on the store until `target` items of theirs succeeded.
+async fn through_store(db: &TestDatabase, claimers: usize, target: i64) -> f64 {
+    let store = store_for(db, claimers);
+    let done = Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..claimers)
+        .map(|w| {
+            let (store, done) = (store.clone(), done.clone());
+            tokio::spawn(async move {
+                let request = request(&format!("store{w}"));
+                while std::sync::atomic::AtomicI64::load(&done, std::sync::atomic::Ordering::Relaxed) < target {
+                    match store.claim(&request).await.unwrap() {
+                        Some(claimed) => {
+                            store.complete(claimed.fence, None).await.unwrap();
+                            done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        None => tokio::time::sleep(Duration::from_millis(2)).await,
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    started.elapsed().as_secs_f64()
+}
+
+/// Enqueues `n` items, spread over `configs` (or unscoped when empty), with `enqueue_many`.
+async fn fill(store: &PgStore, n: usize, configs: &[StorageConfigId]) {
+    let items: Vec<NewWorkItem> = (0..n)
+        .map(|i| match configs {
+            [] => NewWorkItem::new(WorkKind::TokenCleanup, Scope::Unscoped).unwrap(),
+            _ => NewWorkItem::new(WorkKind::BurstDetection, Scope::Config(configs[i % configs.len()])).unwrap(),
+        })
+        .collect();
+    store.enqueue_many(&items).await.unwrap();
+}
+
+fn rate(items: usize, seconds: f64) -> serde_json::Value {
+    serde_json::json!({"items": items, "seconds": seconds, "items_per_second": items as f64 / seconds})
+}
+
+/// Drain and keyed: the same queue drained through the executor, then refilled and drained by raw loops.
+async fn drain(name: &str, items: usize, configs: usize, concurrency: usize) -> serde_json::Value {
+    let (db, _conn, ids) = database(configs).await;
+    let store = store_for(&db, 2);
+    let enqueue_started = Instant::now();
+    fill(&store, items, &ids).await;
+    let enqueue_seconds = enqueue_started.elapsed().as_secs_f64();
+    let executor = through_executor(&db, concurrency, items as i64).await;
+    fill(&store, items, &ids).await;
+    let raw = through_store(&db, concurrency, items as i64).await;
     serde_json::json!({
-        "queued": queued,
-        "busy_config_share": 0.9,
-        "samples": samples,
-        "claim_ms": {"p50": ours_p50, "p99": percentile(&ours, 0.99)},
-        "textbook_claim_ms": {"p50": textbook_p50, "p99": percentile(&textbook, 0.99)},
-        "textbook_over_ours_p50": textbook_p50 / ours_p50,
+        "scenario": name, "items": items, "configs": configs, "concurrency": concurrency,
+        "enqueue_many": rate(items, enqueue_seconds),
+        "executor": rate(items, executor),
+        "store": rate(items, raw),
     })
+}
+
+/// A busy config (one running item that never ends, 49,000 queued behind it, all older) and 1,000 items over
+/// 100 other configs: how fast the 1,000 go.
+async fn hot_config(concurrency: usize) -> serde_json::Value {
+    let (db, mut conn, ids) = database(101).await;
+    let store = store_for(&db, 2);
+    let busy = ids[0];
+    fill(&store, 49_001, &[busy]).await;
+    store.claim(&request("busy")).await.unwrap().expect("the busy config's running item");
+    let others = &ids[1..];
+    fill(&store, 1_000, others).await;
+    conn.batch_execute("ANALYZE work_items").await.unwrap();
+    let executor = through_executor(&db, concurrency, 1_000).await;
+    fill(&store, 1_000, others).await;
+    let raw = through_store(&db, concurrency, 1_000).await;
+    serde_json::json!({
+        "scenario": "hot_config", "items": 1_000, "behind": 49_000, "configs": 101, "concurrency": concurrency,
+        "executor": rate(1_000, executor),
+        "store": rate(1_000, raw),
+    })
+}
+
+/// 10,000 configs, 1,000,000 queued, half the configs busy; 32 claimers claim and complete for a while with
+/// our claim, then with the claim before `queue_heads`.
+async fn scale(items: usize, claimers: usize) -> serde_json::Value {
+    let configs = 10_000;
+    let (db, mut conn, _) = database(configs).await;
+    let per_config = (items / configs).max(1);
+    let started = Instant::now();
+    conn.batch_execute(&format!(
+        "INSERT INTO work_items (id, kind, storage_config_id, requested_at)
+         SELECT gen_random_uuid(), 'burst_detection', c.id, now() - interval '1 day' + (g * {configs} + c.n) * interval '1 microsecond'
+           FROM generate_series(1, {per_config}) g
+          CROSS JOIN (SELECT id, row_number() OVER (ORDER BY created_at) AS n FROM storage_configs) c;
+         UPDATE work_items w SET status = 'running', attempt = 1, worker_id = 'busy',
+                lease_expires_at = now() + interval '1 day'
+          WHERE w.id IN (SELECT DISTINCT ON (q.storage_config_id) q.id FROM work_items q
+                          JOIN (SELECT id FROM storage_configs ORDER BY created_at LIMIT {half}) b
+                            ON b.id = q.storage_config_id
+                          ORDER BY q.storage_config_id, q.requested_at);",
+        half = configs / 2,
+    ))
+    .await
+    .unwrap_or_else(|e| panic!("loading the scale scenario: {e}"));
+    conn.batch_execute("VACUUM ANALYZE work_items").await.unwrap();
+    conn.batch_execute("VACUUM ANALYZE queue_heads").await.unwrap();
+    let load_seconds = started.elapsed().as_secs_f64();
+    let queued = count(&mut conn, "SELECT count(*) AS n FROM work_items WHERE status = 'queued'").await;
+    let ours = claim_latencies(&db, claimers, false).await;
+    let before = claim_latencies(&db, claimers, true).await;
+    serde_json::json!({
+        "scenario": "scale", "configs": configs, "queued": queued, "busy_configs": configs / 2,
+        "claimers": claimers, "load_seconds": load_seconds,
+        "claim_ms": ours.0, "claims_per_second": ours.1,
+        "baseline_claim_before_queue_heads_ms": before.0, "baseline_claims_per_second": before.1,
+    })
+}
+
+/// `claimers` loops, each claiming (timed) and completing for about five seconds, on connections of their own.
+async fn claim_latencies(db: &TestDatabase, claimers: usize, baseline: bool) -> (serde_json::Value, f64) {
+    let store = store_for(db, claimers);
+    let kinds: Vec<String> = WorkKind::ALL.iter().map(|k| k.as_str().to_owned()).collect();
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..claimers)
+        .map(|w| {
+            let (store, url, kinds) = (store.clone(), db.url().to_owned(), kinds.clone());
+            tokio::spawn(async move {
+                let mut conn = AsyncPgConnection::establish(&url).await.unwrap();
+                let request = request(&format!("scale{w}"));
+                let mut samples = Vec::new();
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while Instant::now() < deadline {
+                    let t = Instant::now();
+                    let fence = if baseline {
+                        conn.batch_execute("BEGIN").await.unwrap();
+                        let rows: Vec<ClaimedRow> = sql_query(CLAIM_BEFORE)
+                            .bind::<Text, _>(request.worker_id.as_str())
+                            .bind::<Double, _>(60.0)
+                            .bind::<Array<Text>, _>(&kinds)
+                            .bind::<Nullable<Uuid>, _>(None::<uuid::Uuid>)
+                            .load(&mut conn)
+                            .await
+                            .unwrap_or_default();
+                        conn.batch_execute("COMMIT").await.unwrap();
+                        rows.into_iter().next().map(|r| almanac_domain::Fence {
+                            id: almanac_domain::WorkItemId::from_uuid(r.id),
+                            attempt: almanac_domain::Attempt::new(r.attempt).unwrap(),
+                        })
+                    } else {
+                        store.claim(&request).await.unwrap().map(|c| c.fence)
+                    };
+                    samples.push(t.elapsed().as_secs_f64() * 1000.0);
+                    if let Some(fence) = fence {
+                        store.complete(fence, None).await.unwrap();
+                    }
+                }
+                samples
+            })
+        })
+        .collect();
+    let mut samples = Vec::new();
+    for t in tasks {
+        samples.extend(t.await.unwrap());
+    }
+    let per_second = samples.len() as f64 / started.elapsed().as_secs_f64();
+    (latency_json(&mut samples), per_second)
 }
 
 #[tokio::main]
 async fn main() {
+    let scale_items = env_usize("ALMANAC_BENCH_SCALE_ITEMS", 1_000_000);
+    // Each scenario is also written to stderr as it ends.
+    let show = |v: serde_json::Value| {
+        eprintln!("{v}");
+        v
+    };
     let report = serde_json::json!({
         "benchmark": "queue",
-        "throughput": [throughput(1).await, throughput(8).await],
-        "claim_latency_with_busy_backlog": latency().await,
+        "cores": std::thread::available_parallelism().map_or(2, usize::from),
+        "drain": show(drain("drain", 20_000, 0, 8).await),
+        "keyed": show(drain("keyed", 20_000, 50, 8).await),
+        "hot_config": show(hot_config(4).await),
+        "scale": show(scale(scale_items, 32).await),
     });
     println!("{}", serde_json::to_string_pretty(&report).unwrap());
 }

@@ -14,6 +14,7 @@ mod fence;
 mod listener;
 mod maintenance_store;
 mod migrations;
+mod prepared;
 mod queue;
 
 use std::time::Duration;

@@ -12,11 +12,12 @@ use almanac_domain::{
 use chrono::{DateTime, Utc};
 use diesel::pg::Pg;
 use diesel::query_builder::{BoxedSqlQuery, SqlQuery};
-use diesel::sql_types::{Array, BigInt, Bool, Double, Integer, Jsonb, Nullable, Text, Timestamptz, Uuid};
+use diesel::sql_types::{Array, BigInt, Bool, Integer, Jsonb, Nullable, Text, Timestamptz, Uuid};
 use diesel::{QueryableByName, sql_query};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 
 use crate::error::{self, RUNNING_CONFIG_INDEX};
+use crate::prepared::{Bind, Prepared};
 use crate::{PgStore, StoreError};
 
 #[derive(QueryableByName)]
@@ -102,16 +103,19 @@ ON CONFLICT (dedup_key) WHERE status = 'queued' DO NOTHING
 RETURNING *";
 
 /// The enqueue statement for `item` under `id` (a queued item with the same dedup key wins: nothing inserted).
-pub(crate) fn enqueue_query(id: WorkItemId, item: &NewWorkItem) -> BoxedSqlQuery<'_, Pg, SqlQuery> {
-    sql_query(ENQUEUE)
-        .into_boxed()
-        .bind::<Uuid, _>(id.as_uuid())
-        .bind::<Text, _>(item.kind().as_str())
-        .bind::<Nullable<Uuid>, _>(item.scope().storage_config().map(|c| c.as_uuid()))
-        .bind::<Jsonb, _>(&item.payload)
-        .bind::<Nullable<Text>, _>(item.dedup_key.as_ref().map(|k| k.as_str()))
-        .bind::<Nullable<Timestamptz>, _>(item.run_after)
-        .bind::<Integer, _>(item.max_attempts())
+pub(crate) fn enqueue_query(id: WorkItemId, item: &NewWorkItem) -> Prepared<'_> {
+    Prepared::new(
+        ENQUEUE,
+        vec![
+            Bind::Uuid(id.as_uuid()),
+            Bind::Text(item.kind().as_str()),
+            Bind::NullableUuid(item.scope().storage_config().map(|c| c.as_uuid())),
+            Bind::Jsonb(&item.payload),
+            Bind::NullableText(item.dedup_key.as_ref().map(|k| k.as_str())),
+            Bind::NullableTimestamptz(item.run_after),
+            Bind::Integer(item.max_attempts()),
+        ],
+    )
 }
 
 /// The batch enqueue: one row per array element, inserted in the arrays' order (ids are time-ordered, so the
@@ -212,6 +216,11 @@ const CLAIM_USER: &str = claim_sql!(" AND h.user_id = $4");
 
 const FENCE: &str = "w.id = $1 AND w.attempt = $2 AND w.status = 'running'";
 
+/// The values of [`FENCE`]'s `$1` and `$2`.
+fn fence_binds<'a>(fence: Fence) -> Vec<Bind<'a>> {
+    vec![Bind::Uuid(fence.id.as_uuid()), Bind::Integer(fence.attempt.get())]
+}
+
 /// Whether a failing attempt's item is retried: retryable, under its budget, and no cancel requested. Read from
 /// the row being updated, so a cancel requested at that very moment is seen (a subquery's snapshot would not
 /// be re-read when the update waits for the cancel's row lock).
@@ -289,16 +298,11 @@ async fn claim_statement(
         ServedConfigs::All => None,
         ServedConfigs::User(user) => Some(user.as_uuid()),
     };
-    let query = sql_query(if user.is_some() { CLAIM_USER } else { CLAIM_ALL })
-        .into_boxed()
-        .bind::<Text, _>(request.worker_id.as_str())
-        .bind::<Double, _>(seconds(request.lease))
-        .bind::<Array<Text>, _>(kinds);
-    let query = match user {
-        Some(user) => query.bind::<Uuid, _>(user),
-        None => query,
-    };
-    let claimed = query.get_result::<WorkItemRow>(conn).await;
+    let mut binds =
+        vec![Bind::Text(request.worker_id.as_str()), Bind::Double(seconds(request.lease)), Bind::TextArray(kinds)];
+    binds.extend(user.map(Bind::Uuid));
+    let claimed =
+        Prepared::new(if user.is_some() { CLAIM_USER } else { CLAIM_ALL }, binds).get_result::<WorkItemRow>(conn).await;
     match claimed {
         Ok(row) => Ok(Some(row)),
         Err(diesel::result::Error::NotFound) => Ok(None),
@@ -331,11 +335,7 @@ impl PgStore {
         let mut conn = self.attempt_conn().await?;
         let rows = conn
             .transaction::<_, diesel::result::Error, _>(async |conn| {
-                sql_query(sql)
-                    .bind::<Uuid, _>(fence.id.as_uuid())
-                    .bind::<Integer, _>(fence.attempt.get())
-                    .execute(conn)
-                    .await
+                Prepared::new(&sql, fence_binds(fence)).execute(conn).await
             })
             .await
             .map_err(error::queue)?;
@@ -526,13 +526,9 @@ impl WorkQueue for PgStore {
         );
         let renewed: Vec<CancelRequested> = conn
             .transaction::<_, diesel::result::Error, _>(async |conn| {
-                sql_query(sql)
-                    .bind::<Uuid, _>(fence.id.as_uuid())
-                    .bind::<Integer, _>(fence.attempt.get())
-                    .bind::<Double, _>(seconds(lease))
-                    .bind::<Nullable<Jsonb>, _>(progress)
-                    .load(conn)
-                    .await
+                let mut binds = fence_binds(fence);
+                binds.extend([Bind::Double(seconds(lease)), Bind::NullableJsonb(progress)]);
+                Prepared::new(&sql, binds).load(conn).await
             })
             .await
             .map_err(error::queue)?;
@@ -552,12 +548,9 @@ impl WorkQueue for PgStore {
         );
         let rows = conn
             .transaction::<_, diesel::result::Error, _>(async |conn| {
-                sql_query(sql)
-                    .bind::<Uuid, _>(fence.id.as_uuid())
-                    .bind::<Integer, _>(fence.attempt.get())
-                    .bind::<Nullable<Jsonb>, _>(result)
-                    .execute(conn)
-                    .await
+                let mut binds = fence_binds(fence);
+                binds.push(Bind::NullableJsonb(result));
+                Prepared::new(&sql, binds).execute(conn).await
             })
             .await
             .map_err(error::queue)?;
@@ -583,14 +576,13 @@ impl WorkQueue for PgStore {
         );
         let rows: Vec<StatusRow> = conn
             .transaction::<_, diesel::result::Error, _>(async |conn| {
-                sql_query(sql)
-                    .bind::<Uuid, _>(fence.id.as_uuid())
-                    .bind::<Integer, _>(fence.attempt.get())
-                    .bind::<Text, _>(&failure.error)
-                    .bind::<Bool, _>(failure.retryable)
-                    .bind::<Double, _>(failure.retry_delay.as_secs_f64())
-                    .load(conn)
-                    .await
+                let mut binds = fence_binds(fence);
+                binds.extend([
+                    Bind::Text(&failure.error),
+                    Bind::Bool(failure.retryable),
+                    Bind::Double(failure.retry_delay.as_secs_f64()),
+                ]);
+                Prepared::new(&sql, binds).load(conn).await
             })
             .await
             .map_err(error::queue)?;

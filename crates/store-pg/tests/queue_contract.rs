@@ -128,6 +128,36 @@ async fn enqueue_many_inserts_in_order_and_honours_dedup_keys_item_by_item() {
     assert!(matches!(err, QueueError::Rejected(ref m) if m.contains("storage_config")), "{err:?}");
 }
 
+/// The claim is prepared once per connection and reused: parsed and planned once, one round trip after that.
+#[tokio::test]
+async fn the_claim_is_prepared_once_per_connection() {
+    let (db, store) = setup().await;
+    let c = config(&store, "ann", "/c").await;
+    for _ in 0..3 {
+        enqueue(&store, WorkKind::TokenCleanup, Scope::Unscoped).await;
+    }
+    enqueue(&store, WorkKind::Crawl, Scope::Config(c.id)).await;
+    let mut conn = raw(&db).await;
+    for _ in 0..4 {
+        claim_with(&mut conn, &all_kinds("w1")).await.unwrap().expect("claimed");
+    }
+    #[derive(diesel::QueryableByName)]
+    struct N {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    // (tokio-postgres prepares every statement under a name, and closes the ones diesel does not keep: only
+    // a kept statement is still there after the next one.)
+    let prepared: N = sql_query(
+        "SELECT count(*) AS n FROM pg_prepared_statements
+          WHERE statement LIKE '%FROM queue_heads AS h%' AND statement NOT LIKE '%pg_prepared_statements%'",
+    )
+    .get_result(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(prepared.n, 1, "four claims, one prepared statement kept");
+}
+
 #[tokio::test]
 async fn enqueue_for_a_missing_config_is_rejected() {
     let (_db, store) = setup().await;
