@@ -24,8 +24,8 @@ pub use catalogue_port::{
 pub use ids::{AssetId, BurstId, StorageConfigId, UserId, WorkItemId};
 pub use maintenance_port::{BurstFrame, BurstGroup, MaintenanceStore, PurgeCandidate, StoredProxy};
 pub use queue::{
-    CancelOutcome, ClaimRequest, ClaimedItem, Enqueued, FailOutcome, Failure, Fence, Heartbeat, QueueError, Recovered,
-    ServedConfigs, WorkQueue, WriteOutcome,
+    CancelOutcome, ClaimRequest, ClaimedItem, Completed, Enqueued, FailOutcome, Failure, Fence, Heartbeat, QueueError,
+    Recovered, ServedConfigs, WorkQueue, WriteOutcome,
 };
 pub use retry::RetryPolicy;
 pub use roots::{HEIC_SCRATCH_PREFIX, ProxyPath, check_canonical_root, is_proxy_file_name, roots_overlap};

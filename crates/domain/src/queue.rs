@@ -24,6 +24,15 @@ pub enum QueueError {
     Unexpected(String),
 }
 
+/// What [`WorkQueue::complete_and_claim`] came to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Completed {
+    /// The completion.
+    pub written: WriteOutcome,
+    /// The claim that followed it (as [`WorkQueue::claim`] answers).
+    pub next: Result<Option<ClaimedItem>, QueueError>,
+}
+
 /// The result of an enqueue.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Enqueued {
@@ -187,6 +196,22 @@ pub trait WorkQueue: Send + Sync {
         fence: Fence,
         result: Option<&serde_json::Value>,
     ) -> impl Future<Output = Result<WriteOutcome, QueueError>> + Send;
+
+    /// Completes an attempt as [`WorkQueue::complete`] does and, in the same transaction, claims the next item
+    /// as [`WorkQueue::claim`] does: one commit for both. The claim's own failure (a lost race included) never
+    /// undoes the completion. An error means the completion's own outcome is unknown. This default completes,
+    /// then claims.
+    fn complete_and_claim(
+        &self,
+        fence: Fence,
+        result: Option<&serde_json::Value>,
+        next: &ClaimRequest,
+    ) -> impl Future<Output = Result<Completed, QueueError>> + Send {
+        async move {
+            let written = self.complete(fence, result).await?;
+            Ok(Completed { written, next: self.claim(next).await })
+        }
+    }
 
     /// Counts a handler error; requeues with a delay when retryable and under budget, else fails the item.
     fn fail(&self, fence: Fence, failure: &Failure) -> impl Future<Output = Result<FailOutcome, QueueError>> + Send;

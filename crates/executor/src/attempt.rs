@@ -4,7 +4,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use almanac_domain::{ClaimedItem, FailOutcome, Failure, Heartbeat, QueueError, WorkQueue, WriteOutcome};
+use almanac_domain::{
+    ClaimRequest, ClaimedItem, Completed, FailOutcome, Failure, Heartbeat, QueueError, WorkQueue, WriteOutcome,
+};
 use tokio::task::JoinError;
 use tokio::time::{Instant, error::Elapsed, sleep_until, timeout};
 use tokio_util::sync::CancellationToken;
@@ -53,8 +55,12 @@ type HandlerResult = Result<Result<Option<serde_json::Value>, HandlerError>, Joi
 type BeatAnswer = (Instant, Result<Result<Heartbeat, QueueError>, Elapsed>);
 type BeatFuture<'a> = Pin<Box<dyn Future<Output = BeatAnswer> + Send + 'a>>;
 
+/// The next item, claimed in the same transaction that completed an attempt, and when that was sent.
+pub(crate) type Chained = Option<(Instant, ClaimedItem)>;
+
 /// Runs one claimed item to its end. `claim_sent_at` is when the claim was sent: it counts as the first
-/// successful heartbeat for the self-stop deadline.
+/// successful heartbeat for the self-stop deadline. On success, unless shutting down, the completion also
+/// claims the slot's next item for `next` (one commit for both), which is returned.
 pub(crate) async fn run<Q: WorkQueue + 'static>(
     queue: Arc<Q>,
     handler: Arc<dyn Handler>,
@@ -62,7 +68,8 @@ pub(crate) async fn run<Q: WorkQueue + 'static>(
     claim_sent_at: Instant,
     config: Arc<ExecutorConfig>,
     shutdown: CancellationToken,
-) -> Outcome {
+    next: ClaimRequest,
+) -> (Outcome, Chained) {
     let fence = claimed.fence;
     let cancel = CancellationToken::new();
     let progress = ProgressReporter::default();
@@ -159,9 +166,34 @@ pub(crate) async fn run<Q: WorkQueue + 'static>(
         let after_stop_ms = u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX);
         warn!(event = "stopped_handler_returned", after_stop_ms, stop = ?stopped, "the stopped handler has returned; nothing was written");
     }
-    match (stop, joined) {
+    let outcome = match (stop, joined) {
         (Some(Stop::Lost), _) => Outcome::Lost,
         (Some(Stop::SelfStopped), _) => Outcome::SelfStopped,
+        (_, Ok(Ok(result))) if stop.is_none() && !shutdown.is_cancelled() => {
+            let sent_at = Instant::now();
+            let answer = timeout(interval, queue.complete_and_claim(fence, result.as_ref(), &next)).await;
+            let (answer, chained) = match answer {
+                Ok(Ok(Completed { written, next })) => {
+                    let chained = match next {
+                        Ok(claimed) => claimed.map(|c| (sent_at, c)),
+                        Err(e) => {
+                            warn!(event = "claim_failed", error = %e, "could not claim after completing; trying again at the next poll");
+                            None
+                        }
+                    };
+                    (Ok(Ok(written)), chained)
+                }
+                Ok(Err(e)) => (Ok(Err(e)), None),
+                Err(elapsed) => (Err(elapsed), None),
+            };
+            let outcome = write_outcome(
+                "complete",
+                answer,
+                Outcome::Succeeded,
+                || info!(event = "succeeded", kind = %claimed.item.kind, duration_ms = elapsed_ms(claim_sent_at), "succeeded"),
+            );
+            return (outcome, chained);
+        }
         (_, Ok(Ok(result))) => {
             let answer = timeout(interval, queue.complete(fence, result.as_ref())).await;
             write_outcome(
@@ -195,7 +227,8 @@ pub(crate) async fn run<Q: WorkQueue + 'static>(
             let error = HandlerError::retryable(format!("the handler panicked: {message}"));
             fail(&*queue, &claimed, &config, error, claim_sent_at).await
         }
-    }
+    };
+    (outcome, None)
 }
 
 /// Milliseconds since `since`, for the outcome events' `duration_ms` (the metrics' item duration histograms).

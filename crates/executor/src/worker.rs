@@ -9,7 +9,7 @@ use tokio::time::{Instant, timeout};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::attempt::{self, Outcome};
+use crate::attempt::{self, Chained, Outcome};
 use crate::config::{ConfigError, ExecutorConfig};
 use crate::handler::HandlerRegistry;
 
@@ -65,7 +65,7 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
         let stop_recovery = CancellationToken::new();
         let recovery = tokio::spawn(recover_leases(self.queue.clone(), self.config.clone(), stop_recovery.clone()));
         let attempts_shutdown = CancellationToken::new();
-        let mut attempts: JoinSet<(WorkItemId, Outcome)> = JoinSet::new();
+        let mut attempts: JoinSet<(WorkItemId, Outcome, Chained)> = JoinSet::new();
         let mut report = ShutdownReport::default();
         let mut late_claims: Vec<ClaimedItem> = Vec::new();
         info!(event = "worker_started", worker_id = %self.config.worker_id, kinds = ?request.kinds, slots = self.config.slots, "worker started");
@@ -116,12 +116,22 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
                         late_claims.push(claimed);
                         continue;
                     }
-                    self.start_attempt(&mut attempts, claimed, sent_at, &attempts_shutdown);
+                    self.start_attempt(&mut attempts, claimed, sent_at, &attempts_shutdown, &request);
                 }
                 Some(done) = attempts.join_next(), if !attempts.is_empty() => {
                     starved = false;
-                    if let Ok((id, outcome)) = done {
+                    if let Ok((id, outcome, chained)) = done {
                         debug!(item_id = %id, ?outcome, "attempt ended");
+                        // The slot's next item, claimed with the completion (one commit for both).
+                        match chained {
+                            Some((sent_at, claimed)) if !shutdown.is_cancelled() => {
+                                self.start_attempt(&mut attempts, claimed, sent_at, &attempts_shutdown, &request);
+                            }
+                            Some((_, claimed)) => late_claims.push(claimed),
+                            // It found nothing: no new claim before the next poll, wake-up or ended attempt.
+                            None if outcome == Outcome::Succeeded => starved = true,
+                            None => {}
+                        }
                     }
                 }
                 () = tokio::time::sleep(self.config.poll_interval) => {
@@ -133,10 +143,21 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
             }
         }
 
-        // Claims still in flight: whatever they claimed goes back to the queue at once, for another Worker.
+        info!(event = "shutdown_started", running = attempts.len(), "shutting down: no more claims");
+        attempts_shutdown.cancel();
+        // Claims still in flight, and items claimed with a completion: handed back to the queue at once, for
+        // another Worker.
         while let Some(landed) = claims.join_next().await {
             if let Ok((_, Ok(Ok(Some(claimed))))) = landed {
                 late_claims.push(claimed);
+            }
+        }
+        while let Some(done) = attempts.join_next().await {
+            match done {
+                Ok((id, Outcome::Released, _)) => report.released.push(id),
+                Ok((id, Outcome::Unwritten, _)) => report.unwritten.push(id),
+                Ok((_, _, chained)) => late_claims.extend(chained.map(|(_, claimed)| claimed)),
+                Err(e) => warn!(error = %e, "an attempt task ended abnormally"),
             }
         }
         for claimed in late_claims {
@@ -147,16 +168,6 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
                     warn!(event = "release_failed", item_id = %id, "could not hand back an item claimed at shutdown; lease recovery will requeue it");
                     report.unwritten.push(id);
                 }
-            }
-        }
-        info!(event = "shutdown_started", running = attempts.len(), "shutting down: no more claims");
-        attempts_shutdown.cancel();
-        while let Some(done) = attempts.join_next().await {
-            match done {
-                Ok((id, Outcome::Released)) => report.released.push(id),
-                Ok((id, Outcome::Unwritten)) => report.unwritten.push(id),
-                Ok(_) => {}
-                Err(e) => warn!(error = %e, "an attempt task ended abnormally"),
             }
         }
         stop_recovery.cancel();
@@ -178,10 +189,11 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
     /// Starts the attempt of a claimed item in its slot.
     fn start_attempt(
         &self,
-        attempts: &mut JoinSet<(WorkItemId, Outcome)>,
+        attempts: &mut JoinSet<(WorkItemId, Outcome, Chained)>,
         claimed: ClaimedItem,
         sent_at: Instant,
         shutdown: &CancellationToken,
+        next: &ClaimRequest,
     ) {
         let Some(handler) = self.handlers.get(claimed.item.kind) else {
             // The claim only asks for our kinds, so this is a bug; the lease will expire and requeue it.
@@ -199,8 +211,22 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
         );
         span.in_scope(|| info!(event = "claimed", "claimed"));
         let id = item.id;
-        let run = attempt::run(self.queue.clone(), handler, claimed, sent_at, self.config.clone(), shutdown.clone());
-        attempts.spawn(async move { (id, run.await) }.instrument(span));
+        let run = attempt::run(
+            self.queue.clone(),
+            handler,
+            claimed,
+            sent_at,
+            self.config.clone(),
+            shutdown.clone(),
+            next.clone(),
+        );
+        attempts.spawn(
+            async move {
+                let (outcome, chained) = run.await;
+                (id, outcome, chained)
+            }
+            .instrument(span),
+        );
     }
 }
 

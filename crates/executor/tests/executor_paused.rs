@@ -406,9 +406,9 @@ async fn after_a_claim_finds_nothing_no_new_claim_starts_before_the_next_poll_or
     let run = start(&queue, &probe, c);
     run.at(8 * SECOND).await;
     let s = run.start;
-    // Three free slots claim at once (one finds the item); the attempt's end at 2 s claims again for all three
-    // slots, which find nothing; then the poll interval (5 s), not a busy loop.
-    assert_eq!(queue.claim_times(), [[s; 3], [s + 2 * SECOND; 3], [s + 7 * SECOND; 3]].concat());
+    // Three free slots claim at once (one finds the item); the attempt's completion at 2 s claims its slot's
+    // next item with it and finds nothing; then the poll interval (5 s) for all three, not a busy loop.
+    assert_eq!(queue.claim_times(), [&[s; 3][..], &[s + 2 * SECOND], &[s + 7 * SECOND; 3]].concat());
     run.stop().await;
 }
 
@@ -423,4 +423,21 @@ async fn an_item_claimed_while_shutting_down_is_handed_back_without_running() {
     assert!(probe.started().is_empty(), "the handler never ran");
     assert_eq!(report.released, [id]);
     assert!(matches!(queue.writes()[..], [(written, Write::Release, _)] if written == id));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_completion_claims_its_slots_next_item_in_the_same_call() {
+    let queue = FakeQueue::with_items((0..3).map(|_| item(WorkKind::TokenCleanup)));
+    let probe = Probe::new(WorkKind::TokenCleanup, Act::Work { work: SECOND });
+    let run = start(&queue, &probe, config());
+    run.at(4 * SECOND).await;
+    let s = run.start;
+    assert_eq!(probe.started(), [s, s + SECOND, s + 2 * SECOND]);
+    // One claim of its own at the start; every later item came with the previous completion (the third
+    // completion found nothing, and the slot waits for the poll).
+    assert_eq!(queue.state.lock().unwrap().chained_claims, 3);
+    assert_eq!(queue.claim_times(), [s, s + SECOND, s + 2 * SECOND, s + 3 * SECOND]);
+    let completed = queue.writes().iter().filter(|w| matches!(w.1, Write::Complete(_))).count();
+    assert_eq!(completed, 3);
+    run.stop().await;
 }

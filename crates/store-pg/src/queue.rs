@@ -5,9 +5,9 @@
 use std::str::FromStr;
 
 use almanac_domain::{
-    Attempt, CancelOutcome, ClaimRequest, ClaimedItem, Enqueued, FailOutcome, Failure, Fence, Heartbeat, LeaseDuration,
-    NewWorkItem, QueueError, Recovered, Scope, ServedConfigs, Status, StorageConfigId, WorkItem, WorkItemId, WorkKind,
-    WorkQueue, WriteOutcome,
+    Attempt, CancelOutcome, ClaimRequest, ClaimedItem, Completed, Enqueued, FailOutcome, Failure, Fence, Heartbeat,
+    LeaseDuration, NewWorkItem, QueueError, Recovered, Scope, ServedConfigs, Status, StorageConfigId, WorkItem,
+    WorkItemId, WorkKind, WorkQueue, WriteOutcome,
 };
 use chrono::{DateTime, Utc};
 use diesel::pg::Pg;
@@ -215,6 +215,15 @@ const CLAIM_ALL: &str = claim_sql!("");
 const CLAIM_USER: &str = claim_sql!(" AND h.user_id = $4");
 
 const FENCE: &str = "w.id = $1 AND w.attempt = $2 AND w.status = 'running'";
+
+/// Marks the fenced attempt's item succeeded with its result (`$3`).
+fn complete_sql() -> String {
+    format!(
+        "UPDATE work_items AS w
+            SET status = 'succeeded', finished_at = now(), lease_expires_at = NULL, result = $3
+          WHERE {FENCE}"
+    )
+}
 
 /// The values of [`FENCE`]'s `$1` and `$2`.
 fn fence_binds<'a>(fence: Fence) -> Vec<Bind<'a>> {
@@ -539,13 +548,34 @@ impl WorkQueue for PgStore {
     }
 
     #[mutants::skip]
+    async fn complete_and_claim(
+        &self,
+        fence: Fence,
+        result: Option<&serde_json::Value>,
+        next: &ClaimRequest,
+    ) -> Result<Completed, QueueError> {
+        let mut conn = self.attempt_conn().await?;
+        let sql = complete_sql();
+        let (rows, next) = conn
+            .transaction::<_, diesel::result::Error, _>(async |conn| {
+                let mut binds = fence_binds(fence);
+                binds.push(Bind::NullableJsonb(result));
+                let rows = Prepared::new(&sql, binds).execute(conn).await?;
+                // In a savepoint: a claim that fails (a lost race on the running-config index included) is
+                // rolled back alone, and the completion still commits.
+                let next = conn.transaction(async |conn| claim_statement(conn, next).await).await;
+                Ok((rows, next))
+            })
+            .await
+            .map_err(error::queue)?;
+        let written = if rows == 1 { WriteOutcome::Written } else { WriteOutcome::Lost };
+        Ok(Completed { written, next: claimed(next) })
+    }
+
+    #[mutants::skip]
     async fn complete(&self, fence: Fence, result: Option<&serde_json::Value>) -> Result<WriteOutcome, QueueError> {
         let mut conn = self.attempt_conn().await?;
-        let sql = format!(
-            "UPDATE work_items AS w
-                SET status = 'succeeded', finished_at = now(), lease_expires_at = NULL, result = $3
-              WHERE {FENCE}"
-        );
+        let sql = complete_sql();
         let rows = conn
             .transaction::<_, diesel::result::Error, _>(async |conn| {
                 let mut binds = fence_binds(fence);

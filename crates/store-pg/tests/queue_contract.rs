@@ -365,6 +365,45 @@ async fn a_config_switched_off_and_on_again_is_claimed_for_only_while_active() {
     assert_eq!(store.claim(&all_kinds("w1")).await.unwrap().expect("active again").item.id, id);
 }
 
+/// Completing and claiming share one transaction: the next item comes back with the completion. A claim that
+/// loses the race on the running-config index (forced as above: another claimer of the same config is held
+/// open) is rolled back alone, and the completion still commits.
+#[tokio::test]
+async fn complete_and_claim_commits_the_completion_even_when_its_claim_loses_the_race() {
+    let (db, store) = setup().await;
+    let x = config(&store, "ann", "/x").await;
+    let y = config(&store, "bob", "/y").await;
+    let first = enqueue(&store, WorkKind::Crawl, Scope::Config(x.id)).await;
+    let second = enqueue(&store, WorkKind::Crawl, Scope::Config(x.id)).await;
+    let running = store.claim(&all_kinds("w1")).await.unwrap().expect("claimed");
+    assert_eq!(running.item.id, first);
+    let done = store.complete_and_claim(running.fence, None, &all_kinds("w1")).await.unwrap();
+    assert_eq!(done.written, WriteOutcome::Written);
+    let next = done.next.unwrap().expect("the config's next item, claimed with the completion");
+    assert_eq!(next.item.id, second);
+    assert_eq!(status_of(&store, first).await, Status::Succeeded);
+
+    // Now the race: y's crawl is being claimed by a transaction held open; the completion's claim (bursts only)
+    // picks y's other item and waits on the running-config index.
+    let crawl = enqueue(&store, WorkKind::Crawl, Scope::Config(y.id)).await;
+    let bursts = enqueue(&store, WorkKind::BurstDetection, Scope::Config(y.id)).await;
+    let mut held = raw(&db).await;
+    held.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED").await.unwrap();
+    let holder = claim_with(&mut held, &claimer("w2", &[WorkKind::Crawl])).await.unwrap().expect("y's crawl");
+    assert_eq!(holder.item.id, crawl);
+    let completer = store.clone();
+    let completing = tokio::spawn(async move {
+        completer.complete_and_claim(next.fence, None, &claimer("w1", &[WorkKind::BurstDetection])).await
+    });
+    assert_eq!(db.sessions_waiting_on_locks(1).await, 1, "the completion's claim never blocked on the index");
+    held.batch_execute("COMMIT").await.unwrap();
+    let done = completing.await.unwrap().unwrap();
+    assert_eq!(done.written, WriteOutcome::Written, "the completion committed");
+    assert_eq!(done.next, Ok(None), "the claim lost the race, quietly");
+    assert_eq!(status_of(&store, second).await, Status::Succeeded);
+    assert_eq!(status_of(&store, bursts).await, Status::Queued);
+}
+
 #[tokio::test]
 async fn second_running_row_for_a_config_violates_the_running_config_index() {
     let (db, store) = setup().await;

@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use almanac_domain::{
-    Attempt, CancelOutcome, ClaimRequest, ClaimedItem, Enqueued, FailOutcome, Failure, Fence, Heartbeat, LeaseDuration,
-    NewWorkItem, QueueError, Recovered, Scope, ServedConfigs, Status, WorkItem, WorkItemId, WorkKind, WorkQueue,
-    WorkerId, WriteOutcome,
+    Attempt, CancelOutcome, ClaimRequest, ClaimedItem, Completed, Enqueued, FailOutcome, Failure, Fence, Heartbeat,
+    LeaseDuration, NewWorkItem, QueueError, Recovered, Scope, ServedConfigs, Status, WorkItem, WorkItemId, WorkKind,
+    WorkQueue, WorkerId, WriteOutcome,
 };
 use almanac_executor::{BoxFuture, ExecutorConfig, Handler, HandlerContext, HandlerError};
 use tokio::time::Instant;
@@ -48,6 +48,8 @@ pub struct State {
     /// Claims answering at this moment, and the most ever at once.
     pub claims_in_flight: usize,
     pub most_claims_in_flight: usize,
+    /// Completions that claimed the slot's next item in the same call.
+    pub chained_claims: usize,
 }
 
 #[derive(Default, Clone)]
@@ -169,6 +171,18 @@ impl WorkQueue for FakeQueue {
 
     async fn complete(&self, fence: Fence, result: Option<&serde_json::Value>) -> Result<WriteOutcome, QueueError> {
         self.write(fence, Write::Complete(result.cloned()))
+    }
+
+    /// Counts the completions that claimed too.
+    async fn complete_and_claim(
+        &self,
+        fence: Fence,
+        result: Option<&serde_json::Value>,
+        next: &ClaimRequest,
+    ) -> Result<Completed, QueueError> {
+        let written = self.write(fence, Write::Complete(result.cloned()))?;
+        self.state.lock().unwrap().chained_claims += 1;
+        Ok(Completed { written, next: self.claim(next).await })
     }
 
     /// Applies the store's budget rule, and requeues the item (due after the delay) when it retries.
