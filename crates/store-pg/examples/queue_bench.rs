@@ -8,7 +8,9 @@
 //! - scale: 10,000 configs, 1,000,000 queued items, half the configs busy, 32 concurrent claimers: claim
 //!   latency p50/p95/p99 of our claim and, as the baseline in the same run, the claim before `queue_heads`.
 //!
-//! `ALMANAC_BENCH_SCALE_ITEMS` (default 1,000,000) shrinks the scale scenario for a quick run.
+//! `ALMANAC_BENCH_SCALE_ITEMS` (default 1,000,000) shrinks the scale scenario for a quick run;
+//! `ALMANAC_BENCH_ONLY` runs one scenario (`drain`, `keyed`, `hot_config`, `scale`); `ALMANAC_BENCH_ROUNDS`
+//! (default 3) sets how many rounds the throughput scenarios run (their medians are reported).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -217,46 +219,58 @@ async fn fill(store: &PgStore, n: usize, configs: &[StorageConfigId]) {
     store.enqueue_many(&items).await.unwrap();
 }
 
-fn rate(items: usize, seconds: f64) -> serde_json::Value {
-    serde_json::json!({"items": items, "seconds": seconds, "items_per_second": items as f64 / seconds})
+/// Rates of several rounds: the median, and each.
+fn rounds_json(items: usize, seconds: &[f64]) -> serde_json::Value {
+    let mut rates: Vec<f64> = seconds.iter().map(|s| items as f64 / s).collect();
+    let each = rates.clone();
+    rates.sort_by(f64::total_cmp);
+    serde_json::json!({"items": items, "items_per_second": rates[rates.len() / 2], "items_per_second_each_round": each})
 }
 
-/// Drain and keyed: the same queue drained through the executor, then refilled and drained by raw loops.
-async fn drain(name: &str, items: usize, configs: usize, concurrency: usize) -> serde_json::Value {
+/// Drain and keyed: the queue drained through the executor, then refilled and drained by raw loops, `rounds`
+/// times (one round varies by up to 2x on this machine, with the table's dead rows and autovacuum's timing).
+async fn drain(name: &str, items: usize, configs: usize, concurrency: usize, rounds: usize) -> serde_json::Value {
     let (db, _conn, ids) = database(configs).await;
     let store = store_for(&db, 2);
-    let enqueue_started = Instant::now();
-    fill(&store, items, &ids).await;
-    let enqueue_seconds = enqueue_started.elapsed().as_secs_f64();
-    let executor = through_executor(&db, concurrency, items as i64).await;
-    fill(&store, items, &ids).await;
-    let raw = through_store(&db, concurrency, items as i64).await;
+    let (mut enqueue, mut executor, mut raw) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let enqueue_started = Instant::now();
+        fill(&store, items, &ids).await;
+        enqueue.push(enqueue_started.elapsed().as_secs_f64());
+        executor.push(through_executor(&db, concurrency, ((round + 1) * items) as i64).await);
+        fill(&store, items, &ids).await;
+        raw.push(through_store(&db, concurrency, items as i64).await);
+    }
     serde_json::json!({
-        "scenario": name, "items": items, "configs": configs, "concurrency": concurrency,
-        "enqueue_many": rate(items, enqueue_seconds),
-        "executor": rate(items, executor),
-        "store": rate(items, raw),
+        "scenario": name, "items": items, "configs": configs, "concurrency": concurrency, "rounds": rounds,
+        "enqueue_many": rounds_json(items, &enqueue),
+        "executor": rounds_json(items, &executor),
+        "store": rounds_json(items, &raw),
     })
 }
 
 /// A busy config (one running item that never ends, 49,000 queued behind it, all older) and 1,000 items over
 /// 100 other configs: how fast the 1,000 go.
-async fn hot_config(concurrency: usize) -> serde_json::Value {
+async fn hot_config(concurrency: usize, rounds: usize) -> serde_json::Value {
     let (db, mut conn, ids) = database(101).await;
     let store = store_for(&db, 2);
     let busy = ids[0];
     fill(&store, 49_001, &[busy]).await;
     store.claim(&request("busy")).await.unwrap().expect("the busy config's running item");
     let others = &ids[1..];
-    fill(&store, 1_000, others).await;
     conn.batch_execute("ANALYZE work_items").await.unwrap();
-    let executor = through_executor(&db, concurrency, 1_000).await;
-    fill(&store, 1_000, others).await;
-    let raw = through_store(&db, concurrency, 1_000).await;
+    let (mut executor, mut raw) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        fill(&store, 1_000, others).await;
+        executor.push(through_executor(&db, concurrency, ((round + 1) * 1_000) as i64).await);
+        fill(&store, 1_000, others).await;
+        raw.push(through_store(&db, concurrency, 1_000).await);
+    }
     serde_json::json!({
         "scenario": "hot_config", "items": 1_000, "behind": 49_000, "configs": 101, "concurrency": concurrency,
-        "executor": rate(1_000, executor),
-        "store": rate(1_000, raw),
+        "rounds": rounds,
+        "executor": rounds_json(1_000, &executor),
+        "store": rounds_json(1_000, &raw),
     })
 }
 
@@ -349,18 +363,30 @@ async fn claim_latencies(db: &TestDatabase, claimers: usize, baseline: bool) -> 
 #[tokio::main]
 async fn main() {
     let scale_items = env_usize("ALMANAC_BENCH_SCALE_ITEMS", 1_000_000);
+    let rounds = env_usize("ALMANAC_BENCH_ROUNDS", 3).max(1);
     // Each scenario is also written to stderr as it ends.
     let show = |v: serde_json::Value| {
         eprintln!("{v}");
         v
     };
-    let report = serde_json::json!({
+    // `ALMANAC_BENCH_ONLY=keyed` (or drain, hot_config, scale) runs one scenario, for a quick look.
+    let only = std::env::var("ALMANAC_BENCH_ONLY").ok();
+    let wanted = |name: &str| only.as_deref().is_none_or(|o| o == name);
+    let mut report = serde_json::json!({
         "benchmark": "queue",
         "cores": std::thread::available_parallelism().map_or(2, usize::from),
-        "drain": show(drain("drain", 20_000, 0, 8).await),
-        "keyed": show(drain("keyed", 20_000, 50, 8).await),
-        "hot_config": show(hot_config(4).await),
-        "scale": show(scale(scale_items, 32).await),
     });
+    if wanted("drain") {
+        report["drain"] = show(drain("drain", 20_000, 0, 8, rounds).await);
+    }
+    if wanted("keyed") {
+        report["keyed"] = show(drain("keyed", 20_000, 50, 8, rounds).await);
+    }
+    if wanted("hot_config") {
+        report["hot_config"] = show(hot_config(4, rounds).await);
+    }
+    if wanted("scale") {
+        report["scale"] = show(scale(scale_items, 32).await);
+    }
     println!("{}", serde_json::to_string_pretty(&report).unwrap());
 }
