@@ -786,7 +786,8 @@ mod tests {
     /// (half of them busy, a busy one with a backlog of 50,000, an idle one with 20,000) and 10,000 unscoped
     /// items, loaded with autovacuum
     /// off and never analysed, the claim reads a few hundred rows of work_items, never a whole table or a whole
-    /// backlog.
+    /// backlog: with the values in its text (a custom plan) and prepared (a generic plan, as a connection's
+    /// cached statement may run).
     #[tokio::test]
     async fn the_claim_reads_a_few_rows_from_a_large_queue_that_was_never_analysed() {
         let db = TestDatabase::create().await;
@@ -835,15 +836,39 @@ mod tests {
 
         let kinds = "ARRAY['crawl', 'burst_detection', 'purge', 'proxy_deletion', 'proxy_sweep', 'token_cleanup', \
                      'work_item_retention']";
-        for claim in [CLAIM_ALL, CLAIM_USER] {
-            let sql = claim
-                .replace("$1", "'bench'")
-                .replace("$2", "60")
-                .replace("$3", kinds)
-                .replace("$4", "(SELECT id FROM users)");
+        // Each claim as its text with the values in it (a custom plan), and prepared with a generic plan (what a
+        // statement cached on a connection may run with).
+        let users: Vec<Plan> = sql_query("SELECT id::text AS plan FROM users").load(&mut conn).await.unwrap();
+        let user = format!("'{}'::uuid", users[0].plan);
+        let user = user.as_str();
+        let cases = [
+            (
+                CLAIM_ALL,
+                format!(
+                    "EXPLAIN (ANALYZE, FORMAT JSON) {}",
+                    CLAIM_ALL.replace("$1", "'bench'").replace("$2", "60").replace("$3", kinds)
+                ),
+            ),
+            (
+                CLAIM_USER,
+                format!(
+                    "EXPLAIN (ANALYZE, FORMAT JSON) {}",
+                    CLAIM_USER.replace("$1", "'bench'").replace("$2", "60").replace("$3", kinds).replace("$4", user)
+                ),
+            ),
+            (CLAIM_ALL, format!("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim_all('bench', 60, {kinds})")),
+            (CLAIM_USER, format!("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim_user('bench', 60, {kinds}, {user})")),
+        ];
+        conn.batch_execute(&format!(
+            "SET plan_cache_mode = force_generic_plan;
+             PREPARE claim_all (text, float8, text[]) AS {CLAIM_ALL};
+             PREPARE claim_user (text, float8, text[], uuid) AS {CLAIM_USER};"
+        ))
+        .await
+        .unwrap();
+        for (claim, explain) in cases {
             conn.batch_execute("BEGIN").await.unwrap();
-            let explained: Vec<Explained> =
-                sql_query(format!("EXPLAIN (ANALYZE, FORMAT JSON) {sql}")).load(&mut conn).await.unwrap();
+            let explained: Vec<Explained> = sql_query(explain).load(&mut conn).await.unwrap();
             conn.batch_execute("ROLLBACK").await.unwrap();
             let plan = &explained[0].plan;
             let mut all = Vec::new();
