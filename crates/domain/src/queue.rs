@@ -166,7 +166,8 @@ pub trait WorkQueue: Send + Sync {
     /// Enqueues many items at once, in this order (they are claimed in this order too), answering for each
     /// what [`WorkQueue::enqueue`] would: the new item, or the item already queued under its dedup key (an
     /// earlier item of the same batch included). A store makes this one statement for thousands of items; this
-    /// default enqueues them one by one.
+    /// default enqueues them one by one. Not atomic: on an error, items before it may be enqueued (give dedup
+    /// keys to batches that are retried).
     fn enqueue_many(&self, items: &[NewWorkItem]) -> impl Future<Output = Result<Vec<Enqueued>, QueueError>> + Send {
         async move {
             let mut out = Vec::with_capacity(items.len());

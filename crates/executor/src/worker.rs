@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use almanac_domain::{ClaimRequest, ClaimedItem, QueueError, WorkItemId, WorkQueue};
+use almanac_domain::{ClaimRequest, ClaimedItem, QueueError, WorkItemId, WorkQueue, WriteOutcome};
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, timeout};
@@ -145,13 +145,14 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
 
         info!(event = "shutdown_started", running = attempts.len(), "shutting down: no more claims");
         attempts_shutdown.cancel();
-        // Claims still in flight, and items claimed with a completion: handed back to the queue at once, for
-        // another Worker.
+        // Claims still in flight: what they claimed goes back to the queue at once, for another Worker, before
+        // the running attempts' grace; then items claimed with a completion while the attempts wound down.
         while let Some(landed) = claims.join_next().await {
             if let Ok((_, Ok(Ok(Some(claimed))))) = landed {
                 late_claims.push(claimed);
             }
         }
+        self.hand_back(std::mem::take(&mut late_claims), &mut report).await;
         while let Some(done) = attempts.join_next().await {
             match done {
                 Ok((id, Outcome::Released, _)) => report.released.push(id),
@@ -160,16 +161,7 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
                 Err(e) => warn!(error = %e, "an attempt task ended abnormally"),
             }
         }
-        for claimed in late_claims {
-            let id = claimed.item.id;
-            match timeout(self.config.heartbeat_interval, self.queue.release(claimed.fence)).await {
-                Ok(Ok(_)) => report.released.push(id),
-                _ => {
-                    warn!(event = "release_failed", item_id = %id, "could not hand back an item claimed at shutdown; lease recovery will requeue it");
-                    report.unwritten.push(id);
-                }
-            }
-        }
+        self.hand_back(late_claims, &mut report).await;
         stop_recovery.cancel();
         let _ = recovery.await;
         info!(
@@ -186,6 +178,28 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
 type Claimed = (Instant, Result<Result<Option<ClaimedItem>, QueueError>, tokio::time::error::Elapsed>);
 
 impl<Q: WorkQueue + 'static> Executor<Q> {
+    /// Releases items claimed while shutting down (never run), all at once.
+    async fn hand_back(&self, claimed: Vec<ClaimedItem>, report: &mut ShutdownReport) {
+        let mut releases = JoinSet::new();
+        for c in claimed {
+            let (queue, wait) = (self.queue.clone(), self.config.heartbeat_interval);
+            releases.spawn(async move { (c.item.id, timeout(wait, queue.release(c.fence)).await) });
+        }
+        while let Some(done) = releases.join_next().await {
+            let Ok((id, answer)) = done else { continue };
+            match answer {
+                Ok(Ok(WriteOutcome::Written)) => report.released.push(id),
+                Ok(Ok(WriteOutcome::Lost)) => {
+                    warn!(event = "lost", item_id = %id, "an item claimed at shutdown was no longer held; nothing was written");
+                }
+                _ => {
+                    warn!(event = "release_failed", item_id = %id, "could not hand back an item claimed at shutdown; lease recovery will requeue it");
+                    report.unwritten.push(id);
+                }
+            }
+        }
+    }
+
     /// Starts the attempt of a claimed item in its slot.
     fn start_attempt(
         &self,

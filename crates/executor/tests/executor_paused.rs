@@ -441,3 +441,28 @@ async fn a_completion_claims_its_slots_next_item_in_the_same_call() {
     assert_eq!(completed, 3);
     run.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_item_claimed_with_a_completion_while_shutting_down_is_handed_back_without_running() {
+    let (first, second) = (item(WorkKind::TokenCleanup), item(WorkKind::TokenCleanup));
+    let (first_id, second_id) = (first.id, second.id);
+    let queue = FakeQueue::with_items([first, second]);
+    // The first item's completion (with the next claim) is sent at 1 s and answers at 3 s; the shutdown
+    // begins at 2 s, in between.
+    queue.state.lock().unwrap().complete_delay = 2 * SECOND;
+    let probe = Probe::new(WorkKind::TokenCleanup, Act::Work { work: SECOND });
+    let run = start(&queue, &probe, config());
+    run.at(2 * SECOND).await;
+    let report = run.stop().await;
+    assert_eq!(probe.started(), [run_start(&queue)], "the second item never ran");
+    assert_eq!(report.released, [second_id]);
+    let writes: Vec<_> = queue.writes().into_iter().map(|(id, w, _)| (id, w)).collect();
+    assert!(
+        matches!(&writes[..], [(a, Write::Complete(_)), (b, Write::Release)] if *a == first_id && *b == second_id),
+        "{writes:?}"
+    );
+}
+
+fn run_start(queue: &FakeQueue) -> Instant {
+    queue.claim_times()[0]
+}

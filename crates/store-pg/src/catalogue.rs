@@ -352,13 +352,10 @@ impl PgStore {
         let mut conn = self.conn().await?;
         let rows = conn
             .transaction::<_, diesel::result::Error, _>(async |conn| {
-                let rows = sql_query("UPDATE storage_configs SET is_active = $2 WHERE id = $1")
-                    .bind::<Uuid, _>(id.as_uuid())
-                    .bind::<Bool, _>(active)
-                    .execute(conn)
-                    .await?;
                 if !active {
-                    // An inactive config gets no work: what is queued for it is cancelled now.
+                    // An inactive config gets no work: what is queued for it is cancelled now. Items first, then
+                    // the config: the claim locks an item, then the config's queue head (ADR 0008), and so does
+                    // this; the other order could wait on a claim that waits on it.
                     sql_query(
                         "UPDATE work_items SET status = 'cancelled', finished_at = now(),
                                 last_error = 'cancelled: its storage config was deactivated'
@@ -368,7 +365,11 @@ impl PgStore {
                     .execute(conn)
                     .await?;
                 }
-                Ok(rows)
+                sql_query("UPDATE storage_configs SET is_active = $2 WHERE id = $1")
+                    .bind::<Uuid, _>(id.as_uuid())
+                    .bind::<Bool, _>(active)
+                    .execute(conn)
+                    .await
             })
             .await
             .map_err(error::from_diesel)?;

@@ -49,6 +49,12 @@ pub(crate) fn is_unique_violation_of(e: &DieselError, name: &str) -> bool {
     matches!(e, DieselError::DatabaseError(DatabaseErrorKind::UniqueViolation, info) if info.constraint_name() == Some(name))
 }
 
+/// Whether a statement was cancelled by `lock_timeout` (SQLSTATE 55P03, which diesel does not name: recognised
+/// by the server's message, so a server whose messages are translated reports it as any other error).
+pub(crate) fn is_lock_timeout(e: &DieselError) -> bool {
+    matches!(e, DieselError::DatabaseError(_, info) if info.message().contains("lock timeout"))
+}
+
 /// Maps a query error: lost connections are outages, constraint violations are conflicts, the rest unexpected.
 pub(crate) fn from_diesel(e: DieselError) -> StoreError {
     match &e {

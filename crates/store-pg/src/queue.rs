@@ -216,6 +216,9 @@ const CLAIM_USER: &str = claim_sql!(" AND h.user_id = $4");
 
 const FENCE: &str = "w.id = $1 AND w.attempt = $2 AND w.status = 'running'";
 
+/// How long the claim that follows a completion waits for any one lock before it gives up (nothing claimed).
+const CHAINED_CLAIM_LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Marks the fenced attempt's item succeeded with its result (`$3`).
 fn complete_sql() -> String {
     format!(
@@ -561,15 +564,32 @@ impl WorkQueue for PgStore {
                 let mut binds = fence_binds(fence);
                 binds.push(Bind::NullableJsonb(result));
                 let rows = Prepared::new(&sql, binds).execute(conn).await?;
-                // In a savepoint: a claim that fails (a lost race on the running-config index included) is
-                // rolled back alone, and the completion still commits.
+                // The claim waits for no lock longer than CHAINED_CLAIM_LOCK_WAIT (set after the completion, so
+                // it alone is bounded): it would otherwise hold this completion hostage to other configs' locks,
+                // and a transaction enqueueing into several configs could wait on it in a cycle.
+                sql_query(format!("SET LOCAL lock_timeout = '{}ms'", CHAINED_CLAIM_LOCK_WAIT.as_millis()))
+                    .execute(conn)
+                    .await?;
+                // In a savepoint: a claim that fails (a lost race on the running-config index, or a lock it
+                // would not wait for) is rolled back alone, and the completion still commits.
                 let next = conn.transaction(async |conn| claim_statement(conn, next).await).await;
                 Ok((rows, next))
             })
             .await
             .map_err(error::queue)?;
         let written = if rows == 1 { WriteOutcome::Written } else { WriteOutcome::Lost };
-        Ok(Completed { written, next: claimed(next) })
+        let next = match next {
+            // A lock it would not wait for: nothing claimed this time, as after a lost race.
+            Err(e) if error::is_lock_timeout(&e) => {
+                tracing::debug!(
+                    event = "chained_claim_gave_up",
+                    "the claim after a completion did not wait for a lock"
+                );
+                Ok(None)
+            }
+            other => claimed(other),
+        };
+        Ok(Completed { written, next })
     }
 
     #[mutants::skip]
@@ -856,13 +876,28 @@ mod tests {
                     CLAIM_USER.replace("$1", "'bench'").replace("$2", "60").replace("$3", kinds).replace("$4", user)
                 ),
             ),
-            (CLAIM_ALL, format!("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim_all('bench', 60, {kinds})")),
-            (CLAIM_USER, format!("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim_user('bench', 60, {kinds}, {user})")),
+            (CLAIM_ALL, format!("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim_all('bench', 60, {kinds}, {kinds})")),
+            (
+                CLAIM_USER,
+                format!("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim_user('bench', 60, {kinds}, {user}, {kinds})"),
+            ),
         ];
+        // Prepared as `Prepared` sends them: a placeholder used twice becomes two parameters (kinds is $3 and $4
+        // in the claim for all; in the one for a user, the user comes between).
+        let sent = |sql: &'static str, binds: Vec<Bind<'static>>| {
+            let shown = diesel::debug_query::<Pg, _>(&Prepared::new(sql, binds)).to_string();
+            shown.split(" -- binds:").next().unwrap().to_owned()
+        };
+        let kinds_bind = || Bind::TextArray(vec!["crawl".into()]);
+        let all_sent = sent(CLAIM_ALL, vec![Bind::Text("w"), Bind::Double(60.0), kinds_bind()]);
+        let user_sent =
+            sent(CLAIM_USER, vec![Bind::Text("w"), Bind::Double(60.0), kinds_bind(), Bind::Uuid(uuid::Uuid::nil())]);
+        assert!(all_sent.contains("$4") && !all_sent.contains("$5"), "{all_sent}");
+        assert!(user_sent.contains("h.user_id = $4") && user_sent.contains("$5") && !user_sent.contains("$6"));
         conn.batch_execute(&format!(
             "SET plan_cache_mode = force_generic_plan;
-             PREPARE claim_all (text, float8, text[]) AS {CLAIM_ALL};
-             PREPARE claim_user (text, float8, text[], uuid) AS {CLAIM_USER};"
+             PREPARE claim_all (text, float8, text[], text[]) AS {all_sent};
+             PREPARE claim_user (text, float8, text[], uuid, text[]) AS {user_sent};"
         ))
         .await
         .unwrap();

@@ -404,6 +404,35 @@ async fn complete_and_claim_commits_the_completion_even_when_its_claim_loses_the
     assert_eq!(status_of(&store, bursts).await, Status::Queued);
 }
 
+/// The claim after a completion does not wait long for another transaction's lock (here: an enqueue into the
+/// other config, held open, holds that config's queue head): it gives up, and the completion commits anyway.
+#[tokio::test]
+async fn complete_and_claim_does_not_wait_on_another_configs_lock() {
+    let (db, store) = setup().await;
+    let x = config(&store, "ann", "/x").await;
+    let y = config(&store, "bob", "/y").await;
+    let a = enqueue(&store, WorkKind::Crawl, Scope::Config(x.id)).await;
+    let running = store.claim(&all_kinds("w1")).await.unwrap().expect("claimed");
+    assert_eq!(running.item.id, a);
+    let b = enqueue(&store, WorkKind::Crawl, Scope::Config(y.id)).await;
+    let mut held = raw(&db).await;
+    held.batch_execute("BEGIN").await.unwrap();
+    sql_query("INSERT INTO work_items (id, kind, storage_config_id) VALUES ($1, 'purge', $2)")
+        .bind::<Uuid, _>(WorkItemId::new().as_uuid())
+        .bind::<Uuid, _>(y.id.as_uuid())
+        .execute(&mut held)
+        .await
+        .unwrap();
+    // (Waiting for the lock would wait for ever here: the holder commits only after this returns.)
+    let done = store.complete_and_claim(running.fence, None, &all_kinds("w1")).await.unwrap();
+    assert_eq!(done.written, WriteOutcome::Written);
+    assert_eq!(done.next, Ok(None), "it gave up on y's head");
+    assert_eq!(status_of(&store, a).await, Status::Succeeded);
+    assert_eq!(status_of(&store, b).await, Status::Queued);
+    held.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(store.claim(&all_kinds("w2")).await.unwrap().expect("y's item").item.id, b);
+}
+
 #[tokio::test]
 async fn second_running_row_for_a_config_violates_the_running_config_index() {
     let (db, store) = setup().await;

@@ -50,6 +50,8 @@ pub struct State {
     pub most_claims_in_flight: usize,
     /// Completions that claimed the slot's next item in the same call.
     pub chained_claims: usize,
+    /// How long a completion that also claims takes to answer.
+    pub complete_delay: Duration,
 }
 
 #[derive(Default, Clone)]
@@ -180,6 +182,8 @@ impl WorkQueue for FakeQueue {
         result: Option<&serde_json::Value>,
         next: &ClaimRequest,
     ) -> Result<Completed, QueueError> {
+        let delay = self.state.lock().unwrap().complete_delay;
+        tokio::time::sleep(delay).await;
         let written = self.write(fence, Write::Complete(result.cloned()))?;
         self.state.lock().unwrap().chained_claims += 1;
         Ok(Completed { written, next: self.claim(next).await })
