@@ -27,7 +27,7 @@ use diesel_async::{AsyncConnection, SimpleAsyncConnection};
 pub use catalogue::{Memory, NewStorageConfig, RootOverlap};
 pub use error::StoreError;
 pub use listener::{WORK_CHANNEL, listen_for_work};
-pub use migrations::{migrate, pending_migrations};
+pub use migrations::{SchemaState, migrate, pending_migrations, schema_state};
 pub use queue::{QueueSummaryRow, claim_with};
 
 /// The PostgreSQL store: a pool of connections and the statements of the work queue and the catalogue.

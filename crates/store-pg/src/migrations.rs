@@ -1,4 +1,6 @@
-use diesel::Connection;
+use diesel::migration::MigrationSource;
+use diesel::pg::Pg;
+use diesel::{Connection, RunQueryDsl};
 use diesel_async::AsyncPgConnection;
 use diesel_async::async_connection_wrapper::AsyncConnectionWrapper;
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
@@ -7,31 +9,66 @@ use crate::StoreError;
 
 const MIGRATIONS: EmbeddedMigrations = embed_migrations!("../../migrations");
 
-/// Applies every pending migration to the database at `database_url` and returns the versions applied.
+/// The advisory lock migrations run under (the key spells "almanac" in ASCII): Workers started with
+/// `--migrate` at the same time apply each migration once, one after the other.
+const MIGRATION_LOCK: i64 = 0x0061_6c6d_616e_6163;
+
+/// Applies every pending migration to the database at `database_url` and returns the versions applied. Holds
+/// the migration lock meanwhile: a concurrent call waits, then finds nothing pending.
 pub async fn migrate(database_url: &str) -> Result<Vec<String>, StoreError> {
     with_harness(database_url, |h| {
-        h.run_pending_migrations(MIGRATIONS).map(|vs| vs.iter().map(ToString::to_string).collect())
+        diesel::sql_query(format!("SELECT pg_advisory_lock({MIGRATION_LOCK})")).execute(h)?;
+        let applied = h.run_pending_migrations(MIGRATIONS).map(|vs| vs.iter().map(ToString::to_string).collect());
+        // Released with the session anyway; released now so that a failed run does not hold it.
+        let _ = diesel::sql_query(format!("SELECT pg_advisory_unlock({MIGRATION_LOCK})")).execute(h);
+        applied
     })
     .await
 }
 
 /// The versions of the migrations not yet applied to the database at `database_url`.
 pub async fn pending_migrations(database_url: &str) -> Result<Vec<String>, StoreError> {
-    with_harness(database_url, |h| {
-        h.pending_migrations(MIGRATIONS).map(|ms| ms.iter().map(|m| m.name().version().to_string()).collect())
+    Ok(schema_state(database_url).await?.pending)
+}
+
+/// Where a database's schema stands against the migrations this build carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchemaState {
+    /// Migrations of this build not applied yet.
+    pub pending: Vec<String>,
+    /// Migrations applied to the database that this build does not know: a newer Worker migrated it, and this
+    /// one must not run against it.
+    pub unknown: Vec<String>,
+    /// The newest migration this build knows.
+    pub newest_known: String,
+}
+
+/// Compares the database's applied migrations with this build's.
+pub async fn schema_state(database_url: &str) -> Result<SchemaState, StoreError> {
+    let (known, applied) = with_harness(database_url, |h| {
+        let known: Vec<String> =
+            MigrationSource::<Pg>::migrations(&MIGRATIONS)?.iter().map(|m| m.name().version().to_string()).collect();
+        let applied: Vec<String> = h.applied_migrations()?.iter().map(ToString::to_string).collect();
+        Ok((known, applied))
     })
-    .await
+    .await?;
+    let mut unknown: Vec<String> = applied.iter().filter(|v| !known.contains(v)).cloned().collect();
+    unknown.sort();
+    Ok(SchemaState {
+        pending: known.iter().filter(|v| !applied.contains(v)).cloned().collect(),
+        unknown,
+        newest_known: known.iter().max().cloned().unwrap_or_default(),
+    })
 }
 
 type Harness = AsyncConnectionWrapper<AsyncPgConnection>;
-type HarnessResult = diesel::migration::Result<Vec<String>>;
 
 /// diesel's migration harness is synchronous: run it on a thread of its own with a small runtime of its own
 /// (timers enabled, for URLs with `connect_timeout`), so it works under any runtime flavour.
-async fn with_harness(
+async fn with_harness<T: Send + 'static>(
     database_url: &str,
-    run: impl FnOnce(&mut Harness) -> HarnessResult + Send + 'static,
-) -> Result<Vec<String>, StoreError> {
+    run: impl FnOnce(&mut Harness) -> diesel::migration::Result<T> + Send + 'static,
+) -> Result<T, StoreError> {
     let url = database_url.to_owned();
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::spawn(move || {

@@ -160,6 +160,12 @@ async fn dispatch(command: Command, settings: Settings) -> Result<ExitCode> {
         }
         other => {
             let url = settings.database_url()?.to_owned();
+            let schema = almanac_store_pg::schema_state(&url).await.with_context(|| {
+                format!("cannot read the schema of the database at {}", settings::mask_password(&url))
+            })?;
+            if let Some(code) = run::refuse_newer_schema(&schema) {
+                return Ok(code);
+            }
             let store = PgStore::new(&url, 2, settings.database.connect_timeout)?;
             admin(other, &settings, &url, &store).await
         }

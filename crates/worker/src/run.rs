@@ -29,7 +29,11 @@ const CONNECT_ATTEMPTS: u32 = 5;
 pub async fn run(settings: Settings, migrate: bool) -> Result<ExitCode> {
     let counts = observe::init(&settings.log)?;
     let url = settings.database_url()?.to_owned();
-    let pending = pending_migrations(&url).await?;
+    let schema = schema_state(&url).await?;
+    if let Some(code) = refuse_newer_schema(&schema) {
+        return Ok(code);
+    }
+    let pending = schema.pending;
     if !pending.is_empty() {
         if !migrate {
             eprintln!(
@@ -145,11 +149,27 @@ fn sweep_age_floor(limits: ToolLimits) -> Duration {
     (limits.longest_proxy_write() + Duration::from_secs(600)).max(Duration::from_secs(3600))
 }
 
-/// Pending migrations, trying a few times with backoff while the database is starting.
-async fn pending_migrations(url: &str) -> Result<Vec<String>> {
+/// Exit 2 when the database's schema is newer than this build (a newer Worker migrated it): an older binary
+/// must never run against it.
+pub fn refuse_newer_schema(schema: &almanac_store_pg::SchemaState) -> Option<ExitCode> {
+    if schema.unknown.is_empty() {
+        return None;
+    }
+    eprintln!(
+        "almanac-worker: the database's schema is newer than this almanac-worker: it has migration(s) {} that this \
+         build does not know (the newest it knows is {}). A newer almanac-worker migrated it: run that version or a \
+         later one, never an older one against it",
+        schema.unknown.join(", "),
+        schema.newest_known
+    );
+    Some(ExitCode::from(2))
+}
+
+/// Where the schema stands, trying a few times with backoff while the database is starting.
+async fn schema_state(url: &str) -> Result<almanac_store_pg::SchemaState> {
     let mut delay = Duration::from_millis(500);
     for attempt in 1..=CONNECT_ATTEMPTS {
-        match almanac_store_pg::pending_migrations(url).await {
+        match almanac_store_pg::schema_state(url).await {
             Ok(p) => return Ok(p),
             Err(StoreError::Unavailable(e)) if attempt < CONNECT_ATTEMPTS => {
                 warn!(event = "database_unavailable", attempt, error = %e, "the database does not answer yet");

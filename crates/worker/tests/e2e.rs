@@ -518,3 +518,19 @@ fn a_flood_of_probes_and_scrapes_never_starves_heartbeats() {
     assert!(events(&lines, "self_stopped").is_empty(), "a flood stopped a healthy crawl");
     assert!(events(&lines, "heartbeat_failed").is_empty(), "a heartbeat was late under the flood");
 }
+
+/// A database a newer Worker migrated: this older binary refuses it for every command that uses it (exit 2,
+/// both versions named); with the unknown migration gone it runs again.
+#[test]
+fn a_schema_newer_than_this_binary_is_refused_with_exit_2() {
+    let s = setup(0);
+    s.query("INSERT INTO __diesel_schema_migrations (version) VALUES ('20991231000001')");
+    for args in [&["status"][..], &["migrate"], &["config", "list"], &["run", "--migrate"]] {
+        let (code, _, err) = s.cli_exit(args, &[]);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains("newer than this almanac-worker") && err.contains("20991231000001"), "{err}");
+        assert!(err.contains("the newest it knows is 2026"), "{err}");
+    }
+    s.query("DELETE FROM __diesel_schema_migrations WHERE version = '20991231000001'");
+    s.cli(&["status"]); // succeeds again
+}
