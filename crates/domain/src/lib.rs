@@ -9,6 +9,7 @@ mod catalogue;
 mod catalogue_port;
 mod ids;
 mod maintenance_port;
+mod progress;
 mod queue;
 mod retry;
 mod roots;
@@ -23,6 +24,7 @@ pub use catalogue_port::{
 };
 pub use ids::{AssetId, BurstId, StorageConfigId, UserId, WorkItemId};
 pub use maintenance_port::{BurstFrame, BurstGroup, MaintenanceStore, PurgeCandidate, StoredProxy};
+pub use progress::ProgressEstimate;
 pub use queue::{
     CancelOutcome, ClaimRequest, ClaimedItem, Completed, Enqueued, FailOutcome, Failure, Fence, Heartbeat, QueueError,
     Recovered, ServedConfigs, WorkQueue, WriteOutcome,

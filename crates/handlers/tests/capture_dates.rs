@@ -307,6 +307,10 @@ async fn stills_that_fill_the_pixel_budget_are_all_crawled() {
     let result = lib.run_handler(&handler, item).await.expect("the crawl succeeds");
     assert_eq!(result["ingested"], 7, "{result}");
     assert_eq!(result["failed"], 1, "{result}");
+    // How far it came, as `status` reads it: all 8 files listed, all 8 done.
+    assert_eq!((result["total"].as_u64(), result["done"].as_u64()), (Some(8), Some(8)), "{result}");
+    let estimate = almanac_domain::ProgressEstimate::from_progress(&result).expect("done and total");
+    assert_eq!(estimate.percent, Some(100.0));
     let reason = result["failures"][0]["reason"].as_str().unwrap();
     assert!(reason.contains("1001x1000") && reason.contains("max_image_megapixels"), "{reason}");
 }

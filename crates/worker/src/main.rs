@@ -12,7 +12,9 @@ mod settings;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use almanac_domain::{CancelOutcome, DedupKey, NewWorkItem, Scope, Status, WorkItemId, WorkKind, WorkQueue};
+use almanac_domain::{
+    CancelOutcome, DedupKey, NewWorkItem, ProgressEstimate, Scope, Status, WorkItemId, WorkKind, WorkQueue,
+};
 use almanac_store_pg::{NewStorageConfig, PgStore, StoreError};
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -349,7 +351,19 @@ async fn status(store: &PgStore, settings: &Settings, json: bool) -> Result<()> 
     if json {
         let value = serde_json::json!({
             "counts": summary.iter().map(|r| serde_json::json!({"kind": r.kind, "status": r.status, "count": r.count})).collect::<Vec<_>>(),
-            "running": running,
+            "running": running.iter().map(|i| {
+                let mut item = serde_json::to_value(i).unwrap_or_default();
+                if let Some(e) = i.progress.as_ref().and_then(ProgressEstimate::from_progress) {
+                    item["estimate"] = serde_json::json!({
+                        "done": e.done,
+                        "total": e.total,
+                        "percent": e.percent,
+                        "per_second": e.per_second,
+                        "remaining_seconds": e.remaining.map(|r| r.as_secs()),
+                    });
+                }
+                item
+            }).collect::<Vec<_>>(),
             "recent_failures": failed,
             "root_problems": problems,
         });
@@ -374,6 +388,11 @@ async fn status(store: &PgStore, settings: &Settings, json: bool) -> Result<()> 
     if !running.is_empty() {
         println!("\nRUNNING");
         for i in &running {
+            let unit = if i.kind == WorkKind::Crawl { "files" } else { "units" };
+            let progress = match i.progress.as_ref() {
+                None => "-".to_owned(),
+                Some(p) => ProgressEstimate::from_progress(p).map_or_else(|| p.to_string(), |e| e.describe(unit)),
+            };
             println!(
                 "{}  {}  config {}  worker {}  attempt {}  progress {}",
                 i.id,
@@ -381,7 +400,7 @@ async fn status(store: &PgStore, settings: &Settings, json: bool) -> Result<()> 
                 i.scope.storage_config().map_or("-".into(), |c| c.to_string()),
                 i.worker_id.as_deref().unwrap_or("-"),
                 i.attempt,
-                i.progress.as_ref().map_or("-".into(), |p| p.to_string())
+                progress
             );
         }
     }

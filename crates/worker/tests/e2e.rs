@@ -534,3 +534,24 @@ fn a_schema_newer_than_this_binary_is_refused_with_exit_2() {
     s.query("DELETE FROM __diesel_schema_migrations WHERE version = '20991231000001'");
     s.cli(&["status"]); // succeeds again
 }
+
+/// `status` turns a running crawl's progress into done of total, percent, rate and time left (and `--json`
+/// gives the same as numbers).
+#[test]
+fn status_shows_a_running_crawls_progress_as_people_read_it() {
+    let s = setup(0);
+    let out = s.cli(&["config", "add", "--user", "ann", "--root", s.library.to_str().unwrap()]);
+    assert!(!out.is_empty());
+    s.query(
+        "INSERT INTO work_items (id, kind, storage_config_id, status, attempt, worker_id, lease_expires_at, progress)
+         SELECT gen_random_uuid(), 'crawl', id, 'running', 1, 'w1', now() + interval '1 minute',
+                '{\"found\": 250, \"done\": 250, \"total\": 1000, \"seconds\": 5.0}'::jsonb
+           FROM storage_configs",
+    );
+    let text = s.cli(&["status"]);
+    assert!(text.contains("progress 250 of 1000 files (25.0%), 50/s, about 15 s left"), "{text}");
+    let json: serde_json::Value = serde_json::from_str(&s.cli(&["status", "--json"])).unwrap();
+    let estimate = &json["running"][0]["estimate"];
+    assert_eq!(estimate["percent"], 25.0, "{json}");
+    assert_eq!(estimate["remaining_seconds"], 15, "{json}");
+}

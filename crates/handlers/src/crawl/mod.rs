@@ -122,6 +122,9 @@ struct Run<'a, C> {
     /// The catalogue's files by path (the key; each value's `facts.file_path` is left empty).
     known: Arc<HashMap<Vec<u8>, KnownFile>>,
     counters: Counters,
+    /// Files the listing found (what `done` counts up to), and when their processing began.
+    total: u64,
+    since: std::time::Instant,
     seen: Mutex<HashSet<Seen>>,
     failures: Mutex<Vec<serde_json::Value>>,
     hash_locks: Mutex<HashMap<ContentHash, Arc<tokio::sync::Mutex<()>>>>,
@@ -339,6 +342,8 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
             root: root.clone(),
             known: known.clone(),
             counters: Counters::default(),
+            total: files.len() as u64,
+            since: std::time::Instant::now(),
             seen: Mutex::default(),
             failures: Mutex::default(),
             hash_locks: Mutex::default(),
@@ -371,7 +376,7 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
                             run.counters.found.fetch_add(n, Ordering::Relaxed);
                             run.counters.unchanged.fetch_add(n, Ordering::Relaxed);
                             run.seen.lock().expect("poisoned").extend(marks);
-                            progress.report(run.counters.snapshot());
+                            progress.report(run.snapshot());
                             return;
                         }
                         Walked::File(entry) => entry,
@@ -400,7 +405,7 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
                         Err(FileProblem::Cancelled) => {}
                     }
                     if found % PROGRESS_EVERY == 0 {
-                        progress.report(run.counters.snapshot());
+                        progress.report(run.snapshot());
                     }
                 }
             })
@@ -413,7 +418,7 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
         if let Some(e) = fatal.into_inner().expect("poisoned") {
             return Err(catalogue_error(e));
         }
-        ctx.progress.report(run.counters.snapshot());
+        ctx.progress.report(run.snapshot());
 
         let soft_deleted = if report.unreadable.is_empty() && !report.stopped && handed_over {
             let unseen_files = run.unseen();
@@ -491,7 +496,7 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
             .await
             .map_err(|e| HandlerError::retryable(format!("could not enqueue burst detection: {e}")))?;
 
-        let mut result = run.counters.snapshot();
+        let mut result = run.snapshot();
         result["soft_deleted"] = serde_json::json!(soft_deleted);
         result["live_photos_paired"] = serde_json::json!(pairs.len());
         result["links_skipped"] = serde_json::json!(report.links);
@@ -557,6 +562,16 @@ fn root_unavailable(root: &Path, what: &str) -> HandlerError {
 }
 
 impl<C: CatalogueStore> Run<'_, C> {
+    /// The counters, with how far the crawl has come (`done` of `total` files in `seconds`, read by
+    /// `ProgressEstimate`).
+    fn snapshot(&self) -> serde_json::Value {
+        let mut snapshot = self.counters.snapshot();
+        snapshot["done"] = serde_json::json!(self.counters.found.load(Ordering::Relaxed));
+        snapshot["total"] = serde_json::json!(self.total);
+        snapshot["seconds"] = serde_json::json!((self.since.elapsed().as_secs_f64() * 10.0).round() / 10.0);
+        snapshot
+    }
+
     fn mark(&self, seen: Seen) {
         self.seen.lock().expect("poisoned").insert(seen);
     }
