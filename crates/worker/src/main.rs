@@ -83,6 +83,10 @@ almanac-worker enqueue token-cleanup")]
         /// When an item with this key is already queued, return it instead.
         #[arg(long)]
         dedup_key: Option<String>,
+        /// Follow the item until it ends (a progress bar on a terminal, plain lines otherwise) and exit with its
+        /// outcome: 0 succeeded, 1 failed or cancelled. Interrupting the wait leaves the item running.
+        #[arg(long)]
+        wait: bool,
     },
     /// Cancel a work item: at once when queued, at its next heartbeat when running.
     Cancel {
@@ -245,7 +249,7 @@ async fn admin(command: Command, settings: &Settings, url: &str, store: &PgStore
             store.set_storage_config_active(c.id, false).await?;
             println!("deactivated {} ({})", c.id, c.root_path.display());
         }
-        Command::Enqueue { kind, config, payload, dedup_key } => {
+        Command::Enqueue { kind, config, payload, dedup_key, wait } => {
             let kind: WorkKind = kind.replace('-', "_").parse()?;
             let scope = match config {
                 Some(c) => Scope::Config(store.find_storage_config(&config_key(&c)).await?.id),
@@ -260,6 +264,9 @@ async fn admin(command: Command, settings: &Settings, url: &str, store: &PgStore
             }
             let enqueued = store.enqueue(&item).await?;
             println!("{}\t{}", enqueued.item.id, if enqueued.created { "queued" } else { "already queued" });
+            if wait {
+                return follow(store, enqueued.item.id).await;
+            }
         }
         Command::Cancel { id } => {
             let id: WorkItemId = id.parse().with_context(|| format!("{id:?} is not a work item id"))?;
@@ -274,6 +281,61 @@ async fn admin(command: Command, settings: &Settings, url: &str, store: &PgStore
         Command::Run { .. } | Command::Config(ConfigCommand::Check) => unreachable!("dispatched above"),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Follows a work item until it ends: a progress bar on a terminal (standard error), else a plain line whenever
+/// its state or progress changes (at most every five seconds while it runs). 0 when it succeeded, 1 otherwise.
+async fn follow(store: &PgStore, id: WorkItemId) -> Result<ExitCode> {
+    use std::io::IsTerminal;
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new(0);
+        bar.set_style(indicatif::ProgressStyle::with_template("{bar:30} {msg}").expect("a valid template"));
+        bar
+    });
+    let (mut last_line, mut last_printed) = (String::new(), None::<std::time::Instant>);
+    loop {
+        let item = store.get(id).await?.ok_or_else(|| anyhow::anyhow!("work item {id} no longer exists"))?;
+        let unit = if item.kind == WorkKind::Crawl { "files" } else { "units" };
+        let line = match item.status {
+            Status::Queued => "queued".to_owned(),
+            Status::Running => {
+                let estimate = item.progress.as_ref().and_then(ProgressEstimate::from_progress);
+                if let (Some(bar), Some(e)) = (&bar, &estimate) {
+                    bar.set_length(e.total.unwrap_or(0));
+                    bar.set_position(e.done);
+                }
+                format!(
+                    "running on {}: {}",
+                    item.worker_id.as_deref().unwrap_or("-"),
+                    estimate.map_or_else(|| "started".to_owned(), |e| e.describe(unit))
+                )
+            }
+            Status::Succeeded | Status::Failed | Status::Cancelled => {
+                if let Some(bar) = &bar {
+                    bar.finish_and_clear();
+                }
+                let outcome = match (item.status, item.last_error.as_deref()) {
+                    (Status::Succeeded, _) => "succeeded".to_owned(),
+                    (status, Some(error)) => format!("{status}: {error}"),
+                    (status, None) => status.to_string(),
+                };
+                println!("{id} {outcome}");
+                return Ok(if item.status == Status::Succeeded { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+            }
+        };
+        match &bar {
+            Some(bar) => bar.set_message(line),
+            None if line != last_line
+                && (item.status != Status::Running
+                    || last_printed.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(5))) =>
+            {
+                println!("{id} {line}");
+                (last_line, last_printed) = (line, Some(std::time::Instant::now()));
+            }
+            None => {}
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
 }
 
 /// Roots that overlap in the catalogue (an older one may hold some) or with this Worker's proxy root.

@@ -555,3 +555,40 @@ fn status_shows_a_running_crawls_progress_as_people_read_it() {
     assert_eq!(estimate["percent"], 25.0, "{json}");
     assert_eq!(estimate["remaining_seconds"], 15, "{json}");
 }
+
+/// `enqueue --wait` follows the item to its end: plain lines when not on a terminal, exit 0 when it succeeded;
+/// and exit 1 with the outcome when it ended otherwise (here cancelled by the operator while queued).
+#[test]
+fn enqueue_wait_follows_the_item_and_exits_with_its_outcome() {
+    let s = setup(3);
+    let root = s.library.to_str().unwrap();
+    s.cli(&["config", "add", "--user", "ann", "--root", root]);
+
+    // Nobody runs it: it waits queued until cancelled.
+    let waiter = Command::new(BIN)
+        .args(["enqueue", "token-cleanup", "--wait"])
+        .env("DATABASE_URL", s.db.url())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let queued = s.wait_for(
+        "the waited item",
+        "SELECT id FROM work_items WHERE kind = 'token_cleanup' AND status = 'queued'",
+        Duration::from_secs(30),
+    );
+    s.cli(&["cancel", &queued[0][0]]);
+    let out = waiter.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("queued") && stdout.contains(&format!("{} cancelled", queued[0][0])), "{stdout}");
+
+    // A Worker runs this one: exit 0 once the crawl succeeded.
+    let worker = s.worker("worker-a", s.db.url(), &[]);
+    let (code, stdout, stderr) = s.cli_exit(&["enqueue", "crawl", "--config", root, "--wait"], &[]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.lines().last().is_some_and(|l| l.ends_with(" succeeded")), "{stdout}");
+    assert_eq!(s.query("SELECT count(*) FROM media_assets")[0][0], "3");
+    let (exit, _) = worker.terminate();
+    assert!(exit.success());
+}
