@@ -1,5 +1,5 @@
-//! How the web backend uses the queue: enqueue a crawl with a dedup key, enqueue many items at once, request a
-//! cancel, read the status.
+//! How the web backend uses the queue: one pool shared with the store, enqueue a crawl with a dedup key (alone,
+//! or inside the backend's own transaction), enqueue many items at once, request a cancel, read the status.
 //!
 //! `cargo run -p almanac-store-pg --example backend` (uses `DATABASE_URL`, or starts the private cluster's dev
 //! database).
@@ -8,6 +8,9 @@ use std::path::PathBuf;
 
 use almanac_domain::{DedupKey, NewWorkItem, Scope, WorkQueue};
 use almanac_store_pg::{NewStorageConfig, PgStore, migrate};
+use diesel_async::pooled_connection::AsyncDieselConnectionManager;
+use diesel_async::pooled_connection::deadpool::Pool;
+use diesel_async::{AsyncConnection, AsyncPgConnection};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -21,7 +24,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     };
     migrate(&url).await?;
-    let store = PgStore::connect(&url)?;
+    // The backend's own pool, shared with the store (its queue and catalogue statements use these connections).
+    let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new(url.as_str());
+    let pool = Pool::builder(manager).max_size(8).build()?;
+    let store = PgStore::from_pool(pool.clone());
 
     // A storage config to crawl (the backend would already have one).
     let root = PathBuf::from(format!("/srv/photos/example-{}", std::process::id()));
@@ -48,6 +54,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("batch: {} {} (created: {})", enqueued.item.kind, enqueued.item.id, enqueued.created);
     }
     assert_eq!(batch[0].item.id, first.item.id);
+
+    // Inside the backend's own transaction: its rows and the work they need commit together, or neither does.
+    let mut conn = pool.get().await?;
+    let purge = NewWorkItem::new(almanac_domain::WorkKind::Purge, Scope::Config(config.id))?;
+    let in_transaction = conn
+        .transaction::<_, Box<dyn std::error::Error + Send + Sync>, _>(async |conn| {
+            // … the backend's own writes here, on `conn` …
+            Ok(almanac_store_pg::enqueue_in(conn, &purge).await?)
+        })
+        .await
+        .map_err(|e| e as Box<dyn std::error::Error>)?;
+    println!("enqueued {} in the backend's transaction", in_transaction.item.id);
+    drop(conn);
 
     // The user changes their mind.
     let outcome = store.request_cancel(first.item.id).await?;

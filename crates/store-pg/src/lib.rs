@@ -28,7 +28,7 @@ pub use catalogue::{Memory, NewStorageConfig, RootOverlap};
 pub use error::StoreError;
 pub use listener::{WORK_CHANNEL, listen_for_work};
 pub use migrations::{SchemaState, migrate, pending_migrations, schema_state};
-pub use queue::{QueueSummaryRow, claim_with};
+pub use queue::{QueueSummaryRow, claim_with, enqueue_in, request_cancel_in};
 
 /// The PostgreSQL store: a pool of connections and the statements of the work queue and the catalogue.
 /// Cheap to clone; clones share the pools.
@@ -93,6 +93,13 @@ impl PgStore {
         idle_limit: Duration,
     ) -> Result<Self, StoreError> {
         Ok(Self { pool: pool(database_url, max_connections, acquire_timeout, idle_limit, None)?, attempts: None })
+    }
+
+    /// A store over a pool of the caller's (the web backend's own diesel-async deadpool): the backend's
+    /// connections serve the queue and catalogue statements too. Its connection settings are the caller's (see
+    /// [`PgStore::with_idle_transaction_limit`] for the idle-transaction limit a store of ours sets).
+    pub fn from_pool(pool: Pool<AsyncPgConnection>) -> Self {
+        Self { pool, attempts: None }
     }
 
     /// A store with ten connections and a ten-second acquire timeout.

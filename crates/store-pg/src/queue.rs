@@ -339,6 +339,72 @@ fn claimed(outcome: Result<Option<WorkItemRow>, diesel::result::Error>) -> Resul
     Ok(Some(ClaimedItem { fence: Fence { id: item.id, attempt }, item }))
 }
 
+/// One try of an enqueue on `conn`: the new row, or the row queued under the same dedup key, or `None` when that
+/// row was claimed between the insert and the read (try again).
+async fn enqueue_once_on(
+    conn: &mut AsyncPgConnection,
+    item: &NewWorkItem,
+) -> Result<Option<(WorkItemRow, bool)>, diesel::result::Error> {
+    match enqueue_query(WorkItemId::new(), item).get_result::<WorkItemRow>(conn).await {
+        Ok(row) => return Ok(Some((row, true))),
+        Err(diesel::result::Error::NotFound) => {}
+        Err(e) => return Err(e),
+    }
+    let key = item.dedup_key.as_ref().map(|k| k.as_str()).unwrap_or_default();
+    let existing: Vec<WorkItemRow> = sql_query(QUEUED_BY_DEDUP_KEY).bind::<Text, _>(key).load(conn).await?;
+    Ok(existing.into_iter().next().map(|row| (row, false)))
+}
+
+/// A cancel request on `conn` (see [`WorkQueue::request_cancel`]).
+async fn cancel_on(
+    conn: &mut AsyncPgConnection,
+    id: WorkItemId,
+) -> Result<Result<CancelOutcome, QueueError>, diesel::result::Error> {
+    let current: Vec<StatusRow> = sql_query("SELECT status, run_after FROM work_items WHERE id = $1 FOR NO KEY UPDATE")
+        .bind::<Uuid, _>(id.as_uuid())
+        .load(conn)
+        .await?;
+    let Some(row) = current.into_iter().next() else { return Ok(Ok(CancelOutcome::NotFound)) };
+    let status = match parse_status(&row.status) {
+        Ok(s) => s,
+        Err(e) => return Ok(Err(e)),
+    };
+    let (sql, outcome) = match status {
+        Status::Queued => (
+            "UPDATE work_items SET status = 'cancelled', finished_at = now(), cancel_requested_at = now()
+              WHERE id = $1",
+            CancelOutcome::Cancelled,
+        ),
+        Status::Running => (
+            "UPDATE work_items SET cancel_requested_at = COALESCE(cancel_requested_at, now()) WHERE id = $1",
+            CancelOutcome::Requested,
+        ),
+        finished => return Ok(Ok(CancelOutcome::AlreadyFinished(finished))),
+    };
+    sql_query(sql).bind::<Uuid, _>(id.as_uuid()).execute(conn).await?;
+    Ok(Ok(outcome))
+}
+
+/// Enqueues work on a connection of the caller's, inside the caller's transaction: the item exists exactly when
+/// that transaction commits (the web backend writes its own rows and enqueues their work atomically). Answers as
+/// [`WorkQueue::enqueue`] does.
+#[mutants::skip]
+pub async fn enqueue_in(conn: &mut AsyncPgConnection, item: &NewWorkItem) -> Result<Enqueued, QueueError> {
+    for _ in 0..5 {
+        if let Some((row, created)) = enqueue_once_on(conn, item).await.map_err(error::queue)? {
+            return Ok(Enqueued { item: row.try_into()?, created });
+        }
+    }
+    Err(QueueError::Unexpected("enqueue kept racing with claims of the same dedup key".into()))
+}
+
+/// Requests a cancel on a connection of the caller's, inside the caller's transaction; answers as
+/// [`WorkQueue::request_cancel`] does.
+#[mutants::skip]
+pub async fn request_cancel_in(conn: &mut AsyncPgConnection, id: WorkItemId) -> Result<CancelOutcome, QueueError> {
+    cancel_on(conn, id).await.map_err(error::queue)?
+}
+
 impl PgStore {
     /// A fenced write of the attempt's own: on a reserved connection, in an explicit transaction whose
     /// commit is awaited (acknowledged means committed: a backend killed before the commit is an error here,
@@ -428,17 +494,7 @@ impl WorkQueue for PgStore {
         // Each try is a transaction whose commit is awaited: an acknowledged enqueue is a committed one.
         for _ in 0..5 {
             let found = conn
-                .transaction::<_, diesel::result::Error, _>(async |conn| {
-                    match enqueue_query(WorkItemId::new(), item).get_result::<WorkItemRow>(conn).await {
-                        Ok(row) => return Ok(Some((row, true))),
-                        Err(diesel::result::Error::NotFound) => {}
-                        Err(e) => return Err(e),
-                    }
-                    let key = item.dedup_key.as_ref().map(|k| k.as_str()).unwrap_or_default();
-                    let existing: Vec<WorkItemRow> =
-                        sql_query(QUEUED_BY_DEDUP_KEY).bind::<Text, _>(key).load(conn).await?;
-                    Ok(existing.into_iter().next().map(|row| (row, false)))
-                })
+                .transaction::<_, diesel::result::Error, _>(async |conn| enqueue_once_on(conn, item).await)
                 .await
                 .map_err(error::queue)?;
             if let Some((row, created)) = found {
@@ -676,34 +732,9 @@ impl WorkQueue for PgStore {
     #[mutants::skip]
     async fn request_cancel(&self, id: WorkItemId) -> Result<CancelOutcome, QueueError> {
         let mut conn = self.conn().await?;
-        conn.transaction::<_, diesel::result::Error, _>(async |conn| {
-            let current: Vec<StatusRow> =
-                sql_query("SELECT status, run_after FROM work_items WHERE id = $1 FOR NO KEY UPDATE")
-                    .bind::<Uuid, _>(id.as_uuid())
-                    .load(conn)
-                    .await?;
-            let Some(row) = current.into_iter().next() else { return Ok(Ok(CancelOutcome::NotFound)) };
-            let status = match parse_status(&row.status) {
-                Ok(s) => s,
-                Err(e) => return Ok(Err(e)),
-            };
-            let (sql, outcome) = match status {
-                Status::Queued => (
-                    "UPDATE work_items SET status = 'cancelled', finished_at = now(), cancel_requested_at = now()
-                      WHERE id = $1",
-                    CancelOutcome::Cancelled,
-                ),
-                Status::Running => (
-                    "UPDATE work_items SET cancel_requested_at = COALESCE(cancel_requested_at, now()) WHERE id = $1",
-                    CancelOutcome::Requested,
-                ),
-                finished => return Ok(Ok(CancelOutcome::AlreadyFinished(finished))),
-            };
-            sql_query(sql).bind::<Uuid, _>(id.as_uuid()).execute(conn).await?;
-            Ok(Ok(outcome))
-        })
-        .await
-        .map_err(error::queue)?
+        conn.transaction::<_, diesel::result::Error, _>(async |conn| cancel_on(conn, id).await)
+            .await
+            .map_err(error::queue)?
     }
 
     #[mutants::skip]

@@ -158,6 +158,46 @@ async fn the_claim_is_prepared_once_per_connection() {
     assert_eq!(prepared.n, 1, "four claims, one prepared statement kept");
 }
 
+/// The web backend's own transaction: an item enqueued (or cancelled) in it exists (or is cancelled) exactly
+/// when that transaction commits; and a store over the backend's own pool serves the queue.
+#[tokio::test]
+async fn enqueue_in_and_cancel_in_follow_the_callers_transaction_and_a_store_can_share_its_pool() {
+    let (db, store) = setup().await;
+    let c = config(&store, "ann", "/photos/ann").await;
+    let crawl = NewWorkItem::new(WorkKind::Crawl, Scope::Config(c.id))
+        .unwrap()
+        .with_dedup_key(DedupKey::new("crawl:ann").unwrap());
+    let mut conn = raw(&db).await;
+    conn.batch_execute("BEGIN").await.unwrap();
+    let rolled_back = almanac_store_pg::enqueue_in(&mut conn, &crawl).await.unwrap();
+    assert!(rolled_back.created);
+    conn.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(store.get(rolled_back.item.id).await.unwrap(), None, "rolled back with the caller's transaction");
+
+    conn.batch_execute("BEGIN").await.unwrap();
+    let first = almanac_store_pg::enqueue_in(&mut conn, &crawl).await.unwrap();
+    let again = almanac_store_pg::enqueue_in(&mut conn, &crawl).await.unwrap();
+    assert!(first.created && !again.created);
+    assert_eq!(again.item.id, first.item.id, "dedup keys honoured inside the transaction");
+    assert_eq!(store.get(first.item.id).await.unwrap(), None, "not visible before the commit");
+    conn.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(status_of(&store, first.item.id).await, Status::Queued);
+
+    conn.batch_execute("BEGIN").await.unwrap();
+    let outcome = almanac_store_pg::request_cancel_in(&mut conn, first.item.id).await.unwrap();
+    assert_eq!(outcome, CancelOutcome::Cancelled);
+    assert_eq!(status_of(&store, first.item.id).await, Status::Queued, "not yet committed");
+    conn.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(status_of(&store, first.item.id).await, Status::Cancelled);
+
+    let manager = diesel_async::pooled_connection::AsyncDieselConnectionManager::<AsyncPgConnection>::new(db.url());
+    let pool = diesel_async::pooled_connection::deadpool::Pool::builder(manager).max_size(2).build().unwrap();
+    let shared = PgStore::from_pool(pool);
+    let id = shared.enqueue(&NewWorkItem::new(WorkKind::TokenCleanup, Scope::Unscoped).unwrap()).await.unwrap();
+    let claimed = shared.claim(&all_kinds("backend")).await.unwrap().expect("claimed through the shared pool");
+    assert_eq!(claimed.item.id, id.item.id);
+}
+
 #[tokio::test]
 async fn enqueue_for_a_missing_config_is_rejected() {
     let (_db, store) = setup().await;
