@@ -28,7 +28,7 @@ pub use catalogue::{Memory, NewStorageConfig, RootOverlap};
 pub use error::StoreError;
 pub use listener::{WORK_CHANNEL, listen_for_work};
 pub use migrations::{SchemaState, migrate, pending_migrations, schema_state};
-pub use queue::{QueueSummaryRow, claim_with, enqueue_in, request_cancel_in};
+pub use queue::{ItemFilter, QueueSummaryRow, claim_with, enqueue_in, request_cancel_in};
 
 /// The PostgreSQL store: a pool of connections and the statements of the work queue and the catalogue.
 /// Cheap to clone; clones share the pools.

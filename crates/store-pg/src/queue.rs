@@ -267,6 +267,17 @@ struct RecoveredRow {
     stalls: i32,
 }
 
+/// Which items to list or retry: each field, when set, narrows the choice.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ItemFilter {
+    /// Of this status.
+    pub status: Option<Status>,
+    /// Of this kind.
+    pub kind: Option<WorkKind>,
+    /// Of this storage config.
+    pub config: Option<StorageConfigId>,
+}
+
 /// One row of the queue summary: how many items of a kind have a status.
 #[derive(Debug, Clone, PartialEq, Eq, QueryableByName)]
 pub struct QueueSummaryRow {
@@ -431,18 +442,78 @@ impl PgStore {
     }
 
     /// The most recently requested items, optionally of one status, newest first.
-    #[mutants::skip]
     pub async fn list_items(&self, status: Option<Status>, limit: i64) -> Result<Vec<WorkItem>, StoreError> {
+        self.find_items(&ItemFilter { status, ..ItemFilter::default() }, limit).await
+    }
+
+    /// The most recently requested items that match `filter`, newest first, at most `limit`.
+    #[mutants::skip]
+    pub async fn find_items(&self, filter: &ItemFilter, limit: i64) -> Result<Vec<WorkItem>, StoreError> {
         let mut conn = self.conn().await?;
         let rows: Vec<WorkItemRow> = sql_query(
-            "SELECT * FROM work_items WHERE ($1::text IS NULL OR status = $1) ORDER BY requested_at DESC, id DESC LIMIT $2",
+            "SELECT * FROM work_items
+              WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR kind = $2)
+                AND ($3::uuid IS NULL OR storage_config_id = $3)
+              ORDER BY requested_at DESC, id DESC LIMIT $4",
         )
-        .bind::<Nullable<Text>, _>(status.map(Status::as_str))
+        .bind::<Nullable<Text>, _>(filter.status.map(Status::as_str))
+        .bind::<Nullable<Text>, _>(filter.kind.map(WorkKind::as_str))
+        .bind::<Nullable<Uuid>, _>(filter.config.map(|c| c.as_uuid()))
         .bind::<BigInt, _>(limit)
         .load(&mut conn)
         .await
         .map_err(error::from_diesel)?;
         rows.into_iter().map(|r| WorkItem::try_from(r).map_err(|e| StoreError::Unexpected(e.to_string()))).collect()
+    }
+
+    /// Puts failed or cancelled items that match `filter` (its status must be failed or cancelled, or none for
+    /// both) back in the queue, to run as soon as a Worker can: failures and stalls start again from zero (the
+    /// attempt number goes on: fencing), the last error is kept until the next outcome. A requeued item whose
+    /// dedup key another queued item holds drops its key (both stay; nothing is lost). `ids`, when given,
+    /// limits it to those items. Returns the ids requeued.
+    #[mutants::skip]
+    pub async fn retry_items(
+        &self,
+        filter: &ItemFilter,
+        ids: Option<&[WorkItemId]>,
+    ) -> Result<Vec<WorkItemId>, StoreError> {
+        let statuses: Vec<String> = match filter.status {
+            None => vec!["failed".into(), "cancelled".into()],
+            Some(s @ (Status::Failed | Status::Cancelled)) => vec![s.as_str().into()],
+            Some(other) => {
+                return Err(StoreError::Config(format!(
+                    "only failed or cancelled items are retried, not {other} ones"
+                )));
+            }
+        };
+        let mut conn = self.conn().await?;
+        #[derive(QueryableByName)]
+        struct IdRow {
+            #[diesel(sql_type = Uuid)]
+            id: uuid::Uuid,
+        }
+        let rows: Vec<IdRow> = conn
+            .transaction::<_, diesel::result::Error, _>(async |conn| {
+                sql_query(format!(
+                    "UPDATE work_items AS w
+                        SET status = 'queued', failures = 0, stalls = 0, finished_at = NULL, run_after = now(),
+                            cancel_requested_at = NULL, lease_expires_at = NULL,
+                            dedup_key = {REQUEUE_DEDUP_KEY}
+                      WHERE w.status = ANY($1) AND ($2::text IS NULL OR w.kind = $2)
+                        AND ($3::uuid IS NULL OR w.storage_config_id = $3)
+                        AND ($4::uuid[] IS NULL OR w.id = ANY($4))
+                    RETURNING w.id"
+                ))
+                .bind::<Array<Text>, _>(statuses)
+                .bind::<Nullable<Text>, _>(filter.kind.map(WorkKind::as_str))
+                .bind::<Nullable<Uuid>, _>(filter.config.map(|c| c.as_uuid()))
+                .bind::<Nullable<Array<Uuid>>, _>(ids.map(|ids| ids.iter().map(|i| i.as_uuid()).collect::<Vec<_>>()))
+                .load(conn)
+                .await
+            })
+            .await
+            .map_err(error::from_diesel)?;
+        Ok(rows.into_iter().map(|r| WorkItemId::from_uuid(r.id)).collect())
     }
 
     /// Deletes at most `batch` finished items: succeeded or cancelled ones finished before `done_before`,

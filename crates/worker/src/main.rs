@@ -15,7 +15,7 @@ use std::process::ExitCode;
 use almanac_domain::{
     CancelOutcome, DedupKey, NewWorkItem, ProgressEstimate, Scope, Status, WorkItemId, WorkKind, WorkQueue,
 };
-use almanac_store_pg::{NewStorageConfig, PgStore, StoreError};
+use almanac_store_pg::{ItemFilter, NewStorageConfig, PgStore, StoreError};
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 
@@ -92,6 +92,41 @@ almanac-worker enqueue token-cleanup")]
     Cancel {
         /// The item's id.
         id: String,
+    },
+    /// List work items, newest first.
+    #[command(after_help = "Example: almanac-worker list --status failed --kind crawl --config /photos/ann")]
+    List {
+        /// queued, running, succeeded, failed or cancelled.
+        #[arg(long)]
+        status: Option<String>,
+        /// crawl, burst-detection, purge, proxy-deletion, proxy-sweep, token-cleanup, work-item-retention.
+        #[arg(long)]
+        kind: Option<String>,
+        /// A storage config, by id or root path.
+        #[arg(long)]
+        config: Option<String>,
+        /// At most this many.
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+    },
+    /// Show one work item: payload, attempts and counters, last error, progress, result (a crawl's failed files).
+    Show {
+        /// The item's id.
+        id: String,
+    },
+    /// Put failed or cancelled items back in the queue: one by id, or every failed one (`--failed`), optionally
+    /// of one kind or config. Their failure and stall counts start again from zero.
+    #[command(after_help = "Examples:\n  almanac-worker retry 01a2…\n  almanac-worker retry --failed --kind crawl")]
+    Retry {
+        /// The item's id.
+        id: Option<String>,
+        /// Every failed item (with --kind and --config to narrow it).
+        #[arg(long, conflicts_with = "id")]
+        failed: bool,
+        #[arg(long, requires = "failed")]
+        kind: Option<String>,
+        #[arg(long, requires = "failed")]
+        config: Option<String>,
     },
     /// Show the queue: counts by kind and status, running items, recent failures.
     Status {
@@ -278,9 +313,133 @@ async fn admin(command: Command, settings: &Settings, url: &str, store: &PgStore
             }
         }
         Command::Status { json } => status(store, settings, json).await?,
+        Command::List { status, kind, config, limit } => {
+            let filter = ItemFilter {
+                status: status.map(|s| parse_status(&s)).transpose()?,
+                kind: kind.map(|k| parse_kind(&k)).transpose()?,
+                config: match config {
+                    Some(c) => Some(store.find_storage_config(&config_key(&c)).await?.id),
+                    None => None,
+                },
+            };
+            println!("ID\tKIND\tSTATUS\tCONFIG\tREQUESTED\tATTEMPT\tLAST ERROR");
+            for i in store.find_items(&filter, limit.max(1)).await? {
+                println!(
+                    "{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                    i.id,
+                    i.kind,
+                    i.status,
+                    i.scope.storage_config().map_or("-".into(), |c| c.to_string()),
+                    i.requested_at.format("%Y-%m-%d %H:%M:%S"),
+                    i.attempt,
+                    i.last_error.as_deref().map_or("-".into(), |e| e.chars().take(120).collect::<String>())
+                );
+            }
+        }
+        Command::Show { id } => show(store, &id).await?,
+        Command::Retry { id, failed, kind, config } => {
+            let (filter, ids) = match (id, failed) {
+                (Some(id), _) => {
+                    let id = parse_item_id(&id)?;
+                    let item = store.get(id).await?.ok_or_else(|| anyhow::anyhow!("no work item {id}"))?;
+                    if !matches!(item.status, Status::Failed | Status::Cancelled) {
+                        anyhow::bail!("{id} is {}: only failed or cancelled items are retried", item.status);
+                    }
+                    (ItemFilter::default(), Some(vec![id]))
+                }
+                (None, true) => {
+                    let filter = ItemFilter {
+                        status: Some(Status::Failed),
+                        kind: kind.map(|k| parse_kind(&k)).transpose()?,
+                        config: match config {
+                            Some(c) => Some(store.find_storage_config(&config_key(&c)).await?.id),
+                            None => None,
+                        },
+                    };
+                    (filter, None)
+                }
+                (None, false) => {
+                    eprintln!("almanac-worker: retry needs an item id, or --failed");
+                    return Ok(ExitCode::from(2));
+                }
+            };
+            let retried = store.retry_items(&filter, ids.as_deref()).await?;
+            for id in &retried {
+                println!("{id}\tqueued again");
+            }
+            println!("{} item(s) queued again", retried.len());
+        }
         Command::Run { .. } | Command::Config(ConfigCommand::Check) => unreachable!("dispatched above"),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn parse_status(s: &str) -> Result<Status> {
+    s.parse().map_err(|_| anyhow::anyhow!("{s:?} is not a status: use queued, running, succeeded, failed or cancelled"))
+}
+
+fn parse_kind(s: &str) -> Result<WorkKind> {
+    s.replace('-', "_").parse().map_err(|_| {
+        anyhow::anyhow!(
+            "{s:?} is not a kind: use crawl, burst-detection, purge, proxy-deletion, proxy-sweep, token-cleanup or \
+             work-item-retention"
+        )
+    })
+}
+
+fn parse_item_id(s: &str) -> Result<WorkItemId> {
+    s.parse().map_err(|_| anyhow::anyhow!("{s:?} is not a work item id (a UUID, as `list` shows them)"))
+}
+
+/// `show ID`: everything an operator asks about one item.
+async fn show(store: &PgStore, id: &str) -> Result<()> {
+    let id = parse_item_id(id)?;
+    let i = store.get(id).await?.ok_or_else(|| anyhow::anyhow!("no work item {id}"))?;
+    let at = |t: Option<chrono::DateTime<chrono::Utc>>| {
+        t.map_or("-".into(), |t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
+    };
+    println!("id           {}", i.id);
+    println!("kind         {}", i.kind);
+    println!("config       {}", i.scope.storage_config().map_or("- (unscoped)".into(), |c| c.to_string()));
+    println!("status       {}", i.status);
+    println!("attempt      {} (failures {} of {}, stalls {})", i.attempt, i.failures, i.max_attempts, i.stalls);
+    println!("requested    {}", at(Some(i.requested_at)));
+    println!("run after    {}", at(Some(i.run_after)));
+    println!("started      {}", at(i.started_at));
+    println!("finished     {}", at(i.finished_at));
+    println!("worker       {}", i.worker_id.as_deref().unwrap_or("-"));
+    println!("dedup key    {}", i.dedup_key.as_deref().unwrap_or("-"));
+    if i.cancel_requested_at.is_some() {
+        println!("cancel asked {}", at(i.cancel_requested_at));
+    }
+    println!("last error   {}", i.last_error.as_deref().unwrap_or("-"));
+    println!("payload      {}", i.payload);
+    if let Some(p) = &i.progress {
+        let unit = if i.kind == WorkKind::Crawl { "files" } else { "units" };
+        println!(
+            "progress     {}",
+            ProgressEstimate::from_progress(p).map_or_else(|| p.to_string(), |e| e.describe(unit))
+        );
+    }
+    if let Some(result) = &i.result {
+        println!("result       {result}");
+        let failures = result.get("failures").and_then(serde_json::Value::as_array).filter(|f| !f.is_empty());
+        if let Some(failures) = failures {
+            let total = result.get("failed").and_then(serde_json::Value::as_u64).unwrap_or(failures.len() as u64);
+            println!(
+                "failed files ({total}{}):",
+                if total > failures.len() as u64 { ", the first listed" } else { "" }
+            );
+            for f in failures {
+                println!(
+                    "  {}: {}",
+                    f.get("path").and_then(serde_json::Value::as_str).unwrap_or("?"),
+                    f.get("reason").and_then(serde_json::Value::as_str).unwrap_or("?")
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Follows a work item until it ends: a progress bar on a terminal (standard error), else a plain line whenever

@@ -592,3 +592,57 @@ fn enqueue_wait_follows_the_item_and_exits_with_its_outcome() {
     let (exit, _) = worker.terminate();
     assert!(exit.success());
 }
+
+/// `list`, `show` and `retry`: what an operator asks about items, without SQL; every bad id or name is a clear
+/// error.
+#[test]
+fn list_show_and_retry_items() {
+    let s = setup(0);
+    let root = s.library.to_str().unwrap();
+    s.cli(&["config", "add", "--user", "ann", "--root", root]);
+    let ids = s.query(
+        "INSERT INTO work_items (id, kind, storage_config_id, status, attempt, failures, finished_at, last_error, result)
+         SELECT gen_random_uuid(), k, c.id, st, 1, f, now(), e, r::jsonb
+           FROM storage_configs c,
+                (VALUES ('crawl', 'failed', 5, 'the share is not mounted', NULL),
+                        ('purge', 'failed', 5, 'disk full', NULL),
+                        ('crawl', 'succeeded', 0, NULL,
+                         '{\"failed\": 2, \"failures\": [{\"path\": \"2019/bad.jpg\", \"reason\": \"truncated JPEG\"},
+                                                        {\"path\": \"2019/bomb.png\", \"reason\": \"too many pixels\"}]}'))
+                AS v (k, st, f, e, r)
+         RETURNING id::text, kind, status",
+    );
+    let id_of = |kind: &str, status: &str| ids.iter().find(|r| r[1] == kind && r[2] == status).unwrap()[0].clone();
+    let (failed_crawl, failed_purge, done_crawl) =
+        (id_of("crawl", "failed"), id_of("purge", "failed"), id_of("crawl", "succeeded"));
+
+    let listed = s.cli(&["list", "--status", "failed", "--kind", "crawl", "--config", root]);
+    assert!(listed.contains(&failed_crawl) && listed.contains("the share is not mounted"), "{listed}");
+    assert!(!listed.contains(&failed_purge) && !listed.contains(&done_crawl), "{listed}");
+    let (code, _, err) = s.cli_exit(&["list", "--kind", "crawls"], &[]);
+    assert!(code != 0 && err.contains("\"crawls\" is not a kind"), "{err}");
+    let (code, _, err) = s.cli_exit(&["list", "--status", "broken"], &[]);
+    assert!(code != 0 && err.contains("is not a status"), "{err}");
+
+    let shown = s.cli(&["show", &done_crawl]);
+    assert!(shown.contains("failed files (2):"), "{shown}");
+    assert!(shown.contains("2019/bad.jpg: truncated JPEG") && shown.contains("2019/bomb.png: too many pixels"));
+    let shown = s.cli(&["show", &failed_crawl]);
+    assert!(shown.contains("the share is not mounted") && shown.contains("failures 5 of 5"), "{shown}");
+    let (code, _, err) = s.cli_exit(&["show", "nope"], &[]);
+    assert!(code != 0 && err.contains("\"nope\" is not a work item id"), "{err}");
+    let (code, _, err) = s.cli_exit(&["show", "01a22d3e-30ac-7499-a6e3-05017482eaa6"], &[]);
+    assert!(code != 0 && err.contains("no work item 01a22d3e-30ac-7499-a6e3-05017482eaa6"), "{err}");
+
+    let (code, _, err) = s.cli_exit(&["retry", &done_crawl], &[]);
+    assert!(code != 0 && err.contains("is succeeded: only failed or cancelled items are retried"), "{err}");
+    let (code, _, err) = s.cli_exit(&["retry"], &[]);
+    assert_eq!(code, 2, "{err}");
+    let out = s.cli(&["retry", &failed_crawl]);
+    assert!(out.contains("1 item(s) queued again"), "{out}");
+    let row = s.query(&format!("SELECT status, failures::text FROM work_items WHERE id = '{failed_crawl}'"));
+    assert_eq!(row[0], ["queued", "0"]);
+    let out = s.cli(&["retry", "--failed", "--kind", "purge"]);
+    assert!(out.contains(&failed_purge) && out.contains("1 item(s) queued again"), "{out}");
+    assert_eq!(s.query("SELECT count(*) FROM work_items WHERE status = 'failed'")[0][0], "0");
+}
