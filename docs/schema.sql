@@ -38,7 +38,9 @@ CREATE FUNCTION public.almanac_queue_heads_config_changed() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    UPDATE queue_heads SET active = NEW.is_active, user_id = NEW.user_id WHERE storage_config_id = NEW.id;
+    UPDATE queue_heads
+       SET active = NEW.is_active, user_id = NEW.user_id, paused = NEW.paused_at IS NOT NULL
+     WHERE storage_config_id = NEW.id;
     PERFORM almanac_refresh_queue_heads(ARRAY[NEW.id]);
     RETURN NULL;
 END $$;
@@ -71,6 +73,23 @@ BEGIN
     PERFORM almanac_refresh_queue_heads(ARRAY(
         SELECT DISTINCT n.storage_config_id FROM new_rows AS n
          WHERE n.storage_config_id IS NOT NULL AND n.status IN ('queued', 'running')
+         ORDER BY 1));
+    RETURN NULL;
+END $$;
+
+
+--
+-- Name: almanac_queue_heads_kind_changed(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.almanac_queue_heads_kind_changed() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM almanac_refresh_queue_heads(ARRAY(
+        SELECT DISTINCT w.storage_config_id FROM work_items AS w
+         WHERE w.status = 'queued' AND w.storage_config_id IS NOT NULL
+           AND w.kind = COALESCE(NEW.kind, OLD.kind)
          ORDER BY 1));
     RETURN NULL;
 END $$;
@@ -113,11 +132,13 @@ BEGIN
         UPDATE queue_heads AS h
            SET oldest_requested_at = q.oldest,
                earliest_run_after = q.earliest,
-               claimable = q.oldest IS NOT NULL AND h.active AND NOT q.running
+               claimable = q.oldest IS NOT NULL AND h.active AND NOT h.paused AND NOT q.running
           FROM (SELECT (SELECT min(w.requested_at) FROM work_items AS w
-                         WHERE w.storage_config_id = c AND w.status = 'queued') AS oldest,
+                         WHERE w.storage_config_id = c AND w.status = 'queued'
+                           AND w.kind <> ALL (ARRAY(SELECT p.kind FROM paused_kinds AS p))) AS oldest,
                        (SELECT min(w.run_after) FROM work_items AS w
-                         WHERE w.storage_config_id = c AND w.status = 'queued' AND w.attempt >= 0) AS earliest,
+                         WHERE w.storage_config_id = c AND w.status = 'queued' AND w.attempt >= 0
+                           AND w.kind <> ALL (ARRAY(SELECT p.kind FROM paused_kinds AS p))) AS earliest,
                        EXISTS (SELECT 1 FROM work_items AS w
                                 WHERE w.storage_config_id = c AND w.status = 'running') AS running) AS q
          WHERE h.storage_config_id = c;
@@ -420,6 +441,24 @@ COMMENT ON COLUMN public.media_assets.sidecar_path IS 'The XMP sidecar (relative
 
 
 --
+-- Name: paused_kinds; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.paused_kinds (
+    kind text NOT NULL,
+    paused_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT ck_paused_kinds_kind CHECK ((kind = ANY (ARRAY['crawl'::text, 'burst_detection'::text, 'purge'::text, 'proxy_deletion'::text, 'proxy_sweep'::text, 'token_cleanup'::text, 'work_item_retention'::text])))
+);
+
+
+--
+-- Name: TABLE paused_kinds; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.paused_kinds IS 'Kinds paused everywhere (almanac-worker pause --kind): their queued items are not claimed.';
+
+
+--
 -- Name: proxy_files; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -467,7 +506,8 @@ CREATE TABLE public.queue_heads (
     active boolean NOT NULL,
     claimable boolean DEFAULT false NOT NULL,
     oldest_requested_at timestamp with time zone,
-    earliest_run_after timestamp with time zone
+    earliest_run_after timestamp with time zone,
+    paused boolean DEFAULT false NOT NULL
 );
 
 
@@ -504,6 +544,13 @@ COMMENT ON COLUMN public.queue_heads.oldest_requested_at IS 'requested_at of the
 --
 
 COMMENT ON COLUMN public.queue_heads.earliest_run_after IS 'The earliest run_after of its queued items: not claimed for before then.';
+
+
+--
+-- Name: COLUMN queue_heads.paused; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.queue_heads.paused IS 'storage_configs.paused_at IS NOT NULL, copied by its trigger.';
 
 
 --
@@ -570,6 +617,7 @@ CREATE TABLE public.storage_configs (
     is_active boolean DEFAULT true NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     root_is_mount_point boolean,
+    paused_at timestamp with time zone,
     CONSTRAINT ck_storage_configs_root_path_absolute CHECK (("left"(root_path, 1) = '/'::text))
 );
 
@@ -600,6 +648,13 @@ COMMENT ON COLUMN public.storage_configs.is_active IS 'Inactive configs get no n
 --
 
 COMMENT ON COLUMN public.storage_configs.root_is_mount_point IS 'Whether the root was a mount point (its device differs from its parent''s) when registered or last crawled in full; a crawl refuses when a root that was one no longer is (the share is not mounted). NULL until known.';
+
+
+--
+-- Name: COLUMN storage_configs.paused_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.storage_configs.paused_at IS 'Set while the config is paused (almanac-worker pause --config): its queued work is not claimed.';
 
 
 --
@@ -829,6 +884,14 @@ ALTER TABLE public.storage_configs
 
 ALTER TABLE ONLY public.media_assets
     ADD CONSTRAINT media_assets_pkey PRIMARY KEY (id);
+
+
+--
+-- Name: paused_kinds paused_kinds_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.paused_kinds
+    ADD CONSTRAINT paused_kinds_pkey PRIMARY KEY (kind);
 
 
 --
@@ -1081,10 +1144,17 @@ CREATE INDEX ix_work_items_running_lease ON public.work_items USING btree (lease
 
 
 --
+-- Name: paused_kinds tr_paused_kinds_queue_heads; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER tr_paused_kinds_queue_heads AFTER INSERT OR DELETE ON public.paused_kinds FOR EACH ROW EXECUTE FUNCTION public.almanac_queue_heads_kind_changed();
+
+
+--
 -- Name: storage_configs tr_storage_configs_queue_heads; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER tr_storage_configs_queue_heads AFTER UPDATE OF is_active, user_id ON public.storage_configs FOR EACH ROW WHEN (((old.is_active IS DISTINCT FROM new.is_active) OR (old.user_id IS DISTINCT FROM new.user_id))) EXECUTE FUNCTION public.almanac_queue_heads_config_changed();
+CREATE TRIGGER tr_storage_configs_queue_heads AFTER UPDATE OF is_active, user_id, paused_at ON public.storage_configs FOR EACH ROW WHEN (((old.is_active IS DISTINCT FROM new.is_active) OR (old.user_id IS DISTINCT FROM new.user_id) OR ((old.paused_at IS NULL) <> (new.paused_at IS NULL)))) EXECUTE FUNCTION public.almanac_queue_heads_config_changed();
 
 
 --

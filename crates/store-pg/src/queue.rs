@@ -180,6 +180,7 @@ macro_rules! claim_sql {
                    FROM work_items AS u
                   WHERE u.status = 'queued' AND u.storage_config_id IS NULL
                     AND u.run_after <= now() AND u.kind = ANY($3)
+                    AND u.kind <> ALL (ARRAY(SELECT p.kind FROM paused_kinds AS p))
                   ORDER BY u.requested_at, u.id
                   LIMIT 64)
                 UNION ALL
@@ -196,6 +197,7 @@ macro_rules! claim_sql {
                          FROM work_items AS x
                         WHERE x.storage_config_id = c.storage_config_id AND x.status = 'queued'
                           AND x.run_after <= now() AND x.kind = ANY($3)
+                          AND x.kind <> ALL (ARRAY(SELECT p.kind FROM paused_kinds AS p))
                         ORDER BY x.requested_at, x.id
                         LIMIT 1) AS n
                  WHERE NOT EXISTS (SELECT 1 FROM work_items AS r
@@ -439,6 +441,87 @@ impl PgStore {
             .load(&mut conn)
             .await
             .map_err(error::from_diesel)
+    }
+
+    /// Pauses (or resumes) a storage config: its queued work is not claimed while paused; what runs finishes.
+    /// Answers whether it was paused before.
+    #[mutants::skip]
+    pub async fn set_config_paused(&self, id: StorageConfigId, paused: bool) -> Result<bool, StoreError> {
+        #[derive(QueryableByName)]
+        struct Was {
+            #[diesel(sql_type = Bool)]
+            was: bool,
+        }
+        let mut conn = self.conn().await?;
+        let rows: Vec<Was> = conn
+            .transaction::<_, diesel::result::Error, _>(async |conn| {
+                sql_query(
+                    "UPDATE storage_configs AS s
+                        SET paused_at = CASE WHEN $2 THEN COALESCE(o.paused_at, now()) END
+                       FROM storage_configs AS o
+                      WHERE s.id = $1 AND o.id = s.id
+                  RETURNING o.paused_at IS NOT NULL AS was",
+                )
+                .bind::<Uuid, _>(id.as_uuid())
+                .bind::<Bool, _>(paused)
+                .load(conn)
+                .await
+            })
+            .await
+            .map_err(error::from_diesel)?;
+        rows.into_iter().next().map(|r| r.was).ok_or_else(|| StoreError::NotFound(format!("no storage config {id}")))
+    }
+
+    /// Pauses (or resumes) a kind everywhere: its queued items are not claimed while paused. Answers whether it
+    /// was paused before.
+    #[mutants::skip]
+    pub async fn set_kind_paused(&self, kind: WorkKind, paused: bool) -> Result<bool, StoreError> {
+        let mut conn = self.conn().await?;
+        let changed = conn
+            .transaction::<_, diesel::result::Error, _>(async |conn| {
+                let sql = if paused {
+                    "INSERT INTO paused_kinds (kind) VALUES ($1) ON CONFLICT (kind) DO NOTHING"
+                } else {
+                    "DELETE FROM paused_kinds WHERE kind = $1"
+                };
+                sql_query(sql).bind::<Text, _>(kind.as_str()).execute(conn).await
+            })
+            .await
+            .map_err(error::from_diesel)?;
+        // Pausing changed a row when it was not paused before; resuming when it was.
+        Ok(if paused { changed == 0 } else { changed == 1 })
+    }
+
+    /// What is paused: the kinds, and the configs (id and root), oldest pause first.
+    #[mutants::skip]
+    pub async fn paused(&self) -> Result<(Vec<WorkKind>, Vec<(StorageConfigId, String)>), StoreError> {
+        #[derive(QueryableByName)]
+        struct Row {
+            #[diesel(sql_type = Text)]
+            what: String,
+            #[diesel(sql_type = Nullable<Uuid>)]
+            id: Option<uuid::Uuid>,
+        }
+        let mut conn = self.conn().await?;
+        let rows: Vec<Row> = sql_query(
+            "SELECT what, id FROM (
+                 SELECT kind AS what, NULL::uuid AS id, paused_at FROM paused_kinds
+                 UNION ALL
+                 SELECT root_path, id, paused_at FROM storage_configs WHERE paused_at IS NOT NULL) AS p
+              ORDER BY paused_at",
+        )
+        .load(&mut conn)
+        .await
+        .map_err(error::from_diesel)?;
+        let mut kinds = Vec::new();
+        let mut configs = Vec::new();
+        for row in rows {
+            match row.id {
+                Some(id) => configs.push((StorageConfigId::from_uuid(id), row.what)),
+                None => kinds.push(WorkKind::from_str(&row.what).map_err(|e| StoreError::Unexpected(e.to_string()))?),
+            }
+        }
+        Ok((kinds, configs))
     }
 
     /// The most recently requested items, optionally of one status, newest first.

@@ -198,6 +198,54 @@ async fn enqueue_in_and_cancel_in_follow_the_callers_transaction_and_a_store_can
     assert_eq!(claimed.item.id, id.item.id);
 }
 
+/// A paused config's queued work is not claimed, and is again once resumed; other configs go on.
+#[tokio::test]
+async fn a_paused_config_is_passed_over_until_resumed() {
+    let (_db, store) = setup().await;
+    let x = config(&store, "ann", "/x").await;
+    let y = config(&store, "bob", "/y").await;
+    let on_x = enqueue(&store, WorkKind::Crawl, Scope::Config(x.id)).await;
+    let on_y = enqueue(&store, WorkKind::Crawl, Scope::Config(y.id)).await;
+    assert!(!store.set_config_paused(x.id, true).await.unwrap(), "it was not paused before");
+    assert!(store.set_config_paused(x.id, true).await.unwrap(), "pausing twice is harmless");
+    assert_eq!(store.claim(&all_kinds("w1")).await.unwrap().expect("y's").item.id, on_y);
+    assert!(store.claim(&all_kinds("w1")).await.unwrap().is_none(), "x is paused");
+    assert_eq!(store.paused().await.unwrap().1, [(x.id, "/x".to_owned())]);
+    assert!(store.set_config_paused(x.id, false).await.unwrap());
+    assert_eq!(store.claim(&all_kinds("w1")).await.unwrap().expect("x's, resumed").item.id, on_x);
+    let missing = almanac_domain::StorageConfigId::new();
+    assert!(store.set_config_paused(missing, true).await.is_err());
+}
+
+/// A paused kind is not claimed anywhere, and does not hide other kinds' work: 40 configs whose only queued
+/// work is a crawl, older than everything else, do not keep the claim from the burst detection queued behind
+/// them (the claim reads 32 configs at a time, so their heads must leave paused kinds out).
+#[tokio::test]
+async fn a_paused_kind_is_passed_over_everywhere_without_hiding_other_work() {
+    let (_db, store) = setup().await;
+    let mut crawls = Vec::new();
+    for i in 0..40 {
+        let c = config(&store, "ann", &format!("/lib/{i}")).await;
+        crawls.push(enqueue(&store, WorkKind::Crawl, Scope::Config(c.id)).await);
+    }
+    let last = config(&store, "bob", "/lib/bob").await;
+    let bursts = enqueue(&store, WorkKind::BurstDetection, Scope::Config(last.id)).await;
+    let cleanup = enqueue(&store, WorkKind::TokenCleanup, Scope::Unscoped).await;
+    assert!(!store.set_kind_paused(WorkKind::Crawl, true).await.unwrap());
+    let first = store.claim(&all_kinds("w1")).await.unwrap().expect("the burst detection").item.id;
+    let second = store.claim(&all_kinds("w2")).await.unwrap().expect("the clean-up").item.id;
+    assert_eq!(HashSet::from([first, second]), HashSet::from([bursts, cleanup]));
+    assert!(store.claim(&all_kinds("w3")).await.unwrap().is_none(), "crawls are paused");
+    assert_eq!(store.paused().await.unwrap().0, [WorkKind::Crawl]);
+    // Enqueued while paused: queued, not claimed.
+    let late = enqueue(&store, WorkKind::Crawl, Scope::Config(last.id)).await;
+    assert!(store.claim(&all_kinds("w3")).await.unwrap().is_none());
+    assert!(store.set_kind_paused(WorkKind::Crawl, false).await.unwrap());
+    let resumed = store.claim(&all_kinds("w4")).await.unwrap().expect("crawls again").item.id;
+    assert_eq!(resumed, crawls[0], "the oldest first");
+    assert_eq!(status_of(&store, late).await, Status::Queued);
+}
+
 #[tokio::test]
 async fn enqueue_for_a_missing_config_is_rejected() {
     let (_db, store) = setup().await;

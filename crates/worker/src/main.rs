@@ -128,6 +128,27 @@ almanac-worker enqueue token-cleanup")]
         #[arg(long, requires = "failed")]
         config: Option<String>,
     },
+    /// Pause a storage config or a kind: its queued work is not claimed (what runs finishes) until resumed.
+    #[command(
+        after_help = "Examples:\n  almanac-worker pause --config /photos/ann\n  almanac-worker pause --kind crawl"
+    )]
+    Pause {
+        /// A storage config, by id or root path.
+        #[arg(long, required_unless_present = "kind", conflicts_with = "kind")]
+        config: Option<String>,
+        /// A kind, everywhere.
+        #[arg(long)]
+        kind: Option<String>,
+    },
+    /// Resume a paused storage config or kind.
+    Resume {
+        /// A storage config, by id or root path.
+        #[arg(long, required_unless_present = "kind", conflicts_with = "kind")]
+        config: Option<String>,
+        /// A kind.
+        #[arg(long)]
+        kind: Option<String>,
+    },
     /// Show the queue: counts by kind and status, running items, recent failures.
     Status {
         /// Print JSON instead of a table.
@@ -337,6 +358,8 @@ async fn admin(command: Command, settings: &Settings, url: &str, store: &PgStore
             }
         }
         Command::Show { id } => show(store, &id).await?,
+        Command::Pause { config, kind } => pause(store, config, kind, true).await?,
+        Command::Resume { config, kind } => pause(store, config, kind, false).await?,
         Command::Retry { id, failed, kind, config } => {
             let (filter, ids) = match (id, failed) {
                 (Some(id), _) => {
@@ -372,6 +395,30 @@ async fn admin(command: Command, settings: &Settings, url: &str, store: &PgStore
         Command::Run { .. } | Command::Config(ConfigCommand::Check) => unreachable!("dispatched above"),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `pause` and `resume`, of a config or a kind.
+async fn pause(store: &PgStore, config: Option<String>, kind: Option<String>, pause: bool) -> Result<()> {
+    let (what, was) = match (config, kind) {
+        (Some(c), _) => {
+            let config = store.find_storage_config(&config_key(&c)).await?;
+            let was = store.set_config_paused(config.id, pause).await?;
+            (format!("storage config {} ({})", config.id, config.root_path.display()), was)
+        }
+        (None, Some(k)) => {
+            let kind = parse_kind(&k)?;
+            (format!("kind {kind}"), store.set_kind_paused(kind, pause).await?)
+        }
+        (None, None) => anyhow::bail!("say what: --config ID|ROOT or --kind KIND"),
+    };
+    let how = match (pause, was) {
+        (true, false) => "paused: its queued work is not claimed until resumed (what runs finishes)",
+        (true, true) => "was paused already",
+        (false, true) => "resumed",
+        (false, false) => "was not paused",
+    };
+    println!("{what} {how}");
+    Ok(())
 }
 
 fn parse_status(s: &str) -> Result<Status> {
@@ -569,6 +616,7 @@ async fn status(store: &PgStore, settings: &Settings, json: bool) -> Result<()> 
     let running = store.list_items(Some(Status::Running), 100).await?;
     let failed = store.list_items(Some(Status::Failed), 10).await?;
     let problems = root_problems(store, settings).await?;
+    let (paused_kinds, paused_configs) = store.paused().await?;
     if json {
         let value = serde_json::json!({
             "counts": summary.iter().map(|r| serde_json::json!({"kind": r.kind, "status": r.status, "count": r.count})).collect::<Vec<_>>(),
@@ -587,6 +635,10 @@ async fn status(store: &PgStore, settings: &Settings, json: bool) -> Result<()> 
             }).collect::<Vec<_>>(),
             "recent_failures": failed,
             "root_problems": problems,
+            "paused": {
+                "kinds": paused_kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(),
+                "configs": paused_configs.iter().map(|(id, root)| serde_json::json!({"id": id.to_string(), "root": root})).collect::<Vec<_>>(),
+            },
         });
         println!("{}", serde_json::to_string_pretty(&value)?);
         return Ok(());
@@ -623,6 +675,15 @@ async fn status(store: &PgStore, settings: &Settings, json: bool) -> Result<()> 
                 i.attempt,
                 progress
             );
+        }
+    }
+    if !paused_kinds.is_empty() || !paused_configs.is_empty() {
+        println!("\nPAUSED (queued work not claimed; almanac-worker resume)");
+        for kind in &paused_kinds {
+            println!("kind {kind}");
+        }
+        for (id, root) in &paused_configs {
+            println!("config {id}  {root}");
         }
     }
     if !problems.is_empty() {

@@ -646,3 +646,30 @@ fn list_show_and_retry_items() {
     assert!(out.contains(&failed_purge) && out.contains("1 item(s) queued again"), "{out}");
     assert_eq!(s.query("SELECT count(*) FROM work_items WHERE status = 'failed'")[0][0], "0");
 }
+
+/// `pause` and `resume` of a config and of a kind, as the operator sees them in `status`.
+#[test]
+fn pause_and_resume_a_config_and_a_kind() {
+    let s = setup(0);
+    let root = s.library.to_str().unwrap();
+    s.cli(&["config", "add", "--user", "ann", "--root", root]);
+    let out = s.cli(&["pause", "--config", root]);
+    assert!(out.contains("paused: its queued work is not claimed"), "{out}");
+    assert!(s.cli(&["pause", "--config", root]).contains("was paused already"));
+    assert!(s.cli(&["pause", "--kind", "burst-detection"]).contains("kind burst_detection paused"));
+    let status = s.cli(&["status"]);
+    assert!(status.contains("PAUSED") && status.contains("kind burst_detection") && status.contains(root), "{status}");
+    let json: serde_json::Value = serde_json::from_str(&s.cli(&["status", "--json"])).unwrap();
+    assert_eq!(json["paused"]["kinds"], serde_json::json!(["burst_detection"]), "{json}");
+    assert_eq!(json["paused"]["configs"][0]["root"], root, "{json}");
+    assert!(s.cli(&["resume", "--kind", "burst-detection"]).contains("resumed"));
+    assert!(s.cli(&["resume", "--config", root]).contains("resumed"));
+    assert!(s.cli(&["resume", "--config", root]).contains("was not paused"));
+    assert!(!s.cli(&["status"]).contains("PAUSED"));
+    let (code, _, err) = s.cli_exit(&["pause", "--kind", "crawls"], &[]);
+    assert!(code != 0 && err.contains("is not a kind"), "{err}");
+    let (code, _, _) = s.cli_exit(&["pause"], &[]);
+    assert_eq!(code, 2, "nothing to pause: a usage error");
+    let (code, _, err) = s.cli_exit(&["pause", "--config", "/no/such/library"], &[]);
+    assert!(code != 0 && !err.is_empty());
+}
