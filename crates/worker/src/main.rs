@@ -174,6 +174,12 @@ enum ConfigCommand {
         /// Id or root path.
         config: String,
     },
+    /// Serve a deactivated storage config again (refused while its root overlaps an active config's root or
+    /// the proxy root).
+    Activate {
+        /// Id or root path.
+        config: String,
+    },
     /// Print the effective configuration, secrets masked.
     Check,
 }
@@ -299,6 +305,39 @@ async fn admin(command: Command, settings: &Settings, url: &str, store: &PgStore
             for c in store.list_storage_configs().await? {
                 println!("{}\t{}\t{}", c.id, if c.is_active { "yes" } else { "no" }, c.root_path.display());
             }
+        }
+        Command::Config(ConfigCommand::Activate { config }) => {
+            let c = store.find_storage_config(&config_key(&config)).await?;
+            if c.is_active {
+                println!("{} ({}) is active already", c.id, c.root_path.display());
+                return Ok(ExitCode::SUCCESS);
+            }
+            let clash = almanac_domain::CatalogueStore::overlapping_roots(store, c.id).await?;
+            if let Some(other) = clash.iter().find(|o| o.is_active) {
+                eprintln!(
+                    "almanac-worker: storage config {} ({}) overlaps active storage config {} ({}): two configs on \
+                     one tree would be crawled at once. Deactivate that one first (almanac-worker config deactivate \
+                     {})",
+                    c.id,
+                    c.root_path.display(),
+                    other.id,
+                    other.root_path.display(),
+                    other.id
+                );
+                return Ok(ExitCode::from(2));
+            }
+            if almanac_media::trees_overlap(&c.root_path, &settings.storage.proxy_root) {
+                eprintln!(
+                    "almanac-worker: storage config {} ({}) and the proxy root {} overlap: set storage.proxy_root \
+                     outside every library first",
+                    c.id,
+                    c.root_path.display(),
+                    settings.storage.proxy_root.display()
+                );
+                return Ok(ExitCode::from(2));
+            }
+            store.set_storage_config_active(c.id, true).await?;
+            println!("activated {} ({}): its work is scheduled again", c.id, c.root_path.display());
         }
         Command::Config(ConfigCommand::Deactivate { config }) => {
             let c = store.find_storage_config(&config_key(&config)).await?;

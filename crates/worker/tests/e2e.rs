@@ -673,3 +673,30 @@ fn pause_and_resume_a_config_and_a_kind() {
     let (code, _, err) = s.cli_exit(&["pause", "--config", "/no/such/library"], &[]);
     assert!(code != 0 && !err.is_empty());
 }
+
+/// `config activate` serves a deactivated config again, unless another active config now covers its tree.
+#[test]
+fn a_deactivated_config_is_activated_again_unless_its_tree_is_taken() {
+    let s = setup(0);
+    let root = s.library.to_str().unwrap();
+    s.cli(&["config", "add", "--user", "ann", "--root", root]);
+    s.cli(&["config", "deactivate", root]);
+    assert!(s.cli(&["config", "list"]).contains("\tno\t"));
+    assert!(s.cli(&["config", "activate", root]).contains("activated"));
+    assert!(s.cli(&["config", "list"]).contains("\tyes\t"));
+    assert!(s.cli(&["config", "activate", root]).contains("active already"));
+
+    // Deactivated, and (as an older catalogue may hold: `config add` refuses it today) an active config on a
+    // folder inside its tree.
+    s.cli(&["config", "deactivate", root]);
+    s.query(&format!(
+        "INSERT INTO storage_configs (id, user_id, root_path) SELECT gen_random_uuid(), user_id, '{root}/bob'
+           FROM storage_configs WHERE root_path = '{root}'"
+    ));
+    let (code, _, err) = s.cli_exit(&["config", "activate", root], &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("overlaps active storage config") && err.contains(&format!("{root}/bob")), "{err}");
+    assert!(s.cli(&["config", "list"]).contains("\tno\t"), "still inactive");
+    let (code, _, err) = s.cli_exit(&["config", "activate", "/no/such/library"], &[]);
+    assert!(code != 0 && !err.is_empty());
+}
