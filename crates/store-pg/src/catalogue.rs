@@ -345,6 +345,24 @@ impl PgStore {
             .collect())
     }
 
+    /// The ids of a storage config's active (not soft-deleted) assets, oldest first.
+    #[mutants::skip]
+    pub async fn active_asset_ids(&self, config: StorageConfigId) -> Result<Vec<AssetId>, StoreError> {
+        #[derive(QueryableByName)]
+        struct IdRow {
+            #[diesel(sql_type = Uuid)]
+            id: uuid::Uuid,
+        }
+        let mut conn = self.conn().await?;
+        let rows: Vec<IdRow> =
+            sql_query("SELECT id FROM media_assets WHERE storage_config_id = $1 AND NOT is_soft_deleted ORDER BY id")
+                .bind::<Uuid, _>(config.as_uuid())
+                .load(&mut conn)
+                .await
+                .map_err(error::from_diesel)?;
+        Ok(rows.into_iter().map(|r| AssetId::from_uuid(r.id)).collect())
+    }
+
     /// Makes a storage config active or inactive. Inactive configs are not claimed for, and deactivating one
     /// cancels its queued items.
     #[mutants::skip]

@@ -128,6 +128,16 @@ almanac-worker enqueue token-cleanup")]
         #[arg(long, requires = "failed")]
         config: Option<String>,
     },
+    /// Rebuild a storage config's proxies: they are deleted (proxy_deletion items) and a crawl, queued behind
+    /// them, makes them again from the originals. The originals are never touched.
+    Regenerate {
+        /// The storage config, by id or root path.
+        #[arg(long)]
+        config: String,
+        /// Follow the crawl until it ends and exit with its outcome.
+        #[arg(long)]
+        wait: bool,
+    },
     /// Pause a storage config or a kind: its queued work is not claimed (what runs finishes) until resumed.
     #[command(
         after_help = "Examples:\n  almanac-worker pause --config /photos/ann\n  almanac-worker pause --kind crawl"
@@ -397,6 +407,39 @@ async fn admin(command: Command, settings: &Settings, url: &str, store: &PgStore
             }
         }
         Command::Show { id } => show(store, &id).await?,
+        Command::Regenerate { config, wait } => {
+            let c = store.find_storage_config(&config_key(&config)).await?;
+            if !c.is_active {
+                anyhow::bail!(
+                    "storage config {} ({}) is deactivated: activate it first (almanac-worker config activate {})",
+                    c.id,
+                    c.root_path.display(),
+                    c.id
+                );
+            }
+            let assets = store.active_asset_ids(c.id).await?;
+            // Deletions first, the crawl behind them: one config's items run one at a time, oldest first.
+            let mut items: Vec<NewWorkItem> = assets
+                .chunks(5_000)
+                .map(|chunk| {
+                    NewWorkItem::new(WorkKind::ProxyDeletion, Scope::Config(c.id))
+                        .map(|i| i.with_payload(serde_json::json!({ "asset_ids": chunk })))
+                })
+                .collect::<Result<_, _>>()?;
+            items.push(NewWorkItem::new(WorkKind::Crawl, Scope::Config(c.id))?);
+            let enqueued = store.enqueue_many(&items).await?;
+            let crawl = enqueued.last().expect("the crawl").item.id;
+            println!(
+                "{} proxy deletion item(s) for {} assets, then crawl {crawl}, queued for {} ({})",
+                items.len() - 1,
+                assets.len(),
+                c.id,
+                c.root_path.display()
+            );
+            if wait {
+                return follow(store, crawl).await;
+            }
+        }
         Command::Pause { config, kind } => pause(store, config, kind, true).await?,
         Command::Resume { config, kind } => pause(store, config, kind, false).await?,
         Command::Retry { id, failed, kind, config } => {

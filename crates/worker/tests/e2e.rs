@@ -700,3 +700,32 @@ fn a_deactivated_config_is_activated_again_unless_its_tree_is_taken() {
     let (code, _, err) = s.cli_exit(&["config", "activate", "/no/such/library"], &[]);
     assert!(code != 0 && !err.is_empty());
 }
+
+/// `regenerate --config` deletes a config's proxies and a crawl behind the deletion makes them again from the
+/// originals (new proxy rows, files on disk), with `--wait` following the crawl.
+#[test]
+fn regenerate_rebuilds_a_configs_proxies() {
+    let s = setup(3);
+    let root = s.library.to_str().unwrap();
+    s.cli(&["config", "add", "--user", "ann", "--root", root]);
+    let worker = s.worker("worker-a", s.db.url(), &[]);
+    let (code, out, err) = s.cli_exit(&["enqueue", "crawl", "--config", root, "--wait"], &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    let before = s.query("SELECT id::text, relative_path FROM proxy_files WHERE relative_path IS NOT NULL ORDER BY 2");
+    assert_eq!(before.len(), 6, "a preview and a thumbnail for each of 3 photos: {before:?}");
+
+    let (code, out, err) = s.cli_exit(&["regenerate", "--config", root, "--wait"], &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("1 proxy deletion item(s) for 3 assets"), "{out}");
+    let after = s.query("SELECT id::text, relative_path FROM proxy_files WHERE relative_path IS NOT NULL ORDER BY 2");
+    assert_eq!(after.len(), 6, "{after:?}");
+    for (old, new) in before.iter().zip(&after) {
+        assert_eq!(old[1], new[1], "the same place (it derives from the content)");
+        assert_ne!(old[0], new[0], "a new row: made again");
+        assert!(s.dir.path().join("proxies").join(&new[1]).is_file(), "{} is on disk", new[1]);
+    }
+    let deletions = s.query("SELECT status FROM work_items WHERE kind = 'proxy_deletion'");
+    assert_eq!(deletions, [["succeeded"]]);
+    let (exit, _) = worker.terminate();
+    assert!(exit.success());
+}
