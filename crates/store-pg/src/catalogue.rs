@@ -345,6 +345,72 @@ impl PgStore {
             .collect())
     }
 
+    /// What removing a storage config would delete: its assets (soft-deleted ones included) and work items.
+    #[mutants::skip]
+    pub async fn removal_counts(&self, id: StorageConfigId) -> Result<(i64, i64), StoreError> {
+        #[derive(QueryableByName)]
+        struct Counts {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            assets: i64,
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            items: i64,
+        }
+        let mut conn = self.conn().await?;
+        let c: Counts = sql_query(
+            "SELECT (SELECT count(*) FROM media_assets WHERE storage_config_id = $1) AS assets,
+                    (SELECT count(*) FROM work_items WHERE storage_config_id = $1) AS items",
+        )
+        .bind::<Uuid, _>(id.as_uuid())
+        .get_result(&mut conn)
+        .await
+        .map_err(error::from_diesel)?;
+        Ok((c.assets, c.items))
+    }
+
+    /// Removes a deactivated storage config with nothing running: its catalogue (assets, their proxy rows,
+    /// bursts, extra paths) and its work items go with it. The proxy files are the caller's to delete (they
+    /// lie under `<proxy_root>/<id>/`); the originals are never touched. Refused (a conflict saying why) while
+    /// the config is active or an item of it runs.
+    #[mutants::skip]
+    pub async fn remove_storage_config(&self, id: StorageConfigId) -> Result<(), StoreError> {
+        #[derive(QueryableByName)]
+        struct State {
+            #[diesel(sql_type = Bool)]
+            is_active: bool,
+            #[diesel(sql_type = Bool)]
+            running: bool,
+        }
+        let mut conn = self.conn().await?;
+        conn.transaction::<_, diesel::result::Error, _>(async |conn| {
+            let state: Vec<State> = sql_query(
+                "SELECT s.is_active,
+                        EXISTS (SELECT 1 FROM work_items w WHERE w.storage_config_id = s.id AND w.status = 'running')
+                            AS running
+                   FROM storage_configs s WHERE s.id = $1 FOR UPDATE",
+            )
+            .bind::<Uuid, _>(id.as_uuid())
+            .load(conn)
+            .await?;
+            let refusal = match state.into_iter().next() {
+                None => Some(StoreError::NotFound(format!("no storage config {id}"))),
+                Some(s) if s.is_active => Some(StoreError::Conflict(format!(
+                    "storage config {id} is active: deactivate it first (almanac-worker config deactivate {id})"
+                ))),
+                Some(s) if s.running => Some(StoreError::Conflict(format!(
+                    "an item of storage config {id} is running: wait for it to end (almanac-worker status)"
+                ))),
+                Some(_) => None,
+            };
+            if let Some(refusal) = refusal {
+                return Ok(Err(refusal));
+            }
+            sql_query("DELETE FROM storage_configs WHERE id = $1").bind::<Uuid, _>(id.as_uuid()).execute(conn).await?;
+            Ok(Ok(()))
+        })
+        .await
+        .map_err(error::from_diesel)?
+    }
+
     /// The ids of a storage config's active (not soft-deleted) assets, oldest first.
     #[mutants::skip]
     pub async fn active_asset_ids(&self, config: StorageConfigId) -> Result<Vec<AssetId>, StoreError> {

@@ -184,6 +184,16 @@ enum ConfigCommand {
         /// Id or root path.
         config: String,
     },
+    /// Remove a deactivated storage config for good: its catalogue (assets, proxies, bursts) and work items are
+    /// deleted, and its proxy files; the originals are never touched. Says what it would delete unless given
+    /// --confirm.
+    Remove {
+        /// Id or root path.
+        config: String,
+        /// Delete, having read what will be deleted.
+        #[arg(long)]
+        confirm: bool,
+    },
     /// Serve a deactivated storage config again (refused while its root overlaps an active config's root or
     /// the proxy root).
     Activate {
@@ -315,6 +325,43 @@ async fn admin(command: Command, settings: &Settings, url: &str, store: &PgStore
             for c in store.list_storage_configs().await? {
                 println!("{}\t{}\t{}", c.id, if c.is_active { "yes" } else { "no" }, c.root_path.display());
             }
+        }
+        Command::Config(ConfigCommand::Remove { config, confirm }) => {
+            let c = store.find_storage_config(&config_key(&config)).await?;
+            let (assets, items) = store.removal_counts(c.id).await?;
+            let proxies = settings.storage.proxy_root.join(c.id.to_string());
+            let what = format!(
+                "storage config {} ({}): {assets} asset(s) of the catalogue with their proxy rows, bursts and copies, \
+                 {items} work item(s), and the proxy files under {}. The originals in {} are not touched",
+                c.id,
+                c.root_path.display(),
+                proxies.display(),
+                c.root_path.display()
+            );
+            if !confirm {
+                println!("would remove {what}.\nRun again with --confirm to remove it.");
+                return Ok(ExitCode::from(2));
+            }
+            match store.remove_storage_config(c.id).await {
+                Ok(()) => {}
+                Err(StoreError::Conflict(why)) => {
+                    eprintln!("almanac-worker: {why}; nothing was removed");
+                    return Ok(ExitCode::from(2));
+                }
+                Err(e) => return Err(e.into()),
+            }
+            // The rows are gone; now the files (a folder named by the config's id under the proxy root; links in it
+            // are removed, never followed). What cannot be deleted is left for the proxy sweep, and said.
+            match std::fs::remove_dir_all(&proxies) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => eprintln!(
+                    "almanac-worker: the catalogue is removed, but {} could not be deleted ({e}); the proxy sweep \
+                     deletes such files later, or delete the folder by hand",
+                    proxies.display()
+                ),
+            }
+            println!("removed {what}.");
         }
         Command::Config(ConfigCommand::Activate { config }) => {
             let c = store.find_storage_config(&config_key(&config)).await?;

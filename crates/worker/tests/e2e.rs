@@ -729,3 +729,44 @@ fn regenerate_rebuilds_a_configs_proxies() {
     let (exit, _) = worker.terminate();
     assert!(exit.success());
 }
+
+/// `config remove` says what it would delete, refuses an active config, and with `--confirm` removes the
+/// catalogue, the work items and the proxy files, never the originals.
+#[test]
+fn config_remove_spells_out_what_goes_and_keeps_the_originals() {
+    let s = setup(2);
+    let root = s.library.to_str().unwrap();
+    s.cli(&["config", "add", "--user", "ann", "--root", root]);
+    let worker = s.worker("worker-a", s.db.url(), &[]);
+    let (code, out, err) = s.cli_exit(&["enqueue", "crawl", "--config", root, "--wait"], &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (exit, _) = worker.terminate();
+    assert!(exit.success());
+    let id = s.query("SELECT id::text FROM storage_configs")[0][0].clone();
+    let proxies = s.dir.path().join("proxies").join(&id);
+    assert!(proxies.is_dir());
+    let env = [("ALMANAC__STORAGE__PROXY_ROOT", s.dir.path().join("proxies"))];
+    let env: Vec<(&str, &Path)> = env.iter().map(|(k, v)| (*k, v.as_path())).collect();
+
+    let (code, out, _) = s.cli_exit(&["config", "remove", root], &env);
+    assert_eq!(code, 2);
+    assert!(out.contains("would remove") && out.contains("2 asset(s)") && out.contains("--confirm"), "{out}");
+    assert!(out.contains("are not touched"), "{out}");
+    let (code, _, err) = s.cli_exit(&["config", "remove", root, "--confirm"], &env);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("deactivate it first") && err.contains("nothing was removed"), "{err}");
+    assert!(proxies.is_dir(), "nothing removed");
+
+    s.cli(&["config", "deactivate", root]);
+    let (code, out, err) = s.cli_exit(&["config", "remove", root, "--confirm"], &env);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("removed storage config"), "{out}");
+    assert_eq!(s.query("SELECT count(*) FROM media_assets")[0][0], "0");
+    assert_eq!(s.query("SELECT count(*) FROM storage_configs")[0][0], "0");
+    let scoped = "SELECT count(*) FROM work_items WHERE kind IN ('crawl', 'burst_detection', 'purge')";
+    assert_eq!(s.query(scoped)[0][0], "0", "its work items went with it (unscoped chores stay)");
+    assert!(!proxies.exists(), "its proxy files are gone");
+    assert_eq!(std::fs::read_dir(&s.library).unwrap().count(), 2, "the originals are untouched");
+    let (code, _, err) = s.cli_exit(&["config", "remove", root, "--confirm"], &env);
+    assert!(code != 0 && !err.is_empty(), "gone: a clear error");
+}
