@@ -402,11 +402,8 @@ async fn admin(command: Command, settings: &Settings, url: &str, store: &PgStore
             println!("deactivated {} ({})", c.id, c.root_path.display());
         }
         Command::Enqueue { kind, config, payload, dedup_key, wait } => {
-            let kind: WorkKind = kind.replace('-', "_").parse()?;
-            let scope = match config {
-                Some(c) => Scope::Config(store.find_storage_config(&config_key(&c)).await?.id),
-                None => Scope::Unscoped,
-            };
+            let kind = parse_kind(&kind)?;
+            let scope = Scope::from(config_id(store, config).await?);
             let mut item = NewWorkItem::new(kind, scope)?;
             if let Some(p) = payload {
                 item = item.with_payload(serde_json::from_str(&p).context("--payload must be JSON")?);
@@ -434,10 +431,7 @@ async fn admin(command: Command, settings: &Settings, url: &str, store: &PgStore
             let filter = ItemFilter {
                 status: status.map(|s| parse_status(&s)).transpose()?,
                 kind: kind.map(|k| parse_kind(&k)).transpose()?,
-                config: match config {
-                    Some(c) => Some(store.find_storage_config(&config_key(&c)).await?.id),
-                    None => None,
-                },
+                config: config_id(store, config).await?,
             };
             println!("ID\tKIND\tSTATUS\tCONFIG\tREQUESTED\tATTEMPT\tLAST ERROR");
             for i in store.find_items(&filter, limit.max(1)).await? {
@@ -503,10 +497,7 @@ async fn admin(command: Command, settings: &Settings, url: &str, store: &PgStore
                     let filter = ItemFilter {
                         status: Some(Status::Failed),
                         kind: kind.map(|k| parse_kind(&k)).transpose()?,
-                        config: match config {
-                            Some(c) => Some(store.find_storage_config(&config_key(&c)).await?.id),
-                            None => None,
-                        },
+                        config: config_id(store, config).await?,
                     };
                     (filter, None)
                 }
@@ -550,6 +541,24 @@ async fn pause(store: &PgStore, config: Option<String>, kind: Option<String>, pa
     Ok(())
 }
 
+/// A running item's progress as people read it (`N of M files (P%), R/s, about T left`), or its raw JSON when
+/// it does not say how far it is, or `-`.
+fn progress_text(item: &almanac_domain::WorkItem) -> String {
+    let unit = if item.kind == WorkKind::Crawl { "files" } else { "units" };
+    match &item.progress {
+        None => "-".to_owned(),
+        Some(p) => ProgressEstimate::from_progress(p).map_or_else(|| p.to_string(), |e| e.describe(unit)),
+    }
+}
+
+/// A `--config` option (id or root path) resolved to the config's id.
+async fn config_id(store: &PgStore, config: Option<String>) -> Result<Option<almanac_domain::StorageConfigId>> {
+    Ok(match config {
+        Some(c) => Some(store.find_storage_config(&config_key(&c)).await?.id),
+        None => None,
+    })
+}
+
 fn parse_status(s: &str) -> Result<Status> {
     s.parse().map_err(|_| anyhow::anyhow!("{s:?} is not a status: use queued, running, succeeded, failed or cancelled"))
 }
@@ -590,12 +599,8 @@ async fn show(store: &PgStore, id: &str) -> Result<()> {
     }
     println!("last error   {}", i.last_error.as_deref().unwrap_or("-"));
     println!("payload      {}", i.payload);
-    if let Some(p) = &i.progress {
-        let unit = if i.kind == WorkKind::Crawl { "files" } else { "units" };
-        println!(
-            "progress     {}",
-            ProgressEstimate::from_progress(p).map_or_else(|| p.to_string(), |e| e.describe(unit))
-        );
+    if i.progress.is_some() {
+        println!("progress     {}", progress_text(&i));
     }
     if let Some(result) = &i.result {
         println!("result       {result}");
@@ -630,7 +635,6 @@ async fn follow(store: &PgStore, id: WorkItemId) -> Result<ExitCode> {
     let (mut last_line, mut last_printed) = (String::new(), None::<std::time::Instant>);
     loop {
         let item = store.get(id).await?.ok_or_else(|| anyhow::anyhow!("work item {id} no longer exists"))?;
-        let unit = if item.kind == WorkKind::Crawl { "files" } else { "units" };
         let line = match item.status {
             Status::Queued => "queued".to_owned(),
             Status::Running => {
@@ -639,11 +643,8 @@ async fn follow(store: &PgStore, id: WorkItemId) -> Result<ExitCode> {
                     bar.set_length(e.total.unwrap_or(0));
                     bar.set_position(e.done);
                 }
-                format!(
-                    "running on {}: {}",
-                    item.worker_id.as_deref().unwrap_or("-"),
-                    estimate.map_or_else(|| "started".to_owned(), |e| e.describe(unit))
-                )
+                let progress = if estimate.is_some() { progress_text(&item) } else { "started".to_owned() };
+                format!("running on {}: {progress}", item.worker_id.as_deref().unwrap_or("-"))
             }
             Status::Succeeded | Status::Failed | Status::Cancelled => {
                 if let Some(bar) = &bar {
@@ -790,11 +791,7 @@ async fn status(store: &PgStore, settings: &Settings, json: bool) -> Result<()> 
     if !running.is_empty() {
         println!("\nRUNNING");
         for i in &running {
-            let unit = if i.kind == WorkKind::Crawl { "files" } else { "units" };
-            let progress = match i.progress.as_ref() {
-                None => "-".to_owned(),
-                Some(p) => ProgressEstimate::from_progress(p).map_or_else(|| p.to_string(), |e| e.describe(unit)),
-            };
+            let progress = progress_text(i);
             println!(
                 "{}  {}  config {}  worker {}  attempt {}  progress {}",
                 i.id,
