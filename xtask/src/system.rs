@@ -20,6 +20,11 @@ const NEEDS: [(&str, &[&str], &str); 7] = [
     ("pgrep and kill", &["sh", "-c", "command -v pgrep && command -v kill"], "procps"),
 ];
 
+/// Packages a release build of the Worker needs (the image's build stage installs these).
+pub const BUILD_PACKAGES: [&str; 2] = ["pkg-config", "libturbojpeg0-dev"];
+/// Packages the Worker needs to run (the image's runtime stage installs these; the `.deb` depends on them).
+pub const RUNTIME_PACKAGES: [&str; 3] = ["ffmpeg", "libheif-examples", "libturbojpeg0"];
+
 fn present(check: &[&str]) -> bool {
     Command::new(check[0]).args(&check[1..]).output().is_ok_and(|o| o.status.success())
 }
@@ -56,4 +61,73 @@ pub fn ensure(also: &[&'static str]) -> Result<()> {
         bail!("still missing after installing: {}", still.join(" "));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn packaging(file: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../packaging").join(file)
+    }
+
+    /// The packages each `apt-get install` line of the Dockerfile names, in order of the lines.
+    fn dockerfile_installs() -> Vec<Vec<String>> {
+        let text = std::fs::read_to_string(packaging("Dockerfile")).unwrap();
+        text.lines()
+            .filter_map(|line| line.split_once("--no-install-recommends").map(|(_, rest)| rest))
+            .map(|rest| {
+                rest.split_whitespace()
+                    .take_while(|w| !w.starts_with('\\') && !w.starts_with("&&"))
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_image_installs_the_same_packages_as_cargo_xtask_deps() {
+        let installs = dockerfile_installs();
+        assert_eq!(installs.len(), 2, "a build stage and a runtime stage: {installs:?}");
+        let sorted = |v: &[&str]| {
+            let mut v: Vec<String> = v.iter().map(|s| (*s).to_owned()).collect();
+            v.sort();
+            v
+        };
+        let mut build = installs[0].clone();
+        let mut runtime = installs[1].clone();
+        build.sort();
+        runtime.sort();
+        assert_eq!(build, sorted(&BUILD_PACKAGES));
+        assert_eq!(runtime, sorted(&RUNTIME_PACKAGES));
+        // What the build and the Worker need is what `cargo xtask deps` installs here (the runtime library comes
+        // with its -dev package).
+        let deps: Vec<&str> = NEEDS.iter().map(|(_, _, package)| *package).collect();
+        for package in BUILD_PACKAGES.iter().chain(RUNTIME_PACKAGES.iter().filter(|p| **p != "libturbojpeg0")) {
+            assert!(deps.contains(package), "{package} is in the image but not in cargo xtask deps");
+        }
+    }
+
+    /// systemd accepts the unit (no unknown key, no bad value) and rates its sandbox as OK or better.
+    #[test]
+    fn systemd_accepts_the_unit_and_its_sandbox() {
+        let unit = std::fs::read_to_string(packaging("almanac-worker.service")).unwrap();
+        // `verify` wants the program to exist: the binary is not installed here.
+        let dir = std::env::temp_dir().join(format!("almanac-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let copy = dir.join("almanac-worker.service");
+        std::fs::write(&copy, unit.replace("ExecStart=/usr/bin/almanac-worker", "ExecStart=/bin/true")).unwrap();
+        let verify =
+            Command::new("systemd-analyze").arg("verify").arg(&copy).output().expect("systemd-analyze (systemd)");
+        let complaints = String::from_utf8_lossy(&verify.stderr).into_owned();
+        assert!(verify.status.success() && complaints.trim().is_empty(), "{complaints}");
+        let security =
+            Command::new("systemd-analyze").args(["security", "--offline=true"]).arg(&copy).output().unwrap();
+        let report = String::from_utf8_lossy(&security.stdout).into_owned();
+        let level = report.lines().find(|l| l.contains("Overall exposure level")).unwrap_or_default().to_owned();
+        let score: f64 = level.split_whitespace().find_map(|w| w.parse().ok()).unwrap_or(10.0);
+        assert!(score <= 4.0, "exposure {score}: {level}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -159,6 +159,9 @@ almanac-worker enqueue token-cleanup")]
         #[arg(long)]
         kind: Option<String>,
     },
+    /// Ask a running Worker on this machine whether it is ready (`GET /readyz` on http.address): exit 0 when it
+    /// is, 1 otherwise. For container health checks (the image has no curl).
+    Health,
     /// Show the queue: counts by kind and status, running items, recent failures.
     Status {
         /// Print JSON instead of a table.
@@ -246,6 +249,7 @@ async fn dispatch(command: Command, settings: Settings) -> Result<ExitCode> {
             print!("{}", settings.masked_toml());
             Ok(ExitCode::SUCCESS)
         }
+        Command::Health => Ok(health(&settings)),
         other => {
             let url = settings.database_url()?.to_owned();
             let schema = almanac_store_pg::schema_state(&url).await.with_context(|| {
@@ -512,7 +516,9 @@ async fn admin(command: Command, settings: &Settings, url: &str, store: &PgStore
             }
             println!("{} item(s) queued again", retried.len());
         }
-        Command::Run { .. } | Command::Config(ConfigCommand::Check) => unreachable!("dispatched above"),
+        Command::Run { .. } | Command::Config(ConfigCommand::Check) | Command::Health => {
+            unreachable!("dispatched above")
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -539,6 +545,37 @@ async fn pause(store: &PgStore, config: Option<String>, kind: Option<String>, pa
     };
     println!("{what} {how}");
     Ok(())
+}
+
+/// `health`: `GET /readyz` on the Worker's own HTTP address (an unspecified address means this machine).
+fn health(settings: &Settings) -> ExitCode {
+    use std::io::{Read, Write};
+    let mut address = settings.http.address;
+    if address.ip().is_unspecified() {
+        address.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    let timeout = std::time::Duration::from_secs(5);
+    let answer = std::net::TcpStream::connect_timeout(&address, timeout).and_then(|mut stream| {
+        stream.set_read_timeout(Some(timeout))?;
+        stream.write_all(b"GET /readyz HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
+        let mut reply = String::new();
+        stream.take(4096).read_to_string(&mut reply)?;
+        Ok(reply)
+    });
+    match answer {
+        Ok(reply) if reply.starts_with("HTTP/1.1 200") || reply.starts_with("HTTP/1.0 200") => {
+            println!("ready");
+            ExitCode::SUCCESS
+        }
+        Ok(reply) => {
+            println!("not ready: {}", reply.lines().next().unwrap_or("no answer"));
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            println!("not ready: no Worker answers on {address} ({e})");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// A running item's progress as people read it (`N of M files (P%), R/s, about T left`), or its raw JSON when

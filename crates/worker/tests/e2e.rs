@@ -160,6 +160,12 @@ fn two_workers_crawl_a_library_status_shows_it_and_sigterm_exits_cleanly() {
     // Whichever Worker ran the crawl, at least one outcome histogram exists on A (it ran something).
     assert!(metrics.contains("almanac_item_duration_seconds_count{kind="), "{metrics}");
     assert!(http_get(port, "/nope").starts_with("HTTP/1.1 404"));
+    // The container health check: `health` asks the Worker on its own address.
+    let (code, out, _) = s.cli_exit(&["health"], &[("ALMANAC__HTTP__ADDRESS", Path::new(&address))]);
+    assert_eq!((code, out.trim()), (0, "ready"));
+    let nobody = format!("127.0.0.1:{}", TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port());
+    let (code, out, _) = s.cli_exit(&["health"], &[("ALMANAC__HTTP__ADDRESS", Path::new(&nobody))]);
+    assert!(code == 1 && out.starts_with("not ready: no Worker answers"), "{out}");
     for w in [a, b] {
         let (exit, lines) = w.terminate();
         assert!(exit.success(), "{exit}");
