@@ -20,11 +20,6 @@ const NEEDS: [(&str, &[&str], &str); 7] = [
     ("pgrep and kill", &["sh", "-c", "command -v pgrep && command -v kill"], "procps"),
 ];
 
-/// Packages a release build of the Worker needs (the image's build stage installs these).
-pub const BUILD_PACKAGES: [&str; 2] = ["pkg-config", "libturbojpeg0-dev"];
-/// Packages the Worker needs to run (the image's runtime stage installs these; the `.deb` depends on them).
-pub const RUNTIME_PACKAGES: [&str; 3] = ["ffmpeg", "libheif-examples", "libturbojpeg0"];
-
 fn present(check: &[&str]) -> bool {
     Command::new(check[0]).args(&check[1..]).output().is_ok_and(|o| o.status.success())
 }
@@ -67,6 +62,11 @@ pub fn ensure(also: &[&'static str]) -> Result<()> {
 mod tests {
     use super::*;
     use std::path::PathBuf;
+
+    /// Packages a release build of the Worker needs (the image's build stage installs these).
+    const BUILD_PACKAGES: [&str; 2] = ["pkg-config", "libturbojpeg0-dev"];
+    /// Packages the Worker needs to run (the image's runtime stage installs these).
+    const RUNTIME_PACKAGES: [&str; 3] = ["ffmpeg", "libheif-examples", "libturbojpeg0"];
 
     fn packaging(file: &str) -> PathBuf {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../packaging").join(file)
