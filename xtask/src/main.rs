@@ -9,25 +9,83 @@ mod system;
 
 use almanac_testdb::Cluster;
 use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
 
-const USAGE: &str = "\
-cargo xtask <verb>
+/// The project's tool belt.
+#[derive(Parser)]
+#[command(name = "cargo xtask", bin_name = "cargo xtask")]
+struct Cli {
+    #[command(subcommand)]
+    verb: Verb,
+}
 
-  mutants-changed [--base REV]  cargo-mutants on the code changed against main (must catch 100%, ADR 0005)
-  mutants --package P     cargo-mutants on a whole crate
-  deps                    install the system packages the build and tests need (Debian, as root)
-  demo                    run a Worker on a generated sample library with a private database, and show the result
-  db start | stop | url   the private PostgreSQL cluster (dev, demo and tests); url prints the dev database URL
-  migrate                 apply migrations to DATABASE_URL, or to the private cluster's dev database
-  schema [--check]        write docs/schema.sql from a freshly migrated database; --check fails when it is stale
-  test [ARGS…]            start the private cluster and run the whole test suite (nextest when installed)
-  chaos [--trials N]      the fault suite: N trials (default 20) of each fault against real Workers, with a table
-  bench queue|crawl       benchmarks (release build), JSON on stdout and in docs/benchmarks/<name>.json
-";
+#[derive(Subcommand)]
+enum Verb {
+    /// cargo-mutants on the code changed against main (must catch 100%, ADR 0005).
+    MutantsChanged {
+        /// Compare against this revision instead of main.
+        #[arg(long)]
+        base: Option<String>,
+    },
+    /// cargo-mutants on a whole crate.
+    Mutants {
+        #[arg(long)]
+        package: String,
+    },
+    /// Install the system packages the build and tests need (Debian, as root).
+    Deps,
+    /// Run a Worker on a generated sample library with a private database, and show the result.
+    Demo,
+    /// The private PostgreSQL cluster (dev, demo and tests).
+    Db {
+        #[command(subcommand)]
+        action: DbAction,
+    },
+    /// Apply migrations to DATABASE_URL, or to the private cluster's dev database.
+    Migrate,
+    /// Write docs/schema.sql from a freshly migrated database.
+    Schema {
+        /// Fail when docs/schema.sql is stale instead of writing it.
+        #[arg(long)]
+        check: bool,
+    },
+    /// Start the private cluster and run the whole test suite (nextest when installed); ARGS go to the runner.
+    Test {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// The fault suite against real Workers, with a table.
+    Chaos {
+        /// Trials of each fault.
+        #[arg(long, default_value_t = 20)]
+        trials: usize,
+    },
+    /// Benchmarks (release build): JSON on stdout and in docs/benchmarks/<name>.json.
+    Bench {
+        #[arg(value_enum)]
+        which: Bench,
+    },
+}
+
+#[derive(Subcommand)]
+enum DbAction {
+    /// Start it (if needed) and print the dev database URL.
+    Start,
+    /// Stop it.
+    Stop,
+    /// Print the dev database URL.
+    Url,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Bench {
+    Queue,
+    Crawl,
+}
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match run(&args) {
+    let cli = Cli::parse();
+    match run(cli.verb) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("xtask: {e:#}");
@@ -36,26 +94,25 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(args: &[String]) -> Result<ExitCode> {
-    let words: Vec<&str> = args.iter().map(String::as_str).collect();
-    match words.as_slice() {
-        ["db", "start"] => {
+fn run(verb: Verb) -> Result<ExitCode> {
+    match verb {
+        Verb::Db { action: DbAction::Start } => {
             let cluster = started_cluster()?;
             println!("{}", cluster.url(DEV_DATABASE));
         }
-        ["db", "stop"] => Cluster::private()?.stop()?,
-        ["db", "url"] => println!("{}", Cluster::private()?.url(DEV_DATABASE)),
-        ["migrate"] => {
+        Verb::Db { action: DbAction::Stop } => Cluster::private()?.stop()?,
+        Verb::Db { action: DbAction::Url } => println!("{}", Cluster::private()?.url(DEV_DATABASE)),
+        Verb::Migrate => {
             let url = dev_database_url()?;
             let applied = runtime()?.block_on(almanac_store_pg::migrate(&url))?;
             println!("applied {} migration(s): {}", applied.len(), applied.join(", "));
         }
-        ["schema"] => {
+        Verb::Schema { check: false } => {
             let schema = current_schema()?;
             std::fs::write(schema_path(), schema).context("writing docs/schema.sql")?;
             println!("wrote docs/schema.sql");
         }
-        ["schema", "--check"] => {
+        Verb::Schema { check: true } => {
             let schema = current_schema()?;
             let committed = std::fs::read_to_string(schema_path()).unwrap_or_default();
             if schema != committed {
@@ -63,15 +120,14 @@ fn run(args: &[String]) -> Result<ExitCode> {
             }
             println!("docs/schema.sql is current");
         }
-        ["test", rest @ ..] => return test(rest),
-        ["chaos"] => return chaos("20"),
-        ["chaos", "--trials", n] => return chaos(n),
-        ["bench", which @ ("queue" | "crawl")] => {
-            system::ensure(if *which == "crawl" { &["libvips-tools"] } else { &[] })?;
-            let (package, example) = match *which {
-                "queue" => ("almanac-store-pg", "queue_bench"),
-                _ => ("almanac-handlers", "crawl_bench"),
+        Verb::Test { args } => return test(&args.iter().map(String::as_str).collect::<Vec<_>>()),
+        Verb::Chaos { trials } => return chaos(trials),
+        Verb::Bench { which } => {
+            let (name, package, example) = match which {
+                Bench::Queue => ("queue", "almanac-store-pg", "queue_bench"),
+                Bench::Crawl => ("crawl", "almanac-handlers", "crawl_bench"),
             };
+            system::ensure(if which == Bench::Crawl { &["libvips-tools"] } else { &[] })?;
             let cluster = started_cluster()?;
             let output = Command::new(cargo())
                 .args(["run", "--release", "--quiet", "-p", package, "--example", example])
@@ -82,35 +138,28 @@ fn run(args: &[String]) -> Result<ExitCode> {
             let report = String::from_utf8_lossy(&output.stdout);
             print!("{report}");
             if output.status.success() {
-                let path = workspace().join(format!("docs/benchmarks/{which}.json"));
+                let path = workspace().join(format!("docs/benchmarks/{name}.json"));
                 std::fs::create_dir_all(path.parent().expect("docs/benchmarks"))?;
                 std::fs::write(&path, report.as_bytes())?;
                 eprintln!("recorded in {}", path.display());
             }
             return Ok(exit(output.status.success()));
         }
-        ["deps"] => system::ensure(&[])?,
-        ["demo"] => {
+        Verb::Deps => system::ensure(&[])?,
+        Verb::Demo => {
             system::ensure(&[])?;
             demo::run(&workspace(), &cargo())?
         }
-        ["mutants-changed", rest @ ..] => {
-            let base = match rest {
-                [] => None,
-                ["--base", rev] => Some(*rev),
-                _ => bail!("usage: cargo xtask mutants-changed [--base REV]"),
-            };
+        Verb::MutantsChanged { base } => {
             let cluster = started_cluster()?;
-            let ok = mutants::changed(&workspace(), &cargo(), &cluster.url("postgres"), base)?;
+            let ok = mutants::changed(&workspace(), &cargo(), &cluster.url("postgres"), base.as_deref())?;
             return Ok(exit(ok));
         }
-        ["mutants", "--package", package] => {
+        Verb::Mutants { package } => {
             let cluster = started_cluster()?;
-            let ok = mutants::package(&workspace(), &cargo(), &cluster.url("postgres"), package)?;
+            let ok = mutants::package(&workspace(), &cargo(), &cluster.url("postgres"), &package)?;
             return Ok(exit(ok));
         }
-        ["help"] | ["--help"] | [] => print!("{USAGE}"),
-        _ => bail!("unknown verb {:?}\n\n{USAGE}", args.join(" ")),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -163,8 +212,7 @@ fn current_schema() -> Result<String> {
 
 /// The fault suite's long form (`crates/worker/tests/chaos.rs`): its own cluster, real Worker processes, a
 /// table of what each fault broke (nothing, or it fails).
-fn chaos(trials: &str) -> Result<ExitCode> {
-    let n: usize = trials.parse().with_context(|| format!("--trials {trials}: a number of trials, e.g. 20"))?;
+fn chaos(n: usize) -> Result<ExitCode> {
     system::ensure(&[])?;
     let status = Command::new(cargo())
         .args(["test", "-p", "almanac-worker", "--test", "chaos", "--", "--ignored", "--exact", "chaos_suite"])
@@ -188,4 +236,29 @@ fn test(extra: &[&str]) -> Result<ExitCode> {
     command.args(extra).current_dir(workspace()).env("TEST_DATABASE_URL", cluster.url("postgres"));
     let status = command.status().context("running the tests")?;
     Ok(exit(status.success()))
+}
+
+#[cfg(test)]
+mod cli_tests {
+    use super::*;
+
+    #[test]
+    fn verbs_parse_as_documented_and_test_passes_its_arguments_on() {
+        let parse = |args: &[&str]| Cli::try_parse_from(std::iter::once("cargo xtask").chain(args.iter().copied()));
+        match parse(&["test", "-p", "almanac-domain", "--no-capture"]).unwrap().verb {
+            Verb::Test { args } => assert_eq!(args, ["-p", "almanac-domain", "--no-capture"]),
+            _ => panic!("test"),
+        }
+        assert!(matches!(parse(&["chaos", "--trials", "3"]).unwrap().verb, Verb::Chaos { trials: 3 }));
+        assert!(matches!(parse(&["schema", "--check"]).unwrap().verb, Verb::Schema { check: true }));
+        assert!(matches!(parse(&["bench", "crawl"]).unwrap().verb, Verb::Bench { which: Bench::Crawl }));
+        match parse(&["mutants-changed", "--base", "HEAD~1"]).unwrap().verb {
+            Verb::MutantsChanged { base } => assert_eq!(base.as_deref(), Some("HEAD~1")),
+            _ => panic!("mutants-changed"),
+        }
+        let help = parse(&["mutants-changed", "--help"]).err().expect("help stops the parse");
+        assert_eq!(help.kind(), clap::error::ErrorKind::DisplayHelp, "help is not an error (exit 0)");
+        assert!(parse(&["bench", "disk"]).is_err());
+        assert!(parse(&["chaos", "--trials", "many"]).is_err());
+    }
 }
