@@ -281,17 +281,24 @@ pub struct ItemFilter {
 }
 
 /// One row of the queue summary: how many items of a kind have a status.
-#[derive(Debug, Clone, PartialEq, Eq, QueryableByName)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QueueSummaryRow {
     /// The kind.
-    #[diesel(sql_type = Text)]
-    pub kind: String,
+    pub kind: WorkKind,
     /// The status.
-    #[diesel(sql_type = Text)]
-    pub status: String,
+    pub status: Status,
     /// How many.
-    #[diesel(sql_type = BigInt)]
     pub count: i64,
+}
+
+#[derive(QueryableByName)]
+struct SummaryRow {
+    #[diesel(sql_type = Text)]
+    kind: String,
+    #[diesel(sql_type = Text)]
+    status: String,
+    #[diesel(sql_type = BigInt)]
+    count: i64,
 }
 
 fn seconds(lease: LeaseDuration) -> f64 {
@@ -437,10 +444,22 @@ impl PgStore {
     #[mutants::skip]
     pub async fn queue_summary(&self) -> Result<Vec<QueueSummaryRow>, StoreError> {
         let mut conn = self.conn().await?;
-        sql_query("SELECT kind, status, count(*) AS count FROM work_items GROUP BY kind, status ORDER BY kind, status")
-            .load(&mut conn)
-            .await
-            .map_err(error::from_diesel)
+        let rows: Vec<SummaryRow> = sql_query(
+            "SELECT kind, status, count(*) AS count FROM work_items GROUP BY kind, status ORDER BY kind, status",
+        )
+        .load(&mut conn)
+        .await
+        .map_err(error::from_diesel)?;
+        rows.into_iter()
+            .map(|r| {
+                let bad = |e: almanac_domain::DomainError| StoreError::Unexpected(format!("queue summary: {e}"));
+                Ok(QueueSummaryRow {
+                    kind: WorkKind::from_str(&r.kind).map_err(bad)?,
+                    status: Status::from_str(&r.status).map_err(bad)?,
+                    count: r.count,
+                })
+            })
+            .collect()
     }
 
     /// Pauses (or resumes) a storage config: its queued work is not claimed while paused; what runs finishes.

@@ -841,9 +841,10 @@ async fn delete_finished_removes_only_finished_items_past_retention() {
     assert!(store.get(failed).await.unwrap().is_some());
     assert!(store.get(queued).await.unwrap().is_some());
     let summary = store.queue_summary().await.unwrap();
-    let count =
-        |kind: &str, status: &str| summary.iter().find(|r| r.kind == kind && r.status == status).map_or(0, |r| r.count);
-    assert_eq!((count("token_cleanup", "failed"), count("token_cleanup", "queued")), (1, 1));
+    let count = |kind: WorkKind, status: Status| {
+        summary.iter().find(|r| r.kind == kind && r.status == status).map_or(0, |r| r.count)
+    };
+    assert_eq!((count(WorkKind::TokenCleanup, Status::Failed), count(WorkKind::TokenCleanup, Status::Queued)), (1, 1));
     assert_eq!(store.list_items(Some(Status::Failed), 10).await.unwrap().len(), 1);
 }
 

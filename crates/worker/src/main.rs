@@ -786,7 +786,7 @@ async fn status(store: &PgStore, settings: &Settings, json: bool) -> Result<()> 
     let (paused_kinds, paused_configs) = store.paused().await?;
     if json {
         let value = serde_json::json!({
-            "counts": summary.iter().map(|r| serde_json::json!({"kind": r.kind, "status": r.status, "count": r.count})).collect::<Vec<_>>(),
+            "counts": summary.iter().map(|r| serde_json::json!({"kind": r.kind.as_str(), "status": r.status.as_str(), "count": r.count})).collect::<Vec<_>>(),
             "running": running.iter().map(|i| {
                 let mut item = serde_json::to_value(i).unwrap_or_default();
                 if let Some(e) = i.progress.as_ref().and_then(ProgressEstimate::from_progress) {
@@ -811,18 +811,18 @@ async fn status(store: &PgStore, settings: &Settings, json: bool) -> Result<()> 
         return Ok(());
     }
     println!("{:<22}{:>9}{:>9}{:>11}{:>9}{:>11}", "KIND", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED");
-    let mut kinds: Vec<&str> = summary.iter().map(|r| r.kind.as_str()).collect();
+    let mut kinds: Vec<WorkKind> = summary.iter().map(|r| r.kind).collect();
     kinds.dedup();
     for kind in kinds {
-        let n = |status: &str| summary.iter().find(|r| r.kind == kind && r.status == status).map_or(0, |r| r.count);
+        let n = |status: Status| summary.iter().find(|r| r.kind == kind && r.status == status).map_or(0, |r| r.count);
         println!(
             "{:<22}{:>9}{:>9}{:>11}{:>9}{:>11}",
-            kind,
-            n("queued"),
-            n("running"),
-            n("succeeded"),
-            n("failed"),
-            n("cancelled")
+            kind.as_str(),
+            n(Status::Queued),
+            n(Status::Running),
+            n(Status::Succeeded),
+            n(Status::Failed),
+            n(Status::Cancelled)
         );
     }
     if !running.is_empty() {
