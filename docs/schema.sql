@@ -86,11 +86,7 @@ CREATE FUNCTION public.almanac_queue_heads_kind_changed() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    PERFORM almanac_refresh_queue_heads(ARRAY(
-        SELECT DISTINCT w.storage_config_id FROM work_items AS w
-         WHERE w.status = 'queued' AND w.storage_config_id IS NOT NULL
-           AND w.kind = COALESCE(NEW.kind, OLD.kind)
-         ORDER BY 1));
+    PERFORM almanac_refresh_queue_heads(ARRAY(SELECT h.storage_config_id FROM queue_heads AS h ORDER BY 1));
     RETURN NULL;
 END $$;
 

@@ -54,15 +54,13 @@ CREATE TRIGGER tr_storage_configs_queue_heads AFTER UPDATE OF is_active, user_id
                        OR (OLD.paused_at IS NULL) <> (NEW.paused_at IS NULL))
     EXECUTE FUNCTION almanac_queue_heads_config_changed();
 
--- A kind paused or resumed: the heads of every config with queued work of it are computed again.
+-- A kind paused or resumed: every head is computed again (not only those with queued work of it: an enqueue
+-- of that kind, uncommitted meanwhile, holds its head, and refreshing it here waits for that enqueue and then
+-- sees it). Rare, and as costly as the number of configs.
 CREATE FUNCTION almanac_queue_heads_kind_changed() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM almanac_refresh_queue_heads(ARRAY(
-        SELECT DISTINCT w.storage_config_id FROM work_items AS w
-         WHERE w.status = 'queued' AND w.storage_config_id IS NOT NULL
-           AND w.kind = COALESCE(NEW.kind, OLD.kind)
-         ORDER BY 1));
+    PERFORM almanac_refresh_queue_heads(ARRAY(SELECT h.storage_config_id FROM queue_heads AS h ORDER BY 1));
     RETURN NULL;
 END $$;
 CREATE TRIGGER tr_paused_kinds_queue_heads AFTER INSERT OR DELETE ON paused_kinds

@@ -596,16 +596,33 @@ impl PgStore {
         }
         let rows: Vec<IdRow> = conn
             .transaction::<_, diesel::result::Error, _>(async |conn| {
-                sql_query(format!(
-                    "UPDATE work_items AS w
+                // Items of one batch may share a dedup key: as in lease recovery, the batch decides (the oldest
+                // keeps it, unless a queued item holds it already; the others drop it), or the statement would
+                // fail on the dedup index.
+                sql_query(
+                    "WITH chosen AS (
+                         SELECT c.id, c.dedup_key, c.requested_at
+                           FROM work_items AS c
+                          WHERE c.status = ANY($1) AND ($2::text IS NULL OR c.kind = $2)
+                            AND ($3::uuid IS NULL OR c.storage_config_id = $3)
+                            AND ($4::uuid[] IS NULL OR c.id = ANY($4))
+                            FOR UPDATE),
+                     decided AS (
+                         SELECT x.id,
+                                CASE WHEN x.dedup_key IS NULL THEN NULL
+                                     WHEN EXISTS (SELECT 1 FROM work_items AS o
+                                                   WHERE o.dedup_key = x.dedup_key AND o.status = 'queued') THEN NULL
+                                     WHEN row_number() OVER (PARTITION BY x.dedup_key
+                                                                 ORDER BY x.requested_at, x.id) = 1 THEN x.dedup_key
+                                     ELSE NULL END AS dedup_key
+                           FROM chosen AS x)
+                     UPDATE work_items AS w
                         SET status = 'queued', failures = 0, stalls = 0, finished_at = NULL, run_after = now(),
-                            cancel_requested_at = NULL, lease_expires_at = NULL,
-                            dedup_key = {REQUEUE_DEDUP_KEY}
-                      WHERE w.status = ANY($1) AND ($2::text IS NULL OR w.kind = $2)
-                        AND ($3::uuid IS NULL OR w.storage_config_id = $3)
-                        AND ($4::uuid[] IS NULL OR w.id = ANY($4))
-                    RETURNING w.id"
-                ))
+                            cancel_requested_at = NULL, lease_expires_at = NULL, dedup_key = d.dedup_key
+                       FROM decided AS d
+                      WHERE w.id = d.id
+                    RETURNING w.id",
+                )
                 .bind::<Array<Text>, _>(statuses)
                 .bind::<Nullable<Text>, _>(filter.kind.map(WorkKind::as_str))
                 .bind::<Nullable<Uuid>, _>(filter.config.map(|c| c.as_uuid()))

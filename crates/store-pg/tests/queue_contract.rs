@@ -246,6 +246,49 @@ async fn a_paused_kind_is_passed_over_everywhere_without_hiding_other_work() {
     assert_eq!(status_of(&store, late).await, Status::Queued);
 }
 
+/// Retrying failed items that share a dedup key (a crawl failed in two schedule periods) requeues them all: the
+/// oldest keeps the key, the other drops it; with a queued holder of the key, both drop it.
+#[tokio::test]
+async fn retrying_failed_items_that_share_a_dedup_key_requeues_them_all() {
+    let (db, store) = setup().await;
+    let c = config(&store, "ann", "/c").await;
+    let key = |n: &str| {
+        NewWorkItem::new(WorkKind::Crawl, Scope::Config(c.id)).unwrap().with_dedup_key(DedupKey::new(n).unwrap())
+    };
+    let mut failed = Vec::new();
+    for _ in 0..2 {
+        failed.push(store.enqueue(&key("crawl:c")).await.unwrap().item.id);
+        let claimed = store.claim(&all_kinds("w1")).await.unwrap().unwrap();
+        let failure = Failure { error: "share down".into(), retryable: false, retry_delay: Duration::ZERO };
+        assert_eq!(store.fail(claimed.fence, &failure).await.unwrap(), FailOutcome::Failed);
+    }
+    let filter = almanac_store_pg::ItemFilter { status: Some(Status::Failed), ..Default::default() };
+    let retried = store.retry_items(&filter, None).await.unwrap();
+    assert_eq!(HashSet::<_>::from_iter(retried.clone()), HashSet::from_iter(failed.clone()));
+    let keys: Vec<Option<String>> = futures_util::future::join_all(failed.iter().map(|id| store.get(*id)))
+        .await
+        .into_iter()
+        .map(|i| i.unwrap().unwrap().dedup_key)
+        .collect();
+    assert_eq!(keys, [Some("crawl:c".to_owned()), None], "the oldest keeps the key");
+
+    // Failed again, and a queued holder of the key meanwhile: both come back without it.
+    for _ in 0..2 {
+        let claimed = store.claim(&all_kinds("w1")).await.unwrap().unwrap();
+        let failure = Failure { error: "share down".into(), retryable: false, retry_delay: Duration::ZERO };
+        store.fail(claimed.fence, &failure).await.unwrap();
+    }
+    let holder = store.enqueue(&key("crawl:c")).await.unwrap().item.id;
+    let retried = store.retry_items(&filter, None).await.unwrap();
+    assert_eq!(retried.len(), 2);
+    for id in &failed {
+        let item = store.get(*id).await.unwrap().unwrap();
+        assert_eq!((item.status, item.dedup_key), (Status::Queued, None));
+    }
+    assert_eq!(store.get(holder).await.unwrap().unwrap().dedup_key.as_deref(), Some("crawl:c"));
+    drop(db);
+}
+
 #[tokio::test]
 async fn enqueue_for_a_missing_config_is_rejected() {
     let (_db, store) = setup().await;

@@ -358,7 +358,12 @@ async fn admin(command: Command, settings: &Settings, url: &str, store: &PgStore
             // are removed, never followed). What cannot be deleted is left for the proxy sweep, and said.
             match std::fs::remove_dir_all(&proxies) {
                 Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => eprintln!(
+                    "almanac-worker: there is no {}: if the Workers use another storage.proxy_root, delete the \
+                     folder {} there (or let the proxy sweep do it)",
+                    proxies.display(),
+                    c.id
+                ),
                 Err(e) => eprintln!(
                     "almanac-worker: the catalogue is removed, but {} could not be deleted ({e}); the proxy sweep \
                      deletes such files later, or delete the folder by hand",
@@ -387,7 +392,7 @@ async fn admin(command: Command, settings: &Settings, url: &str, store: &PgStore
                 );
                 return Ok(ExitCode::from(2));
             }
-            if almanac_media::trees_overlap(&c.root_path, &settings.storage.proxy_root) {
+            if almanac_media::trees_overlap(&c.root_path, &roots::resolved(&settings.storage.proxy_root)) {
                 eprintln!(
                     "almanac-worker: storage config {} ({}) and the proxy root {} overlap: set storage.proxy_root \
                      outside every library first",
@@ -407,7 +412,22 @@ async fn admin(command: Command, settings: &Settings, url: &str, store: &PgStore
         }
         Command::Enqueue { kind, config, payload, dedup_key, wait } => {
             let kind = parse_kind(&kind)?;
-            let scope = Scope::from(config_id(store, config).await?);
+            let scope = match config {
+                Some(c) => {
+                    let c = store.find_storage_config(&config_key(&c)).await?;
+                    if !c.is_active {
+                        anyhow::bail!(
+                            "storage config {} ({}) is deactivated: its work is not claimed. Activate it first \
+                             (almanac-worker config activate {})",
+                            c.id,
+                            c.root_path.display(),
+                            c.id
+                        );
+                    }
+                    Scope::Config(c.id)
+                }
+                None => Scope::Unscoped,
+            };
             let mut item = NewWorkItem::new(kind, scope)?;
             if let Some(p) = payload {
                 item = item.with_payload(serde_json::from_str(&p).context("--payload must be JSON")?);
@@ -473,7 +493,8 @@ async fn admin(command: Command, settings: &Settings, url: &str, store: &PgStore
                 .collect::<Result<_, _>>()?;
             items.push(NewWorkItem::new(WorkKind::Crawl, Scope::Config(c.id))?);
             let enqueued = store.enqueue_many(&items).await?;
-            let crawl = enqueued.last().expect("the crawl").item.id;
+            let ids: Vec<WorkItemId> = enqueued.iter().map(|e| e.item.id).collect();
+            let crawl = *ids.last().expect("the crawl");
             println!(
                 "{} proxy deletion item(s) for {} assets, then crawl {crawl}, queued for {} ({})",
                 items.len() - 1,
@@ -482,7 +503,13 @@ async fn admin(command: Command, settings: &Settings, url: &str, store: &PgStore
                 c.root_path.display()
             );
             if wait {
-                return follow(store, crawl).await;
+                // Each deletion, then the crawl: the first that does not succeed is the outcome.
+                for id in ids {
+                    let code = follow(store, id).await?;
+                    if code != ExitCode::SUCCESS {
+                        return Ok(code);
+                    }
+                }
             }
         }
         Command::Pause { config, kind } => pause(store, config, kind, true).await?,
@@ -550,6 +577,10 @@ async fn pause(store: &PgStore, config: Option<String>, kind: Option<String>, pa
 /// `health`: `GET /readyz` on the Worker's own HTTP address (an unspecified address means this machine).
 fn health(settings: &Settings) -> ExitCode {
     use std::io::{Read, Write};
+    if !settings.http.enabled {
+        println!("not ready: http.enabled is false, so there is nothing to ask; enable it for health checks");
+        return ExitCode::FAILURE;
+    }
     let mut address = settings.http.address;
     if address.ip().is_unspecified() {
         address.set_ip(std::net::Ipv4Addr::LOCALHOST.into());

@@ -45,6 +45,10 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<ExitCode> {
         }
         let applied = almanac_store_pg::migrate(&url).await?;
         info!(event = "migrated", applied = ?applied, "applied pending migrations");
+        // A newer Worker may have migrated further meanwhile (it took the lock first): look again.
+        if let Some(code) = refuse_newer_schema(&schema_state(&url).await?) {
+            return Ok(code);
+        }
     }
     // Heartbeats and outcomes have connections of their own (one per slot, one to spare): nothing else can
     // take them, so no crawl or probe can delay a beat into a self-stop.

@@ -183,6 +183,12 @@ impl Settings {
     pub fn load_from(file: Option<&Path>, env: impl IntoIterator<Item = (String, String)>) -> Result<Self> {
         let mut builder = config::Config::builder()
             .add_source(config::Config::try_from(&Settings::default()).context("built-in defaults")?);
+        // A file that cannot be parsed is reported with the offending line: secrets in it are hidden first.
+        let file_text = file
+            .map(Path::to_path_buf)
+            .or_else(|| Path::new("almanac.toml").is_file().then(|| "almanac.toml".into()))
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .unwrap_or_default();
         match file {
             Some(path) => {
                 if !path.is_file() {
@@ -210,9 +216,9 @@ impl Settings {
         }
         let settings: Settings = builder
             .build()
-            .context("reading the configuration")?
+            .map_err(|e| anyhow::anyhow!("reading the configuration: {}", hide_secrets(&e.to_string(), &file_text)))?
             .try_deserialize()
-            .map_err(|e| anyhow::anyhow!("bad configuration: {e}"))?;
+            .map_err(|e| anyhow::anyhow!("bad configuration: {}", hide_secrets(&e.to_string(), &file_text)))?;
         settings.validate()?;
         Ok(settings)
     }
@@ -329,17 +335,48 @@ impl Settings {
     }
 }
 
+/// `message` with the value of every `url` or `*password*` line of the configuration file replaced by `***`
+/// (a parse error quotes the offending line, and that line may be the database URL).
+fn hide_secrets(message: &str, file_text: &str) -> String {
+    let mut shown = message.to_owned();
+    for line in file_text.lines() {
+        let Some((key, value)) = line.split_once('=') else { continue };
+        let key = key.trim().to_ascii_lowercase();
+        if !(key == "url" || key.contains("password")) {
+            continue;
+        }
+        let value = value.trim().trim_matches(|c| c == '"' || c == '\'');
+        if !value.is_empty() {
+            shown = shown.replace(value, "***");
+        }
+        // The line itself, however the parser quotes it.
+        let raw = line.trim();
+        if raw.len() > key.len() {
+            shown = shown.replace(raw, &format!("{key} = ***"));
+        }
+    }
+    shown
+}
+
 /// A connection string with every password hidden, in both forms PostgreSQL accepts: a URL
 /// (`postgres://user:secret@host/db?password=…`, the password in the user part or in any `…password` query
 /// parameter) and `key=value` pairs (`host=h password='se cret'`, quoted or not). What cannot be read is hidden
 /// whole: a secret is never shown because its string was malformed.
 pub fn mask_password(conn: &str) -> String {
     let trimmed = conn.trim_start();
-    if trimmed.starts_with("postgres://") || trimmed.starts_with("postgresql://") {
+    let mut shown = if trimmed.starts_with("postgres://") || trimmed.starts_with("postgresql://") {
         mask_url(conn)
     } else {
         mask_key_values(conn).unwrap_or_else(|| "<connection string hidden: it could not be read>".to_owned())
+    };
+    // Whatever the syntax (a `?` or `&` inside an unencoded password, say), the password the driver would use
+    // is hidden wherever it still stands, raw or as written.
+    if let Ok(config) = conn.parse::<tokio_postgres::Config>()
+        && let Some(password) = config.get_password().map(String::from_utf8_lossy).filter(|p| !p.is_empty())
+    {
+        shown = shown.replace(password.as_ref(), "***");
     }
+    shown
 }
 
 fn is_secret_key(key: &str) -> bool {
@@ -480,6 +517,18 @@ mod tests {
     }
 
     #[test]
+    fn a_configuration_file_that_cannot_be_parsed_is_reported_without_its_secrets() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("almanac.toml");
+        // `\d` is not a TOML escape: the parser quotes this very line.
+        std::fs::write(&file, "[database]\nurl = \"postgres://u:hun\\dter2@h/db\"\n").unwrap();
+        let err = Settings::load_from(Some(&file), env(&[])).unwrap_err();
+        let message = format!("{err:#}");
+        assert!(message.starts_with("reading the configuration"), "{message}");
+        assert!(!message.contains("hun") && !message.contains("dter2"), "{message}");
+    }
+
+    #[test]
     fn a_malformed_database_url_is_a_configuration_error_naming_the_setting_and_not_the_password() {
         for bad in [
             "postgres://u:hunter2@h:notaport/db",
@@ -568,6 +617,8 @@ mod tests {
             // Unencoded `@`, `:` and `/` in the password: the user part ends at the last `@`.
             ("postgres://u:p@ss:w/rd@h/db", "postgres://u:***@h/db"),
             ("postgres://u:p%40ss@h/db", "postgres://u:***@h/db"),
+            ("postgres://u:pa?ss@h/db", "postgres://u:***@h/db"),
+            ("postgres://u:pa?ss=1&x@h/db", "postgres://u:***@h/db"),
             ("postgres://u@h/db?password=secret&sslmode=require", "postgres://u@h/db?password=***&sslmode=require"),
             (
                 "postgres://u@h/db?sslmode=require&sslpassword=secret",
