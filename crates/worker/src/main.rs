@@ -392,13 +392,12 @@ async fn admin(command: Command, settings: &Settings, url: &str, store: &PgStore
                 );
                 return Ok(ExitCode::from(2));
             }
-            if almanac_media::trees_overlap(&c.root_path, &roots::resolved(&settings.storage.proxy_root)) {
+            let proxy_root = roots::resolved(&settings.storage.proxy_root);
+            if almanac_media::trees_overlap(&proxy_root, &c.root_path) {
                 eprintln!(
-                    "almanac-worker: storage config {} ({}) and the proxy root {} overlap: set storage.proxy_root \
-                     outside every library first",
-                    c.id,
-                    c.root_path.display(),
-                    settings.storage.proxy_root.display()
+                    "almanac-worker: {}; storage config {} stays deactivated",
+                    roots::overlap_message(&proxy_root, &c.root_path),
+                    c.id
                 );
                 return Ok(ExitCode::from(2));
             }
