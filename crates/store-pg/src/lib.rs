@@ -4,11 +4,13 @@
 //! **Architecture invariant:** all of the project's SQL lives in this crate. Database errors are mapped to the
 //! ports' errors in one place ([`error`]), by constraint or index name where the rules depend on it.
 //!
-//! Connects through diesel-async and tokio-postgres (no libpq). Migrations are embedded; run them with
+//! Connects through diesel-async and tokio-postgres (no libpq), with TLS by rustls as `sslmode` and
+//! `sslrootcert` in the connection string ask ([`ConnectTarget`]). Migrations are embedded; run them with
 //! [`migrate`].
 
 mod catalogue;
 mod catalogue_store;
+mod conninfo;
 mod error;
 mod fence;
 mod listener;
@@ -16,19 +18,22 @@ mod maintenance_store;
 mod migrations;
 mod prepared;
 mod queue;
+mod tls;
 
 use std::time::Duration;
 
 use diesel_async::AsyncPgConnection;
+use diesel_async::SimpleAsyncConnection;
 use diesel_async::pooled_connection::deadpool::{Object, Pool};
 use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
-use diesel_async::{AsyncConnection, SimpleAsyncConnection};
 
 pub use catalogue::{Memory, NewStorageConfig, RootOverlap};
+pub use conninfo::{ConnectTarget, mask_password};
 pub use error::StoreError;
 pub use listener::{WORK_CHANNEL, listen_for_work};
 pub use migrations::{SchemaState, migrate, pending_migrations, schema_state};
 pub use queue::{ItemFilter, QueueSummaryRow, claim_with, enqueue_in, request_cancel_in};
+pub use tls::SslMode;
 
 /// The PostgreSQL store: a pool of connections and the statements of the work queue and the catalogue.
 /// Cheap to clone; clones share the pools.
@@ -107,6 +112,27 @@ impl PgStore {
         Self::new(database_url, 10, Duration::from_secs(10))
     }
 
+    /// How this store's connections are protected, as the server sees one of them: the TLS version and cipher
+    /// (`TLSv1.3 TLS_AES_256_GCM_SHA384`), or `None` for a connection without TLS (a Unix socket, or
+    /// `sslmode=disable`/`prefer` against a server without TLS).
+    pub async fn tls_in_use(&self) -> Result<Option<String>, StoreError> {
+        #[derive(diesel::QueryableByName)]
+        struct Ssl {
+            #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+            described: Option<String>,
+        }
+        use diesel_async::RunQueryDsl;
+        let mut conn = self.conn().await?;
+        let row: Ssl = diesel::sql_query(
+            "SELECT CASE WHEN ssl THEN version || ' ' || cipher END AS described FROM pg_stat_ssl \
+             WHERE pid = pg_backend_pid()",
+        )
+        .get_result(&mut *conn)
+        .await
+        .map_err(error::from_diesel)?;
+        Ok(row.described)
+    }
+
     pub(crate) async fn conn(&self) -> Result<Conn, StoreError> {
         Ok(Conn(Some(self.pool.get().await.map_err(error::from_pool)?)))
     }
@@ -148,8 +174,7 @@ impl Drop for Conn {
 }
 
 /// A pool whose connections end transactions left idle longer than `idle` and, when given, statements running
-/// longer than `statement`, and whose TCP connections probe a silent peer after 30 s, every 10 s, three times
-/// (so a dead peer is noticed in about a minute rather than hours).
+/// longer than `statement`, each made as [`ConnectTarget`] says (TLS, keepalives).
 fn pool(
     database_url: &str,
     max_connections: usize,
@@ -161,12 +186,14 @@ fn pool(
     if let Some(statement) = statement {
         settings.push_str(&format!("; SET statement_timeout = {}", statement.as_millis().max(1)));
     }
+    let target = ConnectTarget::parse(database_url)?;
     let mut config = ManagerConfig::<AsyncPgConnection>::default();
-    config.custom_setup = Box::new(move |url| {
-        let url = with_keepalives(url);
+    config.custom_setup = Box::new(move |_url| {
+        let target = target.clone();
         let settings = settings.clone();
         Box::pin(async move {
-            let mut conn = AsyncPgConnection::establish(&url).await?;
+            let mut conn =
+                target.establish().await.map_err(|e| diesel::ConnectionError::BadConnection(e.to_string()))?;
             conn.batch_execute(&settings).await.map_err(diesel::ConnectionError::CouldntSetupConfiguration)?;
             Ok(conn)
         })
@@ -180,37 +207,4 @@ fn pool(
         .recycle_timeout(Some(acquire_timeout))
         .build()
         .map_err(|e| StoreError::Config(format!("building the connection pool: {e}")))
-}
-
-/// Adds TCP keepalive settings to a connection string that has none of its own (URL or key=value form).
-fn with_keepalives(url: &str) -> String {
-    const KEEPALIVES: [&str; 3] = ["keepalives_idle=30", "keepalives_interval=10", "keepalives_retries=3"];
-    if url.contains("keepalives") {
-        url.to_owned()
-    } else if url.contains("://") {
-        let separator = if url.contains('?') { "&" } else { "?" };
-        format!("{url}{separator}{}", KEEPALIVES.join("&"))
-    } else {
-        format!("{url} {}", KEEPALIVES.join(" "))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn keepalives_are_added_to_every_form_of_connection_string_once() {
-        let url = "postgres://u@h/db?keepalives_idle=30&keepalives_interval=10&keepalives_retries=3";
-        assert_eq!(with_keepalives("postgres://u@h/db"), url);
-        assert!(
-            with_keepalives("postgres://u@h/db?host=/s").starts_with("postgres://u@h/db?host=/s&keepalives_idle=30&")
-        );
-        let kv = "host=h dbname=d keepalives_idle=30 keepalives_interval=10 keepalives_retries=3";
-        assert_eq!(with_keepalives("host=h dbname=d"), kv);
-        for parsed in [url, kv] {
-            assert!(parsed.parse::<tokio_postgres::Config>().is_ok(), "{parsed}");
-        }
-        assert_eq!(with_keepalives("postgres://h/d?keepalives_idle=5"), "postgres://h/d?keepalives_idle=5");
-    }
 }

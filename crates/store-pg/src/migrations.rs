@@ -1,11 +1,11 @@
+use diesel::RunQueryDsl;
 use diesel::migration::MigrationSource;
 use diesel::pg::Pg;
-use diesel::{Connection, RunQueryDsl};
 use diesel_async::AsyncPgConnection;
 use diesel_async::async_connection_wrapper::AsyncConnectionWrapper;
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 
-use crate::StoreError;
+use crate::{ConnectTarget, StoreError};
 
 const MIGRATIONS: EmbeddedMigrations = embed_migrations!("../../migrations");
 
@@ -69,7 +69,7 @@ async fn with_harness<T: Send + 'static>(
     database_url: &str,
     run: impl FnOnce(&mut Harness) -> diesel::migration::Result<T> + Send + 'static,
 ) -> Result<T, StoreError> {
-    let url = database_url.to_owned();
+    let target = ConnectTarget::parse(database_url)?;
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::spawn(move || {
         let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build() {
@@ -80,8 +80,9 @@ async fn with_harness<T: Send + 'static>(
             }
         };
         let _context = runtime.enter();
-        let result = Harness::establish(&url)
-            .map_err(|e| StoreError::Unavailable(e.to_string()))
+        let result = runtime
+            .block_on(target.establish())
+            .map(Harness::from)
             .and_then(|mut conn| run(&mut conn).map_err(|e| StoreError::Migration(e.to_string())));
         let _ = tx.send(result);
     });

@@ -37,6 +37,10 @@ pub struct Cluster {
     dir: PathBuf,
     bindir: PathBuf,
     port: u16,
+    /// Also listen on 127.0.0.1 (at `port`).
+    tcp: bool,
+    /// Server settings beyond ours (`name`, `value` as postgresql.conf writes it).
+    settings: Vec<(String, String)>,
 }
 
 impl Cluster {
@@ -51,13 +55,42 @@ impl Cluster {
                 std::env::temp_dir().join(format!("almanac-pg-{:08x}", hasher.finish() as u32))
             }
         };
-        Ok(Self { dir, bindir: bindir()?, port: 5432 })
+        Ok(Self { dir, bindir: bindir()?, port: 5432, tcp: false, settings: Vec::new() })
     }
 
     /// A cluster of its own in `dir` (created by [`Cluster::ensure_running`]), for tests that stop and start
     /// their server (the fault suite) without disturbing the cluster every other test shares.
     pub fn at(dir: PathBuf) -> Result<Self, ClusterError> {
-        Ok(Self { dir, bindir: bindir()?, port: 5432 })
+        Ok(Self { dir, bindir: bindir()?, port: 5432, tcp: false, settings: Vec::new() })
+    }
+
+    /// This cluster also listens on 127.0.0.1 at `port` (which names its socket too): for tests of what only
+    /// TCP has (TLS). Set before [`Cluster::ensure_running`].
+    pub fn listening_on_tcp(mut self, port: u16) -> Self {
+        self.port = port;
+        self.tcp = true;
+        self
+    }
+
+    /// A server setting for [`Cluster::ensure_running`] to start with (`ssl`, `on`; a value is quoted here).
+    pub fn with_setting(mut self, name: &str, value: &str) -> Self {
+        self.settings.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Writes `contents` to `name` in the cluster's folder with `mode`, owned by the server's OS user when
+    /// running as root (a TLS key must belong to the server and be readable by it alone), and returns its path.
+    pub fn install_file(&self, name: &str, contents: &[u8], mode: u32) -> Result<PathBuf, ClusterError> {
+        use std::os::unix::fs::PermissionsExt;
+        fs::create_dir_all(&self.dir).map_err(|e| io_error("creating", &self.dir, e))?;
+        let path = self.dir.join(name);
+        fs::write(&path, contents).map_err(|e| io_error("writing", &path, e))?;
+        fs::set_permissions(&path, fs::Permissions::from_mode(mode)).map_err(|e| io_error("setting mode", &path, e))?;
+        if running_as_root() {
+            let uid = postgres_uid()?;
+            std::os::unix::fs::chown(&path, Some(uid), None).map_err(|e| io_error("handing to postgres", &path, e))?;
+        }
+        Ok(path)
     }
 
     /// The cluster's folder (data, socket, log).
@@ -117,12 +150,16 @@ impl Cluster {
             )?;
         }
         if !self.is_running(as_postgres) {
-            let options = format!(
-                "-c listen_addresses='' -c unix_socket_directories='{}' -c port={} -c max_connections=300 \
+            let mut options = format!(
+                "-c listen_addresses='{}' -c unix_socket_directories='{}' -c port={} -c max_connections=300 \
                  -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c shared_buffers=128MB",
+                if self.tcp { "127.0.0.1" } else { "" },
                 self.socket_dir().display(),
                 self.port
             );
+            for (name, value) in &self.settings {
+                options.push_str(&format!(" -c {name}='{}'", value.replace('\'', "''")));
+            }
             self.run(
                 as_postgres,
                 "pg_ctl",

@@ -237,7 +237,15 @@ fn main() -> ExitCode {
                         Some(almanac_domain::QueueError::Unavailable(_))
                     )
             });
-            ExitCode::from(if unavailable { 3 } else { 1 })
+            // A setting to fix (a refused TLS certificate, say) is a configuration error, as at load time.
+            let settings = e.chain().any(|c| matches!(c.downcast_ref::<StoreError>(), Some(StoreError::Config(_))));
+            ExitCode::from(if unavailable {
+                3
+            } else if settings {
+                2
+            } else {
+                1
+            })
         }
     }
 }

@@ -126,7 +126,12 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<ExitCode> {
     let scheduling = tokio::spawn(scheduler.run(stop.clone()));
     let shutdown = CancellationToken::new();
     tokio::spawn(signals(shutdown.clone()));
-    info!(event = "worker_starting", database = %mask_password(&url), served = ?served, "starting");
+    let tls = match store.tls_in_use().await {
+        Ok(Some(described)) => described,
+        Ok(None) => "none".to_owned(),
+        Err(e) => format!("unknown ({e})"),
+    };
+    info!(event = "worker_starting", database = %mask_password(&url), tls = %tls, served = ?served, "starting");
     let report = executor.run(shutdown).await;
     running.store(false, Ordering::Relaxed);
     stop.cancel();

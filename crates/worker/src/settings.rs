@@ -11,6 +11,8 @@ use almanac_executor::ExecutorConfig;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
+pub use almanac_store_pg::mask_password;
+
 /// Everything the Worker can be told.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -358,151 +360,13 @@ fn hide_secrets(message: &str, file_text: &str) -> String {
     shown
 }
 
-/// A connection string with every password hidden, in both forms PostgreSQL accepts: a URL
-/// (`postgres://user:secret@host/db?password=…`, the password in the user part or in any `…password` query
-/// parameter) and `key=value` pairs (`host=h password='se cret'`, quoted or not). What cannot be read is hidden
-/// whole: a secret is never shown because its string was malformed.
-pub fn mask_password(conn: &str) -> String {
-    let trimmed = conn.trim_start();
-    let mut shown = if trimmed.starts_with("postgres://") || trimmed.starts_with("postgresql://") {
-        mask_url(conn)
-    } else {
-        mask_key_values(conn).unwrap_or_else(|| "<connection string hidden: it could not be read>".to_owned())
-    };
-    // Whatever the syntax (a `?` or `&` inside an unencoded password, say), the password the driver would use
-    // is hidden wherever it still stands, raw or as written.
-    if let Ok(config) = conn.parse::<tokio_postgres::Config>()
-        && let Some(password) = config.get_password().map(String::from_utf8_lossy).filter(|p| !p.is_empty())
-    {
-        shown = shown.replace(password.as_ref(), "***");
-    }
-    shown
-}
-
-fn is_secret_key(key: &str) -> bool {
-    key.to_ascii_lowercase().contains("password")
-}
-
-fn mask_url(url: &str) -> String {
-    let scheme_end = url.find("://").map_or(0, |i| i + 3);
-    let (before_query, query) = match url[scheme_end..].find('?') {
-        Some(q) => (&url[..scheme_end + q], Some(&url[scheme_end + q + 1..])),
-        None => (url, None),
-    };
-    // The user part ends at the last `@` before the query: a password may hold `@`, `:` or `/` unencoded.
-    let mut out = match before_query[scheme_end..].rfind('@') {
-        Some(at) => {
-            let userinfo = &before_query[scheme_end..scheme_end + at];
-            match userinfo.find(':') {
-                Some(colon) => format!(
-                    "{}{}:***{}",
-                    &before_query[..scheme_end],
-                    &userinfo[..colon],
-                    &before_query[scheme_end + at..]
-                ),
-                None => before_query.to_owned(),
-            }
-        }
-        None => before_query.to_owned(),
-    };
-    if let Some(query) = query {
-        let params: Vec<String> = query
-            .split('&')
-            .map(|pair| match pair.split_once('=') {
-                Some((key, _)) if is_secret_key(key) || is_secret_key(&percent_decoded(key)) => format!("{key}=***"),
-                _ => pair.to_owned(),
-            })
-            .collect();
-        out.push('?');
-        out.push_str(&params.join("&"));
-    }
-    out
-}
-
-fn percent_decoded(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        match (bytes[i], bytes.get(i + 1).copied().and_then(hex), bytes.get(i + 2).copied().and_then(hex)) {
-            (b'%', Some(h), Some(l)) => {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-            }
-            (b, _, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// `key=value` pairs as libpq reads them (spaces around `=`, values quoted with `'` and `\` escapes, or bare
-/// with `\` escapes), the values of password keys replaced; `None` when the text is not such pairs.
-fn mask_key_values(s: &str) -> Option<String> {
-    let chars: Vec<char> = s.chars().collect();
-    let mut out = String::new();
-    let mut i = 0;
-    loop {
-        while i < chars.len() && chars[i].is_whitespace() {
-            out.push(chars[i]);
-            i += 1;
-        }
-        if i == chars.len() {
-            return Some(out);
-        }
-        let key_start = i;
-        while i < chars.len() && chars[i] != '=' && !chars[i].is_whitespace() {
-            i += 1;
-        }
-        let key: String = chars[key_start..i].iter().collect();
-        while i < chars.len() && chars[i].is_whitespace() {
-            i += 1;
-        }
-        if key.is_empty() || chars.get(i) != Some(&'=') {
-            return None;
-        }
-        i += 1;
-        while i < chars.len() && chars[i].is_whitespace() {
-            i += 1;
-        }
-        let value_start = i;
-        if chars.get(i) == Some(&'\'') {
-            i += 1;
-            loop {
-                match chars.get(i) {
-                    None => return None,
-                    Some('\\') => i += 2,
-                    Some('\'') => {
-                        i += 1;
-                        break;
-                    }
-                    Some(_) => i += 1,
-                }
-            }
-        } else {
-            while i < chars.len() && !chars[i].is_whitespace() {
-                i += if chars[i] == '\\' { 2 } else { 1 };
-            }
-        }
-        let i_end = i.min(chars.len());
-        let value: String = chars[value_start..i_end].iter().collect();
-        out.push_str(&key);
-        out.push('=');
-        out.push_str(if is_secret_key(&key) { "***" } else { &value });
-        i = i_end;
-    }
-}
-
 /// Refuses a `database.url` the driver cannot read (either form), naming the setting and never the secret.
 fn check_database_url(url: &str) -> Result<()> {
-    url.parse::<tokio_postgres::Config>().map(|_| ()).map_err(|e| {
+    almanac_store_pg::ConnectTarget::parse(url).map(|_| ()).map_err(|e| {
         anyhow::anyhow!(
-            "database.url: {} cannot be read as a PostgreSQL connection URL or key=value string ({e}). Give it as \
-             postgres://USER@HOST:5432/DATABASE (a password as postgres://USER:PASSWORD@…, special characters \
-             percent-encoded) or as host=HOST dbname=DATABASE user=USER",
+            "database.url: {} cannot be used ({e}). Give it as postgres://USER@HOST:5432/DATABASE (a password as \
+             postgres://USER:PASSWORD@…, special characters percent-encoded) or as host=HOST dbname=DATABASE \
+             user=USER; TLS with sslmode=disable|prefer|require|verify-ca|verify-full and sslrootcert=FILE|system",
             mask_password(url)
         )
     })
@@ -608,44 +472,7 @@ mod tests {
     }
 
     #[test]
-    fn passwords_are_masked_in_every_form_postgresql_accepts() {
-        let cases = [
-            ("postgres://u:secret@h:5432/db", "postgres://u:***@h:5432/db"),
-            ("postgresql://u:secret@h/db", "postgresql://u:***@h/db"),
-            ("postgres://u@h/db", "postgres://u@h/db"),
-            ("postgres://h/db", "postgres://h/db"),
-            // Unencoded `@`, `:` and `/` in the password: the user part ends at the last `@`.
-            ("postgres://u:p@ss:w/rd@h/db", "postgres://u:***@h/db"),
-            ("postgres://u:p%40ss@h/db", "postgres://u:***@h/db"),
-            ("postgres://u:pa?ss@h/db", "postgres://u:***@h/db"),
-            ("postgres://u:pa?ss=1&x@h/db", "postgres://u:***@h/db"),
-            ("postgres://u@h/db?password=secret&sslmode=require", "postgres://u@h/db?password=***&sslmode=require"),
-            (
-                "postgres://u@h/db?sslmode=require&sslpassword=secret",
-                "postgres://u@h/db?sslmode=require&sslpassword=***",
-            ),
-            ("postgres://u@h/db?pass%77ord=secret", "postgres://u@h/db?pass%77ord=***"),
-            ("postgres://u:secret@h1:5432,h2:5433/db", "postgres://u:***@h1:5432,h2:5433/db"),
-            ("postgres://u:secret@[::1]:5432/db", "postgres://u:***@[::1]:5432/db"),
-            ("postgres://u:secret@%2Fvar%2Frun%2Fpostgresql/db", "postgres://u:***@%2Fvar%2Frun%2Fpostgresql/db"),
-            (
-                "postgres:///db?host=/var/run/postgresql&password=secret",
-                "postgres:///db?host=/var/run/postgresql&password=***",
-            ),
-            ("host=h dbname=db user=u password=secret", "host=h dbname=db user=u password=***"),
-            ("host=h password = 'se cret' user=u", "host=h password=*** user=u"),
-            ("password='it\\'s' host=h", "password=*** host=h"),
-            ("password=se\\ cret host=h", "password=*** host=h"),
-            ("  host=/tmp   port=5432 ", "  host=/tmp   port=5432 "),
-        ];
-        for (given, shown) in cases {
-            assert_eq!(mask_password(given), shown, "{given}");
-        }
-        // Not readable as key=value pairs: hidden whole.
-        for unreadable in ["not a url", "host=h password='unterminated", "=secret"] {
-            let shown = mask_password(unreadable);
-            assert!(!shown.contains("secret") && !shown.contains("unterminated"), "{shown}");
-        }
+    fn the_effective_configuration_hides_the_password() {
         let s = Settings {
             database: Database { url: Some("postgres://u:pw@h/d".into()), ..Database::default() },
             ..Settings::default()

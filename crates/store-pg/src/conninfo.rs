@@ -1,0 +1,402 @@
+//! Connection strings, read in one place: both forms PostgreSQL accepts (a `postgres://` URL and `key=value`
+//! pairs), the TLS settings the driver does not read itself (`sslmode`'s verifying modes, `sslrootcert`) taken
+//! out and honoured by [`crate::tls`], and every password hidden before a string is shown.
+
+use std::ops::Range;
+use std::time::Duration;
+
+use crate::StoreError;
+use crate::tls::{SslMode, Tls};
+
+/// Where and how to connect: the driver's settings and the TLS policy, read once from a connection string.
+/// Every connection of ours (pools, the work listener, migrations) is made from one.
+#[derive(Clone)]
+pub struct ConnectTarget {
+    pub(crate) config: tokio_postgres::Config,
+    pub(crate) tls: Tls,
+}
+
+impl std::fmt::Debug for ConnectTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectTarget")
+            .field("hosts", &self.config.get_hosts())
+            .field("sslmode", &self.tls.mode())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ConnectTarget {
+    /// Reads `conn` (URL or `key=value` form). `sslmode` may be `disable`, `allow` (taken as `prefer`),
+    /// `prefer` (the default), `require`, `verify-ca` or `verify-full`; `sslrootcert` names a PEM file of
+    /// trusted roots, or `system` for the system's. Unknown options, malformed values and an unreadable
+    /// `sslrootcert` are errors ([`StoreError::Config`]); the message never holds the password.
+    pub fn parse(conn: &str) -> Result<Self, StoreError> {
+        let (rest, taken) = take_params(conn, &["sslmode", "sslrootcert"])
+            .ok_or_else(|| StoreError::Config("the connection string cannot be read".into()))?;
+        let mut config: tokio_postgres::Config = rest.parse().map_err(|e| StoreError::Config(format!("{e}")))?;
+        let mode = match taken.iter().rev().find(|(k, _)| k == "sslmode") {
+            Some((_, value)) => SslMode::parse(value)?,
+            None => SslMode::Prefer,
+        };
+        let rootcert = taken.iter().rev().find(|(k, _)| k == "sslrootcert").map(|(_, v)| v.as_str());
+        // As with libpq, a Unix socket never uses TLS (the server would refuse it there).
+        let only_sockets = config.get_hosts().iter().all(|h| matches!(h, tokio_postgres::config::Host::Unix(_)));
+        config.ssl_mode(if only_sockets { SslMode::Disable.driver_mode() } else { mode.driver_mode() });
+        // TCP keepalives, unless the string sets its own: a dead peer is noticed in about a minute, not hours.
+        if !conn.contains("keepalives") {
+            config
+                .keepalives(true)
+                .keepalives_idle(Duration::from_secs(30))
+                .keepalives_interval(Duration::from_secs(10))
+                .keepalives_retries(3);
+        }
+        Ok(Self { config, tls: Tls::new(mode, rootcert)? })
+    }
+
+    /// How this target uses TLS.
+    pub fn ssl_mode(&self) -> SslMode {
+        self.tls.mode()
+    }
+}
+
+/// A connection string with every password hidden, in both forms PostgreSQL accepts: a URL
+/// (`postgres://user:secret@host/db?password=…`, the password in the user part or in any `…password` query
+/// parameter) and `key=value` pairs (`host=h password='se cret'`, quoted or not). What cannot be read is hidden
+/// whole: a secret is never shown because its string was malformed.
+pub fn mask_password(conn: &str) -> String {
+    let mut shown = if is_url(conn) {
+        mask_url(conn)
+    } else {
+        mask_key_values(conn).unwrap_or_else(|| "<connection string hidden: it could not be read>".to_owned())
+    };
+    // Whatever the syntax (a `?` or `&` inside an unencoded password, say), the password the driver would use
+    // is hidden wherever it still stands, raw or as written.
+    let driver_config = take_params(conn, &["sslmode", "sslrootcert"])
+        .and_then(|(rest, _)| rest.parse::<tokio_postgres::Config>().ok());
+    if let Some(config) = driver_config
+        && let Some(password) = config.get_password().map(String::from_utf8_lossy).filter(|p| !p.is_empty())
+    {
+        shown = shown.replace(password.as_ref(), "***");
+    }
+    shown
+}
+
+fn is_url(conn: &str) -> bool {
+    let trimmed = conn.trim_start();
+    trimmed.starts_with("postgres://") || trimmed.starts_with("postgresql://")
+}
+
+fn is_secret_key(key: &str) -> bool {
+    key.to_ascii_lowercase().contains("password")
+}
+
+/// `conn` without the parameters named in `keys`, and their (decoded) values in the order written; `None`
+/// when `conn` is neither a URL nor readable `key=value` pairs.
+fn take_params(conn: &str, keys: &[&str]) -> Option<(String, Vec<(String, String)>)> {
+    let mut taken = Vec::new();
+    if is_url(conn) {
+        let Some(q) = url_parts(conn).query else { return Some((conn.to_owned(), taken)) };
+        let (base, query) = (&conn[..q], &conn[q + 1..]);
+        let mut kept = Vec::new();
+        for pair in query.split('&') {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let key = percent_decoded(key);
+            if keys.contains(&key.as_str()) {
+                taken.push((key, percent_decoded(value)));
+            } else {
+                kept.push(pair);
+            }
+        }
+        let rest = if kept.is_empty() { base.to_owned() } else { format!("{base}?{}", kept.join("&")) };
+        return Some((rest, taken));
+    }
+    let chars: Vec<char> = conn.chars().collect();
+    let mut rest = String::new();
+    let mut at = 0;
+    for pair in key_value_pairs(&chars)? {
+        if keys.contains(&pair.key.as_str()) {
+            rest.extend(&chars[at..pair.span.start]);
+            at = pair.span.end;
+            taken.push((pair.key, pair.value));
+        }
+    }
+    rest.extend(&chars[at..]);
+    Some((rest, taken))
+}
+
+/// Where a URL's parts start, as far as hiding a password needs: the user part (`user:password`), and the
+/// query. A password may hold `@`, `:`, `/` and `?` unencoded; a host name cannot.
+struct UrlParts {
+    /// After `scheme://`.
+    authority: usize,
+    /// The `@` that ends the user part, if there is one.
+    at: Option<usize>,
+    /// The `?` that starts the query, if there is one.
+    query: Option<usize>,
+}
+
+fn url_parts(url: &str) -> UrlParts {
+    let authority = url.find("://").map_or(0, |i| i + 3);
+    let rest = &url[authority..];
+    let first_q = rest.find('?');
+    let at = match first_q {
+        // The user part ends at the last `@` before the query.
+        Some(q) if rest[..q].contains('@') => rest[..q].rfind('@'),
+        None => rest.rfind('@'),
+        // A `?` before any `@`: in a path it starts the query; in the authority (no `/` before it) it is
+        // part of a password, which ends at the last `@` before the next `?`.
+        Some(q) if rest[..q].contains('/') => None,
+        Some(q) => rest[q..].find('@').map(|first| {
+            let after = q + first;
+            let end = rest[after..].find('?').map_or(rest.len(), |n| after + n);
+            rest[..end].rfind('@').unwrap_or(after)
+        }),
+    };
+    let query = rest[at.map_or(0, |a| a + 1)..].find('?').map(|q| authority + at.map_or(0, |a| a + 1) + q);
+    UrlParts { authority, at: at.map(|a| authority + a), query }
+}
+
+fn mask_url(url: &str) -> String {
+    let UrlParts { authority, at, query } = url_parts(url);
+    let before_query = &url[..query.unwrap_or(url.len())];
+    let query = query.map(|q| &url[q + 1..]);
+    let mut out = match at {
+        Some(at) => {
+            let userinfo = &url[authority..at];
+            match userinfo.find(':') {
+                Some(colon) => format!("{}{}:***{}", &url[..authority], &userinfo[..colon], &before_query[at..]),
+                None => before_query.to_owned(),
+            }
+        }
+        None => before_query.to_owned(),
+    };
+    if let Some(query) = query {
+        let params: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((key, _)) if is_secret_key(key) || is_secret_key(&percent_decoded(key)) => format!("{key}=***"),
+                _ => pair.to_owned(),
+            })
+            .collect();
+        out.push('?');
+        out.push_str(&params.join("&"));
+    }
+    out
+}
+
+fn percent_decoded(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (bytes[i], bytes.get(i + 1).copied().and_then(hex), bytes.get(i + 2).copied().and_then(hex)) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// One `key=value` pair of a connection string.
+struct Pair {
+    key: String,
+    /// The value as written (quotes and escapes included).
+    written: String,
+    /// The value as libpq reads it.
+    value: String,
+    /// Where the pair stands, in characters, from its key to the end of its value.
+    span: Range<usize>,
+}
+
+/// `key=value` pairs as libpq reads them (spaces around `=`, values quoted with `'` and `\` escapes, or bare
+/// with `\` escapes); `None` when the text is not such pairs.
+fn key_value_pairs(chars: &[char]) -> Option<Vec<Pair>> {
+    let mut pairs = Vec::new();
+    let mut i = 0;
+    let skip_spaces = |i: &mut usize| {
+        while *i < chars.len() && chars[*i].is_whitespace() {
+            *i += 1;
+        }
+    };
+    loop {
+        skip_spaces(&mut i);
+        if i == chars.len() {
+            return Some(pairs);
+        }
+        let key_start = i;
+        while i < chars.len() && chars[i] != '=' && !chars[i].is_whitespace() {
+            i += 1;
+        }
+        let key: String = chars[key_start..i].iter().collect();
+        skip_spaces(&mut i);
+        if key.is_empty() || chars.get(i) != Some(&'=') {
+            return None;
+        }
+        i += 1;
+        skip_spaces(&mut i);
+        let value_start = i;
+        let mut value = String::new();
+        if chars.get(i) == Some(&'\'') {
+            i += 1;
+            loop {
+                match chars.get(i) {
+                    None => return None,
+                    Some('\\') => {
+                        value.extend(chars.get(i + 1));
+                        i += 2;
+                    }
+                    Some('\'') => {
+                        i += 1;
+                        break;
+                    }
+                    Some(c) => {
+                        value.push(*c);
+                        i += 1;
+                    }
+                }
+            }
+        } else {
+            while i < chars.len() && !chars[i].is_whitespace() {
+                if chars[i] == '\\' {
+                    value.extend(chars.get(i + 1));
+                    i += 2;
+                } else {
+                    value.push(chars[i]);
+                    i += 1;
+                }
+            }
+        }
+        let end = i.min(chars.len());
+        pairs.push(Pair { key, written: chars[value_start..end].iter().collect(), value, span: key_start..end });
+        i = end;
+    }
+}
+
+/// `key=value` pairs with the values of password keys replaced; `None` when the text is not such pairs.
+fn mask_key_values(s: &str) -> Option<String> {
+    let chars: Vec<char> = s.chars().collect();
+    let mut out = String::new();
+    let mut at = 0;
+    for pair in key_value_pairs(&chars)? {
+        out.extend(&chars[at..pair.span.start]);
+        out.push_str(&pair.key);
+        out.push('=');
+        out.push_str(if is_secret_key(&pair.key) { "***" } else { &pair.written });
+        at = pair.span.end;
+    }
+    out.extend(&chars[at..]);
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_masked_in_every_form_postgresql_accepts() {
+        let cases = [
+            ("postgres://u:secret@h:5432/db", "postgres://u:***@h:5432/db"),
+            ("postgresql://u:secret@h/db", "postgresql://u:***@h/db"),
+            ("postgres://u@h/db", "postgres://u@h/db"),
+            ("postgres://h/db", "postgres://h/db"),
+            // Unencoded `@`, `:` and `/` in the password: the user part ends at the last `@`.
+            ("postgres://u:p@ss:w/rd@h/db", "postgres://u:***@h/db"),
+            ("postgres://u:p%40ss@h/db", "postgres://u:***@h/db"),
+            ("postgres://u:pa?ss@h/db", "postgres://u:***@h/db"),
+            ("postgres://u:pa?ss@h/db?application_name=a", "postgres://u:***@h/db?application_name=a"),
+            // The driver reads what comes before an `@` as `user:password`, wherever the `@` stands: hidden.
+            ("postgres://h:5432/db?application_name=x@y", "postgres://h:***@y"),
+            ("postgres://h/db?application_name=x@y", "postgres://h/db?application_name=x@y"),
+            ("postgres://u:se@cret@h/db?application_name=x@y", "postgres://u:***@h/db?application_name=x@y"),
+            ("postgres://u:pa?ss=1&x@h/db", "postgres://u:***@h/db"),
+            ("postgres://u@h/db?password=secret&sslmode=require", "postgres://u@h/db?password=***&sslmode=require"),
+            (
+                "postgres://u@h/db?sslmode=require&sslpassword=secret",
+                "postgres://u@h/db?sslmode=require&sslpassword=***",
+            ),
+            ("postgres://u@h/db?pass%77ord=secret", "postgres://u@h/db?pass%77ord=***"),
+            ("postgres://u:secret@h1:5432,h2:5433/db", "postgres://u:***@h1:5432,h2:5433/db"),
+            ("postgres://u:secret@[::1]:5432/db", "postgres://u:***@[::1]:5432/db"),
+            ("postgres://u:secret@%2Fvar%2Frun%2Fpostgresql/db", "postgres://u:***@%2Fvar%2Frun%2Fpostgresql/db"),
+            (
+                "postgres:///db?host=/var/run/postgresql&password=secret",
+                "postgres:///db?host=/var/run/postgresql&password=***",
+            ),
+            // The driver does not read `sslrootcert` or the verifying modes; the password is still found.
+            (
+                "postgres://u:pa?ss@h/db?sslmode=verify-full&sslrootcert=/etc/ca.pem",
+                "postgres://u:***@h/db?sslmode=verify-full&sslrootcert=/etc/ca.pem",
+            ),
+            ("host=h dbname=db user=u password=secret", "host=h dbname=db user=u password=***"),
+            ("host=h password = 'se cret' user=u", "host=h password=*** user=u"),
+            ("password='it\\'s' host=h", "password=*** host=h"),
+            ("password=se\\ cret host=h", "password=*** host=h"),
+            ("  host=/tmp   port=5432 ", "  host=/tmp   port=5432 "),
+            ("host=h sslrootcert='/a b.pem' password=x", "host=h sslrootcert='/a b.pem' password=***"),
+        ];
+        for (given, shown) in cases {
+            assert_eq!(mask_password(given), shown, "{given}");
+        }
+        // Not readable as key=value pairs: hidden whole.
+        for unreadable in ["not a url", "host=h password='unterminated", "=secret"] {
+            let shown = mask_password(unreadable);
+            assert!(!shown.contains("secret") && !shown.contains("unterminated"), "{shown}");
+        }
+    }
+
+    #[test]
+    fn tls_settings_are_taken_out_of_both_forms_and_decoded() {
+        let keys = ["sslmode", "sslrootcert"];
+        let (rest, taken) =
+            take_params("postgres://u@h/db?sslmode=verify-full&port=5433&sslrootcert=%2Fetc%2Fca%20x.pem", &keys)
+                .unwrap();
+        assert_eq!(rest, "postgres://u@h/db?port=5433");
+        assert_eq!(taken, [("sslmode".into(), "verify-full".into()), ("sslrootcert".into(), "/etc/ca x.pem".into())]);
+        let (rest, _) = take_params("postgres://u@h/db?sslmode=require", &keys).unwrap();
+        assert_eq!(rest, "postgres://u@h/db");
+        let (rest, taken) =
+            take_params("host=h sslrootcert = '/etc/my ca.pem' dbname=d sslmode=verify-ca", &keys).unwrap();
+        assert_eq!(rest.split_whitespace().collect::<Vec<_>>(), ["host=h", "dbname=d"]);
+        assert_eq!(taken[0], ("sslrootcert".into(), "/etc/my ca.pem".into()));
+        assert_eq!(taken[1], ("sslmode".into(), "verify-ca".into()));
+        assert!(take_params("host='open", &keys).is_none());
+    }
+
+    #[test]
+    fn every_sslmode_postgresql_names_is_read_and_others_are_refused() {
+        for (given, mode) in [
+            ("", SslMode::Prefer),
+            ("?sslmode=disable", SslMode::Disable),
+            ("?sslmode=allow", SslMode::Prefer),
+            ("?sslmode=prefer", SslMode::Prefer),
+            ("?sslmode=require", SslMode::Require),
+            ("?sslmode=verify-ca&sslrootcert=system", SslMode::VerifyCa),
+            ("?sslmode=verify-full&sslrootcert=system", SslMode::VerifyFull),
+        ] {
+            let target = ConnectTarget::parse(&format!("postgres://u@h/db{given}")).unwrap();
+            assert_eq!(target.ssl_mode(), mode, "{given}");
+        }
+        let err = ConnectTarget::parse("postgres://u:hunter2@h/db?sslmode=verify").unwrap_err().to_string();
+        assert!(err.contains("sslmode") && err.contains("verify-full") && !err.contains("hunter2"), "{err}");
+        let err =
+            ConnectTarget::parse("host=h sslmode=verify-full sslrootcert=/nonexistent/ca.pem").unwrap_err().to_string();
+        assert!(err.contains("sslrootcert") && err.contains("/nonexistent/ca.pem"), "{err}");
+        assert!(ConnectTarget::parse("host=h sslcert=/x.pem").is_err(), "options we do not honour are refused");
+    }
+
+    #[test]
+    fn keepalives_are_set_unless_the_string_sets_its_own() {
+        let target = ConnectTarget::parse("postgres://u@h/db").unwrap();
+        assert_eq!(target.config.get_keepalives_idle(), Duration::from_secs(30));
+        assert_eq!(target.config.get_keepalives_retries(), Some(3));
+        let target = ConnectTarget::parse("host=h keepalives_idle=5").unwrap();
+        assert_eq!(target.config.get_keepalives_idle(), Duration::from_secs(5));
+    }
+}
