@@ -98,6 +98,12 @@ pub(crate) async fn run<Q: WorkQueue + 'static>(
             joined = &mut handler_task => break joined,
             (sent_at, answer) = async { beat.as_mut().expect("guarded").await }, if beat.is_some() => {
                 beat = None;
+                crate::metrics::heartbeat(sent_at, match &answer {
+                    Ok(Ok(Heartbeat::Renewed { .. })) => "renewed",
+                    Ok(Ok(Heartbeat::Lost)) => "lost",
+                    Ok(Err(_)) => "error",
+                    Err(_) => "timeout",
+                });
                 match answer {
                     Ok(Ok(Heartbeat::Renewed { cancel_requested })) => {
                         if may_write {

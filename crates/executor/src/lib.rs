@@ -9,6 +9,7 @@
 mod attempt;
 mod config;
 mod handler;
+pub mod metrics;
 mod worker;
 
 pub use config::{ConfigError, ExecutorConfig};

@@ -81,7 +81,15 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
                     let (queue, request, wait) = (self.queue.clone(), request.clone(), self.config.heartbeat_interval);
                     claims.spawn(async move {
                         let sent_at = Instant::now();
-                        (sent_at, timeout(wait, queue.claim(&request)).await)
+                        let answer = timeout(wait, queue.claim(&request)).await;
+                        let outcome = match &answer {
+                            Ok(Ok(Some(_))) => "claimed",
+                            Ok(Ok(None)) => "empty",
+                            Ok(Err(_)) => "error",
+                            Err(_) => "timeout",
+                        };
+                        crate::metrics::claim(sent_at, outcome);
+                        (sent_at, answer)
                     });
                 }
             }

@@ -1,48 +1,86 @@
-//! Logs (human or JSON) and the event counters behind `/metrics`: every log event with an `event` field
-//! (`claimed`, `self_stopped`, `lease_recovered`, …) is counted, so metrics and logs never disagree.
+//! Logs (human or JSON) and the metrics behind `/metrics`.
+//!
+//! Every log event with an `event` field (`claimed`, `self_stopped`, `lease_recovered`, …) is counted, so metrics
+//! and logs never disagree about names; the counting layer has a filter of its own (events with an `event`
+//! field, at any level), so `log.level` and `log.format` change what is printed, never what is counted. Outcome
+//! events with a `kind` and `duration_ms` fill the item duration histogram; `crawl_finished` adds to the crawl
+//! totals. The executor measures claim and heartbeat latency itself ([`almanac_executor::metrics`]); the
+//! process's CPU, memory and open files come from `metrics-process`. Everything goes through the `metrics`
+//! facade to one Prometheus recorder.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
-
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 use tracing::field::{Field, Visit};
+use tracing_subscriber::filter::{EnvFilter, FilterFn};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
-use tracing_subscriber::{EnvFilter, Registry};
+use tracing_subscriber::{Registry, fmt};
 
 use crate::settings::{Log, LogFormat};
+
+/// Counter: log events by their `event` field.
+pub const EVENTS: &str = "almanac_events_total";
+/// Histogram: seconds from claim to outcome, by kind and outcome.
+pub const ITEM_SECONDS: &str = "almanac_item_duration_seconds";
+/// Counter: files of finished crawls, by what became of them.
+pub const CRAWL_FILES: &str = "almanac_crawl_files_total";
+/// Counter: bytes hashed by finished crawls.
+pub const CRAWL_BYTES: &str = "almanac_crawl_hashed_bytes_total";
+/// Gauge: work items by kind and status.
+pub const WORK_ITEMS: &str = "almanac_work_items";
+/// Gauge: whether the database answered the scrape.
+pub const DATABASE_UP: &str = "almanac_database_up";
 
 /// Upper bounds (seconds) of the item duration histogram buckets.
 pub const DURATION_BUCKETS: [f64; 10] = [0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0, 3600.0];
 
-/// One histogram: counts per bucket (cumulative when written out), sum and count.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Histogram {
-    pub buckets: [u64; DURATION_BUCKETS.len()],
-    pub sum_seconds: f64,
-    pub count: u64,
+/// The crawl fields counted, and the label (or family) each goes to.
+const CRAWL_FIELDS: [(&str, Option<&str>); 4] = [
+    ("files_found", Some("found")),
+    ("files_ingested", Some("ingested")),
+    ("files_failed", Some("failed")),
+    ("bytes_hashed", None),
+];
+
+/// The recorder `/metrics` renders, with the buckets of every histogram.
+pub fn recorder() -> PrometheusRecorder {
+    let latency = &almanac_executor::metrics::LATENCY_BUCKETS;
+    let builder = PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Full(ITEM_SECONDS.into()), &DURATION_BUCKETS)
+        .and_then(|b| b.set_buckets_for_metric(Matcher::Full(almanac_executor::metrics::CLAIM_SECONDS.into()), latency))
+        .and_then(|b| {
+            b.set_buckets_for_metric(Matcher::Full(almanac_executor::metrics::HEARTBEAT_SECONDS.into()), latency)
+        })
+        .expect("the bucket lists are not empty");
+    builder.build_recorder()
 }
 
-/// What the metrics show, gathered from log events.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Observed {
-    /// Events by their `event` field.
-    pub events: BTreeMap<String, u64>,
-    /// Item durations by (kind, outcome event), from the outcome events' `duration_ms`.
-    pub durations: BTreeMap<(String, String), Histogram>,
-    /// Crawl totals: files found, ingested, failed, bytes hashed.
-    pub crawl: BTreeMap<&'static str, u64>,
+/// Installs [`recorder`] as the process's recorder and describes every family; the handle renders it.
+pub fn install_metrics() -> anyhow::Result<PrometheusHandle> {
+    let recorder = recorder();
+    let handle = recorder.handle();
+    metrics::set_global_recorder(recorder).map_err(|e| anyhow::anyhow!("installing the metrics recorder: {e}"))?;
+    describe();
+    Ok(handle)
 }
 
-/// Counts of log events by their `event` field, item duration histograms, and crawl totals.
-#[derive(Debug, Clone, Default)]
-pub struct EventCounts(Arc<Mutex<Observed>>);
-
-impl EventCounts {
-    /// A copy of what was observed.
-    pub fn snapshot(&self) -> Observed {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
+/// HELP text for every family of ours and the executor's (the process collector describes its own).
+pub fn describe() {
+    use metrics::Unit;
+    metrics::describe_counter!(
+        EVENTS,
+        "Worker events by name (claims, lost races, heartbeat failures, self-stops, recoveries, outcomes), counted whatever the log level."
+    );
+    metrics::describe_histogram!(ITEM_SECONDS, Unit::Seconds, "Time from claim to outcome, by kind and outcome.");
+    metrics::describe_counter!(CRAWL_FILES, "Files of finished crawls, by outcome (found, ingested, failed).");
+    metrics::describe_counter!(CRAWL_BYTES, Unit::Bytes, "Bytes hashed by finished crawls.");
+    metrics::describe_gauge!(WORK_ITEMS, "Work items in the queue by kind and status, as of the scrape.");
+    metrics::describe_gauge!(DATABASE_UP, "1 when the database answered the scrape, 0 when it did not.");
+    almanac_executor::metrics::describe();
 }
+
+/// The layer that turns log events into metrics.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EventMetrics;
 
 #[derive(Default)]
 struct Fields {
@@ -51,8 +89,6 @@ struct Fields {
     duration_ms: Option<u64>,
     crawl: Vec<(&'static str, u64)>,
 }
-
-const CRAWL_FIELDS: [&str; 4] = ["files_found", "files_ingested", "files_failed", "bytes_hashed"];
 
 impl Visit for Fields {
     fn record_str(&mut self, field: &Field, value: &str) {
@@ -66,10 +102,15 @@ impl Visit for Fields {
         match field.name() {
             "duration_ms" => self.duration_ms = Some(value),
             name => {
-                if let Some(known) = CRAWL_FIELDS.iter().find(|f| **f == name) {
+                if let Some((known, _)) = CRAWL_FIELDS.iter().find(|(f, _)| *f == name) {
                     self.crawl.push((known, value));
                 }
             }
+        }
+    }
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        if let Ok(value) = u64::try_from(value) {
+            self.record_u64(field, value);
         }
     }
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
@@ -82,91 +123,116 @@ impl Visit for Fields {
     }
 }
 
-impl Observed {
-    fn record(&mut self, fields: Fields) {
-        let Some(event) = fields.event else { return };
-        if let (Some(kind), Some(ms)) = (fields.kind, fields.duration_ms) {
-            let seconds = ms as f64 / 1000.0;
-            let h = self.durations.entry((kind, event.clone())).or_default();
-            if let Some(i) = DURATION_BUCKETS.iter().position(|le| seconds <= *le) {
-                h.buckets[i] += 1;
+impl Fields {
+    fn record(self) {
+        let Some(event) = self.event else { return };
+        if let (Some(kind), Some(ms)) = (self.kind, self.duration_ms) {
+            metrics::histogram!(ITEM_SECONDS, "kind" => kind, "outcome" => event.clone()).record(ms as f64 / 1000.0);
+        }
+        for (name, value) in self.crawl {
+            match CRAWL_FIELDS.iter().find(|(f, _)| *f == name).and_then(|(_, label)| *label) {
+                Some(outcome) => metrics::counter!(CRAWL_FILES, "outcome" => outcome).increment(value),
+                None => metrics::counter!(CRAWL_BYTES).increment(value),
             }
-            h.sum_seconds += seconds;
-            h.count += 1;
         }
-        for (name, value) in fields.crawl {
-            *self.crawl.entry(name).or_default() += value;
-        }
-        *self.events.entry(event).or_default() += 1;
+        metrics::counter!(EVENTS, "event" => event).increment(1);
     }
 }
 
-impl<S: tracing::Subscriber> Layer<S> for EventCounts {
+impl<S: tracing::Subscriber> Layer<S> for EventMetrics {
     fn on_event(&self, event: &tracing::Event<'_>, _ctx: Context<'_, S>) {
         let mut fields = Fields::default();
         event.record(&mut fields);
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).record(fields);
+        fields.record();
     }
 }
 
-/// Installs the global subscriber: the filter, the chosen format on stderr, and the counters.
-pub fn init(log: &Log) -> anyhow::Result<EventCounts> {
-    let counts = EventCounts::default();
+/// Only events that name themselves: decided once per call site, whatever the level.
+fn named_events() -> FilterFn {
+    FilterFn::new(|meta: &tracing::Metadata<'_>| meta.is_event() && meta.fields().field("event").is_some())
+}
+
+/// The subscriber: the counting layer with its own filter, and the chosen format on `writer` behind
+/// `log.level`.
+pub fn subscriber<W>(log: &Log, writer: W) -> anyhow::Result<impl tracing::Subscriber + Send + Sync>
+where
+    W: for<'w> fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
     let filter = EnvFilter::try_new(&log.level).map_err(|e| anyhow::anyhow!("log.level: {e}"))?;
-    let registry = Registry::default().with(counts.clone()).with(filter);
-    match log.format {
-        LogFormat::Human => registry
-            .with(
-                tracing_subscriber::fmt::layer()
-                    .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-                    .with_writer(std::io::stderr),
-            )
-            .try_init()?,
-        LogFormat::Json => registry
-            .with(
-                tracing_subscriber::fmt::layer()
-                    .json()
-                    .with_current_span(true)
-                    .with_span_list(false)
-                    .with_writer(std::io::stderr),
-            )
-            .try_init()?,
-    }
-    Ok(counts)
+    let printed: Box<dyn Layer<Registry> + Send + Sync> = match log.format {
+        LogFormat::Human => {
+            let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+            Box::new(fmt::layer().with_ansi(ansi).with_writer(writer).with_filter(filter))
+        }
+        LogFormat::Json => Box::new(
+            fmt::layer().json().with_current_span(true).with_span_list(false).with_writer(writer).with_filter(filter),
+        ),
+    };
+    Ok(Registry::default().with(printed).with(EventMetrics.with_filter(named_events())))
+}
+
+/// Installs the global subscriber, printing on stderr.
+pub fn init(log: &Log) -> anyhow::Result<()> {
+    subscriber(log, std::io::stderr)?.try_init()?;
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tracing::{debug, info, warn};
 
-    fn fields(event: &str, kind: Option<&str>, duration_ms: Option<u64>, crawl: Vec<(&'static str, u64)>) -> Fields {
-        Fields { event: Some(event.into()), kind: kind.map(Into::into), duration_ms, crawl }
+    /// Events emitted under a subscriber of `log`, rendered by a recorder of their own.
+    fn render(level: &str, emit: impl FnOnce()) -> String {
+        let recorder = recorder();
+        let handle = recorder.handle();
+        let log = Log { level: level.to_owned(), ..Log::default() };
+        let subscriber = subscriber(&log, std::io::sink).unwrap();
+        metrics::with_local_recorder(&recorder, || {
+            describe();
+            tracing::subscriber::with_default(subscriber, emit);
+        });
+        handle.render()
+    }
+
+    fn value(text: &str, series: &str) -> Option<f64> {
+        text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
     }
 
     #[test]
-    fn events_are_counted_and_outcomes_fill_duration_histograms() {
-        let mut o = Observed::default();
-        o.record(fields("claimed", None, None, vec![]));
-        o.record(fields("succeeded", Some("crawl"), Some(100), vec![]));
-        o.record(fields("succeeded", Some("crawl"), Some(2500), vec![]));
-        o.record(fields("succeeded", Some("crawl"), Some(7_200_000), vec![]));
-        o.record(Fields::default());
-        assert_eq!(o.events.get("claimed"), Some(&1));
-        assert_eq!(o.events.get("succeeded"), Some(&3));
-        let h = &o.durations[&("crawl".to_owned(), "succeeded".to_owned())];
-        assert_eq!(h.count, 3);
-        assert_eq!(h.buckets[0], 1, "0.1 s falls in the first bucket (le=0.1)");
-        assert_eq!(h.buckets[3], 1, "2.5 s in le=5");
-        assert_eq!(h.buckets.iter().sum::<u64>(), 2, "two hours is above every bucket (only +Inf)");
-        assert!((h.sum_seconds - 7202.6).abs() < 1e-9);
+    fn events_are_counted_whatever_the_log_level() {
+        for level in ["trace", "info", "warn", "error", "off"] {
+            let text = render(level, || {
+                debug!(event = "claimed", "claimed");
+                info!(event = "claimed", "claimed");
+                warn!(event = "heartbeat_failed", "heartbeat failed");
+                info!("an event without a name is not counted");
+            });
+            assert_eq!(value(&text, r#"almanac_events_total{event="claimed"}"#), Some(2.0), "{level}: {text}");
+            assert_eq!(value(&text, r#"almanac_events_total{event="heartbeat_failed"}"#), Some(1.0), "{level}");
+            assert!(text.contains("# HELP almanac_events_total "), "{text}");
+            assert!(text.contains("# TYPE almanac_events_total counter"), "{text}");
+        }
     }
 
     #[test]
-    fn crawl_totals_add_up() {
-        let mut o = Observed::default();
-        o.record(fields("crawl_finished", None, None, vec![("files_found", 10), ("bytes_hashed", 100)]));
-        o.record(fields("crawl_finished", None, None, vec![("files_found", 5)]));
-        assert_eq!(o.crawl.get("files_found"), Some(&15));
-        assert_eq!(o.crawl.get("bytes_hashed"), Some(&100));
+    fn outcomes_fill_duration_histograms_and_crawls_add_up() {
+        let text = render("warn", || {
+            info!(event = "succeeded", kind = "crawl", duration_ms = 100u64, "succeeded");
+            info!(event = "succeeded", kind = %"crawl", duration_ms = 2500u64, "succeeded");
+            info!(event = "succeeded", kind = "crawl", duration_ms = 7_200_000u64, "succeeded");
+            info!(event = "crawl_finished", files_found = 10u64, files_failed = 1u64, bytes_hashed = 100u64, "done");
+            info!(event = "crawl_finished", files_found = 5u64, "done");
+        });
+        let series =
+            |le: &str| format!(r#"almanac_item_duration_seconds_bucket{{kind="crawl",outcome="succeeded",le="{le}"}}"#);
+        assert_eq!(value(&text, &series("0.1")), Some(1.0), "{text}");
+        assert_eq!(value(&text, &series("5")), Some(2.0), "{text}");
+        assert_eq!(value(&text, &series("3600")), Some(2.0), "two hours is above every bucket: {text}");
+        assert_eq!(value(&text, &series("+Inf")), Some(3.0), "{text}");
+        assert!(text.contains("# TYPE almanac_item_duration_seconds histogram"), "{text}");
+        assert_eq!(value(&text, r#"almanac_crawl_files_total{outcome="found"}"#), Some(15.0), "{text}");
+        assert_eq!(value(&text, r#"almanac_crawl_files_total{outcome="failed"}"#), Some(1.0), "{text}");
+        assert_eq!(value(&text, "almanac_crawl_hashed_bytes_total"), Some(100.0), "{text}");
     }
 }

@@ -27,7 +27,8 @@ use crate::settings::{Settings, mask_password};
 const CONNECT_ATTEMPTS: u32 = 5;
 
 pub async fn run(settings: Settings, migrate: bool) -> Result<ExitCode> {
-    let counts = observe::init(&settings.log)?;
+    observe::init(&settings.log)?;
+    let metrics = observe::install_metrics()?;
     let url = settings.database_url()?.to_owned();
     let schema = schema_state(&url).await?;
     if let Some(code) = refuse_newer_schema(&schema) {
@@ -113,10 +114,26 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<ExitCode> {
         // Probes and metrics get a small budget of their own: a flood of scrapes cannot take the Worker's.
         let probes =
             PgStore::with_idle_transaction_limit(&url, 2, settings.database.connect_timeout, settings.queue.lease)?;
-        let health = Health { store: probes, counts, running: running.clone() };
+        let process = Arc::new(metrics_process::Collector::default());
+        process.describe();
+        let health = Health { store: probes, metrics: metrics.clone(), process, running: running.clone() };
         Some(tokio::spawn(http::serve(bound, health, stop.clone())))
     } else {
         None
+    };
+    // Histogram samples are drained into their buckets here as well as at each scrape: memory stays bounded
+    // when nothing scrapes.
+    let upkeep = {
+        let (metrics, stop) = (metrics.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    _ = every.tick() => metrics.run_upkeep(),
+                }
+            }
+        })
     };
     let scheduler = Scheduler::new(
         store.clone(),
@@ -137,6 +154,7 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<ExitCode> {
     stop.cancel();
     let _ = listener.await;
     let _ = scheduling.await;
+    let _ = upkeep.await;
     if let Some(h) = http {
         let _ = h.await;
     }

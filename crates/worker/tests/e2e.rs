@@ -110,7 +110,7 @@ impl Drop for Worker {
 
 fn http_get(port: u16, path: &str) -> String {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(stream, "GET {path} HTTP/1.1\r\nhost: localhost\r\n\r\n").unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n").unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).unwrap();
     response
@@ -126,6 +126,76 @@ fn events<'a>(lines: &'a [serde_json::Value], name: &str) -> Vec<&'a serde_json:
 
 fn timestamp(line: &serde_json::Value) -> chrono::DateTime<chrono::Utc> {
     line["timestamp"].as_str().unwrap().parse().unwrap()
+}
+
+/// Metrics do not depend on the log level: a Worker at `warn` logs none of its claims or outcomes, and its
+/// `/metrics` still counts them, measures its claims and heartbeats, shows the process, and passes
+/// `promtool check metrics` (HELP and TYPE on every family, names as Prometheus wants them).
+#[test]
+fn metrics_count_at_log_level_warn_and_pass_promtool() {
+    let s = setup(40);
+    s.cli(&["migrate"]);
+    let root = s.library.to_str().unwrap();
+    s.cli(&["config", "add", "--user", "ann", "--root", root]);
+    s.cli(&["enqueue", "crawl", "--config", root]);
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let address = format!("127.0.0.1:{port}");
+    let worker = s.worker(
+        "quiet",
+        s.db.url(),
+        &[
+            ("ALMANAC__HTTP__ENABLED", "true"),
+            ("ALMANAC__HTTP__ADDRESS", &address),
+            ("ALMANAC__LOG__LEVEL", "warn"),
+            ("ALMANAC__QUEUE__LEASE", "2s"),
+            ("ALMANAC__QUEUE__HEARTBEAT_INTERVAL", "200ms"),
+            ("ALMANAC__WORKER__MAX_CONCURRENT_FILES", "1"),
+        ],
+    );
+    s.wait_for(
+        "the crawl",
+        "SELECT 1 FROM work_items WHERE kind = 'crawl' AND status = 'succeeded'",
+        Duration::from_secs(120),
+    );
+    let response = http_get(port, "/metrics");
+    let (head, metrics) = response.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200") && head.contains("text/plain; version=0.0.4"), "{head}");
+    let number = |series: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {series} in\n{metrics}"))
+    };
+    assert!(number(r#"almanac_events_total{event="claimed"}"#) >= 1.0);
+    assert!(number(r#"almanac_events_total{event="succeeded"}"#) >= 1.0);
+    let crawls = number(r#"almanac_events_total{event="crawl_finished"}"#);
+    assert!(crawls >= 1.0);
+    // Every finished crawl (the scheduler may have run one more) found the library's 40 files.
+    assert_eq!(number(r#"almanac_crawl_files_total{outcome="found"}"#), 40.0 * crawls);
+    assert!(number("almanac_crawl_hashed_bytes_total") > 0.0);
+    assert!(number(r#"almanac_claim_duration_seconds_count{outcome="claimed"}"#) >= 1.0);
+    assert!(number(r#"almanac_heartbeat_duration_seconds_count{outcome="renewed"}"#) >= 1.0);
+    assert!(number(r#"almanac_item_duration_seconds_count{kind="crawl",outcome="succeeded"}"#) >= 1.0);
+    assert_eq!(number(r#"almanac_work_items{kind="purge",status="failed"}"#), 0.0, "zeros are shown");
+    assert_eq!(number("almanac_database_up"), 1.0);
+    assert!(number("process_resident_memory_bytes") > 1e6);
+    assert!(number("process_open_fds") >= 3.0);
+    assert!(metrics.contains("# TYPE process_cpu_seconds_total counter"), "{metrics}");
+    // Nothing of this was logged.
+    let (_, lines) = worker.terminate();
+    assert!(events(&lines, "claimed").is_empty() && events(&lines, "succeeded").is_empty());
+
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package prometheus; `cargo xtask deps` installs it)");
+    promtool.stdin.take().unwrap().write_all(metrics.as_bytes()).unwrap();
+    let out = promtool.wait_with_output().unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && said.trim().is_empty(), "promtool: {said}\n{metrics}");
 }
 
 #[test]
@@ -500,7 +570,7 @@ fn a_flood_of_probes_and_scrapes_never_starves_heartbeats() {
                 let path = if i % 2 == 0 { "/readyz" } else { "/metrics" };
                 while flooding.load(Ordering::SeqCst) {
                     if let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) {
-                        let _ = write!(stream, "GET {path} HTTP/1.1\r\nhost: localhost\r\n\r\n");
+                        let _ = write!(stream, "GET {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n");
                         let mut answer = String::new();
                         let _ = stream.read_to_string(&mut answer);
                         served.fetch_add(1, Ordering::Relaxed);
