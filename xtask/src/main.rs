@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 mod demo;
+mod dist;
 mod mutants;
 mod system;
 
@@ -59,6 +60,15 @@ enum Verb {
         /// Trials of each fault.
         #[arg(long, default_value_t = 20)]
         trials: usize,
+    },
+    /// Build the Debian package into target/debian/ (cargo-deb, installed when missing).
+    Dist {
+        /// Cargo profile: release for a package to ship, dev to check the packaging quickly.
+        #[arg(long, default_value = "release")]
+        profile: String,
+        /// Then install it on this machine (root, Debian), check what it installed, and purge it again.
+        #[arg(long)]
+        check_install: bool,
     },
     /// Benchmarks (release build): JSON on stdout and in docs/benchmarks/<name>.json.
     Bench {
@@ -144,6 +154,12 @@ fn run(verb: Verb) -> Result<ExitCode> {
                 eprintln!("recorded in {}", path.display());
             }
             return Ok(exit(output.status.success()));
+        }
+        Verb::Dist { profile, check_install } => {
+            let deb = dist::build(&workspace(), &cargo(), &profile)?;
+            if check_install {
+                dist::check_install(&deb)?;
+            }
         }
         Verb::Deps => system::ensure(&[])?,
         Verb::Demo => {
@@ -258,6 +274,13 @@ mod cli_tests {
         }
         let help = parse(&["mutants-changed", "--help"]).err().expect("help stops the parse");
         assert_eq!(help.kind(), clap::error::ErrorKind::DisplayHelp, "help is not an error (exit 0)");
+        match parse(&["dist", "--profile", "dev", "--check-install"]).unwrap().verb {
+            Verb::Dist { profile, check_install } => assert!(profile == "dev" && check_install),
+            _ => panic!("dist"),
+        }
+        assert!(
+            matches!(parse(&["dist"]).unwrap().verb, Verb::Dist { profile, check_install: false } if profile == "release")
+        );
         assert!(parse(&["bench", "disk"]).is_err());
         assert!(parse(&["chaos", "--trials", "many"]).is_err());
     }

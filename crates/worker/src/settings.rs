@@ -413,6 +413,13 @@ mod tests {
     }
 
     #[test]
+    fn the_packaged_settings_file_is_accepted() {
+        let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/worker.toml");
+        let s = Settings::load_from(Some(&file), env(&[("DATABASE_URL", "postgres://u@h/db")])).unwrap();
+        assert_eq!(s.storage.proxy_root, Path::new("/var/lib/almanac/proxies"));
+    }
+
+    #[test]
     fn defaults_match_the_spec() {
         let s = Settings::load_from(None, env(&[])).unwrap();
         assert_eq!(s.queue.lease, Duration::from_secs(60));
