@@ -239,6 +239,16 @@ impl DedupKey {
         Ok(Self(key))
     }
 
+    /// The key under which one kind's work of one scope is queued once: `crawl:<config id>` for a config's
+    /// crawl, `proxy_sweep` for an unscoped kind. The scheduler, the operator's page and the web backend use
+    /// it, so a crawl asked for by hand joins a scheduled one already queued instead of running twice.
+    pub fn for_work(kind: WorkKind, scope: Scope) -> Self {
+        match scope {
+            Scope::Config(config) => Self(format!("{kind}:{config}")),
+            Scope::Unscoped => Self(kind.to_string()),
+        }
+    }
+
     /// The key.
     pub fn as_str(&self) -> &str {
         &self.0
@@ -442,6 +452,20 @@ pub struct WorkItem {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dedup_keys_for_work_name_the_kind_and_the_config() {
+        let config = StorageConfigId::from_uuid(uuid::Uuid::nil());
+        assert_eq!(
+            DedupKey::for_work(WorkKind::Crawl, Scope::Config(config)).as_str(),
+            "crawl:00000000-0000-0000-0000-000000000000"
+        );
+        assert_eq!(DedupKey::for_work(WorkKind::ProxySweep, Scope::Unscoped).as_str(), "proxy_sweep");
+        assert_ne!(
+            DedupKey::for_work(WorkKind::Purge, Scope::Config(config)),
+            DedupKey::for_work(WorkKind::Crawl, Scope::Config(config))
+        );
+    }
 
     #[test]
     fn kinds_round_trip_through_their_stored_names() {

@@ -39,18 +39,16 @@ pub fn due(
 ) -> Vec<(String, NewWorkItem)> {
     let day = period(now, DAY);
     let crawl_period = period(now, settings.crawl_interval);
-    let item = |kind: WorkKind, scope: Scope, dedup: String| {
-        NewWorkItem::new(kind, scope)
-            .expect("kinds get their scopes")
-            .with_dedup_key(DedupKey::new(dedup).expect("a valid key"))
+    let item = |kind: WorkKind, scope: Scope| {
+        NewWorkItem::new(kind, scope).expect("kinds get their scopes").with_dedup_key(DedupKey::for_work(kind, scope))
     };
     let mut out = Vec::new();
     for c in configs {
-        out.push((format!("crawl:{c}:{crawl_period}"), item(WorkKind::Crawl, Scope::Config(*c), format!("crawl:{c}"))));
-        out.push((format!("purge:{c}:{day}"), item(WorkKind::Purge, Scope::Config(*c), format!("purge:{c}"))));
+        out.push((format!("crawl:{c}:{crawl_period}"), item(WorkKind::Crawl, Scope::Config(*c))));
+        out.push((format!("purge:{c}:{day}"), item(WorkKind::Purge, Scope::Config(*c))));
     }
     for kind in [WorkKind::ProxySweep, WorkKind::TokenCleanup, WorkKind::WorkItemRetention] {
-        out.push((format!("{kind}:{day}"), item(kind, Scope::Unscoped, kind.to_string())));
+        out.push((format!("{kind}:{day}"), item(kind, Scope::Unscoped)));
     }
     out
 }

@@ -36,7 +36,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // Enqueue a crawl; the dedup key makes a second click return the same queued item.
     let crawl = NewWorkItem::new(almanac_domain::WorkKind::Crawl, Scope::Config(config.id))?
-        .with_dedup_key(DedupKey::new(format!("crawl:{}", config.id))?);
+        .with_dedup_key(DedupKey::for_work(almanac_domain::WorkKind::Crawl, Scope::Config(config.id)));
     let first = store.enqueue(&crawl).await?;
     let again = store.enqueue(&crawl).await?;
     println!(

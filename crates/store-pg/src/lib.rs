@@ -16,6 +16,7 @@ mod fence;
 mod listener;
 mod maintenance_store;
 mod migrations;
+mod operator;
 mod prepared;
 mod queue;
 mod tls;
@@ -32,6 +33,7 @@ pub use conninfo::{ConnectTarget, mask_password};
 pub use error::StoreError;
 pub use listener::{WORK_CHANNEL, listen_for_work};
 pub use migrations::{SchemaState, migrate, pending_migrations, schema_state};
+pub use operator::{ConfigOverview, HourlyOutcome};
 pub use queue::{ItemFilter, QueueSummaryRow, claim_with, enqueue_in, request_cancel_in};
 pub use tls::SslMode;
 

@@ -1,5 +1,6 @@
 //! The Worker's HTTP server (axum): `/healthz` (the process answers), `/readyz` (the database answers and the
-//! claim loop runs) and `/metrics` (Prometheus text, HELP and TYPE on every family).
+//! claim loop runs), `/metrics` (Prometheus text, HELP and TYPE on every family), and the operator's page
+//! ([`crate::page`]) at `/`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -30,6 +31,8 @@ pub struct Health {
     pub process: Arc<metrics_process::Collector>,
     /// True while the executor's claim loop runs.
     pub running: Arc<AtomicBool>,
+    /// The operator's page.
+    pub page: Arc<crate::page::Page>,
 }
 
 /// Binds `address` (so a taken port fails at start, with the address in the error).
@@ -39,12 +42,14 @@ pub async fn bind(address: SocketAddr) -> anyhow::Result<TcpListener> {
 
 /// The routes.
 pub fn router(health: Health) -> Router {
+    let page = crate::page::router(health.page.clone());
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .fallback(|| async { (StatusCode::NOT_FOUND, "not found\n") })
         .with_state(health)
+        .merge(page)
+        .fallback(|| async { (StatusCode::NOT_FOUND, "not found\n") })
 }
 
 /// Serves until `stop`.

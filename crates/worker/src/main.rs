@@ -5,6 +5,8 @@
 
 mod http;
 mod observe;
+mod ops;
+mod page;
 mod roots;
 mod run;
 mod settings;
@@ -12,13 +14,12 @@ mod settings;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use almanac_domain::{
-    CancelOutcome, DedupKey, NewWorkItem, ProgressEstimate, Scope, Status, WorkItemId, WorkKind, WorkQueue,
-};
+use almanac_domain::{DedupKey, NewWorkItem, ProgressEstimate, Scope, Status, WorkItemId, WorkKind, WorkQueue};
 use almanac_store_pg::{ItemFilter, NewStorageConfig, PgStore, StoreError};
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 
+use crate::ops::{PauseTarget, config_id, config_key, parse_item_id, parse_kind, parse_status, progress_text};
 use crate::settings::Settings;
 
 /// The Almanac Worker: crawls folders of originals, builds proxies, groups bursts and keeps the catalogue.
@@ -232,13 +233,17 @@ fn main() -> ExitCode {
             eprintln!("almanac-worker: {e:#}");
             let unavailable = e.chain().any(|c| {
                 matches!(c.downcast_ref::<StoreError>(), Some(StoreError::Unavailable(_)))
+                    || matches!(c.downcast_ref::<ops::OpError>(), Some(ops::OpError::Store(StoreError::Unavailable(_))))
                     || matches!(
                         c.downcast_ref::<almanac_domain::QueueError>(),
                         Some(almanac_domain::QueueError::Unavailable(_))
                     )
             });
             // A setting to fix (a refused TLS certificate, say) is a configuration error, as at load time.
-            let settings = e.chain().any(|c| matches!(c.downcast_ref::<StoreError>(), Some(StoreError::Config(_))));
+            let settings = e.chain().any(|c| {
+                matches!(c.downcast_ref::<StoreError>(), Some(StoreError::Config(_)))
+                    || matches!(c.downcast_ref::<ops::OpError>(), Some(ops::OpError::Store(StoreError::Config(_))))
+            });
             ExitCode::from(if unavailable {
                 3
             } else if settings {
@@ -269,14 +274,6 @@ async fn dispatch(command: Command, settings: Settings) -> Result<ExitCode> {
             let store = PgStore::new(&url, 2, settings.database.connect_timeout)?;
             admin(other, &settings, &url, &store).await
         }
-    }
-}
-
-/// A `--config` value: an id as given, or a root path resolved the way `config add` stored it.
-fn config_key(given: &str) -> String {
-    match std::fs::canonicalize(given) {
-        Ok(path) if given.starts_with('/') => path.display().to_string(),
-        _ => given.trim_end_matches('/').to_owned(),
     }
 }
 
@@ -420,19 +417,7 @@ async fn admin(command: Command, settings: &Settings, url: &str, store: &PgStore
         Command::Enqueue { kind, config, payload, dedup_key, wait } => {
             let kind = parse_kind(&kind)?;
             let scope = match config {
-                Some(c) => {
-                    let c = store.find_storage_config(&config_key(&c)).await?;
-                    if !c.is_active {
-                        anyhow::bail!(
-                            "storage config {} ({}) is deactivated: its work is not claimed. Activate it first \
-                             (almanac-worker config activate {})",
-                            c.id,
-                            c.root_path.display(),
-                            c.id
-                        );
-                    }
-                    Scope::Config(c.id)
-                }
+                Some(c) => Scope::Config(ops::active_config(store, &c).await?.id),
                 None => Scope::Unscoped,
             };
             let mut item = NewWorkItem::new(kind, scope)?;
@@ -450,12 +435,7 @@ async fn admin(command: Command, settings: &Settings, url: &str, store: &PgStore
         }
         Command::Cancel { id } => {
             let id: WorkItemId = id.parse().with_context(|| format!("{id:?} is not a work item id"))?;
-            match store.request_cancel(id).await? {
-                CancelOutcome::Cancelled => println!("cancelled {id}"),
-                CancelOutcome::Requested => println!("cancel requested for running item {id}"),
-                CancelOutcome::AlreadyFinished(s) => println!("{id} already finished ({s})"),
-                CancelOutcome::NotFound => anyhow::bail!("no work item {id}"),
-            }
+            println!("{}", ops::cancel_item(store, id).await?);
         }
         Command::Status { json } => status(store, settings, json).await?,
         Command::List { status, kind, config, limit } => {
@@ -519,17 +499,17 @@ async fn admin(command: Command, settings: &Settings, url: &str, store: &PgStore
                 }
             }
         }
-        Command::Pause { config, kind } => pause(store, config, kind, true).await?,
-        Command::Resume { config, kind } => pause(store, config, kind, false).await?,
+        Command::Pause { config, kind } => {
+            println!("{}", ops::set_paused(store, pause_target(config, kind)?, true).await?)
+        }
+        Command::Resume { config, kind } => {
+            println!("{}", ops::set_paused(store, pause_target(config, kind)?, false).await?)
+        }
         Command::Retry { id, failed, kind, config } => {
             let (filter, ids) = match (id, failed) {
                 (Some(id), _) => {
-                    let id = parse_item_id(&id)?;
-                    let item = store.get(id).await?.ok_or_else(|| anyhow::anyhow!("no work item {id}"))?;
-                    if !matches!(item.status, Status::Failed | Status::Cancelled) {
-                        anyhow::bail!("{id} is {}: only failed or cancelled items are retried", item.status);
-                    }
-                    (ItemFilter::default(), Some(vec![id]))
+                    println!("{}\n1 item(s) queued again", ops::retry_item(store, parse_item_id(&id)?).await?);
+                    return Ok(ExitCode::SUCCESS);
                 }
                 (None, true) => {
                     let filter = ItemFilter {
@@ -537,7 +517,7 @@ async fn admin(command: Command, settings: &Settings, url: &str, store: &PgStore
                         kind: kind.map(|k| parse_kind(&k)).transpose()?,
                         config: config_id(store, config).await?,
                     };
-                    (filter, None)
+                    (filter, None::<Vec<WorkItemId>>)
                 }
                 (None, false) => {
                     eprintln!("almanac-worker: retry needs an item id, or --failed");
@@ -557,28 +537,13 @@ async fn admin(command: Command, settings: &Settings, url: &str, store: &PgStore
     Ok(ExitCode::SUCCESS)
 }
 
-/// `pause` and `resume`, of a config or a kind.
-async fn pause(store: &PgStore, config: Option<String>, kind: Option<String>, pause: bool) -> Result<()> {
-    let (what, was) = match (config, kind) {
-        (Some(c), _) => {
-            let config = store.find_storage_config(&config_key(&c)).await?;
-            let was = store.set_config_paused(config.id, pause).await?;
-            (format!("storage config {} ({})", config.id, config.root_path.display()), was)
-        }
-        (None, Some(k)) => {
-            let kind = parse_kind(&k)?;
-            (format!("kind {kind}"), store.set_kind_paused(kind, pause).await?)
-        }
+/// What `pause` and `resume` name: a config or a kind.
+fn pause_target(config: Option<String>, kind: Option<String>) -> Result<PauseTarget> {
+    Ok(match (config, kind) {
+        (Some(c), _) => PauseTarget::Config(c),
+        (None, Some(k)) => PauseTarget::Kind(parse_kind(&k)?),
         (None, None) => anyhow::bail!("say what: --config ID|ROOT or --kind KIND"),
-    };
-    let how = match (pause, was) {
-        (true, false) => "paused: its queued work is not claimed until resumed (what runs finishes)",
-        (true, true) => "was paused already",
-        (false, true) => "resumed",
-        (false, false) => "was not paused",
-    };
-    println!("{what} {how}");
-    Ok(())
+    })
 }
 
 /// `health`: `GET /readyz` on the Worker's own HTTP address (an unspecified address means this machine).
@@ -614,41 +579,6 @@ fn health(settings: &Settings) -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// A running item's progress as people read it (`N of M files (P%), R/s, about T left`), or its raw JSON when
-/// it does not say how far it is, or `-`.
-fn progress_text(item: &almanac_domain::WorkItem) -> String {
-    let unit = if item.kind == WorkKind::Crawl { "files" } else { "units" };
-    match &item.progress {
-        None => "-".to_owned(),
-        Some(p) => ProgressEstimate::from_progress(p).map_or_else(|| p.to_string(), |e| e.describe(unit)),
-    }
-}
-
-/// A `--config` option (id or root path) resolved to the config's id.
-async fn config_id(store: &PgStore, config: Option<String>) -> Result<Option<almanac_domain::StorageConfigId>> {
-    Ok(match config {
-        Some(c) => Some(store.find_storage_config(&config_key(&c)).await?.id),
-        None => None,
-    })
-}
-
-fn parse_status(s: &str) -> Result<Status> {
-    s.parse().map_err(|_| anyhow::anyhow!("{s:?} is not a status: use queued, running, succeeded, failed or cancelled"))
-}
-
-fn parse_kind(s: &str) -> Result<WorkKind> {
-    s.replace('-', "_").parse().map_err(|_| {
-        anyhow::anyhow!(
-            "{s:?} is not a kind: use crawl, burst-detection, purge, proxy-deletion, proxy-sweep, token-cleanup or \
-             work-item-retention"
-        )
-    })
-}
-
-fn parse_item_id(s: &str) -> Result<WorkItemId> {
-    s.parse().map_err(|_| anyhow::anyhow!("{s:?} is not a work item id (a UUID, as `list` shows them)"))
 }
 
 /// `show ID`: everything an operator asks about one item.

@@ -8,6 +8,9 @@
 //! process's CPU, memory and open files come from `metrics-process`. Everything goes through the `metrics`
 //! facade to one Prometheus recorder.
 
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 use tracing::field::{Field, Visit};
 use tracing_subscriber::filter::{EnvFilter, FilterFn};
@@ -78,13 +81,62 @@ pub fn describe() {
     almanac_executor::metrics::describe();
 }
 
-/// The layer that turns log events into metrics.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct EventMetrics;
+/// Events an operator looks for after an outage, kept for the operator's page.
+pub const OUTAGE_EVENTS: [&str; 10] = [
+    "self_stopped",
+    "lease_recovered",
+    "heartbeat_failed",
+    "claim_failed",
+    "recovery_failed",
+    "database_unavailable",
+    "listener_disconnected",
+    "outcome_unwritten",
+    "lost",
+    "unclean_shutdown",
+];
+
+/// How many outage events are kept.
+const RECENT_KEPT: usize = 50;
+
+/// One outage event of this process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecentEvent {
+    pub at: chrono::DateTime<chrono::Utc>,
+    pub event: String,
+    /// The log line's message, and its error when it has one.
+    pub message: String,
+}
+
+/// This process's latest outage events, newest last (at most 50).
+#[derive(Debug, Clone, Default)]
+pub struct Recent(Arc<Mutex<VecDeque<RecentEvent>>>);
+
+impl Recent {
+    /// A copy, newest first.
+    pub fn newest_first(&self) -> Vec<RecentEvent> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).iter().rev().cloned().collect()
+    }
+
+    fn push(&self, event: RecentEvent) {
+        let mut kept = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if kept.len() == RECENT_KEPT {
+            kept.pop_front();
+        }
+        kept.push_back(event);
+    }
+}
+
+/// The layer that turns log events into metrics, and keeps the outage events.
+#[derive(Debug, Clone, Default)]
+pub struct EventMetrics {
+    recent: Recent,
+}
 
 #[derive(Default)]
 struct Fields {
     event: Option<String>,
+    message: Option<String>,
+    error: Option<String>,
     kind: Option<String>,
     duration_ms: Option<u64>,
     crawl: Vec<(&'static str, u64)>,
@@ -95,6 +147,7 @@ impl Visit for Fields {
         match field.name() {
             "event" => self.event = Some(value.to_owned()),
             "kind" => self.kind = Some(value.to_owned()),
+            "error" => self.error = Some(value.to_owned()),
             _ => {}
         }
     }
@@ -118,14 +171,24 @@ impl Visit for Fields {
         match field.name() {
             "event" if self.event.is_none() => self.event = Some(text()),
             "kind" if self.kind.is_none() => self.kind = Some(text()),
+            "message" => self.message = Some(format!("{value:?}")),
+            "error" if self.error.is_none() => self.error = Some(text()),
             _ => {}
         }
     }
 }
 
 impl Fields {
-    fn record(self) {
+    fn record(self, recent: &Recent) {
         let Some(event) = self.event else { return };
+        if OUTAGE_EVENTS.contains(&event.as_str()) {
+            let message = match (&self.message, &self.error) {
+                (Some(m), Some(e)) => format!("{m}: {e}"),
+                (Some(m), None) => m.clone(),
+                (None, e) => e.clone().unwrap_or_default(),
+            };
+            recent.push(RecentEvent { at: chrono::Utc::now(), event: event.clone(), message });
+        }
         if let (Some(kind), Some(ms)) = (self.kind, self.duration_ms) {
             metrics::histogram!(ITEM_SECONDS, "kind" => kind, "outcome" => event.clone()).record(ms as f64 / 1000.0);
         }
@@ -143,7 +206,7 @@ impl<S: tracing::Subscriber> Layer<S> for EventMetrics {
     fn on_event(&self, event: &tracing::Event<'_>, _ctx: Context<'_, S>) {
         let mut fields = Fields::default();
         event.record(&mut fields);
-        fields.record();
+        fields.record(&self.recent);
     }
 }
 
@@ -154,7 +217,7 @@ fn named_events() -> FilterFn {
 
 /// The subscriber: the counting layer with its own filter, and the chosen format on `writer` behind
 /// `log.level`.
-pub fn subscriber<W>(log: &Log, writer: W) -> anyhow::Result<impl tracing::Subscriber + Send + Sync>
+pub fn subscriber<W>(log: &Log, writer: W, recent: &Recent) -> anyhow::Result<impl tracing::Subscriber + Send + Sync>
 where
     W: for<'w> fmt::MakeWriter<'w> + Send + Sync + 'static,
 {
@@ -168,13 +231,15 @@ where
             fmt::layer().json().with_current_span(true).with_span_list(false).with_writer(writer).with_filter(filter),
         ),
     };
-    Ok(Registry::default().with(printed).with(EventMetrics.with_filter(named_events())))
+    let counted = EventMetrics { recent: recent.clone() };
+    Ok(Registry::default().with(printed).with(counted.with_filter(named_events())))
 }
 
-/// Installs the global subscriber, printing on stderr.
-pub fn init(log: &Log) -> anyhow::Result<()> {
-    subscriber(log, std::io::stderr)?.try_init()?;
-    Ok(())
+/// Installs the global subscriber, printing on stderr; returns the outage events it keeps.
+pub fn init(log: &Log) -> anyhow::Result<Recent> {
+    let recent = Recent::default();
+    subscriber(log, std::io::stderr, &recent)?.try_init()?;
+    Ok(recent)
 }
 
 #[cfg(test)]
@@ -187,7 +252,7 @@ mod tests {
         let recorder = recorder();
         let handle = recorder.handle();
         let log = Log { level: level.to_owned(), ..Log::default() };
-        let subscriber = subscriber(&log, std::io::sink).unwrap();
+        let subscriber = subscriber(&log, std::io::sink, &Recent::default()).unwrap();
         metrics::with_local_recorder(&recorder, || {
             describe();
             tracing::subscriber::with_default(subscriber, emit);
@@ -213,6 +278,32 @@ mod tests {
             assert!(text.contains("# HELP almanac_events_total "), "{text}");
             assert!(text.contains("# TYPE almanac_events_total counter"), "{text}");
         }
+    }
+
+    #[test]
+    fn outage_events_are_kept_newest_first_whatever_the_level_and_at_most_fifty() {
+        let recent = Recent::default();
+        let log = Log { level: "error".to_owned(), ..Log::default() };
+        tracing::subscriber::with_default(subscriber(&log, std::io::sink, &recent).unwrap(), || {
+            warn!(event = "heartbeat_failed", error = "timed out", "heartbeat did not answer");
+            info!(event = "claimed", "claimed");
+            warn!(event = "self_stopped", "no successful heartbeat for half a lease");
+            for _ in 0..60 {
+                warn!(event = "lease_recovered", "lease expired; item recovered");
+            }
+        });
+        let kept = recent.newest_first();
+        assert_eq!(kept.len(), 50);
+        assert!(kept.iter().all(|e| e.event == "lease_recovered"));
+        let recent = Recent::default();
+        tracing::subscriber::with_default(subscriber(&log, std::io::sink, &recent).unwrap(), || {
+            warn!(event = "heartbeat_failed", error = "timed out", "heartbeat did not answer");
+            info!(event = "claimed", "claimed");
+            warn!(event = "self_stopped", "no successful heartbeat for half a lease");
+        });
+        let kept = recent.newest_first();
+        assert_eq!(kept.iter().map(|e| e.event.as_str()).collect::<Vec<_>>(), ["self_stopped", "heartbeat_failed"]);
+        assert_eq!(kept[1].message, "heartbeat did not answer: timed out");
     }
 
     #[test]

@@ -20,6 +20,7 @@ use tracing::{error, info, warn};
 
 use crate::http::{self, Health};
 use crate::observe;
+use crate::page::{self, Page, Samples, auth::Auth};
 use crate::roots;
 use crate::settings::{Settings, mask_password};
 
@@ -27,7 +28,7 @@ use crate::settings::{Settings, mask_password};
 const CONNECT_ATTEMPTS: u32 = 5;
 
 pub async fn run(settings: Settings, migrate: bool) -> Result<ExitCode> {
-    observe::init(&settings.log)?;
+    let recent = observe::init(&settings.log)?;
     let metrics = observe::install_metrics()?;
     let url = settings.database_url()?.to_owned();
     let schema = schema_state(&url).await?;
@@ -110,13 +111,21 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<ExitCode> {
     let listener = tokio::spawn(listen_for_work(url.clone(), executor.waker(), stop.clone()));
     let http = if settings.http.enabled {
         let bound = http::bind(settings.http.address).await?;
-        info!(event = "http_listening", address = %settings.http.address, "serving /healthz, /readyz and /metrics");
+        info!(event = "http_listening", address = %settings.http.address, "serving the operator's page at /, and /healthz, /readyz and /metrics");
         // Probes and metrics get a small budget of their own: a flood of scrapes cannot take the Worker's.
         let probes =
             PgStore::with_idle_transaction_limit(&url, 2, settings.database.connect_timeout, settings.queue.lease)?;
         let process = Arc::new(metrics_process::Collector::default());
         process.describe();
-        let health = Health { store: probes, metrics: metrics.clone(), process, running: running.clone() };
+        let page = Arc::new(Page {
+            store: probes.clone(),
+            auth: Auth::new(settings.http.token.clone()),
+            recent,
+            samples: Samples::default(),
+            worker_id: settings.worker_id()?.to_string(),
+        });
+        tokio::spawn(page::sample(page.clone(), stop.clone()));
+        let health = Health { store: probes, metrics: metrics.clone(), process, running: running.clone(), page };
         Some(tokio::spawn(http::serve(bound, health, stop.clone())))
     } else {
         None

@@ -97,6 +97,9 @@ pub struct Schedule {
 pub struct Http {
     pub enabled: bool,
     pub address: SocketAddr,
+    /// The operator's page allows actions (retry, cancel, pause, crawl) to whoever gives this token; none set
+    /// means the page is read-only. At least 16 characters.
+    pub token: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -165,7 +168,7 @@ impl Default for Schedule {
 
 impl Default for Http {
     fn default() -> Self {
-        Self { enabled: true, address: SocketAddr::from(([127, 0, 0, 1], 9464)) }
+        Self { enabled: true, address: SocketAddr::from(([127, 0, 0, 1], 9464)), token: None }
     }
 }
 
@@ -228,6 +231,14 @@ impl Settings {
     fn validate(&self) -> Result<()> {
         if let Some(url) = &self.database.url {
             check_database_url(url)?;
+        }
+        if let Some(token) = &self.http.token
+            && (token.chars().count() < 16 || token.chars().any(char::is_whitespace))
+        {
+            bail!(
+                "http.token: must be at least 16 characters without spaces (it guards the page's actions); make one \
+                 with `head -c 24 /dev/urandom | base64`"
+            );
         }
         if self.database.max_connections == 0 {
             bail!("database.max_connections: must be at least 1");
@@ -318,6 +329,7 @@ impl Settings {
     pub fn masked_toml(&self) -> String {
         let mut shown = self.clone();
         shown.database.url = shown.database.url.as_deref().map(mask_password);
+        shown.http.token = shown.http.token.as_ref().map(|_| "***".to_owned());
         let value = serde_json::to_value(&shown).unwrap_or_default();
         let mut out = String::new();
         if let serde_json::Value::Object(sections) = value {
@@ -344,7 +356,7 @@ fn hide_secrets(message: &str, file_text: &str) -> String {
     for line in file_text.lines() {
         let Some((key, value)) = line.split_once('=') else { continue };
         let key = key.trim().to_ascii_lowercase();
-        if !(key == "url" || key.contains("password")) {
+        if !(key == "url" || key == "token" || key.contains("password")) {
             continue;
         }
         let value = value.trim().trim_matches(|c| c == '"' || c == '\'');

@@ -1,0 +1,615 @@
+//! The operator's page on the Worker's HTTP server: the queue, storage configs, running items with live
+//! progress, recent failures and this Worker's outage events, and actions (retry, cancel, pause and resume, a
+//! crawl now) for whoever has the token ([`auth`]). Server-rendered HTML (maud); a few lines of JavaScript
+//! follow the running items over server-sent events, and the page reads fine without it.
+
+pub mod auth;
+pub mod charts;
+mod view;
+
+use std::collections::{HashMap, VecDeque};
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use almanac_domain::{ProgressEstimate, Status, WorkItem, WorkItemId, WorkKind, WorkQueue};
+use almanac_store_pg::{ItemFilter, PgStore};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::{Form, Router};
+use chrono::{DateTime, Utc};
+use futures_util::Stream;
+use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
+
+use self::auth::{Auth, Refusal, SESSION_COOKIE, Via};
+use crate::observe::Recent;
+use crate::ops::{self, OpError, PauseTarget};
+
+/// What the page reads and acts on.
+pub struct Page {
+    pub store: PgStore,
+    pub auth: Auth,
+    /// This Worker's outage events.
+    pub recent: Recent,
+    /// Progress samples of running items, for their rate over time.
+    pub samples: Samples,
+    /// This Worker's id, shown in the header.
+    pub worker_id: String,
+}
+
+/// One progress sample: when, and units done.
+pub type Sample = (DateTime<Utc>, u64);
+
+/// Progress samples of running items, a few minutes' worth each.
+#[derive(Default)]
+pub struct Samples(Mutex<HashMap<WorkItemId, VecDeque<Sample>>>);
+
+/// Samples kept per item (at one every two seconds, about ten minutes).
+const SAMPLES_KEPT: usize = 300;
+
+impl Samples {
+    /// Records the running items' progress; forgets items no longer running.
+    pub fn record(&self, running: &[WorkItem], now: DateTime<Utc>) {
+        let mut all = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        all.retain(|id, _| running.iter().any(|i| i.id == *id));
+        for item in running {
+            let Some(done) = item.progress.as_ref().and_then(ProgressEstimate::from_progress).map(|e| e.done) else {
+                continue;
+            };
+            let series = all.entry(item.id).or_default();
+            if series.back().is_some_and(|(at, _)| (now - *at).num_milliseconds() < 1_000) {
+                continue;
+            }
+            if series.len() == SAMPLES_KEPT {
+                series.pop_front();
+            }
+            series.push_back((now, done));
+        }
+    }
+
+    pub fn series(&self, id: WorkItemId) -> Vec<Sample> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .map(|s| s.iter().copied().collect())
+            .unwrap_or_default()
+    }
+}
+
+/// The page's routes.
+pub fn router(page: Arc<Page>) -> axum::Router {
+    Router::new()
+        .route("/", get(index))
+        .route("/running", get(running_fragment))
+        .route("/events", get(events))
+        .route("/items/{id}", get(item))
+        .route("/login", post(login))
+        .route("/logout", post(logout))
+        .route("/items/{id}/retry", post(retry))
+        .route("/items/{id}/cancel", post(cancel))
+        .route("/configs/{id}/pause", post(pause_config))
+        .route("/configs/{id}/resume", post(resume_config))
+        .route("/configs/{id}/crawl", post(crawl_config))
+        .route("/kinds/{kind}/pause", post(pause_kind))
+        .route("/kinds/{kind}/resume", post(resume_kind))
+        .with_state(page)
+}
+
+/// Samples running items every two seconds until `stop`, so a crawl's rate has a history even when nobody
+/// has the page open.
+pub async fn sample(page: Arc<Page>, stop: CancellationToken) {
+    let mut every = tokio::time::interval(Duration::from_secs(2));
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = every.tick() => {
+                if let Ok(running) = page.store.list_items(Some(Status::Running), 100).await {
+                    page.samples.record(&running, Utc::now());
+                }
+            }
+        }
+    }
+}
+
+#[derive(Deserialize, Default)]
+struct Flash {
+    done: Option<String>,
+    error: Option<String>,
+}
+
+/// What the page shows, read in one go.
+pub(crate) struct Snapshot {
+    summary: Vec<almanac_store_pg::QueueSummaryRow>,
+    paused_kinds: Vec<WorkKind>,
+    configs: Vec<almanac_store_pg::ConfigOverview>,
+    running: Vec<WorkItem>,
+    failed: Vec<WorkItem>,
+    crawls_with_failures: Vec<WorkItem>,
+    hours: Vec<almanac_store_pg::HourlyOutcome>,
+    now: DateTime<Utc>,
+}
+
+async fn snapshot(page: &Page) -> Result<Snapshot, OpError> {
+    let store = &page.store;
+    let running = store.list_items(Some(Status::Running), 100).await?;
+    let now = Utc::now();
+    page.samples.record(&running, now);
+    let recent_crawls = store
+        .find_items(&ItemFilter { status: Some(Status::Succeeded), kind: Some(WorkKind::Crawl), config: None }, 20)
+        .await?;
+    Ok(Snapshot {
+        summary: store.queue_summary().await?,
+        paused_kinds: store.paused().await?.0,
+        configs: store.config_overview().await?,
+        running,
+        failed: store.list_items(Some(Status::Failed), 10).await?,
+        crawls_with_failures: recent_crawls.into_iter().filter(|i| !view::failed_files(i).is_empty()).take(5).collect(),
+        hours: store.outcomes_by_hour(24).await?,
+        now,
+    })
+}
+
+/// Who is looking: the CSRF field when signed in.
+fn viewer(page: &Page, headers: &HeaderMap) -> view::Viewer {
+    view::Viewer {
+        actions_enabled: page.auth.enabled(),
+        csrf: if page.auth.signed_in(headers) { page.auth.csrf() } else { None },
+    }
+}
+
+async fn index(State(page): State<Arc<Page>>, headers: HeaderMap, Query(flash): Query<Flash>) -> Response {
+    let viewer = viewer(&page, &headers);
+    match snapshot(&page).await {
+        Ok(s) => Html(view::index(&page, &s, &viewer, flash.done.as_deref(), flash.error.as_deref()).into_string())
+            .into_response(),
+        Err(e) => problem(StatusCode::SERVICE_UNAVAILABLE, &format!("the page cannot be shown: {e}")),
+    }
+}
+
+async fn running_fragment(State(page): State<Arc<Page>>, headers: HeaderMap) -> Response {
+    let viewer = viewer(&page, &headers);
+    match page.store.list_items(Some(Status::Running), 100).await {
+        Ok(running) => {
+            page.samples.record(&running, Utc::now());
+            Html(view::running(&page, &running, &viewer).into_string()).into_response()
+        }
+        Err(e) => problem(StatusCode::SERVICE_UNAVAILABLE, &format!("the database does not answer: {e}")),
+    }
+}
+
+/// The running items' section every two seconds, as server-sent events.
+async fn events(
+    State(page): State<Arc<Page>>,
+    headers: HeaderMap,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let viewer = viewer(&page, &headers);
+    let stream = futures_util::stream::unfold((page, viewer, true), |(page, viewer, first)| async move {
+        if !first {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        let html = match page.store.list_items(Some(Status::Running), 100).await {
+            Ok(running) => {
+                page.samples.record(&running, Utc::now());
+                view::running(&page, &running, &viewer).into_string()
+            }
+            Err(e) => view::unavailable(&e.to_string()).into_string(),
+        };
+        Some((Ok(Event::default().event("running").data(html)), (page, viewer, false)))
+    });
+    Sse::new(stream).keep_alive(KeepAlive::default())
+}
+
+async fn item(State(page): State<Arc<Page>>, headers: HeaderMap, Path(id): Path<String>) -> Response {
+    let viewer = viewer(&page, &headers);
+    let found = async {
+        let id = ops::parse_item_id(&id)?;
+        page.store.get(id).await?.ok_or_else(|| OpError::NotFound(format!("no work item {id}")))
+    };
+    match found.await {
+        Ok(item) => Html(view::item(&page, &item, &viewer).into_string()).into_response(),
+        Err(e) => op_problem(&e),
+    }
+}
+
+#[derive(Deserialize)]
+struct Login {
+    token: String,
+}
+
+async fn login(State(page): State<Arc<Page>>, Form(form): Form<Login>) -> Response {
+    if !page.auth.enabled() {
+        return problem(Refusal::Disabled.status(), Refusal::Disabled.message());
+    }
+    if !page.auth.token_matches(form.token.trim()) {
+        return problem(StatusCode::UNAUTHORIZED, "that is not this Worker's token; you are not signed in");
+    }
+    let cookie =
+        format!("{SESSION_COOKIE}={}; Path=/; HttpOnly; SameSite=Strict", page.auth.session_value().expect("enabled"));
+    ([(header::SET_COOKIE, cookie)], Redirect::to("/?done=signed%20in")).into_response()
+}
+
+async fn logout() -> Response {
+    let cookie = format!("{SESSION_COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0");
+    ([(header::SET_COOKIE, cookie)], Redirect::to("/?done=signed%20out")).into_response()
+}
+
+/// Runs an action once the request may act: a redirect back to the page (a browser) or the message (a script).
+async fn act<F>(page: &Page, headers: &HeaderMap, body: &str, action: F) -> Response
+where
+    F: Future<Output = Result<String, OpError>>,
+{
+    let csrf = body.split('&').find_map(|pair| pair.strip_prefix("csrf="));
+    let via = match page.auth.check(headers, csrf) {
+        Ok(via) => via,
+        Err(refusal) => return problem(refusal.status(), refusal.message()),
+    };
+    match (action.await, via) {
+        (Ok(message), Via::Bearer) => (StatusCode::OK, format!("{message}\n")).into_response(),
+        (Ok(message), Via::Session) => Redirect::to(&format!("/?done={}", encode(&message))).into_response(),
+        (Err(e), Via::Bearer) => (op_status(&e), format!("{e}\n")).into_response(),
+        (Err(e), Via::Session) => op_problem(&e),
+    }
+}
+
+async fn retry(State(page): State<Arc<Page>>, headers: HeaderMap, Path(id): Path<String>, body: String) -> Response {
+    let action = async { ops::retry_item(&page.store, ops::parse_item_id(&id)?).await };
+    act(&page, &headers, &body, action).await
+}
+
+async fn cancel(State(page): State<Arc<Page>>, headers: HeaderMap, Path(id): Path<String>, body: String) -> Response {
+    let action = async { ops::cancel_item(&page.store, ops::parse_item_id(&id)?).await };
+    act(&page, &headers, &body, action).await
+}
+
+async fn pause_config(
+    State(page): State<Arc<Page>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: String,
+) -> Response {
+    let action = ops::set_paused(&page.store, PauseTarget::Config(config_id(&id)), true);
+    act(&page, &headers, &body, action).await
+}
+
+async fn resume_config(
+    State(page): State<Arc<Page>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: String,
+) -> Response {
+    let action = ops::set_paused(&page.store, PauseTarget::Config(config_id(&id)), false);
+    act(&page, &headers, &body, action).await
+}
+
+async fn crawl_config(
+    State(page): State<Arc<Page>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: String,
+) -> Response {
+    let action = async { Ok(ops::enqueue_crawl(&page.store, &config_id(&id)).await?.1) };
+    act(&page, &headers, &body, action).await
+}
+
+async fn pause_kind(
+    State(page): State<Arc<Page>>,
+    headers: HeaderMap,
+    Path(kind): Path<String>,
+    body: String,
+) -> Response {
+    let action = async { ops::set_paused(&page.store, PauseTarget::Kind(ops::parse_kind(&kind)?), true).await };
+    act(&page, &headers, &body, action).await
+}
+
+async fn resume_kind(
+    State(page): State<Arc<Page>>,
+    headers: HeaderMap,
+    Path(kind): Path<String>,
+    body: String,
+) -> Response {
+    let action = async { ops::set_paused(&page.store, PauseTarget::Kind(ops::parse_kind(&kind)?), false).await };
+    act(&page, &headers, &body, action).await
+}
+
+/// A config in a path is named by its id only (a root path has slashes); anything else is not found.
+fn config_id(given: &str) -> String {
+    if given.starts_with('/') { String::new() } else { given.to_owned() }
+}
+
+fn op_status(e: &OpError) -> StatusCode {
+    match e {
+        OpError::BadInput(_) => StatusCode::BAD_REQUEST,
+        OpError::NotFound(_) => StatusCode::NOT_FOUND,
+        OpError::Refused(_) => StatusCode::CONFLICT,
+        OpError::Store(almanac_store_pg::StoreError::Unavailable(_)) => StatusCode::SERVICE_UNAVAILABLE,
+        OpError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+fn op_problem(e: &OpError) -> Response {
+    let nothing = if matches!(e, OpError::Store(_)) { "" } else { " Nothing was changed." };
+    problem(op_status(e), &format!("{e}.{nothing}"))
+}
+
+fn problem(status: StatusCode, message: &str) -> Response {
+    (status, Html(view::problem(status, message).into_string())).into_response()
+}
+
+/// Percent-encodes a query value.
+fn encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use almanac_domain::{NewWorkItem, Scope};
+    use almanac_store_pg::NewStorageConfig;
+    use almanac_testdb::TestDatabase;
+    use axum::body::Body;
+    use axum::http::Request;
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    const TOKEN: &str = "a-token-of-24-characters";
+
+    struct World {
+        db: TestDatabase,
+        page: Arc<Page>,
+        config: almanac_domain::StorageConfigId,
+        failed: WorkItemId,
+        queued: WorkItemId,
+        running: WorkItemId,
+        crawl_with_failures: WorkItemId,
+    }
+
+    async fn sql(url: &str, statement: &str) {
+        let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
+        tokio::spawn(conn);
+        client.batch_execute(statement).await.unwrap();
+    }
+
+    /// A config with a failed proxy deletion, a queued crawl, a running burst detection with progress, and a
+    /// finished crawl whose result lists two failed files.
+    async fn world(token: Option<&str>) -> World {
+        let db = TestDatabase::create().await;
+        let store = PgStore::connect(db.url()).unwrap();
+        let new = NewStorageConfig { username: "ann".into(), root_path: "/srv/photos/ann".into() };
+        let config = store.add_storage_config(&new).await.unwrap().1.id;
+        let item = |kind| NewWorkItem::new(kind, Scope::Config(config)).unwrap();
+        let failed = store.enqueue(&item(WorkKind::ProxyDeletion)).await.unwrap().item.id;
+        let done = store.enqueue(&item(WorkKind::Crawl)).await.unwrap().item.id;
+        let running = store.enqueue(&item(WorkKind::BurstDetection)).await.unwrap().item.id;
+        sql(
+            db.url(),
+            &format!(
+                "UPDATE work_items SET status = 'failed', finished_at = now(), failures = max_attempts,
+                        last_error = 'payload.asset_ids must be a list of asset ids' WHERE id = '{failed}';
+                 UPDATE work_items SET status = 'succeeded', finished_at = now(),
+                        result = '{{\"failures\": [{{\"path\": \"2019/bad.jpg\", \"reason\": \"truncated JPEG\"}},
+                                                   {{\"path\": \"2019/b.png\", \"reason\": \"too many pixels\"}}]}}'
+                  WHERE id = '{done}';
+                 UPDATE work_items SET status = 'running', attempt = 1, worker_id = 'worker-a', started_at = now(),
+                        heartbeat_at = now(), lease_expires_at = now() + interval '1 hour',
+                        progress = '{{\"done\": 5, \"total\": 10, \"seconds\": 2}}' WHERE id = '{running}';"
+            ),
+        )
+        .await;
+        // As the scheduler queues it.
+        let key = almanac_domain::DedupKey::for_work(WorkKind::Crawl, Scope::Config(config));
+        let queued = store.enqueue(&item(WorkKind::Crawl).with_dedup_key(key)).await.unwrap().item.id;
+        let page = Arc::new(Page {
+            store,
+            auth: Auth::new(token.map(Into::into)),
+            recent: Recent::default(),
+            samples: Samples::default(),
+            worker_id: "worker-a".into(),
+        });
+        World { db, page, config, failed, queued, running, crawl_with_failures: done }
+    }
+
+    async fn send(page: &Arc<Page>, request: Request<Body>) -> (StatusCode, HeaderMap, String) {
+        let response = router(page.clone()).oneshot(request).await.unwrap();
+        let (parts, body) = response.into_parts();
+        let bytes = body.collect().await.unwrap().to_bytes();
+        (parts.status, parts.headers, String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    fn get(path: &str) -> Request<Body> {
+        Request::get(path).body(Body::empty()).unwrap()
+    }
+
+    fn post(path: &str, headers: &[(&str, &str)], body: &str) -> Request<Body> {
+        let mut r = Request::post(path).header("content-type", "application/x-www-form-urlencoded");
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
+        r.body(Body::from(body.to_owned())).unwrap()
+    }
+
+    fn bearer(token: &str) -> String {
+        format!("Bearer {token}")
+    }
+
+    async fn status_of(w: &World, id: WorkItemId) -> Status {
+        w.page.store.get(id).await.unwrap().unwrap().status
+    }
+
+    #[tokio::test]
+    async fn the_page_shows_the_queue_configs_running_items_and_failures() {
+        let w = world(None).await;
+        let (status, headers, html) = send(&w.page, get("/")).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(headers[header::CONTENT_TYPE].to_str().unwrap().starts_with("text/html"));
+        for shown in [
+            "<th scope=\"row\">proxy_deletion",
+            "/srv/photos/ann",
+            "5 of 10 units (50.0%)",
+            "worker-a",
+            "payload.asset_ids must be a list of asset ids",
+            "2019/bad.jpg",
+            "truncated JPEG",
+            "Last 24 hours: 1 succeeded, 1 failed, 0 cancelled",
+            "read-only (no http.token set)",
+            "None since it started.",
+        ] {
+            assert!(html.contains(shown), "{shown} is not on the page:\n{html}");
+        }
+        assert!(!html.contains("method=\"post\" action=\"/items/"), "no action buttons without a session");
+        // The item's own page, and bad ids.
+        let (status, _, html) = send(&w.page, get(&format!("/items/{}", w.crawl_with_failures))).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(html.contains("2 failed file(s)") && html.contains("too many pixels"), "{html}");
+        let (status, _, html) = send(&w.page, get("/items/01a22d3e-30ac-7499-a6e3-05017482eaa6")).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert!(html.contains("no work item 01a22d3e-30ac-7499-a6e3-05017482eaa6"), "{html}");
+        let (status, _, html) = send(&w.page, get("/items/nope")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert!(html.contains("is not a work item id"), "{html}");
+        // The live section, as a fragment and as the first server-sent event.
+        let (status, _, html) = send(&w.page, get("/running")).await;
+        assert!(status == StatusCode::OK && html.contains("5 of 10 units"), "{html}");
+        let response = router(w.page.clone()).oneshot(get("/events")).await.unwrap();
+        assert_eq!(response.headers()[header::CONTENT_TYPE], "text/event-stream");
+        let mut body = response.into_body();
+        let frame = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        let event = String::from_utf8_lossy(&frame);
+        assert!(event.starts_with("event: running\n") && event.contains("5 of 10 units"), "{event}");
+        let _ = w.running;
+    }
+
+    #[tokio::test]
+    async fn without_a_token_set_or_given_every_action_is_refused_and_nothing_changes() {
+        let none = world(None).await;
+        let (status, _, html) =
+            send(&none.page, post(&format!("/items/{}/retry", none.failed), &[("authorization", &bearer(TOKEN))], ""))
+                .await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+        assert!(html.contains("actions are disabled"), "{html}");
+        let (status, _, _) = send(&none.page, post("/login", &[], &format!("token={TOKEN}"))).await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+        assert_eq!(status_of(&none, none.failed).await, Status::Failed);
+
+        let w = world(Some(TOKEN)).await;
+        let retry = format!("/items/{}/retry", w.failed);
+        let pause = format!("/configs/{}/pause", w.config);
+        let session = format!("{SESSION_COOKIE}={}", w.page.auth.session_value().unwrap());
+        let cases: Vec<(Request<Body>, StatusCode, &str)> = vec![
+            (post(&retry, &[], ""), StatusCode::UNAUTHORIZED, "sign in"),
+            (
+                post(&retry, &[("authorization", &bearer("a-token-of-24-characterz"))], ""),
+                StatusCode::UNAUTHORIZED,
+                "not this Worker's",
+            ),
+            (post(&retry, &[("cookie", &session)], ""), StatusCode::FORBIDDEN, "CSRF"),
+            (post(&retry, &[("cookie", &session)], &format!("csrf={}", "0".repeat(64))), StatusCode::FORBIDDEN, "CSRF"),
+            (
+                post(&pause, &[("cookie", "almanac_session=forged")], "csrf=x"),
+                StatusCode::UNAUTHORIZED,
+                "not this Worker's",
+            ),
+            (
+                post(
+                    &pause,
+                    &[("cookie", &session), ("origin", "http://evil.example"), ("host", "127.0.0.1:9464")],
+                    &format!("csrf={}", w.page.auth.csrf().unwrap()),
+                ),
+                StatusCode::FORBIDDEN,
+                "another site",
+            ),
+        ];
+        for (request, expected, says) in cases {
+            let what = request.uri().to_string();
+            let (status, _, html) = send(&w.page, request).await;
+            assert_eq!(status, expected, "{what}: {html}");
+            assert!(html.contains(says) && html.contains("Nothing was changed"), "{what}: {html}");
+        }
+        let (status, _, html) = send(&w.page, post("/login", &[], "token=wrong-token-of-24-chars")).await;
+        assert!(status == StatusCode::UNAUTHORIZED && html.contains("not this Worker's token"), "{html}");
+        assert_eq!(status_of(&w, w.failed).await, Status::Failed);
+        assert!(w.page.store.paused().await.unwrap().1.is_empty(), "the config was not paused");
+    }
+
+    #[tokio::test]
+    async fn actions_with_the_token_work_and_bad_input_is_a_clear_error_that_changes_nothing() {
+        let w = world(Some(TOKEN)).await;
+        let auth = bearer(TOKEN);
+        let act = |path: String| post(&path, &[("authorization", auth.as_str())], "");
+        let cases: Vec<(String, StatusCode, String)> = vec![
+            (
+                format!("/items/{}/retry", w.queued),
+                StatusCode::CONFLICT,
+                "only failed or cancelled items are retried".into(),
+            ),
+            ("/items/nope/retry".into(), StatusCode::BAD_REQUEST, "\"nope\" is not a work item id".into()),
+            ("/items/01a22d3e-30ac-7499-a6e3-05017482eaa6/cancel".into(), StatusCode::NOT_FOUND, "no work item".into()),
+            ("/kinds/frobnicate/pause".into(), StatusCode::BAD_REQUEST, "\"frobnicate\" is not a kind".into()),
+            ("/configs/01a22d3e-30ac-7499-a6e3-05017482eaa6/pause".into(), StatusCode::NOT_FOUND, "".into()),
+            ("/configs/not-an-id/crawl".into(), StatusCode::NOT_FOUND, "".into()),
+        ];
+        for (path, expected, says) in cases {
+            let (status, _, text) = send(&w.page, act(path.clone())).await;
+            assert_eq!(status, expected, "{path}: {text}");
+            assert!(text.contains(&says), "{path}: {text}");
+        }
+        assert_eq!(status_of(&w, w.queued).await, Status::Queued);
+
+        let (status, _, text) = send(&w.page, act(format!("/items/{}/retry", w.failed))).await;
+        assert_eq!((status, text.trim()), (StatusCode::OK, format!("{} queued again", w.failed).as_str()));
+        assert_eq!(status_of(&w, w.failed).await, Status::Queued);
+        let (status, _, text) = send(&w.page, act(format!("/configs/{}/pause", w.config))).await;
+        assert!(status == StatusCode::OK && text.contains("paused"), "{text}");
+        assert_eq!(w.page.store.paused().await.unwrap().1.len(), 1);
+        let (_, _, text) = send(&w.page, act(format!("/configs/{}/resume", w.config))).await;
+        assert!(text.contains("resumed"), "{text}");
+        assert!(w.page.store.paused().await.unwrap().1.is_empty());
+        let (_, _, text) = send(&w.page, act("/kinds/purge/pause".into())).await;
+        assert!(text.contains("kind purge paused"), "{text}");
+        assert_eq!(w.page.store.paused().await.unwrap().0, [WorkKind::Purge]);
+        let (_, _, text) = send(&w.page, act("/kinds/purge/resume".into())).await;
+        assert!(text.contains("resumed"), "{text}");
+        let (status, _, text) = send(&w.page, act(format!("/configs/{}/crawl", w.config))).await;
+        assert!(status == StatusCode::OK && text.contains("already queued"), "one crawl is queued: {text}");
+        let (_, _, text) = send(&w.page, act(format!("/items/{}/cancel", w.queued))).await;
+        assert!(text.contains(&format!("cancelled {}", w.queued)), "{text}");
+        assert_eq!(status_of(&w, w.queued).await, Status::Cancelled);
+        let (_, _, text) = send(&w.page, act(format!("/configs/{}/crawl", w.config))).await;
+        assert!(text.contains("queued") && !text.contains("already"), "{text}");
+        drop(w.db);
+    }
+
+    #[tokio::test]
+    async fn a_browser_signs_in_with_the_token_and_acts_with_its_session_and_csrf_field() {
+        let w = world(Some(TOKEN)).await;
+        let (status, headers, _) = send(&w.page, post("/login", &[], &format!("token={TOKEN}"))).await;
+        assert_eq!(status, StatusCode::SEE_OTHER);
+        let cookie = headers[header::SET_COOKIE].to_str().unwrap().to_owned();
+        assert!(
+            cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict") && !cookie.contains(TOKEN),
+            "{cookie}"
+        );
+        let session = cookie.split(';').next().unwrap().to_owned();
+        let signed_in = Request::get("/").header("cookie", &session).body(Body::empty()).unwrap();
+        let (_, _, html) = send(&w.page, signed_in).await;
+        let csrf = w.page.auth.csrf().unwrap();
+        assert!(html.contains(&format!("value=\"{csrf}\"")) && html.contains("sign out"), "{html}");
+        assert!(html.contains(&format!("action=\"/items/{}/retry\"", w.failed)), "{html}");
+        let request = post(&format!("/items/{}/retry", w.failed), &[("cookie", &session)], &format!("csrf={csrf}"));
+        let (status, headers, _) = send(&w.page, request).await;
+        assert_eq!(status, StatusCode::SEE_OTHER);
+        assert!(headers[header::LOCATION].to_str().unwrap().starts_with("/?done="), "{headers:?}");
+        assert_eq!(status_of(&w, w.failed).await, Status::Queued);
+        let (status, headers, _) = send(&w.page, post("/logout", &[("cookie", &session)], "")).await;
+        assert!(status == StatusCode::SEE_OTHER && headers[header::SET_COOKIE].to_str().unwrap().contains("Max-Age=0"));
+    }
+}

@@ -1,0 +1,312 @@
+//! The page's HTML (maud: escaped by default). Plain, readable at phone width, usable without JavaScript.
+
+use almanac_domain::{ProgressEstimate, Status, WorkItem, WorkKind};
+use axum::http::StatusCode;
+use maud::{DOCTYPE, Markup, PreEscaped, html};
+
+use super::{Page, Snapshot, charts};
+
+/// Who is looking.
+pub struct Viewer {
+    /// Whether this Worker allows actions at all (a token is set).
+    pub actions_enabled: bool,
+    /// The CSRF field, when signed in.
+    pub csrf: Option<String>,
+}
+
+const STYLE: &str = "
+body{font:16px/1.45 system-ui,sans-serif;max-width:70rem;margin:0 auto;padding:0 1rem 3rem;color:#1b1b1b;background:#fff}
+header{display:flex;flex-wrap:wrap;gap:.5rem 1.5rem;align-items:baseline;justify-content:space-between;border-bottom:1px solid #ccc}
+h1{font-size:1.4rem;margin:.8rem 0}h2{font-size:1.15rem;margin:1.8rem 0 .6rem}
+.scroll{overflow-x:auto}table{border-collapse:collapse;width:100%;font-size:.95rem}
+th,td{text-align:left;padding:.3rem .5rem;border-bottom:1px solid #e3e3e3;vertical-align:top}
+td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
+form.inline{display:inline}button{font:inherit;padding:.15rem .6rem;margin:.1rem 0;cursor:pointer}
+.flash{padding:.5rem .8rem;border-left:4px solid #2b7a3d;background:#eef7ef}.flash.error{border-color:#b3261e;background:#fbeceb}
+.tag{display:inline-block;padding:0 .4rem;border-radius:.3rem;background:#eee;font-size:.85rem}
+.tag.paused{background:#fff0c2}.tag.failed{background:#fbd9d6}.tag.inactive{background:#ddd}
+progress{width:12rem;max-width:100%}pre{white-space:pre-wrap;word-break:break-word;background:#f6f6f6;padding:.5rem}
+.error{color:#8c1d18}.note{color:#555}ul.files{margin:.2rem 0;padding-left:1.2rem}
+svg.chart{width:100%;max-width:40rem;height:auto}svg .ok{fill:#3c8d4f}svg .bad{fill:#c0392b}svg .off{fill:#999}
+svg .axis{stroke:#888}svg .tick{font-size:10px;fill:#555}svg .rate{fill:none;stroke:#2f5d9e;stroke-width:2}
+figure{margin:.5rem 0}figcaption{font-size:.9rem;color:#444}
+@media (max-width:40rem){body{padding:0 .5rem}th,td{padding:.25rem}}
+";
+
+/// Follows the running items over server-sent events; without it the page is read as served.
+const SCRIPT: &str = "if(window.EventSource){const s=new EventSource('/events');s.addEventListener('running',e=>{document.getElementById('running').innerHTML=e.data;});}";
+
+fn layout(title: &str, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) }
+                style { (PreEscaped(STYLE)) }
+            }
+            body { (body) }
+        }
+    }
+}
+
+/// A button that posts to `action` with the CSRF field; shown only when signed in.
+fn button(viewer: &Viewer, action: &str, label: &str) -> Markup {
+    html! {
+        @if let Some(csrf) = &viewer.csrf {
+            form.inline method="post" action=(action) {
+                input type="hidden" name="csrf" value=(csrf);
+                button type="submit" { (label) }
+            }
+        }
+    }
+}
+
+fn when(t: Option<chrono::DateTime<chrono::Utc>>) -> String {
+    t.map_or("-".into(), |t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
+}
+
+/// A crawl's failed files (`result.failures`): (path, reason).
+pub fn failed_files(item: &WorkItem) -> Vec<(String, String)> {
+    let Some(list) = item.result.as_ref().and_then(|r| r.get("failures")).and_then(|f| f.as_array()) else {
+        return Vec::new();
+    };
+    list.iter()
+        .map(|f| {
+            let text = |k: &str| f.get(k).and_then(|v| v.as_str()).unwrap_or("?").to_owned();
+            (text("path"), text("reason"))
+        })
+        .collect()
+}
+
+fn files(item: &WorkItem) -> Markup {
+    let failed = failed_files(item);
+    html! {
+        @if !failed.is_empty() {
+            details {
+                summary { (failed.len()) " failed file(s)" }
+                ul.files { @for (path, reason) in &failed { li { code { (path) } ": " (reason) } } }
+            }
+        }
+    }
+}
+
+pub fn index(page: &Page, s: &Snapshot, viewer: &Viewer, done: Option<&str>, error: Option<&str>) -> Markup {
+    let config_root = |item: &WorkItem| {
+        item.scope.storage_config().map_or("-".to_owned(), |id| {
+            s.configs.iter().find(|c| c.id == id).map_or(id.to_string(), |c| c.root.clone())
+        })
+    };
+    let kinds: Vec<WorkKind> = WorkKind::ALL.to_vec();
+    let count = |kind: WorkKind, status: Status| {
+        s.summary.iter().find(|r| r.kind == kind && r.status == status).map_or(0, |r| r.count)
+    };
+    let outages = page.recent.newest_first();
+    layout(
+        "Almanac Worker",
+        html! {
+            header {
+                h1 { "Almanac Worker" }
+                span.note { "this page is served by " code { (page.worker_id) } " · " (s.now.format("%H:%M:%S UTC")) }
+                (sign_in(viewer))
+            }
+            @if let Some(done) = done { p.flash role="status" { (done) } }
+            @if let Some(error) = error { p.flash.error role="alert" { (error) } }
+            noscript { p.note { "Without JavaScript the page does not follow progress: reload it to see more." } }
+
+            h2 #queue-heading { "Queue" }
+            div.scroll {
+                table aria-labelledby="queue-heading" {
+                    thead { tr { th { "kind" } @for st in Status::ALL { th.n { (st.as_str()) } } th { "" } } }
+                    tbody {
+                        @for kind in &kinds {
+                            @let paused = s.paused_kinds.contains(kind);
+                            tr {
+                                th scope="row" { (kind.as_str()) @if paused { " " span.tag.paused { "paused" } } }
+                                @for st in Status::ALL { td.n { (count(*kind, st)) } }
+                                td {
+                                    @if paused { (button(viewer, &format!("/kinds/{}/resume", kind.as_str()), "resume")) }
+                                    @else { (button(viewer, &format!("/kinds/{}/pause", kind.as_str()), "pause")) }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+
+            h2 { "Running" }
+            section #running aria-live="polite" { (running(page, &s.running, viewer)) }
+
+            h2 { "Items per hour" }
+            (charts::outcomes(&s.hours, s.now, 24))
+
+            h2 #configs-heading { "Storage configs" }
+            @if s.configs.is_empty() { p.note { "None yet: almanac-worker config add --user NAME --root /path" } }
+            @else {
+                div.scroll {
+                    table aria-labelledby="configs-heading" {
+                        thead { tr { th { "user" } th { "root" } th.n { "assets" } th { "last crawl" } th { "state" } th { "" } } }
+                        tbody {
+                            @for c in &s.configs {
+                                tr {
+                                    td { (c.username) }
+                                    td { code { (c.root) } }
+                                    td.n { (c.assets) }
+                                    td {
+                                        @match c.last_crawl {
+                                            Some((at, st)) => { (at.format("%Y-%m-%d %H:%M UTC")) " " span.tag.failed[st == Status::Failed] { (st.as_str()) } }
+                                            None => { "never" }
+                                        }
+                                    }
+                                    td {
+                                        @if !c.is_active { span.tag.inactive { "deactivated" } }
+                                        @else if c.paused { span.tag.paused { "paused" } }
+                                        @else { "active" }
+                                    }
+                                    td {
+                                        @if c.is_active { (button(viewer, &format!("/configs/{}/crawl", c.id), "crawl now")) " " }
+                                        @if c.paused { (button(viewer, &format!("/configs/{}/resume", c.id), "resume")) }
+                                        @else { (button(viewer, &format!("/configs/{}/pause", c.id), "pause")) }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+
+            h2 { "Recent failures" }
+            @if s.failed.is_empty() { p.note { "No failed items." } }
+            @else {
+                ul {
+                    @for i in &s.failed {
+                        li {
+                            a href=(format!("/items/{}", i.id)) { (i.kind.as_str()) } " of " code { (config_root(i)) }
+                            ", failed " (when(i.finished_at)) " after " (i.failures) " failure(s): "
+                            span.error { (i.last_error.as_deref().unwrap_or("(no error recorded)")) }
+                            " " (button(viewer, &format!("/items/{}/retry", i.id), "retry"))
+                            (files(i))
+                        }
+                    }
+                }
+            }
+            @if !s.crawls_with_failures.is_empty() {
+                h2 { "Crawls with files that failed" }
+                ul {
+                    @for i in &s.crawls_with_failures {
+                        li { a href=(format!("/items/{}", i.id)) { "crawl" } " of " code { (config_root(i)) } " finished " (when(i.finished_at)) (files(i)) }
+                    }
+                }
+            }
+
+            h2 { "This Worker's outage events" }
+            @if outages.is_empty() { p.note { "None since it started." } }
+            @else {
+                ul {
+                    @for e in outages.iter().take(15) {
+                        li { (e.at.format("%Y-%m-%d %H:%M:%S UTC")) " " code { (e.event) } " " (e.message) }
+                    }
+                }
+            }
+            script { (PreEscaped(SCRIPT)) }
+        },
+    )
+}
+
+fn sign_in(viewer: &Viewer) -> Markup {
+    html! {
+        @if viewer.csrf.is_some() {
+            form.inline method="post" action="/logout" { span.note { "signed in for actions " } button type="submit" { "sign out" } }
+        } @else if viewer.actions_enabled {
+            form.inline method="post" action="/login" {
+                label for="token" { "Token for actions " }
+                input #token type="password" name="token" autocomplete="current-password" required;
+                " " button type="submit" { "sign in" }
+            }
+        } @else {
+            span.note { "read-only (no http.token set)" }
+        }
+    }
+}
+
+/// The running items' section (also sent live).
+pub fn running(page: &Page, running: &[WorkItem], viewer: &Viewer) -> Markup {
+    html! {
+        @if running.is_empty() { p.note { "Nothing runs right now." } }
+        @for i in running {
+            @let estimate = i.progress.as_ref().and_then(ProgressEstimate::from_progress);
+            article.item {
+                p {
+                    strong { a href=(format!("/items/{}", i.id)) { (i.kind.as_str()) } }
+                    " · Worker " code { (i.worker_id.as_deref().unwrap_or("-")) }
+                    " · attempt " (i.attempt) " · since " (when(i.started_at))
+                    " " (button(viewer, &format!("/items/{}/cancel", i.id), "cancel"))
+                }
+                @if let Some(e) = &estimate {
+                    p.progress {
+                        @if let (Some(total), Some(percent)) = (e.total, e.percent) {
+                            progress value=(e.done.min(total)) max=(total) aria-label="progress" { (format!("{percent:.0}%")) }
+                            " "
+                        }
+                        span.done { (crate::ops::progress_text(i)) }
+                    }
+                    @if i.kind == WorkKind::Crawl { (charts::rate(&page.samples.series(i.id))) }
+                } @else {
+                    p.note { "no progress reported yet" }
+                }
+            }
+        }
+    }
+}
+
+pub fn unavailable(why: &str) -> Markup {
+    html! { p.error { "The database does not answer: " (why) } }
+}
+
+pub fn item(page: &Page, i: &WorkItem, viewer: &Viewer) -> Markup {
+    let _ = page;
+    layout(
+        &format!("{} {}", i.kind.as_str(), i.id),
+        html! {
+            header { h1 { (i.kind.as_str()) " " code { (i.id) } } a href="/" { "← the queue" } }
+            div.scroll {
+                table {
+                    tbody {
+                        tr { th { "status" } td { (i.status.as_str()) } }
+                        tr { th { "config" } td { (i.scope.storage_config().map_or("- (unscoped)".into(), |c| c.to_string())) } }
+                        tr { th { "attempt" } td { (i.attempt) " (failures " (i.failures) " of " (i.max_attempts) ", stalls " (i.stalls) ")" } }
+                        tr { th { "requested" } td { (when(Some(i.requested_at))) } }
+                        tr { th { "started" } td { (when(i.started_at)) } }
+                        tr { th { "finished" } td { (when(i.finished_at)) } }
+                        tr { th { "worker" } td { (i.worker_id.as_deref().unwrap_or("-")) } }
+                        tr { th { "progress" } td { (crate::ops::progress_text(i)) } }
+                        tr { th { "last error" } td.error { (i.last_error.as_deref().unwrap_or("-")) } }
+                    }
+                }
+            }
+            p {
+                @if matches!(i.status, Status::Failed | Status::Cancelled) { (button(viewer, &format!("/items/{}/retry", i.id), "retry")) }
+                @if matches!(i.status, Status::Queued | Status::Running) { (button(viewer, &format!("/items/{}/cancel", i.id), "cancel")) }
+            }
+            (files(i))
+            h2 { "payload" }
+            pre { (serde_json::to_string_pretty(&i.payload).unwrap_or_default()) }
+            @if let Some(result) = &i.result {
+                h2 { "result" }
+                pre { (serde_json::to_string_pretty(result).unwrap_or_default()) }
+            }
+        },
+    )
+}
+
+pub fn problem(status: StatusCode, message: &str) -> Markup {
+    layout(
+        status.canonical_reason().unwrap_or("error"),
+        html! {
+            h1 { (status.as_u16()) " " (status.canonical_reason().unwrap_or("")) }
+            p.error role="alert" { (message) }
+            p { a href="/" { "back to the page" } }
+        },
+    )
+}
