@@ -6,7 +6,7 @@ use std::process::Command;
 use anyhow::{Result, bail};
 
 /// (what is checked, how, the Debian package that provides it)
-const NEEDS: [(&str, &[&str], &str); 8] = [
+const NEEDS: [(&str, &[&str], &str); 9] = [
     (
         "PostgreSQL server binaries",
         &["sh", "-c", "ls /usr/lib/postgresql/*/bin/initdb || command -v initdb"],
@@ -19,6 +19,7 @@ const NEEDS: [(&str, &[&str], &str); 8] = [
     ("heif-convert and heif-enc", &["sh", "-c", "command -v heif-convert && command -v heif-enc"], "libheif-examples"),
     ("pgrep and kill", &["sh", "-c", "command -v pgrep && command -v kill"], "procps"),
     ("promtool (checks /metrics)", &["sh", "-c", "command -v promtool"], "prometheus"),
+    ("chromium (the operator's page test)", &["sh", "-c", "command -v chromium"], "chromium"),
 ];
 
 fn present(check: &[&str]) -> bool {

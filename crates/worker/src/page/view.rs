@@ -84,7 +84,7 @@ fn files(item: &WorkItem) -> Markup {
     let failed = failed_files(item);
     html! {
         @if !failed.is_empty() {
-            details {
+            details open[failed.len() <= 5] {
                 summary { (failed.len()) " failed file(s)" }
                 ul.files { @for (path, reason) in &failed { li { code { (path) } ": " (reason) } } }
             }

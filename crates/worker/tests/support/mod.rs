@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod browser;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::net::UnixStream;
@@ -120,4 +122,17 @@ pub fn query(url: &str, sql: &str) -> Vec<Vec<String>> {
     })
     .join()
     .unwrap()
+}
+
+/// Waits until `sql` returns a row.
+pub fn wait_for(url: &str, sql: &str, timeout: std::time::Duration) -> Vec<Vec<String>> {
+    let started = std::time::Instant::now();
+    loop {
+        let rows = query(url, sql);
+        if !rows.is_empty() {
+            return rows;
+        }
+        assert!(started.elapsed() < timeout, "timed out waiting for: {sql}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }

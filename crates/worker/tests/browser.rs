@@ -1,0 +1,163 @@
+//! The operator's page in a real browser (headless Chromium): a Worker crawls a generated library while the
+//! page shows the crawl's progress moving, a failed item and its reason, and a crawl's failed file; without
+//! the token an action is refused; signed in with it, a retry and a pause work. Screenshots are saved under
+//! `target/browser-test/`.
+
+mod support;
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use almanac_media::fixtures::{self, FixtureExif};
+use almanac_testdb::TestDatabase;
+use support::browser::Browser;
+
+const BIN: &str = env!("CARGO_BIN_EXE_almanac-worker");
+const TOKEN: &str = "browser-test-token-0123456789";
+
+fn cli(url: &str, args: &[&str]) -> String {
+    let out = Command::new(BIN).args(args).env("DATABASE_URL", url).output().unwrap();
+    assert!(out.status.success(), "almanac-worker {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+struct Worker(Child);
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status();
+        let _ = self.0.wait();
+    }
+}
+
+fn shots() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/browser-test")
+}
+
+/// The first number in a text (`37 of 121 files …` → 37).
+fn first_number(text: &str) -> u64 {
+    text.split(|c: char| !c.is_ascii_digit()).find(|w| !w.is_empty()).and_then(|w| w.parse().ok()).unwrap_or(0)
+}
+
+#[test]
+fn the_page_shows_a_live_crawl_and_its_failures_and_acts_only_with_the_token() {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let db = rt.block_on(TestDatabase::create());
+    let url = db.url().to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let library = dir.path().join("library");
+    std::fs::create_dir_all(library.join("2019")).unwrap();
+    for i in 0..150 {
+        let exif = FixtureExif::camera(&format!("2019:07:{:02} 10:00:00", 1 + i % 28), "+02:00");
+        std::fs::write(library.join(format!("2019/IMG_{i:04}.JPG")), fixtures::jpeg(1600, 1200, i, true, &exif))
+            .unwrap();
+    }
+    std::fs::write(library.join("2019/broken.jpg"), b"\xff\xd8\xff\xe0 not really a JPEG").unwrap();
+    let root = library.to_str().unwrap();
+    cli(&url, &["migrate"]);
+    cli(&url, &["config", "add", "--user", "ann", "--root", root]);
+    // A failure to show and retry: a proxy deletion whose payload cannot be read fails for good at once.
+    let failed =
+        cli(&url, &["enqueue", "proxy-deletion", "--config", root, "--payload", r#"{"asset_ids": "all of them"}"#]);
+    let failed = failed.split_whitespace().next().unwrap().to_owned();
+    cli(&url, &["enqueue", "crawl", "--config", root]);
+
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let address = format!("127.0.0.1:{port}");
+    let _worker = Worker(
+        Command::new(BIN)
+            .args(["run"])
+            .env("DATABASE_URL", &url)
+            .env("ALMANAC__WORKER__ID", "worker-on-the-page")
+            .env("ALMANAC__STORAGE__PROXY_ROOT", dir.path().join("proxies"))
+            .env("ALMANAC__HTTP__ADDRESS", &address)
+            .env("ALMANAC__HTTP__TOKEN", TOKEN)
+            .env("ALMANAC__WORKER__MAX_CONCURRENT_FILES", "1")
+            .env("ALMANAC__QUEUE__POLL_INTERVAL", "200ms")
+            // Progress is written with each heartbeat: once a second, so the page has something to follow.
+            .env("ALMANAC__QUEUE__HEARTBEAT_INTERVAL", "1s")
+            .env("ALMANAC__LOG__LEVEL", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let page = format!("http://{address}/");
+    let started = std::time::Instant::now();
+    while std::net::TcpStream::connect(&address).is_err() {
+        assert!(started.elapsed() < Duration::from_secs(30), "the Worker's page never answered");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    let mut browser = Browser::launch(1200, 900);
+    browser.navigate(&page);
+    // The running crawl, its progress moving without a reload (server-sent events).
+    let progress = "document.querySelector('#running .done')?.textContent";
+    let first =
+        browser.wait_for("the crawl's progress", &format!("{progress}?.includes(' files')"), Duration::from_secs(60));
+    assert_eq!(first, true);
+    let before = first_number(browser.eval(progress).as_str().unwrap());
+    browser.wait_for(
+        "the progress to move",
+        &format!("(() => {{ const t = {progress}; return t && parseInt(t) > {before}; }})()"),
+        Duration::from_secs(60),
+    );
+    let text = browser.eval("document.getElementById('running').innerText").as_str().unwrap().to_owned();
+    assert!(text.contains("crawl") && text.contains("worker-on-the-page") && text.contains('%'), "{text}");
+    browser.screenshot(&shots().join("page-crawling.png"));
+
+    // The failure and its reason (on a fresh load; the failure list is not live).
+    browser.navigate(&page);
+    let failures = browser.eval("document.body.innerText").as_str().unwrap().to_owned();
+    assert!(failures.contains("payload.asset_ids must be a list of asset ids"), "{failures}");
+
+    // Without the token: no buttons, and a request of the page's own is refused.
+    assert_eq!(browser.eval("document.querySelector('form[action$=\"/retry\"]') === null"), true);
+    let refused = browser.eval(&format!("fetch('/items/{failed}/retry', {{method: 'POST'}}).then(r => r.status)"));
+    assert_eq!(refused, 401);
+    assert_eq!(support::query(&url, &format!("SELECT status FROM work_items WHERE id = '{failed}'"))[0][0], "failed");
+
+    // Signed in with the token: retry the failure, pause the config.
+    browser.eval(&format!(
+        "document.getElementById('token').value = '{TOKEN}'; document.querySelector('form[action=\"/login\"] button').click(); true"
+    ));
+    browser.wait_for(
+        "signing in",
+        "document.body.innerText.includes('signed in for actions')",
+        Duration::from_secs(30),
+    );
+    browser.eval(&format!("document.querySelector('form[action=\"/items/{failed}/retry\"] button').click(); true"));
+    browser.wait_for(
+        "the retry",
+        "document.querySelector('.flash')?.textContent.includes('queued again')",
+        Duration::from_secs(30),
+    );
+    // Queued again with its failures forgiven; it runs once the config's crawl is done (one item per config).
+    let row = support::query(&url, &format!("SELECT status, failures::text FROM work_items WHERE id = '{failed}'"));
+    assert_eq!(row[0], ["queued", "0"]);
+    browser.eval("document.querySelector('form[action$=\"/pause\"][action^=\"/configs/\"] button').click(); true");
+    browser.wait_for(
+        "the pause",
+        "document.querySelector('.flash')?.textContent.includes('paused')",
+        Duration::from_secs(30),
+    );
+    let paused = support::query(&url, "SELECT count(*) FROM storage_configs WHERE paused_at IS NOT NULL");
+    assert_eq!(paused[0][0], "1");
+    assert!(browser.eval("document.body.innerText").as_str().unwrap().contains("paused"));
+
+    // The crawl goes on (a pause holds queued work, not what runs) and lists the file it could not read.
+    support::wait_for(
+        &url,
+        "SELECT 1 FROM work_items WHERE kind = 'crawl' AND status = 'succeeded'",
+        Duration::from_secs(180),
+    );
+    browser.navigate(&page);
+    browser.wait_for(
+        "the crawl's failed file",
+        "document.body.innerText.includes('broken.jpg')",
+        Duration::from_secs(10),
+    );
+    browser.screenshot(&shots().join("page-signed-in.png"));
+}
