@@ -34,16 +34,36 @@ impl ConnectTarget {
         let (rest, taken) = take_params(conn, &["sslmode", "sslrootcert"])
             .ok_or_else(|| StoreError::Config("the connection string cannot be read".into()))?;
         let mut config: tokio_postgres::Config = rest.parse().map_err(|e| StoreError::Config(format!("{e}")))?;
-        let mode = match taken.iter().rev().find(|(k, _)| k == "sslmode") {
-            Some((_, value)) => SslMode::parse(value)?,
-            None => SslMode::Prefer,
-        };
         let rootcert = taken.iter().rev().find(|(k, _)| k == "sslrootcert").map(|(_, v)| v.as_str());
+        let asked = taken.iter().rev().find(|(k, _)| k == "sslmode").map(|(_, v)| SslMode::parse(v)).transpose()?;
+        // As libpq 16: the system's roots are trusted only with the name checked too (any certificate a public
+        // CA issued, for any name, would pass otherwise), and they make verify-full the default.
+        let mode = match (asked, rootcert) {
+            (None, Some("system")) => SslMode::VerifyFull,
+            (Some(m), Some("system")) if m != SslMode::VerifyFull => {
+                return Err(StoreError::Config(format!(
+                    "sslrootcert=system needs sslmode=verify-full (with sslmode={} any certificate a public CA \
+                     issued, for any name, would be accepted)",
+                    m.name()
+                )));
+            }
+            (Some(m), _) => m,
+            (None, _) => SslMode::Prefer,
+        };
+        let hosts = config.get_hosts();
+        let named = hosts.iter().any(|h| matches!(h, tokio_postgres::config::Host::Tcp(_)));
         // As with libpq, a Unix socket never uses TLS (the server would refuse it there).
-        let only_sockets = config.get_hosts().iter().all(|h| matches!(h, tokio_postgres::config::Host::Unix(_)));
+        let only_sockets = !hosts.is_empty() && !named && config.get_hostaddrs().is_empty();
+        if !named && !only_sockets && matches!(mode, SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull) {
+            return Err(StoreError::Config(format!(
+                "sslmode={} needs the server's name: give host=NAME beside hostaddr (TLS is negotiated for a name)",
+                mode.name()
+            )));
+        }
         config.ssl_mode(if only_sockets { SslMode::Disable.driver_mode() } else { mode.driver_mode() });
         // TCP keepalives, unless the string sets its own: a dead peer is noticed in about a minute, not hours.
-        if !conn.contains("keepalives") {
+        let own_keepalives = take_params(conn, &KEEPALIVE_KEYS).is_some_and(|(_, taken)| !taken.is_empty());
+        if !own_keepalives {
             config
                 .keepalives(true)
                 .keepalives_idle(Duration::from_secs(30))
@@ -64,15 +84,17 @@ impl ConnectTarget {
 /// parameter) and `key=value` pairs (`host=h password='se cret'`, quoted or not). What cannot be read is hidden
 /// whole: a secret is never shown because its string was malformed.
 pub fn mask_password(conn: &str) -> String {
-    let mut shown = if is_url(conn) {
-        mask_url(conn)
-    } else {
-        mask_key_values(conn).unwrap_or_else(|| "<connection string hidden: it could not be read>".to_owned())
-    };
-    // Whatever the syntax (a `?` or `&` inside an unencoded password, say), the password the driver would use
-    // is hidden wherever it still stands, raw or as written.
     let driver_config = take_params(conn, &["sslmode", "sslrootcert"])
         .and_then(|(rest, _)| rest.parse::<tokio_postgres::Config>().ok());
+    // A string the driver cannot read may hide a password anywhere (an unencoded `/` or `&` in it, a scheme
+    // spelled otherwise): when it has a user part or names a password, it is hidden whole.
+    if driver_config.is_none() && (conn.contains('@') || conn.to_ascii_lowercase().contains("password")) {
+        return HIDDEN.to_owned();
+    }
+    let mut shown =
+        if is_url(conn) { mask_url(conn) } else { mask_key_values(conn).unwrap_or_else(|| HIDDEN.to_owned()) };
+    // Whatever the syntax (a `?` inside an unencoded password, say), the password the driver would use is
+    // hidden wherever it still stands.
     if let Some(config) = driver_config
         && let Some(password) = config.get_password().map(String::from_utf8_lossy).filter(|p| !p.is_empty())
     {
@@ -81,8 +103,62 @@ pub fn mask_password(conn: &str) -> String {
     shown
 }
 
+/// What is shown of a connection string that cannot be read.
+pub const HIDDEN: &str = "<connection string hidden: it could not be read>";
+
+/// The keepalive settings; a string that sets any of them keeps its own.
+const KEEPALIVE_KEYS: [&str; 4] = ["keepalives", "keepalives_idle", "keepalives_interval", "keepalives_retries"];
+
+/// The keys libpq (and the driver) know in `key=value` strings; a string with any other is hidden whole.
+const KNOWN_KEYS: [&str; 44] = [
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "passfile",
+    "channel_binding",
+    "connect_timeout",
+    "client_encoding",
+    "options",
+    "application_name",
+    "fallback_application_name",
+    "keepalives",
+    "keepalives_idle",
+    "keepalives_interval",
+    "keepalives_count",
+    "keepalives_retries",
+    "tcp_user_timeout",
+    "replication",
+    "gssencmode",
+    "sslmode",
+    "requiressl",
+    "sslcompression",
+    "sslcert",
+    "sslkey",
+    "sslpassword",
+    "sslcertmode",
+    "sslrootcert",
+    "sslcrl",
+    "sslcrldir",
+    "sslsni",
+    "requirepeer",
+    "ssl_min_protocol_version",
+    "ssl_max_protocol_version",
+    "krbsrvname",
+    "gsslib",
+    "gssdelegation",
+    "service",
+    "target_session_attrs",
+    "load_balance_hosts",
+    "sslnegotiation",
+    "require_auth",
+    "max_protocol_version",
+];
+
 fn is_url(conn: &str) -> bool {
-    let trimmed = conn.trim_start();
+    let trimmed = conn.trim_start().to_ascii_lowercase();
     trimmed.starts_with("postgres://") || trimmed.starts_with("postgresql://")
 }
 
@@ -284,7 +360,11 @@ fn mask_key_values(s: &str) -> Option<String> {
     let chars: Vec<char> = s.chars().collect();
     let mut out = String::new();
     let mut at = 0;
-    for pair in key_value_pairs(&chars)? {
+    let pairs = key_value_pairs(&chars)?;
+    if pairs.iter().any(|p| !KNOWN_KEYS.contains(&p.key.to_ascii_lowercase().as_str())) {
+        return None;
+    }
+    for pair in pairs {
         out.extend(&chars[at..pair.span.start]);
         out.push_str(&pair.key);
         out.push('=');
@@ -307,7 +387,8 @@ mod tests {
             ("postgres://u@h/db", "postgres://u@h/db"),
             ("postgres://h/db", "postgres://h/db"),
             // Unencoded `@`, `:` and `/` in the password: the user part ends at the last `@`.
-            ("postgres://u:p@ss:w/rd@h/db", "postgres://u:***@h/db"),
+            // Unreadable by the driver (it ends the user part at the first `@`): hidden whole.
+            ("postgres://u:p@ss:w/rd@h/db", HIDDEN),
             ("postgres://u:p%40ss@h/db", "postgres://u:***@h/db"),
             ("postgres://u:pa?ss@h/db", "postgres://u:***@h/db"),
             ("postgres://u:pa?ss@h/db?application_name=a", "postgres://u:***@h/db?application_name=a"),
@@ -317,10 +398,8 @@ mod tests {
             ("postgres://u:se@cret@h/db?application_name=x@y", "postgres://u:***@h/db?application_name=x@y"),
             ("postgres://u:pa?ss=1&x@h/db", "postgres://u:***@h/db"),
             ("postgres://u@h/db?password=secret&sslmode=require", "postgres://u@h/db?password=***&sslmode=require"),
-            (
-                "postgres://u@h/db?sslmode=require&sslpassword=secret",
-                "postgres://u@h/db?sslmode=require&sslpassword=***",
-            ),
+            // The driver does not know sslpassword: hidden whole.
+            ("postgres://u@h/db?sslmode=require&sslpassword=secret", HIDDEN),
             ("postgres://u@h/db?pass%77ord=secret", "postgres://u@h/db?pass%77ord=***"),
             ("postgres://u:secret@h1:5432,h2:5433/db", "postgres://u:***@h1:5432,h2:5433/db"),
             ("postgres://u:secret@[::1]:5432/db", "postgres://u:***@[::1]:5432/db"),
@@ -341,11 +420,25 @@ mod tests {
             ("  host=/tmp   port=5432 ", "  host=/tmp   port=5432 "),
             ("host=h sslrootcert='/a b.pem' password=x", "host=h sslrootcert='/a b.pem' password=***"),
         ];
-        for (given, shown) in cases {
-            assert_eq!(mask_password(given), shown, "{given}");
-        }
-        // Not readable as key=value pairs: hidden whole.
-        for unreadable in ["not a url", "host=h password='unterminated", "=secret"] {
+        let wrong: Vec<String> = cases
+            .iter()
+            .filter(|(given, shown)| mask_password(given) != *shown)
+            .map(|(given, shown)| format!("{given} showed {} instead of {shown}", mask_password(given)))
+            .collect();
+        assert!(wrong.is_empty(), "{wrong:#?}");
+        // Not readable (by us or by the driver): hidden whole.
+        for unreadable in [
+            "not a url",
+            "host=h password='unterminated",
+            "=secret",
+            "Postgres://u:secret@h/db?sslmode=require",
+            "postgres:/u:secret@h/db?a=b",
+            "postgresql+asyncpg://u:secret@h/db?x=y",
+            "Host=h;Password=secret;Database=d",
+            "postgres://u:p/secret?x@h/db?sslmode=verify-full",
+            "postgres://u@h/db?password=se&secret",
+            "host=h passwort=secret",
+        ] {
             let shown = mask_password(unreadable);
             assert!(!shown.contains("secret") && !shown.contains("unterminated"), "{shown}");
         }
@@ -377,8 +470,9 @@ mod tests {
             ("?sslmode=allow", SslMode::Prefer),
             ("?sslmode=prefer", SslMode::Prefer),
             ("?sslmode=require", SslMode::Require),
-            ("?sslmode=verify-ca&sslrootcert=system", SslMode::VerifyCa),
             ("?sslmode=verify-full&sslrootcert=system", SslMode::VerifyFull),
+            // The system's roots make verify-full the default.
+            ("?sslrootcert=system", SslMode::VerifyFull),
         ] {
             let target = ConnectTarget::parse(&format!("postgres://u@h/db{given}")).unwrap();
             assert_eq!(target.ssl_mode(), mode, "{given}");
@@ -389,6 +483,18 @@ mod tests {
             ConnectTarget::parse("host=h sslmode=verify-full sslrootcert=/nonexistent/ca.pem").unwrap_err().to_string();
         assert!(err.contains("sslrootcert") && err.contains("/nonexistent/ca.pem"), "{err}");
         assert!(ConnectTarget::parse("host=h sslcert=/x.pem").is_err(), "options we do not honour are refused");
+        for weak in ["verify-ca", "require", "prefer"] {
+            let err =
+                ConnectTarget::parse(&format!("host=h sslmode={weak} sslrootcert=system")).unwrap_err().to_string();
+            assert!(err.contains("sslrootcert=system needs sslmode=verify-full"), "{err}");
+        }
+        // Only an address: TLS has no name to negotiate for, so the modes that need TLS say so; prefer goes on.
+        let err = ConnectTarget::parse("hostaddr=10.0.0.5 sslmode=require").unwrap_err().to_string();
+        assert!(err.contains("host=NAME beside hostaddr"), "{err}");
+        assert_eq!(ConnectTarget::parse("hostaddr=10.0.0.5").unwrap().ssl_mode(), SslMode::Prefer);
+        // A socket never negotiates TLS; an address beside it still may.
+        let socket = ConnectTarget::parse("host=/run/postgresql sslmode=require").unwrap();
+        assert_eq!(socket.config.get_ssl_mode(), tokio_postgres::config::SslMode::Disable);
     }
 
     #[test]
@@ -398,5 +504,8 @@ mod tests {
         assert_eq!(target.config.get_keepalives_retries(), Some(3));
         let target = ConnectTarget::parse("host=h keepalives_idle=5").unwrap();
         assert_eq!(target.config.get_keepalives_idle(), Duration::from_secs(5));
+        // A password or database that happens to hold the word is not a setting.
+        let target = ConnectTarget::parse("host=h dbname=keepalives").unwrap();
+        assert_eq!(target.config.get_keepalives_idle(), Duration::from_secs(30));
     }
 }

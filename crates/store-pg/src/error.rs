@@ -40,8 +40,16 @@ impl From<StoreError> for QueueError {
     }
 }
 
+/// A pool's error: a connection refused for a setting to fix (a TLS certificate, say: made an
+/// `InvalidConnectionUrl` by the pool's setup) stays a settings error; the rest is an outage.
 pub(crate) fn from_pool(e: PoolError) -> StoreError {
-    StoreError::Unavailable(e.to_string())
+    use diesel_async::pooled_connection::PoolError as ManagerError;
+    match e {
+        deadpool::managed::PoolError::Backend(ManagerError::ConnectionError(
+            diesel::ConnectionError::InvalidConnectionUrl(m),
+        )) => StoreError::Config(m),
+        other => StoreError::Unavailable(other.to_string()),
+    }
 }
 
 /// Whether `e` is a unique violation of the index or constraint named `name`.

@@ -30,6 +30,11 @@ use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfi
 
 pub use catalogue::{Memory, NewStorageConfig, RootOverlap};
 pub use conninfo::{ConnectTarget, mask_password};
+
+/// What [`mask_password`] shows of a connection string it cannot read.
+pub fn conninfo_hidden() -> &'static str {
+    conninfo::HIDDEN
+}
 pub use error::StoreError;
 pub use listener::{WORK_CHANNEL, listen_for_work};
 pub use migrations::{SchemaState, migrate, pending_migrations, schema_state};
@@ -194,8 +199,11 @@ fn pool(
         let target = target.clone();
         let settings = settings.clone();
         Box::pin(async move {
-            let mut conn =
-                target.establish().await.map_err(|e| diesel::ConnectionError::BadConnection(e.to_string()))?;
+            // A setting to fix keeps its kind through the pool (see `error::from_pool`).
+            let mut conn = target.establish().await.map_err(|e| match e {
+                StoreError::Config(m) => diesel::ConnectionError::InvalidConnectionUrl(m),
+                other => diesel::ConnectionError::BadConnection(other.to_string()),
+            })?;
             conn.batch_execute(&settings).await.map_err(diesel::ConnectionError::CouldntSetupConfiguration)?;
             Ok(conn)
         })

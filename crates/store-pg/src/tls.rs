@@ -68,7 +68,7 @@ impl SslMode {
         }
     }
 
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Self::Disable => "disable",
             Self::Prefer => "prefer",
@@ -222,9 +222,17 @@ pub(crate) type Connection = tokio_postgres::Connection<
 >;
 
 impl ConnectTarget {
-    /// Connects with the driver alone (the work listener).
+    /// Connects with the driver alone (the work listener). Under `prefer`, a TLS handshake that fails is
+    /// followed by a connection without TLS, as libpq does.
     pub(crate) async fn connect(&self) -> Result<(tokio_postgres::Client, Connection), StoreError> {
-        self.config.connect(self.tls.connector.clone()).await.map_err(|e| self.connect_error(&e))
+        match self.config.connect(self.tls.connector.clone()).await {
+            Err(e) if self.tls.mode == SslMode::Prefer && is_tls_failure(&e) => {
+                let mut plain = self.config.clone();
+                plain.ssl_mode(tokio_postgres::config::SslMode::Disable);
+                plain.connect(self.tls.connector.clone()).await.map_err(|e| self.connect_error(&e))
+            }
+            other => other.map_err(|e| self.connect_error(&e)),
+        }
     }
 
     /// A diesel connection (pools, migrations).
@@ -251,8 +259,18 @@ impl ConnectTarget {
             )) => StoreError::Config(format!(
                 "the server's TLS certificate is not issued to {host}, and sslmode={mode} checks the name: connect \
                  with a host name the certificate names (in database.url), or use sslmode=verify-ca to check only \
-                 who signed it ({e})"
+                 who signed it. The names are read from the certificate's subjectAltName; one that names the host \
+                 only in its CN must be reissued with subjectAltName=DNS:{host} ({e})"
             )),
+            Some(rustls::Error::InvalidCertificate(CertificateError::Other(other)))
+                if other.to_string().contains("CaUsedAsEndEntity") =>
+            {
+                StoreError::Config(format!(
+                    "the server presents a CA certificate as its own (a self-signed certificate made with CA:TRUE, \
+                     as `openssl req -x509` does by default): issue the server a certificate signed by that CA, or \
+                     use sslmode=require, which does not check certificates ({e})"
+                ))
+            }
             Some(rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer)) => StoreError::Config(format!(
                 "the server's TLS certificate is not signed by a root in {roots} (sslmode={mode}): name the CA that \
                  signed it as sslrootcert in database.url ({e})"
@@ -268,6 +286,11 @@ impl ConnectTarget {
             _ => StoreError::Unavailable(e.to_string()),
         }
     }
+}
+
+/// Whether a connection failed in its TLS handshake (not in reaching the server or logging in).
+fn is_tls_failure(e: &tokio_postgres::Error) -> bool {
+    rustls_error(e).is_some() || e.to_string().contains("TLS")
 }
 
 /// The rustls error behind a connection error, if the handshake failed.

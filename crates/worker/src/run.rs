@@ -212,6 +212,9 @@ async fn schema_state(url: &str) -> Result<almanac_store_pg::SchemaState> {
                 tokio::time::sleep(delay).await;
                 delay *= 2;
             }
+            Err(e @ StoreError::Config(_)) => {
+                return Err(e).with_context(|| format!("database.url ({})", mask_password(url)));
+            }
             Err(e) => {
                 return Err(e).with_context(|| {
                     format!("cannot reach the database at {} after {attempt} attempt(s)", mask_password(url))

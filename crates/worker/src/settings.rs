@@ -375,11 +375,20 @@ fn hide_secrets(message: &str, file_text: &str) -> String {
 /// Refuses a `database.url` the driver cannot read (either form), naming the setting and never the secret.
 fn check_database_url(url: &str) -> Result<()> {
     almanac_store_pg::ConnectTarget::parse(url).map(|_| ()).map_err(|e| {
+        let shown = mask_password(url);
+        if shown == almanac_store_pg::conninfo_hidden() {
+            // The driver's own words may quote part of an unreadable string, password included.
+            return anyhow::anyhow!(
+                "database.url: the value cannot be read as a PostgreSQL connection URL or key=value string (it is not shown: \
+                 it may hold a password). Give it as postgres://USER:PASSWORD@HOST:5432/DATABASE, special \
+                 characters percent-encoded, or as host=HOST dbname=DATABASE user=USER password=…"
+            );
+        }
         anyhow::anyhow!(
             "database.url: {} cannot be used ({e}). Give it as postgres://USER@HOST:5432/DATABASE (a password as \
              postgres://USER:PASSWORD@…, special characters percent-encoded) or as host=HOST dbname=DATABASE \
              user=USER; TLS with sslmode=disable|prefer|require|verify-ca|verify-full and sslrootcert=FILE|system",
-            mask_password(url)
+            shown
         )
     })
 }
