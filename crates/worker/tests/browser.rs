@@ -160,4 +160,34 @@ fn the_page_shows_a_live_crawl_and_its_failures_and_acts_only_with_the_token() {
         Duration::from_secs(10),
     );
     browser.screenshot(&shots().join("page-signed-in.png"));
+
+    // At phone width the page does not spill sideways (wide tables scroll in their own box).
+    browser.call(
+        "Emulation.setDeviceMetricsOverride",
+        serde_json::json!({"width": 390, "height": 844, "deviceScaleFactor": 1, "mobile": true}),
+    );
+    browser.navigate(&page);
+    let width = browser.eval("document.documentElement.scrollWidth").as_u64().unwrap();
+    let wide = browser.eval(
+        "[...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > 391 && !e.closest('.scroll'))\
+         .map(e => e.tagName + '.' + e.className + ': ' + e.textContent.slice(0, 40)).slice(0, 8).join(' | ')",
+    );
+    assert!(width <= 390, "the page is {width} px wide at phone width: {wide}");
+    browser.screenshot(&shots().join("page-phone.png"));
+
+    // Without JavaScript it still reads: everything is in the served HTML.
+    // (Read through the DOM domain: page script is off.)
+    browser.call("Emulation.setScriptExecutionDisabled", serde_json::json!({"value": true}));
+    browser.call("Page.navigate", serde_json::json!({ "url": page }));
+    let started = std::time::Instant::now();
+    let html = loop {
+        let root = browser.call("DOM.getDocument", serde_json::json!({}));
+        let html = browser.call("DOM.getOuterHTML", serde_json::json!({"nodeId": root["root"]["nodeId"]}));
+        let html = html["outerHTML"].as_str().unwrap_or_default().to_owned();
+        if html.contains("This Worker's outage events") || started.elapsed() > Duration::from_secs(20) {
+            break html;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(html.contains("Storage configs") && html.contains("broken.jpg") && html.contains("paused"), "{html}");
 }

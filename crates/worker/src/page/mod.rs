@@ -90,13 +90,9 @@ pub fn router(page: Arc<Page>) -> axum::Router {
         .route("/items/{id}", get(item))
         .route("/login", post(login))
         .route("/logout", post(logout))
-        .route("/items/{id}/retry", post(retry))
-        .route("/items/{id}/cancel", post(cancel))
-        .route("/configs/{id}/pause", post(pause_config))
-        .route("/configs/{id}/resume", post(resume_config))
-        .route("/configs/{id}/crawl", post(crawl_config))
-        .route("/kinds/{kind}/pause", post(pause_kind))
-        .route("/kinds/{kind}/resume", post(resume_kind))
+        .route("/items/{id}/{action}", post(item_action))
+        .route("/configs/{id}/{action}", post(config_action))
+        .route("/kinds/{kind}/{action}", post(kind_action))
         .with_state(page)
 }
 
@@ -256,64 +252,63 @@ where
     }
 }
 
-async fn retry(State(page): State<Arc<Page>>, headers: HeaderMap, Path(id): Path<String>, body: String) -> Response {
-    let action = async { ops::retry_item(&page.store, ops::parse_item_id(&id)?).await };
-    act(&page, &headers, &body, action).await
-}
-
-async fn cancel(State(page): State<Arc<Page>>, headers: HeaderMap, Path(id): Path<String>, body: String) -> Response {
-    let action = async { ops::cancel_item(&page.store, ops::parse_item_id(&id)?).await };
-    act(&page, &headers, &body, action).await
-}
-
-async fn pause_config(
+/// `retry` or `cancel` an item.
+async fn item_action(
     State(page): State<Arc<Page>>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    Path((id, action)): Path<(String, String)>,
     body: String,
 ) -> Response {
-    let action = ops::set_paused(&page.store, PauseTarget::Config(config_id(&id)), true);
-    act(&page, &headers, &body, action).await
+    let run = async {
+        let id = ops::parse_item_id(&id)?;
+        match action.as_str() {
+            "retry" => ops::retry_item(&page.store, id).await,
+            "cancel" => ops::cancel_item(&page.store, id).await,
+            other => Err(no_such_action(other, "retry or cancel")),
+        }
+    };
+    act(&page, &headers, &body, run).await
 }
 
-async fn resume_config(
+/// `pause`, `resume` or `crawl` a storage config (named by its id).
+async fn config_action(
     State(page): State<Arc<Page>>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    Path((id, action)): Path<(String, String)>,
     body: String,
 ) -> Response {
-    let action = ops::set_paused(&page.store, PauseTarget::Config(config_id(&id)), false);
-    act(&page, &headers, &body, action).await
+    let run = async {
+        let config = config_id(&id);
+        match action.as_str() {
+            "pause" => ops::set_paused(&page.store, PauseTarget::Config(config), true).await,
+            "resume" => ops::set_paused(&page.store, PauseTarget::Config(config), false).await,
+            "crawl" => Ok(ops::enqueue_crawl(&page.store, &config).await?.1),
+            other => Err(no_such_action(other, "pause, resume or crawl")),
+        }
+    };
+    act(&page, &headers, &body, run).await
 }
 
-async fn crawl_config(
+/// `pause` or `resume` every item of a kind.
+async fn kind_action(
     State(page): State<Arc<Page>>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    Path((kind, action)): Path<(String, String)>,
     body: String,
 ) -> Response {
-    let action = async { Ok(ops::enqueue_crawl(&page.store, &config_id(&id)).await?.1) };
-    act(&page, &headers, &body, action).await
+    let run = async {
+        let kind = ops::parse_kind(&kind)?;
+        match action.as_str() {
+            "pause" => ops::set_paused(&page.store, PauseTarget::Kind(kind), true).await,
+            "resume" => ops::set_paused(&page.store, PauseTarget::Kind(kind), false).await,
+            other => Err(no_such_action(other, "pause or resume")),
+        }
+    };
+    act(&page, &headers, &body, run).await
 }
 
-async fn pause_kind(
-    State(page): State<Arc<Page>>,
-    headers: HeaderMap,
-    Path(kind): Path<String>,
-    body: String,
-) -> Response {
-    let action = async { ops::set_paused(&page.store, PauseTarget::Kind(ops::parse_kind(&kind)?), true).await };
-    act(&page, &headers, &body, action).await
-}
-
-async fn resume_kind(
-    State(page): State<Arc<Page>>,
-    headers: HeaderMap,
-    Path(kind): Path<String>,
-    body: String,
-) -> Response {
-    let action = async { ops::set_paused(&page.store, PauseTarget::Kind(ops::parse_kind(&kind)?), false).await };
-    act(&page, &headers, &body, action).await
+fn no_such_action(given: &str, known: &str) -> OpError {
+    OpError::NotFound(format!("there is no action {given:?} here: use {known}"))
 }
 
 /// A config in a path is named by its id only (a root path has slashes); anything else is not found.
@@ -556,6 +551,8 @@ mod tests {
             ("/kinds/frobnicate/pause".into(), StatusCode::BAD_REQUEST, "\"frobnicate\" is not a kind".into()),
             ("/configs/01a22d3e-30ac-7499-a6e3-05017482eaa6/pause".into(), StatusCode::NOT_FOUND, "".into()),
             ("/configs/not-an-id/crawl".into(), StatusCode::NOT_FOUND, "".into()),
+            (format!("/items/{}/explode", w.failed), StatusCode::NOT_FOUND, "no action \"explode\"".into()),
+            ("/kinds/purge/delete".into(), StatusCode::NOT_FOUND, "use pause or resume".into()),
         ];
         for (path, expected, says) in cases {
             let (status, _, text) = send(&w.page, act(path.clone())).await;

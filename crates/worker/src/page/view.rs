@@ -15,12 +15,13 @@ pub struct Viewer {
 }
 
 const STYLE: &str = "
-body{font:16px/1.45 system-ui,sans-serif;max-width:70rem;margin:0 auto;padding:0 1rem 3rem;color:#1b1b1b;background:#fff}
+*{box-sizing:border-box}body{overflow-wrap:break-word;font:16px/1.45 system-ui,sans-serif;max-width:70rem;margin:0 auto;padding:0 1rem 3rem;color:#1b1b1b;background:#fff}
 header{display:flex;flex-wrap:wrap;gap:.5rem 1.5rem;align-items:baseline;justify-content:space-between;border-bottom:1px solid #ccc}
 h1{font-size:1.4rem;margin:.8rem 0}h2{font-size:1.15rem;margin:1.8rem 0 .6rem}
 .scroll{overflow-x:auto}table{border-collapse:collapse;width:100%;font-size:.95rem}
 th,td{text-align:left;padding:.3rem .5rem;border-bottom:1px solid #e3e3e3;vertical-align:top}
-td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
+td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}thead th,td.n,th[scope=row]{white-space:nowrap}
+li code,p code{overflow-wrap:anywhere}
 form.inline{display:inline}button{font:inherit;padding:.15rem .6rem;margin:.1rem 0;cursor:pointer}
 .flash{padding:.5rem .8rem;border-left:4px solid #2b7a3d;background:#eef7ef}.flash.error{border-color:#b3261e;background:#fbeceb}
 .tag{display:inline-block;padding:0 .4rem;border-radius:.3rem;background:#eee;font-size:.85rem}
