@@ -38,7 +38,8 @@ pub fn build(workspace: &Path, cargo: &str, profile: &str) -> Result<PathBuf> {
 }
 
 fn ensure_cargo_deb(cargo: &str) -> Result<()> {
-    if Command::new(cargo).args(["deb", "--version"]).output().is_ok_and(|o| o.status.success()) {
+    let installed = Command::new(cargo).args(["deb", "--version"]).output();
+    if installed.is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains(CARGO_DEB)) {
         return Ok(());
     }
     println!("==> installing cargo-deb (about a minute)");
@@ -91,7 +92,7 @@ pub fn check_install(deb: &Path) -> Result<()> {
 fn installed_checks(deb: &str) -> Result<()> {
     run("dpkg", &["-i", deb]).context("installing the package (its dependencies come from `cargo xtask deps`)")?;
     let version = run("/usr/bin/almanac-worker", &["--version"])?;
-    let expected = format!("{PACKAGE} {}", env!("CARGO_PKG_VERSION"));
+    let expected = format!("{PACKAGE} {}", worker_version()?);
     if version.trim() != expected {
         bail!("almanac-worker --version said {version:?}, expected {expected:?}");
     }
@@ -117,4 +118,13 @@ fn installed_checks(deb: &str) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The Worker's version, as its manifest gives it.
+fn worker_version() -> Result<String> {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates/worker/Cargo.toml");
+    let text = std::fs::read_to_string(&manifest).with_context(|| format!("reading {}", manifest.display()))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("version = ").map(|v| v.trim_matches('"').to_owned()))
+        .context("crates/worker/Cargo.toml names no version")
 }

@@ -35,7 +35,13 @@ impl From<StoreError> for OpError {
 
 impl From<almanac_domain::QueueError> for OpError {
     fn from(e: almanac_domain::QueueError) -> Self {
-        OpError::Store(StoreError::Unexpected(e.to_string()))
+        use almanac_domain::QueueError;
+        match e {
+            // An outage stays an outage (exit 3, 503).
+            QueueError::Unavailable(m) => OpError::Store(StoreError::Unavailable(m)),
+            QueueError::Rejected(m) => OpError::Refused(m),
+            QueueError::Unexpected(m) => OpError::Store(StoreError::Unexpected(m)),
+        }
     }
 }
 

@@ -117,12 +117,17 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<ExitCode> {
             PgStore::with_idle_transaction_limit(&url, 2, settings.database.connect_timeout, settings.queue.lease)?;
         let process = Arc::new(metrics_process::Collector::default());
         process.describe();
+        // The page has connections of its own: open tabs cannot take the probes'.
+        let page_store =
+            PgStore::with_idle_transaction_limit(&url, 2, settings.database.connect_timeout, settings.queue.lease)?;
         let page = Arc::new(Page {
-            store: probes.clone(),
+            store: page_store,
             auth: Auth::new(settings.http.token.clone()),
             recent,
             samples: Samples::default(),
             worker_id: settings.worker_id()?.to_string(),
+            allowed_hosts: settings.http.allowed_hosts.clone(),
+            stop: stop.clone(),
         });
         tokio::spawn(page::sample(page.clone(), stop.clone()));
         let health = Health { store: probes, metrics: metrics.clone(), process, running: running.clone(), page };
@@ -165,7 +170,8 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<ExitCode> {
     let _ = scheduling.await;
     let _ = upkeep.await;
     if let Some(h) = http {
-        let _ = h.await;
+        // Open connections get a moment to finish (the live streams end with `stop`); then the server goes.
+        let _ = tokio::time::timeout(Duration::from_secs(5), h).await;
     }
     if report.is_clean() {
         Ok(ExitCode::SUCCESS)

@@ -100,6 +100,9 @@ pub struct Http {
     /// The operator's page allows actions (retry, cancel, pause, crawl) to whoever gives this token; none set
     /// means the page is read-only. At least 16 characters.
     pub token: Option<String>,
+    /// Host names the page answers to beside IP addresses and `localhost` (a reverse proxy's name, say): a
+    /// request naming any other host is refused, so a web site cannot read the page through DNS rebinding.
+    pub allowed_hosts: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -168,7 +171,12 @@ impl Default for Schedule {
 
 impl Default for Http {
     fn default() -> Self {
-        Self { enabled: true, address: SocketAddr::from(([127, 0, 0, 1], 9464)), token: None }
+        Self {
+            enabled: true,
+            address: SocketAddr::from(([127, 0, 0, 1], 9464)),
+            token: None,
+            allowed_hosts: Vec::new(),
+        }
     }
 }
 

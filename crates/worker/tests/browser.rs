@@ -128,15 +128,7 @@ fn the_page_shows_a_live_crawl_and_its_failures_and_acts_only_with_the_token() {
         "document.body.innerText.includes('signed in for actions')",
         Duration::from_secs(30),
     );
-    browser.eval(&format!("document.querySelector('form[action=\"/items/{failed}/retry\"] button').click(); true"));
-    browser.wait_for(
-        "the retry",
-        "document.querySelector('.flash')?.textContent.includes('queued again')",
-        Duration::from_secs(30),
-    );
-    // Queued again with its failures forgiven; it runs once the config's crawl is done (one item per config).
-    let row = support::query(&url, &format!("SELECT status, failures::text FROM work_items WHERE id = '{failed}'"));
-    assert_eq!(row[0], ["queued", "0"]);
+    // Pause the config first: the retried item then stays queued for us to see (one item per config runs).
     browser.eval("document.querySelector('form[action$=\"/pause\"][action^=\"/configs/\"] button').click(); true");
     browser.wait_for(
         "the pause",
@@ -145,6 +137,14 @@ fn the_page_shows_a_live_crawl_and_its_failures_and_acts_only_with_the_token() {
     );
     let paused = support::query(&url, "SELECT count(*) FROM storage_configs WHERE paused_at IS NOT NULL");
     assert_eq!(paused[0][0], "1");
+    browser.eval(&format!("document.querySelector('form[action=\"/items/{failed}/retry\"] button').click(); true"));
+    browser.wait_for(
+        "the retry",
+        "document.querySelector('.flash')?.textContent.includes('queued again')",
+        Duration::from_secs(30),
+    );
+    let row = support::query(&url, &format!("SELECT status, failures::text FROM work_items WHERE id = '{failed}'"));
+    assert_eq!(row[0], ["queued", "0"], "queued again, its failures forgiven");
     assert!(browser.eval("document.body.innerText").as_str().unwrap().contains("paused"));
 
     // The crawl goes on (a pause holds queued work, not what runs) and lists the file it could not read.

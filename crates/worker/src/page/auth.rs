@@ -110,8 +110,10 @@ impl Auth {
         if !self.enabled() {
             return Err(Refusal::Disabled);
         }
-        if let Some(value) = headers.get(header::AUTHORIZATION) {
-            let given = value.to_str().ok().and_then(|v| v.strip_prefix("Bearer ")).unwrap_or("");
+        // Only a Bearer header is ours: a reverse proxy's Basic credentials leave the session to decide.
+        if let Some(given) =
+            headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "))
+        {
             return if self.token_matches(given.trim()) { Ok(Via::Bearer) } else { Err(Refusal::WrongToken) };
         }
         if cookie(headers, SESSION_COOKIE).is_none() {
@@ -132,7 +134,7 @@ impl Auth {
 }
 
 /// A cookie's value.
-fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers
         .get_all(header::COOKIE)
         .iter()
@@ -171,6 +173,8 @@ mod tests {
         assert_eq!(auth.check(&bearer, None), Ok(Via::Bearer));
         let wrong = headers(&[(header::AUTHORIZATION, "Bearer a-token-of-24-characterz")]);
         assert_eq!(auth.check(&wrong, None), Err(Refusal::WrongToken));
+        let basic = headers(&[(header::AUTHORIZATION, "Basic YWRtaW46cHc=")]);
+        assert_eq!(auth.check(&basic, None), Err(Refusal::NotSignedIn), "a proxy's credentials are not ours");
 
         let session = format!("{SESSION_COOKIE}={}", auth.session_value().unwrap());
         let csrf = auth.csrf().unwrap();

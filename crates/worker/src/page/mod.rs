@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use almanac_domain::{ProgressEstimate, Status, WorkItem, WorkItemId, WorkKind, WorkQueue};
 use almanac_store_pg::{ItemFilter, PgStore};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Redirect, Response};
@@ -39,6 +39,46 @@ pub struct Page {
     pub samples: Samples,
     /// This Worker's id, shown in the header.
     pub worker_id: String,
+    /// Host names answered beside IP addresses and `localhost` (`http.allowed_hosts`).
+    pub allowed_hosts: Vec<String>,
+    /// Ends the live streams when the Worker stops (an open tab must not hold up the shutdown).
+    pub stop: CancellationToken,
+}
+
+/// Whether a request's `Host` may be answered: an IP address (which DNS rebinding cannot produce),
+/// `localhost`, or a configured name; the port is not looked at. A request without one (no browser sends
+/// such) is answered.
+fn host_allowed(host: &str, allowed: &[String]) -> bool {
+    if host.is_empty() {
+        return true;
+    }
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => {
+            host.rsplit_once(':').map_or(host, |(name, port)| if port.parse::<u16>().is_ok() { name } else { host })
+        }
+    };
+    name.parse::<std::net::IpAddr>().is_ok()
+        || name.eq_ignore_ascii_case("localhost")
+        || allowed.iter().any(|a| a.eq_ignore_ascii_case(name) || a.eq_ignore_ascii_case(host))
+}
+
+async fn check_host(
+    State(page): State<Arc<Page>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let host = request.headers().get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
+    if !host_allowed(host, &page.allowed_hosts) {
+        return problem(
+            StatusCode::MISDIRECTED_REQUEST,
+            &format!(
+                "this Worker's page does not answer to the host {host:?}: add it to http.allowed_hosts if it is \
+                 yours (a name that is not listed could be another site's, rebound to this address)"
+            ),
+        );
+    }
+    next.run(request).await
 }
 
 /// One progress sample: when, and units done.
@@ -93,6 +133,7 @@ pub fn router(page: Arc<Page>) -> axum::Router {
         .route("/items/{id}/{action}", post(item_action))
         .route("/configs/{id}/{action}", post(config_action))
         .route("/kinds/{kind}/{action}", post(kind_action))
+        .route_layer(axum::middleware::from_fn_with_state(page.clone(), check_host))
         .with_state(page)
 }
 
@@ -112,10 +153,22 @@ pub async fn sample(page: Arc<Page>, stop: CancellationToken) {
     }
 }
 
-#[derive(Deserialize, Default)]
-struct Flash {
-    done: Option<String>,
-    error: Option<String>,
+/// The cookie that carries the outcome of an action to the page it redirects to (the page itself never takes
+/// a message from its URL, which anyone could write).
+const FLASH_COOKIE: &str = "almanac_flash";
+
+fn flash_cookie(message: &str) -> String {
+    format!("{FLASH_COOKIE}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age=60", encode(message))
+}
+
+/// Back to the page, with a message for it.
+fn back_with(message: &str, extra_cookie: Option<String>) -> Response {
+    let mut response = Redirect::to("/").into_response();
+    let headers = response.headers_mut();
+    for cookie in std::iter::once(flash_cookie(message)).chain(extra_cookie) {
+        headers.append(header::SET_COOKIE, cookie.parse().expect("an ASCII cookie"));
+    }
+    response
 }
 
 /// What the page shows, read in one go.
@@ -158,12 +211,16 @@ fn viewer(page: &Page, headers: &HeaderMap) -> view::Viewer {
     }
 }
 
-async fn index(State(page): State<Arc<Page>>, headers: HeaderMap, Query(flash): Query<Flash>) -> Response {
+async fn index(State(page): State<Arc<Page>>, headers: HeaderMap) -> Response {
     let viewer = viewer(&page, &headers);
+    let flash = auth::cookie(&headers, FLASH_COOKIE).map(decode).filter(|m| !m.is_empty());
     match snapshot(&page).await {
-        Ok(s) => Html(view::index(&page, &s, &viewer, flash.done.as_deref(), flash.error.as_deref()).into_string())
-            .into_response(),
-        Err(e) => problem(StatusCode::SERVICE_UNAVAILABLE, &format!("the page cannot be shown: {e}")),
+        Ok(s) => {
+            let html = Html(view::index(&page, &s, &viewer, flash.as_deref()).into_string());
+            let shown = format!("{FLASH_COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0");
+            if flash.is_some() { ([(header::SET_COOKIE, shown)], html).into_response() } else { html.into_response() }
+        }
+        Err(e) => problem(op_status(&e), &format!("the page cannot be shown: {e}")),
     }
 }
 
@@ -184,7 +241,7 @@ async fn events(
     headers: HeaderMap,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let viewer = viewer(&page, &headers);
-    let stream = futures_util::stream::unfold((page, viewer, true), |(page, viewer, first)| async move {
+    let stream = futures_util::stream::unfold((page.clone(), viewer, true), |(page, viewer, first)| async move {
         if !first {
             tokio::time::sleep(Duration::from_secs(2)).await;
         }
@@ -197,7 +254,8 @@ async fn events(
         };
         Some((Ok(Event::default().event("running").data(html)), (page, viewer, false)))
     });
-    Sse::new(stream).keep_alive(KeepAlive::default())
+    let stop = page.stop.clone().cancelled_owned();
+    Sse::new(futures_util::StreamExt::take_until(stream, stop)).keep_alive(KeepAlive::default())
 }
 
 async fn item(State(page): State<Arc<Page>>, headers: HeaderMap, Path(id): Path<String>) -> Response {
@@ -226,12 +284,12 @@ async fn login(State(page): State<Arc<Page>>, Form(form): Form<Login>) -> Respon
     }
     let cookie =
         format!("{SESSION_COOKIE}={}; Path=/; HttpOnly; SameSite=Strict", page.auth.session_value().expect("enabled"));
-    ([(header::SET_COOKIE, cookie)], Redirect::to("/?done=signed%20in")).into_response()
+    back_with("signed in", Some(cookie))
 }
 
 async fn logout() -> Response {
     let cookie = format!("{SESSION_COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0");
-    ([(header::SET_COOKIE, cookie)], Redirect::to("/?done=signed%20out")).into_response()
+    back_with("signed out", Some(cookie))
 }
 
 /// Runs an action once the request may act: a redirect back to the page (a browser) or the message (a script).
@@ -246,7 +304,7 @@ where
     };
     match (action.await, via) {
         (Ok(message), Via::Bearer) => (StatusCode::OK, format!("{message}\n")).into_response(),
-        (Ok(message), Via::Session) => Redirect::to(&format!("/?done={}", encode(&message))).into_response(),
+        (Ok(message), Via::Session) => back_with(&message, None),
         (Err(e), Via::Bearer) => (op_status(&e), format!("{e}\n")).into_response(),
         (Err(e), Via::Session) => op_problem(&e),
     }
@@ -278,7 +336,10 @@ async fn config_action(
     body: String,
 ) -> Response {
     let run = async {
-        let config = config_id(&id);
+        let config: almanac_domain::StorageConfigId = id.parse().map_err(|_| {
+            OpError::BadInput(format!("{id:?} is not a storage config id (a UUID, as `config list` shows them)"))
+        })?;
+        let config = config.to_string();
         match action.as_str() {
             "pause" => ops::set_paused(&page.store, PauseTarget::Config(config), true).await,
             "resume" => ops::set_paused(&page.store, PauseTarget::Config(config), false).await,
@@ -311,11 +372,6 @@ fn no_such_action(given: &str, known: &str) -> OpError {
     OpError::NotFound(format!("there is no action {given:?} here: use {known}"))
 }
 
-/// A config in a path is named by its id only (a root path has slashes); anything else is not found.
-fn config_id(given: &str) -> String {
-    if given.starts_with('/') { String::new() } else { given.to_owned() }
-}
-
 fn op_status(e: &OpError) -> StatusCode {
     match e {
         OpError::BadInput(_) => StatusCode::BAD_REQUEST,
@@ -335,7 +391,28 @@ fn problem(status: StatusCode, message: &str) -> Response {
     (status, Html(view::problem(status, message).into_string())).into_response()
 }
 
-/// Percent-encodes a query value.
+/// Undoes [`encode`].
+fn decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (bytes[i], bytes.get(i + 1).copied().and_then(hex), bytes.get(i + 2).copied().and_then(hex)) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Percent-encodes a cookie value.
 fn encode(text: &str) -> String {
     text.bytes()
         .map(|b| match b {
@@ -409,6 +486,8 @@ mod tests {
             recent: Recent::default(),
             samples: Samples::default(),
             worker_id: "worker-a".into(),
+            allowed_hosts: vec!["almanac.example".into()],
+            stop: CancellationToken::new(),
         });
         World { db, page, config, failed, queued, running, crawl_with_failures: done }
     }
@@ -550,7 +629,7 @@ mod tests {
             ("/items/01a22d3e-30ac-7499-a6e3-05017482eaa6/cancel".into(), StatusCode::NOT_FOUND, "no work item".into()),
             ("/kinds/frobnicate/pause".into(), StatusCode::BAD_REQUEST, "\"frobnicate\" is not a kind".into()),
             ("/configs/01a22d3e-30ac-7499-a6e3-05017482eaa6/pause".into(), StatusCode::NOT_FOUND, "".into()),
-            ("/configs/not-an-id/crawl".into(), StatusCode::NOT_FOUND, "".into()),
+            ("/configs/not-an-id/crawl".into(), StatusCode::BAD_REQUEST, "is not a storage config id".into()),
             (format!("/items/{}/explode", w.failed), StatusCode::NOT_FOUND, "no action \"explode\"".into()),
             ("/kinds/purge/delete".into(), StatusCode::NOT_FOUND, "use pause or resume".into()),
         ];
@@ -586,11 +665,37 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_page_answers_only_to_addresses_localhost_and_the_allowed_names() {
+        let w = world(None).await;
+        for (host, expected) in [
+            ("127.0.0.1:9464", StatusCode::OK),
+            ("localhost:9464", StatusCode::OK),
+            ("[::1]:9464", StatusCode::OK),
+            ("192.168.1.5:9464", StatusCode::OK),
+            ("almanac.example", StatusCode::OK),
+            ("evil.example:9464", StatusCode::MISDIRECTED_REQUEST),
+            ("127.0.0.1.evil.example", StatusCode::MISDIRECTED_REQUEST),
+        ] {
+            let request = Request::get("/").header("host", host).body(Body::empty()).unwrap();
+            let (status, _, html) = send(&w.page, request).await;
+            assert_eq!(status, expected, "{host}: {html}");
+        }
+        assert!(
+            host_allowed("localhost", &[]) && host_allowed("", &[]) && !host_allowed("localhost.evil.example", &[])
+        );
+    }
+
+    #[tokio::test]
     async fn a_browser_signs_in_with_the_token_and_acts_with_its_session_and_csrf_field() {
         let w = world(Some(TOKEN)).await;
         let (status, headers, _) = send(&w.page, post("/login", &[], &format!("token={TOKEN}"))).await;
         assert_eq!(status, StatusCode::SEE_OTHER);
-        let cookie = headers[header::SET_COOKIE].to_str().unwrap().to_owned();
+        let cookie = headers
+            .get_all(header::SET_COOKIE)
+            .iter()
+            .map(|c| c.to_str().unwrap().to_owned())
+            .find(|c| c.starts_with(SESSION_COOKIE))
+            .expect("a session cookie");
         assert!(
             cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict") && !cookie.contains(TOKEN),
             "{cookie}"
@@ -604,9 +709,28 @@ mod tests {
         let request = post(&format!("/items/{}/retry", w.failed), &[("cookie", &session)], &format!("csrf={csrf}"));
         let (status, headers, _) = send(&w.page, request).await;
         assert_eq!(status, StatusCode::SEE_OTHER);
-        assert!(headers[header::LOCATION].to_str().unwrap().starts_with("/?done="), "{headers:?}");
+        assert_eq!(headers[header::LOCATION], "/");
+        let flash = headers
+            .get_all(header::SET_COOKIE)
+            .iter()
+            .find_map(|c| {
+                c.to_str().ok()?.strip_prefix("almanac_flash=").map(|v| v.split(';').next().unwrap().to_owned())
+            })
+            .unwrap();
         assert_eq!(status_of(&w, w.failed).await, Status::Queued);
+        // The page shows the outcome once, from the cookie, and clears it; a message in the URL is not shown.
+        let back = Request::get("/?done=pwned")
+            .header("cookie", format!("{session}; almanac_flash={flash}"))
+            .body(Body::empty())
+            .unwrap();
+        let (_, headers, html) = send(&w.page, back).await;
+        assert!(html.contains(&format!("{} queued again", w.failed)) && !html.contains("pwned"), "{html}");
+        assert!(headers[header::SET_COOKIE].to_str().unwrap().contains("Max-Age=0"));
         let (status, headers, _) = send(&w.page, post("/logout", &[("cookie", &session)], "")).await;
-        assert!(status == StatusCode::SEE_OTHER && headers[header::SET_COOKIE].to_str().unwrap().contains("Max-Age=0"));
+        let cleared = headers.get_all(header::SET_COOKIE).iter().any(|c| {
+            let c = c.to_str().unwrap();
+            c.starts_with(&format!("{SESSION_COOKIE}=;")) && c.contains("Max-Age=0")
+        });
+        assert!(status == StatusCode::SEE_OTHER && cleared, "{headers:?}");
     }
 }

@@ -81,19 +81,27 @@ pub fn failed_files(item: &WorkItem) -> Vec<(String, String)> {
         .collect()
 }
 
-fn files(item: &WorkItem) -> Markup {
+/// Failed files listed per item on the main page.
+const FILES_SHOWN: usize = 10;
+
+fn files(item: &WorkItem, all: bool) -> Markup {
     let failed = failed_files(item);
+    let shown = if all { failed.len() } else { FILES_SHOWN };
     html! {
         @if !failed.is_empty() {
-            details open[failed.len() <= 5] {
+            details open[all || failed.len() <= 5] {
                 summary { (failed.len()) " failed file(s)" }
-                ul.files { @for (path, reason) in &failed { li { code { (path) } ": " (reason) } } }
+                ul.files {
+                    @for (path, reason) in failed.iter().take(shown) { li { code { (path) } ": " (reason) } }
+                    @if failed.len() > shown { li { "and " (failed.len() - shown) " more (on the item's page: "
+                        a href=(format!("/items/{}", item.id)) { "all of them" } ")" } }
+                }
             }
         }
     }
 }
 
-pub fn index(page: &Page, s: &Snapshot, viewer: &Viewer, done: Option<&str>, error: Option<&str>) -> Markup {
+pub fn index(page: &Page, s: &Snapshot, viewer: &Viewer, done: Option<&str>) -> Markup {
     let config_root = |item: &WorkItem| {
         item.scope.storage_config().map_or("-".to_owned(), |id| {
             s.configs.iter().find(|c| c.id == id).map_or(id.to_string(), |c| c.root.clone())
@@ -113,7 +121,6 @@ pub fn index(page: &Page, s: &Snapshot, viewer: &Viewer, done: Option<&str>, err
                 (sign_in(viewer))
             }
             @if let Some(done) = done { p.flash role="status" { (done) } }
-            @if let Some(error) = error { p.flash.error role="alert" { (error) } }
             noscript { p.note { "Without JavaScript the page does not follow progress: reload it to see more." } }
 
             h2 #queue-heading { "Queue" }
@@ -187,7 +194,7 @@ pub fn index(page: &Page, s: &Snapshot, viewer: &Viewer, done: Option<&str>, err
                             ", failed " (when(i.finished_at)) " after " (i.failures) " failure(s): "
                             span.error { (i.last_error.as_deref().unwrap_or("(no error recorded)")) }
                             " " (button(viewer, &format!("/items/{}/retry", i.id), "retry"))
-                            (files(i))
+                            (files(i, false))
                         }
                     }
                 }
@@ -196,7 +203,7 @@ pub fn index(page: &Page, s: &Snapshot, viewer: &Viewer, done: Option<&str>, err
                 h2 { "Crawls with files that failed" }
                 ul {
                     @for i in &s.crawls_with_failures {
-                        li { a href=(format!("/items/{}", i.id)) { "crawl" } " of " code { (config_root(i)) } " finished " (when(i.finished_at)) (files(i)) }
+                        li { a href=(format!("/items/{}", i.id)) { "crawl" } " of " code { (config_root(i)) } " finished " (when(i.finished_at)) (files(i, false)) }
                     }
                 }
             }
@@ -290,7 +297,7 @@ pub fn item(page: &Page, i: &WorkItem, viewer: &Viewer) -> Markup {
                 @if matches!(i.status, Status::Failed | Status::Cancelled) { (button(viewer, &format!("/items/{}/retry", i.id), "retry")) }
                 @if matches!(i.status, Status::Queued | Status::Running) { (button(viewer, &format!("/items/{}/cancel", i.id), "cancel")) }
             }
-            (files(i))
+            (files(i, true))
             h2 { "payload" }
             pre { (serde_json::to_string_pretty(&i.payload).unwrap_or_default()) }
             @if let Some(result) = &i.result {

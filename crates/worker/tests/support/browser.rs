@@ -66,6 +66,11 @@ impl Browser {
 
     /// Sends a DevTools command and returns its result (events in between are skipped).
     pub fn call(&mut self, method: &str, params: Value) -> Value {
+        self.try_call(method, params).unwrap_or_else(|e| panic!("{method}: {e}"))
+    }
+
+    /// As [`Browser::call`], the protocol's error returned (an evaluation while the page navigates, say).
+    pub fn try_call(&mut self, method: &str, params: Value) -> Result<Value, Value> {
         self.next_id += 1;
         let id = self.next_id;
         self.ws.send(Message::text(json!({"id": id, "method": method, "params": params}).to_string())).unwrap();
@@ -73,8 +78,10 @@ impl Browser {
             let Message::Text(text) = self.ws.read().unwrap() else { continue };
             let reply: Value = serde_json::from_str(&text).unwrap();
             if reply["id"] == id {
-                assert!(reply.get("error").is_none(), "{method}: {reply}");
-                return reply["result"].clone();
+                return match reply.get("error") {
+                    Some(e) => Err(e.clone()),
+                    None => Ok(reply["result"].clone()),
+                };
             }
         }
     }
@@ -96,8 +103,13 @@ impl Browser {
     pub fn wait_for(&mut self, what: &str, expression: &str, timeout: Duration) -> Value {
         let started = Instant::now();
         loop {
-            let value =
-                self.eval(&format!("(() => {{ try {{ return {expression}; }} catch (e) {{ return null; }} }})()"));
+            // While a form's POST navigates, the page's context goes away: that is "not yet", not a failure.
+            let expression = format!("(() => {{ try {{ return {expression}; }} catch (e) {{ return null; }} }})()");
+            let value = self
+                .try_call("Runtime.evaluate", json!({"expression": expression, "returnByValue": true}))
+                .ok()
+                .filter(|r| r.get("exceptionDetails").is_none())
+                .map_or(Value::Null, |r| r["result"]["value"].clone());
             if !(value.is_null() || value == false || value == "" || value == 0) {
                 return value;
             }
