@@ -63,7 +63,7 @@ pub fn run(workspace: &Path, cargo: &str) -> Result<()> {
     print!("    crawl {}", cli(&["enqueue", "crawl", "--config", root, "--dedup-key", &format!("crawl:{config_id}")])?);
 
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    step(&format!("starting a Worker (metrics on http://127.0.0.1:{port}/metrics)"));
+    step(&format!("starting a Worker (its page on http://127.0.0.1:{port}/, metrics on /metrics)"));
     let log_path = demo.join("worker.log");
     let log = std::fs::File::create(&log_path)?;
     let mut child = Command::new(&worker)
