@@ -114,6 +114,16 @@ pub struct PurgeSettings {
     pub batch: i64,
 }
 
+impl PurgeSettings {
+    /// Assets purged per batch (one transaction each).
+    pub const DEFAULT_BATCH: i64 = 100;
+
+    /// Purge of soft-deleted assets older than `purge_after`, whose proxies live under `proxy_root`.
+    pub fn new(proxy_root: PathBuf, purge_after: Duration) -> Self {
+        Self { proxy_root, purge_after, batch: Self::DEFAULT_BATCH }
+    }
+}
+
 /// The purge handler (kind `purge`): proxy files first, then rows, each batch's rows in one transaction that
 /// re-checks every asset is still soft-deleted. Safe beside a crawl only because no crawl of the same config
 /// runs meanwhile (ADR 0008). Originals are never touched.
@@ -288,6 +298,13 @@ impl<M> ProxySweepHandler<M> {
     pub fn new(store: Arc<M>, proxy_root: PathBuf, min_age: Duration) -> Self {
         Self { store, proxy_root, min_age }
     }
+
+    /// The files it leaves, for a Worker whose tools run within `limits`: younger than an hour, or than a file's
+    /// proxies can wait for their rows (a long video's poster is written before its transcode), with ten minutes
+    /// to spare.
+    pub fn min_age_for(limits: almanac_media::ToolLimits) -> Duration {
+        (limits.longest_proxy_write() + Duration::from_secs(600)).max(Duration::from_secs(3600))
+    }
 }
 
 /// Files found under the proxy root, sorted into ours (old enough to be considered) and the rest.
@@ -432,6 +449,9 @@ pub struct TokenCleanupHandler<M> {
 }
 
 impl<M> TokenCleanupHandler<M> {
+    /// How long expired share tokens are kept before they are deleted.
+    pub const DEFAULT_GRACE: Duration = Duration::from_secs(7 * 86_400);
+
     /// A token cleanup handler.
     pub fn new(store: Arc<M>, grace: Duration) -> Self {
         Self { store, grace }
@@ -506,8 +526,19 @@ impl<M: MaintenanceStore + 'static> Handler for WorkItemRetentionHandler<M> {
 #[cfg(test)]
 mod tests {
     use almanac_domain::ContentHash;
+    use almanac_media::ToolLimits;
 
     use super::*;
+
+    #[test]
+    fn the_sweep_leaves_files_younger_than_an_hour_or_the_longest_proxy_write_and_ten_minutes() {
+        type Sweep = ProxySweepHandler<()>;
+        let quick = ToolLimits { quick: Duration::from_secs(10), transcode: Duration::from_secs(60) };
+        assert_eq!(Sweep::min_age_for(quick), Duration::from_secs(3600));
+        // Default limits: three quick tools (6 min) and an hour's transcode, plus ten minutes.
+        assert_eq!(Sweep::min_age_for(ToolLimits::default()), Duration::from_secs(360 + 3600 + 600));
+        assert_eq!(PurgeSettings::new("/p".into(), Duration::from_secs(1)).batch, PurgeSettings::DEFAULT_BATCH);
+    }
 
     #[test]
     fn proxy_paths_must_stay_inside_the_root() {

@@ -98,11 +98,15 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<ExitCode> {
         .register(BurstDetectionHandler::new(store.clone(), BurstSettings::default()))
         .register(PurgeHandler::new(
             store.clone(),
-            PurgeSettings { proxy_root: proxy_root.clone(), purge_after: settings.schedule.purge_after, batch: 100 },
+            PurgeSettings::new(proxy_root.clone(), settings.schedule.purge_after),
         ))
         .register(ProxyDeletionHandler::new(store.clone(), proxy_root.clone()))
-        .register(ProxySweepHandler::new(store.clone(), proxy_root, sweep_age_floor(ToolLimits::default())))
-        .register(TokenCleanupHandler::new(store.clone(), Duration::from_secs(7 * 86_400)))
+        .register(ProxySweepHandler::new(
+            store.clone(),
+            proxy_root,
+            ProxySweepHandler::<PgStore>::min_age_for(ToolLimits::default()),
+        ))
+        .register(TokenCleanupHandler::new(store.clone(), TokenCleanupHandler::<PgStore>::DEFAULT_GRACE))
         .register(WorkItemRetentionHandler::new(store.clone(), RetentionSettings::default()));
     let executor = Executor::new(store.clone(), registry, executor_config)?;
 
@@ -183,12 +187,6 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<ExitCode> {
         );
         Ok(ExitCode::from(4))
     }
-}
-
-/// The proxy sweep leaves files younger than this: an hour, or longer than a file's proxies can wait for
-/// their rows (a long video's poster is written before its transcode), with ten minutes to spare.
-fn sweep_age_floor(limits: ToolLimits) -> Duration {
-    (limits.longest_proxy_write() + Duration::from_secs(600)).max(Duration::from_secs(3600))
 }
 
 /// Exit 2 when the database's schema is newer than this build (a newer Worker migrated it): an older binary
