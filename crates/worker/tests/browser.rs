@@ -181,9 +181,14 @@ fn the_page_shows_a_live_crawl_and_its_failures_and_acts_only_with_the_token() {
     browser.call("Page.navigate", serde_json::json!({ "url": page }));
     let started = std::time::Instant::now();
     let html = loop {
-        let root = browser.call("DOM.getDocument", serde_json::json!({}));
-        let html = browser.call("DOM.getOuterHTML", serde_json::json!({"nodeId": root["root"]["nodeId"]}));
-        let html = html["outerHTML"].as_str().unwrap_or_default().to_owned();
+        // The document is replaced while the page loads: a node that went away is "not yet".
+        let html = browser
+            .try_call("DOM.getDocument", serde_json::json!({}))
+            .and_then(|root| {
+                browser.try_call("DOM.getOuterHTML", serde_json::json!({"nodeId": root["root"]["nodeId"]}))
+            })
+            .map(|h| h["outerHTML"].as_str().unwrap_or_default().to_owned())
+            .unwrap_or_default();
         if html.contains("This Worker's outage events") || started.elapsed() > Duration::from_secs(20) {
             break html;
         }

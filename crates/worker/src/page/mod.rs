@@ -391,35 +391,17 @@ fn problem(status: StatusCode, message: &str) -> Response {
     (status, Html(view::problem(status, message).into_string())).into_response()
 }
 
-/// Undoes [`encode`].
-fn decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        match (bytes[i], bytes.get(i + 1).copied().and_then(hex), bytes.get(i + 2).copied().and_then(hex)) {
-            (b'%', Some(h), Some(l)) => {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-            }
-            (b, _, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+/// A cookie value for `text`: its UTF-8 bytes in hex (cookie values allow few characters).
+fn encode(text: &str) -> String {
+    text.bytes().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Percent-encodes a cookie value.
-fn encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+/// Undoes [`encode`]; what is not hex reads as nothing.
+fn decode(value: &str) -> String {
+    let bytes: Option<Vec<u8>> = (0..value.len() / 2)
+        .map(|i| value.get(2 * i..2 * i + 2).and_then(|pair| u8::from_str_radix(pair, 16).ok()))
+        .collect();
+    bytes.map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -662,6 +644,14 @@ mod tests {
         let (_, _, text) = send(&w.page, act(format!("/configs/{}/crawl", w.config))).await;
         assert!(text.contains("queued") && !text.contains("already"), "{text}");
         drop(w.db);
+    }
+
+    #[test]
+    fn flash_messages_survive_the_cookie_and_garbage_reads_as_nothing() {
+        let message = "storage config 1 (/srv/photos/ann; été) paused: 100%";
+        assert_eq!(decode(&encode(message)), message);
+        assert!(encode(message).bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_eq!(decode("zz"), "");
     }
 
     #[tokio::test]
