@@ -19,7 +19,7 @@ use almanac_store_pg::{ItemFilter, NewStorageConfig, PgStore, StoreError};
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 
-use crate::ops::{PauseTarget, config_id, config_key, parse_item_id, parse_kind, parse_status, progress_text};
+use crate::ops::{PauseTarget, config_id, parse_item_id, parse_kind, parse_status, progress_text};
 use crate::settings::Settings;
 
 /// The Almanac Worker: crawls folders of originals, builds proxies, groups bursts and keeps the catalogue.
@@ -336,7 +336,7 @@ async fn admin(command: Command, settings: &Settings, url: &str, store: &PgStore
             }
         }
         Command::Config(ConfigCommand::Remove { config, confirm }) => {
-            let c = store.find_storage_config(&config_key(&config)).await?;
+            let c = ops::find_config(store, &config).await?;
             let (assets, items) = store.removal_counts(c.id).await?;
             let proxies = settings.storage.proxy_root.join(c.id.to_string());
             let what = format!(
@@ -378,7 +378,7 @@ async fn admin(command: Command, settings: &Settings, url: &str, store: &PgStore
             println!("removed {what}.");
         }
         Command::Config(ConfigCommand::Activate { config }) => {
-            let c = store.find_storage_config(&config_key(&config)).await?;
+            let c = ops::find_config(store, &config).await?;
             if c.is_active {
                 println!("{} ({}) is active already", c.id, c.root_path.display());
                 return Ok(ExitCode::SUCCESS);
@@ -410,7 +410,7 @@ async fn admin(command: Command, settings: &Settings, url: &str, store: &PgStore
             println!("activated {} ({}): its work is scheduled again", c.id, c.root_path.display());
         }
         Command::Config(ConfigCommand::Deactivate { config }) => {
-            let c = store.find_storage_config(&config_key(&config)).await?;
+            let c = ops::find_config(store, &config).await?;
             store.set_storage_config_active(c.id, false).await?;
             println!("deactivated {} ({})", c.id, c.root_path.display());
         }
@@ -434,8 +434,7 @@ async fn admin(command: Command, settings: &Settings, url: &str, store: &PgStore
             }
         }
         Command::Cancel { id } => {
-            let id: WorkItemId = id.parse().with_context(|| format!("{id:?} is not a work item id"))?;
-            println!("{}", ops::cancel_item(store, id).await?);
+            println!("{}", ops::cancel_item(store, parse_item_id(&id)?).await?);
         }
         Command::Status { json } => status(store, settings, json).await?,
         Command::List { status, kind, config, limit } => {
@@ -460,7 +459,7 @@ async fn admin(command: Command, settings: &Settings, url: &str, store: &PgStore
         }
         Command::Show { id } => show(store, &id).await?,
         Command::Regenerate { config, wait } => {
-            let c = store.find_storage_config(&config_key(&config)).await?;
+            let c = ops::find_config(store, &config).await?;
             if !c.is_active {
                 anyhow::bail!(
                     "storage config {} ({}) is deactivated: activate it first (almanac-worker config activate {})",
@@ -609,19 +608,15 @@ async fn show(store: &PgStore, id: &str) -> Result<()> {
     }
     if let Some(result) = &i.result {
         println!("result       {result}");
-        let failures = result.get("failures").and_then(serde_json::Value::as_array).filter(|f| !f.is_empty());
-        if let Some(failures) = failures {
-            let total = result.get("failed").and_then(serde_json::Value::as_u64).unwrap_or(failures.len() as u64);
+        let failed = ops::failed_files(&i);
+        if !failed.listed.is_empty() {
             println!(
-                "failed files ({total}{}):",
-                if total > failures.len() as u64 { ", the first listed" } else { "" }
+                "failed files ({}{}):",
+                failed.total,
+                if failed.total > failed.listed.len() as u64 { ", the first listed" } else { "" }
             );
-            for f in failures {
-                println!(
-                    "  {}: {}",
-                    f.get("path").and_then(serde_json::Value::as_str).unwrap_or("?"),
-                    f.get("reason").and_then(serde_json::Value::as_str).unwrap_or("?")
-                );
+            for (path, reason) in &failed.listed {
+                println!("  {path}: {reason}");
             }
         }
     }

@@ -46,7 +46,7 @@ impl From<almanac_domain::QueueError> for OpError {
 }
 
 /// A `--config` value: an id as given, or a root path resolved the way `config add` stored it.
-pub fn config_key(given: &str) -> String {
+fn config_key(given: &str) -> String {
     match std::fs::canonicalize(given) {
         Ok(path) if given.starts_with('/') => path.display().to_string(),
         _ => given.trim_end_matches('/').to_owned(),
@@ -61,6 +61,33 @@ pub fn progress_text(item: &almanac_domain::WorkItem) -> String {
         None => "-".to_owned(),
         Some(p) => ProgressEstimate::from_progress(p).map_or_else(|| p.to_string(), |e| e.describe(unit)),
     }
+}
+
+/// The files a crawl could not read, as its result lists them.
+pub struct FailedFiles {
+    /// How many failed (the result's `failed`; more than are listed when the list was capped).
+    pub total: u64,
+    /// The first of them: (path, reason).
+    pub listed: Vec<(String, String)>,
+}
+
+/// A finished item's failed files (`result.failures`, `result.failed`); none when it lists none.
+pub fn failed_files(item: &almanac_domain::WorkItem) -> FailedFiles {
+    let result = item.result.as_ref();
+    let listed: Vec<(String, String)> = result
+        .and_then(|r| r.get("failures"))
+        .and_then(serde_json::Value::as_array)
+        .map(|list| {
+            list.iter()
+                .map(|f| {
+                    let text = |k: &str| f.get(k).and_then(serde_json::Value::as_str).unwrap_or("?").to_owned();
+                    (text("path"), text("reason"))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let total = result.and_then(|r| r.get("failed")).and_then(serde_json::Value::as_u64).unwrap_or(0);
+    FailedFiles { total: total.max(listed.len() as u64), listed }
 }
 
 /// A config named by id or root.

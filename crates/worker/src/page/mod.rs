@@ -137,6 +137,16 @@ pub fn router(page: Arc<Page>) -> axum::Router {
         .with_state(page)
 }
 
+impl Page {
+    /// The running items, each reading kept as a progress sample (the page, its live streams and the sampler
+    /// all read them here).
+    async fn running_items(&self) -> Result<Vec<WorkItem>, almanac_store_pg::StoreError> {
+        let running = self.store.list_items(Some(Status::Running), 100).await?;
+        self.samples.record(&running, Utc::now());
+        Ok(running)
+    }
+}
+
 /// Samples running items every two seconds until `stop`, so a crawl's rate has a history even when nobody
 /// has the page open.
 pub async fn sample(page: Arc<Page>, stop: CancellationToken) {
@@ -145,9 +155,7 @@ pub async fn sample(page: Arc<Page>, stop: CancellationToken) {
         tokio::select! {
             () = stop.cancelled() => return,
             _ = every.tick() => {
-                if let Ok(running) = page.store.list_items(Some(Status::Running), 100).await {
-                    page.samples.record(&running, Utc::now());
-                }
+                let _ = page.running_items().await;
             }
         }
     }
@@ -185,9 +193,8 @@ pub(crate) struct Snapshot {
 
 async fn snapshot(page: &Page) -> Result<Snapshot, OpError> {
     let store = &page.store;
-    let running = store.list_items(Some(Status::Running), 100).await?;
+    let running = page.running_items().await?;
     let now = Utc::now();
-    page.samples.record(&running, now);
     let recent_crawls = store
         .find_items(&ItemFilter { status: Some(Status::Succeeded), kind: Some(WorkKind::Crawl), config: None }, 20)
         .await?;
@@ -197,7 +204,11 @@ async fn snapshot(page: &Page) -> Result<Snapshot, OpError> {
         configs: store.config_overview().await?,
         running,
         failed: store.list_items(Some(Status::Failed), 10).await?,
-        crawls_with_failures: recent_crawls.into_iter().filter(|i| !view::failed_files(i).is_empty()).take(5).collect(),
+        crawls_with_failures: recent_crawls
+            .into_iter()
+            .filter(|i| !ops::failed_files(i).listed.is_empty())
+            .take(5)
+            .collect(),
         hours: store.outcomes_by_hour(24).await?,
         now,
     })
@@ -226,11 +237,8 @@ async fn index(State(page): State<Arc<Page>>, headers: HeaderMap) -> Response {
 
 async fn running_fragment(State(page): State<Arc<Page>>, headers: HeaderMap) -> Response {
     let viewer = viewer(&page, &headers);
-    match page.store.list_items(Some(Status::Running), 100).await {
-        Ok(running) => {
-            page.samples.record(&running, Utc::now());
-            Html(view::running(&page, &running, &viewer).into_string()).into_response()
-        }
+    match page.running_items().await {
+        Ok(running) => Html(view::running(&page, &running, &viewer).into_string()).into_response(),
         Err(e) => problem(StatusCode::SERVICE_UNAVAILABLE, &format!("the database does not answer: {e}")),
     }
 }
@@ -245,11 +253,8 @@ async fn events(
         if !first {
             tokio::time::sleep(Duration::from_secs(2)).await;
         }
-        let html = match page.store.list_items(Some(Status::Running), 100).await {
-            Ok(running) => {
-                page.samples.record(&running, Utc::now());
-                view::running(&page, &running, &viewer).into_string()
-            }
+        let html = match page.running_items().await {
+            Ok(running) => view::running(&page, &running, &viewer).into_string(),
             Err(e) => view::unavailable(&e.to_string()).into_string(),
         };
         Some((Ok(Event::default().event("running").data(html)), (page, viewer, false)))

@@ -5,6 +5,7 @@ use axum::http::StatusCode;
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 use super::{Page, Snapshot, charts};
+use crate::ops::FailedFiles;
 
 /// Who is looking.
 pub struct Viewer {
@@ -68,29 +69,19 @@ fn when(t: Option<chrono::DateTime<chrono::Utc>>) -> String {
     t.map_or("-".into(), |t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
 }
 
-/// A crawl's failed files (`result.failures`): (path, reason).
-pub fn failed_files(item: &WorkItem) -> Vec<(String, String)> {
-    let Some(list) = item.result.as_ref().and_then(|r| r.get("failures")).and_then(|f| f.as_array()) else {
-        return Vec::new();
-    };
-    list.iter()
-        .map(|f| {
-            let text = |k: &str| f.get(k).and_then(|v| v.as_str()).unwrap_or("?").to_owned();
-            (text("path"), text("reason"))
-        })
-        .collect()
-}
-
 /// Failed files listed per item on the main page.
 const FILES_SHOWN: usize = 10;
 
 fn files(item: &WorkItem, all: bool) -> Markup {
-    let failed = failed_files(item);
+    let FailedFiles { total, listed: failed } = crate::ops::failed_files(item);
     let shown = if all { failed.len() } else { FILES_SHOWN };
     html! {
         @if !failed.is_empty() {
             details open[all || failed.len() <= 5] {
-                summary { (failed.len()) " failed file(s)" }
+                summary {
+                    (total) " failed file(s)"
+                    @if total > failed.len() as u64 { ", the first " (failed.len()) " listed by the crawl" }
+                }
                 ul.files {
                     @for (path, reason) in failed.iter().take(shown) { li { code { (path) } ": " (reason) } }
                     @if failed.len() > shown { li { "and " (failed.len() - shown) " more (on the item's page: "
