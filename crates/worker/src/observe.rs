@@ -139,7 +139,8 @@ struct Fields {
     error: Option<String>,
     kind: Option<String>,
     duration_ms: Option<u64>,
-    crawl: Vec<(&'static str, u64)>,
+    /// Crawl totals: the `outcome` label of a file count (`None`: the bytes hashed), and the value.
+    crawl: Vec<(Option<&'static str>, u64)>,
 }
 
 impl Visit for Fields {
@@ -155,8 +156,8 @@ impl Visit for Fields {
         match field.name() {
             "duration_ms" => self.duration_ms = Some(value),
             name => {
-                if let Some((known, _)) = CRAWL_FIELDS.iter().find(|(f, _)| *f == name) {
-                    self.crawl.push((known, value));
+                if let Some((_, label)) = CRAWL_FIELDS.iter().find(|(f, _)| *f == name) {
+                    self.crawl.push((*label, value));
                 }
             }
         }
@@ -192,8 +193,8 @@ impl Fields {
         if let (Some(kind), Some(ms)) = (self.kind, self.duration_ms) {
             metrics::histogram!(ITEM_SECONDS, "kind" => kind, "outcome" => event.clone()).record(ms as f64 / 1000.0);
         }
-        for (name, value) in self.crawl {
-            match CRAWL_FIELDS.iter().find(|(f, _)| *f == name).and_then(|(_, label)| *label) {
+        for (label, value) in self.crawl {
+            match label {
                 Some(outcome) => metrics::counter!(CRAWL_FILES, "outcome" => outcome).increment(value),
                 None => metrics::counter!(CRAWL_BYTES).increment(value),
             }
