@@ -26,7 +26,7 @@ pub use ids::{AssetId, BurstId, StorageConfigId, UserId, WorkItemId};
 pub use maintenance_port::{BurstFrame, BurstGroup, MaintenanceStore, PurgeCandidate, StoredProxy};
 pub use progress::ProgressEstimate;
 pub use queue::{
-    CancelOutcome, ClaimRequest, ClaimedItem, Completed, Enqueued, FailOutcome, Failure, Fence, Heartbeat, QueueError,
+    CancelOutcome, ClaimRequest, ClaimedItem, Completed, CompletedMany, Completion, Enqueued, FailOutcome, Failure, Fence, Heartbeat, QueueError,
     Recovered, ServedConfigs, WorkQueue, WriteOutcome,
 };
 pub use retry::RetryPolicy;

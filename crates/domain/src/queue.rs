@@ -33,6 +33,18 @@ pub struct Completed {
     pub next: Result<Option<ClaimedItem>, QueueError>,
 }
 
+/// One attempt's success, as [`WorkQueue::complete_many_and_claim`] takes it: its fence and its result.
+pub type Completion<'a> = (Fence, Option<&'a serde_json::Value>);
+
+/// What [`WorkQueue::complete_many_and_claim`] came to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompletedMany {
+    /// Each completion's outcome, in the order they were given.
+    pub written: Vec<WriteOutcome>,
+    /// The claim that followed them (as [`WorkQueue::claim_many`] answers).
+    pub next: Result<Vec<ClaimedItem>, QueueError>,
+}
+
 /// The result of an enqueue.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Enqueued {
@@ -183,6 +195,27 @@ pub trait WorkQueue: Send + Sync {
     /// won the race (the running-config index rejected this one).
     fn claim(&self, request: &ClaimRequest) -> impl Future<Output = Result<Option<ClaimedItem>, QueueError>> + Send;
 
+    /// Claims up to `limit` items at once, as that many claims one after another would, each of a different
+    /// storage config (rules 1–3 hold for every one), oldest first. Answers fewer (or none) when no more are
+    /// eligible, and none when a concurrent claim won the race for any of their configs. A store makes this one
+    /// statement; this default claims one by one.
+    fn claim_many(
+        &self,
+        request: &ClaimRequest,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<ClaimedItem>, QueueError>> + Send {
+        async move {
+            let mut claimed = Vec::new();
+            while claimed.len() < limit {
+                match self.claim(request).await? {
+                    Some(item) => claimed.push(item),
+                    None => break,
+                }
+            }
+            Ok(claimed)
+        }
+    }
+
     /// Renews the attempt's lease, stores progress when given, and reports a requested cancel.
     fn heartbeat(
         &self,
@@ -199,9 +232,7 @@ pub trait WorkQueue: Send + Sync {
     ) -> impl Future<Output = Result<WriteOutcome, QueueError>> + Send;
 
     /// Completes an attempt as [`WorkQueue::complete`] does and, in the same transaction, claims the next item
-    /// as [`WorkQueue::claim`] does: one commit for both. The claim's own failure (a lost race included) never
-    /// undoes the completion. An error means the completion's own outcome is unknown. This default completes,
-    /// then claims.
+    /// as [`WorkQueue::claim`] does: one commit for both; [`WorkQueue::complete_many_and_claim`] of one.
     fn complete_and_claim(
         &self,
         fence: Fence,
@@ -209,8 +240,31 @@ pub trait WorkQueue: Send + Sync {
         next: &ClaimRequest,
     ) -> impl Future<Output = Result<Completed, QueueError>> + Send {
         async move {
-            let written = self.complete(fence, result).await?;
-            Ok(Completed { written, next: self.claim(next).await })
+            let done = self.complete_many_and_claim(&[(fence, result)], next, 1).await?;
+            let written = done.written.first().copied().ok_or_else(|| {
+                QueueError::Unexpected("a completion of one item answered for none".into())
+            })?;
+            Ok(Completed { written, next: done.next.map(|claimed| claimed.into_iter().next()) })
+        }
+    }
+
+    /// Completes several attempts (each fenced on its own, as [`WorkQueue::complete`] does) and, in the same
+    /// transaction, claims up to `claim` items as [`WorkQueue::claim_many`] does: one commit for all. The
+    /// claim's own failure (a lost race included) never undoes the completions. An error means the
+    /// completions' outcomes are unknown. This default completes one by one, then claims.
+    fn complete_many_and_claim(
+        &self,
+        done: &[Completion<'_>],
+        next: &ClaimRequest,
+        claim: usize,
+    ) -> impl Future<Output = Result<CompletedMany, QueueError>> + Send {
+        async move {
+            let mut written = Vec::with_capacity(done.len());
+            for (fence, result) in done {
+                written.push(self.complete(*fence, *result).await?);
+            }
+            let next = if claim == 0 { Ok(Vec::new()) } else { self.claim_many(next, claim).await };
+            Ok(CompletedMany { written, next })
         }
     }
 

@@ -5,13 +5,14 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use almanac_domain::{
-    ClaimRequest, ClaimedItem, Completed, FailOutcome, Failure, Heartbeat, QueueError, WorkQueue, WriteOutcome,
+    ClaimedItem, Completed, FailOutcome, Failure, Heartbeat, QueueError, WorkQueue, WriteOutcome,
 };
 use tokio::task::JoinError;
 use tokio::time::{Instant, error::Elapsed, sleep_until, timeout};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::completer::Completer;
 use crate::config::ExecutorConfig;
 use crate::handler::{Handler, HandlerContext, HandlerError, ProgressReporter};
 
@@ -59,8 +60,8 @@ type BeatFuture<'a> = Pin<Box<dyn Future<Output = BeatAnswer> + Send + 'a>>;
 pub(crate) type Chained = Option<(Instant, ClaimedItem)>;
 
 /// Runs one claimed item to its end. `claim_sent_at` is when the claim was sent: it counts as the first
-/// successful heartbeat for the self-stop deadline. On success, unless shutting down, the completion also
-/// claims the slot's next item for `next` (one commit for both), which is returned.
+/// successful heartbeat for the self-stop deadline. On success the completion goes through `completer` and,
+/// unless shutting down, also claims the slot's next item (one commit for both), which is returned.
 pub(crate) async fn run<Q: WorkQueue + 'static>(
     queue: Arc<Q>,
     handler: Arc<dyn Handler>,
@@ -68,7 +69,7 @@ pub(crate) async fn run<Q: WorkQueue + 'static>(
     claim_sent_at: Instant,
     config: Arc<ExecutorConfig>,
     shutdown: CancellationToken,
-    next: ClaimRequest,
+    completer: Arc<Completer>,
 ) -> (Outcome, Chained) {
     let fence = claimed.fence;
     let cancel = CancellationToken::new();
@@ -175,11 +176,15 @@ pub(crate) async fn run<Q: WorkQueue + 'static>(
     let outcome = match (stop, joined) {
         (Some(Stop::Lost), _) => Outcome::Lost,
         (Some(Stop::SelfStopped), _) => Outcome::SelfStopped,
-        (_, Ok(Ok(result))) if stop.is_none() && !shutdown.is_cancelled() => {
+        (_, Ok(Ok(result))) => {
+            // With the other completions waiting at this moment, and (unless stopping or shutting down) the
+            // slot's next item claimed in the same transaction. The completer bounds each batch's write by one
+            // interval; waiting for the batch before it can take one more.
+            let claim_next = stop.is_none() && !shutdown.is_cancelled();
             let sent_at = Instant::now();
-            let answer = timeout(interval, queue.complete_and_claim(fence, result.as_ref(), &next)).await;
+            let answer = timeout(2 * interval, completer.complete(fence, result, claim_next)).await.ok().flatten();
             let (answer, chained) = match answer {
-                Ok(Ok(Completed { written, next })) => {
+                Some(Ok(Completed { written, next })) => {
                     let chained = match next {
                         Ok(claimed) => claimed.map(|c| (sent_at, c)),
                         Err(e) => {
@@ -187,10 +192,10 @@ pub(crate) async fn run<Q: WorkQueue + 'static>(
                             None
                         }
                     };
-                    (Ok(Ok(written)), chained)
+                    (Some(Ok(written)), chained)
                 }
-                Ok(Err(e)) => (Ok(Err(e)), None),
-                Err(elapsed) => (Err(elapsed), None),
+                Some(Err(e)) => (Some(Err(e)), None),
+                None => (None, None),
             };
             let outcome = write_outcome(
                 "complete",
@@ -200,17 +205,8 @@ pub(crate) async fn run<Q: WorkQueue + 'static>(
             );
             return (outcome, chained);
         }
-        (_, Ok(Ok(result))) => {
-            let answer = timeout(interval, queue.complete(fence, result.as_ref())).await;
-            write_outcome(
-                "complete",
-                answer,
-                Outcome::Succeeded,
-                || info!(event = "succeeded", kind = %claimed.item.kind, duration_ms = elapsed_ms(claim_sent_at), "succeeded"),
-            )
-        }
         (Some(Stop::CancelRequested), _) => {
-            let answer = timeout(interval, queue.mark_cancelled(fence)).await;
+            let answer = timeout(interval, queue.mark_cancelled(fence)).await.ok();
             write_outcome(
                 "mark cancelled",
                 answer,
@@ -219,7 +215,7 @@ pub(crate) async fn run<Q: WorkQueue + 'static>(
             )
         }
         (Some(Stop::Shutdown), _) => {
-            let answer = timeout(interval, queue.release(fence)).await;
+            let answer = timeout(interval, queue.release(fence)).await.ok();
             write_outcome(
                 "release",
                 answer,
@@ -280,20 +276,21 @@ async fn fail<Q: WorkQueue>(
     }
 }
 
+/// `answer` is `None` when the write did not answer in time.
 fn write_outcome(
     what: &str,
-    answer: Result<Result<WriteOutcome, QueueError>, Elapsed>,
+    answer: Option<Result<WriteOutcome, QueueError>>,
     success: Outcome,
     log_success: impl FnOnce(),
 ) -> Outcome {
     match answer {
-        Ok(Ok(WriteOutcome::Written)) => {
+        Some(Ok(WriteOutcome::Written)) => {
             log_success();
             success
         }
-        Ok(Ok(WriteOutcome::Lost)) => lost(what),
-        Ok(Err(e)) => unwritten(what, &e.to_string()),
-        Err(_) => unwritten(what, "timed out"),
+        Some(Ok(WriteOutcome::Lost)) => lost(what),
+        Some(Err(e)) => unwritten(what, &e.to_string()),
+        None => unwritten(what, "timed out"),
     }
 }
 

@@ -7,6 +7,7 @@
 //! (id, attempt), and an attempt that was lost or self-stopped writes nothing more.
 
 mod attempt;
+mod completer;
 mod config;
 mod handler;
 pub mod metrics;

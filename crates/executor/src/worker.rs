@@ -1,5 +1,6 @@
 //! The claim loop: slots, polling, wake-ups, lease recovery and shutdown.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use almanac_domain::{ClaimRequest, ClaimedItem, QueueError, WorkItemId, WorkQueue, WriteOutcome};
@@ -10,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::attempt::{self, Chained, Outcome};
+use crate::completer::Completer;
 use crate::config::{ConfigError, ExecutorConfig};
 use crate::handler::HandlerRegistry;
 
@@ -70,45 +72,54 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
         let mut late_claims: Vec<ClaimedItem> = Vec::new();
         info!(event = "worker_started", worker_id = %self.config.worker_id, kinds = ?request.kinds, slots = self.config.slots, "worker started");
 
-        // Up to one claim in flight per free slot, so that short items do not wait for each other's claim
-        // round trip. After a claim finds nothing (or fails), no new claim starts until the next poll, wake-up
-        // or finished attempt (no immediate retry); claims already in flight still land.
+        // Successful attempts complete through one completer, which writes the completions waiting together
+        // and claims their slots' next items in the same transaction.
+        let (completer, completions) =
+            Completer::start(self.queue.clone(), request.clone(), self.config.heartbeat_interval);
+
+        // Free slots claim together: one claim for all of them (a claim of up to k items of k different configs
+        // is one statement), and a new one for slots that come free while it is in flight, so short items do not
+        // wait for each other's claim round trip. After a claim finds fewer than it asked for (or fails), no new
+        // claim starts until the next poll, wake-up or finished attempt (no immediate retry); claims already in
+        // flight still land.
         let mut claims: JoinSet<Claimed> = JoinSet::new();
+        // Slots the claims in flight ask for, by task.
+        let mut asking: HashMap<tokio::task::Id, usize> = HashMap::new();
         let mut starved = false;
         while !shutdown.is_cancelled() {
-            if !starved {
-                while attempts.len() + claims.len() < self.config.slots {
-                    let (queue, request, wait) = (self.queue.clone(), request.clone(), self.config.heartbeat_interval);
-                    claims.spawn(async move {
-                        let sent_at = Instant::now();
-                        let answer = timeout(wait, queue.claim(&request)).await;
-                        let outcome = match &answer {
-                            Ok(Ok(Some(_))) => "claimed",
-                            Ok(Ok(None)) => "empty",
-                            Ok(Err(_)) => "error",
-                            Err(_) => "timeout",
-                        };
-                        crate::metrics::claim(sent_at, outcome);
-                        (sent_at, answer)
-                    });
-                }
+            let free = self.config.slots.saturating_sub(attempts.len() + asking.values().sum::<usize>());
+            if !starved && free > 0 {
+                let (queue, request, wait) = (self.queue.clone(), request.clone(), self.config.heartbeat_interval);
+                let task = claims.spawn(async move {
+                    let sent_at = Instant::now();
+                    let answer = timeout(wait, queue.claim_many(&request, free)).await;
+                    let outcome = match &answer {
+                        Ok(Ok(claimed)) if claimed.is_empty() => "empty",
+                        Ok(Ok(_)) => "claimed",
+                        Ok(Err(_)) => "error",
+                        Err(_) => "timeout",
+                    };
+                    crate::metrics::claim(sent_at, outcome);
+                    (sent_at, answer)
+                });
+                asking.insert(task.id(), free);
             }
             tokio::select! {
                 () = shutdown.cancelled() => {}
-                Some(landed) = claims.join_next(), if !claims.is_empty() => {
+                Some(landed) = claims.join_next_with_id(), if !claims.is_empty() => {
+                    let task = match &landed {
+                        Ok((task, _)) => *task,
+                        Err(e) => e.id(),
+                    };
+                    let asked = asking.remove(&task).unwrap_or(0);
                     let (sent_at, claimed) = match landed {
-                        Ok((sent_at, Ok(Ok(Some(claimed))))) => (sent_at, claimed),
-                        // Nothing eligible, or a lost race: wait for the next poll.
-                        Ok((_, Ok(Ok(None)))) => {
-                            starved = true;
-                            continue;
-                        }
-                        Ok((_, Ok(Err(e)))) => {
+                        Ok((_, (sent_at, Ok(Ok(claimed))))) => (sent_at, claimed),
+                        Ok((_, (_, Ok(Err(e))))) => {
                             warn!(event = "claim_failed", error = %e, "could not claim; trying again at the next poll");
                             starved = true;
                             continue;
                         }
-                        Ok((_, Err(_))) => {
+                        Ok((_, (_, Err(_)))) => {
                             warn!(event = "claim_failed", error = "timed out", "could not claim; trying again at the next poll");
                             starved = true;
                             continue;
@@ -119,12 +130,18 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
                             continue;
                         }
                     };
-                    if shutdown.is_cancelled() {
-                        // Landed as the shutdown began: handed back below with the others.
-                        late_claims.push(claimed);
-                        continue;
+                    // Fewer than asked for: nothing more was eligible, or a lost race; wait for the next poll.
+                    if claimed.len() < asked {
+                        starved = true;
                     }
-                    self.start_attempt(&mut attempts, claimed, sent_at, &attempts_shutdown, &request);
+                    for claimed in claimed {
+                        if shutdown.is_cancelled() {
+                            // Landed as the shutdown began: handed back below with the others.
+                            late_claims.push(claimed);
+                        } else {
+                            self.start_attempt(&mut attempts, claimed, sent_at, &attempts_shutdown, &completer);
+                        }
+                    }
                 }
                 Some(done) = attempts.join_next(), if !attempts.is_empty() => {
                     starved = false;
@@ -133,7 +150,7 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
                         // The slot's next item, claimed with the completion (one commit for both).
                         match chained {
                             Some((sent_at, claimed)) if !shutdown.is_cancelled() => {
-                                self.start_attempt(&mut attempts, claimed, sent_at, &attempts_shutdown, &request);
+                                self.start_attempt(&mut attempts, claimed, sent_at, &attempts_shutdown, &completer);
                             }
                             Some((_, claimed)) => late_claims.push(claimed),
                             // It found nothing: no new claim before the next poll, wake-up or ended attempt.
@@ -156,8 +173,8 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
         // Claims still in flight: what they claimed goes back to the queue at once, for another Worker, before
         // the running attempts' grace; then items claimed with a completion while the attempts wound down.
         while let Some(landed) = claims.join_next().await {
-            if let Ok((_, Ok(Ok(Some(claimed))))) = landed {
-                late_claims.push(claimed);
+            if let Ok((_, Ok(Ok(claimed)))) = landed {
+                late_claims.extend(claimed);
             }
         }
         self.hand_back(std::mem::take(&mut late_claims), &mut report).await;
@@ -170,6 +187,9 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
             }
         }
         self.hand_back(late_claims, &mut report).await;
+        // Every attempt has ended: the completer has answered them all and ends with the last handle.
+        drop(completer);
+        let _ = completions.await;
         stop_recovery.cancel();
         let _ = recovery.await;
         info!(
@@ -183,7 +203,7 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
 }
 
 /// A claim's send time and what it came to (`Err` when it timed out).
-type Claimed = (Instant, Result<Result<Option<ClaimedItem>, QueueError>, tokio::time::error::Elapsed>);
+type Claimed = (Instant, Result<Result<Vec<ClaimedItem>, QueueError>, tokio::time::error::Elapsed>);
 
 impl<Q: WorkQueue + 'static> Executor<Q> {
     /// Releases items claimed while shutting down (never run), all at once.
@@ -215,7 +235,7 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
         claimed: ClaimedItem,
         sent_at: Instant,
         shutdown: &CancellationToken,
-        next: &ClaimRequest,
+        completer: &Arc<Completer>,
     ) {
         let Some(handler) = self.handlers.get(claimed.item.kind) else {
             // The claim only asks for our kinds, so this is a bug; the lease will expire and requeue it.
@@ -240,7 +260,7 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
             sent_at,
             self.config.clone(),
             shutdown.clone(),
-            next.clone(),
+            completer.clone(),
         );
         attempts.spawn(
             async move {

@@ -382,7 +382,7 @@ async fn lease_recovery_runs_on_its_own_interval_while_slots_are_busy() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn free_slots_claim_side_by_side_instead_of_one_after_another() {
+async fn free_slots_claim_together_instead_of_one_after_another() {
     let queue = FakeQueue::with_items((0..4).map(|_| item(WorkKind::TokenCleanup)));
     queue.state.lock().unwrap().claim_delay = SECOND;
     let probe = Probe::new(WorkKind::TokenCleanup, Act::Work { work: 10 * SECOND });
@@ -392,9 +392,63 @@ async fn free_slots_claim_side_by_side_instead_of_one_after_another() {
     run.at(2 * SECOND).await;
     let s = run.start;
     // One after another, the fourth would start at 4 s.
-    assert_eq!(probe.started(), [s + SECOND; 4], "four claims of one second each, in flight together");
-    assert_eq!(queue.state.lock().unwrap().most_claims_in_flight, 4);
+    assert_eq!(probe.started(), [s + SECOND; 4], "one claim of one second for the four slots");
+    assert_eq!(queue.state.lock().unwrap().claim_limits, [4]);
     run.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slot_that_comes_free_while_a_claim_is_in_flight_claims_for_itself_at_once() {
+    // Two items for two slots: the first runs 1 s; its completion finds nothing queued (the second is
+    // claimed), and the poll is 5 s away. The queue then gets a third item.
+    let queue = FakeQueue::with_items((0..2).map(|_| item(WorkKind::TokenCleanup)));
+    let probe = Probe::new(WorkKind::TokenCleanup, Act::Work { work: 10 * SECOND });
+    let mut c = config();
+    c.slots = 3;
+    let run = start(&queue, &probe, c);
+    run.at(SECOND).await;
+    let s = run.start;
+    // Three slots asked in one claim, which found two: fewer than asked, so the third waits for the poll.
+    assert_eq!(queue.state.lock().unwrap().claim_limits, [3]);
+    assert_eq!(probe.started(), [s; 2]);
+    queue.state.lock().unwrap().queued.push_back((item(WorkKind::TokenCleanup), s));
+    run.at(6 * SECOND).await;
+    // At the poll (5 s) the one free slot asks for one, not three.
+    assert_eq!(queue.state.lock().unwrap().claim_limits, [3, 1]);
+    assert_eq!(probe.started(), [s, s, s + 5 * SECOND]);
+    run.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn completions_waiting_while_a_batch_is_written_go_together_in_the_next_and_claim_as_many() {
+    // One short item (1 s) and three long ones (2 s) in four slots; each batch of completions takes 2 s.
+    let short = Probe::new(WorkKind::TokenCleanup, Act::Work { work: SECOND });
+    let long = Probe::new(WorkKind::Purge, Act::Work { work: 2 * SECOND });
+    let queue = FakeQueue::with_items(
+        [WorkKind::TokenCleanup, WorkKind::Purge, WorkKind::Purge, WorkKind::Purge, WorkKind::Purge, WorkKind::Purge]
+            .map(item),
+    );
+    queue.state.lock().unwrap().complete_delay = 2 * SECOND;
+    let mut c = config();
+    c.slots = 4;
+    let handlers = HandlerRegistry::new().register(short.clone()).register(long.clone());
+    let executor = Executor::new(Arc::new(queue.clone()), handlers, c).unwrap();
+    let shutdown = CancellationToken::new();
+    let s = Instant::now();
+    let task = tokio::spawn(executor.run(shutdown.clone()));
+    sleep_until(s + 6 * SECOND).await;
+    {
+        let state = queue.state.lock().unwrap();
+        // The short item's completion is written alone (1 s to 3 s); the three long ones end at 2 s, wait,
+        // and are written together (3 s to 5 s).
+        assert_eq!(state.completion_batches, [1, 3]);
+        // The first claim asked for four; each batch claimed as many as it completed.
+        assert_eq!(state.claim_limits, [4, 1, 3]);
+    }
+    // The two queued Purge items came with the batches: one with the first (at 3 s), one with the second.
+    assert_eq!(long.started(), [s, s, s, s + 3 * SECOND, s + 5 * SECOND]);
+    shutdown.cancel();
+    task.await.unwrap();
 }
 
 #[tokio::test(start_paused = true)]
@@ -406,9 +460,11 @@ async fn after_a_claim_finds_nothing_no_new_claim_starts_before_the_next_poll_or
     let run = start(&queue, &probe, c);
     run.at(8 * SECOND).await;
     let s = run.start;
-    // Three free slots claim at once (one finds the item); the attempt's completion at 2 s claims its slot's
-    // next item with it and finds nothing; then the poll interval (5 s) for all three, not a busy loop.
-    assert_eq!(queue.claim_times(), [&[s; 3][..], &[s + 2 * SECOND], &[s + 7 * SECOND; 3]].concat());
+    // Three free slots claim at once, in one claim (it finds the item); the attempt's completion at 2 s claims
+    // its slot's next item with it and finds nothing; then at the poll interval (5 s) one claim for all three,
+    // not a busy loop.
+    assert_eq!(queue.claim_times(), [s, s + 2 * SECOND, s + 7 * SECOND]);
+    assert_eq!(queue.state.lock().unwrap().claim_limits, [3, 1, 3]);
     run.stop().await;
 }
 

@@ -5,7 +5,7 @@
 use std::str::FromStr;
 
 use almanac_domain::{
-    Attempt, CancelOutcome, ClaimRequest, ClaimedItem, Completed, Enqueued, FailOutcome, Failure, Fence, Heartbeat,
+    Attempt, CancelOutcome, ClaimRequest, ClaimedItem, CompletedMany, Completion, Enqueued, FailOutcome, Failure, Fence, Heartbeat,
     LeaseDuration, NewWorkItem, QueueError, Recovered, Scope, ServedConfigs, Status, StorageConfigId, WorkItem,
     WorkItemId, WorkKind, WorkQueue, WriteOutcome,
 };
@@ -161,6 +161,10 @@ const QUEUED_BY_DEDUP_KEY: &str = "SELECT * FROM work_items WHERE dedup_key = $1
 /// nothing running, kept by triggers in the same transactions that change `work_items`), so neither the number
 /// of configs nor a busy config's backlog is ever scanned (ADR 0008, "claim cost"). Rule 2 (the running-config
 /// index) rejects a racing second claim of one config. `{served}` is the served-configs condition on `h`.
+///
+/// It claims up to `$4` items at once: the candidates hold at most one item per config (one per head, and
+/// unscoped items have none), so a batch never holds two items of one config. The ids go to the update as an
+/// array (`= ANY`), so its plan is a lookup by primary key whatever the planner thinks of the batch's size.
 macro_rules! claim_sql {
     ($served:literal) => {
         concat!(
@@ -172,7 +176,7 @@ macro_rules! claim_sql {
        heartbeat_at = now(),
        lease_expires_at = now() + $2 * interval '1 second',
        progress = NULL
- WHERE w.id = (
+ WHERE w.id = ANY (ARRAY (
        SELECT q.id
          FROM work_items AS q
         WHERE q.id IN (
@@ -204,8 +208,8 @@ macro_rules! claim_sql {
                                     WHERE r.storage_config_id = c.storage_config_id AND r.status = 'running'))
           AND q.status = 'queued'
         ORDER BY q.requested_at, q.id
-        LIMIT 1
-          FOR UPDATE SKIP LOCKED)
+        LIMIT $4
+          FOR UPDATE SKIP LOCKED))
 RETURNING w.*"
         )
     };
@@ -213,8 +217,8 @@ RETURNING w.*"
 
 /// The claim for a Worker serving every config.
 const CLAIM_ALL: &str = claim_sql!("");
-/// The claim for a Worker serving one user's configs (`$4`).
-const CLAIM_USER: &str = claim_sql!(" AND h.user_id = $4");
+/// The claim for a Worker serving one user's configs (`$5`).
+const CLAIM_USER: &str = claim_sql!(" AND h.user_id = $5");
 
 const FENCE: &str = "w.id = $1 AND w.attempt = $2 AND w.status = 'running'";
 
@@ -228,6 +232,21 @@ fn complete_sql() -> String {
             SET status = 'succeeded', finished_at = now(), lease_expires_at = NULL, result = $3
           WHERE {FENCE}"
     )
+}
+
+/// Marks each fenced attempt of the arrays (`$1` ids, `$2` attempts, `$3` results) succeeded; answers the ids
+/// written. Each row is fenced on its own, exactly as [`complete_sql`] fences one.
+const COMPLETE_MANY: &str = "\
+UPDATE work_items AS w
+   SET status = 'succeeded', finished_at = now(), lease_expires_at = NULL, result = d.result
+  FROM unnest($1::uuid[], $2::integer[], $3::jsonb[]) AS d(id, attempt, result)
+ WHERE w.id = d.id AND w.attempt = d.attempt AND w.status = 'running'
+RETURNING w.id";
+
+#[derive(QueryableByName)]
+struct IdRow {
+    #[diesel(sql_type = Uuid)]
+    id: uuid::Uuid,
 }
 
 /// The values of [`FENCE`]'s `$1` and `$2`.
@@ -317,46 +336,52 @@ pub async fn claim_with(
     conn: &mut AsyncPgConnection,
     request: &ClaimRequest,
 ) -> Result<Option<ClaimedItem>, QueueError> {
-    claimed(claim_statement(conn, request).await)
+    claimed(claim_statement(conn, request, 1).await).map(|claimed| claimed.into_iter().next())
 }
 
-/// The claim statement: the claimed row, or none.
+/// The claim statement for up to `limit` items: the claimed rows, oldest first.
 async fn claim_statement(
     conn: &mut AsyncPgConnection,
     request: &ClaimRequest,
-) -> Result<Option<WorkItemRow>, diesel::result::Error> {
+    limit: usize,
+) -> Result<Vec<WorkItemRow>, diesel::result::Error> {
     let kinds: Vec<String> = request.kinds.iter().map(|k| k.as_str().to_owned()).collect();
     let user = match request.served {
         ServedConfigs::All => None,
         ServedConfigs::User(user) => Some(user.as_uuid()),
     };
-    let mut binds =
-        vec![Bind::Text(request.worker_id.as_str()), Bind::Double(seconds(request.lease)), Bind::TextArray(kinds)];
+    let limit = i32::try_from(limit).unwrap_or(i32::MAX);
+    let mut binds = vec![
+        Bind::Text(request.worker_id.as_str()),
+        Bind::Double(seconds(request.lease)),
+        Bind::TextArray(kinds),
+        Bind::Integer(limit),
+    ];
     binds.extend(user.map(Bind::Uuid));
-    let claimed =
-        Prepared::new(if user.is_some() { CLAIM_USER } else { CLAIM_ALL }, binds).get_result::<WorkItemRow>(conn).await;
-    match claimed {
-        Ok(row) => Ok(Some(row)),
-        Err(diesel::result::Error::NotFound) => Ok(None),
-        Err(e) => Err(e),
-    }
+    let mut rows: Vec<WorkItemRow> =
+        Prepared::new(if user.is_some() { CLAIM_USER } else { CLAIM_ALL }, binds).load(conn).await?;
+    rows.sort_by_key(|r| (r.requested_at, r.id));
+    Ok(rows)
 }
 
 /// What a claim's statement (and its commit) came to.
-fn claimed(outcome: Result<Option<WorkItemRow>, diesel::result::Error>) -> Result<Option<ClaimedItem>, QueueError> {
-    let row = match outcome {
-        Ok(Some(row)) => row,
-        Ok(None) => return Ok(None),
-        // Rule 2: a concurrent claim of the same config won; this Worker waits for its next poll.
+fn claimed(outcome: Result<Vec<WorkItemRow>, diesel::result::Error>) -> Result<Vec<ClaimedItem>, QueueError> {
+    let rows = match outcome {
+        Ok(rows) => rows,
+        // Rule 2: a concurrent claim of one of the same configs won; this Worker waits for its next poll.
         Err(e) if error::is_unique_violation_of(&e, RUNNING_CONFIG_INDEX) => {
             tracing::info!(event = "lost_race", "another Worker claimed work of the same storage config first");
-            return Ok(None);
+            return Ok(Vec::new());
         }
         Err(e) => return Err(error::queue(e)),
     };
-    let item = WorkItem::try_from(row)?;
-    let attempt = Attempt::new(item.attempt).map_err(|e| QueueError::Unexpected(e.to_string()))?;
-    Ok(Some(ClaimedItem { fence: Fence { id: item.id, attempt }, item }))
+    rows.into_iter()
+        .map(|row| {
+            let item = WorkItem::try_from(row)?;
+            let attempt = Attempt::new(item.attempt).map_err(|e| QueueError::Unexpected(e.to_string()))?;
+            Ok(ClaimedItem { fence: Fence { id: item.id, attempt }, item })
+        })
+        .collect()
 }
 
 /// One try of an enqueue on `conn`: the new row, or the row queued under the same dedup key, or `None` when that
@@ -763,7 +788,17 @@ impl WorkQueue for PgStore {
         let mut conn = self.conn().await?;
         // In a transaction whose commit is awaited: a claim acknowledged is a claim committed, so no handler
         // ever runs an item that is still queued (whose next claim would reuse its attempt number).
-        claimed(conn.transaction(async |conn| claim_statement(conn, request).await).await)
+        claimed(conn.transaction(async |conn| claim_statement(conn, request, 1).await).await)
+            .map(|claimed| claimed.into_iter().next())
+    }
+
+    #[mutants::skip]
+    async fn claim_many(&self, request: &ClaimRequest, limit: usize) -> Result<Vec<ClaimedItem>, QueueError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut conn = self.conn().await?;
+        claimed(conn.transaction(async |conn| claim_statement(conn, request, limit).await).await)
     }
 
     #[mutants::skip]
@@ -797,33 +832,43 @@ impl WorkQueue for PgStore {
     }
 
     #[mutants::skip]
-    async fn complete_and_claim(
+    async fn complete_many_and_claim(
         &self,
-        fence: Fence,
-        result: Option<&serde_json::Value>,
+        done: &[Completion<'_>],
         next: &ClaimRequest,
-    ) -> Result<Completed, QueueError> {
+        claim: usize,
+    ) -> Result<CompletedMany, QueueError> {
         let mut conn = self.attempt_conn().await?;
-        let sql = complete_sql();
-        let (rows, next) = conn
+        let ids: Vec<uuid::Uuid> = done.iter().map(|(fence, _)| fence.id.as_uuid()).collect();
+        let attempts: Vec<i32> = done.iter().map(|(fence, _)| fence.attempt.get()).collect();
+        let results: Vec<Option<&serde_json::Value>> = done.iter().map(|(_, result)| *result).collect();
+        let (written, next) = conn
             .transaction::<_, diesel::result::Error, _>(async |conn| {
-                let mut binds = fence_binds(fence);
-                binds.push(Bind::NullableJsonb(result));
-                let rows = Prepared::new(&sql, binds).execute(conn).await?;
-                // The claim waits for no lock longer than CHAINED_CLAIM_LOCK_WAIT (set after the completion, so
-                // it alone is bounded): it would otherwise hold this completion hostage to other configs' locks,
-                // and a transaction enqueueing into several configs could wait on it in a cycle.
+                let binds = vec![Bind::UuidArray(ids), Bind::IntegerArray(attempts), Bind::NullableJsonbArray(results)];
+                let written: Vec<IdRow> = Prepared::new(COMPLETE_MANY, binds).load(conn).await?;
+                if claim == 0 {
+                    return Ok((written, Ok(Vec::new())));
+                }
+                // The claim waits for no lock longer than CHAINED_CLAIM_LOCK_WAIT (set after the completions, so
+                // it alone is bounded): it would otherwise hold these completions hostage to other configs'
+                // locks, and a transaction enqueueing into several configs could wait on it in a cycle.
                 sql_query(format!("SET LOCAL lock_timeout = '{}ms'", CHAINED_CLAIM_LOCK_WAIT.as_millis()))
                     .execute(conn)
                     .await?;
                 // In a savepoint: a claim that fails (a lost race on the running-config index, or a lock it
-                // would not wait for) is rolled back alone, and the completion still commits.
-                let next = conn.transaction(async |conn| claim_statement(conn, next).await).await;
-                Ok((rows, next))
+                // would not wait for) is rolled back alone, and the completions still commit.
+                let next = conn.transaction(async |conn| claim_statement(conn, next, claim).await).await;
+                Ok((written, next))
             })
             .await
             .map_err(error::queue)?;
-        let written = if rows == 1 { WriteOutcome::Written } else { WriteOutcome::Lost };
+        let written: std::collections::HashSet<uuid::Uuid> = written.into_iter().map(|r| r.id).collect();
+        let written = done
+            .iter()
+            .map(|(fence, _)| {
+                if written.contains(&fence.id.as_uuid()) { WriteOutcome::Written } else { WriteOutcome::Lost }
+            })
+            .collect();
         let next = match next {
             // A lock it would not wait for: nothing claimed this time, as after a lost race.
             Err(e) if error::is_lock_timeout(&e) => {
@@ -831,11 +876,11 @@ impl WorkQueue for PgStore {
                     event = "chained_claim_gave_up",
                     "the claim after a completion did not wait for a lock"
                 );
-                Ok(None)
+                Ok(Vec::new())
             }
             other => claimed(other),
         };
-        Ok(Completed { written, next })
+        Ok(CompletedMany { written, next })
     }
 
     #[mutants::skip]
@@ -1087,20 +1132,27 @@ mod tests {
                 CLAIM_ALL,
                 format!(
                     "EXPLAIN (ANALYZE, FORMAT JSON) {}",
-                    CLAIM_ALL.replace("$1", "'bench'").replace("$2", "60").replace("$3", kinds)
+                    CLAIM_ALL.replace("$1", "'bench'").replace("$2", "60").replace("$3", kinds).replace("$4", "8")
                 ),
             ),
             (
                 CLAIM_USER,
                 format!(
                     "EXPLAIN (ANALYZE, FORMAT JSON) {}",
-                    CLAIM_USER.replace("$1", "'bench'").replace("$2", "60").replace("$3", kinds).replace("$4", user)
+                    CLAIM_USER
+                        .replace("$1", "'bench'")
+                        .replace("$2", "60")
+                        .replace("$3", kinds)
+                        .replace("$4", "8")
+                        .replace("$5", user)
                 ),
             ),
-            (CLAIM_ALL, format!("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim_all('bench', 60, {kinds}, {kinds})")),
+            (CLAIM_ALL, format!("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim_all('bench', 60, {kinds}, {kinds}, 8)")),
             (
                 CLAIM_USER,
-                format!("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim_user('bench', 60, {kinds}, {user}, {kinds})"),
+                format!(
+                    "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim_user('bench', 60, {kinds}, {user}, {kinds}, 8)"
+                ),
             ),
         ];
         // Prepared as `Prepared` sends them: a placeholder used twice becomes two parameters (kinds is $3 and $4
@@ -1110,15 +1162,17 @@ mod tests {
             shown.split(" -- binds:").next().unwrap().to_owned()
         };
         let kinds_bind = || Bind::TextArray(vec!["crawl".into()]);
-        let all_sent = sent(CLAIM_ALL, vec![Bind::Text("w"), Bind::Double(60.0), kinds_bind()]);
-        let user_sent =
-            sent(CLAIM_USER, vec![Bind::Text("w"), Bind::Double(60.0), kinds_bind(), Bind::Uuid(uuid::Uuid::nil())]);
-        assert!(all_sent.contains("$4") && !all_sent.contains("$5"), "{all_sent}");
-        assert!(user_sent.contains("h.user_id = $4") && user_sent.contains("$5") && !user_sent.contains("$6"));
+        let all_sent = sent(CLAIM_ALL, vec![Bind::Text("w"), Bind::Double(60.0), kinds_bind(), Bind::Integer(8)]);
+        let user_sent = sent(
+            CLAIM_USER,
+            vec![Bind::Text("w"), Bind::Double(60.0), kinds_bind(), Bind::Integer(8), Bind::Uuid(uuid::Uuid::nil())],
+        );
+        assert!(all_sent.contains("LIMIT $5") && !all_sent.contains("$6"), "{all_sent}");
+        assert!(user_sent.contains("h.user_id = $4") && user_sent.contains("LIMIT $6") && !user_sent.contains("$7"));
         conn.batch_execute(&format!(
             "SET plan_cache_mode = force_generic_plan;
-             PREPARE claim_all (text, float8, text[], text[]) AS {all_sent};
-             PREPARE claim_user (text, float8, text[], uuid, text[]) AS {user_sent};"
+             PREPARE claim_all (text, float8, text[], text[], integer) AS {all_sent};
+             PREPARE claim_user (text, float8, text[], uuid, text[], integer) AS {user_sent};"
         ))
         .await
         .unwrap();
@@ -1130,7 +1184,7 @@ mod tests {
             let mut all = Vec::new();
             nodes(&plan[0]["Plan"], &mut all);
             let claimed = all[0].2;
-            assert_eq!(claimed, 1.0, "one item claimed: {all:?}");
+            assert_eq!(claimed, 8.0, "eight items claimed, as asked: {all:?}");
             // (The test's own `SELECT id FROM users` aside, and paused_kinds: one row a kind at most.)
             let seq_scans: Vec<_> = all
                 .iter()

@@ -564,6 +564,108 @@ async fn complete_and_claim_does_not_wait_on_another_configs_lock() {
     assert_eq!(store.claim(&all_kinds("w2")).await.unwrap().expect("y's item").item.id, b);
 }
 
+/// A claim of several items takes the oldest due item of as many different configs (and unscoped items), never
+/// two of one config, in claim order; it answers fewer when fewer are eligible.
+#[tokio::test]
+async fn claim_many_takes_the_oldest_items_of_different_configs_in_order() {
+    let (_db, store) = setup().await;
+    let x = config(&store, "ann", "/x").await;
+    let y = config(&store, "bob", "/y").await;
+    let z = config(&store, "cy", "/z").await;
+    let x1 = enqueue(&store, WorkKind::Crawl, Scope::Config(x.id)).await;
+    let x2 = enqueue(&store, WorkKind::BurstDetection, Scope::Config(x.id)).await;
+    let u1 = enqueue(&store, WorkKind::TokenCleanup, Scope::Unscoped).await;
+    let y1 = enqueue(&store, WorkKind::Crawl, Scope::Config(y.id)).await;
+    let u2 = enqueue(&store, WorkKind::TokenCleanup, Scope::Unscoped).await;
+    let z1 = enqueue(&store, WorkKind::Purge, Scope::Config(z.id)).await;
+    // z is busy: its item is not eligible.
+    let z_busy = enqueue(&store, WorkKind::Purge, Scope::Config(z.id)).await;
+    let _ = z_busy;
+    let holder = store.claim(&claimer("w0", &[WorkKind::Purge])).await.unwrap().expect("z's first");
+    assert_eq!(holder.item.id, z1);
+
+    let claimed = store.claim_many(&all_kinds("w1"), 4).await.unwrap();
+    let ids: Vec<_> = claimed.iter().map(|c| c.item.id).collect();
+    assert_eq!(ids, [x1, u1, y1, u2], "oldest first, x's second item left for later");
+    assert!(claimed.iter().all(|c| c.item.status == Status::Running && c.item.worker_id.as_deref() == Some("w1")));
+    assert!(claimed.iter().all(|c| c.fence.attempt.get() == 1));
+
+    // Fewer than asked: x and y are busy now, z too; nothing else is queued.
+    assert!(store.claim_many(&all_kinds("w2"), 8).await.unwrap().is_empty());
+    assert_eq!(status_of(&store, x2).await, Status::Queued);
+    // Asking for none claims nothing.
+    assert!(store.claim_many(&all_kinds("w2"), 0).await.unwrap().is_empty());
+}
+
+/// Completions written together are fenced one by one: a stale attempt's completion is lost and writes nothing,
+/// the others are written; the claim that follows takes up to as many items as asked, in the same commit.
+#[tokio::test]
+async fn complete_many_and_claim_fences_each_completion_and_claims_as_many_as_asked() {
+    let (db, store) = setup().await;
+    let configs = [config(&store, "ann", "/a").await, config(&store, "bob", "/b").await];
+    let mut first = Vec::new();
+    for c in &configs {
+        first.push(enqueue(&store, WorkKind::Crawl, Scope::Config(c.id)).await);
+    }
+    let stale = enqueue(&store, WorkKind::TokenCleanup, Scope::Unscoped).await;
+    let mut next = Vec::new();
+    for c in &configs {
+        next.push(enqueue(&store, WorkKind::BurstDetection, Scope::Config(c.id)).await);
+    }
+    let running = store.claim_many(&all_kinds("w1"), 3).await.unwrap();
+    assert_eq!(running.iter().map(|c| c.item.id).collect::<Vec<_>>(), [first[0], first[1], stale]);
+    // The unscoped item's lease expires and recovery requeues it: its attempt is stale now.
+    expire_lease(&db, stale).await;
+    assert_eq!(store.recover_expired_leases(3).await.unwrap().len(), 1);
+
+    let result = serde_json::json!({"files": 3});
+    let done: Vec<_> = running
+        .iter()
+        .map(|c| (c.fence, if c.item.id == first[0] { Some(&result) } else { None }))
+        .collect();
+    let answer = store.complete_many_and_claim(&done, &all_kinds("w1"), 2).await.unwrap();
+    assert_eq!(answer.written, [WriteOutcome::Written, WriteOutcome::Written, WriteOutcome::Lost]);
+    let claimed: Vec<_> = answer.next.unwrap().into_iter().map(|c| c.item.id).collect();
+    // The requeued unscoped item kept its place (the oldest): it and one config's next item, two as asked.
+    assert_eq!(claimed, [stale, next[0]]);
+    assert_eq!(status_of(&store, first[0]).await, Status::Succeeded);
+    assert_eq!(store.get(first[0]).await.unwrap().unwrap().result, Some(result));
+    assert_eq!(status_of(&store, first[1]).await, Status::Succeeded);
+    assert_eq!(status_of(&store, next[1]).await, Status::Queued);
+    // Without a claim, only the completions.
+    let held = store.claim(&all_kinds("w1")).await.unwrap().expect("b's next");
+    let answer = store.complete_many_and_claim(&[(held.fence, None)], &all_kinds("w1"), 0).await.unwrap();
+    assert_eq!(answer.written, [WriteOutcome::Written]);
+    assert_eq!(answer.next, Ok(Vec::new()));
+}
+
+/// A claim of several items that races another claimer for one of their configs on the running-config index
+/// claims none of them, quietly (rule 2 holds for every item of a batch).
+#[tokio::test]
+async fn claim_many_that_loses_the_race_for_one_config_claims_nothing() {
+    let (db, store) = setup().await;
+    let x = config(&store, "ann", "/x").await;
+    let y = config(&store, "bob", "/y").await;
+    let crawl = enqueue(&store, WorkKind::Crawl, Scope::Config(y.id)).await;
+    let bursts = enqueue(&store, WorkKind::BurstDetection, Scope::Config(y.id)).await;
+    let xs = enqueue(&store, WorkKind::BurstDetection, Scope::Config(x.id)).await;
+    let mut held = raw(&db).await;
+    held.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED").await.unwrap();
+    let holder = claim_with(&mut held, &claimer("w2", &[WorkKind::Crawl])).await.unwrap().expect("y's crawl");
+    assert_eq!(holder.item.id, crawl);
+    let claimer_store = store.clone();
+    let claiming = tokio::spawn(async move {
+        claimer_store.claim_many(&claimer("w1", &[WorkKind::BurstDetection]), 4).await
+    });
+    assert_eq!(db.sessions_waiting_on_locks(1).await, 1, "the batch never blocked on the index");
+    held.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(claiming.await.unwrap(), Ok(Vec::new()), "the whole batch lost the race, quietly");
+    assert_eq!(status_of(&store, bursts).await, Status::Queued);
+    assert_eq!(status_of(&store, xs).await, Status::Queued);
+    let again = store.claim_many(&claimer("w1", &[WorkKind::BurstDetection]), 4).await.unwrap();
+    assert_eq!(again.iter().map(|c| c.item.id).collect::<Vec<_>>(), [xs], "y is busy; x's item comes next poll");
+}
+
 #[tokio::test]
 async fn second_running_row_for_a_config_violates_the_running_config_index() {
     let (db, store) = setup().await;
@@ -894,7 +996,7 @@ async fn delete_finished_removes_only_finished_items_past_retention() {
 /// Eight claimers, each with its own pool, over many configs: no config ever has two items in hand at once,
 /// and no item is claimed twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn eight_concurrent_claimers_never_overlap_a_config_or_claim_twice() {
+async fn eight_concurrent_claimers_one_by_one_and_in_batches_never_overlap_a_config_or_claim_twice() {
     let (db, store) = setup().await;
     let mut configs = Vec::new();
     for i in 0..6 {
@@ -916,25 +1018,48 @@ async fn eight_concurrent_claimers_never_overlap_a_config_or_claim_twice() {
     for w in 0..8 {
         let store = PgStore::new(db.url(), 2, Duration::from_secs(10)).unwrap();
         let (in_hand, claimed) = (in_hand.clone(), claimed.clone());
+        // Half the claimers claim one at a time; the other half claim three at once and complete them together,
+        // claiming the next three in the same transaction (as the executor does).
+        let batch = w % 2 == 1;
         tasks.push(tokio::spawn(async move {
+            let request = all_kinds(&format!("w{w}"));
             let mut idle = 0;
+            let mut hand = Vec::new();
             while idle < 20 {
-                let Some(item) = store.claim(&all_kinds(&format!("w{w}"))).await.unwrap() else {
+                if hand.is_empty() {
+                    hand = if batch {
+                        store.claim_many(&request, 3).await.unwrap()
+                    } else {
+                        store.claim(&request).await.unwrap().into_iter().collect()
+                    };
+                }
+                if hand.is_empty() {
                     idle += 1;
                     tokio::time::sleep(Duration::from_millis(5)).await;
                     continue;
-                };
+                }
                 idle = 0;
-                *claimed.lock().unwrap().entry(item.item.id).or_default() += 1;
-                let scope = item.item.scope.storage_config();
-                if let Some(c) = scope {
-                    assert!(in_hand.lock().unwrap().insert(c), "two items of config {c} in hand at once");
+                for item in &hand {
+                    *claimed.lock().unwrap().entry(item.item.id).or_default() += 1;
+                    if let Some(c) = item.item.scope.storage_config() {
+                        assert!(in_hand.lock().unwrap().insert(c), "two items of config {c} in hand at once");
+                    }
                 }
                 tokio::time::sleep(Duration::from_millis(3)).await;
-                if let Some(c) = scope {
-                    in_hand.lock().unwrap().remove(&c);
+                for item in &hand {
+                    if let Some(c) = item.item.scope.storage_config() {
+                        in_hand.lock().unwrap().remove(&c);
+                    }
                 }
-                assert_eq!(store.complete(item.fence, None).await.unwrap(), WriteOutcome::Written);
+                if batch {
+                    let done: Vec<_> = hand.iter().map(|c| (c.fence, None)).collect();
+                    let answer = store.complete_many_and_claim(&done, &request, 3).await.unwrap();
+                    assert!(answer.written.iter().all(|w| *w == WriteOutcome::Written));
+                    hand = answer.next.unwrap();
+                } else {
+                    assert_eq!(store.complete(hand[0].fence, None).await.unwrap(), WriteOutcome::Written);
+                    hand.clear();
+                }
             }
         }));
     }

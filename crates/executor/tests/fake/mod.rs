@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use almanac_domain::{
-    Attempt, CancelOutcome, ClaimRequest, ClaimedItem, Completed, Enqueued, FailOutcome, Failure, Fence, Heartbeat,
+    Attempt, CancelOutcome, ClaimRequest, ClaimedItem, CompletedMany, Completion, Enqueued, FailOutcome, Failure, Fence, Heartbeat,
     LeaseDuration, NewWorkItem, QueueError, Recovered, Scope, ServedConfigs, Status, WorkItem, WorkItemId, WorkKind,
     WorkQueue, WorkerId, WriteOutcome,
 };
@@ -45,12 +45,13 @@ pub struct State {
     pub writes_fail: bool,
     /// How long each claim takes to answer (the round trip to the database).
     pub claim_delay: Duration,
-    /// Claims answering at this moment, and the most ever at once.
-    pub claims_in_flight: usize,
-    pub most_claims_in_flight: usize,
-    /// Completions that claimed the slot's next item in the same call.
+    /// How many items each claim asked for.
+    pub claim_limits: Vec<usize>,
+    /// Batches of completions that claimed their slots' next items in the same call.
     pub chained_claims: usize,
-    /// How long a completion that also claims takes to answer.
+    /// How many completions each batch held.
+    pub completion_batches: Vec<usize>,
+    /// How long a batch of completions takes to answer.
     pub complete_delay: Duration,
 }
 
@@ -129,26 +130,34 @@ impl WorkQueue for FakeQueue {
     }
 
     async fn claim(&self, request: &ClaimRequest) -> Result<Option<ClaimedItem>, QueueError> {
+        Ok(self.claim_many(request, 1).await?.pop())
+    }
+
+    /// One call (one claim time, one delay) for up to `limit` items.
+    async fn claim_many(&self, request: &ClaimRequest, limit: usize) -> Result<Vec<ClaimedItem>, QueueError> {
         let delay = {
             let mut s = self.state.lock().unwrap();
             s.claims.push(Instant::now());
             s.requests.push(request.clone());
-            s.claims_in_flight += 1;
-            s.most_claims_in_flight = s.most_claims_in_flight.max(s.claims_in_flight);
             s.claim_delay
         };
         tokio::time::sleep(delay).await;
         let mut s = self.state.lock().unwrap();
-        s.claims_in_flight -= 1;
+        s.claim_limits.push(limit);
         let now = Instant::now();
-        let Some(pos) = s.queued.iter().position(|(i, due)| *due <= now && request.kinds.contains(&i.kind)) else {
-            return Ok(None);
-        };
-        let (mut item, _) = s.queued.remove(pos).unwrap();
-        item.attempt += 1;
-        item.status = Status::Running;
-        let fence = Fence { id: item.id, attempt: Attempt::new(item.attempt).unwrap() };
-        Ok(Some(ClaimedItem { item, fence }))
+        let mut claimed = Vec::new();
+        while claimed.len() < limit {
+            let Some(pos) = s.queued.iter().position(|(i, due)| *due <= now && request.kinds.contains(&i.kind))
+            else {
+                break;
+            };
+            let (mut item, _) = s.queued.remove(pos).unwrap();
+            item.attempt += 1;
+            item.status = Status::Running;
+            let fence = Fence { id: item.id, attempt: Attempt::new(item.attempt).unwrap() };
+            claimed.push(ClaimedItem { item, fence });
+        }
+        Ok(claimed)
     }
 
     async fn heartbeat(
@@ -175,18 +184,25 @@ impl WorkQueue for FakeQueue {
         self.write(fence, Write::Complete(result.cloned()))
     }
 
-    /// Counts the completions that claimed too.
-    async fn complete_and_claim(
+    /// Counts the batches that claimed too, and the size of each batch.
+    async fn complete_many_and_claim(
         &self,
-        fence: Fence,
-        result: Option<&serde_json::Value>,
+        done: &[Completion<'_>],
         next: &ClaimRequest,
-    ) -> Result<Completed, QueueError> {
+        claim: usize,
+    ) -> Result<CompletedMany, QueueError> {
         let delay = self.state.lock().unwrap().complete_delay;
         tokio::time::sleep(delay).await;
-        let written = self.write(fence, Write::Complete(result.cloned()))?;
+        let mut written = Vec::new();
+        for (fence, result) in done {
+            written.push(self.write(*fence, Write::Complete(result.cloned()))?);
+        }
+        self.state.lock().unwrap().completion_batches.push(done.len());
+        if claim == 0 {
+            return Ok(CompletedMany { written, next: Ok(Vec::new()) });
+        }
         self.state.lock().unwrap().chained_claims += 1;
-        Ok(Completed { written, next: self.claim(next).await })
+        Ok(CompletedMany { written, next: self.claim_many(next, claim).await })
     }
 
     /// Applies the store's budget rule, and requeues the item (due after the delay) when it retries.

@@ -1,0 +1,135 @@
+//! Completions written together (ADR 0008, "batched completions"): an attempt that succeeds hands its result to
+//! one task, which writes every completion waiting at that moment and claims as many next items, in one
+//! transaction. While one batch is being written the next one gathers, so short items share their commits
+//! instead of paying one each; a lone completion is written at once (nothing waits for company).
+//!
+//! Each completion stays fenced on its own attempt: batching changes how many rows one statement writes, never
+//! which. A batch is bounded by one heartbeat interval, as a single completion was.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use almanac_domain::{ClaimRequest, ClaimedItem, Completed, CompletedMany, Completion, Fence, QueueError, WorkQueue};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::timeout;
+use tracing::warn;
+
+/// What a completion came to: `None` when the batch's write did not answer within its time limit.
+pub(crate) type Answer = Option<Result<Completed, QueueError>>;
+
+/// One attempt's completion, waiting for its batch.
+struct Request {
+    fence: Fence,
+    result: Option<serde_json::Value>,
+    /// Whether the attempt's slot wants its next item claimed with the completion (not while shutting down).
+    claim_next: bool,
+    reply: oneshot::Sender<Answer>,
+}
+
+/// The handle attempts complete through; the task ends when every handle is dropped.
+pub(crate) struct Completer {
+    requests: mpsc::UnboundedSender<Request>,
+}
+
+impl Completer {
+    /// Starts the task that writes completions for `queue`, claiming next items for `next`, each batch within
+    /// `wait`.
+    pub(crate) fn start<Q: WorkQueue + 'static>(
+        queue: Arc<Q>,
+        next: ClaimRequest,
+        wait: Duration,
+    ) -> (Arc<Self>, JoinHandle<()>) {
+        let (requests, incoming) = mpsc::unbounded_channel();
+        let task = tokio::spawn(write_batches(queue, next, wait, incoming));
+        (Arc::new(Self { requests }), task)
+    }
+
+    /// Completes the attempt under `fence` with `result` and, when `claim_next`, claims its slot's next item in
+    /// the same transaction. Answers `None` when the write did not answer in time (or the task is gone).
+    pub(crate) async fn complete(
+        &self,
+        fence: Fence,
+        result: Option<serde_json::Value>,
+        claim_next: bool,
+    ) -> Answer {
+        let (reply, answer) = oneshot::channel();
+        self.requests.send(Request { fence, result, claim_next, reply }).ok()?;
+        answer.await.ok().flatten()
+    }
+}
+
+/// Writes batches until every handle is gone: each batch is whatever waits when the previous one is done.
+async fn write_batches<Q: WorkQueue>(
+    queue: Arc<Q>,
+    next: ClaimRequest,
+    wait: Duration,
+    mut incoming: mpsc::UnboundedReceiver<Request>,
+) {
+    let mut batch = Vec::new();
+    while incoming.recv_many(&mut batch, usize::MAX).await > 0 {
+        let done: Vec<Completion<'_>> = batch.iter().map(|r| (r.fence, r.result.as_ref())).collect();
+        let claim = batch.iter().filter(|r| r.claim_next).count();
+        let answer = timeout(wait, queue.complete_many_and_claim(&done, &next, claim)).await;
+        drop(done);
+        let orphans = answer_each(std::mem::take(&mut batch), answer.ok());
+        hand_back(&*queue, orphans, wait).await;
+    }
+}
+
+/// Answers each request of a batch; returns the items claimed for attempts that no longer wait for them.
+fn answer_each(batch: Vec<Request>, answer: Option<Result<CompletedMany, QueueError>>) -> Vec<ClaimedItem> {
+    let mut orphans = Vec::new();
+    let (written, next) = match answer {
+        Some(Ok(CompletedMany { written, next })) if written.len() == batch.len() => (written, next),
+        Some(Ok(_)) => {
+            let error = QueueError::Unexpected("a batch of completions was answered for a different count".into());
+            for request in batch {
+                let _ = request.reply.send(Some(Err(error.clone())));
+            }
+            return orphans;
+        }
+        Some(Err(error)) => {
+            for request in batch {
+                let _ = request.reply.send(Some(Err(error.clone())));
+            }
+            return orphans;
+        }
+        None => {
+            for request in batch {
+                let _ = request.reply.send(None);
+            }
+            return orphans;
+        }
+    };
+    let (mut claimed, claim_error) = match next {
+        Ok(claimed) => (claimed.into_iter(), None),
+        Err(e) => (Vec::new().into_iter(), Some(e)),
+    };
+    for (request, written) in batch.into_iter().zip(written) {
+        let next = match (&claim_error, request.claim_next) {
+            (Some(e), true) => Err(e.clone()),
+            (_, true) => Ok(claimed.next()),
+            (_, false) => Ok(None),
+        };
+        if let Err(Some(Ok(Completed { next: Ok(Some(item)), .. }))) =
+            request.reply.send(Some(Ok(Completed { written, next })))
+        {
+            orphans.push(item);
+        }
+    }
+    // More than asked for would be a store's bug; never leave them held.
+    orphans.extend(claimed);
+    orphans
+}
+
+/// Releases items claimed for attempts that stopped waiting (their own time limit passed first).
+async fn hand_back<Q: WorkQueue>(queue: &Q, orphans: Vec<ClaimedItem>, wait: Duration) {
+    for item in orphans {
+        let id = item.item.id;
+        match timeout(wait, queue.release(item.fence)).await {
+            Ok(Ok(_)) => warn!(event = "released", item_id = %id, "an item claimed with a completion nobody waited for was handed back"),
+            _ => warn!(event = "release_failed", item_id = %id, "could not hand back an item claimed with a completion nobody waited for; lease recovery will requeue it"),
+        }
+    }
+}
