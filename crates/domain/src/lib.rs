@@ -26,8 +26,8 @@ pub use ids::{AssetId, BurstId, StorageConfigId, UserId, WorkItemId};
 pub use maintenance_port::{BurstFrame, BurstGroup, MaintenanceStore, PurgeCandidate, StoredProxy};
 pub use progress::ProgressEstimate;
 pub use queue::{
-    CancelOutcome, ClaimRequest, ClaimedItem, Completed, CompletedMany, Completion, Enqueued, FailOutcome, Failure, Fence, Heartbeat, QueueError,
-    Recovered, ServedConfigs, WorkQueue, WriteOutcome,
+    CancelOutcome, ClaimRequest, ClaimedItem, Completed, CompletedMany, Completion, Enqueued, FailOutcome, Failure,
+    Fence, Heartbeat, QueueError, Recovered, ServedConfigs, WorkQueue, WriteOutcome,
 };
 pub use retry::RetryPolicy;
 pub use roots::{HEIC_SCRATCH_PREFIX, ProxyPath, check_canonical_root, is_proxy_file_name, roots_overlap};

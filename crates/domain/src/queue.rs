@@ -241,9 +241,11 @@ pub trait WorkQueue: Send + Sync {
     ) -> impl Future<Output = Result<Completed, QueueError>> + Send {
         async move {
             let done = self.complete_many_and_claim(&[(fence, result)], next, 1).await?;
-            let written = done.written.first().copied().ok_or_else(|| {
-                QueueError::Unexpected("a completion of one item answered for none".into())
-            })?;
+            let written = done
+                .written
+                .first()
+                .copied()
+                .ok_or_else(|| QueueError::Unexpected("a completion of one item answered for none".into()))?;
             Ok(Completed { written, next: done.next.map(|claimed| claimed.into_iter().next()) })
         }
     }

@@ -4,9 +4,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use almanac_domain::{
-    ClaimedItem, Completed, FailOutcome, Failure, Heartbeat, QueueError, WorkQueue, WriteOutcome,
-};
+use almanac_domain::{ClaimedItem, Completed, FailOutcome, Failure, Heartbeat, QueueError, WorkQueue, WriteOutcome};
 use tokio::task::JoinError;
 use tokio::time::{Instant, error::Elapsed, sleep_until, timeout};
 use tokio_util::sync::CancellationToken;

@@ -1,7 +1,8 @@
 //! Completions written together (ADR 0008, "batched completions"): an attempt that succeeds hands its result to
 //! one task, which writes every completion waiting at that moment and claims as many next items, in one
-//! transaction. While one batch is being written the next one gathers, so short items share their commits
-//! instead of paying one each; a lone completion is written at once (nothing waits for company).
+//! transaction. While a batch is being written the next one gathers (two are written at once at most), so
+//! short items share their commits instead of paying one each; a lone completion is written at once (nothing
+//! waits for company).
 //!
 //! Each completion stays fenced on its own attempt: batching changes how many rows one statement writes, never
 //! which. A batch is bounded by one heartbeat interval, as a single completion was.
@@ -11,7 +12,7 @@ use std::time::Duration;
 
 use almanac_domain::{ClaimRequest, ClaimedItem, Completed, CompletedMany, Completion, Fence, QueueError, WorkQueue};
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinHandle;
+use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::timeout;
 use tracing::warn;
 
@@ -47,33 +48,51 @@ impl Completer {
 
     /// Completes the attempt under `fence` with `result` and, when `claim_next`, claims its slot's next item in
     /// the same transaction. Answers `None` when the write did not answer in time (or the task is gone).
-    pub(crate) async fn complete(
-        &self,
-        fence: Fence,
-        result: Option<serde_json::Value>,
-        claim_next: bool,
-    ) -> Answer {
+    pub(crate) async fn complete(&self, fence: Fence, result: Option<serde_json::Value>, claim_next: bool) -> Answer {
         let (reply, answer) = oneshot::channel();
         self.requests.send(Request { fence, result, claim_next, reply }).ok()?;
         answer.await.ok().flatten()
     }
 }
 
-/// Writes batches until every handle is gone: each batch is whatever waits when the previous one is done.
-async fn write_batches<Q: WorkQueue>(
+/// Batches written at once, at most: two, so that while one batch is written the attempts whose items came
+/// with the other run and complete, and neither the database nor the slots wait for the other in turn.
+const BATCHES_IN_FLIGHT: usize = 2;
+
+/// Writes batches until every handle is gone: each batch is whatever waits when a batch may start.
+async fn write_batches<Q: WorkQueue + 'static>(
     queue: Arc<Q>,
     next: ClaimRequest,
     wait: Duration,
     mut incoming: mpsc::UnboundedReceiver<Request>,
 ) {
-    let mut batch = Vec::new();
-    while incoming.recv_many(&mut batch, usize::MAX).await > 0 {
-        let done: Vec<Completion<'_>> = batch.iter().map(|r| (r.fence, r.result.as_ref())).collect();
-        let claim = batch.iter().filter(|r| r.claim_next).count();
-        let answer = timeout(wait, queue.complete_many_and_claim(&done, &next, claim)).await;
-        drop(done);
-        let orphans = answer_each(std::mem::take(&mut batch), answer.ok());
-        hand_back(&*queue, orphans, wait).await;
+    let next = Arc::new(next);
+    let mut writing = JoinSet::new();
+    let mut open = true;
+    while open || !writing.is_empty() {
+        tokio::select! {
+            Some(_) = writing.join_next(), if !writing.is_empty() => {}
+            received = async {
+                let mut batch = Vec::new();
+                let n = incoming.recv_many(&mut batch, usize::MAX).await;
+                (n, batch)
+            }, if open && writing.len() < BATCHES_IN_FLIGHT => {
+                let (n, batch) = received;
+                if n == 0 {
+                    open = false;
+                    continue;
+                }
+                let (queue, next) = (queue.clone(), next.clone());
+                writing.spawn(async move {
+                    let done: Vec<Completion<'_>> = batch.iter().map(|r| (r.fence, r.result.as_ref())).collect();
+                    let claim = batch.iter().filter(|r| r.claim_next).count();
+                    let answer = timeout(wait, queue.complete_many_and_claim(&done, &next, claim)).await;
+                    drop(done);
+                    let orphans = answer_each(batch, answer.ok());
+                    hand_back(&*queue, orphans, wait).await;
+                });
+            }
+        }
     }
 }
 
@@ -128,8 +147,12 @@ async fn hand_back<Q: WorkQueue>(queue: &Q, orphans: Vec<ClaimedItem>, wait: Dur
     for item in orphans {
         let id = item.item.id;
         match timeout(wait, queue.release(item.fence)).await {
-            Ok(Ok(_)) => warn!(event = "released", item_id = %id, "an item claimed with a completion nobody waited for was handed back"),
-            _ => warn!(event = "release_failed", item_id = %id, "could not hand back an item claimed with a completion nobody waited for; lease recovery will requeue it"),
+            Ok(Ok(_)) => {
+                warn!(event = "released", item_id = %id, "an item claimed with a completion nobody waited for was handed back")
+            }
+            _ => {
+                warn!(event = "release_failed", item_id = %id, "could not hand back an item claimed with a completion nobody waited for; lease recovery will requeue it")
+            }
         }
     }
 }

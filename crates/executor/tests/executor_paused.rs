@@ -13,6 +13,7 @@ use tokio::time::{Instant, sleep, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 const SECOND: Duration = Duration::from_secs(1);
+const MS: Duration = Duration::from_millis(1);
 
 struct Running {
     shutdown: CancellationToken,
@@ -420,18 +421,20 @@ async fn a_slot_that_comes_free_while_a_claim_is_in_flight_claims_for_itself_at_
 }
 
 #[tokio::test(start_paused = true)]
-async fn completions_waiting_while_a_batch_is_written_go_together_in_the_next_and_claim_as_many() {
-    // One short item (1 s) and three long ones (2 s) in four slots; each batch of completions takes 2 s.
-    let short = Probe::new(WorkKind::TokenCleanup, Act::Work { work: SECOND });
-    let long = Probe::new(WorkKind::Purge, Act::Work { work: 2 * SECOND });
+async fn completions_that_wait_while_two_batches_are_written_go_together_in_the_next() {
+    // Five slots: items of 1 s, 2 s and three of 2.5 s; each batch of completions takes 2 s to write.
+    let probes = [
+        Probe::new(WorkKind::TokenCleanup, Act::Work { work: SECOND }),
+        Probe::new(WorkKind::ProxySweep, Act::Work { work: 2 * SECOND }),
+        Probe::new(WorkKind::Purge, Act::Work { work: 2500 * MS }),
+    ];
     let queue = FakeQueue::with_items(
-        [WorkKind::TokenCleanup, WorkKind::Purge, WorkKind::Purge, WorkKind::Purge, WorkKind::Purge, WorkKind::Purge]
-            .map(item),
+        [WorkKind::TokenCleanup, WorkKind::ProxySweep, WorkKind::Purge, WorkKind::Purge, WorkKind::Purge].map(item),
     );
     queue.state.lock().unwrap().complete_delay = 2 * SECOND;
     let mut c = config();
-    c.slots = 4;
-    let handlers = HandlerRegistry::new().register(short.clone()).register(long.clone());
+    c.slots = 5;
+    let handlers = probes.iter().fold(HandlerRegistry::new(), |r, p| r.register(p.clone()));
     let executor = Executor::new(Arc::new(queue.clone()), handlers, c).unwrap();
     let shutdown = CancellationToken::new();
     let s = Instant::now();
@@ -439,14 +442,14 @@ async fn completions_waiting_while_a_batch_is_written_go_together_in_the_next_an
     sleep_until(s + 6 * SECOND).await;
     {
         let state = queue.state.lock().unwrap();
-        // The short item's completion is written alone (1 s to 3 s); the three long ones end at 2 s, wait,
-        // and are written together (3 s to 5 s).
-        assert_eq!(state.completion_batches, [1, 3]);
-        // The first claim asked for four; each batch claimed as many as it completed.
-        assert_eq!(state.claim_limits, [4, 1, 3]);
+        // 1 s: the first completion is written alone (1 s to 3 s); 2 s: the second alone, beside it (2 s to
+        // 4 s); 2.5 s: the three others wait, two batches being in flight, and go together at 3 s.
+        assert_eq!(state.completion_batches, [1, 1, 3]);
+        // The first claim asked for five; each batch claimed as many as it completed.
+        assert_eq!(state.claim_limits, [5, 1, 1, 3]);
     }
-    // The two queued Purge items came with the batches: one with the first (at 3 s), one with the second.
-    assert_eq!(long.started(), [s, s, s, s + 3 * SECOND, s + 5 * SECOND]);
+    let written: Vec<Instant> = queue.writes().iter().map(|w| w.2).collect();
+    assert_eq!(written, [s + 3 * SECOND, s + 4 * SECOND, s + 5 * SECOND, s + 5 * SECOND, s + 5 * SECOND]);
     shutdown.cancel();
     task.await.unwrap();
 }

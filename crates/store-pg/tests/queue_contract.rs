@@ -619,10 +619,8 @@ async fn complete_many_and_claim_fences_each_completion_and_claims_as_many_as_as
     assert_eq!(store.recover_expired_leases(3).await.unwrap().len(), 1);
 
     let result = serde_json::json!({"files": 3});
-    let done: Vec<_> = running
-        .iter()
-        .map(|c| (c.fence, if c.item.id == first[0] { Some(&result) } else { None }))
-        .collect();
+    let done: Vec<_> =
+        running.iter().map(|c| (c.fence, if c.item.id == first[0] { Some(&result) } else { None })).collect();
     let answer = store.complete_many_and_claim(&done, &all_kinds("w1"), 2).await.unwrap();
     assert_eq!(answer.written, [WriteOutcome::Written, WriteOutcome::Written, WriteOutcome::Lost]);
     let claimed: Vec<_> = answer.next.unwrap().into_iter().map(|c| c.item.id).collect();
@@ -654,9 +652,8 @@ async fn claim_many_that_loses_the_race_for_one_config_claims_nothing() {
     let holder = claim_with(&mut held, &claimer("w2", &[WorkKind::Crawl])).await.unwrap().expect("y's crawl");
     assert_eq!(holder.item.id, crawl);
     let claimer_store = store.clone();
-    let claiming = tokio::spawn(async move {
-        claimer_store.claim_many(&claimer("w1", &[WorkKind::BurstDetection]), 4).await
-    });
+    let claiming =
+        tokio::spawn(async move { claimer_store.claim_many(&claimer("w1", &[WorkKind::BurstDetection]), 4).await });
     assert_eq!(db.sessions_waiting_on_locks(1).await, 1, "the batch never blocked on the index");
     held.batch_execute("COMMIT").await.unwrap();
     assert_eq!(claiming.await.unwrap(), Ok(Vec::new()), "the whole batch lost the race, quietly");

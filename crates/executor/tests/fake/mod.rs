@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use almanac_domain::{
-    Attempt, CancelOutcome, ClaimRequest, ClaimedItem, CompletedMany, Completion, Enqueued, FailOutcome, Failure, Fence, Heartbeat,
-    LeaseDuration, NewWorkItem, QueueError, Recovered, Scope, ServedConfigs, Status, WorkItem, WorkItemId, WorkKind,
-    WorkQueue, WorkerId, WriteOutcome,
+    Attempt, CancelOutcome, ClaimRequest, ClaimedItem, CompletedMany, Completion, Enqueued, FailOutcome, Failure,
+    Fence, Heartbeat, LeaseDuration, NewWorkItem, QueueError, Recovered, Scope, ServedConfigs, Status, WorkItem,
+    WorkItemId, WorkKind, WorkQueue, WorkerId, WriteOutcome,
 };
 use almanac_executor::{BoxFuture, ExecutorConfig, Handler, HandlerContext, HandlerError};
 use tokio::time::Instant;
@@ -147,8 +147,7 @@ impl WorkQueue for FakeQueue {
         let now = Instant::now();
         let mut claimed = Vec::new();
         while claimed.len() < limit {
-            let Some(pos) = s.queued.iter().position(|(i, due)| *due <= now && request.kinds.contains(&i.kind))
-            else {
+            let Some(pos) = s.queued.iter().position(|(i, due)| *due <= now && request.kinds.contains(&i.kind)) else {
                 break;
             };
             let (mut item, _) = s.queued.remove(pos).unwrap();
