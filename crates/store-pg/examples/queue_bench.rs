@@ -1,7 +1,8 @@
 //! Queue benchmarks (run through `cargo xtask bench queue`): JSON on stdout.
 //!
-//! The scenarios of issue 13, each through the executor (as a Worker runs it: slots, heartbeats, fenced
-//! outcomes, a no-op handler) and through the store alone (raw claim+complete loops), with the same counts:
+//! The scenarios of issue 13, each through the executor (as a Worker runs it: slots claiming together,
+//! heartbeats, completions written in batches, a no-op handler) and through the store alone (raw loops of one
+//! claim and one completion, the baseline), with the same counts:
 //! - drain: 20,000 unscoped no-op items, concurrency 8;
 //! - keyed: 20,000 items over 50 configs (one running per config), concurrency 8;
 //! - hot config: 1,000 items over 100 configs queued behind a busy config's 49,000, concurrency 4;
@@ -374,6 +375,7 @@ async fn main() {
     let wanted = |name: &str| only.as_deref().is_none_or(|o| o == name);
     let mut report = serde_json::json!({
         "benchmark": "queue",
+        "date": chrono::Utc::now().format("%Y-%m-%d").to_string(),
         "cores": std::thread::available_parallelism().map_or(2, usize::from),
     });
     if wanted("drain") {

@@ -150,7 +150,7 @@ async fn the_claim_is_prepared_once_per_connection() {
     // a kept statement is still there after the next one.)
     let prepared: N = sql_query(
         "SELECT count(*) AS n FROM pg_prepared_statements
-          WHERE statement LIKE '%FROM queue_heads AS h%' AND statement NOT LIKE '%pg_prepared_statements%'",
+          WHERE statement LIKE '%almanac_claim_candidates%' AND statement NOT LIKE '%pg_prepared_statements%'",
     )
     .get_result(&mut conn)
     .await
