@@ -83,6 +83,11 @@ async fn write_batches<Q: WorkQueue + 'static>(
                     continue;
                 }
                 let (queue, next) = (queue.clone(), next.clone());
+                let mut batch = batch;
+                // An attempt that stopped waiting (its own time limit passed) gets no item claimed for it.
+                for request in &mut batch {
+                    request.claim_next &= !request.reply.is_closed();
+                }
                 writing.spawn(async move {
                     let done: Vec<Completion<'_>> = batch.iter().map(|r| (r.fence, r.result.as_ref())).collect();
                     let claim = batch.iter().filter(|r| r.claim_next).count();

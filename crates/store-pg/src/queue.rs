@@ -233,12 +233,14 @@ UPDATE work_items AS w
    SET status = 'succeeded', finished_at = now(), lease_expires_at = NULL, result = d.result
   FROM unnest($1::uuid[], $2::integer[], $3::jsonb[]) AS d(id, attempt, result)
  WHERE w.id = d.id AND w.attempt = d.attempt AND w.status = 'running'
-RETURNING w.id";
+RETURNING w.id, w.attempt";
 
 #[derive(QueryableByName)]
 struct IdRow {
     #[diesel(sql_type = Uuid)]
     id: uuid::Uuid,
+    #[diesel(sql_type = Integer)]
+    attempt: i32,
 }
 
 /// The values of [`FENCE`]'s `$1` and `$2`.
@@ -855,14 +857,15 @@ impl WorkQueue for PgStore {
             })
             .await
             .map_err(error::queue)?;
-        let written: std::collections::HashSet<uuid::Uuid> = written.into_iter().map(|r| r.id).collect();
+        // Matched on (id, attempt): a batch may hold a stale attempt's completion beside the current one's.
+        let written: std::collections::HashSet<(uuid::Uuid, i32)> =
+            written.into_iter().map(|r| (r.id, r.attempt)).collect();
         let written = done
             .iter()
-            .map(
-                |(fence, _)| {
-                    if written.contains(&fence.id.as_uuid()) { WriteOutcome::Written } else { WriteOutcome::Lost }
-                },
-            )
+            .map(|(fence, _)| match written.contains(&(fence.id.as_uuid(), fence.attempt.get())) {
+                true => WriteOutcome::Written,
+                false => WriteOutcome::Lost,
+            })
             .collect();
         let next = match next {
             // A lock it would not wait for: nothing claimed this time, as after a lost race.

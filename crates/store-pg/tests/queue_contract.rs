@@ -637,6 +637,23 @@ async fn complete_many_and_claim_fences_each_completion_and_claims_as_many_as_as
     assert_eq!(answer.next, Ok(Vec::new()));
 }
 
+/// A batch that holds a stale attempt's completion beside the current attempt's, of the same item, writes the
+/// current one only, and says so for each.
+#[tokio::test]
+async fn complete_many_tells_a_stale_attempt_from_the_current_one_of_the_same_item() {
+    let (db, store) = setup().await;
+    let id = enqueue(&store, WorkKind::TokenCleanup, Scope::Unscoped).await;
+    let first = store.claim(&all_kinds("w1")).await.unwrap().expect("first attempt");
+    expire_lease(&db, id).await;
+    assert_eq!(store.recover_expired_leases(3).await.unwrap().len(), 1);
+    let second = store.claim(&all_kinds("w2")).await.unwrap().expect("second attempt");
+    assert_eq!((first.item.id, second.item.id), (id, id));
+    let done = [(first.fence, None), (second.fence, None)];
+    let answer = store.complete_many_and_claim(&done, &all_kinds("w2"), 0).await.unwrap();
+    assert_eq!(answer.written, [WriteOutcome::Lost, WriteOutcome::Written]);
+    assert_eq!(status_of(&store, id).await, Status::Succeeded);
+}
+
 /// A claim of several items that races another claimer for one of their configs on the running-config index
 /// claims none of them, quietly (rule 2 holds for every item of a batch).
 #[tokio::test]
