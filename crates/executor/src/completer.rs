@@ -10,7 +10,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use almanac_domain::{ClaimRequest, ClaimedItem, Completed, CompletedMany, Completion, Fence, QueueError, WorkQueue};
+use almanac_domain::{
+    ClaimRequest, ClaimedItem, Completed, CompletedMany, Completion, Fence, QueueError, WorkQueue, WriteOutcome,
+};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::timeout;
@@ -72,18 +74,17 @@ async fn write_batches<Q: WorkQueue + 'static>(
     while open || !writing.is_empty() {
         tokio::select! {
             Some(_) = writing.join_next(), if !writing.is_empty() => {}
-            received = async {
+            mut batch = async {
                 let mut batch = Vec::new();
-                let n = incoming.recv_many(&mut batch, usize::MAX).await;
-                (n, batch)
+                incoming.recv_many(&mut batch, usize::MAX).await;
+                batch
             }, if open && writing.len() < BATCHES_IN_FLIGHT => {
-                let (n, batch) = received;
-                if n == 0 {
+                // Nothing received: every handle is gone.
+                if batch.is_empty() {
                     open = false;
                     continue;
                 }
                 let (queue, next) = (queue.clone(), next.clone());
-                let mut batch = batch;
                 // An attempt that stopped waiting (its own time limit passed) gets no item claimed for it.
                 for request in &mut batch {
                     request.claim_next &= !request.reply.is_closed();
@@ -103,29 +104,31 @@ async fn write_batches<Q: WorkQueue + 'static>(
 
 /// Answers each request of a batch; returns the items claimed for attempts that no longer wait for them.
 fn answer_each(batch: Vec<Request>, answer: Option<Result<CompletedMany, QueueError>>) -> Vec<ClaimedItem> {
-    let mut orphans = Vec::new();
-    let (written, next) = match answer {
-        Some(Ok(CompletedMany { written, next })) if written.len() == batch.len() => (written, next),
+    // Unless it was written, every request of the batch gets the same answer.
+    let failed: Answer = match answer {
+        Some(Ok(CompletedMany { written, next })) if written.len() == batch.len() => {
+            return answer_written(batch, written, next);
+        }
         Some(Ok(_)) => {
-            let error = QueueError::Unexpected("a batch of completions was answered for a different count".into());
-            for request in batch {
-                let _ = request.reply.send(Some(Err(error.clone())));
-            }
-            return orphans;
+            Some(Err(QueueError::Unexpected("a batch of completions was answered for a different count".into())))
         }
-        Some(Err(error)) => {
-            for request in batch {
-                let _ = request.reply.send(Some(Err(error.clone())));
-            }
-            return orphans;
-        }
-        None => {
-            for request in batch {
-                let _ = request.reply.send(None);
-            }
-            return orphans;
-        }
+        Some(Err(error)) => Some(Err(error)),
+        None => None,
     };
+    for request in batch {
+        let _ = request.reply.send(failed.clone());
+    }
+    Vec::new()
+}
+
+/// Answers each request of a batch that was written; returns the items claimed for attempts that no longer
+/// wait for them.
+fn answer_written(
+    batch: Vec<Request>,
+    written: Vec<WriteOutcome>,
+    next: Result<Vec<ClaimedItem>, QueueError>,
+) -> Vec<ClaimedItem> {
+    let mut orphans = Vec::new();
     let (mut claimed, claim_error) = match next {
         Ok(claimed) => (claimed.into_iter(), None),
         Err(e) => (Vec::new().into_iter(), Some(e)),

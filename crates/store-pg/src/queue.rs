@@ -163,14 +163,14 @@ const QUEUED_BY_DEDUP_KEY: &str = "SELECT * FROM work_items WHERE dedup_key = $1
 /// (migration 000009), which always plans them as walks of queued indexes in order, whatever the statistics say.
 /// Rule 2 (the running-config index) rejects a racing second claim of one config.
 ///
-/// It claims up to `{limit}` items at once (see [`claim_text`]): the candidates hold at most one item per config (one per head, and
-/// unscoped items have none), so a batch never holds two items of one config. The candidates, and then the
-/// claimed ids, are handed on as arrays computed once (`= ANY ((SELECT …)::uuid[])`, `= ANY (ARRAY (…))`: init plans, not
-/// filters evaluated row by row), so each step is a lookup by primary key whatever the
-/// planner guesses of a batch's size: with `IN (…)` and a generic plan (the limit unknown), it joined the
-/// candidates to a scan of the whole queue and the claim went five times slower. The candidates' status is
-/// checked again (an item claimed since they were read, re-read under its lock, must not be claimed twice)
-/// through a `CASE`, which no partial index's `status = 'queued'` predicate matches: on tables without
+/// It claims up to `{limit}` items at once (see [`claim_text`]): the candidates hold at most one item per config
+/// (one per head, and unscoped items have none), so a batch never holds two items of one config. The
+/// candidates, and then the claimed ids, are handed on as arrays computed once (`= ANY ((SELECT …)::uuid[])`,
+/// `= ANY (ARRAY (…))`: init plans, not filters evaluated row by row), so each step is a lookup by primary key
+/// whatever the planner guesses of a batch's size: with `IN (…)` and a generic plan (the limit unknown), it
+/// joined the candidates to a scan of the whole queue and the claim went five times slower. The candidates'
+/// status is checked again (an item claimed since they were read, re-read under its lock, must not be claimed
+/// twice) through a `CASE`, which no partial index's `status = 'queued'` predicate matches: on tables without
 /// statistics the planner otherwise intersected the primary key with a whole partial index of the queue.
 /// `$served` is the served user, or NULL for every config.
 macro_rules! claim_sql {
@@ -226,8 +226,8 @@ fn complete_sql() -> String {
     )
 }
 
-/// Marks each fenced attempt of the arrays (`$1` ids, `$2` attempts, `$3` results) succeeded; answers the ids
-/// written. Each row is fenced on its own, exactly as [`complete_sql`] fences one.
+/// Marks each fenced attempt of the arrays (`$1` ids, `$2` attempts, `$3` results) succeeded; answers the
+/// `(id, attempt)` of each row written. Each row is fenced on its own, exactly as [`complete_sql`] fences one.
 const COMPLETE_MANY: &str = "\
 UPDATE work_items AS w
    SET status = 'succeeded', finished_at = now(), lease_expires_at = NULL, result = d.result
