@@ -18,6 +18,8 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::timeout;
 use tracing::warn;
 
+use crate::worker::release_unrun;
+
 /// What a completion came to: `None` when the batch's write did not answer within its time limit.
 pub(crate) type Answer = Option<Result<Completed, QueueError>>;
 
@@ -95,7 +97,7 @@ async fn write_batches<Q: WorkQueue + 'static>(
                     let answer = timeout(wait, queue.complete_many_and_claim(&done, &next, claim)).await;
                     drop(done);
                     let orphans = answer_each(batch, answer.ok());
-                    hand_back(&*queue, orphans, wait).await;
+                    hand_back(&queue, orphans, wait).await;
                 });
             }
         }
@@ -151,16 +153,11 @@ fn answer_written(
 }
 
 /// Releases items claimed for attempts that stopped waiting (their own time limit passed first).
-async fn hand_back<Q: WorkQueue>(queue: &Q, orphans: Vec<ClaimedItem>, wait: Duration) {
-    for item in orphans {
-        let id = item.item.id;
-        match timeout(wait, queue.release(item.fence)).await {
-            Ok(Ok(_)) => {
-                warn!(event = "released", item_id = %id, "an item claimed with a completion nobody waited for was handed back")
-            }
-            _ => {
-                warn!(event = "release_failed", item_id = %id, "could not hand back an item claimed with a completion nobody waited for; lease recovery will requeue it")
-            }
-        }
+async fn hand_back<Q: WorkQueue + 'static>(queue: &Arc<Q>, orphans: Vec<ClaimedItem>, wait: Duration) {
+    if orphans.is_empty() {
+        return;
+    }
+    for id in release_unrun(queue, orphans, wait).await.released {
+        warn!(event = "released", item_id = %id, "an item claimed with a completion nobody waited for was handed back");
     }
 }

@@ -208,24 +208,9 @@ type Claimed = (Instant, Result<Result<Vec<ClaimedItem>, QueueError>, tokio::tim
 impl<Q: WorkQueue + 'static> Executor<Q> {
     /// Releases items claimed while shutting down (never run), all at once.
     async fn hand_back(&self, claimed: Vec<ClaimedItem>, report: &mut ShutdownReport) {
-        let mut releases = JoinSet::new();
-        for c in claimed {
-            let (queue, wait) = (self.queue.clone(), self.config.heartbeat_interval);
-            releases.spawn(async move { (c.item.id, timeout(wait, queue.release(c.fence)).await) });
-        }
-        while let Some(done) = releases.join_next().await {
-            let Ok((id, answer)) = done else { continue };
-            match answer {
-                Ok(Ok(WriteOutcome::Written)) => report.released.push(id),
-                Ok(Ok(WriteOutcome::Lost)) => {
-                    warn!(event = "lost", item_id = %id, "an item claimed at shutdown was no longer held; nothing was written");
-                }
-                _ => {
-                    warn!(event = "release_failed", item_id = %id, "could not hand back an item claimed at shutdown; lease recovery will requeue it");
-                    report.unwritten.push(id);
-                }
-            }
-        }
+        let released = release_unrun(&self.queue, claimed, self.config.heartbeat_interval).await;
+        report.released.extend(released.released);
+        report.unwritten.extend(released.unwritten);
     }
 
     /// Starts the attempt of a claimed item in its slot.
@@ -270,6 +255,36 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
             .instrument(span),
         );
     }
+}
+
+/// Releases items that were claimed but never run (at shutdown, or for an attempt that stopped waiting), all at
+/// once, each within `wait`: which went back to the queue, and which could not be written (lease recovery
+/// requeues those).
+pub(crate) async fn release_unrun<Q: WorkQueue + 'static>(
+    queue: &Arc<Q>,
+    claimed: Vec<ClaimedItem>,
+    wait: std::time::Duration,
+) -> ShutdownReport {
+    let mut report = ShutdownReport::default();
+    let mut releases = JoinSet::new();
+    for c in claimed {
+        let queue = queue.clone();
+        releases.spawn(async move { (c.item.id, timeout(wait, queue.release(c.fence)).await) });
+    }
+    while let Some(done) = releases.join_next().await {
+        let Ok((id, answer)) = done else { continue };
+        match answer {
+            Ok(Ok(WriteOutcome::Written)) => report.released.push(id),
+            Ok(Ok(WriteOutcome::Lost)) => {
+                warn!(event = "lost", item_id = %id, "an item claimed but never run was no longer held; nothing was written");
+            }
+            _ => {
+                warn!(event = "release_failed", item_id = %id, "could not hand back an item claimed but never run; lease recovery will requeue it");
+                report.unwritten.push(id);
+            }
+        }
+    }
+    report
 }
 
 /// Requeues expired leases on its own interval, whatever the slots are doing (rule 8).
