@@ -193,22 +193,30 @@ CREATE FUNCTION public.almanac_refresh_queue_heads(configs uuid[]) RETURNS void
     AS $$
 DECLARE
     c uuid;
+    paused text[] := ARRAY(SELECT p.kind FROM paused_kinds AS p);
+    oldest timestamptz;
+    earliest timestamptz;
+    running boolean;
 BEGIN
     FOREACH c IN ARRAY configs LOOP
         PERFORM 1 FROM queue_heads AS h WHERE h.storage_config_id = c FOR UPDATE;
+        oldest := (SELECT w.requested_at FROM work_items AS w
+                    WHERE w.storage_config_id = c AND w.status = 'queued' AND w.kind <> ALL (paused)
+                    ORDER BY w.requested_at, w.id
+                    LIMIT 1);
+        earliest := (SELECT w.run_after FROM work_items AS w
+                      WHERE w.storage_config_id = c AND w.status = 'queued' AND w.attempt >= 0
+                        AND w.kind <> ALL (paused)
+                      ORDER BY w.run_after
+                      LIMIT 1);
+        running := EXISTS (SELECT 1 FROM work_items AS w WHERE w.storage_config_id = c AND w.status = 'running');
         UPDATE queue_heads AS h
-           SET oldest_requested_at = q.oldest,
-               earliest_run_after = q.earliest,
-               claimable = q.oldest IS NOT NULL AND h.active AND NOT h.paused AND NOT q.running
-          FROM (SELECT (SELECT min(w.requested_at) FROM work_items AS w
-                         WHERE w.storage_config_id = c AND w.status = 'queued'
-                           AND w.kind <> ALL (ARRAY(SELECT p.kind FROM paused_kinds AS p))) AS oldest,
-                       (SELECT min(w.run_after) FROM work_items AS w
-                         WHERE w.storage_config_id = c AND w.status = 'queued' AND w.attempt >= 0
-                           AND w.kind <> ALL (ARRAY(SELECT p.kind FROM paused_kinds AS p))) AS earliest,
-                       EXISTS (SELECT 1 FROM work_items AS w
-                                WHERE w.storage_config_id = c AND w.status = 'running') AS running) AS q
-         WHERE h.storage_config_id = c;
+           SET oldest_requested_at = oldest,
+               earliest_run_after = earliest,
+               claimable = oldest IS NOT NULL AND h.active AND NOT h.paused AND NOT running
+         WHERE h.storage_config_id = c
+           AND (h.oldest_requested_at, h.earliest_run_after, h.claimable)
+               IS DISTINCT FROM (oldest, earliest, oldest IS NOT NULL AND h.active AND NOT h.paused AND NOT running);
     END LOOP;
 END $$;
 

@@ -1141,17 +1141,67 @@ mod tests {
         claims_read_few_rows(&mut conn).await;
     }
 
+    /// Nor for fresh statistics, with which the planner prices reading a config's whole queue below walking it
+    /// in order: a busy config with a backlog of 50,000 and 100 idle configs with 300 items each, analysed. Before
+    /// migration 000010 each refresh of a head read its config's whole queue three times (900 rows a config
+    /// here); the busy config's completion, whose head is refreshed too, must not read its backlog either.
+    #[tokio::test]
+    async fn claims_and_completions_read_a_few_rows_with_fresh_statistics() {
+        let db = TestDatabase::create().await;
+        let mut conn = AsyncPgConnection::establish(db.url()).await.unwrap();
+        conn.batch_execute(
+            "INSERT INTO users (id, username) VALUES (gen_random_uuid(), 'ann');
+             INSERT INTO storage_configs (id, user_id, root_path)
+             SELECT gen_random_uuid(), (SELECT id FROM users), '/lib/' || g FROM generate_series(1, 101) g;
+             INSERT INTO work_items (id, kind, storage_config_id, requested_at)
+             SELECT gen_random_uuid(), 'burst_detection', (SELECT id FROM storage_configs ORDER BY root_path LIMIT 1),
+                    now() - interval '2 days' + g * interval '1 ms'
+               FROM generate_series(1, 50000) g;
+             UPDATE work_items SET status = 'running', attempt = 1, worker_id = 'busy',
+                    lease_expires_at = now() + interval '1 hour'
+              WHERE id = (SELECT id FROM work_items ORDER BY requested_at LIMIT 1);
+             INSERT INTO work_items (id, kind, storage_config_id, requested_at)
+             SELECT gen_random_uuid(), 'purge', c.id, now() - interval '1 day' + g * interval '1 s'
+               FROM generate_series(1, 300) g
+              CROSS JOIN (SELECT id FROM storage_configs ORDER BY root_path OFFSET 1) c;
+             -- A paused kind, so that the walks pass over something.
+             INSERT INTO paused_kinds (kind) VALUES ('crawl');
+             ANALYZE work_items;
+             ANALYZE queue_heads;",
+        )
+        .await
+        .unwrap();
+        claims_read_few_rows(&mut conn).await;
+        let busy: Vec<WorkItemRow> =
+            sql_query("SELECT * FROM work_items WHERE status = 'running'").load(&mut conn).await.unwrap();
+        conn.batch_execute("BEGIN").await.unwrap();
+        let before = rows_read(&mut conn).await;
+        assert_eq!(complete_rows(&mut conn, &busy).await, 1);
+        let completion = rows_read(&mut conn).await - before;
+        conn.batch_execute("ROLLBACK").await.unwrap();
+        assert!(completion < 2_000, "the busy config's completion read {completion} rows of work_items");
+    }
+
     #[derive(QueryableByName)]
     struct Reads {
         #[diesel(sql_type = BigInt)]
         rows: i64,
     }
 
+    /// Rows of work_items this transaction has read so far, its triggers included. The view also holds this
+    /// session's counts not yet reported: compare two readings.
+    async fn rows_read(conn: &mut AsyncPgConnection) -> i64 {
+        let read = "SELECT coalesce(idx_tup_fetch, 0) + seq_tup_read AS rows
+                      FROM pg_stat_xact_user_tables WHERE relname = 'work_items'";
+        let rows: Vec<Reads> = sql_query(read).load(conn).await.unwrap();
+        rows.iter().map(|r| r.rows).sum()
+    }
+
     /// Claims eight items the way the store does (for all configs and for one user; with custom and with
-    /// generic plans, for the statement and for the candidates' function), each in a transaction that is rolled
-    /// back, and checks what each claim read of work_items, its triggers included, from the transaction's own
-    /// statistics: some hundreds of rows (the candidates, their rows, the heads' refresh), never a whole table or
-    /// a whole backlog (tens of thousands here).
+    /// generic plans, for the statement and for the candidates' function), then completes them the way the
+    /// store does, each in a transaction that is rolled back, and checks what the claim and the completion each
+    /// read of work_items, their triggers (the heads' refresh) included, from the transaction's own statistics:
+    /// some hundreds of rows, never a whole table or a whole backlog (hundreds to tens of thousands here).
     async fn claims_read_few_rows(conn: &mut AsyncPgConnection) {
         let users: Vec<Plan> = sql_query("SELECT id::text AS plan FROM users").load(conn).await.unwrap();
         let user = UserId::from_uuid(users[0].plan.parse().unwrap());
@@ -1167,18 +1217,34 @@ mod tests {
             for mode in ["force_custom_plan", "auto"] {
                 for _ in 0..6 {
                     conn.batch_execute(&format!("BEGIN; SET LOCAL plan_cache_mode = {mode}")).await.unwrap();
-                    // The view also holds this session's counts not yet reported: read it before and after.
-                    let read = "SELECT coalesce(idx_tup_fetch, 0) + seq_tup_read AS rows
-                                  FROM pg_stat_xact_user_tables WHERE relname = 'work_items'";
-                    let before: Vec<Reads> = sql_query(read).load(conn).await.unwrap();
+                    let before = rows_read(conn).await;
                     let claimed = claim_statement(conn, &request, 8).await.unwrap();
-                    let after: Vec<Reads> = sql_query(read).load(conn).await.unwrap();
-                    conn.batch_execute("ROLLBACK").await.unwrap();
+                    let claim = rows_read(conn).await - before;
                     assert_eq!(claimed.len(), 8, "eight items claimed, as asked ({served:?}, {mode})");
-                    let rows = after[0].rows - before.iter().map(|r| r.rows).sum::<i64>();
-                    assert!(rows < 2_000, "the claim read {rows} rows of work_items ({served:?}, {mode})");
+                    let before = rows_read(conn).await;
+                    let written = complete_rows(conn, &claimed).await;
+                    let completion = rows_read(conn).await - before;
+                    conn.batch_execute("ROLLBACK").await.unwrap();
+                    assert_eq!(written, 8, "the eight completed ({served:?}, {mode})");
+                    assert!(claim < 2_000, "the claim read {claim} rows of work_items ({served:?}, {mode})");
+                    assert!(
+                        completion < 2_000,
+                        "the completion read {completion} rows of work_items ({served:?}, {mode})"
+                    );
                 }
             }
         }
+    }
+
+    /// Completes `items` with the store's batched completion; the number of rows written.
+    async fn complete_rows(conn: &mut AsyncPgConnection, items: &[WorkItemRow]) -> usize {
+        let written: Vec<IdRow> = sql_query(COMPLETE_MANY)
+            .bind::<Array<Uuid>, _>(items.iter().map(|i| i.id).collect::<Vec<_>>())
+            .bind::<Array<Integer>, _>(items.iter().map(|i| i.attempt).collect::<Vec<_>>())
+            .bind::<Array<Nullable<Jsonb>>, _>(vec![None::<serde_json::Value>; items.len()])
+            .load(conn)
+            .await
+            .unwrap();
+        written.len()
     }
 }
