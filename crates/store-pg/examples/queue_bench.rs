@@ -9,6 +9,12 @@
 //! - scale: 10,000 configs, 1,000,000 queued items, half the configs busy, 32 concurrent claimers: claim
 //!   latency p50/p95/p99 of our claim and, as the baseline in the same run, the claim before `queue_heads`.
 //!
+//! Drain, keyed and hot config also say where the time goes, per item: the CPU used by this process (the
+//! executor or the raw loops) and by the PostgreSQL cluster (its backends, from `/proc`), each slot's
+//! wall-clock milliseconds, and the server's milliseconds in the heads' triggers (`queue_heads` kept on every
+//! claim, completion and enqueue) and in the claim's candidates function (`track_functions`). On a machine
+//! whose cores are all busy, the two CPU figures bound what any change of the SQL or the executor can gain.
+//!
 //! `ALMANAC_BENCH_SCALE_ITEMS` (default 1,000,000) shrinks the scale scenario for a quick run;
 //! `ALMANAC_BENCH_ONLY` runs one scenario (`drain`, `keyed`, `hot_config`, `scale`); `ALMANAC_BENCH_ROUNDS`
 //! (default 3) sets how many rounds the throughput scenarios run (their medians are reported).
@@ -116,11 +122,13 @@ async fn database(configs: usize) -> (TestDatabase, AsyncPgConnection, Vec<Stora
     let db = TestDatabase::create().await;
     let mut conn = AsyncPgConnection::establish(db.url()).await.unwrap();
     conn.batch_execute(&format!(
-        "INSERT INTO users (id, username) SELECT gen_random_uuid(), 'user' || g FROM generate_series(1, 5) g;
+        "ALTER DATABASE \"{name}\" SET track_functions = 'all';
+         INSERT INTO users (id, username) SELECT gen_random_uuid(), 'user' || g FROM generate_series(1, 5) g;
          INSERT INTO storage_configs (id, user_id, root_path, created_at)
          SELECT gen_random_uuid(), (SELECT id FROM users ORDER BY username OFFSET g % 5 LIMIT 1), '/lib/' || g,
                 now() + g * interval '1 microsecond'
-           FROM generate_series(1, {configs}) g;"
+           FROM generate_series(1, {configs}) g;",
+        name = db.name()
     ))
     .await
     .unwrap();
@@ -209,6 +217,121 @@ async fn through_store(db: &TestDatabase, claimers: usize, target: i64) -> f64 {
     started.elapsed().as_secs_f64()
 }
 
+/// CPU seconds of process `pid` from `/proc/<pid>/stat` (user and system; with its reaped children when
+/// `children`), in clock ticks of 1/100 s (Linux's `USER_HZ` on every platform it runs on).
+fn cpu_seconds(pid: u32, children: bool) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0.0 };
+    // The fields after the command's closing parenthesis: state is field 3, utime 14 ... cstime 17.
+    let fields: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i - 3).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    let own = ticks(14) + ticks(15);
+    (if children { own + ticks(16) + ticks(17) } else { own }) / 100.0
+}
+
+/// CPU seconds used so far by the cluster whose postmaster is `postmaster`: its own, its reaped backends' and
+/// its live children's.
+fn cluster_cpu_seconds(postmaster: u32) -> f64 {
+    let live: f64 = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                s.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().nth(1)) == Some(&postmaster.to_string())
+            })
+        })
+        .map(|pid| cpu_seconds(pid, false))
+        .sum();
+    cpu_seconds(postmaster, true) + live
+}
+
+/// The cluster's postmaster, from `postmaster.pid` in its data directory.
+async fn postmaster(conn: &mut AsyncPgConnection) -> u32 {
+    #[derive(QueryableByName)]
+    struct Dir {
+        #[diesel(sql_type = Text)]
+        data_directory: String,
+    }
+    let dir: Dir =
+        sql_query("SELECT current_setting('data_directory') AS data_directory").get_result(conn).await.unwrap();
+    let pid = std::fs::read_to_string(std::path::Path::new(&dir.data_directory).join("postmaster.pid"))
+        .unwrap_or_else(|e| panic!("reading the cluster's postmaster.pid in {}: {e}", dir.data_directory));
+    pid.lines().next().and_then(|l| l.trim().parse().ok()).expect("postmaster.pid starts with the pid")
+}
+
+#[derive(QueryableByName)]
+struct FunctionTime {
+    #[diesel(sql_type = Double)]
+    heads: f64,
+    #[diesel(sql_type = Double)]
+    candidates: f64,
+}
+
+/// Milliseconds spent so far in the heads' triggers and in the claim's candidates, by sessions that ended (a
+/// session's function statistics reach the view when it ends: call after a phase's pool is gone).
+async fn function_time(conn: &mut AsyncPgConnection) -> (f64, f64) {
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let t: FunctionTime = sql_query(
+        "SELECT coalesce(sum(total_time) FILTER (WHERE funcname LIKE 'almanac_queue_heads_%'), 0) AS heads,
+                coalesce(sum(total_time) FILTER (WHERE funcname = 'almanac_claim_candidates'), 0) AS candidates
+           FROM pg_stat_user_functions",
+    )
+    .get_result(conn)
+    .await
+    .unwrap();
+    (t.heads, t.candidates)
+}
+
+/// Where one phase's time went (its rounds summed): per item, each slot's wall-clock milliseconds and the
+/// server's milliseconds in the heads' triggers and in the claim's candidates.
+#[derive(Default)]
+struct TimeSpent {
+    items: usize,
+    slot_ms: f64,
+    client_cpu_ms: f64,
+    server_cpu_ms: f64,
+    heads_ms: f64,
+    candidates_ms: f64,
+}
+
+impl TimeSpent {
+    /// Runs `phase` (which answers its seconds) for `items` items with `slots` slots, and adds what it spent.
+    async fn measure(
+        &mut self,
+        conn: &mut AsyncPgConnection,
+        items: usize,
+        slots: usize,
+        phase: impl std::future::Future<Output = f64>,
+    ) -> f64 {
+        let postmaster = postmaster(conn).await;
+        let before = function_time(conn).await;
+        let cpu_before = (cpu_seconds(std::process::id(), false), cluster_cpu_seconds(postmaster));
+        let seconds = phase.await;
+        // The phase's backends end with its pool: wait for them to be reaped (and their statistics sent).
+        let after = function_time(conn).await;
+        let cpu_after = (cpu_seconds(std::process::id(), false), cluster_cpu_seconds(postmaster));
+        self.items += items;
+        self.slot_ms += seconds * 1000.0 * slots as f64;
+        self.client_cpu_ms += (cpu_after.0 - cpu_before.0) * 1000.0;
+        self.server_cpu_ms += (cpu_after.1 - cpu_before.1) * 1000.0;
+        self.heads_ms += after.0 - before.0;
+        self.candidates_ms += after.1 - before.1;
+        seconds
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let per_item = |ms: f64| ms / self.items.max(1) as f64;
+        serde_json::json!({
+            "slot_ms": per_item(self.slot_ms),
+            "client_cpu_ms": per_item(self.client_cpu_ms),
+            "server_cpu_ms": per_item(self.server_cpu_ms),
+            "heads_triggers_ms": per_item(self.heads_ms),
+            "claim_candidates_ms": per_item(self.candidates_ms),
+        })
+    }
+}
+
 /// Enqueues `n` items, spread over `configs` (or unscoped when empty), with `enqueue_many`.
 async fn fill(store: &PgStore, n: usize, configs: &[StorageConfigId]) {
     let items: Vec<NewWorkItem> = (0..n)
@@ -231,22 +354,27 @@ fn rounds_json(items: usize, seconds: &[f64]) -> serde_json::Value {
 /// Drain and keyed: the queue drained through the executor, then refilled and drained by raw loops, `rounds`
 /// times (one round varies by up to 2x on this machine, with the table's dead rows and autovacuum's timing).
 async fn drain(name: &str, items: usize, configs: usize, concurrency: usize, rounds: usize) -> serde_json::Value {
-    let (db, _conn, ids) = database(configs).await;
+    let (db, mut conn, ids) = database(configs).await;
     let store = store_for(&db, 2);
     let (mut enqueue, mut executor, mut raw) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut executor_spent, mut raw_spent) = (TimeSpent::default(), TimeSpent::default());
     for round in 0..rounds {
         let enqueue_started = Instant::now();
         fill(&store, items, &ids).await;
         enqueue.push(enqueue_started.elapsed().as_secs_f64());
-        executor.push(through_executor(&db, concurrency, ((round + 1) * items) as i64).await);
+        let phase = through_executor(&db, concurrency, ((round + 1) * items) as i64);
+        executor.push(executor_spent.measure(&mut conn, items, concurrency, phase).await);
         fill(&store, items, &ids).await;
-        raw.push(through_store(&db, concurrency, items as i64).await);
+        let phase = through_store(&db, concurrency, items as i64);
+        raw.push(raw_spent.measure(&mut conn, items, concurrency, phase).await);
     }
     serde_json::json!({
         "scenario": name, "items": items, "configs": configs, "concurrency": concurrency, "rounds": rounds,
         "enqueue_many": rounds_json(items, &enqueue),
         "executor": rounds_json(items, &executor),
         "store": rounds_json(items, &raw),
+        "executor_time_per_item": executor_spent.json(),
+        "store_time_per_item": raw_spent.json(),
     })
 }
 
@@ -261,17 +389,22 @@ async fn hot_config(concurrency: usize, rounds: usize) -> serde_json::Value {
     let others = &ids[1..];
     conn.batch_execute("ANALYZE work_items").await.unwrap();
     let (mut executor, mut raw) = (Vec::new(), Vec::new());
+    let (mut executor_spent, mut raw_spent) = (TimeSpent::default(), TimeSpent::default());
     for round in 0..rounds {
         fill(&store, 1_000, others).await;
-        executor.push(through_executor(&db, concurrency, ((round + 1) * 1_000) as i64).await);
+        let phase = through_executor(&db, concurrency, ((round + 1) * 1_000) as i64);
+        executor.push(executor_spent.measure(&mut conn, 1_000, concurrency, phase).await);
         fill(&store, 1_000, others).await;
-        raw.push(through_store(&db, concurrency, 1_000).await);
+        let phase = through_store(&db, concurrency, 1_000);
+        raw.push(raw_spent.measure(&mut conn, 1_000, concurrency, phase).await);
     }
     serde_json::json!({
         "scenario": "hot_config", "items": 1_000, "behind": 49_000, "configs": 101, "concurrency": concurrency,
         "rounds": rounds,
         "executor": rounds_json(1_000, &executor),
         "store": rounds_json(1_000, &raw),
+        "executor_time_per_item": executor_spent.json(),
+        "store_time_per_item": raw_spent.json(),
     })
 }
 
