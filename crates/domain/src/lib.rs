@@ -5,6 +5,7 @@
 //! and opens no file. The executor and the handlers depend on these ports; only the binary and the tests wire
 //! the PostgreSQL adapter (`almanac-store-pg`) in.
 
+mod args;
 mod catalogue;
 mod catalogue_port;
 mod ids;
@@ -15,6 +16,7 @@ mod retry;
 mod roots;
 mod work;
 
+pub use args::{CrawlArgs, CrawlCounts, CrawlReport, PathProblem, ProxyDeletionArgs, WorkArgs};
 pub use catalogue::{
     AssetMetadata, CaptureSource, CaptureTime, ContentHash, MediaType, ProxyType, StorageConfig, User,
 };

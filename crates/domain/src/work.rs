@@ -34,6 +34,14 @@ pub enum DomainError {
         /// The value given.
         got: String,
     },
+    /// A work item's payload that is not that kind's arguments.
+    #[error("the payload of a {kind} work item is not valid: {reason}")]
+    Payload {
+        /// The kind.
+        kind: WorkKind,
+        /// What is wrong with it (serde's words: the field, and what was expected).
+        reason: String,
+    },
 }
 
 /// What a work item does. Stored as text (`crawl`, `burst_detection`, …).

@@ -20,6 +20,7 @@ mod exif_facts;
 mod hash;
 mod originals;
 mod raw;
+mod read;
 mod still;
 mod tool;
 mod video;
@@ -41,6 +42,7 @@ pub use originals::{
     same_folder, same_tree, trees_overlap,
 };
 pub use raw::raw_preview;
+pub use read::{Content, MAX_STILL_BYTES, ReadError, ReadOriginal, read_original, read_sidecar};
 pub use still::{
     DEFAULT_MAX_PIXELS, PREVIEW_LONG_SIDE, StillProxies, THUMBNAIL_LONG_SIDE, heic_to_jpeg, make_still_proxies,
 };
