@@ -6,6 +6,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use almanac_domain::{CrawlReport, MaintenanceStore, Status, WorkKind};
+use almanac_store_pg::{ItemFilter, PgStore};
 use anyhow::{Context, Result, bail};
 
 const DEMO_DATABASE: &str = "almanac_demo";
@@ -98,33 +100,37 @@ fn step(what: &str) {
     let _ = std::io::stdout().flush();
 }
 
+/// A connection for the cluster's administration (the demo database made afresh).
 async fn connect(url: &str) -> Result<tokio_postgres::Client> {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
     tokio::spawn(connection);
     Ok(client)
 }
 
+/// The demo reads what it shows through `PgStore`, as the web backend would: the product's own queries.
+fn store(url: &str) -> Result<PgStore> {
+    Ok(PgStore::new(url, 2, Duration::from_secs(10))?)
+}
+
 async fn wait_for_crawl_and_bursts(url: &str, child: &mut Child) -> Result<()> {
-    let client = connect(url).await?;
+    let store = store(url)?;
     let started = Instant::now();
     let mut last = String::new();
     loop {
         if let Some(status) = child.try_wait()? {
             bail!("the Worker exited early ({status}); see target/demo/worker.log");
         }
-        let rows = client
-            .query("SELECT kind, status, progress::text FROM work_items WHERE kind IN ('crawl', 'burst_detection') ORDER BY requested_at", &[])
-            .await?;
-        let line: Vec<String> = rows
+        let mut items = Vec::new();
+        for kind in [WorkKind::Crawl, WorkKind::BurstDetection] {
+            let filter = ItemFilter { kind: Some(kind), ..ItemFilter::default() };
+            items.extend(store.find_items(&filter, 10).await?);
+        }
+        items.sort_by_key(|i| i.requested_at);
+        let line: Vec<String> = items
             .iter()
-            .map(|r| {
-                let progress: Option<String> = r.get(2);
-                format!(
-                    "{} {}{}",
-                    r.get::<_, String>(0),
-                    r.get::<_, String>(1),
-                    progress.map(|p| format!(" {p}")).unwrap_or_default()
-                )
+            .map(|i| {
+                let progress = i.progress.as_ref().map(|p| format!(" {p}")).unwrap_or_default();
+                format!("{} {}{progress}", i.kind, i.status)
             })
             .collect();
         let line = line.join(" | ");
@@ -132,12 +138,11 @@ async fn wait_for_crawl_and_bursts(url: &str, child: &mut Child) -> Result<()> {
             println!("    {line}");
             last = line;
         }
-        let done =
-            |kind: &str| rows.iter().any(|r| r.get::<_, String>(0) == kind && r.get::<_, String>(1) == "succeeded");
-        if done("crawl") && done("burst_detection") {
+        let done = |kind: WorkKind| items.iter().any(|i| i.kind == kind && i.status == Status::Succeeded);
+        if done(WorkKind::Crawl) && done(WorkKind::BurstDetection) {
             return Ok(());
         }
-        if rows.iter().any(|r| r.get::<_, String>(1) == "failed") {
+        if items.iter().any(|i| i.status == Status::Failed) {
             bail!("a demo item failed: see `almanac-worker status` and target/demo/worker.log");
         }
         if started.elapsed() > Duration::from_secs(300) {
@@ -147,38 +152,51 @@ async fn wait_for_crawl_and_bursts(url: &str, child: &mut Child) -> Result<()> {
     }
 }
 
+/// The result of the latest succeeded item of `kind`.
+async fn latest_result(store: &PgStore, kind: WorkKind) -> Result<serde_json::Value> {
+    let filter = ItemFilter { kind: Some(kind), status: Some(Status::Succeeded), ..ItemFilter::default() };
+    let item =
+        store.find_items(&filter, 1).await?.into_iter().next().with_context(|| format!("no {kind} succeeded"))?;
+    Ok(item.result.unwrap_or_default())
+}
+
 async fn report(url: &str, proxies: &Path) -> Result<String> {
-    let client = connect(url).await?;
+    let store = store(url)?;
+    let crawl: CrawlReport = serde_json::from_value(latest_result(&store, WorkKind::Crawl).await?)
+        .context("the crawl's result is a crawl report")?;
+    let c = &crawl.counts;
     let mut out = String::from("\nWhat the crawl found:\n");
-    for row in client
-        .query("SELECT media_type, count(*) FROM media_assets WHERE NOT is_soft_deleted GROUP BY 1 ORDER BY 1", &[])
-        .await?
-    {
-        out.push_str(&format!("    {:<6} {}\n", row.get::<_, String>(0), row.get::<_, i64>(1)));
+    out.push_str(&format!(
+        "    {} files: {} ingested, {} copies, {} skipped, {} failed; {} bytes hashed\n",
+        c.found, c.ingested, c.copies, c.skipped, c.failed, c.bytes_hashed
+    ));
+    out.push_str(&format!("    Live Photo pairs {}\n", crawl.live_photos_paired));
+    for failure in &crawl.failures {
+        out.push_str(&format!("    failed: {} ({})\n", failure.path, failure.reason));
     }
-    let bursts = client.query_one("SELECT count(*), coalesce(sum(frame_count), 0)::bigint FROM bursts", &[]).await?;
-    out.push_str(&format!("    bursts {} ({} frames)\n", bursts.get::<_, i64>(0), bursts.get::<_, i64>(1)));
-    let pairs =
-        client.query_one("SELECT count(*) / 2 FROM media_assets WHERE paired_asset_id IS NOT NULL", &[]).await?;
-    out.push_str(&format!("    Live Photo pairs {}\n", pairs.get::<_, i64>(0)));
-    let result = client
-        .query_one("SELECT result::text FROM work_items WHERE kind = 'crawl' AND status = 'succeeded' LIMIT 1", &[])
-        .await?;
-    out.push_str(&format!("    crawl result {}\n", result.get::<_, Option<String>>(0).unwrap_or_default()));
+    let bursts = latest_result(&store, WorkKind::BurstDetection).await?;
+    out.push_str(&format!("    bursts {} ({} frames)\n", bursts["bursts"], bursts["frames_in_bursts"]));
+
+    // What the product shows a user: one memory per burst and per Live Photo (`PgStore::on_this_day`).
     out.push_str("\nOn this day (4 July):\n");
-    for row in client
-        .query("SELECT display_path, captured_at::text FROM media_assets WHERE capture_month = 7 AND capture_day = 4 ORDER BY captured_at", &[])
-        .await?
-    {
-        out.push_str(&format!("    {}  taken {}\n", row.get::<_, String>(0), row.get::<_, String>(1)));
+    let user = store.user_by_name("demo").await?.context("the demo user")?;
+    let memories = store.on_this_day(user.id, 7, 4, 50).await?;
+    for m in &memories {
+        let what = if m.is_video {
+            "video"
+        } else if m.burst_id.is_some() {
+            "burst"
+        } else {
+            "photo"
+        };
+        out.push_str(&format!("    {}  taken {}  ({what})\n", m.display_path, m.captured_at));
     }
-    out.push_str("\nSome proxies:\n");
-    for row in client
-        .query("SELECT a.display_path, p.proxy_type, p.relative_path FROM proxy_files p JOIN media_assets a ON a.id = p.asset_id WHERE p.relative_path IS NOT NULL ORDER BY a.display_path, p.proxy_type LIMIT 6", &[])
-        .await?
-    {
-        let rel: String = row.get(2);
-        out.push_str(&format!("    {} {:<10} {}\n", row.get::<_, String>(0), row.get::<_, String>(1), proxies.join(rel).display()));
+    out.push_str("\nTheir proxies:\n");
+    let ids: Vec<_> = memories.iter().map(|m| m.asset_id).collect();
+    for p in store.proxies_of(&ids, None).await?.iter().take(8) {
+        let Some(rel) = &p.relative_path else { continue };
+        let name = memories.iter().find(|m| m.asset_id == p.asset_id).map_or("", |m| m.display_path.as_str());
+        out.push_str(&format!("    {name} {:<10} {}\n", p.proxy_type.as_str(), proxies.join(rel).display()));
     }
     Ok(out)
 }

@@ -23,7 +23,11 @@ pub trait WorkArgs: Serialize + DeserializeOwned {
             object @ serde_json::Value::Object(_) => object,
             other => return Err(reason(format!("it must be a JSON object, not {other}"))),
         };
-        Self::deserialize(payload).map_err(|e| reason(e.to_string()))
+        // With the path to the value at fault (`asset_ids[2]: …`): serde's own message does not name it.
+        serde_path_to_error::deserialize(payload).map_err(|e| match e.path().to_string().as_str() {
+            "." => reason(e.inner().to_string()),
+            path => reason(format!("{path}: {}", e.inner())),
+        })
     }
 
     /// The payload these arguments are stored as.
@@ -34,6 +38,21 @@ pub trait WorkArgs: Serialize + DeserializeOwned {
     /// Work of this kind on `scope` with these arguments. Fails when the kind does not take that scope.
     fn work(&self, scope: Scope) -> Result<NewWorkItem, DomainError> {
         Ok(NewWorkItem::new(Self::KIND, scope)?.with_payload(self.to_payload()))
+    }
+}
+
+/// Checks `payload` against the arguments of `kind`, for those kinds that take any (crawl, proxy deletion):
+/// what enqueues a payload written by a person (the CLI's `--payload`) refuses a wrong one at once, instead of
+/// the handler failing it later. Kinds without arguments ignore their payload.
+pub fn check_payload(kind: WorkKind, payload: &serde_json::Value) -> Result<(), DomainError> {
+    match kind {
+        WorkKind::Crawl => CrawlArgs::from_payload(payload).map(drop),
+        WorkKind::ProxyDeletion => ProxyDeletionArgs::from_payload(payload).map(drop),
+        WorkKind::BurstDetection
+        | WorkKind::Purge
+        | WorkKind::ProxySweep
+        | WorkKind::TokenCleanup
+        | WorkKind::WorkItemRetention => Ok(()),
     }
 }
 
@@ -171,7 +190,16 @@ mod tests {
         let typed = ProxyDeletionArgs { asset_ids: vec![id], proxy_types: Some(vec![ProxyType::Thumbnail]) };
         assert_eq!(ProxyDeletionArgs::from_payload(&typed.to_payload()).unwrap(), typed);
         assert!(ProxyDeletionArgs::from_payload(&serde_json::json!({})).is_err(), "asset_ids are required");
-        assert!(ProxyDeletionArgs::from_payload(&serde_json::json!({"asset_ids": ["nope"]})).is_err());
+        let e = ProxyDeletionArgs::from_payload(&serde_json::json!({"asset_ids": [id, "nope"]})).unwrap_err();
+        assert!(e.to_string().contains("asset_ids[1]: "), "names the value at fault: {e}");
+    }
+
+    #[test]
+    fn payloads_are_checked_for_the_kinds_that_take_arguments() {
+        assert!(check_payload(WorkKind::Crawl, &serde_json::json!({"root_moved": true})).is_ok());
+        assert!(check_payload(WorkKind::Crawl, &serde_json::json!({"allow_mass_deletion": 1})).is_err());
+        assert!(check_payload(WorkKind::ProxyDeletion, &serde_json::json!({"proxy_types": ["poster"]})).is_err());
+        assert!(check_payload(WorkKind::Purge, &serde_json::json!({"anything": 1})).is_ok());
     }
 
     #[test]

@@ -16,7 +16,7 @@ mod retry;
 mod roots;
 mod work;
 
-pub use args::{CrawlArgs, CrawlCounts, CrawlReport, PathProblem, ProxyDeletionArgs, WorkArgs};
+pub use args::{CrawlArgs, CrawlCounts, CrawlReport, PathProblem, ProxyDeletionArgs, WorkArgs, check_payload};
 pub use catalogue::{
     AssetMetadata, CaptureSource, CaptureTime, ContentHash, MediaType, ProxyType, StorageConfig, User,
 };

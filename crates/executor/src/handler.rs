@@ -3,7 +3,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
-use almanac_domain::{Fence, WorkItem, WorkKind};
+use almanac_domain::{Fence, StorageConfigId, WorkArgs, WorkItem, WorkKind};
 use tokio_util::sync::CancellationToken;
 
 /// A boxed, sendable future: what a [`Handler`] returns.
@@ -67,6 +67,22 @@ pub struct HandlerContext {
     pub cancel: CancellationToken,
     /// Where to report progress.
     pub progress: ProgressReporter,
+}
+
+impl HandlerContext {
+    /// The item's storage config. An unscoped item of a kind that needs one (the queue refuses to enqueue it,
+    /// so only a row written by hand) is a permanent error.
+    pub fn config(&self) -> Result<StorageConfigId, HandlerError> {
+        self.item.scope.storage_config().ok_or_else(|| {
+            HandlerError::permanent(format!("a {} work item needs a storage config; this one has none", self.item.kind))
+        })
+    }
+
+    /// The item's arguments, read from its payload. A payload that is not those arguments (a misspelt or
+    /// mistyped field) is a permanent error that names what is wrong.
+    pub fn args<A: WorkArgs>(&self) -> Result<A, HandlerError> {
+        A::from_payload(&self.item.payload).map_err(|e| HandlerError::permanent(e.to_string()))
+    }
 }
 
 /// Runs the work items of one kind. The handler contract: honour `cancel` between steps, make every file

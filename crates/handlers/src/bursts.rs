@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use almanac_domain::{BurstFrame, BurstGroup, MaintenanceStore, Scope, WorkKind};
+use almanac_domain::{BurstFrame, BurstGroup, MaintenanceStore, WorkKind};
 use almanac_executor::{BoxFuture, Handler, HandlerContext, HandlerError};
 
 use crate::store_error;
@@ -110,9 +110,7 @@ impl<M: MaintenanceStore + 'static> Handler for BurstDetectionHandler<M> {
 
     fn run(&self, ctx: HandlerContext) -> BoxFuture<'_, Result<Option<serde_json::Value>, HandlerError>> {
         Box::pin(async move {
-            let Scope::Config(config) = ctx.item.scope else {
-                return Err(HandlerError::permanent("burst detection needs a storage config"));
-            };
+            let config = ctx.config()?;
             let frames = self.store.burst_frames(config).await.map_err(store_error)?;
             if ctx.cancel.is_cancelled() {
                 return Err(HandlerError::cancelled());

@@ -7,7 +7,9 @@ use std::time::{Duration, SystemTime};
 
 use std::os::unix::ffi::OsStrExt;
 
-use almanac_domain::{AssetId, MaintenanceStore, ProxyPath, ProxyType, Scope, StorageConfigId, StoredProxy, WorkKind};
+use almanac_domain::{
+    AssetId, MaintenanceStore, ProxyDeletionArgs, ProxyPath, Scope, StorageConfigId, StoredProxy, WorkKind,
+};
 use almanac_executor::{BoxFuture, Handler, HandlerContext, HandlerError};
 use almanac_media::{Entry, EntryKind, Removal, RootFolder};
 use tracing::{info, warn};
@@ -146,9 +148,7 @@ impl<M: MaintenanceStore + 'static> Handler for PurgeHandler<M> {
 
     fn run(&self, ctx: HandlerContext) -> BoxFuture<'_, Result<Option<serde_json::Value>, HandlerError>> {
         Box::pin(async move {
-            let Scope::Config(config) = ctx.item.scope else {
-                return Err(HandlerError::permanent("a purge needs a storage config"));
-            };
+            let config = ctx.config()?;
             let cutoff = self.store.db_now().await.map_err(store_error)? - chrono_duration(self.settings.purge_after);
             let (mut purged, mut files_kept) = (0usize, Vec::new());
             loop {
@@ -205,8 +205,8 @@ impl<M: MaintenanceStore + 'static> Handler for PurgeHandler<M> {
     }
 }
 
-/// The proxy deletion handler (kind `proxy_deletion`): payload `{"asset_ids": [...], "proxy_types": [...]}`
-/// (types optional). Deletes the files, then the rows, so the next crawl can regenerate them.
+/// The proxy deletion handler (kind `proxy_deletion`, arguments [`ProxyDeletionArgs`]: the assets, and
+/// optionally which types of proxy). Deletes the files, then the rows, so the next crawl can regenerate them.
 pub struct ProxyDeletionHandler<M> {
     store: Arc<M>,
     proxy_root: PathBuf,
@@ -226,17 +226,7 @@ impl<M: MaintenanceStore + 'static> Handler for ProxyDeletionHandler<M> {
 
     fn run(&self, ctx: HandlerContext) -> BoxFuture<'_, Result<Option<serde_json::Value>, HandlerError>> {
         Box::pin(async move {
-            let payload = &ctx.item.payload;
-            let assets: Vec<AssetId> = serde_json::from_value(payload.get("asset_ids").cloned().unwrap_or_default())
-                .map_err(|e| HandlerError::permanent(format!("payload.asset_ids must be a list of asset ids: {e}")))?;
-            let types: Option<Vec<ProxyType>> = match payload.get("proxy_types") {
-                None | Some(serde_json::Value::Null) => None,
-                Some(v) => Some(serde_json::from_value(v.clone()).map_err(|e| {
-                    HandlerError::permanent(format!(
-                        "payload.proxy_types must list thumbnail, preview, blurhash, poster or web_video: {e}"
-                    ))
-                })?),
-            };
+            let ProxyDeletionArgs { asset_ids: assets, proxy_types: types } = ctx.args()?;
             // A config-scoped item touches only its config: ids of another config's assets are refused, and
             // nothing is deleted.
             if let Scope::Config(config) = ctx.item.scope {

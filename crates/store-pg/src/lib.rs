@@ -39,7 +39,9 @@ pub use error::StoreError;
 pub use listener::{WORK_CHANNEL, listen_for_work};
 pub use migrations::{SchemaState, migrate, pending_migrations, schema_state};
 pub use operator::{ConfigOverview, HourlyOutcome};
-pub use queue::{ItemFilter, QueueSummaryRow, claim_with, enqueue_in, request_cancel_in};
+#[cfg(feature = "test-support")]
+pub use queue::claim_with;
+pub use queue::{ItemFilter, QueueSummaryRow, enqueue_in, request_cancel_in};
 pub use tls::SslMode;
 
 /// The PostgreSQL store: a pool of connections and the statements of the work queue and the catalogue.

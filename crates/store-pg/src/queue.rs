@@ -324,7 +324,8 @@ fn parse_status(s: &str) -> Result<Status, QueueError> {
 
 /// The claim on a connection of the caller's, e.g. inside an explicit transaction held open to force the
 /// race that rule 2 covers (the caller then commits). [`PgStore::claim`] runs it in a transaction of its own
-/// whose commit it awaits.
+/// whose commit it awaits. For tests only (feature `test-support`).
+#[cfg(feature = "test-support")]
 #[mutants::skip]
 pub async fn claim_with(
     conn: &mut AsyncPgConnection,

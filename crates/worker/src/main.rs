@@ -14,7 +14,10 @@ mod settings;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use almanac_domain::{DedupKey, NewWorkItem, ProgressEstimate, Scope, Status, WorkItemId, WorkKind, WorkQueue};
+use almanac_domain::{
+    DedupKey, NewWorkItem, ProgressEstimate, ProxyDeletionArgs, Scope, Status, WorkArgs, WorkItemId, WorkKind,
+    WorkQueue,
+};
 use almanac_store_pg::{ItemFilter, NewStorageConfig, PgStore, StoreError};
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -422,7 +425,9 @@ async fn admin(command: Command, settings: &Settings, url: &str, store: &PgStore
             };
             let mut item = NewWorkItem::new(kind, scope)?;
             if let Some(p) = payload {
-                item = item.with_payload(serde_json::from_str(&p).context("--payload must be JSON")?);
+                let payload = serde_json::from_str(&p).context("--payload must be JSON")?;
+                almanac_domain::check_payload(kind, &payload).context("--payload")?;
+                item = item.with_payload(payload);
             }
             if let Some(k) = dedup_key {
                 item = item.with_dedup_key(DedupKey::new(k)?);
@@ -473,8 +478,7 @@ async fn admin(command: Command, settings: &Settings, url: &str, store: &PgStore
             let mut items: Vec<NewWorkItem> = assets
                 .chunks(5_000)
                 .map(|chunk| {
-                    NewWorkItem::new(WorkKind::ProxyDeletion, Scope::Config(c.id))
-                        .map(|i| i.with_payload(serde_json::json!({ "asset_ids": chunk })))
+                    ProxyDeletionArgs { asset_ids: chunk.to_vec(), proxy_types: None }.work(Scope::Config(c.id))
                 })
                 .collect::<Result<_, _>>()?;
             items.push(NewWorkItem::new(WorkKind::Crawl, Scope::Config(c.id))?);

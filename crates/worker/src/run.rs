@@ -83,16 +83,11 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<ExitCode> {
         }
     };
     let store = Arc::new(store);
-    let crawl = CrawlHandler::new(
-        store.clone(),
-        CrawlSettings {
-            proxy_root: proxy_root.clone(),
-            max_concurrent_files: settings.worker.max_concurrent_files,
-            tool_limits: ToolLimits::default(),
-            mass_deletion: settings.mass_deletion(),
-            max_image_pixels: settings.storage.max_image_megapixels * 1_000_000,
-        },
-    );
+    let mut crawl_settings = CrawlSettings::new(proxy_root.clone());
+    crawl_settings.max_concurrent_files = settings.worker.max_concurrent_files;
+    crawl_settings.mass_deletion = settings.mass_deletion();
+    crawl_settings.max_image_pixels = settings.storage.max_image_megapixels * 1_000_000;
+    let crawl = CrawlHandler::new(store.clone(), crawl_settings);
     let registry = HandlerRegistry::new()
         .register(crawl)
         .register(BurstDetectionHandler::new(store.clone(), BurstSettings::default()))

@@ -143,7 +143,8 @@ impl Default for Queue {
 
 impl Default for Worker {
     fn default() -> Self {
-        Self { id: None, user: None, slots: 1, max_concurrent_files: 4 }
+        let max_concurrent_files = almanac_handlers::CrawlSettings::DEFAULT_MAX_CONCURRENT_FILES;
+        Self { id: None, user: None, slots: 1, max_concurrent_files }
     }
 }
 

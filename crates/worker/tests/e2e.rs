@@ -659,6 +659,19 @@ fn enqueue_wait_follows_the_item_and_exits_with_its_outcome() {
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     assert!(stdout.contains("queued") && stdout.contains(&format!("{} cancelled", queued[0][0])), "{stdout}");
 
+    // A payload that is not the kind's arguments is refused before anything is queued, saying what is wrong.
+    let queued_before = s.query("SELECT count(*) FROM work_items")[0][0].clone();
+    for (kind, payload, says) in [
+        ("crawl", r#"{"allow_mass_delete": true}"#, "unknown field `allow_mass_delete`"),
+        ("crawl", r#"{"root_moved": "yes"}"#, "root_moved: invalid type"),
+        ("proxy-deletion", r#"{"asset_ids": "all of them"}"#, "asset_ids: invalid type"),
+    ] {
+        let (code, stdout, stderr) = s.cli_exit(&["enqueue", kind, "--config", root, "--payload", payload], &[]);
+        assert_ne!(code, 0, "{payload}: {stdout}");
+        assert!(stderr.contains("--payload") && stderr.contains(says), "{payload}: {stderr}");
+    }
+    assert_eq!(s.query("SELECT count(*) FROM work_items")[0][0], queued_before, "nothing was queued");
+
     // A Worker runs this one: exit 0 once the crawl succeeded.
     let worker = s.worker("worker-a", s.db.url(), &[]);
     let (code, stdout, stderr) = s.cli_exit(&["enqueue", "crawl", "--config", root, "--wait"], &[]);

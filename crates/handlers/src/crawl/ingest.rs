@@ -1,0 +1,411 @@
+//! One file's journey through a crawl: read and hashed (by the media crate), placed against the catalogue
+//! (new, touched, moved, a copy, revived), and written: proxies made, capture time read, rows changed.
+
+use std::collections::{HashMap, HashSet};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use almanac_domain::{
+    AssetId, CaptureSource, CaptureTime, CatalogueError, CatalogueStore, ContentHash, Fence, FileFacts, IngestOutcome,
+    KnownFile, MediaType, NewAsset, NewProxy, ProxyType, Sidecar, StorageConfigId,
+};
+use almanac_media::{Content, MediaError, MediaFormat, Original, PixelBudget, ReadError, ReadOriginal, RootFolder};
+use tokio_util::sync::CancellationToken;
+
+use super::CrawlSettings;
+use super::display;
+use super::report::{Counters, bump};
+use super::rules::{Placement, place};
+use super::walk::{Seen, WalkEntry};
+
+/// Why one file was not ingested.
+pub(super) enum FileProblem {
+    /// Not media after all, or empty: passed over.
+    Skipped(String),
+    /// Broken or unreadable: recorded with its reason; the crawl goes on.
+    Failed(String),
+    /// The catalogue did not answer: the crawl stops (retryable).
+    Catalogue(CatalogueError),
+    Cancelled,
+}
+
+impl From<CatalogueError> for FileProblem {
+    fn from(e: CatalogueError) -> Self {
+        FileProblem::Catalogue(e)
+    }
+}
+
+impl From<MediaError> for FileProblem {
+    fn from(e: MediaError) -> Self {
+        match e {
+            MediaError::Cancelled => FileProblem::Cancelled,
+            other => FileProblem::Failed(other.to_string()),
+        }
+    }
+}
+
+impl From<ReadError> for FileProblem {
+    fn from(e: ReadError) -> Self {
+        match e {
+            ReadError::Vanished | ReadError::NotMedia => FileProblem::Skipped(e.to_string()),
+            ReadError::Unreadable(reason) => FileProblem::Failed(reason),
+            ReadError::Cancelled => FileProblem::Cancelled,
+        }
+    }
+}
+
+/// A file's metadata and freshly made proxies.
+struct Made {
+    media_type: MediaType,
+    capture: CaptureTime,
+    metadata: almanac_domain::AssetMetadata,
+    proxies: Vec<NewProxy>,
+}
+
+/// One crawl's shared state, for the files processed side by side.
+pub(super) struct Run<'a, C> {
+    pub catalogue: &'a C,
+    pub settings: &'a CrawlSettings,
+    pub pixel_budget: &'a PixelBudget,
+    pub config: StorageConfigId,
+    pub fence: Fence,
+    pub root: Arc<RootFolder>,
+    /// The catalogue's files by path (the key; each value's `facts.file_path` is left empty).
+    pub known: Arc<HashMap<Vec<u8>, KnownFile>>,
+    pub counters: Counters,
+    /// Files the listing found (what `done` counts up to), and when their processing began.
+    pub total: u64,
+    pub since: std::time::Instant,
+    /// The known files the crawl found (unchanged, or handled here).
+    pub seen: Mutex<HashSet<Seen>>,
+    /// One lock per content hash: two files of the same content are placed one after the other.
+    pub hash_locks: Mutex<HashMap<ContentHash, Arc<tokio::sync::Mutex<()>>>>,
+    pub cancel: CancellationToken,
+}
+
+impl<C: CatalogueStore> Run<'_, C> {
+    /// The counts so far, for progress and the report.
+    pub fn counts(&self) -> almanac_domain::CrawlCounts {
+        self.counters.counts(self.total, self.since)
+    }
+
+    pub fn mark(&self, seen: Seen) {
+        self.seen.lock().expect("poisoned").insert(seen);
+    }
+
+    /// A file's absolute path, for messages and tools' error text only: files are opened beneath the root by
+    /// their relative path, never by this one.
+    pub fn abs(&self, entry: &WalkEntry) -> PathBuf {
+        self.root.path().join(std::ffi::OsStr::from_bytes(&entry.rel))
+    }
+
+    /// Every write after hashing is preceded by this: a cancelled (or self-stopped) attempt writes nothing more.
+    fn still_wanted(&self) -> Result<(), FileProblem> {
+        if self.cancel.is_cancelled() { Err(FileProblem::Cancelled) } else { Ok(()) }
+    }
+
+    /// Reads, places and writes one changed or new file. Unchanged files never get here: the walk reports them
+    /// without opening them. A known path that changed is handled here (re-read, replaced or relocated), so it
+    /// does not count as vanished.
+    pub async fn file(&self, entry: &WalkEntry) -> Result<(), FileProblem> {
+        let known = self.known.get(&entry.rel);
+        if let Some(k) = known.filter(|k| !k.extra) {
+            self.mark(Seen::Asset(k.asset_id));
+        }
+        if entry.size == 0 {
+            return Err(FileProblem::Skipped("empty file".into()));
+        }
+        let read = self.read(entry).await?;
+        self.still_wanted()?;
+        let lock = self.hash_locks.lock().expect("poisoned").entry(read.hash.clone()).or_default().clone();
+        let _guard = lock.lock().await;
+        // Waiting for the lock can take a whole transcode of the same content.
+        self.still_wanted()?;
+        match self.placement(entry, &read.hash).await? {
+            Placement::Touched(id) => self.touched(entry, known, read, id).await?,
+            Placement::Moved(id) => {
+                self.mark(Seen::Asset(id));
+                // A file moves with (or away from) its sidecar, and its name may carry a date: read it again.
+                self.relocate_and_redate(entry, read, id).await?;
+                bump(&self.counters.moved);
+            }
+            Placement::Copy(id) => self.copy(entry, id).await?,
+            Placement::Revived(id) => {
+                self.mark(Seen::Asset(id));
+                self.relocate_and_redate(entry, read, id).await?;
+                bump(&self.counters.revived);
+            }
+            Placement::New => {
+                let replaces = known.filter(|k| !k.extra).map(|k| k.asset_id);
+                let asset = self.new_asset(entry, read, replaces).await?;
+                self.still_wanted()?;
+                match self.catalogue.ingest(self.fence, &asset).await? {
+                    IngestOutcome::Ingested(_) => bump(&self.counters.ingested),
+                    IngestOutcome::ContentExists(id) => self.copy(entry, id).await?,
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Who has this content: the asset at this very path (only size or mtime changed), another active asset (a
+    /// move or a copy), or a soft-deleted one (a revival). Asked per changed file, so the known-files load at
+    /// the start need not carry every hash.
+    async fn placement(&self, entry: &WalkEntry, hash: &ContentHash) -> Result<Placement, FileProblem> {
+        let (mut same_at_path, mut active, mut soft_deleted) = (None, None, None);
+        for m in self.catalogue.find_by_hash(self.config, hash).await? {
+            match m.soft_deleted {
+                false if m.file_path == entry.rel => same_at_path = Some(m.asset_id),
+                false if active.is_none() => active = Some((m.asset_id, m.file_path)),
+                true if soft_deleted.is_none() => soft_deleted = Some(m.asset_id),
+                _ => {}
+            }
+        }
+        let active = active.map(|(id, path): (AssetId, Vec<u8>)| (id, self.root.exists(&path)));
+        Ok(place(same_at_path, active, soft_deleted))
+    }
+
+    /// The same content at the same path with another size or time: its missing proxies made again, its date
+    /// read again when its sidecar changed, its facts recorded.
+    async fn touched(
+        &self,
+        entry: &WalkEntry,
+        known: Option<&KnownFile>,
+        read: ReadOriginal,
+        id: AssetId,
+    ) -> Result<(), FileProblem> {
+        self.mark(Seen::Asset(id));
+        let sidecar_changed = known.is_some_and(|k| k.sidecar != entry.sidecar);
+        if known.is_some_and(|k| !k.proxies_complete) {
+            let made = self.make(entry, read).await?;
+            self.still_wanted()?;
+            self.catalogue.put_proxies(self.fence, id, &made.proxies).await?;
+            if sidecar_changed {
+                self.catalogue.redate(self.fence, id, &made.capture, entry.sidecar.as_ref()).await?;
+            }
+            bump(&self.counters.regenerated);
+        } else if sidecar_changed {
+            let capture = self.capture_again(entry, read).await?;
+            self.still_wanted()?;
+            self.catalogue.redate(self.fence, id, &capture, entry.sidecar.as_ref()).await?;
+            bump(&self.counters.redated);
+        } else {
+            bump(&self.counters.touched);
+        }
+        self.catalogue.relocate(self.fence, id, &facts(entry)).await?;
+        Ok(())
+    }
+
+    /// A known asset found at this path (moved here, or back from deletion): relocated and dated again.
+    async fn relocate_and_redate(&self, entry: &WalkEntry, read: ReadOriginal, id: AssetId) -> Result<(), FileProblem> {
+        let capture = self.capture_again(entry, read).await?;
+        self.still_wanted()?;
+        self.catalogue.relocate(self.fence, id, &facts(entry)).await?;
+        self.catalogue.redate(self.fence, id, &capture, entry.sidecar.as_ref()).await?;
+        Ok(())
+    }
+
+    /// This path is a copy of asset `id`.
+    async fn copy(&self, entry: &WalkEntry, id: AssetId) -> Result<(), FileProblem> {
+        self.mark(Seen::Extra(entry.rel.clone()));
+        self.catalogue.record_extra_path(self.fence, self.config, id, &facts(entry)).await?;
+        bump(&self.counters.copies);
+        Ok(())
+    }
+
+    /// Opens the file beneath the root (no link followed), confirms its format by its content, and hashes it
+    /// through the open file, which is kept for the tools that read it next (on a blocking thread).
+    async fn read(&self, entry: &WalkEntry) -> Result<ReadOriginal, FileProblem> {
+        let (root, rel, cancel) = (self.root.clone(), entry.rel.clone(), self.cancel.clone());
+        let read = tokio::task::spawn_blocking(move || almanac_media::read_original(&root, &rel, &cancel))
+            .await
+            .map_err(|e| FileProblem::Failed(format!("hashing ended abnormally: {e}")))??;
+        self.counters.bytes_hashed.fetch_add(read.bytes, Ordering::Relaxed);
+        Ok(read)
+    }
+
+    /// A new asset at this path (`replaces` the asset the path held before, if another content).
+    async fn new_asset(
+        &self,
+        entry: &WalkEntry,
+        read: ReadOriginal,
+        replaces: Option<AssetId>,
+    ) -> Result<NewAsset, FileProblem> {
+        let hash = read.hash.clone();
+        let made = self.make(entry, read).await?;
+        Ok(NewAsset {
+            storage_config_id: self.config,
+            facts: facts(entry),
+            content_hash: hash,
+            media_type: made.media_type,
+            capture: made.capture,
+            metadata: made.metadata,
+            proxies: made.proxies,
+            replaces,
+            sidecar: entry.sidecar.clone(),
+        })
+    }
+
+    /// Reads a file's metadata and makes its proxies (in its folder under the proxy root).
+    async fn make(&self, entry: &WalkEntry, read: ReadOriginal) -> Result<Made, FileProblem> {
+        self.still_wanted()?;
+        let ReadOriginal { original, format, content, hash, .. } = read;
+        match content {
+            Content::Still(bytes) => self.make_still(entry, &original, format, bytes, &hash).await,
+            Content::Video => self.make_video(entry, &original, &hash).await,
+        }
+    }
+
+    /// Where a file's proxies go: their folder, and the path of each file relative to the proxy root.
+    fn proxy_dir(&self, hash: &ContentHash) -> (PathBuf, impl Fn(ProxyType) -> String) {
+        let relative_dir = hash.proxy_dir(self.config);
+        let dir = self.settings.proxy_root.join(&relative_dir);
+        (dir, move |t: ProxyType| relative_dir.join(t.file_name().expect("file proxy")).display().to_string())
+    }
+
+    /// A still's proxies (preview, thumbnail, BlurHash) and metadata. HEIC and AVIF are turned into a JPEG
+    /// first, by a tool reading the open file (killed on cancellation); a RAW passes its embedded preview.
+    async fn make_still(
+        &self,
+        entry: &WalkEntry,
+        original: &Original,
+        format: MediaFormat,
+        content: Vec<u8>,
+        hash: &ContentHash,
+    ) -> Result<Made, FileProblem> {
+        let (dir, rel_file) = self.proxy_dir(hash);
+        let converted = match format {
+            MediaFormat::Heic | MediaFormat::Avif => {
+                Some(almanac_media::heic_to_jpeg(original, &dir, self.settings.tool_limits, &self.cancel).await?)
+            }
+            _ => None,
+        };
+        let (abs, max_pixels) = (self.abs(entry), self.settings.max_image_pixels);
+        // Held while the pixels are decoded and scaled (large PNGs and TIFFs decode at full size).
+        let _pixels =
+            self.pixel_budget.reserve(almanac_media::full_decode_pixels(&content, format), &self.cancel).await?;
+        let (facts, made) = tokio::task::spawn_blocking(move || {
+            // A RAW's preview is found once: its pixels, and its EXIF when the RAW keeps none.
+            let preview = matches!(format, MediaFormat::Raw(_)).then(|| almanac_media::raw_preview(&abs, &content));
+            let facts =
+                almanac_media::read_still_facts(&content, preview.as_ref().and_then(|p| p.as_ref().ok().copied()));
+            let made = match (&converted, preview) {
+                (Some(jpeg), _) => Ok((jpeg.as_slice(), MediaFormat::Jpeg)),
+                (None, Some(preview)) => preview.map(|p| (p, MediaFormat::Jpeg)),
+                (None, None) => Ok((content.as_slice(), format)),
+            }
+            .and_then(|(pixels, pixels_format)| {
+                almanac_media::make_still_proxies(&abs, pixels, pixels_format, facts.orientation, max_pixels, &dir)
+            });
+            (facts, made)
+        })
+        .await
+        .map_err(|e| FileProblem::Failed(format!("decoding ended abnormally: {e}")))?;
+        let made = made?;
+        let capture = self.best_capture(entry, facts.dates.iter().copied()).await;
+        let mut metadata = facts.metadata;
+        (metadata.width, metadata.height) = (Some(made.width), Some(made.height));
+        let file = |proxy_type, size_bytes| NewProxy {
+            proxy_type,
+            relative_path: Some(rel_file(proxy_type)),
+            inline_value: None,
+            size_bytes,
+        };
+        let blurhash = NewProxy {
+            proxy_type: ProxyType::Blurhash,
+            relative_path: None,
+            inline_value: Some(made.blurhash),
+            size_bytes: 0,
+        };
+        let proxies = vec![
+            file(ProxyType::Preview, made.preview_bytes),
+            file(ProxyType::Thumbnail, made.thumbnail_bytes),
+            blurhash,
+        ];
+        Ok(Made { media_type: MediaType::Image, capture, metadata, proxies })
+    }
+
+    /// A video's proxies (poster, web video) and metadata, by ffprobe and ffmpeg reading the open file.
+    async fn make_video(
+        &self,
+        entry: &WalkEntry,
+        original: &Original,
+        hash: &ContentHash,
+    ) -> Result<Made, FileProblem> {
+        let (dir, rel_file) = self.proxy_dir(hash);
+        let limits = self.settings.tool_limits;
+        let probed = almanac_media::probe_video(original, limits, &self.cancel).await?;
+        let made = almanac_media::make_video_proxies(original, &dir, limits, &self.cancel).await?;
+        let capture = self.best_capture(entry, probed.created).await;
+        let file = |proxy_type, size_bytes| NewProxy {
+            proxy_type,
+            relative_path: Some(rel_file(proxy_type)),
+            inline_value: None,
+            size_bytes,
+        };
+        let proxies = vec![file(ProxyType::Poster, made.poster_bytes), file(ProxyType::WebVideo, made.web_video_bytes)];
+        Ok(Made { media_type: MediaType::Video, capture, metadata: probed.metadata, proxies })
+    }
+
+    /// The capture time of a known asset found with another sidecar, at another path, or back from deletion:
+    /// its own dates read again (no proxies made), ranked with the sidecar's and the file name's.
+    async fn capture_again(&self, entry: &WalkEntry, read: ReadOriginal) -> Result<CaptureTime, FileProblem> {
+        let own: Vec<CaptureTime> = match read.content {
+            Content::Still(content) => {
+                let format = read.format;
+                tokio::task::spawn_blocking(move || {
+                    let preview = matches!(format, MediaFormat::Raw(_))
+                        .then(|| almanac_media::raw_preview(std::path::Path::new(""), &content).ok())
+                        .flatten();
+                    almanac_media::read_still_facts(&content, preview).dates
+                })
+                .await
+                .map_err(|e| FileProblem::Failed(format!("reading metadata ended abnormally: {e}")))?
+            }
+            Content::Video => {
+                let probed =
+                    almanac_media::probe_video(&read.original, self.settings.tool_limits, &self.cancel).await?;
+                probed.created.into_iter().collect()
+            }
+        };
+        Ok(self.best_capture(entry, own).await)
+    }
+
+    /// The best capture time of a file: its own dates (EXIF, embedded XMP, the container's), its sidecar's, a
+    /// date in its name, and at last its mtime, ranked by [`CaptureSource::rank`].
+    async fn best_capture(&self, entry: &WalkEntry, own: impl IntoIterator<Item = CaptureTime>) -> CaptureTime {
+        let sidecar = match &entry.sidecar {
+            Some(sidecar) => self.sidecar_date(sidecar).await,
+            None => None,
+        };
+        let name = entry.rel.rsplit(|c| *c == b'/').next().unwrap_or(&entry.rel);
+        let from_name = almanac_media::date_in_file_name(&String::from_utf8_lossy(name));
+        CaptureTime::best(own.into_iter().chain(sidecar).chain(from_name))
+            .unwrap_or(CaptureTime::file_mtime(entry.mtime))
+    }
+
+    /// The date in a sidecar, read beneath the root like an original. A sidecar that cannot be read or parsed
+    /// gives no date; the others still count.
+    async fn sidecar_date(&self, sidecar: &Sidecar) -> Option<CaptureTime> {
+        let (root, path) = (self.root.clone(), sidecar.path.clone());
+        let read = tokio::task::spawn_blocking(move || almanac_media::read_sidecar(&root, &path))
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| r.map_err(|e| e.to_string()));
+        match read {
+            Ok(bytes) => almanac_media::xmp_date(&bytes, CaptureSource::XmpSidecar),
+            Err(reason) => {
+                let path = display(&sidecar.path);
+                tracing::warn!(sidecar = %path, %reason, "an XMP sidecar could not be read; its date is not used");
+                None
+            }
+        }
+    }
+}
+
+/// A file's facts as the walk found them.
+fn facts(entry: &WalkEntry) -> FileFacts {
+    FileFacts { file_path: entry.rel.clone(), display_path: display(&entry.rel), size: entry.size, mtime: entry.mtime }
+}

@@ -1,0 +1,140 @@
+//! What a crawl counts while it runs, and the report it ends with ([`CrawlReport`], the item's result).
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use almanac_domain::{CrawlCounts, CrawlReport, PathProblem};
+use tracing::info;
+
+use super::walk::WalkReport;
+
+/// Most files whose failure is listed in a crawl's report (the count is always complete).
+const MAX_LISTED_FAILURES: usize = 200;
+
+/// The crawl's counters, bumped by the files processed side by side.
+#[derive(Default)]
+pub(super) struct Counters {
+    pub found: AtomicU64,
+    pub unchanged: AtomicU64,
+    pub ingested: AtomicU64,
+    pub moved: AtomicU64,
+    pub copies: AtomicU64,
+    pub revived: AtomicU64,
+    pub touched: AtomicU64,
+    pub regenerated: AtomicU64,
+    pub redated: AtomicU64,
+    pub skipped: AtomicU64,
+    pub failed: AtomicU64,
+    pub bytes_hashed: AtomicU64,
+    /// The files that failed, and why (the first [`MAX_LISTED_FAILURES`]).
+    failures: Mutex<Vec<PathProblem>>,
+}
+
+/// Adds one to a counter.
+pub(super) fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+impl Counters {
+    /// Counts a failed file and lists it while the list has room.
+    pub fn failed(&self, path: String, reason: String) {
+        bump(&self.failed);
+        let mut failures = self.failures.lock().expect("poisoned");
+        if failures.len() < MAX_LISTED_FAILURES {
+            failures.push(PathProblem { path, reason });
+        }
+    }
+
+    /// Whether this crawl changed any asset (so Live Photo pairs may have formed).
+    pub fn changed_assets(&self) -> bool {
+        [&self.ingested, &self.moved, &self.revived, &self.touched, &self.regenerated, &self.redated]
+            .iter()
+            .any(|c| c.load(Ordering::Relaxed) > 0)
+    }
+
+    /// The counts so far, `total` files listed, processing begun at `since`.
+    pub fn counts(&self, total: u64, since: std::time::Instant) -> CrawlCounts {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        CrawlCounts {
+            found: get(&self.found),
+            unchanged: get(&self.unchanged),
+            ingested: get(&self.ingested),
+            moved: get(&self.moved),
+            copies: get(&self.copies),
+            revived: get(&self.revived),
+            touched: get(&self.touched),
+            proxies_regenerated: get(&self.regenerated),
+            redated: get(&self.redated),
+            skipped: get(&self.skipped),
+            failed: get(&self.failed),
+            bytes_hashed: get(&self.bytes_hashed),
+            done: get(&self.found),
+            total,
+            seconds: (since.elapsed().as_secs_f64() * 10.0).round() / 10.0,
+        }
+    }
+
+    /// The crawl's report, from its final counts and what the walk and the settling found; logged as
+    /// `crawl_finished` (the metrics count crawls from that line).
+    pub fn report(&self, counts: CrawlCounts, walk: &WalkReport, soft_deleted: u64, paired: usize) -> CrawlReport {
+        if !walk.proxy_root_inside.is_empty() {
+            tracing::warn!(
+                event = "proxy_root_inside_library",
+                folders = ?walk.proxy_root_inside,
+                "the proxy root is mounted inside this library; it was passed over. Mount it outside every library"
+            );
+        }
+        let report = CrawlReport {
+            counts,
+            soft_deleted,
+            live_photos_paired: paired as u64,
+            links_skipped: walk.links,
+            unsupported: walk.unsupported,
+            proxy_root_inside: walk.proxy_root_inside.clone(),
+            unreadable_folders: walk
+                .unreadable
+                .iter()
+                .map(|(path, reason)| PathProblem { path: path.clone(), reason: reason.clone() })
+                .collect(),
+            failures: self.failures.lock().expect("poisoned").clone(),
+        };
+        info!(
+            event = "crawl_finished",
+            files_found = report.counts.found,
+            files_ingested = report.counts.ingested,
+            files_failed = report.counts.failed,
+            bytes_hashed = report.counts.bytes_hashed,
+            result = %serde_json::to_value(&report).unwrap_or_default(),
+            "crawl finished"
+        );
+        report
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_are_all_counted_and_the_first_two_hundred_listed() {
+        let counters = Counters::default();
+        for i in 0..(MAX_LISTED_FAILURES + 5) {
+            counters.failed(format!("f{i}.jpg"), "broken".into());
+        }
+        let report = counters.report(counters.counts(0, std::time::Instant::now()), &WalkReport::default(), 0, 0);
+        assert_eq!(report.counts.failed, MAX_LISTED_FAILURES as u64 + 5);
+        assert_eq!(report.failures.len(), MAX_LISTED_FAILURES);
+        assert_eq!(report.failures[0], PathProblem { path: "f0.jpg".into(), reason: "broken".into() });
+    }
+
+    #[test]
+    fn only_changes_to_assets_count_as_changed() {
+        let counters = Counters::default();
+        bump(&counters.unchanged);
+        bump(&counters.copies);
+        bump(&counters.skipped);
+        assert!(!counters.changed_assets(), "copies and unchanged files form no new pair");
+        bump(&counters.redated);
+        assert!(counters.changed_assets());
+    }
+}

@@ -1,0 +1,119 @@
+//! The root's checks, before a crawl reads or changes anything: where it is, how it is reached, and whether
+//! the share behind it looks mounted. An unmounted share must never look like a deleted library, and a root
+//! swapped for a link must never lead elsewhere.
+
+use std::path::Path;
+
+use almanac_domain::{CatalogueStore, CrawlArgs, StorageConfig};
+use almanac_executor::HandlerError;
+use almanac_media::RootFolder;
+
+use super::catalogue_error;
+
+/// Refuses a root that overlaps the proxy root or another config's root (an older catalogue may hold such
+/// roots; new ones are refused when registered): the sweep could delete originals, the crawl could ingest
+/// proxies, and two configs on one tree would make the per-config rule protect nothing.
+pub(super) async fn check_roots_apart<C: CatalogueStore>(
+    catalogue: &C,
+    storage: &StorageConfig,
+    proxy_root: &Path,
+) -> Result<(), HandlerError> {
+    let root = &storage.root_path;
+    // An older catalogue may hold a root spelled with `..` or `.`: it may name another tree than it seems.
+    if root.to_str().is_none_or(|r| almanac_domain::check_canonical_root(r).is_err()) {
+        return Err(HandlerError::permanent(format!(
+            "the storage root {} is not a canonical path (it has `.`, `..`, a doubled or trailing slash, or is /), \
+             so it may name another folder than the one registered; nothing was read. Deactivate it and register \
+             the library's real path with almanac-worker config add",
+            root.display()
+        )));
+    }
+    if almanac_media::trees_overlap(root, proxy_root) {
+        return Err(HandlerError::permanent(format!(
+            "the storage root {} and the proxy root {} overlap, so the crawl could take proxies for photos and the \
+             proxy sweep could delete originals. Nothing was done. Set storage.proxy_root to a folder outside \
+             every library",
+            root.display(),
+            proxy_root.display()
+        )));
+    }
+    let others = catalogue.overlapping_roots(storage.id).await.map_err(catalogue_error)?;
+    if let Some(other) = others.first() {
+        return Err(HandlerError::permanent(format!(
+            "the storage root {} overlaps storage config {} at {}: two configs on one tree would be crawled at the \
+             same time. Nothing was done. Deactivate one of them (almanac-worker config deactivate {})",
+            root.display(),
+            other.id,
+            other.root_path.display(),
+            other.id
+        )));
+    }
+    Ok(())
+}
+
+/// Opens the root (reached without any link, a folder, readable) and tells whether it is a mount point now.
+/// A root that was a mount point at the last crawl and is not one now is refused unless `args.root_moved`
+/// confirms the library moved off its mount: a share that is not mounted leaves an ordinary folder behind.
+pub(super) fn open_root(storage: &StorageConfig, args: CrawlArgs) -> Result<(RootFolder, bool), HandlerError> {
+    let path = &storage.root_path;
+    let root = RootFolder::open(path).map_err(|e| {
+        if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+            return HandlerError::permanent(format!(
+                "the storage root {} is a link now, which is never followed: nothing was read. If the library \
+                 really moved, deactivate this config and register its real path with almanac-worker config add",
+                path.display()
+            ));
+        }
+        match e.raw_os_error() {
+            Some(20) => root_unavailable(path, "is not a folder, or a folder on the way to it is a link"),
+            Some(40) => root_unavailable(path, "is reached through a link, which is never followed"),
+            _ => root_unavailable(path, &format!("cannot be opened ({e})")),
+        }
+    })?;
+    let is_mount_point =
+        root.is_mount_point().map_err(|e| root_unavailable(path, &format!("cannot be examined ({e})")))?;
+    if storage.root_is_mount_point == Some(true) && !is_mount_point && !args.root_moved {
+        return Err(root_unavailable(
+            path,
+            &format!(
+                "was a mount point at the last crawl and is not one now (a share that is not mounted leaves an \
+                 ordinary folder behind). If the library really moved off its own mount, confirm with: \
+                 almanac-worker enqueue crawl --config {} --payload '{{\"root_moved\": true}}'",
+                storage.id
+            ),
+        ));
+    }
+    Ok((root, is_mount_point))
+}
+
+/// Refuses a root in which the walk found no media while the catalogue has `active` assets for it, unless
+/// `args.allow_mass_deletion` confirms the library really is empty. Decided on what the walk found, not on
+/// raw entries: a mount point left with `.DS_Store`, `@eaDir` or `lost+found` holds no media.
+pub(super) fn check_not_emptied(
+    storage: &StorageConfig,
+    args: CrawlArgs,
+    active: usize,
+    media_found: usize,
+    walk_stopped: bool,
+) -> Result<(), HandlerError> {
+    if active > 0 && media_found == 0 && !walk_stopped && !args.allow_mass_deletion {
+        return Err(root_unavailable(
+            &storage.root_path,
+            &format!(
+                "holds no photos or videos while the catalogue has {active} active assets for it. If the library \
+                 really is empty now, confirm with: almanac-worker enqueue crawl --config {} --payload \
+                 '{{\"allow_mass_deletion\": true}}'",
+                storage.id
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A root that looks unavailable: retryable, and nothing was soft-deleted.
+fn root_unavailable(root: &Path, what: &str) -> HandlerError {
+    HandlerError::retryable(format!(
+        "the storage root {} {what}; is the share mounted? Nothing was soft-deleted; the crawl will be retried",
+        root.display()
+    ))
+}
