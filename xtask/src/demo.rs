@@ -152,17 +152,17 @@ async fn wait_for_crawl_and_bursts(url: &str, child: &mut Child) -> Result<()> {
     }
 }
 
-/// The result of the latest succeeded item of `kind`.
-async fn latest_result(store: &PgStore, kind: WorkKind) -> Result<serde_json::Value> {
+/// The result of the first succeeded item of `kind` (the crawl that found the library; the scheduler's later
+/// one finds it unchanged).
+async fn first_result(store: &PgStore, kind: WorkKind) -> Result<serde_json::Value> {
     let filter = ItemFilter { kind: Some(kind), status: Some(Status::Succeeded), ..ItemFilter::default() };
-    let item =
-        store.find_items(&filter, 1).await?.into_iter().next().with_context(|| format!("no {kind} succeeded"))?;
+    let item = store.find_items(&filter, 100).await?.pop().with_context(|| format!("no {kind} succeeded"))?;
     Ok(item.result.unwrap_or_default())
 }
 
 async fn report(url: &str, proxies: &Path) -> Result<String> {
     let store = store(url)?;
-    let crawl: CrawlReport = serde_json::from_value(latest_result(&store, WorkKind::Crawl).await?)
+    let crawl: CrawlReport = serde_json::from_value(first_result(&store, WorkKind::Crawl).await?)
         .context("the crawl's result is a crawl report")?;
     let c = &crawl.counts;
     let mut out = String::from("\nWhat the crawl found:\n");
@@ -174,7 +174,7 @@ async fn report(url: &str, proxies: &Path) -> Result<String> {
     for failure in &crawl.failures {
         out.push_str(&format!("    failed: {} ({})\n", failure.path, failure.reason));
     }
-    let bursts = latest_result(&store, WorkKind::BurstDetection).await?;
+    let bursts = first_result(&store, WorkKind::BurstDetection).await?;
     out.push_str(&format!("    bursts {} ({} frames)\n", bursts["bursts"], bursts["frames_in_bursts"]));
 
     // What the product shows a user: one memory per burst and per Live Photo (`PgStore::on_this_day`).
