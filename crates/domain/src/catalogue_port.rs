@@ -144,9 +144,6 @@ pub struct PairingCandidate {
 /// claim can never interleave with a stale write, and a statement of an old attempt that reaches the server
 /// late changes nothing.
 pub trait CatalogueStore: Send + Sync {
-    /// The database's clock (the crawl's start and "seen" marks use it, never a Worker's clock).
-    fn now(&self) -> impl Future<Output = Result<DateTime<Utc>, CatalogueError>> + Send;
-
     /// One storage config.
     fn storage_config(
         &self,

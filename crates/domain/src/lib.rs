@@ -25,7 +25,9 @@ pub use catalogue_port::{
     PairingCandidate, Sidecar,
 };
 pub use ids::{AssetId, BurstId, StorageConfigId, UserId, WorkItemId};
-pub use maintenance_port::{BurstFrame, BurstGroup, MaintenanceStore, PurgeCandidate, StoredProxy};
+pub use maintenance_port::{
+    BurstFrame, BurstGroup, DatabaseClock, MaintenanceStore, PurgeCandidate, QueueMaintenance, StoredProxy,
+};
 pub use progress::ProgressEstimate;
 pub use queue::{
     CancelOutcome, ClaimRequest, ClaimedItem, Completed, CompletedMany, Completion, Enqueued, FailOutcome, Failure,

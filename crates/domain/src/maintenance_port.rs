@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use crate::catalogue::ProxyType;
 use crate::catalogue_port::CatalogueError;
 use crate::ids::{AssetId, StorageConfigId};
-use crate::queue::Fence;
+use crate::queue::{Fence, QueueError};
 use crate::work::NewWorkItem;
 
 /// An active still considered for burst grouping.
@@ -69,11 +69,10 @@ pub struct PurgeCandidate {
     pub content_still_active: bool,
 }
 
-/// The catalogue and queue statements of burst detection, purge, proxy deletion and sweep, token cleanup,
-/// retention and the scheduler. The handlers' writes take the attempt's [`Fence`] and are fenced as in
-/// [`crate::CatalogueStore`]; the scheduler's (`enqueue_once`, `cancel_queued_of_inactive`) belong to no
-/// attempt.
-pub trait MaintenanceStore: Send + Sync {
+/// The statements of burst detection, purge, proxy deletion and sweep, token cleanup and retention. Their writes
+/// take the attempt's [`Fence`] and are fenced as in [`crate::CatalogueStore`]. The scheduler's statements are
+/// [`QueueMaintenance`].
+pub trait MaintenanceStore: DatabaseClock {
     /// Active stills of the config, for burst grouping.
     fn burst_frames(
         &self,
@@ -157,23 +156,31 @@ pub trait MaintenanceStore: Send + Sync {
         failed_before: DateTime<Utc>,
         limit: i64,
     ) -> impl Future<Output = Result<u64, CatalogueError>> + Send;
+}
 
+/// The database's clock: every cut-off (purge, retention, token grace, the scheduler's periods) is computed from
+/// it, never from a Worker's clock (ARCHITECTURE, "Time").
+pub trait DatabaseClock: Send + Sync {
+    /// The database's `now()`.
+    fn db_now(&self) -> impl Future<Output = Result<DateTime<Utc>, CatalogueError>> + Send;
+}
+
+/// The scheduler's statements on the queue: which configs get periodic work, enqueuing each period's work once,
+/// and cancelling what was queued for configs deactivated since. Unfenced: no attempt makes them.
+pub trait QueueMaintenance: DatabaseClock {
     /// The active storage configs a Worker serves (all, or one user's).
     fn served_configs(
         &self,
         served: crate::ServedConfigs,
-    ) -> impl Future<Output = Result<Vec<StorageConfigId>, CatalogueError>> + Send;
+    ) -> impl Future<Output = Result<Vec<StorageConfigId>, QueueError>> + Send;
 
     /// Enqueues each `(schedule_key, item)` unless its period (the key) already has one, all at once; answers
     /// the keys this call enqueued. Exactly one of any number of concurrent callers wins each period.
     fn enqueue_once(
         &self,
         due: &[(String, NewWorkItem)],
-    ) -> impl Future<Output = Result<Vec<String>, CatalogueError>> + Send;
+    ) -> impl Future<Output = Result<Vec<String>, QueueError>> + Send;
 
     /// Cancels queued items of inactive storage configs; returns how many.
-    fn cancel_queued_of_inactive(&self) -> impl Future<Output = Result<u64, CatalogueError>> + Send;
-
-    /// The database clock.
-    fn db_now(&self) -> impl Future<Output = Result<DateTime<Utc>, CatalogueError>> + Send;
+    fn cancel_queued_of_inactive(&self) -> impl Future<Output = Result<u64, QueueError>> + Send;
 }

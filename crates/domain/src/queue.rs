@@ -63,6 +63,18 @@ pub enum ServedConfigs {
     User(UserId),
 }
 
+impl ServedConfigs {
+    /// Whether a Worker serving these configs serves a config of `owner` (when it is active). The one
+    /// definition in Rust; the claim states the same rule in SQL (`queue_heads.user_id`), and the contract test
+    /// `per_user_worker_claims_only_its_user_configs_and_unscoped_work` holds the two together.
+    pub fn includes(self, owner: UserId) -> bool {
+        match self {
+            ServedConfigs::All => true,
+            ServedConfigs::User(user) => user == owner,
+        }
+    }
+}
+
 /// What a Worker asks for when it has a free slot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimRequest {

@@ -15,7 +15,7 @@ pub use maintenance::{
     ProxyDeletionHandler, ProxySweepHandler, PurgeHandler, PurgeSettings, RetentionSettings, TokenCleanupHandler,
     WorkItemRetentionHandler,
 };
-pub use schedule::{ScheduleSettings, Scheduler};
+pub use schedule::{ScheduleError, ScheduleSettings, Scheduler};
 
 use almanac_domain::CatalogueError;
 use almanac_executor::HandlerError;

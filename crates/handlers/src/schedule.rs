@@ -4,12 +4,25 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use almanac_domain::{CatalogueError, DedupKey, MaintenanceStore, NewWorkItem, Scope, ServedConfigs, WorkKind};
+use almanac_domain::{
+    CatalogueError, DedupKey, NewWorkItem, QueueError, QueueMaintenance, Scope, ServedConfigs, WorkKind,
+};
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 const DAY: Duration = Duration::from_secs(86_400);
+
+/// Why the scheduler could not look this time (it tries again at its next tick).
+#[derive(Debug, thiserror::Error)]
+pub enum ScheduleError {
+    /// The database's clock could not be read.
+    #[error(transparent)]
+    Clock(#[from] CatalogueError),
+    /// The queue did not answer.
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+}
 
 /// The scheduler's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,7 +73,7 @@ pub struct Scheduler<M> {
     settings: ScheduleSettings,
 }
 
-impl<M: MaintenanceStore> Scheduler<M> {
+impl<M: QueueMaintenance> Scheduler<M> {
     /// A scheduler for the configs a Worker serves.
     pub fn new(store: Arc<M>, served: ServedConfigs, settings: ScheduleSettings) -> Self {
         Self { store, served, settings }
@@ -68,7 +81,7 @@ impl<M: MaintenanceStore> Scheduler<M> {
 
     /// One look: enqueue what is due and not yet enqueued for its period; cancel queued items of inactive
     /// configs. Returns how many items this call enqueued.
-    pub async fn tick(&self) -> Result<usize, CatalogueError> {
+    pub async fn tick(&self) -> Result<usize, ScheduleError> {
         let now = self.store.db_now().await?;
         let configs = self.store.served_configs(self.served).await?;
         // One batch for every config (thousands of configs are two statements, not thousands).

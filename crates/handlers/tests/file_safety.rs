@@ -11,9 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use almanac_domain::{
-    AssetId, BurstFrame, BurstGroup, CatalogueError, CatalogueStore, ContentHash, Fence, FileFacts, HashMatch,
-    IngestOutcome, KnownFile, MaintenanceStore, NewAsset, NewProxy, NewWorkItem, PairingCandidate, ProxyType,
-    PurgeCandidate, Scope, ServedConfigs, StorageConfig, StorageConfigId, StoredProxy, WorkKind,
+    AssetId, BurstFrame, BurstGroup, CatalogueError, CatalogueStore, ContentHash, DatabaseClock, Fence, FileFacts,
+    HashMatch, IngestOutcome, KnownFile, MaintenanceStore, NewAsset, NewProxy, NewWorkItem, PairingCandidate,
+    ProxyType, PurgeCandidate, Scope, StorageConfig, StorageConfigId, StoredProxy, WorkKind,
 };
 use almanac_handlers::{CrawlHandler, CrawlSettings, MassDeletionGuard, ProxyDeletionHandler, ProxySweepHandler};
 use almanac_media::ToolLimits;
@@ -223,9 +223,6 @@ impl SwapAfterListing {
 }
 
 impl CatalogueStore for SwapAfterListing {
-    async fn now(&self) -> Result<DateTime<Utc>, CatalogueError> {
-        self.inner.now().await
-    }
     async fn storage_config(&self, id: StorageConfigId) -> Result<Option<StorageConfig>, CatalogueError> {
         self.inner.storage_config(id).await
     }
@@ -474,6 +471,12 @@ struct RewriteBeforeRecheck {
     proxy_root: PathBuf,
 }
 
+impl DatabaseClock for RewriteBeforeRecheck {
+    async fn db_now(&self) -> Result<DateTime<Utc>, CatalogueError> {
+        self.inner.db_now().await
+    }
+}
+
 impl MaintenanceStore for RewriteBeforeRecheck {
     async fn burst_frames(&self, config: StorageConfigId) -> Result<Vec<BurstFrame>, CatalogueError> {
         self.inner.burst_frames(config).await
@@ -546,18 +549,6 @@ impl MaintenanceStore for RewriteBeforeRecheck {
         limit: i64,
     ) -> Result<u64, CatalogueError> {
         self.inner.delete_finished_work(fence, done_before, failed_before, limit).await
-    }
-    async fn served_configs(&self, served: ServedConfigs) -> Result<Vec<StorageConfigId>, CatalogueError> {
-        self.inner.served_configs(served).await
-    }
-    async fn enqueue_once(&self, due: &[(String, NewWorkItem)]) -> Result<Vec<String>, CatalogueError> {
-        self.inner.enqueue_once(due).await
-    }
-    async fn cancel_queued_of_inactive(&self) -> Result<u64, CatalogueError> {
-        self.inner.cancel_queued_of_inactive().await
-    }
-    async fn db_now(&self) -> Result<DateTime<Utc>, CatalogueError> {
-        self.inner.db_now().await
     }
 }
 

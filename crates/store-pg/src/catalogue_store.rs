@@ -43,12 +43,6 @@ fn size(bytes: u64) -> i64 {
 }
 
 #[derive(QueryableByName)]
-struct Now {
-    #[diesel(sql_type = Timestamptz)]
-    now: DateTime<Utc>,
-}
-
-#[derive(QueryableByName)]
 struct KnownRow {
     #[diesel(sql_type = Uuid)]
     asset_id: uuid::Uuid,
@@ -121,13 +115,6 @@ fn insert_proxy(asset: AssetId, p: &NewProxy) -> BoxedSqlQuery<'_, Pg, SqlQuery>
 }
 
 impl CatalogueStore for PgStore {
-    #[mutants::skip]
-    async fn now(&self) -> Result<DateTime<Utc>, CatalogueError> {
-        let mut conn = self.conn().await.map_err(catalogue)?;
-        let row: Now = sql_query("SELECT now() AS now").get_result(&mut conn).await.map_err(db)?;
-        Ok(row.now)
-    }
-
     #[mutants::skip]
     async fn storage_config(&self, id: StorageConfigId) -> Result<Option<StorageConfig>, CatalogueError> {
         Ok(self.list_storage_configs().await.map_err(catalogue)?.into_iter().find(|c| c.id == id))

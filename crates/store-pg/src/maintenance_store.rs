@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::str::FromStr;
 
 use almanac_domain::{
-    AssetId, BurstFrame, BurstGroup, CatalogueError, Fence, MaintenanceStore, NewWorkItem, ProxyType, PurgeCandidate,
-    ServedConfigs, StorageConfigId, StoredProxy, WorkItemId,
+    AssetId, BurstFrame, BurstGroup, CatalogueError, DatabaseClock, Fence, MaintenanceStore, NewWorkItem, ProxyType,
+    PurgeCandidate, QueueError, QueueMaintenance, ServedConfigs, StorageConfigId, StoredProxy, WorkItemId,
 };
 use chrono::{DateTime, Utc};
 use diesel::sql_types::{Array, BigInt, Bool, Integer, Nullable, Text, Timestamptz, Uuid};
@@ -392,30 +392,39 @@ impl MaintenanceStore for PgStore {
             .map_err(fenced_error)?;
         Ok(items as u64)
     }
+}
 
+impl DatabaseClock for PgStore {
     #[mutants::skip]
-    async fn served_configs(&self, served: ServedConfigs) -> Result<Vec<StorageConfigId>, CatalogueError> {
-        let configs = self.list_storage_configs().await.map_err(pool)?;
-        Ok(configs
-            .into_iter()
-            .filter(|c| c.is_active)
-            .filter(|c| match served {
-                ServedConfigs::All => true,
-                ServedConfigs::User(u) => c.user_id == u,
-            })
-            .map(|c| c.id)
-            .collect())
+    async fn db_now(&self) -> Result<DateTime<Utc>, CatalogueError> {
+        let mut conn = self.conn().await.map_err(pool)?;
+        let row: Now = sql_query("SELECT now() AS now").get_result(&mut conn).await.map_err(db)?;
+        Ok(row.now)
+    }
+}
+
+#[derive(QueryableByName)]
+struct Now {
+    #[diesel(sql_type = Timestamptz)]
+    now: DateTime<Utc>,
+}
+
+impl QueueMaintenance for PgStore {
+    #[mutants::skip]
+    async fn served_configs(&self, served: ServedConfigs) -> Result<Vec<StorageConfigId>, QueueError> {
+        let configs = self.list_storage_configs().await.map_err(QueueError::from)?;
+        Ok(configs.into_iter().filter(|c| c.is_active && served.includes(c.user_id)).map(|c| c.id).collect())
     }
 
     #[mutants::skip]
-    async fn enqueue_once(&self, due: &[(String, NewWorkItem)]) -> Result<Vec<String>, CatalogueError> {
+    async fn enqueue_once(&self, due: &[(String, NewWorkItem)]) -> Result<Vec<String>, QueueError> {
         if due.is_empty() {
             return Ok(Vec::new());
         }
         // In key order: racing schedulers then wait for each other's keys in one order, never in a cycle.
         let mut due: Vec<&(String, NewWorkItem)> = due.iter().collect();
         due.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut conn = self.conn().await.map_err(pool)?;
+        let mut conn = self.conn().await.map_err(QueueError::from)?;
         let ids: Vec<WorkItemId> = due.iter().map(|_| WorkItemId::new()).collect();
         conn.transaction::<_, diesel::result::Error, _>(async |conn| {
             // The periods this call records first are the ones it enqueues: two statements, one commit.
@@ -437,12 +446,12 @@ impl MaintenanceStore for PgStore {
             Ok(won_due.into_iter().map(|(key, _)| key.clone()).collect())
         })
         .await
-        .map_err(db)
+        .map_err(crate::error::queue)
     }
 
     #[mutants::skip]
-    async fn cancel_queued_of_inactive(&self) -> Result<u64, CatalogueError> {
-        let mut conn = self.conn().await.map_err(pool)?;
+    async fn cancel_queued_of_inactive(&self) -> Result<u64, QueueError> {
+        let mut conn = self.conn().await.map_err(QueueError::from)?;
         let n = sql_query(
             "UPDATE work_items SET status = 'cancelled', finished_at = now(),
                     last_error = 'cancelled: its storage config is inactive'
@@ -451,12 +460,7 @@ impl MaintenanceStore for PgStore {
         )
         .execute(&mut conn)
         .await
-        .map_err(db)?;
+        .map_err(crate::error::queue)?;
         Ok(n as u64)
-    }
-
-    #[mutants::skip]
-    async fn db_now(&self) -> Result<DateTime<Utc>, CatalogueError> {
-        almanac_domain::CatalogueStore::now(self).await
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use almanac_domain::{CatalogueStore, Status, WorkKind};
+use almanac_domain::{DatabaseClock, Status, WorkKind};
 use almanac_store_pg::PgStore;
 use axum::Router;
 use axum::extract::State;
@@ -60,7 +60,7 @@ pub async fn serve(listener: TcpListener, health: Health, stop: CancellationToke
 }
 
 async fn readyz(State(health): State<Health>) -> impl IntoResponse {
-    let db = tokio::time::timeout(Duration::from_secs(2), health.store.now()).await;
+    let db = tokio::time::timeout(Duration::from_secs(2), health.store.db_now()).await;
     match (db, health.running.load(Ordering::Relaxed)) {
         (Ok(Ok(_)), true) => (StatusCode::OK, "ready\n"),
         (Ok(Ok(_)), false) => (StatusCode::SERVICE_UNAVAILABLE, "the claim loop is not running\n"),
