@@ -193,13 +193,14 @@ CREATE FUNCTION public.almanac_refresh_queue_heads(configs uuid[]) RETURNS void
     AS $$
 DECLARE
     c uuid;
-    paused text[] := ARRAY(SELECT p.kind FROM paused_kinds AS p);
+    paused text[];
     oldest timestamptz;
     earliest timestamptz;
     running boolean;
 BEGIN
     FOREACH c IN ARRAY configs LOOP
         PERFORM 1 FROM queue_heads AS h WHERE h.storage_config_id = c FOR UPDATE;
+        paused := ARRAY(SELECT p.kind FROM paused_kinds AS p);
         oldest := (SELECT w.requested_at FROM work_items AS w
                     WHERE w.storage_config_id = c AND w.status = 'queued' AND w.kind <> ALL (paused)
                     ORDER BY w.requested_at, w.id
@@ -786,12 +787,13 @@ CREATE TABLE public.work_items (
     progress jsonb,
     result jsonb,
     CONSTRAINT ck_work_items_counters CHECK (((attempt >= 0) AND (failures >= 0) AND (stalls >= 0) AND (max_attempts >= 1))),
-    CONSTRAINT ck_work_items_dedup_key_not_blank CHECK (((dedup_key IS NULL) OR (length(dedup_key) > 0))),
+    CONSTRAINT ck_work_items_dedup_key_form CHECK (((dedup_key IS NULL) OR ((char_length(dedup_key) <= 200) AND (dedup_key !~ '^[\s\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*$'::text)))),
     CONSTRAINT ck_work_items_finished CHECK (((status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text])) = (finished_at IS NOT NULL))),
     CONSTRAINT ck_work_items_kind CHECK ((kind = ANY (ARRAY['crawl'::text, 'burst_detection'::text, 'purge'::text, 'proxy_deletion'::text, 'proxy_sweep'::text, 'token_cleanup'::text, 'work_item_retention'::text]))),
     CONSTRAINT ck_work_items_kind_scope CHECK ((((kind = ANY (ARRAY['crawl'::text, 'burst_detection'::text, 'purge'::text])) AND (storage_config_id IS NOT NULL)) OR ((kind = ANY (ARRAY['proxy_sweep'::text, 'token_cleanup'::text, 'work_item_retention'::text])) AND (storage_config_id IS NULL)) OR (kind = 'proxy_deletion'::text))),
     CONSTRAINT ck_work_items_running_lease CHECK (((status <> 'running'::text) OR ((lease_expires_at IS NOT NULL) AND (worker_id IS NOT NULL) AND (attempt >= 1)))),
-    CONSTRAINT ck_work_items_status CHECK ((status = ANY (ARRAY['queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text])))
+    CONSTRAINT ck_work_items_status CHECK ((status = ANY (ARRAY['queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text]))),
+    CONSTRAINT ck_work_items_worker_id_form CHECK (((worker_id IS NULL) OR ((char_length(worker_id) <= 200) AND (worker_id !~ '^[\s\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*$'::text))))
 );
 
 

@@ -2,9 +2,14 @@
 -- "heads"). Since migration 000008 left out paused kinds, its min() over a config's queued items could no longer
 -- be read off the index's first entry: with fresh statistics the planner read the config's whole queue, three
 -- times, on every claim and completion (0.65 ms a refresh behind 300 items, and a busy config's backlog of 49,000
--- on each of its changes). Each value is now the first entry of an ordered walk that passes over paused kinds, and
--- the paused kinds are read once per refresh. A head whose values did not change is not written again: every
--- write of a head is a new row version in each of its indexes, which the claim's walk of the heads then reads.
+-- on each of its changes). Each value is now the first entry of an ordered walk that passes over paused kinds. A
+-- head whose values did not change is not written again: every write of a head is a new row version in each of
+-- its indexes, which the claim's walk of the heads then reads.
+--
+-- Everything a head is computed from is read after its lock, each in a statement of its own (a new snapshot
+-- under READ COMMITTED), the paused kinds included: a pause or resume of a kind refreshes every head under
+-- those locks, so a refresh that waited for one sees what it committed. Read before the lock, a completion
+-- that waited on a resume left its config's queued work of the resumed kind unclaimable for good.
 CREATE OR REPLACE FUNCTION almanac_refresh_queue_heads(configs uuid[]) RETURNS void
 LANGUAGE plpgsql
 SET enable_seqscan = off
@@ -14,13 +19,14 @@ SET jit = off
 AS $$
 DECLARE
     c uuid;
-    paused text[] := ARRAY(SELECT p.kind FROM paused_kinds AS p);
+    paused text[];
     oldest timestamptz;
     earliest timestamptz;
     running boolean;
 BEGIN
     FOREACH c IN ARRAY configs LOOP
         PERFORM 1 FROM queue_heads AS h WHERE h.storage_config_id = c FOR UPDATE;
+        paused := ARRAY(SELECT p.kind FROM paused_kinds AS p);
         oldest := (SELECT w.requested_at FROM work_items AS w
                     WHERE w.storage_config_id = c AND w.status = 'queued' AND w.kind <> ALL (paused)
                     ORDER BY w.requested_at, w.id

@@ -263,6 +263,20 @@ impl DedupKey {
     }
 }
 
+impl fmt::Display for DedupKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Read as the text it is (`item.dedup_key.as_deref()`).
+impl std::ops::Deref for DedupKey {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
 /// Names one Worker process in the queue (`work_items.worker_id`) and in logs.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct WorkerId(String);
@@ -290,6 +304,14 @@ impl WorkerId {
 impl fmt::Display for WorkerId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
+    }
+}
+
+/// Read as the text it is (`item.worker_id.as_deref()`).
+impl std::ops::Deref for WorkerId {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
     }
 }
 
@@ -424,7 +446,7 @@ pub struct WorkItem {
     /// Kind-specific input.
     pub payload: serde_json::Value,
     /// Its dedup key, if any.
-    pub dedup_key: Option<String>,
+    pub dedup_key: Option<DedupKey>,
     /// Claim order, oldest first.
     pub requested_at: DateTime<Utc>,
     /// Not claimed before this instant.
@@ -440,7 +462,7 @@ pub struct WorkItem {
     /// When a running item's lease expires.
     pub lease_expires_at: Option<DateTime<Utc>>,
     /// The Worker that holds or last held it.
-    pub worker_id: Option<String>,
+    pub worker_id: Option<WorkerId>,
     /// When the current or last attempt was claimed.
     pub started_at: Option<DateTime<Utc>>,
     /// Last successful heartbeat of the current attempt.

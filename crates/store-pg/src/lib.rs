@@ -19,6 +19,7 @@ mod migrations;
 mod operator;
 mod prepared;
 mod queue;
+mod queue_admin;
 mod tls;
 
 use std::time::Duration;
@@ -41,7 +42,8 @@ pub use migrations::{SchemaState, migrate, pending_migrations, schema_state};
 pub use operator::{ConfigOverview, HourlyOutcome};
 #[cfg(feature = "test-support")]
 pub use queue::claim_with;
-pub use queue::{ItemFilter, QueueSummaryRow, enqueue_in, request_cancel_in};
+pub use queue::{enqueue_in, request_cancel_in};
+pub use queue_admin::{ItemFilter, QueueSummaryRow};
 pub use tls::SslMode;
 
 /// The PostgreSQL store: a pool of connections and the statements of the work queue and the catalogue.

@@ -246,6 +246,36 @@ async fn a_paused_kind_is_passed_over_everywhere_without_hiding_other_work() {
     assert_eq!(status_of(&store, late).await, Status::Queued);
 }
 
+/// A completion that waits for a kind's resume to commit sees the resume: the config's queued work of that kind
+/// is claimable once both have committed. Forced: the resume holds the config's head (it refreshes every head)
+/// while the completion's refresh waits for it. Before the fix, the completion read the paused kinds before it
+/// waited and left the config's crawl unclaimable for good.
+#[tokio::test]
+async fn a_completion_that_waits_for_a_resume_leaves_the_resumed_work_claimable() {
+    let (db, store) = setup().await;
+    let c = config(&store, "ann", "/c").await;
+    let running = enqueue(&store, WorkKind::BurstDetection, Scope::Config(c.id)).await;
+    let held = store.claim(&all_kinds("w1")).await.unwrap().expect("the burst detection");
+    assert_eq!(held.item.id, running);
+    assert!(!store.set_kind_paused(WorkKind::Crawl, true).await.unwrap());
+    let crawl = enqueue(&store, WorkKind::Crawl, Scope::Config(c.id)).await;
+
+    // The resume, uncommitted: it holds every head it refreshed.
+    let mut resume = raw(&db).await;
+    resume.batch_execute("BEGIN; DELETE FROM paused_kinds WHERE kind = 'crawl'").await.unwrap();
+    // The completion's refresh waits for the config's head.
+    let completing = {
+        let store = store.clone();
+        tokio::spawn(async move { store.complete(held.fence, None).await })
+    };
+    assert_eq!(db.sessions_waiting_on_locks(1).await, 1, "the completion waits for the resume");
+    resume.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(completing.await.unwrap().unwrap(), WriteOutcome::Written);
+
+    let next = store.claim(&all_kinds("w2")).await.unwrap().expect("the resumed crawl is claimable");
+    assert_eq!(next.item.id, crawl);
+}
+
 /// Retrying failed items that share a dedup key (a crawl failed in two schedule periods) requeues them all: the
 /// oldest keeps the key, the other drops it; with a queued holder of the key, both drop it.
 #[tokio::test]
@@ -268,7 +298,7 @@ async fn retrying_failed_items_that_share_a_dedup_key_requeues_them_all() {
     let keys: Vec<Option<String>> = futures_util::future::join_all(failed.iter().map(|id| store.get(*id)))
         .await
         .into_iter()
-        .map(|i| i.unwrap().unwrap().dedup_key)
+        .map(|i| i.unwrap().unwrap().dedup_key.map(|k| k.to_string()))
         .collect();
     assert_eq!(keys, [Some("crawl:c".to_owned()), None], "the oldest keeps the key");
 
@@ -1095,4 +1125,47 @@ impl std::io::Write for LogBuffer {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
+}
+
+/// A dedup key or worker id written by another client than ours (the web backend's SQL, an operator's) is held
+/// to the form `DedupKey` and `WorkerId` accept, by the table itself (migration 000011): every stored item reads
+/// back as its types. The two rules agree on each sample, whitespace as Rust knows it included.
+#[tokio::test]
+async fn keys_and_worker_ids_from_other_clients_keep_the_form_the_domain_reads() {
+    let (db, store) = setup().await;
+    let mut conn = raw(&db).await;
+    let samples = [
+        "crawl:c".to_owned(),
+        "x".repeat(200),
+        "x".repeat(201),
+        String::new(),
+        "   ".to_owned(),
+        "\t\n\u{0b}\u{0c}\r".to_owned(),
+        "\u{a0}\u{85}\u{2003}\u{3000}".to_owned(),
+        " a ".to_owned(),
+        "日本".repeat(100),
+    ];
+    for sample in &samples {
+        let literal = sample.replace('\'', "''");
+        let key = conn
+            .batch_execute(&format!(
+                "INSERT INTO work_items (id, kind, dedup_key) VALUES (gen_random_uuid(), 'token_cleanup', '{literal}')"
+            ))
+            .await;
+        assert_eq!(key.is_ok(), DedupKey::new(sample.as_str()).is_ok(), "dedup key {sample:?}: {key:?}");
+        let worker = conn
+            .batch_execute(&format!(
+                "INSERT INTO work_items (id, kind, status, attempt, worker_id, lease_expires_at)
+                 VALUES (gen_random_uuid(), 'token_cleanup', 'running', 1, '{literal}', now() + interval '1 minute')"
+            ))
+            .await;
+        assert_eq!(worker.is_ok(), WorkerId::new(sample.as_str()).is_ok(), "worker id {sample:?}: {worker:?}");
+        if let Err(e) = key {
+            assert!(e.to_string().contains("ck_work_items_dedup_key_form"), "{e}");
+        }
+    }
+    // Everything that went in reads back.
+    let listed = store.list_items(None, 100).await.unwrap();
+    assert_eq!(listed.len(), 2 * samples.iter().filter(|s| DedupKey::new(s.as_str()).is_ok()).count());
+    assert!(listed.iter().any(|i| i.dedup_key.as_deref() == Some("日本".repeat(100).as_str())));
 }
