@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use almanac_domain::{CrawlReport, MaintenanceStore, Status, WorkKind};
+use almanac_domain::{CrawlReport, DedupKey, MaintenanceStore, Scope, Status, StorageConfigId, WorkKind};
 use almanac_store_pg::{ItemFilter, PgStore};
 use anyhow::{Context, Result, bail};
 
@@ -62,7 +62,9 @@ pub fn run(workspace: &Path, cargo: &str) -> Result<()> {
     print!("    {added}");
     let config_id = added.split_whitespace().next().context("config add prints the new id")?;
     // The same dedup key the scheduler uses, so its periodic crawl does not queue a second one.
-    print!("    crawl {}", cli(&["enqueue", "crawl", "--config", root, "--dedup-key", &format!("crawl:{config_id}")])?);
+    let config: StorageConfigId = config_id.parse().context("config add prints the new id first")?;
+    let key = DedupKey::for_work(WorkKind::Crawl, Scope::Config(config));
+    print!("    crawl {}", cli(&["enqueue", "crawl", "--config", root, "--dedup-key", key.as_str()])?);
 
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     step(&format!("starting a Worker (its page on http://127.0.0.1:{port}/, metrics on /metrics)"));

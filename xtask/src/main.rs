@@ -226,12 +226,12 @@ fn current_schema() -> Result<String> {
     Ok(schema)
 }
 
-/// The fault suite's long form (`crates/worker/tests/chaos.rs`): its own cluster, real Worker processes, a
+/// The fault suite's long form (`tests/chaos.rs`): its own cluster, real Worker processes, a
 /// table of what each fault broke (nothing, or it fails).
 fn chaos(n: usize) -> Result<ExitCode> {
     system::ensure(&[])?;
     let status = Command::new(cargo())
-        .args(["test", "-p", "almanac-worker", "--test", "chaos", "--", "--ignored", "--exact", "chaos_suite"])
+        .args(["test", "-p", "almanac-system-tests", "--test", "chaos", "--", "--ignored", "--exact", "chaos_suite"])
         .arg("--nocapture")
         .env("ALMANAC_CHAOS_TRIALS", n.to_string())
         .current_dir(workspace())

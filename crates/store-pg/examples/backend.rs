@@ -48,12 +48,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Many at once (e.g. burst detection for every config after an import): one statement, dedup keys
     // honoured item by item; the crawl asked for again returns the queued one.
     let bursts = NewWorkItem::new(almanac_domain::WorkKind::BurstDetection, Scope::Config(config.id))?
-        .with_dedup_key(DedupKey::new(format!("burst_detection:{}", config.id))?);
+        .with_dedup_key(DedupKey::for_work(almanac_domain::WorkKind::BurstDetection, Scope::Config(config.id)));
     let batch = store.enqueue_many(&[crawl.clone(), bursts]).await?;
     for enqueued in &batch {
         println!("batch: {} {} (created: {})", enqueued.item.kind, enqueued.item.id, enqueued.created);
     }
     assert_eq!(batch[0].item.id, first.item.id);
+
+    // Work with arguments: typed, so that the backend and the Worker agree on every name (`CrawlArgs` for a
+    // crawl that an operator confirmed; `ProxyDeletionArgs` to have proxies made again).
+    let redo = almanac_domain::ProxyDeletionArgs { asset_ids: Vec::new(), proxy_types: None };
+    let redo = almanac_domain::WorkArgs::work(&redo, Scope::Config(config.id))?;
+    println!("proxy deletion payload: {}", redo.payload);
 
     // Inside the backend's own transaction: its rows and the work they need commit together, or neither does.
     let mut conn = pool.get().await?;

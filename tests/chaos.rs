@@ -7,8 +7,6 @@
 //! `chaos_short_suite` runs one trial of each fault in the test suite; `cargo xtask chaos --trials N` runs the
 //! ignored `chaos_suite` with `ALMANAC_CHAOS_TRIALS=N` and prints the table.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -18,7 +16,6 @@ use almanac_media::fixtures::{self, FixtureExif};
 use almanac_testdb::Cluster;
 use support::proxy_to;
 
-const BIN: &str = env!("CARGO_BIN_EXE_almanac-worker");
 const PHOTOS: u32 = 30;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,7 +162,7 @@ impl Trial {
     }
 
     fn cli(&self, args: &[&str]) -> Option<String> {
-        let out = Command::new(BIN).args(args).env("DATABASE_URL", &self.url).output().ok()?;
+        let out = Command::new(support::worker_bin()).args(args).env("DATABASE_URL", &self.url).output().ok()?;
         out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
@@ -181,7 +178,7 @@ impl Trial {
 
     fn start_worker(&mut self, name: &str, url: &str, extra: &[(&str, &str)]) {
         let log = std::fs::File::create(self.dir.path().join(format!("{name}.log"))).unwrap();
-        let mut command = Command::new(BIN);
+        let mut command = Command::new(support::worker_bin());
         command
             .args(["run", "--log-format", "json"])
             .env("DATABASE_URL", format!("{url}&application_name={name}"))

@@ -1,9 +1,37 @@
-//! What the end-to-end and fault tests share: plain SQL on a connection of its own, and a TCP path to the
-//! database that can be cut or held.
-
-#![allow(dead_code)]
+//! What the black-box tests share: the `almanac-worker` binary, plain SQL on a connection of its own, a TCP
+//! path to the database that can be cut or held, and a headless browser.
 
 pub mod browser;
+
+/// The `almanac-worker` binary of this workspace, built (or found up to date) once per test process with the
+/// profile the tests were built with. The binary belongs to another package, so Cargo does not build it for
+/// these tests by itself (`CARGO_BIN_EXE_*` names only a package's own binaries).
+pub fn worker_bin() -> &'static str {
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        // The test executable is `<target>/<profile>/deps/<test>-<hash>`; the binary goes to `<target>/<profile>`.
+        let exe = std::env::current_exe().expect("the test's own path");
+        let profile_dir = exe.parent().and_then(std::path::Path::parent).expect("<target>/<profile>/deps");
+        let profile = profile_dir.file_name().and_then(|n| n.to_str()).expect("a profile folder");
+        let target = profile_dir.parent().expect("the target folder");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut build = std::process::Command::new(cargo);
+        build.args(["build", "--quiet", "-p", "almanac-worker", "--bin", "almanac-worker"]);
+        build.arg("--target-dir").arg(target).current_dir(env!("CARGO_MANIFEST_DIR"));
+        match profile {
+            "debug" => {}
+            "release" => {
+                build.arg("--release");
+            }
+            other => {
+                build.args(["--profile", other]);
+            }
+        }
+        let status = build.status().expect("running cargo to build almanac-worker");
+        assert!(status.success(), "building almanac-worker for the black-box tests failed");
+        profile_dir.join("almanac-worker").to_str().expect("a UTF-8 target path").to_owned()
+    })
+}
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -15,7 +43,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// A TCP proxy to the cluster's Unix socket that can be cut (bytes swallowed, sockets kept open: a dead path)
 /// or held (bytes kept and delivered later, in order: a path that heals).
 pub struct Proxy {
+    /// Where it listens, on 127.0.0.1.
     pub port: u16,
+    /// Set to cut the path: bytes are swallowed both ways, the sockets stay open.
     pub cut: Arc<AtomicBool>,
     held: Arc<AtomicBool>,
     directions: Arc<std::sync::Mutex<Vec<Arc<std::sync::Mutex<Direction>>>>>,
@@ -50,6 +80,7 @@ impl Proxy {
     }
 }
 
+/// A proxy from a fresh TCP port to the Unix socket `socket`, passing bytes until it is cut or held.
 pub fn proxy_to(socket: PathBuf) -> Proxy {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();

@@ -1,7 +1,5 @@
 //! End to end: the real `almanac-worker` binary as processes, over a real database and a generated library.
 
-mod support;
-
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -12,8 +10,6 @@ use std::time::{Duration, Instant};
 use almanac_media::fixtures::{self, FixtureExif};
 use almanac_testdb::TestDatabase;
 use support::{Proxy, proxy_to};
-
-const BIN: &str = env!("CARGO_BIN_EXE_almanac-worker");
 
 struct Setup {
     db: TestDatabase,
@@ -36,14 +32,14 @@ fn setup(photos: u32) -> Setup {
 
 impl Setup {
     fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new(BIN).args(args).env("DATABASE_URL", self.db.url()).output().unwrap();
+        let out = Command::new(support::worker_bin()).args(args).env("DATABASE_URL", self.db.url()).output().unwrap();
         assert!(out.status.success(), "almanac-worker {args:?}: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     /// Runs the CLI with extra environment and returns its exit code, standard output and standard error.
     fn cli_exit(&self, args: &[&str], env: &[(&str, &Path)]) -> (i32, String, String) {
-        let mut command = Command::new(BIN);
+        let mut command = Command::new(support::worker_bin());
         command.args(args).env("DATABASE_URL", self.db.url());
         for (k, v) in env {
             command.env(k, v);
@@ -55,7 +51,7 @@ impl Setup {
 
     fn worker(&self, name: &str, url: &str, extra: &[(&str, &str)]) -> Worker {
         let log = self.dir.path().join(format!("{name}.log"));
-        let mut command = Command::new(BIN);
+        let mut command = Command::new(support::worker_bin());
         command
             .args(["run", "--log-format", "json"])
             .env("DATABASE_URL", url)
@@ -362,12 +358,13 @@ fn a_bind_mount_of_a_library_is_refused_as_a_second_root_and_as_the_proxy_root()
         eprintln!("SKIPPED: cannot bind-mount here: {}", String::from_utf8_lossy(&probe.stderr));
         return;
     }
-    let out = in_namespace(&format!("'{BIN}' config add --user eve --root '{}'", alias.display()));
+    let bin = support::worker_bin();
+    let out = in_namespace(&format!("'{bin}' config add --user eve --root '{}'", alias.display()));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("same tree") && err.contains(library.to_str().unwrap()), "{err}");
     let out =
-        in_namespace(&format!("env ALMANAC__STORAGE__PROXY_ROOT='{}' '{BIN}' run", alias.join("proxies").display()));
+        in_namespace(&format!("env ALMANAC__STORAGE__PROXY_ROOT='{}' '{bin}' run", alias.join("proxies").display()));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("lies inside") && err.contains(library.to_str().unwrap()), "{err}");
@@ -641,7 +638,7 @@ fn enqueue_wait_follows_the_item_and_exits_with_its_outcome() {
     s.cli(&["config", "add", "--user", "ann", "--root", root]);
 
     // Nobody runs it: it waits queued until cancelled.
-    let waiter = Command::new(BIN)
+    let waiter = Command::new(support::worker_bin())
         .args(["enqueue", "token-cleanup", "--wait"])
         .env("DATABASE_URL", s.db.url())
         .stdout(Stdio::piped())

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tungstenite::{Message, WebSocket};
 
+/// A headless Chromium driven over the DevTools protocol, with a profile of its own.
 pub struct Browser {
     child: Child,
     ws: WebSocket<TcpStream>,
@@ -86,6 +87,7 @@ impl Browser {
         }
     }
 
+    /// Opens `url` and waits for it to load.
     pub fn navigate(&mut self, url: &str) {
         self.call("Page.navigate", json!({ "url": url }));
         self.wait_for("the page to load", "document.readyState === 'complete'", Duration::from_secs(30));

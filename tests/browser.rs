@@ -3,8 +3,6 @@
 //! the token an action is refused; signed in with it, a retry and a pause work. Screenshots are saved under
 //! `target/browser-test/`.
 
-mod support;
-
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -14,11 +12,10 @@ use almanac_media::fixtures::{self, FixtureExif};
 use almanac_testdb::TestDatabase;
 use support::browser::Browser;
 
-const BIN: &str = env!("CARGO_BIN_EXE_almanac-worker");
 const TOKEN: &str = "browser-test-token-0123456789";
 
 fn cli(url: &str, args: &[&str]) -> String {
-    let out = Command::new(BIN).args(args).env("DATABASE_URL", url).output().unwrap();
+    let out = Command::new(support::worker_bin()).args(args).env("DATABASE_URL", url).output().unwrap();
     assert!(out.status.success(), "almanac-worker {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
@@ -72,7 +69,7 @@ fn the_page_shows_a_live_crawl_and_its_failures_and_acts_only_with_the_token() {
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let address = format!("127.0.0.1:{port}");
     let _worker = Worker(
-        Command::new(BIN)
+        Command::new(support::worker_bin())
             .args(["run"])
             .env("DATABASE_URL", &url)
             .env("ALMANAC__WORKER__ID", "worker-on-the-page")
