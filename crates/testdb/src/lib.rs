@@ -8,6 +8,8 @@
 //! processes share one), migrates a template database once per set of migrations, and clones a fresh database
 //! from it (`CREATE DATABASE … TEMPLATE … STRATEGY FILE_COPY`, about 70 ms). `TEST_DATABASE_URL` (or
 //! `DATABASE_URL`) points the tests at a server of your own instead; the template and clones are then made there.
+//! With feature `docker` and `ALMANAC_TEST_DOCKER=1`, that server is a reused container (testcontainers'
+//! PostgreSQL module; see `docker.rs`).
 
 mod cluster;
 #[cfg(feature = "docker")]
