@@ -304,3 +304,16 @@ pub trait WorkQueue: Send + Sync {
     /// Reads one item.
     fn get(&self, id: WorkItemId) -> impl Future<Output = Result<Option<WorkItem>, QueueError>> + Send;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_worker_serves_every_user_or_one() {
+        let (ann, bob) = (UserId::new(), UserId::new());
+        assert!(ServedConfigs::All.includes(ann) && ServedConfigs::All.includes(bob));
+        assert!(ServedConfigs::User(ann).includes(ann));
+        assert!(!ServedConfigs::User(ann).includes(bob));
+    }
+}

@@ -484,6 +484,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn keys_and_worker_ids_read_as_their_text() {
+        let key = DedupKey::new("crawl:x").unwrap();
+        assert_eq!((key.to_string(), &*key), ("crawl:x".to_owned(), "crawl:x"));
+        assert_eq!(Some(key).as_deref(), Some("crawl:x"));
+        let worker = WorkerId::new("nas-1").unwrap();
+        assert_eq!((worker.to_string(), &*worker), ("nas-1".to_owned(), "nas-1"));
+    }
+
+    #[test]
     fn dedup_keys_for_work_name_the_kind_and_the_config() {
         let config = StorageConfigId::from_uuid(uuid::Uuid::nil());
         assert_eq!(

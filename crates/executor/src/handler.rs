@@ -165,6 +165,56 @@ mod tests {
         assert_eq!(progress.latest(), Some(serde_json::json!({"done": 2})));
     }
 
+    fn context(kind: WorkKind, scope: almanac_domain::Scope, payload: serde_json::Value) -> HandlerContext {
+        let now = chrono::Utc::now();
+        let item = WorkItem {
+            id: almanac_domain::WorkItemId::new(),
+            kind,
+            scope,
+            status: almanac_domain::Status::Running,
+            payload,
+            dedup_key: None,
+            requested_at: now,
+            run_after: now,
+            attempt: 1,
+            failures: 0,
+            stalls: 0,
+            max_attempts: 5,
+            lease_expires_at: Some(now),
+            worker_id: None,
+            started_at: Some(now),
+            heartbeat_at: Some(now),
+            finished_at: None,
+            cancel_requested_at: None,
+            last_error: None,
+            progress: None,
+            result: None,
+        };
+        let fence = Fence { id: item.id, attempt: almanac_domain::Attempt::new(1).unwrap() };
+        HandlerContext { item, fence, cancel: CancellationToken::new(), progress: ProgressReporter::default() }
+    }
+
+    #[test]
+    fn the_context_gives_the_item_s_config_and_arguments_or_a_permanent_error_saying_why() {
+        let config = StorageConfigId::new();
+        let scoped = context(WorkKind::Crawl, almanac_domain::Scope::Config(config), serde_json::json!({}));
+        assert_eq!(scoped.config(), Ok(config));
+        let unscoped = context(WorkKind::Crawl, almanac_domain::Scope::Unscoped, serde_json::json!({}));
+        let e = unscoped.config().unwrap_err();
+        assert!(!e.retryable && e.message.contains("a crawl work item needs a storage config"), "{e}");
+
+        let confirmed = context(
+            WorkKind::Crawl,
+            almanac_domain::Scope::Config(config),
+            serde_json::json!({"allow_mass_deletion": true}),
+        );
+        assert!(confirmed.args::<almanac_domain::CrawlArgs>().unwrap().allow_mass_deletion);
+        let misspelt =
+            context(WorkKind::Crawl, almanac_domain::Scope::Config(config), serde_json::json!({"allow": true}));
+        let e = misspelt.args::<almanac_domain::CrawlArgs>().unwrap_err();
+        assert!(!e.retryable && e.message.contains("unknown field `allow`"), "{e}");
+    }
+
     #[test]
     fn handler_errors_say_whether_to_retry() {
         assert!(HandlerError::retryable("x").retryable);

@@ -1,7 +1,7 @@
 //! Reading an original for ingest: opened beneath its root with no link followed, its format confirmed by its
 //! content (not only its name), and hashed through the open file, which the tools then read.
 
-use std::io::Read;
+use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -64,44 +64,46 @@ impl From<MediaError> for ReadError {
 }
 
 /// Opens `rel` beneath `root` (no link followed), reads its first bytes to confirm its format, and hashes it
-/// through the open file: a still is read into memory once, at most [`MAX_STILL_BYTES`] even if it grows
-/// meanwhile; a video is streamed, checking `cancel` between blocks. Blocking.
-pub fn read_original(root: &RootFolder, rel: &[u8], cancel: &CancellationToken) -> Result<ReadOriginal, ReadError> {
+/// through the open file: a still is read into memory once, at most `max_still_bytes` even if it grows
+/// meanwhile ([`MAX_STILL_BYTES`] in the crawl); a video is streamed, checking `cancel` between blocks. Blocking.
+pub fn read_original(
+    root: &RootFolder,
+    rel: &[u8],
+    max_still_bytes: u64,
+    cancel: &CancellationToken,
+) -> Result<ReadOriginal, ReadError> {
     let original = root.open_file(rel).map_err(|e| match e {
         OpenError::Vanished(_) => ReadError::Vanished,
         other => ReadError::Unreadable(other.to_string()),
     })?;
+    let cannot_read = |e: std::io::Error| ReadError::Unreadable(format!("cannot read: {e}"));
     let mut file = original.file();
-    let mut head = [0u8; MAGIC_LEN];
-    let mut n = 0;
-    while n < head.len() {
-        match file.read(&mut head[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) => return Err(ReadError::Unreadable(format!("cannot read: {e}"))),
-        }
-    }
-    let head = &head[..n];
-    let format = detect_format(Path::new(std::ffi::OsStr::from_bytes(rel)), head).ok_or(ReadError::NotMedia)?;
+    let mut head = Vec::with_capacity(MAGIC_LEN);
+    file.take(MAGIC_LEN as u64).read_to_end(&mut head).map_err(cannot_read)?;
+    let format = detect_format(Path::new(std::ffi::OsStr::from_bytes(rel)), &head).ok_or(ReadError::NotMedia)?;
+    // From the start again: the hash covers the whole file.
+    file.seek(SeekFrom::Start(0)).map_err(cannot_read)?;
     let (content, hashed) = match format.media_type() {
         MediaType::Image => {
-            let len = file.metadata().map_err(|e| ReadError::Unreadable(e.to_string()))?.len();
-            if len > MAX_STILL_BYTES {
-                return Err(ReadError::Unreadable(format!("{len} bytes is too large for a still")));
-            }
-            let mut content = head.to_vec();
-            file.take(MAX_STILL_BYTES + 1 - n as u64)
-                .read_to_end(&mut content)
-                .map_err(|e| ReadError::Unreadable(format!("cannot read: {e}")))?;
-            if content.len() as u64 > MAX_STILL_BYTES {
+            // Refused before anything is read (a still is held in memory whole).
+            let len = file.metadata().map_err(cannot_read)?.len();
+            if len > max_still_bytes {
                 return Err(ReadError::Unreadable(format!(
-                    "more than {MAX_STILL_BYTES} bytes is too large for a still"
+                    "{len} bytes is too large for a still (at most {max_still_bytes})"
+                )));
+            }
+            // Bounded, then one byte more asked for: a file that grows while it is read is not read without end.
+            let mut content = Vec::new();
+            file.take(max_still_bytes).read_to_end(&mut content).map_err(cannot_read)?;
+            if file.read(&mut [0u8]).map_err(cannot_read)? > 0 {
+                return Err(ReadError::Unreadable(format!(
+                    "it grew past {max_still_bytes} bytes while it was read, too large for a still"
                 )));
             }
             let hashed = crate::hash_bytes(&content);
             (Content::Still(content), hashed)
         }
-        MediaType::Video => (Content::Video, crate::hash_reader(head.chain(file), original.path(), cancel)?),
+        MediaType::Video => (Content::Video, crate::hash_reader(file, original.path(), cancel)?),
     };
     Ok(ReadOriginal { original, format, content, hash: hashed.hash, bytes: hashed.bytes })
 }
@@ -149,11 +151,11 @@ mod tests {
         let video = mp4(&[7u8; 300_000]);
         let (dir, root) = root_with(&[("a.jpg", &jpeg), ("b.mp4", &video)]);
         let cancel = CancellationToken::new();
-        let still = read_original(&root, b"a.jpg", &cancel).unwrap();
+        let still = read_original(&root, b"a.jpg", MAX_STILL_BYTES, &cancel).unwrap();
         assert_eq!(still.format, MediaFormat::Jpeg);
         assert!(matches!(&still.content, Content::Still(bytes) if *bytes == jpeg));
         assert_eq!((still.hash, still.bytes), (crate::hash_bytes(&jpeg).hash, jpeg.len() as u64));
-        let clip = read_original(&root, b"b.mp4", &cancel).unwrap();
+        let clip = read_original(&root, b"b.mp4", MAX_STILL_BYTES, &cancel).unwrap();
         assert!(matches!(clip.content, Content::Video));
         let by_path = crate::hash_file(&dir.path().join("b.mp4")).unwrap();
         assert_eq!((clip.hash, clip.bytes), (by_path.hash, by_path.bytes));
@@ -164,9 +166,9 @@ mod tests {
         let (dir, root) = root_with(&[("notes.jpg", b"plain text, not a picture"), ("real.jpg", b"\xFF\xD8\xFF\xE0")]);
         std::os::unix::fs::symlink(dir.path().join("real.jpg"), dir.path().join("link.jpg")).unwrap();
         let cancel = CancellationToken::new();
-        assert!(matches!(read_original(&root, b"notes.jpg", &cancel), Err(ReadError::NotMedia)));
-        assert!(matches!(read_original(&root, b"gone.jpg", &cancel), Err(ReadError::Vanished)));
-        assert!(matches!(read_original(&root, b"link.jpg", &cancel), Err(ReadError::Unreadable(_))));
+        assert!(matches!(read_original(&root, b"notes.jpg", MAX_STILL_BYTES, &cancel), Err(ReadError::NotMedia)));
+        assert!(matches!(read_original(&root, b"gone.jpg", MAX_STILL_BYTES, &cancel), Err(ReadError::Vanished)));
+        assert!(matches!(read_original(&root, b"link.jpg", MAX_STILL_BYTES, &cancel), Err(ReadError::Unreadable(_))));
         assert!(matches!(read_sidecar(&root, b"link.jpg"), Err(ReadError::Unreadable(_))));
     }
 
@@ -181,10 +183,39 @@ mod tests {
             .set_len(MAX_STILL_BYTES + 1)
             .unwrap();
         let cancel = CancellationToken::new();
-        let e = read_original(&root, b"huge.jpg", &cancel).unwrap_err();
+        let e = read_original(&root, b"huge.jpg", MAX_STILL_BYTES, &cancel).unwrap_err();
         assert!(e.to_string().contains("too large for a still"), "{e}");
         cancel.cancel();
-        assert!(matches!(read_original(&root, b"long.mp4", &cancel), Err(ReadError::Cancelled)));
+        assert!(matches!(read_original(&root, b"long.mp4", MAX_STILL_BYTES, &cancel), Err(ReadError::Cancelled)));
+    }
+
+    /// A JPEG's signature followed by `len - 4` bytes of padding: a still by its content, `len` bytes long.
+    fn still_of(len: usize) -> Vec<u8> {
+        let mut v = b"\xFF\xD8\xFF\xE0".to_vec();
+        v.resize(len, 7);
+        v
+    }
+
+    #[test]
+    fn a_still_of_the_limit_is_read_whole_and_one_byte_more_is_refused_saying_its_size() {
+        let (_dir, root) = root_with(&[("at.jpg", &still_of(1000)), ("over.jpg", &still_of(1005))]);
+        let cancel = CancellationToken::new();
+        let at = read_original(&root, b"at.jpg", 1000, &cancel).unwrap();
+        assert!(matches!(&at.content, Content::Still(bytes) if bytes.len() == 1000));
+        assert_eq!((at.hash, at.bytes), (crate::hash_bytes(&still_of(1000)).hash, 1000));
+        let e = read_original(&root, b"over.jpg", 1000, &cancel).unwrap_err().to_string();
+        assert!(e.contains("1005 bytes is too large for a still (at most 1000)"), "{e}");
+        // A video has no such limit: it is streamed.
+        let (_dir, root) = root_with(&[("clip.mp4", &mp4(&[3u8; 5000]))]);
+        assert_eq!(read_original(&root, b"clip.mp4", 1000, &cancel).unwrap().bytes, 5024);
+    }
+
+    #[test]
+    fn the_crawl_s_limit_takes_a_large_still() {
+        // 40 MB: a large TIFF or a RAW's worth, well under the limit.
+        let (_dir, root) = root_with(&[("big.jpg", &still_of(40_000_000))]);
+        let read = read_original(&root, b"big.jpg", MAX_STILL_BYTES, &CancellationToken::new()).unwrap();
+        assert_eq!(read.bytes, 40_000_000);
     }
 
     #[test]

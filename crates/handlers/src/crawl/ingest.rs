@@ -219,9 +219,11 @@ impl<C: CatalogueStore> Run<'_, C> {
     /// through the open file, which is kept for the tools that read it next (on a blocking thread).
     async fn read(&self, entry: &WalkEntry) -> Result<ReadOriginal, FileProblem> {
         let (root, rel, cancel) = (self.root.clone(), entry.rel.clone(), self.cancel.clone());
-        let read = tokio::task::spawn_blocking(move || almanac_media::read_original(&root, &rel, &cancel))
-            .await
-            .map_err(|e| FileProblem::Failed(format!("hashing ended abnormally: {e}")))??;
+        let read = tokio::task::spawn_blocking(move || {
+            almanac_media::read_original(&root, &rel, almanac_media::MAX_STILL_BYTES, &cancel)
+        })
+        .await
+        .map_err(|e| FileProblem::Failed(format!("hashing ended abnormally: {e}")))??;
         self.counters.bytes_hashed.fetch_add(read.bytes, Ordering::Relaxed);
         Ok(read)
     }
