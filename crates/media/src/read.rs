@@ -92,10 +92,12 @@ pub fn read_original(
                     "{len} bytes is too large for a still (at most {max_still_bytes})"
                 )));
             }
-            // Bounded, then one byte more asked for: a file that grows while it is read is not read without end.
-            let mut content = Vec::new();
-            file.take(max_still_bytes).read_to_end(&mut content).map_err(cannot_read)?;
-            if file.read(&mut [0u8]).map_err(cannot_read)? > 0 {
+            // Bounded at one byte past the limit: a file that grows while it is read is not read without end,
+            // and that byte tells it apart from one that ends at the limit.
+            let mut content = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+            file.take(max_still_bytes.saturating_add(1)).read_to_end(&mut content).map_err(cannot_read)?;
+            let within_limit = content.len() as u64 <= max_still_bytes;
+            if !within_limit {
                 return Err(ReadError::Unreadable(format!(
                     "it grew past {max_still_bytes} bytes while it was read, too large for a still"
                 )));

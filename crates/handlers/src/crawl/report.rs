@@ -128,6 +128,14 @@ mod tests {
     }
 
     #[test]
+    fn the_time_taken_is_reported_in_tenths_of_a_second() {
+        let since = std::time::Instant::now() - std::time::Duration::from_millis(2_040);
+        let seconds = Counters::default().counts(0, since).seconds;
+        // 2.04 s rounds to 2.0; 2.1 allows this machine up to 160 ms before the clock is read.
+        assert!(seconds == 2.0 || seconds == 2.1, "{seconds}");
+    }
+
+    #[test]
     fn only_changes_to_assets_count_as_changed() {
         let counters = Counters::default();
         bump(&counters.unchanged);
