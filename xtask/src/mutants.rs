@@ -84,17 +84,38 @@ pub fn changed(workspace: &Path, cargo: &str, database_url: &str, base: Option<&
     std::fs::create_dir_all(diff_path.parent().expect("target"))?;
     std::fs::write(&diff_path, &diff.stdout)?;
     println!("==> mutating the code changed since {base}");
-    run_mutants(
+    let in_diff = ["--in-diff".into(), diff_path.display().to_string(), "--in-place".into()];
+    let libraries = run_mutants(
         workspace,
         cargo,
         database_url,
-        &["--in-diff".into(), diff_path.display().to_string(), "--in-place".into()],
-    )
+        &[&in_diff[..], &["--exclude".into(), BINARY_FILES.into()]].concat(),
+    )?;
+    println!("==> the binary's changed code, against its own tests and the black-box tests");
+    let binary = run_mutants(workspace, cargo, database_url, &[&in_diff[..], &binary_pass()].concat())?;
+    Ok(libraries && binary)
 }
 
 pub fn package(workspace: &Path, cargo: &str, database_url: &str, package: &str) -> Result<bool> {
     check_skips_documented(workspace)?;
-    run_mutants(workspace, cargo, database_url, &["--package".into(), package.to_owned(), "--in-place".into()])
+    let mut args = vec!["--package".into(), package.to_owned(), "--in-place".into()];
+    if package == BINARY_PACKAGE {
+        args.extend(binary_pass());
+    }
+    run_mutants(workspace, cargo, database_url, &args)
+}
+
+/// The binary's crate: most of what it does (start, run, the CLI's verbs) is tested by running it as a
+/// process from the black-box package (`tests/`), which cargo-mutants would not run for a mutant in the
+/// binary's crate by itself (it tests only the mutated package). So its mutants get a pass of their own with
+/// both packages' tests.
+const BINARY_PACKAGE: &str = "almanac-worker";
+const BINARY_FILES: &str = "crates/worker/**";
+
+fn binary_pass() -> Vec<String> {
+    ["--file", BINARY_FILES, "--test-package", BINARY_PACKAGE, "--test-package", "almanac-system-tests"]
+        .map(String::from)
+        .to_vec()
 }
 
 /// Functions marked `#[mutants::skip]` under `crates/`.

@@ -316,7 +316,10 @@ async fn a_damaged_file_is_recorded_and_the_crawl_goes_on() {
     assert_eq!((result["ingested"].as_u64(), result["failed"].as_u64()), (Some(1), Some(1)), "{result}");
     let failure = &result["failures"][0];
     assert_eq!(failure["path"], "cut.jpg");
-    assert!(failure["reason"].as_str().unwrap().contains("damaged"), "{failure}");
+    let reason = failure["reason"].as_str().unwrap();
+    assert!(reason.contains("damaged"), "{failure}");
+    // The reason names the file where the operator finds it.
+    assert!(reason.starts_with(&lib.root.join("cut.jpg").display().to_string()), "{failure}");
 }
 
 #[tokio::test]
@@ -435,4 +438,22 @@ async fn deleted_proxies_are_made_again_by_the_next_crawl() {
     assert_eq!((again.id, again.proxies), (redo.id, 3), "same asset, all three proxies");
     let next = lib.crawl().await;
     assert_eq!((next["unchanged"].as_u64(), next["bytes_hashed"].as_u64()), (Some(2), Some(0)));
+}
+
+#[tokio::test]
+async fn an_asset_whose_file_vanished_while_its_copy_changed_content_is_soft_deleted() {
+    let lib = library().await;
+    lib.write("IMG.jpg", &photo(1));
+    lib.write("backup/IMG.jpg", &photo(1));
+    let first = lib.crawl().await;
+    assert_eq!((first["ingested"].as_u64(), first["copies"].as_u64()), (Some(1), Some(1)), "{first}");
+    // The original goes; the copy's path now holds another photo. Nothing holds the first photo any more.
+    std::fs::remove_file(lib.root.join("IMG.jpg")).unwrap();
+    lib.write("backup/IMG.jpg", &photo(2));
+    let result = lib.crawl().await;
+    assert_eq!((result["ingested"].as_u64(), result["soft_deleted"].as_u64()), (Some(1), Some(1)), "{result}");
+    let active = lib.active().await;
+    assert_eq!(active.len(), 1);
+    assert_eq!(active[0].display_path, "backup/IMG.jpg");
+    assert_eq!(active[0].content_hash, almanac_media::hash_bytes(&photo(2)).hash.as_hex());
 }

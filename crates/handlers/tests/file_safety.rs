@@ -205,24 +205,34 @@ async fn roots_of_an_older_catalogue_that_overlap_are_refused_by_the_crawl_and_r
     assert_eq!(lib.active_count().await, 0);
 }
 
-/// The catalogue as the crawl sees it, with one twist: loading the known files waits until the walk has
-/// listed (and closed) the folder `last`, then runs `swap`. The crawl reads files only after both, so whatever
-/// `swap` does happens between the listing and the reading, every time.
-struct SwapAfterListing {
+/// The catalogue as the crawl sees it, with one twist that puts an event at an exact step of the crawl.
+struct Interposed {
     inner: Arc<PgStore>,
-    inotify: OwnedFd,
-    swap: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+    twist: Twist,
 }
 
-impl SwapAfterListing {
-    fn new(inner: Arc<PgStore>, last: &Path, swap: impl FnOnce() + Send + 'static) -> Self {
+enum Twist {
+    /// Loading the known files waits until the walk has listed (and closed) the watched folder, then runs the
+    /// swap. The crawl reads files only after both, so the swap happens between the listing and the reading.
+    SwapAfterListing { inotify: OwnedFd, swap: Mutex<Option<Box<dyn FnOnce() + Send>>> },
+    /// The crawl is cancelled while a file's content is looked up, after it was read and before it is written.
+    CancelAtPlacement(CancellationToken),
+}
+
+impl Interposed {
+    /// `swap` runs once the walk has listed the folder `last`.
+    fn swap_after_listing(inner: Arc<PgStore>, last: &Path, swap: impl FnOnce() + Send + 'static) -> Self {
         let inotify = inotify::init(inotify::CreateFlags::CLOEXEC).unwrap();
         inotify::add_watch(&inotify, last, inotify::WatchFlags::CLOSE_NOWRITE).unwrap();
-        Self { inner, inotify, swap: Mutex::new(Some(Box::new(swap))) }
+        Self { inner, twist: Twist::SwapAfterListing { inotify, swap: Mutex::new(Some(Box::new(swap))) } }
+    }
+
+    fn cancel_at_placement(inner: Arc<PgStore>, cancel: CancellationToken) -> Self {
+        Self { inner, twist: Twist::CancelAtPlacement(cancel) }
     }
 }
 
-impl CatalogueStore for SwapAfterListing {
+impl CatalogueStore for Interposed {
     async fn storage_config(&self, id: StorageConfigId) -> Result<Option<StorageConfig>, CatalogueError> {
         self.inner.storage_config(id).await
     }
@@ -238,17 +248,19 @@ impl CatalogueStore for SwapAfterListing {
         self.inner.record_root_identity(fence, config, is_mount_point).await
     }
     async fn known_files(&self, config: StorageConfigId) -> Result<Vec<KnownFile>, CatalogueError> {
-        let inotify = self.inotify.try_clone().unwrap();
-        tokio::task::spawn_blocking(move || {
-            let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
-            let mut events = inotify::Reader::new(&inotify, &mut buf);
-            // The folder's own close (no name): the walk has read every entry of it.
-            while events.next().unwrap().file_name().is_some_and(|n| !n.is_empty()) {}
-        })
-        .await
-        .unwrap();
-        let swap = self.swap.lock().unwrap().take().expect("one crawl");
-        swap();
+        if let Twist::SwapAfterListing { inotify, swap } = &self.twist {
+            let inotify = inotify.try_clone().unwrap();
+            tokio::task::spawn_blocking(move || {
+                let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
+                let mut events = inotify::Reader::new(&inotify, &mut buf);
+                // The folder's own close (no name): the walk has read every entry of it.
+                while events.next().unwrap().file_name().is_some_and(|n| !n.is_empty()) {}
+            })
+            .await
+            .unwrap();
+            let swap = swap.lock().unwrap().take().expect("one crawl");
+            swap();
+        }
         self.inner.known_files(config).await
     }
     async fn find_by_hash(
@@ -256,6 +268,9 @@ impl CatalogueStore for SwapAfterListing {
         config: StorageConfigId,
         hash: &ContentHash,
     ) -> Result<Vec<HashMatch>, CatalogueError> {
+        if let Twist::CancelAtPlacement(cancel) = &self.twist {
+            cancel.cancel();
+        }
         self.inner.find_by_hash(config, hash).await
     }
     async fn relocate(&self, fence: Fence, asset: AssetId, facts: &FileFacts) -> Result<(), CatalogueError> {
@@ -321,7 +336,7 @@ async fn a_file_or_folder_swapped_for_a_link_after_listing_is_never_read() {
     let root = lib.root.clone();
     let bob_for_swap = bob.clone();
     // Depth first in name order: `keep` is the last folder listed.
-    let catalogue = SwapAfterListing::new(lib.store.clone(), &root.join("keep"), move || {
+    let catalogue = Interposed::swap_after_listing(lib.store.clone(), &root.join("keep"), move || {
         std::fs::remove_file(root.join("in/IMG_1.jpg")).unwrap();
         std::os::unix::fs::symlink(bob_for_swap.join("secret.jpg"), root.join("in/IMG_1.jpg")).unwrap();
         std::fs::remove_dir_all(root.join("in/sub")).unwrap();
@@ -604,4 +619,64 @@ async fn a_root_swapped_for_a_link_or_stored_non_canonical_is_never_read() {
     let err = lib.run_handler(&lib.handler(), item).await.unwrap_err();
     assert!(!err.retryable && err.message.contains("not a canonical path"), "{err:?}");
     assert_eq!(lib.count(&bobs).await, 0);
+}
+
+#[tokio::test]
+async fn a_crawl_cancelled_after_a_file_was_read_writes_nothing_for_it() {
+    let lib = library().await;
+    lib.write("before/IMG.jpg", &photo(1));
+    lib.crawl().await;
+    std::fs::create_dir(lib.root.join("after")).unwrap();
+    std::fs::rename(lib.root.join("before/IMG.jpg"), lib.root.join("after/IMG.jpg")).unwrap();
+    let at = |path: &str| format!("SELECT count(*) AS n FROM media_assets WHERE display_path = '{path}'");
+    // The cancellation lands while the moved file's content is looked up: read, not yet written.
+    let cancel = CancellationToken::new();
+    let catalogue = Interposed::cancel_at_placement(lib.store.clone(), cancel.clone());
+    let handler = CrawlHandler::new(Arc::new(catalogue), CrawlSettings::new(lib.proxies.clone()));
+    let item = lib.item(serde_json::json!({})).await;
+    let err = lib.run_in(&handler, item, cancel.clone()).await.expect_err("cancelled");
+    assert!(cancel.is_cancelled() && err.message.contains("cancelled"), "{err:?}");
+    assert_eq!((lib.count(&at("before/IMG.jpg")).await, lib.count(&at("after/IMG.jpg")).await), (1, 0));
+    // The next crawl moves it.
+    assert_eq!(lib.crawl().await["moved"], 1);
+    assert_eq!(lib.count(&at("after/IMG.jpg")).await, 1);
+}
+
+#[tokio::test]
+async fn a_root_that_is_a_file_or_lies_beyond_a_link_says_which_and_deletes_nothing() {
+    let lib = library().await;
+    lib.with_photos(2).await;
+    // The share's folder replaced by a file (a clumsy `cp` onto the mount point).
+    let away = lib.root.with_file_name("originals-away");
+    std::fs::rename(&lib.root, &away).unwrap();
+    std::fs::write(&lib.root, b"not a folder").unwrap();
+    let err = lib.refused(serde_json::json!({})).await;
+    assert!(err.retryable && err.message.contains("is not a folder"), "{err:?}");
+    assert_eq!(lib.active_count().await, 2);
+    std::fs::remove_file(&lib.root).unwrap();
+    std::fs::rename(&away, &lib.root).unwrap();
+
+    // A second library whose parent folder is later swapped for a link to elsewhere.
+    let parent = lib.dir.path().join("bob-home");
+    std::fs::create_dir_all(parent.join("library")).unwrap();
+    let (_, bob) = lib
+        .store
+        .add_storage_config(&NewStorageConfig { username: "bob".into(), root_path: parent.join("library") })
+        .await
+        .unwrap();
+    let elsewhere = lib.dir.path().join("elsewhere");
+    std::fs::rename(&parent, &elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &parent).unwrap();
+    let item = lib.work_item(WorkKind::Crawl, Scope::Config(bob.id), serde_json::json!({})).await;
+    let err = lib.run_handler(&lib.handler(), item).await.unwrap_err();
+    assert!(err.retryable && err.message.contains("is reached through a link"), "{err:?}");
+}
+
+#[tokio::test]
+async fn a_new_library_that_is_still_empty_crawls_without_a_complaint() {
+    let lib = library().await;
+    let result = lib.crawl().await;
+    assert_eq!((result["found"].as_u64(), result["soft_deleted"].as_u64()), (Some(0), Some(0)), "{result}");
+    lib.write("IMG.jpg", &photo(1));
+    assert_eq!(lib.crawl().await["ingested"], 1);
 }

@@ -86,7 +86,7 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<ExitCode> {
     let mut crawl_settings = CrawlSettings::new(proxy_root.clone());
     crawl_settings.max_concurrent_files = settings.worker.max_concurrent_files;
     crawl_settings.mass_deletion = settings.mass_deletion();
-    crawl_settings.max_image_pixels = settings.storage.max_image_megapixels * 1_000_000;
+    crawl_settings.max_image_pixels = settings.max_image_pixels();
     let crawl = CrawlHandler::new(store.clone(), crawl_settings);
     let registry = HandlerRegistry::new()
         .register(crawl)

@@ -326,6 +326,11 @@ impl Settings {
         Ok(c)
     }
 
+    /// The most pixels a still may decode to (`storage.max_image_megapixels`, in pixels).
+    pub fn max_image_pixels(&self) -> u64 {
+        self.storage.max_image_megapixels * 1_000_000
+    }
+
     /// The crawl's mass-deletion guard.
     pub fn mass_deletion(&self) -> almanac_handlers::MassDeletionGuard {
         almanac_handlers::MassDeletionGuard {
@@ -461,6 +466,13 @@ mod tests {
         assert_eq!(s.log.format, LogFormat::Human);
         assert_eq!((s.storage.mass_deletion_min_assets, s.storage.mass_deletion_max_percent), (10, 50));
         assert_eq!(s.storage.max_image_megapixels, 250);
+        assert_eq!(s.max_image_pixels(), almanac_media::DEFAULT_MAX_PIXELS);
+    }
+
+    #[test]
+    fn the_megapixel_limit_reaches_the_crawl_in_pixels() {
+        let s = Settings::load_from(None, env(&[("ALMANAC__STORAGE__MAX_IMAGE_MEGAPIXELS", "3")])).unwrap();
+        assert_eq!(s.max_image_pixels(), 3_000_000);
     }
 
     #[test]

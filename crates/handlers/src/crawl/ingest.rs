@@ -152,18 +152,15 @@ impl<C: CatalogueStore> Run<'_, C> {
 
     /// Who has this content: the asset at this very path (only size or mtime changed), another active asset (a
     /// move or a copy), or a soft-deleted one (a revival). Asked per changed file, so the known-files load at
-    /// the start need not carry every hash.
+    /// the start need not carry every hash. A config holds one active asset per content; among soft-deleted
+    /// ones the store lists the most recently deleted first, and that one is revived.
     async fn placement(&self, entry: &WalkEntry, hash: &ContentHash) -> Result<Placement, FileProblem> {
-        let (mut same_at_path, mut active, mut soft_deleted) = (None, None, None);
-        for m in self.catalogue.find_by_hash(self.config, hash).await? {
-            match m.soft_deleted {
-                false if m.file_path == entry.rel => same_at_path = Some(m.asset_id),
-                false if active.is_none() => active = Some((m.asset_id, m.file_path)),
-                true if soft_deleted.is_none() => soft_deleted = Some(m.asset_id),
-                _ => {}
-            }
-        }
-        let active = active.map(|(id, path): (AssetId, Vec<u8>)| (id, self.root.exists(&path)));
+        let matches = self.catalogue.find_by_hash(self.config, hash).await?;
+        let active = matches.iter().find(|m| !m.soft_deleted);
+        let same_at_path = active.filter(|m| m.file_path == entry.rel).map(|m| m.asset_id);
+        // Whether its own path still exists matters only when it is elsewhere (a copy, or a move).
+        let active = active.map(|m| (m.asset_id, same_at_path.is_some() || self.root.exists(&m.file_path)));
+        let soft_deleted = matches.iter().find(|m| m.soft_deleted).map(|m| m.asset_id);
         Ok(place(same_at_path, active, soft_deleted))
     }
 

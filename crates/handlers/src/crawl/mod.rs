@@ -113,7 +113,11 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
         let (root, is_mount_point) = root::open_root(&storage, args)?;
         let root = Arc::new(root);
         let (files, walk, known, active) = self.list(config, &root, &ctx.cancel).await?;
-        root::check_not_emptied(&storage, args, active, files.len(), walk.stopped)?;
+        // A walk stops early only when cancelled: what it did not list must never look vanished.
+        if walk.stopped {
+            return Err(HandlerError::cancelled());
+        }
+        root::check_not_emptied(&storage, args, active, files.len())?;
 
         let run = Run {
             catalogue: &*self.catalogue,
@@ -130,11 +134,13 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
             hash_locks: Mutex::default(),
             cancel: ctx.cancel.clone(),
         };
-        let handed_over = self.process(&run, files, &ctx.progress).await?;
+        self.process(&run, files, &ctx.progress).await?;
         ctx.progress.report(to_json(&run.counts()));
 
         let settle = Settle { catalogue: &*self.catalogue, fence: ctx.fence, storage: &storage, cancel: &ctx.cancel };
-        let soft_deleted = if walk.unreadable.is_empty() && !walk.stopped && handed_over {
+        // Every file was listed and processed (or the crawl ended above); only a folder that could not be read
+        // leaves the walk incomplete.
+        let soft_deleted = if walk.unreadable.is_empty() {
             let unseen = settle::unseen(&run.known, &run.seen.lock().expect("poisoned"));
             let guard = &self.settings.mass_deletion;
             settle.vanished(unseen, active, guard, args, is_mount_point, &run.counters).await?
@@ -195,7 +201,7 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
         run: &Run<'_, C>,
         files: Vec<WalkEntry>,
         progress: &ProgressReporter,
-    ) -> Result<bool, HandlerError> {
+    ) -> Result<(), HandlerError> {
         let (tx, rx) = tokio::sync::mpsc::channel::<Walked>(256);
         let known = run.known.clone();
         let walker = tokio::task::spawn_blocking(move || {
@@ -258,10 +264,16 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
         if run.cancel.is_cancelled() {
             return Err(HandlerError::cancelled());
         }
-        match fatal.into_inner().expect("poisoned") {
-            Some(e) => Err(catalogue_error(e)),
-            None => Ok(handed_over),
+        if let Some(e) = fatal.into_inner().expect("poisoned") {
+            return Err(catalogue_error(e));
         }
+        if !handed_over {
+            return Err(HandlerError::retryable(
+                "the folder walk stopped before it handed over every file; nothing was soft-deleted, and the crawl \
+                 will be retried",
+            ));
+        }
+        Ok(())
     }
 
     /// Enqueues the config's burst detection (once: it joins one already queued), fenced like every write.

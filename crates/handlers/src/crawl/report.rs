@@ -77,13 +77,6 @@ impl Counters {
     /// The crawl's report, from its final counts and what the walk and the settling found; logged as
     /// `crawl_finished` (the metrics count crawls from that line).
     pub fn report(&self, counts: CrawlCounts, walk: &WalkReport, soft_deleted: u64, paired: usize) -> CrawlReport {
-        if !walk.proxy_root_inside.is_empty() {
-            tracing::warn!(
-                event = "proxy_root_inside_library",
-                folders = ?walk.proxy_root_inside,
-                "the proxy root is mounted inside this library; it was passed over. Mount it outside every library"
-            );
-        }
         let report = CrawlReport {
             counts,
             soft_deleted,

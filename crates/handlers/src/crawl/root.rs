@@ -94,9 +94,8 @@ pub(super) fn check_not_emptied(
     args: CrawlArgs,
     active: usize,
     media_found: usize,
-    walk_stopped: bool,
 ) -> Result<(), HandlerError> {
-    if active > 0 && media_found == 0 && !walk_stopped && !args.allow_mass_deletion {
+    if active > 0 && media_found == 0 && !args.allow_mass_deletion {
         return Err(root_unavailable(
             &storage.root_path,
             &format!(

@@ -58,7 +58,7 @@ pub struct WalkReport {
     pub unsupported: u64,
     /// Folders passed over because they are the proxy root, mounted inside the library (never crawled).
     pub proxy_root_inside: Vec<String>,
-    /// True when the walk stopped early (cancelled, or the receiver went away).
+    /// True when the walk stopped early (cancelled): the crawl then ends without settling anything.
     pub stopped: bool,
 }
 
@@ -117,7 +117,14 @@ pub fn list_tree(
             match entry.kind {
                 EntryKind::Link => report.links += 1,
                 EntryKind::Folder if Some(entry.identity) == avoid => {
-                    report.proxy_root_inside.push(display_of(root, &rel));
+                    let folder = display_of(root, &rel);
+                    tracing::warn!(
+                        event = "proxy_root_inside_library",
+                        folder,
+                        "the proxy root is mounted inside this library; it was passed over. Mount it outside every \
+                         library"
+                    );
+                    report.proxy_root_inside.push(folder);
                 }
                 EntryKind::Folder => subdirs.push(rel.clone()),
                 EntryKind::Other => report.unsupported += 1,
