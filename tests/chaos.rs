@@ -122,6 +122,10 @@ struct Trial {
     dir: tempfile::TempDir,
     fault: Fault,
     workers: Vec<(String, Child)>,
+    /// The Worker the fault killed on purpose.
+    killed: Option<String>,
+    /// A Worker that ended on its own (none may, until it is told to stop): the trial ends at once, failed.
+    exited: Option<String>,
     acknowledged: Arc<Mutex<Vec<String>>>,
 }
 
@@ -145,8 +149,15 @@ impl Trial {
         sql(&cluster.url("postgres"), &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
         sql(&cluster.url("postgres"), &format!("CREATE DATABASE {name}"));
         let url = cluster.url(&name);
-        let trial =
-            Trial { url, dir: tempfile::tempdir().unwrap(), fault, workers: Vec::new(), acknowledged: Arc::default() };
+        let trial = Trial {
+            url,
+            dir: tempfile::tempdir().unwrap(),
+            fault,
+            workers: Vec::new(),
+            killed: None,
+            exited: None,
+            acknowledged: Arc::default(),
+        };
         trial.cli(&["migrate"]).expect("migrate");
         sql(&trial.url, AUDIT);
         for user in ["ann", "bob"] {
@@ -204,11 +215,24 @@ impl Trial {
         self.workers.iter().find(|(n, _)| n == name).map(|(_, c)| c.id()).unwrap()
     }
 
-    fn wait_until(&self, what: &str, statement: &str, limit: Duration) -> bool {
+    /// Waits for `statement` to return a row, at most `limit`, and no longer than every Worker keeps running.
+    fn wait_until(&mut self, what: &str, statement: &str, limit: Duration) -> bool {
         let started = Instant::now();
         while started.elapsed() < limit {
             if try_sql(&self.url, statement).is_some_and(|rows| !rows.is_empty()) {
                 return true;
+            }
+            if self.exited.is_none() {
+                let killed = self.killed.as_deref();
+                self.exited = self.workers.iter_mut().filter(|(name, _)| Some(name.as_str()) != killed).find_map(
+                    |(name, child)| {
+                        child.try_wait().ok().flatten().map(|status| format!("{name} ended on its own: {status}"))
+                    },
+                );
+            }
+            if let Some(exited) = &self.exited {
+                eprintln!("{:?}: gave up waiting for {what}: {exited}", self.fault);
+                return false;
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -238,6 +262,7 @@ impl Trial {
         self.start_worker("worker-b", &direct, &pool);
         match self.fault {
             Fault::KillWorker => {
+                self.killed = Some("worker-a".into());
                 let _ = Command::new("kill").args(["-KILL", &self.pid_of("worker-a").to_string()]).status();
                 self.start_worker("worker-c", &direct, &[]);
             }
@@ -363,7 +388,7 @@ impl Trial {
                 log.lines().filter(|l| l.contains("\"event\":\"self_stopped\"")).count()
             })
             .sum();
-        let missed = self.missed(self_stops);
+        let missed = self.exited.clone().or_else(|| self.missed(self_stops));
         let failed = count("SELECT count(*) FROM work_items WHERE status = 'failed'");
         for row in sql(url, "SELECT kind, left(last_error, 300) FROM work_items WHERE status = 'failed'") {
             inconsistent.push(format!("{} failed: {}", row[0], row[1]));

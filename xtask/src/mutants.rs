@@ -108,14 +108,24 @@ pub fn package(workspace: &Path, cargo: &str, database_url: &str, package: &str)
 /// The binary's crate: most of what it does (start, run, the CLI's verbs) is tested by running it as a
 /// process from the black-box package (`tests/`), which cargo-mutants would not run for a mutant in the
 /// binary's crate by itself (it tests only the mutated package). So its mutants get a pass of their own with
-/// both packages' tests.
+/// both packages' tests. Its timeout is set, not derived: cargo-mutants times the baseline on the mutated
+/// package's tests alone (a second), and the black-box tests take minutes.
 const BINARY_PACKAGE: &str = "almanac-worker";
 const BINARY_FILES: &str = "crates/worker/**";
 
 fn binary_pass() -> Vec<String> {
-    ["--file", BINARY_FILES, "--test-package", BINARY_PACKAGE, "--test-package", "almanac-system-tests"]
-        .map(String::from)
-        .to_vec()
+    [
+        "--file",
+        BINARY_FILES,
+        "--test-package",
+        BINARY_PACKAGE,
+        "--test-package",
+        "almanac-system-tests",
+        "--timeout",
+        "900",
+    ]
+    .map(String::from)
+    .to_vec()
 }
 
 /// Functions marked `#[mutants::skip]` under `crates/`.

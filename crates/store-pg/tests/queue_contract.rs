@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use almanac_domain::{
     CancelOutcome, ClaimRequest, DedupKey, FailOutcome, Failure, Heartbeat, LeaseDuration, NewWorkItem, QueueError,
-    Scope, ServedConfigs, Status, StorageConfig, WorkItemId, WorkKind, WorkQueue, WorkerId, WriteOutcome,
+    QueueMaintenance, Scope, ServedConfigs, Status, StorageConfig, WorkItemId, WorkKind, WorkQueue, WorkerId,
+    WriteOutcome,
 };
 use almanac_store_pg::{NewStorageConfig, PgStore, claim_with};
 use almanac_testdb::TestDatabase;
@@ -422,6 +423,37 @@ async fn per_user_worker_claims_only_its_user_configs_and_unscoped_work() {
     assert_eq!(store.claim(&bob_worker).await.unwrap().unwrap().item.id, bobs);
     assert_eq!(store.claim(&bob_worker).await.unwrap().unwrap().item.id, unscoped);
     assert!(store.claim(&bob_worker).await.unwrap().is_none());
+}
+
+/// "Which configs a Worker serves" is stated twice: in the claim (its candidates function, written per case so
+/// each reads an index) and in the scheduler's `served_configs`. Here they must agree, for every way of serving.
+#[tokio::test]
+async fn the_scheduler_serves_exactly_the_configs_the_claim_serves() {
+    let (db, store) = setup().await;
+    let ann = config(&store, "ann", "/served/ann").await;
+    let ann_second = config(&store, "ann", "/served/ann-2").await;
+    let bob = config(&store, "bob", "/served/bob").await;
+    let off = config(&store, "bob", "/served/bob-off").await;
+    store.set_storage_config_active(off.id, false).await.unwrap();
+    let ways = [ServedConfigs::All, ServedConfigs::User(ann.user_id), ServedConfigs::User(bob.user_id)];
+    for (i, served) in ways.into_iter().enumerate() {
+        for c in [&ann, &ann_second, &bob, &off] {
+            enqueue(&store, WorkKind::Crawl, Scope::Config(c.id)).await;
+        }
+        let worker = format!("w{i}");
+        let mut claimed = HashSet::new();
+        while let Some(attempt) = store.claim(&ClaimRequest { served, ..all_kinds(&worker) }).await.unwrap() {
+            let Scope::Config(config) = attempt.item.scope else { panic!("only config work is queued") };
+            assert!(claimed.insert(config), "one item per config was queued");
+            store.complete(attempt.fence, None).await.unwrap();
+        }
+        let scheduled: HashSet<_> = store.served_configs(served).await.unwrap().into_iter().collect();
+        assert_eq!(scheduled, claimed, "{served:?}");
+        assert!(!claimed.contains(&off.id), "an inactive config is served by neither");
+        // What the claim passed over stays queued: clear it so the next way starts from the same queue.
+        let mut conn = raw(&db).await;
+        sql_query("DELETE FROM work_items WHERE status = 'queued'").execute(&mut conn).await.unwrap();
+    }
 }
 
 #[tokio::test]
