@@ -74,11 +74,34 @@ impl Verdict {
 fn cluster() -> &'static Cluster {
     static CLUSTER: OnceLock<Cluster> = OnceLock::new();
     CLUSTER.get_or_init(|| {
+        remove_what_killed_suites_left();
         let dir = std::env::temp_dir().join(format!("almanac-chaos-{}", std::process::id()));
         let cluster = Cluster::at(dir).expect("PostgreSQL's binaries");
         cluster.ensure_running().expect("the fault suite's cluster starts");
         cluster
     })
+}
+
+/// A suite killed midway (a timeout, a fail-fast run, Ctrl-C) cannot stop its cluster: the next suite stops the
+/// clusters and removes the libraries of suites whose process is gone.
+fn remove_what_killed_suites_left() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
+    for path in entries.flatten().map(|e| e.path()) {
+        let name = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix("almanac-chaos-") else { continue };
+        let (is_library, pid) = match rest.strip_prefix("library-") {
+            Some(pid) => (true, pid),
+            None => (false, rest),
+        };
+        let Ok(pid) = pid.parse::<u32>() else { continue };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        if !is_library && let Ok(orphan) = Cluster::at(path.clone()) {
+            let _ = orphan.stop();
+        }
+        let _ = std::fs::remove_dir_all(&path);
+    }
 }
 
 /// Trials take turns (one of them restarts the server).
