@@ -60,8 +60,20 @@ pub struct KnownFile {
     /// The sidecar the asset's capture time was read with (always `None` for an extra path).
     pub sidecar: Option<Sidecar>,
     /// Whether the asset has all the proxies of its media type (a `proxy_deletion` removes some, so that the
-    /// next crawl makes them again).
+    /// next crawl makes them again; the crawl clears it too when it finds a proxy file gone or of another size).
     pub proxies_complete: bool,
+    /// The asset's proxy files as its rows record them (empty for an extra path): the crawl finds each with
+    /// its recorded size, or makes the asset's proxies again.
+    pub proxy_files: Vec<KnownProxyFile>,
+}
+
+/// A proxy file as its row records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KnownProxyFile {
+    /// Its path relative to the proxy root.
+    pub relative_path: String,
+    /// Its size in bytes when it was made.
+    pub size: u64,
 }
 
 /// An asset of the config with a given content hash.

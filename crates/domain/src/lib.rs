@@ -21,7 +21,7 @@ pub use catalogue::{
     AssetMetadata, CaptureSource, CaptureTime, ContentHash, MediaType, ProxyType, StorageConfig, User,
 };
 pub use catalogue_port::{
-    CatalogueError, CatalogueStore, FileFacts, HashMatch, IngestOutcome, KnownFile, NewAsset, NewProxy,
+    CatalogueError, CatalogueStore, FileFacts, HashMatch, IngestOutcome, KnownFile, KnownProxyFile, NewAsset, NewProxy,
     PairingCandidate, Sidecar,
 };
 pub use ids::{AssetId, BurstId, StorageConfigId, UserId, WorkItemId};

@@ -26,7 +26,7 @@ use almanac_media::ToolLimits;
 use almanac_media::fixtures::{self, FixtureExif};
 use almanac_store_pg::{NewStorageConfig, PgStore};
 use almanac_testdb::TestDatabase;
-use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 use tokio_util::sync::CancellationToken;
 
 fn env_usize(name: &str, default: usize) -> usize {
@@ -216,8 +216,8 @@ async fn main() {
         .add_storage_config(&NewStorageConfig { username: "bench".into(), root_path: small.clone() })
         .await
         .unwrap();
-    // Catalogue them as already crawled (same size and mtime, all proxies), as a previous crawl would have left
-    // them.
+    // Catalogue them as already crawled (same size and mtime, all proxies, their files in the proxy layout with
+    // the recorded size: the re-crawl looks at each), as a previous crawl would have left them.
     let mut conn = AsyncPgConnection::establish(db.url()).await.unwrap();
     conn.batch_execute(&format!(
         "INSERT INTO media_assets (id, storage_config_id, file_path, display_path, content_hash, size_bytes,
@@ -228,7 +228,9 @@ async fn main() {
                    FROM generate_series(0, {last}) g) s;
          INSERT INTO proxy_files (id, asset_id, proxy_type, relative_path, inline_value, size_bytes)
          SELECT gen_random_uuid(), a.id, t,
-                CASE WHEN t = 'blurhash' THEN NULL ELSE a.id::text || '/' || t || '.jpg' END,
+                CASE WHEN t = 'blurhash' THEN NULL
+                     ELSE a.storage_config_id::text || '/' || left(a.content_hash, 2) || '/' || a.content_hash || '/'
+                          || t || '.jpg' END,
                 CASE WHEN t = 'blurhash' THEN 'LKO2?U%2Tw=w' END, 1
            FROM media_assets a CROSS JOIN unnest(ARRAY['preview', 'thumbnail', 'blurhash']) AS t
           WHERE a.storage_config_id = '{config}';
@@ -238,6 +240,26 @@ async fn main() {
     ))
     .await
     .unwrap();
+    #[derive(diesel::QueryableByName)]
+    struct Proxy {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        relative_path: String,
+    }
+    let proxy_files: Vec<Proxy> = diesel::sql_query(format!(
+        "SELECT p.relative_path FROM proxy_files p JOIN media_assets a ON a.id = p.asset_id
+          WHERE a.storage_config_id = '{}' AND p.relative_path IS NOT NULL",
+        small_config.id
+    ))
+    .load(&mut conn)
+    .await
+    .unwrap();
+    for p in &proxy_files {
+        let file = proxies.join(&p.relative_path);
+        if std::fs::write(&file, b"x").is_err() {
+            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+            std::fs::write(&file, b"x").unwrap();
+        }
+    }
     // Vacuumed and analysed now, so autovacuum does not start on these rows in the middle of a round.
     conn.batch_execute("VACUUM ANALYZE media_assets").await.unwrap();
     conn.batch_execute("VACUUM ANALYZE proxy_files").await.unwrap();

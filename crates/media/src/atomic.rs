@@ -1,5 +1,6 @@
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::MediaError;
 
@@ -10,33 +11,79 @@ pub fn write_atomically(dest: &Path, bytes: &[u8]) -> Result<(), MediaError> {
     write_all_atomically(dir, &[(dest.file_name().map(Path::new).unwrap_or(dest), bytes)])
 }
 
-/// [`write_atomically`] for several files of one folder: each is written and flushed under its temporary name,
-/// then all are renamed into place and the folder is made durable once (one folder flush instead of one per
-/// file).
+/// [`write_atomically`] for several files of one folder: each is written and flushed under its temporary name
+/// and read back (it must hold exactly the bytes given: a write cut short is never renamed), then all are
+/// renamed into place and the folder is made durable once (one folder flush instead of one per file). On any
+/// error nothing takes its final name and the temporary files are removed. Every error is a
+/// [`MediaError::ProxyWrite`]: the files are proxies.
 pub fn write_all_atomically(dir: &Path, files: &[(&Path, &[u8])]) -> Result<(), MediaError> {
-    std::fs::create_dir_all(dir).map_err(|e| MediaError::io(dir, e))?;
-    for (name, bytes) in files {
-        let tmp = temporary_name(&dir.join(name));
-        let mut file = std::fs::File::create(&tmp).map_err(|e| MediaError::io(&tmp, e))?;
-        file.write_all(bytes).map_err(|e| MediaError::io(&tmp, e))?;
-        file.sync_data().map_err(|e| MediaError::io(&tmp, e))?;
+    std::fs::create_dir_all(dir).map_err(|e| MediaError::write(dir, e))?;
+    let temporaries: Vec<_> = files.iter().map(|(name, _)| temporary_name(&dir.join(name))).collect();
+    let written = files.iter().zip(&temporaries).try_for_each(|((_, bytes), tmp)| write_whole(tmp, bytes));
+    if let Err(e) = written {
+        for tmp in &temporaries {
+            let _ = std::fs::remove_file(tmp);
+        }
+        return Err(e);
     }
-    for (name, _) in files {
+    for ((name, _), tmp) in files.iter().zip(&temporaries) {
         let dest = dir.join(name);
-        std::fs::rename(temporary_name(&dest), &dest).map_err(|e| MediaError::io(&dest, e))?;
+        std::fs::rename(tmp, &dest).map_err(|e| MediaError::write(&dest, e))?;
     }
     sync_folder(dir)
+}
+
+/// Writes `bytes` to `tmp`, flushes them to disk and reads them back: a short write, an error of the disk or a
+/// file system that drops data is an error here, not a proxy cut short later.
+fn write_whole(tmp: &Path, bytes: &[u8]) -> Result<(), MediaError> {
+    let mut file = std::fs::File::create(tmp).map_err(|e| MediaError::write(tmp, e))?;
+    file.write_all(bytes).map_err(|e| MediaError::write(tmp, e))?;
+    file.sync_data().map_err(|e| MediaError::write(tmp, e))?;
+    let mut back = Vec::with_capacity(bytes.len() + 1);
+    std::fs::File::open(tmp)
+        .and_then(|f| f.take(bytes.len() as u64 + 1).read_to_end(&mut back))
+        .map_err(|e| MediaError::write(tmp, e))?;
+    if back != bytes {
+        let e = std::io::Error::other(format!(
+            "{} bytes were written but {} other bytes were read back (the file system lost data)",
+            bytes.len(),
+            back.len()
+        ));
+        return Err(MediaError::write(tmp, e));
+    }
+    Ok(())
 }
 
 /// Makes a folder's entries durable (after a rename into it), so a power cut cannot leave a proxy row
 /// pointing at a name that never reached the disk.
 pub fn sync_folder(dir: &Path) -> Result<(), MediaError> {
-    std::fs::File::open(dir).and_then(|f| f.sync_all()).map_err(|e| MediaError::io(dir, e))
+    std::fs::File::open(dir).and_then(|f| f.sync_all()).map_err(|e| MediaError::write(dir, e))
 }
 
 /// Flushes a finished file to disk before it is renamed into place.
 pub(crate) fn sync_file(path: &Path) -> Result<(), MediaError> {
-    std::fs::File::open(path).and_then(|f| f.sync_all()).map_err(|e| MediaError::io(path, e))
+    std::fs::File::open(path).and_then(|f| f.sync_all()).map_err(|e| MediaError::write(path, e))
+}
+
+/// Checks that the proxy root can take a file now: a file of one block is created beside the proxy folders
+/// (`.almanac-write-check-…`, a name outside the proxy layout, which the sweep never touches), flushed to disk
+/// and removed. A folder the Worker's user may not write, a read-only or full volume, or a missing folder is a
+/// [`MediaError::ProxyRootUnwritable`] naming `storage.proxy_root` and the cause. The one check of the proxy
+/// root: `run`, `config check` and every crawl call it. Blocking.
+pub fn check_proxy_root(root: &Path) -> Result<(), MediaError> {
+    static PROBES: AtomicU64 = AtomicU64::new(0);
+    let n = PROBES.fetch_add(1, Ordering::Relaxed);
+    let probe = root.join(format!(".almanac-write-check-{}-{n}", std::process::id()));
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+        .and_then(|mut f| f.write_all(&[0; 4096]).and_then(|()| f.sync_all()));
+    let removed = match std::fs::remove_file(&probe) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && written.is_err() => Ok(()),
+        other => other,
+    };
+    written.and(removed).map_err(|source| MediaError::ProxyRootUnwritable { root: root.to_owned(), source })
 }
 
 /// The temporary name used for `dest` while it is being written: hidden, in the same folder.
@@ -61,5 +108,19 @@ mod tests {
         assert!(!temporary_name(&dest).exists());
         let expected = almanac_domain::ProxyType::Preview.temporary_file_name().unwrap();
         assert_eq!(temporary_name(&dest).file_name().unwrap(), expected, "the name the proxy sweep knows as ours");
+    }
+
+    #[test]
+    fn the_proxy_root_check_leaves_nothing_and_names_the_setting_and_the_cause() {
+        let dir = tempfile::tempdir().unwrap();
+        check_proxy_root(dir.path()).unwrap();
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "the check's file is removed");
+        let missing = dir.path().join("not-mounted");
+        let err = check_proxy_root(&missing).unwrap_err().to_string();
+        assert!(err.contains("storage.proxy_root") && err.contains("not-mounted"), "{err}");
+        assert!(err.contains("does not exist; is its volume mounted?"), "{err}");
+        std::fs::write(&missing, b"a file").unwrap();
+        let err = check_proxy_root(&missing).unwrap_err().to_string();
+        assert!(err.contains("it is not a folder"), "{err}");
     }
 }

@@ -1,5 +1,7 @@
 use std::path::PathBuf;
 
+use almanac_domain::ProxyType;
+
 /// Why a media file could not be read or its proxies made. Each message names the file and what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum MediaError {
@@ -53,14 +55,74 @@ pub enum MediaError {
         /// The limit.
         seconds: u64,
     },
+    /// A proxy could not be written into its folder under the proxy root (a full or read-only volume, a
+    /// folder the Worker may not write): nothing took the proxy's name.
+    #[error(
+        "could not write the proxy {path}: {source}. The proxy volume may be full, read-only or not writable by \
+         the Worker's user: check storage.proxy_root. Nothing took the proxy's name; the file is tried again at \
+         the next crawl"
+    )]
+    ProxyWrite {
+        /// The file being written (its temporary name) or the folder.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A tool failed while making a proxy, or what it (or we) made is not whole: nothing took the proxy's name.
+    #[error(
+        "the {proxy} of {path} was not made: {reason}. Nothing took its name in {dir}. If the file opens \
+         elsewhere, the proxy volume (storage.proxy_root) may be full or failing: free space or check it; the file \
+         is tried again at the next crawl"
+    )]
+    ProxyNotMade {
+        /// The original.
+        path: PathBuf,
+        /// Which proxy.
+        proxy: ProxyType,
+        /// The proxy folder.
+        dir: PathBuf,
+        /// What the tool said, or what the check found.
+        reason: String,
+    },
+    /// The proxy root cannot take a file at all ([`crate::check_proxy_root`]): no proxy can be written.
+    #[error(
+        "storage.proxy_root {root} cannot take a file ({source}): {}. No proxy can be written until then",
+        remedy(.source)
+    )]
+    ProxyRootUnwritable {
+        /// The proxy root.
+        root: PathBuf,
+        /// Why a file could not be written there.
+        source: std::io::Error,
+    },
     /// The work was cancelled.
     #[error("cancelled")]
     Cancelled,
 }
 
+/// What to do about a proxy root that cannot take a file, by the kind of error.
+fn remedy(e: &std::io::Error) -> &'static str {
+    use std::io::ErrorKind;
+    match e.kind() {
+        ErrorKind::PermissionDenied => {
+            "the Worker's user may not write there; give that user write access to the folder (owner or mode)"
+        }
+        ErrorKind::ReadOnlyFilesystem => "its volume is mounted read-only; mount it read-write",
+        ErrorKind::StorageFull | ErrorKind::QuotaExceeded => "its volume is full; free space on it",
+        ErrorKind::NotFound => "it does not exist; is its volume mounted?",
+        ErrorKind::NotADirectory => "it is not a folder; point storage.proxy_root at a folder",
+        _ => "check the folder and the volume it is on",
+    }
+}
+
 impl MediaError {
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         MediaError::Io { path: path.into(), source }
+    }
+
+    /// A write in a proxy folder failed.
+    pub(crate) fn write(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        MediaError::ProxyWrite { path: path.into(), source }
     }
 
     pub(crate) fn corrupt(path: impl Into<PathBuf>, reason: impl ToString) -> Self {

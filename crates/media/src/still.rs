@@ -80,13 +80,7 @@ pub fn make_still_proxies(
     let thumbnail = fit(&preview, THUMBNAIL_LONG_SIDE);
     let thumbnail_jpeg = encode_jpeg(path, &thumbnail, THUMBNAIL_QUALITY)?;
     let blurhash = blurhash_of(path, &fit(&thumbnail, BLURHASH_SIDE))?;
-    write_all_atomically(
-        dest_dir,
-        &[
-            (Path::new(file_name(ProxyType::Preview)), &preview_jpeg),
-            (Path::new(file_name(ProxyType::Thumbnail)), &thumbnail_jpeg),
-        ],
-    )?;
+    write_proxy_jpegs(path, dest_dir, &[(ProxyType::Preview, &preview_jpeg), (ProxyType::Thumbnail, &thumbnail_jpeg)])?;
     Ok(StillProxies {
         width,
         height,
@@ -137,6 +131,50 @@ fn decode_with_image(
     decoder.limits(limits);
     let image = decoder.decode().map_err(|e| MediaError::corrupt(path, e))?.to_rgb8();
     Ok((image, w, h))
+}
+
+/// Writes a still's JPEG proxies into `dest_dir` (for the original `path`), each only if it is a whole JPEG
+/// ([`check_jpeg`]) and then through [`write_all_atomically`] (written, flushed, read back, renamed): a JPEG
+/// cut short never takes a proxy's name, and when one is refused none is written.
+pub(crate) fn write_proxy_jpegs(path: &Path, dest_dir: &Path, jpegs: &[(ProxyType, &[u8])]) -> Result<(), MediaError> {
+    for (proxy, bytes) in jpegs {
+        check_jpeg(bytes).map_err(|reason| MediaError::ProxyNotMade {
+            path: path.to_owned(),
+            proxy: *proxy,
+            dir: dest_dir.to_owned(),
+            reason: format!("the JPEG made of it is not whole ({reason})"),
+        })?;
+    }
+    let files: Vec<(&Path, &[u8])> =
+        jpegs.iter().map(|(proxy, bytes)| (Path::new(file_name(*proxy)), *bytes)).collect();
+    write_all_atomically(dest_dir, &files)
+}
+
+/// Whether `bytes` are a whole JPEG: the start and end markers are there, and it decodes to its end without
+/// an error or a warning (libjpeg-turbo reports a premature end as a warning, which TurboJPEG returns as an
+/// error). Decoded at 1/8 scale: every byte of the image is still read, few pixels are made. Says what is
+/// wrong otherwise.
+pub(crate) fn check_jpeg(bytes: &[u8]) -> Result<(), String> {
+    const START: [u8; 2] = [0xFF, 0xD8];
+    const END: [u8; 2] = [0xFF, 0xD9];
+    if !bytes.starts_with(&START) {
+        return Err(format!("its {} bytes do not start like a JPEG", bytes.len()));
+    }
+    if !bytes.ends_with(&END) {
+        return Err(format!("it stops after {} bytes, before the JPEG's end marker: it was cut short", bytes.len()));
+    }
+    let mut decompressor = turbojpeg::Decompressor::new().map_err(|e| e.to_string())?;
+    let header = decompressor.read_header(bytes).map_err(|e| format!("its header does not read: {e}"))?;
+    let (w, h) = jpeg_scale(header.width as u32, header.height as u32, 1);
+    let mut pixels = vec![0u8; 3 * w as usize * h as usize];
+    let image = turbojpeg::Image {
+        pixels: pixels.as_mut_slice(),
+        width: w as usize,
+        pitch: 3 * w as usize,
+        height: h as usize,
+        format: turbojpeg::PixelFormat::RGB,
+    };
+    decompressor.decompress(bytes, image).map_err(|e| format!("it does not decode to its end: {e}"))
 }
 
 pub(crate) fn file_name(proxy: ProxyType) -> &'static str {
@@ -236,7 +274,7 @@ pub async fn heic_to_jpeg(
     cancel: &CancellationToken,
 ) -> Result<Vec<u8>, MediaError> {
     let path = original.path();
-    std::fs::create_dir_all(scratch_dir).map_err(|e| MediaError::io(scratch_dir, e))?;
+    std::fs::create_dir_all(scratch_dir).map_err(|e| MediaError::write(scratch_dir, e))?;
     let tmp = scratch_dir.join(HEIC_SCRATCH);
     let args = vec![OsString::from("-q"), OsString::from("95"), OsString::from(OPEN_ORIGINAL), tmp.clone().into()];
     let converted =
@@ -264,6 +302,37 @@ const HEIC_SCRATCH: &str = ".heic-decode.jpg";
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_jpeg_cut_short_or_damaged_is_not_whole() {
+        let jpeg = crate::fixtures::jpeg(640, 480, 3, true, &crate::fixtures::FixtureExif::default());
+        assert_eq!(check_jpeg(&jpeg), Ok(()));
+        let cut = check_jpeg(&jpeg[..jpeg.len() / 2]).unwrap_err();
+        assert!(cut.contains("cut short"), "{cut}");
+        // The end marker put back on a JPEG cut short: the decoder finds the image data missing.
+        let patched = [&jpeg[..jpeg.len() / 2], &[0xFF, 0xD9]].concat();
+        let missing = check_jpeg(&patched).unwrap_err();
+        assert!(missing.contains("does not decode to its end"), "{missing}");
+        assert!(check_jpeg(b"\x89PNG").unwrap_err().contains("do not start like a JPEG"));
+    }
+
+    #[test]
+    fn a_still_proxy_that_is_not_a_whole_jpeg_never_takes_its_name_nor_does_its_sibling() {
+        let dir = tempfile::tempdir().unwrap();
+        let preview = crate::fixtures::jpeg(640, 480, 3, true, &crate::fixtures::FixtureExif::default());
+        let thumbnail = crate::fixtures::jpeg(300, 225, 3, true, &crate::fixtures::FixtureExif::default());
+        let cut = &preview[..preview.len() - 100];
+        let jpegs = [(ProxyType::Preview, cut), (ProxyType::Thumbnail, thumbnail.as_slice())];
+        let err = write_proxy_jpegs(Path::new("IMG_1.jpg"), dir.path(), &jpegs).unwrap_err();
+        assert!(matches!(err, MediaError::ProxyNotMade { proxy: ProxyType::Preview, .. }), "{err:?}");
+        assert!(err.to_string().contains("IMG_1.jpg") && err.to_string().contains("cut short"), "{err}");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "nothing written, not even a temporary file");
+
+        let whole = [(ProxyType::Preview, preview.as_slice()), (ProxyType::Thumbnail, thumbnail.as_slice())];
+        write_proxy_jpegs(Path::new("IMG_1.jpg"), dir.path(), &whole).unwrap();
+        assert_eq!(std::fs::read(dir.path().join("preview.jpg")).unwrap(), preview);
+        assert_eq!(std::fs::read(dir.path().join("thumbnail.jpg")).unwrap(), thumbnail);
+    }
 
     #[test]
     fn jpeg_scale_takes_the_smallest_factor_that_covers_the_long_side() {

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::atomic::{sync_file, sync_folder};
-use crate::still::file_name;
+use crate::still::{check_jpeg, file_name};
 use crate::tool::{OPEN_ORIGINAL, run_tool};
 use crate::{MediaError, Original, ToolLimits};
 
@@ -97,6 +97,11 @@ pub async fn probe_video(
                 source: CaptureSource::Container,
             })
         });
+    // An AVI's IDIT chunk and an AVCHD camcorder's date are not among ffprobe's tags: read from the open file.
+    let created = match created {
+        Some(created) => Some(created),
+        None => crate::dates::read_embedded_video_date(original).await,
+    };
     // An unset clock (the Unix or QuickTime epoch) or a date in the future is no capture time: the file name
     // or the mtime then decide.
     let created = created.filter(|c| {
@@ -125,7 +130,24 @@ pub async fn probe_video(
 /// Writes `poster.jpg` (a frame near the start, upright, at most 1920 px) and `web.mp4` (H.264, at most 720
 /// lines, AAC, fast start) into `dest_dir`, each through a temporary name, flushed to disk before it is
 /// renamed into place. ffmpeg reads the open original, never its path.
+///
+/// A proxy takes its name only when whole: ffmpeg ended with success, and the file checks out (the poster
+/// decodes to its end; the web video probes with a video stream and a duration, and every packet its index
+/// lists is there). Otherwise its temporary file is removed and the answer is a
+/// [`MediaError::ProxyNotMade`] with ffmpeg's last words or what the check found (a full proxy volume shows
+/// here: ffmpeg stops writing and fails).
 pub async fn make_video_proxies(
+    original: &Original,
+    dest_dir: &Path,
+    limits: ToolLimits,
+    cancel: &CancellationToken,
+) -> Result<VideoProxies, MediaError> {
+    make_video_proxies_with("ffmpeg", original, dest_dir, limits, cancel).await
+}
+
+/// [`make_video_proxies`] with the ffmpeg program named (tests give a stand-in that fails as a full disk does).
+pub(crate) async fn make_video_proxies_with(
+    ffmpeg: &'static str,
     original: &Original,
     dest_dir: &Path,
     limits: ToolLimits,
@@ -133,41 +155,78 @@ pub async fn make_video_proxies(
 ) -> Result<VideoProxies, MediaError> {
     let path = original.path();
     let input = OsString::from(OPEN_ORIGINAL);
-    std::fs::create_dir_all(dest_dir).map_err(|e| MediaError::io(dest_dir, e))?;
+    std::fs::create_dir_all(dest_dir).map_err(|e| MediaError::write(dest_dir, e))?;
+    let not_made = |proxy: ProxyType, reason: String| MediaError::ProxyNotMade {
+        path: path.to_owned(),
+        proxy,
+        dir: dest_dir.to_owned(),
+        reason,
+    };
+    // A tool that fails while making a proxy: stopped (cancel, time limit) and missing stay what they are.
+    let failed = |proxy: ProxyType, e: MediaError| match e {
+        MediaError::Tool { tool, message, .. } => not_made(proxy, format!("{tool} failed ({message})")),
+        other => other,
+    };
     let poster = dest_dir.join(file_name(ProxyType::Poster));
     let poster_tmp = dest_dir.join(ProxyType::Poster.temporary_file_name().expect("a file proxy"));
-    let poster_args = args(&["-nostdin", "-y", "-v", "error", "-ss", "0.5", "-i"])
-        .into_iter()
-        .chain([input.clone()])
-        .chain(args(&["-frames:v", "1", "-vf", "scale='min(1920,iw)':-2", "-q:v", "3", "-update", "1"]))
-        .chain([poster_tmp.as_os_str().to_owned()])
-        .collect();
-    // Debris of an earlier attempt must never pass for this attempt's poster.
-    let _ = std::fs::remove_file(&poster_tmp);
-    // A clip shorter than half a second has no frame there (ffmpeg then succeeds and writes nothing, or
-    // fails): that case is retried below from the start. A cancel or a time limit ends it here.
-    let first_try = run_tool("ffmpeg", "ffmpeg", poster_args, Some(tool_input(original)?), path, limits.quick, cancel);
-    if let Err(stopped @ (MediaError::Cancelled | MediaError::TimedOut { .. })) = first_try.await {
-        let _ = std::fs::remove_file(&poster_tmp);
-        return Err(stopped);
-    }
-    if !is_non_empty(&poster_tmp) {
-        let _ = std::fs::remove_file(&poster_tmp);
-        // Shorter than half a second: take the very first frame.
-        let first_frame = args(&["-nostdin", "-y", "-v", "error", "-i"])
+    let poster_args = |seek: &[&str]| -> Vec<OsString> {
+        args(&["-nostdin", "-y", "-v", "error"])
             .into_iter()
+            .chain(args(seek))
+            .chain(args(&["-i"]))
             .chain([input.clone()])
             .chain(args(&["-frames:v", "1", "-vf", "scale='min(1920,iw)':-2", "-q:v", "3", "-update", "1"]))
             .chain([poster_tmp.as_os_str().to_owned()])
-            .collect();
-        run_tool("ffmpeg", "ffmpeg", first_frame, Some(tool_input(original)?), path, limits.quick, cancel).await?;
-        if !is_non_empty(&poster_tmp) {
+            .collect()
+    };
+    // Debris of an earlier attempt must never pass for this attempt's poster.
+    let _ = std::fs::remove_file(&poster_tmp);
+    // A clip shorter than half a second has no frame there (ffmpeg then succeeds and writes nothing, or
+    // fails): that case is tried again from the start, and only that second try's failure is the answer. A
+    // cancel or a time limit ends it here.
+    let first_try = run_tool(
+        ffmpeg,
+        "ffmpeg",
+        poster_args(&["-ss", "0.5"]),
+        Some(tool_input(original)?),
+        path,
+        limits.quick,
+        cancel,
+    )
+    .await;
+    match first_try {
+        Err(stopped @ (MediaError::Cancelled | MediaError::TimedOut { .. } | MediaError::ToolMissing { .. })) => {
             let _ = std::fs::remove_file(&poster_tmp);
-            return Err(MediaError::corrupt(path, "ffmpeg found no frame for a poster"));
+            return Err(stopped);
+        }
+        Ok(_) if is_non_empty(&poster_tmp) => {}
+        _ => {
+            let _ = std::fs::remove_file(&poster_tmp);
+            // Shorter than half a second: take the very first frame.
+            let first_frame =
+                run_tool(ffmpeg, "ffmpeg", poster_args(&[]), Some(tool_input(original)?), path, limits.quick, cancel);
+            if let Err(e) = first_frame.await {
+                let _ = std::fs::remove_file(&poster_tmp);
+                return Err(failed(ProxyType::Poster, e));
+            }
+            if !is_non_empty(&poster_tmp) {
+                let _ = std::fs::remove_file(&poster_tmp);
+                return Err(MediaError::corrupt(path, "ffmpeg found no frame for a poster"));
+            }
         }
     }
-    sync_file(&poster_tmp)?;
-    std::fs::rename(&poster_tmp, &poster).map_err(|e| MediaError::io(&poster, e))?;
+    let checked = std::fs::read(&poster_tmp)
+        .map_err(|e| MediaError::write(&poster_tmp, e))
+        .and_then(|jpeg| {
+            check_jpeg(&jpeg)
+                .map_err(|reason| not_made(ProxyType::Poster, format!("the JPEG ffmpeg wrote is not whole ({reason})")))
+        })
+        .and_then(|()| sync_file(&poster_tmp));
+    if let Err(e) = checked {
+        let _ = std::fs::remove_file(&poster_tmp);
+        return Err(e);
+    }
+    std::fs::rename(&poster_tmp, &poster).map_err(|e| MediaError::write(&poster, e))?;
 
     let web = dest_dir.join(file_name(ProxyType::WebVideo));
     let web_tmp = dest_dir.join(ProxyType::WebVideo.temporary_file_name().expect("a file proxy"));
@@ -200,16 +259,90 @@ pub async fn make_video_proxies(
         ]))
         .chain([web_tmp.as_os_str().to_owned()])
         .collect();
-    let transcoded =
-        run_tool("ffmpeg", "ffmpeg", web_args, Some(tool_input(original)?), path, limits.transcode, cancel).await;
-    if let Err(e) = transcoded.and_then(|_| sync_file(&web_tmp)) {
+    let transcoded = run_tool(ffmpeg, "ffmpeg", web_args, Some(tool_input(original)?), path, limits.transcode, cancel)
+        .await
+        .map_err(|e| failed(ProxyType::WebVideo, e));
+    let checked = match transcoded {
+        Ok(_) => check_web_video(&web_tmp, path, limits, cancel)
+            .await
+            .and_then(|checked| checked.map_err(|reason| not_made(ProxyType::WebVideo, reason)))
+            .and_then(|()| sync_file(&web_tmp)),
+        Err(e) => Err(e),
+    };
+    if let Err(e) = checked {
         let _ = std::fs::remove_file(&web_tmp);
         return Err(e);
     }
-    std::fs::rename(&web_tmp, &web).map_err(|e| MediaError::io(&web, e))?;
+    std::fs::rename(&web_tmp, &web).map_err(|e| MediaError::write(&web, e))?;
     sync_folder(dest_dir)?;
-    let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).map_err(|e| MediaError::io(p, e));
+    let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).map_err(|e| MediaError::write(p, e));
     Ok(VideoProxies { poster_bytes: size(&poster)?, web_video_bytes: size(&web)? })
+}
+
+/// What ffprobe says of a web video we made: its streams with the packets their index lists and the packets
+/// actually there.
+#[derive(Deserialize)]
+struct WebProbe {
+    #[serde(default)]
+    streams: Vec<WebStream>,
+    format: Option<Format>,
+}
+
+#[derive(Deserialize)]
+struct WebStream {
+    codec_type: Option<String>,
+    nb_frames: Option<String>,
+    nb_read_packets: Option<String>,
+}
+
+/// Checks a web video ffmpeg wrote (our own file, read by its path): ffprobe reads every packet (no
+/// decoding), and it must have a video stream, a duration above zero, and every packet its index lists. The
+/// outer error is ffprobe's own trouble (cancelled, missing); the inner one what is wrong with the file.
+async fn check_web_video(
+    file: &Path,
+    original: &Path,
+    limits: ToolLimits,
+    cancel: &CancellationToken,
+) -> Result<Result<(), String>, MediaError> {
+    let mut probe_args = args(&[
+        "-v",
+        "error",
+        "-count_packets",
+        "-show_entries",
+        "format=duration:stream=codec_type,nb_frames,nb_read_packets",
+        "-of",
+        "json",
+    ]);
+    probe_args.push(file.as_os_str().to_owned());
+    let out = match run_tool("ffprobe", "ffmpeg", probe_args, None, original, limits.quick, cancel).await {
+        Ok(out) => out,
+        Err(MediaError::Tool { message, .. }) => {
+            return Ok(Err(format!("ffprobe cannot read what ffmpeg wrote ({message})")));
+        }
+        Err(e) => return Err(e),
+    };
+    let probe: WebProbe = match serde_json::from_slice(&out) {
+        Ok(p) => p,
+        Err(e) => return Ok(Err(format!("ffprobe's answer on what ffmpeg wrote does not read ({e})"))),
+    };
+    if !probe.streams.iter().any(|s| s.codec_type.as_deref() == Some("video")) {
+        return Ok(Err("what ffmpeg wrote has no video stream".into()));
+    }
+    let duration = probe.format.and_then(|f| f.duration).and_then(|d| d.parse::<f64>().ok());
+    if !duration.is_some_and(|d| d > 0.0) {
+        return Ok(Err("what ffmpeg wrote has no duration".into()));
+    }
+    for s in &probe.streams {
+        if let (Some(listed), Some(there)) = (&s.nb_frames, &s.nb_read_packets)
+            && listed != there
+        {
+            let kind = s.codec_type.as_deref().unwrap_or("a");
+            return Ok(Err(format!(
+                "what ffmpeg wrote was cut short: its {kind} stream lists {listed} packets and holds {there}"
+            )));
+        }
+    }
+    Ok(Ok(()))
 }
 
 fn is_non_empty(path: &Path) -> bool {
@@ -223,4 +356,129 @@ pub(crate) fn tool_input(original: &Original) -> Result<std::fs::File, MediaErro
 
 fn args(list: &[&str]) -> Vec<OsString> {
     list.iter().map(OsString::from).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::RootFolder;
+    use crate::fixtures::{self, FixtureExif};
+
+    /// A stand-in for ffmpeg, written by a shell of its own (so no file handle of ours is open on it when it
+    /// runs), doing `poster` when asked for the poster and `web` for the web video; its output is its last
+    /// argument. Returns its path, as the program to run.
+    fn fake_ffmpeg(dir: &Path, poster: &str, web: &str) -> &'static str {
+        let path = dir.join("fake-ffmpeg");
+        let script =
+            format!("#!/bin/sh\nfor last; do :; done\ncase \"$last\" in\n*.jpg) {poster} ;;\n*.mp4) {web} ;;\nesac\n");
+        let status = std::process::Command::new("sh")
+            .args(["-c", "cat > \"$1\" && chmod +x \"$1\"", "sh"])
+            .arg(&path)
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut child| {
+                std::io::Write::write_all(&mut child.stdin.take().expect("piped"), script.as_bytes())?;
+                child.wait()
+            })
+            .expect("write the stand-in");
+        assert!(status.success());
+        Box::leak(path.to_string_lossy().into_owned().into_boxed_str())
+    }
+
+    struct Setup {
+        dir: tempfile::TempDir,
+        clip: Original,
+        whole_jpeg: PathBuf,
+        out: PathBuf,
+    }
+
+    fn setup() -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        fixtures::video(&dir.path().join("clip.mp4"), 1.0, 320, 240, "2021-06-01T10:00:00Z");
+        let clip = RootFolder::open(dir.path()).unwrap().open_file(b"clip.mp4").unwrap();
+        let whole_jpeg = dir.path().join("whole.jpg");
+        std::fs::write(&whole_jpeg, fixtures::jpeg(1280, 960, 7, true, &FixtureExif::default())).unwrap();
+        assert!(std::fs::metadata(&whole_jpeg).unwrap().len() > 16 * 1024, "a poster larger than what is cut");
+        let out = dir.path().join("proxies");
+        Setup { dir, clip, whole_jpeg, out }
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<_> = std::fs::read_dir(dir)
+            .map(|d| d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect())
+            .unwrap_or_default();
+        names.sort();
+        names
+    }
+
+    #[tokio::test]
+    async fn a_poster_cut_short_by_a_failing_ffmpeg_never_takes_its_name_and_the_error_says_why() {
+        let s = setup();
+        let cut = format!(
+            "head -c 8192 '{}' > \"$last\"; echo 'av_interleaved_write_frame(): No space left on device' >&2; exit 1",
+            s.whole_jpeg.display()
+        );
+        let ffmpeg = fake_ffmpeg(s.dir.path(), &cut, "exit 1");
+        let cancel = CancellationToken::new();
+        let err = make_video_proxies_with(ffmpeg, &s.clip, &s.out, ToolLimits::default(), &cancel).await.unwrap_err();
+        assert!(
+            matches!(&err, MediaError::ProxyNotMade { proxy: ProxyType::Poster, .. }),
+            "a failed tool is an error: {err:?}"
+        );
+        let message = err.to_string();
+        assert!(message.contains("No space left on device") && message.contains("storage.proxy_root"), "{message}");
+        assert_eq!(names(&s.out), Vec::<String>::new(), "neither the poster nor its temporary file is left");
+    }
+
+    #[tokio::test]
+    async fn a_poster_cut_short_is_refused_even_when_ffmpeg_says_it_succeeded() {
+        let s = setup();
+        let cut = format!("head -c 8192 '{}' > \"$last\"", s.whole_jpeg.display());
+        let ffmpeg = fake_ffmpeg(s.dir.path(), &cut, "exit 1");
+        let cancel = CancellationToken::new();
+        let err = make_video_proxies_with(ffmpeg, &s.clip, &s.out, ToolLimits::default(), &cancel).await.unwrap_err();
+        assert!(matches!(&err, MediaError::ProxyNotMade { proxy: ProxyType::Poster, .. }), "{err:?}");
+        assert!(err.to_string().contains("cut short"), "{err}");
+        assert_eq!(names(&s.out), Vec::<String>::new());
+    }
+
+    #[tokio::test]
+    async fn a_web_video_cut_short_is_refused_even_when_ffmpeg_says_it_succeeded() {
+        let s = setup();
+        // A whole poster, and a web video that is the first part of a real one.
+        let web = s.dir.path().join("whole.mp4");
+        let status = std::process::Command::new("ffmpeg")
+            .args(["-nostdin", "-y", "-v", "error", "-i"])
+            .arg(s.dir.path().join("clip.mp4"))
+            .args(["-c:v", "libx264", "-preset", "veryfast", "-movflags", "+faststart", "-f", "mp4"])
+            .arg(&web)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let keep = std::fs::metadata(&web).unwrap().len() * 2 / 3;
+        let poster = format!("cp '{}' \"$last\"", s.whole_jpeg.display());
+        let cut = format!("head -c {keep} '{}' > \"$last\"", web.display());
+        let ffmpeg = fake_ffmpeg(s.dir.path(), &poster, &cut);
+        let cancel = CancellationToken::new();
+        let err = make_video_proxies_with(ffmpeg, &s.clip, &s.out, ToolLimits::default(), &cancel).await.unwrap_err();
+        assert!(matches!(&err, MediaError::ProxyNotMade { proxy: ProxyType::WebVideo, .. }), "{err:?}");
+        assert!(err.to_string().contains("cut short"), "{err}");
+        assert_eq!(names(&s.out), ["poster.jpg"], "the whole poster stays; no part of the web video does");
+        assert_eq!(std::fs::read(s.out.join("poster.jpg")).unwrap(), std::fs::read(&s.whole_jpeg).unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_failing_transcode_is_an_error_and_leaves_no_web_video() {
+        let s = setup();
+        let poster = format!("cp '{}' \"$last\"", s.whole_jpeg.display());
+        let ffmpeg =
+            fake_ffmpeg(s.dir.path(), &poster, "echo partial > \"$last\"; echo 'Conversion failed!' >&2; exit 1");
+        let cancel = CancellationToken::new();
+        let err = make_video_proxies_with(ffmpeg, &s.clip, &s.out, ToolLimits::default(), &cancel).await.unwrap_err();
+        assert!(matches!(&err, MediaError::ProxyNotMade { proxy: ProxyType::WebVideo, .. }), "{err:?}");
+        assert!(err.to_string().contains("Conversion failed!"), "{err}");
+        assert_eq!(names(&s.out), ["poster.jpg"]);
+    }
 }

@@ -2,7 +2,8 @@
 
 use almanac_domain::{
     AssetId, CaptureTime, CatalogueError, CatalogueStore, ContentHash, Fence, FileFacts, HashMatch, IngestOutcome,
-    KnownFile, MediaType, NewAsset, NewProxy, NewWorkItem, PairingCandidate, Sidecar, StorageConfig, StorageConfigId,
+    KnownFile, KnownProxyFile, MediaType, NewAsset, NewProxy, NewWorkItem, PairingCandidate, Sidecar, StorageConfig,
+    StorageConfigId,
 };
 use chrono::{DateTime, Utc};
 use diesel::pg::Pg;
@@ -64,6 +65,10 @@ struct KnownRow {
     sidecar_size: Option<i64>,
     #[diesel(sql_type = Nullable<Timestamptz>)]
     sidecar_modified_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Array<Text>)]
+    proxy_paths: Vec<String>,
+    #[diesel(sql_type = Array<BigInt>)]
+    proxy_sizes: Vec<i64>,
 }
 
 #[derive(QueryableByName)]
@@ -152,11 +157,18 @@ impl CatalogueStore for PgStore {
         let rows: Vec<KnownRow> = sql_query(
             "SELECT a.id AS asset_id, a.file_path, '' AS display_path, a.size_bytes, a.file_modified_at,
                     false AS extra, NOT a.proxies_missing AS proxies_complete,
-                    a.sidecar_path, a.sidecar_size, a.sidecar_modified_at
+                    a.sidecar_path, a.sidecar_size, a.sidecar_modified_at,
+                    coalesce(p.paths, '{}') AS proxy_paths, coalesce(p.sizes, '{}') AS proxy_sizes
                FROM media_assets a
+               LEFT JOIN (SELECT f.asset_id, array_agg(f.relative_path) AS paths, array_agg(f.size_bytes) AS sizes
+                            FROM proxy_files f JOIN media_assets fa ON fa.id = f.asset_id
+                           WHERE fa.storage_config_id = $1 AND NOT fa.is_soft_deleted
+                             AND f.relative_path IS NOT NULL
+                           GROUP BY f.asset_id) p ON p.asset_id = a.id
               WHERE a.storage_config_id = $1 AND NOT a.is_soft_deleted
              UNION ALL
-             SELECT e.asset_id, e.file_path, '', e.size_bytes, e.file_modified_at, true, true, NULL, NULL, NULL
+             SELECT e.asset_id, e.file_path, '', e.size_bytes, e.file_modified_at, true, true, NULL, NULL, NULL,
+                    '{}', '{}'
                FROM asset_extra_paths e JOIN media_assets a ON a.id = e.asset_id
               WHERE e.storage_config_id = $1 AND NOT a.is_soft_deleted",
         )
@@ -182,6 +194,15 @@ impl CatalogueStore for PgStore {
                         _ => None,
                     },
                     proxies_complete: r.proxies_complete,
+                    proxy_files: r
+                        .proxy_paths
+                        .into_iter()
+                        .zip(r.proxy_sizes)
+                        .map(|(relative_path, size)| KnownProxyFile {
+                            relative_path,
+                            size: u64::try_from(size).unwrap_or(0),
+                        })
+                        .collect(),
                 })
             })
             .collect()

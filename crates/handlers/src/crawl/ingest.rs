@@ -26,6 +26,9 @@ pub(super) enum FileProblem {
     Skipped(String),
     /// Broken or unreadable: recorded with its reason; the crawl goes on.
     Failed(String),
+    /// A proxy could not be written, or what was made is not whole: recorded like `Failed`, unless the proxy
+    /// root can take no file at all, which stops the crawl.
+    ProxyNotWritten(String),
     /// The catalogue did not answer: the crawl stops (retryable).
     Catalogue(CatalogueError),
     Cancelled,
@@ -41,6 +44,9 @@ impl From<MediaError> for FileProblem {
     fn from(e: MediaError) -> Self {
         match e {
             MediaError::Cancelled => FileProblem::Cancelled,
+            MediaError::ProxyWrite { .. }
+            | MediaError::ProxyNotMade { .. }
+            | MediaError::ProxyRootUnwritable { .. } => FileProblem::ProxyNotWritten(e.to_string()),
             other => FileProblem::Failed(other.to_string()),
         }
     }

@@ -16,12 +16,13 @@ mod settle;
 mod walk;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use almanac_domain::{
-    CatalogueError, CatalogueStore, CrawlArgs, DedupKey, KnownFile, NewWorkItem, Scope, StorageConfigId, WorkKind,
+    CatalogueError, CatalogueStore, CrawlArgs, DedupKey, KnownFile, NewWorkItem, ProxyPath, Scope, StorageConfigId,
+    WorkKind,
 };
 use almanac_executor::{BoxFuture, Handler, HandlerContext, HandlerError, ProgressReporter};
 use almanac_media::{PixelBudget, RootFolder, ToolLimits};
@@ -117,6 +118,10 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
         if walk.stopped {
             return Err(HandlerError::cancelled());
         }
+        // A proxy root that can take no file would fail every file one by one: one clear error instead.
+        root::check_proxy_root(&self.settings.proxy_root)
+            .await
+            .map_err(|e| root::proxy_root_unwritable(e, "Nothing was read"))?;
         root::check_not_emptied(&storage, args, active, files.len())?;
 
         let run = Run {
@@ -177,7 +182,9 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
         let listing = tokio::task::spawn_blocking(move || list_tree(&listing_root, avoid, &cancel));
         let known_files = self.catalogue.known_files(config).await.map_err(catalogue_error)?;
         let active = known_files.iter().filter(|k| !k.extra).count();
-        // Indexed by path while the walk goes on (on a blocking thread: 100,000 files take tens of ms).
+        // Indexed by path while the walk goes on (on a blocking thread: 100,000 files take tens of ms), and
+        // each asset's proxy files looked at meanwhile.
+        let proxy_root = self.settings.proxy_root.clone();
         let known = tokio::task::spawn_blocking(move || {
             // The path moves into the key (the map's value keeps an empty one): no copy of 100,000 paths.
             let mut known = HashMap::with_capacity(known_files.len());
@@ -191,6 +198,7 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
         let (files, walk) =
             listing.await.map_err(|e| HandlerError::retryable(format!("the folder walk ended abnormally: {e}")))?;
         Ok((files, walk, known, active))
+            mark_broken_proxies(&proxy_root, known.values_mut());
     }
 
     /// Processes the listed files, a few at a time: unchanged ones are only marked seen, the others go through
@@ -208,7 +216,8 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
             classify(files, &tx, |entry| {
                 // Unchanged means same path, size and mtime, the same sidecar (an asset's date is read again
                 // when its sidecar appears, changes or vanishes), and nothing missing: an asset whose proxies
-                // were deleted (to be made again) is read again.
+                // were deleted (to be made again), or whose proxy files were found broken when the known files
+                // were indexed, is read again and its proxies made again.
                 let k = known.get(&entry.rel).filter(|k| {
                     k.facts.size == entry.size
                         && k.facts.mtime == entry.mtime
@@ -218,7 +227,7 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
                 Some(if k.extra { Seen::Extra(entry.rel.clone()) } else { Seen::Asset(k.asset_id) })
             })
         });
-        let fatal: Mutex<Option<CatalogueError>> = Mutex::default();
+        let fatal: Mutex<Option<HandlerError>> = Mutex::default();
         let stream = futures_util::stream::unfold(rx, |mut rx| async { rx.recv().await.map(|w| (w, rx)) });
         stream
             .for_each_concurrent(self.settings.max_concurrent_files.max(1), |walked| {
@@ -250,12 +259,26 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
                             run.counters.failed(display(&entry.rel), reason);
                         }
                         Err(FileProblem::Catalogue(e)) => {
-                            fatal.lock().expect("poisoned").get_or_insert(e);
+                            fatal.lock().expect("poisoned").get_or_insert(catalogue_error(e));
                         }
                     }
                     if found.is_multiple_of(PROGRESS_EVERY) {
                         progress.report(to_json(&run.counts()));
                     }
+                        Err(FileProblem::ProxyNotWritten(reason)) => {
+                            // One file's trouble, unless the proxy root can take no file now (the volume filled
+                            // up, went read-only): then the crawl stops with that one error.
+                            match root::check_proxy_root(&self.settings.proxy_root).await {
+                                Ok(()) => {
+                                    warn!(event = "file_failed", path = %run.abs(&entry).display(), reason, "file skipped");
+                                    run.counters.failed(display(&entry.rel), reason);
+                                }
+                                Err(e) => {
+                                    let e = root::proxy_root_unwritable(e, "The crawl stopped before its end");
+                                    fatal.lock().expect("poisoned").get_or_insert(e);
+                                }
+                            }
+                        }
                 }
             })
             .await;
@@ -265,7 +288,7 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
             return Err(HandlerError::cancelled());
         }
         if let Some(e) = fatal.into_inner().expect("poisoned") {
-            return Err(catalogue_error(e));
+            return Err(e);
         }
         if !handed_over {
             return Err(HandlerError::retryable(
@@ -297,6 +320,40 @@ fn catalogue_error(e: CatalogueError) -> HandlerError {
 /// A path beneath the root, for people (lossy UTF-8).
 fn display(rel: &[u8]) -> String {
     String::from_utf8_lossy(rel).into_owned()
+/// Marks the assets whose proxy files are not all whole ([`proxies_whole`]) as missing proxies, as a
+/// `proxy_deletion` would: the crawl reads them again and makes their proxies again, so their rows never point
+/// at a file that is gone or cut short. A stat per proxy file, nothing read, spread over a few threads (it runs
+/// beside the walk). Blocking.
+fn mark_broken_proxies<'a>(proxy_root: &Path, known: impl Iterator<Item = &'a mut KnownFile>) {
+    let mut assets: Vec<&mut KnownFile> = known.filter(|k| !k.extra && k.proxies_complete).collect();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 4);
+    let chunk = assets.len().div_ceil(threads).max(1);
+    std::thread::scope(|scope| {
+        for part in assets.chunks_mut(chunk) {
+            scope.spawn(move || {
+                for k in part {
+                    if !proxies_whole(proxy_root, k) {
+                        k.proxies_complete = false;
+                    }
+                }
+            });
+        }
+    });
+}
+
+/// Whether an asset's proxy files are all there as its rows record them: each path in the proxy layout
+/// ([`ProxyPath`]) and a file (not a link) of the recorded size, found with one `lstat` and nothing read. A proxy
+/// deleted, cut short or replaced since it was made fails this. An asset always has proxy files, so none
+/// recorded fails it too.
+fn proxies_whole(proxy_root: &Path, known: &KnownFile) -> bool {
+    !known.proxy_files.is_empty()
+        && known.proxy_files.iter().all(|p| {
+            ProxyPath::parse(&p.relative_path).is_some()
+                && std::fs::symlink_metadata(proxy_root.join(&p.relative_path))
+                    .is_ok_and(|m| m.is_file() && m.len() == p.size)
+        })
+}
+
 }
 
 /// Progress and results travel as JSON.

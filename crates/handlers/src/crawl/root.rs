@@ -51,6 +51,28 @@ pub(super) async fn check_roots_apart<C: CatalogueStore>(
     Ok(())
 }
 
+/// Checks that the proxy root can take a file now ([`almanac_media::check_proxy_root`], on a blocking thread),
+/// creating it first when it is missing, as `run` does and as the crawl's writes always have.
+pub(super) async fn check_proxy_root(proxy_root: &Path) -> Result<(), almanac_media::MediaError> {
+    let root = proxy_root.to_owned();
+    let check = move || match std::fs::create_dir_all(&root) {
+        Ok(()) => almanac_media::check_proxy_root(&root),
+        Err(source) => Err(almanac_media::MediaError::ProxyRootUnwritable { root, source }),
+    };
+    tokio::task::spawn_blocking(check).await.unwrap_or_else(|e| {
+        Err(almanac_media::MediaError::ProxyRootUnwritable {
+            root: proxy_root.to_owned(),
+            source: std::io::Error::other(format!("the check ended abnormally: {e}")),
+        })
+    })
+}
+
+/// A crawl that cannot write proxies: one retryable error naming `storage.proxy_root` and the cause, then what
+/// became of the crawl (`then`).
+pub(super) fn proxy_root_unwritable(e: almanac_media::MediaError, then: &str) -> HandlerError {
+    HandlerError::retryable(format!("{e}. {then}; the crawl will be retried"))
+}
+
 /// Opens the root (reached without any link, a folder, readable) and tells whether it is a mount point now.
 /// A root that was a mount point at the last crawl and is not one now is refused unless `args.root_moved`
 /// confirms the library moved off its mount: a share that is not mounted leaves an ordinary folder behind.

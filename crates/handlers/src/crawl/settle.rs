@@ -126,7 +126,10 @@ mod tests {
             size: 3,
             mtime: chrono::DateTime::UNIX_EPOCH,
         };
-        (path.as_bytes().to_vec(), KnownFile { asset_id: asset, facts, extra, proxies_complete: true, sidecar: None })
+        (
+            path.as_bytes().to_vec(),
+            KnownFile { asset_id: asset, facts, extra, proxies_complete: true, sidecar: None, proxy_files: Vec::new() },
+        )
     }
 
     #[test]

@@ -1,0 +1,74 @@
+//! A proxy is whole or absent: on a proxy volume that fills up or cannot be written, nothing cut short takes a
+//! proxy's name, the error says so, and the proxy root's check names the setting and the cause. The volumes
+//! are small tmpfs mounts; where mounting is not permitted the tests say SKIPPED and pass.
+
+use std::path::Path;
+
+use almanac_domain::ProxyType;
+use almanac_media::fixtures::{self, FixtureExif};
+use almanac_media::scratch_volume::ScratchVolume;
+use almanac_media::{
+    DEFAULT_MAX_PIXELS, MediaError, MediaFormat, RootFolder, ToolLimits, check_proxy_root, make_still_proxies,
+    make_video_proxies,
+};
+use tokio_util::sync::CancellationToken;
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<_> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn a_proxy_volume_that_fills_up_under_ffmpeg_leaves_no_poster_cut_short() {
+    let dir = tempfile::tempdir().unwrap();
+    fixtures::video(&dir.path().join("clip.mov"), 1.0, 1280, 960, "2021-06-01T10:00:00Z");
+    // Room for 16 KiB: the poster of this clip is larger, so ffmpeg stops writing it and fails.
+    let Some(volume) = ScratchVolume::small(&dir.path().join("proxies"), 16, false) else { return };
+    let clip = RootFolder::open(dir.path()).unwrap().open_file(b"clip.mov").unwrap();
+    let cancel = CancellationToken::new();
+    let err = make_video_proxies(&clip, volume.path(), ToolLimits::default(), &cancel).await.unwrap_err();
+    assert!(matches!(&err, MediaError::ProxyNotMade { proxy: ProxyType::Poster, .. }), "{err:?}");
+    let message = err.to_string();
+    assert!(message.contains("No space left on device"), "ffmpeg's own words: {message}");
+    assert!(message.contains("storage.proxy_root") && message.contains("full"), "what to do: {message}");
+    assert_eq!(names(volume.path()), Vec::<String>::new(), "no poster, no temporary file");
+}
+
+#[test]
+fn a_full_proxy_volume_fails_a_still_and_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(volume) = ScratchVolume::small(&dir.path().join("proxies"), 64, true) else { return };
+    let jpeg = fixtures::jpeg(1600, 1200, 5, true, &FixtureExif::default());
+    let path = Path::new("IMG_0005.JPG");
+    let err = make_still_proxies(path, &jpeg, MediaFormat::Jpeg, 1, DEFAULT_MAX_PIXELS, volume.path()).unwrap_err();
+    assert!(matches!(&err, MediaError::ProxyWrite { .. }), "{err:?}");
+    assert!(err.to_string().contains("storage.proxy_root"), "{err}");
+    assert_eq!(names(volume.path()), ["filler"], "neither a proxy nor a temporary file is left");
+}
+
+#[test]
+fn the_proxy_root_check_names_a_full_volume() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(volume) = ScratchVolume::small(&dir.path().join("proxies"), 64, true) else { return };
+    let err = check_proxy_root(volume.path()).unwrap_err();
+    assert!(matches!(&err, MediaError::ProxyRootUnwritable { .. }), "{err:?}");
+    let message = err.to_string();
+    assert!(message.contains("storage.proxy_root") && message.contains(&volume.path().display().to_string()));
+    assert!(message.contains("its volume is full; free space on it"), "{message}");
+    assert_eq!(names(volume.path()), ["filler"], "the check leaves nothing behind");
+}
+
+#[test]
+fn the_proxy_root_check_names_a_folder_that_cannot_be_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(volume) = ScratchVolume::read_only(&dir.path().join("proxies")) else { return };
+    let message = check_proxy_root(volume.path()).unwrap_err().to_string();
+    assert!(message.contains("storage.proxy_root"), "{message}");
+    assert!(
+        message.contains("mounted read-only; mount it read-write")
+            || message.contains("the Worker's user may not write there"),
+        "{message}"
+    );
+}
