@@ -1,13 +1,16 @@
 //! Running ffmpeg, ffprobe and friends: in a process group of their own, with a time limit, killed with
-//! their whole tree on cancellation or timeout.
+//! their whole tree on cancellation or timeout, and killed by the kernel if the Worker dies (even by
+//! `kill -9`). Every external tool the Worker runs is started here, by [`run_tool`].
 
 use std::ffi::OsString;
 use std::path::Path;
 use std::process::Stdio;
+use std::sync::{OnceLock, mpsc};
 use std::time::Duration;
 
-use process_wrap::tokio::{CommandWrap, KillOnDrop, ProcessGroup};
+use process_wrap::tokio::{ChildWrapper, CommandWrap, KillOnDrop, ProcessGroup};
 use tokio::io::AsyncReadExt;
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::MediaError;
@@ -55,9 +58,10 @@ pub(crate) async fn run_tool(
     let mut command = CommandWrap::with_new(tool, |c| {
         let input = stdin.map_or_else(Stdio::null, Stdio::from);
         c.args(&args).stdin(input).stdout(Stdio::piped()).stderr(Stdio::piped());
+        die_with_the_worker(c);
     });
     command.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
-    let mut child = command.spawn().map_err(|e| match e.kind() {
+    let mut child = start(command).await.map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => MediaError::ToolMissing { tool, package, path: path.to_owned() },
         _ => MediaError::io(path, e),
     })?;
@@ -95,9 +99,205 @@ pub(crate) async fn run_tool(
     }
 }
 
+/// Asks the kernel to send the tool SIGKILL when the Worker dies, whatever kills it (`kill -9` included): its
+/// process group and kill-on-drop only act while the Worker lives to use them, and an orphaned ffmpeg would
+/// run with no time limit, writing to the temporary file a restarted Worker writes too.
+///
+/// The kernel sends the signal when the *thread* that started the child exits, not the process: see
+/// [`start`], which is why every tool is started on one thread that lives as long as the Worker.
+fn die_with_the_worker(command: &mut tokio::process::Command) {
+    // Taken before the fork: the child compares it with its parent after asking for the signal.
+    let worker = rustix::process::getpid();
+    let hook = move || {
+        rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
+        // The Worker may have died between the fork and the line above, which then came too late to be
+        // told: the child was given to another parent. It must not start the tool (the spawn fails).
+        if rustix::process::getppid() != Some(worker) {
+            return Err(rustix::io::Errno::SRCH.into());
+        }
+        Ok(())
+    };
+    // SAFETY: the hook runs in the child between fork and exec, where only async-signal-safe calls are
+    // sound. It makes two system calls through rustix (no allocation, no lock) and builds its error from a raw
+    // errno (no allocation); it captures one integer. This is the crate's only unsafe code (Cargo.toml).
+    #[allow(unsafe_code)]
+    unsafe {
+        command.pre_exec(hook);
+    }
+}
+
+/// A request to the thread that starts tools: the command, the runtime its child belongs to (its reaping and
+/// pipes), and where to hand the child back.
+struct Start {
+    command: CommandWrap,
+    runtime: tokio::runtime::Handle,
+    started: oneshot::Sender<std::io::Result<Box<dyn ChildWrapper>>>,
+}
+
+/// Starts `command` on the Worker's tool thread and hands its child back.
+///
+/// **Rule: a tool is never forked from a thread that may exit before the Worker.** The kernel's death signal
+/// ([`die_with_the_worker`]) follows the thread that forked the child: a child started from a `spawn_blocking`
+/// thread would be killed when that thread idles out (tokio ends them after ten seconds), and a tokio worker
+/// thread can become such a thread after a `block_in_place`. So no caller's thread is used: one thread, made
+/// at the first tool and never ended, forks every tool, whichever thread or runtime asks.
+async fn start(command: CommandWrap) -> std::io::Result<Box<dyn ChildWrapper>> {
+    static TOOL_THREAD: OnceLock<mpsc::Sender<Start>> = OnceLock::new();
+    let tool_thread = TOOL_THREAD.get_or_init(|| {
+        let (requests, received) = mpsc::channel::<Start>();
+        // If the thread cannot be made, `received` is dropped here and every request fails below.
+        let _ = std::thread::Builder::new().name("almanac-tools".into()).spawn(move || {
+            for Start { mut command, runtime, started } in received {
+                let _in_runtime = runtime.enter();
+                // A caller that gave up (cancelled) drops the child unanswered: killed on drop, then reaped.
+                let _ = started.send(command.spawn());
+            }
+        });
+        requests
+    });
+    let (started, child) = oneshot::channel();
+    let runtime = tokio::runtime::Handle::current();
+    let gone = || {
+        std::io::Error::other(
+            "the Worker's thread that starts external tools could not be made or has ended (is the system out of \
+             threads or memory?); restart the Worker",
+        )
+    };
+    tool_thread.send(Start { command, runtime, started }).map_err(|_| gone())?;
+    child.await.map_err(|_| gone())?
+}
+
 #[cfg(test)]
 mod tests {
+    use std::os::unix::process::ExitStatusExt;
+    use std::time::Instant;
+
     use super::*;
+
+    /// What /proc says of a process: its parent, its state and its start time (which tells a reused pid
+    /// apart). `None` once it is gone.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    struct ProcStat {
+        parent: u32,
+        state: char,
+        started: u64,
+    }
+
+    fn proc_stat(pid: u32) -> Option<ProcStat> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // `pid (comm) state ppid …`: the name may hold spaces and parentheses, so read after the last `)`.
+        let fields: Vec<&str> = text[text.rfind(')')? + 1..].split_whitespace().collect();
+        Some(ProcStat {
+            state: fields[0].chars().next()?,
+            parent: fields[1].parse().ok()?,
+            started: fields[19].parse().ok()?,
+        })
+    }
+
+    /// Whether the process that had `stat` has ended (gone, a zombie nobody reaped yet, or its pid reused).
+    fn has_ended(pid: u32, stat: &ProcStat) -> bool {
+        proc_stat(pid).is_none_or(|now| now.started != stat.started || matches!(now.state, 'Z' | 'X'))
+    }
+
+    /// Whether SIGKILL is pending for the process (sent, not yet acted upon).
+    fn kill_pending(pid: u32) -> bool {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        status.lines().filter_map(|l| l.strip_prefix("SigPnd:").or_else(|| l.strip_prefix("ShdPnd:"))).any(|mask| {
+            u64::from_str_radix(mask.trim(), 16)
+                .is_ok_and(|m| m & (1 << (rustix::process::Signal::KILL.as_raw() - 1)) != 0)
+        })
+    }
+
+    /// Polls `done` every 50 ms for up to a minute: long enough for a machine loaded by builds beside us.
+    fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !done() {
+            assert!(Instant::now() < deadline, "waited a minute for {what}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    const HELPER: &str = "ALMANAC_TOOL_TEST_HELPER";
+
+    /// Not a test of its own: the process the next test starts (this test binary again, with [`HELPER`] set),
+    /// which runs a long `sleep` through [`run_tool`] on a runtime like the Worker's, until it is killed.
+    #[test]
+    fn helper_running_a_tool_until_killed() {
+        if std::env::var_os(HELPER).is_none() {
+            return;
+        }
+        let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+        let cancel = CancellationToken::new();
+        let hour = Duration::from_secs(3600);
+        let ran =
+            runtime.block_on(run_tool("sleep", "coreutils", vec!["3600".into()], None, Path::new("x"), hour, &cancel));
+        panic!("the tool ended before its parent was killed: {ran:?}");
+    }
+
+    /// Invariant 11: a tool started through `run_tool` dies with its parent, even when the parent is killed
+    /// with SIGKILL and has no chance to kill it (the tool is in a process group of its own, which the parent's
+    /// death does not reach).
+    #[test]
+    fn a_tool_dies_when_its_parent_is_killed_with_sigkill() {
+        let mut helper = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "tool::tests::helper_running_a_tool_until_killed", "--nocapture", "--test-threads=1"])
+            .env(HELPER, "1")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let parent = helper.id();
+        let mut tool = None;
+        wait_until("the helper's tool to start", || {
+            tool = std::fs::read_dir("/proc")
+                .unwrap()
+                .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+                .filter(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sleep"))
+                .find_map(|pid| proc_stat(pid).filter(|s| s.parent == parent).map(|s| (pid, s)));
+            tool.is_some() || helper.try_wait().unwrap().is_some()
+        });
+        let (pid, stat) = tool.expect("the helper ended before its tool started");
+        helper.kill().unwrap();
+        assert_eq!(helper.wait().unwrap().signal(), Some(9));
+        wait_until("the orphaned tool to die", || has_ended(pid, &stat));
+    }
+
+    /// The death signal follows the thread that forked the child. A tool must therefore not be forked on a
+    /// thread that ends before the Worker: started from such a thread, the tool outlives it.
+    #[test]
+    fn a_tool_outlives_the_thread_that_asked_for_it() {
+        let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+        let handle = runtime.handle().clone();
+        let (mut forked_here, mut started) = std::thread::spawn(move || {
+            // The trap, for comparison: a child forked right on this thread with the same death signal.
+            let forked_here = {
+                let _in_runtime = handle.enter();
+                let mut command = tokio::process::Command::new("sleep");
+                command.arg("3600").kill_on_drop(true);
+                die_with_the_worker(&mut command);
+                command.spawn().unwrap()
+            };
+            let mut command = CommandWrap::with_new("sleep", |c| {
+                c.arg("3600");
+                die_with_the_worker(c);
+            });
+            command.wrap(KillOnDrop);
+            (forked_here, handle.block_on(start(command)).unwrap())
+        })
+        .join()
+        .unwrap();
+        runtime.block_on(async {
+            // The thread's end reached the child forked on it: the kernel has dealt with every child of that
+            // thread...
+            let ended = tokio::time::timeout(Duration::from_secs(60), forked_here.wait()).await;
+            let status = ended.expect("a child forked on an ended thread lived on for a minute").unwrap();
+            assert_eq!(status.signal(), Some(9), "the child forked on the thread was killed by its death signal");
+            // ...and the tool `start` started was not among them.
+            let pid = started.id().unwrap();
+            assert!(started.try_wait().unwrap().is_none(), "the tool ended with the thread that asked for it");
+            assert!(!kill_pending(pid), "the tool was sent SIGKILL when the thread that asked for it ended");
+            Box::into_pin(started.kill()).await.unwrap();
+        });
+    }
 
     fn survivors(marker: &str) -> String {
         let out = std::process::Command::new("pgrep").args(["-f", marker]).output().unwrap();
