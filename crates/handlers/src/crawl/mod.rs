@@ -111,6 +111,10 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
             .map_err(catalogue_error)?
             .ok_or_else(|| HandlerError::permanent(format!("storage config {config} does not exist")))?;
         root::check_roots_apart(&*self.catalogue, &storage, &self.settings.proxy_root).await?;
+        // A proxy root that can take no file would fail every file one by one: one clear error instead.
+        root::check_proxy_root(&self.settings.proxy_root)
+            .await
+            .map_err(|e| root::proxy_root_unwritable(e, "Nothing was read"))?;
         let (root, is_mount_point) = root::open_root(&storage, args)?;
         let root = Arc::new(root);
         let (files, walk, known, active) = self.list(config, &root, &ctx.cancel).await?;
@@ -118,10 +122,6 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
         if walk.stopped {
             return Err(HandlerError::cancelled());
         }
-        // A proxy root that can take no file would fail every file one by one: one clear error instead.
-        root::check_proxy_root(&self.settings.proxy_root)
-            .await
-            .map_err(|e| root::proxy_root_unwritable(e, "Nothing was read"))?;
         root::check_not_emptied(&storage, args, active, files.len())?;
 
         let run = Run {
@@ -191,6 +191,7 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
             for mut k in known_files {
                 known.insert(std::mem::take(&mut k.facts.file_path), k);
             }
+            mark_broken_proxies(&proxy_root, known.values_mut());
             Arc::new(known)
         })
         .await
@@ -198,7 +199,6 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
         let (files, walk) =
             listing.await.map_err(|e| HandlerError::retryable(format!("the folder walk ended abnormally: {e}")))?;
         Ok((files, walk, known, active))
-            mark_broken_proxies(&proxy_root, known.values_mut());
     }
 
     /// Processes the listed files, a few at a time: unchanged ones are only marked seen, the others go through
@@ -258,13 +258,6 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
                             warn!(event = "file_failed", path = %run.abs(&entry).display(), reason, "file skipped");
                             run.counters.failed(display(&entry.rel), reason);
                         }
-                        Err(FileProblem::Catalogue(e)) => {
-                            fatal.lock().expect("poisoned").get_or_insert(catalogue_error(e));
-                        }
-                    }
-                    if found.is_multiple_of(PROGRESS_EVERY) {
-                        progress.report(to_json(&run.counts()));
-                    }
                         Err(FileProblem::ProxyNotWritten(reason)) => {
                             // One file's trouble, unless the proxy root can take no file now (the volume filled
                             // up, went read-only): then the crawl stops with that one error.
@@ -279,6 +272,13 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
                                 }
                             }
                         }
+                        Err(FileProblem::Catalogue(e)) => {
+                            fatal.lock().expect("poisoned").get_or_insert(catalogue_error(e));
+                        }
+                    }
+                    if found.is_multiple_of(PROGRESS_EVERY) {
+                        progress.report(to_json(&run.counts()));
+                    }
                 }
             })
             .await;
@@ -313,13 +313,6 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
     }
 }
 
-fn catalogue_error(e: CatalogueError) -> HandlerError {
-    HandlerError::retryable(format!("the crawl stopped because the catalogue did not answer: {e}"))
-}
-
-/// A path beneath the root, for people (lossy UTF-8).
-fn display(rel: &[u8]) -> String {
-    String::from_utf8_lossy(rel).into_owned()
 /// Marks the assets whose proxy files are not all whole ([`proxies_whole`]) as missing proxies, as a
 /// `proxy_deletion` would: the crawl reads them again and makes their proxies again, so their rows never point
 /// at a file that is gone or cut short. A stat per proxy file, nothing read, spread over a few threads (it runs
@@ -354,6 +347,13 @@ fn proxies_whole(proxy_root: &Path, known: &KnownFile) -> bool {
         })
 }
 
+fn catalogue_error(e: CatalogueError) -> HandlerError {
+    HandlerError::retryable(format!("the crawl stopped because the catalogue did not answer: {e}"))
+}
+
+/// A path beneath the root, for people (lossy UTF-8).
+fn display(rel: &[u8]) -> String {
+    String::from_utf8_lossy(rel).into_owned()
 }
 
 /// Progress and results travel as JSON.
