@@ -6,7 +6,7 @@ use std::process::Command;
 use anyhow::{Result, bail};
 
 /// (what is checked, how, the Debian package that provides it)
-const NEEDS: [(&str, &[&str], &str); 9] = [
+const NEEDS: [(&str, &[&str], &str); 10] = [
     (
         "PostgreSQL server binaries",
         &["sh", "-c", "ls /usr/lib/postgresql/*/bin/initdb || command -v initdb"],
@@ -20,7 +20,24 @@ const NEEDS: [(&str, &[&str], &str); 9] = [
     ("pgrep and kill", &["sh", "-c", "command -v pgrep && command -v kill"], "procps"),
     ("promtool (checks /metrics)", &["sh", "-c", "command -v promtool"], "prometheus"),
     ("chromium (the operator's page test)", &["sh", "-c", "command -v chromium"], "chromium"),
+    // The package brings the definitions; the locale itself is made by `make_locales` (Debian makes none).
+    ("the de_DE.UTF-8 locale (tests of a German-speaking server)", &["sh", "-c", GERMAN_LOCALE_PRESENT], "locales"),
 ];
+
+/// Whether the German locale exists: a server whose `lc_messages` is German must be understood alike.
+const GERMAN_LOCALE_PRESENT: &str = "locale -a | grep -qix 'de_DE.utf-\\?8'";
+
+/// Makes the German locale from the `locales` package's definitions, when it is missing and we are root.
+fn make_locales() {
+    if !present(&["sh", "-c", GERMAN_LOCALE_PRESENT]) && is_root() && present(&["sh", "-c", "command -v localedef"]) {
+        println!("==> making the de_DE.UTF-8 locale");
+        let _ = Command::new("localedef").args(["-i", "de_DE", "-f", "UTF-8", "de_DE.UTF-8"]).status();
+    }
+}
+
+fn is_root() -> bool {
+    Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
 
 fn present(check: &[&str]) -> bool {
     Command::new(check[0]).args(&check[1..]).output().is_ok_and(|o| o.status.success())
@@ -33,12 +50,13 @@ pub fn missing() -> Vec<&'static str> {
 
 /// Installs what is missing with apt-get when running as root; otherwise says what to install.
 pub fn ensure(also: &[&'static str]) -> Result<()> {
+    make_locales();
     let mut packages = missing();
     packages.extend(also.iter().filter(|p| !present(&["sh", "-c", &format!("dpkg -s {p} >/dev/null 2>&1")])));
     if packages.is_empty() {
         return Ok(());
     }
-    let root = Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    let root = is_root();
     let apt = present(&["sh", "-c", "command -v apt-get"]);
     if !(root && apt) {
         bail!("missing system packages; install them with: sudo apt-get install -y {}", packages.join(" "));
@@ -53,6 +71,7 @@ pub fn ensure(also: &[&'static str]) -> Result<()> {
     if !update.success() || !install.success() {
         bail!("apt-get could not install {}", packages.join(" "));
     }
+    make_locales();
     let still = missing();
     if !still.is_empty() {
         bail!("still missing after installing: {}", still.join(" "));

@@ -221,6 +221,15 @@ pub(crate) async fn run<Q: WorkQueue + 'static>(
                 || info!(event = "released", kind = %claimed.item.kind, duration_ms = elapsed_ms(claim_sent_at), "released to the queue for another Worker"),
             )
         }
+        // Safety invariant 9: an outage is not a failure of the work. The item goes back to the queue as at
+        // shutdown; if the release cannot be written either, lease recovery requeues it.
+        (None, Ok(Err(error))) if error.outage => {
+            let answer = timeout(interval, queue.release(fence)).await.ok();
+            write_outcome("release", answer, Outcome::Released, || {
+                warn!(event = "released_after_outage", kind = %claimed.item.kind, duration_ms = elapsed_ms(claim_sent_at),
+                      error = %error, "the database was unavailable to the handler; released to the queue, no failure counted")
+            })
+        }
         (None, Ok(Err(error))) => fail(&*queue, &claimed, &config, error, claim_sent_at).await,
         (None, Err(join)) => {
             let message = panic_message(join);

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use almanac_domain::{
-    ClaimRequest, ClaimedItem, Completed, CompletedMany, Completion, Fence, QueueError, WorkQueue, WriteOutcome,
+    ClaimRequest, ClaimedItem, Completed, CompletedMany, Completion, Fence, QueueError, Status, WorkQueue, WriteOutcome,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
@@ -94,12 +94,53 @@ async fn write_batches<Q: WorkQueue + 'static>(
                 writing.spawn(async move {
                     let done: Vec<Completion<'_>> = batch.iter().map(|r| (r.fence, r.result.as_ref())).collect();
                     let claim = batch.iter().filter(|r| r.claim_next).count();
-                    let answer = timeout(wait, queue.complete_many_and_claim(&done, &next, claim)).await;
+                    let answer = timeout(wait, write_through_outages(&*queue, &done, &next, claim)).await;
                     drop(done);
                     let orphans = answer_each(batch, answer.ok());
                     hand_back(&queue, orphans, wait).await;
                 });
             }
+        }
+    }
+}
+
+/// Writes a batch, and writes it again on a fresh connection while the database is unavailable to it (a killed
+/// backend, a dropped connection), within the batch's time limit: one heartbeat interval, far inside the
+/// attempts' leases, which run a lease past their last heartbeat. So one dead connection never sends a batch of
+/// finished items back to run again (safety invariant 9). A batch written twice changes nothing the second time:
+/// each completion is fenced on its attempt. When a try's answer was lost after its commit, the next try finds
+/// those completions already written: an item that succeeded under this very attempt counts as written. (Items
+/// that lost try claimed with the completions wait for lease recovery.)
+async fn write_through_outages<Q: WorkQueue>(
+    queue: &Q,
+    done: &[Completion<'_>],
+    next: &ClaimRequest,
+    claim: usize,
+) -> Result<CompletedMany, QueueError> {
+    let mut pause = Duration::from_millis(50);
+    let mut answer_lost = false;
+    loop {
+        match queue.complete_many_and_claim(done, next, claim).await {
+            Err(QueueError::Unavailable(e)) => {
+                warn!(event = "completion_retry", error = %e, items = done.len(), retry_in_ms = pause.as_millis() as u64,
+                      "the database was unavailable to a batch of completions; writing it again on a fresh connection");
+                answer_lost = true;
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+            Ok(mut many) if answer_lost => {
+                for ((fence, _), written) in done.iter().zip(many.written.iter_mut()) {
+                    if *written == WriteOutcome::Lost
+                        && let Ok(Some(item)) = queue.get(fence.id).await
+                        && item.status == Status::Succeeded
+                        && item.attempt == fence.attempt.get()
+                    {
+                        *written = WriteOutcome::Written;
+                    }
+                }
+                return Ok(many);
+            }
+            other => return other,
         }
     }
 }

@@ -17,17 +17,26 @@ pub struct HandlerError {
     pub message: String,
     /// Whether another attempt may succeed (a vanished share, an outage) or not (a bad payload).
     pub retryable: bool,
+    /// Whether the database was unavailable to the handler (a lost connection, a killed backend, a failover):
+    /// not a failure of the work. The item goes back to the queue without counting a failure (safety
+    /// invariant 9).
+    pub outage: bool,
 }
 
 impl HandlerError {
     /// An error another attempt may not hit.
     pub fn retryable(message: impl Into<String>) -> Self {
-        Self { message: message.into(), retryable: true }
+        Self { message: message.into(), retryable: true, outage: false }
     }
 
     /// An error that no retry will fix.
     pub fn permanent(message: impl Into<String>) -> Self {
-        Self { message: message.into(), retryable: false }
+        Self { message: message.into(), retryable: false, outage: false }
+    }
+
+    /// The database was unavailable: the item goes back to the queue, no failure counted.
+    pub fn outage(message: impl Into<String>) -> Self {
+        Self { message: message.into(), retryable: true, outage: true }
     }
 
     /// The handler stopped because its token was cancelled.
@@ -220,6 +229,8 @@ mod tests {
         assert!(HandlerError::retryable("x").retryable);
         assert!(!HandlerError::permanent("x").retryable);
         assert!(HandlerError::cancelled().retryable);
+        assert!(HandlerError::outage("x").outage && HandlerError::outage("x").retryable);
+        assert!(!HandlerError::retryable("x").outage && !HandlerError::permanent("x").outage);
         assert_eq!(HandlerError::permanent("bad payload").to_string(), "bad payload");
     }
 }

@@ -225,6 +225,33 @@ async fn success_completes_with_the_result_and_progress_rides_on_heartbeats() {
     run.stop().await;
 }
 
+/// A batch of completions whose connection died (before writing, or after its commit with the answer lost) is
+/// written again on a fresh connection: the item succeeds once, runs once, and nothing waits for lease recovery.
+#[tokio::test(start_paused = true)]
+async fn completions_whose_connection_died_are_written_again_and_the_item_runs_once() {
+    for (fail, lose_answer) in [(1, 0), (3, 0), (0, 1), (2, 1)] {
+        let (queue, id) = one(WorkKind::TokenCleanup);
+        {
+            let mut s = queue.state.lock().unwrap();
+            s.completions_fail = fail;
+            s.completions_lose_answer = lose_answer;
+        }
+        let probe = Probe::new(WorkKind::TokenCleanup, Act::Work { work: 5 * SECOND });
+        let (logs, _guard) = Logs::capture();
+        let run = start(&queue, &probe, config());
+        run.at(20 * SECOND).await;
+        let events = logs.events();
+        assert_eq!(probe.started().len(), 1, "({fail}, {lose_answer}): ran again");
+        let completes: Vec<_> =
+            queue.writes().into_iter().filter(|(item, w, _)| *item == id && matches!(w, Write::Complete(_))).collect();
+        assert_eq!(completes.len(), 1, "({fail}, {lose_answer}): completed once");
+        assert_eq!(events.iter().filter(|e| *e == "completion_retry").count(), fail + lose_answer);
+        assert_eq!(events.iter().filter(|e| *e == "succeeded").count(), 1, "({fail}, {lose_answer}): {events:?}");
+        assert!(!events.iter().any(|e| e == "lost" || e == "outcome_unwritten"), "({fail}, {lose_answer}): {events:?}");
+        run.stop().await;
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn handler_error_is_retried_with_backoff_then_failed_at_the_budget() {
     let (queue, id) = one(WorkKind::TokenCleanup);
@@ -265,6 +292,23 @@ async fn non_retryable_error_is_reported_as_such() {
     run.at(SECOND).await;
     let writes = queue.writes();
     assert!(matches!(&writes[..], [(_, Write::Fail(f), _)] if !f.retryable && f.error == "the share is gone"));
+    run.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_outage_in_a_handler_releases_the_item_and_counts_no_failure() {
+    let (queue, id) = one(WorkKind::TokenCleanup);
+    let probe = Probe::new(WorkKind::TokenCleanup, Act::Outage);
+    let (logs, _guard) = Logs::capture();
+    let run = start(&queue, &probe, config());
+    run.at(SECOND).await;
+    let writes = queue.writes();
+    assert!(matches!(&writes[..], [(item, Write::Release, _), ..] if *item == id), "{writes:?}");
+    assert!(
+        !writes.iter().any(|(_, w, _)| matches!(w, Write::Fail(_))),
+        "an outage was counted as a failure: {writes:?}"
+    );
+    assert!(logs.events().iter().any(|e| e == "released_after_outage"), "{:?}", logs.events());
     run.stop().await;
 }
 

@@ -20,8 +20,19 @@ pub use schedule::{ScheduleError, ScheduleSettings, Scheduler};
 use almanac_domain::CatalogueError;
 use almanac_executor::HandlerError;
 
-/// A catalogue error ends the attempt as retryable: an outage passes, and an unexpected answer is logged with
-/// the item and retried within its budget rather than dropping the work.
+/// A catalogue error ends the attempt. The database being unavailable (a lost connection, a killed backend, a
+/// failover) is an outage, not a failure of the work: the item goes back to the queue and no failure is counted
+/// (safety invariant 9). Anything else is retryable: an unexpected answer is logged with the item and retried
+/// within its budget rather than dropping the work.
 pub(crate) fn store_error(e: CatalogueError) -> HandlerError {
-    HandlerError::retryable(e.to_string())
+    store_error_while("", e)
+}
+
+/// [`store_error`], its message led by what the handler was doing (`"could not enqueue burst detection: "`).
+pub(crate) fn store_error_while(doing: &str, e: CatalogueError) -> HandlerError {
+    let message = format!("{doing}{e}");
+    match e {
+        CatalogueError::Unavailable(_) => HandlerError::outage(message),
+        CatalogueError::Lost | CatalogueError::Unexpected(_) => HandlerError::retryable(message),
+    }
 }

@@ -8,7 +8,7 @@ use diesel::{QueryableByName, sql_query};
 use diesel_async::{AsyncConnection, RunQueryDsl};
 
 use crate::PgStore;
-use crate::error::{self, StoreError};
+use crate::error::{self, Placed, StoreError};
 
 /// A storage config to register.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -213,7 +213,7 @@ impl PgStore {
                 Err(StoreError::Conflict(format!("the root path {root} is already registered")))
             }
             Err(AddError::Overlaps(refused)) => Err(StoreError::Conflict(refused)),
-            Err(AddError::Db(e)) => Err(error::from_diesel(e)),
+            Err(AddError::Db(e)) => Err(error::placed(&mut conn, e).await),
         }
     }
 
@@ -225,7 +225,8 @@ impl PgStore {
             sql_query(format!("SELECT {CONFIG_COLUMNS} FROM storage_configs ORDER BY created_at, id"))
                 .load(&mut conn)
                 .await
-                .map_err(error::from_diesel)?;
+                .placed(&mut conn)
+                .await?;
         Ok(rows.into_iter().map(StorageConfig::from).collect())
     }
 
@@ -239,7 +240,8 @@ impl PgStore {
             .bind::<Bool, _>(is_mount_point)
             .execute(&mut conn)
             .await
-            .map_err(error::from_diesel)?;
+            .placed(&mut conn)
+            .await?;
         Ok(())
     }
 
@@ -257,7 +259,8 @@ impl PgStore {
         ))
         .load(&mut conn)
         .await
-        .map_err(error::from_diesel)?;
+        .placed(&mut conn)
+        .await?;
         Ok(rows.into_iter().map(RootOverlap::from).collect())
     }
 
@@ -275,7 +278,8 @@ impl PgStore {
         .bind::<Uuid, _>(config.as_uuid())
         .load(&mut conn)
         .await
-        .map_err(error::from_diesel)?;
+        .placed(&mut conn)
+        .await?;
         Ok(rows.into_iter().map(StorageConfig::from).collect())
     }
 
@@ -287,7 +291,8 @@ impl PgStore {
             .bind::<Text, _>(username)
             .load(&mut conn)
             .await
-            .map_err(error::from_diesel)?;
+            .placed(&mut conn)
+            .await?;
         Ok(rows.into_iter().next().map(|u| User {
             id: UserId::from_uuid(u.id),
             username: u.username,
@@ -332,7 +337,8 @@ impl PgStore {
         .bind::<diesel::sql_types::BigInt, _>(limit)
         .load(&mut conn)
         .await
-        .map_err(error::from_diesel)?;
+        .placed(&mut conn)
+        .await?;
         Ok(rows
             .into_iter()
             .map(|r| Memory {
@@ -363,7 +369,8 @@ impl PgStore {
         .bind::<Uuid, _>(id.as_uuid())
         .get_result(&mut conn)
         .await
-        .map_err(error::from_diesel)?;
+        .placed(&mut conn)
+        .await?;
         Ok((c.assets, c.items))
     }
 
@@ -408,7 +415,8 @@ impl PgStore {
             Ok(Ok(()))
         })
         .await
-        .map_err(error::from_diesel)?
+        .placed(&mut conn)
+        .await?
     }
 
     /// The ids of a storage config's active (not soft-deleted) assets, oldest first.
@@ -425,7 +433,8 @@ impl PgStore {
                 .bind::<Uuid, _>(config.as_uuid())
                 .load(&mut conn)
                 .await
-                .map_err(error::from_diesel)?;
+                .placed(&mut conn)
+                .await?;
         Ok(rows.into_iter().map(|r| AssetId::from_uuid(r.id)).collect())
     }
 
@@ -456,7 +465,8 @@ impl PgStore {
                     .await
             })
             .await
-            .map_err(error::from_diesel)?;
+            .placed(&mut conn)
+            .await?;
         if rows == 0 {
             return Err(StoreError::NotFound(format!("no storage config {id}")));
         }

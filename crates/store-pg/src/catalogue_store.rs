@@ -18,7 +18,7 @@ use crate::fence::{Fenced, fenced_error, hold};
 
 const ACTIVE_CONTENT_INDEX: &str = "ix_media_assets_active_content";
 
-use crate::error::catalogue as db;
+use crate::error::Placed;
 
 fn catalogue(e: StoreError) -> CatalogueError {
     e.into()
@@ -175,7 +175,9 @@ impl CatalogueStore for PgStore {
         .bind::<Uuid, _>(config.as_uuid())
         .load(&mut conn)
         .await
-        .map_err(db)?;
+        .placed(&mut conn)
+        .await
+        .map_err(CatalogueError::from)?;
         rows.into_iter()
             .map(|r| {
                 Ok(KnownFile {
@@ -224,7 +226,9 @@ impl CatalogueStore for PgStore {
         .bind::<Text, _>(hash.as_hex())
         .load(&mut conn)
         .await
-        .map_err(db)?;
+        .placed(&mut conn)
+        .await
+        .map_err(CatalogueError::from)?;
         Ok(rows
             .into_iter()
             .map(|r| HashMatch {
@@ -444,7 +448,7 @@ impl CatalogueStore for PgStore {
                 .bind::<Text, _>(asset.content_hash.as_hex())
                 .load(&mut conn)
                 .await
-                .map_err(db)?;
+                .placed(&mut conn).await.map_err(CatalogueError::from)?;
                 existing
                     .into_iter()
                     .next()
@@ -502,7 +506,9 @@ impl CatalogueStore for PgStore {
         .bind::<Uuid, _>(config.as_uuid())
         .load(&mut conn)
         .await
-        .map_err(db)?;
+        .placed(&mut conn)
+        .await
+        .map_err(CatalogueError::from)?;
         rows.into_iter()
             .map(|r| {
                 Ok(PairingCandidate {

@@ -2,7 +2,10 @@
 
 use almanac_domain::{CatalogueError, QueueError};
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
+use diesel::sql_types::Bool;
+use diesel::{QueryableByName, sql_query};
 use diesel_async::pooled_connection::deadpool::PoolError;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 /// The index that keeps at most one running item per storage config (ADR 0008, rule 2).
 pub(crate) const RUNNING_CONFIG_INDEX: &str = "ix_work_items_running_config";
@@ -57,23 +60,37 @@ pub(crate) fn is_unique_violation_of(e: &DieselError, name: &str) -> bool {
     matches!(e, DieselError::DatabaseError(DatabaseErrorKind::UniqueViolation, info) if info.constraint_name() == Some(name))
 }
 
-/// Whether a statement was cancelled by `lock_timeout` (SQLSTATE 55P03, which diesel does not name: recognised
-/// by the server's message, so a server whose messages are translated reports it as any other error).
-pub(crate) fn is_lock_timeout(e: &DieselError) -> bool {
-    matches!(e, DieselError::DatabaseError(_, info) if info.message().contains("lock timeout"))
+/// Whether the connection `e` came from is gone (closed, reset, killed, timed out on the wire). Told by the
+/// driver's own kinds, never by the server's words, which follow its `lc_messages` (a German NAS speaks German):
+/// diesel-async reports an error that carries no SQLSTATE (the client's own: the socket, the connection task)
+/// as `UnableToSendCommand`, and a transaction whose rollback or commit could not be sent as the rollback's or
+/// commit's error. A server error that ended the session (`FATAL`: a terminated backend, an idle-in-transaction
+/// timeout, a shutdown) arrives with a SQLSTATE diesel has no kind for; [`placed`] asks the connection itself.
+pub(crate) fn is_connection_lost(e: &DieselError) -> bool {
+    match e {
+        DieselError::DatabaseError(DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::UnableToSendCommand, _) => {
+            true
+        }
+        // The transaction's state is unknown after an error of the connection itself: the pool discards it.
+        DieselError::BrokenTransactionManager => true,
+        DieselError::RollbackErrorOnCommit { rollback_error, commit_error } => {
+            is_connection_lost(rollback_error) || is_connection_lost(commit_error)
+        }
+        _ => false,
+    }
 }
 
-/// Maps a query error: lost connections are outages, constraint violations are conflicts, the rest unexpected.
+/// Maps a query error by its kinds alone: a lost connection, or a server that only reads (SQLSTATE 25006: a
+/// standby, as after a failover), is an outage; constraint violations are conflicts; the rest unexpected.
 pub(crate) fn from_diesel(e: DieselError) -> StoreError {
+    if is_connection_lost(&e) || matches!(e, DieselError::DatabaseError(DatabaseErrorKind::ReadOnlyTransaction, _)) {
+        return StoreError::Unavailable(e.to_string());
+    }
     match &e {
-        DieselError::DatabaseError(DatabaseErrorKind::ClosedConnection, _) => StoreError::Unavailable(e.to_string()),
-        DieselError::DatabaseError(DatabaseErrorKind::UniqueViolation, info) => StoreError::Conflict(format!(
-            "{} (constraint {})",
-            info.message(),
-            info.constraint_name().unwrap_or("unknown")
-        )),
         DieselError::DatabaseError(
-            DatabaseErrorKind::ForeignKeyViolation | DatabaseErrorKind::CheckViolation,
+            DatabaseErrorKind::UniqueViolation
+            | DatabaseErrorKind::ForeignKeyViolation
+            | DatabaseErrorKind::CheckViolation,
             info,
         ) => StoreError::Conflict(format!(
             "{} (constraint {})",
@@ -81,26 +98,49 @@ pub(crate) fn from_diesel(e: DieselError) -> StoreError {
             info.constraint_name().unwrap_or("unknown")
         )),
         DieselError::NotFound => StoreError::NotFound(e.to_string()),
-        // 42P01: the schema is missing, i.e. the database was never migrated.
-        DieselError::DatabaseError(_, info)
-            if info.message().starts_with("relation") && info.message().ends_with("does not exist") =>
-        {
-            StoreError::Unexpected(format!(
-                "{}: the database is not migrated; run `almanac-worker migrate`",
-                info.message()
-            ))
+        _ => StoreError::Unexpected(e.to_string()),
+    }
+}
+
+/// A statement's error placed with the help of the connection it ran on, for what the kinds cannot tell: a
+/// server error diesel has no kind for (`Unknown`) asks the same connection whether the catalogue's tables
+/// exist. No answer means the error ended the session (a `FATAL`: terminated, timed out, shut down): an outage.
+/// An answer that the tables are missing means the database was never migrated. Either way the server's words
+/// are never read, so a server speaking any language is understood alike.
+pub(crate) async fn placed(conn: &mut AsyncPgConnection, e: DieselError) -> StoreError {
+    if !matches!(e, DieselError::DatabaseError(DatabaseErrorKind::Unknown, _)) {
+        return from_diesel(e);
+    }
+    #[derive(QueryableByName)]
+    struct Migrated {
+        #[diesel(sql_type = Bool)]
+        migrated: bool,
+    }
+    let probe =
+        sql_query("SELECT to_regclass('work_items') IS NOT NULL AS migrated").get_result::<Migrated>(conn).await;
+    match probe {
+        Err(lost) if is_connection_lost(&lost) => {
+            StoreError::Unavailable(format!("{e} (the connection was lost with it: {lost})"))
         }
-        DieselError::DatabaseError(DatabaseErrorKind::Unknown, info) if is_connection_message(info.message()) => {
-            StoreError::Unavailable(e.to_string())
+        Ok(Migrated { migrated: false }) => {
+            StoreError::Unexpected(format!("{e}: the database is not migrated; run `almanac-worker migrate`"))
         }
         _ => StoreError::Unexpected(e.to_string()),
     }
 }
 
-fn is_connection_message(message: &str) -> bool {
-    ["connection closed", "terminating connection", "error communicating", "timed out", "connection reset"]
-        .iter()
-        .any(|m| message.to_ascii_lowercase().contains(m))
+/// [`placed`] as a method of a statement's result: `statement.load(&mut *conn).await.placed(&mut *conn).await`.
+pub(crate) trait Placed<T> {
+    async fn placed(self, conn: &mut AsyncPgConnection) -> Result<T, StoreError>;
+}
+
+impl<T> Placed<T> for Result<T, DieselError> {
+    async fn placed(self, conn: &mut AsyncPgConnection) -> Result<T, StoreError> {
+        match self {
+            Ok(value) => Ok(value),
+            Err(e) => Err(placed(conn, e).await),
+        }
+    }
 }
 
 pub(crate) fn queue(e: DieselError) -> QueueError {
@@ -118,4 +158,60 @@ impl From<StoreError> for CatalogueError {
 
 pub(crate) fn catalogue(e: DieselError) -> CatalogueError {
     from_diesel(e).into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn db(kind: DatabaseErrorKind, said: &str) -> DieselError {
+        DieselError::DatabaseError(kind, Box::new(said.to_owned()))
+    }
+
+    #[test]
+    fn errors_of_the_connection_itself_are_outages_whatever_they_say() {
+        // What diesel-async reports for an error with no SQLSTATE (the socket, the connection task), in any words.
+        for said in ["connection closed", "Verbindung geschlossen", ""] {
+            assert!(matches!(
+                from_diesel(db(DatabaseErrorKind::UnableToSendCommand, said)),
+                StoreError::Unavailable(_)
+            ));
+            assert!(matches!(from_diesel(db(DatabaseErrorKind::ClosedConnection, said)), StoreError::Unavailable(_)));
+        }
+        assert!(matches!(from_diesel(DieselError::BrokenTransactionManager), StoreError::Unavailable(_)));
+        // A commit whose answer was lost, and the rollback after it: the outcome is unknown, and it is an outage.
+        let lost_commit = DieselError::RollbackErrorOnCommit {
+            rollback_error: Box::new(db(DatabaseErrorKind::UnableToSendCommand, "")),
+            commit_error: Box::new(db(DatabaseErrorKind::Unknown, "")),
+        };
+        assert!(matches!(from_diesel(lost_commit), StoreError::Unavailable(_)));
+        // A server that only reads (a standby after a failover, SQLSTATE 25006).
+        assert!(matches!(from_diesel(db(DatabaseErrorKind::ReadOnlyTransaction, "")), StoreError::Unavailable(_)));
+    }
+
+    #[test]
+    fn the_server_s_words_never_make_an_outage() {
+        // Before, these English words were read: a server error the kinds do not place is unexpected, whatever it
+        // says (the connection is asked instead, in `placed`).
+        for said in ["terminating connection due to administrator command", "connection reset", "timed out"] {
+            assert!(matches!(from_diesel(db(DatabaseErrorKind::Unknown, said)), StoreError::Unexpected(_)));
+        }
+        let both_answered = DieselError::RollbackErrorOnCommit {
+            rollback_error: Box::new(db(DatabaseErrorKind::Unknown, "")),
+            commit_error: Box::new(db(DatabaseErrorKind::SerializationFailure, "")),
+        };
+        assert!(matches!(from_diesel(both_answered), StoreError::Unexpected(_)));
+    }
+
+    #[test]
+    fn violations_are_conflicts_by_their_kind() {
+        for kind in [
+            DatabaseErrorKind::UniqueViolation,
+            DatabaseErrorKind::ForeignKeyViolation,
+            DatabaseErrorKind::CheckViolation,
+        ] {
+            assert!(matches!(from_diesel(db(kind, "Schlüssel existiert bereits")), StoreError::Conflict(_)));
+        }
+        assert!(matches!(from_diesel(DieselError::NotFound), StoreError::NotFound(_)));
+    }
 }

@@ -25,6 +25,8 @@ mod tls;
 use std::time::Duration;
 
 use diesel_async::AsyncPgConnection;
+
+use crate::error::Placed;
 use diesel_async::SimpleAsyncConnection;
 use diesel_async::pooled_connection::deadpool::{Object, Pool};
 use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
@@ -140,7 +142,8 @@ impl PgStore {
         )
         .get_result(&mut *conn)
         .await
-        .map_err(error::from_diesel)?;
+        .placed(&mut conn)
+        .await?;
         Ok(row.described)
     }
 

@@ -17,7 +17,7 @@ use crate::PgStore;
 use crate::error::StoreError;
 use crate::fence::{Fenced, fenced_error, hold};
 
-use crate::error::catalogue as db;
+use crate::error::Placed;
 
 fn pool(e: StoreError) -> CatalogueError {
     e.into()
@@ -94,7 +94,9 @@ impl MaintenanceStore for PgStore {
         .bind::<Uuid, _>(config.as_uuid())
         .load(&mut conn)
         .await
-        .map_err(db)?;
+        .placed(&mut conn)
+        .await
+        .map_err(CatalogueError::from)?;
         Ok(rows
             .into_iter()
             .map(|r| BurstFrame {
@@ -182,7 +184,7 @@ impl MaintenanceStore for PgStore {
         .bind::<BigInt, _>(limit)
         .load(&mut conn)
         .await
-        .map_err(db)?;
+        .placed(&mut conn).await.map_err(CatalogueError::from)?;
         // Back to the pool before the next statement takes one: holding it while asking for another starves
         // (with a pool of one, deadlocks) the very call (found by the fault suite's exhausted pool).
         drop(conn);
@@ -272,7 +274,9 @@ impl MaintenanceStore for PgStore {
         .bind::<Nullable<Array<Text>>, _>(types)
         .load(&mut conn)
         .await
-        .map_err(db)?;
+        .placed(&mut conn)
+        .await
+        .map_err(CatalogueError::from)?;
         rows.into_iter().map(stored).collect()
     }
 
@@ -289,7 +293,9 @@ impl MaintenanceStore for PgStore {
                 .bind::<Array<Uuid>, _>(uuids(assets))
                 .load(&mut conn)
                 .await
-                .map_err(db)?;
+                .placed(&mut conn)
+                .await
+                .map_err(CatalogueError::from)?;
         Ok(rows.into_iter().map(|r| AssetId::from_uuid(r.id)).collect())
     }
 
@@ -333,7 +339,9 @@ impl MaintenanceStore for PgStore {
             .bind::<Array<Text>, _>(paths)
             .load(&mut conn)
             .await
-            .map_err(db)?;
+            .placed(&mut conn)
+            .await
+            .map_err(CatalogueError::from)?;
         Ok(rows.into_iter().map(|r| r.relative_path).collect())
     }
 
@@ -398,7 +406,12 @@ impl DatabaseClock for PgStore {
     #[mutants::skip]
     async fn db_now(&self) -> Result<DateTime<Utc>, CatalogueError> {
         let mut conn = self.conn().await.map_err(pool)?;
-        let row: Now = sql_query("SELECT now() AS now").get_result(&mut conn).await.map_err(db)?;
+        let row: Now = sql_query("SELECT now() AS now")
+            .get_result(&mut conn)
+            .await
+            .placed(&mut conn)
+            .await
+            .map_err(CatalogueError::from)?;
         Ok(row.now)
     }
 }

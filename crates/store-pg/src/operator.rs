@@ -7,7 +7,8 @@ use diesel::sql_types::{BigInt, Bool, Integer, Nullable, Text, Timestamptz, Uuid
 use diesel::{QueryableByName, sql_query};
 use diesel_async::RunQueryDsl;
 
-use crate::{PgStore, StoreError, error};
+use crate::error::Placed;
+use crate::{PgStore, StoreError};
 
 /// One storage config as an operator sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,7 +90,8 @@ impl PgStore {
         )
         .load(&mut *conn)
         .await
-        .map_err(error::from_diesel)?;
+        .placed(&mut conn)
+        .await?;
         rows.into_iter()
             .map(|r| {
                 let last_crawl = match (r.crawled_at, r.crawl_status) {
@@ -122,7 +124,8 @@ impl PgStore {
         .bind::<Integer, _>(hours.max(1))
         .load(&mut *conn)
         .await
-        .map_err(error::from_diesel)?;
+        .placed(&mut conn)
+        .await?;
         rows.into_iter()
             .map(|r| Ok(HourlyOutcome { hour: r.hour, status: r.status.parse().map_err(|e| bad(&e))?, count: r.count }))
             .collect()

@@ -624,15 +624,20 @@ impl WorkQueue for PgStore {
             })
             .collect();
         let next = match next {
-            // A lock it would not wait for: nothing claimed this time, as after a lost race.
-            Err(e) if error::is_lock_timeout(&e) => {
+            // Rule 2's lost race: nothing claimed, as in any claim.
+            Err(e) if error::is_unique_violation_of(&e, RUNNING_CONFIG_INDEX) => claimed(Err(e)),
+            // Anything else the server refused (a lock it would not wait for, above all) was rolled back to the
+            // savepoint on a connection that still answered: nothing claimed this time, and the next poll's own
+            // claim reports what persists. Told apart by where it happened, not by the server's words.
+            Err(e) => {
                 tracing::debug!(
                     event = "chained_claim_gave_up",
-                    "the claim after a completion did not wait for a lock"
+                    error = %e,
+                    "the claim after a completion claimed nothing"
                 );
                 Ok(Vec::new())
             }
-            other => claimed(other),
+            ok => claimed(ok),
         };
         Ok(CompletedMany { written, next })
     }

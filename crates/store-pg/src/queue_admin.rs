@@ -11,7 +11,7 @@ use diesel::sql_query;
 use diesel::sql_types::{Array, BigInt, Bool, Nullable, Text, Uuid};
 use diesel_async::{AsyncConnection, RunQueryDsl};
 
-use crate::error;
+use crate::error::Placed;
 use crate::queue::{WorkItemRow, delete_finished_query};
 use crate::{PgStore, StoreError};
 
@@ -57,7 +57,8 @@ impl PgStore {
         )
         .load(&mut conn)
         .await
-        .map_err(error::from_diesel)?;
+        .placed(&mut conn)
+        .await?;
         rows.into_iter()
             .map(|r| {
                 let bad = |e: almanac_domain::DomainError| StoreError::Unexpected(format!("queue summary: {e}"));
@@ -95,7 +96,8 @@ impl PgStore {
                 .await
             })
             .await
-            .map_err(error::from_diesel)?;
+            .placed(&mut conn)
+            .await?;
         rows.into_iter().next().map(|r| r.was).ok_or_else(|| StoreError::NotFound(format!("no storage config {id}")))
     }
 
@@ -114,7 +116,8 @@ impl PgStore {
                 sql_query(sql).bind::<Text, _>(kind.as_str()).execute(conn).await
             })
             .await
-            .map_err(error::from_diesel)?;
+            .placed(&mut conn)
+            .await?;
         // Pausing changed a row when it was not paused before; resuming when it was.
         Ok(if paused { changed == 0 } else { changed == 1 })
     }
@@ -139,7 +142,8 @@ impl PgStore {
         )
         .load(&mut conn)
         .await
-        .map_err(error::from_diesel)?;
+        .placed(&mut conn)
+        .await?;
         let mut kinds = Vec::new();
         let mut configs = Vec::new();
         for row in rows {
@@ -172,7 +176,8 @@ impl PgStore {
         .bind::<BigInt, _>(limit)
         .load(&mut conn)
         .await
-        .map_err(error::from_diesel)?;
+        .placed(&mut conn)
+        .await?;
         rows.into_iter().map(|r| WorkItem::try_from(r).map_err(|e| StoreError::Unexpected(e.to_string()))).collect()
     }
 
@@ -239,7 +244,8 @@ impl PgStore {
                 .await
             })
             .await
-            .map_err(error::from_diesel)?;
+            .placed(&mut conn)
+            .await?;
         Ok(rows.into_iter().map(|r| WorkItemId::from_uuid(r.id)).collect())
     }
 
@@ -254,10 +260,8 @@ impl PgStore {
         batch: i64,
     ) -> Result<u64, StoreError> {
         let mut conn = self.conn().await?;
-        let deleted = delete_finished_query(done_before, failed_before, batch)
-            .execute(&mut conn)
-            .await
-            .map_err(error::from_diesel)?;
+        let deleted =
+            delete_finished_query(done_before, failed_before, batch).execute(&mut conn).await.placed(&mut conn).await?;
         Ok(deleted as u64)
     }
 }

@@ -53,6 +53,13 @@ pub struct State {
     pub completion_batches: Vec<usize>,
     /// How long a batch of completions takes to answer.
     pub complete_delay: Duration,
+    /// How many of the next batches of completions fail before writing anything (a connection dead at once).
+    pub completions_fail: usize,
+    /// How many of the next batches of completions are written, then answer with an error (a commit whose
+    /// answer was lost).
+    pub completions_lose_answer: usize,
+    /// The attempts completed, as the store's fence sees them: a second completion of one is Lost.
+    pub succeeded: Vec<(WorkItemId, i32)>,
 }
 
 #[derive(Default, Clone)]
@@ -192,9 +199,29 @@ impl WorkQueue for FakeQueue {
     ) -> Result<CompletedMany, QueueError> {
         let delay = self.state.lock().unwrap().complete_delay;
         tokio::time::sleep(delay).await;
+        {
+            let mut s = self.state.lock().unwrap();
+            if s.completions_fail > 0 {
+                s.completions_fail -= 1;
+                return Err(QueueError::Unavailable("fake: connection closed".into()));
+            }
+        }
         let mut written = Vec::new();
         for (fence, result) in done {
+            let attempt = (fence.id, fence.attempt.get());
+            if self.state.lock().unwrap().succeeded.contains(&attempt) {
+                written.push(WriteOutcome::Lost);
+                continue;
+            }
             written.push(self.write(*fence, Write::Complete(result.cloned()))?);
+            self.state.lock().unwrap().succeeded.push(attempt);
+        }
+        {
+            let mut s = self.state.lock().unwrap();
+            if s.completions_lose_answer > 0 {
+                s.completions_lose_answer -= 1;
+                return Err(QueueError::Unavailable("fake: connection closed before the commit's answer".into()));
+            }
         }
         self.state.lock().unwrap().completion_batches.push(done.len());
         if claim == 0 {
@@ -239,8 +266,16 @@ impl WorkQueue for FakeQueue {
         Ok(Vec::new())
     }
 
-    async fn get(&self, _id: WorkItemId) -> Result<Option<WorkItem>, QueueError> {
-        Ok(None)
+    /// Only what completions wrote: an item that succeeded, under its attempt.
+    async fn get(&self, id: WorkItemId) -> Result<Option<WorkItem>, QueueError> {
+        let s = self.state.lock().unwrap();
+        Ok(s.succeeded.iter().find(|(done, _)| *done == id).map(|(_, attempt)| {
+            let mut done = item(WorkKind::TokenCleanup);
+            done.id = id;
+            done.attempt = *attempt;
+            done.status = Status::Succeeded;
+            done
+        }))
     }
 }
 
@@ -258,6 +293,8 @@ pub enum Act {
     Fail {
         retryable: bool,
     },
+    /// Returns the error a handler gives when the database was unavailable to it.
+    Outage,
     Panic,
 }
 
@@ -318,7 +355,10 @@ impl Handler for Probe {
                         }
                     }
                 }
-                Act::Fail { retryable } => Err(HandlerError { message: "the share is gone".into(), retryable }),
+                Act::Fail { retryable } => {
+                    Err(HandlerError { message: "the share is gone".into(), retryable, outage: false })
+                }
+                Act::Outage => Err(HandlerError::outage("the catalogue is unavailable: connection closed")),
                 Act::Panic => panic!("probe exploded"),
             };
             self.record.lock().unwrap().ended.push(Instant::now());

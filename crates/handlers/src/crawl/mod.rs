@@ -40,6 +40,13 @@ pub use walk::{Seen, WalkEntry, WalkReport, Walked, classify, list_tree};
 /// Progress is reported every this many files (and at the end).
 const PROGRESS_EVERY: u64 = 64;
 
+/// How often one file's journey is tried again when the catalogue became unavailable during it (a killed
+/// backend, a dropped connection), waiting 100 ms, then twice as long each time (up to 2 s): about 12 s in all.
+/// A file's journey may run again whole: it reads what the catalogue holds first, and every write is fenced.
+/// An outage longer than that ends the crawl as an outage (released, no failure counted); an outage that also
+/// stops the heartbeats self-stops the attempt sooner.
+const FILE_OUTAGE_RETRIES: u32 = 8;
+
 /// The crawl's settings.
 #[derive(Debug, Clone)]
 pub struct CrawlSettings {
@@ -248,7 +255,7 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
                         return;
                     }
                     let found = run.counters.found.fetch_add(1, Ordering::Relaxed) + 1;
-                    match run.file(&entry).await {
+                    match run.file_through_outages(&entry).await {
                         Ok(()) | Err(FileProblem::Cancelled) => {}
                         Err(FileProblem::Skipped(reason)) => {
                             bump(&run.counters.skipped);
@@ -308,7 +315,7 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
         self.catalogue
             .enqueue_follow_up(ctx.fence, &bursts)
             .await
-            .map_err(|e| HandlerError::retryable(format!("could not enqueue burst detection: {e}")))?;
+            .map_err(|e| crate::store_error_while("could not enqueue burst detection: ", e))?;
         Ok(())
     }
 }
@@ -348,12 +355,34 @@ fn proxies_whole(proxy_root: &Path, known: &KnownFile) -> bool {
 }
 
 fn catalogue_error(e: CatalogueError) -> HandlerError {
-    HandlerError::retryable(format!("the crawl stopped because the catalogue did not answer: {e}"))
+    crate::store_error_while("the crawl stopped because the catalogue did not answer: ", e)
 }
 
 /// A path beneath the root, for people (lossy UTF-8).
 fn display(rel: &[u8]) -> String {
     String::from_utf8_lossy(rel).into_owned()
+}
+
+impl<C: CatalogueStore> Run<'_, C> {
+    /// One file's journey, tried again while the catalogue is unavailable (see [`FILE_OUTAGE_RETRIES`]).
+    async fn file_through_outages(&self, entry: &WalkEntry) -> Result<(), FileProblem> {
+        let mut wait = std::time::Duration::from_millis(100);
+        for _ in 0..FILE_OUTAGE_RETRIES {
+            match self.file(entry).await {
+                Err(FileProblem::Catalogue(CatalogueError::Unavailable(e))) => {
+                    tracing::info!(event = "catalogue_retry", path = %self.abs(entry).display(), error = %e,
+                        retry_in_ms = wait.as_millis() as u64, "the catalogue was unavailable; trying the file again");
+                }
+                other => return other,
+            }
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = self.cancel.cancelled() => return Err(FileProblem::Cancelled),
+            }
+            wait = (wait * 2).min(std::time::Duration::from_secs(2));
+        }
+        self.file(entry).await
+    }
 }
 
 /// Progress and results travel as JSON.

@@ -1,0 +1,253 @@
+//! An outage is never a failure of the work (safety invariant 9), on real PostgreSQL speaking English and
+//! German: a backend killed mid-statement and a TCP connection dropped mid-statement answer `Unavailable` from
+//! every surface of the store (the operator's reads, the catalogue port's reads and fenced writes, the queue's
+//! writes). Errors are told apart by the driver's kinds and by asking the connection itself, never by the
+//! server's words, which follow its `lc_messages`.
+//!
+//! Each statement is held mid-way by a table lock the test holds, then its backend is killed (or its TCP path
+//! cut), so the error reaches the store while the statement is in flight.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use almanac_domain::{
+    CatalogueError, CatalogueStore, ClaimRequest, Fence, LeaseDuration, NewWorkItem, QueueError, Scope, ServedConfigs,
+    StorageConfigId, WorkKind, WorkQueue, WorkerId,
+};
+use almanac_store_pg::{NewStorageConfig, PgStore, StoreError};
+use almanac_testdb::TestDatabase;
+use diesel::sql_query;
+use diesel::sql_types::BigInt;
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
+
+/// The languages the server is made to speak: its own English, and German (a Debian server takes the system
+/// locale at initdb, so a German NAS has a German server).
+const LANGUAGES: [&str; 2] = ["C", "de_DE.UTF-8"];
+
+async fn raw(url: &str) -> AsyncPgConnection {
+    AsyncPgConnection::establish(url).await.unwrap()
+}
+
+/// A fresh database whose sessions speak `language`, checked by the words of an error.
+async fn database_speaking(language: &str) -> TestDatabase {
+    let db = TestDatabase::create().await;
+    raw(db.url())
+        .await
+        .batch_execute(&format!("ALTER DATABASE {} SET lc_messages = '{language}'", db.name()))
+        .await
+        .unwrap_or_else(|e| panic!("the server cannot speak {language} ({e}); `cargo xtask deps` makes the locale"));
+    let said = raw(db.url()).await.batch_execute("SELECT * FROM no_such_table").await.unwrap_err().to_string();
+    assert_eq!(said.contains("does not exist"), language == "C", "the server speaks {language}? it said: {said}");
+    db
+}
+
+struct Setup {
+    db: TestDatabase,
+    config: StorageConfigId,
+    fence: Fence,
+}
+
+/// A config with a crawl claimed (the fence of a running attempt).
+async fn setup(language: &str) -> Setup {
+    let db = database_speaking(language).await;
+    let store = PgStore::new(db.url(), 2, Duration::from_secs(10)).unwrap();
+    let new = NewStorageConfig { username: "ann".into(), root_path: PathBuf::from("/photos/ann") };
+    let config = store.add_storage_config(&new).await.unwrap().1.id;
+    store.enqueue(&NewWorkItem::new(WorkKind::Crawl, Scope::Config(config)).unwrap()).await.unwrap();
+    let request = ClaimRequest {
+        worker_id: WorkerId::new("w1").unwrap(),
+        served: ServedConfigs::All,
+        kinds: WorkKind::ALL.to_vec(),
+        lease: LeaseDuration::new(Duration::from_secs(60)).unwrap(),
+    };
+    let fence = store.claim(&request).await.unwrap().expect("the crawl is claimed").fence;
+    Setup { db, config, fence }
+}
+
+/// Holds every table the store's statements touch, so each of them waits mid-way.
+async fn hold_the_tables(db: &TestDatabase) -> AsyncPgConnection {
+    let mut holder = raw(db.url()).await;
+    holder
+        .batch_execute("BEGIN; LOCK TABLE storage_configs, media_assets, work_items IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    holder
+}
+
+/// Waits until one session waits on a lock, and kills it.
+async fn kill_the_waiting_backend(db: &TestDatabase) {
+    assert_eq!(db.sessions_waiting_on_locks(1).await, 1, "the statement never reached the lock");
+    #[derive(diesel::QueryableByName)]
+    struct Killed {
+        #[diesel(sql_type = BigInt)]
+        n: i64,
+    }
+    let killed: Killed = sql_query(
+        "SELECT count(pg_terminate_backend(pid)) AS n FROM pg_stat_activity
+          WHERE datname = current_database() AND wait_event_type = 'Lock'",
+    )
+    .get_result(&mut raw(db.url()).await)
+    .await
+    .unwrap();
+    assert_eq!(killed.n, 1);
+}
+
+/// How a surface of the store answered.
+#[derive(Debug)]
+enum Answer {
+    Outage,
+    /// What it answered instead, shown by the assertions.
+    Other(#[allow(dead_code)] String),
+}
+
+fn store_answer<T: std::fmt::Debug>(r: Result<T, StoreError>) -> Answer {
+    match r {
+        Err(StoreError::Unavailable(_)) => Answer::Outage,
+        other => Answer::Other(format!("{other:?}")),
+    }
+}
+
+fn catalogue_answer<T: std::fmt::Debug>(r: Result<T, CatalogueError>) -> Answer {
+    match r {
+        Err(CatalogueError::Unavailable(_)) => Answer::Outage,
+        other => Answer::Other(format!("{other:?}")),
+    }
+}
+
+fn queue_answer<T: std::fmt::Debug>(r: Result<T, QueueError>) -> Answer {
+    match r {
+        Err(QueueError::Unavailable(_)) => Answer::Outage,
+        other => Answer::Other(format!("{other:?}")),
+    }
+}
+
+/// Each surface of the store, one statement each, on `store`: a read outside a transaction (operator's and
+/// catalogue's), a fenced catalogue write and a fenced queue write.
+const SURFACES: [&str; 4] = ["list_storage_configs", "known_files", "record_root_identity", "heartbeat"];
+
+async fn call(store: PgStore, surface: &'static str, config: StorageConfigId, fence: Fence) -> Answer {
+    match surface {
+        "list_storage_configs" => store_answer(store.list_storage_configs().await),
+        "known_files" => catalogue_answer(store.known_files(config).await),
+        "record_root_identity" => catalogue_answer(store.record_root_identity(fence, config, true).await),
+        "heartbeat" => {
+            queue_answer(store.heartbeat(fence, LeaseDuration::new(Duration::from_secs(60)).unwrap(), None).await)
+        }
+        other => unreachable!("{other}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_killed_mid_statement_is_an_outage_in_any_language() {
+    for language in LANGUAGES {
+        let s = setup(language).await;
+        for surface in SURFACES {
+            let store = PgStore::new(s.db.url(), 2, Duration::from_secs(10)).unwrap();
+            let mut holder = hold_the_tables(&s.db).await;
+            let asked = tokio::spawn(call(store, surface, s.config, s.fence));
+            kill_the_waiting_backend(&s.db).await;
+            let answer = asked.await.unwrap();
+            assert!(matches!(answer, Answer::Outage), "{language}, {surface}: {answer:?}");
+            holder.batch_execute("ROLLBACK").await.unwrap();
+        }
+    }
+}
+
+/// A TCP proxy to the test server whose connections can all be dropped at once (both sockets closed, as when a
+/// NAT, a firewall or a failing link ends them).
+struct Proxy {
+    port: u16,
+    links: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
+}
+
+impl Proxy {
+    async fn to(url: &str) -> Self {
+        let config = tokio_postgres::Config::from_str(url).unwrap();
+        let port = config.get_ports().first().copied().unwrap_or(5432);
+        // The private cluster's URL names `localhost` and, in its query, the socket folder it really uses.
+        let hosts = config.get_hosts();
+        let unix = hosts.iter().find(|h| matches!(h, tokio_postgres::config::Host::Unix(_)));
+        let host = unix.or(hosts.first()).cloned().expect("a host");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let links: Arc<Mutex<Vec<tokio::task::AbortHandle>>> = Arc::default();
+        let proxy = Self { port: listener.local_addr().unwrap().port(), links: links.clone() };
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let host = host.clone();
+                let link = tokio::spawn(async move {
+                    match host {
+                        tokio_postgres::config::Host::Unix(dir) => {
+                            let path = dir.join(format!(".s.PGSQL.{port}"));
+                            let mut server = tokio::net::UnixStream::connect(path).await.unwrap();
+                            let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                        }
+                        tokio_postgres::config::Host::Tcp(name) => {
+                            let mut server = tokio::net::TcpStream::connect((name.as_str(), port)).await.unwrap();
+                            let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                        }
+                    }
+                });
+                links.lock().unwrap().push(link.abort_handle());
+            }
+        });
+        proxy
+    }
+
+    /// The test database's URL, through this proxy.
+    fn url(&self, db: &TestDatabase) -> String {
+        let config = tokio_postgres::Config::from_str(db.url()).unwrap();
+        let user = config.get_user().unwrap_or("postgres");
+        let password = config.get_password().map(|p| format!(":{}", String::from_utf8_lossy(p))).unwrap_or_default();
+        format!("postgres://{user}{password}@127.0.0.1:{}/{}?sslmode=disable", self.port, db.name())
+    }
+
+    /// Drops every connection through the proxy: both of its sockets are closed.
+    fn drop_connections(&self) {
+        for link in self.links.lock().unwrap().drain(..) {
+            link.abort();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tcp_connection_dropped_mid_statement_is_an_outage() {
+    for language in LANGUAGES {
+        let s = setup(language).await;
+        let proxy = Proxy::to(s.db.url()).await;
+        for surface in SURFACES {
+            let store = PgStore::new(&proxy.url(&s.db), 2, Duration::from_secs(10)).unwrap();
+            let mut holder = hold_the_tables(&s.db).await;
+            let asked = tokio::spawn(call(store, surface, s.config, s.fence));
+            assert_eq!(s.db.sessions_waiting_on_locks(1).await, 1, "{surface} never reached the lock");
+            proxy.drop_connections();
+            let answer = asked.await.unwrap();
+            assert!(matches!(answer, Answer::Outage), "{language}, {surface}: {answer:?}");
+            holder.batch_execute("ROLLBACK").await.unwrap();
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_database_never_migrated_says_so_in_any_language() {
+    for language in LANGUAGES {
+        let db = database_speaking(language).await;
+        raw(db.url()).await.batch_execute("DROP TABLE work_items CASCADE").await.unwrap();
+        let store = PgStore::new(db.url(), 2, Duration::from_secs(10)).unwrap();
+        match store.queue_summary().await {
+            Err(StoreError::Unexpected(m)) => {
+                assert!(m.contains("the database is not migrated; run `almanac-worker migrate`"), "{language}: {m}")
+            }
+            other => panic!("{language}: {other:?}"),
+        }
+        // A statement that fails for another reason on a migrated database says nothing of migrating.
+        let db = database_speaking(language).await;
+        raw(db.url()).await.batch_execute("DROP TABLE storage_configs CASCADE").await.unwrap();
+        let store = PgStore::new(db.url(), 2, Duration::from_secs(10)).unwrap();
+        match store.list_storage_configs().await {
+            Err(StoreError::Unexpected(m)) => assert!(!m.contains("migrate"), "{language}: {m}"),
+            other => panic!("{language}: {other:?}"),
+        }
+    }
+}
