@@ -33,15 +33,19 @@ enum Fault {
     KillBackendsRepeatedly,
     /// The shared pool exhausted (one connection, several files at once).
     PoolExhausted,
+    /// As `KillBackends`, on a database whose server speaks German (`lc_messages`): outages are told apart by
+    /// kinds and by the connection, never by the server's words.
+    KillBackendsInGerman,
 }
 
-const FAULTS: [Fault; 6] = [
+const FAULTS: [Fault; 7] = [
     Fault::KillWorker,
     Fault::RestartDatabase,
     Fault::KillBackends,
     Fault::BlackholeThenDeliver,
     Fault::KillBackendsRepeatedly,
     Fault::PoolExhausted,
+    Fault::KillBackendsInGerman,
 ];
 
 /// What one trial found.
@@ -56,6 +60,9 @@ struct Verdict {
     /// Items that ended failed (a fault should cost retries, not failures; reported, and a violation for
     /// the crawls, which must succeed).
     failed: usize,
+    /// Failures counted against items' budgets (`failures`): every fault here is an outage or a lost Worker,
+    /// never a failure of the work (safety invariant 9), so any is a violation.
+    failures: usize,
     /// Why the trial did not exercise what it claims (the fault missed the work), if it did not.
     missed: Option<String>,
 }
@@ -63,6 +70,7 @@ struct Verdict {
 impl Verdict {
     fn ok(&self) -> bool {
         self.lost == 0
+            && self.failures == 0
             && self.stuck == 0
             && self.outside_attempt == 0
             && self.inconsistent.is_empty()
@@ -181,6 +189,9 @@ impl Trial {
             exited: None,
             acknowledged: Arc::default(),
         };
+        if fault == Fault::KillBackendsInGerman {
+            sql(&cluster.url("postgres"), &format!("ALTER DATABASE {name} SET lc_messages = 'de_DE.UTF-8'"));
+        }
         trial.cli(&["migrate"]).expect("migrate");
         sql(&trial.url, AUDIT);
         for user in ["ann", "bob"] {
@@ -294,7 +305,7 @@ impl Trial {
                 std::thread::sleep(Duration::from_secs(1));
                 cluster().ensure_running().expect("start again");
             }
-            Fault::KillBackends => {
+            Fault::KillBackends | Fault::KillBackendsInGerman => {
                 try_sql(
                     &direct,
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
@@ -413,10 +424,24 @@ impl Trial {
             .sum();
         let missed = self.exited.clone().or_else(|| self.missed(self_stops));
         let failed = count("SELECT count(*) FROM work_items WHERE status = 'failed'");
+        let failures = count("SELECT coalesce(sum(failures), 0) FROM work_items");
+        for row in sql(url, "SELECT kind, failures, left(last_error, 300) FROM work_items WHERE failures > 0") {
+            eprintln!("{:?}: {} counted {} failures: {}", self.fault, row[0], row[1], row[2]);
+        }
         for row in sql(url, "SELECT kind, left(last_error, 300) FROM work_items WHERE status = 'failed'") {
             inconsistent.push(format!("{} failed: {}", row[0], row[1]));
         }
-        Verdict { enqueued: acknowledged.len(), lost, stuck, outside_attempt, inconsistent, self_stops, failed, missed }
+        Verdict {
+            enqueued: acknowledged.len(),
+            lost,
+            stuck,
+            outside_attempt,
+            inconsistent,
+            self_stops,
+            failed,
+            failures,
+            missed,
+        }
     }
 
     /// Whether the fault hit the work it was aimed at (a trial that missed proves nothing), or, for an
@@ -487,7 +512,7 @@ fn suite(trials: usize) -> bool {
     let _cleanup = ClusterCleanup;
     let mut all_ok = true;
     println!(
-        "\n{:<24}{:>7}{:>10}{:>6}{:>7}{:>16}{:>14}{:>8}{:>12}{:>8}",
+        "\n{:<24}{:>7}{:>10}{:>6}{:>7}{:>16}{:>14}{:>8}{:>10}{:>12}{:>8}",
         "fault",
         "trials",
         "enqueued",
@@ -496,6 +521,7 @@ fn suite(trials: usize) -> bool {
         "outside attempt",
         "inconsistent",
         "failed",
+        "failures",
         "self-stops",
         "missed"
     );
@@ -517,10 +543,11 @@ fn suite(trials: usize) -> bool {
             total.inconsistent.extend(verdict.inconsistent);
             total.self_stops += verdict.self_stops;
             total.failed += verdict.failed;
+            total.failures += verdict.failures;
             missed += usize::from(verdict.missed.is_some());
         }
         println!(
-            "{:<24}{:>7}{:>10}{:>6}{:>7}{:>16}{:>14}{:>8}{:>12}{:>8}",
+            "{:<24}{:>7}{:>10}{:>6}{:>7}{:>16}{:>14}{:>8}{:>10}{:>12}{:>8}",
             format!("{fault:?}"),
             trials,
             total.enqueued,
@@ -529,6 +556,7 @@ fn suite(trials: usize) -> bool {
             total.outside_attempt,
             total.inconsistent.len(),
             total.failed,
+            total.failures,
             total.self_stops,
             missed
         );
