@@ -263,7 +263,16 @@ async fn dispatch(command: Command, settings: Settings) -> Result<ExitCode> {
         Command::Run { migrate } => run::run(settings, migrate).await,
         Command::Config(ConfigCommand::Check) => {
             print!("{}", settings.masked_toml());
-            Ok(ExitCode::SUCCESS)
+            match proxy_root_takes_files(&roots::resolved(&settings.storage.proxy_root)) {
+                Ok(note) => {
+                    eprintln!("almanac-worker: {note}");
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(problem) => {
+                    eprintln!("almanac-worker: {problem}");
+                    Ok(ExitCode::from(2))
+                }
+            }
         }
         Command::Health => Ok(health(&settings)),
         other => {
@@ -277,6 +286,28 @@ async fn dispatch(command: Command, settings: Settings) -> Result<ExitCode> {
             let store = PgStore::new(&url, 2, settings.database.connect_timeout)?;
             admin(other, &settings, &url, &store).await
         }
+    }
+}
+
+/// `config check`: whether the proxy root can take a file ([`almanac_media::check_proxy_root`], the check `run`
+/// and every crawl make). One that does not exist yet is checked in the folder `run` would create it in.
+fn proxy_root_takes_files(proxy_root: &std::path::Path) -> Result<String, String> {
+    let existing = proxy_root.ancestors().find(|p| p.exists()).unwrap_or(proxy_root);
+    match almanac_media::check_proxy_root(existing) {
+        Ok(()) if existing == proxy_root => Ok(format!("storage.proxy_root {} takes files", proxy_root.display())),
+        Ok(()) => Ok(format!(
+            "storage.proxy_root {} does not exist yet; almanac-worker run creates it (in {}, which takes files)",
+            proxy_root.display(),
+            existing.display()
+        )),
+        Err(e) if existing == proxy_root => Err(e.to_string()),
+        Err(almanac_media::MediaError::ProxyRootUnwritable { source, .. }) => Err(format!(
+            "storage.proxy_root {} does not exist yet, and almanac-worker run cannot create it in {} ({source}): \
+             make that folder writable by the Worker's user, or point storage.proxy_root elsewhere",
+            proxy_root.display(),
+            existing.display()
+        )),
+        Err(e) => Err(e.to_string()),
     }
 }
 
@@ -829,4 +860,46 @@ async fn status(store: &PgStore, settings: &Settings, json: bool) -> Result<()> 
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_check_says_whether_the_proxy_root_takes_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let note = proxy_root_takes_files(dir.path()).unwrap();
+        assert!(note.contains("takes files"), "{note}");
+        let later = dir.path().join("almanac/proxies");
+        let note = proxy_root_takes_files(&later).unwrap();
+        assert!(note.contains("does not exist yet; almanac-worker run creates it"), "{note}");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "the check creates nothing");
+
+        // A file where a folder should be: nothing can be created beneath it.
+        std::fs::write(dir.path().join("almanac"), b"a file").unwrap();
+        let problem = proxy_root_takes_files(&later).unwrap_err();
+        assert!(problem.contains("storage.proxy_root") && problem.contains("cannot create it"), "{problem}");
+    }
+
+    #[test]
+    fn config_check_names_a_proxy_root_on_a_read_only_volume() {
+        let dir = tempfile::tempdir().unwrap();
+        let proxies = dir.path().join("proxies");
+        std::fs::create_dir(&proxies).unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "ro,size=16k", "tmpfs"])
+            .arg(&proxies)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !mounted {
+            eprintln!("SKIPPED: cannot mount a read-only tmpfs here");
+            return;
+        }
+        let problem = proxy_root_takes_files(&proxies);
+        let _ = std::process::Command::new("umount").arg("-l").arg(&proxies).status();
+        let problem = problem.unwrap_err();
+        assert!(problem.contains("storage.proxy_root") && problem.contains(&proxies.display().to_string()));
+        assert!(problem.contains("mounted read-only; mount it read-write"), "{problem}");
+    }
 }

@@ -82,6 +82,11 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
+    // A proxy root that can take no file (not writable by this user, read-only, full) would fail every crawl.
+    if let Err(e) = almanac_media::check_proxy_root(&proxy_root) {
+        eprintln!("almanac-worker: {e}. Fix it, then start the Worker again");
+        return Ok(ExitCode::from(2));
+    }
     let store = Arc::new(store);
     let mut crawl_settings = CrawlSettings::new(proxy_root.clone());
     crawl_settings.max_concurrent_files = settings.worker.max_concurrent_files;
