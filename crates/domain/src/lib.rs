@@ -34,7 +34,9 @@ pub use queue::{
     Fence, Heartbeat, QueueError, Recovered, ServedConfigs, WorkQueue, WriteOutcome,
 };
 pub use retry::RetryPolicy;
-pub use roots::{HEIC_SCRATCH_PREFIX, ProxyPath, check_canonical_root, is_proxy_file_name, roots_overlap};
+pub use roots::{
+    HEIC_SCRATCH_PREFIX, ProxyPath, check_canonical_root, is_proxy_file_name, is_temporary_file_name, roots_overlap,
+};
 pub use work::{
     Attempt, DedupKey, DomainError, LeaseDuration, NewWorkItem, Scope, ScopeRule, Status, WorkItem, WorkKind, WorkerId,
 };

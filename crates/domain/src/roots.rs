@@ -66,7 +66,13 @@ impl ProxyType {
 
 /// Whether `name` is a file we write in a proxy folder.
 pub fn is_proxy_file_name(name: &str) -> bool {
-    ProxyType::ALL.iter().any(|t| t.file_name() == Some(name) || t.temporary_file_name() == Some(name))
+    ProxyType::ALL.iter().any(|t| t.file_name() == Some(name)) || is_temporary_file_name(name)
+}
+
+/// Whether `name` is one of the temporary names we write in a proxy folder, never a finished proxy: a proxy's
+/// while it is written, or the HEIC decoder's scratch output.
+pub fn is_temporary_file_name(name: &str) -> bool {
+    ProxyType::ALL.iter().any(|t| t.temporary_file_name() == Some(name))
         || (name.starts_with(HEIC_SCRATCH_PREFIX) && name.ends_with(".jpg") && !name.contains('/'))
 }
 
@@ -127,6 +133,14 @@ mod tests {
         }
         assert!(ProxyPath::parse(&format!("{dir}/.heic-decode.jpg")).is_some());
         assert!(ProxyPath::parse(&format!("{dir}/.heic-decode-depth-1.jpg")).is_some());
+        for temporary in
+            [".preview.jpg.tmp", ".thumbnail.jpg.tmp", ".poster.tmp.jpg", ".web.tmp.mp4", ".heic-decode.jpg"]
+        {
+            assert!(is_temporary_file_name(temporary), "{temporary}");
+        }
+        for finished in ["preview.jpg", "thumbnail.jpg", "poster.jpg", "web.mp4", ".heic-decode.png", "a.tmp", ""] {
+            assert!(!is_temporary_file_name(finished), "{finished}");
+        }
         let upper = format!("{config}/AB/{}/thumbnail.jpg", "AB".repeat(32));
         let hex = hash.as_hex();
         for bad in [

@@ -8,13 +8,14 @@ use std::time::{Duration, SystemTime};
 
 use almanac_domain::{
     AssetId, AssetMetadata, CaptureSource, CaptureTime, CatalogueStore, ClaimRequest, ContentHash, FileFacts,
-    IngestOutcome, LeaseDuration, MediaType, NewAsset, NewProxy, ProxyType, Scope, ServedConfigs, WorkKind, WorkQueue,
-    WorkerId,
+    IngestOutcome, LeaseDuration, MediaType, NewAsset, NewProxy, ProxyType, Scope, ServedConfigs, StorageConfigId,
+    WorkKind, WorkQueue, WorkerId,
 };
 use almanac_handlers::{
     BurstDetectionHandler, BurstSettings, ProxyDeletionHandler, ProxySweepHandler, PurgeHandler, PurgeSettings,
     RetentionSettings, ScheduleSettings, Scheduler, TokenCleanupHandler, WorkItemRetentionHandler,
 };
+use almanac_media::ToolLimits;
 use almanac_store_pg::{NewStorageConfig, PgStore};
 use chrono::{TimeZone, Utc};
 use diesel::sql_query;
@@ -316,6 +317,70 @@ async fn proxy_sweep_deletes_old_orphans_only_and_never_follows_links() {
     assert_eq!(result["deleted"], 2, "{result}");
     assert!(!old_orphan.exists() && !debris.exists() && !orphan_dir.exists());
     assert!(referenced.exists() && fresh.exists() && outside.exists());
+}
+
+/// At start, only temporary files in the exact proxy layout of an existing config and older than the sweep's age
+/// floor go: never a finished proxy (even an unreferenced old one), a younger temporary file (another Worker may
+/// be writing it), one of a config that does not exist, one outside the layout, or a link in a temporary name.
+#[tokio::test]
+async fn the_start_up_clean_up_removes_only_old_temporary_files_in_our_layout() {
+    let env = env().await;
+    let limits = ToolLimits::default();
+    let floor = ProxySweepHandler::<PgStore>::min_age_for(limits).as_secs();
+    let folder = |config: &str, n: &str| env.proxies.join(config).join(n).join(n.repeat(32));
+    let ours = env.config.to_string();
+    let (a, b) = (folder(&ours, "aa"), folder(&ours, "bb"));
+    let elsewhere = folder(&StorageConfigId::new().to_string(), "cc");
+    for dir in [&a, &b, &elsewhere, &env.proxies.join(&ours).join("dd")] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    let write = |path: &std::path::Path, secs: u64| {
+        std::fs::write(path, b"half a file").unwrap();
+        age(path, secs);
+    };
+    let debris = [a.join(".web.tmp.mp4"), a.join(".poster.tmp.jpg"), b.join(".heic-decode-1.jpg")];
+    for path in &debris {
+        write(path, floor + 60);
+    }
+    let kept = [
+        b.join("poster.jpg"),
+        b.join("web.mp4"),
+        elsewhere.join(".web.tmp.mp4"),
+        env.proxies.join(&ours).join("dd").join(".web.tmp.mp4"),
+        env.proxies.join(".web.tmp.mp4"),
+    ];
+    for path in &kept {
+        write(path, floor + 60);
+    }
+    let young = b.join(".preview.jpg.tmp");
+    write(&young, floor - 120);
+    let outside = env.dir.path().join("outside.jpg");
+    write(&outside, floor + 60);
+    let link = b.join(".thumbnail.jpg.tmp");
+    std::os::unix::fs::symlink(&outside, &link).unwrap();
+
+    let report = almanac_handlers::maintenance::remove_temporary_debris(
+        env.store.clone(),
+        env.proxies.clone(),
+        limits,
+        CancellationToken::new(),
+    )
+    .await;
+    assert_eq!(report, almanac_handlers::maintenance::DebrisReport { removed: 3, problems: vec![] });
+    assert!(debris.iter().all(|p| !p.exists()) && !a.exists(), "the debris and its emptied folder are gone");
+    assert!(kept.iter().all(|p| p.exists()), "a finished proxy, another config's or a file outside the layout");
+    assert!(young.exists(), "a temporary file younger than the floor may be another Worker's, being written");
+    assert!(link.symlink_metadata().is_ok() && outside.exists(), "a link is neither followed nor removed");
+
+    let stopped = CancellationToken::new();
+    stopped.cancel();
+    std::fs::create_dir_all(&a).unwrap();
+    write(&a.join(".web.tmp.mp4"), floor + 60);
+    let report =
+        almanac_handlers::maintenance::remove_temporary_debris(env.store.clone(), env.proxies.clone(), limits, stopped)
+            .await;
+    assert_eq!(report.removed, 0, "a stopped Worker walks no further");
+    assert!(a.join(".web.tmp.mp4").exists());
 }
 
 #[tokio::test]

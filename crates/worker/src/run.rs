@@ -103,7 +103,7 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<ExitCode> {
         .register(ProxyDeletionHandler::new(store.clone(), proxy_root.clone()))
         .register(ProxySweepHandler::new(
             store.clone(),
-            proxy_root,
+            proxy_root.clone(),
             ProxySweepHandler::<PgStore>::min_age_for(ToolLimits::default()),
         ))
         .register(TokenCleanupHandler::new(store.clone(), TokenCleanupHandler::<PgStore>::DEFAULT_GRACE))
@@ -111,6 +111,9 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<ExitCode> {
     let executor = Executor::new(store.clone(), registry, executor_config)?;
 
     let stop = CancellationToken::new();
+    // What a Worker killed mid-write left under the proxy root, in the background (it walks the whole root).
+    let debris = almanac_handlers::maintenance::remove_temporary_debris;
+    tokio::spawn(debris(store.clone(), proxy_root, ToolLimits::default(), stop.clone()));
     let running = Arc::new(AtomicBool::new(true));
     let listener = tokio::spawn(listen_for_work(url.clone(), executor.waker(), stop.clone()));
     let http = if settings.http.enabled {
