@@ -18,6 +18,9 @@ use support::proxy_to;
 
 const PHOTOS: u32 = 30;
 
+/// How many short items the draining fault enqueues.
+const DRAINED: usize = 1500;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fault {
     /// `kill -9` of the Worker running a crawl.
@@ -33,12 +36,15 @@ enum Fault {
     KillBackendsRepeatedly,
     /// The shared pool exhausted (one connection, several files at once).
     PoolExhausted,
+    /// Backends killed every 50 ms for four seconds while Workers of four slots drain short items (batched
+    /// completions): no item may run twice for it, beyond the reruns self-stops explain.
+    KillBackendsWhileDraining,
     /// As `KillBackends`, on a database whose server speaks German (`lc_messages`): outages are told apart by
     /// kinds and by the connection, never by the server's words.
     KillBackendsInGerman,
 }
 
-const FAULTS: [Fault; 7] = [
+const FAULTS: [Fault; 8] = [
     Fault::KillWorker,
     Fault::RestartDatabase,
     Fault::KillBackends,
@@ -46,6 +52,7 @@ const FAULTS: [Fault; 7] = [
     Fault::KillBackendsRepeatedly,
     Fault::PoolExhausted,
     Fault::KillBackendsInGerman,
+    Fault::KillBackendsWhileDraining,
 ];
 
 /// What one trial found.
@@ -63,6 +70,9 @@ struct Verdict {
     /// Failures counted against items' budgets (`failures`): every fault here is an outage or a lost Worker,
     /// never a failure of the work (safety invariant 9), so any is a violation.
     failures: usize,
+    /// Attempts that ran an item's handler again after an earlier attempt of it had run (from the Workers'
+    /// `claimed` events): a completion lost with its connection runs the item twice.
+    ran_twice: usize,
     /// Why the trial did not exercise what it claims (the fault missed the work), if it did not.
     missed: Option<String>,
 }
@@ -71,6 +81,7 @@ impl Verdict {
     fn ok(&self) -> bool {
         self.lost == 0
             && self.failures == 0
+            && self.ran_twice <= self.self_stops
             && self.stuck == 0
             && self.outside_attempt == 0
             && self.inconsistent.is_empty()
@@ -283,10 +294,12 @@ impl Trial {
             let db = self.url.split('/').nth(3).unwrap().split('?').next().unwrap().to_owned();
             (format!("postgres://postgres@127.0.0.1:{}/{db}?connect_timeout=2", proxy.port), proxy)
         });
-        let pool = if self.fault == Fault::PoolExhausted {
-            vec![("ALMANAC__DATABASE__MAX_CONNECTIONS", "1"), ("ALMANAC__WORKER__MAX_CONCURRENT_FILES", "4")]
-        } else {
-            vec![]
+        let pool = match self.fault {
+            Fault::PoolExhausted => {
+                vec![("ALMANAC__DATABASE__MAX_CONNECTIONS", "1"), ("ALMANAC__WORKER__MAX_CONCURRENT_FILES", "4")]
+            }
+            Fault::KillBackendsWhileDraining => vec![("ALMANAC__WORKER__SLOTS", "4")],
+            _ => vec![],
         };
         let url_a = proxied.as_ref().map_or(direct.clone(), |(u, _)| u.clone());
         self.start_worker("worker-a", &url_a, &pool);
@@ -339,6 +352,19 @@ impl Trial {
                 }
                 stop.store(true, std::sync::atomic::Ordering::SeqCst);
                 enqueuer.join().unwrap();
+            }
+            Fault::KillBackendsWhileDraining => {
+                enqueue_short_items(&direct, &self.acknowledged);
+                let started = Instant::now();
+                while started.elapsed() < Duration::from_secs(4) {
+                    try_sql(
+                        &direct,
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                          WHERE datname = current_database() AND pid <> pg_backend_pid()
+                          ORDER BY random() LIMIT 1",
+                    );
+                    std::thread::sleep(Duration::from_millis(50));
+                }
             }
             Fault::PoolExhausted => {}
         }
@@ -422,6 +448,7 @@ impl Trial {
                 log.lines().filter(|l| l.contains("\"event\":\"self_stopped\"")).count()
             })
             .sum();
+        let ran_twice = self.ran_twice();
         let missed = self.exited.clone().or_else(|| self.missed(self_stops));
         let failed = count("SELECT count(*) FROM work_items WHERE status = 'failed'");
         let failures = count("SELECT coalesce(sum(failures), 0) FROM work_items");
@@ -440,8 +467,48 @@ impl Trial {
             self_stops,
             failed,
             failures,
+            ran_twice,
             missed,
         }
+    }
+
+    /// Items run again after an attempt had finished their work (its handler returned: the outcome was written,
+    /// lost or unwritten), from the Workers' events: a completion lost with its connection runs its item twice.
+    /// (An attempt whose handler itself lost the database is released and runs again: that is not counted.)
+    fn ran_twice(&self) -> usize {
+        type Attempts = std::collections::HashMap<String, Vec<u32>>;
+        let (mut claimed, mut finished, mut events) = (Attempts::new(), Attempts::new(), Vec::new());
+        for (name, _) in &self.workers {
+            let log = std::fs::read_to_string(self.dir.path().join(format!("{name}.log"))).unwrap_or_default();
+            for line in log.lines() {
+                let field = |key: &str| {
+                    let start = line.find(&format!("\"{key}\":"))? + key.len() + 3;
+                    let rest = line[start..].trim_start_matches('"');
+                    Some(rest.split(['"', ',', '}']).next()?.to_owned())
+                };
+                let (Some(event), Some(item), Some(attempt)) =
+                    (field("event"), field("item_id"), field("attempt").and_then(|a| a.parse().ok()))
+                else {
+                    continue;
+                };
+                if event == "claimed" {
+                    claimed.entry(item).or_default().push(attempt);
+                } else if event == "succeeded" || field("write").as_deref() == Some("complete") {
+                    events.push(event);
+                    finished.entry(item).or_default().push(attempt);
+                }
+            }
+        }
+        if !events.is_empty() && events.iter().any(|e| e != "succeeded") {
+            eprintln!("{:?}: outcomes of finished work other than succeeded: {events:?}", self.fault);
+        }
+        finished
+            .iter()
+            .filter(|(item, done)| {
+                let first = done.iter().min().copied().unwrap_or(u32::MAX);
+                claimed.get(*item).is_some_and(|c| c.iter().any(|a| *a > first))
+            })
+            .count()
     }
 
     /// Whether the fault hit the work it was aimed at (a trial that missed proves nothing), or, for an
@@ -459,12 +526,36 @@ impl Trial {
             Fault::PoolExhausted if self_stops > 0 => {
                 Some(format!("{self_stops} self-stops: an exhausted pool starved heartbeats"))
             }
+            Fault::KillBackendsWhileDraining
+                if sql(
+                    &self.url,
+                    "SELECT count(*) FROM work_items WHERE kind = 'token_cleanup' AND status = 'succeeded'",
+                )[0][0]
+                    .parse::<usize>()
+                    .unwrap_or(0)
+                    < DRAINED =>
+            {
+                Some("the short items did not all succeed".into())
+            }
             Fault::KillBackendsRepeatedly if self.acknowledged.lock().unwrap().len() < 100 => {
                 Some("fewer than 100 enqueues were made while backends were killed".into())
             }
             _ => None,
         }
     }
+}
+
+/// Enqueues the draining fault's short items (unscoped token cleanups, due now), acknowledged in one batch.
+fn enqueue_short_items(url: &str, acknowledged: &Arc<Mutex<Vec<String>>>) {
+    use almanac_domain::{NewWorkItem, Scope, WorkKind, WorkQueue};
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let store = almanac_store_pg::PgStore::new(url, 1, Duration::from_secs(10)).unwrap();
+        let items: Vec<_> =
+            (0..DRAINED).map(|_| NewWorkItem::new(WorkKind::TokenCleanup, Scope::Unscoped).unwrap()).collect();
+        let enqueued = store.enqueue_many(&items).await.expect("the short items are enqueued");
+        acknowledged.lock().unwrap().extend(enqueued.into_iter().map(|e| e.item.id.to_string()));
+    });
 }
 
 /// Items due now (the fast enqueuer's items are due tomorrow: they must exist, not run).
@@ -512,7 +603,7 @@ fn suite(trials: usize) -> bool {
     let _cleanup = ClusterCleanup;
     let mut all_ok = true;
     println!(
-        "\n{:<24}{:>7}{:>10}{:>6}{:>7}{:>16}{:>14}{:>8}{:>10}{:>12}{:>8}",
+        "\n{:<26}{:>7}{:>10}{:>6}{:>7}{:>16}{:>14}{:>8}{:>10}{:>11}{:>12}{:>8}",
         "fault",
         "trials",
         "enqueued",
@@ -522,6 +613,7 @@ fn suite(trials: usize) -> bool {
         "inconsistent",
         "failed",
         "failures",
+        "ran twice",
         "self-stops",
         "missed"
     );
@@ -544,10 +636,11 @@ fn suite(trials: usize) -> bool {
             total.self_stops += verdict.self_stops;
             total.failed += verdict.failed;
             total.failures += verdict.failures;
+            total.ran_twice += verdict.ran_twice;
             missed += usize::from(verdict.missed.is_some());
         }
         println!(
-            "{:<24}{:>7}{:>10}{:>6}{:>7}{:>16}{:>14}{:>8}{:>10}{:>12}{:>8}",
+            "{:<26}{:>7}{:>10}{:>6}{:>7}{:>16}{:>14}{:>8}{:>10}{:>11}{:>12}{:>8}",
             format!("{fault:?}"),
             trials,
             total.enqueued,
@@ -557,6 +650,7 @@ fn suite(trials: usize) -> bool {
             total.inconsistent.len(),
             total.failed,
             total.failures,
+            total.ran_twice,
             total.self_stops,
             missed
         );
