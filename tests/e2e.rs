@@ -856,3 +856,37 @@ fn config_remove_spells_out_what_goes_and_keeps_the_originals() {
     let (code, _, err) = s.cli_exit(&["config", "remove", root, "--confirm"], &env);
     assert!(code != 0 && !err.is_empty(), "gone: a clear error");
 }
+
+/// Safety invariant 11: a Worker killed with SIGKILL in the middle of video transcodes leaves no tool running.
+/// Its tools are in process groups of their own, which the Worker's death does not reach, and kill-on-drop
+/// needs a living Worker: each tool asked the kernel to kill it when the Worker dies.
+#[test]
+fn a_worker_killed_with_sigkill_mid_transcode_leaves_no_tool_running() {
+    use std::os::unix::process::ExitStatusExt;
+    use support::procs;
+
+    let s = setup(0);
+    for name in ["a.mp4", "b.mp4"] {
+        fixtures::video(&s.library.join(name), 30.0, 1280, 720, "2021-06-01T10:00:00Z");
+    }
+    s.cli(&["migrate"]);
+    let root = s.library.to_str().unwrap();
+    s.cli(&["config", "add", "--user", "ann", "--root", root]);
+    s.cli(&["enqueue", "crawl", "--config", root]);
+    let mut worker = s.worker("worker-a", s.db.url(), &[]);
+    let pid = worker.child.id();
+    // The event: an ffmpeg of this Worker writing a web video (its temporary file is under the proxy root).
+    procs::wait_for("an ffmpeg of the Worker transcoding a web video", Duration::from_secs(300), || {
+        procs::processes().into_iter().find(|p| p.parent == pid && p.args.iter().any(|a| a.ends_with(".web.tmp.mp4")))
+    });
+    // Every tool the Worker runs at this moment (ffmpeg, ffprobe): its children.
+    let tools: Vec<procs::Process> = procs::processes().into_iter().filter(|p| p.parent == pid).collect();
+    assert!(!tools.is_empty());
+    worker.child.kill().unwrap();
+    assert_eq!(worker.child.wait().unwrap().signal(), Some(9), "the Worker was killed by SIGKILL");
+    let proxies = s.dir.path().join("proxies").display().to_string();
+    procs::wait_for("the killed Worker's tools to die with it", Duration::from_secs(60), || {
+        let writing = procs::processes().into_iter().filter(|p| p.args.iter().any(|a| a.contains(&proxies)));
+        (tools.iter().all(procs::has_ended) && writing.count() == 0).then_some(())
+    });
+}

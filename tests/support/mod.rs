@@ -2,6 +2,7 @@
 //! path to the database that can be cut or held, and a headless browser.
 
 pub mod browser;
+pub mod procs;
 
 /// The `almanac-worker` binary of this workspace, built (or found up to date) once per test process with the
 /// profile the tests were built with. The binary belongs to another package, so Cargo does not build it for
