@@ -4,7 +4,8 @@
 //! turned upright, and give a preview (1920 px, JPEG q85), a thumbnail made from the preview (300 px, q75) and
 //! a BlurHash made from the thumbnail. HEIC is decoded with libheif's `heif-convert` tool (Debian's libheif
 //! 1.15 is older than the Rust bindings accept; see `docs/media.md` in the repository). Videos go through `ffprobe` and `ffmpeg`,
-//! each run in a process group of its own, with a timeout, and killed with its whole tree on cancellation.
+//! each run in a process group of its own, with a timeout, killed with its whole tree on cancellation, and killed
+//! by the kernel when the Worker dies (even by `kill -9`).
 //!
 //! **Architecture invariant:** nothing here writes outside the destination folder it is given, and every file
 //! it writes appears under its final name only when complete (temporary name, then rename). Originals are
