@@ -13,7 +13,10 @@ use std::sync::{Arc, Mutex};
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 use tracing::field::{Field, Visit};
+use tracing_subscriber::field::RecordFields;
 use tracing_subscriber::filter::{EnvFilter, FilterFn};
+use tracing_subscriber::fmt::FormatFields;
+use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{Registry, fmt};
@@ -216,17 +219,93 @@ fn named_events() -> FilterFn {
     FilterFn::new(|meta: &tracing::Metadata<'_>| meta.is_event() && meta.fields().field("event").is_some())
 }
 
+/// The human format's fields, of events and spans alike: `name=value` as tracing's default writes them, with
+/// every control character of a value or of the message escaped (`\n`, `\r`, `\t`, others as `\u{1b}`), so
+/// a file name holding a newline cannot write a line of its own and one holding a terminal escape sequence
+/// cannot drive the operator's terminal. The JSON format escapes them already (it is JSON).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EscapedFields;
+
+impl<'writer> FormatFields<'writer> for EscapedFields {
+    fn format_fields<R: RecordFields>(&self, writer: Writer<'writer>, fields: R) -> std::fmt::Result {
+        let mut visitor = EscapingVisitor { writer, first: true, result: Ok(()) };
+        fields.record(&mut visitor);
+        visitor.result
+    }
+}
+
+struct EscapingVisitor<'writer> {
+    writer: Writer<'writer>,
+    first: bool,
+    result: std::fmt::Result,
+}
+
+impl EscapingVisitor<'_> {
+    fn write(&mut self, field: &Field, value: std::fmt::Arguments<'_>) {
+        use std::fmt::Write;
+        if self.result.is_err() {
+            return;
+        }
+        let separator = if std::mem::take(&mut self.first) { "" } else { " " };
+        self.result = match field.name() {
+            "message" => write!(self.writer, "{separator}"),
+            name => write!(self.writer, "{separator}{}=", name.strip_prefix("r#").unwrap_or(name)),
+        }
+        .and_then(|()| Escaping(&mut self.writer).write_fmt(value));
+    }
+}
+
+impl Visit for EscapingVisitor<'_> {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        // As tracing's own format: the message bare, other strings quoted.
+        if field.name() == "message" {
+            self.write(field, format_args!("{value}"));
+        } else {
+            self.write(field, format_args!("{value:?}"));
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.write(field, format_args!("{value:?}"));
+    }
+}
+
+/// Writes through to the inner writer with every control character (C0, DEL, C1) escaped.
+struct Escaping<'a, W>(&'a mut W);
+
+impl<W: std::fmt::Write> std::fmt::Write for Escaping<'_, W> {
+    fn write_str(&mut self, text: &str) -> std::fmt::Result {
+        let mut rest = text;
+        while let Some(at) = rest.find(char::is_control) {
+            self.0.write_str(&rest[..at])?;
+            let c = rest[at..].chars().next().expect("found at this index");
+            match c {
+                '\n' => self.0.write_str("\\n")?,
+                '\r' => self.0.write_str("\\r")?,
+                '\t' => self.0.write_str("\\t")?,
+                c => write!(self.0, "\\u{{{:x}}}", u32::from(c))?,
+            }
+            rest = &rest[at + c.len_utf8()..];
+        }
+        self.0.write_str(rest)
+    }
+}
+
 /// The subscriber: the counting layer with its own filter, and the chosen format on `writer` behind
-/// `log.level`.
-pub fn subscriber<W>(log: &Log, writer: W, recent: &Recent) -> anyhow::Result<impl tracing::Subscriber + Send + Sync>
+/// `log.level`; the human format colours its lines when `ansi`.
+pub fn subscriber<W>(
+    log: &Log,
+    writer: W,
+    recent: &Recent,
+    ansi: bool,
+) -> anyhow::Result<impl tracing::Subscriber + Send + Sync>
 where
     W: for<'w> fmt::MakeWriter<'w> + Send + Sync + 'static,
 {
     let filter = EnvFilter::try_new(&log.level).map_err(|e| anyhow::anyhow!("log.level: {e}"))?;
     let printed: Box<dyn Layer<Registry> + Send + Sync> = match log.format {
         LogFormat::Human => {
-            let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-            Box::new(fmt::layer().with_ansi(ansi).with_writer(writer).with_filter(filter))
+            Box::new(fmt::layer().fmt_fields(EscapedFields).with_ansi(ansi).with_writer(writer).with_filter(filter))
         }
         LogFormat::Json => Box::new(
             fmt::layer().json().with_current_span(true).with_span_list(false).with_writer(writer).with_filter(filter),
@@ -239,7 +318,8 @@ where
 /// Installs the global subscriber, printing on stderr; returns the outage events it keeps.
 pub fn init(log: &Log) -> anyhow::Result<Recent> {
     let recent = Recent::default();
-    subscriber(log, std::io::stderr, &recent)?.try_init()?;
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    subscriber(log, std::io::stderr, &recent, ansi)?.try_init()?;
     Ok(recent)
 }
 
@@ -253,12 +333,76 @@ mod tests {
         let recorder = recorder();
         let handle = recorder.handle();
         let log = Log { level: level.to_owned(), ..Log::default() };
-        let subscriber = subscriber(&log, std::io::sink, &Recent::default()).unwrap();
+        let subscriber = subscriber(&log, std::io::sink, &Recent::default(), false).unwrap();
         metrics::with_local_recorder(&recorder, || {
             describe();
             tracing::subscriber::with_default(subscriber, emit);
         });
         handle.render()
+    }
+
+    /// What a subscriber of `format` writes for an event of a span, both carrying control characters.
+    fn printed(format: LogFormat) -> String {
+        #[derive(Clone, Default)]
+        struct Captured(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Captured {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let captured = Captured::default();
+        let writer = {
+            let captured = captured.clone();
+            move || captured.clone()
+        };
+        let log = Log { format, level: "info".to_owned() };
+        tracing::subscriber::with_default(subscriber(&log, writer, &Recent::default(), false).unwrap(), || {
+            let name = "a\nFAKE line";
+            let span = tracing::info_span!("attempt", root = %"/srv/\x1b]0;title\x07ann");
+            let _entered = span.enter();
+            warn!(
+                event = "file_failed",
+                path = %name,
+                quoted = name,
+                colour = %"\x1b[31mred",
+                rest = %"\u{9b}31m\u{7f}\r\t",
+                "could not read {name}"
+            );
+        });
+        String::from_utf8(captured.0.lock().unwrap().clone()).unwrap()
+    }
+
+    #[test]
+    fn the_human_format_escapes_control_characters_in_every_field_and_the_message() {
+        let text = printed(LogFormat::Human);
+        let line = text.strip_suffix('\n').expect("the line ends with its own newline");
+        assert!(!line.chars().any(char::is_control), "one line, no control character left in it: {text:?}");
+        for escaped in [
+            r"could not read a\nFAKE line",
+            r"path=a\nFAKE line",
+            r#"quoted="a\nFAKE line""#,
+            r"colour=\u{1b}[31mred",
+            r"rest=\u{9b}31m\u{7f}\r\t",
+            r"root=/srv/\u{1b}]0;title\u{7}ann",
+            r#"event="file_failed""#,
+        ] {
+            assert!(line.contains(escaped), "{escaped} is not in {line}");
+        }
+    }
+
+    #[test]
+    fn the_json_format_keeps_the_values_as_they_were_in_one_line_of_json() {
+        let text = printed(LogFormat::Json);
+        assert_eq!(text.lines().count(), 1, "{text}");
+        let line: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(line["fields"]["message"], "could not read a\nFAKE line");
+        assert_eq!(line["fields"]["path"], "a\nFAKE line");
+        assert_eq!(line["fields"]["colour"], "\x1b[31mred");
+        assert_eq!(line["span"]["root"], "/srv/\x1b]0;title\x07ann");
     }
 
     fn value(text: &str, series: &str) -> Option<f64> {
@@ -285,7 +429,7 @@ mod tests {
     fn outage_events_are_kept_newest_first_whatever_the_level_and_at_most_fifty() {
         let recent = Recent::default();
         let log = Log { level: "error".to_owned(), ..Log::default() };
-        tracing::subscriber::with_default(subscriber(&log, std::io::sink, &recent).unwrap(), || {
+        tracing::subscriber::with_default(subscriber(&log, std::io::sink, &recent, false).unwrap(), || {
             warn!(event = "heartbeat_failed", error = "timed out", "heartbeat did not answer");
             info!(event = "claimed", "claimed");
             warn!(event = "self_stopped", "no successful heartbeat for half a lease");
@@ -297,7 +441,7 @@ mod tests {
         assert_eq!(kept.len(), 50);
         assert!(kept.iter().all(|e| e.event == "lease_recovered"));
         let recent = Recent::default();
-        tracing::subscriber::with_default(subscriber(&log, std::io::sink, &recent).unwrap(), || {
+        tracing::subscriber::with_default(subscriber(&log, std::io::sink, &recent, false).unwrap(), || {
             warn!(event = "heartbeat_failed", error = "timed out", "heartbeat did not answer");
             info!(event = "claimed", "claimed");
             warn!(event = "self_stopped", "no successful heartbeat for half a lease");
