@@ -1,7 +1,8 @@
 //! The operator's page in a real browser (headless Chromium): a Worker crawls a generated library while the
 //! page shows the crawl's progress moving, a failed item and its reason, and a crawl's failed file; without
-//! the token an action is refused; signed in with it, a retry and a pause work. Screenshots are saved under
-//! `target/browser-test/`.
+//! the token an action is refused; signed in with it, a retry and a pause work; the browser reports no
+//! violation of the page's Content-Security-Policy. A page on another port of the same host that frames the
+//! signed-in page gets nothing. Screenshots are saved under `target/browser-test/`.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -27,6 +28,74 @@ impl Drop for Worker {
         let _ = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status();
         let _ = self.0.wait();
     }
+}
+
+/// Starts a Worker on a free port of 127.0.0.1 with the token set and `env` beside; its address, once its page
+/// answers.
+fn start_worker(url: &str, proxies: &Path, env: &[(&str, &str)]) -> (Worker, String) {
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let address = format!("127.0.0.1:{port}");
+    let worker = Worker(
+        Command::new(support::worker_bin())
+            .args(["run"])
+            .env("DATABASE_URL", url)
+            .env("ALMANAC__STORAGE__PROXY_ROOT", proxies)
+            .env("ALMANAC__HTTP__ADDRESS", &address)
+            .env("ALMANAC__HTTP__TOKEN", TOKEN)
+            .env("ALMANAC__LOG__LEVEL", "warn")
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let started = std::time::Instant::now();
+    while std::net::TcpStream::connect(&address).is_err() {
+        assert!(started.elapsed() < Duration::from_secs(60), "the Worker's page never answered");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (worker, address)
+}
+
+/// Serves `html` to every request on a free port of 127.0.0.1 (another origin of the same site as the
+/// Worker's page), until the test process ends; its URL.
+fn serve_html(html: String) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let html = html.clone();
+            std::thread::spawn(move || {
+                use std::io::{BufRead, Write};
+                // The request's head, up to its blank line.
+                let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                    line.clear();
+                }
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/html; charset=utf-8\r\ncontent-length: {}\r\n\
+                     connection: close\r\n\r\n{html}",
+                    html.len()
+                );
+            });
+        }
+    });
+    url
+}
+
+/// Signs the browser in on the page with the token.
+fn sign_in(browser: &mut Browser) {
+    browser.eval(&format!(
+        "document.getElementById('token').value = '{TOKEN}'; document.querySelector('form[action=\"/login\"] button').click(); true"
+    ));
+    browser.wait_for(
+        "signing in",
+        "document.body.innerText.includes('signed in for actions')",
+        Duration::from_secs(30),
+    );
 }
 
 fn shots() -> PathBuf {
@@ -66,32 +135,18 @@ fn the_page_shows_a_live_crawl_and_its_failures_and_acts_only_with_the_token() {
         .clone();
     cli(&url, &["enqueue", "crawl", "--config", root]);
 
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let address = format!("127.0.0.1:{port}");
-    let _worker = Worker(
-        Command::new(support::worker_bin())
-            .args(["run"])
-            .env("DATABASE_URL", &url)
-            .env("ALMANAC__WORKER__ID", "worker-on-the-page")
-            .env("ALMANAC__STORAGE__PROXY_ROOT", dir.path().join("proxies"))
-            .env("ALMANAC__HTTP__ADDRESS", &address)
-            .env("ALMANAC__HTTP__TOKEN", TOKEN)
-            .env("ALMANAC__WORKER__MAX_CONCURRENT_FILES", "1")
-            .env("ALMANAC__QUEUE__POLL_INTERVAL", "200ms")
+    let (_worker, address) = start_worker(
+        &url,
+        &dir.path().join("proxies"),
+        &[
+            ("ALMANAC__WORKER__ID", "worker-on-the-page"),
+            ("ALMANAC__WORKER__MAX_CONCURRENT_FILES", "1"),
+            ("ALMANAC__QUEUE__POLL_INTERVAL", "200ms"),
             // Progress is written with each heartbeat: once a second, so the page has something to follow.
-            .env("ALMANAC__QUEUE__HEARTBEAT_INTERVAL", "1s")
-            .env("ALMANAC__LOG__LEVEL", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
+            ("ALMANAC__QUEUE__HEARTBEAT_INTERVAL", "1s"),
+        ],
     );
     let page = format!("http://{address}/");
-    let started = std::time::Instant::now();
-    while std::net::TcpStream::connect(&address).is_err() {
-        assert!(started.elapsed() < Duration::from_secs(30), "the Worker's page never answered");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 
     let mut browser = Browser::launch(1200, 900);
     browser.navigate(&page);
@@ -122,14 +177,7 @@ fn the_page_shows_a_live_crawl_and_its_failures_and_acts_only_with_the_token() {
     assert_eq!(support::query(&url, &format!("SELECT status FROM work_items WHERE id = '{failed}'"))[0][0], "failed");
 
     // Signed in with the token: retry the failure, pause the config.
-    browser.eval(&format!(
-        "document.getElementById('token').value = '{TOKEN}'; document.querySelector('form[action=\"/login\"] button').click(); true"
-    ));
-    browser.wait_for(
-        "signing in",
-        "document.body.innerText.includes('signed in for actions')",
-        Duration::from_secs(30),
-    );
+    sign_in(&mut browser);
     // Pause the config first: the retried item then stays queued for us to see (one item per config runs).
     browser.eval("document.querySelector('form[action$=\"/pause\"][action^=\"/configs/\"] button').click(); true");
     browser.wait_for(
@@ -177,6 +225,18 @@ fn the_page_shows_a_live_crawl_and_its_failures_and_acts_only_with_the_token() {
     assert!(width <= 390, "the page is {width} px wide at phone width: {wide}");
     browser.screenshot(&shots().join("page-phone.png"));
 
+    // All along, the page's style sheet, script and live stream kept to its Content-Security-Policy.
+    assert_eq!(browser.csp_violations(), Vec::<String>::new());
+    // (And a violation would have been seen: an image from elsewhere is one.)
+    browser.eval(
+        "const i = document.createElement('img'); i.src = 'http://127.0.0.2:1/x.png'; document.body.append(i); true",
+    );
+    let started = std::time::Instant::now();
+    while browser.csp_violations().is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(30), "the browser reported no violation: {:?}", browser.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
     // Without JavaScript it still reads: everything is in the served HTML.
     // (Read through the DOM domain: page script is off.)
     browser.call("Emulation.setScriptExecutionDisabled", serde_json::json!({"value": true}));
@@ -197,4 +257,87 @@ fn the_page_shows_a_live_crawl_and_its_failures_and_acts_only_with_the_token() {
         std::thread::sleep(Duration::from_millis(200));
     };
     assert!(html.contains("Storage configs") && html.contains("broken.jpg") && html.contains("paused"), "{html}");
+}
+
+/// The signed-in page framed by a page on another port of 127.0.0.1 (the same site, so its SameSite=Strict
+/// session cookie goes along): the browser refuses to show it, so nothing of it, no button, can be reached or
+/// clicked through a disguise. A frame of a third port beside it shows that a frame that loads is readable.
+#[test]
+fn a_page_on_another_port_cannot_frame_the_signed_in_page() {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let db = rt.block_on(TestDatabase::create());
+    let url = db.url().to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("library")).unwrap();
+    cli(&url, &["migrate"]);
+    cli(&url, &["config", "add", "--user", "ann", "--root", dir.path().join("library").to_str().unwrap()]);
+    let (_worker, address) = start_worker(&url, &dir.path().join("proxies"), &[]);
+    let page = format!("http://{address}/");
+
+    let mut browser = Browser::launch(1000, 800);
+    browser.navigate(&page);
+    sign_in(&mut browser);
+    let buttons = "document.querySelectorAll('form[method=post] button').length";
+    assert!(browser.eval(buttons).as_u64().unwrap() > 3, "signed in, the page has its action buttons");
+    // Its own style sheet applies under its Content-Security-Policy, and nothing was refused.
+    assert_eq!(browser.eval("getComputedStyle(document.querySelector('header')).display"), "flex");
+    assert_eq!(browser.csp_violations(), Vec::<String>::new());
+
+    let control = serve_html("<!doctype html><title>control</title><form method=post><button>b</button></form>".into());
+    let framing = serve_html(format!(
+        "<!doctype html><title>a page elsewhere</title>\
+         <iframe name=almanac src=\"{page}\" width=900 height=500></iframe>\
+         <iframe name=control src=\"{control}\"></iframe>"
+    ));
+    assert_ne!(framing, page);
+    browser.navigate(&framing);
+    let frames = |browser: &mut Browser| -> Vec<(String, String, String)> {
+        let tree = browser.call("Page.getFrameTree", serde_json::json!({}));
+        tree["frameTree"]["childFrames"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .map(|c| {
+                let f = &c["frame"];
+                let text = |k: &str| f[k].as_str().unwrap_or_default().to_owned();
+                (text("name"), text("id"), text("url"))
+            })
+            .collect()
+    };
+    let reach = "JSON.stringify({forms: document.querySelectorAll('form').length, \
+                 text: document.body ? document.body.innerText : ''})";
+    // The control frame loads, and its form is reachable the way the framed page's would be.
+    let started = std::time::Instant::now();
+    loop {
+        let control_frame = frames(&mut browser).into_iter().find(|(name, _, _)| name == "control");
+        let found = control_frame.and_then(|(_, id, _)| browser.eval_in_frame(&id, reach).ok());
+        if found.as_ref().and_then(|v| v.as_str()).is_some_and(|v| v.contains("\"forms\":1")) {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "the control frame never loaded: {found:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (_, id, frame_url) = frames(&mut browser)
+        .into_iter()
+        .find(|(name, _, _)| name == "almanac")
+        .expect("the framing page has its frame");
+    assert_ne!(frame_url, page, "the framed document is not the page");
+    match browser.eval_in_frame(&id, reach) {
+        Ok(seen) => {
+            let seen = seen.as_str().unwrap_or_default().to_owned();
+            assert!(seen.contains("\"forms\":0") && !seen.contains("Almanac Worker"), "the frame shows: {seen}");
+        }
+        Err(e) => eprintln!("the blocked frame has no document to run in: {e}"),
+    }
+    // Refused by the browser for its frame-ancestors (or X-Frame-Options), in its words.
+    let log = browser.log();
+    assert!(
+        log.iter()
+            .filter_map(|e| e["text"].as_str())
+            .any(|t| t.contains(&page) && (t.contains("frame-ancestors") || t.contains("X-Frame-Options"))),
+        "{log:?}"
+    );
+    browser.screenshot(&shots().join("page-framed.png"));
+    drop(db);
 }

@@ -1,6 +1,6 @@
 //! A real browser for tests: headless Chromium driven over the DevTools protocol (a WebSocket of JSON
-//! messages), enough to open a page, run script in it (read what it shows, click a button) and take
-//! screenshots.
+//! messages), enough to open a page, run script in it (read what it shows, click a button), read its frames
+//! and what it logged (Content-Security-Policy violations included), and take screenshots.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -16,6 +16,8 @@ pub struct Browser {
     child: Child,
     ws: WebSocket<TcpStream>,
     next_id: u64,
+    /// The protocol's events seen so far (those of the domains enabled: `Log` from the start).
+    events: Vec<Value>,
     _profile: tempfile::TempDir,
 }
 
@@ -62,7 +64,42 @@ impl Browser {
         let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
         stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         let (ws, _) = tungstenite::client(page.as_str(), stream).unwrap();
-        Self { child, ws, next_id: 0, _profile: profile }
+        let mut browser = Self { child, ws, next_id: 0, events: Vec::new(), _profile: profile };
+        // What the browser tells the page's console: refused loads, CSP violations, script errors.
+        browser.call("Log.enable", json!({}));
+        browser
+    }
+
+    /// What the browser logged so far (`Log.entryAdded`: `source`, `level`, `text`, `url`).
+    pub fn log(&mut self) -> Vec<Value> {
+        // Events come before the answer to a later command: one round trip reads those already sent.
+        self.call("Runtime.evaluate", json!({"expression": "0"}));
+        self.events.iter().filter(|e| e["method"] == "Log.entryAdded").map(|e| e["params"]["entry"].clone()).collect()
+    }
+
+    /// The Content-Security-Policy violations the browser reported so far, in its words.
+    pub fn csp_violations(&mut self) -> Vec<String> {
+        self.log()
+            .iter()
+            .filter_map(|e| e["text"].as_str())
+            .filter(|t| t.contains("Content Security Policy"))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Evaluates `expression` in a world of its own inside the frame `frame_id` (another origin's frame
+    /// included: the protocol is not bound by the same-origin policy), as the page's own script would see
+    /// the frame's document; the protocol's error when the frame has no document to run in.
+    pub fn eval_in_frame(&mut self, frame_id: &str, expression: &str) -> Result<Value, Value> {
+        let world = self.try_call("Page.createIsolatedWorld", json!({"frameId": frame_id, "worldName": "test"}))?;
+        let r = self.try_call(
+            "Runtime.evaluate",
+            json!({"expression": expression, "contextId": world["executionContextId"], "returnByValue": true}),
+        )?;
+        match r.get("exceptionDetails") {
+            Some(e) => Err(e.clone()),
+            None => Ok(r["result"]["value"].clone()),
+        }
     }
 
     /// Sends a DevTools command and returns its result (events in between are skipped).
@@ -78,6 +115,10 @@ impl Browser {
         loop {
             let Message::Text(text) = self.ws.read().unwrap() else { continue };
             let reply: Value = serde_json::from_str(&text).unwrap();
+            if reply.get("method").is_some() {
+                self.events.push(reply);
+                continue;
+            }
             if reply["id"] == id {
                 return match reply.get("error") {
                     Some(e) => Err(e.clone()),

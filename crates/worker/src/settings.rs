@@ -100,8 +100,10 @@ pub struct Http {
     /// The operator's page allows actions (retry, cancel, pause, crawl) to whoever gives this token; none set
     /// means the page is read-only. At least 16 characters.
     pub token: Option<String>,
-    /// Host names the page answers to beside IP addresses and `localhost` (a reverse proxy's name, say): a
-    /// request naming any other host is refused, so a web site cannot read the page through DNS rebinding.
+    /// Host names the HTTP server answers to beside IP addresses and `localhost`, on every route (the page,
+    /// `/metrics`, `/healthz`, `/readyz`): a reverse proxy's name, the name a scraper or probe uses, each alone
+    /// (any port) or as `name:port`. A request naming any other host is refused, so a web site cannot read the
+    /// page or the metrics through DNS rebinding.
     pub allowed_hosts: Vec<String>,
 }
 
@@ -247,6 +249,12 @@ impl Settings {
             bail!(
                 "http.token: must be at least 16 characters without spaces (it guards the page's actions); make one \
                  with `head -c 24 /dev/urandom | base64`"
+            );
+        }
+        if let Some(bad) = self.http.allowed_hosts.iter().find(|h| crate::http::host_name(h).is_none()) {
+            bail!(
+                "http.allowed_hosts: {bad:?} is not a host name: give it as the request's Host header names it, \
+                 e.g. \"almanac.example\" or \"almanac.example:8443\" (no scheme, no path)"
             );
         }
         if self.database.max_connections == 0 {
@@ -518,6 +526,22 @@ mod tests {
         assert!(err(&[("ALMANAC__STORAGE__MAX_IMAGE_MEGAPIXELS", "0")]).contains("max_image_megapixels"));
         assert!(err(&[("ALMANAC__STORAGE__MAX_IMAGE_MEGAPIXELS", "10001")]).contains("max_image_megapixels"));
         assert!(err(&[("ALMANAC__LOG__FORMAT", "xml")]).contains("format"));
+    }
+
+    #[test]
+    fn allowed_hosts_are_host_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("almanac.toml");
+        let load = |hosts: &str| {
+            std::fs::write(&file, format!("[http]\nallowed_hosts = {hosts}\n")).unwrap();
+            Settings::load_from(Some(&file), env(&[]))
+        };
+        let s = load(r#"["almanac.example", "prometheus-target:9464", "[::1]:9464"]"#).unwrap();
+        assert_eq!(s.http.allowed_hosts, ["almanac.example", "prometheus-target:9464", "[::1]:9464"]);
+        for bad in ["https://almanac.example", "almanac.example/", "almanac.example:https", ""] {
+            let message = load(&format!("[{bad:?}]")).unwrap_err().to_string();
+            assert!(message.starts_with("http.allowed_hosts: ") && message.contains(&format!("{bad:?}")), "{message}");
+        }
     }
 
     #[test]

@@ -39,46 +39,11 @@ pub struct Page {
     pub samples: Samples,
     /// This Worker's id, shown in the header.
     pub worker_id: String,
-    /// Host names answered beside IP addresses and `localhost` (`http.allowed_hosts`).
+    /// Host names the HTTP server answers to beside IP addresses and `localhost` (`http.allowed_hosts`;
+    /// [`crate::http`] checks every request against them).
     pub allowed_hosts: Vec<String>,
     /// Ends the live streams when the Worker stops (an open tab must not hold up the shutdown).
     pub stop: CancellationToken,
-}
-
-/// Whether a request's `Host` may be answered: an IP address (which DNS rebinding cannot produce),
-/// `localhost`, or a configured name; the port is not looked at. A request without one (no browser sends
-/// such) is answered.
-fn host_allowed(host: &str, allowed: &[String]) -> bool {
-    if host.is_empty() {
-        return true;
-    }
-    let name = match host.strip_prefix('[') {
-        Some(v6) => v6.split(']').next().unwrap_or(""),
-        None => {
-            host.rsplit_once(':').map_or(host, |(name, port)| if port.parse::<u16>().is_ok() { name } else { host })
-        }
-    };
-    name.parse::<std::net::IpAddr>().is_ok()
-        || name.eq_ignore_ascii_case("localhost")
-        || allowed.iter().any(|a| a.eq_ignore_ascii_case(name) || a.eq_ignore_ascii_case(host))
-}
-
-async fn check_host(
-    State(page): State<Arc<Page>>,
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    let host = request.headers().get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
-    if !host_allowed(host, &page.allowed_hosts) {
-        return problem(
-            StatusCode::MISDIRECTED_REQUEST,
-            &format!(
-                "this Worker's page does not answer to the host {host:?}: add it to http.allowed_hosts if it is \
-                 yours (a name that is not listed could be another site's, rebound to this address)"
-            ),
-        );
-    }
-    next.run(request).await
 }
 
 /// One progress sample: when, and units done.
@@ -121,10 +86,19 @@ impl Samples {
     }
 }
 
+/// The page's style sheet and script, served from the binary (the page's Content-Security-Policy allows its own
+/// resources only, nothing inline).
+pub const STYLESHEET: &str = "/page.css";
+pub const SCRIPT: &str = "/page.js";
+const PAGE_CSS: &str = include_str!("page.css");
+const PAGE_JS: &str = include_str!("page.js");
+
 /// The page's routes.
 pub fn router(page: Arc<Page>) -> axum::Router {
     Router::new()
         .route("/", get(index))
+        .route(STYLESHEET, get(|| async { ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], PAGE_CSS) }))
+        .route(SCRIPT, get(|| async { ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], PAGE_JS) }))
         .route("/running", get(running_fragment))
         .route("/events", get(events))
         .route("/items/{id}", get(item))
@@ -133,7 +107,6 @@ pub fn router(page: Arc<Page>) -> axum::Router {
         .route("/items/{id}/{action}", post(item_action))
         .route("/configs/{id}/{action}", post(config_action))
         .route("/kinds/{kind}/{action}", post(kind_action))
-        .route_layer(axum::middleware::from_fn_with_state(page.clone(), check_host))
         .with_state(page)
 }
 
@@ -280,16 +253,26 @@ struct Login {
     token: String,
 }
 
-async fn login(State(page): State<Arc<Page>>, Form(form): Form<Login>) -> Response {
-    if !page.auth.enabled() {
-        return problem(Refusal::Disabled.status(), Refusal::Disabled.message());
+async fn login(State(page): State<Arc<Page>>, headers: HeaderMap, Form(form): Form<Login>) -> Response {
+    match page.auth.sign_in(&headers, &form.token) {
+        Ok(session) => {
+            let cookie = format!("{SESSION_COOKIE}={session}; Path=/; HttpOnly; SameSite=Strict");
+            back_with("signed in", Some(cookie))
+        }
+        Err(Refusal::WrongToken) => {
+            problem(StatusCode::UNAUTHORIZED, "that is not this Worker's token; you are not signed in")
+        }
+        Err(refusal) => refused(&page, refusal),
     }
-    if !page.auth.token_matches(form.token.trim()) {
-        return problem(StatusCode::UNAUTHORIZED, "that is not this Worker's token; you are not signed in");
+}
+
+/// The answer to a refused action or sign-in; a pause after wrong tokens says when it ends.
+fn refused(page: &Page, refusal: Refusal) -> Response {
+    let mut response = problem(refusal.status(), refusal.message());
+    if let (Refusal::Paused, Some(seconds)) = (refusal, page.auth.paused_for()) {
+        response.headers_mut().insert(header::RETRY_AFTER, seconds.into());
     }
-    let cookie =
-        format!("{SESSION_COOKIE}={}; Path=/; HttpOnly; SameSite=Strict", page.auth.session_value().expect("enabled"));
-    back_with("signed in", Some(cookie))
+    response
 }
 
 async fn logout() -> Response {
@@ -305,7 +288,7 @@ where
     let csrf = body.split('&').find_map(|pair| pair.strip_prefix("csrf="));
     let via = match page.auth.check(headers, csrf) {
         Ok(via) => via,
-        Err(refusal) => return problem(refusal.status(), refusal.message()),
+        Err(refusal) => return refused(page, refusal),
     };
     match (action.await, via) {
         (Ok(message), Via::Bearer) => (StatusCode::OK, format!("{message}\n")).into_response(),
@@ -659,25 +642,64 @@ mod tests {
         assert_eq!(decode("zz"), "");
     }
 
-    #[tokio::test]
-    async fn the_page_answers_only_to_addresses_localhost_and_the_allowed_names() {
-        let w = world(None).await;
-        for (host, expected) in [
-            ("127.0.0.1:9464", StatusCode::OK),
-            ("localhost:9464", StatusCode::OK),
-            ("[::1]:9464", StatusCode::OK),
-            ("192.168.1.5:9464", StatusCode::OK),
-            ("almanac.example", StatusCode::OK),
-            ("evil.example:9464", StatusCode::MISDIRECTED_REQUEST),
-            ("127.0.0.1.evil.example", StatusCode::MISDIRECTED_REQUEST),
-        ] {
-            let request = Request::get("/").header("host", host).body(Body::empty()).unwrap();
-            let (status, _, html) = send(&w.page, request).await;
-            assert_eq!(status, expected, "{host}: {html}");
+    #[tokio::test(start_paused = true)]
+    async fn after_wrong_tokens_in_a_row_sign_in_and_scripts_are_answered_429_until_the_pause_ends() {
+        // No database: sign-in and refusals do not read one (and the paused clock would hurry its timeouts).
+        let page = Arc::new(Page {
+            store: PgStore::connect("postgres://nobody@127.0.0.1:9/none").unwrap(),
+            auth: Auth::new(Some(TOKEN.into())),
+            recent: Recent::default(),
+            samples: Samples::default(),
+            worker_id: "worker-a".into(),
+            allowed_hosts: Vec::new(),
+            stop: CancellationToken::new(),
+        });
+        for _ in 0..auth::WRONG_TOKENS_BEFORE_PAUSE {
+            let (status, _, html) = send(&page, post("/login", &[], "token=wrong-token-of-24-chars")).await;
+            assert!(status == StatusCode::UNAUTHORIZED && html.contains("not this Worker's token"), "{html}");
         }
-        assert!(
-            host_allowed("localhost", &[]) && host_allowed("", &[]) && !host_allowed("localhost.evil.example", &[])
-        );
+        let pause = auth::PAUSE_AFTER_WRONG_TOKENS.as_secs().to_string();
+        let (status, headers, html) = send(&page, post("/login", &[], &format!("token={TOKEN}"))).await;
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{html}");
+        assert!(html.contains("too many wrong tokens") && html.contains("Nothing was changed"), "{html}");
+        assert_eq!(headers[header::RETRY_AFTER], pause.as_str());
+        assert!(headers.get(header::SET_COOKIE).is_none(), "not signed in: {headers:?}");
+        let (status, _, html) = send(&page, post("/kinds/purge/pause", &[("authorization", &bearer(TOKEN))], "")).await;
+        assert!(status == StatusCode::TOO_MANY_REQUESTS && html.contains("too many wrong tokens"), "{html}");
+        tokio::time::advance(auth::PAUSE_AFTER_WRONG_TOKENS).await;
+        let (status, headers, _) = send(&page, post("/login", &[], &format!("token={TOKEN}"))).await;
+        assert_eq!(status, StatusCode::SEE_OTHER);
+        assert!(headers.get_all(header::SET_COOKIE).iter().any(|c| c.to_str().unwrap().starts_with(SESSION_COOKIE)));
+    }
+
+    #[tokio::test]
+    async fn a_sign_in_posted_from_another_origin_is_refused() {
+        let w = world(Some(TOKEN)).await;
+        let headers = [("origin", "http://127.0.0.1:8080"), ("host", "127.0.0.1:9464")];
+        let (status, response, html) = send(&w.page, post("/login", &headers, &format!("token={TOKEN}"))).await;
+        assert!(status == StatusCode::FORBIDDEN && html.contains("another site"), "{html}");
+        assert!(response.get(header::SET_COOKIE).is_none(), "{response:?}");
+    }
+
+    #[tokio::test]
+    async fn the_style_sheet_and_the_script_are_served_and_the_page_has_nothing_inline() {
+        let w = world(None).await;
+        for (path, content_type, holds) in [
+            (STYLESHEET, "text/css; charset=utf-8", "box-sizing"),
+            (SCRIPT, "text/javascript; charset=utf-8", "EventSource('/events')"),
+        ] {
+            let (status, headers, text) = send(&w.page, get(path)).await;
+            assert_eq!(status, StatusCode::OK, "{path}");
+            assert_eq!(headers[header::CONTENT_TYPE], content_type, "{path}");
+            assert!(text.contains(holds), "{path}: {text}");
+        }
+        for path in ["/".to_owned(), format!("/items/{}", w.failed), "/items/nope".to_owned()] {
+            let (_, _, html) = send(&w.page, get(&path)).await;
+            assert!(html.contains(&format!("<link rel=\"stylesheet\" href=\"{STYLESHEET}\">")), "{path}: {html}");
+            assert!(!html.contains("<style") && !html.contains(" style=") && !html.contains("<script>"), "{html}");
+        }
+        let (_, _, html) = send(&w.page, get("/")).await;
+        assert!(html.contains(&format!("<script src=\"{SCRIPT}\"></script>")), "{html}");
     }
 
     #[tokio::test]

@@ -2,7 +2,7 @@
 
 use almanac_domain::{ProgressEstimate, Status, WorkItem, WorkKind};
 use axum::http::StatusCode;
-use maud::{DOCTYPE, Markup, PreEscaped, html};
+use maud::{DOCTYPE, Markup, html};
 
 use super::{Page, Snapshot, charts};
 use crate::ops::FailedFiles;
@@ -15,29 +15,6 @@ pub struct Viewer {
     pub csrf: Option<String>,
 }
 
-const STYLE: &str = "
-*{box-sizing:border-box}body{overflow-wrap:break-word;font:16px/1.45 system-ui,sans-serif;max-width:70rem;margin:0 auto;padding:0 1rem 3rem;color:#1b1b1b;background:#fff}
-header{display:flex;flex-wrap:wrap;gap:.5rem 1.5rem;align-items:baseline;justify-content:space-between;border-bottom:1px solid #ccc}
-h1{font-size:1.4rem;margin:.8rem 0}h2{font-size:1.15rem;margin:1.8rem 0 .6rem}
-.scroll{overflow-x:auto}table{border-collapse:collapse;width:100%;font-size:.95rem}
-th,td{text-align:left;padding:.3rem .5rem;border-bottom:1px solid #e3e3e3;vertical-align:top}
-td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}thead th,td.n,th[scope=row]{white-space:nowrap}
-li code,p code{overflow-wrap:anywhere}
-form.inline{display:inline}button{font:inherit;padding:.15rem .6rem;margin:.1rem 0;cursor:pointer}
-.flash{padding:.5rem .8rem;border-left:4px solid #2b7a3d;background:#eef7ef}.flash.error{border-color:#b3261e;background:#fbeceb}
-.tag{display:inline-block;padding:0 .4rem;border-radius:.3rem;background:#eee;font-size:.85rem}
-.tag.paused{background:#fff0c2}.tag.failed{background:#fbd9d6}.tag.inactive{background:#ddd}
-progress{width:12rem;max-width:100%}pre{white-space:pre-wrap;word-break:break-word;background:#f6f6f6;padding:.5rem}
-.error{color:#8c1d18}.note{color:#555}ul.files{margin:.2rem 0;padding-left:1.2rem}
-svg.chart{width:100%;max-width:40rem;height:auto}svg .ok{fill:#3c8d4f}svg .bad{fill:#c0392b}svg .off{fill:#999}
-svg .axis{stroke:#888}svg .tick{font-size:10px;fill:#555}svg .rate{fill:none;stroke:#2f5d9e;stroke-width:2}
-figure{margin:.5rem 0}figcaption{font-size:.9rem;color:#444}
-@media (max-width:40rem){body{padding:0 .5rem}th,td{padding:.25rem}}
-";
-
-/// Follows the running items over server-sent events; without it the page is read as served.
-const SCRIPT: &str = "if(window.EventSource){const s=new EventSource('/events');s.addEventListener('running',e=>{document.getElementById('running').innerHTML=e.data;});}";
-
 fn layout(title: &str, body: Markup) -> Markup {
     html! {
         (DOCTYPE)
@@ -46,7 +23,7 @@ fn layout(title: &str, body: Markup) -> Markup {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) }
-                style { (PreEscaped(STYLE)) }
+                link rel="stylesheet" href=(super::STYLESHEET);
             }
             body { (body) }
         }
@@ -208,7 +185,7 @@ pub fn index(page: &Page, s: &Snapshot, viewer: &Viewer, done: Option<&str>) -> 
                     }
                 }
             }
-            script { (PreEscaped(SCRIPT)) }
+            script src=(super::SCRIPT) {}
         },
     )
 }
