@@ -134,3 +134,31 @@ async fn a_crawl_into_a_full_proxy_volume_fails_with_one_error_naming_it() {
     let Some(_volume) = ScratchVolume::small(&lib.proxies, 64, true) else { return };
     assert_crawl_refused(&lib, &["its volume is full"]).await;
 }
+
+/// A volume with room for a few photos' proxies, not for all: once it is full, the crawl stops with one error
+/// naming `storage.proxy_root` (not a failed file for each photo after it, ending succeeded), the photos whose
+/// proxies fit are catalogued with whole files, and a crawl after room is made catalogues the rest.
+#[tokio::test]
+async fn a_proxy_volume_that_fills_during_the_crawl_stops_it_with_one_error_and_the_next_crawl_finishes() {
+    let lib = library().await;
+    let Some(volume) = ScratchVolume::small(&lib.proxies, 2048, false) else { return };
+    // Room left for about one photo's proxies (an 800×600 photo's preview and thumbnail take some 100 KiB).
+    let filler = lib.proxies.join("filler");
+    std::fs::write(&filler, vec![0u8; 1900 * 1024]).unwrap();
+    for i in 0..12 {
+        lib.write(&format!("{i}.jpg"), &photo(i));
+    }
+    let err = lib.crawl_with(serde_json::json!({}), CancellationToken::new()).await.unwrap_err();
+    assert!(err.retryable, "{err:?}");
+    assert!(err.message.contains("storage.proxy_root"), "{}", err.message);
+    assert!(err.message.contains("The crawl stopped before its end"), "{}", err.message);
+    let catalogued = lib.active_count().await;
+    assert!(catalogued < 12, "the volume never filled: {catalogued} photos catalogued");
+    assert_rows_point_at_whole_files(&lib).await;
+
+    std::fs::remove_file(&filler).unwrap();
+    lib.crawl().await;
+    assert_eq!(lib.active_count().await, 12);
+    assert_rows_point_at_whole_files(&lib).await;
+    drop(volume);
+}

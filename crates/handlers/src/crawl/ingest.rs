@@ -29,6 +29,9 @@ pub(super) enum FileProblem {
     /// A proxy could not be written, or what was made is not whole: recorded like `Failed`, unless the proxy
     /// root can take no file at all, which stops the crawl.
     ProxyNotWritten(String),
+    /// The proxy volume refused a write (full, read-only, over its quota): no later file can fare better, so
+    /// the crawl stops with one error naming `storage.proxy_root`, however much room a small check still finds.
+    ProxyVolume(MediaError),
     /// The catalogue did not answer: the crawl stops (retryable).
     Catalogue(CatalogueError),
     Cancelled,
@@ -44,12 +47,20 @@ impl From<MediaError> for FileProblem {
     fn from(e: MediaError) -> Self {
         match e {
             MediaError::Cancelled => FileProblem::Cancelled,
+            MediaError::ProxyWrite { ref source, .. } if refused_by_the_volume(source) => FileProblem::ProxyVolume(e),
             MediaError::ProxyWrite { .. }
             | MediaError::ProxyNotMade { .. }
             | MediaError::ProxyRootUnwritable { .. } => FileProblem::ProxyNotWritten(e.to_string()),
             other => FileProblem::Failed(other.to_string()),
         }
     }
+}
+
+/// Whether a write was refused by the volume itself rather than for one file: it is full, read-only or over
+/// its quota.
+fn refused_by_the_volume(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::{QuotaExceeded, ReadOnlyFilesystem, StorageFull};
+    matches!(e.kind(), StorageFull | ReadOnlyFilesystem | QuotaExceeded)
 }
 
 impl From<ReadError> for FileProblem {

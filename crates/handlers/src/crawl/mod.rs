@@ -279,6 +279,10 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
                                 }
                             }
                         }
+                        Err(FileProblem::ProxyVolume(e)) => {
+                            let e = root::proxy_root_unwritable(e, "The crawl stopped before its end");
+                            fatal.lock().expect("poisoned").get_or_insert(e);
+                        }
                         Err(FileProblem::Catalogue(e)) => {
                             fatal.lock().expect("poisoned").get_or_insert(catalogue_error(e));
                         }
