@@ -85,8 +85,11 @@ pub fn describe() {
 }
 
 /// Events an operator looks for after an outage, kept for the operator's page.
-pub const OUTAGE_EVENTS: [&str; 10] = [
+pub const OUTAGE_EVENTS: [&str; 13] = [
     "self_stopped",
+    "released_after_outage",
+    "catalogue_retry",
+    "completion_retry",
     "lease_recovered",
     "heartbeat_failed",
     "claim_failed",
