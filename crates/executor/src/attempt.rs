@@ -222,8 +222,15 @@ pub(crate) async fn run<Q: WorkQueue + 'static>(
             )
         }
         // Safety invariant 9: an outage is not a failure of the work. The item goes back to the queue as at
-        // shutdown; if the release cannot be written either, lease recovery requeues it.
+        // shutdown; if the release cannot be written either, lease recovery requeues it. It waits one heartbeat
+        // interval first (less if the Worker is shutting down; the lease still holds, so nobody else takes the
+        // config meanwhile): an item that meets the same outage at once comes round once an interval, never in a
+        // tight loop against a database that keeps dropping its connections.
         (None, Ok(Err(error))) if error.outage => {
+            tokio::select! {
+                () = tokio::time::sleep(interval) => {}
+                () = shutdown.cancelled() => {}
+            }
             let answer = timeout(interval, queue.release(fence)).await.ok();
             write_outcome("release", answer, Outcome::Released, || {
                 warn!(event = "released_after_outage", kind = %claimed.item.kind, duration_ms = elapsed_ms(claim_sent_at),

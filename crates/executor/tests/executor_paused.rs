@@ -302,8 +302,11 @@ async fn an_outage_in_a_handler_releases_the_item_and_counts_no_failure() {
     let (logs, _guard) = Logs::capture();
     let run = start(&queue, &probe, config());
     run.at(SECOND).await;
+    assert!(queue.writes().is_empty(), "released before a heartbeat interval passed: {:?}", queue.writes());
+    run.at(11 * SECOND).await;
     let writes = queue.writes();
     assert!(matches!(&writes[..], [(item, Write::Release, _), ..] if *item == id), "{writes:?}");
+    assert_eq!(writes[0].2 - probe.ended()[0], 10 * SECOND, "released one heartbeat interval after the handler");
     assert!(
         !writes.iter().any(|(_, w, _)| matches!(w, Write::Fail(_))),
         "an outage was counted as a failure: {writes:?}"
