@@ -136,6 +136,13 @@ impl Auth {
         guesses.wrong += 1;
         if guesses.wrong >= WRONG_TOKENS_BEFORE_PAUSE {
             guesses.paused_until = Some(now + PAUSE_AFTER_WRONG_TOKENS);
+            tracing::warn!(
+                event = "token_checks_paused",
+                wrong_tokens = guesses.wrong,
+                pause_s = PAUSE_AFTER_WRONG_TOKENS.as_secs(),
+                "wrong tokens in a row on the operator's page: no token is looked at for a while (someone may be \
+                 guessing it)"
+            );
         }
         Err(Refusal::WrongToken)
     }
