@@ -5,7 +5,7 @@ use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use almanac_media::fixtures::{self, FixtureExif};
 use almanac_testdb::TestDatabase;
@@ -72,16 +72,11 @@ impl Setup {
         support::query(self.db.url(), sql)
     }
 
-    fn wait_for(&self, what: &str, sql: &str, timeout: Duration) -> Vec<Vec<String>> {
-        let started = Instant::now();
-        loop {
-            let rows = self.query(sql);
-            if !rows.is_empty() {
-                return rows;
-            }
-            assert!(started.elapsed() < timeout, "timed out waiting for {what}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+    /// Waits until `sql` returns a row, for something that takes up to `idle` on an idle machine (the deadline
+    /// is the tests' patience for that: `almanac_testdb::patience`).
+    fn wait_for(&self, what: &str, sql: &str, idle: Duration) -> Vec<Vec<String>> {
+        let every = Duration::from_millis(100);
+        almanac_testdb::patience::wait_for(what, idle, every, || Some(self.query(sql)).filter(|rows| !rows.is_empty()))
     }
 }
 
@@ -876,7 +871,7 @@ fn a_worker_killed_with_sigkill_mid_transcode_leaves_no_tool_running() {
     let mut worker = s.worker("worker-a", s.db.url(), &[]);
     let pid = worker.child.id();
     // The event: an ffmpeg of this Worker writing a web video (its temporary file is under the proxy root).
-    procs::wait_for("an ffmpeg of the Worker transcoding a web video", Duration::from_secs(300), || {
+    procs::wait_for("an ffmpeg of the Worker transcoding a web video", Duration::from_secs(30), || {
         procs::processes().into_iter().find(|p| p.parent == pid && p.args.iter().any(|a| a.ends_with(".web.tmp.mp4")))
     });
     // Every tool the Worker runs at this moment (ffmpeg, ffprobe): its children.
@@ -885,7 +880,7 @@ fn a_worker_killed_with_sigkill_mid_transcode_leaves_no_tool_running() {
     worker.child.kill().unwrap();
     assert_eq!(worker.child.wait().unwrap().signal(), Some(9), "the Worker was killed by SIGKILL");
     let proxies = s.dir.path().join("proxies").display().to_string();
-    procs::wait_for("the killed Worker's tools to die with it", Duration::from_secs(60), || {
+    procs::wait_for("the killed Worker's tools to die with it", Duration::from_secs(10), || {
         let writing = procs::processes().into_iter().filter(|p| p.args.iter().any(|a| a.contains(&proxies)));
         (tools.iter().all(procs::has_ended) && writing.count() == 0).then_some(())
     });

@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use tungstenite::{Message, WebSocket};
@@ -44,14 +44,12 @@ impl Browser {
             .expect("chromium (Debian package chromium; `cargo xtask deps` installs it)");
         // Chromium writes the port it took into the profile.
         let active = profile.path().join("DevToolsActivePort");
-        let started = Instant::now();
-        let port: u16 = loop {
-            if let Some(port) = std::fs::read_to_string(&active).ok().and_then(|t| t.lines().next()?.parse().ok()) {
-                break port;
-            }
-            assert!(started.elapsed() < Duration::from_secs(30), "chromium did not start its DevTools server");
-            std::thread::sleep(Duration::from_millis(50));
-        };
+        let port: u16 = almanac_testdb::patience::wait_for(
+            "chromium to start its DevTools server",
+            Duration::from_secs(30),
+            Duration::from_millis(50),
+            || std::fs::read_to_string(&active).ok().and_then(|t| t.lines().next()?.parse().ok()),
+        );
         let list: Value = serde_json::from_str(&http_get(port, "/json/list")).unwrap();
         let page = list
             .as_array()
@@ -62,7 +60,8 @@ impl Browser {
             .expect("a page target")
             .to_owned();
         let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        // An answer slower than this is a browser that hangs (the tests' patience: a busy machine is slow).
+        stream.set_read_timeout(Some(almanac_testdb::patience(Duration::from_secs(30)))).unwrap();
         let (ws, _) = tungstenite::client(page.as_str(), stream).unwrap();
         let mut browser = Self { child, ws, next_id: 0, events: Vec::new(), _profile: profile };
         // What the browser tells the page's console: refused loads, CSP violations, script errors.
@@ -142,9 +141,10 @@ impl Browser {
         r["result"]["value"].clone()
     }
 
-    /// Waits until `expression` is truthy in the page.
-    pub fn wait_for(&mut self, what: &str, expression: &str, timeout: Duration) -> Value {
-        let started = Instant::now();
+    /// Waits until `expression` is truthy in the page, for something that takes up to `idle` on an idle machine
+    /// (the deadline is the tests' patience for that: `almanac_testdb::patience`).
+    pub fn wait_for(&mut self, what: &str, expression: &str, idle: Duration) -> Value {
+        let deadline = almanac_testdb::Deadline::after(idle);
         loop {
             // While a form's POST navigates, the page's context goes away: that is "not yet", not a failure.
             let expression = format!("(() => {{ try {{ return {expression}; }} catch (e) {{ return null; }} }})()");
@@ -156,7 +156,7 @@ impl Browser {
             if !(value.is_null() || value == false || value == "" || value == 0) {
                 return value;
             }
-            assert!(started.elapsed() < timeout, "timed out waiting for {what}");
+            deadline.check(what);
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -181,7 +181,7 @@ impl Drop for Browser {
 /// `Content-Length`.
 fn http_get(port: u16, path: &str) -> String {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    stream.set_read_timeout(Some(almanac_testdb::patience(Duration::from_secs(10)))).unwrap();
     write!(stream, "GET {path} HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n\r\n").unwrap();
     let mut buf = Vec::new();
     let mut chunk = [0u8; 8192];

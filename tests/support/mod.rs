@@ -156,15 +156,9 @@ pub fn query(url: &str, sql: &str) -> Vec<Vec<String>> {
     .unwrap()
 }
 
-/// Waits until `sql` returns a row.
-pub fn wait_for(url: &str, sql: &str, timeout: std::time::Duration) -> Vec<Vec<String>> {
-    let started = std::time::Instant::now();
-    loop {
-        let rows = query(url, sql);
-        if !rows.is_empty() {
-            return rows;
-        }
-        assert!(started.elapsed() < timeout, "timed out waiting for: {sql}");
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+/// Waits until `sql` returns a row, for something that takes up to `idle` on an idle machine (the deadline is
+/// the tests' patience for that: `almanac_testdb::patience`).
+pub fn wait_for(url: &str, sql: &str, idle: std::time::Duration) -> Vec<Vec<String>> {
+    let every = std::time::Duration::from_millis(100);
+    almanac_testdb::patience::wait_for(sql, idle, every, || Some(query(url, sql)).filter(|rows| !rows.is_empty()))
 }

@@ -42,14 +42,8 @@ pub fn has_ended(p: &Process) -> bool {
     process(p.pid).is_none_or(|now| now.started != p.started)
 }
 
-/// Polls `found` every 50 ms until it gives something, for at most `limit`; panics naming `what` after that.
-pub fn wait_for<T>(what: &str, limit: std::time::Duration, mut found: impl FnMut() -> Option<T>) -> T {
-    let deadline = std::time::Instant::now() + limit;
-    loop {
-        if let Some(found) = found() {
-            return found;
-        }
-        assert!(std::time::Instant::now() < deadline, "waited {limit:?} for {what}");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+/// Polls `found` every 50 ms until it gives something, for something that takes up to `idle` on an idle machine
+/// (the deadline is the tests' patience for that: `almanac_testdb::patience`); panics naming `what` after that.
+pub fn wait_for<T>(what: &str, idle: std::time::Duration, found: impl FnMut() -> Option<T>) -> T {
+    almanac_testdb::patience::wait_for(what, idle, std::time::Duration::from_millis(50), found)
 }

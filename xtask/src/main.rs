@@ -5,6 +5,7 @@ use std::process::{Command, ExitCode};
 
 mod demo;
 mod dist;
+mod load;
 mod mutants;
 mod system;
 
@@ -51,10 +52,16 @@ enum Verb {
         check: bool,
     },
     /// Start the private cluster and run the whole test suite (nextest when installed); ARGS go to the runner.
+    /// `--under-load [N]` first runs N CPU-bound processes beside the suite (4 when N is left out), ending with
+    /// it: the suite must pass on a busy machine too.
     Test {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// A CPU-bound busy loop beside the suite (`test --under-load`), ending as soon as PARENT is no longer its
+    /// parent: it cannot outlive the xtask that started it.
+    #[command(hide = true)]
+    Burn { parent: u32 },
     /// The fault suite against real Workers, with a table.
     Chaos {
         /// Trials of each fault.
@@ -130,7 +137,11 @@ fn run(verb: Verb) -> Result<ExitCode> {
             }
             println!("docs/schema.sql is current");
         }
-        Verb::Test { args } => return test(&args.iter().map(String::as_str).collect::<Vec<_>>()),
+        Verb::Test { args } => {
+            let (load, args) = under_load(&args);
+            return test(&args.iter().map(String::as_str).collect::<Vec<_>>(), load);
+        }
+        Verb::Burn { parent } => load::burn(parent),
         Verb::Chaos { trials } => return chaos(trials),
         Verb::Bench { which } => {
             let (name, package, example) = match which {
@@ -239,7 +250,19 @@ fn chaos(n: usize) -> Result<ExitCode> {
     Ok(if status.success() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
-fn test(extra: &[&str]) -> Result<ExitCode> {
+/// How many CPU-bound processes `test` runs beside the suite, and the runner's arguments: `--under-load [N]`
+/// (N = [`load::DEFAULT`] when no number follows) when the arguments begin with it, else none.
+fn under_load(args: &[String]) -> (usize, &[String]) {
+    match args {
+        [flag, n, rest @ ..] if flag == "--under-load" && n.parse::<usize>().is_ok() => {
+            (n.parse().expect("checked"), rest)
+        }
+        [flag, rest @ ..] if flag == "--under-load" => (load::DEFAULT, rest),
+        _ => (0, args),
+    }
+}
+
+fn test(extra: &[&str], load: usize) -> Result<ExitCode> {
     system::ensure(&[])?;
     let cluster = started_cluster()?;
     let nextest = Command::new(cargo()).args(["nextest", "--version"]).output().is_ok_and(|o| o.status.success());
@@ -250,7 +273,21 @@ fn test(extra: &[&str]) -> Result<ExitCode> {
         command.args(["test", "--workspace", "--no-fail-fast"]);
     }
     command.args(extra).current_dir(workspace()).env("TEST_DATABASE_URL", cluster.url("postgres"));
-    let status = command.status().context("running the tests")?;
+    // The load ends when this value is dropped: after the suite, whatever its outcome (and on an error).
+    let burners = load::Load::start(load)?;
+    let started = std::time::Instant::now();
+    let status = command.status().context("running the tests");
+    let took = started.elapsed();
+    drop(burners);
+    let status = status?;
+    if load > 0 {
+        println!(
+            "==> the suite {} in {:.0?} beside {load} CPU-bound processes ({} cores)",
+            if status.success() { "passed" } else { "failed" },
+            took,
+            std::thread::available_parallelism().map_or(0, usize::from)
+        );
+    }
     Ok(exit(status.success()))
 }
 
@@ -258,13 +295,38 @@ fn test(extra: &[&str]) -> Result<ExitCode> {
 mod cli_tests {
     use super::*;
 
+    fn strings(args: &[&str]) -> Vec<String> {
+        args.iter().map(|a| (*a).to_owned()).collect()
+    }
+
     #[test]
     fn verbs_parse_as_documented_and_test_passes_its_arguments_on() {
         let parse = |args: &[&str]| Cli::try_parse_from(std::iter::once("cargo xtask").chain(args.iter().copied()));
-        match parse(&["test", "-p", "almanac-domain", "--no-capture"]).unwrap().verb {
-            Verb::Test { args } => assert_eq!(args, ["-p", "almanac-domain", "--no-capture"]),
+        let test = |args: &[&str]| match parse(args).unwrap().verb {
+            Verb::Test { args } => {
+                let (load, args) = under_load(&args);
+                (load, args.to_vec())
+            }
             _ => panic!("test"),
-        }
+        };
+        assert_eq!(
+            test(&["test", "-p", "almanac-domain", "--no-capture"]),
+            (0, strings(&["-p", "almanac-domain", "--no-capture"]))
+        );
+        assert_eq!(test(&["test"]), (0, vec![]));
+        // Beside a load: four processes unless told, the runner's arguments still passed on after it.
+        assert_eq!(test(&["test", "--under-load"]), (4, vec![]));
+        assert_eq!(test(&["test", "--under-load", "2"]), (2, vec![]));
+        assert_eq!(test(&["test", "--under-load", "-p", "almanac-domain"]), (4, strings(&["-p", "almanac-domain"])));
+        assert_eq!(
+            test(&["test", "--under-load", "6", "-p", "almanac-system-tests", "--test", "browser"]),
+            (6, strings(&["-p", "almanac-system-tests", "--test", "browser"]))
+        );
+        // A word that is not a number after it is the runner's (a test filter).
+        assert_eq!(test(&["test", "--under-load", "e2e"]), (4, strings(&["e2e"])));
+        // After the runner's arguments begin, everything is theirs.
+        assert_eq!(test(&["test", "-p", "x", "--under-load"]), (0, strings(&["-p", "x", "--under-load"])));
+        assert!(matches!(parse(&["burn", "1"]).unwrap().verb, Verb::Burn { parent: 1 }));
         assert!(matches!(parse(&["chaos", "--trials", "3"]).unwrap().verb, Verb::Chaos { trials: 3 }));
         assert!(matches!(parse(&["schema", "--check"]).unwrap().verb, Verb::Schema { check: true }));
         assert!(matches!(parse(&["bench", "crawl"]).unwrap().verb, Verb::Bench { which: Bench::Crawl }));

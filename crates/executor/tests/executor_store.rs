@@ -78,7 +78,7 @@ async fn two_workers_never_overlap_a_config_and_run_unscoped_work_beside_it() {
         workers.push(tokio::spawn(executor.run(shutdown.clone())));
     }
 
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = almanac_testdb::Deadline::after(Duration::from_secs(60));
     loop {
         let mut done = 0;
         for id in &ids {
@@ -89,7 +89,9 @@ async fn two_workers_never_overlap_a_config_and_run_unscoped_work_beside_it() {
         if done == ids.len() {
             break;
         }
-        assert!(Instant::now() < deadline, "only {done} of {} items finished", ids.len());
+        if deadline.passed() {
+            deadline.fail(format_args!("every item to finish (only {done} of {} did)", ids.len()));
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     shutdown.cancel();

@@ -392,6 +392,21 @@ async fn a_crawl_of_a_missing_config_is_a_permanent_error() {
     let _ = Path::new("");
 }
 
+/// Whether an ffprobe or ffmpeg this test process started is running (each test runs in a process of its own
+/// under nextest; under `cargo test`, another test's tool would do as well, which only makes this wait shorter).
+fn a_tool_of_this_process_runs() -> bool {
+    let me = std::process::id().to_string();
+    let pids = std::fs::read_dir("/proc").unwrap().filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok());
+    pids.filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()).any(|stat| {
+        // `pid (comm) state ppid …`
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else { return false };
+        let comm = &stat[open + 1..close];
+        let mut rest = stat[close + 1..].split_whitespace();
+        let (state, parent) = (rest.next(), rest.next());
+        matches!(comm, "ffprobe" | "ffmpeg") && state != Some("Z") && parent == Some(me.as_str())
+    })
+}
+
 #[tokio::test]
 async fn a_file_that_vanishes_mid_crawl_is_passed_over() {
     let lib = library().await;
@@ -403,7 +418,13 @@ async fn a_file_that_vanishes_mid_crawl_is_passed_over() {
     let handler = lib.handler_with(1);
     let crawl = lib.run_in(&handler, item, CancellationToken::new());
     let delete = async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // The event: a tool of this crawl at work on the video. The walk listed both files before the first
+        // was processed, so the photo is listed; it is processed only after the video.
+        let deadline = almanac_testdb::Deadline::after(Duration::from_secs(10));
+        while !a_tool_of_this_process_runs() {
+            deadline.check("the crawl to run ffprobe or ffmpeg on the video");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         std::fs::remove_file(&photo_path).unwrap();
     };
     let (result, ()) = tokio::join!(crawl, delete);

@@ -50,14 +50,16 @@ async fn hold_commits(db: &TestDatabase) -> AsyncPgConnection {
     conn
 }
 
-/// Waits until a backend is held at its commit, and kills it. Returns false if none got there.
+/// Waits until a backend is held at its commit, and kills it. Returns false if none got there (within the
+/// tests' patience).
 async fn kill_the_committing_backend(observer: &mut AsyncPgConnection) -> bool {
     #[derive(diesel::QueryableByName)]
     struct Pid {
         #[diesel(sql_type = Nullable<Integer>)]
         pid: Option<i32>,
     }
-    for _ in 0..400 {
+    let deadline = almanac_testdb::Deadline::after(Duration::from_secs(2));
+    while !deadline.passed() {
         let waiting: Pid = sql_query(
             "SELECT max(pid) AS pid FROM pg_stat_activity
               WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event = 'advisory'",
@@ -170,9 +172,11 @@ async fn heartbeats_and_outcomes_go_through_while_the_shared_pool_is_saturated()
     assert!(shared.is_err(), "the shared pool is saturated: a statement on it waits past the acquire timeout");
 
     let lease = LeaseDuration::new(Duration::from_secs(60)).unwrap();
-    let beat = tokio::time::timeout(Duration::from_secs(1), store.heartbeat(claimed.fence, lease, None)).await;
+    // A starved one would wait as long as the lock is held: any bound tells it apart, so the tests' patience.
+    let bound = almanac_testdb::patience(Duration::from_secs(1));
+    let beat = tokio::time::timeout(bound, store.heartbeat(claimed.fence, lease, None)).await;
     assert!(matches!(beat, Ok(Ok(Heartbeat::Renewed { .. }))), "the heartbeat was starved: {beat:?}");
-    let done = tokio::time::timeout(Duration::from_secs(1), store.complete(claimed.fence, None)).await;
+    let done = tokio::time::timeout(bound, store.complete(claimed.fence, None)).await;
     assert!(matches!(done, Ok(Ok(WriteOutcome::Written))), "the outcome was starved: {done:?}");
 
     blocker.batch_execute("COMMIT").await.unwrap();

@@ -222,7 +222,10 @@ async fn a_fenced_write_in_progress_holds_off_recovery_but_not_its_own_heartbeat
     assert_eq!(s.db.sessions_waiting_on_locks(1).await, 1, "the write is under way, past its fence");
 
     let lease = LeaseDuration::new(Duration::from_secs(60)).unwrap();
-    let beat = tokio::time::timeout(Duration::from_secs(2), store.heartbeat(fence, lease, None)).await;
+    // A beat held behind the write would wait until the test commits it: any bound tells it apart.
+    let beat =
+        tokio::time::timeout(almanac_testdb::patience(Duration::from_secs(2)), store.heartbeat(fence, lease, None))
+            .await;
     assert!(matches!(beat, Ok(Ok(almanac_domain::Heartbeat::Renewed { .. }))), "its own beat waited: {beat:?}");
     sql_query("UPDATE work_items SET lease_expires_at = now() - interval '1 second' WHERE id = $1")
         .bind::<Uuid, _>(fence.id.as_uuid())

@@ -17,12 +17,14 @@ async fn enqueue_wakes_a_listening_worker() {
     let stop = CancellationToken::new();
     let listener = tokio::spawn(listen_for_work(db.url().to_owned(), wake.clone(), stop.clone()));
     // The first wake-up comes on connect.
-    tokio::time::timeout(Duration::from_secs(10), wake.notified()).await.expect("connected");
+    tokio::time::timeout(almanac_testdb::patience(Duration::from_secs(10)), wake.notified()).await.expect("connected");
     // Nothing else wakes it…
     assert!(tokio::time::timeout(Duration::from_millis(300), wake.notified()).await.is_err());
     // …until work is enqueued.
     store.enqueue(&NewWorkItem::new(WorkKind::TokenCleanup, Scope::Unscoped).unwrap()).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(10), wake.notified()).await.expect("woken by the enqueue");
+    tokio::time::timeout(almanac_testdb::patience(Duration::from_secs(10)), wake.notified())
+        .await
+        .expect("woken by the enqueue");
     stop.cancel();
     listener.await.unwrap();
 }

@@ -108,9 +108,13 @@ async fn require_and_verify_full_encrypt_every_connection_migrations_pool_and_li
         let wake = Arc::new(Notify::new());
         let stop = CancellationToken::new();
         let listener = tokio::spawn(listen_for_work(url.clone(), wake.clone(), stop.clone()));
-        tokio::time::timeout(Duration::from_secs(10), wake.notified()).await.expect("the listener connects");
+        tokio::time::timeout(almanac_testdb::patience(Duration::from_secs(10)), wake.notified())
+            .await
+            .expect("the listener connects");
         store.enqueue(&NewWorkItem::new(WorkKind::TokenCleanup, Scope::Unscoped).unwrap()).await.unwrap();
-        tokio::time::timeout(Duration::from_secs(10), wake.notified()).await.expect("woken over TLS");
+        tokio::time::timeout(almanac_testdb::patience(Duration::from_secs(10)), wake.notified())
+            .await
+            .expect("woken over TLS");
         stop.cancel();
         listener.await.unwrap();
     }

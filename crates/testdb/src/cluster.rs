@@ -167,7 +167,7 @@ impl Cluster {
                     "start",
                     "-w",
                     "-t",
-                    "60",
+                    &pg_ctl_wait(),
                     "-D",
                     &self.data_dir().display().to_string(),
                     "-l",
@@ -204,7 +204,7 @@ impl Cluster {
             self.run(
                 as_postgres,
                 "pg_ctl",
-                &["stop", "-m", "fast", "-w", "-D", &self.data_dir().display().to_string()],
+                &["stop", "-m", "fast", "-w", "-t", &pg_ctl_wait(), "-D", &self.data_dir().display().to_string()],
             )?;
         }
         Ok(())
@@ -217,7 +217,7 @@ impl Cluster {
         self.run(
             as_postgres,
             "pg_ctl",
-            &["stop", "-m", "immediate", "-w", "-D", &self.data_dir().display().to_string()],
+            &["stop", "-m", "immediate", "-w", "-t", &pg_ctl_wait(), "-D", &self.data_dir().display().to_string()],
         )?;
         Ok(())
     }
@@ -283,6 +283,12 @@ fn checked(command: &str, output: Output) -> Result<String, ClusterError> {
             output: format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr)),
         })
     }
+}
+
+/// How many seconds `pg_ctl` waits for the server to start or stop: what an idle machine needs, with the tests'
+/// patience (pg_ctl's own default is a minute).
+fn pg_ctl_wait() -> String {
+    crate::patience(std::time::Duration::from_secs(10)).as_secs().to_string()
 }
 
 fn io_error(what: &str, path: &Path, e: io::Error) -> ClusterError {

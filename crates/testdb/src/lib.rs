@@ -14,12 +14,14 @@
 mod cluster;
 #[cfg(feature = "docker")]
 mod docker;
+pub mod patience;
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 pub use cluster::{Cluster, ClusterError};
+pub use patience::{Deadline, patience};
 
 /// Connection URL of the server tests use: `TEST_DATABASE_URL`, else `DATABASE_URL`, else the private cluster
 /// (started on first use). The database part names the maintenance database (`postgres`).
@@ -85,13 +87,13 @@ impl TestDatabase {
         &self.url
     }
 
-    /// Waits (up to ten seconds) until `n` other sessions of this database wait on a lock, and returns how many
-    /// do. Tests use it to force an overlap: a statement let go only once it is blocked behind a transaction
-    /// the test holds.
+    /// Waits until `n` other sessions of this database wait on a lock (or, when they never do, until the
+    /// [`patience`] for two seconds has passed), and returns how many do. Tests use it to force an overlap: a
+    /// statement let go only once it is blocked behind a transaction the test holds.
     pub async fn sessions_waiting_on_locks(&self, n: i64) -> i64 {
         let client = cluster::connect(&self.url).await.unwrap_or_else(|e| panic!("watching for lock waits: {e}"));
-        let mut waiting = 0;
-        for _ in 0..400 {
+        let deadline = Deadline::after(std::time::Duration::from_secs(2));
+        loop {
             let row = client
                 .query_one(
                     "SELECT count(*) FROM pg_stat_activity
@@ -100,13 +102,12 @@ impl TestDatabase {
                 )
                 .await
                 .unwrap_or_else(|e| panic!("watching for lock waits: {e}"));
-            waiting = row.get::<_, i64>(0);
-            if waiting == n {
-                break;
+            let waiting = row.get::<_, i64>(0);
+            if waiting == n || deadline.passed() {
+                return waiting;
             }
             tokio::time::sleep(std::time::Duration::from_millis(25)).await;
         }
-        waiting
     }
 
     /// The database's name.
