@@ -14,7 +14,7 @@ use diesel_async::{AsyncConnection, RunQueryDsl};
 
 use crate::PgStore;
 use crate::error::{self, StoreError};
-use crate::fence::{Fenced, fenced_error, hold};
+use crate::fence::{Fenced, FencedAnswer, hold};
 
 const ACTIVE_CONTENT_INDEX: &str = "ix_media_assets_active_content";
 
@@ -148,7 +148,8 @@ impl CatalogueStore for PgStore {
             Ok(())
         })
         .await
-        .map_err(fenced_error)
+        .fenced_on(&mut conn)
+        .await
     }
 
     #[mutants::skip]
@@ -279,7 +280,8 @@ impl CatalogueStore for PgStore {
             Ok(())
         })
         .await
-        .map_err(fenced_error)
+        .fenced_on(&mut conn)
+        .await
     }
 
     #[mutants::skip]
@@ -312,7 +314,7 @@ impl CatalogueStore for PgStore {
             Ok(())
         })
         .await
-        .map_err(fenced_error)
+        .fenced_on(&mut conn).await
     }
 
     #[mutants::skip]
@@ -330,7 +332,8 @@ impl CatalogueStore for PgStore {
             Ok(())
         })
         .await
-        .map_err(fenced_error)
+        .fenced_on(&mut conn)
+        .await
     }
 
     #[mutants::skip]
@@ -366,7 +369,8 @@ impl CatalogueStore for PgStore {
             Ok(())
         })
         .await
-        .map_err(fenced_error)
+        .fenced_on(&mut conn)
+        .await
     }
 
     #[mutants::skip]
@@ -455,7 +459,7 @@ impl CatalogueStore for PgStore {
                     .map(|r| IngestOutcome::ContentExists(AssetId::from_uuid(r.id)))
                     .ok_or_else(|| CatalogueError::Unexpected("content vanished during ingest".into()))
             }
-            Err(e) => Err(fenced_error(e)),
+            Err(e) => Err::<IngestOutcome, _>(e).fenced_on(&mut conn).await,
         }
     }
 
@@ -492,7 +496,8 @@ impl CatalogueStore for PgStore {
             Ok(deleted)
         })
         .await
-        .map_err(fenced_error)
+        .fenced_on(&mut conn)
+        .await
     }
 
     #[mutants::skip]
@@ -537,7 +542,8 @@ impl CatalogueStore for PgStore {
             Ok(())
         })
         .await
-        .map_err(fenced_error)
+        .fenced_on(&mut conn)
+        .await
     }
 
     #[mutants::skip]
@@ -549,6 +555,7 @@ impl CatalogueStore for PgStore {
             Ok(())
         })
         .await
-        .map_err(fenced_error)
+        .fenced_on(&mut conn)
+        .await
     }
 }

@@ -156,10 +156,6 @@ impl From<StoreError> for CatalogueError {
     }
 }
 
-pub(crate) fn catalogue(e: DieselError) -> CatalogueError {
-    from_diesel(e).into()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,10 +26,19 @@ impl From<DieselError> for Fenced {
     }
 }
 
-pub(crate) fn fenced_error(e: Fenced) -> CatalogueError {
-    match e {
-        Fenced::Lost => CatalogueError::Lost,
-        Fenced::Db(e) => crate::error::catalogue(e),
+/// A fenced transaction's answer, its database error placed by asking the connection it ran on
+/// ([`crate::error::placed`]): a `FATAL` answering the commit itself is an outage too.
+pub(crate) trait FencedAnswer<T> {
+    async fn fenced_on(self, conn: &mut AsyncPgConnection) -> Result<T, CatalogueError>;
+}
+
+impl<T> FencedAnswer<T> for Result<T, Fenced> {
+    async fn fenced_on(self, conn: &mut AsyncPgConnection) -> Result<T, CatalogueError> {
+        match self {
+            Ok(value) => Ok(value),
+            Err(Fenced::Lost) => Err(CatalogueError::Lost),
+            Err(Fenced::Db(e)) => Err(crate::error::placed(conn, e).await.into()),
+        }
     }
 }
 

@@ -15,7 +15,7 @@ use diesel_async::{AsyncConnection, RunQueryDsl};
 
 use crate::PgStore;
 use crate::error::StoreError;
-use crate::fence::{Fenced, fenced_error, hold};
+use crate::fence::{Fenced, FencedAnswer, hold};
 
 use crate::error::Placed;
 
@@ -160,7 +160,8 @@ impl MaintenanceStore for PgStore {
             Ok(())
         })
         .await
-        .map_err(fenced_error)
+        .fenced_on(&mut conn)
+        .await
     }
 
     #[mutants::skip]
@@ -253,7 +254,8 @@ impl MaintenanceStore for PgStore {
                     .await?)
             })
             .await
-            .map_err(fenced_error)?;
+            .fenced_on(&mut conn)
+            .await?;
         Ok(rows.into_iter().map(|r| AssetId::from_uuid(r.id)).collect())
     }
 
@@ -328,7 +330,8 @@ impl MaintenanceStore for PgStore {
                 Ok(n)
             })
             .await
-            .map_err(fenced_error)?;
+            .fenced_on(&mut conn)
+            .await?;
         Ok(n as u64)
     }
 
@@ -368,7 +371,8 @@ impl MaintenanceStore for PgStore {
                 .await?)
             })
             .await
-            .map_err(fenced_error)?;
+            .fenced_on(&mut conn)
+            .await?;
         Ok(n as u64)
     }
 
@@ -397,7 +401,8 @@ impl MaintenanceStore for PgStore {
                 Ok(items)
             })
             .await
-            .map_err(fenced_error)?;
+            .fenced_on(&mut conn)
+            .await?;
         Ok(items as u64)
     }
 }
@@ -459,7 +464,9 @@ impl QueueMaintenance for PgStore {
             Ok(won_due.into_iter().map(|(key, _)| key.clone()).collect())
         })
         .await
-        .map_err(crate::error::queue)
+        .placed(&mut conn)
+        .await
+        .map_err(QueueError::from)
     }
 
     #[mutants::skip]
@@ -473,7 +480,9 @@ impl QueueMaintenance for PgStore {
         )
         .execute(&mut conn)
         .await
-        .map_err(crate::error::queue)?;
+        .placed(&mut conn)
+        .await
+        .map_err(QueueError::from)?;
         Ok(n as u64)
     }
 }

@@ -17,7 +17,7 @@ use diesel::{QueryableByName, sql_query};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 
 use crate::PgStore;
-use crate::error::{self, RUNNING_CONFIG_INDEX};
+use crate::error::{self, Placed, RUNNING_CONFIG_INDEX};
 use crate::prepared::{Bind, Prepared};
 
 #[derive(QueryableByName)]
@@ -419,7 +419,9 @@ impl PgStore {
                 Prepared::new(&sql, fence_binds(fence)).execute(conn).await
             })
             .await
-            .map_err(error::queue)?;
+            .placed(&mut conn)
+            .await
+            .map_err(QueueError::from)?;
         Ok(if rows == 1 { WriteOutcome::Written } else { WriteOutcome::Lost })
     }
 }
@@ -456,7 +458,9 @@ impl WorkQueue for PgStore {
             let found = conn
                 .transaction::<_, diesel::result::Error, _>(async |conn| enqueue_once_on(conn, item).await)
                 .await
-                .map_err(error::queue)?;
+                .placed(&mut conn)
+                .await
+                .map_err(QueueError::from)?;
             if let Some((row, created)) = found {
                 return Ok(Enqueued { item: row.try_into()?, created });
             }
@@ -499,7 +503,9 @@ impl WorkQueue for PgStore {
                         Ok((inserted, existing))
                     })
                     .await
-                    .map_err(error::queue)?;
+                    .placed(&mut conn)
+                    .await
+                    .map_err(QueueError::from)?;
                 let mut inserted: std::collections::HashMap<uuid::Uuid, WorkItemRow> =
                     inserted.into_iter().map(|r| (r.id, r)).collect();
                 let mut by_key: std::collections::HashMap<DedupKey, WorkItem> = std::collections::HashMap::new();
@@ -569,7 +575,9 @@ impl WorkQueue for PgStore {
                 Prepared::new(&sql, binds).load(conn).await
             })
             .await
-            .map_err(error::queue)?;
+            .placed(&mut conn)
+            .await
+            .map_err(QueueError::from)?;
         Ok(match renewed.into_iter().next() {
             Some(r) => Heartbeat::Renewed { cancel_requested: r.cancel_requested },
             None => Heartbeat::Lost,
@@ -612,7 +620,9 @@ impl WorkQueue for PgStore {
                 Ok((written, next))
             })
             .await
-            .map_err(error::queue)?;
+            .placed(&mut conn)
+            .await
+            .map_err(QueueError::from)?;
         // Matched on (id, attempt): a batch may hold a stale attempt's completion beside the current one's.
         let written: std::collections::HashSet<(uuid::Uuid, i32)> =
             written.into_iter().map(|r| (r.id, r.attempt)).collect();
@@ -653,7 +663,9 @@ impl WorkQueue for PgStore {
                 Prepared::new(&sql, binds).execute(conn).await
             })
             .await
-            .map_err(error::queue)?;
+            .placed(&mut conn)
+            .await
+            .map_err(QueueError::from)?;
         Ok(if rows == 1 { WriteOutcome::Written } else { WriteOutcome::Lost })
     }
 
@@ -685,7 +697,9 @@ impl WorkQueue for PgStore {
                 Prepared::new(&sql, binds).load(conn).await
             })
             .await
-            .map_err(error::queue)?;
+            .placed(&mut conn)
+            .await
+            .map_err(QueueError::from)?;
         let Some(row) = rows.into_iter().next() else {
             return Ok(FailOutcome::Lost);
         };
@@ -728,7 +742,9 @@ impl WorkQueue for PgStore {
         let mut conn = self.conn().await?;
         conn.transaction::<_, diesel::result::Error, _>(async |conn| cancel_on(conn, id).await)
             .await
-            .map_err(error::queue)?
+            .placed(&mut conn)
+            .await
+            .map_err(QueueError::from)?
     }
 
     #[mutants::skip]
@@ -778,7 +794,9 @@ impl WorkQueue for PgStore {
         let rows: Vec<RecoveredRow> = conn
             .transaction::<_, diesel::result::Error, _>(async |conn| recover.load(conn).await)
             .await
-            .map_err(error::queue)?;
+            .placed(&mut conn)
+            .await
+            .map_err(QueueError::from)?;
         rows.into_iter()
             .map(|r| {
                 Ok(Recovered { id: WorkItemId::from_uuid(r.id), status: parse_status(&r.status)?, stalls: r.stalls })
@@ -793,7 +811,9 @@ impl WorkQueue for PgStore {
             .bind::<Uuid, _>(id.as_uuid())
             .load(&mut conn)
             .await
-            .map_err(error::queue)?;
+            .placed(&mut conn)
+            .await
+            .map_err(QueueError::from)?;
         rows.into_iter().next().map(WorkItem::try_from).transpose()
     }
 }

@@ -283,8 +283,35 @@ impl ConnectTarget {
                 "the server at {host} does not accept TLS connections, but sslmode={mode} requires them: turn \
                  ssl on in the server's postgresql.conf, or set sslmode=prefer or disable in database.url"
             )),
-            _ => StoreError::Unavailable(e.to_string()),
+            _ => self.refused_login(e).unwrap_or_else(|| StoreError::Unavailable(e.to_string())),
         }
+    }
+
+    /// A login the server refused for a setting to fix, told by its SQLSTATE (never its words, which follow the
+    /// server's language): a wrong password or a role that may not log in, a database that does not exist, a
+    /// role without the CONNECT privilege. Retrying cannot help, so these are not outages: an outage sends work
+    /// back to the queue without counting a failure, and a Worker with a wrong password would do that forever.
+    /// A server out of connections (53300) stays an outage: it passes.
+    fn refused_login(&self, e: &tokio_postgres::Error) -> Option<StoreError> {
+        use tokio_postgres::error::SqlState;
+        let user = self.config.get_user().unwrap_or("the user");
+        let database = self.config.get_dbname().unwrap_or("the database");
+        let code = e.code()?;
+        Some(if *code == SqlState::INVALID_PASSWORD || *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION {
+            StoreError::Config(format!(
+                "PostgreSQL refused the login of {user}: check the user and password in database.url, and that the                  role may log in and pg_hba.conf admits it ({e})"
+            ))
+        } else if *code == SqlState::UNDEFINED_DATABASE {
+            StoreError::Config(format!(
+                "the database {database} named in database.url does not exist: create it (createdb) or correct the                  URL ({e})"
+            ))
+        } else if *code == SqlState::INSUFFICIENT_PRIVILEGE {
+            StoreError::Config(format!(
+                "{user} may not connect to {database}: GRANT CONNECT ON DATABASE {database} TO {user} ({e})"
+            ))
+        } else {
+            return None;
+        })
     }
 }
 

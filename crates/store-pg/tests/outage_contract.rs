@@ -125,7 +125,7 @@ fn queue_answer<T: std::fmt::Debug>(r: Result<T, QueueError>) -> Answer {
 
 /// Each surface of the store, one statement each, on `store`: a read outside a transaction (operator's and
 /// catalogue's), a fenced catalogue write and a fenced queue write.
-const SURFACES: [&str; 4] = ["list_storage_configs", "known_files", "record_root_identity", "heartbeat"];
+const SURFACES: [&str; 5] = ["list_storage_configs", "known_files", "record_root_identity", "heartbeat", "get"];
 
 async fn call(store: PgStore, surface: &'static str, config: StorageConfigId, fence: Fence) -> Answer {
     match surface {
@@ -135,6 +135,7 @@ async fn call(store: PgStore, surface: &'static str, config: StorageConfigId, fe
         "heartbeat" => {
             queue_answer(store.heartbeat(fence, LeaseDuration::new(Duration::from_secs(60)).unwrap(), None).await)
         }
+        "get" => queue_answer(store.get(fence.id).await),
         other => unreachable!("{other}"),
     }
 }
@@ -250,4 +251,31 @@ async fn a_database_never_migrated_says_so_in_any_language() {
             other => panic!("{language}: {other:?}"),
         }
     }
+}
+
+/// Refusals at login that retrying cannot cure are settings to fix, not outages (an outage sends work back
+/// without counting a failure, forever): told by SQLSTATE, in any language.
+#[tokio::test]
+async fn a_login_the_server_refuses_is_a_setting_to_fix_not_an_outage() {
+    let db = database_speaking("de_DE.UTF-8").await;
+    let config = tokio_postgres::Config::from_str(db.url()).unwrap();
+    let with = |user: &str, database: &str| {
+        let mut url = db.url().replacen(&format!("/{}?", db.name()), &format!("/{database}?"), 1);
+        url = url.replacen(&format!("{}@", config.get_user().unwrap_or("postgres")), &format!("{user}@"), 1);
+        url
+    };
+    let user = config.get_user().unwrap_or("postgres").to_owned();
+    let role = format!("{}_nologin", db.name());
+    raw(db.url()).await.batch_execute(&format!("CREATE ROLE {role} NOLOGIN")).await.unwrap();
+    for (url, said) in [
+        (with(&user, &format!("{}_missing", db.name())), "does not exist"),
+        (with(&role, db.name()), "PostgreSQL refused the login"),
+    ] {
+        let store = PgStore::new(&url, 1, Duration::from_secs(10)).unwrap();
+        match store.list_storage_configs().await {
+            Err(StoreError::Config(m)) => assert!(m.contains(said), "{url}: {m}"),
+            other => panic!("{url}: {other:?}"),
+        }
+    }
+    raw(db.url()).await.batch_execute(&format!("DROP ROLE {role}")).await.unwrap();
 }

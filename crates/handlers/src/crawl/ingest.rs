@@ -191,7 +191,10 @@ impl<C: CatalogueStore> Run<'_, C> {
         id: AssetId,
     ) -> Result<(), FileProblem> {
         self.mark(Seen::Asset(id));
-        let sidecar_changed = known.is_some_and(|k| k.sidecar != entry.sidecar);
+        // An asset found at a path the crawl did not know it at when it started got there during this crawl:
+        // an earlier try of this very file relocated it, and the try's answer (or its redate) was lost with its
+        // connection. Its date is read again, as that try would have.
+        let sidecar_changed = known.is_none_or(|k| k.sidecar != entry.sidecar);
         if known.is_some_and(|k| !k.proxies_complete) {
             let made = self.make(entry, read).await?;
             self.still_wanted()?;
