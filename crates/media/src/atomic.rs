@@ -71,19 +71,18 @@ pub(crate) fn sync_file(path: &Path) -> Result<(), MediaError> {
 /// [`MediaError::ProxyRootUnwritable`] naming `storage.proxy_root` and the cause. The one check of the proxy
 /// root: `run`, `config check` and every crawl call it. Blocking.
 pub fn check_proxy_root(root: &Path) -> Result<(), MediaError> {
+    use std::hash::{BuildHasher, Hasher};
     static PROBES: AtomicU64 = AtomicU64::new(0);
     let n = PROBES.fetch_add(1, Ordering::Relaxed);
-    let probe = root.join(format!(".almanac-write-check-{}-{n}", std::process::id()));
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&probe)
-        .and_then(|mut f| f.write_all(&[0; 4096]).and_then(|()| f.sync_all()));
-    let removed = match std::fs::remove_file(&probe) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && written.is_err() => Ok(()),
-        other => other,
-    };
-    written.and(removed).map_err(|source| MediaError::ProxyRootUnwritable { root: root.to_owned(), source })
+    // Random as well as this process's: Workers in containers sharing the proxy root are each process 1.
+    let random = std::collections::hash_map::RandomState::new().build_hasher().finish();
+    let probe = root.join(format!(".almanac-write-check-{}-{n}-{random:016x}", std::process::id()));
+    let unwritable = |source| MediaError::ProxyRootUnwritable { root: root.to_owned(), source };
+    // Only a file this call made is removed: never another's of the same name.
+    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).open(&probe).map_err(unwritable)?;
+    let written = file.write_all(&[0; 4096]).and_then(|()| file.sync_all());
+    drop(file);
+    written.and(std::fs::remove_file(&probe)).map_err(unwritable)
 }
 
 /// The temporary name used for `dest` while it is being written: hidden, in the same folder.
