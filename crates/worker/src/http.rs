@@ -171,9 +171,11 @@ fn host_allowed(host: &str, name: &str, allowed: &[String]) -> bool {
         || allowed.iter().any(|a| a.eq_ignore_ascii_case(name) || a.eq_ignore_ascii_case(host))
 }
 
-/// Serves until `stop`.
+/// Serves until `stop`. Each request knows its TCP peer (axum's `ConnectInfo<SocketAddr>`): the pause after
+/// wrong tokens counts per address ([`crate::page::auth::Peer`]).
 pub async fn serve(listener: TcpListener, health: Health, stop: CancellationToken) {
-    if let Err(e) = axum::serve(listener, router(health)).with_graceful_shutdown(stop.cancelled_owned()).await {
+    let app = router(health).into_make_service_with_connect_info::<SocketAddr>();
+    if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned()).await {
         warn!(event = "http_failed", error = %e, "the HTTP server stopped");
     }
 }
@@ -219,6 +221,12 @@ mod tests {
 
     /// A Worker's server on a fresh database, answering to `allowed` names beside addresses and `localhost`.
     async fn server(allowed: Vec<String>) -> (TestDatabase, Router) {
+        let (db, health) = health(allowed).await;
+        (db, router(health))
+    }
+
+    /// What a Worker's server reads, on a fresh database.
+    async fn health(allowed: Vec<String>) -> (TestDatabase, Health) {
         let db = TestDatabase::create().await;
         let store = PgStore::connect(db.url()).unwrap();
         let page = Arc::new(Page {
@@ -237,7 +245,7 @@ mod tests {
             running: Arc::new(AtomicBool::new(true)),
             page,
         };
-        (db, router(health))
+        (db, health)
     }
 
     fn host(name: &[u8]) -> Option<&[u8]> {
@@ -365,5 +373,45 @@ mod tests {
         // The health command's own request.
         let health = request(Method::GET, "/readyz", host(b"localhost"));
         assert_eq!(send(&router, health).await.0, StatusCode::OK);
+    }
+
+    /// Posts the sign-in form over a TCP connection from `from` (an address of the loopback network) to the
+    /// server at `to`: the answer's status line.
+    async fn sign_in_over_tcp(from: std::net::IpAddr, to: SocketAddr, token: &str) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(SocketAddr::new(from, 0)).unwrap();
+        let mut stream = socket.connect(to).await.unwrap();
+        let body = format!("token={token}");
+        let request = format!(
+            "POST /login HTTP/1.1\r\nHost: {to}\r\nContent-Type: application/x-www-form-urlencoded\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.unwrap();
+        answer.lines().next().unwrap_or_default().to_owned()
+    }
+
+    #[tokio::test]
+    async fn the_server_counts_wrong_tokens_per_peer_address() {
+        let (_db, health) = health(Vec::new()).await;
+        let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let to = listener.local_addr().unwrap();
+        let stop = CancellationToken::new();
+        let served = tokio::spawn(serve(listener, health, stop.clone()));
+        // Linux answers on the whole 127.0.0.0/8: a second loopback address is a second peer.
+        let (guesser, operator) = ([127, 0, 0, 2].into(), [127, 0, 0, 1].into());
+        for _ in 0..crate::page::auth::WRONG_TOKENS_BEFORE_PAUSE {
+            let status = sign_in_over_tcp(guesser, to, "wrong-token-of-24-chars").await;
+            assert!(status.contains(" 401 "), "{status}");
+        }
+        let status = sign_in_over_tcp(guesser, to, "a-token-of-24-characters").await;
+        assert!(status.contains(" 429 "), "the guesser's address is paused: {status}");
+        let status = sign_in_over_tcp(operator, to, "a-token-of-24-characters").await;
+        assert!(status.contains(" 303 "), "another address signs in: {status}");
+        stop.cancel();
+        served.await.unwrap();
     }
 }

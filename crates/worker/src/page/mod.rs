@@ -25,7 +25,7 @@ use futures_util::Stream;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
-use self::auth::{Auth, Refusal, SESSION_COOKIE, Via};
+use self::auth::{Auth, Peer, Refusal, SESSION_COOKIE, Via};
 use crate::observe::Recent;
 use crate::ops::{self, OpError, PauseTarget};
 
@@ -253,8 +253,8 @@ struct Login {
     token: String,
 }
 
-async fn login(State(page): State<Arc<Page>>, headers: HeaderMap, Form(form): Form<Login>) -> Response {
-    match page.auth.sign_in(&headers, &form.token) {
+async fn login(State(page): State<Arc<Page>>, peer: Peer, headers: HeaderMap, Form(form): Form<Login>) -> Response {
+    match page.auth.sign_in(peer, &headers, &form.token) {
         Ok(session) => {
             let cookie = format!("{SESSION_COOKIE}={session}; Path=/; HttpOnly; SameSite=Strict");
             back_with("signed in", Some(cookie))
@@ -262,14 +262,14 @@ async fn login(State(page): State<Arc<Page>>, headers: HeaderMap, Form(form): Fo
         Err(Refusal::WrongToken) => {
             problem(StatusCode::UNAUTHORIZED, "that is not this Worker's token; you are not signed in")
         }
-        Err(refusal) => refused(&page, refusal),
+        Err(refusal) => refused(&page, peer, refusal),
     }
 }
 
 /// The answer to a refused action or sign-in; a pause after wrong tokens says when it ends.
-fn refused(page: &Page, refusal: Refusal) -> Response {
+fn refused(page: &Page, peer: Peer, refusal: Refusal) -> Response {
     let mut response = problem(refusal.status(), refusal.message());
-    if let (Refusal::Paused, Some(seconds)) = (refusal, page.auth.paused_for()) {
+    if let (Refusal::Paused, Some(seconds)) = (refusal, page.auth.paused_for(peer)) {
         response.headers_mut().insert(header::RETRY_AFTER, seconds.into());
     }
     response
@@ -281,14 +281,14 @@ async fn logout() -> Response {
 }
 
 /// Runs an action once the request may act: a redirect back to the page (a browser) or the message (a script).
-async fn act<F>(page: &Page, headers: &HeaderMap, body: &str, action: F) -> Response
+async fn act<F>(page: &Page, peer: Peer, headers: &HeaderMap, body: &str, action: F) -> Response
 where
     F: Future<Output = Result<String, OpError>>,
 {
     let csrf = body.split('&').find_map(|pair| pair.strip_prefix("csrf="));
-    let via = match page.auth.check(headers, csrf) {
+    let via = match page.auth.check(peer, headers, csrf) {
         Ok(via) => via,
-        Err(refusal) => return refused(page, refusal),
+        Err(refusal) => return refused(page, peer, refusal),
     };
     match (action.await, via) {
         (Ok(message), Via::Bearer) => (StatusCode::OK, format!("{message}\n")).into_response(),
@@ -301,6 +301,7 @@ where
 /// `retry` or `cancel` an item.
 async fn item_action(
     State(page): State<Arc<Page>>,
+    peer: Peer,
     headers: HeaderMap,
     Path((id, action)): Path<(String, String)>,
     body: String,
@@ -313,12 +314,13 @@ async fn item_action(
             other => Err(no_such_action(other, "retry or cancel")),
         }
     };
-    act(&page, &headers, &body, run).await
+    act(&page, peer, &headers, &body, run).await
 }
 
 /// `pause`, `resume` or `crawl` a storage config (named by its id).
 async fn config_action(
     State(page): State<Arc<Page>>,
+    peer: Peer,
     headers: HeaderMap,
     Path((id, action)): Path<(String, String)>,
     body: String,
@@ -335,12 +337,13 @@ async fn config_action(
             other => Err(no_such_action(other, "pause, resume or crawl")),
         }
     };
-    act(&page, &headers, &body, run).await
+    act(&page, peer, &headers, &body, run).await
 }
 
 /// `pause` or `resume` every item of a kind.
 async fn kind_action(
     State(page): State<Arc<Page>>,
+    peer: Peer,
     headers: HeaderMap,
     Path((kind, action)): Path<(String, String)>,
     body: String,
@@ -353,7 +356,7 @@ async fn kind_action(
             other => Err(no_such_action(other, "pause or resume")),
         }
     };
-    act(&page, &headers, &body, run).await
+    act(&page, peer, &headers, &body, run).await
 }
 
 fn no_such_action(given: &str, known: &str) -> OpError {
@@ -642,8 +645,15 @@ mod tests {
         assert_eq!(decode("zz"), "");
     }
 
+    /// `request` as it comes over TCP from `peer` (a socket address).
+    fn from(peer: &str, mut request: Request<Body>) -> Request<Body> {
+        let address: std::net::SocketAddr = peer.parse().unwrap();
+        request.extensions_mut().insert(axum::extract::ConnectInfo(address));
+        request
+    }
+
     #[tokio::test(start_paused = true)]
-    async fn after_wrong_tokens_in_a_row_sign_in_and_scripts_are_answered_429_until_the_pause_ends() {
+    async fn after_wrong_tokens_in_a_row_from_one_address_it_is_answered_429_until_the_pause_ends_and_others_act() {
         // No database: sign-in and refusals do not read one (and the paused clock would hurry its timeouts).
         let page = Arc::new(Page {
             store: PgStore::connect("postgres://nobody@127.0.0.1:9/none").unwrap(),
@@ -654,22 +664,40 @@ mod tests {
             allowed_hosts: Vec::new(),
             stop: CancellationToken::new(),
         });
-        for _ in 0..auth::WRONG_TOKENS_BEFORE_PAUSE {
-            let (status, _, html) = send(&page, post("/login", &[], "token=wrong-token-of-24-chars")).await;
+        let signed_in = |headers: &HeaderMap| {
+            headers.get_all(header::SET_COOKIE).iter().any(|c| c.to_str().unwrap().starts_with(SESSION_COOKIE))
+        };
+        // Each wrong token from a connection of its own (a new port each time): the address is what counts.
+        for port in 0..auth::WRONG_TOKENS_BEFORE_PAUSE {
+            let guess =
+                from(&format!("203.0.113.7:{}", 40000 + port), post("/login", &[], "token=wrong-token-of-24-chars"));
+            let (status, _, html) = send(&page, guess).await;
             assert!(status == StatusCode::UNAUTHORIZED && html.contains("not this Worker's token"), "{html}");
         }
         let pause = auth::PAUSE_AFTER_WRONG_TOKENS.as_secs().to_string();
-        let (status, headers, html) = send(&page, post("/login", &[], &format!("token={TOKEN}"))).await;
+        let (status, headers, html) =
+            send(&page, from("203.0.113.7:41000", post("/login", &[], &format!("token={TOKEN}")))).await;
         assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{html}");
         assert!(html.contains("too many wrong tokens") && html.contains("Nothing was changed"), "{html}");
         assert_eq!(headers[header::RETRY_AFTER], pause.as_str());
-        assert!(headers.get(header::SET_COOKIE).is_none(), "not signed in: {headers:?}");
-        let (status, _, html) = send(&page, post("/kinds/purge/pause", &[("authorization", &bearer(TOKEN))], "")).await;
+        assert!(!signed_in(&headers), "not signed in: {headers:?}");
+        let script = || post("/kinds/purge/pause", &[("authorization", &bearer(TOKEN))], "");
+        let (status, headers, html) = send(&page, from("203.0.113.7:41001", script())).await;
         assert!(status == StatusCode::TOO_MANY_REQUESTS && html.contains("too many wrong tokens"), "{html}");
-        tokio::time::advance(auth::PAUSE_AFTER_WRONG_TOKENS).await;
-        let (status, headers, _) = send(&page, post("/login", &[], &format!("token={TOKEN}"))).await;
+        assert_eq!(headers[header::RETRY_AFTER], pause.as_str());
+        // Another address signs in with the right token meanwhile, and its scripts' tokens are looked at.
+        let (status, headers, _) =
+            send(&page, from("198.51.100.20:50000", post("/login", &[], &format!("token={TOKEN}")))).await;
         assert_eq!(status, StatusCode::SEE_OTHER);
-        assert!(headers.get_all(header::SET_COOKIE).iter().any(|c| c.to_str().unwrap().starts_with(SESSION_COOKIE)));
+        assert!(signed_in(&headers), "{headers:?}");
+        let wrong = post("/kinds/purge/pause", &[("authorization", &bearer("a-token-of-24-characterz"))], "");
+        let (status, _, html) = send(&page, from("[2001:db8::1]:50000", wrong)).await;
+        assert!(status == StatusCode::UNAUTHORIZED && html.contains("not this Worker's"), "{html}");
+        tokio::time::advance(auth::PAUSE_AFTER_WRONG_TOKENS).await;
+        let (status, headers, _) =
+            send(&page, from("203.0.113.7:41002", post("/login", &[], &format!("token={TOKEN}")))).await;
+        assert_eq!(status, StatusCode::SEE_OTHER);
+        assert!(signed_in(&headers), "{headers:?}");
     }
 
     #[tokio::test]
