@@ -39,12 +39,18 @@ enum Fault {
     /// Backends killed every 50 ms for four seconds while Workers of four slots drain short items (batched
     /// completions): no item may run twice for it, beyond the reruns self-stops explain.
     KillBackendsWhileDraining,
+    /// `kill -9` of a Worker while its ffmpeg transcodes a video of the library: no tool may outlive it
+    /// (safety invariant 11), and another Worker finishes the crawl.
+    KillWorkerMidTranscode,
+    /// The proxy volume (a tmpfs of its own) nearly full from the start, freed once a crawl has failed on it: no
+    /// proxy row may point at a file that is not whole, and the crawls complete once there is room.
+    FullProxyVolume,
     /// As `KillBackends`, on a database whose server speaks German (`lc_messages`): outages are told apart by
     /// kinds and by the connection, never by the server's words.
     KillBackendsInGerman,
 }
 
-const FAULTS: [Fault; 8] = [
+const FAULTS: [Fault; 10] = [
     Fault::KillWorker,
     Fault::RestartDatabase,
     Fault::KillBackends,
@@ -53,6 +59,8 @@ const FAULTS: [Fault; 8] = [
     Fault::PoolExhausted,
     Fault::KillBackendsInGerman,
     Fault::KillBackendsWhileDraining,
+    Fault::FullProxyVolume,
+    Fault::KillWorkerMidTranscode,
 ];
 
 /// What one trial found.
@@ -78,9 +86,11 @@ struct Verdict {
 }
 
 impl Verdict {
-    fn ok(&self) -> bool {
+    fn ok(&self, fault: Fault) -> bool {
+        // A full volume is a failure to retry (the crawl cannot write its proxies), not an outage.
+        let failures_allowed = fault == Fault::FullProxyVolume;
         self.lost == 0
-            && self.failures == 0
+            && (self.failures == 0 || failures_allowed)
             && self.ran_twice <= self.self_stops
             && self.stuck == 0
             && self.outside_attempt == 0
@@ -168,6 +178,10 @@ struct Trial {
     killed: Option<String>,
     /// A Worker that ended on its own (none may, until it is told to stop): the trial ends at once, failed.
     exited: Option<String>,
+    /// Why the fault did not happen as it should, seen while it ran.
+    missed_fault: Option<String>,
+    /// Tools of a killed Worker still running after it (their command lines).
+    survivors: Vec<String>,
     acknowledged: Arc<Mutex<Vec<String>>>,
 }
 
@@ -198,6 +212,8 @@ impl Trial {
             workers: Vec::new(),
             killed: None,
             exited: None,
+            missed_fault: None,
+            survivors: Vec::new(),
             acknowledged: Arc::default(),
         };
         if fault == Fault::KillBackendsInGerman {
@@ -210,6 +226,9 @@ impl Trial {
             std::fs::create_dir_all(&root).unwrap();
             for e in std::fs::read_dir(library_template()).unwrap().flatten() {
                 std::fs::copy(e.path(), root.join(e.file_name())).unwrap();
+            }
+            if fault == Fault::KillWorkerMidTranscode && user == "ann" {
+                fixtures::video(&root.join("clip.mp4"), 30.0, 1280, 720, "2021-06-01T10:00:00Z");
             }
             trial.cli(&["config", "add", "--user", user, "--root", root.to_str().unwrap()]).expect("config add");
             trial.enqueue(&["crawl", "--config", root.to_str().unwrap()]);
@@ -260,10 +279,11 @@ impl Trial {
         self.workers.iter().find(|(n, _)| n == name).map(|(_, c)| c.id()).unwrap()
     }
 
-    /// Waits for `statement` to return a row, at most `limit`, and no longer than every Worker keeps running.
+    /// Waits for `statement` to return a row, at most the patience for `limit` (what it takes on an idle
+    /// machine), and no longer than every Worker keeps running.
     fn wait_until(&mut self, what: &str, statement: &str, limit: Duration) -> bool {
-        let started = Instant::now();
-        while started.elapsed() < limit {
+        let deadline = almanac_testdb::Deadline::after(limit);
+        while !deadline.passed() {
             if try_sql(&self.url, statement).is_some_and(|rows| !rows.is_empty()) {
                 return true;
             }
@@ -301,11 +321,21 @@ impl Trial {
             Fault::KillBackendsWhileDraining => vec![("ALMANAC__WORKER__SLOTS", "4")],
             _ => vec![],
         };
+        let volume =
+            (self.fault == Fault::FullProxyVolume).then(|| ProxyVolume::nearly_full(&self.dir.path().join("proxies")));
+        if let Some(Err(why)) = &volume {
+            let mut verdict = self.verdict();
+            verdict.missed = Some(why.clone());
+            return verdict;
+        }
         let url_a = proxied.as_ref().map_or(direct.clone(), |(u, _)| u.clone());
         self.start_worker("worker-a", &url_a, &pool);
         let running = "SELECT worker_id FROM work_items WHERE kind = 'crawl' AND status = 'running'
                         AND (SELECT count(*) FROM media_assets) >= 3";
-        self.wait_until("a crawl to get going", running, Duration::from_secs(60));
+        // A full proxy volume lets a crawl catalogue a photo or none before it fails: the fault waits for that.
+        if self.fault != Fault::FullProxyVolume {
+            self.wait_until("a crawl to get going", running, Duration::from_secs(60));
+        }
         self.start_worker("worker-b", &direct, &pool);
         match self.fault {
             Fault::KillWorker => {
@@ -366,6 +396,41 @@ impl Trial {
                     std::thread::sleep(Duration::from_millis(50));
                 }
             }
+            Fault::KillWorkerMidTranscode => {
+                let pid = self.pid_of("worker-a");
+                let transcoding =
+                    |p: &support::procs::Process| p.parent == pid && p.args.iter().any(|a| a.ends_with(".web.tmp.mp4"));
+                let started = almanac_testdb::Deadline::after(Duration::from_secs(60));
+                while !started.passed() && !support::procs::processes().iter().any(transcoding) {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                let tools: Vec<_> = support::procs::processes().into_iter().filter(|p| p.parent == pid).collect();
+                if !tools.iter().any(transcoding) {
+                    self.missed_fault = Some("worker A never transcoded the video".into());
+                }
+                self.killed = Some("worker-a".into());
+                let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+                let gone = almanac_testdb::Deadline::after(Duration::from_secs(10));
+                while !gone.passed() && !tools.iter().all(support::procs::has_ended) {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                self.survivors =
+                    tools.iter().filter(|t| !support::procs::has_ended(t)).map(|t| t.args.join(" ")).collect();
+                self.start_worker("worker-c", &direct, &[]);
+            }
+            Fault::FullProxyVolume => {
+                let hit = self.wait_until(
+                    "a crawl to fail on the full proxy volume",
+                    "SELECT 1 FROM work_items WHERE kind = 'crawl' AND failures > 0",
+                    Duration::from_secs(120),
+                );
+                if !hit {
+                    self.missed_fault = Some("no crawl failed on the full proxy volume".into());
+                }
+                if let Some(Ok(volume)) = &volume {
+                    volume.free();
+                }
+            }
             Fault::PoolExhausted => {}
         }
         self.wait_until(
@@ -380,8 +445,8 @@ impl Trial {
             let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
         }
         for (_, child) in &mut self.workers {
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline && child.try_wait().ok().flatten().is_none() {
+            let deadline = almanac_testdb::Deadline::after(Duration::from_secs(10));
+            while !deadline.passed() && child.try_wait().ok().flatten().is_none() {
                 std::thread::sleep(Duration::from_millis(50));
             }
             let _ = child.kill();
@@ -409,7 +474,8 @@ impl Trial {
                                  WHERE a.worker = w.worker AND a.config = w.config
                                    AND w.at >= a.claimed_at AND w.at <= coalesce(a.ended_at, 'infinity'))",
         );
-        let mut inconsistent = Vec::new();
+        let mut inconsistent: Vec<String> =
+            self.survivors.iter().map(|s| format!("a tool outlived its killed Worker: {s}")).collect();
         let overlapping = count(
             "SELECT count(*) FROM chaos_attempts a JOIN chaos_attempts b
                ON a.config = b.config AND (a.item, a.attempt) < (b.item, b.attempt)
@@ -419,9 +485,16 @@ impl Trial {
             inconsistent.push(format!("{overlapping} pairs of attempts of one config overlapped"));
         }
         let proxies = self.dir.path().join("proxies");
-        for row in sql(url, "SELECT relative_path FROM proxy_files WHERE relative_path IS NOT NULL") {
-            if !proxies.join(&row[0]).is_file() {
-                inconsistent.push(format!("proxy row without its file: {}", row[0]));
+        for row in sql(url, "SELECT relative_path, size_bytes FROM proxy_files WHERE relative_path IS NOT NULL") {
+            match std::fs::read(proxies.join(&row[0])) {
+                Err(_) => inconsistent.push(format!("proxy row without its file: {}", row[0])),
+                Ok(bytes) if bytes.len().to_string() != row[1] => {
+                    inconsistent.push(format!("proxy {} has {} bytes, its row says {}", row[0], bytes.len(), row[1]))
+                }
+                Ok(bytes) if row[0].ends_with(".jpg") && !bytes.ends_with(&[0xFF, 0xD9]) => {
+                    inconsistent.push(format!("proxy {} is not a whole JPEG", row[0]))
+                }
+                Ok(_) => {}
             }
         }
         let twice = count(
@@ -436,8 +509,9 @@ impl Trial {
             "SELECT c.root_path, count(a.id) FROM storage_configs c LEFT JOIN media_assets a
                               ON a.storage_config_id = c.id AND NOT a.is_soft_deleted GROUP BY c.root_path",
         ) {
-            if row[1] != PHOTOS.to_string() {
-                inconsistent.push(format!("{} has {} active assets, not {PHOTOS}", row[0], row[1]));
+            let files = std::fs::read_dir(&row[0]).map_or(0, Iterator::count);
+            if row[1] != files.to_string() {
+                inconsistent.push(format!("{} has {} active assets, not {files}", row[0], row[1]));
             }
         }
         let self_stops = self
@@ -449,7 +523,7 @@ impl Trial {
             })
             .sum();
         let ran_twice = self.ran_twice();
-        let missed = self.exited.clone().or_else(|| self.missed(self_stops));
+        let missed = self.exited.clone().or_else(|| self.missed_fault.clone()).or_else(|| self.missed(self_stops));
         let failed = count("SELECT count(*) FROM work_items WHERE status = 'failed'");
         let failures = count("SELECT coalesce(sum(failures), 0) FROM work_items");
         for row in sql(url, "SELECT kind, failures, left(last_error, 300) FROM work_items WHERE failures > 0") {
@@ -499,8 +573,9 @@ impl Trial {
                 }
             }
         }
-        if !events.is_empty() && events.iter().any(|e| e != "succeeded") {
-            eprintln!("{:?}: outcomes of finished work other than succeeded: {events:?}", self.fault);
+        events.retain(|e| e != "succeeded");
+        if !events.is_empty() {
+            eprintln!("{:?}: finished work whose completion was not written: {events:?}", self.fault);
         }
         finished
             .iter()
@@ -519,7 +594,7 @@ impl Trial {
                           WHERE a.worker = 'worker-a'";
         let n = |statement: &str| sql(&self.url, statement)[0][0].parse::<usize>().unwrap_or(0);
         match self.fault {
-            Fault::KillWorker | Fault::BlackholeThenDeliver if n(took_over) == 0 => {
+            Fault::KillWorker | Fault::KillWorkerMidTranscode | Fault::BlackholeThenDeliver if n(took_over) == 0 => {
                 Some("no other Worker took over worker A's attempt".into())
             }
             Fault::BlackholeThenDeliver if self_stops == 0 => Some("worker A never stopped itself".into()),
@@ -542,6 +617,40 @@ impl Trial {
             }
             _ => None,
         }
+    }
+}
+
+/// The proxy root as a small volume of its own (tmpfs), filled but for a little room, unmounted when dropped.
+struct ProxyVolume {
+    at: PathBuf,
+    filler: PathBuf,
+}
+
+impl ProxyVolume {
+    /// 32 MiB with all but 1 MiB taken: the root check passes, a few photos' proxies fit, then the volume is full.
+    fn nearly_full(at: &Path) -> Result<Self, String> {
+        std::fs::create_dir_all(at).map_err(|e| e.to_string())?;
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=32m", "tmpfs"])
+            .arg(at)
+            .output()
+            .map_err(|e| format!("mount: {e}"))?;
+        if !mounted.status.success() {
+            return Err(format!("no tmpfs for the proxy volume: {}", String::from_utf8_lossy(&mounted.stderr).trim()));
+        }
+        let filler = at.join("filler");
+        std::fs::write(&filler, vec![1u8; 31 << 20]).map_err(|e| format!("filling the proxy volume: {e}"))?;
+        Ok(Self { at: at.to_owned(), filler })
+    }
+
+    fn free(&self) {
+        let _ = std::fs::remove_file(&self.filler);
+    }
+}
+
+impl Drop for ProxyVolume {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.at).status();
     }
 }
 
@@ -625,7 +734,7 @@ fn suite(trials: usize) -> bool {
         let mut failures = Vec::new();
         for n in 0..trials {
             let verdict = Trial::new(fault, n).run();
-            if !verdict.ok() {
+            if !verdict.ok(fault) {
                 failures.push(format!("trial {n}: {verdict:?}"));
             }
             total.enqueued += verdict.enqueued;

@@ -392,18 +392,23 @@ async fn a_crawl_of_a_missing_config_is_a_permanent_error() {
     let _ = Path::new("");
 }
 
-/// Whether an ffprobe or ffmpeg this test process started is running (each test runs in a process of its own
-/// under nextest; under `cargo test`, another test's tool would do as well, which only makes this wait shorter).
-fn a_tool_of_this_process_runs() -> bool {
+/// Whether an ffmpeg of this test's crawl is running: one started by this process that writes under `proxies`
+/// (this test's own proxy root). Under `cargo test` the tests of this file share one process, so a tool of
+/// another test's crawl must not count: it could run before this crawl's walk has listed anything.
+fn a_tool_of_this_crawl_runs(proxies: &std::path::Path) -> bool {
     let me = std::process::id().to_string();
+    let proxies = proxies.to_string_lossy().into_owned();
     let pids = std::fs::read_dir("/proc").unwrap().filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok());
-    pids.filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()).any(|stat| {
+    pids.any(|pid| {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
         // `pid (comm) state ppid …`
         let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else { return false };
         let comm = &stat[open + 1..close];
         let mut rest = stat[close + 1..].split_whitespace();
         let (state, parent) = (rest.next(), rest.next());
-        matches!(comm, "ffprobe" | "ffmpeg") && state != Some("Z") && parent == Some(me.as_str())
+        let writes_here = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains(&proxies));
+        comm == "ffmpeg" && state != Some("Z") && parent == Some(me.as_str()) && writes_here
     })
 }
 
@@ -421,8 +426,8 @@ async fn a_file_that_vanishes_mid_crawl_is_passed_over() {
         // The event: a tool of this crawl at work on the video. The walk listed both files before the first
         // was processed, so the photo is listed; it is processed only after the video.
         let deadline = almanac_testdb::Deadline::after(Duration::from_secs(10));
-        while !a_tool_of_this_process_runs() {
-            deadline.check("the crawl to run ffprobe or ffmpeg on the video");
+        while !a_tool_of_this_crawl_runs(&lib.proxies) {
+            deadline.check("the crawl to run ffmpeg on the video");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         std::fs::remove_file(&photo_path).unwrap();
