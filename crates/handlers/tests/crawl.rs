@@ -398,7 +398,8 @@ async fn a_crawl_of_a_missing_config_is_a_permanent_error() {
 fn a_tool_of_this_crawl_runs(proxies: &std::path::Path) -> bool {
     let me = std::process::id().to_string();
     let proxies = proxies.to_string_lossy().into_owned();
-    let pids = std::fs::read_dir("/proc").unwrap().filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok());
+    let mut pids =
+        std::fs::read_dir("/proc").unwrap().filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok());
     pids.any(|pid| {
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
         // `pid (comm) state ppid …`
