@@ -470,10 +470,13 @@ async fn deleted_proxies_are_made_again_by_the_next_crawl() {
 #[tokio::test]
 async fn an_asset_whose_file_vanished_while_its_copy_changed_content_is_soft_deleted() {
     let lib = library().await;
+    // The original first, then its copy: crawled together, either could become the asset's own path (files
+    // are processed a few at a time), and this test is about the original's path vanishing.
     lib.write("IMG.jpg", &photo(1));
+    assert_eq!(lib.crawl().await["ingested"].as_u64(), Some(1));
     lib.write("backup/IMG.jpg", &photo(1));
     let first = lib.crawl().await;
-    assert_eq!((first["ingested"].as_u64(), first["copies"].as_u64()), (Some(1), Some(1)), "{first}");
+    assert_eq!(first["copies"].as_u64(), Some(1), "{first}");
     // The original goes; the copy's path now holds another photo. Nothing holds the first photo any more.
     std::fs::remove_file(lib.root.join("IMG.jpg")).unwrap();
     lib.write("backup/IMG.jpg", &photo(2));
