@@ -370,31 +370,13 @@ impl Trial {
             Fault::KillBackendsRepeatedly => {
                 let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
                 let enqueuer = enqueue_fast(&direct, self.acknowledged.clone(), stop.clone());
-                let started = Instant::now();
-                while started.elapsed() < Duration::from_secs(4) {
-                    try_sql(
-                        &direct,
-                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-                          WHERE datname = current_database() AND pid <> pg_backend_pid()
-                          ORDER BY random() LIMIT 1",
-                    );
-                    std::thread::sleep(Duration::from_millis(100));
-                }
+                kill_a_backend_every(&direct, Duration::from_millis(100));
                 stop.store(true, std::sync::atomic::Ordering::SeqCst);
                 enqueuer.join().unwrap();
             }
             Fault::KillBackendsWhileDraining => {
                 enqueue_short_items(&direct, &self.acknowledged);
-                let started = Instant::now();
-                while started.elapsed() < Duration::from_secs(4) {
-                    try_sql(
-                        &direct,
-                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-                          WHERE datname = current_database() AND pid <> pg_backend_pid()
-                          ORDER BY random() LIMIT 1",
-                    );
-                    std::thread::sleep(Duration::from_millis(50));
-                }
+                kill_a_backend_every(&direct, Duration::from_millis(50));
             }
             Fault::KillWorkerMidTranscode => {
                 let pid = self.pid_of("worker-a");
@@ -651,6 +633,20 @@ impl ProxyVolume {
 impl Drop for ProxyVolume {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg("-l").arg(&self.at).status();
+    }
+}
+
+/// Kills a random backend of the database every `pause`, for four seconds.
+fn kill_a_backend_every(url: &str, pause: Duration) {
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(4) {
+        try_sql(
+            url,
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+              WHERE datname = current_database() AND pid <> pg_backend_pid()
+              ORDER BY random() LIMIT 1",
+        );
+        std::thread::sleep(pause);
     }
 }
 

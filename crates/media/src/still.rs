@@ -166,6 +166,16 @@ pub(crate) fn check_jpeg(bytes: &[u8]) -> Result<(), String> {
     let mut decompressor = turbojpeg::Decompressor::new().map_err(|e| e.to_string())?;
     let header = decompressor.read_header(bytes).map_err(|e| format!("its header does not read: {e}"))?;
     let (w, h) = jpeg_scale(header.width as u32, header.height as u32, 1);
+    decode_rgb(&mut decompressor, bytes, w, h).map(drop).map_err(|e| format!("it does not decode to its end: {e}"))
+}
+
+/// Decodes `bytes` into RGB pixels of `w`×`h`, a size [`jpeg_scale`] gave for this JPEG.
+fn decode_rgb(
+    decompressor: &mut turbojpeg::Decompressor,
+    bytes: &[u8],
+    w: u32,
+    h: u32,
+) -> Result<Vec<u8>, turbojpeg::Error> {
     let mut pixels = vec![0u8; 3 * w as usize * h as usize];
     let image = turbojpeg::Image {
         pixels: pixels.as_mut_slice(),
@@ -174,7 +184,8 @@ pub(crate) fn check_jpeg(bytes: &[u8]) -> Result<(), String> {
         height: h as usize,
         format: turbojpeg::PixelFormat::RGB,
     };
-    decompressor.decompress(bytes, image).map_err(|e| format!("it does not decode to its end: {e}"))
+    decompressor.decompress(bytes, image)?;
+    Ok(pixels)
 }
 
 pub(crate) fn file_name(proxy: ProxyType) -> &'static str {
@@ -203,15 +214,7 @@ fn decode_jpeg_for(
     let (full_w, full_h) = (header.width as u32, header.height as u32);
     check_pixels(path, full_w, full_h, max_pixels)?;
     let (w, h) = jpeg_scale(full_w, full_h, long_side);
-    let mut pixels = vec![0u8; 3 * w as usize * h as usize];
-    let image = turbojpeg::Image {
-        pixels: pixels.as_mut_slice(),
-        width: w as usize,
-        pitch: 3 * w as usize,
-        height: h as usize,
-        format: turbojpeg::PixelFormat::RGB,
-    };
-    decompressor.decompress(content, image).map_err(|e| MediaError::corrupt(path, e))?;
+    let pixels = decode_rgb(&mut decompressor, content, w, h).map_err(|e| MediaError::corrupt(path, e))?;
     let image = RgbImage::from_raw(w, h, pixels).ok_or_else(|| MediaError::corrupt(path, "short pixel buffer"))?;
     Ok((image, full_w, full_h))
 }
