@@ -40,7 +40,7 @@ enum Fault {
     /// completions): no item may run twice for it, beyond the reruns self-stops explain.
     KillBackendsWhileDraining,
     /// `kill -9` of a Worker while its ffmpeg transcodes a video of the library: no tool may outlive it
-    /// (safety invariant 11), and another Worker finishes the crawl.
+    /// (docs/safety.md, invariant 11), and another Worker finishes the crawl.
     KillWorkerMidTranscode,
     /// The proxy volume (a tmpfs of its own) nearly full from the start, freed once a crawl has failed on it: no
     /// proxy row may point at a file that is not whole, and the crawls complete once there is room.
@@ -76,7 +76,7 @@ struct Verdict {
     /// the crawls, which must succeed).
     failed: usize,
     /// Failures counted against items' budgets (`failures`): every fault here is an outage or a lost Worker,
-    /// never a failure of the work (safety invariant 9), so any is a violation.
+    /// never a failure of the work (docs/safety.md, invariant 9), so any is a violation.
     failures: usize,
     /// Attempts that ran an item's handler again after an earlier attempt of it had run (from the Workers'
     /// `claimed` events): a completion lost with its connection runs the item twice.

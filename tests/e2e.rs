@@ -852,7 +852,7 @@ fn config_remove_spells_out_what_goes_and_keeps_the_originals() {
     assert!(code != 0 && !err.is_empty(), "gone: a clear error");
 }
 
-/// Safety invariant 11: a Worker killed with SIGKILL in the middle of video transcodes leaves no tool running.
+/// docs/safety.md, invariant 11: a Worker killed with SIGKILL in the middle of video transcodes leaves no tool running.
 /// Its tools are in process groups of their own, which the Worker's death does not reach, and kill-on-drop
 /// needs a living Worker: each tool asked the kernel to kill it when the Worker dies.
 #[test]

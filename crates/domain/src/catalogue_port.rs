@@ -150,8 +150,8 @@ pub struct PairingCandidate {
 
 /// The catalogue as the crawl sees it.
 ///
-/// Every write takes the attempt's [`Fence`] and is fenced (ADR 0008 rule 5, safety invariant 1): it runs in a
-/// transaction that first locks the work item's row (`FOR SHARE`) and checks `(id, attempt, running)`, and
+/// Every write takes the attempt's [`Fence`] and is fenced (ADR 0008 rule 5, docs/safety.md invariant 1): it runs in a
+/// transaction that first locks the work item's row (`FOR KEY SHARE`) and checks `(id, attempt, running)`, and
 /// commits nothing when the check fails, answering [`CatalogueError::Lost`]. So lease recovery and a newer
 /// claim can never interleave with a stale write, and a statement of an old attempt that reaches the server
 /// late changes nothing.

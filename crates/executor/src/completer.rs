@@ -107,10 +107,10 @@ async fn write_batches<Q: WorkQueue + 'static>(
 /// Writes a batch, and writes it again on a fresh connection while the database is unavailable to it (a killed
 /// backend, a dropped connection), within the batch's time limit: one heartbeat interval, far inside the
 /// attempts' leases, which run a lease past their last heartbeat. So one dead connection never sends a batch of
-/// finished items back to run again (safety invariant 9). A batch written twice changes nothing the second time:
-/// each completion is fenced on its attempt. When a try's answer was lost after its commit, the next try finds
-/// those completions already written: an item that succeeded under this very attempt counts as written. (Items
-/// that lost try claimed with the completions wait for lease recovery.)
+/// finished items back to run again (docs/safety.md, invariant 9). A batch written twice changes nothing the
+/// second time: each completion is fenced on its attempt. When a try's answer was lost after its commit, the next
+/// try finds those completions already written: an item that succeeded under this very attempt counts as written.
+/// (Items that lost try claimed with the completions wait for lease recovery.)
 async fn write_through_outages<Q: WorkQueue>(
     queue: &Q,
     done: &[Completion<'_>],

@@ -1,5 +1,5 @@
-//! A proxy is whole or absent (safety invariant 10), seen from the crawl: proxy files that went missing or were
-//! cut short after they were made are found by the next crawl and made again, and a crawl that can write no
+//! A proxy is whole or absent (docs/safety.md, invariant 10), seen from the crawl: proxy files that went missing or
+//! were cut short after they were made are found by the next crawl and made again, and a crawl that can write no
 //! proxy at all fails with one error naming `storage.proxy_root`. Real files, a real catalogue.
 
 mod support;

@@ -234,8 +234,8 @@ mod tests {
         panic!("the tool ended before its parent was killed: {ran:?}");
     }
 
-    /// Invariant 11: a tool started through `run_tool` dies with its parent, even when the parent is killed
-    /// with SIGKILL and has no chance to kill it (the tool is in a process group of its own, which the parent's
+    /// docs/safety.md, invariant 11: a tool started through `run_tool` dies with its parent, even when the parent is
+    /// killed with SIGKILL and has no chance to kill it (the tool is in a process group of its own, which the parent's
     /// death does not reach).
     #[test]
     fn a_tool_dies_when_its_parent_is_killed_with_sigkill() {

@@ -1,4 +1,4 @@
-//! Acknowledged means committed (safety invariant 8), and heartbeats are never starved (invariant 7), on real
+//! Acknowledged means committed (docs/safety.md, invariant 8), and heartbeats are never starved (invariant 7), on real
 //! PostgreSQL.
 //!
 //! To kill a backend between a write's statement and its commit, a deferred constraint trigger (fired at

@@ -1,4 +1,4 @@
-//! Every write of an attempt is fenced (ADR 0008 rule 5, safety invariant 1), catalogue writes included: with a
+//! Every write of an attempt is fenced (ADR 0008 rule 5, docs/safety.md invariant 1), catalogue writes included: with a
 //! stale fence, each port method answers Lost and commits nothing.
 
 use std::path::PathBuf;

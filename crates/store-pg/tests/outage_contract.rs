@@ -1,4 +1,4 @@
-//! An outage is never a failure of the work (safety invariant 9), on real PostgreSQL speaking English and
+//! An outage is never a failure of the work (docs/safety.md, invariant 9), on real PostgreSQL speaking English and
 //! German: a backend killed mid-statement and a TCP connection dropped mid-statement answer `Unavailable` from
 //! every surface of the store (the operator's reads, the catalogue port's reads and fenced writes, the queue's
 //! writes). Errors are told apart by the driver's kinds and by asking the connection itself, never by the
