@@ -3,10 +3,11 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use almanac_domain::{ClaimedItem, Completed, FailOutcome, Failure, Heartbeat, QueueError, WorkQueue, WriteOutcome};
-use tokio::task::JoinError;
-use tokio::time::{Instant, error::Elapsed, sleep_until, timeout};
+use tokio::task::{JoinError, JoinHandle};
+use tokio::time::{Instant, Sleep, error::Elapsed, sleep_until, timeout};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -69,182 +70,291 @@ pub(crate) async fn run<Q: WorkQueue + 'static>(
     shutdown: CancellationToken,
     completer: Arc<Completer>,
 ) -> (Outcome, Chained) {
-    let fence = claimed.fence;
+    let attempt = Attempt { queue, claimed, claim_sent_at, config, shutdown, completer };
     let cancel = CancellationToken::new();
     let progress = ProgressReporter::default();
-    let ctx = HandlerContext { item: claimed.item.clone(), fence, cancel: cancel.clone(), progress: progress.clone() };
+    let ctx = HandlerContext {
+        item: attempt.claimed.item.clone(),
+        fence: attempt.claimed.fence,
+        cancel: cancel.clone(),
+        progress: progress.clone(),
+    };
     let span = tracing::Span::current();
-    let mut handler_task = tokio::spawn(tracing::Instrument::instrument(async move { handler.run(ctx).await }, span));
+    let handler_task = tokio::spawn(tracing::Instrument::instrument(async move { handler.run(ctx).await }, span));
+    let mut watch = Watch::new(&attempt.config, claim_sent_at, cancel);
+    let joined = attempt.supervise(&mut watch, handler_task, &progress).await;
+    watch.report_stopped_handler();
+    attempt.conclude(watch.stop, joined).await
+}
 
-    let interval = config.heartbeat_interval;
-    let half_lease = config.lease.half();
-    let mut last_good_beat = claim_sent_at;
-    let self_stop = sleep_until(claim_sent_at + half_lease);
-    tokio::pin!(self_stop);
-    let mut self_stop_armed = true;
-    let mut beats = tokio::time::interval_at(claim_sent_at + interval, interval);
-    beats.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut beat: Option<BeatFuture<'_>> = None;
-    let mut stop: Option<Stop> = None;
-    let mut grace: Option<Pin<Box<tokio::time::Sleep>>> = None;
-    // When the attempt stopped writing (lost or self-stopped): its handler may take a while to return.
-    let mut stopped_writing_at: Option<Instant> = None;
+/// What an attempt works with.
+struct Attempt<Q> {
+    queue: Arc<Q>,
+    claimed: ClaimedItem,
+    claim_sent_at: Instant,
+    config: Arc<ExecutorConfig>,
+    shutdown: CancellationToken,
+    completer: Arc<Completer>,
+}
 
-    let joined: HandlerResult = loop {
-        let may_write = stop.is_none_or(Stop::may_write);
-        tokio::select! {
-            biased;
-            joined = &mut handler_task => break joined,
-            (sent_at, answer) = async { beat.as_mut().expect("guarded").await }, if beat.is_some() => {
-                beat = None;
-                crate::metrics::heartbeat(sent_at, match &answer {
-                    Ok(Ok(Heartbeat::Renewed { .. })) => "renewed",
-                    Ok(Ok(Heartbeat::Lost)) => "lost",
-                    Ok(Err(_)) => "error",
-                    Err(_) => "timeout",
-                });
-                match answer {
-                    Ok(Ok(Heartbeat::Renewed { cancel_requested })) => {
-                        if may_write {
-                            last_good_beat = last_good_beat.max(sent_at);
-                            self_stop.as_mut().reset(last_good_beat + half_lease);
-                        }
-                        if cancel_requested && matches!(stop, None | Some(Stop::Shutdown)) {
-                            info!(event = "cancel_requested", "a cancel was requested; stopping the handler");
-                            stop = Some(Stop::CancelRequested);
-                            cancel.cancel();
-                        }
-                    }
-                    Ok(Ok(Heartbeat::Lost)) => {
-                        if may_write {
-                            warn!(event = "lost", "the item is no longer held by this attempt; stopping the handler and writing nothing more");
-                            stop = Some(Stop::Lost);
-                            stopped_writing_at = Some(Instant::now());
-                            cancel.cancel();
-                        }
-                    }
-                    Ok(Err(e)) => warn!(event = "heartbeat_failed", error = %e, "heartbeat failed"),
-                    Err(_) => warn!(event = "heartbeat_failed", error = "timed out", timeout_ms = interval.as_millis() as u64, "heartbeat did not answer within one heartbeat interval"),
-                }
-            }
-            () = &mut self_stop, if may_write && self_stop_armed => {
-                let since = Instant::now() - last_good_beat;
-                warn!(
-                    event = "self_stopped",
-                    since_last_good_beat_ms = since.as_millis() as u64,
-                    "no successful heartbeat for half a lease: stopping the handler and writing nothing; lease recovery will requeue the item"
-                );
-                stop = Some(Stop::SelfStopped);
-                stopped_writing_at = Some(Instant::now());
-                if beat.take().is_some() {
-                    warn!(event = "heartbeat_failed", error = "timed out", timeout_ms = interval.as_millis() as u64, "heartbeat did not answer before the self-stop");
-                }
-                cancel.cancel();
-                // Disarm: the deadline has done its work.
-                self_stop_armed = false;
-            }
-            _ = beats.tick(), if may_write => {
-                if beat.is_some() {
-                    // The pending beat reaches its time limit at this very tick; say so before it is replaced.
-                    warn!(event = "heartbeat_failed", error = "timed out", timeout_ms = interval.as_millis() as u64, "heartbeat did not answer within one heartbeat interval");
-                }
-                let (queue, lease, latest) = (&queue, config.lease, progress.latest());
-                let sent_at = Instant::now();
-                beat = Some(Box::pin(async move {
-                    (sent_at, timeout(interval, queue.heartbeat(fence, lease, latest.as_ref())).await)
-                }));
-            }
-            () = shutdown.cancelled(), if grace.is_none() && stop.is_none() => {
-                grace = Some(Box::pin(tokio::time::sleep(config.shutdown_grace)));
-            }
-            () = async { grace.as_mut().expect("guarded").await }, if grace.is_some() && stop.is_none() => {
-                info!(event = "shutdown_grace_over", "the shutdown grace is over; stopping the handler");
-                stop = Some(Stop::Shutdown);
-                cancel.cancel();
-            }
+/// The watch over a running handler (rules 6–8): the last good heartbeat, the self-stop deadline's state, and
+/// why the handler was stopped, if it was. The timers themselves live in [`Attempt::supervise`].
+struct Watch {
+    interval: Duration,
+    half_lease: Duration,
+    last_good_beat: Instant,
+    self_stop_armed: bool,
+    stop: Option<Stop>,
+    /// When the attempt stopped writing (lost or self-stopped): its handler may take a while to return.
+    stopped_writing_at: Option<Instant>,
+    cancel: CancellationToken,
+}
+
+impl Watch {
+    fn new(config: &ExecutorConfig, claim_sent_at: Instant, cancel: CancellationToken) -> Self {
+        Watch {
+            interval: config.heartbeat_interval,
+            half_lease: config.lease.half(),
+            last_good_beat: claim_sent_at,
+            self_stop_armed: true,
+            stop: None,
+            stopped_writing_at: None,
+            cancel,
         }
-    };
-    drop(beat);
-
-    if let (Some(stopped), Some(at)) = (stop.filter(|s| !s.may_write()), stopped_writing_at) {
-        // How long a stopped handler kept running matters: that is the window ADR 0008's margin must cover.
-        let after_stop_ms = u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX);
-        warn!(event = "stopped_handler_returned", after_stop_ms, stop = ?stopped, "the stopped handler has returned; nothing was written");
     }
-    let outcome = match (stop, joined) {
-        (Some(Stop::Lost), _) => Outcome::Lost,
-        (Some(Stop::SelfStopped), _) => Outcome::SelfStopped,
-        (_, Ok(Ok(result))) => {
-            // With the other completions waiting at this moment, and (unless stopping or shutting down) the
-            // slot's next item claimed in the same transaction. The completer bounds each batch's write by one
-            // interval; waiting for the batch before it can take one more.
-            let claim_next = stop.is_none() && !shutdown.is_cancelled();
-            let sent_at = Instant::now();
-            let answer = timeout(2 * interval, completer.complete(fence, result, claim_next)).await.ok().flatten();
-            let (answer, chained) = match answer {
-                Some(Ok(Completed { written, next })) => {
-                    let chained = match next {
-                        Ok(claimed) => claimed.map(|c| (sent_at, c)),
-                        Err(e) => {
-                            warn!(event = "claim_failed", error = %e, "could not claim after completing; trying again at the next poll");
-                            None
-                        }
-                    };
-                    (Some(Ok(written)), chained)
+
+    /// Whether the attempt may still write (beats and an outcome).
+    fn may_write(&self) -> bool {
+        self.stop.is_none_or(Stop::may_write)
+    }
+
+    /// Stops the handler for `why`.
+    fn stop(&mut self, why: Stop) {
+        self.stop = Some(why);
+        if !why.may_write() {
+            self.stopped_writing_at = Some(Instant::now());
+        }
+        self.cancel.cancel();
+    }
+
+    /// A heartbeat's answer: a renewal moves the self-stop deadline and may carry a cancel request; Lost stops
+    /// the handler and every write.
+    fn on_beat(
+        &mut self,
+        sent_at: Instant,
+        answer: Result<Result<Heartbeat, QueueError>, Elapsed>,
+        self_stop: Pin<&mut Sleep>,
+    ) {
+        crate::metrics::heartbeat(
+            sent_at,
+            match &answer {
+                Ok(Ok(Heartbeat::Renewed { .. })) => "renewed",
+                Ok(Ok(Heartbeat::Lost)) => "lost",
+                Ok(Err(_)) => "error",
+                Err(_) => "timeout",
+            },
+        );
+        match answer {
+            Ok(Ok(Heartbeat::Renewed { cancel_requested })) => {
+                if self.may_write() {
+                    self.last_good_beat = self.last_good_beat.max(sent_at);
+                    self_stop.reset(self.last_good_beat + self.half_lease);
                 }
-                Some(Err(e)) => (Some(Err(e)), None),
-                None => (None, None),
-            };
-            let outcome = write_outcome(
-                "complete",
-                answer,
-                Outcome::Succeeded,
-                || info!(event = "succeeded", kind = %claimed.item.kind, duration_ms = elapsed_ms(claim_sent_at), "succeeded"),
-            );
-            return (outcome, chained);
-        }
-        (Some(Stop::CancelRequested), _) => {
-            let answer = timeout(interval, queue.mark_cancelled(fence)).await.ok();
-            write_outcome(
-                "mark cancelled",
-                answer,
-                Outcome::Cancelled,
-                || info!(event = "cancelled", kind = %claimed.item.kind, duration_ms = elapsed_ms(claim_sent_at), "cancelled on request"),
-            )
-        }
-        (Some(Stop::Shutdown), _) => {
-            let answer = timeout(interval, queue.release(fence)).await.ok();
-            write_outcome(
-                "release",
-                answer,
-                Outcome::Released,
-                || info!(event = "released", kind = %claimed.item.kind, duration_ms = elapsed_ms(claim_sent_at), "released to the queue for another Worker"),
-            )
-        }
-        // Safety invariant 9: an outage is not a failure of the work. The item goes back to the queue as at
-        // shutdown; if the release cannot be written either, lease recovery requeues it. It waits one heartbeat
-        // interval first (less if the Worker is shutting down; the lease still holds, so nobody else takes the
-        // config meanwhile): an item that meets the same outage at once comes round once an interval, never in a
-        // tight loop against a database that keeps dropping its connections.
-        (None, Ok(Err(error))) if error.outage => {
-            tokio::select! {
-                () = tokio::time::sleep(interval) => {}
-                () = shutdown.cancelled() => {}
+                if cancel_requested && matches!(self.stop, None | Some(Stop::Shutdown)) {
+                    info!(event = "cancel_requested", "a cancel was requested; stopping the handler");
+                    self.stop(Stop::CancelRequested);
+                }
             }
-            let answer = timeout(interval, queue.release(fence)).await.ok();
-            write_outcome("release", answer, Outcome::Released, || {
-                warn!(event = "released_after_outage", kind = %claimed.item.kind, duration_ms = elapsed_ms(claim_sent_at),
-                      error = %error, "the database was unavailable to the handler; released to the queue, no failure counted")
-            })
+            Ok(Ok(Heartbeat::Lost)) => {
+                if self.may_write() {
+                    warn!(
+                        event = "lost",
+                        "the item is no longer held by this attempt; stopping the handler and writing nothing more"
+                    );
+                    self.stop(Stop::Lost);
+                }
+            }
+            Ok(Err(e)) => warn!(event = "heartbeat_failed", error = %e, "heartbeat failed"),
+            Err(_) => self.beat_timed_out("heartbeat did not answer within one heartbeat interval"),
         }
-        (None, Ok(Err(error))) => fail(&*queue, &claimed, &config, error, claim_sent_at).await,
-        (None, Err(join)) => {
-            let message = panic_message(join);
-            let error = HandlerError::retryable(format!("the handler panicked: {message}"));
-            fail(&*queue, &claimed, &config, error, claim_sent_at).await
+    }
+
+    /// Half a lease without a successful heartbeat (rule 8): stop, and write nothing. `beat_pending` says
+    /// whether a beat was still waiting for its answer (it is given up).
+    fn on_self_stop(&mut self, beat_pending: bool) {
+        let since = Instant::now() - self.last_good_beat;
+        warn!(
+            event = "self_stopped",
+            since_last_good_beat_ms = since.as_millis() as u64,
+            "no successful heartbeat for half a lease: stopping the handler and writing nothing; lease recovery will requeue the item"
+        );
+        if beat_pending {
+            self.beat_timed_out("heartbeat did not answer before the self-stop");
         }
-    };
-    (outcome, None)
+        self.stop(Stop::SelfStopped);
+        // Disarm: the deadline has done its work.
+        self.self_stop_armed = false;
+    }
+
+    fn beat_timed_out(&self, message: &'static str) {
+        let timeout_ms = self.interval.as_millis() as u64;
+        warn!(event = "heartbeat_failed", error = "timed out", timeout_ms, "{message}");
+    }
+
+    /// How long a stopped handler kept running matters: that is the window ADR 0008's margin must cover.
+    fn report_stopped_handler(&self) {
+        if let (Some(stopped), Some(at)) = (self.stop.filter(|s| !s.may_write()), self.stopped_writing_at) {
+            let after_stop_ms = elapsed_ms(at);
+            warn!(event = "stopped_handler_returned", after_stop_ms, stop = ?stopped, "the stopped handler has returned; nothing was written");
+        }
+    }
+}
+
+impl<Q: WorkQueue + 'static> Attempt<Q> {
+    /// Waits for the handler while beating every interval, keeping the self-stop deadline and the shutdown
+    /// grace; answers the handler's end.
+    async fn supervise(
+        &self,
+        watch: &mut Watch,
+        mut handler_task: JoinHandle<Result<Option<serde_json::Value>, HandlerError>>,
+        progress: &ProgressReporter,
+    ) -> HandlerResult {
+        let interval = watch.interval;
+        let mut self_stop = Box::pin(sleep_until(self.claim_sent_at + watch.half_lease));
+        let mut beats = tokio::time::interval_at(self.claim_sent_at + interval, interval);
+        beats.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut beat: Option<BeatFuture<'_>> = None;
+        let mut grace: Option<Pin<Box<Sleep>>> = None;
+        loop {
+            let may_write = watch.may_write();
+            tokio::select! {
+                biased;
+                joined = &mut handler_task => return joined,
+                (sent_at, answer) = async { beat.as_mut().expect("guarded").await }, if beat.is_some() => {
+                    beat = None;
+                    watch.on_beat(sent_at, answer, self_stop.as_mut());
+                }
+                () = &mut self_stop, if may_write && watch.self_stop_armed => watch.on_self_stop(beat.take().is_some()),
+                _ = beats.tick(), if may_write => {
+                    if beat.is_some() {
+                        // The pending beat reaches its time limit at this very tick; say so before it is replaced.
+                        watch.beat_timed_out("heartbeat did not answer within one heartbeat interval");
+                    }
+                    beat = Some(self.beat(progress.latest()));
+                }
+                () = self.shutdown.cancelled(), if grace.is_none() && watch.stop.is_none() => {
+                    grace = Some(Box::pin(tokio::time::sleep(self.config.shutdown_grace)));
+                }
+                () = async { grace.as_mut().expect("guarded").await }, if grace.is_some() && watch.stop.is_none() => {
+                    info!(event = "shutdown_grace_over", "the shutdown grace is over; stopping the handler");
+                    watch.stop(Stop::Shutdown);
+                }
+            }
+        }
+    }
+
+    /// One heartbeat, limited to one interval, carrying the handler's latest progress.
+    fn beat(&self, latest: Option<serde_json::Value>) -> BeatFuture<'_> {
+        let (fence, lease, interval) = (self.claimed.fence, self.config.lease, self.config.heartbeat_interval);
+        let sent_at = Instant::now();
+        Box::pin(async move { (sent_at, timeout(interval, self.queue.heartbeat(fence, lease, latest.as_ref())).await) })
+    }
+
+    /// Writes what the attempt came to (nothing, once lost or self-stopped).
+    async fn conclude(&self, stop: Option<Stop>, joined: HandlerResult) -> (Outcome, Chained) {
+        let outcome = match (stop, joined) {
+            (Some(Stop::Lost), _) => Outcome::Lost,
+            (Some(Stop::SelfStopped), _) => Outcome::SelfStopped,
+            (_, Ok(Ok(result))) => return self.succeeded(result, stop.is_none()).await,
+            (Some(Stop::CancelRequested), _) => self.cancelled().await,
+            (Some(Stop::Shutdown), _) => self.released().await,
+            (None, Ok(Err(error))) if error.outage => self.released_after_outage(error).await,
+            (None, Ok(Err(error))) => self.fail(error).await,
+            (None, Err(join)) => {
+                let message = panic_message(join);
+                self.fail(HandlerError::retryable(format!("the handler panicked: {message}"))).await
+            }
+        };
+        (outcome, None)
+    }
+
+    /// The success, with the other completions waiting at this moment, and (unless stopping or shutting down)
+    /// the slot's next item claimed in the same transaction. The completer bounds each batch's write by one
+    /// interval; waiting for the batch before it can take one more.
+    async fn succeeded(&self, result: Option<serde_json::Value>, not_stopped: bool) -> (Outcome, Chained) {
+        let claim_next = not_stopped && !self.shutdown.is_cancelled();
+        let interval = self.config.heartbeat_interval;
+        let sent_at = Instant::now();
+        let answer =
+            timeout(2 * interval, self.completer.complete(self.claimed.fence, result, claim_next)).await.ok().flatten();
+        let (answer, chained) = match answer {
+            Some(Ok(Completed { written, next })) => {
+                let chained = match next {
+                    Ok(claimed) => claimed.map(|c| (sent_at, c)),
+                    Err(e) => {
+                        warn!(event = "claim_failed", error = %e, "could not claim after completing; trying again at the next poll");
+                        None
+                    }
+                };
+                (Some(Ok(written)), chained)
+            }
+            Some(Err(e)) => (Some(Err(e)), None),
+            None => (None, None),
+        };
+        let (kind, duration_ms) = (self.claimed.item.kind, elapsed_ms(self.claim_sent_at));
+        let outcome = write_outcome(
+            "complete",
+            answer,
+            Outcome::Succeeded,
+            || info!(event = "succeeded", %kind, duration_ms, "succeeded"),
+        );
+        (outcome, chained)
+    }
+
+    async fn cancelled(&self) -> Outcome {
+        let answer = timeout(self.config.heartbeat_interval, self.queue.mark_cancelled(self.claimed.fence)).await.ok();
+        let (kind, duration_ms) = (self.claimed.item.kind, elapsed_ms(self.claim_sent_at));
+        write_outcome(
+            "mark cancelled",
+            answer,
+            Outcome::Cancelled,
+            || info!(event = "cancelled", %kind, duration_ms, "cancelled on request"),
+        )
+    }
+
+    async fn released(&self) -> Outcome {
+        let answer = timeout(self.config.heartbeat_interval, self.queue.release(self.claimed.fence)).await.ok();
+        let (kind, duration_ms) = (self.claimed.item.kind, elapsed_ms(self.claim_sent_at));
+        write_outcome(
+            "release",
+            answer,
+            Outcome::Released,
+            || info!(event = "released", %kind, duration_ms, "released to the queue for another Worker"),
+        )
+    }
+
+    /// Safety invariant 9 (docs/safety.md): an outage is not a failure of the work. The item goes back to the
+    /// queue as at shutdown; if the release cannot be written either, lease recovery requeues it. It waits one
+    /// heartbeat interval first (less if the Worker is shutting down; the lease still holds, so nobody else
+    /// takes the config meanwhile): an item that meets the same outage at once comes round once an interval,
+    /// never in a tight loop against a database that keeps dropping its connections.
+    async fn released_after_outage(&self, error: HandlerError) -> Outcome {
+        let interval = self.config.heartbeat_interval;
+        tokio::select! {
+            () = tokio::time::sleep(interval) => {}
+            () = self.shutdown.cancelled() => {}
+        }
+        let answer = timeout(interval, self.queue.release(self.claimed.fence)).await.ok();
+        let (kind, duration_ms) = (self.claimed.item.kind, elapsed_ms(self.claim_sent_at));
+        write_outcome("release", answer, Outcome::Released, || {
+            warn!(event = "released_after_outage", %kind, duration_ms, error = %error,
+                  "the database was unavailable to the handler; released to the queue, no failure counted")
+        })
+    }
+
+    async fn fail(&self, error: HandlerError) -> Outcome {
+        fail(&*self.queue, &self.claimed, &self.config, error, self.claim_sent_at).await
+    }
 }
 
 /// Milliseconds since `since`, for the outcome events' `duration_ms` (the metrics' item duration histograms).

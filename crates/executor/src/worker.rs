@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use almanac_domain::{ClaimRequest, ClaimedItem, QueueError, WorkItemId, WorkQueue, WriteOutcome};
 use tokio::sync::Notify;
-use tokio::task::JoinSet;
+use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::{Instant, timeout};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
@@ -66,130 +66,27 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
         };
         let stop_recovery = CancellationToken::new();
         let recovery = tokio::spawn(recover_leases(self.queue.clone(), self.config.clone(), stop_recovery.clone()));
-        let attempts_shutdown = CancellationToken::new();
-        let mut attempts: JoinSet<(WorkItemId, Outcome, Chained)> = JoinSet::new();
-        let mut report = ShutdownReport::default();
-        let mut late_claims: Vec<ClaimedItem> = Vec::new();
         info!(event = "worker_started", worker_id = %self.config.worker_id, kinds = ?request.kinds, slots = self.config.slots, "worker started");
-
         // Successful attempts complete through one completer, which writes the completions waiting together
         // and claims their slots' next items in the same transaction.
         let (completer, completions) =
             Completer::start(self.queue.clone(), request.clone(), self.config.heartbeat_interval);
-
-        // Free slots claim together: one claim for all of them (a claim of up to k items of k different configs
-        // is one statement), and a new one for slots that come free while it is in flight, so short items do not
-        // wait for each other's claim round trip. After a claim finds fewer than it asked for (or fails), no new
-        // claim starts until the next poll, wake-up or finished attempt (no immediate retry); claims already in
-        // flight still land.
-        let mut claims: JoinSet<Claimed> = JoinSet::new();
-        // Slots the claims in flight ask for, by task.
-        let mut asking: HashMap<tokio::task::Id, usize> = HashMap::new();
-        let mut starved = false;
+        let mut slots = Slots::new(completer);
         while !shutdown.is_cancelled() {
-            let free = self.config.slots.saturating_sub(attempts.len() + asking.values().sum::<usize>());
-            if !starved && free > 0 {
-                let (queue, request, wait) = (self.queue.clone(), request.clone(), self.config.heartbeat_interval);
-                let task = claims.spawn(async move {
-                    let sent_at = Instant::now();
-                    let answer = timeout(wait, queue.claim_many(&request, free)).await;
-                    let outcome = match &answer {
-                        Ok(Ok(claimed)) if claimed.is_empty() => "empty",
-                        Ok(Ok(_)) => "claimed",
-                        Ok(Err(_)) => "error",
-                        Err(_) => "timeout",
-                    };
-                    crate::metrics::claim(sent_at, outcome);
-                    (sent_at, answer)
-                });
-                asking.insert(task.id(), free);
-            }
+            self.claim_for_free_slots(&mut slots, &request);
             tokio::select! {
                 () = shutdown.cancelled() => {}
-                Some(landed) = claims.join_next_with_id(), if !claims.is_empty() => {
-                    let task = match &landed {
-                        Ok((task, _)) => *task,
-                        Err(e) => e.id(),
-                    };
-                    let asked = asking.remove(&task).unwrap_or(0);
-                    let (sent_at, claimed) = match landed {
-                        Ok((_, (sent_at, Ok(Ok(claimed))))) => (sent_at, claimed),
-                        Ok((_, (_, Ok(Err(e))))) => {
-                            warn!(event = "claim_failed", error = %e, "could not claim; trying again at the next poll");
-                            starved = true;
-                            continue;
-                        }
-                        Ok((_, (_, Err(_)))) => {
-                            warn!(event = "claim_failed", error = "timed out", "could not claim; trying again at the next poll");
-                            starved = true;
-                            continue;
-                        }
-                        Err(e) => {
-                            warn!(event = "claim_failed", error = %e, "a claim task ended abnormally");
-                            starved = true;
-                            continue;
-                        }
-                    };
-                    // Fewer than asked for: nothing more was eligible, or a lost race; wait for the next poll.
-                    if claimed.len() < asked {
-                        starved = true;
-                    }
-                    for claimed in claimed {
-                        if shutdown.is_cancelled() {
-                            // Landed as the shutdown began: handed back below with the others.
-                            late_claims.push(claimed);
-                        } else {
-                            self.start_attempt(&mut attempts, claimed, sent_at, &attempts_shutdown, &completer);
-                        }
-                    }
+                Some(landed) = slots.claims.join_next_with_id(), if !slots.claims.is_empty() => {
+                    self.claim_landed(&mut slots, landed, &shutdown);
                 }
-                Some(done) = attempts.join_next(), if !attempts.is_empty() => {
-                    starved = false;
-                    if let Ok((id, outcome, chained)) = done {
-                        debug!(item_id = %id, ?outcome, "attempt ended");
-                        // The slot's next item, claimed with the completion (one commit for both).
-                        match chained {
-                            Some((sent_at, claimed)) if !shutdown.is_cancelled() => {
-                                self.start_attempt(&mut attempts, claimed, sent_at, &attempts_shutdown, &completer);
-                            }
-                            Some((_, claimed)) => late_claims.push(claimed),
-                            // It found nothing: no new claim before the next poll, wake-up or ended attempt.
-                            None if outcome == Outcome::Succeeded => starved = true,
-                            None => {}
-                        }
-                    }
+                Some(done) = slots.attempts.join_next(), if !slots.attempts.is_empty() => {
+                    self.attempt_ended(&mut slots, done, &shutdown);
                 }
-                () = tokio::time::sleep(self.config.poll_interval) => {
-                    starved = false;
-                }
-                () = self.wake.notified() => {
-                    starved = false;
-                }
+                () = tokio::time::sleep(self.config.poll_interval) => slots.starved = false,
+                () = self.wake.notified() => slots.starved = false,
             }
         }
-
-        info!(event = "shutdown_started", running = attempts.len(), "shutting down: no more claims");
-        attempts_shutdown.cancel();
-        // Claims still in flight: what they claimed goes back to the queue at once, for another Worker, before
-        // the running attempts' grace; then items claimed with a completion while the attempts wound down.
-        while let Some(landed) = claims.join_next().await {
-            if let Ok((_, Ok(Ok(claimed)))) = landed {
-                late_claims.extend(claimed);
-            }
-        }
-        self.hand_back(std::mem::take(&mut late_claims), &mut report).await;
-        while let Some(done) = attempts.join_next().await {
-            match done {
-                Ok((id, Outcome::Released, _)) => report.released.push(id),
-                Ok((id, Outcome::Unwritten, _)) => report.unwritten.push(id),
-                Ok((_, _, chained)) => late_claims.extend(chained.map(|(_, claimed)| claimed)),
-                Err(e) => warn!(error = %e, "an attempt task ended abnormally"),
-            }
-        }
-        self.hand_back(late_claims, &mut report).await;
-        // Every attempt has ended: the completer has answered them all and ends with the last handle.
-        drop(completer);
-        let _ = completions.await;
+        let report = self.wind_down(slots, completions).await;
         stop_recovery.cancel();
         let _ = recovery.await;
         info!(
@@ -199,6 +96,153 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
             "worker stopped"
         );
         report
+    }
+
+    /// Free slots claim together: one claim for all of them (a claim of up to k items of k different configs
+    /// is one statement), and a new one for slots that come free while it is in flight, so short items do not
+    /// wait for each other's claim round trip. After a claim finds fewer than it asked for (or fails), no new
+    /// claim starts until the next poll, wake-up or finished attempt (no immediate retry); claims already in
+    /// flight still land.
+    fn claim_for_free_slots(&self, slots: &mut Slots, request: &ClaimRequest) {
+        let free = self.config.slots.saturating_sub(slots.attempts.len() + slots.asking.values().sum::<usize>());
+        if slots.starved || free == 0 {
+            return;
+        }
+        let (queue, request, wait) = (self.queue.clone(), request.clone(), self.config.heartbeat_interval);
+        let task = slots.claims.spawn(async move {
+            let sent_at = Instant::now();
+            let answer = timeout(wait, queue.claim_many(&request, free)).await;
+            let outcome = match &answer {
+                Ok(Ok(claimed)) if claimed.is_empty() => "empty",
+                Ok(Ok(_)) => "claimed",
+                Ok(Err(_)) => "error",
+                Err(_) => "timeout",
+            };
+            crate::metrics::claim(sent_at, outcome);
+            (sent_at, answer)
+        });
+        slots.asking.insert(task.id(), free);
+    }
+
+    /// A claim landed: its items start in their slots (or, landing as the shutdown began, are handed back).
+    fn claim_landed(
+        &self,
+        slots: &mut Slots,
+        landed: Result<(tokio::task::Id, Claimed), tokio::task::JoinError>,
+        shutdown: &CancellationToken,
+    ) {
+        let task = match &landed {
+            Ok((task, _)) => *task,
+            Err(e) => e.id(),
+        };
+        let asked = slots.asking.remove(&task).unwrap_or(0);
+        let (sent_at, claimed) = match landed {
+            Ok((_, (sent_at, Ok(Ok(claimed))))) => (sent_at, claimed),
+            Ok((_, (_, Ok(Err(e))))) => {
+                warn!(event = "claim_failed", error = %e, "could not claim; trying again at the next poll");
+                slots.starved = true;
+                return;
+            }
+            Ok((_, (_, Err(_)))) => {
+                warn!(event = "claim_failed", error = "timed out", "could not claim; trying again at the next poll");
+                slots.starved = true;
+                return;
+            }
+            Err(e) => {
+                warn!(event = "claim_failed", error = %e, "a claim task ended abnormally");
+                slots.starved = true;
+                return;
+            }
+        };
+        // Fewer than asked for: nothing more was eligible, or a lost race; wait for the next poll.
+        if claimed.len() < asked {
+            slots.starved = true;
+        }
+        for claimed in claimed {
+            if shutdown.is_cancelled() {
+                // Landed as the shutdown began: handed back in `wind_down` with the others.
+                slots.late_claims.push(claimed);
+            } else {
+                self.start_attempt(slots, claimed, sent_at);
+            }
+        }
+    }
+
+    /// An attempt ended: the slot's next item, claimed with the completion (one commit for both), starts.
+    fn attempt_ended(
+        &self,
+        slots: &mut Slots,
+        done: Result<(WorkItemId, Outcome, Chained), tokio::task::JoinError>,
+        shutdown: &CancellationToken,
+    ) {
+        slots.starved = false;
+        let Ok((id, outcome, chained)) = done else { return };
+        debug!(item_id = %id, ?outcome, "attempt ended");
+        match chained {
+            Some((sent_at, claimed)) if !shutdown.is_cancelled() => self.start_attempt(slots, claimed, sent_at),
+            Some((_, claimed)) => slots.late_claims.push(claimed),
+            // It found nothing: no new claim before the next poll, wake-up or ended attempt.
+            None if outcome == Outcome::Succeeded => slots.starved = true,
+            None => {}
+        }
+    }
+
+    /// The shutdown: no more claims; what claims in flight bring goes back to the queue at once, for another
+    /// Worker, before the running attempts' grace; then items claimed with a completion while the attempts wound
+    /// down. Ends with the completer, once every attempt has ended.
+    async fn wind_down(&self, mut slots: Slots, completions: JoinHandle<()>) -> ShutdownReport {
+        info!(event = "shutdown_started", running = slots.attempts.len(), "shutting down: no more claims");
+        slots.attempts_shutdown.cancel();
+        let mut report = ShutdownReport::default();
+        while let Some(landed) = slots.claims.join_next().await {
+            if let Ok((_, Ok(Ok(claimed)))) = landed {
+                slots.late_claims.extend(claimed);
+            }
+        }
+        self.hand_back(std::mem::take(&mut slots.late_claims), &mut report).await;
+        while let Some(done) = slots.attempts.join_next().await {
+            match done {
+                Ok((id, Outcome::Released, _)) => report.released.push(id),
+                Ok((id, Outcome::Unwritten, _)) => report.unwritten.push(id),
+                Ok((_, _, chained)) => slots.late_claims.extend(chained.map(|(_, claimed)| claimed)),
+                Err(e) => warn!(error = %e, "an attempt task ended abnormally"),
+            }
+        }
+        self.hand_back(std::mem::take(&mut slots.late_claims), &mut report).await;
+        // Every attempt has ended: the completer has answered them all and ends with the last handle.
+        drop(slots);
+        let _ = completions.await;
+        report
+    }
+}
+
+/// The slots' state in [`Executor::run`]: running attempts, claims in flight, and items to hand back.
+struct Slots {
+    attempts: JoinSet<(WorkItemId, Outcome, Chained)>,
+    claims: JoinSet<Claimed>,
+    /// Slots the claims in flight ask for, by task.
+    asking: HashMap<tokio::task::Id, usize>,
+    /// A claim found fewer than it asked for (or failed): no new claim before the next poll, wake-up or ended
+    /// attempt.
+    starved: bool,
+    /// Items claimed as the shutdown began, never run: handed back.
+    late_claims: Vec<ClaimedItem>,
+    /// Cancelled when the shutdown begins: the running attempts' grace starts.
+    attempts_shutdown: CancellationToken,
+    completer: Arc<Completer>,
+}
+
+impl Slots {
+    fn new(completer: Arc<Completer>) -> Self {
+        Slots {
+            attempts: JoinSet::new(),
+            claims: JoinSet::new(),
+            asking: HashMap::new(),
+            starved: false,
+            late_claims: Vec::new(),
+            attempts_shutdown: CancellationToken::new(),
+            completer,
+        }
     }
 }
 
@@ -214,14 +258,7 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
     }
 
     /// Starts the attempt of a claimed item in its slot.
-    fn start_attempt(
-        &self,
-        attempts: &mut JoinSet<(WorkItemId, Outcome, Chained)>,
-        claimed: ClaimedItem,
-        sent_at: Instant,
-        shutdown: &CancellationToken,
-        completer: &Arc<Completer>,
-    ) {
+    fn start_attempt(&self, slots: &mut Slots, claimed: ClaimedItem, sent_at: Instant) {
         let Some(handler) = self.handlers.get(claimed.item.kind) else {
             // The claim only asks for our kinds, so this is a bug; the lease will expire and requeue it.
             warn!(event = "no_handler", kind = %claimed.item.kind, "claimed an item with no handler");
@@ -244,10 +281,10 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
             claimed,
             sent_at,
             self.config.clone(),
-            shutdown.clone(),
-            completer.clone(),
+            slots.attempts_shutdown.clone(),
+            slots.completer.clone(),
         );
-        attempts.spawn(
+        slots.attempts.spawn(
             async move {
                 let (outcome, chained) = run.await;
                 (id, outcome, chained)

@@ -5,10 +5,11 @@ use std::path::PathBuf;
 use almanac_domain::{AssetId, BurstId, StorageConfig, StorageConfigId, User, UserId};
 use diesel::sql_types::{Bool, Text, Uuid};
 use diesel::{QueryableByName, sql_query};
-use diesel_async::{AsyncConnection, RunQueryDsl};
+use diesel_async::RunQueryDsl;
 
 use crate::PgStore;
-use crate::error::{self, Placed, StoreError};
+use crate::error::{self, StoreError};
+use crate::tx::{Lane, within};
 
 /// A storage config to register.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,18 +88,6 @@ impl From<ConfigRow> for StorageConfig {
     }
 }
 
-/// Why a registration's transaction ended.
-enum AddError {
-    Db(diesel::result::Error),
-    Overlaps(String),
-}
-
-impl From<diesel::result::Error> for AddError {
-    fn from(e: diesel::result::Error) -> Self {
-        AddError::Db(e)
-    }
-}
-
 #[derive(QueryableByName)]
 struct OverlapRow {
     #[diesel(sql_type = Uuid)]
@@ -156,77 +145,78 @@ impl PgStore {
             return Err(StoreError::Conflict("the user name must not be blank".into()));
         }
         let mut conn = self.conn().await?;
-        let result = conn
-            .transaction::<_, AddError, _>(async |conn| {
-                // One registration at a time, so the overlap check below sees every committed root.
-                sql_query("LOCK TABLE storage_configs IN SHARE ROW EXCLUSIVE MODE").execute(conn).await?;
-                let overlapping: Vec<OverlapRow> = sql_query(format!(
-                    "SELECT b.id AS a_id, b.root_path AS a_root, u.username AS a_user,
+        // The transaction by hand (`tx::within`): a lost race on the root's unique index is told apart. A refusal
+        // commits the transaction (it wrote nothing) and answers in `Ok(Err(_))`.
+        let result = within(&mut conn, async |conn| {
+            // One registration at a time, so the overlap check below sees every committed root.
+            sql_query("LOCK TABLE storage_configs IN SHARE ROW EXCLUSIVE MODE").execute(conn).await?;
+            let overlapping: Vec<OverlapRow> = sql_query(format!(
+                "SELECT b.id AS a_id, b.root_path AS a_root, u.username AS a_user,
                             b.id AS b_id, b.root_path AS b_root, u.username AS b_user
                        FROM (SELECT $1::text AS root_path) a
                        JOIN storage_configs b ON {ROOTS_OVERLAP}
                        JOIN users u ON u.id = b.user_id
                       ORDER BY b.created_at LIMIT 1"
-                ))
-                .bind::<Text, _>(root)
-                .load(conn)
-                .await?;
-                if let Some(other) = overlapping.into_iter().next() {
-                    let (id, owner, theirs) = (other.a_id, other.a_user, other.a_root);
-                    return Err(AddError::Overlaps(if theirs.trim_end_matches('/') == root {
-                        format!("the root path {root} is already registered (storage config {id} of user {owner})")
-                    } else {
-                        format!(
-                            "the root {root} overlaps storage config {id} of user {owner} at {theirs}: two configs \
+            ))
+            .bind::<Text, _>(root)
+            .load(conn)
+            .await?;
+            if let Some(other) = overlapping.into_iter().next() {
+                let (id, owner, theirs) = (other.a_id, other.a_user, other.a_root);
+                return Ok(Err(if theirs.trim_end_matches('/') == root {
+                    format!("the root path {root} is already registered (storage config {id} of user {owner})")
+                } else {
+                    format!(
+                        "the root {root} overlaps storage config {id} of user {owner} at {theirs}: two configs \
                              may never cover one tree (the per-config rule would protect nothing). Register a \
                              folder that neither contains nor lies inside it"
-                        )
-                    }));
-                }
-                let user: UserRow = sql_query(
-                    "INSERT INTO users (id, username) VALUES ($1, $2)
+                    )
+                }));
+            }
+            let user: UserRow = sql_query(
+                "INSERT INTO users (id, username) VALUES ($1, $2)
                      ON CONFLICT (username) DO UPDATE SET username = EXCLUDED.username
                      RETURNING id, username, disabled",
-                )
-                .bind::<Uuid, _>(UserId::new().as_uuid())
-                .bind::<Text, _>(username)
-                .get_result(conn)
-                .await?;
-                let config: ConfigRow = sql_query(
-                    "INSERT INTO storage_configs (id, user_id, root_path) VALUES ($1, $2, $3)
+            )
+            .bind::<Uuid, _>(UserId::new().as_uuid())
+            .bind::<Text, _>(username)
+            .get_result(conn)
+            .await?;
+            let config: ConfigRow = sql_query(
+                "INSERT INTO storage_configs (id, user_id, root_path) VALUES ($1, $2, $3)
                      RETURNING id, user_id, root_path, is_active, root_is_mount_point",
-                )
-                .bind::<Uuid, _>(StorageConfigId::new().as_uuid())
-                .bind::<Uuid, _>(user.id)
-                .bind::<Text, _>(root)
-                .get_result(conn)
-                .await?;
-                Ok((user, config))
-            })
-            .await;
+            )
+            .bind::<Uuid, _>(StorageConfigId::new().as_uuid())
+            .bind::<Uuid, _>(user.id)
+            .bind::<Text, _>(root)
+            .get_result(conn)
+            .await?;
+            Ok(Ok((user, config)))
+        })
+        .await;
         match result {
-            Ok((user, config)) => Ok((
+            Ok(Ok((user, config))) => Ok((
                 User { id: UserId::from_uuid(user.id), username: user.username, disabled: user.disabled },
                 config.into(),
             )),
-            Err(AddError::Db(e)) if error::is_unique_violation_of(&e, "uq_storage_configs_root_path") => {
+            Ok(Err(refused)) => Err(StoreError::Conflict(refused)),
+            Err(e) if error::is_unique_violation_of(&e, "uq_storage_configs_root_path") => {
                 Err(StoreError::Conflict(format!("the root path {root} is already registered")))
             }
-            Err(AddError::Overlaps(refused)) => Err(StoreError::Conflict(refused)),
-            Err(AddError::Db(e)) => Err(error::placed(&mut conn, e).await),
+            Err(e) => Err(error::placed(&mut conn, e).await),
         }
     }
 
     /// Every storage config, oldest first.
     #[mutants::skip]
     pub async fn list_storage_configs(&self) -> Result<Vec<StorageConfig>, StoreError> {
-        let mut conn = self.conn().await?;
-        let rows: Vec<ConfigRow> =
-            sql_query(format!("SELECT {CONFIG_COLUMNS} FROM storage_configs ORDER BY created_at, id"))
-                .load(&mut conn)
-                .await
-                .placed(&mut conn)
-                .await?;
+        let rows: Vec<ConfigRow> = self
+            .read(async |conn| {
+                sql_query(format!("SELECT {CONFIG_COLUMNS} FROM storage_configs ORDER BY created_at, id"))
+                    .load(conn)
+                    .await
+            })
+            .await?;
         Ok(rows.into_iter().map(StorageConfig::from).collect())
     }
 
@@ -234,14 +224,14 @@ impl PgStore {
     /// current through the fenced [`almanac_domain::CatalogueStore::record_root_identity`].
     #[mutants::skip]
     pub async fn set_root_is_mount_point(&self, id: StorageConfigId, is_mount_point: bool) -> Result<(), StoreError> {
-        let mut conn = self.conn().await?;
-        sql_query("UPDATE storage_configs SET root_is_mount_point = $2 WHERE id = $1")
-            .bind::<Uuid, _>(id.as_uuid())
-            .bind::<Bool, _>(is_mount_point)
-            .execute(&mut conn)
-            .await
-            .placed(&mut conn)
-            .await?;
+        self.read(async |conn| {
+            sql_query("UPDATE storage_configs SET root_is_mount_point = $2 WHERE id = $1")
+                .bind::<Uuid, _>(id.as_uuid())
+                .bind::<Bool, _>(is_mount_point)
+                .execute(conn)
+                .await
+        })
+        .await?;
         Ok(())
     }
 
@@ -249,18 +239,19 @@ impl PgStore {
     /// catalogue made since ADR 0009; an older one may have some, which `status` reports.
     #[mutants::skip]
     pub async fn root_overlaps(&self) -> Result<Vec<RootOverlap>, StoreError> {
-        let mut conn = self.conn().await?;
-        let rows: Vec<OverlapRow> = sql_query(format!(
-            "SELECT a.id AS a_id, a.root_path AS a_root, ua.username AS a_user,
+        let rows: Vec<OverlapRow> = self
+            .read(async |conn| {
+                sql_query(format!(
+                    "SELECT a.id AS a_id, a.root_path AS a_root, ua.username AS a_user,
                     b.id AS b_id, b.root_path AS b_root, ub.username AS b_user
                FROM storage_configs a JOIN storage_configs b ON a.id < b.id AND {ROOTS_OVERLAP}
                JOIN users ua ON ua.id = a.user_id JOIN users ub ON ub.id = b.user_id
               ORDER BY a.root_path, b.root_path"
-        ))
-        .load(&mut conn)
-        .await
-        .placed(&mut conn)
-        .await?;
+                ))
+                .load(conn)
+                .await
+            })
+            .await?;
         Ok(rows.into_iter().map(RootOverlap::from).collect())
     }
 
@@ -268,30 +259,32 @@ impl PgStore {
     /// self-join of every config, so a crawl's check stays cheap with thousands of configs).
     #[mutants::skip]
     pub(crate) async fn roots_overlapping(&self, config: StorageConfigId) -> Result<Vec<StorageConfig>, StoreError> {
-        let mut conn = self.conn().await?;
-        let rows: Vec<ConfigRow> = sql_query(format!(
-            "SELECT b.id, b.user_id, b.root_path, b.is_active, b.root_is_mount_point
+        let rows: Vec<ConfigRow> = self
+            .read(async |conn| {
+                sql_query(format!(
+                    "SELECT b.id, b.user_id, b.root_path, b.is_active, b.root_is_mount_point
                FROM storage_configs a JOIN storage_configs b ON b.id <> a.id AND {ROOTS_OVERLAP}
               WHERE a.id = $1
               ORDER BY b.created_at, b.id"
-        ))
-        .bind::<Uuid, _>(config.as_uuid())
-        .load(&mut conn)
-        .await
-        .placed(&mut conn)
-        .await?;
+                ))
+                .bind::<Uuid, _>(config.as_uuid())
+                .load(conn)
+                .await
+            })
+            .await?;
         Ok(rows.into_iter().map(StorageConfig::from).collect())
     }
 
     /// The user with this name, if any.
     #[mutants::skip]
     pub async fn user_by_name(&self, username: &str) -> Result<Option<User>, StoreError> {
-        let mut conn = self.conn().await?;
-        let rows: Vec<UserRow> = sql_query("SELECT id, username, disabled FROM users WHERE username = $1")
-            .bind::<Text, _>(username)
-            .load(&mut conn)
-            .await
-            .placed(&mut conn)
+        let rows: Vec<UserRow> = self
+            .read(async |conn| {
+                sql_query("SELECT id, username, disabled FROM users WHERE username = $1")
+                    .bind::<Text, _>(username)
+                    .load(conn)
+                    .await
+            })
             .await?;
         Ok(rows.into_iter().next().map(|u| User {
             id: UserId::from_uuid(u.id),
@@ -317,9 +310,10 @@ impl PgStore {
     /// in any year, newest first, one per burst (its primary frame) and one per Live Photo (its still).
     #[mutants::skip]
     pub async fn on_this_day(&self, user: UserId, month: u32, day: u32, limit: i64) -> Result<Vec<Memory>, StoreError> {
-        let mut conn = self.conn().await?;
-        let rows: Vec<MemoryRow> = sql_query(
-            "SELECT a.id, a.display_path, a.media_type, a.captured_at, a.burst_id
+        let rows: Vec<MemoryRow> = self
+            .read(async |conn| {
+                sql_query(
+                    "SELECT a.id, a.display_path, a.media_type, a.captured_at, a.burst_id
                FROM media_assets a
                JOIN storage_configs c ON c.id = a.storage_config_id
                LEFT JOIN bursts b ON b.id = a.burst_id
@@ -330,15 +324,15 @@ impl PgStore {
                 AND NOT (a.media_type = 'video' AND p.media_type = 'image' AND NOT p.is_soft_deleted)
               ORDER BY a.captured_at DESC, a.id
               LIMIT $4",
-        )
-        .bind::<Uuid, _>(user.as_uuid())
-        .bind::<diesel::sql_types::SmallInt, _>(month as i16)
-        .bind::<diesel::sql_types::SmallInt, _>(day as i16)
-        .bind::<diesel::sql_types::BigInt, _>(limit)
-        .load(&mut conn)
-        .await
-        .placed(&mut conn)
-        .await?;
+                )
+                .bind::<Uuid, _>(user.as_uuid())
+                .bind::<diesel::sql_types::SmallInt, _>(month as i16)
+                .bind::<diesel::sql_types::SmallInt, _>(day as i16)
+                .bind::<diesel::sql_types::BigInt, _>(limit)
+                .load(conn)
+                .await
+            })
+            .await?;
         Ok(rows
             .into_iter()
             .map(|r| Memory {
@@ -361,16 +355,17 @@ impl PgStore {
             #[diesel(sql_type = diesel::sql_types::BigInt)]
             items: i64,
         }
-        let mut conn = self.conn().await?;
-        let c: Counts = sql_query(
-            "SELECT (SELECT count(*) FROM media_assets WHERE storage_config_id = $1) AS assets,
+        let c: Counts = self
+            .read(async |conn| {
+                sql_query(
+                    "SELECT (SELECT count(*) FROM media_assets WHERE storage_config_id = $1) AS assets,
                     (SELECT count(*) FROM work_items WHERE storage_config_id = $1) AS items",
-        )
-        .bind::<Uuid, _>(id.as_uuid())
-        .get_result(&mut conn)
-        .await
-        .placed(&mut conn)
-        .await?;
+                )
+                .bind::<Uuid, _>(id.as_uuid())
+                .get_result(conn)
+                .await
+            })
+            .await?;
         Ok((c.assets, c.items))
     }
 
@@ -387,8 +382,7 @@ impl PgStore {
             #[diesel(sql_type = Bool)]
             running: bool,
         }
-        let mut conn = self.conn().await?;
-        conn.transaction::<_, diesel::result::Error, _>(async |conn| {
+        self.transaction(Lane::Shared, async |conn| {
             let state: Vec<State> = sql_query(
                 "SELECT s.is_active,
                         EXISTS (SELECT 1 FROM work_items w WHERE w.storage_config_id = s.id AND w.status = 'running')
@@ -414,8 +408,6 @@ impl PgStore {
             sql_query("DELETE FROM storage_configs WHERE id = $1").bind::<Uuid, _>(id.as_uuid()).execute(conn).await?;
             Ok(Ok(()))
         })
-        .await
-        .placed(&mut conn)
         .await?
     }
 
@@ -427,14 +419,16 @@ impl PgStore {
             #[diesel(sql_type = Uuid)]
             id: uuid::Uuid,
         }
-        let mut conn = self.conn().await?;
-        let rows: Vec<IdRow> =
-            sql_query("SELECT id FROM media_assets WHERE storage_config_id = $1 AND NOT is_soft_deleted ORDER BY id")
+        let rows: Vec<IdRow> = self
+            .read(async |conn| {
+                sql_query(
+                    "SELECT id FROM media_assets WHERE storage_config_id = $1 AND NOT is_soft_deleted ORDER BY id",
+                )
                 .bind::<Uuid, _>(config.as_uuid())
-                .load(&mut conn)
+                .load(conn)
                 .await
-                .placed(&mut conn)
-                .await?;
+            })
+            .await?;
         Ok(rows.into_iter().map(|r| AssetId::from_uuid(r.id)).collect())
     }
 
@@ -442,9 +436,8 @@ impl PgStore {
     /// cancels its queued items.
     #[mutants::skip]
     pub async fn set_storage_config_active(&self, id: StorageConfigId, active: bool) -> Result<(), StoreError> {
-        let mut conn = self.conn().await?;
-        let rows = conn
-            .transaction::<_, diesel::result::Error, _>(async |conn| {
+        let rows = self
+            .transaction(Lane::Shared, async |conn| {
                 if !active {
                     // An inactive config gets no work: what is queued for it is cancelled now. Items first, then
                     // the config: the claim locks an item, then the config's queue head (ADR 0008), and so does
@@ -464,8 +457,6 @@ impl PgStore {
                     .execute(conn)
                     .await
             })
-            .await
-            .placed(&mut conn)
             .await?;
         if rows == 0 {
             return Err(StoreError::NotFound(format!("no storage config {id}")));

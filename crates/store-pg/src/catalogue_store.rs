@@ -1,24 +1,22 @@
 //! The catalogue statements the crawl needs ([`CatalogueStore`]).
 
 use almanac_domain::{
-    AssetId, CaptureTime, CatalogueError, CatalogueStore, ContentHash, Fence, FileFacts, HashMatch, IngestOutcome,
-    KnownFile, KnownProxyFile, MediaType, NewAsset, NewProxy, NewWorkItem, PairingCandidate, Sidecar, StorageConfig,
-    StorageConfigId,
+    AssetId, AssetMetadata, CaptureTime, CatalogueError, CatalogueStore, ContentHash, Fence, FileFacts, HashMatch,
+    IngestOutcome, KnownFile, KnownProxyFile, MediaType, NewAsset, NewProxy, NewWorkItem, PairingCandidate, Sidecar,
+    StorageConfig, StorageConfigId,
 };
 use chrono::{DateTime, Utc};
 use diesel::pg::Pg;
 use diesel::query_builder::{BoxedSqlQuery, SqlQuery};
 use diesel::sql_types::{Array, BigInt, Binary, Bool, Double, Integer, Nullable, SmallInt, Text, Timestamptz, Uuid};
 use diesel::{QueryableByName, sql_query};
-use diesel_async::{AsyncConnection, RunQueryDsl};
+use diesel_async::RunQueryDsl;
 
 use crate::PgStore;
 use crate::error::{self, StoreError};
-use crate::fence::{Fenced, FencedAnswer, hold};
+use crate::tx::{Refused, fenced_within};
 
 const ACTIVE_CONTENT_INDEX: &str = "ix_media_assets_active_content";
-
-use crate::error::Placed;
 
 fn catalogue(e: StoreError) -> CatalogueError {
     e.into()
@@ -119,6 +117,58 @@ fn insert_proxy(asset: AssetId, p: &NewProxy) -> BoxedSqlQuery<'_, Pg, SqlQuery>
     .bind::<BigInt, _>(size(p.size_bytes))
 }
 
+/// Stores a new asset's row under `id`.
+fn insert_asset(id: AssetId, asset: &NewAsset) -> BoxedSqlQuery<'_, Pg, SqlQuery> {
+    let (month, day) = asset.capture.local_month_day();
+    sql_query(
+        "INSERT INTO media_assets (id, storage_config_id, file_path, display_path, content_hash, size_bytes,
+                 file_modified_at, media_type, captured_at, captured_offset_minutes, captured_at_source,
+                 capture_month, capture_day, sidecar_path, sidecar_size, sidecar_modified_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
+    )
+    .into_boxed()
+    .bind::<Uuid, _>(id.as_uuid())
+    .bind::<Uuid, _>(asset.storage_config_id.as_uuid())
+    .bind::<Binary, _>(&asset.facts.file_path)
+    .bind::<Text, _>(&asset.facts.display_path)
+    .bind::<Text, _>(asset.content_hash.as_hex())
+    .bind::<BigInt, _>(size(asset.facts.size))
+    .bind::<Timestamptz, _>(asset.facts.mtime)
+    .bind::<Text, _>(media_type_str(asset.media_type))
+    .bind::<Timestamptz, _>(asset.capture.at)
+    .bind::<Nullable<Integer>, _>(asset.capture.offset_minutes)
+    .bind::<Text, _>(asset.capture.source.as_str())
+    .bind::<SmallInt, _>(month as i16)
+    .bind::<SmallInt, _>(day as i16)
+    .bind::<Nullable<Binary>, _>(asset.sidecar.as_ref().map(|s| s.path.as_slice()))
+    .bind::<Nullable<BigInt>, _>(asset.sidecar.as_ref().map(|s| size(s.size)))
+    .bind::<Nullable<Timestamptz>, _>(asset.sidecar.as_ref().map(|s| s.mtime))
+}
+
+/// Stores a new asset's metadata.
+fn insert_metadata(id: AssetId, m: &AssetMetadata) -> BoxedSqlQuery<'_, Pg, SqlQuery> {
+    sql_query(
+        "INSERT INTO asset_metadata (asset_id, width, height, orientation_degrees, duration_ms,
+                 gps_latitude, gps_longitude, gps_altitude_m, camera_make, camera_model, lens_model,
+                 camera_burst_id, live_photo_content_id)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+    )
+    .into_boxed()
+    .bind::<Uuid, _>(id.as_uuid())
+    .bind::<Nullable<Integer>, _>(m.width.map(|w| w as i32))
+    .bind::<Nullable<Integer>, _>(m.height.map(|h| h as i32))
+    .bind::<SmallInt, _>(m.orientation_degrees as i16)
+    .bind::<Nullable<BigInt>, _>(m.duration_ms.map(|d| d as i64))
+    .bind::<Nullable<Double>, _>(m.gps_latitude)
+    .bind::<Nullable<Double>, _>(m.gps_longitude)
+    .bind::<Nullable<Double>, _>(m.gps_altitude_m)
+    .bind::<Nullable<Text>, _>(m.camera_make.as_deref())
+    .bind::<Nullable<Text>, _>(m.camera_model.as_deref())
+    .bind::<Nullable<Text>, _>(m.lens_model.as_deref())
+    .bind::<Nullable<Text>, _>(m.camera_burst_id.as_deref())
+    .bind::<Nullable<Text>, _>(m.live_photo_content_id.as_deref())
+}
+
 impl CatalogueStore for PgStore {
     #[mutants::skip]
     async fn storage_config(&self, id: StorageConfigId) -> Result<Option<StorageConfig>, CatalogueError> {
@@ -137,9 +187,7 @@ impl CatalogueStore for PgStore {
         config: StorageConfigId,
         is_mount_point: bool,
     ) -> Result<(), CatalogueError> {
-        let mut conn = self.conn().await.map_err(catalogue)?;
-        conn.transaction::<_, Fenced, _>(async |conn| {
-            hold(conn, fence).await?;
+        self.fenced(fence, async |conn| {
             sql_query("UPDATE storage_configs SET root_is_mount_point = $2 WHERE id = $1")
                 .bind::<Uuid, _>(config.as_uuid())
                 .bind::<Bool, _>(is_mount_point)
@@ -148,15 +196,14 @@ impl CatalogueStore for PgStore {
             Ok(())
         })
         .await
-        .fenced_on(&mut conn)
-        .await
     }
 
     #[mutants::skip]
     async fn known_files(&self, config: StorageConfigId) -> Result<Vec<KnownFile>, CatalogueError> {
-        let mut conn = self.conn().await.map_err(catalogue)?;
-        let rows: Vec<KnownRow> = sql_query(
-            "SELECT a.id AS asset_id, a.file_path, '' AS display_path, a.size_bytes, a.file_modified_at,
+        let rows: Vec<KnownRow> = self
+            .read(async |conn| {
+                sql_query(
+                    "SELECT a.id AS asset_id, a.file_path, '' AS display_path, a.size_bytes, a.file_modified_at,
                     false AS extra, NOT a.proxies_missing AS proxies_complete,
                     a.sidecar_path, a.sidecar_size, a.sidecar_modified_at,
                     coalesce(p.paths, '{}') AS proxy_paths, coalesce(p.sizes, '{}') AS proxy_sizes
@@ -172,13 +219,13 @@ impl CatalogueStore for PgStore {
                     '{}', '{}'
                FROM asset_extra_paths e JOIN media_assets a ON a.id = e.asset_id
               WHERE e.storage_config_id = $1 AND NOT a.is_soft_deleted",
-        )
-        .bind::<Uuid, _>(config.as_uuid())
-        .load(&mut conn)
-        .await
-        .placed(&mut conn)
-        .await
-        .map_err(CatalogueError::from)?;
+                )
+                .bind::<Uuid, _>(config.as_uuid())
+                .load(conn)
+                .await
+            })
+            .await
+            .map_err(CatalogueError::from)?;
         rows.into_iter()
             .map(|r| {
                 Ok(KnownFile {
@@ -217,19 +264,20 @@ impl CatalogueStore for PgStore {
         config: StorageConfigId,
         hash: &ContentHash,
     ) -> Result<Vec<HashMatch>, CatalogueError> {
-        let mut conn = self.conn().await.map_err(catalogue)?;
-        let rows: Vec<HashRow> = sql_query(
-            "SELECT id, file_path, is_soft_deleted FROM media_assets
+        let rows: Vec<HashRow> = self
+            .read(async |conn| {
+                sql_query(
+                    "SELECT id, file_path, is_soft_deleted FROM media_assets
               WHERE storage_config_id = $1 AND content_hash = $2
               ORDER BY is_soft_deleted, soft_deleted_at DESC",
-        )
-        .bind::<Uuid, _>(config.as_uuid())
-        .bind::<Text, _>(hash.as_hex())
-        .load(&mut conn)
-        .await
-        .placed(&mut conn)
-        .await
-        .map_err(CatalogueError::from)?;
+                )
+                .bind::<Uuid, _>(config.as_uuid())
+                .bind::<Text, _>(hash.as_hex())
+                .load(conn)
+                .await
+            })
+            .await
+            .map_err(CatalogueError::from)?;
         Ok(rows
             .into_iter()
             .map(|r| HashMatch {
@@ -242,9 +290,7 @@ impl CatalogueStore for PgStore {
 
     #[mutants::skip]
     async fn relocate(&self, fence: Fence, asset: AssetId, facts: &FileFacts) -> Result<(), CatalogueError> {
-        let mut conn = self.conn().await.map_err(catalogue)?;
-        conn.transaction::<_, Fenced, _>(async |conn| {
-            hold(conn, fence).await?;
+        self.fenced(fence, async |conn| {
             // Whatever active asset held this path before has lost it (its content changed into this one's).
             sql_query(
                 "UPDATE media_assets AS o SET is_soft_deleted = true, soft_deleted_at = now()
@@ -280,8 +326,6 @@ impl CatalogueStore for PgStore {
             Ok(())
         })
         .await
-        .fenced_on(&mut conn)
-        .await
     }
 
     #[mutants::skip]
@@ -292,9 +336,7 @@ impl CatalogueStore for PgStore {
         asset: AssetId,
         facts: &FileFacts,
     ) -> Result<(), CatalogueError> {
-        let mut conn = self.conn().await.map_err(catalogue)?;
-        conn.transaction::<_, Fenced, _>(async |conn| {
-            hold(conn, fence).await?;
+        self.fenced(fence, async |conn| {
             sql_query(
             "INSERT INTO asset_extra_paths (storage_config_id, file_path, asset_id, display_path, size_bytes, file_modified_at)
              VALUES ($1, $2, $3, $4, $5, $6)
@@ -314,14 +356,11 @@ impl CatalogueStore for PgStore {
             Ok(())
         })
         .await
-        .fenced_on(&mut conn).await
     }
 
     #[mutants::skip]
     async fn put_proxies(&self, fence: Fence, asset: AssetId, proxies: &[NewProxy]) -> Result<(), CatalogueError> {
-        let mut conn = self.conn().await.map_err(catalogue)?;
-        conn.transaction::<_, Fenced, _>(async |conn| {
-            hold(conn, fence).await?;
+        self.fenced(fence, async |conn| {
             for p in proxies {
                 insert_proxy(asset, p).execute(conn).await?;
             }
@@ -331,8 +370,6 @@ impl CatalogueStore for PgStore {
                 .await?;
             Ok(())
         })
-        .await
-        .fenced_on(&mut conn)
         .await
     }
 
@@ -344,10 +381,8 @@ impl CatalogueStore for PgStore {
         capture: &CaptureTime,
         sidecar: Option<&Sidecar>,
     ) -> Result<(), CatalogueError> {
-        let mut conn = self.conn().await.map_err(catalogue)?;
         let (month, day) = capture.local_month_day();
-        conn.transaction::<_, Fenced, _>(async |conn| {
-            hold(conn, fence).await?;
+        self.fenced(fence, async |conn| {
             sql_query(
                 "UPDATE media_assets
                     SET captured_at = $2, captured_offset_minutes = $3, captured_at_source = $4,
@@ -369,97 +404,39 @@ impl CatalogueStore for PgStore {
             Ok(())
         })
         .await
-        .fenced_on(&mut conn)
-        .await
     }
 
     #[mutants::skip]
     async fn ingest(&self, fence: Fence, asset: &NewAsset) -> Result<IngestOutcome, CatalogueError> {
-        let mut conn = self.conn().await.map_err(catalogue)?;
         let id = AssetId::new();
-        let (month, day) = asset.capture.local_month_day();
-        let stored = conn
-            .transaction::<_, Fenced, _>(async |conn| {
-                hold(conn, fence).await?;
-                if let Some(old) = asset.replaces {
-                    sql_query(
-                        "UPDATE media_assets SET is_soft_deleted = true, soft_deleted_at = now()
+        let mut conn = self.conn().await?;
+        // The fenced transaction by hand (`tx::fenced_within`): a lost race on the content index is told apart,
+        // and answered with the asset that holds the content.
+        let stored = fenced_within(&mut conn, Some(fence), async |conn| {
+            if let Some(old) = asset.replaces {
+                sql_query(
+                    "UPDATE media_assets SET is_soft_deleted = true, soft_deleted_at = now()
                           WHERE id = $1 AND NOT is_soft_deleted",
-                    )
-                    .bind::<Uuid, _>(old.as_uuid())
-                    .execute(conn)
-                    .await?;
-                }
-                sql_query(
-                    "INSERT INTO media_assets (id, storage_config_id, file_path, display_path, content_hash, size_bytes,
-                         file_modified_at, media_type, captured_at, captured_offset_minutes, captured_at_source,
-                         capture_month, capture_day, sidecar_path, sidecar_size, sidecar_modified_at)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
                 )
-                .bind::<Uuid, _>(id.as_uuid())
-                .bind::<Uuid, _>(asset.storage_config_id.as_uuid())
-                .bind::<Binary, _>(&asset.facts.file_path)
-                .bind::<Text, _>(&asset.facts.display_path)
-                .bind::<Text, _>(asset.content_hash.as_hex())
-                .bind::<BigInt, _>(size(asset.facts.size))
-                .bind::<Timestamptz, _>(asset.facts.mtime)
-                .bind::<Text, _>(media_type_str(asset.media_type))
-                .bind::<Timestamptz, _>(asset.capture.at)
-                .bind::<Nullable<Integer>, _>(asset.capture.offset_minutes)
-                .bind::<Text, _>(asset.capture.source.as_str())
-                .bind::<SmallInt, _>(month as i16)
-                .bind::<SmallInt, _>(day as i16)
-                .bind::<Nullable<Binary>, _>(asset.sidecar.as_ref().map(|s| s.path.as_slice()))
-                .bind::<Nullable<BigInt>, _>(asset.sidecar.as_ref().map(|s| size(s.size)))
-                .bind::<Nullable<Timestamptz>, _>(asset.sidecar.as_ref().map(|s| s.mtime))
+                .bind::<Uuid, _>(old.as_uuid())
                 .execute(conn)
                 .await?;
-                let m = &asset.metadata;
-                sql_query(
-                    "INSERT INTO asset_metadata (asset_id, width, height, orientation_degrees, duration_ms,
-                         gps_latitude, gps_longitude, gps_altitude_m, camera_make, camera_model, lens_model,
-                         camera_burst_id, live_photo_content_id)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
-                )
-                .bind::<Uuid, _>(id.as_uuid())
-                .bind::<Nullable<Integer>, _>(m.width.map(|w| w as i32))
-                .bind::<Nullable<Integer>, _>(m.height.map(|h| h as i32))
-                .bind::<SmallInt, _>(m.orientation_degrees as i16)
-                .bind::<Nullable<BigInt>, _>(m.duration_ms.map(|d| d as i64))
-                .bind::<Nullable<Double>, _>(m.gps_latitude)
-                .bind::<Nullable<Double>, _>(m.gps_longitude)
-                .bind::<Nullable<Double>, _>(m.gps_altitude_m)
-                .bind::<Nullable<Text>, _>(m.camera_make.as_deref())
-                .bind::<Nullable<Text>, _>(m.camera_model.as_deref())
-                .bind::<Nullable<Text>, _>(m.lens_model.as_deref())
-                .bind::<Nullable<Text>, _>(m.camera_burst_id.as_deref())
-                .bind::<Nullable<Text>, _>(m.live_photo_content_id.as_deref())
-                .execute(conn)
-                .await?;
-                for p in &asset.proxies {
-                    insert_proxy(id, p).execute(conn).await?;
-                }
-                Ok(())
-            })
-            .await;
+            }
+            insert_asset(id, asset).execute(conn).await?;
+            insert_metadata(id, &asset.metadata).execute(conn).await?;
+            for p in &asset.proxies {
+                insert_proxy(id, p).execute(conn).await?;
+            }
+            Ok(())
+        })
+        .await;
         match stored {
             Ok(()) => Ok(IngestOutcome::Ingested(id)),
-            Err(Fenced::Db(e)) if error::is_unique_violation_of(&e, ACTIVE_CONTENT_INDEX) => {
-                let existing: Vec<IdRow> = sql_query(
-                    "SELECT id FROM media_assets WHERE storage_config_id = $1 AND content_hash = $2 AND NOT is_soft_deleted",
-                )
-                .bind::<Uuid, _>(asset.storage_config_id.as_uuid())
-                .bind::<Text, _>(asset.content_hash.as_hex())
-                .load(&mut conn)
-                .await
-                .placed(&mut conn).await.map_err(CatalogueError::from)?;
-                existing
-                    .into_iter()
-                    .next()
-                    .map(|r| IngestOutcome::ContentExists(AssetId::from_uuid(r.id)))
-                    .ok_or_else(|| CatalogueError::Unexpected("content vanished during ingest".into()))
+            Err(Refused::Db(e)) if error::is_unique_violation_of(&e, ACTIVE_CONTENT_INDEX) => {
+                drop(conn);
+                self.holder_of_content(asset).await
             }
-            Err(e) => Err::<IngestOutcome, _>(e).fenced_on(&mut conn).await,
+            Err(refused) => Err(refused.placed(&mut conn).await),
         }
     }
 
@@ -471,10 +448,8 @@ impl CatalogueStore for PgStore {
         assets: &[AssetId],
         extra_paths: &[Vec<u8>],
     ) -> Result<u64, CatalogueError> {
-        let mut conn = self.conn().await.map_err(catalogue)?;
         let ids: Vec<uuid::Uuid> = assets.iter().map(AssetId::as_uuid).collect();
-        conn.transaction::<_, Fenced, _>(async |conn| {
-            hold(conn, fence).await?;
+        self.fenced(fence, async |conn| {
             let mut deleted = 0;
             for chunk in ids.chunks(10_000) {
                 deleted += sql_query(
@@ -496,24 +471,23 @@ impl CatalogueStore for PgStore {
             Ok(deleted)
         })
         .await
-        .fenced_on(&mut conn)
-        .await
     }
 
     #[mutants::skip]
     async fn pairing_candidates(&self, config: StorageConfigId) -> Result<Vec<PairingCandidate>, CatalogueError> {
-        let mut conn = self.conn().await.map_err(catalogue)?;
-        let rows: Vec<CandidateRow> = sql_query(
-            "SELECT a.id, a.file_path, a.media_type, a.captured_at, m.live_photo_content_id
+        let rows: Vec<CandidateRow> = self
+            .read(async |conn| {
+                sql_query(
+                    "SELECT a.id, a.file_path, a.media_type, a.captured_at, m.live_photo_content_id
                FROM media_assets a LEFT JOIN asset_metadata m ON m.asset_id = a.id
               WHERE a.storage_config_id = $1 AND NOT a.is_soft_deleted AND a.paired_asset_id IS NULL",
-        )
-        .bind::<Uuid, _>(config.as_uuid())
-        .load(&mut conn)
-        .await
-        .placed(&mut conn)
-        .await
-        .map_err(CatalogueError::from)?;
+                )
+                .bind::<Uuid, _>(config.as_uuid())
+                .load(conn)
+                .await
+            })
+            .await
+            .map_err(CatalogueError::from)?;
         rows.into_iter()
             .map(|r| {
                 Ok(PairingCandidate {
@@ -529,9 +503,7 @@ impl CatalogueStore for PgStore {
 
     #[mutants::skip]
     async fn pair(&self, fence: Fence, still: AssetId, motion: AssetId) -> Result<(), CatalogueError> {
-        let mut conn = self.conn().await.map_err(catalogue)?;
-        conn.transaction::<_, Fenced, _>(async |conn| {
-            hold(conn, fence).await?;
+        self.fenced(fence, async |conn| {
             sql_query(
                 "UPDATE media_assets SET paired_asset_id = CASE WHEN id = $1 THEN $2 ELSE $1 END WHERE id IN ($1, $2)",
             )
@@ -542,20 +514,37 @@ impl CatalogueStore for PgStore {
             Ok(())
         })
         .await
-        .fenced_on(&mut conn)
-        .await
     }
 
     #[mutants::skip]
     async fn enqueue_follow_up(&self, fence: Fence, item: &NewWorkItem) -> Result<(), CatalogueError> {
-        let mut conn = self.conn().await.map_err(catalogue)?;
-        conn.transaction::<_, Fenced, _>(async |conn| {
-            hold(conn, fence).await?;
+        self.fenced(fence, async |conn| {
             crate::queue::enqueue_query(almanac_domain::WorkItemId::new(), item).execute(conn).await?;
             Ok(())
         })
         .await
-        .fenced_on(&mut conn)
-        .await
+    }
+}
+
+impl PgStore {
+    /// The active asset holding `asset`'s content (its ingest lost the race on the content index).
+    async fn holder_of_content(&self, asset: &NewAsset) -> Result<IngestOutcome, CatalogueError> {
+        let existing: Vec<IdRow> = self
+            .read(async |conn| {
+                sql_query(
+                    "SELECT id FROM media_assets
+                      WHERE storage_config_id = $1 AND content_hash = $2 AND NOT is_soft_deleted",
+                )
+                .bind::<Uuid, _>(asset.storage_config_id.as_uuid())
+                .bind::<Text, _>(asset.content_hash.as_hex())
+                .load(conn)
+                .await
+            })
+            .await?;
+        existing
+            .into_iter()
+            .next()
+            .map(|r| IngestOutcome::ContentExists(AssetId::from_uuid(r.id)))
+            .ok_or_else(|| CatalogueError::Unexpected("content vanished during ingest".into()))
     }
 }

@@ -129,20 +129,6 @@ pub(crate) async fn placed(conn: &mut AsyncPgConnection, e: DieselError) -> Stor
     }
 }
 
-/// [`placed`] as a method of a statement's result: `statement.load(&mut *conn).await.placed(&mut *conn).await`.
-pub(crate) trait Placed<T> {
-    async fn placed(self, conn: &mut AsyncPgConnection) -> Result<T, StoreError>;
-}
-
-impl<T> Placed<T> for Result<T, DieselError> {
-    async fn placed(self, conn: &mut AsyncPgConnection) -> Result<T, StoreError> {
-        match self {
-            Ok(value) => Ok(value),
-            Err(e) => Err(placed(conn, e).await),
-        }
-    }
-}
-
 pub(crate) fn queue(e: DieselError) -> QueueError {
     from_diesel(e).into()
 }

@@ -12,7 +12,6 @@ mod catalogue;
 mod catalogue_store;
 mod conninfo;
 mod error;
-mod fence;
 mod listener;
 mod maintenance_store;
 mod migrations;
@@ -21,12 +20,12 @@ mod prepared;
 mod queue;
 mod queue_admin;
 mod tls;
+mod tx;
 
 use std::time::Duration;
 
 use diesel_async::AsyncPgConnection;
 
-use crate::error::Placed;
 use diesel_async::SimpleAsyncConnection;
 use diesel_async::pooled_connection::deadpool::{Object, Pool};
 use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
@@ -135,15 +134,16 @@ impl PgStore {
             described: Option<String>,
         }
         use diesel_async::RunQueryDsl;
-        let mut conn = self.conn().await?;
-        let row: Ssl = diesel::sql_query(
-            "SELECT CASE WHEN ssl THEN version || ' ' || cipher END AS described FROM pg_stat_ssl \
-             WHERE pid = pg_backend_pid()",
-        )
-        .get_result(&mut *conn)
-        .await
-        .placed(&mut conn)
-        .await?;
+        let row: Ssl = self
+            .read(async |conn| {
+                diesel::sql_query(
+                    "SELECT CASE WHEN ssl THEN version || ' ' || cipher END AS described FROM pg_stat_ssl \
+                     WHERE pid = pg_backend_pid()",
+                )
+                .get_result(conn)
+                .await
+            })
+            .await?;
         Ok(row.described)
     }
 

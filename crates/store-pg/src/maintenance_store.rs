@@ -11,13 +11,11 @@ use almanac_domain::{
 use chrono::{DateTime, Utc};
 use diesel::sql_types::{Array, BigInt, Bool, Integer, Nullable, Text, Timestamptz, Uuid};
 use diesel::{QueryableByName, sql_query};
-use diesel_async::{AsyncConnection, RunQueryDsl};
+use diesel_async::RunQueryDsl;
 
 use crate::PgStore;
 use crate::error::StoreError;
-use crate::fence::{Fenced, FencedAnswer, hold};
-
-use crate::error::Placed;
+use crate::tx::Lane;
 
 fn pool(e: StoreError) -> CatalogueError {
     e.into()
@@ -84,19 +82,20 @@ fn stored(r: ProxyRow) -> Result<StoredProxy, CatalogueError> {
 impl MaintenanceStore for PgStore {
     #[mutants::skip]
     async fn burst_frames(&self, config: StorageConfigId) -> Result<Vec<BurstFrame>, CatalogueError> {
-        let mut conn = self.conn().await.map_err(pool)?;
-        let rows: Vec<FrameRow> = sql_query(
-            "SELECT a.id, m.camera_make, m.camera_model, a.captured_at, m.camera_burst_id, a.size_bytes
+        let rows: Vec<FrameRow> = self
+            .read(async |conn| {
+                sql_query(
+                    "SELECT a.id, m.camera_make, m.camera_model, a.captured_at, m.camera_burst_id, a.size_bytes
                FROM media_assets a JOIN asset_metadata m ON m.asset_id = a.id
               WHERE a.storage_config_id = $1 AND NOT a.is_soft_deleted AND a.media_type = 'image'
               ORDER BY a.captured_at, a.id",
-        )
-        .bind::<Uuid, _>(config.as_uuid())
-        .load(&mut conn)
-        .await
-        .placed(&mut conn)
-        .await
-        .map_err(CatalogueError::from)?;
+                )
+                .bind::<Uuid, _>(config.as_uuid())
+                .load(conn)
+                .await
+            })
+            .await
+            .map_err(CatalogueError::from)?;
         Ok(rows
             .into_iter()
             .map(|r| BurstFrame {
@@ -117,10 +116,8 @@ impl MaintenanceStore for PgStore {
         config: StorageConfigId,
         groups: &[BurstGroup],
     ) -> Result<(), CatalogueError> {
-        let mut conn = self.conn().await.map_err(pool)?;
         let keep: Vec<uuid::Uuid> = groups.iter().map(|g| g.id.as_uuid()).collect();
-        conn.transaction::<_, Fenced, _>(async |conn| {
-            hold(conn, fence).await?;
+        self.fenced(fence, async |conn| {
             sql_query("UPDATE media_assets SET burst_id = NULL WHERE storage_config_id = $1 AND burst_id IS NOT NULL")
                 .bind::<Uuid, _>(config.as_uuid())
                 .execute(conn)
@@ -160,8 +157,6 @@ impl MaintenanceStore for PgStore {
             Ok(())
         })
         .await
-        .fenced_on(&mut conn)
-        .await
     }
 
     #[mutants::skip]
@@ -171,8 +166,7 @@ impl MaintenanceStore for PgStore {
         before: DateTime<Utc>,
         limit: i64,
     ) -> Result<Vec<PurgeCandidate>, CatalogueError> {
-        let mut conn = self.conn().await.map_err(pool)?;
-        let rows: Vec<CandidateRow> = sql_query(
+        let rows: Vec<CandidateRow> = self.read(async |conn| {sql_query(
             "SELECT a.id, EXISTS (SELECT 1 FROM media_assets o WHERE o.storage_config_id = a.storage_config_id
                                      AND o.content_hash = a.content_hash AND NOT o.is_soft_deleted) AS content_still_active
                FROM media_assets a
@@ -183,12 +177,12 @@ impl MaintenanceStore for PgStore {
         .bind::<Uuid, _>(config.as_uuid())
         .bind::<Timestamptz, _>(before)
         .bind::<BigInt, _>(limit)
-        .load(&mut conn)
+        .load(conn)
         .await
-        .placed(&mut conn).await.map_err(CatalogueError::from)?;
-        // Back to the pool before the next statement takes one: holding it while asking for another starves
-        // (with a pool of one, deadlocks) the very call (found by the fault suite's exhausted pool).
-        drop(conn);
+})
+.await.map_err(CatalogueError::from)?;
+        // `read` gave its connection back before the next statement takes one: holding it while asking for
+        // another would starve (with a pool of one, deadlock) the very call (found by the fault suite).
         let ids: Vec<AssetId> = rows.iter().map(|r| AssetId::from_uuid(r.id)).collect();
         let mut proxies: BTreeMap<AssetId, Vec<StoredProxy>> = BTreeMap::new();
         for p in self.proxies_of(&ids, None).await? {
@@ -215,10 +209,8 @@ impl MaintenanceStore for PgStore {
         assets: &[AssetId],
         before: DateTime<Utc>,
     ) -> Result<Vec<AssetId>, CatalogueError> {
-        let mut conn = self.conn().await.map_err(pool)?;
-        let rows: Vec<IdRow> = conn
-            .transaction::<_, Fenced, _>(async |conn| {
-                hold(conn, fence).await?;
+        let rows: Vec<IdRow> = self
+            .fenced(fence, async |conn| {
                 // Re-check under a row lock: only assets still soft-deleted since before the cut-off go.
                 let still: Vec<IdRow> = sql_query(
                     "SELECT id FROM media_assets
@@ -248,13 +240,11 @@ impl MaintenanceStore for PgStore {
                     .execute(conn)
                     .await?;
                 // Metadata, proxy rows and extra paths go with the asset (ON DELETE CASCADE).
-                Ok(sql_query("DELETE FROM media_assets WHERE id = ANY($1) RETURNING id")
+                sql_query("DELETE FROM media_assets WHERE id = ANY($1) RETURNING id")
                     .bind::<Array<Uuid>, _>(&ids)
                     .load(conn)
-                    .await?)
+                    .await
             })
-            .await
-            .fenced_on(&mut conn)
             .await?;
         Ok(rows.into_iter().map(|r| AssetId::from_uuid(r.id)).collect())
     }
@@ -265,20 +255,21 @@ impl MaintenanceStore for PgStore {
         assets: &[AssetId],
         types: Option<&[ProxyType]>,
     ) -> Result<Vec<StoredProxy>, CatalogueError> {
-        let mut conn = self.conn().await.map_err(pool)?;
         let types: Option<Vec<&str>> = types.map(|t| t.iter().map(|p| p.as_str()).collect());
-        let rows: Vec<ProxyRow> = sql_query(
-            "SELECT asset_id, proxy_type, relative_path FROM proxy_files
+        let rows: Vec<ProxyRow> = self
+            .read(async |conn| {
+                sql_query(
+                    "SELECT asset_id, proxy_type, relative_path FROM proxy_files
               WHERE asset_id = ANY($1) AND ($2::text[] IS NULL OR proxy_type = ANY($2))
               ORDER BY asset_id, proxy_type",
-        )
-        .bind::<Array<Uuid>, _>(uuids(assets))
-        .bind::<Nullable<Array<Text>>, _>(types)
-        .load(&mut conn)
-        .await
-        .placed(&mut conn)
-        .await
-        .map_err(CatalogueError::from)?;
+                )
+                .bind::<Array<Uuid>, _>(uuids(assets))
+                .bind::<Nullable<Array<Text>>, _>(types)
+                .load(conn)
+                .await
+            })
+            .await
+            .map_err(CatalogueError::from)?;
         rows.into_iter().map(stored).collect()
     }
 
@@ -288,16 +279,16 @@ impl MaintenanceStore for PgStore {
         config: StorageConfigId,
         assets: &[AssetId],
     ) -> Result<Vec<AssetId>, CatalogueError> {
-        let mut conn = self.conn().await.map_err(pool)?;
-        let rows: Vec<IdRow> =
-            sql_query("SELECT id FROM media_assets WHERE id = ANY($2) AND storage_config_id <> $1 ORDER BY id")
-                .bind::<Uuid, _>(config.as_uuid())
-                .bind::<Array<Uuid>, _>(uuids(assets))
-                .load(&mut conn)
-                .await
-                .placed(&mut conn)
-                .await
-                .map_err(CatalogueError::from)?;
+        let rows: Vec<IdRow> = self
+            .read(async |conn| {
+                sql_query("SELECT id FROM media_assets WHERE id = ANY($2) AND storage_config_id <> $1 ORDER BY id")
+                    .bind::<Uuid, _>(config.as_uuid())
+                    .bind::<Array<Uuid>, _>(uuids(assets))
+                    .load(conn)
+                    .await
+            })
+            .await
+            .map_err(CatalogueError::from)?;
         Ok(rows.into_iter().map(|r| AssetId::from_uuid(r.id)).collect())
     }
 
@@ -308,12 +299,10 @@ impl MaintenanceStore for PgStore {
 
     #[mutants::skip]
     async fn delete_proxy_rows(&self, fence: Fence, proxies: &[StoredProxy]) -> Result<u64, CatalogueError> {
-        let mut conn = self.conn().await.map_err(pool)?;
         let assets: Vec<uuid::Uuid> = proxies.iter().map(|p| p.asset_id.as_uuid()).collect();
         let types: Vec<&str> = proxies.iter().map(|p| p.proxy_type.as_str()).collect();
-        let n = conn
-            .transaction::<_, Fenced, _>(async |conn| {
-                hold(conn, fence).await?;
+        let n = self
+            .fenced(fence, async |conn| {
                 let n = sql_query(
                     "DELETE FROM proxy_files p USING unnest($1::uuid[], $2::text[]) AS d(asset_id, proxy_type)
                       WHERE p.asset_id = d.asset_id AND p.proxy_type = d.proxy_type",
@@ -329,20 +318,19 @@ impl MaintenanceStore for PgStore {
                     .await?;
                 Ok(n)
             })
-            .await
-            .fenced_on(&mut conn)
             .await?;
         Ok(n as u64)
     }
 
     #[mutants::skip]
     async fn referenced_proxy_paths(&self, paths: &[String]) -> Result<Vec<String>, CatalogueError> {
-        let mut conn = self.conn().await.map_err(pool)?;
-        let rows: Vec<PathRow> = sql_query("SELECT relative_path FROM proxy_files WHERE relative_path = ANY($1)")
-            .bind::<Array<Text>, _>(paths)
-            .load(&mut conn)
-            .await
-            .placed(&mut conn)
+        let rows: Vec<PathRow> = self
+            .read(async |conn| {
+                sql_query("SELECT relative_path FROM proxy_files WHERE relative_path = ANY($1)")
+                    .bind::<Array<Text>, _>(paths)
+                    .load(conn)
+                    .await
+            })
             .await
             .map_err(CatalogueError::from)?;
         Ok(rows.into_iter().map(|r| r.relative_path).collect())
@@ -356,11 +344,9 @@ impl MaintenanceStore for PgStore {
         revoked_before: DateTime<Utc>,
         limit: i64,
     ) -> Result<u64, CatalogueError> {
-        let mut conn = self.conn().await.map_err(pool)?;
-        let n = conn
-            .transaction::<_, Fenced, _>(async |conn| {
-                hold(conn, fence).await?;
-                Ok(sql_query(
+        let n = self
+            .fenced(fence, async |conn| {
+                sql_query(
                     "DELETE FROM refresh_tokens WHERE id IN (
                         SELECT id FROM refresh_tokens WHERE expires_at < $1 OR revoked_at < $2 LIMIT $3)",
                 )
@@ -368,10 +354,8 @@ impl MaintenanceStore for PgStore {
                 .bind::<Timestamptz, _>(revoked_before)
                 .bind::<BigInt, _>(limit)
                 .execute(conn)
-                .await?)
+                .await
             })
-            .await
-            .fenced_on(&mut conn)
             .await?;
         Ok(n as u64)
     }
@@ -384,10 +368,8 @@ impl MaintenanceStore for PgStore {
         failed_before: DateTime<Utc>,
         limit: i64,
     ) -> Result<u64, CatalogueError> {
-        let mut conn = self.conn().await.map_err(pool)?;
-        let items = conn
-            .transaction::<_, Fenced, _>(async |conn| {
-                hold(conn, fence).await?;
+        let items = self
+            .fenced(fence, async |conn| {
                 let items =
                     crate::queue::delete_finished_query(done_before, failed_before, limit).execute(conn).await?;
                 sql_query(
@@ -400,8 +382,6 @@ impl MaintenanceStore for PgStore {
                 .await?;
                 Ok(items)
             })
-            .await
-            .fenced_on(&mut conn)
             .await?;
         Ok(items as u64)
     }
@@ -410,11 +390,8 @@ impl MaintenanceStore for PgStore {
 impl DatabaseClock for PgStore {
     #[mutants::skip]
     async fn db_now(&self) -> Result<DateTime<Utc>, CatalogueError> {
-        let mut conn = self.conn().await.map_err(pool)?;
-        let row: Now = sql_query("SELECT now() AS now")
-            .get_result(&mut conn)
-            .await
-            .placed(&mut conn)
+        let row: Now = self
+            .read(async |conn| sql_query("SELECT now() AS now").get_result(conn).await)
             .await
             .map_err(CatalogueError::from)?;
         Ok(row.now)
@@ -442,9 +419,8 @@ impl QueueMaintenance for PgStore {
         // In key order: racing schedulers then wait for each other's keys in one order, never in a cycle.
         let mut due: Vec<&(String, NewWorkItem)> = due.iter().collect();
         due.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut conn = self.conn().await.map_err(QueueError::from)?;
         let ids: Vec<WorkItemId> = due.iter().map(|_| WorkItemId::new()).collect();
-        conn.transaction::<_, diesel::result::Error, _>(async |conn| {
+        self.transaction(Lane::Shared, async |conn| {
             // The periods this call records first are the ones it enqueues: two statements, one commit.
             let won: Vec<IdRow> = sql_query(
                 "INSERT INTO schedule_periods (schedule_key, work_item_id)
@@ -464,25 +440,23 @@ impl QueueMaintenance for PgStore {
             Ok(won_due.into_iter().map(|(key, _)| key.clone()).collect())
         })
         .await
-        .placed(&mut conn)
-        .await
         .map_err(QueueError::from)
     }
 
     #[mutants::skip]
     async fn cancel_queued_of_inactive(&self) -> Result<u64, QueueError> {
-        let mut conn = self.conn().await.map_err(QueueError::from)?;
-        let n = sql_query(
-            "UPDATE work_items SET status = 'cancelled', finished_at = now(),
-                    last_error = 'cancelled: its storage config is inactive'
-              WHERE status = 'queued'
-                AND storage_config_id IN (SELECT id FROM storage_configs WHERE NOT is_active)",
-        )
-        .execute(&mut conn)
-        .await
-        .placed(&mut conn)
-        .await
-        .map_err(QueueError::from)?;
+        let n = self
+            .read(async |conn| {
+                sql_query(
+                    "UPDATE work_items SET status = 'cancelled', finished_at = now(),
+                            last_error = 'cancelled: its storage config is inactive'
+                      WHERE status = 'queued'
+                        AND storage_config_id IN (SELECT id FROM storage_configs WHERE NOT is_active)",
+                )
+                .execute(conn)
+                .await
+            })
+            .await?;
         Ok(n as u64)
     }
 }

@@ -7,7 +7,6 @@ use diesel::sql_types::{BigInt, Bool, Integer, Nullable, Text, Timestamptz, Uuid
 use diesel::{QueryableByName, sql_query};
 use diesel_async::RunQueryDsl;
 
-use crate::error::Placed;
 use crate::{PgStore, StoreError};
 
 /// One storage config as an operator sees it.
@@ -75,9 +74,10 @@ impl PgStore {
     /// finished crawl, ordered by user and root.
     #[mutants::skip]
     pub async fn config_overview(&self) -> Result<Vec<ConfigOverview>, StoreError> {
-        let mut conn = self.conn().await?;
-        let rows: Vec<ConfigRow> = sql_query(
-            "SELECT c.id, u.username, c.root_path, c.is_active, c.paused_at IS NOT NULL AS paused,
+        let rows: Vec<ConfigRow> = self
+            .read(async |conn| {
+                sql_query(
+                    "SELECT c.id, u.username, c.root_path, c.is_active, c.paused_at IS NOT NULL AS paused,
                     (SELECT count(*) FROM media_assets a WHERE a.storage_config_id = c.id AND NOT a.is_soft_deleted)
                       AS assets,
                     last.finished_at AS crawled_at, last.status AS crawl_status
@@ -87,11 +87,11 @@ impl PgStore {
                      WHERE w.storage_config_id = c.id AND w.kind = 'crawl' AND w.finished_at IS NOT NULL
                      ORDER BY w.finished_at DESC LIMIT 1) last ON true
               ORDER BY u.username, c.root_path",
-        )
-        .load(&mut *conn)
-        .await
-        .placed(&mut conn)
-        .await?;
+                )
+                .load(conn)
+                .await
+            })
+            .await?;
         rows.into_iter()
             .map(|r| {
                 let last_crawl = match (r.crawled_at, r.crawl_status) {
@@ -114,18 +114,19 @@ impl PgStore {
     /// Items that ended in each of the last `hours` hours, by outcome (hours with none are absent).
     #[mutants::skip]
     pub async fn outcomes_by_hour(&self, hours: i32) -> Result<Vec<HourlyOutcome>, StoreError> {
-        let mut conn = self.conn().await?;
-        let rows: Vec<HourRow> = sql_query(
-            "SELECT date_trunc('hour', finished_at) AS hour, status, count(*) AS count FROM work_items
+        let rows: Vec<HourRow> = self
+            .read(async |conn| {
+                sql_query(
+                    "SELECT date_trunc('hour', finished_at) AS hour, status, count(*) AS count FROM work_items
               WHERE status IN ('succeeded', 'failed', 'cancelled')
                 AND finished_at > date_trunc('hour', now()) - make_interval(hours => $1 - 1)
               GROUP BY 1, 2 ORDER BY 1, 2",
-        )
-        .bind::<Integer, _>(hours.max(1))
-        .load(&mut *conn)
-        .await
-        .placed(&mut conn)
-        .await?;
+                )
+                .bind::<Integer, _>(hours.max(1))
+                .load(conn)
+                .await
+            })
+            .await?;
         rows.into_iter()
             .map(|r| Ok(HourlyOutcome { hour: r.hour, status: r.status.parse().map_err(|e| bad(&e))?, count: r.count }))
             .collect()

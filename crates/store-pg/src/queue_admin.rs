@@ -9,10 +9,10 @@ use chrono::{DateTime, Utc};
 use diesel::QueryableByName;
 use diesel::sql_query;
 use diesel::sql_types::{Array, BigInt, Bool, Nullable, Text, Uuid};
-use diesel_async::{AsyncConnection, RunQueryDsl};
+use diesel_async::RunQueryDsl;
 
-use crate::error::Placed;
 use crate::queue::{WorkItemRow, delete_finished_query};
+use crate::tx::Lane;
 use crate::{PgStore, StoreError};
 
 /// Which items to list or retry: each field, when set, narrows the choice.
@@ -51,14 +51,15 @@ impl PgStore {
     /// How many items of each kind have each status.
     #[mutants::skip]
     pub async fn queue_summary(&self) -> Result<Vec<QueueSummaryRow>, StoreError> {
-        let mut conn = self.conn().await?;
-        let rows: Vec<SummaryRow> = sql_query(
+        let rows: Vec<SummaryRow> = self
+            .read(async |conn| {
+                sql_query(
             "SELECT kind, status, count(*) AS count FROM work_items GROUP BY kind, status ORDER BY kind, status",
         )
-        .load(&mut conn)
+        .load(conn)
         .await
-        .placed(&mut conn)
-        .await?;
+            })
+            .await?;
         rows.into_iter()
             .map(|r| {
                 let bad = |e: almanac_domain::DomainError| StoreError::Unexpected(format!("queue summary: {e}"));
@@ -80,9 +81,8 @@ impl PgStore {
             #[diesel(sql_type = Bool)]
             was: bool,
         }
-        let mut conn = self.conn().await?;
-        let rows: Vec<Was> = conn
-            .transaction::<_, diesel::result::Error, _>(async |conn| {
+        let rows: Vec<Was> = self
+            .transaction(Lane::Shared, async |conn| {
                 sql_query(
                     "UPDATE storage_configs AS s
                         SET paused_at = CASE WHEN $2 THEN COALESCE(o.paused_at, now()) END
@@ -95,8 +95,6 @@ impl PgStore {
                 .load(conn)
                 .await
             })
-            .await
-            .placed(&mut conn)
             .await?;
         rows.into_iter().next().map(|r| r.was).ok_or_else(|| StoreError::NotFound(format!("no storage config {id}")))
     }
@@ -105,9 +103,8 @@ impl PgStore {
     /// was paused before.
     #[mutants::skip]
     pub async fn set_kind_paused(&self, kind: WorkKind, paused: bool) -> Result<bool, StoreError> {
-        let mut conn = self.conn().await?;
-        let changed = conn
-            .transaction::<_, diesel::result::Error, _>(async |conn| {
+        let changed = self
+            .transaction(Lane::Shared, async |conn| {
                 let sql = if paused {
                     "INSERT INTO paused_kinds (kind) VALUES ($1) ON CONFLICT (kind) DO NOTHING"
                 } else {
@@ -115,8 +112,6 @@ impl PgStore {
                 };
                 sql_query(sql).bind::<Text, _>(kind.as_str()).execute(conn).await
             })
-            .await
-            .placed(&mut conn)
             .await?;
         // Pausing changed a row when it was not paused before; resuming when it was.
         Ok(if paused { changed == 0 } else { changed == 1 })
@@ -132,18 +127,19 @@ impl PgStore {
             #[diesel(sql_type = Nullable<Uuid>)]
             id: Option<uuid::Uuid>,
         }
-        let mut conn = self.conn().await?;
-        let rows: Vec<Row> = sql_query(
-            "SELECT what, id FROM (
+        let rows: Vec<Row> = self
+            .read(async |conn| {
+                sql_query(
+                    "SELECT what, id FROM (
                  SELECT kind AS what, NULL::uuid AS id, paused_at FROM paused_kinds
                  UNION ALL
                  SELECT root_path, id, paused_at FROM storage_configs WHERE paused_at IS NOT NULL) AS p
               ORDER BY paused_at",
-        )
-        .load(&mut conn)
-        .await
-        .placed(&mut conn)
-        .await?;
+                )
+                .load(conn)
+                .await
+            })
+            .await?;
         let mut kinds = Vec::new();
         let mut configs = Vec::new();
         for row in rows {
@@ -163,21 +159,22 @@ impl PgStore {
     /// The most recently requested items that match `filter`, newest first, at most `limit`.
     #[mutants::skip]
     pub async fn find_items(&self, filter: &ItemFilter, limit: i64) -> Result<Vec<WorkItem>, StoreError> {
-        let mut conn = self.conn().await?;
-        let rows: Vec<WorkItemRow> = sql_query(
-            "SELECT * FROM work_items
+        let rows: Vec<WorkItemRow> = self
+            .read(async |conn| {
+                sql_query(
+                    "SELECT * FROM work_items
               WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR kind = $2)
                 AND ($3::uuid IS NULL OR storage_config_id = $3)
               ORDER BY requested_at DESC, id DESC LIMIT $4",
-        )
-        .bind::<Nullable<Text>, _>(filter.status.map(Status::as_str))
-        .bind::<Nullable<Text>, _>(filter.kind.map(WorkKind::as_str))
-        .bind::<Nullable<Uuid>, _>(filter.config.map(|c| c.as_uuid()))
-        .bind::<BigInt, _>(limit)
-        .load(&mut conn)
-        .await
-        .placed(&mut conn)
-        .await?;
+                )
+                .bind::<Nullable<Text>, _>(filter.status.map(Status::as_str))
+                .bind::<Nullable<Text>, _>(filter.kind.map(WorkKind::as_str))
+                .bind::<Nullable<Uuid>, _>(filter.config.map(|c| c.as_uuid()))
+                .bind::<BigInt, _>(limit)
+                .load(conn)
+                .await
+            })
+            .await?;
         rows.into_iter().map(|r| WorkItem::try_from(r).map_err(|e| StoreError::Unexpected(e.to_string()))).collect()
     }
 
@@ -201,14 +198,13 @@ impl PgStore {
                 )));
             }
         };
-        let mut conn = self.conn().await?;
         #[derive(QueryableByName)]
         struct IdRow {
             #[diesel(sql_type = Uuid)]
             id: uuid::Uuid,
         }
-        let rows: Vec<IdRow> = conn
-            .transaction::<_, diesel::result::Error, _>(async |conn| {
+        let rows: Vec<IdRow> = self
+            .transaction(Lane::Shared, async |conn| {
                 // Items of one batch may share a dedup key: as in lease recovery, the batch decides (the oldest
                 // keeps it, unless a queued item holds it already; the others drop it), or the statement would
                 // fail on the dedup index.
@@ -243,8 +239,6 @@ impl PgStore {
                 .load(conn)
                 .await
             })
-            .await
-            .placed(&mut conn)
             .await?;
         Ok(rows.into_iter().map(|r| WorkItemId::from_uuid(r.id)).collect())
     }
@@ -259,9 +253,9 @@ impl PgStore {
         failed_before: DateTime<Utc>,
         batch: i64,
     ) -> Result<u64, StoreError> {
-        let mut conn = self.conn().await?;
-        let deleted =
-            delete_finished_query(done_before, failed_before, batch).execute(&mut conn).await.placed(&mut conn).await?;
+        let deleted = self
+            .read(async |conn| delete_finished_query(done_before, failed_before, batch).execute(conn).await)
+            .await?;
         Ok(deleted as u64)
     }
 }

@@ -1,0 +1,143 @@
+//! The claim (ADR 0008 rules 1 and 2): alone, in a transaction of its own, or chained after completions
+//! (`outcome::complete_many_and_claim`).
+
+use almanac_domain::{Attempt, ClaimRequest, ClaimedItem, Fence, QueueError, ServedConfigs, WorkItem};
+use diesel::result::Error as DieselError;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+
+use super::WorkItemRow;
+use super::outcome::seconds;
+use crate::PgStore;
+use crate::error::{self, RUNNING_CONFIG_INDEX, placed};
+use crate::prepared::{Bind, Prepared};
+use crate::tx::within;
+
+/// Rule 1: one statement under READ COMMITTED. The candidates are the oldest due unscoped items and the oldest
+/// due item of each of the 32 oldest claimable configs (enough for 32 concurrent claimers to each find one:
+/// SKIP LOCKED passes over the items the others hold) (`queue_heads`: active, queued work, nothing running, kept
+/// by triggers in the same transactions that change `work_items`), so neither the number of configs nor a busy
+/// config's backlog is ever scanned (ADR 0008, "claim cost"). They come from `almanac_claim_candidates`
+/// (migration 000009), which always plans them as walks of queued indexes in order, whatever the statistics say.
+/// Rule 2 (the running-config index) rejects a racing second claim of one config.
+///
+/// It claims up to `{limit}` items at once (see [`claim_text`]): the candidates hold at most one item per config
+/// (one per head, and unscoped items have none), so a batch never holds two items of one config. The
+/// candidates, and then the claimed ids, are handed on as arrays computed once (`= ANY ((SELECT …)::uuid[])`,
+/// `= ANY (ARRAY (…))`: init plans, not filters evaluated row by row), so each step is a lookup by primary key
+/// whatever the planner guesses of a batch's size: with `IN (…)` and a generic plan (the limit unknown), it
+/// joined the candidates to a scan of the whole queue and the claim went five times slower. The candidates'
+/// status is checked again (an item claimed since they were read, re-read under its lock, must not be claimed
+/// twice) through a `CASE`, which no partial index's `status = 'queued'` predicate matches: on tables without
+/// statistics the planner otherwise intersected the primary key with a whole partial index of the queue.
+/// `$served` is the served user, or NULL for every config.
+macro_rules! claim_sql {
+    ($served:literal) => {
+        concat!(
+            "UPDATE work_items AS w
+   SET status = 'running',
+       attempt = w.attempt + 1,
+       worker_id = $1,
+       started_at = now(),
+       heartbeat_at = now(),
+       lease_expires_at = now() + $2 * interval '1 second',
+       progress = NULL
+ WHERE w.id = ANY (ARRAY (
+       SELECT q.id
+         FROM work_items AS q
+        WHERE q.id = ANY ((SELECT almanac_claim_candidates($3, ",
+            $served,
+            "))::uuid[])
+          AND CASE WHEN q.status = 'queued' THEN true END
+        ORDER BY q.requested_at, q.id
+        LIMIT {limit}
+          FOR UPDATE SKIP LOCKED))
+RETURNING w.*"
+        )
+    };
+}
+
+/// The claim for a Worker serving every config.
+const CLAIM_ALL: &str = claim_sql!("NULL::uuid");
+/// The claim for a Worker serving one user's configs (`$4`).
+const CLAIM_USER: &str = claim_sql!("$4");
+
+/// The claim's text for a batch of `limit`. The limit is written into the text, not bound: a statement cached
+/// with a generic plan for an unknown limit read the whole table (tens of times over, on misleading
+/// statistics). So each batch size is its own prepared statement on a connection (a Worker uses a few: its
+/// slot count and below).
+fn claim_text(template: &str, limit: usize) -> String {
+    template.replace("{limit}", &limit.max(1).to_string())
+}
+
+/// The claim on a connection of the caller's, e.g. inside an explicit transaction held open to force the
+/// race that rule 2 covers (the caller then commits). [`almanac_domain::WorkQueue::claim`] runs it in a
+/// transaction of its own whose commit it awaits. For tests only (feature `test-support`).
+#[cfg(feature = "test-support")]
+#[mutants::skip]
+pub async fn claim_with(
+    conn: &mut AsyncPgConnection,
+    request: &ClaimRequest,
+) -> Result<Option<ClaimedItem>, QueueError> {
+    match statement(conn, request, 1).await {
+        Ok(rows) => Ok(items(rows)?.into_iter().next()),
+        Err(e) if lost_race(&e) => Ok(None),
+        Err(e) => Err(error::queue(e)),
+    }
+}
+
+/// A claim of up to `limit` items in a transaction whose commit is awaited: a claim acknowledged is a claim
+/// committed, so no handler ever runs an item that is still queued (whose next claim would reuse its attempt
+/// number).
+pub(super) async fn claim(
+    store: &PgStore,
+    request: &ClaimRequest,
+    limit: usize,
+) -> Result<Vec<ClaimedItem>, QueueError> {
+    let mut conn = store.conn().await?;
+    match within(&mut conn, async |conn| statement(conn, request, limit).await).await {
+        Ok(rows) => items(rows),
+        Err(e) if lost_race(&e) => Ok(Vec::new()),
+        Err(e) => Err(placed(&mut conn, e).await.into()),
+    }
+}
+
+/// The claim statement for up to `limit` items: the claimed rows, oldest first.
+pub(super) async fn statement(
+    conn: &mut AsyncPgConnection,
+    request: &ClaimRequest,
+    limit: usize,
+) -> Result<Vec<WorkItemRow>, DieselError> {
+    let kinds: Vec<String> = request.kinds.iter().map(|k| k.as_str().to_owned()).collect();
+    let user = match request.served {
+        ServedConfigs::All => None,
+        ServedConfigs::User(user) => Some(user.as_uuid()),
+    };
+    let mut binds =
+        vec![Bind::Text(request.worker_id.as_str()), Bind::Double(seconds(request.lease)), Bind::TextArray(kinds)];
+    binds.extend(user.map(Bind::Uuid));
+    let sql = claim_text(if user.is_some() { CLAIM_USER } else { CLAIM_ALL }, limit);
+    let mut rows: Vec<WorkItemRow> = Prepared::new(&sql, binds).load(conn).await?;
+    rows.sort_by_key(|r| (r.requested_at, r.id));
+    Ok(rows)
+}
+
+/// Rule 2: a concurrent claim of one of the same configs won (the running-config index refused this one); this
+/// Worker waits for its next poll.
+pub(super) fn lost_race(e: &DieselError) -> bool {
+    let lost = error::is_unique_violation_of(e, RUNNING_CONFIG_INDEX);
+    if lost {
+        tracing::info!(event = "lost_race", "another Worker claimed work of the same storage config first");
+    }
+    lost
+}
+
+/// The claimed rows as the port answers them.
+pub(super) fn items(rows: Vec<WorkItemRow>) -> Result<Vec<ClaimedItem>, QueueError> {
+    rows.into_iter()
+        .map(|row| {
+            let item = WorkItem::try_from(row)?;
+            let attempt = Attempt::new(item.attempt).map_err(|e| QueueError::Unexpected(e.to_string()))?;
+            Ok(ClaimedItem { fence: Fence { id: item.id, attempt }, item })
+        })
+        .collect()
+}

@@ -1,0 +1,231 @@
+//! An attempt's own writes (ADR 0008 rule 5): heartbeats, completions (alone, or many with the claim that
+//! follows them), failures, cancellations and releases. Each is fenced in its own `WHERE` ([`FENCE`]) and runs
+//! in a transaction on the attempt's reserved connections (`Lane::Attempt`) whose commit is awaited.
+
+use std::collections::HashSet;
+
+use almanac_domain::{
+    ClaimRequest, CompletedMany, Completion, FailOutcome, Failure, Fence, Heartbeat, LeaseDuration, QueueError, Status,
+    WriteOutcome,
+};
+use diesel::QueryableByName;
+use diesel::sql_types::{Bool, Integer, Uuid};
+use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
+
+use super::claim;
+use super::row::{StatusRow, parse_status};
+use crate::PgStore;
+use crate::prepared::{Bind, Prepared};
+use crate::tx::Lane;
+
+/// The fence of an attempt's own write: `$1` its item, `$2` its attempt, still running.
+const FENCE: &str = "w.id = $1 AND w.attempt = $2 AND w.status = 'running'";
+
+/// How long the claim that follows a completion waits for any one lock before it gives up (nothing claimed).
+const CHAINED_CLAIM_LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Marks each fenced attempt of the arrays (`$1` ids, `$2` attempts, `$3` results) succeeded; answers the
+/// `(id, attempt)` of each row written. Each row is fenced on its own, exactly as [`FENCE`] fences one.
+pub(super) const COMPLETE_MANY: &str = "\
+UPDATE work_items AS w
+   SET status = 'succeeded', finished_at = now(), lease_expires_at = NULL, result = d.result
+  FROM unnest($1::uuid[], $2::integer[], $3::jsonb[]) AS d(id, attempt, result)
+ WHERE w.id = d.id AND w.attempt = d.attempt AND w.status = 'running'
+RETURNING w.id, w.attempt";
+
+/// Whether a failing attempt's item is retried: retryable, under its budget, and no cancel requested. Read from
+/// the row being updated, so a cancel requested at that very moment is seen (a subquery's snapshot would not
+/// be re-read when the update waits for the cancel's row lock).
+const RETRY: &str = "($4::boolean AND w.failures + 1 < w.max_attempts AND w.cancel_requested_at IS NULL)";
+
+/// Requeuing must not collide with a newer queued item of the same dedup key: the requeued item drops its key
+/// and both stay (nothing is lost; the work may run twice).
+pub(super) const REQUEUE_DEDUP_KEY: &str = "CASE WHEN EXISTS (SELECT 1 FROM work_items AS o
+       WHERE o.dedup_key = w.dedup_key AND o.status = 'queued' AND o.id <> w.id) THEN NULL ELSE w.dedup_key END";
+
+#[derive(QueryableByName)]
+pub(super) struct IdRow {
+    #[diesel(sql_type = Uuid)]
+    pub(super) id: uuid::Uuid,
+    #[diesel(sql_type = Integer)]
+    pub(super) attempt: i32,
+}
+
+#[derive(QueryableByName)]
+struct CancelRequested {
+    #[diesel(sql_type = Bool)]
+    cancel_requested: bool,
+}
+
+/// A lease in seconds, as the statements bind it.
+pub(super) fn seconds(lease: LeaseDuration) -> f64 {
+    lease.get().as_secs_f64()
+}
+
+/// The values of [`FENCE`]'s `$1` and `$2`.
+fn fence_binds<'a>(fence: Fence) -> Vec<Bind<'a>> {
+    vec![Bind::Uuid(fence.id.as_uuid()), Bind::Integer(fence.attempt.get())]
+}
+
+/// A write of the attempt's own that answers how many rows it changed: one, or none when the fence is stale.
+async fn fenced_write(store: &PgStore, sql: String, binds: Vec<Bind<'_>>) -> Result<WriteOutcome, QueueError> {
+    let rows = store.transaction(Lane::Attempt, async |conn| Prepared::new(&sql, binds).execute(conn).await).await?;
+    Ok(if rows == 1 { WriteOutcome::Written } else { WriteOutcome::Lost })
+}
+
+/// [`almanac_domain::WorkQueue::heartbeat`].
+pub(super) async fn heartbeat(
+    store: &PgStore,
+    fence: Fence,
+    lease: LeaseDuration,
+    progress: Option<&serde_json::Value>,
+) -> Result<Heartbeat, QueueError> {
+    let sql = format!(
+        "UPDATE work_items AS w
+            SET heartbeat_at = now(),
+                lease_expires_at = now() + $3 * interval '1 second',
+                progress = COALESCE($4, w.progress)
+          WHERE {FENCE}
+      RETURNING w.cancel_requested_at IS NOT NULL AS cancel_requested"
+    );
+    let mut binds = fence_binds(fence);
+    binds.extend([Bind::Double(seconds(lease)), Bind::NullableJsonb(progress)]);
+    let renewed: Vec<CancelRequested> =
+        store.transaction(Lane::Attempt, async |conn| Prepared::new(&sql, binds).load(conn).await).await?;
+    Ok(match renewed.into_iter().next() {
+        Some(r) => Heartbeat::Renewed { cancel_requested: r.cancel_requested },
+        None => Heartbeat::Lost,
+    })
+}
+
+/// [`almanac_domain::WorkQueue::complete`].
+pub(super) async fn complete(
+    store: &PgStore,
+    fence: Fence,
+    result: Option<&serde_json::Value>,
+) -> Result<WriteOutcome, QueueError> {
+    let sql = format!(
+        "UPDATE work_items AS w
+            SET status = 'succeeded', finished_at = now(), lease_expires_at = NULL, result = $3
+          WHERE {FENCE}"
+    );
+    let mut binds = fence_binds(fence);
+    binds.push(Bind::NullableJsonb(result));
+    fenced_write(store, sql, binds).await
+}
+
+/// [`almanac_domain::WorkQueue::mark_cancelled`].
+pub(super) async fn mark_cancelled(store: &PgStore, fence: Fence) -> Result<WriteOutcome, QueueError> {
+    let sql = format!(
+        "UPDATE work_items AS w
+            SET status = 'cancelled', finished_at = now(), lease_expires_at = NULL
+          WHERE {FENCE}"
+    );
+    fenced_write(store, sql, fence_binds(fence)).await
+}
+
+/// [`almanac_domain::WorkQueue::release`].
+pub(super) async fn release(store: &PgStore, fence: Fence) -> Result<WriteOutcome, QueueError> {
+    let sql = format!(
+        "UPDATE work_items AS w
+            SET status = 'queued', lease_expires_at = NULL, run_after = now(),
+                dedup_key = {REQUEUE_DEDUP_KEY}
+          WHERE {FENCE}"
+    );
+    fenced_write(store, sql, fence_binds(fence)).await
+}
+
+/// [`almanac_domain::WorkQueue::fail`].
+pub(super) async fn fail(store: &PgStore, fence: Fence, failure: &Failure) -> Result<FailOutcome, QueueError> {
+    let sql = format!(
+        "UPDATE work_items AS w
+            SET failures = w.failures + 1,
+                last_error = $3,
+                status = CASE WHEN {RETRY} THEN 'queued'
+                              WHEN w.cancel_requested_at IS NOT NULL THEN 'cancelled'
+                              ELSE 'failed' END,
+                run_after = CASE WHEN {RETRY} THEN now() + $5 * interval '1 second' ELSE w.run_after END,
+                finished_at = CASE WHEN {RETRY} THEN NULL ELSE now() END,
+                lease_expires_at = NULL,
+                dedup_key = CASE WHEN {RETRY} THEN {REQUEUE_DEDUP_KEY} ELSE w.dedup_key END
+          WHERE {FENCE}
+      RETURNING w.status, w.run_after"
+    );
+    let mut binds = fence_binds(fence);
+    binds.extend([
+        Bind::Text(&failure.error),
+        Bind::Bool(failure.retryable),
+        Bind::Double(failure.retry_delay.as_secs_f64()),
+    ]);
+    let rows: Vec<StatusRow> =
+        store.transaction(Lane::Attempt, async |conn| Prepared::new(&sql, binds).load(conn).await).await?;
+    let Some(row) = rows.into_iter().next() else {
+        return Ok(FailOutcome::Lost);
+    };
+    Ok(match parse_status(&row.status)? {
+        Status::Queued => FailOutcome::RetryScheduled { run_after: row.run_after },
+        Status::Cancelled => FailOutcome::Cancelled,
+        _ => FailOutcome::Failed,
+    })
+}
+
+/// [`almanac_domain::WorkQueue::complete_many_and_claim`]: the completions and the claim after them in one
+/// transaction, the claim in a savepoint of its own.
+pub(super) async fn complete_many_and_claim(
+    store: &PgStore,
+    done: &[Completion<'_>],
+    next: &ClaimRequest,
+    claim: usize,
+) -> Result<CompletedMany, QueueError> {
+    let binds = vec![
+        Bind::UuidArray(done.iter().map(|(fence, _)| fence.id.as_uuid()).collect()),
+        Bind::IntegerArray(done.iter().map(|(fence, _)| fence.attempt.get()).collect()),
+        Bind::NullableJsonbArray(done.iter().map(|(_, result)| *result).collect()),
+    ];
+    let (written, next) = store
+        .transaction(Lane::Attempt, async |conn| {
+            let written: Vec<IdRow> = Prepared::new(COMPLETE_MANY, binds).load(conn).await?;
+            if claim == 0 {
+                return Ok((written, Ok(Vec::new())));
+            }
+            // The claim waits for no lock longer than CHAINED_CLAIM_LOCK_WAIT (set after the completions, so
+            // it alone is bounded): it would otherwise hold these completions hostage to other configs'
+            // locks, and a transaction enqueueing into several configs could wait on it in a cycle.
+            // In a savepoint: a claim that fails (a lost race on the running-config index, or a lock it
+            // would not wait for) is rolled back alone, and the completions still commit. Both in one
+            // round trip; the savepoint needs no release (the commit ends it).
+            conn.batch_execute(&format!(
+                "SET LOCAL lock_timeout = '{}ms'; SAVEPOINT chained_claim",
+                CHAINED_CLAIM_LOCK_WAIT.as_millis()
+            ))
+            .await?;
+            let next = claim::statement(conn, next, claim).await;
+            if next.is_err() {
+                conn.batch_execute("ROLLBACK TO SAVEPOINT chained_claim").await?;
+            }
+            Ok((written, next))
+        })
+        .await?;
+    // Matched on (id, attempt): a batch may hold a stale attempt's completion beside the current one's.
+    let written: HashSet<(uuid::Uuid, i32)> = written.into_iter().map(|r| (r.id, r.attempt)).collect();
+    let written = done
+        .iter()
+        .map(|(fence, _)| match written.contains(&(fence.id.as_uuid(), fence.attempt.get())) {
+            true => WriteOutcome::Written,
+            false => WriteOutcome::Lost,
+        })
+        .collect();
+    let next = match next {
+        Ok(rows) => claim::items(rows),
+        // Rule 2's lost race: nothing claimed, as in any claim.
+        Err(e) if claim::lost_race(&e) => Ok(Vec::new()),
+        // Anything else the server refused (a lock it would not wait for, above all) was rolled back to the
+        // savepoint on a connection that still answered: nothing claimed this time, and the next poll's own
+        // claim reports what persists. Told apart by where it happened, not by the server's words.
+        Err(e) => {
+            tracing::debug!(event = "chained_claim_gave_up", error = %e, "the claim after a completion claimed nothing");
+            Ok(Vec::new())
+        }
+    };
+    Ok(CompletedMany { written, next })
+}

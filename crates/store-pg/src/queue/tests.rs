@@ -1,0 +1,213 @@
+//! The claim's plans on large queues, with and without statistics.
+
+use super::claim::statement as claim_statement;
+use super::outcome::{COMPLETE_MANY, IdRow};
+use almanac_domain::{ClaimRequest, LeaseDuration, ServedConfigs, UserId, WorkKind, WorkerId};
+use diesel::sql_types::{Array, BigInt, Integer, Jsonb, Nullable, Text, Uuid};
+use diesel::{QueryableByName, sql_query};
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
+
+use super::WorkItemRow;
+use almanac_testdb::TestDatabase;
+
+#[derive(QueryableByName)]
+struct Plan {
+    #[diesel(sql_type = Text)]
+    plan: String,
+}
+
+/// The claim's plan cannot go wrong for want of statistics: on a queue of 130,000 items over 2,000 configs
+/// (half of them busy, a busy one with a backlog of 50,000, an idle one with 20,000) and 10,000 unscoped
+/// items, loaded with autovacuum
+/// off and never analysed, the claim reads a few hundred rows of work_items, never a whole table or a whole
+/// backlog: with the values in its text (a custom plan) and prepared (a generic plan, as a connection's
+/// cached statement may run).
+#[tokio::test]
+async fn the_claim_reads_a_few_rows_from_a_large_queue_that_was_never_analysed() {
+    let db = TestDatabase::create().await;
+    let mut conn = AsyncPgConnection::establish(db.url()).await.unwrap();
+    conn.batch_execute(
+        "ALTER TABLE work_items SET (autovacuum_enabled = false);
+         ALTER TABLE queue_heads SET (autovacuum_enabled = false);
+         INSERT INTO users (id, username) VALUES (gen_random_uuid(), 'ann');
+         INSERT INTO storage_configs (id, user_id, root_path)
+         SELECT gen_random_uuid(), (SELECT id FROM users), '/lib/' || g FROM generate_series(1, 2000) g;
+         -- The busy config's backlog first (oldest), then 50,000 more spread over every config.
+         INSERT INTO work_items (id, kind, storage_config_id, requested_at)
+         SELECT gen_random_uuid(), 'burst_detection', (SELECT id FROM storage_configs ORDER BY root_path LIMIT 1),
+                now() - interval '2 days' + g * interval '1 ms'
+           FROM generate_series(1, 50000) g;
+         INSERT INTO work_items (id, kind, storage_config_id, requested_at)
+         SELECT gen_random_uuid(), 'purge', c.id, now() - interval '1 day' + g * interval '1 s'
+           FROM generate_series(1, 25) g CROSS JOIN storage_configs c;
+         -- An idle config with a backlog of 20,000 too (the oldest of all: the claim takes its first).
+         INSERT INTO work_items (id, kind, storage_config_id, requested_at)
+         SELECT gen_random_uuid(), 'burst_detection',
+                (SELECT id FROM storage_configs ORDER BY root_path DESC LIMIT 1),
+                now() - interval '3 days' + g * interval '1 ms'
+           FROM generate_series(1, 20000) g;
+         -- 10,000 unscoped items, the newest of all.
+         INSERT INTO work_items (id, kind, requested_at)
+         SELECT gen_random_uuid(), 'token_cleanup', now() - interval '1 hour' + g * interval '1 ms'
+           FROM generate_series(1, 10000) g;
+         -- Half the configs busy (the one with the backlog among them).
+         UPDATE work_items w SET status = 'running', attempt = 1, worker_id = 'busy',
+                lease_expires_at = now() + interval '1 hour'
+          WHERE w.id IN (SELECT DISTINCT ON (q.storage_config_id) q.id FROM work_items q
+                          WHERE q.storage_config_id IN (SELECT id FROM storage_configs ORDER BY root_path LIMIT 1000)
+                          ORDER BY q.storage_config_id, q.requested_at);",
+    )
+    .await
+    .unwrap();
+    let analysed: Vec<Plan> = sql_query(
+        "SELECT coalesce(max(last_analyze)::text, '') || coalesce(max(last_autoanalyze)::text, '') AS plan
+           FROM pg_stat_user_tables WHERE relname IN ('work_items', 'queue_heads')",
+    )
+    .load(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(analysed[0].plan, "", "the tables were never analysed");
+    claims_read_few_rows(&mut conn).await;
+}
+
+/// Nor for statistics that mislead: taken while one config held every queued item (so the planner would take
+/// each config for a backlog of 50,000), then 100 configs get 10 items each and an idle one a backlog of
+/// 20,000. Before migration 000009 told ANALYZE how spread configs are, the planner read the whole table once
+/// per candidate config (100 ms a claim).
+#[tokio::test]
+async fn the_claim_reads_a_few_rows_whatever_stale_statistics_say() {
+    let db = TestDatabase::create().await;
+    let mut conn = AsyncPgConnection::establish(db.url()).await.unwrap();
+    conn.batch_execute(
+        "ALTER TABLE work_items SET (autovacuum_enabled = false);
+         ALTER TABLE queue_heads SET (autovacuum_enabled = false);
+         INSERT INTO users (id, username) VALUES (gen_random_uuid(), 'ann');
+         INSERT INTO storage_configs (id, user_id, root_path)
+         SELECT gen_random_uuid(), (SELECT id FROM users), '/lib/' || g FROM generate_series(1, 102) g;
+         INSERT INTO work_items (id, kind, storage_config_id, requested_at)
+         SELECT gen_random_uuid(), 'burst_detection', (SELECT id FROM storage_configs ORDER BY root_path LIMIT 1),
+                now() - interval '2 days' + g * interval '1 ms'
+           FROM generate_series(1, 50000) g;
+         UPDATE work_items SET status = 'running', attempt = 1, worker_id = 'busy',
+                lease_expires_at = now() + interval '1 hour'
+          WHERE id = (SELECT id FROM work_items ORDER BY requested_at LIMIT 1);
+         ANALYZE work_items;
+         ANALYZE queue_heads;
+         INSERT INTO work_items (id, kind, storage_config_id, requested_at)
+         SELECT gen_random_uuid(), 'purge', c.id, now() - interval '1 day' + g * interval '1 s'
+           FROM generate_series(1, 10) g
+          CROSS JOIN (SELECT id FROM storage_configs ORDER BY root_path OFFSET 1 LIMIT 100) c;
+         INSERT INTO work_items (id, kind, storage_config_id, requested_at)
+         SELECT gen_random_uuid(), 'burst_detection',
+                (SELECT id FROM storage_configs ORDER BY root_path DESC LIMIT 1),
+                now() - interval '3 days' + g * interval '1 ms'
+           FROM generate_series(1, 20000) g;",
+    )
+    .await
+    .unwrap();
+    claims_read_few_rows(&mut conn).await;
+}
+
+/// Nor for fresh statistics, with which the planner prices reading a config's whole queue below walking it
+/// in order: a busy config with a backlog of 50,000 and 100 idle configs with 300 items each, analysed. Before
+/// migration 000010 each refresh of a head read its config's whole queue three times (900 rows a config
+/// here); the busy config's completion, whose head is refreshed too, must not read its backlog either.
+#[tokio::test]
+async fn claims_and_completions_read_a_few_rows_with_fresh_statistics() {
+    let db = TestDatabase::create().await;
+    let mut conn = AsyncPgConnection::establish(db.url()).await.unwrap();
+    conn.batch_execute(
+        "INSERT INTO users (id, username) VALUES (gen_random_uuid(), 'ann');
+         INSERT INTO storage_configs (id, user_id, root_path)
+         SELECT gen_random_uuid(), (SELECT id FROM users), '/lib/' || g FROM generate_series(1, 101) g;
+         INSERT INTO work_items (id, kind, storage_config_id, requested_at)
+         SELECT gen_random_uuid(), 'burst_detection', (SELECT id FROM storage_configs ORDER BY root_path LIMIT 1),
+                now() - interval '2 days' + g * interval '1 ms'
+           FROM generate_series(1, 50000) g;
+         UPDATE work_items SET status = 'running', attempt = 1, worker_id = 'busy',
+                lease_expires_at = now() + interval '1 hour'
+          WHERE id = (SELECT id FROM work_items ORDER BY requested_at LIMIT 1);
+         INSERT INTO work_items (id, kind, storage_config_id, requested_at)
+         SELECT gen_random_uuid(), 'purge', c.id, now() - interval '1 day' + g * interval '1 s'
+           FROM generate_series(1, 300) g
+          CROSS JOIN (SELECT id FROM storage_configs ORDER BY root_path OFFSET 1) c;
+         -- A paused kind, so that the walks pass over something.
+         INSERT INTO paused_kinds (kind) VALUES ('crawl');
+         ANALYZE work_items;
+         ANALYZE queue_heads;",
+    )
+    .await
+    .unwrap();
+    claims_read_few_rows(&mut conn).await;
+    let busy: Vec<WorkItemRow> =
+        sql_query("SELECT * FROM work_items WHERE status = 'running'").load(&mut conn).await.unwrap();
+    conn.batch_execute("BEGIN").await.unwrap();
+    let before = rows_read(&mut conn).await;
+    assert_eq!(complete_rows(&mut conn, &busy).await, 1);
+    let completion = rows_read(&mut conn).await - before;
+    conn.batch_execute("ROLLBACK").await.unwrap();
+    assert!(completion < 2_000, "the busy config's completion read {completion} rows of work_items");
+}
+
+#[derive(QueryableByName)]
+struct Reads {
+    #[diesel(sql_type = BigInt)]
+    rows: i64,
+}
+
+/// Rows of work_items this transaction has read so far, its triggers included. The view also holds this
+/// session's counts not yet reported: compare two readings.
+async fn rows_read(conn: &mut AsyncPgConnection) -> i64 {
+    let read = "SELECT coalesce(idx_tup_fetch, 0) + seq_tup_read AS rows
+                  FROM pg_stat_xact_user_tables WHERE relname = 'work_items'";
+    let rows: Vec<Reads> = sql_query(read).load(conn).await.unwrap();
+    rows.iter().map(|r| r.rows).sum()
+}
+
+/// Claims eight items the way the store does (for all configs and for one user; with custom and with
+/// generic plans, for the statement and for the candidates' function), then completes them the way the
+/// store does, each in a transaction that is rolled back, and checks what the claim and the completion each
+/// read of work_items, their triggers (the heads' refresh) included, from the transaction's own statistics:
+/// some hundreds of rows, never a whole table or a whole backlog (hundreds to tens of thousands here).
+async fn claims_read_few_rows(conn: &mut AsyncPgConnection) {
+    let users: Vec<Plan> = sql_query("SELECT id::text AS plan FROM users").load(conn).await.unwrap();
+    let user = UserId::from_uuid(users[0].plan.parse().unwrap());
+    for served in [ServedConfigs::All, ServedConfigs::User(user)] {
+        let request = ClaimRequest {
+            worker_id: WorkerId::new("bench").unwrap(),
+            served,
+            kinds: WorkKind::ALL.to_vec(),
+            lease: LeaseDuration::DEFAULT,
+        };
+        // Six of each: after five runs a cached statement may turn generic when the planner prices that
+        // no higher (forced generic plans are not covered: see ADR 0008, "batches").
+        for mode in ["force_custom_plan", "auto"] {
+            for _ in 0..6 {
+                conn.batch_execute(&format!("BEGIN; SET LOCAL plan_cache_mode = {mode}")).await.unwrap();
+                let before = rows_read(conn).await;
+                let claimed = claim_statement(conn, &request, 8).await.unwrap();
+                let claim = rows_read(conn).await - before;
+                assert_eq!(claimed.len(), 8, "eight items claimed, as asked ({served:?}, {mode})");
+                let before = rows_read(conn).await;
+                let written = complete_rows(conn, &claimed).await;
+                let completion = rows_read(conn).await - before;
+                conn.batch_execute("ROLLBACK").await.unwrap();
+                assert_eq!(written, 8, "the eight completed ({served:?}, {mode})");
+                assert!(claim < 2_000, "the claim read {claim} rows of work_items ({served:?}, {mode})");
+                assert!(completion < 2_000, "the completion read {completion} rows of work_items ({served:?}, {mode})");
+            }
+        }
+    }
+}
+
+/// Completes `items` with the store's batched completion; the number of rows written.
+async fn complete_rows(conn: &mut AsyncPgConnection, items: &[WorkItemRow]) -> usize {
+    let written: Vec<IdRow> = sql_query(COMPLETE_MANY)
+        .bind::<Array<Uuid>, _>(items.iter().map(|i| i.id).collect::<Vec<_>>())
+        .bind::<Array<Integer>, _>(items.iter().map(|i| i.attempt).collect::<Vec<_>>())
+        .bind::<Array<Nullable<Jsonb>>, _>(vec![None::<serde_json::Value>; items.len()])
+        .load(conn)
+        .await
+        .unwrap();
+    written.len()
+}

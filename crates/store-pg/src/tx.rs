@@ -1,0 +1,192 @@
+//! How every statement of the store reaches the database, written once: [`PgStore::read`] (one or more
+//! statements outside a transaction), [`PgStore::transaction`] (a transaction whose commit is awaited) and
+//! [`PgStore::fenced`] (an attempt's catalogue write: a transaction that can only be had through the fence).
+//! Each takes its connection from the pool it names ([`Lane`]) and places its error by asking that connection
+//! ([`crate::error::placed`], ADR 0010), so no caller opens a transaction, holds a fence or maps an error itself.
+//!
+//! Fenced writes (ADR 0008 rule 5, docs/safety.md): the first statement of the transaction locks the work item's
+//! row `FOR KEY SHARE` and checks the fence `(id, attempt, running)`. A stale fence commits nothing and answers
+//! Lost. While the lock is held, lease recovery and a claim (both pick their rows `FOR UPDATE SKIP LOCKED`) pass
+//! the row over; once either has committed, the check fails. So a statement of an old attempt that reaches the
+//! server late changes nothing. The attempt's own heartbeats and outcome writes (plain updates, `FOR NO KEY
+//! UPDATE`) do not conflict with the lock: a long catalogue write never holds up its own heartbeat. The queue's
+//! writes of an attempt carry the same fence in their own `WHERE` (`queue::FENCE`) and go through
+//! [`PgStore::transaction`] on the attempt's reserved connections.
+
+use std::future::Future;
+
+use almanac_domain::{CatalogueError, Fence};
+use diesel::QueryResult;
+use diesel::result::Error as DieselError;
+use diesel::sql_types::{Integer, Uuid};
+use diesel::{QueryableByName, sql_query};
+use diesel_async::{AnsiTransactionManager, AsyncPgConnection, RunQueryDsl, TransactionManager};
+
+use crate::error::{StoreError, placed};
+use crate::{Conn, PgStore};
+
+/// Which of the store's pools a statement takes its connection from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lane {
+    /// The shared pool: claims, recovery, the scheduler, the handlers' catalogue statements, operators.
+    Shared,
+    /// An attempt's own queue writes (heartbeats, outcomes): the reserved pool when there is one, so nothing
+    /// else can starve them into a self-stop.
+    Attempt,
+}
+
+/// A statement body: an async closure over the connection whose future is `Send` (the bound diesel-async
+/// states for its own transactions, which cannot be named outside it). Written by callers as
+/// `async |conn| { … }`.
+pub(crate) trait Body<'c, T>: FnOnce(&'c mut AsyncPgConnection) -> <Self as Body<'c, T>>::Fut + Send {
+    /// The body's future.
+    type Fut: Future<Output = QueryResult<T>> + Send;
+}
+
+impl<'c, T, F, Fut> Body<'c, T> for F
+where
+    F: FnOnce(&'c mut AsyncPgConnection) -> Fut + Send,
+    Fut: Future<Output = QueryResult<T>> + Send,
+{
+    type Fut = Fut;
+}
+
+/// Why a fenced transaction committed nothing, before its database error is placed.
+pub(crate) enum Refused {
+    /// The fence is stale: the attempt no longer holds its item.
+    Lost,
+    /// The database said no (the transaction was rolled back).
+    Db(DieselError),
+}
+
+impl From<DieselError> for Refused {
+    fn from(e: DieselError) -> Self {
+        Refused::Db(e)
+    }
+}
+
+impl Refused {
+    /// The refusal as the catalogue ports answer it, a database error placed on the connection it came from.
+    pub(crate) async fn placed(self, conn: &mut AsyncPgConnection) -> CatalogueError {
+        match self {
+            Refused::Lost => CatalogueError::Lost,
+            Refused::Db(e) => placed(conn, e).await.into(),
+        }
+    }
+}
+
+#[derive(QueryableByName)]
+struct Held {
+    #[diesel(sql_type = Uuid)]
+    #[allow(dead_code)]
+    id: uuid::Uuid,
+}
+
+/// Holds the item's row and checks the fence: the first statement of every fenced transaction.
+async fn hold(conn: &mut AsyncPgConnection, fence: Fence) -> Result<(), Refused> {
+    let held: Vec<Held> =
+        sql_query("SELECT id FROM work_items WHERE id = $1 AND attempt = $2 AND status = 'running' FOR KEY SHARE")
+            .bind::<Uuid, _>(fence.id.as_uuid())
+            .bind::<Integer, _>(fence.attempt.get())
+            .load(conn)
+            .await?;
+    if held.is_empty() { Err(Refused::Lost) } else { Ok(()) }
+}
+
+/// The one transaction of the store: begins, holds `fence` first when given, runs `body`, and awaits the commit
+/// (acknowledged means committed: a backend killed before the commit is an error here, never a silent
+/// rollback). Any error rolls back; the body's error is kept over the rollback's own. Its error is not yet
+/// placed: callers that tell one database error apart (a lost race on an index) use it directly.
+pub(crate) async fn fenced_within<T, F>(
+    conn: &mut AsyncPgConnection,
+    fence: Option<Fence>,
+    body: F,
+) -> Result<T, Refused>
+where
+    T: Send,
+    for<'c> F: AsyncFnOnce(&'c mut AsyncPgConnection) -> QueryResult<T> + Body<'c, T>,
+{
+    AnsiTransactionManager::begin_transaction(conn).await?;
+    let answer = match fence {
+        Some(fence) => match hold(conn, fence).await {
+            Ok(()) => body(conn).await.map_err(Refused::Db),
+            Err(refused) => Err(refused),
+        },
+        None => body(conn).await.map_err(Refused::Db),
+    };
+    match answer {
+        Ok(value) => {
+            AnsiTransactionManager::commit_transaction(conn).await?;
+            Ok(value)
+        }
+        Err(refused) => match AnsiTransactionManager::rollback_transaction(conn).await {
+            Ok(()) | Err(DieselError::BrokenTransactionManager) => Err(refused),
+            Err(rollback) => Err(Refused::Db(rollback)),
+        },
+    }
+}
+
+/// [`fenced_within`] with no fence: a transaction of the queue's.
+pub(crate) async fn within<T, F>(conn: &mut AsyncPgConnection, body: F) -> QueryResult<T>
+where
+    T: Send,
+    for<'c> F: AsyncFnOnce(&'c mut AsyncPgConnection) -> QueryResult<T> + Body<'c, T>,
+{
+    match fenced_within(conn, None, body).await {
+        Ok(value) => Ok(value),
+        Err(Refused::Db(e)) => Err(e),
+        Err(Refused::Lost) => unreachable!("no fence was held"),
+    }
+}
+
+impl PgStore {
+    /// A connection from `lane`'s pool.
+    pub(crate) async fn conn_from(&self, lane: Lane) -> Result<Conn, StoreError> {
+        match lane {
+            Lane::Shared => self.conn().await,
+            Lane::Attempt => self.attempt_conn().await,
+        }
+    }
+
+    /// Runs `body` on a shared connection outside a transaction (reads, and single statements that are their
+    /// own transaction), its error placed.
+    pub(crate) async fn read<T, F>(&self, body: F) -> Result<T, StoreError>
+    where
+        T: Send,
+        for<'c> F: AsyncFnOnce(&'c mut AsyncPgConnection) -> QueryResult<T> + Body<'c, T>,
+    {
+        let mut conn = self.conn().await?;
+        match body(&mut conn).await {
+            Ok(value) => Ok(value),
+            Err(e) => Err(placed(&mut conn, e).await),
+        }
+    }
+
+    /// Runs `body` in one transaction on a connection from `lane`, its commit awaited, its error placed.
+    pub(crate) async fn transaction<T, F>(&self, lane: Lane, body: F) -> Result<T, StoreError>
+    where
+        T: Send,
+        for<'c> F: AsyncFnOnce(&'c mut AsyncPgConnection) -> QueryResult<T> + Body<'c, T>,
+    {
+        let mut conn = self.conn_from(lane).await?;
+        match within(&mut conn, body).await {
+            Ok(value) => Ok(value),
+            Err(e) => Err(placed(&mut conn, e).await),
+        }
+    }
+
+    /// Runs `body` as a write of the attempt `fence` names: one transaction on a shared connection whose first
+    /// statement holds the item's row and checks the fence. A stale fence commits nothing and answers
+    /// [`CatalogueError::Lost`].
+    pub(crate) async fn fenced<T, F>(&self, fence: Fence, body: F) -> Result<T, CatalogueError>
+    where
+        T: Send,
+        for<'c> F: AsyncFnOnce(&'c mut AsyncPgConnection) -> QueryResult<T> + Body<'c, T>,
+    {
+        let mut conn = self.conn().await?;
+        match fenced_within(&mut conn, Some(fence), body).await {
+            Ok(value) => Ok(value),
+            Err(refused) => Err(refused.placed(&mut conn).await),
+        }
+    }
+}
