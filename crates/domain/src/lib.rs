@@ -12,11 +12,15 @@ mod ids;
 mod maintenance_port;
 mod progress;
 mod queue;
+mod results;
 mod retry;
 mod roots;
 mod work;
 
-pub use args::{CrawlArgs, CrawlCounts, CrawlReport, PathProblem, ProxyDeletionArgs, WorkArgs, check_payload};
+pub use args::{
+    BurstDetectionArgs, CrawlArgs, ProxyDeletionArgs, ProxySweepArgs, PurgeArgs, TokenCleanupArgs, WorkArgs,
+    WorkItemRetentionArgs,
+};
 pub use catalogue::{
     AssetMetadata, CaptureSource, CaptureTime, ContentHash, MediaType, ProxyType, StorageConfig, User,
 };
@@ -32,6 +36,9 @@ pub use progress::ProgressEstimate;
 pub use queue::{
     CancelOutcome, ClaimRequest, ClaimedItem, Completed, CompletedMany, Completion, Enqueued, FailOutcome, Failure,
     Fence, Heartbeat, QueueError, Recovered, ServedConfigs, WorkQueue, WriteOutcome,
+};
+pub use results::{
+    BurstReport, CrawlCounts, CrawlReport, DeletionReport, PathProblem, ProxySweepReport, PurgeReport, SweptProxyRoot,
 };
 pub use retry::RetryPolicy;
 pub use roots::{

@@ -94,7 +94,8 @@ impl HandlerContext {
     }
 }
 
-/// Runs the work items of one kind. The handler contract: honour `cancel` between steps, make every file
+/// Runs the work items of one kind, untyped: what the registry holds. Handlers implement [`WorkHandler`],
+/// which makes them one of these. The handler contract: honour `cancel` between steps, make every file
 /// write idempotent (temporary name, then rename), never touch an original, return a result summary or an
 /// error that says what happened and what to do.
 pub trait Handler: Send + Sync + 'static {
@@ -103,6 +104,39 @@ pub trait Handler: Send + Sync + 'static {
 
     /// Runs one attempt. `Ok` carries an optional result summary stored on the item.
     fn run(&self, ctx: HandlerContext) -> BoxFuture<'_, Result<Option<serde_json::Value>, HandlerError>>;
+}
+
+/// A handler of one kind, typed: the kind is its arguments' ([`WorkArgs::KIND`]), it gets those arguments read
+/// from the item's payload, and returns the kind's result ([`WorkArgs::Output`]), which is stored on the item.
+/// Every such handler is a [`Handler`]: a payload that is not the kind's arguments (a misspelt or mistyped
+/// field) fails the attempt with a permanent error naming what is wrong, before the handler runs.
+pub trait WorkHandler: Send + Sync + 'static {
+    /// The arguments of the kind it runs.
+    type Args: WorkArgs<Output: Send> + Send;
+
+    /// Runs one attempt with the item's arguments.
+    fn work(
+        &self,
+        args: Self::Args,
+        ctx: HandlerContext,
+    ) -> BoxFuture<'_, Result<<Self::Args as WorkArgs>::Output, HandlerError>>;
+}
+
+impl<H: WorkHandler> Handler for H {
+    fn kind(&self) -> WorkKind {
+        H::Args::KIND
+    }
+
+    fn run(&self, ctx: HandlerContext) -> BoxFuture<'_, Result<Option<serde_json::Value>, HandlerError>> {
+        Box::pin(async move {
+            let args = ctx.args::<H::Args>()?;
+            let output = self.work(args, ctx).await?;
+            let result = serde_json::to_value(output).map_err(|e| {
+                HandlerError::permanent(format!("the result of a {} could not be written as JSON: {e}", H::Args::KIND))
+            })?;
+            Ok(Some(result))
+        })
+    }
 }
 
 /// The handlers of one Worker, by kind. A Worker never claims an item whose kind has no handler here.
@@ -222,6 +256,33 @@ mod tests {
             context(WorkKind::Crawl, almanac_domain::Scope::Config(config), serde_json::json!({"allow": true}));
         let e = misspelt.args::<almanac_domain::CrawlArgs>().unwrap_err();
         assert!(!e.retryable && e.message.contains("unknown field `allow`"), "{e}");
+    }
+
+    /// Counts the assets of its arguments as deleted.
+    struct Deleter;
+
+    impl WorkHandler for Deleter {
+        type Args = almanac_domain::ProxyDeletionArgs;
+
+        fn work(
+            &self,
+            args: Self::Args,
+            _ctx: HandlerContext,
+        ) -> BoxFuture<'_, Result<almanac_domain::DeletionReport, HandlerError>> {
+            Box::pin(async move { Ok(almanac_domain::DeletionReport::new(args.asset_ids.len() as u64)) })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_typed_handler_runs_its_kind_with_its_arguments_and_stores_its_result() {
+        assert_eq!(Handler::kind(&Deleter), WorkKind::ProxyDeletion);
+        let ids = [almanac_domain::AssetId::new(), almanac_domain::AssetId::new()];
+        let ctx =
+            context(WorkKind::ProxyDeletion, almanac_domain::Scope::Unscoped, serde_json::json!({"asset_ids": ids}));
+        assert_eq!(Deleter.run(ctx).await, Ok(Some(serde_json::json!({"deleted": 2}))));
+        let ctx = context(WorkKind::ProxyDeletion, almanac_domain::Scope::Unscoped, serde_json::json!({"asset": []}));
+        let e = Deleter.run(ctx).await.unwrap_err();
+        assert!(!e.retryable && e.message.contains("proxy_deletion") && e.message.contains("asset"), "{e}");
     }
 
     #[test]

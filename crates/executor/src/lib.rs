@@ -14,5 +14,5 @@ pub mod metrics;
 mod worker;
 
 pub use config::{ConfigError, ExecutorConfig};
-pub use handler::{BoxFuture, Handler, HandlerContext, HandlerError, HandlerRegistry, ProgressReporter};
+pub use handler::{BoxFuture, Handler, HandlerContext, HandlerError, HandlerRegistry, ProgressReporter, WorkHandler};
 pub use worker::{Executor, ShutdownReport};

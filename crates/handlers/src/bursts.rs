@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use almanac_domain::{BurstFrame, BurstGroup, MaintenanceStore, WorkKind};
-use almanac_executor::{BoxFuture, Handler, HandlerContext, HandlerError};
+use almanac_domain::{BurstDetectionArgs, BurstFrame, BurstGroup, BurstReport, MaintenanceStore};
+use almanac_executor::{BoxFuture, HandlerContext, HandlerError, WorkHandler};
 
 use crate::store_error;
 
@@ -103,12 +103,10 @@ impl<M> BurstDetectionHandler<M> {
     }
 }
 
-impl<M: MaintenanceStore + 'static> Handler for BurstDetectionHandler<M> {
-    fn kind(&self) -> WorkKind {
-        WorkKind::BurstDetection
-    }
+impl<M: MaintenanceStore + 'static> WorkHandler for BurstDetectionHandler<M> {
+    type Args = BurstDetectionArgs;
 
-    fn run(&self, ctx: HandlerContext) -> BoxFuture<'_, Result<Option<serde_json::Value>, HandlerError>> {
+    fn work(&self, _: BurstDetectionArgs, ctx: HandlerContext) -> BoxFuture<'_, Result<BurstReport, HandlerError>> {
         Box::pin(async move {
             let config = ctx.config()?;
             let frames = self.store.burst_frames(config).await.map_err(store_error)?;
@@ -119,7 +117,7 @@ impl<M: MaintenanceStore + 'static> Handler for BurstDetectionHandler<M> {
             self.store.replace_bursts(ctx.fence, config, &groups).await.map_err(store_error)?;
             let framed: usize = groups.iter().map(|g| g.members.len()).sum();
             tracing::info!(event = "bursts_detected", bursts = groups.len(), frames = framed, "bursts detected");
-            Ok(Some(serde_json::json!({"stills": frames.len(), "bursts": groups.len(), "frames_in_bursts": framed})))
+            Ok(BurstReport::new(frames.len() as u64, groups.len() as u64, framed as u64))
         })
     }
 }

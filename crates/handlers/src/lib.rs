@@ -1,6 +1,6 @@
-//! Almanac Worker's handlers. Each implements the executor's [`almanac_executor::Handler`] contract: it
-//! honours its cancellation token between steps, writes files idempotently (temporary name, then rename) and
-//! never touches an original.
+//! Almanac Worker's handlers, one per file. Each is an [`almanac_executor::WorkHandler`] of its kind's typed
+//! arguments and result, and keeps the executor's handler contract: it honours its cancellation token between
+//! steps, writes files idempotently (temporary name, then rename) and never touches an original.
 //!
 //! **Architecture invariant:** handlers depend on the domain's ports, never on the PostgreSQL adapter.
 
@@ -18,7 +18,7 @@ pub use maintenance::{
 pub use schedule::{ScheduleError, ScheduleSettings, Scheduler};
 
 use almanac_domain::CatalogueError;
-use almanac_executor::HandlerError;
+use almanac_executor::{HandlerError, ProgressReporter};
 
 /// A catalogue error ends the attempt. The database being unavailable (a lost connection, a killed backend, a
 /// failover) is an outage, not a failure of the work: the item goes back to the queue and no failure is counted
@@ -35,4 +35,9 @@ pub(crate) fn store_error_while(doing: &str, e: CatalogueError) -> HandlerError 
         CatalogueError::Unavailable(_) => HandlerError::outage(message),
         CatalogueError::Lost | CatalogueError::Unexpected(_) => HandlerError::retryable(message),
     }
+}
+
+/// Reports a handler's typed progress (its JSON is what the page and `ProgressEstimate` read).
+pub(crate) fn report_progress(reporter: &ProgressReporter, progress: &impl serde::Serialize) {
+    reporter.report(serde_json::to_value(progress).expect("a handler's progress serializes to JSON"));
 }

@@ -6,7 +6,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use almanac_domain::{NewWorkItem, Scope, StorageConfigId, WorkKind, WorkQueue};
+use almanac_domain::{AssetId, ProxyDeletionArgs, ProxyType, Scope, StorageConfigId, WorkArgs};
 use almanac_media::fixtures::{self, FixtureExif};
 use diesel::sql_query;
 use diesel::sql_types::{BigInt, Binary, Bool, Nullable, Text, Uuid};
@@ -448,12 +448,9 @@ async fn deleted_proxies_are_made_again_by_the_next_crawl() {
     lib.crawl().await;
     let redo = lib.active().await.into_iter().find(|a| a.display_path == "redo.jpg").unwrap();
     let deletion = almanac_handlers::ProxyDeletionHandler::new(lib.store.clone(), lib.proxies.clone());
-    let item = {
-        let new = NewWorkItem::new(WorkKind::ProxyDeletion, Scope::Config(lib.config))
-            .unwrap()
-            .with_payload(serde_json::json!({"asset_ids": [redo.id], "proxy_types": ["preview"]}));
-        lib.store.enqueue(&new).await.unwrap().item
-    };
+    let ids = vec![AssetId::from_uuid(redo.id)];
+    let args = ProxyDeletionArgs { asset_ids: ids, proxy_types: Some(vec![ProxyType::Preview]) };
+    let item = lib.enqueue(&args.into_item(Scope::Config(lib.config)).unwrap()).await;
     lib.run_in(&deletion, item, CancellationToken::new()).await.unwrap();
     let preview = proxy_dir(&lib, &redo.content_hash).join("preview.jpg");
     assert!(!preview.exists());

@@ -58,8 +58,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Work with arguments: typed, so that the backend and the Worker agree on every name (`CrawlArgs` for a
     // crawl that an operator confirmed; `ProxyDeletionArgs` to have proxies made again).
     let redo = almanac_domain::ProxyDeletionArgs { asset_ids: Vec::new(), proxy_types: None };
-    let redo = almanac_domain::WorkArgs::work(&redo, Scope::Config(config.id))?;
-    println!("proxy deletion payload: {}", redo.payload);
+    let redo = NewWorkItem::from_args(&redo, Scope::Config(config.id))?;
+    println!("proxy deletion payload: {}", redo.payload());
 
     // Inside the backend's own transaction: its rows and the work they need commit together, or neither does.
     let mut conn = pool.get().await?;

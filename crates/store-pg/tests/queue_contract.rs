@@ -95,8 +95,8 @@ async fn enqueue_many_inserts_in_order_and_honours_dedup_keys_item_by_item() {
         NewWorkItem::new(WorkKind::Crawl, Scope::Config(c.id)).unwrap().with_dedup_key(DedupKey::new(key).unwrap())
     };
     let already = store.enqueue(&keyed("crawl:ann:1")).await.unwrap().item;
-    let cleanup =
-        NewWorkItem::new(WorkKind::TokenCleanup, Scope::Unscoped).unwrap().with_payload(serde_json::json!({"n": 1}));
+    let args = almanac_domain::ProxyDeletionArgs { asset_ids: vec![almanac_domain::AssetId::new()], proxy_types: None };
+    let cleanup = NewWorkItem::from_args(&args, Scope::Unscoped).unwrap();
     let later = chrono::Utc::now() + chrono::Duration::hours(1);
     let batch = [
         keyed("crawl:ann:1"),
@@ -110,7 +110,7 @@ async fn enqueue_many_inserts_in_order_and_honours_dedup_keys_item_by_item() {
     assert_eq!(created, [false, true, true, false, true]);
     assert_eq!(answered[0].item.id, already.id, "the item queued before the batch");
     assert_eq!(answered[3].item.id, answered[1].item.id, "an earlier item of the same batch");
-    assert_eq!(answered[2].item.payload, serde_json::json!({"n": 1}));
+    assert_eq!(&answered[2].item.payload, cleanup.payload());
     assert_eq!(answered[4].item.run_after.timestamp_micros(), later.timestamp_micros());
     // Claimed in the batch's order: the queued crawl, then the batch's cleanup (its later twin is not due).
     let first = store.claim(&all_kinds("w1")).await.unwrap().unwrap();

@@ -21,10 +21,10 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use almanac_domain::{
-    CatalogueError, CatalogueStore, CrawlArgs, DedupKey, KnownFile, NewWorkItem, ProxyPath, Scope, StorageConfigId,
-    WorkKind,
+    BurstDetectionArgs, CatalogueError, CatalogueStore, CrawlArgs, CrawlReport, DedupKey, KnownFile, NewWorkItem,
+    ProxyPath, Scope, StorageConfigId, WorkKind,
 };
-use almanac_executor::{BoxFuture, Handler, HandlerContext, HandlerError, ProgressReporter};
+use almanac_executor::{BoxFuture, HandlerContext, HandlerError, ProgressReporter, WorkHandler};
 use almanac_media::{PixelBudget, RootFolder, ToolLimits};
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
@@ -33,6 +33,8 @@ use tracing::warn;
 use ingest::{FileProblem, Run};
 use report::bump;
 use settle::Settle;
+
+use crate::report_progress;
 
 pub use rules::{LIVE_PHOTO_MAX_GAP, MassDeletionGuard, Placement, is_skipped_name, pair_live_photos, place};
 pub use walk::{Seen, WalkEntry, WalkReport, Walked, classify, list_tree};
@@ -96,21 +98,19 @@ impl<C> CrawlHandler<C> {
     }
 }
 
-impl<C: CatalogueStore + 'static> Handler for CrawlHandler<C> {
-    fn kind(&self) -> WorkKind {
-        WorkKind::Crawl
-    }
+impl<C: CatalogueStore + 'static> WorkHandler for CrawlHandler<C> {
+    type Args = CrawlArgs;
 
-    fn run(&self, ctx: HandlerContext) -> BoxFuture<'_, Result<Option<serde_json::Value>, HandlerError>> {
-        Box::pin(self.crawl(ctx))
+    fn work(&self, args: CrawlArgs, ctx: HandlerContext) -> BoxFuture<'_, Result<CrawlReport, HandlerError>> {
+        Box::pin(self.crawl(args, ctx))
     }
 }
 
 impl<C: CatalogueStore + 'static> CrawlHandler<C> {
     /// A crawl's steps: check and open the root, list it beside the catalogue's known files, process what
     /// changed, settle what vanished, pair Live Photos, and ask for burst detection.
-    async fn crawl(&self, ctx: HandlerContext) -> Result<Option<serde_json::Value>, HandlerError> {
-        let (config, args) = (ctx.config()?, ctx.args::<CrawlArgs>()?);
+    async fn crawl(&self, args: CrawlArgs, ctx: HandlerContext) -> Result<CrawlReport, HandlerError> {
+        let config = ctx.config()?;
         let storage = self
             .catalogue
             .storage_config(config)
@@ -147,7 +147,7 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
             cancel: ctx.cancel.clone(),
         };
         self.process(&run, files, &ctx.progress).await?;
-        ctx.progress.report(to_json(&run.counts()));
+        report_progress(&ctx.progress, &run.counts());
 
         let settle = Settle { catalogue: &*self.catalogue, fence: ctx.fence, storage: &storage, cancel: &ctx.cancel };
         // Every file was listed and processed (or the crawl ended above); only a folder that could not be read
@@ -173,7 +173,7 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
             return Err(HandlerError::cancelled());
         }
         self.ask_for_bursts(&ctx, config).await?;
-        Ok(Some(to_json(&run.counters.report(run.counts(), &walk, soft_deleted, paired))))
+        Ok(run.counters.report(run.counts(), &walk, soft_deleted, paired))
     }
 
     /// Lists the tree while the catalogue's known files load (neither needs the other): the files the walk
@@ -246,7 +246,7 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
                             run.counters.found.fetch_add(n, Ordering::Relaxed);
                             run.counters.unchanged.fetch_add(n, Ordering::Relaxed);
                             run.seen.lock().expect("poisoned").extend(marks);
-                            progress.report(to_json(&run.counts()));
+                            report_progress(progress, &run.counts());
                             return;
                         }
                         Walked::File(entry) => entry,
@@ -288,7 +288,7 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
                         }
                     }
                     if found.is_multiple_of(PROGRESS_EVERY) {
-                        progress.report(to_json(&run.counts()));
+                        report_progress(progress, &run.counts());
                     }
                 }
             })
@@ -313,7 +313,7 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
     /// Enqueues the config's burst detection (once: it joins one already queued), fenced like every write.
     async fn ask_for_bursts(&self, ctx: &HandlerContext, config: StorageConfigId) -> Result<(), HandlerError> {
         let scope = Scope::Config(config);
-        let bursts = NewWorkItem::new(WorkKind::BurstDetection, scope)
+        let bursts = NewWorkItem::from_args(&BurstDetectionArgs::default(), scope)
             .map_err(|e| HandlerError::permanent(e.to_string()))?
             .with_dedup_key(DedupKey::for_work(WorkKind::BurstDetection, scope));
         self.catalogue
@@ -387,9 +387,4 @@ impl<C: CatalogueStore> Run<'_, C> {
         }
         self.file(entry).await
     }
-}
-
-/// Progress and results travel as JSON.
-fn to_json(value: &impl serde::Serialize) -> serde_json::Value {
-    serde_json::to_value(value).expect("the crawl's counts serialize to JSON")
 }

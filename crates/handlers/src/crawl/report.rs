@@ -41,7 +41,7 @@ impl Counters {
         bump(&self.failed);
         let mut failures = self.failures.lock().expect("poisoned");
         if failures.len() < MAX_LISTED_FAILURES {
-            failures.push(PathProblem { path, reason });
+            failures.push(PathProblem::new(path, reason));
         }
     }
 
@@ -55,42 +55,38 @@ impl Counters {
     /// The counts so far, `total` files listed, processing begun at `since`.
     pub fn counts(&self, total: u64, since: std::time::Instant) -> CrawlCounts {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        CrawlCounts {
-            found: get(&self.found),
-            unchanged: get(&self.unchanged),
-            ingested: get(&self.ingested),
-            moved: get(&self.moved),
-            copies: get(&self.copies),
-            revived: get(&self.revived),
-            touched: get(&self.touched),
-            proxies_regenerated: get(&self.regenerated),
-            redated: get(&self.redated),
-            skipped: get(&self.skipped),
-            failed: get(&self.failed),
-            bytes_hashed: get(&self.bytes_hashed),
-            done: get(&self.found),
-            total,
-            seconds: (since.elapsed().as_secs_f64() * 10.0).round() / 10.0,
-        }
+        let mut counts = CrawlCounts::default();
+        counts.found = get(&self.found);
+        counts.unchanged = get(&self.unchanged);
+        counts.ingested = get(&self.ingested);
+        counts.moved = get(&self.moved);
+        counts.copies = get(&self.copies);
+        counts.revived = get(&self.revived);
+        counts.touched = get(&self.touched);
+        counts.proxies_regenerated = get(&self.regenerated);
+        counts.redated = get(&self.redated);
+        counts.skipped = get(&self.skipped);
+        counts.failed = get(&self.failed);
+        counts.bytes_hashed = get(&self.bytes_hashed);
+        counts.done = get(&self.found);
+        counts.total = total;
+        counts.seconds = (since.elapsed().as_secs_f64() * 10.0).round() / 10.0;
+        counts
     }
 
     /// The crawl's report, from its final counts and what the walk and the settling found; logged as
     /// `crawl_finished` (the metrics count crawls from that line).
     pub fn report(&self, counts: CrawlCounts, walk: &WalkReport, soft_deleted: u64, paired: usize) -> CrawlReport {
-        let report = CrawlReport {
-            counts,
-            soft_deleted,
-            live_photos_paired: paired as u64,
-            links_skipped: walk.links,
-            unsupported: walk.unsupported,
-            proxy_root_inside: walk.proxy_root_inside.clone(),
-            unreadable_folders: walk
-                .unreadable
-                .iter()
-                .map(|(path, reason)| PathProblem { path: path.clone(), reason: reason.clone() })
-                .collect(),
-            failures: self.failures.lock().expect("poisoned").clone(),
-        };
+        let mut report = CrawlReport::default();
+        report.counts = counts;
+        report.soft_deleted = soft_deleted;
+        report.live_photos_paired = paired as u64;
+        report.links_skipped = walk.links;
+        report.unsupported = walk.unsupported;
+        report.proxy_root_inside = walk.proxy_root_inside.clone();
+        report.unreadable_folders =
+            walk.unreadable.iter().map(|(path, reason)| PathProblem::new(path.clone(), reason.clone())).collect();
+        report.failures = self.failures.lock().expect("poisoned").clone();
         info!(
             event = "crawl_finished",
             files_found = report.counts.found,

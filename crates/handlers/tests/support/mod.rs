@@ -15,7 +15,7 @@ use almanac_media::ToolLimits;
 use almanac_store_pg::{NewStorageConfig, PgStore};
 use almanac_testdb::TestDatabase;
 use diesel::sql_query;
-use diesel::sql_types::BigInt;
+use diesel::sql_types::{BigInt, Jsonb};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use tokio_util::sync::CancellationToken;
 
@@ -47,9 +47,23 @@ impl Library {
     }
 
     /// Enqueues an item and returns it, as a claim would hand it to a handler.
+    pub async fn enqueue(&self, new: &NewWorkItem) -> WorkItem {
+        self.store.enqueue(new).await.unwrap().item
+    }
+
+    /// Enqueues an item whose payload is `payload` as it is written, as a row written by hand or by another
+    /// program would hold it (the typed arguments cannot write a wrong one), and returns it as a claim would
+    /// hand it to a handler.
     pub async fn work_item(&self, kind: WorkKind, scope: Scope, payload: serde_json::Value) -> WorkItem {
-        let new = NewWorkItem::new(kind, scope).unwrap().with_payload(payload);
-        self.store.enqueue(&new).await.unwrap().item
+        let mut item = self.enqueue(&NewWorkItem::new(kind, scope).unwrap()).await;
+        sql_query("UPDATE work_items SET payload = $1 WHERE id = $2")
+            .bind::<Jsonb, _>(&payload)
+            .bind::<diesel::sql_types::Uuid, _>(item.id.as_uuid())
+            .execute(&mut self.conn().await)
+            .await
+            .unwrap();
+        item.payload = payload;
+        item
     }
 
     /// Runs a handler on an item and returns its result.

@@ -1,0 +1,128 @@
+use super::*;
+use crate::{PathProblem, ScopeRule, StorageConfigId};
+
+#[test]
+fn crawl_args_default_to_no_confirmation_and_round_trip() {
+    assert_eq!(CrawlArgs::from_payload(&serde_json::json!({})).unwrap(), CrawlArgs::default());
+    assert_eq!(CrawlArgs::from_payload(&serde_json::Value::Null).unwrap(), CrawlArgs::default());
+    let args = CrawlArgs { allow_mass_deletion: true, root_moved: false };
+    assert_eq!(args.to_payload(), serde_json::json!({"allow_mass_deletion": true, "root_moved": false}));
+    assert_eq!(CrawlArgs::from_payload(&args.to_payload()).unwrap(), args);
+}
+
+#[test]
+fn a_misspelt_or_mistyped_confirmation_is_refused_with_the_kind_named() {
+    for payload in [
+        serde_json::json!({"allow_mass_delete": true}),
+        serde_json::json!({"allow_mass_deletion": "yes"}),
+        serde_json::json!([true]),
+    ] {
+        let e = CrawlArgs::from_payload(&payload).unwrap_err().to_string();
+        assert!(e.contains("crawl"), "{e}");
+    }
+    let e = CrawlArgs::from_payload(&serde_json::json!({"root_move": true})).unwrap_err().to_string();
+    assert!(e.contains("root_move") && e.contains("root_moved"), "names the field and what is accepted: {e}");
+}
+
+#[test]
+fn proxy_deletion_args_need_their_assets_and_take_types_optionally() {
+    let id = AssetId::new();
+    let args = ProxyDeletionArgs::from_payload(&serde_json::json!({"asset_ids": [id]})).unwrap();
+    assert_eq!((args.asset_ids, args.proxy_types), (vec![id], None));
+    let typed = ProxyDeletionArgs { asset_ids: vec![id], proxy_types: Some(vec![ProxyType::Thumbnail]) };
+    assert_eq!(ProxyDeletionArgs::from_payload(&typed.to_payload()).unwrap(), typed);
+    assert!(ProxyDeletionArgs::from_payload(&serde_json::json!({})).is_err(), "asset_ids are required");
+    let e = ProxyDeletionArgs::from_payload(&serde_json::json!({"asset_ids": [id, "nope"]})).unwrap_err();
+    assert!(e.to_string().contains("asset_ids[1]: "), "names the value at fault: {e}");
+}
+
+#[test]
+fn payloads_written_by_hand_are_read_as_the_kind_s_arguments() {
+    let config = Scope::Config(StorageConfigId::new());
+    let item = NewWorkItem::from_json(WorkKind::Crawl, config, &serde_json::json!({"root_moved": true})).unwrap();
+    assert_eq!(item.payload(), &serde_json::json!({"allow_mass_deletion": false, "root_moved": true}));
+    assert!(NewWorkItem::from_json(WorkKind::Crawl, config, &serde_json::json!({"allow_mass_deletion": 1})).is_err());
+    let types_only = serde_json::json!({"proxy_types": ["poster"]});
+    assert!(NewWorkItem::from_json(WorkKind::ProxyDeletion, config, &types_only).is_err());
+    // A kind without arguments reads any object as its defaults, and stores them.
+    let purge = NewWorkItem::from_json(WorkKind::Purge, config, &serde_json::json!({"anything": 1})).unwrap();
+    assert_eq!((purge.kind(), purge.payload()), (WorkKind::Purge, &serde_json::json!({})));
+    let e = NewWorkItem::from_json(WorkKind::Purge, Scope::Unscoped, &serde_json::json!({})).unwrap_err();
+    assert!(matches!(e, DomainError::ScopeMismatch { kind: WorkKind::Purge, .. }), "{e}");
+}
+
+#[test]
+fn every_kind_has_arguments_that_name_it() {
+    fn kind_of<A: WorkArgs>(payload: serde_json::Value) -> WorkKind {
+        A::from_payload(&payload).map(|_| A::KIND).unwrap()
+    }
+    let kinds = [
+        kind_of::<CrawlArgs>(serde_json::json!({})),
+        kind_of::<BurstDetectionArgs>(serde_json::json!({})),
+        kind_of::<PurgeArgs>(serde_json::json!({})),
+        kind_of::<ProxyDeletionArgs>(serde_json::json!({"asset_ids": []})),
+        kind_of::<ProxySweepArgs>(serde_json::json!({})),
+        kind_of::<TokenCleanupArgs>(serde_json::json!({})),
+        kind_of::<WorkItemRetentionArgs>(serde_json::json!({})),
+    ];
+    assert_eq!(kinds, WorkKind::ALL);
+    for kind in WorkKind::ALL {
+        let scope = match kind.scope_rule() {
+            ScopeRule::Unscoped => Scope::Unscoped,
+            _ => Scope::Config(StorageConfigId::new()),
+        };
+        let payload = serde_json::json!({"asset_ids": []});
+        let payload = if kind == WorkKind::ProxyDeletion { payload } else { serde_json::json!({}) };
+        assert_eq!(NewWorkItem::from_json(kind, scope, &payload).map(|i| i.kind()), Ok(kind));
+    }
+}
+
+#[test]
+fn into_item_checks_the_scope_of_the_kind() {
+    let config = StorageConfigId::new();
+    let item = CrawlArgs { allow_mass_deletion: false, root_moved: true }.into_item(Scope::Config(config)).unwrap();
+    assert_eq!((item.kind(), item.payload()["root_moved"].as_bool()), (WorkKind::Crawl, Some(true)));
+    assert!(CrawlArgs::default().into_item(Scope::Unscoped).is_err());
+    let sweep = NewWorkItem::from_args(&ProxySweepArgs::default(), Scope::Unscoped).unwrap();
+    assert_eq!((sweep.kind(), sweep.payload()), (WorkKind::ProxySweep, &serde_json::json!({})));
+}
+
+#[test]
+fn a_finished_item_s_result_is_read_as_its_kind_s_output() {
+    let mut item = stored(WorkKind::Crawl);
+    assert_eq!(CrawlArgs::output_of(&item), None, "no result yet");
+    item.result = Some(serde_json::json!({"failed": 2, "failures": [{"path": "a.jpg", "reason": "truncated"}]}));
+    let report = CrawlArgs::output_of(&item).expect("a crawl's result");
+    assert_eq!((report.counts.failed, report.failures), (2, vec![PathProblem::new("a.jpg", "truncated")]));
+    assert_eq!(PurgeArgs::output_of(&item), None, "another kind's result is not read as a purge's");
+    item.result = Some(serde_json::json!({"failures": "not a list"}));
+    assert_eq!(CrawlArgs::output_of(&item), None, "a result of another shape");
+}
+
+/// A running item of `kind`, as the store would give it.
+fn stored(kind: WorkKind) -> WorkItem {
+    let now = chrono::Utc::now();
+    WorkItem {
+        id: crate::WorkItemId::new(),
+        kind,
+        scope: Scope::Config(StorageConfigId::new()),
+        status: crate::Status::Running,
+        payload: serde_json::json!({}),
+        dedup_key: None,
+        requested_at: now,
+        run_after: now,
+        attempt: 1,
+        failures: 0,
+        stalls: 0,
+        max_attempts: 5,
+        lease_expires_at: Some(now),
+        worker_id: None,
+        started_at: Some(now),
+        heartbeat_at: Some(now),
+        finished_at: None,
+        cancel_requested_at: None,
+        last_error: None,
+        progress: None,
+        result: None,
+    }
+}

@@ -1,0 +1,227 @@
+//! Typed results of work items, as a successful run stores them in `work_items.result` (JSON), one type per
+//! kind ([`crate::WorkArgs::Output`]). The operator's page, the CLI and the web backend read them back with
+//! [`crate::WorkArgs::output_of`]. Reading is lenient (a field an older Worker did not write is its default);
+//! the JSON shape is what `docs/operations.md` and the page show.
+
+use serde::{Deserialize, Serialize};
+
+/// A file the crawl passed over or a folder it could not read, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PathProblem {
+    /// The path beneath the root (lossy UTF-8).
+    pub path: String,
+    /// What went wrong.
+    pub reason: String,
+}
+
+impl PathProblem {
+    /// `path` and what went wrong with it.
+    pub fn new(path: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self { path: path.into(), reason: reason.into() }
+    }
+}
+
+/// A crawl's counts so far: its progress while it runs (read by `ProgressEstimate`), and the start of its report.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+#[non_exhaustive]
+pub struct CrawlCounts {
+    /// Media files the walk found.
+    pub found: u64,
+    /// Of those, unchanged since the last crawl (not opened).
+    pub unchanged: u64,
+    /// New assets.
+    pub ingested: u64,
+    /// Assets found at another path (or moved to a surviving copy).
+    pub moved: u64,
+    /// Files recorded as copies of an asset.
+    pub copies: u64,
+    /// Soft-deleted assets that came back.
+    pub revived: u64,
+    /// Same content at the same path with another size or time.
+    pub touched: u64,
+    /// Assets whose missing proxies were made again.
+    pub proxies_regenerated: u64,
+    /// Assets whose capture time was read again (a sidecar appeared, changed or vanished).
+    pub redated: u64,
+    /// Files passed over (empty, vanished, not media by their content).
+    pub skipped: u64,
+    /// Files that could not be ingested.
+    pub failed: u64,
+    /// Bytes read to hash content.
+    pub bytes_hashed: u64,
+    /// Files processed so far, of `total`, in `seconds`.
+    pub done: u64,
+    /// Files the listing found.
+    pub total: u64,
+    /// Seconds since processing began, to a tenth.
+    pub seconds: f64,
+}
+
+/// What a crawl found and did: `work_items.result` of a crawl.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+#[non_exhaustive]
+pub struct CrawlReport {
+    /// The counts at the end.
+    #[serde(flatten)]
+    pub counts: CrawlCounts,
+    /// Assets soft-deleted because their files vanished.
+    pub soft_deleted: u64,
+    /// Live Photos paired.
+    pub live_photos_paired: u64,
+    /// Links passed over (never followed).
+    pub links_skipped: u64,
+    /// Files whose names are not of a supported type.
+    pub unsupported: u64,
+    /// Folders of the proxy root found mounted inside the library (passed over).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub proxy_root_inside: Vec<String>,
+    /// Folders that could not be read (nothing is soft-deleted while there are any).
+    pub unreadable_folders: Vec<PathProblem>,
+    /// Files that failed, and why (at most a few hundred; `counts.failed` counts them all).
+    pub failures: Vec<PathProblem>,
+}
+
+/// What burst detection found: `work_items.result` of a `burst_detection`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+#[non_exhaustive]
+pub struct BurstReport {
+    /// Active stills of the config looked at.
+    pub stills: u64,
+    /// Bursts found (they replace the config's earlier bursts).
+    pub bursts: u64,
+    /// Stills that belong to a burst.
+    pub frames_in_bursts: u64,
+}
+
+impl BurstReport {
+    /// `bursts` holding `frames_in_bursts` of `stills`.
+    pub fn new(stills: u64, bursts: u64, frames_in_bursts: u64) -> Self {
+        Self { stills, bursts, frames_in_bursts }
+    }
+}
+
+/// What a purge did: `work_items.result` of a `purge`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+#[non_exhaustive]
+pub struct PurgeReport {
+    /// Soft-deleted assets purged (files, then rows).
+    pub purged: u64,
+    /// Proxy files that could not be deleted, with why; their assets stay soft-deleted until the next purge.
+    pub not_deleted: Vec<String>,
+}
+
+impl PurgeReport {
+    /// `purged` assets gone; the files in `not_deleted` kept theirs.
+    pub fn new(purged: u64, not_deleted: Vec<String>) -> Self {
+        Self { purged, not_deleted }
+    }
+}
+
+/// How many things a deletion removed: `work_items.result` of a `proxy_deletion` (proxy rows), a
+/// `token_cleanup` (refresh tokens) and a `work_item_retention` (work items).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+#[non_exhaustive]
+pub struct DeletionReport {
+    /// Deleted.
+    pub deleted: u64,
+}
+
+impl DeletionReport {
+    /// `deleted` things removed.
+    pub fn new(deleted: u64) -> Self {
+        Self { deleted }
+    }
+}
+
+/// What a proxy sweep did: `work_items.result` of a `proxy_sweep`. When there was no proxy root yet, only
+/// `deleted` (0) and `note` are written.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ProxySweepReport {
+    /// Orphan proxy files deleted.
+    pub deleted: u64,
+    /// What the sweep found under the proxy root; `None` when there was none.
+    #[serde(flatten)]
+    pub swept: Option<SweptProxyRoot>,
+    /// Why nothing was swept, when so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl ProxySweepReport {
+    /// A sweep that found no proxy root (nothing was ever written).
+    pub fn no_proxy_root() -> Self {
+        Self { deleted: 0, swept: None, note: Some("no proxy root yet".to_owned()) }
+    }
+
+    /// A sweep of the proxy root that deleted `deleted` orphans and found the rest as `swept` says.
+    pub fn swept(deleted: u64, swept: SweptProxyRoot) -> Self {
+        Self { deleted, swept: Some(swept), note: None }
+    }
+}
+
+/// What a proxy sweep found under the proxy root besides the orphans it deleted.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct SweptProxyRoot {
+    /// Orphans that could not be deleted, with why.
+    pub not_deleted: Vec<String>,
+    /// Files that are not in the proxy layout, or of a config that does not exist: never deleted.
+    pub left_alone: u64,
+    /// The first few of those.
+    pub left_alone_examples: Vec<String>,
+    /// Folders that could not be read.
+    pub unreadable_folders: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_crawl_report_is_its_counts_and_what_is_known_at_the_end_in_one_object() {
+        let counts = CrawlCounts { found: 3, done: 3, total: 4, ..Default::default() };
+        let report = CrawlReport { counts, soft_deleted: 1, ..Default::default() };
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!((json["found"].as_u64(), json["soft_deleted"].as_u64()), (Some(3), Some(1)), "{json}");
+        assert!(json.get("proxy_root_inside").is_none(), "left out when empty: {json}");
+        assert_eq!(serde_json::from_value::<CrawlReport>(json).unwrap(), report);
+    }
+
+    fn json(value: &impl Serialize) -> serde_json::Value {
+        serde_json::to_value(value).unwrap()
+    }
+
+    #[test]
+    fn results_keep_the_shapes_the_page_and_the_cli_read() {
+        assert_eq!(
+            json(&BurstReport::new(5, 1, 3)),
+            serde_json::json!({"stills": 5, "bursts": 1, "frames_in_bursts": 3})
+        );
+        assert_eq!(
+            json(&PurgeReport::new(2, vec!["a: gone".into()])),
+            serde_json::json!({"purged": 2, "not_deleted": ["a: gone"]})
+        );
+        assert_eq!(json(&DeletionReport::new(7)), serde_json::json!({"deleted": 7}));
+        assert_eq!(
+            json(&ProxySweepReport::no_proxy_root()),
+            serde_json::json!({"deleted": 0, "note": "no proxy root yet"})
+        );
+        let swept = SweptProxyRoot { left_alone: 1, left_alone_examples: vec!["x".into()], ..Default::default() };
+        let report = ProxySweepReport::swept(3, swept);
+        assert_eq!(
+            json(&report),
+            serde_json::json!({
+                "deleted": 3, "not_deleted": [], "left_alone": 1, "left_alone_examples": ["x"], "unreadable_folders": []
+            })
+        );
+        assert_eq!(serde_json::from_value::<ProxySweepReport>(json(&report)).unwrap(), report);
+        let none = serde_json::from_value::<ProxySweepReport>(json(&ProxySweepReport::no_proxy_root())).unwrap();
+        assert_eq!(none, ProxySweepReport::no_proxy_root());
+    }
+}

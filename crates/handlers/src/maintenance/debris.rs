@@ -1,0 +1,104 @@
+//! The start-up removal of the temporary files a killed Worker left under the proxy root.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use almanac_domain::{MaintenanceStore, StorageConfigId};
+use almanac_media::{Entry, EntryKind, Removal};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::ProxySweepHandler;
+use super::proxy_files::{list_proxy_root, old_enough, open_proxy_root, remove_parents};
+
+/// What the start-up clean-up of temporary files did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct DebrisReport {
+    /// Temporary files removed.
+    pub removed: u64,
+    /// Files that could not be removed, or folders that could not be read, with why.
+    pub problems: Vec<String>,
+}
+
+/// At a Worker's start: removes the temporary files that a Worker killed while writing (`kill -9`, a power cut)
+/// left under the proxy root, those it can prove are debris. A file goes only when all of these hold:
+///
+/// - it is in the exact proxy layout ([`ProxyPath`]) of a storage config that exists;
+/// - its name is one of the temporary names we write ([`almanac_domain::is_temporary_file_name`]): a finished
+///   proxy is never touched here (the sweep, which checks the rows, deletes those);
+/// - it is older than the proxy sweep's age floor ([`ProxySweepHandler::min_age_for`]), checked again right
+///   before the unlink: no write of ours lasts that long, while a younger file may be one another Worker (on
+///   this host, or another sharing the proxy root) is writing right now. Younger debris is overwritten when its
+///   original is crawled again, or left to the sweep.
+///
+/// Nothing is followed out of the root. Stops at `stop`; problems are logged and reported, never fatal.
+pub async fn remove_temporary_debris<M: MaintenanceStore + 'static>(
+    store: Arc<M>,
+    proxy_root: PathBuf,
+    limits: almanac_media::ToolLimits,
+    stop: CancellationToken,
+) -> DebrisReport {
+    let min_age = ProxySweepHandler::<M>::min_age_for(limits);
+    let mut report = DebrisReport::default();
+    let listed = async {
+        let Some(root) = open_proxy_root(&proxy_root).map_err(|e| e.to_string())? else {
+            return Ok(None);
+        };
+        let root = Arc::new(root);
+        let configs: HashSet<StorageConfigId> =
+            store.storage_config_ids().await.map_err(|e| e.to_string())?.into_iter().collect();
+        let (listing_root, listing_stop) = (root.clone(), stop.clone());
+        let listing =
+            tokio::task::spawn_blocking(move || list_proxy_root(&listing_root, &configs, min_age, &listing_stop))
+                .await
+                .map_err(|e| format!("walking the proxy root ended abnormally: {e}"))?;
+        Ok::<_, String>(Some((root, listing)))
+    };
+    match listed.await {
+        Ok(Some((root, listing))) => {
+            report.problems.extend(listing.unreadable);
+            let temporary = |rel: &&String| rel.rsplit('/').next().is_some_and(almanac_domain::is_temporary_file_name);
+            for rel in listing.candidates.iter().filter(temporary) {
+                if stop.is_cancelled() {
+                    break;
+                }
+                let (root, rel) = (root.clone(), rel.clone());
+                let removed = tokio::task::spawn_blocking(move || {
+                    // Still a regular file, still older than the floor: a retry may have just rewritten it.
+                    let confirm = |e: &Entry| e.kind == EntryKind::File && old_enough(e.mtime, min_age);
+                    let removed = root.remove_file(rel.as_bytes(), confirm);
+                    if matches!(removed, Ok(Removal::Removed)) {
+                        remove_parents(&root, &rel);
+                    }
+                    removed.map_err(|e| e.to_string())
+                })
+                .await
+                .unwrap_or_else(|e| Err(format!("removing a temporary file ended abnormally: {e}")));
+                match removed {
+                    Ok(Removal::Removed) => report.removed += 1,
+                    Ok(Removal::Gone | Removal::Kept) => {}
+                    Err(e) => report.problems.push(e),
+                }
+            }
+        }
+        Ok(None) => {}
+        Err(e) => report.problems.push(e),
+    }
+    if report.removed > 0 {
+        info!(
+            event = "temporary_debris_removed",
+            removed = report.removed,
+            "removed temporary files that a Worker killed while writing proxies left under the proxy root"
+        );
+    }
+    if !report.problems.is_empty() {
+        warn!(
+            event = "temporary_debris_not_removed",
+            problems = ?report.problems,
+            "temporary files a killed Worker left under the proxy root could not all be looked for or removed; \
+             check the proxy root's permissions (the proxy sweep tries again)"
+        );
+    }
+    report
+}

@@ -1,0 +1,131 @@
+//! Purge: a config's soft-deleted assets past retention go, proxy files first, then rows.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use almanac_domain::{MaintenanceStore, PurgeArgs, PurgeReport};
+use almanac_executor::{BoxFuture, HandlerContext, HandlerError, WorkHandler};
+use serde::Serialize;
+use tracing::{info, warn};
+
+use super::chrono_duration;
+use super::proxy_files::delete_files;
+use crate::{report_progress, store_error};
+
+/// Purge's settings.
+#[derive(Debug, Clone)]
+pub struct PurgeSettings {
+    /// Where proxies live.
+    pub proxy_root: PathBuf,
+    /// Soft-deleted assets older than this are purged (default 30 days).
+    pub purge_after: Duration,
+    /// Assets per batch.
+    pub batch: i64,
+}
+
+impl PurgeSettings {
+    /// Assets purged per batch (one transaction each).
+    pub const DEFAULT_BATCH: i64 = 100;
+
+    /// Purge of soft-deleted assets older than `purge_after`, whose proxies live under `proxy_root`.
+    pub fn new(proxy_root: PathBuf, purge_after: Duration) -> Self {
+        Self { proxy_root, purge_after, batch: Self::DEFAULT_BATCH }
+    }
+}
+
+/// A purge's progress: assets purged so far, and proxy files kept (they could not be deleted).
+#[derive(Serialize)]
+struct PurgeProgress {
+    purged: usize,
+    kept: usize,
+}
+
+/// The purge handler (kind `purge`): proxy files first, then rows, each batch's rows in one transaction that
+/// re-checks every asset is still soft-deleted. Safe beside a crawl only because no crawl of the same config
+/// runs meanwhile (ADR 0008). Originals are never touched.
+pub struct PurgeHandler<M> {
+    store: Arc<M>,
+    settings: PurgeSettings,
+}
+
+impl<M> PurgeHandler<M> {
+    /// A purge handler over this store.
+    pub fn new(store: Arc<M>, settings: PurgeSettings) -> Self {
+        Self { store, settings }
+    }
+}
+
+impl<M: MaintenanceStore + 'static> WorkHandler for PurgeHandler<M> {
+    type Args = PurgeArgs;
+
+    fn work(&self, _: PurgeArgs, ctx: HandlerContext) -> BoxFuture<'_, Result<PurgeReport, HandlerError>> {
+        Box::pin(async move {
+            let config = ctx.config()?;
+            let cutoff = self.store.db_now().await.map_err(store_error)? - chrono_duration(self.settings.purge_after);
+            let (mut purged, mut files_kept) = (0usize, Vec::new());
+            loop {
+                if ctx.cancel.is_cancelled() {
+                    return Err(HandlerError::cancelled());
+                }
+                let batch =
+                    self.store.purge_candidates(config, cutoff, self.settings.batch).await.map_err(store_error)?;
+                if batch.is_empty() {
+                    break;
+                }
+                let mut to_delete = Vec::new();
+                for candidate in &batch {
+                    // Before each asset's files: a stopped attempt deletes nothing more (a takeover may be
+                    // reviving this very content).
+                    if ctx.cancel.is_cancelled() {
+                        return Err(HandlerError::cancelled());
+                    }
+                    // Proxy files derive from (config, content): while an active asset has the same content,
+                    // they are its files too and stay.
+                    let (blocked, problems) = if candidate.content_still_active {
+                        (HashSet::new(), Vec::new())
+                    } else {
+                        let root = self.settings.proxy_root.clone();
+                        let proxies = candidate.proxies.clone();
+                        tokio::task::spawn_blocking(move || delete_files(&root, &proxies, Some(config)))
+                            .await
+                            .map_err(|e| {
+                                HandlerError::retryable(format!("deleting proxy files ended abnormally: {e}"))
+                            })??
+                    };
+                    if blocked.is_empty() {
+                        to_delete.push(candidate.asset_id);
+                    } else {
+                        files_kept.extend(problems);
+                    }
+                }
+                let deleted =
+                    self.store.purge_rows(ctx.fence, config, &to_delete, cutoff).await.map_err(store_error)?;
+                purged += deleted.len();
+                report_progress(&ctx.progress, &PurgeProgress { purged, kept: files_kept.len() });
+                // A batch that purged nothing holds only assets whose files cannot be deleted: try next time.
+                if deleted.is_empty() || (batch.len() as i64) < self.settings.batch {
+                    break;
+                }
+            }
+            info!(event = "purged", purged, kept = files_kept.len(), "purge finished");
+            if !files_kept.is_empty() {
+                warn!(event = "purge_incomplete", files = ?files_kept.iter().take(20).collect::<Vec<_>>(),
+                      "some proxy files could not be deleted; their assets stay soft-deleted and are retried next time");
+            }
+            Ok(PurgeReport::new(purged as u64, files_kept))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn purge_goes_in_batches_of_a_hundred_unless_set() {
+        assert_eq!(PurgeSettings::new("/p".into(), Duration::from_secs(1)).batch, PurgeSettings::DEFAULT_BATCH);
+        assert_eq!(PurgeSettings::DEFAULT_BATCH, 100);
+    }
+}
