@@ -1,173 +1,24 @@
 //! The catalogue statements the crawl needs ([`CatalogueStore`]).
 
 use almanac_domain::{
-    AssetId, AssetMetadata, CaptureTime, CatalogueError, CatalogueStore, ContentHash, Fence, FileFacts, HashMatch,
-    IngestOutcome, KnownFile, KnownProxyFile, MediaType, NewAsset, NewProxy, NewWorkItem, PairingCandidate, Sidecar,
-    StorageConfig, StorageConfigId,
+    AssetId, CaptureTime, CatalogueError, CatalogueStore, ContentHash, Fence, FileFacts, HashMatch, IngestOutcome,
+    KnownFile, KnownProxyFile, NewAsset, NewProxy, NewWorkItem, PairingCandidate, Sidecar, StorageConfig,
+    StorageConfigId,
 };
-use chrono::{DateTime, Utc};
-use diesel::pg::Pg;
-use diesel::query_builder::{BoxedSqlQuery, SqlQuery};
-use diesel::sql_types::{Array, BigInt, Binary, Bool, Double, Integer, Nullable, SmallInt, Text, Timestamptz, Uuid};
-use diesel::{QueryableByName, sql_query};
+use diesel::sql_query;
+use diesel::sql_types::{Array, BigInt, Binary, Bool, Integer, Nullable, SmallInt, Text, Timestamptz, Uuid};
 use diesel_async::RunQueryDsl;
 
 use crate::PgStore;
-use crate::error::{self, StoreError};
+use crate::error;
 use crate::tx::{Refused, fenced_within};
 
-const ACTIVE_CONTENT_INDEX: &str = "ix_media_assets_active_content";
+mod rows;
 
-fn catalogue(e: StoreError) -> CatalogueError {
-    e.into()
-}
-
-fn media_type(s: &str) -> Result<MediaType, CatalogueError> {
-    match s {
-        "image" => Ok(MediaType::Image),
-        "video" => Ok(MediaType::Video),
-        other => Err(CatalogueError::Unexpected(format!("unknown media type {other:?}"))),
-    }
-}
-
-const fn media_type_str(t: MediaType) -> &'static str {
-    match t {
-        MediaType::Image => "image",
-        MediaType::Video => "video",
-    }
-}
-
-fn size(bytes: u64) -> i64 {
-    i64::try_from(bytes).unwrap_or(i64::MAX)
-}
-
-#[derive(QueryableByName)]
-struct KnownRow {
-    #[diesel(sql_type = Uuid)]
-    asset_id: uuid::Uuid,
-    #[diesel(sql_type = Binary)]
-    file_path: Vec<u8>,
-    #[diesel(sql_type = Text)]
-    display_path: String,
-    #[diesel(sql_type = BigInt)]
-    size_bytes: i64,
-    #[diesel(sql_type = Timestamptz)]
-    file_modified_at: DateTime<Utc>,
-    #[diesel(sql_type = Bool)]
-    extra: bool,
-    #[diesel(sql_type = Bool)]
-    proxies_complete: bool,
-    #[diesel(sql_type = Nullable<Binary>)]
-    sidecar_path: Option<Vec<u8>>,
-    #[diesel(sql_type = Nullable<BigInt>)]
-    sidecar_size: Option<i64>,
-    #[diesel(sql_type = Nullable<Timestamptz>)]
-    sidecar_modified_at: Option<DateTime<Utc>>,
-    #[diesel(sql_type = Array<Text>)]
-    proxy_paths: Vec<String>,
-    #[diesel(sql_type = Array<BigInt>)]
-    proxy_sizes: Vec<i64>,
-}
-
-#[derive(QueryableByName)]
-struct HashRow {
-    #[diesel(sql_type = Uuid)]
-    id: uuid::Uuid,
-    #[diesel(sql_type = Binary)]
-    file_path: Vec<u8>,
-    #[diesel(sql_type = Bool)]
-    is_soft_deleted: bool,
-}
-
-#[derive(QueryableByName)]
-struct CandidateRow {
-    #[diesel(sql_type = Uuid)]
-    id: uuid::Uuid,
-    #[diesel(sql_type = Binary)]
-    file_path: Vec<u8>,
-    #[diesel(sql_type = Text)]
-    media_type: String,
-    #[diesel(sql_type = Timestamptz)]
-    captured_at: DateTime<Utc>,
-    #[diesel(sql_type = Nullable<Text>)]
-    live_photo_content_id: Option<String>,
-}
-
-#[derive(QueryableByName)]
-struct IdRow {
-    #[diesel(sql_type = Uuid)]
-    id: uuid::Uuid,
-}
-
-/// Stores a proxy row; a row of the same type for the asset is replaced (a proxy made again).
-fn insert_proxy(asset: AssetId, p: &NewProxy) -> BoxedSqlQuery<'_, Pg, SqlQuery> {
-    sql_query(
-        "INSERT INTO proxy_files (id, asset_id, proxy_type, relative_path, inline_value, size_bytes)
-         VALUES ($1, $2, $3, $4, $5, $6)
-         ON CONFLICT (asset_id, proxy_type) DO UPDATE
-            SET relative_path = EXCLUDED.relative_path, inline_value = EXCLUDED.inline_value,
-                size_bytes = EXCLUDED.size_bytes, created_at = now()",
-    )
-    .into_boxed()
-    .bind::<Uuid, _>(uuid::Uuid::now_v7())
-    .bind::<Uuid, _>(asset.as_uuid())
-    .bind::<Text, _>(p.proxy_type.as_str())
-    .bind::<Nullable<Text>, _>(p.relative_path.as_deref())
-    .bind::<Nullable<Text>, _>(p.inline_value.as_deref())
-    .bind::<BigInt, _>(size(p.size_bytes))
-}
-
-/// Stores a new asset's row under `id`.
-fn insert_asset(id: AssetId, asset: &NewAsset) -> BoxedSqlQuery<'_, Pg, SqlQuery> {
-    let (month, day) = asset.capture.local_month_day();
-    sql_query(
-        "INSERT INTO media_assets (id, storage_config_id, file_path, display_path, content_hash, size_bytes,
-                 file_modified_at, media_type, captured_at, captured_offset_minutes, captured_at_source,
-                 capture_month, capture_day, sidecar_path, sidecar_size, sidecar_modified_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
-    )
-    .into_boxed()
-    .bind::<Uuid, _>(id.as_uuid())
-    .bind::<Uuid, _>(asset.storage_config_id.as_uuid())
-    .bind::<Binary, _>(&asset.facts.file_path)
-    .bind::<Text, _>(&asset.facts.display_path)
-    .bind::<Text, _>(asset.content_hash.as_hex())
-    .bind::<BigInt, _>(size(asset.facts.size))
-    .bind::<Timestamptz, _>(asset.facts.mtime)
-    .bind::<Text, _>(media_type_str(asset.media_type))
-    .bind::<Timestamptz, _>(asset.capture.at)
-    .bind::<Nullable<Integer>, _>(asset.capture.offset_minutes)
-    .bind::<Text, _>(asset.capture.source.as_str())
-    .bind::<SmallInt, _>(month as i16)
-    .bind::<SmallInt, _>(day as i16)
-    .bind::<Nullable<Binary>, _>(asset.sidecar.as_ref().map(|s| s.path.as_slice()))
-    .bind::<Nullable<BigInt>, _>(asset.sidecar.as_ref().map(|s| size(s.size)))
-    .bind::<Nullable<Timestamptz>, _>(asset.sidecar.as_ref().map(|s| s.mtime))
-}
-
-/// Stores a new asset's metadata.
-fn insert_metadata(id: AssetId, m: &AssetMetadata) -> BoxedSqlQuery<'_, Pg, SqlQuery> {
-    sql_query(
-        "INSERT INTO asset_metadata (asset_id, width, height, orientation_degrees, duration_ms,
-                 gps_latitude, gps_longitude, gps_altitude_m, camera_make, camera_model, lens_model,
-                 camera_burst_id, live_photo_content_id)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
-    )
-    .into_boxed()
-    .bind::<Uuid, _>(id.as_uuid())
-    .bind::<Nullable<Integer>, _>(m.width.map(|w| w as i32))
-    .bind::<Nullable<Integer>, _>(m.height.map(|h| h as i32))
-    .bind::<SmallInt, _>(m.orientation_degrees as i16)
-    .bind::<Nullable<BigInt>, _>(m.duration_ms.map(|d| d as i64))
-    .bind::<Nullable<Double>, _>(m.gps_latitude)
-    .bind::<Nullable<Double>, _>(m.gps_longitude)
-    .bind::<Nullable<Double>, _>(m.gps_altitude_m)
-    .bind::<Nullable<Text>, _>(m.camera_make.as_deref())
-    .bind::<Nullable<Text>, _>(m.camera_model.as_deref())
-    .bind::<Nullable<Text>, _>(m.lens_model.as_deref())
-    .bind::<Nullable<Text>, _>(m.camera_burst_id.as_deref())
-    .bind::<Nullable<Text>, _>(m.live_photo_content_id.as_deref())
-}
+use rows::{
+    ACTIVE_CONTENT_INDEX, CandidateRow, HashRow, IdRow, KnownRow, catalogue, insert_asset, insert_metadata,
+    insert_proxy, media_type, size,
+};
 
 impl CatalogueStore for PgStore {
     #[mutants::skip]

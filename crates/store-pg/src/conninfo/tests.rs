@@ -1,0 +1,130 @@
+//! Reading connection strings, both forms, and hiding their passwords.
+
+use super::*;
+
+#[test]
+fn passwords_are_masked_in_every_form_postgresql_accepts() {
+    let cases = [
+        ("postgres://u:secret@h:5432/db", "postgres://u:***@h:5432/db"),
+        ("postgresql://u:secret@h/db", "postgresql://u:***@h/db"),
+        ("postgres://u@h/db", "postgres://u@h/db"),
+        ("postgres://h/db", "postgres://h/db"),
+        // Unencoded `@`, `:` and `/` in the password: the user part ends at the last `@`.
+        // Unreadable by the driver (it ends the user part at the first `@`): hidden whole.
+        ("postgres://u:p@ss:w/rd@h/db", HIDDEN),
+        ("postgres://u:p%40ss@h/db", "postgres://u:***@h/db"),
+        ("postgres://u:pa?ss@h/db", "postgres://u:***@h/db"),
+        ("postgres://u:pa?ss@h/db?application_name=a", "postgres://u:***@h/db?application_name=a"),
+        // The driver reads what comes before an `@` as `user:password`, wherever the `@` stands: hidden.
+        ("postgres://h:5432/db?application_name=x@y", "postgres://h:***@y"),
+        ("postgres://h/db?application_name=x@y", "postgres://h/db?application_name=x@y"),
+        ("postgres://u:se@cret@h/db?application_name=x@y", "postgres://u:***@h/db?application_name=x@y"),
+        ("postgres://u:pa?ss=1&x@h/db", "postgres://u:***@h/db"),
+        ("postgres://u@h/db?password=secret&sslmode=require", "postgres://u@h/db?password=***&sslmode=require"),
+        // The driver does not know sslpassword: hidden whole.
+        ("postgres://u@h/db?sslmode=require&sslpassword=secret", HIDDEN),
+        ("postgres://u@h/db?pass%77ord=secret", "postgres://u@h/db?pass%77ord=***"),
+        ("postgres://u:secret@h1:5432,h2:5433/db", "postgres://u:***@h1:5432,h2:5433/db"),
+        ("postgres://u:secret@[::1]:5432/db", "postgres://u:***@[::1]:5432/db"),
+        ("postgres://u:secret@%2Fvar%2Frun%2Fpostgresql/db", "postgres://u:***@%2Fvar%2Frun%2Fpostgresql/db"),
+        (
+            "postgres:///db?host=/var/run/postgresql&password=secret",
+            "postgres:///db?host=/var/run/postgresql&password=***",
+        ),
+        // The driver does not read `sslrootcert` or the verifying modes; the password is still found.
+        (
+            "postgres://u:pa?ss@h/db?sslmode=verify-full&sslrootcert=/etc/ca.pem",
+            "postgres://u:***@h/db?sslmode=verify-full&sslrootcert=/etc/ca.pem",
+        ),
+        ("host=h dbname=db user=u password=secret", "host=h dbname=db user=u password=***"),
+        ("host=h password = 'se cret' user=u", "host=h password=*** user=u"),
+        ("password='it\\'s' host=h", "password=*** host=h"),
+        ("password=se\\ cret host=h", "password=*** host=h"),
+        ("  host=/tmp   port=5432 ", "  host=/tmp   port=5432 "),
+        ("host=h sslrootcert='/a b.pem' password=x", "host=h sslrootcert='/a b.pem' password=***"),
+    ];
+    let wrong: Vec<String> = cases
+        .iter()
+        .filter(|(given, shown)| mask_password(given) != *shown)
+        .map(|(given, shown)| format!("{given} showed {} instead of {shown}", mask_password(given)))
+        .collect();
+    assert!(wrong.is_empty(), "{wrong:#?}");
+    // Not readable (by us or by the driver): hidden whole.
+    for unreadable in [
+        "not a url",
+        "host=h password='unterminated",
+        "=secret",
+        "Postgres://u:secret@h/db?sslmode=require",
+        "postgres:/u:secret@h/db?a=b",
+        "postgresql+asyncpg://u:secret@h/db?x=y",
+        "Host=h;Password=secret;Database=d",
+        "postgres://u:p/secret?x@h/db?sslmode=verify-full",
+        "postgres://u@h/db?password=se&secret",
+        "host=h passwort=secret",
+    ] {
+        let shown = mask_password(unreadable);
+        assert!(!shown.contains("secret") && !shown.contains("unterminated"), "{shown}");
+    }
+}
+
+#[test]
+fn tls_settings_are_taken_out_of_both_forms_and_decoded() {
+    let keys = ["sslmode", "sslrootcert"];
+    let (rest, taken) =
+        take_params("postgres://u@h/db?sslmode=verify-full&port=5433&sslrootcert=%2Fetc%2Fca%20x.pem", &keys).unwrap();
+    assert_eq!(rest, "postgres://u@h/db?port=5433");
+    assert_eq!(taken, [("sslmode".into(), "verify-full".into()), ("sslrootcert".into(), "/etc/ca x.pem".into())]);
+    let (rest, _) = take_params("postgres://u@h/db?sslmode=require", &keys).unwrap();
+    assert_eq!(rest, "postgres://u@h/db");
+    let (rest, taken) = take_params("host=h sslrootcert = '/etc/my ca.pem' dbname=d sslmode=verify-ca", &keys).unwrap();
+    assert_eq!(rest.split_whitespace().collect::<Vec<_>>(), ["host=h", "dbname=d"]);
+    assert_eq!(taken[0], ("sslrootcert".into(), "/etc/my ca.pem".into()));
+    assert_eq!(taken[1], ("sslmode".into(), "verify-ca".into()));
+    assert!(take_params("host='open", &keys).is_none());
+}
+
+#[test]
+fn every_sslmode_postgresql_names_is_read_and_others_are_refused() {
+    for (given, mode) in [
+        ("", SslMode::Prefer),
+        ("?sslmode=disable", SslMode::Disable),
+        ("?sslmode=allow", SslMode::Prefer),
+        ("?sslmode=prefer", SslMode::Prefer),
+        ("?sslmode=require", SslMode::Require),
+        ("?sslmode=verify-full&sslrootcert=system", SslMode::VerifyFull),
+        // The system's roots make verify-full the default.
+        ("?sslrootcert=system", SslMode::VerifyFull),
+    ] {
+        let target = ConnectTarget::parse(&format!("postgres://u@h/db{given}")).unwrap();
+        assert_eq!(target.ssl_mode(), mode, "{given}");
+    }
+    let err = ConnectTarget::parse("postgres://u:hunter2@h/db?sslmode=verify").unwrap_err().to_string();
+    assert!(err.contains("sslmode") && err.contains("verify-full") && !err.contains("hunter2"), "{err}");
+    let err =
+        ConnectTarget::parse("host=h sslmode=verify-full sslrootcert=/nonexistent/ca.pem").unwrap_err().to_string();
+    assert!(err.contains("sslrootcert") && err.contains("/nonexistent/ca.pem"), "{err}");
+    assert!(ConnectTarget::parse("host=h sslcert=/x.pem").is_err(), "options we do not honour are refused");
+    for weak in ["verify-ca", "require", "prefer"] {
+        let err = ConnectTarget::parse(&format!("host=h sslmode={weak} sslrootcert=system")).unwrap_err().to_string();
+        assert!(err.contains("sslrootcert=system needs sslmode=verify-full"), "{err}");
+    }
+    // Only an address: TLS has no name to negotiate for, so the modes that need TLS say so; prefer goes on.
+    let err = ConnectTarget::parse("hostaddr=10.0.0.5 sslmode=require").unwrap_err().to_string();
+    assert!(err.contains("host=NAME beside hostaddr"), "{err}");
+    assert_eq!(ConnectTarget::parse("hostaddr=10.0.0.5").unwrap().ssl_mode(), SslMode::Prefer);
+    // A socket never negotiates TLS; an address beside it still may.
+    let socket = ConnectTarget::parse("host=/run/postgresql sslmode=require").unwrap();
+    assert_eq!(socket.config.get_ssl_mode(), tokio_postgres::config::SslMode::Disable);
+}
+
+#[test]
+fn keepalives_are_set_unless_the_string_sets_its_own() {
+    let target = ConnectTarget::parse("postgres://u@h/db").unwrap();
+    assert_eq!(target.config.get_keepalives_idle(), Duration::from_secs(30));
+    assert_eq!(target.config.get_keepalives_retries(), Some(3));
+    let target = ConnectTarget::parse("host=h keepalives_idle=5").unwrap();
+    assert_eq!(target.config.get_keepalives_idle(), Duration::from_secs(5));
+    // A password or database that happens to hold the word is not a setting.
+    let target = ConnectTarget::parse("host=h dbname=keepalives").unwrap();
+    assert_eq!(target.config.get_keepalives_idle(), Duration::from_secs(30));
+}
