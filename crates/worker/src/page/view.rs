@@ -4,7 +4,8 @@ use almanac_domain::{ProgressEstimate, Status, WorkItem, WorkKind};
 use axum::http::StatusCode;
 use maud::{DOCTYPE, Markup, html};
 
-use super::{Page, Snapshot, charts};
+use super::read::Snapshot;
+use super::{Page, charts};
 use crate::ops::FailedFiles;
 
 /// Who is looking.

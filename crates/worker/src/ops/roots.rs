@@ -1,9 +1,15 @@
-//! Roots never overlap (ADR 0009): the proxy root against every config's root, checked when the Worker starts
-//! and when a config is added, after canonicalisation.
+//! Roots never overlap (ADR 0009, safety invariant 4): the Worker's one home for the rule. Config roots are
+//! canonical and never nest in one another; the proxy root never equals, contains or lies inside a config root.
+//! Checked when the Worker starts, when a config is added or activated, and shown by `status`. Paths are
+//! compared by [`almanac_domain::roots_overlap`] and, where they exist, by file-system identity
+//! ([`almanac_media::trees_overlap`]).
 
 use std::path::{Path, PathBuf};
 
 use almanac_domain::StorageConfig;
+use almanac_store_pg::PgStore;
+
+use super::OpError;
 
 /// A path as the file system would resolve it (links followed) without creating anything: its longest
 /// existing ancestor canonicalised, and the rest appended. So a proxy root that does not exist yet compares
@@ -40,10 +46,52 @@ pub fn check_proxy_root(proxy_root: &Path, configs: &[StorageConfig]) -> Result<
     if proxy_root.parent().is_none() {
         return Err("storage.proxy_root: / cannot be the proxy root: it would contain every library".into());
     }
-    match configs.iter().find(|c| almanac_media::trees_overlap(proxy_root, &c.root_path)) {
-        Some(c) => Err(overlap_message(proxy_root, &c.root_path)),
+    configs.iter().try_for_each(|c| check_against_proxy_root(proxy_root, &c.root_path))
+}
+
+/// Refuses a config root that overlaps the proxy root (`proxy_root` resolved).
+pub fn check_against_proxy_root(proxy_root: &Path, root: &Path) -> Result<(), String> {
+    match almanac_media::trees_overlap(proxy_root, root) {
+        true => Err(overlap_message(proxy_root, root)),
+        false => Ok(()),
+    }
+}
+
+/// Refuses a new root that is one tree with a registered config's root only as the file system sees it (a bind
+/// mount, another spelling of one folder): the store, which compares paths, refuses the rest.
+pub fn check_hidden_overlap(root: &Path, configs: &[StorageConfig]) -> Result<(), String> {
+    match configs.iter().find(|c| almanac_media::overlap_hidden_from_paths(&c.root_path, root)) {
+        Some(other) => Err(format!(
+            "the root {} is the same tree as storage config {} at {}, or nests with it (a bind mount, or another \
+             spelling of one folder): two configs may never cover one tree",
+            root.display(),
+            other.id,
+            other.root_path.display()
+        )),
         None => Ok(()),
     }
+}
+
+/// Refuses to serve `config` again while its root overlaps an active config's (of those `overlapping` it, as
+/// the catalogue found them) or the proxy root (`proxy_root` resolved).
+pub fn check_activation(
+    proxy_root: &Path,
+    config: &StorageConfig,
+    overlapping: &[StorageConfig],
+) -> Result<(), String> {
+    if let Some(other) = overlapping.iter().find(|o| o.is_active) {
+        return Err(format!(
+            "storage config {} ({}) overlaps active storage config {} ({}): two configs on one tree would be \
+             crawled at once. Deactivate that one first (almanac-worker config deactivate {})",
+            config.id,
+            config.root_path.display(),
+            other.id,
+            other.root_path.display(),
+            other.id
+        ));
+    }
+    check_against_proxy_root(proxy_root, &config.root_path)
+        .map_err(|overlap| format!("{overlap}; storage config {} stays deactivated", config.id))
 }
 
 /// The refusal for a proxy root and a storage root that overlap.
@@ -78,6 +126,76 @@ pub fn canonical_config_root(root: &Path) -> Result<PathBuf, String> {
         return Err(format!("--root {}: not a folder; nothing was registered", canonical.display()));
     }
     Ok(canonical)
+}
+
+/// Roots that overlap in the catalogue (an older one may hold some), on disk, or with this Worker's proxy root
+/// (`proxy_root` as configured), and roots that are not canonical: what `status` lists.
+pub async fn root_problems(store: &PgStore, proxy_root: &Path) -> Result<Vec<String>, OpError> {
+    let mut problems: Vec<String> = store
+        .root_overlaps()
+        .await?
+        .into_iter()
+        .map(|o| {
+            format!(
+                "storage config {} ({}, user {}) and {} ({}, user {}) cover one tree: their crawls refuse to run \
+             until one is deactivated (almanac-worker config deactivate ID)",
+                o.first.0,
+                o.first.1.display(),
+                o.first.2,
+                o.second.0,
+                o.second.1.display(),
+                o.second.2
+            )
+        })
+        .collect();
+    let configs = store.list_storage_configs().await?;
+    problems.extend(hidden_overlaps(&configs));
+    problems.extend(configs.iter().filter_map(root_not_canonical));
+    let proxy_root = resolved(proxy_root);
+    problems.extend(configs.iter().filter_map(|c| check_against_proxy_root(&proxy_root, &c.root_path).err()));
+    Ok(problems)
+}
+
+/// Overlaps the catalogue cannot see: one tree under two paths (a bind mount, another spelling).
+fn hidden_overlaps(configs: &[StorageConfig]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (i, a) in configs.iter().enumerate() {
+        for b in
+            configs[i + 1..].iter().filter(|b| almanac_media::overlap_hidden_from_paths(&a.root_path, &b.root_path))
+        {
+            problems.push(format!(
+                "storage configs {} ({}) and {} ({}) are one tree on disk (a bind mount or another spelling): \
+                 deactivate one (almanac-worker config deactivate ID)",
+                a.id,
+                a.root_path.display(),
+                b.id,
+                b.root_path.display()
+            ));
+        }
+    }
+    problems
+}
+
+/// Why a registered root is not canonical (reached through a link, or spelled with `.`, `..` or doubled
+/// slashes): its crawls refuse to run.
+fn root_not_canonical(c: &StorageConfig) -> Option<String> {
+    let canonical = c.root_path.to_str().is_some_and(|r| almanac_domain::check_canonical_root(r).is_ok());
+    if !canonical {
+        return Some(format!(
+            "storage config {} has the root {}, which is not a canonical path (`.`, `..`, a doubled or trailing \
+             slash): its crawls refuse to run. Deactivate it and register the real path",
+            c.id,
+            c.root_path.display()
+        ));
+    }
+    let real = std::fs::canonicalize(&c.root_path).ok().filter(|real| *real != c.root_path)?;
+    Some(format!(
+        "storage config {} has the root {}, which is reached through a link (the real folder is {}): its crawls \
+         refuse to run. Deactivate it and register the real path",
+        c.id,
+        c.root_path.display(),
+        real.display()
+    ))
 }
 
 #[cfg(test)]

@@ -1,0 +1,252 @@
+//! `almanac-worker run`: wire the store, the executor, the handlers, the listener and the HTTP endpoints, each
+//! step a function of its own, in the order `run` reads.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use almanac_domain::ServedConfigs;
+use almanac_executor::{Executor, HandlerRegistry};
+use almanac_handlers::{
+    BurstDetectionHandler, BurstSettings, CrawlHandler, CrawlSettings, ProxyDeletionHandler, ProxySweepHandler,
+    PurgeHandler, PurgeSettings, RetentionSettings, ScheduleSettings, Scheduler, TokenCleanupHandler,
+    WorkItemRetentionHandler,
+};
+use almanac_media::ToolLimits;
+use almanac_store_pg::{PgStore, SchemaState, StoreError, WorkerConnections, listen_for_work};
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use super::{Exit, Failure, refuse_newer_schema};
+use crate::http::{self, Health};
+use crate::observe::{self, Recent};
+use crate::ops::roots;
+use crate::page::{self, Page, Samples, auth::Auth};
+use crate::settings::{Settings, mask_password};
+
+/// How often, and how long, `run` tries to reach the database before giving up.
+const CONNECT_ATTEMPTS: u32 = 5;
+
+/// Runs the Worker until SIGTERM or Ctrl-C.
+pub async fn run(settings: Settings, migrate: bool) -> Result<Exit, Failure> {
+    let recent = observe::init(&settings.log).map_err(Failure::failed)?;
+    let metrics = observe::install_metrics().map_err(Failure::failed)?;
+    let url = settings.database_url().map_err(Failure::failed)?.to_owned();
+    prepare_schema(&url, migrate).await?;
+    let store = worker_store(&settings, &url)?;
+    let served = served_configs(&settings, &store).await?;
+    let executor_config = settings.executor(served).map_err(Failure::failed)?;
+    let proxy_root = proxy_root(&settings, &store).await?;
+    let store = Arc::new(store);
+    let registry = handlers(&settings, &store, &proxy_root);
+    let executor = Executor::new(store.clone(), registry, executor_config).map_err(Failure::failed)?;
+
+    let stop = CancellationToken::new();
+    // What a Worker killed mid-write left under the proxy root, in the background (it walks the whole root).
+    let debris = almanac_handlers::maintenance::remove_temporary_debris;
+    tokio::spawn(debris(store.clone(), proxy_root, ToolLimits::default(), stop.clone()));
+    let running = Arc::new(AtomicBool::new(true));
+    let listener = tokio::spawn(listen_for_work(url.clone(), executor.waker(), stop.clone()));
+    let http = serve_http(&settings, &url, recent, &metrics, &running, &stop).await?;
+    let upkeep = tokio::spawn(metrics_upkeep(metrics, stop.clone()));
+    let schedule = ScheduleSettings { crawl_interval: settings.schedule.crawl_interval, tick: settings.schedule.tick };
+    let scheduling = tokio::spawn(Scheduler::new(store.clone(), served, schedule).run(stop.clone()));
+    let shutdown = CancellationToken::new();
+    tokio::spawn(signals(shutdown.clone()));
+    let tls = tls(&store).await;
+    info!(event = "worker_starting", database = %mask_password(&url), tls = %tls, served = ?served, "starting");
+
+    let report = executor.run(shutdown).await;
+    running.store(false, Ordering::Relaxed);
+    stop.cancel();
+    let _ = listener.await;
+    let _ = scheduling.await;
+    let _ = upkeep.await;
+    if let Some(h) = http {
+        // Open connections get a moment to finish (the live streams end with `stop`); then the server goes.
+        let _ = tokio::time::timeout(Duration::from_secs(5), h).await;
+    }
+    if report.is_clean() {
+        return Ok(Exit::Success);
+    }
+    error!(
+        event = "unclean_shutdown",
+        unwritten = report.unwritten.len(),
+        "could not release every running item; lease recovery will requeue them"
+    );
+    Ok(Exit::Unclean)
+}
+
+/// Refuses a schema newer than this build, and applies pending migrations when `migrate` (refusing to start
+/// without it).
+async fn prepare_schema(url: &str, migrate: bool) -> Result<(), Failure> {
+    let schema = schema_state(url).await?;
+    refuse_newer_schema(&schema)?;
+    let pending = schema.pending;
+    if pending.is_empty() {
+        return Ok(());
+    }
+    if !migrate {
+        return Err(Failure::usage(format!(
+            "{} migration(s) pending ({}): run `almanac-worker migrate`, or start with --migrate",
+            pending.len(),
+            pending.join(", ")
+        )));
+    }
+    let applied = almanac_store_pg::migrate(url).await?;
+    info!(event = "migrated", applied = ?applied, "applied pending migrations");
+    // A newer Worker may have migrated further meanwhile (it took the lock first): look again.
+    refuse_newer_schema(&schema_state(url).await?)
+}
+
+/// Where the schema stands, trying a few times with backoff while the database is starting.
+async fn schema_state(url: &str) -> Result<SchemaState, Failure> {
+    let mut delay = Duration::from_millis(500);
+    for attempt in 1..=CONNECT_ATTEMPTS {
+        match almanac_store_pg::schema_state(url).await {
+            Ok(p) => return Ok(p),
+            Err(StoreError::Unavailable(e)) if attempt < CONNECT_ATTEMPTS => {
+                warn!(event = "database_unavailable", attempt, error = %e, "the database does not answer yet");
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+            }
+            Err(e @ StoreError::Config(_)) => {
+                return Err(Failure::from(e).context(format!("database.url ({})", mask_password(url))));
+            }
+            Err(e) => {
+                return Err(Failure::from(e).context(format!(
+                    "cannot reach the database at {} after {attempt} attempt(s)",
+                    mask_password(url)
+                )));
+            }
+        }
+    }
+    unreachable!("the last attempt returns")
+}
+
+/// The Worker's store. Heartbeats and outcomes have connections of their own (one per slot, one to spare):
+/// nothing else can take them, so no crawl or probe can delay a beat into a self-stop.
+fn worker_store(settings: &Settings, url: &str) -> Result<PgStore, Failure> {
+    let connections = WorkerConnections {
+        shared: settings.database.max_connections,
+        reserved: settings.worker.slots + 1,
+        acquire_timeout: settings.database.connect_timeout,
+        lease: settings.queue.lease,
+    };
+    Ok(PgStore::for_worker(url, connections)?)
+}
+
+/// Whose configs this Worker serves (`worker.user`, or all).
+async fn served_configs(settings: &Settings, store: &PgStore) -> Result<ServedConfigs, Failure> {
+    let Some(name) = &settings.worker.user else { return Ok(ServedConfigs::All) };
+    match store.user_by_name(name).await? {
+        Some(user) => Ok(ServedConfigs::User(user.id)),
+        None => Err(Failure::failed(anyhow::anyhow!(
+            "worker.user: there is no user {name:?}; `almanac-worker config add --user {name} --root …` creates one"
+        ))),
+    }
+}
+
+/// The proxy root, resolved and created. It never overlaps a library (the sweep would delete originals, the
+/// crawl ingest proxies), and must take files (not writable by this user, read-only or full, it would fail
+/// every crawl): refused otherwise.
+async fn proxy_root(settings: &Settings, store: &PgStore) -> Result<PathBuf, Failure> {
+    let configs = store.list_storage_configs().await?;
+    let proxy_root = roots::prepare_proxy_root(&settings.storage.proxy_root, &configs).map_err(Failure::usage)?;
+    almanac_media::check_proxy_root(&proxy_root)
+        .map_err(|e| Failure::usage(format!("{e}. Fix it, then start the Worker again")))?;
+    Ok(proxy_root)
+}
+
+/// A handler for every kind, with its settings.
+fn handlers(settings: &Settings, store: &Arc<PgStore>, proxy_root: &Path) -> HandlerRegistry {
+    let mut crawl = CrawlSettings::new(proxy_root.to_path_buf());
+    crawl.max_concurrent_files = settings.worker.max_concurrent_files;
+    crawl.mass_deletion = settings.mass_deletion();
+    crawl.max_image_pixels = settings.max_image_pixels();
+    let purge = PurgeSettings::new(proxy_root.to_path_buf(), settings.schedule.purge_after);
+    let sweep_min_age = ProxySweepHandler::<PgStore>::min_age_for(ToolLimits::default());
+    let token_grace = TokenCleanupHandler::<PgStore>::DEFAULT_GRACE;
+    HandlerRegistry::new()
+        .register(CrawlHandler::new(store.clone(), crawl))
+        .register(BurstDetectionHandler::new(store.clone(), BurstSettings::default()))
+        .register(PurgeHandler::new(store.clone(), purge))
+        .register(ProxyDeletionHandler::new(store.clone(), proxy_root.to_path_buf()))
+        .register(ProxySweepHandler::new(store.clone(), proxy_root.to_path_buf(), sweep_min_age))
+        .register(TokenCleanupHandler::new(store.clone(), token_grace))
+        .register(WorkItemRetentionHandler::new(store.clone(), RetentionSettings::default()))
+}
+
+/// The HTTP server (probes, metrics, the operator's page) when `http.enabled`, serving until `stop`.
+async fn serve_http(
+    settings: &Settings,
+    url: &str,
+    recent: Recent,
+    metrics: &PrometheusHandle,
+    running: &Arc<AtomicBool>,
+    stop: &CancellationToken,
+) -> Result<Option<JoinHandle<()>>, Failure> {
+    if !settings.http.enabled {
+        return Ok(None);
+    }
+    let bound = http::bind(settings.http.address).await.map_err(Failure::failed)?;
+    info!(event = "http_listening", address = %settings.http.address, "serving the operator's page at /, and /healthz, /readyz and /metrics");
+    // Probes and metrics get a small budget of their own: a flood of scrapes cannot take the Worker's.
+    let (timeout, lease) = (settings.database.connect_timeout, settings.queue.lease);
+    let probes = PgStore::with_idle_transaction_limit(url, 2, timeout, lease)?;
+    let process = Arc::new(metrics_process::Collector::default());
+    process.describe();
+    // The page has connections of its own: open tabs cannot take the probes'.
+    let page = Arc::new(Page {
+        store: PgStore::with_idle_transaction_limit(url, 2, timeout, lease)?,
+        auth: Auth::new(settings.http.token.clone()),
+        recent,
+        samples: Samples::default(),
+        worker_id: settings.worker_id().map_err(Failure::failed)?.to_string(),
+        allowed_hosts: settings.http.allowed_hosts.clone(),
+        stop: stop.clone(),
+    });
+    tokio::spawn(page::sample(page.clone(), stop.clone()));
+    let health = Health { store: probes, metrics: metrics.clone(), process, running: running.clone(), page };
+    Ok(Some(tokio::spawn(http::serve(bound, health, stop.clone()))))
+}
+
+/// Histogram samples are drained into their buckets here as well as at each scrape: memory stays bounded when
+/// nothing scrapes.
+async fn metrics_upkeep(metrics: PrometheusHandle, stop: CancellationToken) {
+    let mut every = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = every.tick() => metrics.run_upkeep(),
+        }
+    }
+}
+
+/// The TLS in use on the store's connections, in words for the start-up log.
+async fn tls(store: &PgStore) -> String {
+    match store.tls_in_use().await {
+        Ok(Some(described)) => described,
+        Ok(None) => "none".to_owned(),
+        Err(e) => format!("unknown ({e})"),
+    }
+}
+
+/// Cancels `shutdown` at SIGTERM or Ctrl-C.
+async fn signals(shutdown: CancellationToken) {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            error!(error = %e, "cannot listen for SIGTERM");
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => info!(event = "signal", signal = "SIGTERM", "shutting down"),
+        _ = tokio::signal::ctrl_c() => info!(event = "signal", signal = "SIGINT", "shutting down"),
+    }
+    shutdown.cancel();
+}

@@ -1,0 +1,112 @@
+//! `status`: the queue at a glance, as a table or as JSON.
+
+use almanac_domain::{ProgressEstimate, Status, StorageConfigId, WorkItem, WorkKind};
+use almanac_store_pg::{PgStore, QueueSummaryRow};
+use serde_json::{Value, json};
+
+use super::{Exit, Failure};
+use crate::ops;
+use crate::settings::Settings;
+
+/// What `status` shows, read in one go.
+struct Overview {
+    summary: Vec<QueueSummaryRow>,
+    running: Vec<WorkItem>,
+    failed: Vec<WorkItem>,
+    problems: Vec<String>,
+    paused_kinds: Vec<WorkKind>,
+    paused_configs: Vec<(StorageConfigId, String)>,
+}
+
+/// `status [--json]`: counts by kind and status, running items, pauses, root problems, recent failures.
+pub async fn status(store: &PgStore, settings: &Settings, json: bool) -> Result<Exit, Failure> {
+    let summary = store.queue_summary().await?;
+    let running = store.list_items(Some(Status::Running), 100).await?;
+    let failed = store.list_items(Some(Status::Failed), 10).await?;
+    let problems = ops::roots::root_problems(store, &settings.storage.proxy_root).await?;
+    let (paused_kinds, paused_configs) = store.paused().await?;
+    let overview = Overview { summary, running, failed, problems, paused_kinds, paused_configs };
+    if json {
+        let text = serde_json::to_string_pretty(&as_json(&overview)).map_err(Failure::failed)?;
+        println!("{text}");
+    } else {
+        print_table(&overview);
+    }
+    Ok(Exit::Success)
+}
+
+/// The overview as `status --json` prints it.
+fn as_json(o: &Overview) -> Value {
+    let running = |i: &WorkItem| {
+        let mut item = serde_json::to_value(i).unwrap_or_default();
+        if let Some(e) = i.progress.as_ref().and_then(ProgressEstimate::from_progress) {
+            item["estimate"] = json!({
+                "done": e.done,
+                "total": e.total,
+                "percent": e.percent,
+                "per_second": e.per_second,
+                "remaining_seconds": e.remaining.map(|r| r.as_secs()),
+            });
+        }
+        item
+    };
+    json!({
+        "counts": o.summary.iter().map(|r| json!({"kind": r.kind.as_str(), "status": r.status.as_str(), "count": r.count})).collect::<Vec<_>>(),
+        "running": o.running.iter().map(running).collect::<Vec<_>>(),
+        "recent_failures": o.failed,
+        "root_problems": o.problems,
+        "paused": {
+            "kinds": o.paused_kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(),
+            "configs": o.paused_configs.iter().map(|(id, root)| json!({"id": id.to_string(), "root": root})).collect::<Vec<_>>(),
+        },
+    })
+}
+
+/// The overview as a table and sections of lines.
+fn print_table(o: &Overview) {
+    println!("{:<22}{:>9}{:>9}{:>11}{:>9}{:>11}", "KIND", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED");
+    let mut kinds: Vec<WorkKind> = o.summary.iter().map(|r| r.kind).collect();
+    kinds.dedup();
+    for kind in kinds {
+        let n = |status: Status| o.summary.iter().find(|r| r.kind == kind && r.status == status).map_or(0, |r| r.count);
+        println!(
+            "{:<22}{:>9}{:>9}{:>11}{:>9}{:>11}",
+            kind.as_str(),
+            n(Status::Queued),
+            n(Status::Running),
+            n(Status::Succeeded),
+            n(Status::Failed),
+            n(Status::Cancelled)
+        );
+    }
+    section("RUNNING", &o.running, |i| {
+        format!(
+            "{}  {}  config {}  worker {}  attempt {}  progress {}",
+            i.id,
+            i.kind,
+            i.scope.storage_config().map_or("-".into(), |c| c.to_string()),
+            i.worker_id.as_deref().unwrap_or("-"),
+            i.attempt,
+            ops::progress_text(i)
+        )
+    });
+    let paused: Vec<String> = (o.paused_kinds.iter().map(|kind| format!("kind {kind}")))
+        .chain(o.paused_configs.iter().map(|(id, root)| format!("config {id}  {root}")))
+        .collect();
+    section("PAUSED (queued work not claimed; almanac-worker resume)", &paused, String::clone);
+    section("ROOT PROBLEMS", &o.problems, String::clone);
+    section("RECENT FAILURES", &o.failed, |i| {
+        format!("{}  {}  {}", i.id, i.kind, i.last_error.as_deref().unwrap_or("-"))
+    });
+}
+
+/// A titled section of lines, after a blank line; nothing when there are none.
+fn section<T>(title: &str, rows: &[T], line: impl Fn(&T) -> String) {
+    if rows.is_empty() {
+        return;
+    }
+    println!("\n{title}");
+    for row in rows {
+        println!("{}", line(row));
+    }
+}

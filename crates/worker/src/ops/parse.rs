@@ -1,0 +1,76 @@
+//! Reading an action's arguments as the operator types them (the CLI's options, the page's paths): each error
+//! says what is accepted.
+
+use almanac_domain::{Status, StorageConfigId, WorkItemId, WorkKind};
+
+use super::OpError;
+
+/// A kind as the CLI and the page name it: its stored name with `-` for `_` (`burst-detection`).
+pub fn kind_name(kind: WorkKind) -> String {
+    kind.as_str().replace('_', "-")
+}
+
+/// Every kind as the CLI names them, for help and errors: `crawl, burst-detection, … or work-item-retention`.
+pub fn kind_names(last_joiner: &str) -> String {
+    let names: Vec<String> = WorkKind::ALL.into_iter().map(kind_name).collect();
+    match names.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} {last_joiner} {last}", rest.join(", ")),
+        None => String::new(),
+    }
+}
+
+/// A `--config` value: an id as given, or a root path resolved the way `config add` stored it.
+pub fn config_key(given: &str) -> String {
+    match std::fs::canonicalize(given) {
+        Ok(path) if given.starts_with('/') => path.display().to_string(),
+        _ => given.trim_end_matches('/').to_owned(),
+    }
+}
+
+/// A status by name.
+pub fn parse_status(s: &str) -> Result<Status, OpError> {
+    s.parse().map_err(|_| {
+        let names: Vec<&str> = Status::ALL.into_iter().map(Status::as_str).collect();
+        let (last, rest) = names.split_last().expect("statuses");
+        OpError::BadInput(format!("{s:?} is not a status: use {} or {last}", rest.join(", ")))
+    })
+}
+
+/// A kind by name (`-` or `_` between words).
+pub fn parse_kind(s: &str) -> Result<WorkKind, OpError> {
+    s.replace('-', "_").parse().map_err(|_| OpError::BadInput(format!("{s:?} is not a kind: use {}", kind_names("or"))))
+}
+
+/// A work item's id.
+pub fn parse_item_id(s: &str) -> Result<WorkItemId, OpError> {
+    s.parse().map_err(|_| OpError::BadInput(format!("{s:?} is not a work item id (a UUID, as `list` shows them)")))
+}
+
+/// A storage config's id (the page names configs by id only).
+pub fn parse_config_id(s: &str) -> Result<StorageConfigId, OpError> {
+    s.parse().map_err(|_| {
+        OpError::BadInput(format!("{s:?} is not a storage config id (a UUID, as `config list` shows them)"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_name_every_kind_and_status_as_the_operator_types_them() {
+        let kind = parse_kind("frobnicate").unwrap_err().to_string();
+        assert_eq!(
+            kind,
+            "\"frobnicate\" is not a kind: use crawl, burst-detection, purge, proxy-deletion, proxy-sweep, \
+             token-cleanup or work-item-retention"
+        );
+        let status = parse_status("broken").unwrap_err().to_string();
+        assert_eq!(status, "\"broken\" is not a status: use queued, running, succeeded, failed or cancelled");
+        for kind in WorkKind::ALL {
+            assert_eq!(parse_kind(&kind_name(kind)).unwrap(), kind);
+            assert_eq!(parse_kind(kind.as_str()).unwrap(), kind);
+        }
+    }
+}
