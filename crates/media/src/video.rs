@@ -153,130 +153,164 @@ pub(crate) async fn make_video_proxies_with(
     limits: ToolLimits,
     cancel: &CancellationToken,
 ) -> Result<VideoProxies, MediaError> {
-    let path = original.path();
-    let input = OsString::from(OPEN_ORIGINAL);
     std::fs::create_dir_all(dest_dir).map_err(|e| MediaError::write(dest_dir, e))?;
-    let not_made = |proxy: ProxyType, reason: String| MediaError::ProxyNotMade {
-        path: path.to_owned(),
-        proxy,
-        dir: dest_dir.to_owned(),
-        reason,
-    };
-    // A tool that fails while making a proxy: stopped (cancel, time limit) and missing stay what they are.
-    let failed = |proxy: ProxyType, e: MediaError| match e {
-        MediaError::Tool { tool, message, .. } => not_made(proxy, format!("{tool} failed ({message})")),
-        other => other,
-    };
-    let poster = dest_dir.join(file_name(ProxyType::Poster));
-    let poster_tmp = dest_dir.join(ProxyType::Poster.temporary_file_name().expect("a file proxy"));
-    let poster_args = |seek: &[&str]| -> Vec<OsString> {
-        args(&["-nostdin", "-y", "-v", "error"])
-            .into_iter()
-            .chain(args(seek))
-            .chain(args(&["-i"]))
-            .chain([input.clone()])
-            .chain(args(&["-frames:v", "1", "-vf", "scale='min(1920,iw)':-2", "-q:v", "3", "-update", "1"]))
-            .chain([poster_tmp.as_os_str().to_owned()])
-            .collect()
-    };
-    // Debris of an earlier attempt must never pass for this attempt's poster.
-    let _ = std::fs::remove_file(&poster_tmp);
-    // A clip shorter than half a second has no frame there (ffmpeg then succeeds and writes nothing, or
-    // fails): that case is tried again from the start, and only that second try's failure is the answer. A
-    // cancel or a time limit ends it here.
-    let first_try = run_tool(
-        ffmpeg,
-        "ffmpeg",
-        poster_args(&["-ss", "0.5"]),
-        Some(tool_input(original)?),
-        path,
-        limits.quick,
-        cancel,
-    )
-    .await;
-    match first_try {
-        Err(stopped @ (MediaError::Cancelled | MediaError::TimedOut { .. } | MediaError::ToolMissing { .. })) => {
-            let _ = std::fs::remove_file(&poster_tmp);
-            return Err(stopped);
-        }
-        Ok(_) if is_non_empty(&poster_tmp) => {}
-        _ => {
-            let _ = std::fs::remove_file(&poster_tmp);
-            // Shorter than half a second: take the very first frame.
-            let first_frame =
-                run_tool(ffmpeg, "ffmpeg", poster_args(&[]), Some(tool_input(original)?), path, limits.quick, cancel);
-            if let Err(e) = first_frame.await {
-                let _ = std::fs::remove_file(&poster_tmp);
-                return Err(failed(ProxyType::Poster, e));
-            }
-            if !is_non_empty(&poster_tmp) {
-                let _ = std::fs::remove_file(&poster_tmp);
-                return Err(MediaError::corrupt(path, "ffmpeg found no frame for a poster"));
-            }
-        }
-    }
-    let checked = std::fs::read(&poster_tmp)
-        .map_err(|e| MediaError::write(&poster_tmp, e))
-        .and_then(|jpeg| {
-            check_jpeg(&jpeg)
-                .map_err(|reason| not_made(ProxyType::Poster, format!("the JPEG ffmpeg wrote is not whole ({reason})")))
-        })
-        .and_then(|()| sync_file(&poster_tmp));
-    if let Err(e) = checked {
-        let _ = std::fs::remove_file(&poster_tmp);
-        return Err(e);
-    }
-    std::fs::rename(&poster_tmp, &poster).map_err(|e| MediaError::write(&poster, e))?;
-
-    let web = dest_dir.join(file_name(ProxyType::WebVideo));
-    let web_tmp = dest_dir.join(ProxyType::WebVideo.temporary_file_name().expect("a file proxy"));
-    let web_args = args(&["-nostdin", "-y", "-v", "error", "-i"])
-        .into_iter()
-        .chain([input.clone()])
-        .chain(args(&[
-            "-map",
-            "0:v:0",
-            "-map",
-            "0:a:0?",
-            "-vf",
-            "scale=-2:'min(720,ih)'",
-            "-c:v",
-            "libx264",
-            "-preset",
-            "veryfast",
-            "-crf",
-            "23",
-            "-pix_fmt",
-            "yuv420p",
-            "-c:a",
-            "aac",
-            "-b:a",
-            "128k",
-            "-movflags",
-            "+faststart",
-            "-f",
-            "mp4",
-        ]))
-        .chain([web_tmp.as_os_str().to_owned()])
-        .collect();
-    let transcoded = run_tool(ffmpeg, "ffmpeg", web_args, Some(tool_input(original)?), path, limits.transcode, cancel)
-        .await
-        .map_err(|e| failed(ProxyType::WebVideo, e));
-    let checked = match transcoded {
-        Ok(_) => check_web_video(&web_tmp, path, limits, cancel)
-            .await
-            .and_then(|checked| checked.map_err(|reason| not_made(ProxyType::WebVideo, reason)))
-            .and_then(|()| sync_file(&web_tmp)),
-        Err(e) => Err(e),
-    };
-    if let Err(e) = checked {
-        let _ = std::fs::remove_file(&web_tmp);
-        return Err(e);
-    }
-    std::fs::rename(&web_tmp, &web).map_err(|e| MediaError::write(&web, e))?;
+    let making = Making { ffmpeg, original, input: OsString::from(OPEN_ORIGINAL), dest_dir, limits, cancel };
+    let poster = making.poster().await?;
+    let web = making.web_video().await?;
     sync_folder(dest_dir)?;
     let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).map_err(|e| MediaError::write(p, e));
     Ok(VideoProxies { poster_bytes: size(&poster)?, web_video_bytes: size(&web)? })
+}
+
+/// One video's proxies being made: ffmpeg run on the open original, writing into `dest_dir`.
+struct Making<'a> {
+    ffmpeg: &'static str,
+    original: &'a Original,
+    /// The original as ffmpeg is told to read it (its standard input).
+    input: OsString,
+    dest_dir: &'a Path,
+    limits: ToolLimits,
+    cancel: &'a CancellationToken,
+}
+
+impl Making<'_> {
+    /// A proxy that is not whole, or that ffmpeg could not make: why.
+    fn not_made(&self, proxy: ProxyType, reason: String) -> MediaError {
+        MediaError::ProxyNotMade { path: self.original.path().to_owned(), proxy, dir: self.dest_dir.to_owned(), reason }
+    }
+
+    /// A tool that fails while making a proxy: stopped (cancel, time limit) and missing stay what they are.
+    fn failed(&self, proxy: ProxyType, e: MediaError) -> MediaError {
+        match e {
+            MediaError::Tool { tool, message, .. } => self.not_made(proxy, format!("{tool} failed ({message})")),
+            other => other,
+        }
+    }
+
+    /// Runs ffmpeg with `args` within `limit`, reading `input` (the original, opened again for the tool).
+    async fn ffmpeg(
+        &self,
+        args: Vec<OsString>,
+        input: std::fs::File,
+        limit: std::time::Duration,
+    ) -> Result<(), MediaError> {
+        run_tool(self.ffmpeg, "ffmpeg", args, Some(input), self.original.path(), limit, self.cancel).await.map(drop)
+    }
+
+    /// `poster.jpg`, checked whole and flushed, then renamed into place; its path.
+    async fn poster(&self) -> Result<std::path::PathBuf, MediaError> {
+        let poster = self.dest_dir.join(file_name(ProxyType::Poster));
+        let poster_tmp = self.dest_dir.join(ProxyType::Poster.temporary_file_name().expect("a file proxy"));
+        // Debris of an earlier attempt must never pass for this attempt's poster.
+        let _ = std::fs::remove_file(&poster_tmp);
+        self.poster_frame(&poster_tmp).await?;
+        let checked = std::fs::read(&poster_tmp)
+            .map_err(|e| MediaError::write(&poster_tmp, e))
+            .and_then(|jpeg| {
+                check_jpeg(&jpeg).map_err(|reason| {
+                    self.not_made(ProxyType::Poster, format!("the JPEG ffmpeg wrote is not whole ({reason})"))
+                })
+            })
+            .and_then(|()| sync_file(&poster_tmp));
+        if let Err(e) = checked {
+            let _ = std::fs::remove_file(&poster_tmp);
+            return Err(e);
+        }
+        std::fs::rename(&poster_tmp, &poster).map_err(|e| MediaError::write(&poster, e))?;
+        Ok(poster)
+    }
+
+    /// Has ffmpeg write a frame near the start to `poster_tmp` (removed when this fails).
+    ///
+    /// A clip shorter than half a second has no frame there (ffmpeg then succeeds and writes nothing, or
+    /// fails): that case is tried again from the start, and only that second try's failure is the answer. A
+    /// cancel or a time limit ends it at the first try.
+    async fn poster_frame(&self, poster_tmp: &Path) -> Result<(), MediaError> {
+        let poster_args = |seek: &[&str]| -> Vec<OsString> {
+            args(&["-nostdin", "-y", "-v", "error"])
+                .into_iter()
+                .chain(args(seek))
+                .chain(args(&["-i"]))
+                .chain([self.input.clone()])
+                .chain(args(&["-frames:v", "1", "-vf", "scale='min(1920,iw)':-2", "-q:v", "3", "-update", "1"]))
+                .chain([poster_tmp.as_os_str().to_owned()])
+                .collect()
+        };
+        let first_try = self.ffmpeg(poster_args(&["-ss", "0.5"]), tool_input(self.original)?, self.limits.quick);
+        match first_try.await {
+            Err(stopped @ (MediaError::Cancelled | MediaError::TimedOut { .. } | MediaError::ToolMissing { .. })) => {
+                let _ = std::fs::remove_file(poster_tmp);
+                Err(stopped)
+            }
+            Ok(()) if is_non_empty(poster_tmp) => Ok(()),
+            _ => {
+                let _ = std::fs::remove_file(poster_tmp);
+                // Shorter than half a second: take the very first frame.
+                let first_frame = self.ffmpeg(poster_args(&[]), tool_input(self.original)?, self.limits.quick);
+                if let Err(e) = first_frame.await {
+                    let _ = std::fs::remove_file(poster_tmp);
+                    return Err(self.failed(ProxyType::Poster, e));
+                }
+                if !is_non_empty(poster_tmp) {
+                    let _ = std::fs::remove_file(poster_tmp);
+                    return Err(MediaError::corrupt(self.original.path(), "ffmpeg found no frame for a poster"));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// `web.mp4`, transcoded, checked whole and flushed, then renamed into place; its path.
+    async fn web_video(&self) -> Result<std::path::PathBuf, MediaError> {
+        let web = self.dest_dir.join(file_name(ProxyType::WebVideo));
+        let web_tmp = self.dest_dir.join(ProxyType::WebVideo.temporary_file_name().expect("a file proxy"));
+        let web_args = args(&["-nostdin", "-y", "-v", "error", "-i"])
+            .into_iter()
+            .chain([self.input.clone()])
+            .chain(args(&[
+                "-map",
+                "0:v:0",
+                "-map",
+                "0:a:0?",
+                "-vf",
+                "scale=-2:'min(720,ih)'",
+                "-c:v",
+                "libx264",
+                "-preset",
+                "veryfast",
+                "-crf",
+                "23",
+                "-pix_fmt",
+                "yuv420p",
+                "-c:a",
+                "aac",
+                "-b:a",
+                "128k",
+                "-movflags",
+                "+faststart",
+                "-f",
+                "mp4",
+            ]))
+            .chain([web_tmp.as_os_str().to_owned()])
+            .collect();
+        let transcoded = self
+            .ffmpeg(web_args, tool_input(self.original)?, self.limits.transcode)
+            .await
+            .map_err(|e| self.failed(ProxyType::WebVideo, e));
+        let checked = match transcoded {
+            Ok(()) => check_web_video(&web_tmp, self.original.path(), self.limits, self.cancel)
+                .await
+                .and_then(|checked| checked.map_err(|reason| self.not_made(ProxyType::WebVideo, reason)))
+                .and_then(|()| sync_file(&web_tmp)),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = checked {
+            let _ = std::fs::remove_file(&web_tmp);
+            return Err(e);
+        }
+        std::fs::rename(&web_tmp, &web).map_err(|e| MediaError::write(&web, e))?;
+        Ok(web)
+    }
 }
 
 /// What ffprobe says of a web video we made: its streams with the packets their index lists and the packets
@@ -359,126 +393,4 @@ fn args(list: &[&str]) -> Vec<OsString> {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::path::PathBuf;
-
-    use super::*;
-    use crate::RootFolder;
-    use crate::fixtures::{self, FixtureExif};
-
-    /// A stand-in for ffmpeg, written by a shell of its own (so no file handle of ours is open on it when it
-    /// runs), doing `poster` when asked for the poster and `web` for the web video; its output is its last
-    /// argument. Returns its path, as the program to run.
-    fn fake_ffmpeg(dir: &Path, poster: &str, web: &str) -> &'static str {
-        let path = dir.join("fake-ffmpeg");
-        let script =
-            format!("#!/bin/sh\nfor last; do :; done\ncase \"$last\" in\n*.jpg) {poster} ;;\n*.mp4) {web} ;;\nesac\n");
-        let status = std::process::Command::new("sh")
-            .args(["-c", "cat > \"$1\" && chmod +x \"$1\"", "sh"])
-            .arg(&path)
-            .stdin(std::process::Stdio::piped())
-            .spawn()
-            .and_then(|mut child| {
-                std::io::Write::write_all(&mut child.stdin.take().expect("piped"), script.as_bytes())?;
-                child.wait()
-            })
-            .expect("write the stand-in");
-        assert!(status.success());
-        Box::leak(path.to_string_lossy().into_owned().into_boxed_str())
-    }
-
-    struct Setup {
-        dir: tempfile::TempDir,
-        clip: Original,
-        whole_jpeg: PathBuf,
-        out: PathBuf,
-    }
-
-    fn setup() -> Setup {
-        let dir = tempfile::tempdir().unwrap();
-        fixtures::video(&dir.path().join("clip.mp4"), 1.0, 320, 240, "2021-06-01T10:00:00Z");
-        let clip = RootFolder::open(dir.path()).unwrap().open_file(b"clip.mp4").unwrap();
-        let whole_jpeg = dir.path().join("whole.jpg");
-        std::fs::write(&whole_jpeg, fixtures::jpeg(1280, 960, 7, true, &FixtureExif::default())).unwrap();
-        assert!(std::fs::metadata(&whole_jpeg).unwrap().len() > 16 * 1024, "a poster larger than what is cut");
-        let out = dir.path().join("proxies");
-        Setup { dir, clip, whole_jpeg, out }
-    }
-
-    fn names(dir: &Path) -> Vec<String> {
-        let mut names: Vec<_> = std::fs::read_dir(dir)
-            .map(|d| d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect())
-            .unwrap_or_default();
-        names.sort();
-        names
-    }
-
-    #[tokio::test]
-    async fn a_poster_cut_short_by_a_failing_ffmpeg_never_takes_its_name_and_the_error_says_why() {
-        let s = setup();
-        let cut = format!(
-            "head -c 8192 '{}' > \"$last\"; echo 'av_interleaved_write_frame(): No space left on device' >&2; exit 1",
-            s.whole_jpeg.display()
-        );
-        let ffmpeg = fake_ffmpeg(s.dir.path(), &cut, "exit 1");
-        let cancel = CancellationToken::new();
-        let err = make_video_proxies_with(ffmpeg, &s.clip, &s.out, ToolLimits::default(), &cancel).await.unwrap_err();
-        assert!(
-            matches!(&err, MediaError::ProxyNotMade { proxy: ProxyType::Poster, .. }),
-            "a failed tool is an error: {err:?}"
-        );
-        let message = err.to_string();
-        assert!(message.contains("No space left on device") && message.contains("storage.proxy_root"), "{message}");
-        assert_eq!(names(&s.out), Vec::<String>::new(), "neither the poster nor its temporary file is left");
-    }
-
-    #[tokio::test]
-    async fn a_poster_cut_short_is_refused_even_when_ffmpeg_says_it_succeeded() {
-        let s = setup();
-        let cut = format!("head -c 8192 '{}' > \"$last\"", s.whole_jpeg.display());
-        let ffmpeg = fake_ffmpeg(s.dir.path(), &cut, "exit 1");
-        let cancel = CancellationToken::new();
-        let err = make_video_proxies_with(ffmpeg, &s.clip, &s.out, ToolLimits::default(), &cancel).await.unwrap_err();
-        assert!(matches!(&err, MediaError::ProxyNotMade { proxy: ProxyType::Poster, .. }), "{err:?}");
-        assert!(err.to_string().contains("cut short"), "{err}");
-        assert_eq!(names(&s.out), Vec::<String>::new());
-    }
-
-    #[tokio::test]
-    async fn a_web_video_cut_short_is_refused_even_when_ffmpeg_says_it_succeeded() {
-        let s = setup();
-        // A whole poster, and a web video that is the first part of a real one.
-        let web = s.dir.path().join("whole.mp4");
-        let status = std::process::Command::new("ffmpeg")
-            .args(["-nostdin", "-y", "-v", "error", "-i"])
-            .arg(s.dir.path().join("clip.mp4"))
-            .args(["-c:v", "libx264", "-preset", "veryfast", "-movflags", "+faststart", "-f", "mp4"])
-            .arg(&web)
-            .status()
-            .unwrap();
-        assert!(status.success());
-        let keep = std::fs::metadata(&web).unwrap().len() * 2 / 3;
-        let poster = format!("cp '{}' \"$last\"", s.whole_jpeg.display());
-        let cut = format!("head -c {keep} '{}' > \"$last\"", web.display());
-        let ffmpeg = fake_ffmpeg(s.dir.path(), &poster, &cut);
-        let cancel = CancellationToken::new();
-        let err = make_video_proxies_with(ffmpeg, &s.clip, &s.out, ToolLimits::default(), &cancel).await.unwrap_err();
-        assert!(matches!(&err, MediaError::ProxyNotMade { proxy: ProxyType::WebVideo, .. }), "{err:?}");
-        assert!(err.to_string().contains("cut short"), "{err}");
-        assert_eq!(names(&s.out), ["poster.jpg"], "the whole poster stays; no part of the web video does");
-        assert_eq!(std::fs::read(s.out.join("poster.jpg")).unwrap(), std::fs::read(&s.whole_jpeg).unwrap());
-    }
-
-    #[tokio::test]
-    async fn a_failing_transcode_is_an_error_and_leaves_no_web_video() {
-        let s = setup();
-        let poster = format!("cp '{}' \"$last\"", s.whole_jpeg.display());
-        let ffmpeg =
-            fake_ffmpeg(s.dir.path(), &poster, "echo partial > \"$last\"; echo 'Conversion failed!' >&2; exit 1");
-        let cancel = CancellationToken::new();
-        let err = make_video_proxies_with(ffmpeg, &s.clip, &s.out, ToolLimits::default(), &cancel).await.unwrap_err();
-        assert!(matches!(&err, MediaError::ProxyNotMade { proxy: ProxyType::WebVideo, .. }), "{err:?}");
-        assert!(err.to_string().contains("Conversion failed!"), "{err}");
-        assert_eq!(names(&s.out), ["poster.jpg"]);
-    }
-}
+mod tests;

@@ -1,0 +1,285 @@
+//! The recording dates videos carry where ffprobe does not look: an AVI's `IDIT` chunk and an AVCHD
+//! camcorder's date in its H.264 stream.
+
+use almanac_domain::{CaptureSource, CaptureTime};
+
+use chrono::NaiveTime;
+
+use super::{Stamp, calendar_date, parse_date_text};
+
+/// A video's recording date that ffprobe does not give: an AVI's RIFF `IDIT` chunk (in all the forms cameras
+/// write) and the date an AVCHD camcorder writes into its H.264 stream (MTS, M2TS). Read from the open file
+/// (never its path), from its first few megabytes; nothing for other containers or when no date is found.
+pub(crate) fn embedded_video_date(file: &std::fs::File) -> Option<CaptureTime> {
+    let head = read_head(file, 0, 16)?;
+    if head.starts_with(b"RIFF") && head[8..12] == *b"AVI " {
+        avi_date(file).map(|s| s.capture(CaptureSource::Container))
+    } else {
+        avchd_date(file).map(|s| s.capture(CaptureSource::Container))
+    }
+}
+
+/// [`embedded_video_date`] of an open original, read off the async threads. Nothing when the file cannot be read
+/// again (ffprobe's facts stand; the capture time then comes from the file name or the mtime).
+pub(crate) async fn read_embedded_video_date(original: &crate::Original) -> Option<CaptureTime> {
+    let file = original.handle_for_tool().ok()?;
+    tokio::task::spawn_blocking(move || embedded_video_date(&file)).await.ok().flatten()
+}
+
+/// Up to `len` bytes of `file` at `offset` (fewer at its end), or `None` when not one could be read. Positioned
+/// reads: the file's offset, shared with the tools that read it, is left alone.
+fn read_head(file: &std::fs::File, offset: u64, len: usize) -> Option<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0; len];
+    let mut got = 0;
+    while got < len {
+        match file.read_at(&mut buf[got..], offset + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    buf.truncate(got);
+    (got > 0).then_some(buf)
+}
+
+/// How far into an AVI its `IDIT` chunk is looked for: cameras write it in the header list (`hdrl`), before
+/// the frames.
+const AVI_HEADER_LIMIT: u64 = 1 << 20;
+
+/// An AVI's `IDIT` chunk, found in its header list (`LIST hdrl`) or among the RIFF's top-level chunks before
+/// the frames, no deeper and no further than [`AVI_HEADER_LIMIT`].
+fn avi_date(file: &std::fs::File) -> Option<Stamp> {
+    // Chunks: a four-letter id, a little-endian size, the data padded to an even length.
+    let chunk_at = |offset: u64| -> Option<([u8; 4], u32)> {
+        let head = read_head(file, offset, 12)?;
+        let id: [u8; 4] = head.get(..4)?.try_into().ok()?;
+        Some((id, u32::from_le_bytes(head.get(4..8)?.try_into().ok()?)))
+    };
+    let riff_end = 8 + u64::from(chunk_at(0)?.1);
+    // Lists to walk: the RIFF's top level (after "RIFF", size, "AVI "), then the header list once found.
+    let mut lists = vec![(12u64, riff_end.min(AVI_HEADER_LIMIT))];
+    while let Some((mut at, end)) = lists.pop() {
+        while at + 8 <= end {
+            // A file cut short ends this list; the header list may still hold the date.
+            let Some((id, size)) = chunk_at(at) else { break };
+            let data = at + 8;
+            match &id {
+                b"IDIT" => {
+                    let text = read_head(file, data, (size as usize).min(64))?;
+                    return parse_avi_date(&String::from_utf8_lossy(&text));
+                }
+                b"LIST" => {
+                    let kind = read_head(file, data, 4)?;
+                    if kind == b"movi" {
+                        break;
+                    }
+                    if kind == b"hdrl" {
+                        lists.push((data + 4, (data + u64::from(size)).min(end)));
+                    }
+                }
+                _ => {}
+            }
+            at = data + u64::from(size) + u64::from(size & 1);
+        }
+    }
+    None
+}
+
+/// An AVI `IDIT` date as cameras write it: C's `asctime` form (`THU OCT 28 11:22:33 2010`, any case, with a
+/// trailing newline or NUL), `2010/10/28 11:22:33`, or the EXIF and ISO forms of [`parse_date_text`]. No
+/// offset is ever written.
+pub(crate) fn parse_avi_date(text: &str) -> Option<Stamp> {
+    let s = text.trim_matches(|c: char| c == '\0' || c.is_whitespace());
+    if let Some(stamp) = parse_date_text(&s.replace('/', "-")) {
+        return Some(stamp);
+    }
+    // Weekday, month name, day, time, year.
+    let parts: Vec<&str> = s.split_whitespace().collect();
+    let [_weekday, month, day, time, year] = parts[..] else { return None };
+    const MONTHS: [&str; 12] = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"];
+    let month = MONTHS.iter().position(|m| m.eq_ignore_ascii_case(month))? as u32 + 1;
+    let day: u32 = day.parse().ok().filter(|_| day.len() <= 2)?;
+    let year: u32 = year.parse().ok().filter(|_| year.len() == 4)?;
+    let date = calendar_date(year, month, day)?;
+    let time = NaiveTime::parse_from_str(time, "%H:%M:%S").ok()?;
+    Some(Stamp { local: date.and_time(time), offset_minutes: None })
+}
+
+/// How far into a transport stream the AVCHD date is looked for. Camcorders write it with every picture
+/// (Panasonic's not with the first), so it is found within the first frames, a few hundred kilobytes.
+const AVCHD_SCAN_LIMIT: u64 = 4 << 20;
+
+/// The identifier of the camcorders' "MDPM" metadata in an H.264 SEI message of unregistered user data.
+const MDPM_UUID: [u8; 16] =
+    [0x17, 0xee, 0x8c, 0x60, 0xf8, 0x4d, 0x11, 0xd9, 0x8c, 0xd6, 0x08, 0x00, 0x20, 0x0c, 0x9a, 0x66];
+
+/// The recording date of an AVCHD video (an MPEG transport stream of 188-byte packets, or of 192 with a
+/// 4-byte timestamp before each, as M2TS and AVCHD's MTS are): the video stream's payloads are joined and its
+/// H.264 SEI messages searched for the MDPM metadata.
+fn avchd_date(file: &std::fs::File) -> Option<Stamp> {
+    let head = read_head(file, 0, 4 * 192 + 8)?;
+    let synced = |start: usize, size: usize| (0..4).all(|i| head.get(start + i * size) == Some(&0x47));
+    let (start, size) = [(0, 188), (4, 192)].into_iter().find(|&(start, size)| synced(start, size))?;
+    let mut streams = VideoStreams::default();
+    let chunk = 1024 * size;
+    let mut offset = 0u64;
+    while offset < AVCHD_SCAN_LIMIT {
+        let bytes = read_head(file, offset, chunk)?;
+        for packet in bytes.chunks_exact(size) {
+            if let Some(stamp) = streams.push(&packet[start..start + 188]) {
+                return Some(stamp);
+            }
+        }
+        if bytes.len() < chunk {
+            break;
+        }
+        offset += chunk as u64;
+    }
+    None
+}
+
+/// The H.264 bytes of a transport stream's video streams, by packet id, as far as they were read.
+#[derive(Default)]
+struct VideoStreams {
+    /// Packet id → its elementary stream so far, and how much of it was searched.
+    streams: std::collections::HashMap<u16, (Vec<u8>, usize)>,
+    /// Packet ids seen to carry something else.
+    others: std::collections::HashSet<u16>,
+}
+
+impl VideoStreams {
+    /// Takes one 188-byte packet; the MDPM date once a complete SEI message holding it has arrived.
+    fn push(&mut self, packet: &[u8]) -> Option<Stamp> {
+        if packet[0] != 0x47 {
+            return None;
+        }
+        let pid = u16::from_be_bytes([packet[1] & 0x1f, packet[2]]);
+        let unit_start = packet[1] & 0x40 != 0;
+        let control = (packet[3] >> 4) & 0x3;
+        if control & 1 == 0 || self.others.contains(&pid) {
+            return None;
+        }
+        let mut payload = &packet[4..];
+        if control & 2 != 0 {
+            payload = payload.get(1 + usize::from(*payload.first()?)..)?;
+        }
+        if unit_start {
+            // A PES packet starts here: a video stream (ids 0xE0 to 0xEF) or something else.
+            if payload.len() < 9 || payload[..3] != [0, 0, 1] {
+                self.others.insert(pid);
+                self.streams.remove(&pid);
+                return None;
+            }
+            if !(0xe0..=0xef).contains(&payload[3]) {
+                self.others.insert(pid);
+                self.streams.remove(&pid);
+                return None;
+            }
+            payload = payload.get(9 + usize::from(payload[8])..)?;
+        }
+        let (bytes, searched) = match self.streams.get_mut(&pid) {
+            Some(stream) => stream,
+            // Bytes before the first PES header are the tail of a packet we did not see.
+            None if unit_start => self.streams.entry(pid).or_default(),
+            None => return None,
+        };
+        bytes.extend_from_slice(payload);
+        let (found, done) = find_mdpm_date(&bytes[*searched..]);
+        *searched += done;
+        found
+    }
+}
+
+/// Searches H.264 Annex B bytes for an SEI message holding the MDPM date. Looks only at NAL units whose end was
+/// seen (a start code follows); returns the date, if found, and how many bytes need no second look.
+fn find_mdpm_date(bytes: &[u8]) -> (Option<Stamp>, usize) {
+    let starts: Vec<usize> = memchr::memmem::find_iter(bytes, &[0, 0, 1]).map(|at| at + 3).collect();
+    for pair in starts.windows(2) {
+        let (unit, next) = (pair[0], pair[1]);
+        // The next start code begins 3 bytes before `next`, perhaps with one more zero (a 4-byte start code).
+        let end = next - 3;
+        if bytes.get(unit).is_some_and(|header| header & 0x1f == 6)
+            && let Some(stamp) = sei_mdpm_date(&unescape(&bytes[unit + 1..end]))
+        {
+            return (Some(stamp), end);
+        }
+    }
+    // What lies before the last start code was searched; the last unit may be incomplete.
+    (None, starts.last().map_or(bytes.len().saturating_sub(3), |last| last - 3))
+}
+
+/// A NAL unit's payload with its emulation prevention bytes removed (`00 00 03` becomes `00 00`).
+fn unescape(escaped: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(escaped.len());
+    let mut zeros = 0;
+    for &b in escaped {
+        if zeros >= 2 && b == 3 {
+            zeros = 0;
+            continue;
+        }
+        zeros = if b == 0 { zeros + 1 } else { 0 };
+        out.push(b);
+    }
+    out
+}
+
+/// The MDPM date in an SEI NAL unit's payload (unescaped), if one of its messages holds it.
+fn sei_mdpm_date(sei: &[u8]) -> Option<Stamp> {
+    let mut at = 0;
+    // A number is a run of 0xFF bytes (255 each) and a last byte added to them.
+    let number = |at: &mut usize| -> Option<usize> {
+        let mut n = 0;
+        loop {
+            let b = *sei.get(*at)?;
+            *at += 1;
+            n += usize::from(b);
+            if b != 0xff {
+                return Some(n);
+            }
+        }
+    };
+    // Messages until the trailing bits (0x80) or the end.
+    while sei.get(at).is_some_and(|b| *b != 0x80) {
+        let kind = number(&mut at)?;
+        let size = number(&mut at)?;
+        let message = sei.get(at..at + size)?;
+        at += size;
+        if kind == 5
+            && let Some(rest) = message.strip_prefix(&MDPM_UUID)
+            && let Some(entries) = rest.strip_prefix(b"MDPM")
+        {
+            return mdpm_date(entries);
+        }
+    }
+    None
+}
+
+/// The date of MDPM entries: a count, then entries of a tag byte and four data bytes. Tag 0x18 holds a time zone
+/// byte and the year (two bytes) and month, tag 0x19 the day, hour, minute and second, all in BCD. The time zone
+/// byte: 0x20 a negative sign, bits 1 to 4 the hours, 0x01 half an hour more, 0x40 daylight saving time, 0x80
+/// unused; cameras write it inconsistently, so the offset is taken only when the byte is plausible and says no
+/// daylight saving (whether its hours then include the hour of summer time is not known). The date itself is
+/// the camera's local wall clock either way.
+fn mdpm_date(entries: &[u8]) -> Option<Stamp> {
+    let count = usize::from(*entries.first()?);
+    let entry =
+        |tag: u8| -> Option<&[u8]> { entries[1..].chunks_exact(5).take(count).find(|e| e[0] == tag).map(|e| &e[1..]) };
+    let (first, second) = (entry(0x18)?, entry(0x19)?);
+    let bcd =
+        |b: u8| -> Option<u32> { (b >> 4 <= 9 && b & 0xf <= 9).then(|| u32::from(b >> 4) * 10 + u32::from(b & 0xf)) };
+    let year = bcd(first[1])? * 100 + bcd(first[2])?;
+    let date = calendar_date(year, bcd(first[3])?, bcd(second[0])?)?;
+    let time = NaiveTime::from_hms_opt(bcd(second[1])?, bcd(second[2])?, bcd(second[3])?)?;
+    let zone = first[0];
+    let hours = i32::from((zone >> 1) & 0x0f);
+    let offset_minutes = (zone & 0xc0 == 0 && hours <= 14).then(|| {
+        let minutes = hours * 60 + if zone & 1 != 0 { 30 } else { 0 };
+        if zone & 0x20 != 0 { -minutes } else { minutes }
+    });
+    Some(Stamp { local: date.and_time(time), offset_minutes })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,230 @@
+use std::path::Path;
+use std::process::Command;
+
+use chrono::{NaiveDate, NaiveDateTime};
+
+use super::*;
+use crate::{RootFolder, ToolLimits};
+
+fn local(y: i32, mo: u32, d: u32, h: u32, mi: u32, s: u32) -> NaiveDateTime {
+    NaiveDate::from_ymd_opt(y, mo, d).unwrap().and_hms_opt(h, mi, s).unwrap()
+}
+
+fn ffmpeg(args: &[&std::ffi::OsStr]) {
+    let out = Command::new("ffmpeg").args(["-v", "error", "-y"]).args(args).output().expect("ffmpeg");
+    assert!(out.status.success(), "ffmpeg {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A one-second AVI as ffmpeg writes it (a `JUNK` chunk at the end of its header list, no `IDIT`).
+fn avi(path: &Path) {
+    let args = ["-f", "lavfi", "-i", "testsrc=size=160x120:rate=10", "-t", "1", "-c:v", "mjpeg"];
+    let mut args: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
+    args.push(path.as_os_str());
+    ffmpeg(&args);
+}
+
+/// Writes an `IDIT` chunk holding `date` where a camera puts it, the end of the header list, in the
+/// place of the `JUNK` chunk ffmpeg leaves there (the frames keep their offsets).
+fn with_idit(path: &Path, date: &[u8]) {
+    let mut bytes = std::fs::read(path).unwrap();
+    let u32_at = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap()) as usize;
+    assert_eq!(&bytes[12..16], b"LIST");
+    assert_eq!(&bytes[20..24], b"hdrl");
+    let end = 20 + u32_at(&bytes, 16);
+    let mut at = 24;
+    let junk = loop {
+        assert!(at < end, "no JUNK chunk at the top of the header list");
+        if &bytes[at..at + 4] == b"JUNK" {
+            break at;
+        }
+        let size = u32_at(&bytes, at + 4);
+        at += 8 + size + (size & 1);
+    };
+    let room = 8 + u32_at(&bytes, junk + 4);
+    let padded = date.len() + (date.len() & 1);
+    let rest = room - 8 - padded - 8;
+    let mut chunks = b"IDIT".to_vec();
+    chunks.extend_from_slice(&(date.len() as u32).to_le_bytes());
+    chunks.extend_from_slice(date);
+    chunks.resize(8 + padded, 0);
+    chunks.extend_from_slice(b"JUNK");
+    chunks.extend_from_slice(&(rest as u32).to_le_bytes());
+    chunks.resize(room, 0);
+    bytes.splice(junk..junk + room, chunks);
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// The MDPM metadata of a camcorder recording at `date` (`YYYYMMDDhhmmss` in BCD) in time zone byte `zone`.
+fn mdpm(zone: u8, date: [u8; 7]) -> Vec<u8> {
+    let mut data = b"MDPM".to_vec();
+    data.extend_from_slice(&[3, 0x13, 0x10, 0x20, 0x30, 0x40]);
+    data.extend_from_slice(&[0x18, zone, date[0], date[1], date[2]]);
+    data.extend_from_slice(&[0x19, date[3], date[4], date[5], date[6]]);
+    data
+}
+
+/// A one-second H.264 transport stream (188-byte packets, or 192 as M2TS and AVCHD's MTS) whose first
+/// picture carries `user_data` as the camcorders' MDPM SEI message (ffmpeg's h264_metadata filter; the
+/// data holds no NUL, `:`, `=` or `\`, which its option parser would take).
+fn transport_stream(path: &Path, user_data: Option<&[u8]>, m2ts: bool) {
+    use std::os::unix::ffi::OsStrExt;
+    let mut filter = b"h264_metadata=sei_user_data=17ee8c60-f84d-11d9-8cd6-0800200c9a66+".to_vec();
+    let mode = if m2ts { "1" } else { "0" };
+    let args = ["-f", "lavfi", "-i", "testsrc=size=160x120:rate=10", "-t", "1", "-c:v", "libx264", "-f", "mpegts"];
+    let mode = ["-mpegts_m2ts_mode", mode];
+    let mut args: Vec<&std::ffi::OsStr> = args.iter().chain(&mode).map(std::ffi::OsStr::new).collect();
+    if let Some(data) = user_data {
+        assert!(!data.iter().any(|b| b"\0:=\\".contains(b)), "not passable through the filter's options");
+        filter.extend_from_slice(data);
+        args.extend([std::ffi::OsStr::new("-bsf:v"), std::ffi::OsStr::from_bytes(&filter)]);
+    }
+    args.push(path.as_os_str());
+    ffmpeg(&args);
+}
+
+fn date_of(path: &Path) -> Option<CaptureTime> {
+    embedded_video_date(&std::fs::File::open(path).unwrap())
+}
+
+#[test]
+fn avi_dates_in_the_forms_cameras_write() {
+    let at = |s: &str| parse_avi_date(s).map(|st| (st.local, st.offset_minutes));
+    let expected = Some((local(2010, 10, 28, 11, 22, 33), None));
+    for text in [
+        "THU OCT 28 11:22:33 2010\n",
+        "Thu Oct 28 11:22:33 2010\0",
+        "2010/10/28 11:22:33",
+        "2010:10:28 11:22:33",
+        "2010-10-28T11:22:33",
+        "  2010-10-28 11:22:33\n\0",
+    ] {
+        assert_eq!(at(text), expected, "{text:?}");
+    }
+    assert_eq!(at("Fri Oct  8 01:02:03 2010"), Some((local(2010, 10, 8, 1, 2, 3), None)), "a padded day");
+    for bad in ["THU FOO 28 11:22:33 2010", "MON FEB 30 11:22:33 2010", "THU OCT 28 25:22:33 2010", "THU OCT 28", ""] {
+        assert_eq!(at(bad), None, "{bad:?}");
+    }
+}
+
+#[test]
+fn an_avis_idit_chunk_is_its_capture_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("MVI_0001.AVI");
+    avi(&path);
+    assert_eq!(date_of(&path), None, "ffmpeg writes no IDIT");
+    with_idit(&path, b"THU OCT 28 11:22:33 2010\n\0");
+    let found = date_of(&path).expect("the IDIT date");
+    assert_eq!((found.at.naive_utc(), found.offset_minutes), (local(2010, 10, 28, 11, 22, 33), None));
+    assert_eq!(found.source, CaptureSource::Container);
+    let other = dir.path().join("MVI_0002.AVI");
+    avi(&other);
+    with_idit(&other, b"2011:01:02 03:04:05");
+    assert_eq!(date_of(&other).unwrap().at.naive_utc(), local(2011, 1, 2, 3, 4, 5), "an EXIF-like IDIT");
+}
+
+#[test]
+fn an_avchd_videos_mdpm_date_is_its_capture_time_in_188_and_192_byte_packets() {
+    let dir = tempfile::tempdir().unwrap();
+    for m2ts in [false, true] {
+        let path = dir.path().join(format!("0000{}.MTS", u8::from(m2ts)));
+        transport_stream(&path, None, m2ts);
+        assert_eq!(date_of(&path), None, "no MDPM, no date (m2ts: {m2ts})");
+        // 2010-10-28 11:22:33 at UTC+01:00 (zone byte 0x02: one hour, positive, no daylight saving).
+        transport_stream(&path, Some(&mdpm(0x02, [0x20, 0x10, 0x10, 0x28, 0x11, 0x22, 0x33])), m2ts);
+        let found = date_of(&path).expect("the MDPM date");
+        assert_eq!(found.offset_minutes, Some(60), "m2ts: {m2ts}");
+        assert_eq!(found.at.naive_utc(), local(2010, 10, 28, 10, 22, 33), "the instant (m2ts: {m2ts})");
+    }
+}
+
+#[test]
+fn mdpm_time_zone_bytes() {
+    let date = |zone: u8| mdpm_date(&mdpm(zone, [0x20, 0x19, 0x07, 0x04, 0x12, 0x34, 0x56])[4..]).unwrap();
+    assert_eq!(date(0x02).offset_minutes, Some(60));
+    assert_eq!(date(0x23).offset_minutes, Some(-90), "negative, with half an hour");
+    assert_eq!(date(0x00).offset_minutes, Some(0));
+    assert_eq!(date(0x42).offset_minutes, None, "daylight saving: the offset is not trusted");
+    assert_eq!(date(0xff).offset_minutes, None, "an unset zone byte");
+    assert_eq!(date(0xff).local, local(2019, 7, 4, 12, 34, 56), "the wall clock stands");
+    assert_eq!(mdpm_date(&mdpm(0x02, [0x20, 0x19, 0x02, 0x30, 0x12, 0x34, 0x56])[4..]), None, "February 30th");
+    assert_eq!(mdpm_date(&mdpm(0x02, [0x20, 0x1a, 0x07, 0x04, 0x12, 0x34, 0x56])[4..]), None, "not BCD");
+}
+
+/// Packets of a transport stream carrying `es` as one PES packet of a video stream on `pid`, its payload
+/// split across packets at 184-byte boundaries (the last one padded by an adaptation field).
+fn packets(pid: u16, es: &[u8]) -> Vec<u8> {
+    let mut pes = vec![0, 0, 1, 0xe0, 0, 0, 0x80, 0, 0];
+    pes.extend_from_slice(es);
+    let mut out = Vec::new();
+    for (i, chunk) in pes.chunks(184).enumerate() {
+        let start = if i == 0 { 0x40 } else { 0 };
+        out.extend_from_slice(&[0x47, start | (pid >> 8) as u8, pid as u8]);
+        if chunk.len() == 184 {
+            out.push(0x10 | (i as u8 & 0xf));
+        } else {
+            let stuffing = 184 - chunk.len() - 1;
+            out.push(0x30 | (i as u8 & 0xf));
+            out.push(stuffing as u8);
+            if stuffing > 0 {
+                out.push(0);
+                out.resize(out.len() + stuffing - 1, 0xff);
+            }
+        }
+        out.extend_from_slice(chunk);
+    }
+    out
+}
+
+/// A NAL unit with its start code, `00 00 0x` sequences of its payload escaped as the standard demands.
+fn nal(header: u8, payload: &[u8]) -> Vec<u8> {
+    let mut out = vec![0, 0, 0, 1, header];
+    let mut zeros = 0;
+    for &b in payload {
+        if zeros >= 2 && b <= 3 {
+            out.push(3);
+            zeros = 0;
+        }
+        zeros = if b == 0 { zeros + 1 } else { 0 };
+        out.push(b);
+    }
+    out
+}
+
+#[test]
+fn an_mdpm_message_split_across_packets_and_escaped_is_read() {
+    // Midnight, 2000-01-01: zeros that the stream must escape. After 400 bytes of another SEI message, so
+    // that the MDPM message straddles two packets.
+    let mut sei = vec![4, 0xff, (400 - 255) as u8];
+    sei.extend(std::iter::repeat_n(0x55, 400));
+    let mut message = MDPM_UUID.to_vec();
+    message.extend(mdpm(0x00, [0x20, 0x00, 0x01, 0x01, 0x00, 0x00, 0x00]));
+    sei.extend_from_slice(&[5, message.len() as u8]);
+    sei.extend_from_slice(&message);
+    sei.push(0x80);
+    let mut es = nal(0x09, &[0xf0]);
+    es.extend(nal(0x06, &sei));
+    es.extend(nal(0x65, &[0x88, 0x84, 0, 0, 0, 0x21]));
+    let mut stream = packets(0x1011, &[0u8; 3]);
+    stream.extend(packets(0x1011, &es));
+    stream.extend(packets(0x1011, &nal(0x09, &[0xf0])));
+    let mut streams = VideoStreams::default();
+    let found = stream.chunks_exact(188).find_map(|p| streams.push(p)).expect("the date");
+    assert_eq!((found.local, found.offset_minutes), (local(2000, 1, 1, 0, 0, 0), Some(0)));
+    assert!(nal(0x06, &sei).windows(3).any(|w| w == [0, 0, 3]), "the test's stream holds an escape");
+}
+
+#[tokio::test]
+async fn probe_video_gives_an_avis_idit_date_and_an_avchd_date() {
+    let dir = tempfile::tempdir().unwrap();
+    avi(&dir.path().join("a.avi"));
+    with_idit(&dir.path().join("a.avi"), b"THU OCT 28 11:22:33 2010\n\0");
+    transport_stream(&dir.path().join("b.mts"), Some(&mdpm(0x02, [0x20, 0x10, 0x10, 0x28, 0x11, 0x22, 0x33])), true);
+    let root = RootFolder::open(dir.path()).unwrap();
+    let cancel = tokio_util::sync::CancellationToken::new();
+    for (name, at) in [("a.avi", local(2010, 10, 28, 11, 22, 33)), ("b.mts", local(2010, 10, 28, 10, 22, 33))] {
+        let original = root.open_file(name.as_bytes()).unwrap();
+        let facts = crate::probe_video(&original, ToolLimits::default(), &cancel).await.unwrap();
+        let created = facts.created.unwrap_or_else(|| panic!("{name}: no capture time"));
+        assert_eq!((created.at.naive_utc(), created.source), (at, CaptureSource::Container), "{name}");
+    }
+}

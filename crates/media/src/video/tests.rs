@@ -1,0 +1,120 @@
+use std::path::PathBuf;
+
+use super::*;
+use crate::RootFolder;
+use crate::fixtures::{self, FixtureExif};
+
+/// A stand-in for ffmpeg, written by a shell of its own (so no file handle of ours is open on it when it
+/// runs), doing `poster` when asked for the poster and `web` for the web video; its output is its last
+/// argument. Returns its path, as the program to run.
+fn fake_ffmpeg(dir: &Path, poster: &str, web: &str) -> &'static str {
+    let path = dir.join("fake-ffmpeg");
+    let script =
+        format!("#!/bin/sh\nfor last; do :; done\ncase \"$last\" in\n*.jpg) {poster} ;;\n*.mp4) {web} ;;\nesac\n");
+    let status = std::process::Command::new("sh")
+        .args(["-c", "cat > \"$1\" && chmod +x \"$1\"", "sh"])
+        .arg(&path)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            std::io::Write::write_all(&mut child.stdin.take().expect("piped"), script.as_bytes())?;
+            child.wait()
+        })
+        .expect("write the stand-in");
+    assert!(status.success());
+    Box::leak(path.to_string_lossy().into_owned().into_boxed_str())
+}
+
+struct Setup {
+    dir: tempfile::TempDir,
+    clip: Original,
+    whole_jpeg: PathBuf,
+    out: PathBuf,
+}
+
+fn setup() -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    fixtures::video(&dir.path().join("clip.mp4"), 1.0, 320, 240, "2021-06-01T10:00:00Z");
+    let clip = RootFolder::open(dir.path()).unwrap().open_file(b"clip.mp4").unwrap();
+    let whole_jpeg = dir.path().join("whole.jpg");
+    std::fs::write(&whole_jpeg, fixtures::jpeg(1280, 960, 7, true, &FixtureExif::default())).unwrap();
+    assert!(std::fs::metadata(&whole_jpeg).unwrap().len() > 16 * 1024, "a poster larger than what is cut");
+    let out = dir.path().join("proxies");
+    Setup { dir, clip, whole_jpeg, out }
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<_> = std::fs::read_dir(dir)
+        .map(|d| d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn a_poster_cut_short_by_a_failing_ffmpeg_never_takes_its_name_and_the_error_says_why() {
+    let s = setup();
+    let cut = format!(
+        "head -c 8192 '{}' > \"$last\"; echo 'av_interleaved_write_frame(): No space left on device' >&2; exit 1",
+        s.whole_jpeg.display()
+    );
+    let ffmpeg = fake_ffmpeg(s.dir.path(), &cut, "exit 1");
+    let cancel = CancellationToken::new();
+    let err = make_video_proxies_with(ffmpeg, &s.clip, &s.out, ToolLimits::default(), &cancel).await.unwrap_err();
+    assert!(
+        matches!(&err, MediaError::ProxyNotMade { proxy: ProxyType::Poster, .. }),
+        "a failed tool is an error: {err:?}"
+    );
+    let message = err.to_string();
+    assert!(message.contains("No space left on device") && message.contains("storage.proxy_root"), "{message}");
+    assert_eq!(names(&s.out), Vec::<String>::new(), "neither the poster nor its temporary file is left");
+}
+
+#[tokio::test]
+async fn a_poster_cut_short_is_refused_even_when_ffmpeg_says_it_succeeded() {
+    let s = setup();
+    let cut = format!("head -c 8192 '{}' > \"$last\"", s.whole_jpeg.display());
+    let ffmpeg = fake_ffmpeg(s.dir.path(), &cut, "exit 1");
+    let cancel = CancellationToken::new();
+    let err = make_video_proxies_with(ffmpeg, &s.clip, &s.out, ToolLimits::default(), &cancel).await.unwrap_err();
+    assert!(matches!(&err, MediaError::ProxyNotMade { proxy: ProxyType::Poster, .. }), "{err:?}");
+    assert!(err.to_string().contains("cut short"), "{err}");
+    assert_eq!(names(&s.out), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn a_web_video_cut_short_is_refused_even_when_ffmpeg_says_it_succeeded() {
+    let s = setup();
+    // A whole poster, and a web video that is the first part of a real one.
+    let web = s.dir.path().join("whole.mp4");
+    let status = std::process::Command::new("ffmpeg")
+        .args(["-nostdin", "-y", "-v", "error", "-i"])
+        .arg(s.dir.path().join("clip.mp4"))
+        .args(["-c:v", "libx264", "-preset", "veryfast", "-movflags", "+faststart", "-f", "mp4"])
+        .arg(&web)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let keep = std::fs::metadata(&web).unwrap().len() * 2 / 3;
+    let poster = format!("cp '{}' \"$last\"", s.whole_jpeg.display());
+    let cut = format!("head -c {keep} '{}' > \"$last\"", web.display());
+    let ffmpeg = fake_ffmpeg(s.dir.path(), &poster, &cut);
+    let cancel = CancellationToken::new();
+    let err = make_video_proxies_with(ffmpeg, &s.clip, &s.out, ToolLimits::default(), &cancel).await.unwrap_err();
+    assert!(matches!(&err, MediaError::ProxyNotMade { proxy: ProxyType::WebVideo, .. }), "{err:?}");
+    assert!(err.to_string().contains("cut short"), "{err}");
+    assert_eq!(names(&s.out), ["poster.jpg"], "the whole poster stays; no part of the web video does");
+    assert_eq!(std::fs::read(s.out.join("poster.jpg")).unwrap(), std::fs::read(&s.whole_jpeg).unwrap());
+}
+
+#[tokio::test]
+async fn a_failing_transcode_is_an_error_and_leaves_no_web_video() {
+    let s = setup();
+    let poster = format!("cp '{}' \"$last\"", s.whole_jpeg.display());
+    let ffmpeg = fake_ffmpeg(s.dir.path(), &poster, "echo partial > \"$last\"; echo 'Conversion failed!' >&2; exit 1");
+    let cancel = CancellationToken::new();
+    let err = make_video_proxies_with(ffmpeg, &s.clip, &s.out, ToolLimits::default(), &cancel).await.unwrap_err();
+    assert!(matches!(&err, MediaError::ProxyNotMade { proxy: ProxyType::WebVideo, .. }), "{err:?}");
+    assert!(err.to_string().contains("Conversion failed!"), "{err}");
+    assert_eq!(names(&s.out), ["poster.jpg"]);
+}
