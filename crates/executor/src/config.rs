@@ -39,17 +39,28 @@ pub struct ExecutorConfig {
 }
 
 impl ExecutorConfig {
+    /// Default time between heartbeats.
+    pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(10);
+    /// Default time between claims while idle.
+    pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(5);
+    /// Default items run at once.
+    pub const DEFAULT_SLOTS: usize = 1;
+    /// Default lease expiries after which an item fails as stalled.
+    pub const DEFAULT_MAX_STALLS: i32 = 3;
+    /// Default time running handlers get to finish on shutdown.
+    pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
     /// The defaults of the spec, for a Worker with this id serving these configs.
     pub fn new(worker_id: WorkerId, served: ServedConfigs) -> Self {
         Self {
             worker_id,
             served,
             lease: LeaseDuration::DEFAULT,
-            heartbeat_interval: Duration::from_secs(10),
-            poll_interval: Duration::from_secs(5),
-            slots: 1,
-            max_stalls: 3,
-            shutdown_grace: Duration::from_secs(30),
+            heartbeat_interval: Self::DEFAULT_HEARTBEAT_INTERVAL,
+            poll_interval: Self::DEFAULT_POLL_INTERVAL,
+            slots: Self::DEFAULT_SLOTS,
+            max_stalls: Self::DEFAULT_MAX_STALLS,
+            shutdown_grace: Self::DEFAULT_SHUTDOWN_GRACE,
             recovery_interval: LeaseDuration::DEFAULT.half(),
             retry: RetryPolicy::default(),
         }

@@ -28,6 +28,8 @@ pub struct PurgeSettings {
 impl PurgeSettings {
     /// Assets purged per batch (one transaction each).
     pub const DEFAULT_BATCH: i64 = 100;
+    /// How long a soft-deleted asset is kept before it is purged (`schedule.purge_after`).
+    pub const DEFAULT_PURGE_AFTER: Duration = Duration::from_secs(30 * 86_400);
 
     /// Purge of soft-deleted assets older than `purge_after`, whose proxies live under `proxy_root`.
     pub fn new(proxy_root: PathBuf, purge_after: Duration) -> Self {

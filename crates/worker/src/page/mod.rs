@@ -22,7 +22,7 @@ use almanac_store_pg::{PgStore, StoreError};
 use axum::Router;
 use axum::http::header;
 use axum::routing::get;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
 use self::auth::Auth;
@@ -71,9 +71,14 @@ impl Page {
     /// all read them here).
     async fn running_items(&self) -> Result<Vec<WorkItem>, StoreError> {
         let running = self.store.list_items(Some(Status::Running), 100).await?;
-        self.samples.record(&running, Utc::now());
+        self.samples.record(&running, wall_clock());
         Ok(running)
     }
+}
+
+/// Now, as the page shows it and samples progress by: where the page reads the wall clock.
+fn wall_clock() -> DateTime<Utc> {
+    Utc::now()
 }
 
 /// Samples running items every two seconds until `stop`, so a crawl's rate has a history even when nobody

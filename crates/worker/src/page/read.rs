@@ -45,7 +45,7 @@ pub(super) struct Snapshot {
 async fn snapshot(page: &Page) -> Result<Snapshot, OpError> {
     let store = &page.store;
     let running = page.running_items().await?;
-    let now = Utc::now();
+    let now = super::wall_clock();
     let recent_crawls = store
         .find_items(&ItemFilter { status: Some(Status::Succeeded), kind: Some(WorkKind::Crawl), config: None }, 20)
         .await?;

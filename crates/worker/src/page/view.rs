@@ -70,17 +70,8 @@ fn files(item: &WorkItem, all: bool) -> Markup {
     }
 }
 
+/// The page.
 pub fn index(page: &Page, s: &Snapshot, viewer: &Viewer, done: Option<&str>) -> Markup {
-    let config_root = |item: &WorkItem| {
-        item.scope.storage_config().map_or("-".to_owned(), |id| {
-            s.configs.iter().find(|c| c.id == id).map_or(id.to_string(), |c| c.root.clone())
-        })
-    };
-    let kinds: Vec<WorkKind> = WorkKind::ALL.to_vec();
-    let count = |kind: WorkKind, status: Status| {
-        s.summary.iter().find(|r| r.kind == kind && r.status == status).map_or(0, |r| r.count)
-    };
-    let outages = page.recent.newest_first();
     layout(
         "Almanac Worker",
         html! {
@@ -93,24 +84,7 @@ pub fn index(page: &Page, s: &Snapshot, viewer: &Viewer, done: Option<&str>) -> 
             noscript { p.note { "Without JavaScript the page does not follow progress: reload it to see more." } }
 
             h2 #queue-heading { "Queue" }
-            div.scroll {
-                table aria-labelledby="queue-heading" {
-                    thead { tr { th { "kind" } @for st in Status::ALL { th.n { (st.as_str()) } } th { "" } } }
-                    tbody {
-                        @for kind in &kinds {
-                            @let paused = s.paused_kinds.contains(kind);
-                            tr {
-                                th scope="row" { (kind.as_str()) @if paused { " " span.tag.paused { "paused" } } }
-                                @for st in Status::ALL { td.n { (count(*kind, st)) } }
-                                td {
-                                    @if paused { (button(viewer, &format!("/kinds/{}/resume", kind.as_str()), "resume")) }
-                                    @else { (button(viewer, &format!("/kinds/{}/pause", kind.as_str()), "pause")) }
-                                }
-                            }
-                        }
-                    }
-                }
-            }
+            (queue(s, viewer))
 
             h2 { "Running" }
             section #running aria-live="polite" { (running(page, &s.running, viewer)) }
@@ -119,76 +93,139 @@ pub fn index(page: &Page, s: &Snapshot, viewer: &Viewer, done: Option<&str>) -> 
             (charts::outcomes(&s.hours, s.now, 24))
 
             h2 #configs-heading { "Storage configs" }
-            @if s.configs.is_empty() { p.note { "None yet: almanac-worker config add --user NAME --root /path" } }
-            @else {
-                div.scroll {
-                    table aria-labelledby="configs-heading" {
-                        thead { tr { th { "user" } th { "root" } th.n { "assets" } th { "last crawl" } th { "state" } th { "" } } }
-                        tbody {
-                            @for c in &s.configs {
-                                tr {
-                                    td { (c.username) }
-                                    td { code { (c.root) } }
-                                    td.n { (c.assets) }
-                                    td {
-                                        @match c.last_crawl {
-                                            Some((at, st)) => { (at.format("%Y-%m-%d %H:%M UTC")) " " span.tag.failed[st == Status::Failed] { (st.as_str()) } }
-                                            None => { "never" }
-                                        }
+            (configs(s, viewer))
+
+            h2 { "Recent failures" }
+            (failures(s, viewer))
+            (crawls_with_failures(s))
+
+            h2 { "This Worker's outage events" }
+            (outages(page))
+            script src=(super::SCRIPT) {}
+        },
+    )
+}
+
+/// Where an item runs: its config's root (or id), or `-`.
+fn config_root(s: &Snapshot, item: &WorkItem) -> String {
+    item.scope
+        .storage_config()
+        .map_or("-".to_owned(), |id| s.configs.iter().find(|c| c.id == id).map_or(id.to_string(), |c| c.root.clone()))
+}
+
+/// Items per kind and status, each kind with its pause button.
+fn queue(s: &Snapshot, viewer: &Viewer) -> Markup {
+    let count = |kind: WorkKind, status: Status| {
+        s.summary.iter().find(|r| r.kind == kind && r.status == status).map_or(0, |r| r.count)
+    };
+    html! {
+        div.scroll {
+            table aria-labelledby="queue-heading" {
+                thead { tr { th { "kind" } @for st in Status::ALL { th.n { (st.as_str()) } } th { "" } } }
+                tbody {
+                    @for kind in WorkKind::ALL {
+                        @let paused = s.paused_kinds.contains(&kind);
+                        tr {
+                            th scope="row" { (kind.as_str()) @if paused { " " span.tag.paused { "paused" } } }
+                            @for st in Status::ALL { td.n { (count(kind, st)) } }
+                            td {
+                                @if paused { (button(viewer, &format!("/kinds/{}/resume", kind.as_str()), "resume")) }
+                                @else { (button(viewer, &format!("/kinds/{}/pause", kind.as_str()), "pause")) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The storage configs with their state and buttons.
+fn configs(s: &Snapshot, viewer: &Viewer) -> Markup {
+    html! {
+        @if s.configs.is_empty() { p.note { "None yet: almanac-worker config add --user NAME --root /path" } }
+        @else {
+            div.scroll {
+                table aria-labelledby="configs-heading" {
+                    thead { tr { th { "user" } th { "root" } th.n { "assets" } th { "last crawl" } th { "state" } th { "" } } }
+                    tbody {
+                        @for c in &s.configs {
+                            tr {
+                                td { (c.username) }
+                                td { code { (c.root) } }
+                                td.n { (c.assets) }
+                                td {
+                                    @match c.last_crawl {
+                                        Some((at, st)) => { (at.format("%Y-%m-%d %H:%M UTC")) " " span.tag.failed[st == Status::Failed] { (st.as_str()) } }
+                                        None => { "never" }
                                     }
-                                    td {
-                                        @if !c.is_active { span.tag.inactive { "deactivated" } }
-                                        @else if c.paused { span.tag.paused { "paused" } }
-                                        @else { "active" }
-                                    }
-                                    td {
-                                        @if c.is_active { (button(viewer, &format!("/configs/{}/crawl", c.id), "crawl now")) " " }
-                                        @if c.paused { (button(viewer, &format!("/configs/{}/resume", c.id), "resume")) }
-                                        @else { (button(viewer, &format!("/configs/{}/pause", c.id), "pause")) }
-                                    }
+                                }
+                                td {
+                                    @if !c.is_active { span.tag.inactive { "deactivated" } }
+                                    @else if c.paused { span.tag.paused { "paused" } }
+                                    @else { "active" }
+                                }
+                                td {
+                                    @if c.is_active { (button(viewer, &format!("/configs/{}/crawl", c.id), "crawl now")) " " }
+                                    @if c.paused { (button(viewer, &format!("/configs/{}/resume", c.id), "resume")) }
+                                    @else { (button(viewer, &format!("/configs/{}/pause", c.id), "pause")) }
                                 }
                             }
                         }
                     }
                 }
             }
+        }
+    }
+}
 
-            h2 { "Recent failures" }
-            @if s.failed.is_empty() { p.note { "No failed items." } }
-            @else {
-                ul {
-                    @for i in &s.failed {
-                        li {
-                            a href=(format!("/items/{}", i.id)) { (i.kind.as_str()) } " of " code { (config_root(i)) }
-                            ", failed " (when(i.finished_at)) " after " (i.failures) " failure(s): "
-                            span.error { (i.last_error.as_deref().unwrap_or("(no error recorded)")) }
-                            " " (button(viewer, &format!("/items/{}/retry", i.id), "retry"))
-                            (files(i, false))
-                        }
+/// The recent failed items, each with its retry button and failed files.
+fn failures(s: &Snapshot, viewer: &Viewer) -> Markup {
+    html! {
+        @if s.failed.is_empty() { p.note { "No failed items." } }
+        @else {
+            ul {
+                @for i in &s.failed {
+                    li {
+                        a href=(format!("/items/{}", i.id)) { (i.kind.as_str()) } " of " code { (config_root(s, i)) }
+                        ", failed " (when(i.finished_at)) " after " (i.failures) " failure(s): "
+                        span.error { (i.last_error.as_deref().unwrap_or("(no error recorded)")) }
+                        " " (button(viewer, &format!("/items/{}/retry", i.id), "retry"))
+                        (files(i, false))
                     }
                 }
             }
-            @if !s.crawls_with_failures.is_empty() {
-                h2 { "Crawls with files that failed" }
-                ul {
-                    @for i in &s.crawls_with_failures {
-                        li { a href=(format!("/items/{}", i.id)) { "crawl" } " of " code { (config_root(i)) } " finished " (when(i.finished_at)) (files(i, false)) }
-                    }
-                }
-            }
+        }
+    }
+}
 
-            h2 { "This Worker's outage events" }
-            @if outages.is_empty() { p.note { "None since it started." } }
-            @else {
-                ul {
-                    @for e in outages.iter().take(15) {
-                        li { (e.at.format("%Y-%m-%d %H:%M:%S UTC")) " " code { (e.event) } " " (e.message) }
-                    }
+/// Recent crawls that succeeded with files they could not read.
+fn crawls_with_failures(s: &Snapshot) -> Markup {
+    html! {
+        @if !s.crawls_with_failures.is_empty() {
+            h2 { "Crawls with files that failed" }
+            ul {
+                @for i in &s.crawls_with_failures {
+                    li { a href=(format!("/items/{}", i.id)) { "crawl" } " of " code { (config_root(s, i)) } " finished " (when(i.finished_at)) (files(i, false)) }
                 }
             }
-            script src=(super::SCRIPT) {}
-        },
-    )
+        }
+    }
+}
+
+/// This Worker's outage events, newest first.
+fn outages(page: &Page) -> Markup {
+    let outages = page.recent.newest_first();
+    html! {
+        @if outages.is_empty() { p.note { "None since it started." } }
+        @else {
+            ul {
+                @for e in outages.iter().take(15) {
+                    li { (e.at.format("%Y-%m-%d %H:%M:%S UTC")) " " code { (e.event) } " " (e.message) }
+                }
+            }
+        }
+    }
 }
 
 fn sign_in(viewer: &Viewer) -> Markup {

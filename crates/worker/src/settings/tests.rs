@@ -1,0 +1,136 @@
+//! Loading, defaults and checks of the settings.
+
+use super::*;
+
+fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+}
+
+#[test]
+fn a_configuration_file_that_cannot_be_parsed_is_reported_without_its_secrets() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("almanac.toml");
+    // `\d` is not a TOML escape: the parser quotes this very line.
+    std::fs::write(&file, "[database]\nurl = \"postgres://u:hun\\dter2@h/db\"\n").unwrap();
+    let err = Settings::load_from(Some(&file), env(&[])).unwrap_err();
+    let message = format!("{err:#}");
+    assert!(message.starts_with("reading the configuration"), "{message}");
+    assert!(!message.contains("hun") && !message.contains("dter2"), "{message}");
+}
+
+#[test]
+fn a_malformed_database_url_is_a_configuration_error_naming_the_setting_and_not_the_password() {
+    for bad in [
+        "postgres://u:hunter2@h:notaport/db",
+        "host=h password=hunter2 nonsense",
+        "host=h password=hunter2 frobnicate=1",
+        "postgres://u:hunter2@h/db?nosuchoption=1",
+    ] {
+        let err = Settings::load_from(None, env(&[("DATABASE_URL", bad)])).unwrap_err();
+        let message = format!("{err:#}");
+        assert!(message.starts_with("database.url: "), "{message}");
+        assert!(!message.contains("hunter2"), "{message}");
+    }
+    for good in ["postgres://u:hunter2@h:5432/db?sslmode=disable", "host=/tmp port=5432 dbname=db user=u password=x"] {
+        assert!(Settings::load_from(None, env(&[("DATABASE_URL", good)])).is_ok(), "{good}");
+    }
+}
+
+#[test]
+fn the_packaged_settings_file_is_accepted() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/worker.toml");
+    let s = Settings::load_from(Some(&file), env(&[("DATABASE_URL", "postgres://u@h/db")])).unwrap();
+    assert_eq!(s.storage.proxy_root, Path::new("/var/lib/almanac/proxies"));
+}
+
+#[test]
+fn defaults_match_the_spec() {
+    let s = Settings::load_from(None, env(&[])).unwrap();
+    assert_eq!(s.queue.lease, Duration::from_secs(60));
+    assert_eq!(s.queue.heartbeat_interval, Duration::from_secs(10));
+    assert_eq!(s.queue.poll_interval, Duration::from_secs(5));
+    assert_eq!((s.queue.max_stalls, s.worker.slots, s.worker.max_concurrent_files), (3, 1, 4));
+    assert_eq!(s.schedule.crawl_interval, Duration::from_secs(4 * 3600));
+    assert_eq!(s.http.address.to_string(), "127.0.0.1:9464");
+    assert_eq!(s.log.format, LogFormat::Human);
+    assert_eq!((s.storage.mass_deletion_min_assets, s.storage.mass_deletion_max_percent), (10, 50));
+    assert_eq!(s.storage.max_image_megapixels, 250);
+    assert_eq!(s.max_image_pixels(), almanac_media::DEFAULT_MAX_PIXELS);
+}
+
+#[test]
+fn the_megapixel_limit_reaches_the_crawl_in_pixels() {
+    let s = Settings::load_from(None, env(&[("ALMANAC__STORAGE__MAX_IMAGE_MEGAPIXELS", "3")])).unwrap();
+    assert_eq!(s.max_image_pixels(), 3_000_000);
+}
+
+#[test]
+fn file_then_environment_override_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("almanac.toml");
+    std::fs::write(&file, "[queue]\nlease = \"20s\"\nheartbeat_interval = \"5s\"\n[worker]\nslots = 2\n").unwrap();
+    let s = Settings::load_from(
+        Some(&file),
+        env(&[
+            ("ALMANAC__QUEUE__LEASE", "8s"),
+            ("ALMANAC__QUEUE__HEARTBEAT_INTERVAL", "2s"),
+            ("DATABASE_URL", "postgres://a:b@h/d"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(s.queue.lease, Duration::from_secs(8), "environment wins over the file");
+    assert_eq!(s.worker.slots, 2, "the file wins over defaults");
+    assert_eq!(s.database.url.as_deref(), Some("postgres://a:b@h/d"));
+}
+
+#[test]
+fn short_leases_are_accepted_for_tests_and_operators() {
+    let s = Settings::load_from(
+        None,
+        env(&[("ALMANAC__QUEUE__LEASE", "2s"), ("ALMANAC__QUEUE__HEARTBEAT_INTERVAL", "500ms")]),
+    );
+    assert_eq!(s.unwrap().queue.lease, Duration::from_secs(2));
+}
+
+#[test]
+fn bad_values_and_unknown_keys_name_the_key() {
+    let err = |pairs: &[(&str, &str)]| Settings::load_from(None, env(pairs)).unwrap_err().to_string();
+    assert!(err(&[("ALMANAC__QUEUE__LEASE", "soon")]).contains("lease"));
+    assert!(err(&[("ALMANAC__QUEUE__HEARTBEAT_INTERVAL", "20s")]).contains("queue.heartbeat_interval"));
+    assert!(err(&[("ALMANAC__QUEUE__LEESE", "20s")]).contains("leese"));
+    assert!(err(&[("ALMANAC__WORKER__SLOTS", "0")]).contains("worker.slots"));
+    assert!(err(&[("ALMANAC__STORAGE__PROXY_ROOT", "relative/dir")]).contains("storage.proxy_root"));
+    assert!(err(&[("ALMANAC__STORAGE__PROXY_ROOT", "/")]).contains("storage.proxy_root"));
+    assert!(err(&[("ALMANAC__STORAGE__PROXY_ROOT", "/volume1/new/../photos")]).contains("`..`"));
+    assert!(err(&[("ALMANAC__STORAGE__MASS_DELETION_MAX_PERCENT", "0")]).contains("mass_deletion_max_percent"));
+    assert!(err(&[("ALMANAC__STORAGE__MASS_DELETION_MAX_PERCENT", "300")]).contains("mass_deletion_max_percent"));
+    assert!(err(&[("ALMANAC__STORAGE__MAX_IMAGE_MEGAPIXELS", "0")]).contains("max_image_megapixels"));
+    assert!(err(&[("ALMANAC__STORAGE__MAX_IMAGE_MEGAPIXELS", "10001")]).contains("max_image_megapixels"));
+    assert!(err(&[("ALMANAC__LOG__FORMAT", "xml")]).contains("format"));
+}
+
+#[test]
+fn allowed_hosts_are_host_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("almanac.toml");
+    let load = |hosts: &str| {
+        std::fs::write(&file, format!("[http]\nallowed_hosts = {hosts}\n")).unwrap();
+        Settings::load_from(Some(&file), env(&[]))
+    };
+    let s = load(r#"["almanac.example", "prometheus-target:9464", "[::1]:9464"]"#).unwrap();
+    assert_eq!(s.http.allowed_hosts, ["almanac.example", "prometheus-target:9464", "[::1]:9464"]);
+    for bad in ["https://almanac.example", "almanac.example/", "almanac.example:https", ""] {
+        let message = load(&format!("[{bad:?}]")).unwrap_err().to_string();
+        assert!(message.starts_with("http.allowed_hosts: ") && message.contains(&format!("{bad:?}")), "{message}");
+    }
+}
+
+#[test]
+fn the_effective_configuration_hides_the_password() {
+    let s = Settings {
+        database: Database { url: Some("postgres://u:pw@h/d".into()), ..Database::default() },
+        ..Settings::default()
+    };
+    let shown = s.masked_toml();
+    assert!(shown.contains("***") && !shown.contains("pw@"), "{shown}");
+}
