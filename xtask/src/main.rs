@@ -5,9 +5,15 @@ use std::process::{Command, ExitCode};
 
 mod demo;
 mod dist;
+mod docs;
 mod load;
 mod mutants;
 mod system;
+
+/// The table of log events and metrics, as the Worker has it (std only, so it can be included here).
+#[path = "../../crates/worker/src/observe/table.rs"]
+#[allow(dead_code, reason = "xtask reads only what the docs show")]
+mod observe_table;
 
 use almanac_testdb::Cluster;
 use anyhow::{Context, Result, bail};
@@ -48,6 +54,12 @@ enum Verb {
     /// Write docs/schema.sql from a freshly migrated database.
     Schema {
         /// Fail when docs/schema.sql is stale instead of writing it.
+        #[arg(long)]
+        check: bool,
+    },
+    /// Write the generated parts of the docs (operations.md's events and metrics) from the tables in the code.
+    Docs {
+        /// Fail when they are stale instead of writing them.
         #[arg(long)]
         check: bool,
     },
@@ -137,6 +149,7 @@ fn run(verb: Verb) -> Result<ExitCode> {
             }
             println!("docs/schema.sql is current");
         }
+        Verb::Docs { check } => docs::run(&workspace(), check)?,
         Verb::Test { args } => {
             let (load, args) = under_load(&args);
             return test(&args.iter().map(String::as_str).collect::<Vec<_>>(), load);
@@ -329,6 +342,7 @@ mod cli_tests {
         assert!(matches!(parse(&["burn", "1"]).unwrap().verb, Verb::Burn { parent: 1 }));
         assert!(matches!(parse(&["chaos", "--trials", "3"]).unwrap().verb, Verb::Chaos { trials: 3 }));
         assert!(matches!(parse(&["schema", "--check"]).unwrap().verb, Verb::Schema { check: true }));
+        assert!(matches!(parse(&["docs", "--check"]).unwrap().verb, Verb::Docs { check: true }));
         assert!(matches!(parse(&["bench", "crawl"]).unwrap().verb, Verb::Bench { which: Bench::Crawl }));
         match parse(&["mutants-changed", "--base", "HEAD~1"]).unwrap().verb {
             Verb::MutantsChanged { base } => assert_eq!(base.as_deref(), Some("HEAD~1")),

@@ -6,7 +6,8 @@
 //! events with a `kind` and `duration_ms` fill the item duration histogram; `crawl_finished` adds to the crawl
 //! totals. The executor measures claim and heartbeat latency itself ([`almanac_executor::metrics`]); the
 //! process's CPU, memory and open files come from `metrics-process`. Everything goes through the `metrics`
-//! facade to one Prometheus recorder.
+//! facade to one Prometheus recorder. Every event and every family is a row of [`table`], from which
+//! docs/operations.md's lists are generated (`cargo xtask docs`) and against which the tidy tests check the code.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -23,18 +24,9 @@ use tracing_subscriber::{Registry, fmt};
 
 use crate::settings::{Log, LogFormat};
 
-/// Counter: log events by their `event` field.
-pub const EVENTS: &str = "almanac_events_total";
-/// Histogram: seconds from claim to outcome, by kind and outcome.
-pub const ITEM_SECONDS: &str = "almanac_item_duration_seconds";
-/// Counter: files of finished crawls, by what became of them.
-pub const CRAWL_FILES: &str = "almanac_crawl_files_total";
-/// Counter: bytes hashed by finished crawls.
-pub const CRAWL_BYTES: &str = "almanac_crawl_hashed_bytes_total";
-/// Gauge: work items by kind and status.
-pub const WORK_ITEMS: &str = "almanac_work_items";
-/// Gauge: whether the database answered the scrape.
-pub const DATABASE_UP: &str = "almanac_database_up";
+pub mod table;
+
+pub use table::{CRAWL_BYTES, CRAWL_FILES, DATABASE_UP, EVENTS_TOTAL, ITEM_SECONDS, WORK_ITEMS};
 
 /// Upper bounds (seconds) of the item duration histogram buckets.
 pub const DURATION_BUCKETS: [f64; 10] = [0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0, 3600.0];
@@ -69,37 +61,25 @@ pub fn install_metrics() -> anyhow::Result<PrometheusHandle> {
     Ok(handle)
 }
 
-/// HELP text for every family of ours and the executor's (the process collector describes its own).
+/// HELP text for every family of ours and the executor's (the process collector describes its own), from
+/// [`table::METRICS`].
 pub fn describe() {
     use metrics::Unit;
-    metrics::describe_counter!(
-        EVENTS,
-        "Worker events by name (claims, lost races, heartbeat failures, self-stops, recoveries, outcomes), counted whatever the log level."
-    );
-    metrics::describe_histogram!(ITEM_SECONDS, Unit::Seconds, "Time from claim to outcome, by kind and outcome.");
-    metrics::describe_counter!(CRAWL_FILES, "Files of finished crawls, by outcome (found, ingested, failed).");
-    metrics::describe_counter!(CRAWL_BYTES, Unit::Bytes, "Bytes hashed by finished crawls.");
-    metrics::describe_gauge!(WORK_ITEMS, "Work items in the queue by kind and status, as of the scrape.");
-    metrics::describe_gauge!(DATABASE_UP, "1 when the database answered the scrape, 0 when it did not.");
+    use table::{MetricType, MetricUnit, Owner};
+    for m in table::METRICS.iter().filter(|m| m.owner == Owner::Worker) {
+        let unit = match m.unit {
+            MetricUnit::Count => None,
+            MetricUnit::Seconds => Some(Unit::Seconds),
+            MetricUnit::Bytes => Some(Unit::Bytes),
+        };
+        metrics::with_recorder(|r| match m.kind {
+            MetricType::Counter => r.describe_counter(m.name.into(), unit, m.help.into()),
+            MetricType::Gauge => r.describe_gauge(m.name.into(), unit, m.help.into()),
+            MetricType::Histogram => r.describe_histogram(m.name.into(), unit, m.help.into()),
+        });
+    }
     almanac_executor::metrics::describe();
 }
-
-/// Events an operator looks for after an outage, kept for the operator's page.
-pub const OUTAGE_EVENTS: [&str; 13] = [
-    "self_stopped",
-    "released_after_outage",
-    "catalogue_retry",
-    "completion_retry",
-    "lease_recovered",
-    "heartbeat_failed",
-    "claim_failed",
-    "recovery_failed",
-    "database_unavailable",
-    "listener_disconnected",
-    "outcome_unwritten",
-    "lost",
-    "unclean_shutdown",
-];
 
 /// How many outage events are kept.
 const RECENT_KEPT: usize = 50;
@@ -188,7 +168,7 @@ impl Visit for Fields {
 impl Fields {
     fn record(self, recent: &Recent) {
         let Some(event) = self.event else { return };
-        if OUTAGE_EVENTS.contains(&event.as_str()) {
+        if table::event_named(&event).is_some_and(|e| e.page) {
             let message = match (&self.message, &self.error) {
                 (Some(m), Some(e)) => format!("{m}: {e}"),
                 (Some(m), None) => m.clone(),
@@ -205,7 +185,7 @@ impl Fields {
                 None => metrics::counter!(CRAWL_BYTES).increment(value),
             }
         }
-        metrics::counter!(EVENTS, "event" => event).increment(1);
+        metrics::counter!(EVENTS_TOTAL, "event" => event).increment(1);
     }
 }
 
@@ -327,151 +307,4 @@ pub fn init(log: &Log) -> anyhow::Result<Recent> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use tracing::{debug, info, warn};
-
-    /// Events emitted under a subscriber of `log`, rendered by a recorder of their own.
-    fn render(level: &str, emit: impl FnOnce()) -> String {
-        let recorder = recorder();
-        let handle = recorder.handle();
-        let log = Log { level: level.to_owned(), ..Log::default() };
-        let subscriber = subscriber(&log, std::io::sink, &Recent::default(), false).unwrap();
-        metrics::with_local_recorder(&recorder, || {
-            describe();
-            tracing::subscriber::with_default(subscriber, emit);
-        });
-        handle.render()
-    }
-
-    /// What a subscriber of `format` writes for an event of a span, both carrying control characters.
-    fn printed(format: LogFormat) -> String {
-        #[derive(Clone, Default)]
-        struct Captured(Arc<Mutex<Vec<u8>>>);
-        impl std::io::Write for Captured {
-            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(bytes);
-                Ok(bytes.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let captured = Captured::default();
-        let writer = {
-            let captured = captured.clone();
-            move || captured.clone()
-        };
-        let log = Log { format, level: "info".to_owned() };
-        tracing::subscriber::with_default(subscriber(&log, writer, &Recent::default(), false).unwrap(), || {
-            let name = "a\nFAKE line";
-            let span = tracing::info_span!("attempt", root = %"/srv/\x1b]0;title\x07ann");
-            let _entered = span.enter();
-            warn!(
-                event = "file_failed",
-                path = %name,
-                quoted = name,
-                colour = %"\x1b[31mred",
-                rest = %"\u{9b}31m\u{7f}\r\t",
-                "could not read {name}"
-            );
-        });
-        String::from_utf8(captured.0.lock().unwrap().clone()).unwrap()
-    }
-
-    #[test]
-    fn the_human_format_escapes_control_characters_in_every_field_and_the_message() {
-        let text = printed(LogFormat::Human);
-        let line = text.strip_suffix('\n').expect("the line ends with its own newline");
-        assert!(!line.chars().any(char::is_control), "one line, no control character left in it: {text:?}");
-        for escaped in [
-            r"could not read a\nFAKE line",
-            r"path=a\nFAKE line",
-            r#"quoted="a\nFAKE line""#,
-            r"colour=\u{1b}[31mred",
-            r"rest=\u{9b}31m\u{7f}\r\t",
-            r"root=/srv/\u{1b}]0;title\u{7}ann",
-            r#"event="file_failed""#,
-        ] {
-            assert!(line.contains(escaped), "{escaped} is not in {line}");
-        }
-    }
-
-    #[test]
-    fn the_json_format_keeps_the_values_as_they_were_in_one_line_of_json() {
-        let text = printed(LogFormat::Json);
-        assert_eq!(text.lines().count(), 1, "{text}");
-        let line: serde_json::Value = serde_json::from_str(&text).unwrap();
-        assert_eq!(line["fields"]["message"], "could not read a\nFAKE line");
-        assert_eq!(line["fields"]["path"], "a\nFAKE line");
-        assert_eq!(line["fields"]["colour"], "\x1b[31mred");
-        assert_eq!(line["span"]["root"], "/srv/\x1b]0;title\x07ann");
-    }
-
-    fn value(text: &str, series: &str) -> Option<f64> {
-        text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-    }
-
-    #[test]
-    fn events_are_counted_whatever_the_log_level() {
-        for level in ["trace", "info", "warn", "error", "off"] {
-            let text = render(level, || {
-                debug!(event = "claimed", "claimed");
-                info!(event = "claimed", "claimed");
-                warn!(event = "heartbeat_failed", "heartbeat failed");
-                info!("an event without a name is not counted");
-            });
-            assert_eq!(value(&text, r#"almanac_events_total{event="claimed"}"#), Some(2.0), "{level}: {text}");
-            assert_eq!(value(&text, r#"almanac_events_total{event="heartbeat_failed"}"#), Some(1.0), "{level}");
-            assert!(text.contains("# HELP almanac_events_total "), "{text}");
-            assert!(text.contains("# TYPE almanac_events_total counter"), "{text}");
-        }
-    }
-
-    #[test]
-    fn outage_events_are_kept_newest_first_whatever_the_level_and_at_most_fifty() {
-        let recent = Recent::default();
-        let log = Log { level: "error".to_owned(), ..Log::default() };
-        tracing::subscriber::with_default(subscriber(&log, std::io::sink, &recent, false).unwrap(), || {
-            warn!(event = "heartbeat_failed", error = "timed out", "heartbeat did not answer");
-            info!(event = "claimed", "claimed");
-            warn!(event = "self_stopped", "no successful heartbeat for half a lease");
-            for _ in 0..60 {
-                warn!(event = "lease_recovered", "lease expired; item recovered");
-            }
-        });
-        let kept = recent.newest_first();
-        assert_eq!(kept.len(), 50);
-        assert!(kept.iter().all(|e| e.event == "lease_recovered"));
-        let recent = Recent::default();
-        tracing::subscriber::with_default(subscriber(&log, std::io::sink, &recent, false).unwrap(), || {
-            warn!(event = "heartbeat_failed", error = "timed out", "heartbeat did not answer");
-            info!(event = "claimed", "claimed");
-            warn!(event = "self_stopped", "no successful heartbeat for half a lease");
-        });
-        let kept = recent.newest_first();
-        assert_eq!(kept.iter().map(|e| e.event.as_str()).collect::<Vec<_>>(), ["self_stopped", "heartbeat_failed"]);
-        assert_eq!(kept[1].message, "heartbeat did not answer: timed out");
-    }
-
-    #[test]
-    fn outcomes_fill_duration_histograms_and_crawls_add_up() {
-        let text = render("warn", || {
-            info!(event = "succeeded", kind = "crawl", duration_ms = 100u64, "succeeded");
-            info!(event = "succeeded", kind = %"crawl", duration_ms = 2500u64, "succeeded");
-            info!(event = "succeeded", kind = "crawl", duration_ms = 7_200_000u64, "succeeded");
-            info!(event = "crawl_finished", files_found = 10u64, files_failed = 1u64, bytes_hashed = 100u64, "done");
-            info!(event = "crawl_finished", files_found = 5u64, "done");
-        });
-        let series =
-            |le: &str| format!(r#"almanac_item_duration_seconds_bucket{{kind="crawl",outcome="succeeded",le="{le}"}}"#);
-        assert_eq!(value(&text, &series("0.1")), Some(1.0), "{text}");
-        assert_eq!(value(&text, &series("5")), Some(2.0), "{text}");
-        assert_eq!(value(&text, &series("3600")), Some(2.0), "two hours is above every bucket: {text}");
-        assert_eq!(value(&text, &series("+Inf")), Some(3.0), "{text}");
-        assert!(text.contains("# TYPE almanac_item_duration_seconds histogram"), "{text}");
-        assert_eq!(value(&text, r#"almanac_crawl_files_total{outcome="found"}"#), Some(15.0), "{text}");
-        assert_eq!(value(&text, r#"almanac_crawl_files_total{outcome="failed"}"#), Some(1.0), "{text}");
-        assert_eq!(value(&text, "almanac_crawl_hashed_bytes_total"), Some(100.0), "{text}");
-    }
-}
+mod tests;

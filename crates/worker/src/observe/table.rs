@@ -1,0 +1,294 @@
+//! The one table of the Worker's log events and metrics.
+//!
+//! `docs/operations.md` lists both; its lists are generated from these tables (`cargo xtask docs`, checked by
+//! `cargo xtask docs --check` and the tidy test in `xtask/tests/tidy.rs`, which also checks that every event the
+//! crates emit and every metric they record is here, and nothing else). The observe layer reads the table too:
+//! the events kept for the operator's page are those marked `page`, and the HELP text of every family is
+//! `help`. This file uses nothing outside `std`, so xtask includes it as it is (`#[path]`) to write the docs.
+
+/// A named log event: the value of its `event` field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Event {
+    /// The `event` field's value.
+    pub name: &'static str,
+    /// Kept for the operator's page (the latest outage events of this process).
+    pub page: bool,
+    /// What it means, for operations.md (Markdown).
+    #[allow(dead_code, reason = "read by `cargo xtask docs`")]
+    pub meaning: &'static str,
+}
+
+const fn event(name: &'static str, meaning: &'static str) -> Event {
+    Event { name, page: false, meaning }
+}
+
+const fn outage(name: &'static str, meaning: &'static str) -> Event {
+    Event { name, page: true, meaning }
+}
+
+/// Every named log event, in the order of an attempt's life, then the loops, the handlers and the process.
+pub const EVENTS: &[Event] = &[
+    event("claimed", "an attempt started"),
+    event(
+        "lost_race",
+        "another Worker claimed work of the same config at the same moment; this one waits for its next poll",
+    ),
+    event("no_handler", "an item of a kind this Worker has no handler for was claimed (a bug); its lease will expire"),
+    outage("heartbeat_failed", "a heartbeat failed or did not answer within one interval"),
+    outage(
+        "self_stopped",
+        "no successful heartbeat for half a lease: the handler was cancelled and nothing more is written \
+         (with `since_last_good_beat_ms`)",
+    ),
+    outage(
+        "lost",
+        "the item is no longer held by this attempt (recovered, finished, re-claimed): nothing more is written",
+    ),
+    event(
+        "stopped_handler_returned",
+        "the handler of a lost or self-stopped attempt has returned, `after_stop_ms` after the stop \
+         (nothing was written)",
+    ),
+    event("cancel_requested", "a cancel was requested for a running item; its handler is told"),
+    event(
+        "cancelled",
+        "a cancel was honoured (also when the handler then failed: a cancelled item is never retried); an outcome",
+    ),
+    event("succeeded", "an outcome: the handler succeeded (with `kind`, `duration_ms`)"),
+    event("retry_scheduled", "an outcome: the handler failed and the item is queued again after its backoff"),
+    event("failed", "an outcome: the handler failed for good (not retryable, or out of attempts)"),
+    event(
+        "released",
+        "handed back to the queue: on shutdown, or an item claimed that no attempt ran (no failure, no stall)",
+    ),
+    outage(
+        "released_after_outage",
+        "the handler lost the database (a killed backend, a dropped connection): released to the queue one \
+         heartbeat interval later, no failure counted",
+    ),
+    outage(
+        "catalogue_retry",
+        "a crawl tries a file again because the catalogue was unavailable during it (with `retry_in_ms`)",
+    ),
+    outage(
+        "completion_retry",
+        "a batch of completions lost its connection and is written again on a fresh one (with `items`, \
+         `retry_in_ms`)",
+    ),
+    event(
+        "chained_claim_gave_up",
+        "(debug) the claim made with a completion claimed nothing (a lock it would have waited for, or an error); \
+         the next poll claims",
+    ),
+    outage(
+        "outcome_unwritten",
+        "the outcome could not be written (database down); lease recovery will requeue the item",
+    ),
+    event("release_failed", "an item claimed but never run could not be handed back; lease recovery will requeue it"),
+    outage("lease_recovered", "this Worker requeued (or failed as stalled) an item whose lease expired"),
+    outage("claim_failed", "the claim loop could not reach the database; it tries again"),
+    outage("recovery_failed", "lease recovery could not reach the database; it tries again"),
+    event("schedule_failed", "the scheduler could not reach the database; it tries again"),
+    event("scheduled", "the scheduler enqueued periodic work (one per item, with its dedup `key`)"),
+    event("cancelled_inactive", "(debug) the scheduler cancelled work enqueued for configs since deactivated"),
+    outage(
+        "listener_disconnected",
+        "the LISTEN connection for enqueue wake-ups was lost or cannot be made; polling covers the gap, it \
+         reconnects with backoff",
+    ),
+    event("listener_connected", "(debug) listening for enqueued work"),
+    event("crawl_finished", "a crawl's result (files found, ingested, failed; bytes hashed)"),
+    event("file_failed", "a file that could not be ingested (with the reason); the crawl goes on"),
+    event("soft_delete_skipped", "folders that could not be read, so nothing was soft-deleted"),
+    event(
+        "proxy_root_inside_library",
+        "the crawl passed over a folder that is the proxy root mounted inside the library",
+    ),
+    event("bursts_detected", "burst detection's result"),
+    event("purged", "purge's result"),
+    event(
+        "purge_incomplete",
+        "some proxy files could not be deleted; their assets stay soft-deleted and are tried again next time",
+    ),
+    event("proxies_deleted", "proxy deletion's result"),
+    event("proxies_swept", "the proxy sweep's result"),
+    event(
+        "proxy_root_not_ours",
+        "the sweep left alone files under the proxy root that are not in the proxy layout (count and examples)",
+    ),
+    event("tokens_deleted", "token clean-up's result"),
+    event("work_items_deleted", "retention's result: finished items deleted"),
+    event(
+        "temporary_debris_removed",
+        "at start, temporary files that a Worker killed while writing proxies left under the proxy root were \
+         removed (count; only ours, older than the sweep's age floor)",
+    ),
+    event(
+        "temporary_debris_not_removed",
+        "at start, temporary files under the proxy root could not all be looked for or removed (why; the sweep \
+         tries again)",
+    ),
+    event(
+        "token_checks_paused",
+        "wrong tokens in a row on the operator's page from one address (`peer`): no token from it is looked at \
+         for a while (see \"The operator's page\")",
+    ),
+    outage(
+        "database_unavailable",
+        "at start, the database does not answer yet (with `attempt`); `run` tries five times over about eight \
+         seconds",
+    ),
+    event("migrated", "`run --migrate` applied pending migrations (with `applied`)"),
+    event(
+        "worker_starting",
+        "the settings are read and the database answers (with the masked `database` URL, `tls` and what is served)",
+    ),
+    event("http_listening", "the HTTP server (page, probes, metrics) listens (with `address`)"),
+    event("http_failed", "the HTTP server stopped with an error; the Worker goes on"),
+    event("worker_started", "the executor runs"),
+    event("signal", "SIGTERM or SIGINT arrived (with `signal`)"),
+    event("shutdown_started", "no more claims; running handlers get `queue.shutdown_grace`"),
+    event("shutdown_grace_over", "the shutdown grace is over: a handler still running is cancelled and released"),
+    event("worker_stopped", "the executor has ended"),
+    outage(
+        "unclean_shutdown",
+        "some items could not be released at shutdown (exit 4); lease recovery will requeue them",
+    ),
+];
+
+/// What a metric family is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricType {
+    /// A counter.
+    Counter,
+    /// A gauge.
+    Gauge,
+    /// A histogram.
+    Histogram,
+}
+
+/// The unit of a family, where it has one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricUnit {
+    /// A number of things.
+    Count,
+    /// Seconds.
+    Seconds,
+    /// Bytes.
+    Bytes,
+}
+
+/// Who records a family (and describes it to the recorder).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner {
+    /// The binary (`observe.rs`, `http.rs`).
+    Worker,
+    /// `almanac_executor::metrics`.
+    Executor,
+}
+
+/// One metric family of ours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Metric {
+    /// Its name.
+    pub name: &'static str,
+    /// Counter, gauge or histogram.
+    pub kind: MetricType,
+    /// Its unit.
+    pub unit: MetricUnit,
+    /// Its labels.
+    #[allow(dead_code, reason = "read by `cargo xtask docs`")]
+    pub labels: &'static [&'static str],
+    /// Who records it.
+    pub owner: Owner,
+    /// Its HELP text, and its meaning in operations.md.
+    pub help: &'static str,
+}
+
+/// Counter: log events by their `event` field.
+pub const EVENTS_TOTAL: &str = "almanac_events_total";
+/// Histogram: seconds from claim to outcome, by kind and outcome.
+pub const ITEM_SECONDS: &str = "almanac_item_duration_seconds";
+/// Counter: files of finished crawls, by what became of them.
+pub const CRAWL_FILES: &str = "almanac_crawl_files_total";
+/// Counter: bytes hashed by finished crawls.
+pub const CRAWL_BYTES: &str = "almanac_crawl_hashed_bytes_total";
+/// Gauge: work items by kind and status.
+pub const WORK_ITEMS: &str = "almanac_work_items";
+/// Gauge: whether the database answered the scrape.
+pub const DATABASE_UP: &str = "almanac_database_up";
+
+/// Every metric family of ours (the process collector's are listed in operations.md by hand: they are
+/// `metrics-process`'s).
+pub const METRICS: &[Metric] = &[
+    Metric {
+        name: EVENTS_TOTAL,
+        kind: MetricType::Counter,
+        unit: MetricUnit::Count,
+        labels: &["event"],
+        owner: Owner::Worker,
+        help: "Worker events by name (claims, lost races, heartbeat failures, self-stops, recoveries, outcomes), \
+               counted whatever the log level.",
+    },
+    Metric {
+        name: ITEM_SECONDS,
+        kind: MetricType::Histogram,
+        unit: MetricUnit::Seconds,
+        labels: &["kind", "outcome"],
+        owner: Owner::Worker,
+        help: "Time from claim to outcome, by kind and outcome.",
+    },
+    Metric {
+        name: "almanac_claim_duration_seconds",
+        kind: MetricType::Histogram,
+        unit: MetricUnit::Seconds,
+        labels: &["outcome"],
+        owner: Owner::Executor,
+        help: "Time from sending a claim to its answer, by outcome (claimed, empty, error, timeout).",
+    },
+    Metric {
+        name: "almanac_heartbeat_duration_seconds",
+        kind: MetricType::Histogram,
+        unit: MetricUnit::Seconds,
+        labels: &["outcome"],
+        owner: Owner::Executor,
+        help: "Time from sending a heartbeat to its answer, by outcome (renewed, lost, error, timeout).",
+    },
+    Metric {
+        name: CRAWL_FILES,
+        kind: MetricType::Counter,
+        unit: MetricUnit::Count,
+        labels: &["outcome"],
+        owner: Owner::Worker,
+        help: "Files of finished crawls, by outcome (found, ingested, failed).",
+    },
+    Metric {
+        name: CRAWL_BYTES,
+        kind: MetricType::Counter,
+        unit: MetricUnit::Bytes,
+        labels: &[],
+        owner: Owner::Worker,
+        help: "Bytes hashed by finished crawls.",
+    },
+    Metric {
+        name: WORK_ITEMS,
+        kind: MetricType::Gauge,
+        unit: MetricUnit::Count,
+        labels: &["kind", "status"],
+        owner: Owner::Worker,
+        help: "Work items in the queue by kind and status, as of the scrape.",
+    },
+    Metric {
+        name: DATABASE_UP,
+        kind: MetricType::Gauge,
+        unit: MetricUnit::Count,
+        labels: &[],
+        owner: Owner::Worker,
+        help: "1 when the database answered the scrape, 0 when it did not.",
+    },
+];
+
+/// The event of this name, if it is one.
+pub fn event_named(name: &str) -> Option<&'static Event> {
+    EVENTS.iter().find(|e| e.name == name)
+}
