@@ -238,59 +238,7 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
         let stream = futures_util::stream::unfold(rx, |mut rx| async { rx.recv().await.map(|w| (w, rx)) });
         stream
             .for_each_concurrent(self.settings.max_concurrent_files.max(1), |walked| {
-                let fatal = &fatal;
-                async move {
-                    let entry = match walked {
-                        Walked::Unchanged(marks) => {
-                            let n = marks.len() as u64;
-                            run.counters.found.fetch_add(n, Ordering::Relaxed);
-                            run.counters.unchanged.fetch_add(n, Ordering::Relaxed);
-                            run.seen.lock().expect("poisoned").extend(marks);
-                            report_progress(progress, &run.counts());
-                            return;
-                        }
-                        Walked::File(entry) => entry,
-                    };
-                    if run.cancel.is_cancelled() || fatal.lock().expect("poisoned").is_some() {
-                        return;
-                    }
-                    let found = run.counters.found.fetch_add(1, Ordering::Relaxed) + 1;
-                    match run.file_through_outages(&entry).await {
-                        Ok(()) | Err(FileProblem::Cancelled) => {}
-                        Err(FileProblem::Skipped(reason)) => {
-                            bump(&run.counters.skipped);
-                            tracing::debug!(path = %run.abs(&entry).display(), reason, "skipped");
-                        }
-                        Err(FileProblem::Failed(reason)) => {
-                            warn!(event = "file_failed", path = %run.abs(&entry).display(), reason, "file skipped");
-                            run.counters.failed(display(&entry.rel), reason);
-                        }
-                        Err(FileProblem::ProxyNotWritten(reason)) => {
-                            // One file's trouble, unless the proxy root can take no file now (the volume filled
-                            // up, went read-only): then the crawl stops with that one error.
-                            match root::check_proxy_root(&self.settings.proxy_root).await {
-                                Ok(()) => {
-                                    warn!(event = "file_failed", path = %run.abs(&entry).display(), reason, "file skipped");
-                                    run.counters.failed(display(&entry.rel), reason);
-                                }
-                                Err(e) => {
-                                    let e = root::proxy_root_unwritable(e, "The crawl stopped before its end");
-                                    fatal.lock().expect("poisoned").get_or_insert(e);
-                                }
-                            }
-                        }
-                        Err(FileProblem::ProxyVolume(e)) => {
-                            let e = root::proxy_root_unwritable(e, "The crawl stopped before its end");
-                            fatal.lock().expect("poisoned").get_or_insert(e);
-                        }
-                        Err(FileProblem::Catalogue(e)) => {
-                            fatal.lock().expect("poisoned").get_or_insert(catalogue_error(e));
-                        }
-                    }
-                    if found.is_multiple_of(PROGRESS_EVERY) {
-                        report_progress(progress, &run.counts());
-                    }
-                }
+                self.take(run, walked, progress, &fatal)
             })
             .await;
         let handed_over =
@@ -308,6 +256,73 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
             ));
         }
         Ok(())
+    }
+
+    /// One entry the walk handed over: an unchanged batch is only marked seen; a file goes through its journey,
+    /// unless the crawl is cancelled or already stopping. A problem that stops the crawl is kept in `fatal`
+    /// (the first one wins).
+    async fn take(
+        &self,
+        run: &Run<'_, C>,
+        walked: Walked,
+        progress: &ProgressReporter,
+        fatal: &Mutex<Option<HandlerError>>,
+    ) {
+        let entry = match walked {
+            Walked::Unchanged(marks) => {
+                let n = marks.len() as u64;
+                run.counters.found.fetch_add(n, Ordering::Relaxed);
+                run.counters.unchanged.fetch_add(n, Ordering::Relaxed);
+                run.seen.lock().expect("poisoned").extend(marks);
+                report_progress(progress, &run.counts());
+                return;
+            }
+            Walked::File(entry) => entry,
+        };
+        if run.cancel.is_cancelled() || fatal.lock().expect("poisoned").is_some() {
+            return;
+        }
+        let found = run.counters.found.fetch_add(1, Ordering::Relaxed) + 1;
+        if let Err(problem) = run.file_through_outages(&entry).await
+            && let Some(e) = self.file_problem(run, &entry, problem).await
+        {
+            fatal.lock().expect("poisoned").get_or_insert(e);
+        }
+        if found.is_multiple_of(PROGRESS_EVERY) {
+            report_progress(progress, &run.counts());
+        }
+    }
+
+    /// What a file's problem comes to: counted against the file (the crawl goes on), or the error that stops
+    /// the crawl.
+    async fn file_problem(&self, run: &Run<'_, C>, entry: &WalkEntry, problem: FileProblem) -> Option<HandlerError> {
+        match problem {
+            FileProblem::Cancelled => None,
+            FileProblem::Skipped(reason) => {
+                bump(&run.counters.skipped);
+                tracing::debug!(path = %run.abs(entry).display(), reason, "skipped");
+                None
+            }
+            FileProblem::Failed(reason) => {
+                warn!(event = "file_failed", path = %run.abs(entry).display(), reason, "file skipped");
+                run.counters.failed(display(&entry.rel), reason);
+                None
+            }
+            FileProblem::ProxyNotWritten(reason) => {
+                // One file's trouble, unless the proxy root can take no file now (the volume filled up, went
+                // read-only): then the crawl stops with that one error.
+                match root::check_proxy_root(&self.settings.proxy_root).await {
+                    Ok(()) => {
+                        warn!(event = "file_failed", path = %run.abs(entry).display(), reason, "file skipped");
+                        run.counters.failed(display(&entry.rel), reason);
+                        None
+                    }
+                    Err(e) => Some(root::proxy_root_unwritable(e, "The crawl stopped before its end")),
+                }
+            }
+            FileProblem::ProxyVolume(e) => Some(root::proxy_root_unwritable(e, "The crawl stopped before its end")),
+            FileProblem::Catalogue(e) => Some(catalogue_error(e)),
+        }
     }
 
     /// Enqueues the config's burst detection (once: it joins one already queued), fenced like every write.

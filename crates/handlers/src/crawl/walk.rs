@@ -6,7 +6,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 
 use almanac_domain::Sidecar;
-use almanac_media::{EntryKind, OpenError, RootFolder, is_media_name, is_sidecar_name, sidecar_names};
+use almanac_media::{Entry, EntryKind, OpenError, RootFolder, is_media_name, is_sidecar_name, sidecar_names};
 use chrono::{DateTime, Utc};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -85,7 +85,7 @@ pub fn list_tree(
         // Read the whole folder (names and their lstat, relative to the open folder), then close it: one open
         // handle at a time however deep the tree.
         let listed = root.open_folder(&rel_dir).and_then(|folder| root.list(&folder, &rel_dir));
-        let mut entries = match listed {
+        let entries = match listed {
             Ok(entries) => entries,
             // Gone since its parent was listed: it is simply not there.
             Err(OpenError::Vanished(_)) => continue,
@@ -94,62 +94,76 @@ pub fn list_tree(
                 continue;
             }
         };
-        entries.retain(|e| !is_skipped_name(e.name.as_bytes()));
-        entries.sort_unstable_by(|a, b| a.name.cmp(&b.name));
-        let mut subdirs = Vec::new();
-        let mut rel = rel_dir.clone();
-        if !rel.is_empty() {
-            rel.push(b'/');
-        }
-        let prefix = rel.len();
-        // The folder's XMP sidecars, by lower-case name, for the media files beside them.
-        let sidecars: HashMap<Vec<u8>, Sidecar> = entries
-            .iter()
-            .filter(|e| e.kind == EntryKind::File && is_sidecar_name(e.name.as_bytes()))
-            .map(|e| {
-                let path = [&rel[..], e.name.as_bytes()].concat();
-                (e.name.as_bytes().to_ascii_lowercase(), Sidecar { path, size: e.size, mtime: e.mtime })
-            })
-            .collect();
-        for entry in entries {
-            rel.truncate(prefix);
-            rel.extend_from_slice(entry.name.as_bytes());
-            match entry.kind {
-                EntryKind::Link => report.links += 1,
-                EntryKind::Folder if Some(entry.identity) == avoid => {
-                    let folder = display_of(root, &rel);
-                    tracing::warn!(
-                        event = "proxy_root_inside_library",
-                        folder,
-                        "the proxy root is mounted inside this library; it was passed over. Mount it outside every \
-                         library"
-                    );
-                    report.proxy_root_inside.push(folder);
-                }
-                EntryKind::Folder => subdirs.push(rel.clone()),
-                EntryKind::Other => report.unsupported += 1,
-                EntryKind::File if is_sidecar_name(entry.name.as_bytes()) => {}
-                EntryKind::File if !is_media_name(&entry.name) => report.unsupported += 1,
-                EntryKind::File => files.push(WalkEntry {
-                    rel: rel.clone(),
-                    size: entry.size,
-                    mtime: entry.mtime,
-                    // Most folders hold no sidecar: no names are made for them.
-                    sidecar: if sidecars.is_empty() {
-                        None
-                    } else {
-                        sidecar_names(entry.name.as_bytes())
-                            .iter()
-                            .find_map(|name| sidecars.get(&name.to_ascii_lowercase()))
-                            .cloned()
-                    },
-                }),
-            }
-        }
+        let subdirs = sort_folder(root, &rel_dir, entries, avoid, &mut files, &mut report);
         // Depth first, in name order.
         stack.extend(subdirs.into_iter().rev());
     }
     (files, report)
+}
+
+/// Sorts one listed folder (`rel_dir` beneath the root): media files (with their XMP sidecars) go to `files`,
+/// what is passed over is counted in `report`; answers its subfolders, in name order.
+fn sort_folder(
+    root: &RootFolder,
+    rel_dir: &[u8],
+    mut entries: Vec<Entry>,
+    avoid: Option<(u64, u64)>,
+    files: &mut Vec<WalkEntry>,
+    report: &mut WalkReport,
+) -> Vec<Vec<u8>> {
+    entries.retain(|e| !is_skipped_name(e.name.as_bytes()));
+    entries.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+    let mut subdirs = Vec::new();
+    let mut rel = rel_dir.to_vec();
+    if !rel.is_empty() {
+        rel.push(b'/');
+    }
+    let prefix = rel.len();
+    // The folder's XMP sidecars, by lower-case name, for the media files beside them.
+    let sidecars: HashMap<Vec<u8>, Sidecar> = entries
+        .iter()
+        .filter(|e| e.kind == EntryKind::File && is_sidecar_name(e.name.as_bytes()))
+        .map(|e| {
+            let path = [&rel[..], e.name.as_bytes()].concat();
+            (e.name.as_bytes().to_ascii_lowercase(), Sidecar { path, size: e.size, mtime: e.mtime })
+        })
+        .collect();
+    for entry in entries {
+        rel.truncate(prefix);
+        rel.extend_from_slice(entry.name.as_bytes());
+        match entry.kind {
+            EntryKind::Link => report.links += 1,
+            EntryKind::Folder if Some(entry.identity) == avoid => {
+                let folder = display_of(root, &rel);
+                tracing::warn!(
+                    event = "proxy_root_inside_library",
+                    folder,
+                    "the proxy root is mounted inside this library; it was passed over. Mount it outside every \
+                     library"
+                );
+                report.proxy_root_inside.push(folder);
+            }
+            EntryKind::Folder => subdirs.push(rel.clone()),
+            EntryKind::Other => report.unsupported += 1,
+            EntryKind::File if is_sidecar_name(entry.name.as_bytes()) => {}
+            EntryKind::File if !is_media_name(&entry.name) => report.unsupported += 1,
+            EntryKind::File => files.push(WalkEntry {
+                rel: rel.clone(),
+                size: entry.size,
+                mtime: entry.mtime,
+                // Most folders hold no sidecar: no names are made for them.
+                sidecar: if sidecars.is_empty() {
+                    None
+                } else {
+                    sidecar_names(entry.name.as_bytes())
+                        .iter()
+                        .find_map(|name| sidecars.get(&name.to_ascii_lowercase()))
+                        .cloned()
+                },
+            }),
+        }
+    }
+    subdirs
 }
 
 fn display_of(root: &RootFolder, rel: &[u8]) -> String {
