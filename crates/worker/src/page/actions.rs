@@ -168,3 +168,6 @@ async fn login(
 async fn logout(jar: CookieJar) -> (CookieJar, Redirect) {
     back_with(jar.add(cleared(SESSION_COOKIE)), "signed out")
 }
+
+#[cfg(test)]
+mod tests;
