@@ -18,7 +18,7 @@ pub struct HandlerError {
     /// Whether another attempt may succeed (a vanished share, an outage) or not (a bad payload).
     pub retryable: bool,
     /// Whether the database was unavailable to the handler (a lost connection, a killed backend, a failover):
-    /// not a failure of the work. The item goes back to the queue without counting a failure (safety
+    /// not a failure of the work. The item goes back to the queue without counting a failure (docs/safety.md,
     /// invariant 9).
     pub outage: bool,
 }

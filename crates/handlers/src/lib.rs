@@ -22,7 +22,7 @@ use almanac_executor::{HandlerError, ProgressReporter};
 
 /// A catalogue error ends the attempt. The database being unavailable (a lost connection, a killed backend, a
 /// failover) is an outage, not a failure of the work: the item goes back to the queue and no failure is counted
-/// (safety invariant 9). Anything else is retryable: an unexpected answer is logged with the item and retried
+/// (docs/safety.md, invariant 9). Anything else is retryable: an unexpected answer is logged with the item and retried
 /// within its budget rather than dropping the work.
 pub(crate) fn store_error(e: CatalogueError) -> HandlerError {
     store_error_while("", e)

@@ -52,7 +52,7 @@ pub use tls::SslMode;
 ///
 /// A Worker's store also has connections reserved for its attempts' own queue writes (heartbeats, outcomes),
 /// which nothing else can take: a crawl's many files or a flood of probes cannot starve a heartbeat into a
-/// self-stop (safety invariant 7).
+/// self-stop (docs/safety.md, invariant 7).
 #[derive(Clone)]
 pub struct PgStore {
     pool: Pool<AsyncPgConnection>,

@@ -1,4 +1,4 @@
-//! Roots never overlap (ADR 0009, safety invariant 4): the Worker's one home for the rule. Config roots are
+//! Roots never overlap (ADR 0009, docs/safety.md invariant 4): the Worker's one home for the rule. Config roots are
 //! canonical and never nest in one another; the proxy root never equals, contains or lies inside a config root.
 //! Checked when the Worker starts, when a config is added or activated, and shown by `status`. Paths are
 //! compared by [`almanac_domain::roots_overlap`] and, where they exist, by file-system identity
