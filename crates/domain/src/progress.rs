@@ -6,8 +6,22 @@
 
 use std::time::Duration;
 
+use serde::Deserialize;
+
+/// How far a handler says it has come: the part of its progress object an estimate reads (a crawl's is its
+/// [`crate::CrawlCounts`]); the rest of the object is the handler's own.
+#[derive(Deserialize)]
+struct HowFar {
+    done: u64,
+    #[serde(default)]
+    total: Option<u64>,
+    #[serde(default)]
+    seconds: Option<f64>,
+}
+
 /// A progress estimate.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct ProgressEstimate {
     /// Units finished.
     pub done: u64,
@@ -24,9 +38,8 @@ pub struct ProgressEstimate {
 impl ProgressEstimate {
     /// Reads `done`, `total` and `seconds` from a progress object; `None` when it has no `done`.
     pub fn from_progress(progress: &serde_json::Value) -> Option<Self> {
-        let done = progress.get("done")?.as_u64()?;
-        let total = progress.get("total").and_then(serde_json::Value::as_u64);
-        let seconds = progress.get("seconds").and_then(serde_json::Value::as_f64).filter(|s| *s > 0.0);
+        let HowFar { done, total, seconds } = HowFar::deserialize(progress).ok()?;
+        let seconds = seconds.filter(|s| *s > 0.0);
         let percent = total.map(|t| if t == 0 { 100.0 } else { (done.min(t) as f64 * 100.0) / t as f64 });
         let per_second = seconds.map(|s| done as f64 / s).filter(|r| *r > 0.0);
         let remaining = match (total, per_second) {
@@ -90,6 +103,9 @@ mod tests {
         assert_eq!((over.percent, over.remaining), (Some(100.0), Some(Duration::ZERO)));
         assert!(ProgressEstimate::from_progress(&json!({"found": 3})).is_none(), "no `done`: no estimate");
         assert!(ProgressEstimate::from_progress(&json!("text")).is_none());
+        let counts = crate::CrawlCounts { done: 3, total: 4, seconds: 1.0, ..Default::default() };
+        let crawl = ProgressEstimate::from_progress(&serde_json::to_value(counts).unwrap()).unwrap();
+        assert_eq!((crawl.done, crawl.total), (3, Some(4)), "a crawl's progress is its counts");
     }
 
     #[test]

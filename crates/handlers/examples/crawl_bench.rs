@@ -18,9 +18,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use almanac_domain::{
-    ClaimRequest, LeaseDuration, NewWorkItem, Scope, ServedConfigs, StorageConfigId, WorkKind, WorkQueue, WorkerId,
+    ClaimRequest, CrawlArgs, CrawlReport, LeaseDuration, NewWorkItem, Scope, ServedConfigs, StorageConfigId, WorkKind,
+    WorkQueue, WorkerId,
 };
-use almanac_executor::{Handler, HandlerContext, ProgressReporter};
+use almanac_executor::{HandlerContext, ProgressReporter, WorkHandler};
 use almanac_handlers::{CrawlHandler, CrawlSettings};
 use almanac_media::ToolLimits;
 use almanac_media::fixtures::{self, FixtureExif};
@@ -41,12 +42,7 @@ fn peak_rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-async fn crawl(
-    store: &Arc<PgStore>,
-    config: StorageConfigId,
-    proxies: &Path,
-    cores: usize,
-) -> (Duration, serde_json::Value) {
+async fn crawl(store: &Arc<PgStore>, config: StorageConfigId, proxies: &Path, cores: usize) -> (Duration, CrawlReport) {
     store.enqueue(&NewWorkItem::new(WorkKind::Crawl, Scope::Config(config)).unwrap()).await.unwrap();
     // Claimed as a Worker would, so the crawl's fenced writes hold (the lease outlasts any benchmark run).
     let claim = ClaimRequest {
@@ -71,9 +67,10 @@ async fn crawl(
         progress: ProgressReporter::default(),
     };
     let started = Instant::now();
-    let result = handler.run(ctx).await.expect("crawl").expect("result");
+    let report = handler.work(CrawlArgs::default(), ctx).await.expect("crawl");
+    let result = serde_json::to_value(&report).expect("a crawl's report is JSON");
     store.complete(claimed.fence, Some(&result)).await.expect("complete");
-    (started.elapsed(), result)
+    (started.elapsed(), report)
 }
 
 fn generate_images(root: &Path, n: usize, threads: usize) -> Vec<PathBuf> {
@@ -175,7 +172,7 @@ async fn main() {
             .await
             .unwrap();
         let (mine, result) = crawl(&store, config.id, &proxies, cores).await;
-        assert_eq!(result["ingested"].as_u64(), Some(count as u64), "{result}");
+        assert_eq!(result.counts.ingested, count as u64, "{result:?}");
         round_ratios.push(mine.as_secs_f64() / theirs.as_secs_f64());
         (vips, ours) = (vips + theirs, ours + mine);
     }
@@ -194,10 +191,10 @@ async fn main() {
         .await
         .unwrap();
     let (ours_mixed, result) = crawl(&store, mixed_config.id, &proxies, cores).await;
-    assert_eq!(result["ingested"].as_u64(), Some(mixed_paths.len() as u64), "{result}");
+    assert_eq!(result.counts.ingested, mixed_paths.len() as u64, "{result:?}");
     std::fs::rename(&raw_staged, &raws).unwrap();
     let (ours_raw, result) = crawl(&store, mixed_config.id, &proxies, cores).await;
-    assert_eq!(result["ingested"].as_u64(), Some(per_format as u64), "{result}");
+    assert_eq!(result.counts.ingested, per_format as u64, "{result:?}");
     let rss_after_mixed = peak_rss_kib();
 
     // Re-crawl of many unchanged small files vs find.
@@ -272,8 +269,8 @@ async fn main() {
         assert!(find.status.success());
         finds.push(started.elapsed().as_secs_f64());
         let (recrawl, result) = crawl(&store, small_config.id, &proxies, cores).await;
-        assert_eq!(result["unchanged"].as_u64(), Some(files as u64), "{result}");
-        assert_eq!(result["bytes_hashed"].as_u64(), Some(0));
+        assert_eq!(result.counts.unchanged, files as u64, "{result:?}");
+        assert_eq!(result.counts.bytes_hashed, 0);
         ours_runs.push(recrawl.as_secs_f64());
     }
     let median = |v: &mut Vec<f64>| {
