@@ -425,6 +425,13 @@ fn every_invariant_the_code_cites_is_in_safety_md() {
             if !number.is_empty() && !safety.contains(&format!("\n## {number}. ")) {
                 wrong.push(format!("{}:{}: invariant {number}", path.display(), line_of(&text, at)));
             }
+            if !number.is_empty() && !text.contains("docs/safety.md") {
+                wrong.push(format!(
+                    "{}:{}: cites invariant {number} without naming docs/safety.md",
+                    path.display(),
+                    line_of(&text, at)
+                ));
+            }
         }
     }
     assert!(wrong.is_empty(), "the code cites invariants docs/safety.md does not have:\n{}", wrong.join("\n"));
