@@ -1,9 +1,10 @@
 //! Almanac Worker's domain: the work queue's types and rules, the catalogue's types, and the ports the
 //! adapters implement.
 //!
-//! **Architecture invariant:** this crate does no I/O. It depends on neither tokio nor diesel, reads no clock
-//! and opens no file. The executor and the handlers depend on these ports; only the binary and the tests wire
-//! the PostgreSQL adapter (`almanac-store-pg`) in.
+//! **Architecture invariant:** this crate does no I/O. It depends on neither tokio nor diesel, opens no file,
+//! and no decision in it reads a clock (a new id is a UUID v7, whose time part only orders ids: `ids.rs`). The
+//! executor and the handlers depend on these ports; only the binary and the tests wire the PostgreSQL adapter
+//! (`almanac-store-pg`) in.
 
 mod args;
 mod catalogue;
