@@ -61,11 +61,11 @@ mod tests {
     #[test]
     fn errors_name_every_kind_and_status_as_the_operator_types_them() {
         let kind = parse_kind("frobnicate").unwrap_err().to_string();
-        assert_eq!(
-            kind,
-            "\"frobnicate\" is not a kind: use crawl, burst-detection, purge, proxy-deletion, proxy-sweep, \
-             token-cleanup or work-item-retention"
-        );
+        assert!(kind.starts_with("\"frobnicate\" is not a kind: use crawl, burst-detection, "), "{kind}");
+        assert!(kind.ends_with(" or work-item-retention"), "{kind}");
+        for kind_named in WorkKind::ALL.map(kind_name) {
+            assert!(kind.contains(&kind_named), "{kind} lacks {kind_named}");
+        }
         let status = parse_status("broken").unwrap_err().to_string();
         assert_eq!(status, "\"broken\" is not a status: use queued, running, succeeded, failed or cancelled");
         for kind in WorkKind::ALL {

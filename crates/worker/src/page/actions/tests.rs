@@ -69,6 +69,9 @@ async fn every_action_is_refused_without_a_token_set() {
     }
 }
 
+/// A request's headers and body, the status that refuses it, and words of the refusal.
+type Refusal<'a> = (&'a [(&'a str, String)], &'a str, StatusCode, &'a str);
+
 #[tokio::test]
 async fn every_action_is_refused_without_the_token_or_a_session_with_its_csrf_field_from_this_page() {
     for path in actions() {
@@ -79,7 +82,7 @@ async fn every_action_is_refused_without_the_token_or_a_session_with_its_csrf_fi
         let wrong = ("authorization", "Bearer a-token-of-24-characterz".to_owned());
         let elsewhere =
             [("cookie", session.clone()), ("host", "127.0.0.1:9464".into()), ("origin", "http://evil.example".into())];
-        let refusals: [(&[(&str, String)], &str, StatusCode, &str); 6] = [
+        let refusals: [Refusal; 6] = [
             (&[], "", StatusCode::UNAUTHORIZED, "sign in"),
             (&[wrong], "", StatusCode::UNAUTHORIZED, "not this Worker's"),
             (&[("cookie", format!("{SESSION_COOKIE}=forged"))], &csrf, StatusCode::UNAUTHORIZED, "not this Worker's"),
