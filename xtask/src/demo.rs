@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use almanac_domain::{CrawlReport, DedupKey, MaintenanceStore, Scope, Status, StorageConfigId, WorkKind};
+use almanac_domain::{CrawlReport, DedupKey, Scope, Status, StorageConfigId, WorkKind, ports::MaintenanceStore};
 use almanac_store_pg::{ItemFilter, PgStore};
 use anyhow::{Context, Result, bail};
 

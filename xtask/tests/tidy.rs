@@ -687,3 +687,40 @@ fn the_scanner_tells_code_from_comments_strings_and_characters() {
     let product = product_code(&source, true);
     assert!(product.contains("SELECT 1") && !product.contains("SELECT 2"), "{product}");
 }
+
+/// The names ARCHITECTURE's "What the web backend may use" section puts in backticks.
+fn backend_surface() -> BTreeSet<String> {
+    let architecture = std::fs::read_to_string(workspace().join("ARCHITECTURE.md")).unwrap();
+    let start = architecture.find("### What the web backend may use").expect("the section exists");
+    let section = &architecture[start..];
+    let section = &section[..section[4..].find("\n### ").map_or(section.len(), |end| end + 4)];
+    section.split('`').skip(1).step_by(2).flat_map(|token| token.split("::").last()).map(str::to_owned).collect()
+}
+
+#[test]
+fn the_backend_example_uses_only_the_marked_surface() {
+    let example = std::fs::read_to_string(workspace().join("crates/store-pg/examples/backend.rs")).unwrap();
+    let surface = backend_surface();
+    assert!(!example.contains("ports::"), "the backend example reaches into almanac_domain::ports, the Worker's own");
+    let mut outside = BTreeSet::new();
+    // Items of the store named by path or imported, and the store's methods it calls.
+    for (at, _) in example.match_indices("almanac_store_pg::") {
+        let rest = &example[at + "almanac_store_pg::".len()..];
+        let names = match rest.strip_prefix('{') {
+            Some(list) => list[..list.find('}').unwrap()].split(',').map(str::trim).collect::<Vec<_>>(),
+            None => vec![rest.split(|c: char| !c.is_alphanumeric() && c != '_').next().unwrap()],
+        };
+        outside.extend(names.into_iter().filter(|n| !n.is_empty() && !surface.contains(*n)).map(str::to_owned));
+    }
+    for (at, _) in example.match_indices("store.") {
+        let method: String =
+            example[at + "store.".len()..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+        if !surface.contains(&method) {
+            outside.insert(format!("PgStore::{method}"));
+        }
+    }
+    assert!(
+        outside.is_empty(),
+        "the backend example uses {outside:?}, which ARCHITECTURE does not list as the web backend's"
+    );
+}

@@ -18,6 +18,9 @@ mod retry;
 mod roots;
 mod work;
 
+// The web backend's surface (ARCHITECTURE, "What the web backend may use"): enqueueing work with typed
+// arguments, reading items, their progress and results, the catalogue's types and the rules for roots. Kept
+// stable and documented; `crates/store-pg/examples/backend.rs` uses nothing else.
 pub use args::{
     BurstDetectionArgs, CrawlArgs, ProxyDeletionArgs, ProxySweepArgs, PurgeArgs, TokenCleanupArgs, WorkArgs,
     WorkItemRetentionArgs,
@@ -25,26 +28,33 @@ pub use args::{
 pub use catalogue::{
     AssetMetadata, CaptureSource, CaptureTime, ContentHash, MediaType, ProxyType, StorageConfig, User,
 };
-pub use catalogue_port::{
-    CatalogueError, CatalogueStore, FileFacts, HashMatch, IngestOutcome, KnownFile, KnownProxyFile, NewAsset, NewProxy,
-    PairingCandidate, Sidecar,
-};
 pub use ids::{AssetId, BurstId, StorageConfigId, UserId, WorkItemId};
-pub use maintenance_port::{
-    BurstFrame, BurstGroup, DatabaseClock, MaintenanceStore, PurgeCandidate, QueueMaintenance, StoredProxy,
-};
 pub use progress::ProgressEstimate;
-pub use queue::{
-    CancelOutcome, ClaimRequest, ClaimedItem, Completed, CompletedMany, Completion, Enqueued, FailOutcome, Failure,
-    Fence, Heartbeat, QueueError, Recovered, ServedConfigs, WorkQueue, WriteOutcome,
-};
+pub use queue::{CancelOutcome, Enqueued, QueueError, WorkQueue};
 pub use results::{
     BurstReport, CrawlCounts, CrawlReport, DeletionReport, PathProblem, ProxySweepReport, PurgeReport, SweptProxyRoot,
 };
-pub use retry::RetryPolicy;
-pub use roots::{
-    HEIC_SCRATCH_PREFIX, ProxyPath, check_canonical_root, is_proxy_file_name, is_temporary_file_name, roots_overlap,
-};
-pub use work::{
-    Attempt, DedupKey, DomainError, LeaseDuration, NewWorkItem, Scope, ScopeRule, Status, WorkItem, WorkKind, WorkerId,
-};
+pub use roots::{check_canonical_root, roots_overlap};
+pub use work::{DedupKey, DomainError, NewWorkItem, Scope, ScopeRule, Status, WorkItem, WorkKind, WorkerId};
+
+/// The Worker's own ports and the types they carry: what the executor, the handlers and the PostgreSQL adapter
+/// agree on (claims and fences, heartbeats and outcomes, the crawl's and the maintenance handlers' catalogue
+/// statements, the proxy layout). Not a surface for the web backend: these change with the Worker, in any
+/// release. ([`WorkQueue`]'s claim and outcome methods take and answer these types; the web backend calls only
+/// its enqueue, cancel and read methods.)
+pub mod ports {
+    pub use crate::catalogue_port::{
+        CatalogueError, CatalogueStore, FileFacts, HashMatch, IngestOutcome, KnownFile, KnownProxyFile, NewAsset,
+        NewProxy, PairingCandidate, Sidecar,
+    };
+    pub use crate::maintenance_port::{
+        BurstFrame, BurstGroup, DatabaseClock, MaintenanceStore, PurgeCandidate, QueueMaintenance, StoredProxy,
+    };
+    pub use crate::queue::{
+        ClaimRequest, ClaimedItem, Completed, CompletedMany, Completion, FailOutcome, Failure, Fence, Heartbeat,
+        Recovered, ServedConfigs, WriteOutcome,
+    };
+    pub use crate::retry::RetryPolicy;
+    pub use crate::roots::{HEIC_SCRATCH_PREFIX, ProxyPath, is_proxy_file_name, is_temporary_file_name};
+    pub use crate::work::{Attempt, LeaseDuration};
+}

@@ -171,7 +171,7 @@ pub trait QueueMaintenance: DatabaseClock {
     /// The active storage configs a Worker serves (all, or one user's).
     fn served_configs(
         &self,
-        served: crate::ServedConfigs,
+        served: crate::ports::ServedConfigs,
     ) -> impl Future<Output = Result<Vec<StorageConfigId>, QueueError>> + Send;
 
     /// Enqueues each `(schedule_key, item)` unless its period (the key) already has one, all at once; answers

@@ -5,7 +5,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use almanac_domain::{ClaimedItem, Completed, FailOutcome, Failure, Heartbeat, QueueError, WorkQueue, WriteOutcome};
+use almanac_domain::{
+    QueueError, WorkQueue,
+    ports::{ClaimedItem, Completed, FailOutcome, Failure, Heartbeat, WriteOutcome},
+};
 use tokio::task::{JoinError, JoinHandle};
 use tokio::time::{Instant, Sleep, error::Elapsed, sleep_until, timeout};
 use tokio_util::sync::CancellationToken;

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use almanac_domain::{
-    ClaimRequest, ClaimedItem, Completed, CompletedMany, Completion, Fence, QueueError, Status, WorkQueue, WriteOutcome,
+    QueueError, Status, WorkQueue,
+    ports::{ClaimRequest, ClaimedItem, Completed, CompletedMany, Completion, Fence, WriteOutcome},
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::{JoinHandle, JoinSet};

@@ -1,6 +1,9 @@
 use std::time::Duration;
 
-use almanac_domain::{LeaseDuration, RetryPolicy, ServedConfigs, WorkerId};
+use almanac_domain::{
+    WorkerId,
+    ports::{LeaseDuration, RetryPolicy, ServedConfigs},
+};
 
 /// A knob with a value the executor cannot work with. The message names the knob and the accepted range.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -3,7 +3,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
-use almanac_domain::{Fence, StorageConfigId, WorkArgs, WorkItem, WorkKind};
+use almanac_domain::{StorageConfigId, WorkArgs, WorkItem, WorkKind, ports::Fence};
 use tokio_util::sync::CancellationToken;
 
 /// A boxed, sendable future: what a [`Handler`] returns.
@@ -233,7 +233,7 @@ mod tests {
             progress: None,
             result: None,
         };
-        let fence = Fence { id: item.id, attempt: almanac_domain::Attempt::new(1).unwrap() };
+        let fence = Fence { id: item.id, attempt: almanac_domain::ports::Attempt::new(1).unwrap() };
         HandlerContext { item, fence, cancel: CancellationToken::new(), progress: ProgressReporter::default() }
     }
 

@@ -3,7 +3,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use almanac_domain::{ClaimRequest, ClaimedItem, QueueError, WorkItemId, WorkQueue, WriteOutcome};
+use almanac_domain::{
+    QueueError, WorkItemId, WorkQueue,
+    ports::{ClaimRequest, ClaimedItem, WriteOutcome},
+};
 use tokio::sync::Notify;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::{Instant, timeout};

@@ -5,7 +5,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use almanac_domain::{
-    LeaseDuration, NewWorkItem, Scope, ServedConfigs, Status, StorageConfigId, WorkKind, WorkQueue, WorkerId,
+    NewWorkItem, Scope, Status, StorageConfigId, WorkKind, WorkQueue, WorkerId,
+    ports::{LeaseDuration, ServedConfigs},
 };
 use almanac_executor::{BoxFuture, Executor, ExecutorConfig, Handler, HandlerContext, HandlerError, HandlerRegistry};
 use almanac_store_pg::{NewStorageConfig, PgStore};

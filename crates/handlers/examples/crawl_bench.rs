@@ -18,8 +18,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use almanac_domain::{
-    ClaimRequest, CrawlArgs, CrawlReport, LeaseDuration, NewWorkItem, Scope, ServedConfigs, StorageConfigId, WorkKind,
-    WorkQueue, WorkerId,
+    CrawlArgs, CrawlReport, NewWorkItem, Scope, StorageConfigId, WorkKind, WorkQueue, WorkerId,
+    ports::{ClaimRequest, LeaseDuration, ServedConfigs},
 };
 use almanac_executor::{HandlerContext, ProgressReporter, WorkHandler};
 use almanac_handlers::{CrawlHandler, CrawlSettings};

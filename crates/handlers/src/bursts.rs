@@ -4,7 +4,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use almanac_domain::{BurstDetectionArgs, BurstFrame, BurstGroup, BurstReport, MaintenanceStore};
+use almanac_domain::{
+    BurstDetectionArgs, BurstReport,
+    ports::{BurstFrame, BurstGroup, MaintenanceStore},
+};
 use almanac_executor::{BoxFuture, HandlerContext, HandlerError, WorkHandler};
 
 use crate::store_error;

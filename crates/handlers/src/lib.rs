@@ -17,7 +17,7 @@ pub use maintenance::{
 };
 pub use schedule::{ScheduleError, ScheduleSettings, Scheduler};
 
-use almanac_domain::CatalogueError;
+use almanac_domain::ports::CatalogueError;
 use almanac_executor::{HandlerError, ProgressReporter};
 
 /// A catalogue error ends the attempt. The database being unavailable (a lost connection, a killed backend, a

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use almanac_domain::{
-    CatalogueError, DedupKey, NewWorkItem, QueueError, QueueMaintenance, Scope, ServedConfigs, WorkKind,
+    DedupKey, NewWorkItem, QueueError, Scope, WorkKind,
+    ports::{CatalogueError, QueueMaintenance, ServedConfigs},
 };
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;

@@ -11,9 +11,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use almanac_domain::{
-    AssetId, BurstFrame, BurstGroup, CatalogueError, CatalogueStore, ContentHash, DatabaseClock, Fence, FileFacts,
-    HashMatch, IngestOutcome, KnownFile, MaintenanceStore, NewAsset, NewProxy, NewWorkItem, PairingCandidate,
-    ProxyType, PurgeCandidate, Scope, StorageConfig, StorageConfigId, StoredProxy, WorkKind,
+    AssetId, ContentHash, NewWorkItem, ProxyType, Scope, StorageConfig, StorageConfigId, WorkKind,
+    ports::{
+        BurstFrame, BurstGroup, CatalogueError, CatalogueStore, DatabaseClock, Fence, FileFacts, HashMatch,
+        IngestOutcome, KnownFile, MaintenanceStore, NewAsset, NewProxy, PairingCandidate, PurgeCandidate, StoredProxy,
+    },
 };
 use almanac_handlers::{CrawlHandler, CrawlSettings, MassDeletionGuard, ProxyDeletionHandler, ProxySweepHandler};
 use almanac_media::ToolLimits;
@@ -281,7 +283,7 @@ impl CatalogueStore for Interposed {
         fence: Fence,
         asset: AssetId,
         capture: &almanac_domain::CaptureTime,
-        sidecar: Option<&almanac_domain::Sidecar>,
+        sidecar: Option<&almanac_domain::ports::Sidecar>,
     ) -> Result<(), CatalogueError> {
         self.inner.redate(fence, asset, capture, sidecar).await
     }

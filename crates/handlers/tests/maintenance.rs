@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use almanac_domain::{
-    AssetId, AssetMetadata, CaptureSource, CaptureTime, CatalogueStore, ClaimRequest, ContentHash, FileFacts,
-    IngestOutcome, LeaseDuration, MediaType, NewAsset, NewProxy, ProxyType, Scope, ServedConfigs, StorageConfigId,
+    AssetId, AssetMetadata, CaptureSource, CaptureTime, ContentHash, MediaType, ProxyType, Scope, StorageConfigId,
     WorkKind, WorkQueue, WorkerId,
+    ports::{CatalogueStore, ClaimRequest, FileFacts, IngestOutcome, LeaseDuration, NewAsset, NewProxy, ServedConfigs},
 };
 use almanac_handlers::{
     BurstDetectionHandler, BurstSettings, ProxyDeletionHandler, ProxySweepHandler, PurgeHandler, PurgeSettings,

@@ -1,6 +1,6 @@
 use std::path::Path;
 
-use almanac_domain::{HEIC_SCRATCH_PREFIX, ProxyType};
+use almanac_domain::{ProxyType, ports::HEIC_SCRATCH_PREFIX};
 use fast_image_resize::{FilterType, ResizeAlg, ResizeOptions, Resizer};
 use image::{RgbImage, imageops};
 

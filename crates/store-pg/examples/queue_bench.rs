@@ -23,7 +23,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use almanac_domain::{
-    ClaimRequest, LeaseDuration, NewWorkItem, Scope, ServedConfigs, StorageConfigId, WorkKind, WorkQueue, WorkerId,
+    NewWorkItem, Scope, StorageConfigId, WorkKind, WorkQueue, WorkerId,
+    ports::{ClaimRequest, LeaseDuration, ServedConfigs},
 };
 use almanac_executor::{BoxFuture, Executor, ExecutorConfig, Handler, HandlerContext, HandlerError, HandlerRegistry};
 use almanac_store_pg::{PgStore, WorkerConnections};
@@ -470,9 +471,9 @@ async fn claim_latencies(db: &TestDatabase, claimers: usize, baseline: bool) -> 
                             .await
                             .unwrap_or_default();
                         conn.batch_execute("COMMIT").await.unwrap();
-                        rows.into_iter().next().map(|r| almanac_domain::Fence {
+                        rows.into_iter().next().map(|r| almanac_domain::ports::Fence {
                             id: almanac_domain::WorkItemId::from_uuid(r.id),
-                            attempt: almanac_domain::Attempt::new(r.attempt).unwrap(),
+                            attempt: almanac_domain::ports::Attempt::new(r.attempt).unwrap(),
                         })
                     } else {
                         store.claim(&request).await.unwrap().map(|c| c.fence)

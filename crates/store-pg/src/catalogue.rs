@@ -221,7 +221,7 @@ impl PgStore {
     }
 
     /// Records whether a config's root is a mount point, at registration (`config add`); crawls keep it
-    /// current through the fenced [`almanac_domain::CatalogueStore::record_root_identity`].
+    /// current through the fenced [`almanac_domain::ports::CatalogueStore::record_root_identity`].
     #[mutants::skip]
     pub async fn set_root_is_mount_point(&self, id: StorageConfigId, is_mount_point: bool) -> Result<(), StoreError> {
         self.read(async |conn| {

@@ -1,6 +1,6 @@
 //! The one place database errors become port errors.
 
-use almanac_domain::{CatalogueError, QueueError};
+use almanac_domain::{QueueError, ports::CatalogueError};
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use diesel::sql_types::Bool;
 use diesel::{QueryableByName, sql_query};

@@ -5,8 +5,11 @@ use std::collections::BTreeMap;
 use std::str::FromStr;
 
 use almanac_domain::{
-    AssetId, BurstFrame, BurstGroup, CatalogueError, DatabaseClock, Fence, MaintenanceStore, NewWorkItem, ProxyType,
-    PurgeCandidate, QueueError, QueueMaintenance, ServedConfigs, StorageConfigId, StoredProxy, WorkItemId,
+    AssetId, NewWorkItem, ProxyType, QueueError, StorageConfigId, WorkItemId,
+    ports::{
+        BurstFrame, BurstGroup, CatalogueError, DatabaseClock, Fence, MaintenanceStore, PurgeCandidate,
+        QueueMaintenance, ServedConfigs, StoredProxy,
+    },
 };
 use chrono::{DateTime, Utc};
 use diesel::sql_types::{Array, BigInt, Bool, Integer, Nullable, Text, Timestamptz, Uuid};

@@ -15,7 +15,7 @@
 
 use std::future::Future;
 
-use almanac_domain::{CatalogueError, Fence};
+use almanac_domain::ports::{CatalogueError, Fence};
 use diesel::QueryResult;
 use diesel::result::Error as DieselError;
 use diesel::sql_types::{Integer, Uuid};

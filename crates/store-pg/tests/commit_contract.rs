@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use almanac_domain::{
-    CatalogueStore, ClaimRequest, Failure, Fence, Heartbeat, LeaseDuration, NewWorkItem, Scope, ServedConfigs, Status,
-    WorkItemId, WorkKind, WorkQueue, WorkerId, WriteOutcome,
+    NewWorkItem, Scope, Status, WorkItemId, WorkKind, WorkQueue, WorkerId,
+    ports::{CatalogueStore, ClaimRequest, Failure, Fence, Heartbeat, LeaseDuration, ServedConfigs, WriteOutcome},
 };
 use almanac_store_pg::{NewStorageConfig, PgStore, WorkerConnections};
 use almanac_testdb::TestDatabase;
@@ -227,8 +227,11 @@ async fn heartbeats_failures_releases_and_catalogue_writes_killed_before_their_c
     assert_eq!(count(&db, "SELECT count(*) AS n FROM media_assets").await, before);
 }
 
-fn fixture_asset(config: almanac_domain::StorageConfigId) -> almanac_domain::NewAsset {
-    use almanac_domain::{AssetMetadata, CaptureSource, CaptureTime, ContentHash, FileFacts, MediaType, NewAsset};
+fn fixture_asset(config: almanac_domain::StorageConfigId) -> almanac_domain::ports::NewAsset {
+    use almanac_domain::{
+        AssetMetadata, CaptureSource, CaptureTime, ContentHash, MediaType,
+        ports::{FileFacts, NewAsset},
+    };
     let at = chrono::Utc::now();
     NewAsset {
         storage_config_id: config,

@@ -5,9 +5,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use almanac_domain::{
-    AssetId, AssetMetadata, BurstGroup, CaptureSource, CaptureTime, CatalogueError, CatalogueStore, ClaimRequest,
-    ContentHash, Fence, FileFacts, IngestOutcome, LeaseDuration, MaintenanceStore, MediaType, NewAsset, NewProxy,
-    NewWorkItem, ProxyType, Scope, ServedConfigs, StorageConfigId, StoredProxy, WorkKind, WorkQueue, WorkerId,
+    AssetId, AssetMetadata, CaptureSource, CaptureTime, ContentHash, MediaType, NewWorkItem, ProxyType, Scope,
+    StorageConfigId, WorkKind, WorkQueue, WorkerId,
+    ports::{
+        BurstGroup, CatalogueError, CatalogueStore, ClaimRequest, Fence, FileFacts, IngestOutcome, LeaseDuration,
+        MaintenanceStore, NewAsset, NewProxy, ServedConfigs, StoredProxy,
+    },
 };
 use almanac_store_pg::{NewStorageConfig, PgStore};
 use almanac_testdb::TestDatabase;
@@ -200,7 +203,7 @@ async fn a_finished_attempt_writes_nothing_more() {
     s.store.enqueue(&NewWorkItem::new(WorkKind::Crawl, Scope::Config(s.config)).unwrap()).await.unwrap();
     let fence = s.claim("w1").await;
     let (kept, gone) = catalogue(&s, fence).await;
-    assert_eq!(s.store.complete(fence, None).await.unwrap(), almanac_domain::WriteOutcome::Written);
+    assert_eq!(s.store.complete(fence, None).await.unwrap(), almanac_domain::ports::WriteOutcome::Written);
     every_write_is_lost(&s, fence, kept, gone).await;
 }
 
@@ -226,7 +229,7 @@ async fn a_fenced_write_in_progress_holds_off_recovery_but_not_its_own_heartbeat
     let beat =
         tokio::time::timeout(almanac_testdb::patience(Duration::from_secs(2)), store.heartbeat(fence, lease, None))
             .await;
-    assert!(matches!(beat, Ok(Ok(almanac_domain::Heartbeat::Renewed { .. }))), "its own beat waited: {beat:?}");
+    assert!(matches!(beat, Ok(Ok(almanac_domain::ports::Heartbeat::Renewed { .. }))), "its own beat waited: {beat:?}");
     sql_query("UPDATE work_items SET lease_expires_at = now() - interval '1 second' WHERE id = $1")
         .bind::<Uuid, _>(fence.id.as_uuid())
         .execute(&mut s.raw().await)

@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use almanac_domain::{
-    CatalogueError, CatalogueStore, ClaimRequest, Fence, LeaseDuration, NewWorkItem, QueueError, Scope, ServedConfigs,
-    StorageConfigId, WorkKind, WorkQueue, WorkerId,
+    NewWorkItem, QueueError, Scope, StorageConfigId, WorkKind, WorkQueue, WorkerId,
+    ports::{CatalogueError, CatalogueStore, ClaimRequest, Fence, LeaseDuration, ServedConfigs},
 };
 use almanac_store_pg::{NewStorageConfig, PgStore, StoreError};
 use almanac_testdb::TestDatabase;

@@ -6,9 +6,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use almanac_domain::{
-    CancelOutcome, ClaimRequest, DedupKey, FailOutcome, Failure, Heartbeat, LeaseDuration, NewWorkItem, QueueError,
-    QueueMaintenance, Scope, ServedConfigs, Status, StorageConfig, WorkItemId, WorkKind, WorkQueue, WorkerId,
-    WriteOutcome,
+    CancelOutcome, DedupKey, NewWorkItem, QueueError, Scope, Status, StorageConfig, WorkItemId, WorkKind, WorkQueue,
+    WorkerId,
+    ports::{
+        ClaimRequest, FailOutcome, Failure, Heartbeat, LeaseDuration, QueueMaintenance, ServedConfigs, WriteOutcome,
+    },
 };
 use almanac_store_pg::{NewStorageConfig, PgStore, claim_with};
 use almanac_testdb::TestDatabase;

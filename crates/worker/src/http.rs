@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use almanac_domain::{DatabaseClock, Status, WorkKind};
+use almanac_domain::{Status, WorkKind, ports::DatabaseClock};
 use almanac_store_pg::PgStore;
 use axum::Router;
 use axum::extract::{Request, State};

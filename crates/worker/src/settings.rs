@@ -6,7 +6,10 @@ use std::net::SocketAddr;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
-use almanac_domain::{LeaseDuration, RetryPolicy, ServedConfigs, WorkerId};
+use almanac_domain::{
+    WorkerId,
+    ports::{LeaseDuration, RetryPolicy, ServedConfigs},
+};
 use almanac_executor::ExecutorConfig;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};

@@ -8,9 +8,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use almanac_domain::{
-    Attempt, CancelOutcome, ClaimRequest, ClaimedItem, CompletedMany, Completion, Enqueued, FailOutcome, Failure,
-    Fence, Heartbeat, LeaseDuration, NewWorkItem, QueueError, Recovered, Scope, ServedConfigs, Status, WorkItem,
-    WorkItemId, WorkKind, WorkQueue, WorkerId, WriteOutcome,
+    CancelOutcome, Enqueued, NewWorkItem, QueueError, Scope, Status, WorkItem, WorkItemId, WorkKind, WorkQueue,
+    WorkerId,
+    ports::{
+        Attempt, ClaimRequest, ClaimedItem, CompletedMany, Completion, FailOutcome, Failure, Fence, Heartbeat,
+        LeaseDuration, Recovered, ServedConfigs, WriteOutcome,
+    },
 };
 use almanac_executor::{BoxFuture, ExecutorConfig, Handler, HandlerContext, HandlerError};
 use tokio::time::Instant;

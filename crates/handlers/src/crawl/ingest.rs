@@ -8,8 +8,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use almanac_domain::{
-    AssetId, CaptureSource, CaptureTime, CatalogueError, CatalogueStore, ContentHash, Fence, FileFacts, IngestOutcome,
-    KnownFile, MediaType, NewAsset, NewProxy, ProxyType, Sidecar, StorageConfigId,
+    AssetId, CaptureSource, CaptureTime, ContentHash, MediaType, ProxyType, StorageConfigId,
+    ports::{CatalogueError, CatalogueStore, Fence, FileFacts, IngestOutcome, KnownFile, NewAsset, NewProxy, Sidecar},
 };
 use almanac_media::{Content, MediaError, MediaFormat, Original, PixelBudget, ReadError, ReadOriginal, RootFolder};
 use tokio_util::sync::CancellationToken;

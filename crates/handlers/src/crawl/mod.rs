@@ -21,8 +21,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use almanac_domain::{
-    BurstDetectionArgs, CatalogueError, CatalogueStore, CrawlArgs, CrawlReport, DedupKey, KnownFile, NewWorkItem,
-    ProxyPath, Scope, StorageConfigId, WorkKind,
+    BurstDetectionArgs, CrawlArgs, CrawlReport, DedupKey, NewWorkItem, Scope, StorageConfigId, WorkKind,
+    ports::{CatalogueError, CatalogueStore, KnownFile, ProxyPath},
 };
 use almanac_executor::{BoxFuture, HandlerContext, HandlerError, ProgressReporter, WorkHandler};
 use almanac_media::{PixelBudget, RootFolder, ToolLimits};

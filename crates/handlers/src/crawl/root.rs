@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use almanac_domain::{CatalogueStore, CrawlArgs, StorageConfig};
+use almanac_domain::{CrawlArgs, StorageConfig, ports::CatalogueStore};
 use almanac_executor::HandlerError;
 use almanac_media::RootFolder;
 

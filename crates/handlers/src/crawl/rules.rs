@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use almanac_domain::{AssetId, MediaType, PairingCandidate};
+use almanac_domain::{AssetId, MediaType, ports::PairingCandidate};
 
 /// Folders NAS systems and desktops keep beside the originals, never media of the user's.
 const SYSTEM_FOLDERS: [&[u8]; 7] =

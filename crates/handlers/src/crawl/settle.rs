@@ -3,7 +3,10 @@
 
 use std::collections::{HashMap, HashSet};
 
-use almanac_domain::{AssetId, CatalogueStore, CrawlArgs, Fence, FileFacts, KnownFile, StorageConfig};
+use almanac_domain::{
+    AssetId, CrawlArgs, StorageConfig,
+    ports::{CatalogueStore, Fence, FileFacts, KnownFile},
+};
 use almanac_executor::HandlerError;
 use tokio_util::sync::CancellationToken;
 

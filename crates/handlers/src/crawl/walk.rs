@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 
-use almanac_domain::Sidecar;
+use almanac_domain::ports::Sidecar;
 use almanac_media::{Entry, EntryKind, OpenError, RootFolder, is_media_name, is_sidecar_name, sidecar_names};
 use chrono::{DateTime, Utc};
 use tokio::sync::mpsc;

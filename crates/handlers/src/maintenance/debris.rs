@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use almanac_domain::{MaintenanceStore, StorageConfigId};
+use almanac_domain::{StorageConfigId, ports::MaintenanceStore};
 use almanac_media::{Entry, EntryKind, Removal};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -25,7 +25,7 @@ pub struct DebrisReport {
 /// left under the proxy root, those it can prove are debris. A file goes only when all of these hold:
 ///
 /// - it is in the exact proxy layout ([`ProxyPath`]) of a storage config that exists;
-/// - its name is one of the temporary names we write ([`almanac_domain::is_temporary_file_name`]): a finished
+/// - its name is one of the temporary names we write ([`almanac_domain::ports::is_temporary_file_name`]): a finished
 ///   proxy is never touched here (the sweep, which checks the rows, deletes those);
 /// - it is older than the proxy sweep's age floor ([`ProxySweepHandler::min_age_for`]), checked again right
 ///   before the unlink: no write of ours lasts that long, while a younger file may be one another Worker (on
@@ -58,7 +58,8 @@ pub async fn remove_temporary_debris<M: MaintenanceStore + 'static>(
     match listed.await {
         Ok(Some((root, listing))) => {
             report.problems.extend(listing.unreadable);
-            let temporary = |rel: &&String| rel.rsplit('/').next().is_some_and(almanac_domain::is_temporary_file_name);
+            let temporary =
+                |rel: &&String| rel.rsplit('/').next().is_some_and(almanac_domain::ports::is_temporary_file_name);
             for rel in listing.candidates.iter().filter(temporary) {
                 if stop.is_cancelled() {
                     break;

@@ -36,7 +36,7 @@ const DELETE_BATCH: i64 = 1000;
 async fn delete_in_batches<F, Fut>(ctx: &HandlerContext, mut batch: F) -> Result<u64, HandlerError>
 where
     F: FnMut(i64) -> Fut,
-    Fut: std::future::Future<Output = Result<u64, almanac_domain::CatalogueError>>,
+    Fut: std::future::Future<Output = Result<u64, almanac_domain::ports::CatalogueError>>,
 {
     let mut deleted = 0;
     loop {

@@ -3,7 +3,10 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use almanac_domain::{DeletionReport, MaintenanceStore, ProxyDeletionArgs, Scope, StoredProxy};
+use almanac_domain::{
+    DeletionReport, ProxyDeletionArgs, Scope,
+    ports::{MaintenanceStore, StoredProxy},
+};
 use almanac_executor::{BoxFuture, HandlerContext, HandlerError, WorkHandler};
 use tracing::info;
 

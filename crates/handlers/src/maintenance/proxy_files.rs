@@ -6,7 +6,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use almanac_domain::{AssetId, ProxyPath, StorageConfigId, StoredProxy};
+use almanac_domain::{
+    AssetId, StorageConfigId,
+    ports::{ProxyPath, StoredProxy},
+};
 use almanac_executor::HandlerError;
 use almanac_media::{EntryKind, Removal, RootFolder};
 use tokio_util::sync::CancellationToken;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use almanac_domain::{MaintenanceStore, ProxySweepArgs, ProxySweepReport, StorageConfigId, SweptProxyRoot};
+use almanac_domain::{ProxySweepArgs, ProxySweepReport, StorageConfigId, SweptProxyRoot, ports::MaintenanceStore};
 use almanac_executor::{BoxFuture, HandlerContext, HandlerError, WorkHandler};
 use almanac_media::{Entry, EntryKind, Removal};
 use serde::Serialize;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use almanac_domain::{MaintenanceStore, PurgeArgs, PurgeReport};
+use almanac_domain::{PurgeArgs, PurgeReport, ports::MaintenanceStore};
 use almanac_executor::{BoxFuture, HandlerContext, HandlerError, WorkHandler};
 use serde::Serialize;
 use tracing::{info, warn};

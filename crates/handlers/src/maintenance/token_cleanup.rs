@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use almanac_domain::{DeletionReport, MaintenanceStore, TokenCleanupArgs};
+use almanac_domain::{DeletionReport, TokenCleanupArgs, ports::MaintenanceStore};
 use almanac_executor::{BoxFuture, HandlerContext, HandlerError, WorkHandler};
 use tracing::info;
 

@@ -8,7 +8,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use almanac_domain::{Attempt, Fence, NewWorkItem, Scope, StorageConfigId, WorkItem, WorkItemId, WorkKind, WorkQueue};
+use almanac_domain::{
+    NewWorkItem, Scope, StorageConfigId, WorkItem, WorkItemId, WorkKind, WorkQueue,
+    ports::{Attempt, Fence},
+};
 use almanac_executor::{Handler, HandlerContext, HandlerError, ProgressReporter};
 use almanac_handlers::{CrawlHandler, CrawlSettings, MassDeletionGuard};
 use almanac_media::ToolLimits;

@@ -1,9 +1,11 @@
 //! The catalogue statements the crawl needs ([`CatalogueStore`]).
 
 use almanac_domain::{
-    AssetId, CaptureTime, CatalogueError, CatalogueStore, ContentHash, Fence, FileFacts, HashMatch, IngestOutcome,
-    KnownFile, KnownProxyFile, NewAsset, NewProxy, NewWorkItem, PairingCandidate, Sidecar, StorageConfig,
-    StorageConfigId,
+    AssetId, CaptureTime, ContentHash, NewWorkItem, StorageConfig, StorageConfigId,
+    ports::{
+        CatalogueError, CatalogueStore, Fence, FileFacts, HashMatch, IngestOutcome, KnownFile, KnownProxyFile,
+        NewAsset, NewProxy, PairingCandidate, Sidecar,
+    },
 };
 use diesel::sql_query;
 use diesel::sql_types::{Array, BigInt, Binary, Bool, Integer, Nullable, SmallInt, Text, Timestamptz, Uuid};

@@ -1,6 +1,9 @@
 //! The rows the crawl's statements read back, and the statements more than one write shares.
 
-use almanac_domain::{AssetId, AssetMetadata, CatalogueError, MediaType, NewAsset, NewProxy};
+use almanac_domain::{
+    AssetId, AssetMetadata, MediaType,
+    ports::{CatalogueError, NewAsset, NewProxy},
+};
 use chrono::{DateTime, Utc};
 use diesel::pg::Pg;
 use diesel::query_builder::{BoxedSqlQuery, SqlQuery};

@@ -1,7 +1,10 @@
 //! The claim (ADR 0008 rules 1 and 2): alone, in a transaction of its own, or chained after completions
 //! (`outcome::complete_many_and_claim`).
 
-use almanac_domain::{Attempt, ClaimRequest, ClaimedItem, Fence, QueueError, ServedConfigs, WorkItem};
+use almanac_domain::{
+    QueueError, WorkItem,
+    ports::{Attempt, ClaimRequest, ClaimedItem, Fence, ServedConfigs},
+};
 use diesel::result::Error as DieselError;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 

@@ -14,8 +14,11 @@ mod row;
 mod tests;
 
 use almanac_domain::{
-    CancelOutcome, ClaimRequest, ClaimedItem, CompletedMany, Completion, Enqueued, FailOutcome, Failure, Fence,
-    Heartbeat, LeaseDuration, NewWorkItem, QueueError, Recovered, WorkItem, WorkItemId, WorkQueue, WriteOutcome,
+    CancelOutcome, Enqueued, NewWorkItem, QueueError, WorkItem, WorkItemId, WorkQueue,
+    ports::{
+        ClaimRequest, ClaimedItem, CompletedMany, Completion, FailOutcome, Failure, Fence, Heartbeat, LeaseDuration,
+        Recovered, WriteOutcome,
+    },
 };
 use diesel::sql_query;
 use diesel::sql_types::Uuid;

@@ -5,8 +5,10 @@
 use std::collections::HashSet;
 
 use almanac_domain::{
-    ClaimRequest, CompletedMany, Completion, FailOutcome, Failure, Fence, Heartbeat, LeaseDuration, QueueError, Status,
-    WriteOutcome,
+    QueueError, Status,
+    ports::{
+        ClaimRequest, CompletedMany, Completion, FailOutcome, Failure, Fence, Heartbeat, LeaseDuration, WriteOutcome,
+    },
 };
 use diesel::QueryableByName;
 use diesel::sql_types::{Bool, Integer, Uuid};

@@ -1,7 +1,7 @@
 //! What the queue does for items whose attempt is not running them: lease recovery (rule 4), cancel requests,
 //! and deleting finished items (the retention handler's statement).
 
-use almanac_domain::{CancelOutcome, QueueError, Recovered, Status, WorkItemId};
+use almanac_domain::{CancelOutcome, QueueError, Status, WorkItemId, ports::Recovered};
 use chrono::{DateTime, Utc};
 use diesel::pg::Pg;
 use diesel::query_builder::{BoxedSqlQuery, SqlQuery};

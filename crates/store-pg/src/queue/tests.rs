@@ -2,7 +2,10 @@
 
 use super::claim::statement as claim_statement;
 use super::outcome::{COMPLETE_MANY, IdRow};
-use almanac_domain::{ClaimRequest, LeaseDuration, ServedConfigs, UserId, WorkKind, WorkerId};
+use almanac_domain::{
+    UserId, WorkKind, WorkerId,
+    ports::{ClaimRequest, LeaseDuration, ServedConfigs},
+};
 use diesel::sql_types::{Array, BigInt, Integer, Jsonb, Nullable, Text, Uuid};
 use diesel::{QueryableByName, sql_query};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use almanac_domain::ServedConfigs;
+use almanac_domain::ports::ServedConfigs;
 use almanac_executor::{Executor, HandlerRegistry};
 use almanac_handlers::{
     BurstDetectionHandler, BurstSettings, CrawlHandler, CrawlSettings, ProxyDeletionHandler, ProxySweepHandler,

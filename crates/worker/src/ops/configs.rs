@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use almanac_domain::{CatalogueStore, StorageConfig, User};
+use almanac_domain::{StorageConfig, User, ports::CatalogueStore};
 use almanac_store_pg::{NewStorageConfig, PgStore};
 
 use super::{OpError, parse, roots};

@@ -2,7 +2,7 @@
 //! and HTTP statuses from its variants alone. The store's and the ports' errors become it here, each in one
 //! `From`, so a change of theirs is a change in this file only.
 
-use almanac_domain::{CatalogueError, DomainError, QueueError};
+use almanac_domain::{DomainError, QueueError, ports::CatalogueError};
 use almanac_store_pg::StoreError;
 
 /// An error of another layer kept as the source of an [`OpError`] (its words are shown as they are).
