@@ -6,7 +6,7 @@
 //! what a successful run of the kind stores as its result ([`WorkArgs::Output`], in `crate::results`).
 //!
 //! An unknown field of a kind that takes arguments is refused: a misspelt confirmation must not be quietly
-//! ignored. A kind without arguments reads any object as its defaults.
+//! ignored. A kind without arguments reads any payload as its defaults.
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -89,8 +89,9 @@ impl WorkArgs for ProxyDeletionArgs {
     type Output = DeletionReport;
 }
 
-/// Defines the arguments of kinds that take none yet: an empty object, any object read as it (so a payload
-/// written before a kind had arguments still runs), and the kind's result.
+/// Defines the arguments of kinds that take none yet: an empty object, and the kind's result. Any stored payload
+/// reads as it, whatever its shape: these kinds never read their payload, and rows written before they were
+/// typed (by an older CLI, which stored any JSON it was given, or by the web backend) must still run.
 macro_rules! no_args {
     ($($(#[doc = $doc:literal])* $args:ident => $kind:ident, $output:ty;)*) => {$(
         $(#[doc = $doc])*
@@ -102,6 +103,10 @@ macro_rules! no_args {
         impl WorkArgs for $args {
             const KIND: WorkKind = WorkKind::$kind;
             type Output = $output;
+
+            fn from_payload(_: &serde_json::Value) -> Result<Self, DomainError> {
+                Ok(Self::default())
+            }
         }
     )*};
 }

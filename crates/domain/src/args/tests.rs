@@ -52,6 +52,29 @@ fn payloads_written_by_hand_are_read_as_the_kind_s_arguments() {
 }
 
 #[test]
+fn a_kind_without_arguments_reads_any_stored_payload_as_its_defaults() {
+    // Older CLIs stored whatever JSON they were given for these kinds, and their handlers never read it: such
+    // rows still run (a refusal here would fail them for good).
+    for payload in [
+        serde_json::json!([1]),
+        serde_json::json!("x"),
+        serde_json::json!(0),
+        serde_json::json!({"n": 1}),
+        serde_json::Value::Null,
+    ] {
+        assert_eq!(PurgeArgs::from_payload(&payload), Ok(PurgeArgs::default()), "{payload}");
+        assert_eq!(BurstDetectionArgs::from_payload(&payload), Ok(BurstDetectionArgs::default()), "{payload}");
+        assert_eq!(ProxySweepArgs::from_payload(&payload), Ok(ProxySweepArgs::default()), "{payload}");
+        assert_eq!(TokenCleanupArgs::from_payload(&payload), Ok(TokenCleanupArgs::default()), "{payload}");
+        assert_eq!(WorkItemRetentionArgs::from_payload(&payload), Ok(WorkItemRetentionArgs::default()), "{payload}");
+    }
+    // Typed by a person on the CLI: accepted as before, stored as the defaults.
+    let config = Scope::Config(StorageConfigId::new());
+    let purge = NewWorkItem::from_json(WorkKind::Purge, config, &serde_json::json!([1])).unwrap();
+    assert_eq!(purge.payload(), &serde_json::json!({}));
+}
+
+#[test]
 fn every_kind_has_arguments_that_name_it() {
     fn kind_of<A: WorkArgs>(payload: serde_json::Value) -> WorkKind {
         A::from_payload(&payload).map(|_| A::KIND).unwrap()

@@ -37,9 +37,9 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<Exit, Failure> {
     let url = settings.database_url().map_err(Failure::failed)?.to_owned();
     prepare_schema(&url, migrate).await?;
     let store = worker_store(&settings, &url)?;
-    let served = served_configs(&settings, &store).await?;
+    let served = served_configs(&settings, &url, &store).await?;
     let executor_config = settings.executor(served).map_err(Failure::failed)?;
-    let proxy_root = proxy_root(&settings, &store).await?;
+    let proxy_root = proxy_root(&settings, &url, &store).await?;
     let store = Arc::new(store);
     let registry = handlers(&settings, &store, &proxy_root);
     let executor = Executor::new(store.clone(), registry, executor_config).map_err(Failure::failed)?;
@@ -104,10 +104,20 @@ async fn prepare_schema(url: &str, migrate: bool) -> Result<(), Failure> {
 
 /// Where the schema stands, trying a few times with backoff while the database is starting.
 async fn schema_state(url: &str) -> Result<SchemaState, Failure> {
+    patiently(url, || almanac_store_pg::schema_state(url)).await
+}
+
+/// `read`, tried again with backoff while the database is unavailable (starting, or restarting while the Worker
+/// starts): `run` gives up only after [`CONNECT_ATTEMPTS`] tries. A setting to fix is said at once.
+async fn patiently<T, F, Fut>(url: &str, mut read: F) -> Result<T, Failure>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
     let mut delay = Duration::from_millis(500);
     for attempt in 1..=CONNECT_ATTEMPTS {
-        match almanac_store_pg::schema_state(url).await {
-            Ok(p) => return Ok(p),
+        match read().await {
+            Ok(answer) => return Ok(answer),
             Err(StoreError::Unavailable(e)) if attempt < CONNECT_ATTEMPTS => {
                 warn!(event = "database_unavailable", attempt, error = %e, "the database does not answer yet");
                 tokio::time::sleep(delay).await;
@@ -140,9 +150,9 @@ fn worker_store(settings: &Settings, url: &str) -> Result<PgStore, Failure> {
 }
 
 /// Whose configs this Worker serves (`worker.user`, or all).
-async fn served_configs(settings: &Settings, store: &PgStore) -> Result<ServedConfigs, Failure> {
+async fn served_configs(settings: &Settings, url: &str, store: &PgStore) -> Result<ServedConfigs, Failure> {
     let Some(name) = &settings.worker.user else { return Ok(ServedConfigs::All) };
-    match store.user_by_name(name).await? {
+    match patiently(url, || store.user_by_name(name)).await? {
         Some(user) => Ok(ServedConfigs::User(user.id)),
         None => Err(Failure::failed(anyhow::anyhow!(
             "worker.user: there is no user {name:?}; `almanac-worker config add --user {name} --root …` creates one"
@@ -153,8 +163,8 @@ async fn served_configs(settings: &Settings, store: &PgStore) -> Result<ServedCo
 /// The proxy root, resolved and created. It never overlaps a library (the sweep would delete originals, the
 /// crawl ingest proxies), and must take files (not writable by this user, read-only or full, it would fail
 /// every crawl): refused otherwise.
-async fn proxy_root(settings: &Settings, store: &PgStore) -> Result<PathBuf, Failure> {
-    let configs = store.list_storage_configs().await?;
+async fn proxy_root(settings: &Settings, url: &str, store: &PgStore) -> Result<PathBuf, Failure> {
+    let configs = patiently(url, || store.list_storage_configs()).await?;
     let proxy_root = roots::prepare_proxy_root(&settings.storage.proxy_root, &configs).map_err(Failure::usage)?;
     almanac_media::check_proxy_root(&proxy_root)
         .map_err(|e| Failure::usage(format!("{e}. Fix it, then start the Worker again")))?;
