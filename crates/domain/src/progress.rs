@@ -101,6 +101,8 @@ mod tests {
         assert_eq!(empty.percent, Some(100.0));
         let over = ProgressEstimate::from_progress(&json!({"done": 12, "total": 10, "seconds": 2.0})).unwrap();
         assert_eq!((over.percent, over.remaining), (Some(100.0), Some(Duration::ZERO)));
+        let no_time = ProgressEstimate::from_progress(&json!({"done": 5, "total": 10, "seconds": 0.0})).unwrap();
+        assert_eq!((no_time.per_second, no_time.remaining), (None, None), "no time passed: no rate");
         assert!(ProgressEstimate::from_progress(&json!({"found": 3})).is_none(), "no `done`: no estimate");
         assert!(ProgressEstimate::from_progress(&json!("text")).is_none());
         let counts = crate::CrawlCounts { done: 3, total: 4, seconds: 1.0, ..Default::default() };

@@ -106,7 +106,6 @@ struct Watch {
     interval: Duration,
     half_lease: Duration,
     last_good_beat: Instant,
-    self_stop_armed: bool,
     stop: Option<Stop>,
     /// When the attempt stopped writing (lost or self-stopped): its handler may take a while to return.
     stopped_writing_at: Option<Instant>,
@@ -119,7 +118,6 @@ impl Watch {
             interval: config.heartbeat_interval,
             half_lease: config.lease.half(),
             last_good_beat: claim_sent_at,
-            self_stop_armed: true,
             stop: None,
             stopped_writing_at: None,
             cancel,
@@ -195,8 +193,6 @@ impl Watch {
             self.beat_timed_out("heartbeat did not answer before the self-stop");
         }
         self.stop(Stop::SelfStopped);
-        // Disarm: the deadline has done its work.
-        self.self_stop_armed = false;
     }
 
     fn beat_timed_out(&self, message: &'static str) {
@@ -228,6 +224,7 @@ impl<Q: WorkQueue + 'static> Attempt<Q> {
         beats.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut beat: Option<BeatFuture<'_>> = None;
         let mut grace: Option<Pin<Box<Sleep>>> = None;
+        let mut self_stop_armed = true;
         loop {
             let may_write = watch.may_write();
             tokio::select! {
@@ -237,7 +234,11 @@ impl<Q: WorkQueue + 'static> Attempt<Q> {
                     beat = None;
                     watch.on_beat(sent_at, answer, self_stop.as_mut());
                 }
-                () = &mut self_stop, if may_write && watch.self_stop_armed => watch.on_self_stop(beat.take().is_some()),
+                () = &mut self_stop, if may_write && self_stop_armed => {
+                    // Disarmed here, whatever the watch does: the deadline has done its work.
+                    self_stop_armed = false;
+                    watch.on_self_stop(beat.take().is_some());
+                }
                 _ = beats.tick(), if may_write => {
                     if beat.is_some() {
                         // The pending beat reaches its time limit at this very tick; say so before it is replaced.
@@ -268,7 +269,7 @@ impl<Q: WorkQueue + 'static> Attempt<Q> {
         let outcome = match (stop, joined) {
             (Some(Stop::Lost), _) => Outcome::Lost,
             (Some(Stop::SelfStopped), _) => Outcome::SelfStopped,
-            (_, Ok(Ok(result))) => return self.succeeded(result, stop.is_none()).await,
+            (_, Ok(Ok(result))) => return self.succeeded(result).await,
             (Some(Stop::CancelRequested), _) => self.cancelled().await,
             (Some(Stop::Shutdown), _) => self.released().await,
             (None, Ok(Err(error))) if error.outage => self.released_after_outage(error).await,
@@ -284,8 +285,10 @@ impl<Q: WorkQueue + 'static> Attempt<Q> {
     /// The success, with the other completions waiting at this moment, and (unless stopping or shutting down)
     /// the slot's next item claimed in the same transaction. The completer bounds each batch's write by one
     /// interval; waiting for the batch before it can take one more.
-    async fn succeeded(&self, result: Option<serde_json::Value>, not_stopped: bool) -> (Outcome, Chained) {
-        let claim_next = not_stopped && !self.shutdown.is_cancelled();
+    async fn succeeded(&self, result: Option<serde_json::Value>) -> (Outcome, Chained) {
+        // A handler stopped by the shutdown grace ends after the shutdown began: it claims nothing. One that
+        // succeeded although a cancel was requested frees its slot like any other.
+        let claim_next = !self.shutdown.is_cancelled();
         let interval = self.config.heartbeat_interval;
         let sent_at = Instant::now();
         let answer =

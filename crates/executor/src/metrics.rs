@@ -34,6 +34,36 @@ pub(crate) fn claim(sent_at: Instant, outcome: &'static str) {
     metrics::histogram!(CLAIM_SECONDS, "outcome" => outcome).record(sent_at.elapsed().as_secs_f64());
 }
 
+/// A claim's outcome as its histogram labels it: `claimed`, `empty`, `error` or `timeout`.
+pub(crate) fn claim_outcome<E, T>(answer: &Result<Result<Vec<T>, E>, tokio::time::error::Elapsed>) -> &'static str {
+    match answer {
+        Ok(Ok(claimed)) if claimed.is_empty() => "empty",
+        Ok(Ok(_)) => "claimed",
+        Ok(Err(_)) => "error",
+        Err(_) => "timeout",
+    }
+}
+
 pub(crate) fn heartbeat(sent_at: Instant, outcome: &'static str) {
     metrics::histogram!(HEARTBEAT_SECONDS, "outcome" => outcome).record(sent_at.elapsed().as_secs_f64());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claim_is_labelled_by_what_it_came_to() {
+        let claimed: Result<Result<Vec<u8>, ()>, tokio::time::error::Elapsed> = Ok(Ok(vec![1]));
+        assert_eq!(claim_outcome(&claimed), "claimed");
+        assert_eq!(claim_outcome(&Ok::<Result<Vec<u8>, ()>, _>(Ok(Vec::new()))), "empty");
+        assert_eq!(claim_outcome(&Ok::<Result<Vec<u8>, ()>, _>(Err(()))), "error");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_claim_that_did_not_answer_in_time_is_labelled_timeout() {
+        let late =
+            tokio::time::timeout(std::time::Duration::from_millis(1), std::future::pending::<Result<Vec<u8>, ()>>());
+        assert_eq!(claim_outcome(&late.await), "timeout");
+    }
 }

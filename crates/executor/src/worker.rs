@@ -115,13 +115,7 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
         let task = slots.claims.spawn(async move {
             let sent_at = Instant::now();
             let answer = timeout(wait, queue.claim_many(&request, free)).await;
-            let outcome = match &answer {
-                Ok(Ok(claimed)) if claimed.is_empty() => "empty",
-                Ok(Ok(_)) => "claimed",
-                Ok(Err(_)) => "error",
-                Err(_) => "timeout",
-            };
-            crate::metrics::claim(sent_at, outcome);
+            crate::metrics::claim(sent_at, crate::metrics::claim_outcome(&answer));
             (sent_at, answer)
         });
         slots.asking.insert(task.id(), free);
@@ -157,17 +151,28 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
                 return;
             }
         };
-        // Fewer than asked for: nothing more was eligible, or a lost race; wait for the next poll.
-        if claimed.len() < asked {
+        // Fewer than asked for (never more): nothing more was eligible, or a lost race; wait for the next poll.
+        if claimed.len() != asked {
             slots.starved = true;
         }
         for claimed in claimed {
-            if shutdown.is_cancelled() {
-                // Landed as the shutdown began: handed back in `wind_down` with the others.
-                slots.late_claims.push(claimed);
-            } else {
-                self.start_attempt(slots, claimed, sent_at);
-            }
+            self.start_or_hand_back(slots, claimed, sent_at, shutdown);
+        }
+    }
+
+    /// Starts a claimed item in its slot, unless it landed as the shutdown began: then it is handed back in
+    /// `wind_down` with the others, never run.
+    fn start_or_hand_back(
+        &self,
+        slots: &mut Slots,
+        claimed: ClaimedItem,
+        sent_at: Instant,
+        shutdown: &CancellationToken,
+    ) {
+        if shutdown.is_cancelled() {
+            slots.late_claims.push(claimed);
+        } else {
+            self.start_attempt(slots, claimed, sent_at);
         }
     }
 
@@ -182,8 +187,7 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
         let Ok((id, outcome, chained)) = done else { return };
         debug!(item_id = %id, ?outcome, "attempt ended");
         match chained {
-            Some((sent_at, claimed)) if !shutdown.is_cancelled() => self.start_attempt(slots, claimed, sent_at),
-            Some((_, claimed)) => slots.late_claims.push(claimed),
+            Some((sent_at, claimed)) => self.start_or_hand_back(slots, claimed, sent_at, shutdown),
             // It found nothing: no new claim before the next poll, wake-up or ended attempt.
             None if outcome == Outcome::Succeeded => slots.starved = true,
             None => {}

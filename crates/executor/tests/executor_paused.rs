@@ -381,6 +381,43 @@ async fn idle_worker_polls_and_a_finished_item_triggers_an_immediate_claim() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_failed_attempt_frees_its_slot_for_a_claim_at_once() {
+    let queue = FakeQueue::with_items([item(WorkKind::TokenCleanup), item(WorkKind::TokenCleanup)]);
+    let probe = Probe::new(WorkKind::TokenCleanup, Act::Fail { retryable: false });
+    let mut c = config();
+    c.slots = 1;
+    let run = start(&queue, &probe, c);
+    run.at(3 * SECOND).await;
+    let s = run.start;
+    // Only a success claims its slot's next item with its completion; a failure's slot claims on its own, at
+    // once, not at the next poll (5 s).
+    assert_eq!(probe.started(), [s, s], "the second item is claimed as soon as the first failed");
+    run.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wake_up_while_a_claim_is_in_flight_asks_for_no_slot_twice() {
+    let queue = FakeQueue::with_items((0..4).map(|_| item(WorkKind::TokenCleanup)));
+    queue.state.lock().unwrap().claim_delay = 2 * SECOND;
+    let probe = Probe::new(WorkKind::TokenCleanup, Act::Work { work: 10 * SECOND });
+    let mut c = config();
+    c.slots = 2;
+    let executor = Executor::new(Arc::new(queue.clone()), HandlerRegistry::new().register(probe.clone()), c).unwrap();
+    let waker = executor.waker();
+    let shutdown = CancellationToken::new();
+    let start_at = Instant::now();
+    let task = tokio::spawn(executor.run(shutdown.clone()));
+    sleep(SECOND).await;
+    // Both slots are asked for by the claim in flight: the wake-up finds no free slot.
+    waker.notify_one();
+    sleep(2 * SECOND).await;
+    assert_eq!(queue.state.lock().unwrap().claim_limits, [2]);
+    assert_eq!(probe.started(), [start_at + 2 * SECOND; 2]);
+    shutdown.cancel();
+    task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
 async fn wake_up_claims_at_once_instead_of_waiting_for_the_poll() {
     let queue = FakeQueue::default();
     let probe = Probe::new(WorkKind::TokenCleanup, Act::Work { work: SECOND });
