@@ -242,3 +242,32 @@ async fn a_fenced_write_in_progress_holds_off_recovery_but_not_its_own_heartbeat
     assert_eq!(store.recover_expired_leases(3).await.unwrap().len(), 1, "then recovery takes the item");
     assert_lost("a write after the takeover", store.soft_delete(fence, s.config, &[kept], &[]).await);
 }
+
+/// What a live attempt writes reads back as written: sizes and times of the file and its proxies (the crawl
+/// compares them with the file system to find what changed and which proxy was cut short).
+#[tokio::test]
+async fn a_live_attempt_s_writes_read_back_as_written() {
+    let s = setup().await;
+    s.store.enqueue(&NewWorkItem::new(WorkKind::Crawl, Scope::Config(s.config)).unwrap()).await.unwrap();
+    let fence = s.claim("w1").await;
+    let (kept, _) = catalogue(&s, fence).await;
+    let known = s.store.known_files(s.config).await.unwrap();
+    let [file] = &known[..] else { panic!("one active asset: {known:?}") };
+    assert_eq!(
+        (file.asset_id, file.facts.size, file.facts.mtime),
+        (kept, 10, Utc.with_ymd_and_hms(2022, 1, 1, 12, 0, 0).unwrap())
+    );
+    assert_eq!(file.proxy_files.iter().map(|p| p.size).collect::<Vec<_>>(), [4]);
+    let moved = FileFacts {
+        file_path: b"moved.jpg".to_vec(),
+        display_path: "moved.jpg".into(),
+        size: 123_456_789_012,
+        mtime: Utc.with_ymd_and_hms(2023, 5, 6, 7, 8, 9).unwrap(),
+    };
+    s.store.relocate(fence, kept, &moved).await.unwrap();
+    let known = s.store.known_files(s.config).await.unwrap();
+    assert_eq!(
+        (known[0].facts.file_path.as_slice(), known[0].facts.size, known[0].facts.mtime),
+        (&b"moved.jpg"[..], moved.size, moved.mtime)
+    );
+}
