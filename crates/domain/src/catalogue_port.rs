@@ -3,6 +3,7 @@ use std::future::Future;
 use chrono::{DateTime, Utc};
 
 use crate::catalogue::{AssetMetadata, CaptureTime, ContentHash, MediaType, ProxyType, StorageConfig};
+use crate::cause::Cause;
 use crate::ids::{AssetId, StorageConfigId};
 use crate::queue::Fence;
 use crate::work::NewWorkItem;
@@ -13,14 +14,14 @@ pub enum CatalogueError {
     /// The database could not be reached or did not answer in time. MUST be returned for connection, pool and
     /// timeout failures.
     #[error("the catalogue database is unavailable: {0}. Check that PostgreSQL is running and reachable")]
-    Unavailable(String),
+    Unavailable(#[source] Cause),
     /// The attempt no longer holds its work item (its lease was recovered, or another attempt claimed it):
     /// nothing of the write was committed. MUST be returned when a fenced write finds the fence stale.
     #[error("this attempt no longer holds its work item (another attempt took over); nothing was written")]
     Lost,
     /// Anything else.
     #[error("the catalogue failed unexpectedly: {0}")]
-    Unexpected(String),
+    Unexpected(#[source] Cause),
 }
 
 /// A file as the file system shows it, relative to its config's root.

@@ -9,6 +9,7 @@
 mod args;
 mod catalogue;
 mod catalogue_port;
+mod cause;
 mod ids;
 mod maintenance_port;
 mod progress;
@@ -28,6 +29,7 @@ pub use args::{
 pub use catalogue::{
     AssetMetadata, CaptureSource, CaptureTime, ContentHash, MediaType, ProxyType, StorageConfig, User,
 };
+pub use cause::Cause;
 pub use ids::{AssetId, BurstId, StorageConfigId, UserId, WorkItemId};
 pub use progress::ProgressEstimate;
 pub use queue::{CancelOutcome, Enqueued, QueueError, WorkQueue};

@@ -3,6 +3,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use crate::cause::Cause;
 use crate::ids::{UserId, WorkItemId};
 use crate::work::{Attempt, LeaseDuration, NewWorkItem, Status, WorkItem, WorkKind, WorkerId};
 
@@ -15,13 +16,13 @@ pub enum QueueError {
     #[error(
         "the work queue database is unavailable: {0}. Check that PostgreSQL is running and reachable at the configured DATABASE_URL"
     )]
-    Unavailable(String),
+    Unavailable(#[source] Cause),
     /// The request breaks a rule of the queue (e.g. a storage config that does not exist).
     #[error("the work queue refused the request: {0}")]
     Rejected(String),
     /// Anything else the database said; a bug or a schema that does not match this binary.
     #[error("the work queue failed unexpectedly: {0}")]
-    Unexpected(String),
+    Unexpected(#[source] Cause),
 }
 
 /// What [`WorkQueue::complete_and_claim`] came to.

@@ -1,6 +1,6 @@
 //! The one place database errors become port errors.
 
-use almanac_domain::{QueueError, ports::CatalogueError};
+use almanac_domain::{Cause, QueueError, ports::CatalogueError};
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use diesel::sql_types::Bool;
 use diesel::{QueryableByName, sql_query};
@@ -15,7 +15,7 @@ pub(crate) const RUNNING_CONFIG_INDEX: &str = "ix_work_items_running_config";
 pub enum StoreError {
     /// The database could not be reached or did not answer in time.
     #[error("the database is unavailable: {0}. Check that PostgreSQL is running and that DATABASE_URL points at it")]
-    Unavailable(String),
+    Unavailable(#[source] Cause),
     /// The request conflicts with what is stored (e.g. a root path already registered).
     #[error("{0}")]
     Conflict(String),
@@ -27,10 +27,10 @@ pub enum StoreError {
     Config(String),
     /// Migrations could not be applied.
     #[error("migrating the database failed: {0}")]
-    Migration(String),
+    Migration(#[source] Cause),
     /// Anything else the database said.
     #[error("database error: {0}")]
-    Unexpected(String),
+    Unexpected(#[source] Cause),
 }
 
 impl From<StoreError> for QueueError {
@@ -38,7 +38,7 @@ impl From<StoreError> for QueueError {
         match e {
             StoreError::Unavailable(m) => QueueError::Unavailable(m),
             StoreError::Conflict(m) | StoreError::NotFound(m) => QueueError::Rejected(m),
-            other => QueueError::Unexpected(other.to_string()),
+            other => QueueError::Unexpected(Cause::with_source(other.to_string(), other)),
         }
     }
 }
@@ -51,7 +51,7 @@ pub(crate) fn from_pool(e: PoolError) -> StoreError {
         deadpool::managed::PoolError::Backend(ManagerError::ConnectionError(
             diesel::ConnectionError::InvalidConnectionUrl(m),
         )) => StoreError::Config(m),
-        other => StoreError::Unavailable(other.to_string()),
+        other => StoreError::Unavailable(Cause::with_source(other.to_string(), other)),
     }
 }
 
@@ -84,7 +84,7 @@ pub(crate) fn is_connection_lost(e: &DieselError) -> bool {
 /// standby, as after a failover), is an outage; constraint violations are conflicts; the rest unexpected.
 pub(crate) fn from_diesel(e: DieselError) -> StoreError {
     if is_connection_lost(&e) || matches!(e, DieselError::DatabaseError(DatabaseErrorKind::ReadOnlyTransaction, _)) {
-        return StoreError::Unavailable(e.to_string());
+        return StoreError::Unavailable(Cause::with_source(e.to_string(), e));
     }
     match &e {
         DieselError::DatabaseError(
@@ -98,7 +98,7 @@ pub(crate) fn from_diesel(e: DieselError) -> StoreError {
             info.constraint_name().unwrap_or("unknown")
         )),
         DieselError::NotFound => StoreError::NotFound(e.to_string()),
-        _ => StoreError::Unexpected(e.to_string()),
+        _ => StoreError::Unexpected(Cause::with_source(e.to_string(), e)),
     }
 }
 
@@ -120,12 +120,13 @@ pub(crate) async fn placed(conn: &mut AsyncPgConnection, e: DieselError) -> Stor
         sql_query("SELECT to_regclass('work_items') IS NOT NULL AS migrated").get_result::<Migrated>(conn).await;
     match probe {
         Err(lost) if is_connection_lost(&lost) => {
-            StoreError::Unavailable(format!("{e} (the connection was lost with it: {lost})"))
+            StoreError::Unavailable(Cause::with_source(format!("{e} (the connection was lost with it: {lost})"), e))
         }
-        Ok(Migrated { migrated: false }) => {
-            StoreError::Unexpected(format!("{e}: the database is not migrated; run `almanac-worker migrate`"))
-        }
-        _ => StoreError::Unexpected(e.to_string()),
+        Ok(Migrated { migrated: false }) => StoreError::Unexpected(Cause::with_source(
+            format!("{e}: the database is not migrated; run `almanac-worker migrate`"),
+            e,
+        )),
+        _ => StoreError::Unexpected(Cause::with_source(e.to_string(), e)),
     }
 }
 
@@ -137,7 +138,7 @@ impl From<StoreError> for CatalogueError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Unavailable(m) => CatalogueError::Unavailable(m),
-            other => CatalogueError::Unexpected(other.to_string()),
+            other => CatalogueError::Unexpected(Cause::with_source(other.to_string(), other)),
         }
     }
 }
@@ -183,6 +184,23 @@ mod tests {
             commit_error: Box::new(db(DatabaseErrorKind::SerializationFailure, "")),
         };
         assert!(matches!(from_diesel(both_answered), StoreError::Unexpected(_)));
+    }
+
+    #[test]
+    fn the_driver_s_error_is_kept_as_the_source_through_the_ports() {
+        let lost = from_diesel(db(DatabaseErrorKind::UnableToSendCommand, "Verbindung geschlossen"));
+        let kept = |e: &(dyn std::error::Error + 'static)| {
+            let mut chain = std::iter::successors(Some(e), |e| e.source());
+            chain
+                .find_map(|e| e.downcast_ref::<DieselError>())
+                .map(|d| matches!(d, DieselError::DatabaseError(DatabaseErrorKind::UnableToSendCommand, _)))
+        };
+        assert_eq!(kept(&lost), Some(true), "{lost:?}");
+        assert_eq!(kept(&QueueError::from(lost.clone())), Some(true));
+        assert_eq!(kept(&CatalogueError::from(lost)), Some(true));
+        let unexpected = from_diesel(db(DatabaseErrorKind::Unknown, "syntax"));
+        assert_eq!(kept(&QueueError::from(unexpected.clone())), Some(false), "a bug keeps its source too");
+        assert_eq!(kept(&CatalogueError::from(unexpected)), Some(false));
     }
 
     #[test]

@@ -76,5 +76,5 @@ async fn listen_once(target: &ConnectTarget, wake: &Notify, stop: &CancellationT
 }
 
 fn unavailable(e: tokio_postgres::Error) -> StoreError {
-    StoreError::Unavailable(e.to_string())
+    StoreError::Unavailable(e.to_string().into())
 }

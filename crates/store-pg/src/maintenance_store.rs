@@ -77,7 +77,7 @@ struct PathRow {
 fn stored(r: ProxyRow) -> Result<StoredProxy, CatalogueError> {
     Ok(StoredProxy {
         asset_id: AssetId::from_uuid(r.asset_id),
-        proxy_type: ProxyType::from_str(&r.proxy_type).map_err(|e| CatalogueError::Unexpected(e.to_string()))?,
+        proxy_type: ProxyType::from_str(&r.proxy_type).map_err(|e| CatalogueError::Unexpected(e.to_string().into()))?,
         relative_path: r.relative_path,
     })
 }

@@ -75,7 +75,7 @@ async fn with_harness<T: Send + 'static>(
         let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build() {
             Ok(r) => r,
             Err(e) => {
-                let _ = tx.send(Err(StoreError::Migration(format!("starting a runtime: {e}"))));
+                let _ = tx.send(Err(StoreError::Migration(format!("starting a runtime: {e}").into())));
                 return;
             }
         };
@@ -83,7 +83,7 @@ async fn with_harness<T: Send + 'static>(
         let result = runtime
             .block_on(target.establish())
             .map(Harness::from)
-            .and_then(|mut conn| run(&mut conn).map_err(|e| StoreError::Migration(e.to_string())));
+            .and_then(|mut conn| run(&mut conn).map_err(|e| StoreError::Migration(e.to_string().into())));
         let _ = tx.send(result);
     });
     rx.await.map_err(|_| StoreError::Migration("the migration thread died".into()))?

@@ -134,5 +134,5 @@ impl PgStore {
 }
 
 fn bad(e: &dyn std::fmt::Display) -> StoreError {
-    StoreError::Unexpected(format!("an unreadable row: {e}"))
+    StoreError::Unexpected(format!("an unreadable row: {e}").into())
 }

@@ -62,7 +62,7 @@ impl PgStore {
             .await?;
         rows.into_iter()
             .map(|r| {
-                let bad = |e: almanac_domain::DomainError| StoreError::Unexpected(format!("queue summary: {e}"));
+                let bad = |e: almanac_domain::DomainError| StoreError::Unexpected(format!("queue summary: {e}").into());
                 Ok(QueueSummaryRow {
                     kind: WorkKind::from_str(&r.kind).map_err(bad)?,
                     status: Status::from_str(&r.status).map_err(bad)?,
@@ -145,7 +145,9 @@ impl PgStore {
         for row in rows {
             match row.id {
                 Some(id) => configs.push((StorageConfigId::from_uuid(id), row.what)),
-                None => kinds.push(WorkKind::from_str(&row.what).map_err(|e| StoreError::Unexpected(e.to_string()))?),
+                None => {
+                    kinds.push(WorkKind::from_str(&row.what).map_err(|e| StoreError::Unexpected(e.to_string().into()))?)
+                }
             }
         }
         Ok((kinds, configs))
@@ -175,7 +177,9 @@ impl PgStore {
                 .await
             })
             .await?;
-        rows.into_iter().map(|r| WorkItem::try_from(r).map_err(|e| StoreError::Unexpected(e.to_string()))).collect()
+        rows.into_iter()
+            .map(|r| WorkItem::try_from(r).map_err(|e| StoreError::Unexpected(e.to_string().into())))
+            .collect()
     }
 
     /// Puts failed or cancelled items that match `filter` (its status must be failed or cancelled, or none for

@@ -240,7 +240,7 @@ impl ConnectTarget {
         let (client, connection) = self.connect().await?;
         AsyncPgConnection::try_from_client_and_connection(client, connection)
             .await
-            .map_err(|e| StoreError::Unavailable(e.to_string()))
+            .map_err(|e| StoreError::Unavailable(e.to_string().into()))
     }
 
     /// A connection error as the operator can act on it: a refused certificate or a server without TLS
@@ -283,7 +283,7 @@ impl ConnectTarget {
                 "the server at {host} does not accept TLS connections, but sslmode={mode} requires them: turn \
                  ssl on in the server's postgresql.conf, or set sslmode=prefer or disable in database.url"
             )),
-            _ => self.refused_login(e).unwrap_or_else(|| StoreError::Unavailable(e.to_string())),
+            _ => self.refused_login(e).unwrap_or_else(|| StoreError::Unavailable(e.to_string().into())),
         }
     }
 

@@ -22,7 +22,7 @@ pub(super) fn media_type(s: &str) -> Result<MediaType, CatalogueError> {
     match s {
         "image" => Ok(MediaType::Image),
         "video" => Ok(MediaType::Video),
-        other => Err(CatalogueError::Unexpected(format!("unknown media type {other:?}"))),
+        other => Err(CatalogueError::Unexpected(format!("unknown media type {other:?}").into())),
     }
 }
 

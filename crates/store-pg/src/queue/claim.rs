@@ -139,7 +139,7 @@ pub(super) fn items(rows: Vec<WorkItemRow>) -> Result<Vec<ClaimedItem>, QueueErr
     rows.into_iter()
         .map(|row| {
             let item = WorkItem::try_from(row)?;
-            let attempt = Attempt::new(item.attempt).map_err(|e| QueueError::Unexpected(e.to_string()))?;
+            let attempt = Attempt::new(item.attempt).map_err(|e| QueueError::Unexpected(e.to_string().into()))?;
             Ok(ClaimedItem { fence: Fence { id: item.id, attempt }, item })
         })
         .collect()

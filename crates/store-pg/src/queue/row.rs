@@ -57,7 +57,7 @@ pub(crate) struct WorkItemRow {
 impl TryFrom<WorkItemRow> for WorkItem {
     type Error = QueueError;
     fn try_from(r: WorkItemRow) -> Result<Self, QueueError> {
-        let bad = |e: almanac_domain::DomainError| QueueError::Unexpected(format!("work item {}: {e}", r.id));
+        let bad = |e: almanac_domain::DomainError| QueueError::Unexpected(format!("work item {}: {e}", r.id).into());
         Ok(WorkItem {
             id: WorkItemId::from_uuid(r.id),
             kind: WorkKind::from_str(&r.kind).map_err(bad)?,
@@ -86,7 +86,7 @@ impl TryFrom<WorkItemRow> for WorkItem {
 
 /// A status as the database spells it.
 pub(super) fn parse_status(s: &str) -> Result<Status, QueueError> {
-    Status::from_str(s).map_err(|e| QueueError::Unexpected(e.to_string()))
+    Status::from_str(s).map_err(|e| QueueError::Unexpected(e.to_string().into()))
 }
 
 /// A row's status and when it may run next.

@@ -82,9 +82,22 @@ impl Failure {
     }
 }
 
+/// The whole chain, each link once: the context added on the way up, the error, and what it came from, unless
+/// a link's words were already said (an error's words often carry its source's, which is kept all the same).
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:#}", self.error)
+        let mut said = String::new();
+        for link in self.error.chain() {
+            let words = link.to_string();
+            if said.contains(&words) {
+                continue;
+            }
+            if !said.is_empty() {
+                said.push_str(": ");
+            }
+            said.push_str(&words);
+        }
+        f.write_str(&said)
     }
 }
 
@@ -133,5 +146,18 @@ mod tests {
             assert_eq!(failure.exit() as u8, code, "{failure}");
             assert!(failure.to_string().starts_with("reading the schema: "), "{failure}");
         }
+    }
+
+    #[test]
+    fn a_failure_says_each_link_of_its_chain_once() {
+        let lost = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "connection reset by peer");
+        let store = StoreError::Unavailable(almanac_domain::Cause::with_source("connection reset by peer", lost));
+        let failure = Failure::from(store).context("listing the items");
+        let said = failure.to_string();
+        assert!(said.starts_with("listing the items: the database is unavailable: connection reset by peer"), "{said}");
+        assert_eq!(said.matches("connection reset by peer").count(), 1, "{said}");
+        // The driver's error is kept beneath, for code that looks at it.
+        let kept = failure.error.chain().find_map(|e| e.downcast_ref::<std::io::Error>()).expect("the source kept");
+        assert_eq!(kept.kind(), std::io::ErrorKind::ConnectionReset);
     }
 }
