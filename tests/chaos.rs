@@ -297,6 +297,14 @@ impl Trial {
             }
             if let Some(exited) = &self.exited {
                 eprintln!("{:?}: gave up waiting for {what}: {exited}", self.fault);
+                // What the Worker said last, to tell why it ended.
+                for (name, _) in &self.workers {
+                    let log = std::fs::read_to_string(self.dir.path().join(format!("{name}.log"))).unwrap_or_default();
+                    let last: Vec<&str> = log.lines().rev().take(5).collect();
+                    for line in last.into_iter().rev() {
+                        eprintln!("    {name}: {}", line.chars().take(400).collect::<String>());
+                    }
+                }
                 return false;
             }
             std::thread::sleep(Duration::from_millis(100));

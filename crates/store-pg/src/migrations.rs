@@ -5,6 +5,8 @@ use diesel_async::AsyncPgConnection;
 use diesel_async::async_connection_wrapper::AsyncConnectionWrapper;
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 
+use almanac_domain::Cause;
+
 use crate::{ConnectTarget, StoreError};
 
 const MIGRATIONS: EmbeddedMigrations = embed_migrations!("../../migrations");
@@ -83,8 +85,36 @@ async fn with_harness<T: Send + 'static>(
         let result = runtime
             .block_on(target.establish())
             .map(Harness::from)
-            .and_then(|mut conn| run(&mut conn).map_err(|e| StoreError::Migration(e.to_string().into())));
+            .and_then(|mut conn| run(&mut conn).map_err(|e| harness_error(&mut conn, e)));
         let _ = tx.send(result);
     });
     rx.await.map_err(|_| StoreError::Migration("the migration thread died".into()))?
+}
+
+/// What the migration harness's error comes to, placed by asking its connection (ADR 0010): a connection that
+/// no longer answers (the server shut down or restarted mid-way, the backend was terminated) is an outage, so a
+/// Worker starting while the database restarts waits for it; anything else is the migration's own failure.
+fn harness_error(conn: &mut Harness, e: Box<dyn std::error::Error + Send + Sync>) -> StoreError {
+    use diesel::connection::SimpleConnection;
+    let said = e.to_string();
+    let lost = e.downcast_ref::<diesel::result::Error>().is_some_and(crate::error::is_connection_lost)
+        || conn.batch_execute("SELECT 1").is_err();
+    let cause = Cause::with_source(said, BoxedError(e));
+    if lost { StoreError::Unavailable(cause) } else { StoreError::Migration(cause) }
+}
+
+/// The harness's boxed error, as an error of its own (a `Box<dyn Error>` is not one it can be kept as).
+#[derive(Debug)]
+struct BoxedError(Box<dyn std::error::Error + Send + Sync>);
+
+impl std::fmt::Display for BoxedError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for BoxedError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.0)
+    }
 }

@@ -279,3 +279,40 @@ async fn a_login_the_server_refuses_is_a_setting_to_fix_not_an_outage() {
     }
     raw(db.url()).await.batch_execute(&format!("DROP ROLE {role}")).await.unwrap();
 }
+
+/// A Worker that starts while the database restarts reads the schema as the server goes away: the session
+/// ending under the migration harness's query is an outage (the Worker waits and tries again), not a failed
+/// migration (it exited 1: the fault suite's RestartDatabase saw it). Forced here by a schema table whose read
+/// ends its own session, as a shutdown would, in English and in German.
+#[tokio::test]
+async fn a_session_ended_under_the_schema_check_is_an_outage_not_a_failed_migration() {
+    for language in LANGUAGES {
+        let db = database_speaking(language).await;
+        raw(db.url())
+            .await
+            .batch_execute(
+                "ALTER TABLE __diesel_schema_migrations RENAME TO applied;
+                 CREATE VIEW __diesel_schema_migrations AS
+                     SELECT version, run_on FROM applied WHERE pg_terminate_backend(pg_backend_pid());",
+            )
+            .await
+            .unwrap();
+        match almanac_store_pg::schema_state(db.url()).await {
+            Err(StoreError::Unavailable(_)) => {}
+            other => panic!("{language}: the session ended under the schema check: {other:?}"),
+        }
+        // A schema check that fails on a connection that still answers stays the migration's own failure.
+        raw(db.url())
+            .await
+            .batch_execute(
+                "DROP VIEW __diesel_schema_migrations;
+                 CREATE VIEW __diesel_schema_migrations AS SELECT version, run_on FROM applied WHERE 1 / 0 = 1;",
+            )
+            .await
+            .unwrap();
+        match almanac_store_pg::schema_state(db.url()).await {
+            Err(StoreError::Migration(_)) => {}
+            other => panic!("{language}: a division by zero is not an outage: {other:?}"),
+        }
+    }
+}
