@@ -412,11 +412,25 @@ async fn retention_deletes_finished_items_past_retention_only() {
         .execute(&mut env.conn().await)
         .await
         .unwrap();
+    // Finished within their retention (7 days for done items, 30 for failed ones): kept.
+    let recent_done = env.work_item(WorkKind::TokenCleanup, Scope::Unscoped, serde_json::json!({})).await;
+    let recent_failed = env.work_item(WorkKind::TokenCleanup, Scope::Unscoped, serde_json::json!({})).await;
+    for (id, status, age) in [(recent_done.id, "succeeded", "1 day"), (recent_failed.id, "failed", "8 days")] {
+        sql_query(&format!(
+            "UPDATE work_items SET status = '{status}', finished_at = now() - interval '{age}' WHERE id = $1"
+        ))
+        .bind::<Uuid, _>(id.as_uuid())
+        .execute(&mut env.conn().await)
+        .await
+        .unwrap();
+    }
     let item = env.work_item(WorkKind::WorkItemRetention, Scope::Unscoped, serde_json::json!({})).await;
     let result = env.run_handler(&handler, item).await.unwrap();
     assert_eq!(result["deleted"], 1);
     assert!(env.store.get(old_done.id).await.unwrap().is_none());
     assert!(env.store.get(queued.id).await.unwrap().is_some());
+    assert!(env.store.get(recent_done.id).await.unwrap().is_some(), "a done item within its retention is kept");
+    assert!(env.store.get(recent_failed.id).await.unwrap().is_some(), "a failed item within its retention is kept");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
