@@ -416,7 +416,7 @@ async fn retention_deletes_finished_items_past_retention_only() {
     let recent_done = env.work_item(WorkKind::TokenCleanup, Scope::Unscoped, serde_json::json!({})).await;
     let recent_failed = env.work_item(WorkKind::TokenCleanup, Scope::Unscoped, serde_json::json!({})).await;
     for (id, status, age) in [(recent_done.id, "succeeded", "1 day"), (recent_failed.id, "failed", "8 days")] {
-        sql_query(&format!(
+        sql_query(format!(
             "UPDATE work_items SET status = '{status}', finished_at = now() - interval '{age}' WHERE id = $1"
         ))
         .bind::<Uuid, _>(id.as_uuid())
