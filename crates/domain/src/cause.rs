@@ -27,6 +27,16 @@ impl Cause {
         Self { said: said.into(), source: Some(Arc::new(source)) }
     }
 
+    /// An error's own words, and the error kept beneath them.
+    pub fn from_error(source: impl Error + Send + Sync + 'static) -> Self {
+        Self::with_source(source.to_string(), source)
+    }
+
+    /// Words, and the error they came from, already boxed (as diesel's migration harness gives it).
+    pub fn with_boxed_source(said: impl Into<String>, source: Box<dyn Error + Send + Sync + 'static>) -> Self {
+        Self { said: said.into(), source: Some(Arc::from(source)) }
+    }
+
     /// The error these words came from, when there is one.
     pub fn origin(&self) -> Option<&(dyn Error + Send + Sync + 'static)> {
         self.source.as_deref()

@@ -38,7 +38,7 @@ impl From<StoreError> for QueueError {
         match e {
             StoreError::Unavailable(m) => QueueError::Unavailable(m),
             StoreError::Conflict(m) | StoreError::NotFound(m) => QueueError::Rejected(m),
-            other => QueueError::Unexpected(Cause::with_source(other.to_string(), other)),
+            other => QueueError::Unexpected(Cause::from_error(other)),
         }
     }
 }
@@ -51,7 +51,7 @@ pub(crate) fn from_pool(e: PoolError) -> StoreError {
         deadpool::managed::PoolError::Backend(ManagerError::ConnectionError(
             diesel::ConnectionError::InvalidConnectionUrl(m),
         )) => StoreError::Config(m),
-        other => StoreError::Unavailable(Cause::with_source(other.to_string(), other)),
+        other => StoreError::Unavailable(Cause::from_error(other)),
     }
 }
 
@@ -84,7 +84,7 @@ pub(crate) fn is_connection_lost(e: &DieselError) -> bool {
 /// standby, as after a failover), is an outage; constraint violations are conflicts; the rest unexpected.
 pub(crate) fn from_diesel(e: DieselError) -> StoreError {
     if is_connection_lost(&e) || matches!(e, DieselError::DatabaseError(DatabaseErrorKind::ReadOnlyTransaction, _)) {
-        return StoreError::Unavailable(Cause::with_source(e.to_string(), e));
+        return StoreError::Unavailable(Cause::from_error(e));
     }
     match &e {
         DieselError::DatabaseError(
@@ -98,7 +98,7 @@ pub(crate) fn from_diesel(e: DieselError) -> StoreError {
             info.constraint_name().unwrap_or("unknown")
         )),
         DieselError::NotFound => StoreError::NotFound(e.to_string()),
-        _ => StoreError::Unexpected(Cause::with_source(e.to_string(), e)),
+        _ => StoreError::Unexpected(Cause::from_error(e)),
     }
 }
 
@@ -126,7 +126,7 @@ pub(crate) async fn placed(conn: &mut AsyncPgConnection, e: DieselError) -> Stor
             format!("{e}: the database is not migrated; run `almanac-worker migrate`"),
             e,
         )),
-        _ => StoreError::Unexpected(Cause::with_source(e.to_string(), e)),
+        _ => StoreError::Unexpected(Cause::from_error(e)),
     }
 }
 
@@ -138,7 +138,7 @@ impl From<StoreError> for CatalogueError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Unavailable(m) => CatalogueError::Unavailable(m),
-            other => CatalogueError::Unexpected(Cause::with_source(other.to_string(), other)),
+            other => CatalogueError::Unexpected(Cause::from_error(other)),
         }
     }
 }

@@ -17,12 +17,7 @@ use diesel::{QueryableByName, sql_query};
 use diesel_async::RunQueryDsl;
 
 use crate::PgStore;
-use crate::error::StoreError;
 use crate::tx::Lane;
-
-fn pool(e: StoreError) -> CatalogueError {
-    e.into()
-}
 
 fn uuids(ids: &[AssetId]) -> Vec<uuid::Uuid> {
     ids.iter().map(AssetId::as_uuid).collect()
@@ -297,7 +292,7 @@ impl MaintenanceStore for PgStore {
 
     #[mutants::skip]
     async fn storage_config_ids(&self) -> Result<Vec<StorageConfigId>, CatalogueError> {
-        Ok(self.list_storage_configs().await.map_err(pool)?.into_iter().map(|c| c.id).collect())
+        Ok(self.list_storage_configs().await.map_err(CatalogueError::from)?.into_iter().map(|c| c.id).collect())
     }
 
     #[mutants::skip]

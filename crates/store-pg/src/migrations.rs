@@ -99,22 +99,6 @@ fn harness_error(conn: &mut Harness, e: Box<dyn std::error::Error + Send + Sync>
     let said = e.to_string();
     let lost = e.downcast_ref::<diesel::result::Error>().is_some_and(crate::error::is_connection_lost)
         || conn.batch_execute("SELECT 1").is_err();
-    let cause = Cause::with_source(said, BoxedError(e));
+    let cause = Cause::with_boxed_source(said, e);
     if lost { StoreError::Unavailable(cause) } else { StoreError::Migration(cause) }
-}
-
-/// The harness's boxed error, as an error of its own (a `Box<dyn Error>` is not one it can be kept as).
-#[derive(Debug)]
-struct BoxedError(Box<dyn std::error::Error + Send + Sync>);
-
-impl std::fmt::Display for BoxedError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-impl std::error::Error for BoxedError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&*self.0)
-    }
 }

@@ -18,19 +18,19 @@ use crate::tx::{Refused, fenced_within};
 mod rows;
 
 use rows::{
-    ACTIVE_CONTENT_INDEX, CandidateRow, HashRow, IdRow, KnownRow, catalogue, insert_asset, insert_metadata,
-    insert_proxy, media_type, size,
+    ACTIVE_CONTENT_INDEX, CandidateRow, HashRow, IdRow, KnownRow, insert_asset, insert_metadata, insert_proxy,
+    media_type, size,
 };
 
 impl CatalogueStore for PgStore {
     #[mutants::skip]
     async fn storage_config(&self, id: StorageConfigId) -> Result<Option<StorageConfig>, CatalogueError> {
-        Ok(self.list_storage_configs().await.map_err(catalogue)?.into_iter().find(|c| c.id == id))
+        Ok(self.list_storage_configs().await.map_err(CatalogueError::from)?.into_iter().find(|c| c.id == id))
     }
 
     #[mutants::skip]
     async fn overlapping_roots(&self, config: StorageConfigId) -> Result<Vec<StorageConfig>, CatalogueError> {
-        self.roots_overlapping(config).await.map_err(catalogue)
+        self.roots_overlapping(config).await.map_err(CatalogueError::from)
     }
 
     #[mutants::skip]

@@ -10,13 +10,7 @@ use diesel::query_builder::{BoxedSqlQuery, SqlQuery};
 use diesel::sql_types::{Array, BigInt, Binary, Bool, Double, Integer, Nullable, SmallInt, Text, Timestamptz, Uuid};
 use diesel::{QueryableByName, sql_query};
 
-use crate::error::StoreError;
-
 pub(super) const ACTIVE_CONTENT_INDEX: &str = "ix_media_assets_active_content";
-
-pub(super) fn catalogue(e: StoreError) -> CatalogueError {
-    e.into()
-}
 
 pub(super) fn media_type(s: &str) -> Result<MediaType, CatalogueError> {
     match s {
