@@ -98,7 +98,7 @@ impl Cluster {
         &self.dir
     }
 
-    fn data_dir(&self) -> PathBuf {
+    pub(crate) fn data_dir(&self) -> PathBuf {
         self.dir.join("data")
     }
 
@@ -250,7 +250,7 @@ impl Cluster {
             && self.run(as_postgres, "pg_ctl", &["status", "-D", &self.data_dir().display().to_string()]).is_ok()
     }
 
-    fn run(&self, as_postgres: bool, program: &str, args: &[&str]) -> Result<String, ClusterError> {
+    pub(crate) fn run(&self, as_postgres: bool, program: &str, args: &[&str]) -> Result<String, ClusterError> {
         let path = self.bindir.join(program);
         let mut command = if as_postgres {
             let mut c = Command::new("runuser");
@@ -287,7 +287,7 @@ fn checked(command: &str, output: Output) -> Result<String, ClusterError> {
 
 /// How many seconds `pg_ctl` waits for the server to start or stop: what an idle machine needs, with the tests'
 /// patience (pg_ctl's own default is a minute).
-fn pg_ctl_wait() -> String {
+pub(crate) fn pg_ctl_wait() -> String {
     crate::patience(std::time::Duration::from_secs(10)).as_secs().to_string()
 }
 
@@ -319,11 +319,11 @@ fn bindir() -> Result<PathBuf, ClusterError> {
         .ok_or_else(|| ClusterError::NoBinaries("no initdb via pg_config or under /usr/lib/postgresql".into()))
 }
 
-fn running_as_root() -> bool {
+pub(crate) fn running_as_root() -> bool {
     fs::metadata("/proc/self").map(|m| m.uid() == 0).unwrap_or(false)
 }
 
-fn postgres_uid() -> Result<u32, ClusterError> {
+pub(crate) fn postgres_uid() -> Result<u32, ClusterError> {
     let out = Command::new("id").args(["-u", "postgres"]).output().map_err(|e| ClusterError::Io(e.to_string()))?;
     String::from_utf8_lossy(&out.stdout).trim().parse().map_err(|_| {
         ClusterError::NoBinaries("running as root, but there is no `postgres` OS user to run the server as".into())
