@@ -67,6 +67,8 @@ pub struct PurgeCandidate {
     /// True when an active asset of the same config has the same content, so the proxy files are its too and
     /// must stay.
     pub content_still_active: bool,
+    /// When it was soft-deleted: candidates come in (this, asset id) order.
+    pub soft_deleted_at: DateTime<Utc>,
 }
 
 /// The statements of burst detection, purge, proxy deletion and sweep, token cleanup and retention. Their writes
@@ -88,11 +90,14 @@ pub trait MaintenanceStore: DatabaseClock {
         groups: &[BurstGroup],
     ) -> impl Future<Output = Result<(), CatalogueError>> + Send;
 
-    /// Up to `limit` soft-deleted assets of the config soft-deleted before `before`, with their proxies.
+    /// Up to `limit` soft-deleted assets of the config soft-deleted before `before`, with their proxies, in
+    /// (soft-deleted time, asset id) order, after the candidate `after` when one is given (so assets that stay,
+    /// their files undeletable, are passed over instead of read again).
     fn purge_candidates(
         &self,
         config: StorageConfigId,
         before: DateTime<Utc>,
+        after: Option<&PurgeCandidate>,
         limit: i64,
     ) -> impl Future<Output = Result<Vec<PurgeCandidate>, CatalogueError>> + Send;
 

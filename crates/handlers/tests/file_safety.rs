@@ -510,9 +510,10 @@ impl MaintenanceStore for RewriteBeforeRecheck {
         &self,
         config: StorageConfigId,
         before: DateTime<Utc>,
+        after: Option<&PurgeCandidate>,
         limit: i64,
     ) -> Result<Vec<PurgeCandidate>, CatalogueError> {
-        self.inner.purge_candidates(config, before, limit).await
+        self.inner.purge_candidates(config, before, after, limit).await
     }
     async fn purge_rows(
         &self,

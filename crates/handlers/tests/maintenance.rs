@@ -212,6 +212,41 @@ async fn purge_keeps_an_asset_whose_proxy_file_cannot_be_deleted_and_retries_it_
 }
 
 #[tokio::test]
+async fn assets_whose_files_stay_never_hold_back_the_purge_of_the_ones_after_them() {
+    let env = env().await;
+    // A whole batch (two) of the oldest candidates whose preview cannot be deleted, then one that can go.
+    let mut stuck = Vec::new();
+    for (n, days) in [(1, 42), (2, 41)] {
+        let (id, hash) = env.asset(n, "X", 0, 1).await;
+        env.soft_delete(id, days).await;
+        let preview = env.proxies.join(hash.proxy_dir(env.config)).join("preview.jpg");
+        std::fs::remove_file(&preview).unwrap();
+        std::fs::create_dir_all(preview.join("blocker")).unwrap();
+        stuck.push(id);
+    }
+    let (fine, fine_hash) = env.asset(3, "X", 0, 1).await;
+    env.soft_delete(fine, 40).await;
+    let item = env.work_item(WorkKind::Purge, Scope::Config(env.config), serde_json::json!({})).await;
+    // A purge that went back to the first batch would never end.
+    let result = tokio::time::timeout(
+        almanac_testdb::patience(Duration::from_secs(10)),
+        env.run_handler(&purge_handler(&env), item),
+    )
+    .await
+    .expect("the purge ends")
+    .unwrap();
+    assert_eq!(result["purged"], 1, "{result}");
+    assert_eq!(result["not_deleted"].as_array().map(Vec::len), Some(2), "{result}");
+    assert_eq!(env.count(&format!("SELECT count(*) AS n FROM media_assets WHERE id = '{fine}'")).await, 0);
+    assert!(!env.proxies.join(fine_hash.proxy_dir(env.config)).exists());
+    let kept = format!(
+        "SELECT count(*) AS n FROM media_assets WHERE id IN ('{}', '{}') AND is_soft_deleted",
+        stuck[0], stuck[1]
+    );
+    assert_eq!(env.count(&kept).await, 2);
+}
+
+#[tokio::test]
 async fn purge_keeps_proxy_files_shared_with_an_active_asset_of_the_same_content() {
     let env = env().await;
     let (old, hash) = env.asset(1, "X", 0, 1).await;
@@ -390,15 +425,21 @@ async fn token_cleanup_deletes_only_tokens_expired_or_revoked_past_the_grace() {
         "INSERT INTO refresh_tokens (id, user_id, token_hash, expires_at, revoked_at)
          SELECT gen_random_uuid(), u.id, decode(v.h, 'hex'), now() + v.expires, now() + v.revoked
            FROM users u, (VALUES ('01', interval '-30 days', NULL::interval), ('02', interval '-1 day', NULL),
-                                 ('03', interval '30 days', interval '-30 days'), ('04', interval '30 days', NULL)) v(h, expires, revoked)",
+                                 ('03', interval '30 days', interval '-30 days'), ('04', interval '30 days', NULL),
+                                 ('05', interval '-6 days', NULL), ('06', interval '30 days', interval '-8 days')) v(h, expires, revoked)",
     ).await.unwrap();
-    let handler = TokenCleanupHandler::new(env.store.clone(), Duration::from_secs(7 * 86_400));
+    // The grace the Worker runs with: a week.
+    let handler = TokenCleanupHandler::new(env.store.clone(), TokenCleanupHandler::<PgStore>::DEFAULT_GRACE);
     let result = env
         .run_handler(&handler, env.work_item(WorkKind::TokenCleanup, Scope::Unscoped, serde_json::json!({})).await)
         .await
         .unwrap();
-    assert_eq!(result["deleted"], 2);
-    assert_eq!(env.count("SELECT count(*) AS n FROM refresh_tokens WHERE token_hash IN ('\\x02', '\\x04')").await, 2);
+    assert_eq!(result["deleted"], 3, "expired a month ago, revoked a month and 8 days ago");
+    assert_eq!(
+        env.count("SELECT count(*) AS n FROM refresh_tokens WHERE token_hash IN ('\\x02', '\\x04', '\\x05')").await,
+        3,
+        "expired within the week, or not yet"
+    );
 }
 
 #[tokio::test]

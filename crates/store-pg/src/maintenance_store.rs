@@ -53,6 +53,8 @@ struct ProxyRow {
 struct CandidateRow {
     #[diesel(sql_type = Uuid)]
     id: uuid::Uuid,
+    #[diesel(sql_type = Timestamptz)]
+    soft_deleted_at: DateTime<Utc>,
     #[diesel(sql_type = Bool)]
     content_still_active: bool,
 }
@@ -162,23 +164,32 @@ impl MaintenanceStore for PgStore {
         &self,
         config: StorageConfigId,
         before: DateTime<Utc>,
+        after: Option<&PurgeCandidate>,
         limit: i64,
     ) -> Result<Vec<PurgeCandidate>, CatalogueError> {
-        let rows: Vec<CandidateRow> = self.read(async |conn| {sql_query(
-            "SELECT a.id, EXISTS (SELECT 1 FROM media_assets o WHERE o.storage_config_id = a.storage_config_id
-                                     AND o.content_hash = a.content_hash AND NOT o.is_soft_deleted) AS content_still_active
-               FROM media_assets a
-              WHERE a.storage_config_id = $1 AND a.is_soft_deleted AND a.soft_deleted_at < $2
-              ORDER BY a.soft_deleted_at, a.id
-              LIMIT $3",
-        )
-        .bind::<Uuid, _>(config.as_uuid())
-        .bind::<Timestamptz, _>(before)
-        .bind::<BigInt, _>(limit)
-        .load(conn)
-        .await
-})
-.await.map_err(CatalogueError::from)?;
+        let (after_at, after_id) = (after.map(|c| c.soft_deleted_at), after.map(|c| c.asset_id.as_uuid()));
+        let rows: Vec<CandidateRow> = self
+            .read(async |conn| {
+                sql_query(
+                    "SELECT a.id, a.soft_deleted_at,
+                            EXISTS (SELECT 1 FROM media_assets o WHERE o.storage_config_id = a.storage_config_id
+                                       AND o.content_hash = a.content_hash AND NOT o.is_soft_deleted) AS content_still_active
+                       FROM media_assets a
+                      WHERE a.storage_config_id = $1 AND a.is_soft_deleted AND a.soft_deleted_at < $2
+                        AND ($4::timestamptz IS NULL OR (a.soft_deleted_at, a.id) > ($4, $5))
+                      ORDER BY a.soft_deleted_at, a.id
+                      LIMIT $3",
+                )
+                .bind::<Uuid, _>(config.as_uuid())
+                .bind::<Timestamptz, _>(before)
+                .bind::<BigInt, _>(limit)
+                .bind::<Nullable<Timestamptz>, _>(after_at)
+                .bind::<Nullable<Uuid>, _>(after_id)
+                .load(conn)
+                .await
+            })
+            .await
+            .map_err(CatalogueError::from)?;
         // `read` gave its connection back before the next statement takes one: holding it while asking for
         // another would starve (with a pool of one, deadlock) the very call (found by the fault suite).
         let ids: Vec<AssetId> = rows.iter().map(|r| AssetId::from_uuid(r.id)).collect();
@@ -194,6 +205,7 @@ impl MaintenanceStore for PgStore {
                     asset_id: id,
                     proxies: proxies.remove(&id).unwrap_or_default(),
                     content_still_active: r.content_still_active,
+                    soft_deleted_at: r.soft_deleted_at,
                 }
             })
             .collect())

@@ -67,15 +67,14 @@ impl<M: MaintenanceStore + 'static> WorkHandler for PurgeHandler<M> {
             let config = ctx.config()?;
             let cutoff = self.store.db_now().await.map_err(store_error)? - chrono_duration(self.settings.purge_after);
             let (mut purged, mut files_kept) = (0usize, Vec::new());
+            let limit = self.settings.batch.max(1);
+            let mut after = None;
             loop {
                 if ctx.cancel.is_cancelled() {
                     return Err(HandlerError::cancelled());
                 }
-                let batch =
-                    self.store.purge_candidates(config, cutoff, self.settings.batch).await.map_err(store_error)?;
-                if batch.is_empty() {
-                    break;
-                }
+                let mut batch =
+                    self.store.purge_candidates(config, cutoff, after.as_ref(), limit).await.map_err(store_error)?;
                 let mut to_delete = Vec::new();
                 for candidate in &batch {
                     // Before each asset's files: a stopped attempt deletes nothing more (a takeover may be
@@ -106,10 +105,12 @@ impl<M: MaintenanceStore + 'static> WorkHandler for PurgeHandler<M> {
                     self.store.purge_rows(ctx.fence, config, &to_delete, cutoff).await.map_err(store_error)?;
                 purged += deleted.len();
                 report_progress(&ctx.progress, &PurgeProgress { purged, kept: files_kept.len() });
-                // A batch that purged nothing holds only assets whose files cannot be deleted: try next time.
-                if deleted.is_empty() || (batch.len() as i64) < self.settings.batch {
+                // A short batch was the last. The next one starts after this one's last asset, so assets that
+                // stay (their files cannot be deleted; retried next time) never hold back the ones after them.
+                if (batch.len() as i64) < limit {
                     break;
                 }
+                after = batch.pop();
             }
             info!(event = "purged", purged, kept = files_kept.len(), "purge finished");
             if !files_kept.is_empty() {

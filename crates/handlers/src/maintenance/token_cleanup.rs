@@ -18,7 +18,7 @@ pub struct TokenCleanupHandler<M> {
 }
 
 impl<M> TokenCleanupHandler<M> {
-    /// How long expired share tokens are kept before they are deleted.
+    /// How long refresh tokens are kept once expired or revoked, before they are deleted.
     pub const DEFAULT_GRACE: Duration = Duration::from_secs(7 * 86_400);
 
     /// A token cleanup handler.

@@ -134,3 +134,50 @@ fn the_effective_configuration_hides_the_password() {
     let shown = s.masked_toml();
     assert!(shown.contains("***") && !shown.contains("pw@"), "{shown}");
 }
+
+/// The guide's settings table states each setting's default; the defaults' one home is the code (the crates
+/// that own them), so the table is checked against what the Worker ships, row by row.
+#[test]
+fn the_guide_states_the_shipped_defaults() {
+    use humantime_serde::re::humantime::parse_duration;
+    let guide =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/operations.md")).unwrap();
+    let shipped = serde_json::to_value(Settings::default()).unwrap();
+    let rows = guide.lines().skip_while(|l| !l.starts_with("| key | default | meaning |")).skip(2);
+    let mut checked = Vec::new();
+    for row in rows.take_while(|l| l.starts_with('|')) {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let keys: Vec<&str> = cells[1].split(',').map(|k| k.trim().trim_matches('`')).collect();
+        let values: Vec<&str> =
+            if keys.len() == 1 { vec![cells[2]] } else { cells[2].split(',').map(str::trim).collect() };
+        assert_eq!(keys.len(), values.len(), "one default per key in: {row}");
+        for (key, stated) in keys.iter().zip(values) {
+            let (section, name) = key.split_once('.').unwrap_or_else(|| panic!("not a section.key: {key}"));
+            let value = shipped
+                .get(section)
+                .and_then(|s| s.get(name))
+                .unwrap_or_else(|| panic!("the guide lists `{key}`, which is not a setting"));
+            let stated = stated.trim_matches('`');
+            let same = match value {
+                // Computed at start-up when not set (the worker's id): the guide says how.
+                serde_json::Value::Null if stated.starts_with('<') => true,
+                serde_json::Value::Null => stated == "—",
+                serde_json::Value::String(s) => match (parse_duration(s), parse_duration(&stated.replace(' ', ""))) {
+                    (Ok(a), Ok(b)) => a == b,
+                    _ => s == stated,
+                },
+                serde_json::Value::Array(a) => a.is_empty() && stated == "[]",
+                // A number or a flag: as JSON writes it (`Value == &str` would compare only strings).
+                other => {
+                    let shown = other.to_string();
+                    shown == stated
+                }
+            };
+            assert!(same, "docs/operations.md says `{key}` defaults to {stated}; the Worker ships {value}");
+            checked.push(*key);
+        }
+    }
+    for key in ["queue.lease", "schedule.purge_after", "worker.slots", "http.address", "database.url"] {
+        assert!(checked.contains(&key), "the settings table was not read whole: no row for `{key}`");
+    }
+}
