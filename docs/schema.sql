@@ -84,6 +84,24 @@ END $$;
 
 
 --
+-- Name: almanac_mark_queue_heads_running(uuid[]); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.almanac_mark_queue_heads_running(configs uuid[]) RETURNS void
+    LANGUAGE plpgsql
+    SET enable_seqscan TO 'off'
+    SET enable_bitmapscan TO 'off'
+    SET enable_sort TO 'off'
+    SET jit TO 'off'
+    AS $$
+BEGIN
+    PERFORM 1 FROM queue_heads AS h WHERE h.storage_config_id = ANY (configs)
+     ORDER BY h.storage_config_id FOR UPDATE;
+    UPDATE queue_heads AS h SET claimable = false WHERE h.storage_config_id = ANY (configs) AND h.claimable;
+END $$;
+
+
+--
 -- Name: almanac_queue_heads_config_added(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -165,17 +183,28 @@ END $$;
 CREATE FUNCTION public.almanac_queue_heads_updated() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
+DECLARE
+    configs uuid[];
+    claims_only boolean;
 BEGIN
-    PERFORM almanac_refresh_queue_heads(ARRAY(
-        SELECT DISTINCT x.config FROM (
-            SELECT o.storage_config_id AS config, n.storage_config_id AS moved_to
+    SELECT coalesce(array_agg(DISTINCT x.config ORDER BY x.config), '{}'), coalesce(bool_and(changed.claim), true)
+      INTO configs, claims_only
+      FROM (SELECT o.storage_config_id AS config, n.storage_config_id AS moved_to,
+                   o.status = 'queued' AND n.status = 'running'
+                   AND o.storage_config_id IS NOT DISTINCT FROM n.storage_config_id AS claim
               FROM old_rows AS o JOIN new_rows AS n ON n.id = o.id
              WHERE (o.status, o.run_after, o.requested_at, o.storage_config_id)
                    IS DISTINCT FROM (n.status, n.run_after, n.requested_at, n.storage_config_id)
                AND (o.status IN ('queued', 'running') OR n.status IN ('queued', 'running'))) AS changed
-         CROSS JOIN LATERAL (VALUES (changed.config), (changed.moved_to)) AS x (config)
-         WHERE x.config IS NOT NULL
-         ORDER BY 1));
+     CROSS JOIN LATERAL (VALUES (changed.config), (changed.moved_to)) AS x (config)
+     WHERE x.config IS NOT NULL;
+    IF cardinality(configs) = 0 THEN
+        RETURN NULL;
+    ELSIF claims_only THEN
+        PERFORM almanac_mark_queue_heads_running(configs);
+    ELSE
+        PERFORM almanac_refresh_queue_heads(configs);
+    END IF;
     RETURN NULL;
 END $$;
 
@@ -189,36 +218,36 @@ CREATE FUNCTION public.almanac_refresh_queue_heads(configs uuid[]) RETURNS void
     SET enable_seqscan TO 'off'
     SET enable_bitmapscan TO 'off'
     SET enable_sort TO 'off'
+    SET enable_hashjoin TO 'off'
+    SET enable_mergejoin TO 'off'
     SET jit TO 'off'
     AS $$
-DECLARE
-    c uuid;
-    paused text[];
-    oldest timestamptz;
-    earliest timestamptz;
-    running boolean;
 BEGIN
-    FOREACH c IN ARRAY configs LOOP
-        PERFORM 1 FROM queue_heads AS h WHERE h.storage_config_id = c FOR UPDATE;
-        paused := ARRAY(SELECT p.kind FROM paused_kinds AS p);
-        oldest := (SELECT w.requested_at FROM work_items AS w
-                    WHERE w.storage_config_id = c AND w.status = 'queued' AND w.kind <> ALL (paused)
-                    ORDER BY w.requested_at, w.id
-                    LIMIT 1);
-        earliest := (SELECT w.run_after FROM work_items AS w
-                      WHERE w.storage_config_id = c AND w.status = 'queued' AND w.attempt >= 0
-                        AND w.kind <> ALL (paused)
-                      ORDER BY w.run_after
-                      LIMIT 1);
-        running := EXISTS (SELECT 1 FROM work_items AS w WHERE w.storage_config_id = c AND w.status = 'running');
-        UPDATE queue_heads AS h
-           SET oldest_requested_at = oldest,
-               earliest_run_after = earliest,
-               claimable = oldest IS NOT NULL AND h.active AND NOT h.paused AND NOT running
-         WHERE h.storage_config_id = c
-           AND (h.oldest_requested_at, h.earliest_run_after, h.claimable)
-               IS DISTINCT FROM (oldest, earliest, oldest IS NOT NULL AND h.active AND NOT h.paused AND NOT running);
-    END LOOP;
+    PERFORM 1 FROM queue_heads AS h WHERE h.storage_config_id = ANY (configs)
+     ORDER BY h.storage_config_id FOR UPDATE;
+    WITH q AS MATERIALIZED (
+        SELECT c.config,
+               (SELECT w.requested_at FROM work_items AS w
+                 WHERE w.storage_config_id = c.config AND w.status = 'queued' AND w.kind <> ALL (p.kinds)
+                 ORDER BY w.requested_at, w.id
+                 LIMIT 1) AS oldest,
+               (SELECT w.run_after FROM work_items AS w
+                 WHERE w.storage_config_id = c.config AND w.status = 'queued' AND w.attempt >= 0
+                   AND w.kind <> ALL (p.kinds)
+                 ORDER BY w.run_after
+                 LIMIT 1) AS earliest,
+               EXISTS (SELECT 1 FROM work_items AS w
+                        WHERE w.storage_config_id = c.config AND w.status = 'running') AS running
+          FROM unnest(configs) AS c (config)
+         CROSS JOIN (SELECT ARRAY(SELECT k.kind FROM paused_kinds AS k) AS kinds) AS p)
+    UPDATE queue_heads AS h
+       SET oldest_requested_at = q.oldest,
+           earliest_run_after = q.earliest,
+           claimable = q.oldest IS NOT NULL AND h.active AND NOT h.paused AND NOT q.running
+      FROM q
+     WHERE h.storage_config_id = q.config
+       AND (h.oldest_requested_at, h.earliest_run_after, h.claimable)
+           IS DISTINCT FROM (q.oldest, q.earliest, q.oldest IS NOT NULL AND h.active AND NOT h.paused AND NOT q.running);
 END $$;
 
 

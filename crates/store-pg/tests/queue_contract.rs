@@ -541,6 +541,84 @@ async fn a_head_refreshed_under_a_concurrent_enqueue_leaves_the_new_item_claimab
     assert!(store.claim(&all_kinds("w3")).await.unwrap().is_none());
 }
 
+/// Whether the head of `config` says it can be claimed for.
+async fn head_claimable(db: &TestDatabase, config: &StorageConfig) -> bool {
+    #[derive(diesel::QueryableByName)]
+    struct Head {
+        #[diesel(sql_type = diesel::sql_types::Bool)]
+        claimable: bool,
+    }
+    let head: Head = sql_query("SELECT claimable FROM queue_heads WHERE storage_config_id = $1")
+        .bind::<Uuid, _>(config.id.as_uuid())
+        .get_result(&mut raw(db).await)
+        .await
+        .unwrap();
+    head.claimable
+}
+
+/// A claim only marks its config's head not claimable (migration 000012), under the head's lock, instead of
+/// computing it again; an enqueue into that config computes it in full. Forced both ways round, the head says
+/// "not claimable" for as long as the claimed item runs (the enqueue that went first computed "claimable" from
+/// a snapshot without the claim, and the claim's mark, which waited for it, overwrote that), and once the item
+/// ends, the config's new item is claimed. A claim that left its head alone fails here (checked by removing the
+/// mark).
+#[tokio::test]
+async fn a_claim_and_an_enqueue_racing_for_a_head_leave_it_unclaimable_while_the_item_runs() {
+    let (db, store) = setup().await;
+    let a = config(&store, "ann", "/a").await;
+    let b = config(&store, "bob", "/b").await;
+    for c in [&a, &b] {
+        enqueue(&store, WorkKind::Crawl, Scope::Config(c.id)).await;
+    }
+    let insert = |config: &StorageConfig| {
+        sql_query("INSERT INTO work_items (id, kind, storage_config_id) VALUES ($1, 'burst_detection', $2)")
+            .bind::<Uuid, _>(WorkItemId::new().as_uuid())
+            .bind::<Uuid, _>(config.id.as_uuid())
+    };
+    // a: the enqueue holds the head first; the claim's mark waits for it.
+    let mut enqueuer = raw(&db).await;
+    enqueuer.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED").await.unwrap();
+    insert(&a).execute(&mut enqueuer).await.unwrap();
+    let claiming = {
+        let url = db.url().to_owned();
+        let request = claimer("w1", &[WorkKind::Crawl]);
+        tokio::spawn(async move {
+            let mut conn = AsyncPgConnection::establish(&url).await.unwrap();
+            conn.batch_execute("BEGIN").await.unwrap();
+            let claimed = claim_with(&mut conn, &request).await.unwrap();
+            conn.batch_execute("COMMIT").await.unwrap();
+            claimed
+        })
+    };
+    assert_eq!(db.sessions_waiting_on_locks(1).await, 1, "the claim never waited for the enqueue's head");
+    enqueuer.batch_execute("COMMIT").await.unwrap();
+    let first = claiming.await.unwrap().expect("a's crawl (the older config first)");
+    assert!(!head_claimable(&db, &a).await, "a's head says claimable while its crawl runs");
+
+    // b: the claim holds the head first; the enqueue's refresh waits for it, then reads the running item.
+    let mut claimant = raw(&db).await;
+    claimant.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED").await.unwrap();
+    let second = claim_with(&mut claimant, &claimer("w2", &[WorkKind::Crawl])).await.unwrap().expect("b's crawl");
+    let enqueuing = {
+        let url = db.url().to_owned();
+        let late = insert(&b);
+        tokio::spawn(async move { late.execute(&mut AsyncPgConnection::establish(&url).await.unwrap()).await })
+    };
+    assert_eq!(db.sessions_waiting_on_locks(1).await, 1, "the enqueue never waited for the claim's head");
+    claimant.batch_execute("COMMIT").await.unwrap();
+    enqueuing.await.unwrap().unwrap();
+    assert!(!head_claimable(&db, &b).await, "b's head says claimable while its crawl runs");
+    assert!(store.claim(&all_kinds("w3")).await.unwrap().is_none(), "both configs are busy");
+
+    // Once each crawl ends, its config's burst detection is claimed.
+    for (running, config) in [(first, &a), (second, &b)] {
+        assert_eq!(store.complete(running.fence, None).await, Ok(WriteOutcome::Written));
+        assert!(head_claimable(&db, config).await);
+        let next = store.claim(&all_kinds("w3")).await.unwrap().expect("the config's late item");
+        assert_eq!((next.item.kind, next.item.scope), (WorkKind::BurstDetection, Scope::Config(config.id)));
+    }
+}
+
 /// Deactivating a config takes it out of the claim's candidates at once (its head is kept by a trigger on
 /// storage_configs), and re-activating brings its queued work back.
 #[tokio::test]
