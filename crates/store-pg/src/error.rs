@@ -5,7 +5,7 @@ use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use diesel::sql_types::Bool;
 use diesel::{QueryableByName, sql_query};
 use diesel_async::pooled_connection::deadpool::PoolError;
-use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 
 /// The index that keeps at most one running item per storage config (ADR 0008, rule 2).
 pub(crate) const RUNNING_CONFIG_INDEX: &str = "ix_work_items_running_config";
@@ -104,7 +104,8 @@ pub(crate) fn from_diesel(e: DieselError) -> StoreError {
 
 /// A statement's error placed with the help of the connection it ran on, for what the kinds cannot tell: a
 /// server error diesel has no kind for (`Unknown`) asks the same connection whether the catalogue's tables
-/// exist. No answer means the error ended the session (a `FATAL`: terminated, timed out, shut down): an outage.
+/// exist (in a transaction of its own). No answer means the error ended the session (a `FATAL`: terminated,
+/// timed out, shut down): an outage.
 /// An answer that the tables are missing means the database was never migrated. Either way the server's words
 /// are never read, so a server speaking any language is understood alike.
 pub(crate) async fn placed(conn: &mut AsyncPgConnection, e: DieselError) -> StoreError {
@@ -116,8 +117,17 @@ pub(crate) async fn placed(conn: &mut AsyncPgConnection, e: DieselError) -> Stor
         #[diesel(sql_type = Bool)]
         migrated: bool,
     }
-    let probe =
-        sql_query("SELECT to_regclass('work_items') IS NOT NULL AS migrated").get_result::<Migrated>(conn).await;
+    // In a transaction of its own: through a pooler in transaction mode, a statement's prepare and execution
+    // reach one server session only inside one (ADR 0012).
+    let probe = async {
+        conn.batch_execute("BEGIN").await?;
+        let answer =
+            sql_query("SELECT to_regclass('work_items') IS NOT NULL AS migrated").get_result::<Migrated>(conn).await;
+        let ended = conn.batch_execute("COMMIT").await;
+        let answer = answer?;
+        ended.map(|()| answer)
+    }
+    .await;
     match probe {
         Err(lost) if is_connection_lost(&lost) => {
             StoreError::Unavailable(Cause::with_source(format!("{e} (the connection was lost with it: {lost})"), e))

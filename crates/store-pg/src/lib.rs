@@ -16,19 +16,21 @@ mod listener;
 mod maintenance_store;
 mod migrations;
 mod operator;
+mod pooler;
 mod prepared;
 mod queue;
 mod queue_admin;
 mod tls;
 mod tx;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use diesel_async::AsyncPgConnection;
-
-use diesel_async::SimpleAsyncConnection;
 use diesel_async::pooled_connection::deadpool::{Object, Pool};
 use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
+
+use crate::pooler::Limits;
 
 pub use catalogue::{Memory, NewStorageConfig, RootOverlap};
 pub use conninfo::{ConnectTarget, mask_password};
@@ -41,6 +43,7 @@ pub use error::StoreError;
 pub use listener::{WORK_CHANNEL, listen_for_work};
 pub use migrations::{SchemaState, migrate, pending_migrations, schema_state};
 pub use operator::{ConfigOverview, HourlyOutcome};
+pub use pooler::PoolerMode;
 #[cfg(feature = "test-support")]
 pub use queue::claim_with;
 pub use queue::{enqueue_in, request_cancel_in};
@@ -57,6 +60,9 @@ pub use tls::SslMode;
 pub struct PgStore {
     pool: Pool<AsyncPgConnection>,
     attempts: Option<Pool<AsyncPgConnection>>,
+    /// How a transaction is opened on this store's connections: a plain `BEGIN` (`None`: session mode, the
+    /// limits set once per session), or `BEGIN` with the limits for that transaction only (transaction mode).
+    begin: Option<Arc<str>>,
 }
 
 /// How a Worker's store connects (see [`PgStore::for_worker`]).
@@ -75,7 +81,10 @@ pub struct WorkerConnections {
 
 impl std::fmt::Debug for PgStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PgStore").field("pool", &self.pool.status()).finish()
+        f.debug_struct("PgStore")
+            .field("pool", &self.pool.status())
+            .field("transaction_mode", &self.begin.is_some())
+            .finish()
     }
 }
 
@@ -88,14 +97,24 @@ impl PgStore {
 
     /// A Worker's store: a shared pool, and a pool reserved for its attempts' heartbeats and outcomes.
     pub fn for_worker(database_url: &str, connections: WorkerConnections) -> Result<Self, StoreError> {
+        Self::for_worker_in_mode(database_url, connections, PoolerMode::Session)
+    }
+
+    /// As [`PgStore::for_worker`], its connections reaching PostgreSQL through a pooler of `mode`.
+    pub fn for_worker_in_mode(
+        database_url: &str,
+        connections: WorkerConnections,
+        mode: PoolerMode,
+    ) -> Result<Self, StoreError> {
         let WorkerConnections { shared, reserved, acquire_timeout, lease } = connections;
         // An attempt's last statement comes at most half a lease after its last good heartbeat (then it
         // self-stops): a transaction it left open ends by the time its lease expires. A statement gets a
         // whole lease: while one holds the item's row, recovery passes the item over.
-        let (idle, statement) = (lease / 2, Some(lease));
+        let limits = Limits { idle: lease / 2, statement: Some(lease) };
         Ok(Self {
-            pool: pool(database_url, shared, acquire_timeout, idle, statement)?,
-            attempts: Some(pool(database_url, reserved, acquire_timeout, idle, statement)?),
+            pool: pool(database_url, shared, acquire_timeout, limits, mode)?,
+            attempts: Some(pool(database_url, reserved, acquire_timeout, limits, mode)?),
+            begin: begin(limits, mode),
         })
     }
 
@@ -109,14 +128,31 @@ impl PgStore {
         acquire_timeout: Duration,
         idle_limit: Duration,
     ) -> Result<Self, StoreError> {
-        Ok(Self { pool: pool(database_url, max_connections, acquire_timeout, idle_limit, None)?, attempts: None })
+        Self::in_mode(database_url, max_connections, acquire_timeout, idle_limit, PoolerMode::Session)
+    }
+
+    /// As [`PgStore::with_idle_transaction_limit`], its connections reaching PostgreSQL through a pooler of
+    /// `mode`.
+    pub fn in_mode(
+        database_url: &str,
+        max_connections: usize,
+        acquire_timeout: Duration,
+        idle_limit: Duration,
+        mode: PoolerMode,
+    ) -> Result<Self, StoreError> {
+        let limits = Limits { idle: idle_limit, statement: None };
+        Ok(Self {
+            pool: pool(database_url, max_connections, acquire_timeout, limits, mode)?,
+            attempts: None,
+            begin: begin(limits, mode),
+        })
     }
 
     /// A store over a pool of the caller's (the web backend's own diesel-async deadpool): the backend's
     /// connections serve the queue and catalogue statements too. Its connection settings are the caller's (see
     /// [`PgStore::with_idle_transaction_limit`] for the idle-transaction limit a store of ours sets).
     pub fn from_pool(pool: Pool<AsyncPgConnection>) -> Self {
-        Self { pool, attempts: None }
+        Self { pool, attempts: None, begin: None }
     }
 
     /// A store with ten connections and a ten-second acquire timeout.
@@ -148,12 +184,14 @@ impl PgStore {
     }
 
     pub(crate) async fn conn(&self) -> Result<Conn, StoreError> {
-        Ok(Conn(Some(self.pool.get().await.map_err(error::from_pool)?)))
+        let pooled = self.pool.get().await.map_err(error::from_pool)?;
+        Ok(Conn { pooled: Some(pooled), begin: self.begin.clone() })
     }
 
     /// A connection for an attempt's own queue writes: from the reserved pool when there is one.
     pub(crate) async fn attempt_conn(&self) -> Result<Conn, StoreError> {
-        Ok(Conn(Some(self.attempts.as_ref().unwrap_or(&self.pool).get().await.map_err(error::from_pool)?)))
+        let pooled = self.attempts.as_ref().unwrap_or(&self.pool).get().await.map_err(error::from_pool)?;
+        Ok(Conn { pooled: Some(pooled), begin: self.begin.clone() })
     }
 }
 
@@ -162,24 +200,37 @@ impl PgStore {
 /// closed instead, so the server rolls back at once and releases the row locks. Returned to the pool, it would
 /// sit idle with its transaction open (holding, say, the item's row against the next heartbeat) until taken
 /// again or ended by the idle timeout.
-pub(crate) struct Conn(Option<Object<AsyncPgConnection>>);
+///
+/// It knows how its store opens a transaction (`begin`: see [`PgStore`]), so [`tx`] opens each as its pool's
+/// mode needs.
+pub(crate) struct Conn {
+    pooled: Option<Object<AsyncPgConnection>>,
+    begin: Option<Arc<str>>,
+}
+
+impl Conn {
+    /// What opens a transaction on it in transaction mode (`None`: a plain `BEGIN`, session mode).
+    pub(crate) fn begin_sql(&self) -> Option<&str> {
+        self.begin.as_deref()
+    }
+}
 
 impl std::ops::Deref for Conn {
     type Target = AsyncPgConnection;
     fn deref(&self) -> &AsyncPgConnection {
-        self.0.as_deref().expect("present until dropped")
+        self.pooled.as_deref().expect("present until dropped")
     }
 }
 
 impl std::ops::DerefMut for Conn {
     fn deref_mut(&mut self) -> &mut AsyncPgConnection {
-        self.0.as_deref_mut().expect("present until dropped")
+        self.pooled.as_deref_mut().expect("present until dropped")
     }
 }
 
 impl Drop for Conn {
     fn drop(&mut self) {
-        if let Some(mut pooled) = self.0.take()
+        if let Some(mut pooled) = self.pooled.take()
             && diesel_async::pooled_connection::PoolableConnection::is_broken(&mut *pooled)
         {
             drop(Object::take(pooled));
@@ -187,32 +238,32 @@ impl Drop for Conn {
     }
 }
 
-/// A pool whose connections end transactions left idle longer than `idle` and, when given, statements running
-/// longer than `statement`, each made as [`ConnectTarget`] says (TLS, keepalives).
+/// How a store of `mode` opens its transactions (see [`PgStore`]'s `begin`).
+fn begin(limits: Limits, mode: PoolerMode) -> Option<Arc<str>> {
+    (mode == PoolerMode::Transaction).then(|| limits.begin_transaction().into())
+}
+
+/// A pool whose connections end transactions left idle longer than `limits.idle` and, when given, statements
+/// running longer than `limits.statement` (per session or per transaction, as `mode` needs), each made as
+/// [`ConnectTarget`] says (TLS, keepalives).
 fn pool(
     database_url: &str,
     max_connections: usize,
     acquire_timeout: Duration,
-    idle: Duration,
-    statement: Option<Duration>,
+    limits: Limits,
+    mode: PoolerMode,
 ) -> Result<Pool<AsyncPgConnection>, StoreError> {
-    let mut settings = format!("SET idle_in_transaction_session_timeout = {}", idle.as_millis().max(1));
-    if let Some(statement) = statement {
-        settings.push_str(&format!("; SET statement_timeout = {}", statement.as_millis().max(1)));
-    }
     let target = ConnectTarget::parse(database_url)?;
     let mut config = ManagerConfig::<AsyncPgConnection>::default();
+    config.recycling_method = pooler::recycling(mode);
     config.custom_setup = Box::new(move |_url| {
         let target = target.clone();
-        let settings = settings.clone();
         Box::pin(async move {
             // A setting to fix keeps its kind through the pool (see `error::from_pool`).
-            let mut conn = target.establish().await.map_err(|e| match e {
+            pooler::establish(&target, mode, limits).await.map_err(|e| match e {
                 StoreError::Config(m) => diesel::ConnectionError::InvalidConnectionUrl(m),
                 other => diesel::ConnectionError::BadConnection(other.to_string()),
-            })?;
-            conn.batch_execute(&settings).await.map_err(diesel::ConnectionError::CouldntSetupConfiguration)?;
-            Ok(conn)
+            })
         })
     });
     let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new_with_config(database_url, config);

@@ -1,4 +1,5 @@
-use diesel::RunQueryDsl;
+use diesel::Connection;
+use diesel::connection::SimpleConnection;
 use diesel::migration::MigrationSource;
 use diesel::pg::Pg;
 use diesel_async::AsyncPgConnection;
@@ -15,15 +16,17 @@ const MIGRATIONS: EmbeddedMigrations = embed_migrations!("../../migrations");
 /// `--migrate` at the same time apply each migration once, one after the other.
 const MIGRATION_LOCK: i64 = 0x0061_6c6d_616e_6163;
 
-/// Applies every pending migration to the database at `database_url` and returns the versions applied. Holds
-/// the migration lock meanwhile: a concurrent call waits, then finds nothing pending.
+/// Applies every pending migration to the database at `database_url` and returns the versions applied: all of
+/// them in one transaction, which first takes the migration lock (a concurrent call waits, then finds nothing
+/// pending). The lock is the transaction's (`pg_advisory_xact_lock`), so it ends with the transaction whatever
+/// happens, also through a pooler in transaction mode, where a session lock would stay on a server session
+/// another client then gets (ADR 0012). A migration that fails leaves the schema as it was.
 pub async fn migrate(database_url: &str) -> Result<Vec<String>, StoreError> {
     with_harness(database_url, |h| {
-        diesel::sql_query(format!("SELECT pg_advisory_lock({MIGRATION_LOCK})")).execute(h)?;
-        let applied = h.run_pending_migrations(MIGRATIONS).map(|vs| vs.iter().map(ToString::to_string).collect());
-        // Released with the session anyway; released now so that a failed run does not hold it.
-        let _ = diesel::sql_query(format!("SELECT pg_advisory_unlock({MIGRATION_LOCK})")).execute(h);
-        applied
+        h.transaction(|h| {
+            h.batch_execute(&format!("SET LOCAL TimeZone = 'UTC'; SELECT pg_advisory_xact_lock({MIGRATION_LOCK})"))?;
+            h.run_pending_migrations(MIGRATIONS).map(|vs| vs.iter().map(ToString::to_string).collect())
+        })
     })
     .await
 }
@@ -50,7 +53,9 @@ pub async fn schema_state(database_url: &str) -> Result<SchemaState, StoreError>
     let (known, applied) = with_harness(database_url, |h| {
         let known: Vec<String> =
             MigrationSource::<Pg>::migrations(&MIGRATIONS)?.iter().map(|m| m.name().version().to_string()).collect();
-        let applied: Vec<String> = h.applied_migrations()?.iter().map(ToString::to_string).collect();
+        // In a transaction: through a pooler in transaction mode, a statement is prepared and executed on one
+        // server session only inside one.
+        let applied: Vec<String> = h.transaction(|h| h.applied_migrations())?.iter().map(ToString::to_string).collect();
         Ok((known, applied))
     })
     .await?;
@@ -66,7 +71,9 @@ pub async fn schema_state(database_url: &str) -> Result<SchemaState, StoreError>
 type Harness = AsyncConnectionWrapper<AsyncPgConnection>;
 
 /// diesel's migration harness is synchronous: run it on a thread of its own with a small runtime of its own
-/// (timers enabled, for URLs with `connect_timeout`), so it works under any runtime flavour.
+/// (timers enabled, for URLs with `connect_timeout`), so it works under any runtime flavour. Its connection is
+/// set up to leave nothing on a server session and prepares nothing it keeps, and `run` does its work in
+/// transactions: it works through a pooler in transaction mode as directly (no setting needed).
 async fn with_harness<T: Send + 'static>(
     database_url: &str,
     run: impl FnOnce(&mut Harness) -> diesel::migration::Result<T> + Send + 'static,
@@ -83,7 +90,7 @@ async fn with_harness<T: Send + 'static>(
         };
         let _context = runtime.enter();
         let result = runtime
-            .block_on(target.establish())
+            .block_on(crate::pooler::establish_unpinned(&target))
             .map(Harness::from)
             .and_then(|mut conn| run(&mut conn).map_err(|e| harness_error(&mut conn, e)));
         let _ = tx.send(result);
@@ -95,7 +102,6 @@ async fn with_harness<T: Send + 'static>(
 /// no longer answers (the server shut down or restarted mid-way, the backend was terminated) is an outage, so a
 /// Worker starting while the database restarts waits for it; anything else is the migration's own failure.
 fn harness_error(conn: &mut Harness, e: Box<dyn std::error::Error + Send + Sync>) -> StoreError {
-    use diesel::connection::SimpleConnection;
     let said = e.to_string();
     let lost = e.downcast_ref::<diesel::result::Error>().is_some_and(crate::error::is_connection_lost)
         || conn.batch_execute("SELECT 1").is_err();

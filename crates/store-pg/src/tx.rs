@@ -93,20 +93,22 @@ async fn hold(conn: &mut AsyncPgConnection, fence: Fence) -> Result<(), Refused>
     if held.is_empty() { Err(Refused::Lost) } else { Ok(()) }
 }
 
-/// The one transaction of the store: begins, holds `fence` first when given, runs `body`, and awaits the commit
-/// (acknowledged means committed: a backend killed before the commit is an error here, never a silent
-/// rollback). Any error rolls back; the body's error is kept over the rollback's own. Its error is not yet
-/// placed: callers that tell one database error apart (a lost race on an index) use it directly.
-pub(crate) async fn fenced_within<T, F>(
-    conn: &mut AsyncPgConnection,
-    fence: Option<Fence>,
-    body: F,
-) -> Result<T, Refused>
+/// The one transaction of the store: begins (as the connection's pool mode needs: in transaction mode with the
+/// limits for this transaction, see [`crate::pooler`]), holds `fence` first when given, runs `body`, and awaits
+/// the commit (acknowledged means committed: a backend killed before the commit is an error here, never a
+/// silent rollback). Any error rolls back; the body's error is kept over the rollback's own. Its error is not
+/// yet placed: callers that tell one database error apart (a lost race on an index) use it directly.
+pub(crate) async fn fenced_within<T, F>(conn: &mut Conn, fence: Option<Fence>, body: F) -> Result<T, Refused>
 where
     T: Send,
     for<'c> F: AsyncFnOnce(&'c mut AsyncPgConnection) -> QueryResult<T> + Body<'c, T>,
 {
-    AnsiTransactionManager::begin_transaction(conn).await?;
+    let begin = conn.begin_sql().map(str::to_owned);
+    let conn: &mut AsyncPgConnection = conn;
+    match begin {
+        Some(sql) => AnsiTransactionManager::begin_transaction_sql(conn, &sql).await?,
+        None => AnsiTransactionManager::begin_transaction(conn).await?,
+    }
     let answer = match fence {
         Some(fence) => match hold(conn, fence).await {
             Ok(()) => body(conn).await.map_err(Refused::Db),
@@ -127,7 +129,7 @@ where
 }
 
 /// [`fenced_within`] with no fence: a transaction of the queue's.
-pub(crate) async fn within<T, F>(conn: &mut AsyncPgConnection, body: F) -> QueryResult<T>
+pub(crate) async fn within<T, F>(conn: &mut Conn, body: F) -> QueryResult<T>
 where
     T: Send,
     for<'c> F: AsyncFnOnce(&'c mut AsyncPgConnection) -> QueryResult<T> + Body<'c, T>,
@@ -149,14 +151,16 @@ impl PgStore {
     }
 
     /// Runs `body` on a shared connection outside a transaction (reads, and single statements that are their
-    /// own transaction), its error placed.
+    /// own transaction), its error placed. In transaction mode it runs in a transaction: a statement is
+    /// prepared and executed in two round trips, which only a transaction keeps on one server session.
     pub(crate) async fn read<T, F>(&self, body: F) -> Result<T, StoreError>
     where
         T: Send,
         for<'c> F: AsyncFnOnce(&'c mut AsyncPgConnection) -> QueryResult<T> + Body<'c, T>,
     {
         let mut conn = self.conn().await?;
-        match body(&mut conn).await {
+        let answer = if conn.begin_sql().is_some() { within(&mut conn, body).await } else { body(&mut conn).await };
+        match answer {
             Ok(value) => Ok(value),
             Err(e) => Err(placed(&mut conn, e).await),
         }
@@ -188,5 +192,44 @@ impl PgStore {
             Ok(value) => Ok(value),
             Err(refused) => Err(refused.placed(&mut conn).await),
         }
+    }
+}
+
+/// What tests of the limits need (feature `test-support`): one of the store's own transactions, as its pool mode
+/// opens it.
+#[cfg(feature = "test-support")]
+impl PgStore {
+    /// The values of the settings `names` as a transaction of this store sees them (`current_setting`).
+    pub async fn settings_in_transaction(&self, names: &[&str]) -> Result<Vec<String>, StoreError> {
+        #[derive(QueryableByName)]
+        struct Value {
+            #[diesel(sql_type = diesel::sql_types::Text)]
+            value: String,
+        }
+        let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+        self.transaction(Lane::Shared, async |conn| {
+            let mut values = Vec::new();
+            for name in &names {
+                let row: Value = sql_query("SELECT current_setting($1) AS value")
+                    .bind::<diesel::sql_types::Text, _>(name)
+                    .get_result(conn)
+                    .await?;
+                values.push(row.value);
+            }
+            Ok(values)
+        })
+        .await
+    }
+
+    /// A transaction of this store that runs a statement, stays idle for `idle`, then runs another and
+    /// commits: an error when the server ended it meanwhile (`idle_in_transaction_session_timeout`).
+    pub async fn idle_in_transaction(&self, idle: std::time::Duration) -> Result<(), StoreError> {
+        self.transaction(Lane::Shared, async |conn| {
+            sql_query("SELECT 1").execute(conn).await?;
+            tokio::time::sleep(idle).await;
+            sql_query("SELECT 1").execute(conn).await?;
+            Ok(())
+        })
+        .await
     }
 }

@@ -15,6 +15,7 @@ mod cluster;
 #[cfg(feature = "docker")]
 mod docker;
 pub mod patience;
+mod pgbouncer;
 mod standby;
 
 use std::path::PathBuf;
@@ -23,6 +24,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 pub use cluster::{Cluster, ClusterError};
 pub use patience::{Deadline, patience};
+pub use pgbouncer::PgBouncer;
 pub use standby::{STANDBY_NAME, StandbyPair};
 
 /// Connection URL of the server tests use: `TEST_DATABASE_URL`, else `DATABASE_URL`, else the private cluster

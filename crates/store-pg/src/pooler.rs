@@ -1,0 +1,196 @@
+//! How the store's connections reach PostgreSQL: each a server session of its own ([`PoolerMode::Session`]:
+//! PostgreSQL itself, or a pooler in session mode), or through a pooler in transaction mode
+//! ([`PoolerMode::Transaction`]: PgBouncer's `pool_mode = transaction`, the default in front of most managed
+//! services), where a server session is ours only from `BEGIN` to `COMMIT` and is then handed to another client
+//! (ADR 0012).
+//!
+//! In transaction mode nothing of ours may outlive a transaction on a server session, and no two statements of
+//! ours that belong together may be split across sessions:
+//! - diesel-async prepares every statement under a name and then executes it (two round trips), and caches the
+//!   hot ones by name on the connection: the statement cache is off, and every statement runs inside a
+//!   transaction ([`crate::PgStore::read`] too), so the prepare, the execution and the close of a statement
+//!   reach one server session;
+//! - the safety limits (`idle_in_transaction_session_timeout`, `statement_timeout`) and the time zone are set
+//!   for each transaction (`SET LOCAL`, in the round trip of its `BEGIN`), never for a session;
+//! - diesel-async's own set-up of a new connection (`SET TIME ZONE`, `SET CLIENT_ENCODING`, prepared statements
+//!   outside a transaction) runs inside a transaction that is rolled back: it leaves nothing behind;
+//! - the pool checks a connection it takes back with a simple query (one round trip, no named statement).
+//!
+//! LISTEN needs a session of its own: the Worker listens on a direct connection (`database.listen_url`) or polls.
+
+use std::future::Future;
+use std::pin::pin;
+use std::task::Poll;
+use std::time::Duration;
+
+use almanac_domain::Cause;
+use diesel::connection::CacheSize;
+use diesel_async::pooled_connection::RecyclingMethod;
+use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
+
+use crate::{ConnectTarget, StoreError};
+
+/// The `pool_mode` of a connection pooler between the store and PostgreSQL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PoolerMode {
+    /// Each connection of ours is one server session for as long as it lives: PostgreSQL itself, or a pooler in
+    /// session mode. Statements are cached on the connection and the limits are set once per session.
+    #[default]
+    Session,
+    /// A pooler in transaction mode (PgBouncer `pool_mode = transaction`): a server session is ours only for
+    /// one transaction. No statement cache, every statement in a transaction, the limits set per transaction.
+    Transaction,
+}
+
+impl PoolerMode {
+    /// Every mode, in the order the settings list them.
+    pub const ALL: [PoolerMode; 2] = [PoolerMode::Session, PoolerMode::Transaction];
+
+    /// The mode's name in the settings (as PgBouncer's `pool_mode` names it).
+    pub fn name(self) -> &'static str {
+        match self {
+            PoolerMode::Session => "session",
+            PoolerMode::Transaction => "transaction",
+        }
+    }
+
+    /// The mode named `name`, if there is one.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|m| m.name() == name)
+    }
+}
+
+impl std::fmt::Display for PoolerMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What the server ends on our behalf: a transaction of ours left idle longer than `idle`, and a statement
+/// running longer than `statement` when given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Limits {
+    pub(crate) idle: Duration,
+    pub(crate) statement: Option<Duration>,
+}
+
+impl Limits {
+    /// The settings as `name = milliseconds` pairs.
+    fn settings(&self) -> Vec<(&'static str, u128)> {
+        let mut settings = vec![("idle_in_transaction_session_timeout", self.idle.as_millis().max(1))];
+        settings.extend(self.statement.map(|s| ("statement_timeout", s.as_millis().max(1))));
+        settings
+    }
+
+    /// Once per server session (session mode).
+    pub(crate) fn for_session(&self) -> String {
+        self.settings().iter().map(|(name, ms)| format!("SET {name} = {ms}")).collect::<Vec<_>>().join("; ")
+    }
+
+    /// What opens a transaction in transaction mode: `BEGIN`, then the limits and the time zone diesel-async
+    /// gives its sessions, for this transaction only, all in one round trip.
+    pub(crate) fn begin_transaction(&self) -> String {
+        let mut sql = String::from("BEGIN; SET LOCAL TimeZone = 'UTC'");
+        for (name, ms) in self.settings() {
+            sql.push_str(&format!("; SET LOCAL {name} = {ms}"));
+        }
+        sql
+    }
+}
+
+/// A new connection for a pool of `mode`: in session mode as always, its limits set for the session; in
+/// transaction mode set up inside a transaction rolled back, its statement cache off.
+pub(crate) async fn establish(
+    target: &ConnectTarget,
+    mode: PoolerMode,
+    limits: Limits,
+) -> Result<AsyncPgConnection, StoreError> {
+    match mode {
+        PoolerMode::Session => {
+            let mut conn = target.establish().await?;
+            conn.batch_execute(&limits.for_session())
+                .await
+                .map_err(|e| StoreError::Unavailable(Cause::with_source("setting the connection's limits", e)))?;
+            Ok(conn)
+        }
+        PoolerMode::Transaction => establish_unpinned(target).await,
+    }
+}
+
+/// A connection that leaves nothing on the server session it was set up on, and prepares no statement it keeps:
+/// safe through a pooler in transaction mode, and on a direct connection alike (migrations use it whatever the
+/// mode). diesel-async sets the time zone and the client encoding with statements it prepares outside a
+/// transaction; here they run inside one (one server session for their prepare and execution), rolled back.
+pub(crate) async fn establish_unpinned(target: &ConnectTarget) -> Result<AsyncPgConnection, StoreError> {
+    let (client, mut connection) = target.connect().await?;
+    let lost = |e: tokio_postgres::Error| StoreError::Unavailable(Cause::with_source("opening a transaction", e));
+    {
+        // The connection must be driven for the client's BEGIN to be answered; diesel-async drives it after.
+        let mut begin = pin!(client.batch_execute("BEGIN"));
+        std::future::poll_fn(|cx| {
+            if let Poll::Ready(answer) = begin.as_mut().poll(cx) {
+                return Poll::Ready(answer.map_err(lost));
+            }
+            loop {
+                match connection.poll_message(cx) {
+                    Poll::Ready(Some(Ok(_))) => {}
+                    Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(lost(e))),
+                    Poll::Ready(None) => {
+                        return Poll::Ready(Err(StoreError::Unavailable("the connection closed at once".into())));
+                    }
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+        })
+        .await?;
+    }
+    let mut conn = AsyncPgConnection::try_from_client_and_connection(client, connection)
+        .await
+        .map_err(|e| StoreError::Unavailable(Cause::from_error(e)))?;
+    conn.batch_execute("ROLLBACK")
+        .await
+        .map_err(|e| StoreError::Unavailable(Cause::with_source("ending the set-up's transaction", e)))?;
+    conn.set_prepared_statement_cache_size(CacheSize::Disabled);
+    Ok(conn)
+}
+
+/// How the pool checks a connection it takes back: diesel-async's default (a cached `SELECT $1`) in session
+/// mode; a simple query in transaction mode, which prepares nothing.
+pub(crate) fn recycling(mode: PoolerMode) -> RecyclingMethod<AsyncPgConnection> {
+    match mode {
+        PoolerMode::Session => RecyclingMethod::Verified,
+        PoolerMode::Transaction => RecyclingMethod::CustomFunction(Box::new(|conn| {
+            Box::pin(async move { conn.batch_execute("SELECT 1").await })
+        })),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_are_read_by_their_names_and_session_is_the_default() {
+        for mode in PoolerMode::ALL {
+            assert_eq!(PoolerMode::parse(mode.name()), Some(mode));
+        }
+        assert_eq!(PoolerMode::parse("statement"), None);
+        assert_eq!(PoolerMode::default(), PoolerMode::Session);
+    }
+
+    #[test]
+    fn limits_are_set_per_session_or_per_transaction() {
+        let limits = Limits { idle: Duration::from_secs(15), statement: Some(Duration::from_secs(30)) };
+        assert_eq!(
+            limits.for_session(),
+            "SET idle_in_transaction_session_timeout = 15000; SET statement_timeout = 30000"
+        );
+        assert_eq!(
+            limits.begin_transaction(),
+            "BEGIN; SET LOCAL TimeZone = 'UTC'; SET LOCAL idle_in_transaction_session_timeout = 15000; \
+             SET LOCAL statement_timeout = 30000"
+        );
+        let no_statement_limit = Limits { idle: Duration::ZERO, statement: None };
+        assert_eq!(no_statement_limit.for_session(), "SET idle_in_transaction_session_timeout = 1");
+    }
+}

@@ -1,0 +1,261 @@
+//! The store through PgBouncer 1.18 in transaction mode (ADR 0012, issue #26): a PgBouncer of each test's own
+//! (`almanac_testdb::PgBouncer`) in front of the test server, with few server connections, so that
+//! transactions of different clients take turns on them.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use almanac_domain::ports::{CatalogueStore, ClaimRequest, Heartbeat, LeaseDuration, ServedConfigs, WriteOutcome};
+use almanac_domain::{NewWorkItem, Scope, Status, StorageConfigId, WorkKind, WorkQueue, WorkerId};
+use almanac_store_pg::{NewStorageConfig, PgStore, PoolerMode, WorkerConnections};
+use almanac_testdb::{Deadline, PgBouncer, TestDatabase};
+use tokio_postgres::{Client, NoTls};
+
+fn claimer(worker: &str) -> ClaimRequest {
+    ClaimRequest {
+        worker_id: WorkerId::new(worker).unwrap(),
+        served: ServedConfigs::All,
+        kinds: WorkKind::ALL.to_vec(),
+        lease: LeaseDuration::new(Duration::from_secs(60)).unwrap(),
+    }
+}
+
+fn connections(shared: usize, lease: Duration) -> WorkerConnections {
+    WorkerConnections {
+        shared,
+        reserved: shared + 1,
+        acquire_timeout: almanac_testdb::patience(Duration::from_secs(2)),
+        lease,
+    }
+}
+
+/// A plain client (simple queries only, no statement of its own kept) on `url`.
+async fn plain(url: &str) -> Client {
+    let (client, connection) = tokio_postgres::connect(url, NoTls).await.unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+async fn show(client: &Client, setting: &str) -> String {
+    let rows = client.simple_query(&format!("SHOW {setting}")).await.unwrap();
+    rows.iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+            _ => None,
+        })
+        .unwrap()
+}
+
+async fn count(client: &Client, sql: &str) -> i64 {
+    client.query_one(sql, &[]).await.unwrap().get(0)
+}
+
+fn asset(config: StorageConfigId, n: u8) -> almanac_domain::ports::NewAsset {
+    use almanac_domain::{
+        AssetMetadata, CaptureSource, CaptureTime, ContentHash, MediaType,
+        ports::{FileFacts, NewAsset},
+    };
+    let at = chrono::Utc::now();
+    let name = format!("IMG_{n:03}.jpg");
+    NewAsset {
+        storage_config_id: config,
+        facts: FileFacts { file_path: name.clone().into_bytes(), display_path: name, size: 1, mtime: at },
+        content_hash: ContentHash::from_bytes([n; 32]),
+        media_type: MediaType::Image,
+        capture: CaptureTime { at, offset_minutes: None, source: CaptureSource::FileMtime },
+        metadata: AssetMetadata::default(),
+        proxies: Vec::new(),
+        replaces: None,
+        sidecar: None,
+    }
+}
+
+/// Eight clients claim, beat, write the catalogue (fenced) and complete 32 items of 8 configs through a
+/// PgBouncer with two server connections: every statement answers, every item succeeds, each catalogue write
+/// lands, and the server never sees more than two sessions of the database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eight_clients_share_two_server_sessions_for_the_queue_and_the_catalogue() {
+    let db = TestDatabase::create().await;
+    let bouncer = PgBouncer::start(2).unwrap();
+    let lease = Duration::from_secs(60);
+    let store = Arc::new(
+        PgStore::for_worker_in_mode(&bouncer.url_of(&db), connections(8, lease), PoolerMode::Transaction).unwrap(),
+    );
+    let mut configs = Vec::new();
+    for n in 0..8 {
+        let new = NewStorageConfig { username: format!("user{n}"), root_path: PathBuf::from(format!("/photos/{n}")) };
+        configs.push(store.add_storage_config(&new).await.unwrap().1.id);
+    }
+    let enqueues: Vec<_> = configs
+        .iter()
+        .map(|config| {
+            let (store, config) = (store.clone(), *config);
+            tokio::spawn(async move {
+                for _ in 0..4 {
+                    store.enqueue(&NewWorkItem::new(WorkKind::Crawl, Scope::Config(config)).unwrap()).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for e in enqueues {
+        e.await.unwrap();
+    }
+    let direct = plain(db.url()).await;
+    let sessions =
+        format!("SELECT count(*) FROM pg_stat_activity WHERE datname = '{}' AND pid <> pg_backend_pid()", db.name());
+    let most_sessions = Arc::new(AtomicI64::new(0));
+    let written = Arc::new(AtomicI64::new(0));
+    let clients: Vec<_> = (0..8u8)
+        .map(|n| {
+            let (store, written) = (store.clone(), written.clone());
+            tokio::spawn(async move {
+                let deadline = Deadline::after(Duration::from_secs(20));
+                let mut next = n;
+                while !deadline.passed() {
+                    let Some(claimed) = store.claim(&claimer(&format!("w{n}"))).await.unwrap() else {
+                        if store.queue_summary().await.unwrap().iter().all(|r| r.status != Status::Queued) {
+                            return;
+                        }
+                        tokio::task::yield_now().await;
+                        continue;
+                    };
+                    let fence = claimed.fence;
+                    let lease = LeaseDuration::new(lease).unwrap();
+                    let beat = store.heartbeat(fence, lease, Some(&serde_json::json!({"done": 1}))).await.unwrap();
+                    assert!(matches!(beat, Heartbeat::Renewed { .. }), "{beat:?}");
+                    let config = claimed.item.scope.storage_config().unwrap();
+                    store.ingest(fence, &asset(config, next)).await.unwrap();
+                    next += 8;
+                    written.fetch_add(1, Ordering::Relaxed);
+                    assert_eq!(store.complete(fence, None).await.unwrap(), WriteOutcome::Written);
+                }
+                panic!("client {n} still found work to do when its patience ran out");
+            })
+        })
+        .collect();
+    let watch = {
+        let most = most_sessions.clone();
+        tokio::spawn(async move {
+            loop {
+                most.fetch_max(count(&direct, &sessions).await, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+    };
+    for client in clients {
+        client.await.unwrap();
+    }
+    watch.abort();
+    let check = plain(db.url()).await;
+    assert_eq!(count(&check, "SELECT count(*) FROM work_items WHERE status = 'succeeded'").await, 32);
+    assert_eq!(count(&check, "SELECT count(*) FROM media_assets").await, written.load(Ordering::Relaxed));
+    assert_eq!(written.load(Ordering::Relaxed), 32);
+    let most = most_sessions.load(Ordering::Relaxed);
+    assert!((1..=2).contains(&most), "the server saw {most} sessions of the database at once");
+}
+
+/// Our limits hold in our transactions (the server ends one of ours left idle), and nothing of them is left on
+/// the server session we shared: a plain client of the same PgBouncer (one server session, so the very one
+/// ours ran on) sees the server's defaults. The same store in session mode leaves its limits there, which is
+/// what this test would catch.
+#[tokio::test]
+async fn our_limits_hold_in_our_transactions_and_none_is_left_on_the_shared_session() {
+    let db = TestDatabase::create().await;
+    let bouncer = PgBouncer::start(1).unwrap();
+    let url = bouncer.url_of(&db);
+    let lease = Duration::from_secs(2);
+    let store = PgStore::for_worker_in_mode(&url, connections(2, lease), PoolerMode::Transaction).unwrap();
+    let names = ["statement_timeout", "idle_in_transaction_session_timeout", "TimeZone"];
+    let ours = store.settings_in_transaction(&names).await.unwrap();
+    assert_eq!(ours, ["2s", "1s", "UTC"]);
+    let direct = plain(db.url()).await;
+    let other = plain(&url).await;
+    for name in names {
+        assert_eq!(show(&other, name).await, show(&direct, name).await, "{name} was left on the shared session");
+    }
+    // Idle for three times the limit (half the lease): the server ends the transaction.
+    let ended = store.idle_in_transaction(lease.mul_f64(1.5)).await;
+    assert!(ended.is_err(), "our transaction outlived its idle limit through the pooler");
+    // The store goes on, on another server session.
+    assert!(store.queue_summary().await.is_ok());
+
+    let session = PgStore::for_worker_in_mode(&url, connections(2, lease), PoolerMode::Session).unwrap();
+    session.queue_summary().await.unwrap();
+    assert_eq!(show(&other, "statement_timeout").await, "2s", "session mode sets its limits on the session");
+}
+
+/// The statement cache is what breaks through a transaction pooler: a statement cached on one server session
+/// is executed on another. Each round, the store runs an enqueue; a plain client then begins a transaction and
+/// so holds the server session the store just let go (PgBouncer hands out the latest first); the store's next
+/// enqueue runs on the other one. In session mode (statement cache on) that fails; in transaction mode never.
+#[tokio::test]
+async fn cached_statements_fail_through_a_transaction_pooler_and_transaction_mode_prepares_none() {
+    let db = TestDatabase::create().await;
+    let bouncer = PgBouncer::start(2).unwrap();
+    let url = bouncer.url_of(&db);
+    let lease = Duration::from_secs(30);
+    let mut failures = Vec::new();
+    for mode in PoolerMode::ALL {
+        let store = PgStore::in_mode(&url, 1, almanac_testdb::patience(Duration::from_secs(2)), lease, mode).unwrap();
+        let holder = plain(&url).await;
+        let mut failed = Vec::new();
+        for _ in 0..4 {
+            let item = NewWorkItem::new(WorkKind::TokenCleanup, Scope::Unscoped).unwrap();
+            if let Err(e) = store.enqueue(&item).await {
+                failed.push(e.to_string());
+            }
+            holder.batch_execute("BEGIN; SELECT 1").await.unwrap();
+            if let Err(e) = store.enqueue(&item).await {
+                failed.push(e.to_string());
+            }
+            holder.batch_execute("COMMIT").await.unwrap();
+        }
+        failures.push((mode, failed));
+    }
+    let [(_, session), (_, transaction)] = &failures[..] else { unreachable!() };
+    assert!(transaction.is_empty(), "transaction mode failed: {transaction:?}\n{}", bouncer.log());
+    assert!(
+        session.iter().any(|e| e.contains("prepared statement")),
+        "session mode's cached statements should fail through a transaction pooler: {session:?}"
+    );
+}
+
+/// Migrations through the pooler: three at once on an empty database apply each migration once, and the
+/// migration lock is gone when they return, though the server sessions they ran on live on in PgBouncer (a
+/// session lock would stay with one of them, and block every later migration).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrations_run_through_a_transaction_pooler_and_leave_no_lock_behind() {
+    let server = almanac_testdb::server_url().unwrap();
+    let admin = plain(&server).await;
+    let name = format!("almanac_pooler_migrations_{}", std::process::id());
+    admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name}")).await.unwrap();
+    admin.batch_execute(&format!("CREATE DATABASE {name}")).await.unwrap();
+    let bouncer = PgBouncer::start(2).unwrap();
+    let url = bouncer.url(&name);
+    let runs: Vec<_> = (0..3)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { almanac_store_pg::migrate(&url).await })
+        })
+        .collect();
+    let mut applied = Vec::new();
+    for run in runs {
+        applied.push(run.await.unwrap().unwrap());
+    }
+    applied.sort_by_key(Vec::len);
+    assert!(applied[0].is_empty() && applied[1].is_empty(), "{applied:?}");
+    let state = almanac_store_pg::schema_state(&url).await.unwrap();
+    assert!(state.pending.is_empty() && state.unknown.is_empty(), "{state:?}");
+    assert!(applied[2].contains(&state.newest_known), "one run applied them all: {applied:?}");
+    let locks = format!(
+        "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+          WHERE l.locktype = 'advisory' AND d.datname = '{name}'"
+    );
+    assert_eq!(count(&admin, &locks).await, 0, "an advisory lock outlived the migrations");
+    let used = format!("SELECT count(*) FROM pg_stat_activity WHERE datname = '{name}'");
+    assert!(count(&admin, &used).await >= 1, "PgBouncer keeps the server sessions the migrations used");
+    drop(bouncer);
+    admin.batch_execute(&format!("DROP DATABASE {name} WITH (FORCE)")).await.unwrap();
+}
