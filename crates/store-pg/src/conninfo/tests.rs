@@ -128,3 +128,30 @@ fn keepalives_are_set_unless_the_string_sets_its_own() {
     let target = ConnectTarget::parse("host=h dbname=keepalives").unwrap();
     assert_eq!(target.config.get_keepalives_idle(), Duration::from_secs(30));
 }
+
+#[test]
+fn several_hosts_and_target_session_attrs_reach_the_driver_in_both_forms() {
+    use tokio_postgres::config::{Host, TargetSessionAttrs};
+    let tcp = |h: &str| Host::Tcp(h.to_owned());
+    for conn in [
+        "postgres://u:secret@db1:5433,db2:5434/app?target_session_attrs=read-write&connect_timeout=2",
+        "host=db1,db2 port=5433,5434 user=u password=secret dbname=app target_session_attrs=read-write connect_timeout=2",
+    ] {
+        let target = ConnectTarget::parse(conn).unwrap();
+        assert_eq!(target.config.get_hosts(), [tcp("db1"), tcp("db2")], "{conn}");
+        assert_eq!(target.config.get_ports(), [5433, 5434], "{conn}");
+        assert_eq!(target.config.get_target_session_attrs(), TargetSessionAttrs::ReadWrite, "{conn}");
+        assert_eq!(target.config.get_connect_timeout(), Some(&Duration::from_secs(2)), "{conn}");
+        assert_eq!(target.ssl_mode(), SslMode::Prefer, "{conn}");
+        let shown = mask_password(conn);
+        assert!(!shown.contains("secret") && shown.contains("db2"), "{shown}");
+    }
+    // Verifying modes check each host's certificate against its own name.
+    let target = ConnectTarget::parse("postgres://u@db1,db2/app?sslmode=verify-full&sslrootcert=system").unwrap();
+    assert_eq!(target.config.get_hosts().len(), 2);
+    // Sockets only: no TLS, on every host. (The driver splits `host` on commas in this form and in a URL's
+    // authority, not in a URL's query.)
+    let target = ConnectTarget::parse("host=/run/a,/run/b port=5433,5434 dbname=app").unwrap();
+    assert_eq!(target.config.get_ssl_mode(), tokio_postgres::config::SslMode::Disable);
+    assert_eq!(target.config.get_hosts().len(), 2);
+}
