@@ -80,10 +80,17 @@ pub(crate) fn is_connection_lost(e: &DieselError) -> bool {
     }
 }
 
-/// Maps a query error by its kinds alone: a lost connection, or a server that only reads (SQLSTATE 25006: a
-/// standby, as after a failover), is an outage; constraint violations are conflicts; the rest unexpected.
+/// Whether `e` is an outage by its kinds alone: a lost connection ([`is_connection_lost`]), or a server that
+/// only reads (SQLSTATE 25006: a standby, as before and during a failover; its words, "cannot execute … in a
+/// read-only transaction", are never read).
+pub(crate) fn is_outage(e: &DieselError) -> bool {
+    is_connection_lost(e) || matches!(e, DieselError::DatabaseError(DatabaseErrorKind::ReadOnlyTransaction, _))
+}
+
+/// Maps a query error by its kinds alone: an outage ([`is_outage`]) is `Unavailable`; constraint violations
+/// are conflicts; the rest unexpected.
 pub(crate) fn from_diesel(e: DieselError) -> StoreError {
-    if is_connection_lost(&e) || matches!(e, DieselError::DatabaseError(DatabaseErrorKind::ReadOnlyTransaction, _)) {
+    if is_outage(&e) {
         return StoreError::Unavailable(Cause::from_error(e));
     }
     match &e {

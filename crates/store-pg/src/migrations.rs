@@ -99,11 +99,12 @@ async fn with_harness<T: Send + 'static>(
 }
 
 /// What the migration harness's error comes to, placed by asking its connection (ADR 0010): a connection that
-/// no longer answers (the server shut down or restarted mid-way, the backend was terminated) is an outage, so a
-/// Worker starting while the database restarts waits for it; anything else is the migration's own failure.
+/// no longer answers (the server shut down or restarted mid-way, the backend was terminated), or a server that
+/// only reads (a standby: the harness's own table is created even to read it), is an outage, so a Worker
+/// starting while the database restarts or fails over waits for it; anything else is the migration's own failure.
 fn harness_error(conn: &mut Harness, e: Box<dyn std::error::Error + Send + Sync>) -> StoreError {
     let said = e.to_string();
-    let lost = e.downcast_ref::<diesel::result::Error>().is_some_and(crate::error::is_connection_lost)
+    let lost = e.downcast_ref::<diesel::result::Error>().is_some_and(crate::error::is_outage)
         || conn.batch_execute("SELECT 1").is_err();
     let cause = Cause::with_boxed_source(said, e);
     if lost { StoreError::Unavailable(cause) } else { StoreError::Migration(cause) }

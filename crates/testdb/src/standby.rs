@@ -213,6 +213,16 @@ mod tests {
         ask(&pair.url("postgres"), "CREATE TABLE acknowledged (n int); INSERT INTO acknowledged VALUES (1)").unwrap();
         let refused = ask(&pair.standby_url("postgres"), "INSERT INTO acknowledged VALUES (2)").unwrap_err();
         assert_eq!(refused, "25006", "the standby refuses a write as a read-only transaction");
+        // A Worker starting against the standby (a URL naming it alone, or one endpoint that names it for a
+        // while) is told of an outage and waits, as for a server restarting; it does not exit as for a failed
+        // migration. (Reading the schema's state creates diesel's own table, which a standby refuses.)
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        for state in [
+            runtime.block_on(almanac_store_pg::schema_state(&pair.standby_url("postgres"))).map(drop),
+            runtime.block_on(almanac_store_pg::migrate(&pair.standby_url("postgres"))).map(drop),
+        ] {
+            assert!(matches!(state, Err(almanac_store_pg::StoreError::Unavailable(_))), "{state:?}");
+        }
         pair.kill_primary().unwrap();
         pair.promote().unwrap();
         assert_eq!(ask(&pair.url("postgres"), through_url).unwrap(), vec![pair.ports[1].to_string()]);
