@@ -93,6 +93,10 @@ enum Verb {
     Bench {
         #[arg(value_enum)]
         which: Bench,
+        /// The crawl benchmark's unchanged library for the re-crawl (100,000 when left out; above that, 100,000
+        /// is measured too, as the baseline for memory and open files).
+        #[arg(long)]
+        files: Option<usize>,
     },
 }
 
@@ -110,6 +114,10 @@ enum DbAction {
 enum Bench {
     Queue,
     Crawl,
+    /// The claim at 10,000 configs and 1,000,000 queued items, before and after migration 000012.
+    Claim,
+    /// 1, 2, 4, 8 and 16 Worker processes on one database.
+    Workers,
 }
 
 fn main() -> ExitCode {
@@ -156,14 +164,20 @@ fn run(verb: Verb) -> Result<ExitCode> {
         }
         Verb::Burn { parent } => load::burn(parent),
         Verb::Chaos { trials } => return chaos(trials),
-        Verb::Bench { which } => {
+        Verb::Bench { which, files } => {
             let (name, package, example) = match which {
                 Bench::Queue => ("queue", "almanac-store-pg", "queue_bench"),
                 Bench::Crawl => ("crawl", "almanac-handlers", "crawl_bench"),
+                Bench::Claim => ("claim", "almanac-store-pg", "claim_bench"),
+                Bench::Workers => ("workers", "almanac-store-pg", "workers_bench"),
             };
             system::ensure(if which == Bench::Crawl { &["libvips-tools"] } else { &[] })?;
             let cluster = started_cluster()?;
-            let output = Command::new(cargo())
+            let mut command = Command::new(cargo());
+            if let Some(files) = files {
+                command.env("ALMANAC_BENCH_FILES", files.to_string());
+            }
+            let output = command
                 .args(["run", "--release", "--quiet", "-p", package, "--example", example])
                 .env("TEST_DATABASE_URL", cluster.url("postgres"))
                 .current_dir(workspace())
@@ -343,7 +357,11 @@ mod cli_tests {
         assert!(matches!(parse(&["chaos", "--trials", "3"]).unwrap().verb, Verb::Chaos { trials: 3 }));
         assert!(matches!(parse(&["schema", "--check"]).unwrap().verb, Verb::Schema { check: true }));
         assert!(matches!(parse(&["docs", "--check"]).unwrap().verb, Verb::Docs { check: true }));
-        assert!(matches!(parse(&["bench", "crawl"]).unwrap().verb, Verb::Bench { which: Bench::Crawl }));
+        assert!(matches!(parse(&["bench", "crawl"]).unwrap().verb, Verb::Bench { which: Bench::Crawl, files: None }));
+        assert!(matches!(
+            parse(&["bench", "crawl", "--files", "1000000"]).unwrap().verb,
+            Verb::Bench { which: Bench::Crawl, files: Some(1_000_000) }
+        ));
         match parse(&["mutants-changed", "--base", "HEAD~1"]).unwrap().verb {
             Verb::MutantsChanged { base } => assert_eq!(base.as_deref(), Some("HEAD~1")),
             _ => panic!("mutants-changed"),

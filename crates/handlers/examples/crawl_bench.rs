@@ -7,7 +7,8 @@
 //!   the same files, and RAW files (DNG through their embedded 12-megapixel preview), which vipsthumbnail does
 //!   not read that way, on their own;
 //! - re-crawl of M unchanged small files vs `find ROOT -printf '%s %T@\n'`;
-//! - peak RSS after each phase.
+//! - peak RSS after each phase, and each re-crawl's own peak RSS growth and open files; with more than 100,000
+//!   files (`cargo xtask bench crawl --files 1000000`) the re-crawl runs at 100,000 too, as the baseline.
 //!
 //! `ALMANAC_BENCH_IMAGES` (default 300), `ALMANAC_BENCH_MIXED` (files per format in the mix, default 10) and
 //! `ALMANAC_BENCH_FILES` (default 100000) change the sizes.
@@ -23,7 +24,6 @@ use almanac_domain::{
 };
 use almanac_executor::{HandlerContext, ProgressReporter, WorkHandler};
 use almanac_handlers::{CrawlHandler, CrawlSettings};
-use almanac_media::ToolLimits;
 use almanac_media::fixtures::{self, FixtureExif};
 use almanac_store_pg::{NewStorageConfig, PgStore};
 use almanac_testdb::TestDatabase;
@@ -42,7 +42,7 @@ fn peak_rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-async fn crawl(store: &Arc<PgStore>, config: StorageConfigId, proxies: &Path, cores: usize) -> (Duration, CrawlReport) {
+async fn crawl(store: &Arc<PgStore>, config: StorageConfigId, proxies: &Path) -> (Duration, CrawlReport) {
     store.enqueue(&NewWorkItem::new(WorkKind::Crawl, Scope::Config(config)).unwrap()).await.unwrap();
     // Claimed as a Worker would, so the crawl's fenced writes hold (the lease outlasts any benchmark run).
     let claim = ClaimRequest {
@@ -52,13 +52,8 @@ async fn crawl(store: &Arc<PgStore>, config: StorageConfigId, proxies: &Path, co
         lease: LeaseDuration::new(Duration::from_secs(86_400)).unwrap(),
     };
     let claimed = store.claim(&claim).await.unwrap().expect("the crawl just enqueued");
-    let settings = CrawlSettings {
-        proxy_root: proxies.to_owned(),
-        max_concurrent_files: cores,
-        tool_limits: ToolLimits::default(),
-        mass_deletion: almanac_handlers::MassDeletionGuard::default(),
-        max_image_pixels: almanac_media::DEFAULT_MAX_PIXELS,
-    };
+    // As the Worker runs it: its shipped crawl settings.
+    let settings = CrawlSettings::new(proxies.to_owned());
     let handler = CrawlHandler::new(store.clone(), settings);
     let ctx = HandlerContext {
         item: claimed.item,
@@ -134,6 +129,173 @@ fn generate_mixed(root: &Path, per_format: usize, threads: usize) -> Vec<PathBuf
     formats.iter().flat_map(|f| (0..per_format).map(move |i| root.join(format!("{f}_{i:03}.{f}")))).collect()
 }
 
+/// Resets this process's peak RSS (VmHWM) to its current RSS, so the next phase's peak is its own.
+fn reset_peak_rss() {
+    // Linux ≥ 4.0; where it is refused the peak stays the process's own, which the report says.
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+fn current_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).map(str::to_owned))
+        .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        .unwrap_or(0)
+}
+
+/// The most file descriptors this process had open at once while `work` ran, sampled every 5 ms.
+async fn peak_open_files<T>(work: impl std::future::Future<Output = T>) -> (T, usize) {
+    let open = || std::fs::read_dir("/proc/self/fd").map_or(0, Iterator::count);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = std::thread::spawn({
+        let stop = stop.clone();
+        move || {
+            let mut peak = open();
+            while !std::sync::atomic::AtomicBool::load(&stop, std::sync::atomic::Ordering::Relaxed) {
+                peak = peak.max(open());
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            peak
+        }
+    });
+    let out = work.await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    (out, sampler.join().expect("the sampler"))
+}
+
+/// `files` small unchanged files in a library of their own, catalogued as a previous crawl would have left
+/// them, re-crawled beside `find` over the same tree (find then ours each round, on the same warm cache).
+async fn recrawl_unchanged(
+    store: &Arc<PgStore>,
+    url: &str,
+    dir: &Path,
+    proxies: &Path,
+    files: usize,
+    cores: usize,
+) -> serde_json::Value {
+    let small = dir.join(format!("small-{files}"));
+    let generation = Instant::now();
+    generate_small(&small, files, cores);
+    let (_, config) = store
+        .add_storage_config(&NewStorageConfig { username: "bench".into(), root_path: small.clone() })
+        .await
+        .unwrap();
+    seed_catalogue(url, config.id, files, proxies, cores).await;
+    eprintln!("{files} files generated and catalogued in {:.0} s", generation.elapsed().as_secs_f64());
+    // Medians compared (one round alone varies by ±15% on this machine).
+    let rounds = if files > 100_000 { 3 } else { 5 };
+    let (mut finds, mut ours_runs, mut peaks, mut fds) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let started = Instant::now();
+        let find = Command::new("find").arg(&small).args(["-printf", "%s %T@\n"]).output().unwrap();
+        assert!(find.status.success());
+        finds.push(started.elapsed().as_secs_f64());
+        drop(find);
+        reset_peak_rss();
+        let before = current_rss_kib();
+        let ((recrawl, result), open) = peak_open_files(crawl(store, config.id, proxies)).await;
+        assert_eq!(result.counts.unchanged, files as u64, "{result:?}");
+        assert_eq!(result.counts.bytes_hashed, 0);
+        ours_runs.push(recrawl.as_secs_f64());
+        peaks.push(peak_rss_kib().saturating_sub(before));
+        fds.push(open);
+    }
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (find_time, recrawl) = (median(&finds), median(&ours_runs));
+    serde_json::json!({
+        "files": files,
+        "rounds": rounds,
+        "ours_seconds_median": recrawl,
+        "find_seconds_median": find_time,
+        "ours_over_find": recrawl / find_time,
+        "ours_seconds_each": ours_runs,
+        "find_seconds_each": finds,
+        "target_ratio_at_most": 1.2,
+        "peak_rss_growth_kib_each": peaks,
+        "peak_open_files_each": fds,
+    })
+}
+
+/// `files` files of 64 bytes, a thousand to a folder, all with one mtime.
+fn generate_small(root: &Path, files: usize, threads: usize) {
+    let fixed = SystemTime::UNIX_EPOCH + Duration::from_secs(1_600_000_000);
+    let folders = files.div_ceil(1000);
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            s.spawn(move || {
+                for folder in (0..folders).filter(|f| f % threads == t) {
+                    let sub = root.join(format!("{folder:04}"));
+                    std::fs::create_dir_all(&sub).unwrap();
+                    for i in folder * 1000..((folder + 1) * 1000).min(files) {
+                        let f = std::fs::File::create(sub.join(format!("{i}.jpg"))).unwrap();
+                        f.set_len(64).unwrap();
+                        f.set_modified(fixed).unwrap();
+                    }
+                }
+            });
+        }
+    });
+}
+
+/// Catalogues the small files as already crawled (same size and mtime, all proxies, their files in the proxy
+/// layout with the recorded size: the re-crawl looks at each), as a previous crawl would have left them.
+async fn seed_catalogue(url: &str, config: StorageConfigId, files: usize, proxies: &Path, threads: usize) {
+    let mut conn = AsyncPgConnection::establish(url).await.unwrap();
+    conn.batch_execute(&format!(
+        "INSERT INTO media_assets (id, storage_config_id, file_path, display_path, content_hash, size_bytes,
+             file_modified_at, media_type, captured_at, captured_at_source, capture_month, capture_day)
+         SELECT gen_random_uuid(), '{config}', convert_to(p, 'UTF8'), p, md5(p) || md5(p || 'x'), 64,
+                to_timestamp(1600000000), 'image', to_timestamp(1600000000), 'file_mtime', 9, 13
+           FROM (SELECT format('%s/%s.jpg', lpad((g / 1000)::text, 4, '0'), g) AS p
+                   FROM generate_series(0, {last}) g) s;
+         INSERT INTO proxy_files (id, asset_id, proxy_type, relative_path, inline_value, size_bytes)
+         SELECT gen_random_uuid(), a.id, t,
+                CASE WHEN t = 'blurhash' THEN NULL
+                     ELSE a.storage_config_id::text || '/' || left(a.content_hash, 2) || '/' || a.content_hash || '/'
+                          || t || '.jpg' END,
+                CASE WHEN t = 'blurhash' THEN 'LKO2?U%2Tw=w' END, 1
+           FROM media_assets a CROSS JOIN unnest(ARRAY['preview', 'thumbnail', 'blurhash']) AS t
+          WHERE a.storage_config_id = '{config}';
+",
+        last = files - 1,
+    ))
+    .await
+    .unwrap();
+    #[derive(diesel::QueryableByName)]
+    struct Proxy {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        relative_path: String,
+    }
+    let proxy_files: Vec<Proxy> = diesel::sql_query(format!(
+        "SELECT p.relative_path FROM proxy_files p JOIN media_assets a ON a.id = p.asset_id
+          WHERE a.storage_config_id = '{config}' AND p.relative_path IS NOT NULL"
+    ))
+    .load(&mut conn)
+    .await
+    .unwrap();
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let proxy_files = &proxy_files;
+            s.spawn(move || {
+                for p in proxy_files.iter().skip(t).step_by(threads) {
+                    let file = proxies.join(&p.relative_path);
+                    if std::fs::write(&file, b"x").is_err() {
+                        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+                        std::fs::write(&file, b"x").unwrap();
+                    }
+                }
+            });
+        }
+    });
+    // Vacuumed and analysed now, so autovacuum does not start on these rows in the middle of a round.
+    conn.batch_execute("VACUUM ANALYZE media_assets").await.unwrap();
+    conn.batch_execute("VACUUM ANALYZE proxy_files").await.unwrap();
+}
+
 fn vipsthumbnail(paths: &[PathBuf], out: &Path) -> Duration {
     std::fs::create_dir_all(out).unwrap();
     let started = Instant::now();
@@ -171,7 +333,7 @@ async fn main() {
             .add_storage_config(&NewStorageConfig { username: "bench".into(), root_path: photos.clone() })
             .await
             .unwrap();
-        let (mine, result) = crawl(&store, config.id, &proxies, cores).await;
+        let (mine, result) = crawl(&store, config.id, &proxies).await;
         assert_eq!(result.counts.ingested, count as u64, "{result:?}");
         round_ratios.push(mine.as_secs_f64() / theirs.as_secs_f64());
         (vips, ours) = (vips + theirs, ours + mine);
@@ -190,94 +352,19 @@ async fn main() {
         .add_storage_config(&NewStorageConfig { username: "bench".into(), root_path: mixed.clone() })
         .await
         .unwrap();
-    let (ours_mixed, result) = crawl(&store, mixed_config.id, &proxies, cores).await;
+    let (ours_mixed, result) = crawl(&store, mixed_config.id, &proxies).await;
     assert_eq!(result.counts.ingested, mixed_paths.len() as u64, "{result:?}");
     std::fs::rename(&raw_staged, &raws).unwrap();
-    let (ours_raw, result) = crawl(&store, mixed_config.id, &proxies, cores).await;
+    let (ours_raw, result) = crawl(&store, mixed_config.id, &proxies).await;
     assert_eq!(result.counts.ingested, per_format as u64, "{result:?}");
     let rss_after_mixed = peak_rss_kib();
 
-    // Re-crawl of many unchanged small files vs find.
-    let small = dir.path().join("small");
-    let fixed = SystemTime::UNIX_EPOCH + Duration::from_secs(1_600_000_000);
-    for i in 0..files {
-        let sub = small.join(format!("{:03}", i / 1000));
-        if i % 1000 == 0 {
-            std::fs::create_dir_all(&sub).unwrap();
-        }
-        let f = std::fs::File::create(sub.join(format!("{i}.jpg"))).unwrap();
-        f.set_len(64).unwrap();
-        f.set_modified(fixed).unwrap();
+    // Re-crawl of many unchanged small files vs find: at 100,000 files (the baseline) and, when more are asked
+    // for, at that many too, each in a library of its own, so peak memory and open files can be compared.
+    let mut recrawls = vec![recrawl_unchanged(&store, db.url(), dir.path(), &proxies, files.min(100_000), cores).await];
+    if files > 100_000 {
+        recrawls.push(recrawl_unchanged(&store, db.url(), dir.path(), &proxies, files, cores).await);
     }
-    let (_, small_config) = store
-        .add_storage_config(&NewStorageConfig { username: "bench".into(), root_path: small.clone() })
-        .await
-        .unwrap();
-    // Catalogue them as already crawled (same size and mtime, all proxies, their files in the proxy layout with
-    // the recorded size: the re-crawl looks at each), as a previous crawl would have left them.
-    let mut conn = AsyncPgConnection::establish(db.url()).await.unwrap();
-    conn.batch_execute(&format!(
-        "INSERT INTO media_assets (id, storage_config_id, file_path, display_path, content_hash, size_bytes,
-             file_modified_at, media_type, captured_at, captured_at_source, capture_month, capture_day)
-         SELECT gen_random_uuid(), '{config}', convert_to(p, 'UTF8'), p, md5(p) || md5(p || 'x'), 64,
-                to_timestamp(1600000000), 'image', to_timestamp(1600000000), 'file_mtime', 9, 13
-           FROM (SELECT format('%s/%s.jpg', lpad((g / 1000)::text, 3, '0'), g) AS p
-                   FROM generate_series(0, {last}) g) s;
-         INSERT INTO proxy_files (id, asset_id, proxy_type, relative_path, inline_value, size_bytes)
-         SELECT gen_random_uuid(), a.id, t,
-                CASE WHEN t = 'blurhash' THEN NULL
-                     ELSE a.storage_config_id::text || '/' || left(a.content_hash, 2) || '/' || a.content_hash || '/'
-                          || t || '.jpg' END,
-                CASE WHEN t = 'blurhash' THEN 'LKO2?U%2Tw=w' END, 1
-           FROM media_assets a CROSS JOIN unnest(ARRAY['preview', 'thumbnail', 'blurhash']) AS t
-          WHERE a.storage_config_id = '{config}';
-",
-        config = small_config.id,
-        last = files - 1,
-    ))
-    .await
-    .unwrap();
-    #[derive(diesel::QueryableByName)]
-    struct Proxy {
-        #[diesel(sql_type = diesel::sql_types::Text)]
-        relative_path: String,
-    }
-    let proxy_files: Vec<Proxy> = diesel::sql_query(format!(
-        "SELECT p.relative_path FROM proxy_files p JOIN media_assets a ON a.id = p.asset_id
-          WHERE a.storage_config_id = '{}' AND p.relative_path IS NOT NULL",
-        small_config.id
-    ))
-    .load(&mut conn)
-    .await
-    .unwrap();
-    for p in &proxy_files {
-        let file = proxies.join(&p.relative_path);
-        if std::fs::write(&file, b"x").is_err() {
-            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
-            std::fs::write(&file, b"x").unwrap();
-        }
-    }
-    // Vacuumed and analysed now, so autovacuum does not start on these rows in the middle of a round.
-    conn.batch_execute("VACUUM ANALYZE media_assets").await.unwrap();
-    conn.batch_execute("VACUUM ANALYZE proxy_files").await.unwrap();
-    // Five rounds, `find` then ours each time, on the same warm cache; medians compared (one round alone
-    // varies by ±15% on this machine).
-    let (mut finds, mut ours_runs) = (Vec::new(), Vec::new());
-    for _ in 0..5 {
-        let started = Instant::now();
-        let find = Command::new("find").arg(&small).args(["-printf", "%s %T@\n"]).output().unwrap();
-        assert!(find.status.success());
-        finds.push(started.elapsed().as_secs_f64());
-        let (recrawl, result) = crawl(&store, small_config.id, &proxies, cores).await;
-        assert_eq!(result.counts.unchanged, files as u64, "{result:?}");
-        assert_eq!(result.counts.bytes_hashed, 0);
-        ours_runs.push(recrawl.as_secs_f64());
-    }
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    let (find_time, recrawl) = (median(&mut finds.clone()), median(&mut ours_runs.clone()));
     let rss_after_recrawl = peak_rss_kib();
 
     let report = serde_json::json!({
@@ -306,16 +393,7 @@ async fn main() {
             "raw_seconds": ours_raw.as_secs_f64(),
             "raw_files_per_second": per_format as f64 / ours_raw.as_secs_f64(),
         },
-        "recrawl_unchanged": {
-            "files": files,
-            "rounds": finds.len(),
-            "ours_seconds_median": recrawl,
-            "find_seconds_median": find_time,
-            "ours_over_find": recrawl / find_time,
-            "ours_seconds_each": ours_runs,
-            "find_seconds_each": finds,
-            "target_ratio_at_most": 1.2,
-        },
+        "recrawl_unchanged": recrawls,
         "peak_rss_kib": {
             "after_first_crawl": rss_after_first_crawl,
             "after_mixed_crawl": rss_after_mixed,
