@@ -6,13 +6,15 @@ use std::process::Command;
 use anyhow::{Result, bail};
 
 /// (what is checked, how, the Debian package that provides it)
-const NEEDS: [(&str, &[&str], &str); 10] = [
+const NEEDS: [(&str, &[&str], &str); 11] = [
     (
         "PostgreSQL server binaries",
         &["sh", "-c", "ls /usr/lib/postgresql/*/bin/initdb || command -v initdb"],
         "postgresql",
     ),
     ("runuser", &["sh", "-c", "command -v runuser"], "util-linux"),
+    // Debian puts it in /usr/sbin, outside a plain user's PATH; the tests run /usr/sbin/pgbouncer.
+    ("PgBouncer (the tests through a pooler)", &["sh", "-c", "test -x /usr/sbin/pgbouncer"], "pgbouncer"),
     ("pkg-config", &["sh", "-c", "command -v pkg-config"], "pkg-config"),
     ("libjpeg-turbo headers", &["sh", "-c", "pkg-config --exists libturbojpeg"], "libturbojpeg0-dev"),
     ("ffmpeg", &["sh", "-c", "command -v ffmpeg && command -v ffprobe"], "ffmpeg"),

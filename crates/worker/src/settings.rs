@@ -14,6 +14,7 @@ use almanac_executor::ExecutorConfig;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
+use almanac_store_pg::PoolerMode;
 pub use almanac_store_pg::mask_password;
 
 /// Everything the Worker can be told.
@@ -34,6 +35,12 @@ pub struct Settings {
 pub struct Database {
     /// PostgreSQL URL; `DATABASE_URL` wins when set.
     pub url: Option<String>,
+    /// The `pool_mode` of a connection pooler between the Worker and PostgreSQL: `session` (also for none) or
+    /// `transaction` (PgBouncer's `pool_mode = transaction`). See ADR 0012.
+    pub pooler_mode: String,
+    /// A direct connection to PostgreSQL, past any pooler, on which the Worker listens for enqueued work. Without
+    /// it the Worker listens on `url`, unless `pooler_mode` is `transaction` (then it polls only).
+    pub listen_url: Option<String>,
     pub max_connections: usize,
     #[serde(with = "humantime_serde")]
     pub connect_timeout: Duration,
@@ -127,7 +134,13 @@ pub struct Log {
 
 impl Default for Database {
     fn default() -> Self {
-        Self { url: None, max_connections: 10, connect_timeout: Duration::from_secs(10) }
+        Self {
+            url: None,
+            pooler_mode: PoolerMode::default().name().to_owned(),
+            listen_url: None,
+            max_connections: 10,
+            connect_timeout: Duration::from_secs(10),
+        }
     }
 }
 
@@ -248,7 +261,19 @@ impl Settings {
 
     fn validate(&self) -> Result<()> {
         if let Some(url) = &self.database.url {
-            check_database_url(url)?;
+            check_database_url("database.url", url)?;
+        }
+        if let Some(url) = &self.database.listen_url {
+            check_database_url("database.listen_url", url)?;
+        }
+        if PoolerMode::parse(&self.database.pooler_mode).is_none() {
+            let modes: Vec<&str> = PoolerMode::ALL.iter().map(|m| m.name()).collect();
+            bail!(
+                "database.pooler_mode: {:?} is not a mode this Worker knows: give one of {} (session for PostgreSQL \
+                 itself or a pooler in session mode; transaction for PgBouncer's pool_mode = transaction)",
+                self.database.pooler_mode,
+                modes.join(", ")
+            );
         }
         if let Some(token) = &self.http.token
             && (token.chars().count() < 16 || token.chars().any(char::is_whitespace))
@@ -313,6 +338,11 @@ impl Settings {
             .context("no database: set DATABASE_URL (or database.url in almanac.toml, or ALMANAC__DATABASE__URL)")
     }
 
+    /// How the Worker's connections reach PostgreSQL (`database.pooler_mode`, checked when loaded).
+    pub fn pooler_mode(&self) -> PoolerMode {
+        PoolerMode::parse(&self.database.pooler_mode).unwrap_or_default()
+    }
+
     /// This Worker's id: `worker.id`, or `<hostname>-<pid>`.
     pub fn worker_id(&self) -> Result<WorkerId> {
         let id = match &self.worker.id {
@@ -358,6 +388,7 @@ impl Settings {
     pub fn masked_toml(&self) -> String {
         let mut shown = self.clone();
         shown.database.url = shown.database.url.as_deref().map(mask_password);
+        shown.database.listen_url = shown.database.listen_url.as_deref().map(mask_password);
         shown.http.token = shown.http.token.as_ref().map(|_| "***".to_owned());
         let value = serde_json::to_value(&shown).unwrap_or_default();
         let mut out = String::new();
@@ -378,14 +409,14 @@ impl Settings {
     }
 }
 
-/// `message` with the value of every `url` or `*password*` line of the configuration file replaced by `***`
+/// `message` with the value of every `*url`, `token` or `*password*` line of the configuration file replaced by `***`
 /// (a parse error quotes the offending line, and that line may be the database URL).
 fn hide_secrets(message: &str, file_text: &str) -> String {
     let mut shown = message.to_owned();
     for line in file_text.lines() {
         let Some((key, value)) = line.split_once('=') else { continue };
         let key = key.trim().to_ascii_lowercase();
-        if !(key == "url" || key == "token" || key.contains("password")) {
+        if !(key.ends_with("url") || key == "token" || key.contains("password")) {
             continue;
         }
         let value = value.trim().trim_matches(|c| c == '"' || c == '\'');
@@ -401,20 +432,21 @@ fn hide_secrets(message: &str, file_text: &str) -> String {
     shown
 }
 
-/// Refuses a `database.url` the driver cannot read (either form), naming the setting and never the secret.
-fn check_database_url(url: &str) -> Result<()> {
+/// Refuses a connection string (the setting `key`) the driver cannot read (either form), naming the setting and
+/// never the secret.
+fn check_database_url(key: &str, url: &str) -> Result<()> {
     almanac_store_pg::ConnectTarget::parse(url).map(|_| ()).map_err(|e| {
         let shown = mask_password(url);
         if shown == almanac_store_pg::conninfo_hidden() {
             // The driver's own words may quote part of an unreadable string, password included.
             return anyhow::anyhow!(
-                "database.url: the value cannot be read as a PostgreSQL connection URL or key=value string (it is not shown: \
+                "{key}: the value cannot be read as a PostgreSQL connection URL or key=value string (it is not shown: \
                  it may hold a password). Give it as postgres://USER:PASSWORD@HOST:5432/DATABASE, special \
                  characters percent-encoded, or as host=HOST dbname=DATABASE user=USER password=…"
             );
         }
         anyhow::anyhow!(
-            "database.url: {} cannot be used ({e}). Give it as postgres://USER@HOST:5432/DATABASE (a password as \
+            "{key}: {} cannot be used ({e}). Give it as postgres://USER@HOST:5432/DATABASE (a password as \
              postgres://USER:PASSWORD@…, special characters percent-encoded) or as host=HOST dbname=DATABASE \
              user=USER; TLS with sslmode=disable|prefer|require|verify-ca|verify-full and sslrootcert=FILE|system",
             shown

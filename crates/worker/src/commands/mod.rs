@@ -28,7 +28,8 @@ pub async fn dispatch(command: Command, settings: Settings) -> Result<Exit, Fail
                 Failure::from(e).context(format!("cannot read the schema of the database at {}", mask_password(&url)))
             })?;
             refuse_newer_schema(&schema)?;
-            let store = PgStore::new(&url, 2, settings.database.connect_timeout)?;
+            let (timeout, lease) = (settings.database.connect_timeout, settings.queue.lease);
+            let store = PgStore::in_mode(&url, 2, timeout, lease, settings.pooler_mode())?;
             on_the_database(other, &settings, &url, &store).await
         }
     }

@@ -14,7 +14,7 @@ use almanac_handlers::{
     WorkItemRetentionHandler,
 };
 use almanac_media::ToolLimits;
-use almanac_store_pg::{PgStore, SchemaState, StoreError, WorkerConnections, listen_for_work};
+use almanac_store_pg::{PgStore, PoolerMode, SchemaState, StoreError, WorkerConnections, listen_for_work};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -49,7 +49,7 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<Exit, Failure> {
     let debris = almanac_handlers::maintenance::remove_temporary_debris;
     tokio::spawn(debris(store.clone(), proxy_root, ToolLimits::default(), stop.clone()));
     let running = Arc::new(AtomicBool::new(true));
-    let listener = tokio::spawn(listen_for_work(url.clone(), executor.waker(), stop.clone()));
+    let listener = wake_ups(&settings, &url, executor.waker(), &stop);
     let http = serve_http(&settings, &url, recent, &metrics, &running, &stop).await?;
     let upkeep = tokio::spawn(metrics_upkeep(metrics, stop.clone()));
     let schedule = ScheduleSettings { crawl_interval: settings.schedule.crawl_interval, tick: settings.schedule.tick };
@@ -57,12 +57,16 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<Exit, Failure> {
     let shutdown = CancellationToken::new();
     tokio::spawn(signals(shutdown.clone()));
     let tls = tls(&store).await;
-    info!(event = "worker_starting", database = %mask_password(&url), tls = %tls, served = ?served, "starting");
+    let pooler_mode = settings.pooler_mode();
+    info!(event = "worker_starting", database = %mask_password(&url), pooler_mode = %pooler_mode, tls = %tls,
+          served = ?served, "starting");
 
     let report = executor.run(shutdown).await;
     running.store(false, Ordering::Relaxed);
     stop.cancel();
-    let _ = listener.await;
+    if let Some(listener) = listener {
+        let _ = listener.await;
+    }
     let _ = scheduling.await;
     let _ = upkeep.await;
     if let Some(h) = http {
@@ -146,7 +150,33 @@ fn worker_store(settings: &Settings, url: &str) -> Result<PgStore, Failure> {
         acquire_timeout: settings.database.connect_timeout,
         lease: settings.queue.lease,
     };
-    Ok(PgStore::for_worker(url, connections)?)
+    Ok(PgStore::for_worker_in_mode(url, connections, settings.pooler_mode())?)
+}
+
+/// Wakes the executor when work is enqueued: LISTEN on `database.listen_url` (a direct connection), else on the
+/// database's own URL, except through a pooler in transaction mode, where a LISTEN would hold a server session
+/// the pooler hands to others and never hear a notification: then the Worker polls only, and says so once.
+fn wake_ups(
+    settings: &Settings,
+    url: &str,
+    wake: Arc<tokio::sync::Notify>,
+    stop: &CancellationToken,
+) -> Option<JoinHandle<()>> {
+    let listen_on = match (&settings.database.listen_url, settings.pooler_mode()) {
+        (Some(direct), _) => direct.clone(),
+        (None, PoolerMode::Session) => url.to_owned(),
+        (None, PoolerMode::Transaction) => {
+            warn!(
+                event = "polling_only",
+                poll_interval_ms = settings.queue.poll_interval.as_millis() as u64,
+                "database.pooler_mode is transaction and no database.listen_url is set: not listening for enqueued \
+                 work (a LISTEN through the pooler would never hear it); new work is found at the next poll. Set \
+                 database.listen_url to a direct connection to PostgreSQL to be woken at once"
+            );
+            return None;
+        }
+    };
+    Some(tokio::spawn(listen_for_work(listen_on, wake, stop.clone())))
 }
 
 /// Whose configs this Worker serves (`worker.user`, or all).
@@ -206,12 +236,13 @@ async fn serve_http(
     info!(event = "http_listening", address = %settings.http.address, "serving the operator's page at /, and /healthz, /readyz and /metrics");
     // Probes and metrics get a small budget of their own: a flood of scrapes cannot take the Worker's.
     let (timeout, lease) = (settings.database.connect_timeout, settings.queue.lease);
-    let probes = PgStore::with_idle_transaction_limit(url, 2, timeout, lease)?;
+    let mode = settings.pooler_mode();
+    let probes = PgStore::in_mode(url, 2, timeout, lease, mode)?;
     let process = Arc::new(metrics_process::Collector::default());
     process.describe();
     // The page has connections of its own: open tabs cannot take the probes'.
     let page = Arc::new(Page {
-        store: PgStore::with_idle_transaction_limit(url, 2, timeout, lease)?,
+        store: PgStore::in_mode(url, 2, timeout, lease, mode)?,
         auth: Auth::new(settings.http.token.clone()),
         recent,
         samples: Samples::default(),

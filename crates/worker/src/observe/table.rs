@@ -97,6 +97,12 @@ pub const EVENTS: &[Event] = &[
          reconnects with backoff",
     ),
     event("listener_connected", "(debug) listening for enqueued work"),
+    event(
+        "polling_only",
+        "at start: `database.pooler_mode` is `transaction` and no `database.listen_url` is set, so the Worker does \
+         not listen for enqueued work (a LISTEN through the pooler would never hear it) and finds new work at its \
+         next poll (`queue.poll_interval`)",
+    ),
     event("crawl_finished", "a crawl's result (files found, ingested, failed; bytes hashed)"),
     event("file_failed", "a file that could not be ingested (with the reason); the crawl goes on"),
     event("soft_delete_skipped", "folders that could not be read, so nothing was soft-deleted"),

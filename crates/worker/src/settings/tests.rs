@@ -181,3 +181,35 @@ fn the_guide_states_the_shipped_defaults() {
         assert!(checked.contains(&key), "the settings table was not read whole: no row for `{key}`");
     }
 }
+
+#[test]
+fn the_pooler_mode_is_session_unless_set_and_a_mode_nobody_knows_is_refused_naming_the_choices() {
+    let s = Settings::load_from(None, env(&[])).unwrap();
+    assert_eq!(s.pooler_mode(), almanac_store_pg::PoolerMode::Session);
+    let s = Settings::load_from(None, env(&[("ALMANAC__DATABASE__POOLER_MODE", "transaction")])).unwrap();
+    assert_eq!(s.pooler_mode(), almanac_store_pg::PoolerMode::Transaction);
+    let err = Settings::load_from(None, env(&[("ALMANAC__DATABASE__POOLER_MODE", "statement")])).unwrap_err();
+    let message = format!("{err:#}");
+    assert!(message.starts_with("database.pooler_mode: \"statement\""), "{message}");
+    assert!(message.contains("session, transaction"), "{message}");
+}
+
+#[test]
+fn the_listen_url_is_checked_and_its_password_never_shown() {
+    let listen = "postgres://u:hunter2@db-direct:5432/almanac";
+    let s = Settings::load_from(None, env(&[("ALMANAC__DATABASE__LISTEN_URL", listen)])).unwrap();
+    assert_eq!(s.database.listen_url.as_deref(), Some(listen));
+    let shown = s.masked_toml();
+    assert!(shown.contains("listen_url = \"postgres://u:***@db-direct:5432/almanac\""), "{shown}");
+    assert!(!shown.contains("hunter2"), "{shown}");
+    let err = Settings::load_from(None, env(&[("ALMANAC__DATABASE__LISTEN_URL", "postgres://u:hunter2@h:x/db")]))
+        .unwrap_err();
+    let message = format!("{err:#}");
+    assert!(message.starts_with("database.listen_url: ") && !message.contains("hunter2"), "{message}");
+    // A file that cannot be parsed on its listen_url line does not show it either.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("almanac.toml");
+    std::fs::write(&file, "[database]\nlisten_url = \"postgres://u:hun\\dter2@h/db\"\n").unwrap();
+    let message = format!("{:#}", Settings::load_from(Some(&file), env(&[])).unwrap_err());
+    assert!(!message.contains("hun") && !message.contains("dter2"), "{message}");
+}

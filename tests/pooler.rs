@@ -1,0 +1,218 @@
+//! The real `almanac-worker` through PgBouncer 1.18 in transaction mode (issue #26, ADR 0012): a crawl, the CLI
+//! and the operator's page work through it; an enqueue wakes the Worker through its direct `listen_url`, and
+//! without one the Worker says that it polls and holds no LISTEN through the pooler.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use almanac_media::fixtures::{self, FixtureExif};
+use almanac_testdb::{PgBouncer, TestDatabase};
+
+struct Setup {
+    db: TestDatabase,
+    bouncer: PgBouncer,
+    dir: tempfile::TempDir,
+    library: PathBuf,
+}
+
+fn setup(photos: u32) -> Setup {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let db = rt.block_on(TestDatabase::create());
+    // Few server sessions, so the Worker's pools, the page's and the CLI's take turns on them.
+    let bouncer = PgBouncer::start(3).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let library = dir.path().join("library");
+    std::fs::create_dir_all(&library).unwrap();
+    for i in 0..photos {
+        let exif = FixtureExif::camera(&format!("2021:03:{:02} 10:00:00", 1 + i % 28), "+01:00");
+        std::fs::write(library.join(format!("IMG_{i:04}.JPG")), fixtures::jpeg(800, 600, i, true, &exif)).unwrap();
+    }
+    Setup { db, bouncer, dir, library }
+}
+
+impl Setup {
+    /// The URL every process of the Worker's is given: the database through PgBouncer.
+    fn pooled_url(&self) -> String {
+        self.bouncer.url_of(&self.db)
+    }
+
+    /// The CLI through PgBouncer, in transaction mode; its standard output.
+    fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new(support::worker_bin())
+            .args(args)
+            .env("DATABASE_URL", self.pooled_url())
+            .env("ALMANAC__DATABASE__POOLER_MODE", "transaction")
+            .env("ALMANAC__STORAGE__PROXY_ROOT", self.dir.path().join("proxies"))
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "almanac-worker {args:?}: {said}\nPgBouncer:\n{}", self.bouncer.log());
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn worker(&self, name: &str, extra: &[(&str, &str)]) -> Worker {
+        let log = self.dir.path().join(format!("{name}.log"));
+        let mut command = Command::new(support::worker_bin());
+        command
+            .args(["run", "--log-format", "json"])
+            .env("DATABASE_URL", self.pooled_url())
+            .env("ALMANAC__DATABASE__POOLER_MODE", "transaction")
+            .env("ALMANAC__WORKER__ID", name)
+            .env("ALMANAC__STORAGE__PROXY_ROOT", self.dir.path().join("proxies"))
+            .env("ALMANAC__HTTP__ENABLED", "false")
+            .env("ALMANAC__LOG__LEVEL", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        for (k, v) in extra {
+            command.env(k, v);
+        }
+        Worker { child: command.spawn().unwrap(), log }
+    }
+
+    /// Waits (on a direct connection) until `sql` returns a row, for something that takes up to `idle` on an
+    /// idle machine.
+    fn wait_for(&self, sql: &str, idle: Duration) -> Vec<Vec<String>> {
+        support::wait_for(self.db.url(), sql, idle)
+    }
+
+    fn query(&self, sql: &str) -> Vec<Vec<String>> {
+        support::query(self.db.url(), sql)
+    }
+
+    /// Waits until nothing is running and nothing queued is due: the Worker is idle.
+    fn wait_until_idle(&self) {
+        self.wait_for(
+            "SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM work_items
+               WHERE status = 'running' OR (status = 'queued' AND run_after <= now()))",
+            Duration::from_secs(30),
+        );
+    }
+}
+
+struct Worker {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Worker {
+    fn events(&self, name: &str) -> Vec<serde_json::Value> {
+        log_lines(&self.log).into_iter().filter(|l| l["fields"]["event"] == name).collect()
+    }
+
+    /// Waits until the Worker has logged `event`.
+    fn wait_for_event(&self, event: &str, idle: Duration) -> serde_json::Value {
+        let every = Duration::from_millis(50);
+        almanac_testdb::patience::wait_for(event, idle, every, || self.events(event).into_iter().next())
+    }
+
+    fn terminate(mut self) -> (std::process::ExitStatus, Vec<serde_json::Value>) {
+        Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
+        let status = self.child.wait().unwrap();
+        (status, log_lines(&self.log))
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+    }
+}
+
+fn log_lines(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path).unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+}
+
+fn http_get(port: u16, path: &str) -> String {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
+}
+
+/// The sessions of the database on the server that LISTEN (their last statement, as `pg_stat_activity` shows
+/// it), by process id.
+fn listeners(s: &Setup) -> Vec<Vec<String>> {
+    s.query(&format!(
+        "SELECT pid::text FROM pg_stat_activity WHERE datname = '{}' AND query ILIKE 'LISTEN%'",
+        s.db.name()
+    ))
+}
+
+/// A crawl, the CLI and the page through PgBouncer in transaction mode. The Worker polls once an hour, so the
+/// item enqueued once it is idle can only be picked up because its LISTEN on the direct `listen_url` woke it.
+#[test]
+fn a_crawl_the_cli_and_the_page_work_through_pgbouncer_and_an_enqueue_wakes_the_worker_through_listen_url() {
+    let s = setup(12);
+    // Through the pooler too (the database is cloned from a migrated template: this applies what the binary has
+    // beyond it, if anything).
+    s.cli(&["migrate"]);
+    let root = s.library.to_str().unwrap();
+    s.cli(&["config", "add", "--user", "ann", "--root", root]);
+    s.cli(&["enqueue", "crawl", "--config", root]);
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let address = format!("127.0.0.1:{port}");
+    let worker = s.worker(
+        "pooled",
+        &[
+            ("ALMANAC__DATABASE__LISTEN_URL", s.db.url()),
+            ("ALMANAC__QUEUE__POLL_INTERVAL", "1h"),
+            ("ALMANAC__HTTP__ENABLED", "true"),
+            ("ALMANAC__HTTP__ADDRESS", &address),
+        ],
+    );
+    s.wait_for("SELECT 1 FROM work_items WHERE kind = 'crawl' AND status = 'succeeded'", Duration::from_secs(60));
+    assert_eq!(s.query("SELECT count(*) FROM media_assets WHERE NOT is_soft_deleted")[0][0], "12");
+    s.wait_until_idle();
+
+    // The CLI and the page, through the pooler, while the Worker runs.
+    let status = s.cli(&["status"]);
+    assert!(status.contains("crawl"), "{status}");
+    assert!(s.cli(&["config", "list"]).contains(root));
+    let succeeded = s.cli(&["list", "--status", "succeeded"]);
+    assert!(succeeded.contains("crawl"), "{succeeded}");
+    let page = http_get(port, "/");
+    assert!(page.starts_with("HTTP/1.1 200") && page.contains(root), "{page}");
+    let metrics = http_get(port, "/metrics");
+    assert!(metrics.starts_with("HTTP/1.1 200") && metrics.contains("almanac_database_up 1"), "{metrics}");
+    assert!(metrics.contains("almanac_work_items{kind=\"crawl\",status=\"succeeded\"}"), "{metrics}");
+    assert!(http_get(port, "/readyz").starts_with("HTTP/1.1 200"));
+
+    // The Worker listens on the direct connection, never through PgBouncer.
+    assert_eq!(listeners(&s).len(), 1, "one LISTEN, on the direct connection");
+    assert!(worker.events("polling_only").is_empty());
+    // Idle, polling once an hour: an enqueue is picked up because it woke the Worker.
+    let id = s.cli(&["enqueue", "token-cleanup"]).split_whitespace().next().unwrap().to_owned();
+    s.wait_for(
+        &format!("SELECT 1 FROM work_items WHERE id = '{id}' AND status = 'succeeded'"),
+        Duration::from_secs(10),
+    );
+
+    let (exit, lines) = worker.terminate();
+    assert!(exit.success(), "{exit}");
+    let started: Vec<_> = lines.iter().filter(|l| l["fields"]["event"] == "worker_starting").collect();
+    assert_eq!(started[0]["fields"]["pooler_mode"], "transaction", "{started:?}");
+}
+
+/// Without `listen_url`, a Worker in transaction mode says once that it polls, holds no LISTEN (through the
+/// pooler it would never hear a notification), and finds enqueued work at its next poll.
+#[test]
+fn without_a_listen_url_the_worker_polls_and_says_so_once() {
+    let s = setup(0);
+    s.cli(&["migrate"]);
+    let worker = s.worker("polling", &[("ALMANAC__QUEUE__POLL_INTERVAL", "300ms")]);
+    let said = worker.wait_for_event("polling_only", Duration::from_secs(10));
+    assert_eq!(said["level"], "WARN", "{said}");
+    let id = s.cli(&["enqueue", "token-cleanup"]).split_whitespace().next().unwrap().to_owned();
+    s.wait_for(
+        &format!("SELECT 1 FROM work_items WHERE id = '{id}' AND status = 'succeeded'"),
+        Duration::from_secs(10),
+    );
+    assert!(listeners(&s).is_empty(), "no LISTEN anywhere: {:?}", listeners(&s));
+    let (exit, lines) = worker.terminate();
+    assert!(exit.success(), "{exit}");
+    assert_eq!(lines.iter().filter(|l| l["fields"]["event"] == "polling_only").count(), 1, "said once");
+}
