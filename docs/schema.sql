@@ -27,13 +27,15 @@ CREATE FUNCTION public.almanac_claim_candidates(kinds text[], served_user uuid) 
     SET enable_sort TO 'off'
     SET jit TO 'off'
     AS $$
+DECLARE
+    due timestamptz := clock_timestamp();
 BEGIN
     IF served_user IS NULL THEN
         RETURN ARRAY(
             (SELECT u.id
                FROM work_items AS u
               WHERE u.status = 'queued' AND u.storage_config_id IS NULL
-                AND u.run_after <= now() AND u.kind = ANY (kinds)
+                AND u.run_after <= due AND u.kind = ANY (kinds)
                 AND u.kind <> ALL (ARRAY(SELECT p.kind FROM paused_kinds AS p))
               ORDER BY u.requested_at, u.id
               LIMIT 64)
@@ -41,14 +43,14 @@ BEGIN
             SELECT n.id
               FROM (SELECT h.storage_config_id
                       FROM queue_heads AS h
-                     WHERE h.claimable AND h.earliest_run_after <= now()
+                     WHERE h.claimable AND h.earliest_run_after <= due
                      ORDER BY h.oldest_requested_at, h.storage_config_id
                      LIMIT 32) AS c
              CROSS JOIN LATERAL (
                    SELECT x.id
                      FROM work_items AS x
                     WHERE x.storage_config_id = c.storage_config_id AND x.status = 'queued'
-                      AND x.run_after <= now() AND x.kind = ANY (kinds)
+                      AND x.run_after <= due AND x.kind = ANY (kinds)
                       AND x.kind <> ALL (ARRAY(SELECT p.kind FROM paused_kinds AS p))
                     ORDER BY x.requested_at, x.id
                     LIMIT 1) AS n
@@ -59,7 +61,7 @@ BEGIN
         (SELECT u.id
            FROM work_items AS u
           WHERE u.status = 'queued' AND u.storage_config_id IS NULL
-            AND u.run_after <= now() AND u.kind = ANY (kinds)
+            AND u.run_after <= due AND u.kind = ANY (kinds)
             AND u.kind <> ALL (ARRAY(SELECT p.kind FROM paused_kinds AS p))
           ORDER BY u.requested_at, u.id
           LIMIT 64)
@@ -67,14 +69,14 @@ BEGIN
         SELECT n.id
           FROM (SELECT h.storage_config_id
                   FROM queue_heads AS h
-                 WHERE h.claimable AND h.earliest_run_after <= now() AND h.user_id = served_user
+                 WHERE h.claimable AND h.earliest_run_after <= due AND h.user_id = served_user
                  ORDER BY h.oldest_requested_at, h.storage_config_id
                  LIMIT 32) AS c
          CROSS JOIN LATERAL (
                SELECT x.id
                  FROM work_items AS x
                 WHERE x.storage_config_id = c.storage_config_id AND x.status = 'queued'
-                  AND x.run_after <= now() AND x.kind = ANY (kinds)
+                  AND x.run_after <= due AND x.kind = ANY (kinds)
                   AND x.kind <> ALL (ARRAY(SELECT p.kind FROM paused_kinds AS p))
                 ORDER BY x.requested_at, x.id
                 LIMIT 1) AS n

@@ -142,7 +142,7 @@ async fn the_claim_is_prepared_once_per_connection() {
     enqueue(&store, WorkKind::Crawl, Scope::Config(c.id)).await;
     let mut conn = raw(&db).await;
     for _ in 0..4 {
-        claim_with(&mut conn, &all_kinds("w1")).await.unwrap().expect("claimed");
+        claim_with(&mut conn, &all_kinds("w1"), 1).await.unwrap().pop().expect("claimed");
     }
     #[derive(diesel::QueryableByName)]
     struct N {
@@ -484,7 +484,7 @@ async fn second_claim_blocked_on_index_returns_nothing() {
 
     let mut first = raw(&db).await;
     first.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED").await.unwrap();
-    let held = claim_with(&mut first, &claimer("w1", &[WorkKind::Crawl])).await.unwrap().expect("first claim");
+    let held = claim_with(&mut first, &claimer("w1", &[WorkKind::Crawl]), 1).await.unwrap().pop().expect("first claim");
     assert_eq!(held.item.id, crawl);
 
     let logs: Arc<Mutex<Vec<u8>>> = Arc::default();
@@ -585,7 +585,7 @@ async fn a_claim_and_an_enqueue_racing_for_a_head_leave_it_unclaimable_while_the
         tokio::spawn(async move {
             let mut conn = AsyncPgConnection::establish(&url).await.unwrap();
             conn.batch_execute("BEGIN").await.unwrap();
-            let claimed = claim_with(&mut conn, &request).await.unwrap();
+            let claimed = claim_with(&mut conn, &request, 1).await.unwrap().pop();
             conn.batch_execute("COMMIT").await.unwrap();
             claimed
         })
@@ -598,7 +598,8 @@ async fn a_claim_and_an_enqueue_racing_for_a_head_leave_it_unclaimable_while_the
     // b: the claim holds the head first; the enqueue's refresh waits for it, then reads the running item.
     let mut claimant = raw(&db).await;
     claimant.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED").await.unwrap();
-    let second = claim_with(&mut claimant, &claimer("w2", &[WorkKind::Crawl])).await.unwrap().expect("b's crawl");
+    let second =
+        claim_with(&mut claimant, &claimer("w2", &[WorkKind::Crawl]), 1).await.unwrap().pop().expect("b's crawl");
     let enqueuing = {
         let url = db.url().to_owned();
         let late = insert(&b);
@@ -617,6 +618,41 @@ async fn a_claim_and_an_enqueue_racing_for_a_head_leave_it_unclaimable_while_the
         let next = store.claim(&all_kinds("w3")).await.unwrap().expect("the config's late item");
         assert_eq!((next.item.kind, next.item.scope), (WorkKind::BurstDetection, Scope::Config(config.id)));
     }
+}
+
+/// First in, first out per config, even for an item handed back while a claim was on its way: a released item
+/// is due again from its release (`run_after` = the release transaction's start), and a claim whose transaction
+/// began before that release, but whose statement reads it, still takes it before the config's newer item. Due
+/// by the claim transaction's `now()`, it took the newer one (142 inversions with 16 Worker processes in the
+/// many-Workers benchmark; migration 000013).
+#[tokio::test]
+async fn a_claim_begun_before_a_release_still_takes_the_released_item_first() {
+    let (db, store) = setup().await;
+    let c = config(&store, "ann", "/c").await;
+    let older = enqueue(&store, WorkKind::Crawl, Scope::Config(c.id)).await;
+    let newer = enqueue(&store, WorkKind::BurstDetection, Scope::Config(c.id)).await;
+    let held = store.claim(&all_kinds("w1")).await.unwrap().expect("the older item");
+    assert_eq!(held.item.id, older);
+
+    let mut claimant = raw(&db).await;
+    claimant.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED; SELECT now()").await.unwrap();
+    assert_eq!(store.release(held.fence).await, Ok(WriteOutcome::Written));
+    #[derive(diesel::QueryableByName)]
+    struct Later {
+        #[diesel(sql_type = diesel::sql_types::Bool)]
+        later: bool,
+    }
+    let due: Later = sql_query("SELECT run_after > now() AS later FROM work_items WHERE id = $1")
+        .bind::<Uuid, _>(older.as_uuid())
+        .get_result(&mut claimant)
+        .await
+        .unwrap();
+    assert!(due.later, "the release's transaction began after the claim's (the race this test is about)");
+    let claimed = claim_with(&mut claimant, &all_kinds("w2"), 2).await.unwrap();
+    claimant.batch_execute("COMMIT").await.unwrap();
+    let ids: Vec<WorkItemId> = claimed.iter().map(|c| c.item.id).collect();
+    assert_eq!(ids, [older], "the released older item first, and nothing else of its config");
+    assert_eq!(status_of(&store, newer).await, Status::Queued);
 }
 
 /// Deactivating a config takes it out of the claim's candidates at once (its head is kept by a trigger on
@@ -662,7 +698,7 @@ async fn complete_and_claim_commits_the_completion_even_when_its_claim_loses_the
     let bursts = enqueue(&store, WorkKind::BurstDetection, Scope::Config(y.id)).await;
     let mut held = raw(&db).await;
     held.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED").await.unwrap();
-    let holder = claim_with(&mut held, &claimer("w2", &[WorkKind::Crawl])).await.unwrap().expect("y's crawl");
+    let holder = claim_with(&mut held, &claimer("w2", &[WorkKind::Crawl]), 1).await.unwrap().pop().expect("y's crawl");
     assert_eq!(holder.item.id, crawl);
     let completer = store.clone();
     let completing = tokio::spawn(async move {
@@ -808,7 +844,7 @@ async fn claim_many_that_loses_the_race_for_one_config_claims_nothing() {
     let xs = enqueue(&store, WorkKind::BurstDetection, Scope::Config(x.id)).await;
     let mut held = raw(&db).await;
     held.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED").await.unwrap();
-    let holder = claim_with(&mut held, &claimer("w2", &[WorkKind::Crawl])).await.unwrap().expect("y's crawl");
+    let holder = claim_with(&mut held, &claimer("w2", &[WorkKind::Crawl]), 1).await.unwrap().pop().expect("y's crawl");
     assert_eq!(holder.item.id, crawl);
     let claimer_store = store.clone();
     let claiming =

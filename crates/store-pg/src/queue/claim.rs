@@ -72,18 +72,21 @@ fn claim_text(template: &str, limit: usize) -> String {
     template.replace("{limit}", &limit.max(1).to_string())
 }
 
-/// The claim on a connection of the caller's, e.g. inside an explicit transaction held open to force the
-/// race that rule 2 covers (the caller then commits). [`almanac_domain::WorkQueue::claim`] runs it in a
-/// transaction of its own whose commit it awaits. For tests only (feature `test-support`).
+/// The claim of up to `limit` items on a connection of the caller's, e.g. inside an explicit transaction held
+/// open to force the race that rule 2 covers (the caller then commits), or to read the statement as the
+/// connection prepared it (`pg_prepared_statements`, the claim benchmark's `EXPLAIN`).
+/// [`almanac_domain::WorkQueue::claim_many`] runs it in a transaction of its own whose commit it awaits. For
+/// tests and benchmarks only (feature `test-support`).
 #[cfg(feature = "test-support")]
 #[mutants::skip]
 pub async fn claim_with(
     conn: &mut AsyncPgConnection,
     request: &ClaimRequest,
-) -> Result<Option<ClaimedItem>, QueueError> {
-    match statement(conn, request, 1).await {
-        Ok(rows) => Ok(items(rows)?.into_iter().next()),
-        Err(e) if lost_race(&e) => Ok(None),
+    limit: usize,
+) -> Result<Vec<ClaimedItem>, QueueError> {
+    match statement(conn, request, limit).await {
+        Ok(rows) => items(rows),
+        Err(e) if lost_race(&e) => Ok(Vec::new()),
         Err(e) => Err(error::queue(e)),
     }
 }

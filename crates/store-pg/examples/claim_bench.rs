@@ -1,0 +1,312 @@
+//! The claim at 10,000 configs (issue #26 item 5), run through `cargo xtask bench claim`: JSON on stdout.
+//!
+//! One database of 10,000 configs and 1,000,000 queued items (100 a config, half the configs busy with a running
+//! item that never ends), loaded with set-based SQL. The claim is measured before and after migration 000012
+//! in the same run, on the same data: its `down.sql` and its `up.sql` are applied in turn, twice each
+//! (before, after, before, after). Each round gives:
+//! - `EXPLAIN (ANALYZE, BUFFERS)` of the store's own claim of eight (the text the store prepares, read back from
+//!   `pg_prepared_statements`), first on a new connection (`cold`: the functions' plans are made then) and
+//!   then the median of five more on it (`warm`, as on a Worker's pooled connection), with the time spent in
+//!   the heads' trigger and in the candidates' function (`pg_stat_xact_user_functions`);
+//! - claim latency p50/p95/p99 of 8 concurrent claimers, each claiming eight (`claim_many`, timed) and
+//!   completing what it claimed (`complete_many_and_claim` claiming none), for `ALMANAC_BENCH_SECONDS`
+//!   (default 10) each.
+//!
+//! `ALMANAC_BENCH_SCALE_ITEMS` (default 1,000,000) shrinks the load for a quick run.
+
+use std::time::{Duration, Instant};
+
+use almanac_domain::{
+    WorkKind, WorkQueue, WorkerId,
+    ports::{ClaimRequest, LeaseDuration, ServedConfigs},
+};
+use almanac_store_pg::{PgStore, claim_with};
+use almanac_testdb::TestDatabase;
+use diesel::sql_types::{BigInt, Double, Text};
+use diesel::{QueryableByName, sql_query};
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
+
+/// The migration measured: its `down.sql` gives the claim before it, its `up.sql` the claim after.
+macro_rules! change {
+    ($file:literal) => {
+        include_str!(concat!("../../../migrations/2026-12-02-000012_claim_marks_heads/", $file))
+    };
+}
+const BEFORE: &str = change!("down.sql");
+const AFTER: &str = change!("up.sql");
+
+const CONFIGS: usize = 10_000;
+const CLAIMERS: usize = 8;
+const BATCH: usize = 8;
+
+#[derive(QueryableByName)]
+struct TextRow {
+    #[diesel(sql_type = Text)]
+    text: String,
+}
+
+#[derive(QueryableByName)]
+struct Count {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+}
+
+#[derive(QueryableByName)]
+struct FunctionTime {
+    #[diesel(sql_type = Double)]
+    heads: f64,
+    #[diesel(sql_type = Double)]
+    candidates: f64,
+}
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn request(worker: &str) -> ClaimRequest {
+    ClaimRequest {
+        worker_id: WorkerId::new(worker).unwrap(),
+        served: ServedConfigs::All,
+        kinds: WorkKind::ALL.to_vec(),
+        lease: LeaseDuration::DEFAULT,
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+/// The middle value, or the mean of the two middle values.
+fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// 10,000 configs of five users; `items` queued over them, the oldest first config by config; half the configs
+/// busy (their oldest item running, its lease a day long).
+async fn load(items: usize) -> (TestDatabase, AsyncPgConnection, f64) {
+    let db = TestDatabase::create().await;
+    let mut conn = AsyncPgConnection::establish(db.url()).await.unwrap();
+    let started = Instant::now();
+    conn.batch_execute(&format!(
+        "ALTER DATABASE \"{name}\" SET track_functions = 'all';
+         INSERT INTO users (id, username) SELECT gen_random_uuid(), 'user' || g FROM generate_series(1, 5) g;
+         INSERT INTO storage_configs (id, user_id, root_path, created_at)
+         SELECT gen_random_uuid(), (SELECT id FROM users ORDER BY username OFFSET g % 5 LIMIT 1), '/lib/' || g,
+                now() + g * interval '1 microsecond'
+           FROM generate_series(1, {CONFIGS}) g;
+         INSERT INTO work_items (id, kind, storage_config_id, requested_at)
+         SELECT gen_random_uuid(), 'burst_detection', c.id,
+                now() - interval '1 day' + (g * {CONFIGS} + c.n) * interval '1 microsecond'
+           FROM generate_series(1, {per_config}) g
+          CROSS JOIN (SELECT id, row_number() OVER (ORDER BY created_at) AS n FROM storage_configs) c;
+         UPDATE work_items w SET status = 'running', attempt = 1, worker_id = 'busy',
+                lease_expires_at = now() + interval '1 day'
+          WHERE w.id IN (SELECT DISTINCT ON (q.storage_config_id) q.id FROM work_items q
+                          JOIN (SELECT id FROM storage_configs ORDER BY created_at LIMIT {half}) b
+                            ON b.id = q.storage_config_id
+                          ORDER BY q.storage_config_id, q.requested_at);",
+        name = db.name(),
+        per_config = (items / CONFIGS).max(1),
+        half = CONFIGS / 2,
+    ))
+    .await
+    .unwrap_or_else(|e| panic!("loading the scenario: {e}"));
+    // One statement each: VACUUM runs outside a transaction only.
+    for table in ["work_items", "queue_heads"] {
+        conn.batch_execute(&format!("VACUUM ANALYZE {table}")).await.unwrap();
+    }
+    (db, conn, started.elapsed().as_secs_f64())
+}
+
+/// The store's claim of `BATCH` as a connection prepares it: claimed once on a connection of its own (rolled
+/// back), its text read back from `pg_prepared_statements`.
+async fn claim_text(db: &TestDatabase) -> String {
+    let mut conn = AsyncPgConnection::establish(db.url()).await.unwrap();
+    conn.batch_execute("BEGIN").await.unwrap();
+    claim_with(&mut conn, &request("explain"), BATCH).await.unwrap();
+    conn.batch_execute("ROLLBACK").await.unwrap();
+    let row: TextRow = sql_query(
+        "SELECT statement AS text FROM pg_prepared_statements
+          WHERE statement LIKE '%almanac_claim_candidates%' AND statement NOT LIKE '%pg_prepared_statements%'",
+    )
+    .get_result(&mut conn)
+    .await
+    .unwrap();
+    row.text
+}
+
+/// Milliseconds this session has spent so far in the heads' triggers and in the candidates' function. The view
+/// also holds the session's counts of earlier transactions not yet reported: compare two readings.
+async fn function_time(conn: &mut AsyncPgConnection) -> (f64, f64) {
+    let spent: FunctionTime = sql_query(
+        "SELECT coalesce(sum(total_time) FILTER (WHERE funcname LIKE 'almanac_queue_heads_%'), 0) AS heads,
+                coalesce(sum(total_time) FILTER (WHERE funcname = 'almanac_claim_candidates'), 0) AS candidates
+           FROM pg_stat_xact_user_functions",
+    )
+    .get_result(conn)
+    .await
+    .unwrap();
+    (spent.heads, spent.candidates)
+}
+
+/// One `EXPLAIN (ANALYZE, BUFFERS)` of the prepared claim `c` in a transaction that is rolled back: the
+/// statement's figures, and the milliseconds it spent in the heads' trigger and the candidates.
+async fn explain_once(conn: &mut AsyncPgConnection) -> serde_json::Value {
+    let kinds: Vec<String> = WorkKind::ALL.iter().map(|k| format!("'{}'", k.as_str())).collect();
+    conn.batch_execute("BEGIN").await.unwrap();
+    let before = function_time(conn).await;
+    let plan: TextRow = sql_query(format!(
+        "SELECT pg_temp.explained('EXECUTE c(''explain'', 60, ARRAY[{}])') AS text",
+        kinds.join(", ").replace('\'', "''")
+    ))
+    .get_result(conn)
+    .await
+    .unwrap();
+    let after = function_time(conn).await;
+    let spent = FunctionTime { heads: after.0 - before.0, candidates: after.1 - before.1 };
+    conn.batch_execute("ROLLBACK").await.unwrap();
+    let plan: serde_json::Value = serde_json::from_str(&plan.text).unwrap();
+    let top = &plan[0];
+    let trigger_ms: f64 = top["Triggers"].as_array().into_iter().flatten().filter_map(|t| t["Time"].as_f64()).sum();
+    serde_json::json!({
+        "execution_ms": top["Execution Time"],
+        "planning_ms": top["Planning Time"],
+        "rows": top["Plan"]["Actual Rows"],
+        "shared_buffers_hit": top["Plan"]["Shared Hit Blocks"],
+        "shared_buffers_read": top["Plan"]["Shared Read Blocks"],
+        "triggers_ms": trigger_ms,
+        "heads_trigger_ms": spent.heads,
+        "candidates_ms": spent.candidates,
+    })
+}
+
+/// EXPLAIN of the claim of eight on a new connection (`cold`), then the median of five more (`warm`).
+async fn explain(db: &TestDatabase, text: &str) -> serde_json::Value {
+    let mut conn = AsyncPgConnection::establish(db.url()).await.unwrap();
+    conn.batch_execute(&format!(
+        "CREATE FUNCTION pg_temp.explained(q text) RETURNS text LANGUAGE plpgsql AS $$
+         DECLARE plan text;
+         BEGIN
+             EXECUTE 'EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ' || q INTO plan;
+             RETURN plan;
+         END $$;
+         PREPARE c(text, double precision, text[]) AS {text};"
+    ))
+    .await
+    .unwrap();
+    let cold = explain_once(&mut conn).await;
+    let mut warm = Vec::new();
+    for _ in 0..5 {
+        warm.push(explain_once(&mut conn).await);
+    }
+    let field = |name: &str| median(&warm.iter().filter_map(|w| w[name].as_f64()).collect::<Vec<_>>());
+    serde_json::json!({
+        "cold": cold,
+        "warm_median": {
+            "execution_ms": field("execution_ms"),
+            "planning_ms": field("planning_ms"),
+            "shared_buffers_hit": field("shared_buffers_hit"),
+            "triggers_ms": field("triggers_ms"),
+            "heads_trigger_ms": field("heads_trigger_ms"),
+            "candidates_ms": field("candidates_ms"),
+        },
+    })
+}
+
+/// `CLAIMERS` loops, each with a store of its own, claiming `BATCH` (timed) and completing what it claimed, for
+/// `seconds`: the claims' latencies and rates.
+async fn latencies(db: &TestDatabase, seconds: u64) -> serde_json::Value {
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..CLAIMERS)
+        .map(|w| {
+            let store = PgStore::new(db.url(), 2, Duration::from_secs(10)).unwrap();
+            tokio::spawn(async move {
+                let request = request(&format!("claimer{w}"));
+                let (mut samples, mut items) = (Vec::new(), 0usize);
+                let deadline = Instant::now() + Duration::from_secs(seconds);
+                while Instant::now() < deadline {
+                    let t = Instant::now();
+                    let claimed = store.claim_many(&request, BATCH).await.unwrap();
+                    samples.push(t.elapsed().as_secs_f64() * 1000.0);
+                    items += claimed.len();
+                    let done: Vec<_> = claimed.iter().map(|c| (c.fence, None)).collect();
+                    if !done.is_empty() {
+                        store.complete_many_and_claim(&done, &request, 0).await.unwrap();
+                    }
+                }
+                (samples, items)
+            })
+        })
+        .collect();
+    let (mut samples, mut items) = (Vec::new(), 0);
+    for t in tasks {
+        let (s, n) = t.await.unwrap();
+        samples.extend(s);
+        items += n;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    samples.sort_by(f64::total_cmp);
+    serde_json::json!({
+        "claims": samples.len(),
+        "p50_ms": percentile(&samples, 0.5),
+        "p95_ms": percentile(&samples, 0.95),
+        "p99_ms": percentile(&samples, 0.99),
+        "claims_per_second": samples.len() as f64 / elapsed,
+        "items_per_second": items as f64 / elapsed,
+    })
+}
+
+#[tokio::main]
+async fn main() {
+    let items = env_usize("ALMANAC_BENCH_SCALE_ITEMS", 1_000_000);
+    let seconds = env_usize("ALMANAC_BENCH_SECONDS", 10) as u64;
+    let (db, mut conn, load_seconds) = load(items).await;
+    let queued = sql_query("SELECT count(*) AS n FROM work_items WHERE status = 'queued'")
+        .get_result::<Count>(&mut conn)
+        .await
+        .unwrap()
+        .n;
+    eprintln!("loaded {queued} queued items over {CONFIGS} configs in {load_seconds:.0} s");
+    let mut rounds = Vec::new();
+    for (schema, sql) in [("before", BEFORE), ("after", AFTER), ("before", BEFORE), ("after", AFTER)] {
+        conn.batch_execute(sql).await.unwrap_or_else(|e| panic!("applying the claim {schema} migration 000012: {e}"));
+        let text = claim_text(&db).await;
+        let round = serde_json::json!({
+            "schema": schema,
+            "explain_claim_of_eight": explain(&db, &text).await,
+            "claimers": latencies(&db, seconds).await,
+        });
+        eprintln!("{round}");
+        rounds.push(round);
+    }
+    let p99 = |schema: &str| {
+        median(
+            &rounds
+                .iter()
+                .filter(|r| r["schema"] == schema)
+                .filter_map(|r| r["claimers"]["p99_ms"].as_f64())
+                .collect::<Vec<_>>(),
+        )
+    };
+    let report = serde_json::json!({
+        "benchmark": "claim",
+        "date": chrono::Utc::now().format("%Y-%m-%d").to_string(),
+        "cores": std::thread::available_parallelism().map_or(2, usize::from),
+        "configs": CONFIGS, "queued": queued, "busy_configs": CONFIGS / 2, "load_seconds": load_seconds,
+        "claimers": CLAIMERS, "batch": BATCH, "seconds_per_round": seconds,
+        "rounds": rounds,
+        "p99_ms_before_median": p99("before"),
+        "p99_ms_after_median": p99("after"),
+        "p99_ratio_after_to_before": p99("after") / p99("before"),
+    });
+    println!("{}", serde_json::to_string_pretty(&report).unwrap());
+}
