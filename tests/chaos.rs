@@ -4,16 +4,19 @@
 //! triggers), or an inconsistent catalogue (a proxy row without its file, a path recorded twice, a photo
 //! missing).
 //!
+//! The failover fault has a primary and a synchronous standby of its own per trial (`almanac_testdb::StandbyPair`)
+//! and measures how long the Workers take to work again on the promoted standby.
+//!
 //! `chaos_short_suite` runs one trial of each fault in the test suite; `cargo xtask chaos --trials N` runs the
 //! ignored `chaos_suite` with `ALMANAC_CHAOS_TRIALS=N` and prints the table.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use almanac_media::fixtures::{self, FixtureExif};
-use almanac_testdb::Cluster;
+use almanac_testdb::{Cluster, StandbyPair};
 use support::proxy_to;
 
 const PHOTOS: u32 = 30;
@@ -48,9 +51,13 @@ enum Fault {
     /// As `KillBackends`, on a database whose server speaks German (`lc_messages`): outages are told apart by
     /// kinds and by the connection, never by the server's words.
     KillBackendsInGerman,
+    /// A primary with a synchronous standby (a cluster pair of the trial's own), the Workers given both hosts
+    /// with `target_session_attrs=read-write`: mid-crawl, while short items drain and enqueues are made, the
+    /// primary is killed (`-m immediate`) and the standby promoted. The Workers must carry on against it.
+    Failover,
 }
 
-const FAULTS: [Fault; 10] = [
+const FAULTS: [Fault; 11] = [
     Fault::KillWorker,
     Fault::RestartDatabase,
     Fault::KillBackends,
@@ -61,7 +68,12 @@ const FAULTS: [Fault; 10] = [
     Fault::KillBackendsWhileDraining,
     Fault::FullProxyVolume,
     Fault::KillWorkerMidTranscode,
+    Fault::Failover,
 ];
+
+/// How long the failover fault leaves the Workers without a primary between the kill and the promotion: the
+/// least an HA manager takes to notice a dead primary (Patroni's loop is 10 s, pg_auto_failover's a few).
+const UNNOTICED: Duration = Duration::from_secs(1);
 
 /// What one trial found.
 #[derive(Debug, Default, Clone)]
@@ -81,8 +93,15 @@ struct Verdict {
     /// Attempts that ran an item's handler again after an earlier attempt of it had run (from the Workers'
     /// `claimed` events): a completion lost with its connection runs the item twice.
     ran_twice: usize,
+    /// Of those, items run again after a completion that was not written (given up after its time limit, one
+    /// heartbeat interval or two): the price of an outage longer than that limit. Allowed for a failover only,
+    /// whose outage is meant to be longer.
+    after_unwritten: usize,
     /// Why the trial did not exercise what it claims (the fault missed the work), if it did not.
     missed: Option<String>,
+    /// For a failover: how long from the kill of the primary, and from the promotion of the standby, until each
+    /// Worker's first claim or completion on the promoted standby.
+    reconnected: Vec<(Duration, Duration)>,
 }
 
 impl Verdict {
@@ -91,7 +110,7 @@ impl Verdict {
         let failures_allowed = fault == Fault::FullProxyVolume;
         self.lost == 0
             && (self.failures == 0 || failures_allowed)
-            && self.ran_twice <= self.self_stops
+            && self.ran_twice <= self.self_stops + if fault == Fault::Failover { self.after_unwritten } else { 0 }
             && self.stuck == 0
             && self.outside_attempt == 0
             && self.inconsistent.is_empty()
@@ -128,6 +147,11 @@ fn remove_what_killed_suites_left() {
         }
         if !is_library && let Ok(orphan) = Cluster::at(path.clone()) {
             let _ = orphan.stop();
+            for pair in std::fs::read_dir(&path).into_iter().flatten().flatten() {
+                if pair.file_name().to_string_lossy().starts_with("failover-") {
+                    StandbyPair::stop_leftover(&pair.path());
+                }
+            }
         }
         let _ = std::fs::remove_dir_all(&path);
     }
@@ -182,7 +206,13 @@ struct Trial {
     missed_fault: Option<String>,
     /// Tools of a killed Worker still running after it (their command lines).
     survivors: Vec<String>,
+    /// Promises seen broken while the fault ran.
+    wrong: Vec<String>,
     acknowledged: Arc<Mutex<Vec<String>>>,
+    /// The failover fault's primary and standby (every other fault uses the suite's cluster).
+    pair: Option<StandbyPair>,
+    /// When the failover fault killed the primary and when the standby took writes.
+    switched: Option<(SystemTime, SystemTime)>,
 }
 
 fn library_template() -> &'static Path {
@@ -202,9 +232,17 @@ impl Trial {
     fn new(fault: Fault, n: usize) -> Self {
         let cluster = cluster();
         let name = format!("chaos_{n}_{}", format!("{fault:?}").to_lowercase());
-        sql(&cluster.url("postgres"), &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
-        sql(&cluster.url("postgres"), &format!("CREATE DATABASE {name}"));
-        let url = cluster.url(&name);
+        // A failover ends its primary: the trial gets a pair of its own; every other fault the suite's cluster.
+        let pair = (fault == Fault::Failover).then(|| {
+            StandbyPair::create(cluster.dir().join(format!("failover-{n}")))
+                .expect("a primary and a synchronous standby")
+        });
+        let (server, url) = match &pair {
+            Some(pair) => (pair.url("postgres"), pair.url(&name)),
+            None => (cluster.url("postgres"), cluster.url(&name)),
+        };
+        sql(&server, &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
+        sql(&server, &format!("CREATE DATABASE {name}"));
         let trial = Trial {
             url,
             dir: tempfile::tempdir().unwrap(),
@@ -214,7 +252,10 @@ impl Trial {
             exited: None,
             missed_fault: None,
             survivors: Vec::new(),
+            wrong: Vec::new(),
             acknowledged: Arc::default(),
+            pair,
+            switched: None,
         };
         if fault == Fault::KillBackendsInGerman {
             sql(&cluster.url("postgres"), &format!("ALTER DATABASE {name} SET lc_messages = 'de_DE.UTF-8'"));
@@ -326,7 +367,7 @@ impl Trial {
             Fault::PoolExhausted => {
                 vec![("ALMANAC__DATABASE__MAX_CONNECTIONS", "1"), ("ALMANAC__WORKER__MAX_CONCURRENT_FILES", "4")]
             }
-            Fault::KillBackendsWhileDraining => vec![("ALMANAC__WORKER__SLOTS", "4")],
+            Fault::KillBackendsWhileDraining | Fault::Failover => vec![("ALMANAC__WORKER__SLOTS", "4")],
             _ => vec![],
         };
         let volume =
@@ -421,6 +462,7 @@ impl Trial {
                     volume.free();
                 }
             }
+            Fault::Failover => self.fail_over(&direct),
             Fault::PoolExhausted => {}
         }
         self.wait_until(
@@ -442,7 +484,20 @@ impl Trial {
             let _ = child.kill();
             let _ = child.wait();
         }
+        self.keep_logs();
         self.verdict()
+    }
+
+    /// With `ALMANAC_CHAOS_LOGS=<folder>`, the Workers' logs of each trial are kept there (`<fault>-<pid>-<n>/`),
+    /// to read why a trial failed.
+    fn keep_logs(&self) {
+        let Some(folder) = std::env::var_os("ALMANAC_CHAOS_LOGS") else { return };
+        let kept = PathBuf::from(folder).join(format!("{}-{}", self.database(), std::process::id()));
+        let _ = std::fs::create_dir_all(&kept);
+        for (worker, _) in &self.workers {
+            let log = format!("{worker}.log");
+            let _ = std::fs::copy(self.dir.path().join(&log), kept.join(&log));
+        }
     }
 
     fn verdict(&self) -> Verdict {
@@ -450,11 +505,12 @@ impl Trial {
         let count = |statement: &str| sql(url, statement)[0][0].parse::<usize>().unwrap_or(usize::MAX);
         let acknowledged = self.acknowledged.lock().unwrap().clone();
         let ids = acknowledged.iter().map(|i| format!("'{i}'")).collect::<Vec<_>>().join(",");
+        // Acknowledged enqueues missing, and acknowledged completions whose item is not succeeded.
         let lost = if ids.is_empty() {
             0
         } else {
             acknowledged.len() - count(&format!("SELECT count(*) FROM work_items WHERE id IN ({ids})"))
-        };
+        } + self.completions_lost();
         // Still running (or queued and due) long after the trial: stuck.
         let stuck = count(&format!("SELECT count(*) FROM work_items WHERE status IN ('queued', 'running') AND {DUE}"));
         // A committed catalogue write by a Worker on a config when no attempt of that Worker held the config.
@@ -466,6 +522,7 @@ impl Trial {
         );
         let mut inconsistent: Vec<String> =
             self.survivors.iter().map(|s| format!("a tool outlived its killed Worker: {s}")).collect();
+        inconsistent.extend(self.wrong.iter().cloned());
         let overlapping = count(
             "SELECT count(*) FROM chaos_attempts a JOIN chaos_attempts b
                ON a.config = b.config AND (a.item, a.attempt) < (b.item, b.attempt)
@@ -512,8 +569,17 @@ impl Trial {
                 log.lines().filter(|l| l.contains("\"event\":\"self_stopped\"")).count()
             })
             .sum();
-        let ran_twice = self.ran_twice();
-        let missed = self.exited.clone().or_else(|| self.missed_fault.clone()).or_else(|| self.missed(self_stops));
+        let (ran_twice, after_unwritten) = self.ran_twice();
+        let reconnected = self.reconnected();
+        let missed =
+            self.exited.clone().or_else(|| self.missed_fault.clone()).or_else(|| self.missed(self_stops)).or_else(
+                || {
+                    let back = reconnected.len();
+                    (self.fault == Fault::Failover && back < self.workers.len()).then(|| {
+                        format!("{back} of {} Workers claimed or completed on the promoted standby", self.workers.len())
+                    })
+                },
+            );
         let failed = count("SELECT count(*) FROM work_items WHERE status = 'failed'");
         let failures = count("SELECT coalesce(sum(failures), 0) FROM work_items");
         for row in sql(url, "SELECT kind, failures, left(last_error, 300) FROM work_items WHERE failures > 0") {
@@ -532,16 +598,57 @@ impl Trial {
             failed,
             failures,
             ran_twice,
+            after_unwritten,
             missed,
+            reconnected,
         }
     }
 
     /// Items run again after an attempt had finished their work (its handler returned: the outcome was written,
     /// lost or unwritten), from the Workers' events: a completion lost with its connection runs its item twice.
     /// (An attempt whose handler itself lost the database is released and runs again: that is not counted.)
-    fn ran_twice(&self) -> usize {
+    /// Also returns how many of those ran again after a completion that was not written (`outcome_unwritten`:
+    /// given up after its time limit), not after one that was.
+    fn ran_twice(&self) -> (usize, usize) {
         type Attempts = std::collections::HashMap<String, Vec<u32>>;
         let (mut claimed, mut finished, mut events) = (Attempts::new(), Attempts::new(), Vec::new());
+        let mut written = Attempts::new();
+        for ItemEvent { event, item, attempt, write } in self.item_events() {
+            if event == "claimed" {
+                claimed.entry(item).or_default().push(attempt);
+            } else if event == "succeeded" || write.as_deref() == Some("complete") {
+                if event == "succeeded" {
+                    written.entry(item.clone()).or_default().push(attempt);
+                }
+                events.push(event);
+                finished.entry(item).or_default().push(attempt);
+            }
+        }
+        events.retain(|e| e != "succeeded");
+        if !events.is_empty() {
+            eprintln!("{:?}: finished work whose completion was not written: {events:?}", self.fault);
+        }
+        let again: Vec<&String> = finished
+            .iter()
+            .filter(|(item, done)| {
+                let first = done.iter().min().copied().unwrap_or(u32::MAX);
+                claimed.get(*item).is_some_and(|c| c.iter().any(|a| *a > first))
+            })
+            .map(|(item, _)| item)
+            .collect();
+        let after_unwritten = again
+            .iter()
+            .filter(|item| {
+                let first_written = written.get(**item).and_then(|w| w.iter().min().copied()).unwrap_or(u32::MAX);
+                claimed[**item].iter().all(|a| *a <= first_written)
+            })
+            .count();
+        (again.len(), after_unwritten)
+    }
+
+    /// The Workers' events about an item's attempt, from their logs.
+    fn item_events(&self) -> Vec<ItemEvent> {
+        let mut found = Vec::new();
         for (name, _) in &self.workers {
             let log = std::fs::read_to_string(self.dir.path().join(format!("{name}.log"))).unwrap_or_default();
             for line in log.lines() {
@@ -550,30 +657,132 @@ impl Trial {
                     let rest = line[start..].trim_start_matches('"');
                     Some(rest.split(['"', ',', '}']).next()?.to_owned())
                 };
-                let (Some(event), Some(item), Some(attempt)) =
+                if let (Some(event), Some(item), Some(attempt)) =
                     (field("event"), field("item_id"), field("attempt").and_then(|a| a.parse().ok()))
-                else {
-                    continue;
-                };
-                if event == "claimed" {
-                    claimed.entry(item).or_default().push(attempt);
-                } else if event == "succeeded" || field("write").as_deref() == Some("complete") {
-                    events.push(event);
-                    finished.entry(item).or_default().push(attempt);
+                {
+                    found.push(ItemEvent { event, item, attempt, write: field("write") });
                 }
             }
         }
-        events.retain(|e| e != "succeeded");
-        if !events.is_empty() {
-            eprintln!("{:?}: finished work whose completion was not written: {events:?}", self.fault);
+        found
+    }
+
+    /// Completions a Worker acknowledged (its `succeeded` event is logged once the completion committed) whose
+    /// item is not succeeded in the database.
+    fn completions_lost(&self) -> usize {
+        let done: std::collections::BTreeSet<String> =
+            self.item_events().into_iter().filter(|e| e.event == "succeeded").map(|e| e.item).collect();
+        if done.is_empty() {
+            return 0;
         }
-        finished
-            .iter()
-            .filter(|(item, done)| {
-                let first = done.iter().min().copied().unwrap_or(u32::MAX);
-                claimed.get(*item).is_some_and(|c| c.iter().any(|a| *a > first))
-            })
-            .count()
+        let ids = done.iter().map(|i| format!("'{i}'")).collect::<Vec<_>>().join(",");
+        let present =
+            sql(&self.url, &format!("SELECT count(*) FROM work_items WHERE status = 'succeeded' AND id IN ({ids})"));
+        done.len() - present[0][0].parse::<usize>().unwrap_or(0)
+    }
+
+    /// For a failover: how long after the kill of the primary, and after the promotion, each Worker first claimed
+    /// or completed an item on the promoted standby (a Worker that did neither is missing).
+    fn reconnected(&self) -> Vec<(Duration, Duration)> {
+        let Some((killed, promoted)) = self.switched else { return Vec::new() };
+        let epoch = |t: SystemTime| t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_secs_f64();
+        let rows = sql(
+            &self.url,
+            &format!(
+                "SELECT worker, extract(epoch FROM min(at)) FROM (
+                   SELECT worker, claimed_at AS at FROM chaos_attempts
+                   UNION ALL SELECT worker_id, finished_at FROM work_items WHERE status = 'succeeded') AS activity
+                  WHERE at > to_timestamp({}) GROUP BY worker",
+                epoch(promoted)
+            ),
+        );
+        let after = |at: f64, t: SystemTime| Duration::from_secs_f64((at - epoch(t)).max(0.0));
+        rows.iter()
+            .filter(|row| self.workers.iter().any(|(name, _)| *name == row[0]))
+            .filter_map(|row| row[1].parse::<f64>().ok())
+            .map(|at| (after(at, killed), after(at, promoted)))
+            .collect()
+    }
+
+    /// The failover fault: short items enqueued to drain and enqueues under way, writes sent to the standby
+    /// ([`Trial::write_to_the_standby`]), then the primary killed mid-crawl and, [`UNNOTICED`] later, the standby
+    /// promoted; the enqueues go on until every Worker has claimed an item on the promoted standby.
+    fn fail_over(&mut self, url: &str) {
+        enqueue_short_items(url, &self.acknowledged);
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let enqueuer = enqueue_fast(url, self.acknowledged.clone(), stop.clone());
+        let draining = "SELECT 1 FROM work_items WHERE kind = 'token_cleanup' AND status = 'succeeded' LIMIT 1";
+        if !self.wait_until("short items to drain", draining, Duration::from_secs(30)) {
+            self.missed_fault = Some("no short item had drained when the primary was killed".into());
+        }
+        self.write_to_the_standby();
+        if try_sql(url, "SELECT 1 FROM work_items WHERE kind = 'crawl' AND status = 'running'")
+            .is_none_or(|r| r.is_empty())
+        {
+            self.missed_fault = Some("no crawl was running when the primary was killed".into());
+        }
+        let pair = self.pair.as_ref().expect("the failover fault's own primary and standby");
+        let killed = SystemTime::now();
+        pair.kill_primary().expect("pg_ctl stop -m immediate of the primary");
+        std::thread::sleep(UNNOTICED);
+        pair.promote().expect("pg_ctl promote of the standby");
+        let promoted = SystemTime::now();
+        let took = promoted.duration_since(killed).unwrap_or_default().as_secs_f64();
+        eprintln!("Failover: the standby took writes {took:.2} s after the kill of the primary");
+        self.switched = Some((killed, promoted));
+        let since = promoted.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_secs_f64();
+        let everyone = format!(
+            "SELECT 1 FROM chaos_attempts WHERE claimed_at > to_timestamp({since}) HAVING count(DISTINCT worker) = {}",
+            self.workers.len()
+        );
+        self.wait_until("every Worker to claim on the promoted standby", &everyone, Duration::from_secs(30));
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        enqueuer.join().unwrap();
+    }
+
+    /// Just before the failover, writes meet the standby, which refuses them (SQLSTATE 25006, "cannot execute …
+    /// in a read-only transaction"): an outage, never a failure or a setting to fix (docs/adr/0010). An enqueue
+    /// through the store and one through the CLI (exit 3: try again) are refused as outages, and nothing is
+    /// added; a Worker whose URL names the standby alone waits at start-up as for a server starting (it tries
+    /// for about 7 s) and, once the standby is promoted, starts and works (it is one of the Workers counted
+    /// back). Returns once that Worker has been refused.
+    fn write_to_the_standby(&mut self) {
+        use almanac_domain::{NewWorkItem, QueueError, Scope, WorkKind, WorkQueue};
+        let pair = self.pair.as_ref().expect("the failover fault's own primary and standby");
+        let standby = format!("{}?connect_timeout=2", pair.standby_url(self.database()));
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let refused = rt.block_on(async {
+            let store = almanac_store_pg::PgStore::new(&standby, 1, Duration::from_secs(10)).unwrap();
+            store.enqueue(&NewWorkItem::new(WorkKind::TokenCleanup, Scope::Unscoped).unwrap()).await
+        });
+        if !matches!(refused, Err(QueueError::Unavailable(_))) {
+            self.wrong.push(format!("an enqueue on the standby was not refused as an outage: {refused:?}"));
+        }
+        let root = self.dir.path().join("ann");
+        let cli = Command::new(support::worker_bin())
+            .args(["enqueue", "crawl", "--config", root.to_str().unwrap()])
+            .env("DATABASE_URL", &standby)
+            .output()
+            .unwrap();
+        if cli.status.code() != Some(3) {
+            let said = String::from_utf8_lossy(&cli.stderr).into_owned();
+            self.wrong.push(format!("the CLI's enqueue on the standby ended {} instead of 3: {said}", cli.status));
+        }
+        self.start_worker("worker-s", &standby, &[("ALMANAC__WORKER__SLOTS", "4")]);
+        let log = self.dir.path().join("worker-s.log");
+        let waiting = "\"event\":\"database_unavailable\"";
+        let deadline = almanac_testdb::Deadline::after(Duration::from_secs(5));
+        while !deadline.passed() && !std::fs::read_to_string(&log).unwrap_or_default().contains(waiting) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if !std::fs::read_to_string(&log).unwrap_or_default().contains(waiting) {
+            self.wrong.push("the Worker started on the standby did not wait for it as for an outage".into());
+        }
+    }
+
+    /// The trial's database.
+    fn database(&self) -> &str {
+        self.url.split('/').nth(3).unwrap_or_default().split('?').next().unwrap_or_default()
     }
 
     /// Whether the fault hit the work it was aimed at (a trial that missed proves nothing), or, for an
@@ -608,6 +817,15 @@ impl Trial {
             _ => None,
         }
     }
+}
+
+/// A Worker's log line about an item's attempt.
+struct ItemEvent {
+    event: String,
+    item: String,
+    attempt: u32,
+    /// Which write an outcome event is about (`complete`, `fail`, …), when it says.
+    write: Option<String>,
 }
 
 /// The proxy root as a small volume of its own (tmpfs), filled but for a little room, unmounted when dropped.
@@ -750,7 +968,24 @@ fn suite(trials: usize) -> bool {
             total.failed += verdict.failed;
             total.failures += verdict.failures;
             total.ran_twice += verdict.ran_twice;
+            total.after_unwritten += verdict.after_unwritten;
             missed += usize::from(verdict.missed.is_some());
+            if !verdict.reconnected.is_empty() {
+                let back: Vec<String> = verdict
+                    .reconnected
+                    .iter()
+                    .map(|(kill, promotion)| {
+                        format!("{:.2} s ({:.2} s after the promotion)", kill.as_secs_f64(), promotion.as_secs_f64())
+                    })
+                    .collect();
+                eprintln!(
+                    "{fault:?} trial {n}: the Workers were back {} after the kill; {} items ran again after a \
+                     completion given up while there was no primary",
+                    back.join(", "),
+                    verdict.after_unwritten
+                );
+            }
+            total.reconnected.extend(verdict.reconnected);
         }
         println!(
             "{:<26}{:>7}{:>10}{:>6}{:>7}{:>16}{:>14}{:>8}{:>10}{:>11}{:>12}{:>8}",
@@ -769,6 +1004,21 @@ fn suite(trials: usize) -> bool {
         );
         for f in &failures {
             println!("    {f}");
+        }
+        if !total.reconnected.is_empty() {
+            let spread = |mut back: Vec<Duration>| {
+                back.sort();
+                let at = |q: f64| back[((back.len() - 1) as f64 * q).round() as usize].as_secs_f64();
+                format!("min {:.2} s, median {:.2} s, max {:.2} s", at(0.0), at(0.5), at(1.0))
+            };
+            println!(
+                "    each Worker's first claim or completion on the promoted standby ({} Workers in all; `pg_ctl promote` \
+                 run {:.0} s after the kill): after the kill {}; after the promotion {}",
+                total.reconnected.len(),
+                UNNOTICED.as_secs_f64(),
+                spread(total.reconnected.iter().map(|(k, _)| *k).collect()),
+                spread(total.reconnected.iter().map(|(_, p)| *p).collect())
+            );
         }
         all_ok &= failures.is_empty();
     }
