@@ -17,6 +17,7 @@ use tracing::{info, warn};
 use crate::completer::Completer;
 use crate::config::ExecutorConfig;
 use crate::handler::{Handler, HandlerContext, HandlerError, ProgressReporter};
+use crate::pace::SlotHeld;
 
 /// Why the executor cancelled the handler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,18 +62,26 @@ type BeatFuture<'a> = Pin<Box<dyn Future<Output = BeatAnswer> + Send + 'a>>;
 /// The next item, claimed in the same transaction that completed an attempt, and when that was sent.
 pub(crate) type Chained = Option<(Instant, ClaimedItem)>;
 
-/// Runs one claimed item to its end. `claim_sent_at` is when the claim was sent: it counts as the first
-/// successful heartbeat for the self-stop deadline. On success the completion goes through `completer` and,
-/// unless shutting down, also claims the slot's next item (one commit for both), which is returned.
+/// A claimed item about to run: when its claim was sent, and the slot it runs in.
+pub(crate) struct ToRun {
+    pub(crate) claimed: ClaimedItem,
+    /// It counts as the first successful heartbeat for the self-stop deadline.
+    pub(crate) claim_sent_at: Instant,
+    /// Given up as soon as the handler has ended.
+    pub(crate) slot: SlotHeld,
+}
+
+/// Runs one claimed item to its end. On success the completion goes through `completer` and, unless shutting
+/// down, also claims the slot's next item (one commit for both), which is returned.
 pub(crate) async fn run<Q: WorkQueue + 'static>(
     queue: Arc<Q>,
     handler: Arc<dyn Handler>,
-    claimed: ClaimedItem,
-    claim_sent_at: Instant,
+    to_run: ToRun,
     config: Arc<ExecutorConfig>,
     shutdown: CancellationToken,
     completer: Arc<Completer>,
 ) -> (Outcome, Chained) {
+    let ToRun { claimed, claim_sent_at, slot } = to_run;
     let attempt = Attempt { queue, claimed, claim_sent_at, config, shutdown, completer };
     let cancel = CancellationToken::new();
     let progress = ProgressReporter::default();
@@ -86,6 +95,8 @@ pub(crate) async fn run<Q: WorkQueue + 'static>(
     let handler_task = tokio::spawn(tracing::Instrument::instrument(async move { handler.run(ctx).await }, span));
     let mut watch = Watch::new(&attempt.config, claim_sent_at, cancel);
     let joined = attempt.supervise(&mut watch, handler_task, &progress).await;
+    // The handler has ended: its slot is free for the next item while the outcome is written.
+    drop(slot);
     watch.report_stopped_handler();
     attempt.conclude(watch.stop, joined).await
 }

@@ -39,6 +39,13 @@ pub struct ExecutorConfig {
     pub recovery_interval: Duration,
     /// Backoff between retries of a failed item.
     pub retry: RetryPolicy,
+    /// Items claimed at most beyond the free slots while items are short, held in a local line until a slot
+    /// comes free (default 32; 0 claims only for free slots). See `pace.rs`.
+    pub prefetch: usize,
+    /// How long a claimed item may wait in that line before it goes back to the queue unrun; an attempt this
+    /// long closes the line (default 1 s; never more than half the heartbeat interval, so a waiting item, which
+    /// is not heartbeated, goes back long before its first beat would be due).
+    pub prefetch_wait: Duration,
 }
 
 impl ExecutorConfig {
@@ -52,6 +59,20 @@ impl ExecutorConfig {
     pub const DEFAULT_MAX_STALLS: i32 = 3;
     /// Default time running handlers get to finish on shutdown.
     pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+    /// Default items claimed at most beyond the free slots.
+    pub const DEFAULT_PREFETCH: usize = 32;
+    /// Default time a claimed item may wait for a slot.
+    pub const DEFAULT_PREFETCH_WAIT: Duration = Duration::from_secs(1);
+    /// Default size of a Worker's shared pool of connections (`database.max_connections`: claims, lease
+    /// recovery, the scheduler, the handlers' catalogue statements).
+    pub const DEFAULT_SHARED_CONNECTIONS: usize = 10;
+
+    /// Connections a Worker reserves for the heartbeats and outcomes of `slots` slots, beside its shared pool:
+    /// one per slot and one to spare (the completions of items that left their slots go out in batches).
+    /// `almanac-worker run` and the queue benchmark both size a Worker's store with it.
+    pub const fn reserved_connections(slots: usize) -> usize {
+        slots + 1
+    }
 
     /// The defaults of the spec, for a Worker with this id serving these configs.
     pub fn new(worker_id: WorkerId, served: ServedConfigs) -> Self {
@@ -66,6 +87,8 @@ impl ExecutorConfig {
             shutdown_grace: Self::DEFAULT_SHUTDOWN_GRACE,
             recovery_interval: LeaseDuration::DEFAULT.half(),
             retry: RetryPolicy::default(),
+            prefetch: Self::DEFAULT_PREFETCH,
+            prefetch_wait: Self::DEFAULT_PREFETCH_WAIT,
         }
     }
 
@@ -94,6 +117,15 @@ impl ExecutorConfig {
         }
         if self.slots == 0 || self.slots > 256 {
             return Err(ConfigError { key: "worker.slots", problem: format!("{} must be from 1 to 256", self.slots) });
+        }
+        if self.prefetch > 256 {
+            return Err(ConfigError {
+                key: "executor.prefetch",
+                problem: format!("{} must be from 0 to 256", self.prefetch),
+            });
+        }
+        if self.prefetch_wait.is_zero() {
+            return Err(ConfigError { key: "executor.prefetch_wait", problem: "must be above zero".into() });
         }
         if !(1..=100).contains(&self.max_stalls) {
             return Err(ConfigError {
@@ -128,6 +160,7 @@ mod tests {
             (Duration::from_secs(60), Duration::from_secs(10), Duration::from_secs(5), 1, 3, Duration::from_secs(30))
         );
         assert_eq!(c.recovery_interval, Duration::from_secs(30));
+        assert_eq!((c.prefetch, c.prefetch_wait), (32, Duration::from_secs(1)));
     }
 
     #[test]
@@ -144,7 +177,9 @@ mod tests {
     #[test]
     fn other_knobs_are_range_checked_by_name() {
         type Breaker = fn(&mut ExecutorConfig);
-        let cases: [(Breaker, &str); 7] = [
+        let cases: [(Breaker, &str); 9] = [
+            (|c| c.prefetch = 257, "executor.prefetch"),
+            (|c| c.prefetch_wait = Duration::ZERO, "executor.prefetch_wait"),
             (|c| c.poll_interval = Duration::ZERO, "queue.poll_interval"),
             (|c| c.recovery_interval = Duration::ZERO, "queue.recovery_interval"),
             (|c| c.slots = 0, "worker.slots"),

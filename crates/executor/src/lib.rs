@@ -11,6 +11,7 @@ mod completer;
 mod config;
 mod handler;
 pub mod metrics;
+mod pace;
 mod worker;
 
 pub use config::{ConfigError, ExecutorConfig};

@@ -1,22 +1,24 @@
 //! The claim loop: slots, polling, wake-ups, lease recovery and shutdown.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::time::Duration;
 
 use almanac_domain::{
     QueueError, WorkItemId, WorkQueue,
     ports::{ClaimRequest, ClaimedItem, WriteOutcome},
 };
-use tokio::sync::Notify;
+use tokio::sync::{Notify, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
-use tokio::time::{Instant, timeout};
+use tokio::time::{Instant, sleep_until, timeout};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::attempt::{self, Chained, Outcome};
+use crate::attempt::{self, Chained, Outcome, ToRun};
 use crate::completer::Completer;
 use crate::config::{ConfigError, ExecutorConfig};
 use crate::handler::HandlerRegistry;
+use crate::pace::{Pace, SlotHeld};
 
 /// How a shutdown went.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -74,9 +76,12 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
         // and claims their slots' next items in the same transaction.
         let (completer, completions) =
             Completer::start(self.queue.clone(), request.clone(), self.config.heartbeat_interval);
-        let mut slots = Slots::new(completer);
+        let mut slots = Slots::new(completer, Pace::new(&self.config), self.config.slots);
         while !shutdown.is_cancelled() {
+            while slots.releases.try_join_next().is_some() {}
+            self.start_waiting(&mut slots);
             self.claim_for_free_slots(&mut slots, &request);
+            let (resume_at, line_due) = (slots.pace.resume_at(), slots.line_due());
             tokio::select! {
                 () = shutdown.cancelled() => {}
                 Some(landed) = slots.claims.join_next_with_id(), if !slots.claims.is_empty() => {
@@ -85,8 +90,14 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
                 Some(done) = slots.attempts.join_next(), if !slots.attempts.is_empty() => {
                     self.attempt_ended(&mut slots, done, &shutdown);
                 }
-                () = tokio::time::sleep(self.config.poll_interval) => slots.starved = false,
-                () = self.wake.notified() => slots.starved = false,
+                () = sleep_until(line_due.unwrap_or_else(Instant::now)), if line_due.is_some() => {
+                    self.hand_back_waited(&mut slots);
+                }
+                () = sleep_until(resume_at.unwrap_or_else(Instant::now)), if resume_at.is_some() => slots.pace.resume(),
+                () = tokio::time::sleep(self.config.poll_interval) => slots.pace.resume(),
+                () = self.wake.notified() => slots.pace.woken(),
+                // A handler ended: its slot takes the next item in the line (at the top of the loop).
+                () = slots.freed.notified() => {}
             }
         }
         let report = self.wind_down(slots, completions).await;
@@ -102,13 +113,15 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
     }
 
     /// Free slots claim together: one claim for all of them (a claim of up to k items of k different configs
-    /// is one statement), and a new one for slots that come free while it is in flight, so short items do not
-    /// wait for each other's claim round trip. After a claim finds fewer than it asked for (or fails), no new
-    /// claim starts until the next poll, wake-up or finished attempt (no immediate retry); claims already in
+    /// is one statement), and for the window of items claimed ahead while items are short (`pace.rs`), and a
+    /// new one for room that comes free while it is in flight, so short items do not wait for each other's
+    /// claim round trip. After a claim finds fewer than it asked for, no new claim starts before an ended
+    /// attempt, a wake-up, the poll or the back-off's end (after a failed claim: the poll); claims already in
     /// flight still land.
     fn claim_for_free_slots(&self, slots: &mut Slots, request: &ClaimRequest) {
-        let free = self.config.slots.saturating_sub(slots.attempts.len() + slots.asking.values().sum::<usize>());
-        if slots.starved || free == 0 {
+        let held = slots.attempts.len() + slots.waiting.len() + slots.asking.values().sum::<usize>();
+        let free = slots.pace.capacity().saturating_sub(held);
+        if !slots.pace.may_claim() || free == 0 {
             return;
         }
         let (queue, request, wait) = (self.queue.clone(), request.clone(), self.config.heartbeat_interval);
@@ -137,32 +150,30 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
             Ok((_, (sent_at, Ok(Ok(claimed))))) => (sent_at, claimed),
             Ok((_, (_, Ok(Err(e))))) => {
                 warn!(event = "claim_failed", error = %e, "could not claim; trying again at the next poll");
-                slots.starved = true;
+                slots.pace.failed(Instant::now());
                 return;
             }
             Ok((_, (_, Err(_)))) => {
                 warn!(event = "claim_failed", error = "timed out", "could not claim; trying again at the next poll");
-                slots.starved = true;
+                slots.pace.failed(Instant::now());
                 return;
             }
             Err(e) => {
                 warn!(event = "claim_failed", error = %e, "a claim task ended abnormally");
-                slots.starved = true;
+                slots.pace.failed(Instant::now());
                 return;
             }
         };
-        // Fewer than asked for (never more): nothing more was eligible, or a lost race; wait for the next poll.
-        if claimed.len() != asked {
-            slots.starved = true;
-        }
+        // Fewer than asked for (never more): nothing more was eligible, or a lost race: back off.
+        slots.pace.claimed(asked, claimed.len(), Instant::now());
         for claimed in claimed {
-            self.start_or_hand_back(slots, claimed, sent_at, shutdown);
+            self.line_up_or_hand_back(slots, claimed, sent_at, shutdown);
         }
     }
 
-    /// Starts a claimed item in its slot, unless it landed as the shutdown began: then it is handed back in
-    /// `wind_down` with the others, never run.
-    fn start_or_hand_back(
+    /// Lines a claimed item up for a slot (it starts at once when one is free), unless it landed as the
+    /// shutdown began: then it is handed back in `wind_down` with the others, never run.
+    fn line_up_or_hand_back(
         &self,
         slots: &mut Slots,
         claimed: ClaimedItem,
@@ -172,24 +183,55 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
         if shutdown.is_cancelled() {
             slots.late_claims.push(claimed);
         } else {
-            self.start_attempt(slots, claimed, sent_at);
+            slots.waiting.push_back(Waiting { claimed, sent_at, arrived: Instant::now() });
+            self.start_waiting(slots);
         }
     }
 
-    /// An attempt ended: the slot's next item, claimed with the completion (one commit for both), starts.
+    /// Starts the items waiting in the line, oldest first, in the free slots.
+    fn start_waiting(&self, slots: &mut Slots) {
+        while !slots.waiting.is_empty() {
+            let Ok(permit) = slots.free.clone().try_acquire_owned() else { return };
+            let slot = SlotHeld::new(permit, slots.freed.clone());
+            let next = slots.waiting.pop_front().expect("not empty");
+            self.start_attempt(slots, next.claimed, next.sent_at, slot);
+        }
+    }
+
+    /// Items that waited in the line as long as they may go back to the queue unrun (for any Worker), and the
+    /// window closes: the slots are busy with long items.
+    fn hand_back_waited(&self, slots: &mut Slots) {
+        let now = Instant::now();
+        let mut overdue = Vec::new();
+        while slots.waiting.front().is_some_and(|w| w.arrived + slots.pace.wait() <= now) {
+            overdue.extend(slots.waiting.pop_front().map(|w| w.claimed));
+        }
+        slots.pace.waited_too_long();
+        info!(
+            event = "released",
+            items = overdue.len(),
+            waited_ms = slots.pace.wait().as_millis() as u64,
+            "items claimed ahead found no free slot in time: handed back unrun, for any Worker"
+        );
+        let (queue, wait) = (self.queue.clone(), self.config.heartbeat_interval);
+        slots.releases.spawn(async move { release_unrun(&queue, overdue, wait).await });
+    }
+
+    /// An attempt ended: the slot's next item, claimed with the completion (one commit for both), is lined up,
+    /// and the pace learns how long the attempt took.
     fn attempt_ended(
         &self,
         slots: &mut Slots,
-        done: Result<(WorkItemId, Outcome, Chained), tokio::task::JoinError>,
+        done: Result<(WorkItemId, Outcome, Chained, Duration), tokio::task::JoinError>,
         shutdown: &CancellationToken,
     ) {
-        slots.starved = false;
-        let Ok((id, outcome, chained)) = done else { return };
+        let Ok((id, outcome, chained, took)) = done else { return };
+        slots.pace.attempt_ended(took);
         debug!(item_id = %id, ?outcome, "attempt ended");
         match chained {
-            Some((sent_at, claimed)) => self.start_or_hand_back(slots, claimed, sent_at, shutdown),
-            // It found nothing: no new claim before the next poll, wake-up or ended attempt.
-            None if outcome == Outcome::Succeeded => slots.starved = true,
+            Some((sent_at, claimed)) => self.line_up_or_hand_back(slots, claimed, sent_at, shutdown),
+            // It found nothing: back off, as after any claim that found less than it asked for.
+            None if outcome == Outcome::Succeeded => slots.pace.claimed(1, 0, Instant::now()),
             None => {}
         }
     }
@@ -201,6 +243,8 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
         info!(event = "shutdown_started", running = slots.attempts.len(), "shutting down: no more claims");
         slots.attempts_shutdown.cancel();
         let mut report = ShutdownReport::default();
+        let waiting: Vec<ClaimedItem> = slots.waiting.drain(..).map(|w| w.claimed).collect();
+        slots.late_claims.extend(waiting);
         while let Some(landed) = slots.claims.join_next().await {
             if let Ok((_, Ok(Ok(claimed)))) = landed {
                 slots.late_claims.extend(claimed);
@@ -209,13 +253,20 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
         self.hand_back(std::mem::take(&mut slots.late_claims), &mut report).await;
         while let Some(done) = slots.attempts.join_next().await {
             match done {
-                Ok((id, Outcome::Released, _)) => report.released.push(id),
-                Ok((id, Outcome::Unwritten, _)) => report.unwritten.push(id),
-                Ok((_, _, chained)) => slots.late_claims.extend(chained.map(|(_, claimed)| claimed)),
+                Ok((id, Outcome::Released, _, _)) => report.released.push(id),
+                Ok((id, Outcome::Unwritten, _, _)) => report.unwritten.push(id),
+                Ok((_, _, chained, _)) => slots.late_claims.extend(chained.map(|(_, claimed)| claimed)),
                 Err(e) => warn!(error = %e, "an attempt task ended abnormally"),
             }
         }
         self.hand_back(std::mem::take(&mut slots.late_claims), &mut report).await;
+        // Items handed back from the line while running: the report counts them among the released.
+        while let Some(released) = slots.releases.join_next().await {
+            if let Ok(released) = released {
+                report.released.extend(released.released);
+                report.unwritten.extend(released.unwritten);
+            }
+        }
         // Every attempt has ended: the completer has answered them all and ends with the last handle.
         drop(slots);
         let _ = completions.await;
@@ -223,15 +274,24 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
     }
 }
 
-/// The slots' state in [`Executor::run`]: running attempts, claims in flight, and items to hand back.
+/// The slots' state in [`Executor::run`]: running attempts, claims in flight, items waiting for a slot, and
+/// items to hand back.
 struct Slots {
-    attempts: JoinSet<(WorkItemId, Outcome, Chained)>,
+    /// Each attempt answers how long it took, from its start in a slot to its outcome written.
+    attempts: JoinSet<(WorkItemId, Outcome, Chained, Duration)>,
     claims: JoinSet<Claimed>,
-    /// Slots the claims in flight ask for, by task.
+    /// Items the claims in flight ask for, by task.
     asking: HashMap<tokio::task::Id, usize>,
-    /// A claim found fewer than it asked for (or failed): no new claim before the next poll, wake-up or ended
-    /// attempt.
-    starved: bool,
+    /// Items claimed, waiting for a slot, oldest first.
+    waiting: VecDeque<Waiting>,
+    /// Items handed back from the line, being released.
+    releases: JoinSet<ShutdownReport>,
+    /// How far ahead to claim, and when to claim again.
+    pace: Pace,
+    /// The slots: a permit per handler running.
+    free: Arc<Semaphore>,
+    /// Told when a handler ended and gave its slot up.
+    freed: Arc<Notify>,
     /// Items claimed as the shutdown began, never run: handed back.
     late_claims: Vec<ClaimedItem>,
     /// Cancelled when the shutdown begins: the running attempts' grace starts.
@@ -239,17 +299,33 @@ struct Slots {
     completer: Arc<Completer>,
 }
 
+/// A claimed item waiting for a slot: the claim's send time, and when it came.
+struct Waiting {
+    claimed: ClaimedItem,
+    sent_at: Instant,
+    arrived: Instant,
+}
+
 impl Slots {
-    fn new(completer: Arc<Completer>) -> Self {
+    fn new(completer: Arc<Completer>, pace: Pace, slots: usize) -> Self {
         Slots {
+            free: Arc::new(Semaphore::new(slots)),
+            freed: Arc::new(Notify::new()),
             attempts: JoinSet::new(),
             claims: JoinSet::new(),
             asking: HashMap::new(),
-            starved: false,
+            waiting: VecDeque::new(),
+            releases: JoinSet::new(),
+            pace,
             late_claims: Vec::new(),
             attempts_shutdown: CancellationToken::new(),
             completer,
         }
+    }
+
+    /// When the oldest item in the line has waited as long as it may.
+    fn line_due(&self) -> Option<Instant> {
+        self.waiting.front().map(|w| w.arrived + self.pace.wait())
     }
 }
 
@@ -265,7 +341,7 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
     }
 
     /// Starts the attempt of a claimed item in its slot.
-    fn start_attempt(&self, slots: &mut Slots, claimed: ClaimedItem, sent_at: Instant) {
+    fn start_attempt(&self, slots: &mut Slots, claimed: ClaimedItem, sent_at: Instant, slot: SlotHeld) {
         let Some(handler) = self.handlers.get(claimed.item.kind) else {
             // The claim only asks for our kinds, so this is a bug; the lease will expire and requeue it.
             warn!(event = "no_handler", kind = %claimed.item.kind, "claimed an item with no handler");
@@ -285,16 +361,16 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
         let run = attempt::run(
             self.queue.clone(),
             handler,
-            claimed,
-            sent_at,
+            ToRun { claimed, claim_sent_at: sent_at, slot },
             self.config.clone(),
             slots.attempts_shutdown.clone(),
             slots.completer.clone(),
         );
         slots.attempts.spawn(
             async move {
+                let started = Instant::now();
                 let (outcome, chained) = run.await;
-                (id, outcome, chained)
+                (id, outcome, chained, started.elapsed())
             }
             .instrument(span),
         );

@@ -273,7 +273,11 @@ async fn handler_error_is_retried_with_backoff_then_failed_at_the_budget() {
     assert!(fails.iter().all(|f| f.0 == id && f.2));
     assert_eq!(fails.iter().map(|f| f.1).collect::<Vec<_>>(), [60 * SECOND, 120 * SECOND, 240 * SECOND]);
     let started = probe.started();
-    assert_eq!(started[1] - started[0], 60 * SECOND, "the retry waited out its backoff (next poll after it)");
+    let waited = started[1] - started[0];
+    assert!(
+        (60 * SECOND..=65 * SECOND).contains(&waited),
+        "the retry waited out its backoff, then at most a poll: {waited:?}"
+    );
     assert!(started[2] - started[1] >= 120 * SECOND);
     let events = logs.events();
     let failed: Vec<_> = logs.lines().into_iter().filter(|l| l["fields"]["event"] == "failed").collect();
@@ -375,8 +379,11 @@ async fn idle_worker_polls_and_a_finished_item_triggers_an_immediate_claim() {
     run.at(13 * SECOND).await;
     let s = run.start;
     assert_eq!(probe.started(), [s, s + 2 * SECOND], "the second item is claimed as soon as the first ends");
-    // Then nothing is left: claims at 4 s (after the second ended) and every poll interval after that.
-    assert_eq!(queue.claim_times(), [s, s + 2 * SECOND, s + 4 * SECOND, s + 9 * SECOND]);
+    // Then nothing is left: the completion at 4 s claims with it and finds nothing; the claims after it back
+    // off, 50 ms doubling up to the poll interval, and come no more often than it from then on.
+    let claims = queue.claim_times();
+    assert_eq!(claims[..3], [s, s + 2 * SECOND, s + 4 * SECOND]);
+    assert_eq!(gaps(&claims[2..]), [50, 100, 200, 400, 800, 1600, 3200].map(|ms| ms * MS));
     run.stop().await;
 }
 
@@ -493,14 +500,15 @@ async fn a_slot_that_comes_free_while_a_claim_is_in_flight_claims_for_itself_at_
     let run = start(&queue, &probe, c);
     run.at(SECOND).await;
     let s = run.start;
-    // Three slots asked in one claim, which found two: fewer than asked, so the third waits for the poll.
-    assert_eq!(queue.state.lock().unwrap().claim_limits, [3]);
+    // Three slots asked in one claim, which found two: fewer than asked, so the third backs off (50, 100,
+    // 200, 400 ms...), asking for one slot each time, never three.
+    assert_eq!(queue.state.lock().unwrap().claim_limits, [3, 1, 1, 1, 1]);
     assert_eq!(probe.started(), [s; 2]);
     queue.state.lock().unwrap().queued.push_back((item(WorkKind::TokenCleanup), s));
     run.at(6 * SECOND).await;
-    // At the poll (5 s) the one free slot asks for one, not three.
-    assert_eq!(queue.state.lock().unwrap().claim_limits, [3, 1]);
-    assert_eq!(probe.started(), [s, s, s + 5 * SECOND]);
+    // The back-off's next claim (at 1.55 s, long before the poll at 5 s) takes it.
+    assert_eq!(queue.state.lock().unwrap().claim_limits, [3, 1, 1, 1, 1, 1]);
+    assert_eq!(probe.started(), [s, s, s + 1550 * MS]);
     run.stop().await;
 }
 
@@ -530,7 +538,8 @@ async fn completions_that_wait_while_two_batches_are_written_go_together_in_the_
         // 4 s); 2.5 s: the three others wait, two batches being in flight, and go together at 3 s.
         assert_eq!(state.completion_batches, [1, 1, 3]);
         // The first claim asked for five; each batch claimed as many as it completed.
-        assert_eq!(state.claim_limits, [5, 1, 1, 3]);
+        assert_eq!(state.claim_limits[0], 5);
+        assert_eq!(state.chained_claim_limits, [1, 1, 3]);
     }
     let written: Vec<Instant> = queue.writes().iter().map(|w| w.2).collect();
     assert_eq!(written, [s + 3 * SECOND, s + 4 * SECOND, s + 5 * SECOND, s + 5 * SECOND, s + 5 * SECOND]);
@@ -539,7 +548,7 @@ async fn completions_that_wait_while_two_batches_are_written_go_together_in_the_
 }
 
 #[tokio::test(start_paused = true)]
-async fn after_a_claim_finds_nothing_no_new_claim_starts_before_the_next_poll_or_finished_attempt() {
+async fn after_a_claim_finds_less_than_it_asked_for_claims_back_off_up_to_the_poll_interval() {
     let (queue, _) = one(WorkKind::TokenCleanup);
     let probe = Probe::new(WorkKind::TokenCleanup, Act::Work { work: 2 * SECOND });
     let mut c = config();
@@ -547,11 +556,13 @@ async fn after_a_claim_finds_nothing_no_new_claim_starts_before_the_next_poll_or
     let run = start(&queue, &probe, c);
     run.at(8 * SECOND).await;
     let s = run.start;
-    // Three free slots claim at once, in one claim (it finds the item); the attempt's completion at 2 s claims
-    // its slot's next item with it and finds nothing; then at the poll interval (5 s) one claim for all three,
-    // not a busy loop.
-    assert_eq!(queue.claim_times(), [s, s + 2 * SECOND, s + 7 * SECOND]);
-    assert_eq!(queue.state.lock().unwrap().claim_limits, [3, 1, 3]);
+    // Three free slots claim at once, in one claim (it finds the one item); the two others back off, 50 ms
+    // doubling, not a busy loop; the attempt's completion at 2 s claims its slot's next item with it and finds
+    // nothing, and the back-off goes on from where it was (3.2 s), never beyond the poll interval.
+    let claims = queue.claim_times();
+    assert_eq!(gaps(&claims), [50, 100, 200, 400, 800, 450, 3200].map(|ms| ms * MS));
+    assert_eq!(claims[6], s + 2 * SECOND, "the completion's claim");
+    assert_eq!(queue.state.lock().unwrap().claim_limits, [3, 2, 2, 2, 2, 2, 1, 3]);
     run.stop().await;
 }
 
@@ -577,9 +588,9 @@ async fn a_completion_claims_its_slots_next_item_in_the_same_call() {
     let s = run.start;
     assert_eq!(probe.started(), [s, s + SECOND, s + 2 * SECOND]);
     // One claim of its own at the start; every later item came with the previous completion (the third
-    // completion found nothing, and the slot waits for the poll).
+    // completion found nothing, and the slot backs off from there).
     assert_eq!(queue.state.lock().unwrap().chained_claims, 3);
-    assert_eq!(queue.claim_times(), [s, s + SECOND, s + 2 * SECOND, s + 3 * SECOND]);
+    assert_eq!(queue.claim_times()[..4], [s, s + SECOND, s + 2 * SECOND, s + 3 * SECOND]);
     let completed = queue.writes().iter().filter(|w| matches!(w.1, Write::Complete(_))).count();
     assert_eq!(completed, 3);
     run.stop().await;
@@ -604,6 +615,90 @@ async fn an_item_claimed_with_a_completion_while_shutting_down_is_handed_back_wi
         matches!(&writes[..], [(a, Write::Complete(_)), (b, Write::Release)] if *a == first_id && *b == second_id),
         "{writes:?}"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_worker_with_default_settings_drains_a_backlog_without_waiting_for_the_poll() {
+    // 5,000 short items, each claim and each batch of completions a round trip of 1 ms: one item per round
+    // trip would take 5.5 s, past the poll interval (5 s).
+    let items = 5_000;
+    let queue = FakeQueue::with_items((0..items).map(|_| item(WorkKind::TokenCleanup)));
+    queue.state.lock().unwrap().claim_delay = MS;
+    queue.state.lock().unwrap().complete_delay = MS;
+    let probe = Probe::new(WorkKind::TokenCleanup, Act::Work { work: Duration::ZERO });
+    let c = config();
+    assert_eq!((c.slots, c.poll_interval), (1, 5 * SECOND), "the defaults");
+    let run = start(&queue, &probe, c);
+    run.at(5 * SECOND - MS).await;
+    let (succeeded, batches) = {
+        let state = queue.state.lock().unwrap();
+        (state.succeeded.len(), state.completion_batches.len())
+    };
+    assert_eq!(succeeded, items, "every item ran before the clock reached the poll interval");
+    // The one slot ran them one after another while the items claimed ahead waited their turn, and their
+    // completions went out in batches (with as many claims).
+    assert!(batches <= items / 8, "{batches} batches of completions for {items} items");
+    assert_eq!(probe.started().len(), items, "each item ran once");
+    run.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_claim_that_lost_a_race_with_work_still_due_is_tried_again_long_before_the_poll() {
+    let queue = FakeQueue::with_items((0..3).map(|_| item(WorkKind::TokenCleanup)));
+    queue.state.lock().unwrap().claims_lose_race = 1;
+    let probe = Probe::new(WorkKind::TokenCleanup, Act::Work { work: 10 * MS });
+    let run = start(&queue, &probe, config());
+    run.at(SECOND).await;
+    let s = run.start;
+    // The first claim answered nothing (another Worker won the race) while three items were due: the next
+    // claim comes after the back-off's first step (50 ms), not the poll (5 s).
+    assert_eq!(probe.started()[0], s + 50 * MS);
+    assert_eq!(queue.state.lock().unwrap().succeeded.len(), 3);
+    run.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn items_claimed_ahead_that_find_no_slot_in_time_go_back_unrun_once_and_the_line_closes() {
+    // One slot; eight items of 10 ms open the window of items claimed ahead, so the four of 10 s behind them
+    // are claimed ahead too: the first runs, the three others wait in the line.
+    let short = Probe::new(WorkKind::TokenCleanup, Act::Work { work: 10 * MS });
+    let long = Probe::new(WorkKind::ProxySweep, Act::Work { work: 10 * SECOND });
+    let kinds = [[WorkKind::TokenCleanup; 8].as_slice(), &[WorkKind::ProxySweep; 4]].concat();
+    let queue = FakeQueue::with_items(kinds.into_iter().map(item));
+    queue.state.lock().unwrap().release_requeues = true;
+    let handlers = HandlerRegistry::new().register(short.clone()).register(long.clone());
+    let c = config();
+    let wait = c.prefetch_wait;
+    let executor = Executor::new(Arc::new(queue.clone()), handlers, c).unwrap();
+    let shutdown = CancellationToken::new();
+    let s = Instant::now();
+    let task = tokio::spawn(executor.run(shutdown.clone()));
+    sleep_until(s + 45 * SECOND).await;
+    let releases: Vec<_> =
+        queue.writes().into_iter().filter(|w| matches!(w.1, Write::Release)).map(|w| (w.0, w.2)).collect();
+    let (claimed, succeeded) = {
+        let state = queue.state.lock().unwrap();
+        (state.claimed.clone(), state.succeeded.clone())
+    };
+    let long_items: Vec<_> = claimed.iter().filter(|i| i.kind == WorkKind::ProxySweep).map(|i| i.id).collect();
+    // The three that waited went back to the queue, unrun, no later than the wait after they were claimed...
+    assert_eq!(releases.len(), 3, "{releases:?}");
+    assert!(releases.iter().all(|(id, at)| long_items.contains(id) && *at <= s + SECOND + wait));
+    // ... and the line closed: afterwards the slot claims only for itself, so none goes back twice, and every
+    // item ran once, to its completion.
+    assert_eq!(succeeded.len(), 12);
+    assert_eq!(long.started().len(), 4);
+    let mut ran: Vec<_> = succeeded.iter().map(|(id, _)| *id).collect();
+    ran.sort();
+    ran.dedup();
+    assert_eq!(ran.len(), 12);
+    shutdown.cancel();
+    task.await.unwrap();
+}
+
+/// The time between each two instants.
+fn gaps(at: &[Instant]) -> Vec<Duration> {
+    at.windows(2).map(|w| w[1] - w[0]).collect()
 }
 
 fn run_start(queue: &FakeQueue) -> Instant {

@@ -138,7 +138,7 @@ impl Default for Database {
             url: None,
             pooler_mode: PoolerMode::default().name().to_owned(),
             listen_url: None,
-            max_connections: 10,
+            max_connections: ExecutorConfig::DEFAULT_SHARED_CONNECTIONS,
             connect_timeout: Duration::from_secs(10),
         }
     }

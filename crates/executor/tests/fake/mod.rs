@@ -52,6 +52,8 @@ pub struct State {
     pub claim_limits: Vec<usize>,
     /// Batches of completions that claimed their slots' next items in the same call.
     pub chained_claims: usize,
+    /// How many items each of those claims asked for.
+    pub chained_claim_limits: Vec<usize>,
     /// How many completions each batch held.
     pub completion_batches: Vec<usize>,
     /// How long a batch of completions takes to answer.
@@ -63,6 +65,14 @@ pub struct State {
     pub completions_lose_answer: usize,
     /// The attempts completed, as the store's fence sees them: a second completion of one is Lost.
     pub succeeded: Vec<(WorkItemId, i32)>,
+    /// How many of the next claims (on their own or with completions) answer nothing although items are due
+    /// (each lost a race to another Worker).
+    pub claims_lose_race: usize,
+    /// A release puts the item back at the head of the queue, due at once (as the store does, keeping its
+    /// place in line); without it, a released item leaves the fake.
+    pub release_requeues: bool,
+    /// Every item as claimed (its attempt counted), in claim order.
+    pub claimed: Vec<WorkItem>,
 }
 
 #[derive(Default, Clone)]
@@ -167,6 +177,10 @@ impl WorkQueue for FakeQueue {
         s.claim_limits.push(limit);
         let now = Instant::now();
         let mut claimed = Vec::new();
+        if s.claims_lose_race > 0 {
+            s.claims_lose_race -= 1;
+            return Ok(claimed);
+        }
         while claimed.len() < limit {
             let Some(pos) = s.queued.iter().position(|(i, due)| *due <= now && request.kinds.contains(&i.kind)) else {
                 break;
@@ -175,6 +189,7 @@ impl WorkQueue for FakeQueue {
             item.attempt += 1;
             item.status = Status::Running;
             let fence = Fence { id: item.id, attempt: Attempt::new(item.attempt).unwrap() };
+            s.claimed.push(item.clone());
             claimed.push(ClaimedItem { item, fence });
         }
         Ok(claimed)
@@ -241,7 +256,11 @@ impl WorkQueue for FakeQueue {
         if claim == 0 {
             return Ok(CompletedMany { written, next: Ok(Vec::new()) });
         }
-        self.state.lock().unwrap().chained_claims += 1;
+        {
+            let mut s = self.state.lock().unwrap();
+            s.chained_claims += 1;
+            s.chained_claim_limits.push(claim);
+        }
         Ok(CompletedMany { written, next: self.claim_many(next, claim).await })
     }
 
@@ -268,7 +287,14 @@ impl WorkQueue for FakeQueue {
     }
 
     async fn release(&self, fence: Fence) -> Result<WriteOutcome, QueueError> {
-        self.write(fence, Write::Release)
+        let written = self.write(fence, Write::Release)?;
+        let mut s = self.state.lock().unwrap();
+        if s.release_requeues {
+            let mut again = s.claimed.iter().rev().find(|i| i.id == fence.id).expect("released a claimed item").clone();
+            again.status = Status::Queued;
+            s.queued.push_front((again, Instant::now()));
+        }
+        Ok(written)
     }
 
     async fn request_cancel(&self, _id: WorkItemId) -> Result<CancelOutcome, QueueError> {

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use almanac_domain::ports::ServedConfigs;
-use almanac_executor::{Executor, HandlerRegistry};
+use almanac_executor::{Executor, ExecutorConfig, HandlerRegistry};
 use almanac_handlers::{
     BurstDetectionHandler, BurstSettings, CrawlHandler, CrawlSettings, ProxyDeletionHandler, ProxySweepHandler,
     PurgeHandler, PurgeSettings, RetentionSettings, ScheduleSettings, Scheduler, TokenCleanupHandler,
@@ -146,7 +146,7 @@ where
 fn worker_store(settings: &Settings, url: &str) -> Result<PgStore, Failure> {
     let connections = WorkerConnections {
         shared: settings.database.max_connections,
-        reserved: settings.worker.slots + 1,
+        reserved: ExecutorConfig::reserved_connections(settings.worker.slots),
         acquire_timeout: settings.database.connect_timeout,
         lease: settings.queue.lease,
     };
