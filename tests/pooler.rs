@@ -142,8 +142,11 @@ fn listeners(s: &Setup) -> Vec<Vec<String>> {
     ))
 }
 
-/// A crawl, the CLI and the page through PgBouncer in transaction mode. The Worker polls once an hour, so the
-/// item enqueued once it is idle can only be picked up because its LISTEN on the direct `listen_url` woke it.
+/// A crawl, the CLI and the page through PgBouncer in transaction mode, and the Worker's LISTEN on the direct
+/// `listen_url` (the only LISTEN session of the database), by which an enqueue made once it is idle is picked
+/// up. (The pickup alone does not prove the wake-up: an idle executor also claims again after a back-off. That an
+/// enqueue through the pooler wakes a listener on the direct URL, and never one through the pooler, is shown by
+/// `crates/store-pg/tests/pooler_contract.rs`.)
 #[test]
 fn a_crawl_the_cli_and_the_page_work_through_pgbouncer_and_an_enqueue_wakes_the_worker_through_listen_url() {
     let s = setup(12);
@@ -184,7 +187,7 @@ fn a_crawl_the_cli_and_the_page_work_through_pgbouncer_and_an_enqueue_wakes_the_
     // The Worker listens on the direct connection, never through PgBouncer.
     assert_eq!(listeners(&s).len(), 1, "one LISTEN, on the direct connection");
     assert!(worker.events("polling_only").is_empty());
-    // Idle, polling once an hour: an enqueue is picked up because it woke the Worker.
+    // Idle, polling once an hour: an enqueue is picked up.
     let id = s.cli(&["enqueue", "token-cleanup"]).split_whitespace().next().unwrap().to_owned();
     s.wait_for(
         &format!("SELECT 1 FROM work_items WHERE id = '{id}' AND status = 'succeeded'"),

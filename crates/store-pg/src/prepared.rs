@@ -3,7 +3,9 @@
 //! diesel never caches `sql_query` (its SQL could be anything), so every call was parsed and planned again and
 //! cost an extra round trip. [`Prepared`] is a fixed SQL text whose `$n` placeholders are bound from a list of
 //! values: diesel's statement cache keys it by its SQL text and bind types, so each connection prepares it once.
-//! The queue's hot statements (claim, heartbeat, outcomes, enqueue) go through it.
+//! The queue's hot statements (claim, heartbeat, outcomes, enqueue) go through it. Behind a pooler in
+//! transaction mode the cache is off ([`crate::pooler`]): each is then prepared and closed within its
+//! transaction, as a `sql_query` is.
 //!
 //! The SQL must not contain `$` other than placeholders (no dollar quoting, no `$` in literals).
 

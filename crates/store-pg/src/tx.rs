@@ -1,5 +1,6 @@
 //! How every statement of the store reaches the database, written once: [`PgStore::read`] (one or more
-//! statements outside a transaction), [`PgStore::transaction`] (a transaction whose commit is awaited) and
+//! statements outside a transaction; in a transaction behind a pooler in transaction mode, see
+//! [`crate::pooler`]), [`PgStore::transaction`] (a transaction whose commit is awaited) and
 //! [`PgStore::fenced`] (an attempt's catalogue write: a transaction that can only be had through the fence).
 //! Each takes its connection from the pool it names ([`Lane`]) and places its error by asking that connection
 //! ([`crate::error::placed`], ADR 0010), so no caller opens a transaction, holds a fence or maps an error itself.

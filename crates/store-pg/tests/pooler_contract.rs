@@ -259,3 +259,43 @@ async fn migrations_run_through_a_transaction_pooler_and_leave_no_lock_behind() 
     drop(bouncer);
     admin.batch_execute(&format!("DROP DATABASE {name} WITH (FORCE)")).await.unwrap();
 }
+
+/// Wake-ups need a direct connection: an enqueue through PgBouncer wakes a listener on the database's own URL
+/// (`database.listen_url`), while a listener through PgBouncer, whose LISTEN went to a server session the pooler
+/// then handed to others, hears nothing. One server session, so the enqueue's NOTIFY is sent from the very
+/// session that LISTENed through the pooler: PgBouncer hands it to the client holding that session then (the
+/// enqueuer), never to the listener.
+#[tokio::test]
+async fn an_enqueue_through_the_pooler_wakes_a_direct_listener_and_never_one_through_the_pooler() {
+    use almanac_store_pg::listen_for_work;
+    use tokio::sync::Notify;
+    use tokio_util::sync::CancellationToken;
+
+    let db = TestDatabase::create().await;
+    let bouncer = PgBouncer::start(1).unwrap();
+    let url = bouncer.url_of(&db);
+    let store =
+        PgStore::in_mode(&url, 2, Duration::from_secs(10), Duration::from_secs(60), PoolerMode::Transaction).unwrap();
+    let stop = CancellationToken::new();
+    let (direct, pooled) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let listeners = [
+        tokio::spawn(listen_for_work(db.url().to_owned(), direct.clone(), stop.clone())),
+        tokio::spawn(listen_for_work(url.clone(), pooled.clone(), stop.clone())),
+    ];
+    // Each wakes once when its LISTEN is done (it may have missed something while connecting).
+    let connected = almanac_testdb::patience(Duration::from_secs(2));
+    tokio::time::timeout(connected, direct.notified()).await.expect("the direct listener connected");
+    tokio::time::timeout(connected, pooled.notified()).await.expect("the pooled listener connected");
+
+    store.enqueue(&NewWorkItem::new(WorkKind::TokenCleanup, Scope::Unscoped).unwrap()).await.unwrap();
+    tokio::time::timeout(almanac_testdb::patience(Duration::from_secs(2)), direct.notified())
+        .await
+        .expect("the direct listener was woken by an enqueue through the pooler");
+    // The notification has been delivered (the direct listener has it): the pooled one would have it by now.
+    let heard = tokio::time::timeout(Duration::from_millis(500), pooled.notified()).await;
+    assert!(heard.is_err(), "a LISTEN through a transaction pooler heard an enqueue");
+    stop.cancel();
+    for listener in listeners {
+        listener.await.unwrap();
+    }
+}
