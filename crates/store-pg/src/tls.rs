@@ -223,11 +223,40 @@ pub(crate) type Connection = tokio_postgres::Connection<
 
 impl ConnectTarget {
     /// Connects with the driver alone (the work listener). Under `prefer`, a TLS handshake that fails is
-    /// followed by a connection without TLS, as libpq does.
+    /// followed by a connection without TLS, as libpq does. Several hosts with a `connect_timeout` are tried one
+    /// by one, each attempt bounded as a whole (see [`ConnectTarget::each_host`]).
     pub(crate) async fn connect(&self) -> Result<(tokio_postgres::Client, Connection), StoreError> {
-        match self.config.connect(self.tls.connector.clone()).await {
+        let mut last = None;
+        for (config, limit) in self.each_host() {
+            let attempt = self.connect_to(config);
+            let answer = match limit {
+                None => attempt.await,
+                Some(limit) => tokio::time::timeout(limit, attempt).await.unwrap_or_else(|_| {
+                    let host = match config.get_hosts().first() {
+                        Some(tokio_postgres::config::Host::Tcp(name)) => name.clone(),
+                        Some(tokio_postgres::config::Host::Unix(path)) => path.display().to_string(),
+                        None => "the server".into(),
+                    };
+                    let port = config.get_ports().first().copied().unwrap_or(5432);
+                    let said = format!("{host} (port {port}) did not answer within connect_timeout ({limit:?})");
+                    Err(StoreError::Unavailable(said.into()))
+                }),
+            };
+            match answer {
+                Ok(connected) => return Ok(connected),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| StoreError::Config("the connection string names no host".into())))
+    }
+
+    async fn connect_to(
+        &self,
+        config: &tokio_postgres::Config,
+    ) -> Result<(tokio_postgres::Client, Connection), StoreError> {
+        match config.connect(self.tls.connector.clone()).await {
             Err(e) if self.tls.mode == SslMode::Prefer && is_tls_failure(&e) => {
-                let mut plain = self.config.clone();
+                let mut plain = config.clone();
                 plain.ssl_mode(tokio_postgres::config::SslMode::Disable);
                 plain.connect(self.tls.connector.clone()).await.map_err(|e| self.connect_error(&e))
             }

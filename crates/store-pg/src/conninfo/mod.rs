@@ -13,6 +13,9 @@ use crate::tls::{SslMode, Tls};
 #[derive(Clone)]
 pub struct ConnectTarget {
     pub(crate) config: tokio_postgres::Config,
+    /// When the string names several hosts and a `connect_timeout`: one driver config per host, in order, each
+    /// attempt bounded as a whole by that timeout (see [`ConnectTarget::each_host`]). Empty otherwise.
+    pub(crate) hosts: Vec<tokio_postgres::Config>,
     pub(crate) tls: Tls,
 }
 
@@ -52,25 +55,39 @@ impl ConnectTarget {
         };
         let hosts = config.get_hosts();
         let named = hosts.iter().any(|h| matches!(h, tokio_postgres::config::Host::Tcp(_)));
-        // As with libpq, a Unix socket never uses TLS (the server would refuse it there).
-        let only_sockets = !hosts.is_empty() && !named && config.get_hostaddrs().is_empty();
-        if !named && !only_sockets && matches!(mode, SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull) {
+        if !named
+            && (hosts.is_empty() || !config.get_hostaddrs().is_empty())
+            && matches!(mode, SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull)
+        {
             return Err(StoreError::Config(format!(
                 "sslmode={} needs the server's name: give host=NAME beside hostaddr (TLS is negotiated for a name)",
                 mode.name()
             )));
         }
-        config.ssl_mode(if only_sockets { SslMode::Disable.driver_mode() } else { mode.driver_mode() });
         // TCP keepalives, unless the string sets its own: a dead peer is noticed in about a minute, not hours.
         let own_keepalives = take_params(conn, &KEEPALIVE_KEYS).is_some_and(|(_, taken)| !taken.is_empty());
-        if !own_keepalives {
-            config
-                .keepalives(true)
-                .keepalives_idle(Duration::from_secs(30))
-                .keepalives_interval(Duration::from_secs(10))
-                .keepalives_retries(3);
+        settle(&mut config, mode, own_keepalives);
+        let hosts = one_per_host(&rest, &config)?
+            .into_iter()
+            .map(|mut host| {
+                settle(&mut host, mode, own_keepalives);
+                host
+            })
+            .collect();
+        Ok(Self { config, hosts, tls: Tls::new(mode, rootcert)? })
+    }
+
+    /// The driver configs to try in turn, each with the time its whole attempt may take: the string's own
+    /// config, unbounded here (the driver tries its hosts itself), or, when it names several hosts and a
+    /// `connect_timeout`, one config per host bounded by that timeout. libpq bounds each host's whole attempt
+    /// so; the driver bounds only the TCP connect, so a first host that accepts and never answers (a frozen
+    /// primary) would hold every new connection until the pool gave up, and the host after it (the promoted
+    /// standby) would never be tried.
+    pub(crate) fn each_host(&self) -> Vec<(&tokio_postgres::Config, Option<Duration>)> {
+        if self.hosts.is_empty() {
+            return vec![(&self.config, None)];
         }
-        Ok(Self { config, tls: Tls::new(mode, rootcert)? })
+        self.hosts.iter().map(|h| (h, h.get_connect_timeout().copied())).collect()
     }
 
     /// How this target uses TLS.
@@ -101,6 +118,75 @@ pub fn mask_password(conn: &str) -> String {
         shown = shown.replace(password.as_ref(), "***");
     }
     shown
+}
+
+/// Sets what a string leaves to us on a driver config: TLS as `mode` says (never on a Unix socket, as with
+/// libpq: the server would refuse it there), and TCP keepalives unless the string sets its own.
+fn settle(config: &mut tokio_postgres::Config, mode: SslMode, own_keepalives: bool) {
+    let hosts = config.get_hosts();
+    let only_sockets = !hosts.is_empty()
+        && hosts.iter().all(|h| !matches!(h, tokio_postgres::config::Host::Tcp(_)))
+        && config.get_hostaddrs().is_empty();
+    config.ssl_mode(if only_sockets { SslMode::Disable.driver_mode() } else { mode.driver_mode() });
+    if !own_keepalives {
+        config
+            .keepalives(true)
+            .keepalives_idle(Duration::from_secs(30))
+            .keepalives_interval(Duration::from_secs(10))
+            .keepalives_retries(3);
+    }
+}
+
+/// When `config` (read from `rest`) names several hosts and a `connect_timeout`, and does not ask for them in
+/// random order, one config per host: `rest` without its hosts, ports and addresses, and with the one host's.
+fn one_per_host(rest: &str, config: &tokio_postgres::Config) -> Result<Vec<tokio_postgres::Config>, StoreError> {
+    use tokio_postgres::config::{Host, LoadBalanceHosts};
+    let (hosts, addrs, ports) = (config.get_hosts(), config.get_hostaddrs(), config.get_ports());
+    let n = hosts.len().max(addrs.len());
+    if n < 2 || config.get_connect_timeout().is_none() || config.get_load_balance_hosts() == LoadBalanceHosts::Random {
+        return Ok(Vec::new());
+    }
+    let unreadable = || StoreError::Config("the connection string's hosts cannot be read".into());
+    let (base, _) = take_params(rest, &["host", "hostaddr", "port"]).ok_or_else(unreadable)?;
+    let base = if is_url(&base) { without_url_hosts(&base) } else { base };
+    (0..n)
+        .map(|i| {
+            let mut one: Vec<(&str, String)> = Vec::new();
+            match hosts.get(i) {
+                Some(Host::Tcp(name)) => one.push(("host", name.clone())),
+                Some(Host::Unix(path)) => one.push(("host", path.display().to_string())),
+                None => {}
+            }
+            if let Some(addr) = addrs.get(i) {
+                one.push(("hostaddr", addr.to_string()));
+            }
+            let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+            one.push(("port", port.to_string()));
+            with_params(&base, &one).parse().map_err(|e| StoreError::Config(format!("{e}")))
+        })
+        .collect()
+}
+
+/// A URL without the hosts (and ports) of its authority: `scheme://user@/db?…`.
+fn without_url_hosts(url: &str) -> String {
+    let UrlParts { authority, at, .. } = url_parts(url);
+    let start = at.map_or(authority, |a| a + 1);
+    let end = url[start..].find(['/', '?']).map_or(url.len(), |i| start + i);
+    format!("{}{}", &url[..start], &url[end..])
+}
+
+/// `conn` (a URL or `key=value` pairs) with `params` added.
+fn with_params(conn: &str, params: &[(&str, String)]) -> String {
+    if is_url(conn) {
+        let encode = |v: &str| v.replace('%', "%25").replace('&', "%26").replace('#', "%23").replace(' ', "%20");
+        let added: Vec<String> = params.iter().map(|(k, v)| format!("{k}={}", encode(v))).collect();
+        let joiner = if url_parts(conn).query.is_some() { '&' } else { '?' };
+        format!("{conn}{joiner}{}", added.join("&"))
+    } else {
+        let quote = |v: &str| format!("'{}'", v.replace('\\', "\\\\").replace('\'', "\\'"));
+        let added: Vec<String> = params.iter().map(|(k, v)| format!("{k}={}", quote(v))).collect();
+        format!("{conn} {}", added.join(" "))
+    }
 }
 
 /// What is shown of a connection string that cannot be read.

@@ -155,3 +155,69 @@ fn several_hosts_and_target_session_attrs_reach_the_driver_in_both_forms() {
     assert_eq!(target.config.get_ssl_mode(), tokio_postgres::config::SslMode::Disable);
     assert_eq!(target.config.get_hosts().len(), 2);
 }
+
+#[test]
+fn several_hosts_with_a_connect_timeout_are_tried_one_by_one_with_everything_else_kept() {
+    use tokio_postgres::config::{Host, TargetSessionAttrs};
+    for conn in [
+        "postgres://u:secret@db1:5433,db2/app?target_session_attrs=read-write&connect_timeout=2&application_name=w",
+        "host=db1,db2 port=5433,5432 user=u password=secret dbname=app target_session_attrs=read-write \
+         connect_timeout=2 application_name=w",
+    ] {
+        let target = ConnectTarget::parse(conn).unwrap();
+        let each = target.each_host();
+        assert_eq!(each.len(), 2, "{conn}");
+        for ((config, limit), (host, port)) in each.into_iter().zip([("db1", 5433), ("db2", 5432)]) {
+            assert_eq!(config.get_hosts(), [Host::Tcp(host.to_owned())], "{conn}");
+            assert_eq!(config.get_ports(), [port], "{conn}");
+            assert_eq!(limit, Some(Duration::from_secs(2)), "{conn}");
+            assert_eq!(config.get_user(), Some("u"));
+            assert_eq!(config.get_password(), Some(&b"secret"[..]));
+            assert_eq!(config.get_dbname(), Some("app"));
+            assert_eq!(config.get_application_name(), Some("w"));
+            assert_eq!(config.get_target_session_attrs(), TargetSessionAttrs::ReadWrite);
+            assert_eq!(config.get_keepalives_idle(), Duration::from_secs(30), "our keepalives on each host");
+        }
+    }
+    // A socket among them never negotiates TLS; the named host keeps the mode asked for.
+    let target = ConnectTarget::parse("host=db1,/run/pg port=5433,5432 connect_timeout=2 sslmode=require").unwrap();
+    let modes: Vec<_> = target.each_host().iter().map(|(c, _)| c.get_ssl_mode()).collect();
+    assert_eq!(modes, [tokio_postgres::config::SslMode::Require, tokio_postgres::config::SslMode::Disable]);
+    // Without a connect_timeout, one host, or hosts asked for in random order: the driver tries them itself.
+    for conn in [
+        "postgres://u@db1,db2/app",
+        "postgres://u@db1/app?connect_timeout=2",
+        "postgres://u@db1,db2/app?connect_timeout=2&load_balance_hosts=random",
+    ] {
+        let target = ConnectTarget::parse(conn).unwrap();
+        assert_eq!(target.each_host().len(), 1, "{conn}");
+        assert_eq!(target.each_host()[0].1, None, "{conn}");
+    }
+}
+
+/// A first host that accepts the connection and never answers (a frozen primary: the kernel still completes
+/// the handshake) is passed over after `connect_timeout`, and the second host serves: the driver bounds only
+/// the TCP connect, so before, every new connection waited there until the pool gave up.
+#[tokio::test]
+async fn a_first_host_that_never_answers_is_passed_over_after_connect_timeout() {
+    use almanac_domain::{NewWorkItem, Scope, WorkKind, WorkQueue};
+    let db = almanac_testdb::TestDatabase::create().await;
+    // The test database's own server (its last host: the private cluster's socket), after the frozen one.
+    let served: tokio_postgres::Config = db.url().parse().unwrap();
+    let host = match served.get_hosts().last().unwrap() {
+        tokio_postgres::config::Host::Tcp(name) => name.clone(),
+        tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+    };
+    let port = served.get_ports().last().copied().unwrap_or(5432);
+    let user = served.get_user().unwrap_or("postgres");
+    let frozen = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let conn = format!(
+        "host=127.0.0.1,{host} port={},{port} dbname={} user={user} sslmode=disable connect_timeout=1",
+        frozen.local_addr().unwrap().port(),
+        db.name()
+    );
+    let acquire = almanac_testdb::patience(Duration::from_secs(3));
+    let store = crate::PgStore::new(&conn, 1, acquire).unwrap();
+    let item = NewWorkItem::new(WorkKind::TokenCleanup, Scope::Unscoped).unwrap();
+    store.enqueue(&item).await.expect("the second host takes the enqueue");
+}
