@@ -1105,6 +1105,13 @@ CREATE INDEX ix_bursts_config ON public.bursts USING btree (storage_config_id);
 
 
 --
+-- Name: ix_bursts_primary_asset; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ix_bursts_primary_asset ON public.bursts USING btree (primary_asset_id);
+
+
+--
 -- Name: ix_media_assets_active_content; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -1137,6 +1144,13 @@ CREATE INDEX ix_media_assets_content ON public.media_assets USING btree (storage
 --
 
 CREATE INDEX ix_media_assets_on_this_day ON public.media_assets USING btree (capture_month, capture_day) WHERE (NOT is_soft_deleted);
+
+
+--
+-- Name: ix_media_assets_paired; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ix_media_assets_paired ON public.media_assets USING btree (paired_asset_id) WHERE (paired_asset_id IS NOT NULL);
 
 
 --
@@ -1179,6 +1193,13 @@ CREATE INDEX ix_refresh_tokens_expires ON public.refresh_tokens USING btree (exp
 --
 
 CREATE INDEX ix_refresh_tokens_revoked ON public.refresh_tokens USING btree (revoked_at) WHERE (revoked_at IS NOT NULL);
+
+
+--
+-- Name: ix_refresh_tokens_user; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ix_refresh_tokens_user ON public.refresh_tokens USING btree (user_id);
 
 
 --
