@@ -27,6 +27,17 @@ use crate::config::ExecutorConfig;
 /// The shortest back-off after a claim that found fewer than it asked for.
 pub(crate) const CLAIM_AGAIN_FLOOR: Duration = Duration::from_millis(50);
 
+/// What the claim made with an attempt's outcome came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// It claimed the slot's next item.
+    Claimed,
+    /// It found nothing.
+    FoundNothing,
+    /// No claim was made with this outcome (only a success's completion claims).
+    NotAsked,
+}
+
 /// The executor's pace: the window of items claimed ahead, and the back-off after short claims.
 #[derive(Debug)]
 pub(crate) struct Pace {
@@ -106,11 +117,18 @@ impl Pace {
         self.backoff = self.floor;
     }
 
-    /// An attempt ended after `took` (from its start in a slot to its outcome written): a slot came free, so
-    /// claims resume; the window is sized so that the line drains within half the wait at this pace, and
-    /// closes for an attempt as long as the wait.
-    pub(crate) fn attempt_ended(&mut self, took: Duration) {
-        self.resume_at = None;
+    /// An attempt ended after `took` (from its start in a slot to its outcome written), and its completion's
+    /// claim came to `next`. The window is sized so that the line drains within half the wait at this pace,
+    /// and closes for an attempt as long as the wait.
+    pub(crate) fn attempt_ended(&mut self, took: Duration, next: Next, now: Instant) {
+        match next {
+            // The completion claimed as many as it completed: nothing more can have become claimable through
+            // this attempt (its config's next item is the one it claimed), so the back-off stands.
+            Next::Claimed => {}
+            Next::FoundNothing => self.claimed(1, 0, now),
+            // A failure, a cancel, a release: its config is free and nothing was claimed with it.
+            Next::NotAsked => self.resume_at = None,
+        }
         if took >= self.wait {
             self.window = 0;
             return;
@@ -167,13 +185,13 @@ mod tests {
     fn short_attempts_open_the_window_up_to_its_limit_and_long_ones_close_it() {
         let mut p = pace(1);
         assert_eq!(p.capacity(), 1, "a Worker starts by claiming for its slots only");
-        p.attempt_ended(Duration::from_millis(2));
+        p.attempt_ended(Duration::from_millis(2), Next::Claimed, Instant::now());
         assert_eq!(p.window(), 1);
         for _ in 0..10 {
-            p.attempt_ended(Duration::from_millis(2));
+            p.attempt_ended(Duration::from_millis(2), Next::Claimed, Instant::now());
         }
         assert_eq!(p.window(), ExecutorConfig::DEFAULT_PREFETCH);
-        p.attempt_ended(ExecutorConfig::DEFAULT_PREFETCH_WAIT);
+        p.attempt_ended(ExecutorConfig::DEFAULT_PREFETCH_WAIT, Next::Claimed, Instant::now());
         assert_eq!(p.capacity(), 1, "an attempt as long as the wait closes the window");
     }
 
@@ -183,7 +201,7 @@ mod tests {
         let wait = ExecutorConfig::DEFAULT_PREFETCH_WAIT;
         // Items of a tenth of the wait: two slots run ten of them in half the wait.
         for _ in 0..10 {
-            p.attempt_ended(wait / 10);
+            p.attempt_ended(wait / 10, Next::Claimed, Instant::now());
         }
         assert_eq!(p.window(), 10);
         p.waited_too_long();
@@ -208,8 +226,13 @@ mod tests {
         p.woken();
         p.claimed(4, 0, t);
         assert_eq!(p.resume_at(), Some(t + CLAIM_AGAIN_FLOOR), "a wake-up starts from the floor again");
-        p.attempt_ended(Duration::from_millis(1));
-        assert!(p.may_claim(), "an ended attempt lifts the back-off");
+        p.attempt_ended(Duration::from_millis(1), Next::Claimed, t);
+        assert!(!p.may_claim(), "an attempt whose completion claimed its next item leaves the back-off standing");
+        p.attempt_ended(Duration::from_millis(1), Next::NotAsked, t);
+        assert!(p.may_claim(), "an attempt that failed (its config free, nothing claimed) lifts the back-off");
+        p.attempt_ended(Duration::from_millis(1), Next::FoundNothing, t);
+        assert_eq!(p.resume_at(), Some(t + CLAIM_AGAIN_FLOOR * 2), "a completion that found nothing backs off");
+        p.resume();
         p.claimed(4, 4, t);
         p.claimed(4, 0, t);
         assert_eq!(p.resume_at(), Some(t + CLAIM_AGAIN_FLOOR), "a full claim starts from the floor again");

@@ -18,7 +18,7 @@ use crate::attempt::{self, Chained, Outcome, ToRun};
 use crate::completer::Completer;
 use crate::config::{ConfigError, ExecutorConfig};
 use crate::handler::HandlerRegistry;
-use crate::pace::{Pace, SlotHeld};
+use crate::pace::{Next, Pace, SlotHeld};
 
 /// How a shutdown went.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -226,13 +226,16 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
         shutdown: &CancellationToken,
     ) {
         let Ok((id, outcome, chained, took)) = done else { return };
-        slots.pace.attempt_ended(took);
         debug!(item_id = %id, ?outcome, "attempt ended");
-        match chained {
-            Some((sent_at, claimed)) => self.line_up_or_hand_back(slots, claimed, sent_at, shutdown),
+        let next = match (&chained, outcome) {
+            (Some(_), _) => Next::Claimed,
             // It found nothing: back off, as after any claim that found less than it asked for.
-            None if outcome == Outcome::Succeeded => slots.pace.claimed(1, 0, Instant::now()),
-            None => {}
+            (None, Outcome::Succeeded) => Next::FoundNothing,
+            (None, _) => Next::NotAsked,
+        };
+        slots.pace.attempt_ended(took, next, Instant::now());
+        if let Some((sent_at, claimed)) = chained {
+            self.line_up_or_hand_back(slots, claimed, sent_at, shutdown);
         }
     }
 

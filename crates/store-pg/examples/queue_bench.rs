@@ -1,13 +1,19 @@
 //! Queue benchmarks (run through `cargo xtask bench queue`): JSON on stdout.
 //!
-//! The scenarios of issue 13, each through the executor (as a Worker runs it: slots claiming together,
-//! heartbeats, completions written in batches, a no-op handler) and through the store alone (raw loops of one
-//! claim and one completion, the baseline), with the same counts:
-//! - drain: 20,000 unscoped no-op items, concurrency 8;
-//! - keyed: 20,000 items over 50 configs (one running per config), concurrency 8;
-//! - hot config: 1,000 items over 100 configs queued behind a busy config's 49,000, concurrency 4;
+//! The scenarios of issues 13 and 26, each through the executor **as shipped** (the Worker's defaults: its
+//! `ExecutorConfig::new`, slots, poll interval and items claimed ahead, and the store sized as
+//! `almanac-worker run` sizes it; a no-op handler) and through the store alone (8 raw loops of one claim and
+//! one completion, the baseline), with the same counts:
+//! - drain: 20,000 unscoped no-op items;
+//! - keyed: 20,000 items over 50 configs (one running per config);
+//! - one config: 2,000 items of one config, which run one at a time (rule 2);
+//! - hot config: 1,000 items over 100 configs queued behind a busy config's 49,000;
 //! - scale: 10,000 configs, 1,000,000 queued items, half the configs busy, 32 concurrent claimers: claim
 //!   latency p50/p95/p99 of our claim and, as the baseline in the same run, the claim before `queue_heads`.
+//!
+//! `ALMANAC_BENCH_SLOTS` and `ALMANAC_BENCH_PREFETCH` run the executor with that many slots, or items claimed
+//! ahead, instead of the defaults (a variation for a comparison, labelled `as_shipped: false` in the report;
+//! the figures recorded in docs/benchmarks/queue.json are as shipped).
 //!
 //! Drain, keyed and hot config also say where the time goes, per item: the CPU used by this process (the
 //! executor or the raw loops) and by the PostgreSQL cluster (its backends, from `/proc`), each slot's
@@ -16,7 +22,8 @@
 //! whose cores are all busy, the two CPU figures bound what any change of the SQL or the executor can gain.
 //!
 //! `ALMANAC_BENCH_SCALE_ITEMS` (default 1,000,000) shrinks the scale scenario for a quick run;
-//! `ALMANAC_BENCH_ONLY` runs one scenario (`drain`, `keyed`, `hot_config`, `scale`); `ALMANAC_BENCH_ROUNDS`
+//! `ALMANAC_BENCH_ONLY` runs one scenario (`drain`, `keyed`, `one_config`, `hot_config`, `scale`);
+//! `ALMANAC_BENCH_ROUNDS`
 //! (default 3) sets how many rounds the throughput scenarios run (their medians are reported).
 
 use std::sync::Arc;
@@ -157,17 +164,54 @@ fn store_for(db: &TestDatabase, slots: usize) -> Arc<PgStore> {
     )
 }
 
+/// The executor as a Worker runs it by default: `ExecutorConfig::new`'s knobs, and its store sized as
+/// `almanac-worker run` sizes it (the default shared pool, and the connections reserved for its slots).
+/// `ALMANAC_BENCH_SLOTS` and `ALMANAC_BENCH_PREFETCH` vary it (labelled, never the recorded figures).
+fn shipped() -> ExecutorConfig {
+    let mut config = ExecutorConfig::new(WorkerId::new("executor").unwrap(), ServedConfigs::All);
+    if let Ok(slots) = std::env::var("ALMANAC_BENCH_SLOTS") {
+        config.slots = slots.parse().expect("ALMANAC_BENCH_SLOTS: a number of slots");
+    }
+    if let Ok(prefetch) = std::env::var("ALMANAC_BENCH_PREFETCH") {
+        config.prefetch = prefetch.parse().expect("ALMANAC_BENCH_PREFETCH: a number of items");
+    }
+    config
+}
+
+/// A Worker's store for `config`, sized as `almanac-worker run` sizes it.
+fn worker_store(db: &TestDatabase, config: &ExecutorConfig) -> Arc<PgStore> {
+    let connections = WorkerConnections {
+        shared: ExecutorConfig::DEFAULT_SHARED_CONNECTIONS,
+        reserved: ExecutorConfig::reserved_connections(config.slots),
+        // Only how long a request may wait for a connection: not a factor of the rates here.
+        acquire_timeout: Duration::from_secs(10),
+        lease: config.lease.get(),
+    };
+    Arc::new(PgStore::for_worker(db.url(), connections).unwrap())
+}
+
+/// What the executor was run with, for the report.
+fn settings_json(config: &ExecutorConfig) -> serde_json::Value {
+    serde_json::json!({
+        "as_shipped": ["ALMANAC_BENCH_SLOTS", "ALMANAC_BENCH_PREFETCH"].iter().all(|v| std::env::var(v).is_err()),
+        "slots": config.slots,
+        "poll_interval_ms": config.poll_interval.as_millis() as u64,
+        "prefetch": config.prefetch,
+        "prefetch_wait_ms": config.prefetch_wait.as_millis() as u64,
+        "shared_connections": ExecutorConfig::DEFAULT_SHARED_CONNECTIONS,
+        "reserved_connections": ExecutorConfig::reserved_connections(config.slots),
+    })
+}
+
 async fn count(conn: &mut AsyncPgConnection, sql: &str) -> i64 {
     sql_query(sql).get_result::<Count>(conn).await.unwrap().n
 }
 
-/// Runs an executor with `slots` over the queue until `target` items of `worker` succeeded.
-async fn through_executor(db: &TestDatabase, slots: usize, target: i64) -> f64 {
-    let store = store_for(db, slots);
+/// Runs an executor as shipped over the queue until `target` items of `worker` succeeded.
+async fn through_executor(db: &TestDatabase, target: i64) -> f64 {
+    let config = shipped();
+    let store = worker_store(db, &config);
     let handlers = WorkKind::ALL.iter().fold(HandlerRegistry::new(), |r, k| r.register(NoOp(*k)));
-    let mut config = ExecutorConfig::new(WorkerId::new("executor").unwrap(), ServedConfigs::All);
-    config.slots = slots;
-    config.poll_interval = Duration::from_millis(50);
     let executor = Executor::new(store, handlers, config).unwrap();
     let shutdown = CancellationToken::new();
     let started = Instant::now();
@@ -352,8 +396,9 @@ fn rounds_json(items: usize, seconds: &[f64]) -> serde_json::Value {
     serde_json::json!({"items": items, "items_per_second": rates[rates.len() / 2], "items_per_second_each_round": each})
 }
 
-/// Drain and keyed: the queue drained through the executor, then refilled and drained by raw loops, `rounds`
-/// times (one round varies by up to 2x on this machine, with the table's dead rows and autovacuum's timing).
+/// Drain, keyed and one config: the queue drained through the executor, then refilled and drained by raw loops
+/// (`concurrency` of them), `rounds` times (one round varies by up to 2x on this machine, with the table's dead
+/// rows and autovacuum's timing).
 async fn drain(name: &str, items: usize, configs: usize, concurrency: usize, rounds: usize) -> serde_json::Value {
     let (db, mut conn, ids) = database(configs).await;
     let store = store_for(&db, 2);
@@ -363,14 +408,15 @@ async fn drain(name: &str, items: usize, configs: usize, concurrency: usize, rou
         let enqueue_started = Instant::now();
         fill(&store, items, &ids).await;
         enqueue.push(enqueue_started.elapsed().as_secs_f64());
-        let phase = through_executor(&db, concurrency, ((round + 1) * items) as i64);
-        executor.push(executor_spent.measure(&mut conn, items, concurrency, phase).await);
+        let phase = through_executor(&db, ((round + 1) * items) as i64);
+        executor.push(executor_spent.measure(&mut conn, items, shipped().slots, phase).await);
         fill(&store, items, &ids).await;
         let phase = through_store(&db, concurrency, items as i64);
         raw.push(raw_spent.measure(&mut conn, items, concurrency, phase).await);
     }
     serde_json::json!({
-        "scenario": name, "items": items, "configs": configs, "concurrency": concurrency, "rounds": rounds,
+        "scenario": name, "items": items, "configs": configs, "rounds": rounds,
+        "executor_settings": settings_json(&shipped()), "store_loops": concurrency,
         "enqueue_many": rounds_json(items, &enqueue),
         "executor": rounds_json(items, &executor),
         "store": rounds_json(items, &raw),
@@ -393,15 +439,15 @@ async fn hot_config(concurrency: usize, rounds: usize) -> serde_json::Value {
     let (mut executor_spent, mut raw_spent) = (TimeSpent::default(), TimeSpent::default());
     for round in 0..rounds {
         fill(&store, 1_000, others).await;
-        let phase = through_executor(&db, concurrency, ((round + 1) * 1_000) as i64);
-        executor.push(executor_spent.measure(&mut conn, 1_000, concurrency, phase).await);
+        let phase = through_executor(&db, ((round + 1) * 1_000) as i64);
+        executor.push(executor_spent.measure(&mut conn, 1_000, shipped().slots, phase).await);
         fill(&store, 1_000, others).await;
         let phase = through_store(&db, concurrency, 1_000);
         raw.push(raw_spent.measure(&mut conn, 1_000, concurrency, phase).await);
     }
     serde_json::json!({
-        "scenario": "hot_config", "items": 1_000, "behind": 49_000, "configs": 101, "concurrency": concurrency,
-        "rounds": rounds,
+        "scenario": "hot_config", "items": 1_000, "behind": 49_000, "configs": 101, "rounds": rounds,
+        "executor_settings": settings_json(&shipped()), "store_loops": concurrency,
         "executor": rounds_json(1_000, &executor),
         "store": rounds_json(1_000, &raw),
         "executor_time_per_item": executor_spent.json(),
@@ -517,6 +563,9 @@ async fn main() {
     }
     if wanted("keyed") {
         report["keyed"] = show(drain("keyed", 20_000, 50, 8, rounds).await);
+    }
+    if wanted("one_config") {
+        report["one_config"] = show(drain("one_config", 2_000, 1, 8, rounds).await);
     }
     if wanted("hot_config") {
         report["hot_config"] = show(hot_config(4, rounds).await);
