@@ -192,8 +192,9 @@ fn worker_store(db: &TestDatabase, config: &ExecutorConfig) -> Arc<PgStore> {
 
 /// What the executor was run with, for the report.
 fn settings_json(config: &ExecutorConfig) -> serde_json::Value {
+    let as_shipped = ["ALMANAC_BENCH_SLOTS", "ALMANAC_BENCH_PREFETCH"].iter().all(|v| std::env::var(v).is_err());
     serde_json::json!({
-        "as_shipped": ["ALMANAC_BENCH_SLOTS", "ALMANAC_BENCH_PREFETCH"].iter().all(|v| std::env::var(v).is_err()),
+        "as_shipped": as_shipped,
         "slots": config.slots,
         "poll_interval_ms": config.poll_interval.as_millis() as u64,
         "prefetch": config.prefetch,
