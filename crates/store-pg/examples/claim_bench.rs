@@ -12,7 +12,8 @@
 //!   completing what it claimed (`complete_many_and_claim` claiming none), for `ALMANAC_BENCH_SECONDS`
 //!   (default 10) each.
 //!
-//! `ALMANAC_BENCH_SCALE_ITEMS` (default 1,000,000) shrinks the load for a quick run.
+//! `ALMANAC_BENCH_SCALE_ITEMS` (default 1,000,000) shrinks the load for a quick run; `ALMANAC_BENCH_CLAIMERS`
+//! (default 8) sets the number of claimers.
 
 use std::time::{Duration, Instant};
 
@@ -36,7 +37,6 @@ const BEFORE: &str = change!("down.sql");
 const AFTER: &str = change!("up.sql");
 
 const CONFIGS: usize = 10_000;
-const CLAIMERS: usize = 8;
 const BATCH: usize = 8;
 
 #[derive(QueryableByName)]
@@ -222,11 +222,37 @@ async fn explain(db: &TestDatabase, text: &str) -> serde_json::Value {
     })
 }
 
-/// `CLAIMERS` loops, each with a store of its own, claiming `BATCH` (timed) and completing what it claimed, for
+/// Seconds since the oldest transaction open anywhere on the cluster began (0 when none): while one is open, no
+/// row version that died after it began can be removed or passed over cheaply, in any database, so the claim
+/// walks past every head version written since (see docs/queue.md, "Many Workers").
+async fn oldest_transaction_seconds(conn: &mut AsyncPgConnection) -> f64 {
+    sql_query(
+        "SELECT coalesce(extract(epoch FROM max(now() - xact_start)), 0)::float8 AS seconds FROM pg_stat_activity
+          WHERE (backend_xid IS NOT NULL OR backend_xmin IS NOT NULL) AND pid <> pg_backend_pid()",
+    )
+    .get_result::<Seconds>(conn)
+    .await
+    .unwrap()
+    .seconds
+}
+
+/// The machine's one-minute load average (`/proc/loadavg`): the benchmark shares its cores.
+fn load_average() -> f64 {
+    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    text.split_whitespace().next().and_then(|l| l.parse().ok()).unwrap_or(f64::NAN)
+}
+
+#[derive(QueryableByName)]
+struct Seconds {
+    #[diesel(sql_type = Double)]
+    seconds: f64,
+}
+
+/// `claimers` loops, each with a store of its own, claiming `BATCH` (timed) and completing what it claimed, for
 /// `seconds`: the claims' latencies and rates.
-async fn latencies(db: &TestDatabase, seconds: u64) -> serde_json::Value {
+async fn latencies(db: &TestDatabase, claimers: usize, seconds: u64) -> serde_json::Value {
     let started = Instant::now();
-    let tasks: Vec<_> = (0..CLAIMERS)
+    let tasks: Vec<_> = (0..claimers)
         .map(|w| {
             let store = PgStore::new(db.url(), 2, Duration::from_secs(10)).unwrap();
             tokio::spawn(async move {
@@ -269,6 +295,7 @@ async fn latencies(db: &TestDatabase, seconds: u64) -> serde_json::Value {
 async fn main() {
     let items = env_usize("ALMANAC_BENCH_SCALE_ITEMS", 1_000_000);
     let seconds = env_usize("ALMANAC_BENCH_SECONDS", 10) as u64;
+    let claimers = env_usize("ALMANAC_BENCH_CLAIMERS", 8);
     let (db, mut conn, load_seconds) = load(items).await;
     let queued = sql_query("SELECT count(*) AS n FROM work_items WHERE status = 'queued'")
         .get_result::<Count>(&mut conn)
@@ -280,10 +307,13 @@ async fn main() {
     for (schema, sql) in [("before", BEFORE), ("after", AFTER), ("before", BEFORE), ("after", AFTER)] {
         conn.batch_execute(sql).await.unwrap_or_else(|e| panic!("applying the claim {schema} migration 000012: {e}"));
         let text = claim_text(&db).await;
+        let oldest = oldest_transaction_seconds(&mut conn).await;
         let round = serde_json::json!({
             "schema": schema,
+            "oldest_open_transaction_on_the_cluster_seconds": oldest,
+            "load_average_1min": load_average(),
             "explain_claim_of_eight": explain(&db, &text).await,
-            "claimers": latencies(&db, seconds).await,
+            "claimers": latencies(&db, claimers, seconds).await,
         });
         eprintln!("{round}");
         rounds.push(round);
@@ -302,7 +332,7 @@ async fn main() {
         "date": chrono::Utc::now().format("%Y-%m-%d").to_string(),
         "cores": std::thread::available_parallelism().map_or(2, usize::from),
         "configs": CONFIGS, "queued": queued, "busy_configs": CONFIGS / 2, "load_seconds": load_seconds,
-        "claimers": CLAIMERS, "batch": BATCH, "seconds_per_round": seconds,
+        "claimers": claimers, "batch": BATCH, "seconds_per_round": seconds,
         "rounds": rounds,
         "p99_ms_before_median": p99("before"),
         "p99_ms_after_median": p99("after"),

@@ -23,6 +23,11 @@
 //! `ExecutorConfig` defaults but for `ALMANAC_BENCH_SLOTS` slots (default 4), and `listen_for_work` for
 //! wake-ups; no scheduler, no HTTP endpoints (their connections are counted in operations.md, not here),
 //! and handlers that do nothing but note their start and end.
+//!
+//! For a quick look or an experiment: `ALMANAC_BENCH_PROCESSES` (e.g. `8,16`) runs those counts only,
+//! `ALMANAC_BENCH_ROUNDS` (default 2) sets the runs of each, and `ALMANAC_BENCH_SETUP_SQL` names a file of SQL
+//! run on each fresh database before its queue is filled (to try a change of the schema's functions side by
+//! side with the shipped one).
 
 use std::io::Read;
 use std::process::{Child, Command, Stdio};
@@ -91,6 +96,9 @@ struct Calls {
     empty_claims: usize,
     batches: Vec<f64>,
     releases: usize,
+    /// Items asked for and items got, by every claim (free slots' and completions').
+    asked: usize,
+    got: usize,
 }
 
 /// The Worker's store, timed: each call goes to `PgStore` unchanged (its own batched forms included), and
@@ -116,6 +124,8 @@ impl WorkQueue for Timed {
         let mut calls = self.calls.lock().unwrap();
         calls.claims.push(sent.elapsed().as_secs_f64() * 1e3);
         calls.empty_claims += usize::from(claimed.as_ref().is_ok_and(Vec::is_empty));
+        calls.asked += limit;
+        calls.got += claimed.as_ref().map_or(0, Vec::len);
         claimed
     }
     async fn heartbeat(
@@ -137,7 +147,11 @@ impl WorkQueue for Timed {
     ) -> Result<CompletedMany, QueueError> {
         let sent = Instant::now();
         let answer = self.store.complete_many_and_claim(done, next, claim).await;
-        self.calls.lock().unwrap().batches.push(sent.elapsed().as_secs_f64() * 1e3);
+        let mut calls = self.calls.lock().unwrap();
+        calls.batches.push(sent.elapsed().as_secs_f64() * 1e3);
+        calls.asked += claim;
+        calls.got += answer.as_ref().ok().and_then(|a| a.next.as_ref().ok()).map_or(0, Vec::len);
+        drop(calls);
         answer
     }
     async fn fail(&self, fence: Fence, failure: &Failure) -> Result<FailOutcome, QueueError> {
@@ -209,7 +223,7 @@ async fn worker(id: String) {
         "{}",
         serde_json::json!({
             "runs": runs, "claims": calls.claims, "empty_claims": calls.empty_claims, "batches": calls.batches,
-            "releases": calls.releases, "clean": report.is_clean(),
+            "releases": calls.releases, "asked": calls.asked, "got": calls.got, "clean": report.is_clean(),
         })
     );
 }
@@ -244,6 +258,10 @@ async fn database(configs: usize, per_config: usize) -> (TestDatabase, AsyncPgCo
             items.push(NewWorkItem::new(WorkKind::TokenCleanup, Scope::Unscoped).unwrap());
         }
     }
+    if let Ok(path) = std::env::var("ALMANAC_BENCH_SETUP_SQL") {
+        let sql = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
+        conn.batch_execute(&sql).await.unwrap_or_else(|e| panic!("running {path}: {e}"));
+    }
     let store = PgStore::new(db.url(), 2, Duration::from_secs(10)).unwrap();
     store.enqueue_many(&items).await.unwrap();
     // One statement each: VACUUM runs outside a transaction only.
@@ -251,6 +269,25 @@ async fn database(configs: usize, per_config: usize) -> (TestDatabase, AsyncPgCo
         conn.batch_execute(&format!("VACUUM ANALYZE {table}")).await.unwrap();
     }
     (db, conn, items.len())
+}
+
+/// Seconds since the oldest transaction open anywhere on the cluster (other than this session's) began: while
+/// one is open, no row version that died after it began can be removed, in any database, and the claim walks
+/// past every head version written since (docs/queue.md, "Many Workers").
+async fn oldest_transaction_seconds(conn: &mut AsyncPgConnection) -> f64 {
+    #[derive(QueryableByName)]
+    struct Seconds {
+        #[diesel(sql_type = diesel::sql_types::Double)]
+        seconds: f64,
+    }
+    sql_query(
+        "SELECT coalesce(extract(epoch FROM max(now() - xact_start)), 0)::float8 AS seconds FROM pg_stat_activity
+          WHERE (backend_xid IS NOT NULL OR backend_xmin IS NOT NULL) AND pid <> pg_backend_pid()",
+    )
+    .get_result::<Seconds>(conn)
+    .await
+    .unwrap()
+    .seconds
 }
 
 #[derive(QueryableByName)]
@@ -354,7 +391,7 @@ async fn run(processes: usize, configs: usize, per_config: usize) -> serde_json:
     let (db, mut conn, items) = database(configs, per_config).await;
     let started = Instant::now();
     let mut children: Vec<Child> = (0..processes).map(|i| spawn_worker(db.url(), &format!("bench-{i}"))).collect();
-    let mut peak = 0;
+    let (mut peak, mut oldest) = (0, 0.0_f64);
     loop {
         tokio::time::sleep(Duration::from_millis(50)).await;
         let sessions = count(
@@ -363,6 +400,7 @@ async fn run(processes: usize, configs: usize, per_config: usize) -> serde_json:
         )
         .await;
         peak = peak.max(sessions);
+        oldest = oldest.max(oldest_transaction_seconds(&mut conn).await);
         let done = count(&mut conn, "SELECT count(*) AS n FROM work_items WHERE status = 'succeeded'").await;
         if done as usize >= items {
             break;
@@ -374,8 +412,8 @@ async fn run(processes: usize, configs: usize, per_config: usize) -> serde_json:
     for child in &mut children {
         drop(child.stdin.take());
     }
-    let (mut runs, mut claims, mut batches, mut empty, mut releases, mut clean) =
-        (Vec::new(), Vec::new(), Vec::new(), 0, 0, true);
+    let (mut runs, mut claims, mut batches, mut clean) = (Vec::new(), Vec::new(), Vec::new(), true);
+    let (mut empty, mut releases, mut asked, mut got) = (0, 0, 0, 0);
     for child in children {
         let output = child.wait_with_output().expect("a Worker process's report");
         let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("a Worker process's JSON");
@@ -384,6 +422,8 @@ async fn run(processes: usize, configs: usize, per_config: usize) -> serde_json:
         batches.extend(serde_json::from_value::<Vec<f64>>(report["batches"].clone()).unwrap());
         empty += report["empty_claims"].as_u64().unwrap_or(0);
         releases += report["releases"].as_u64().unwrap_or(0);
+        asked += report["asked"].as_u64().unwrap_or(0);
+        got += report["got"].as_u64().unwrap_or(0);
         clean &= report["clean"].as_bool() == Some(true);
     }
     record(&mut conn, &runs).await;
@@ -396,10 +436,20 @@ async fn run(processes: usize, configs: usize, per_config: usize) -> serde_json:
         "empty_claims": empty,
         "completions_and_claim_ms": latency(&mut batches),
         "releases": releases,
+        "items_asked_for": asked,
+        "items_claimed": got,
         "peak_connections": peak,
+        "oldest_open_transaction_on_the_cluster_seconds": oldest,
+        "load_average_1min_at_end": load_average(),
         "checks": checks(&mut conn).await,
         "clean_shutdowns": clean,
     })
+}
+
+/// The machine's one-minute load average (`/proc/loadavg`): the benchmark shares its cores.
+fn load_average() -> f64 {
+    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    text.split_whitespace().next().and_then(|l| l.parse().ok()).unwrap_or(f64::NAN)
 }
 
 /// How many, p50 and p99 of `samples` (milliseconds).
@@ -422,7 +472,10 @@ async fn main() {
     let per_config = env_usize("ALMANAC_BENCH_PER_CONFIG", 10);
     let repeats = env_usize("ALMANAC_BENCH_ROUNDS", 2).max(1);
     let mut runs = Vec::new();
-    for processes in [1, 2, 4, 8, 16] {
+    let counts: Vec<usize> = std::env::var("ALMANAC_BENCH_PROCESSES")
+        .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .unwrap_or_else(|_| vec![1, 2, 4, 8, 16]);
+    for processes in counts {
         for _ in 0..repeats {
             let run = run(processes, configs, per_config).await;
             eprintln!("{run}");
