@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 pub use cluster::{Cluster, ClusterError};
 pub use patience::{Deadline, patience};
 pub use pgbouncer::PgBouncer;
-pub use standby::{STANDBY_NAME, StandbyPair};
+pub use standby::{Replication, STANDBY_NAME, StandbyPair};
 
 /// Connection URL of the server tests use: `TEST_DATABASE_URL`, else `DATABASE_URL`, else the private cluster
 /// (started on first use). The database part names the maintenance database (`postgres`).

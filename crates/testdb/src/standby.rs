@@ -20,7 +20,16 @@ use crate::{Cluster, ClusterError, Deadline};
 /// The standby's name on the primary (`application_name` of its WAL receiver, `synchronous_standby_names`).
 pub const STANDBY_NAME: &str = "almanac_standby";
 
-/// A primary and its synchronous standby, each on a port of its own on 127.0.0.1.
+/// How the standby replicates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replication {
+    /// A commit is acknowledged once the standby has flushed it (`synchronous_standby_names` names it).
+    Synchronous,
+    /// A commit is acknowledged at once; the standby follows when it can (streaming replication's default).
+    Asynchronous,
+}
+
+/// A primary and its standby, each on a port of its own on 127.0.0.1.
 #[derive(Debug)]
 pub struct StandbyPair {
     dir: PathBuf,
@@ -33,21 +42,43 @@ impl StandbyPair {
     /// Creates both servers under `dir` (`dir/primary`, `dir/standby`; whatever was there is removed), starts
     /// them, and waits until the standby replicates synchronously.
     pub fn create(dir: PathBuf) -> Result<Self, ClusterError> {
+        Self::create_with(dir, Replication::Synchronous)
+    }
+
+    /// As [`StandbyPair::create`], the standby replicating as `replication` says.
+    pub fn create_with(dir: PathBuf, replication: Replication) -> Result<Self, ClusterError> {
         Self::stop_leftover(&dir);
         let _ = fs::remove_dir_all(&dir);
         let ports = [free_port()?, free_port()?];
-        let primary = Cluster::at(dir.join("primary"))?
-            .listening_on_tcp(ports[0])
-            .with_setting("synchronous_commit", "on")
-            .with_setting("synchronous_standby_names", STANDBY_NAME);
+        let mut primary =
+            Cluster::at(dir.join("primary"))?.listening_on_tcp(ports[0]).with_setting("synchronous_commit", "on");
+        if replication == Replication::Synchronous {
+            primary = primary.with_setting("synchronous_standby_names", STANDBY_NAME);
+        }
         let standby =
             Cluster::at(dir.join("standby"))?.listening_on_tcp(ports[1]).with_setting("synchronous_commit", "on");
         let pair = Self { dir, primary, standby, ports };
         pair.primary.ensure_running()?;
         pair.base_backup()?;
         pair.standby.ensure_running()?;
-        pair.wait_until_synchronous()?;
+        pair.wait_until_streaming(replication)?;
         Ok(pair)
+    }
+
+    /// Waits until the standby has replayed everything the primary has written so far.
+    pub fn wait_until_caught_up(&self) -> Result<(), ClusterError> {
+        let written = first_value(&self.primary_url("postgres"), "SELECT pg_current_wal_lsn()")?.unwrap_or_default();
+        let replayed = format!("SELECT 1 WHERE pg_last_wal_replay_lsn() >= '{written}'::pg_lsn");
+        self.wait_for(&self.standby_url("postgres"), &replayed, true, "the standby to replay the primary's WAL")
+    }
+
+    /// Stops the standby receiving WAL (its `primary_conninfo` emptied and reloaded): what the primary commits
+    /// from now on is not on the standby, as when an asynchronous standby lags at the moment of a crash.
+    pub fn stop_replicating(&self) -> Result<(), ClusterError> {
+        let standby = self.standby_url("postgres");
+        first_value(&standby, "ALTER SYSTEM SET primary_conninfo = ''")?;
+        first_value(&standby, "SELECT pg_reload_conf()")?;
+        self.wait_for(&standby, "SELECT 1 FROM pg_stat_wal_receiver", false, "the standby to stop receiving WAL")
     }
 
     /// A URL for `database` naming both servers, primary first, with `target_session_attrs=read-write`: a
@@ -117,21 +148,26 @@ impl StandbyPair {
         Ok(())
     }
 
-    /// Waits until the primary reports the standby as synchronous (`pg_stat_replication.sync_state`).
-    fn wait_until_synchronous(&self) -> Result<(), ClusterError> {
-        let url = self.primary_url("postgres");
-        let deadline = Deadline::after(Duration::from_secs(10));
+    /// Waits until the primary reports the standby streaming, in the state `replication` asks for
+    /// (`pg_stat_replication.sync_state`).
+    fn wait_until_streaming(&self, replication: Replication) -> Result<(), ClusterError> {
+        let state = if replication == Replication::Synchronous { "sync" } else { "async" };
         let asked = format!(
-            "SELECT 1 FROM pg_stat_replication WHERE application_name = '{STANDBY_NAME}' AND sync_state = 'sync'"
+            "SELECT 1 FROM pg_stat_replication WHERE application_name = '{STANDBY_NAME}' AND sync_state = '{state}'"
         );
+        self.wait_for(&self.primary_url("postgres"), &asked, true, &format!("the standby to stream ({state})"))
+    }
+
+    /// Waits until `sql` on `url` returns a row (`row`) or none (`!row`).
+    fn wait_for(&self, url: &str, sql: &str, row: bool, what: &str) -> Result<(), ClusterError> {
+        let deadline = Deadline::after(Duration::from_secs(10));
         loop {
-            if query_returns_a_row(&url, &asked)? {
+            if first_value(url, sql)?.is_some() == row {
                 return Ok(());
             }
             if deadline.passed() {
                 return Err(ClusterError::Sql(format!(
-                    "the standby did not become synchronous (pg_stat_replication has no `{STANDBY_NAME}` in sync \
-                     state); see {} and {}",
+                    "waited in vain for {what} ({sql}); see {} and {}",
                     self.primary.dir().join("server.log").display(),
                     self.standby.dir().join("server.log").display()
                 )));
@@ -155,8 +191,9 @@ fn free_port() -> Result<u16, ClusterError> {
     listener.local_addr().map(|a| a.port()).map_err(|e| ClusterError::Io(format!("a free port: {e}")))
 }
 
-/// Whether `sql` returns a row on `url`, asked from a thread of its own (callers may be inside a runtime).
-fn query_returns_a_row(url: &str, sql: &str) -> Result<bool, ClusterError> {
+/// The first column of the first row `sql` returns on `url` (`None`: no row), asked from a thread of its own
+/// (callers may be inside a runtime).
+fn first_value(url: &str, sql: &str) -> Result<Option<String>, ClusterError> {
     let (url, sql) = (url.to_owned(), sql.to_owned());
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -166,7 +203,10 @@ fn query_returns_a_row(url: &str, sql: &str) -> Result<bool, ClusterError> {
         runtime.block_on(async {
             let client = crate::cluster::connect(&url).await?;
             let rows = client.simple_query(&sql).await.map_err(|e| ClusterError::Sql(format!("{sql}: {e}")))?;
-            Ok(rows.iter().any(|m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(_))))
+            Ok(rows.iter().find_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => Some(r.get(0).unwrap_or_default().to_owned()),
+                _ => None,
+            }))
         })
     })
     .join()
