@@ -1,19 +1,25 @@
-//! The work kinds, from one table: each kind's name (as stored, as serialized, as typed on the command line) and
-//! the scope it takes. Everything else about the kinds (the list, parsing, the scope rule, the database's CHECK
-//! constraints, which a contract test compares against this table) is read from it.
+//! The work kinds, from one table: each kind's name (as stored, as serialized, as typed on the command line), the
+//! scope it takes and its typed arguments. Everything else about the kinds (the list, parsing, the scope rule,
+//! reading a payload as the kind's arguments, the database's CHECK constraints, which a contract test compares
+//! against this table) is read from it.
 
 use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use super::DomainError;
+use super::{DomainError, NewWorkItem};
+use crate::args::{
+    BurstDetectionArgs, CrawlArgs, ProxyDeletionArgs, ProxySweepArgs, PurgeArgs, TokenCleanupArgs, WorkArgs,
+    WorkItemRetentionArgs,
+};
 use crate::ids::StorageConfigId;
 
-/// Defines [`WorkKind`] from the table below: the enum, [`WorkKind::ALL`], [`WorkKind::as_str`] and
-/// [`WorkKind::scope_rule`], so a kind is added in one line.
+/// Defines [`WorkKind`] from the table below: the enum, [`WorkKind::ALL`], [`WorkKind::as_str`],
+/// [`WorkKind::scope_rule`] and the reading of a payload as the kind's arguments, so a kind is added in one line
+/// (and a line whose arguments belong to another kind does not compile).
 macro_rules! work_kinds {
-    ($($(#[doc = $doc:literal])* $kind:ident = $name:literal, $scope:ident;)*) => {
+    ($($(#[doc = $doc:literal])* $kind:ident = $name:literal, $scope:ident, $args:ty;)*) => {
         /// What a work item does. Stored as text (`crawl`, `burst_detection`, …).
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
         #[non_exhaustive]
@@ -38,25 +44,35 @@ macro_rules! work_kinds {
                     $(WorkKind::$kind => ScopeRule::$scope,)*
                 }
             }
+
+            /// A payload read as this kind's arguments, then enqueued as its item.
+            pub(super) fn typed_item(self, payload: &serde_json::Value, scope: Scope) -> Result<NewWorkItem, DomainError> {
+                match self {
+                    $(WorkKind::$kind => NewWorkItem::from_args(&<$args>::from_payload(payload)?, scope),)*
+                }
+            }
         }
+
+        // Each line's arguments are that kind's.
+        $(const _: () = assert!(<$args as WorkArgs>::KIND as usize == WorkKind::$kind as usize);)*
     };
 }
 
 work_kinds! {
     /// Walk a config's folder, ingest new or changed media, soft-delete what vanished.
-    Crawl = "crawl", Config;
+    Crawl = "crawl", Config, CrawlArgs;
     /// Group a config's rapid-fire shots into bursts.
-    BurstDetection = "burst_detection", Config;
+    BurstDetection = "burst_detection", Config, BurstDetectionArgs;
     /// Remove a config's soft-deleted assets past retention: proxy files first, then rows.
-    Purge = "purge", Config;
+    Purge = "purge", Config, PurgeArgs;
     /// Delete the proxies of given assets, so they are regenerated.
-    ProxyDeletion = "proxy_deletion", Either;
+    ProxyDeletion = "proxy_deletion", Either, ProxyDeletionArgs;
     /// Delete orphan proxy files older than an hour.
-    ProxySweep = "proxy_sweep", Unscoped;
+    ProxySweep = "proxy_sweep", Unscoped, ProxySweepArgs;
     /// Delete expired refresh tokens.
-    TokenCleanup = "token_cleanup", Unscoped;
+    TokenCleanup = "token_cleanup", Unscoped, TokenCleanupArgs;
     /// Delete finished work items past retention.
-    WorkItemRetention = "work_item_retention", Unscoped;
+    WorkItemRetention = "work_item_retention", Unscoped, WorkItemRetentionArgs;
 }
 
 /// Which scope a kind takes.

@@ -7,10 +7,7 @@ mod values;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use crate::args::{
-    BurstDetectionArgs, CrawlArgs, ProxyDeletionArgs, ProxySweepArgs, PurgeArgs, TokenCleanupArgs, WorkArgs,
-    WorkItemRetentionArgs,
-};
+use crate::args::WorkArgs;
 use crate::ids::WorkItemId;
 
 pub use kinds::{Scope, ScopeRule, WorkKind};
@@ -100,19 +97,8 @@ impl NewWorkItem {
     /// in the handler later, and stored as those arguments serialize. Fails when the kind does not take that
     /// scope.
     pub fn from_json(kind: WorkKind, scope: Scope, payload: &serde_json::Value) -> Result<Self, DomainError> {
-        fn typed<A: WorkArgs>(payload: &serde_json::Value, scope: Scope) -> Result<NewWorkItem, DomainError> {
-            NewWorkItem::from_args(&A::from_payload(payload)?, scope)
-        }
         kind.check_scope(scope)?;
-        match kind {
-            WorkKind::Crawl => typed::<CrawlArgs>(payload, scope),
-            WorkKind::BurstDetection => typed::<BurstDetectionArgs>(payload, scope),
-            WorkKind::Purge => typed::<PurgeArgs>(payload, scope),
-            WorkKind::ProxyDeletion => typed::<ProxyDeletionArgs>(payload, scope),
-            WorkKind::ProxySweep => typed::<ProxySweepArgs>(payload, scope),
-            WorkKind::TokenCleanup => typed::<TokenCleanupArgs>(payload, scope),
-            WorkKind::WorkItemRetention => typed::<WorkItemRetentionArgs>(payload, scope),
-        }
+        kind.typed_item(payload, scope)
     }
 
     /// Sets the dedup key.
