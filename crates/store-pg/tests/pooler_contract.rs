@@ -39,7 +39,12 @@ async fn plain(url: &str) -> Client {
 }
 
 async fn show(client: &Client, setting: &str) -> String {
-    let rows = client.simple_query(&format!("SHOW {setting}")).await.unwrap();
+    first(client, &format!("SHOW {setting}")).await
+}
+
+/// The first column of the first row of `sql`, run as a simple query (no statement of the client's kept).
+async fn first(client: &Client, sql: &str) -> String {
+    let rows = client.simple_query(sql).await.unwrap();
     rows.iter()
         .find_map(|m| match m {
             tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
@@ -156,10 +161,10 @@ async fn eight_clients_share_two_server_sessions_for_the_queue_and_the_catalogue
     assert!((1..=2).contains(&most), "the server saw {most} sessions of the database at once");
 }
 
-/// Our limits hold in our transactions (the server ends one of ours left idle), and nothing of them is left on
+/// Our limits hold in our transactions (the server ends one of ours left idle), and nothing of ours is left on
 /// the server session we shared: a plain client of the same PgBouncer (one server session, so the very one
-/// ours ran on) sees the server's defaults. The same store in session mode leaves its limits there, which is
-/// what this test would catch.
+/// ours ran on) sees the server's defaults and no prepared statement. The same store in session mode leaves
+/// its limits and its cached statements there, which is what this test would catch.
 #[tokio::test]
 async fn our_limits_hold_in_our_transactions_and_none_is_left_on_the_shared_session() {
     let db = TestDatabase::create().await;
@@ -175,6 +180,12 @@ async fn our_limits_hold_in_our_transactions_and_none_is_left_on_the_shared_sess
     for name in names {
         assert_eq!(show(&other, name).await, show(&direct, name).await, "{name} was left on the shared session");
     }
+    // No named statement outlives its transaction, the hot ones (enqueue, claim) included.
+    let item = NewWorkItem::new(WorkKind::TokenCleanup, Scope::Unscoped).unwrap();
+    store.enqueue(&item).await.unwrap();
+    store.claim(&claimer("w")).await.unwrap().unwrap();
+    let prepared = "SELECT count(*) FROM pg_prepared_statements";
+    assert_eq!(first(&other, prepared).await, "0", "a statement of ours was left on the shared session");
     // Idle for three times the limit (half the lease): the server ends the transaction.
     let ended = store.idle_in_transaction(lease.mul_f64(1.5)).await;
     assert!(ended.is_err(), "our transaction outlived its idle limit through the pooler");
@@ -182,8 +193,9 @@ async fn our_limits_hold_in_our_transactions_and_none_is_left_on_the_shared_sess
     assert!(store.queue_summary().await.is_ok());
 
     let session = PgStore::for_worker_in_mode(&url, connections(2, lease), PoolerMode::Session).unwrap();
-    session.queue_summary().await.unwrap();
+    session.enqueue(&item).await.unwrap();
     assert_eq!(show(&other, "statement_timeout").await, "2s", "session mode sets its limits on the session");
+    assert_ne!(first(&other, prepared).await, "0", "session mode keeps its statements on the session");
 }
 
 /// The statement cache is what breaks through a transaction pooler: a statement cached on one server session
