@@ -659,7 +659,7 @@ fn enqueue_wait_follows_the_item_and_exits_with_its_outcome() {
         ("proxy-deletion", r#"{"asset_ids": "all of them"}"#, "asset_ids: invalid type"),
     ] {
         let (code, stdout, stderr) = s.cli_exit(&["enqueue", kind, "--config", root, "--payload", payload], &[]);
-        assert_ne!(code, 0, "{payload}: {stdout}");
+        assert_eq!(code, 2, "bad usage: {payload}: {stdout}");
         assert!(stderr.contains("--payload") && stderr.contains(says), "{payload}: {stderr}");
     }
     assert_eq!(s.query("SELECT count(*) FROM work_items")[0][0], queued_before, "nothing was queued");
@@ -701,9 +701,9 @@ fn list_show_and_retry_items() {
     assert!(listed.contains(&failed_crawl) && listed.contains("the share is not mounted"), "{listed}");
     assert!(!listed.contains(&failed_purge) && !listed.contains(&done_crawl), "{listed}");
     let (code, _, err) = s.cli_exit(&["list", "--kind", "crawls"], &[]);
-    assert!(code != 0 && err.contains("\"crawls\" is not a kind"), "{err}");
+    assert!(code == 2 && err.contains("\"crawls\" is not a kind"), "{code}: {err}");
     let (code, _, err) = s.cli_exit(&["list", "--status", "broken"], &[]);
-    assert!(code != 0 && err.contains("is not a status"), "{err}");
+    assert!(code == 2 && err.contains("is not a status"), "{code}: {err}");
 
     let shown = s.cli(&["show", &done_crawl]);
     assert!(shown.contains("failed files (2):"), "{shown}");
@@ -711,9 +711,9 @@ fn list_show_and_retry_items() {
     let shown = s.cli(&["show", &failed_crawl]);
     assert!(shown.contains("the share is not mounted") && shown.contains("failures 5 of 5"), "{shown}");
     let (code, _, err) = s.cli_exit(&["show", "nope"], &[]);
-    assert!(code != 0 && err.contains("\"nope\" is not a work item id"), "{err}");
+    assert!(code == 2 && err.contains("\"nope\" is not a work item id"), "{code}: {err}");
     let (code, _, err) = s.cli_exit(&["show", "01a22d3e-30ac-7499-a6e3-05017482eaa6"], &[]);
-    assert!(code != 0 && err.contains("no work item 01a22d3e-30ac-7499-a6e3-05017482eaa6"), "{err}");
+    assert!(code == 1 && err.contains("no work item 01a22d3e-30ac-7499-a6e3-05017482eaa6"), "{code}: {err}");
 
     let (code, _, err) = s.cli_exit(&["retry", &done_crawl], &[]);
     assert!(code != 0 && err.contains("is succeeded: only failed or cancelled items are retried"), "{err}");
@@ -748,7 +748,7 @@ fn pause_and_resume_a_config_and_a_kind() {
     assert!(s.cli(&["resume", "--config", root]).contains("was not paused"));
     assert!(!s.cli(&["status"]).contains("PAUSED"));
     let (code, _, err) = s.cli_exit(&["pause", "--kind", "crawls"], &[]);
-    assert!(code != 0 && err.contains("is not a kind"), "{err}");
+    assert!(code == 2 && err.contains("is not a kind"), "{code}: {err}");
     let (code, _, _) = s.cli_exit(&["pause"], &[]);
     assert_eq!(code, 2, "nothing to pause: a usage error");
     let (code, _, err) = s.cli_exit(&["pause", "--config", "/no/such/library"], &[]);

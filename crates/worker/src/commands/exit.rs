@@ -36,9 +36,9 @@ impl Exit {
     pub fn of(e: &OpError) -> Exit {
         match e {
             OpError::Unavailable(_) => Exit::Unavailable,
-            OpError::Settings(_) | OpError::Forbidden(_) => Exit::Usage,
-            OpError::BadInput(_)
-            | OpError::NotFound(_)
+            // Bad usage: nothing was done, and the message says what to type instead.
+            OpError::Settings(_) | OpError::Forbidden(_) | OpError::BadInput(_) => Exit::Usage,
+            OpError::NotFound(_)
             | OpError::Refused(_)
             | OpError::Conflict(_)
             | OpError::Failed(_)
@@ -138,6 +138,8 @@ mod tests {
             (Failure::from(OpError::Forbidden("overlaps".into())), 2),
             (Failure::from(StoreError::Unexpected("bug".into())), 1),
             (Failure::from(OpError::Refused("running".into())), 1),
+            (Failure::from(OpError::BadInput("\"crawls\" is not a kind".into())), 2),
+            (Failure::from(OpError::NotFound("no work item".into())), 1),
             (Failure::usage("say what"), 2),
             (Failure::failed(anyhow::anyhow!("worker.user")), 1),
         ];
