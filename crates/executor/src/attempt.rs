@@ -72,7 +72,8 @@ pub(crate) struct ToRun {
 }
 
 /// Runs one claimed item to its end. On success the completion goes through `completer` and, unless shutting
-/// down, also claims the slot's next item (one commit for both), which is returned.
+/// down, also claims the slot's next item (one commit for both), which is returned, with how long the item held
+/// its slot.
 pub(crate) async fn run<Q: WorkQueue + 'static>(
     queue: Arc<Q>,
     handler: Arc<dyn Handler>,
@@ -80,7 +81,7 @@ pub(crate) async fn run<Q: WorkQueue + 'static>(
     config: Arc<ExecutorConfig>,
     shutdown: CancellationToken,
     completer: Arc<Completer>,
-) -> (Outcome, Chained) {
+) -> (Outcome, Chained, Duration) {
     let ToRun { claimed, claim_sent_at, slot } = to_run;
     let attempt = Attempt { queue, claimed, claim_sent_at, config, shutdown, completer };
     let cancel = CancellationToken::new();
@@ -92,13 +93,16 @@ pub(crate) async fn run<Q: WorkQueue + 'static>(
         progress: progress.clone(),
     };
     let span = tracing::Span::current();
+    let started = Instant::now();
     let handler_task = tokio::spawn(tracing::Instrument::instrument(async move { handler.run(ctx).await }, span));
     let mut watch = Watch::new(&attempt.config, claim_sent_at, cancel);
     let joined = attempt.supervise(&mut watch, handler_task, &progress).await;
+    let ran = started.elapsed();
     // The handler has ended: its slot is free for the next item while the outcome is written.
     drop(slot);
     watch.report_stopped_handler();
-    attempt.conclude(watch.stop, joined).await
+    let (outcome, chained) = attempt.conclude(watch.stop, joined).await;
+    (outcome, chained, ran)
 }
 
 /// What an attempt works with.

@@ -117,9 +117,9 @@ impl Pace {
         self.backoff = self.floor;
     }
 
-    /// An attempt ended after `took` (from its start in a slot to its outcome written), and its completion's
-    /// claim came to `next`. The window is sized so that the line drains within half the wait at this pace,
-    /// and closes for an attempt as long as the wait.
+    /// An attempt ended whose handler held its slot for `took` (its outcome's write no longer holds it), and its
+    /// completion's claim came to `next`. The window is sized so that the line drains within half the wait at
+    /// this pace, and closes for a handler as long as the wait.
     pub(crate) fn attempt_ended(&mut self, took: Duration, next: Next, now: Instant) {
         match next {
             // The completion claimed as many as it completed: nothing more can have become claimable through

@@ -280,7 +280,7 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
 /// The slots' state in [`Executor::run`]: running attempts, claims in flight, items waiting for a slot, and
 /// items to hand back.
 struct Slots {
-    /// Each attempt answers how long it took, from its start in a slot to its outcome written.
+    /// Each attempt answers how long its handler held its slot.
     attempts: JoinSet<(WorkItemId, Outcome, Chained, Duration)>,
     claims: JoinSet<Claimed>,
     /// Items the claims in flight ask for, by task.
@@ -371,9 +371,8 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
         );
         slots.attempts.spawn(
             async move {
-                let started = Instant::now();
-                let (outcome, chained) = run.await;
-                (id, outcome, chained, started.elapsed())
+                let (outcome, chained, ran) = run.await;
+                (id, outcome, chained, ran)
             }
             .instrument(span),
         );
