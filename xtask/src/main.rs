@@ -375,6 +375,8 @@ mod cli_tests {
         assert!(
             matches!(parse(&["dist"]).unwrap().verb, Verb::Dist { profile, check_install: false } if profile == "release")
         );
+        assert!(matches!(parse(&["bench", "claim"]).unwrap().verb, Verb::Bench { which: Bench::Claim, files: None }));
+        assert!(matches!(parse(&["bench", "workers"]).unwrap().verb, Verb::Bench { which: Bench::Workers, .. }));
         assert!(parse(&["bench", "disk"]).is_err());
         assert!(parse(&["chaos", "--trials", "many"]).is_err());
     }
