@@ -148,7 +148,7 @@ fn listeners(s: &Setup) -> Vec<Vec<String>> {
 /// enqueue through the pooler wakes a listener on the direct URL, and never one through the pooler, is shown by
 /// `crates/store-pg/tests/pooler_contract.rs`.)
 #[test]
-fn a_crawl_the_cli_and_the_page_work_through_pgbouncer_and_an_enqueue_wakes_the_worker_through_listen_url() {
+fn a_crawl_the_cli_and_the_page_work_through_pgbouncer_and_the_worker_listens_on_listen_url() {
     let s = setup(12);
     // Through the pooler too (the database is cloned from a migrated template: this applies what the binary has
     // beyond it, if anything).
