@@ -26,24 +26,44 @@ pub async fn listen_for_work(database_url: String, wake: Arc<Notify>, stop: Canc
             return;
         }
     };
-    let mut backoff = Duration::from_millis(500);
+    let mut next = FIRST_RETRY;
     while !stop.is_cancelled() {
-        match listen_once(&target, &wake, &stop).await {
+        let mut connected = false;
+        let wait = match listen_once(&target, &wake, &stop, &mut connected).await {
             Ok(()) => return,
             Err(e) => {
-                warn!(event = "listener_disconnected", error = %e, retry_in_ms = backoff.as_millis() as u64,
+                let wait;
+                (wait, next) = retry_wait(next, connected);
+                warn!(event = "listener_disconnected", error = %e, retry_in_ms = wait.as_millis() as u64,
                       "lost the work notification connection; polling covers the gap");
+                wait
             }
-        }
+        };
         tokio::select! {
             () = stop.cancelled() => return,
-            () = tokio::time::sleep(backoff) => {}
+            () = tokio::time::sleep(wait) => {}
         }
-        backoff = (backoff * 2).min(Duration::from_secs(30));
     }
 }
 
-async fn listen_once(target: &ConnectTarget, wake: &Notify, stop: &CancellationToken) -> Result<(), StoreError> {
+/// The first wait before reconnecting, and the longest.
+const FIRST_RETRY: Duration = Duration::from_millis(500);
+const LONGEST_RETRY: Duration = Duration::from_secs(30);
+
+/// How long to wait before reconnecting, and the wait after that: the first wait again after a connection that
+/// was up (an outage long ago must not slow the recovery from the next one), each wait twice the one before
+/// while attempts fail, up to the longest.
+fn retry_wait(next: Duration, was_connected: bool) -> (Duration, Duration) {
+    let wait = if was_connected { FIRST_RETRY } else { next };
+    (wait, (wait * 2).min(LONGEST_RETRY))
+}
+
+async fn listen_once(
+    target: &ConnectTarget,
+    wake: &Notify,
+    stop: &CancellationToken,
+    connected: &mut bool,
+) -> Result<(), StoreError> {
     let (client, mut connection) = target.connect().await?;
     let mut messages = stream::poll_fn(move |cx| connection.poll_message(cx));
     let sql = format!("LISTEN {WORK_CHANNEL}");
@@ -60,6 +80,7 @@ async fn listen_once(target: &ConnectTarget, wake: &Notify, stop: &CancellationT
             },
         }
     }
+    *connected = true;
     debug!(event = "listener_connected", "listening for enqueued work");
     wake.notify_one();
     loop {
@@ -77,4 +98,22 @@ async fn listen_once(target: &ConnectTarget, wake: &Notify, stop: &CancellationT
 
 fn unavailable(e: tokio_postgres::Error) -> StoreError {
     StoreError::Unavailable(e.to_string().into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reconnects_back_off_while_failing_and_start_over_after_a_connection_that_was_up() {
+        let (mut next, mut waits) = (FIRST_RETRY, Vec::new());
+        for _ in 0..8 {
+            let wait;
+            (wait, next) = retry_wait(next, false);
+            waits.push(wait.as_millis());
+        }
+        assert_eq!(waits, [500, 1_000, 2_000, 4_000, 8_000, 16_000, 30_000, 30_000]);
+        // Up again for a while, then lost: the first wait again, and doubling from there.
+        assert_eq!(retry_wait(next, true), (FIRST_RETRY, FIRST_RETRY * 2));
+    }
 }
