@@ -110,7 +110,11 @@ impl Verdict {
         let failures_allowed = fault == Fault::FullProxyVolume;
         self.lost == 0
             && (self.failures == 0 || failures_allowed)
-            && self.ran_twice <= self.self_stops + if fault == Fault::Failover { self.after_unwritten } else { 0 }
+            // An item run again after its completion was written (acknowledged) is a duplicate, whatever else
+            // happened in the trial; one run again after a completion that was not written is the price of an
+            // outage longer than the completion's time limit: one per self-stop at most, any for a failover.
+            && self.ran_twice == self.after_unwritten
+            && (self.after_unwritten <= self.self_stops || fault == Fault::Failover)
             && self.stuck == 0
             && self.outside_attempt == 0
             && self.inconsistent.is_empty()
@@ -1023,6 +1027,21 @@ fn suite(trials: usize) -> bool {
         all_ok &= failures.is_empty();
     }
     all_ok
+}
+
+/// The verdict counts reruns item by item: a self-stop elsewhere never pays for an item run again after its
+/// completion was written.
+#[test]
+fn a_rerun_after_a_written_completion_fails_the_trial_whatever_else_self_stopped() {
+    let rerun_after_written = Verdict { ran_twice: 1, after_unwritten: 0, self_stops: 1, ..Verdict::default() };
+    for fault in [Fault::KillWorker, Fault::Failover] {
+        assert!(!rerun_after_written.ok(fault), "{fault:?}");
+    }
+    let rerun_after_unwritten = Verdict { ran_twice: 1, after_unwritten: 1, self_stops: 1, ..Verdict::default() };
+    assert!(rerun_after_unwritten.ok(Fault::KillWorker));
+    let more_than_self_stops = Verdict { ran_twice: 3, after_unwritten: 3, self_stops: 1, ..Verdict::default() };
+    assert!(!more_than_self_stops.ok(Fault::KillWorker));
+    assert!(more_than_self_stops.ok(Fault::Failover), "a failover's outage outlasts the completions' time limit");
 }
 
 #[test]
