@@ -54,8 +54,18 @@ pub async fn schema_state(database_url: &str) -> Result<SchemaState, StoreError>
         let known: Vec<String> =
             MigrationSource::<Pg>::migrations(&MIGRATIONS)?.iter().map(|m| m.name().version().to_string()).collect();
         // In a transaction: through a pooler in transaction mode, a statement is prepared and executed on one
-        // server session only inside one.
-        let applied: Vec<String> = h.transaction(|h| h.applied_migrations())?.iter().map(ToString::to_string).collect();
+        // server session only inside one. Under the migration lock: diesel creates its table of applied
+        // migrations if it is missing, and a `migrate` running meanwhile has created it in its own transaction,
+        // uncommitted until every migration is applied; without the lock the two creations collide (a unique
+        // violation once `migrate` commits) and a Worker starting beside it would fail instead of waiting.
+        let applied: Vec<String> = h
+            .transaction(|h| {
+                h.batch_execute(&format!("SELECT pg_advisory_xact_lock({MIGRATION_LOCK})"))?;
+                h.applied_migrations()
+            })?
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         Ok((known, applied))
     })
     .await?;

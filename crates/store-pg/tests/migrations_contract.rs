@@ -46,3 +46,52 @@ async fn a_migration_this_build_does_not_know_is_reported_as_newer() {
     assert!(state.newest_known.starts_with("2026"), "{state:?}");
     assert!(state.newest_known < state.unknown[0]);
 }
+
+/// A Worker reading the schema's state while `migrate` runs on a fresh database waits for it and reads what it
+/// applied. `migrate` creates diesel's table of applied migrations in its transaction, uncommitted until the
+/// end; a reader creating the same table meanwhile would fail with a unique violation once it commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_schema_read_while_a_migration_runs_waits_for_it_instead_of_failing() {
+    let db = emptied().await;
+    // What `migrate` holds while it runs: its lock (the key spells "almanac") and an uncommitted table.
+    let mut migrating = AsyncPgConnection::establish(db.url()).await.unwrap();
+    migrating
+        .batch_execute(
+            "BEGIN; SELECT pg_advisory_xact_lock(27422289782792547);
+             CREATE TABLE __diesel_schema_migrations (version VARCHAR(50) PRIMARY KEY NOT NULL,
+                                                      run_on TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP);
+             INSERT INTO __diesel_schema_migrations (version) VALUES ('20261129000001');",
+        )
+        .await
+        .unwrap();
+    let url = db.url().to_owned();
+    let reading = tokio::spawn(async move { schema_state(&url).await });
+    // The reader is waiting (on the lock, or on the table) before the migration commits.
+    #[derive(diesel::QueryableByName)]
+    struct N {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    let mut watcher = AsyncPgConnection::establish(db.url()).await.unwrap();
+    let deadline = almanac_testdb::Deadline::after(std::time::Duration::from_secs(10));
+    loop {
+        let waiting: Vec<N> = diesel_async::RunQueryDsl::load(
+            diesel::sql_query(
+                "SELECT count(*) AS n FROM pg_stat_activity
+                  WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            ),
+            &mut watcher,
+        )
+        .await
+        .unwrap();
+        if waiting[0].n > 0 {
+            break;
+        }
+        deadline.check("the schema read waiting on the migration");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    migrating.batch_execute("COMMIT").await.unwrap();
+    let state = reading.await.unwrap().expect("the read waits for the migration, then reads its result");
+    assert!(!state.pending.contains(&"20261129000001".to_owned()), "{state:?}");
+    assert!(!state.pending.is_empty(), "{state:?}");
+}
