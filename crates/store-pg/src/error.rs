@@ -5,7 +5,7 @@ use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use diesel::sql_types::Bool;
 use diesel::{QueryableByName, sql_query};
 use diesel_async::pooled_connection::deadpool::PoolError;
-use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 /// The index that keeps at most one running item per storage config (ADR 0008, rule 2).
 pub(crate) const RUNNING_CONFIG_INDEX: &str = "ix_work_items_running_config";
@@ -125,14 +125,21 @@ pub(crate) async fn placed(conn: &mut AsyncPgConnection, e: DieselError) -> Stor
         migrated: bool,
     }
     // In a transaction of its own: through a pooler in transaction mode, a statement's prepare and execution
-    // reach one server session only inside one (ADR 0012).
+    // reach one server session only inside one (ADR 0012). Begun through diesel's transaction manager, so a
+    // caller dropped mid-probe leaves a connection the pool closes (it knows a transaction is open), never one
+    // returned with the transaction still open.
     let probe = async {
-        conn.batch_execute("BEGIN").await?;
+        use diesel_async::{AnsiTransactionManager, TransactionManager};
+        AnsiTransactionManager::begin_transaction(conn).await?;
         let answer =
             sql_query("SELECT to_regclass('work_items') IS NOT NULL AS migrated").get_result::<Migrated>(conn).await;
-        let ended = conn.batch_execute("COMMIT").await;
-        let answer = answer?;
-        ended.map(|()| answer)
+        match answer {
+            Ok(answer) => AnsiTransactionManager::commit_transaction(conn).await.map(|()| answer),
+            Err(e) => {
+                let _ = AnsiTransactionManager::rollback_transaction(conn).await;
+                Err(e)
+            }
+        }
     }
     .await;
     match probe {
