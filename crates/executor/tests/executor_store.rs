@@ -115,3 +115,101 @@ async fn two_workers_never_overlap_a_config_and_run_unscoped_work_beside_it() {
         intervals.iter().filter(|(s, _, _)| s.is_none()).any(|(_, a, b)| scoped.iter().any(|(_, c, d)| a < d && c < b));
     assert!(beside, "unscoped work ran beside a config's item");
 }
+
+/// Runs its kind's items for `run`, recording which Worker ran which item.
+#[derive(Clone)]
+struct Timed {
+    kind: WorkKind,
+    run: Duration,
+    worker: &'static str,
+    ran: Arc<Mutex<Vec<(almanac_domain::WorkItemId, &'static str)>>>,
+}
+
+impl Handler for Timed {
+    fn kind(&self) -> WorkKind {
+        self.kind
+    }
+
+    fn run(&self, ctx: HandlerContext) -> BoxFuture<'_, Result<Option<serde_json::Value>, HandlerError>> {
+        Box::pin(async move {
+            tokio::time::sleep(self.run).await;
+            self.ran.lock().unwrap().push((ctx.item.id, self.worker));
+            Ok(None)
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn items_a_busy_worker_claimed_ahead_go_back_unrun_and_another_worker_runs_them() {
+    let db = TestDatabase::create().await;
+    let store = PgStore::new(db.url(), 4, Duration::from_secs(10)).unwrap();
+    // Quick items first (they open Worker A's window of items claimed ahead), then four long ones: A's one slot
+    // runs the first; the others wait in its line, and go back to the queue when they have waited too long.
+    let mut quick = Vec::new();
+    for _ in 0..12 {
+        let new = NewWorkItem::new(WorkKind::TokenCleanup, Scope::Unscoped).unwrap();
+        quick.push(store.enqueue(&new).await.unwrap().item.id);
+    }
+    let mut long = Vec::new();
+    for _ in 0..4 {
+        let new = NewWorkItem::new(WorkKind::ProxySweep, Scope::Unscoped).unwrap();
+        long.push(store.enqueue(&new).await.unwrap().item.id);
+    }
+    let ran = Arc::default();
+    let shutdown = CancellationToken::new();
+    let start = |worker: &'static str| {
+        let mut c = ExecutorConfig::new(WorkerId::new(worker).unwrap(), ServedConfigs::All);
+        c.prefetch_wait = Duration::from_millis(300);
+        let registry = HandlerRegistry::new()
+            .register(Timed {
+                kind: WorkKind::TokenCleanup,
+                run: Duration::from_millis(5),
+                worker,
+                ran: Arc::clone(&ran),
+            })
+            .register(Timed { kind: WorkKind::ProxySweep, run: Duration::from_secs(2), worker, ran: Arc::clone(&ran) });
+        let own_store = PgStore::new(db.url(), 4, Duration::from_secs(10)).unwrap();
+        tokio::spawn(Executor::new(Arc::new(own_store), registry, c).unwrap().run(shutdown.clone()))
+    };
+    let a = start("worker-a");
+    // A claimed long items ahead and handed them back: queued again, their attempt counted.
+    let deadline = almanac_testdb::Deadline::after(Duration::from_secs(30));
+    loop {
+        let mut handed_back = 0;
+        for id in &long {
+            let item = store.get(*id).await.unwrap().unwrap();
+            handed_back += usize::from(item.status == Status::Queued && item.attempt == 1);
+        }
+        if handed_back > 0 {
+            break;
+        }
+        if deadline.passed() {
+            deadline.fail("worker A to hand back a long item it claimed ahead");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let b = start("worker-b");
+    loop {
+        let mut done = 0;
+        for id in quick.iter().chain(&long) {
+            done += usize::from(store.get(*id).await.unwrap().unwrap().status == Status::Succeeded);
+        }
+        if done == quick.len() + long.len() {
+            break;
+        }
+        if deadline.passed() {
+            deadline.fail(format_args!("every item to finish (only {done} did)"));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    shutdown.cancel();
+    assert!(a.await.unwrap().is_clean());
+    assert!(b.await.unwrap().is_clean());
+    let ran = ran.lock().unwrap().clone();
+    assert_eq!(ran.len(), quick.len() + long.len(), "every item ran exactly once: {ran:?}");
+    assert!(ran.iter().any(|(id, w)| long.contains(id) && *w == "worker-b"), "B ran what A handed back: {ran:?}");
+    for id in &long {
+        let item = store.get(*id).await.unwrap().unwrap();
+        assert_eq!((item.failures, item.stalls), (0, 0), "handing back counts no failure, no stall");
+    }
+}
