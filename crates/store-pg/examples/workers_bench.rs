@@ -8,6 +8,8 @@
 //! - claim latency p50/p99: each process's store is wrapped to time the calls the executor makes, claims of
 //!   free slots (`claim_ms`, and how many found nothing) and batches of completions with the claim that follows
 //!   them (`completions_and_claim_ms`), and to count items handed back unrun (`releases`);
+//! - the CPU used per item by the Worker processes (their own, from `/proc/self/stat`) and by their sessions'
+//!   server processes (read at the end of the run, while they are open);
 //! - connections: the peak count of the database's sessions in `pg_stat_activity`, sampled every 50 ms;
 //! - overlaps: pairs of attempts of one config whose handler runs intersect, from the start and end each
 //!   handler noted (microseconds of the system clock, shared by the processes on this machine), written to the
@@ -219,11 +221,17 @@ async fn worker(id: String) {
     let _ = listener.await;
     let runs = std::mem::take(&mut *runs.lock().unwrap());
     let calls = std::mem::take(&mut *calls.lock().unwrap());
+    // This process's CPU seconds (user and system) from /proc/self/stat, in ticks of 1/100 s.
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i - 3).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    let cpu_seconds = (ticks(14) + ticks(15)) / 100.0;
     println!(
         "{}",
         serde_json::json!({
             "runs": runs, "claims": calls.claims, "empty_claims": calls.empty_claims, "batches": calls.batches,
             "releases": calls.releases, "asked": calls.asked, "got": calls.got, "clean": report.is_clean(),
+            "cpu_seconds": cpu_seconds,
         })
     );
 }
@@ -408,12 +416,13 @@ async fn run(processes: usize, configs: usize, per_config: usize) -> serde_json:
         assert!(started.elapsed() < Duration::from_secs(600), "{done} of {items} items done after ten minutes");
     }
     let seconds = started.elapsed().as_secs_f64();
+    let server_cpu = sessions_cpu_seconds(&mut conn).await;
     // Each process ends when its standard input closes, and says what it saw.
     for child in &mut children {
         drop(child.stdin.take());
     }
     let (mut runs, mut claims, mut batches, mut clean) = (Vec::new(), Vec::new(), Vec::new(), true);
-    let (mut empty, mut releases, mut asked, mut got) = (0, 0, 0, 0);
+    let (mut empty, mut releases, mut asked, mut got, mut cpu) = (0, 0, 0, 0, 0.0);
     for child in children {
         let output = child.wait_with_output().expect("a Worker process's report");
         let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("a Worker process's JSON");
@@ -424,6 +433,7 @@ async fn run(processes: usize, configs: usize, per_config: usize) -> serde_json:
         releases += report["releases"].as_u64().unwrap_or(0);
         asked += report["asked"].as_u64().unwrap_or(0);
         got += report["got"].as_u64().unwrap_or(0);
+        cpu += report["cpu_seconds"].as_f64().unwrap_or(0.0);
         clean &= report["clean"].as_bool() == Some(true);
     }
     record(&mut conn, &runs).await;
@@ -438,12 +448,37 @@ async fn run(processes: usize, configs: usize, per_config: usize) -> serde_json:
         "releases": releases,
         "items_asked_for": asked,
         "items_claimed": got,
+        "worker_processes_cpu_ms_per_item": cpu * 1e3 / items as f64,
+        "their_sessions_cpu_ms_per_item": server_cpu * 1e3 / items as f64,
         "peak_connections": peak,
         "oldest_open_transaction_on_the_cluster_seconds": oldest,
         "load_average_1min_at_end": load_average(),
         "checks": checks(&mut conn).await,
         "clean_shutdowns": clean,
     })
+}
+
+/// CPU seconds used so far by the server processes of this database's other sessions (the Workers'; from
+/// `/proc/<pid>/stat`, in ticks of 1/100 s): read while they are still open, so a session a pool closed earlier
+/// is missed.
+async fn sessions_cpu_seconds(conn: &mut AsyncPgConnection) -> f64 {
+    #[derive(QueryableByName)]
+    struct Pid {
+        #[diesel(sql_type = Integer)]
+        pid: i32,
+    }
+    let pids: Vec<Pid> =
+        sql_query("SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
+            .load(conn)
+            .await
+            .unwrap();
+    let cpu = |pid: i32| {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let fields: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
+        let ticks = |i: usize| fields.get(i - 3).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+        (ticks(14) + ticks(15)) / 100.0
+    };
+    pids.iter().map(|p| cpu(p.pid)).sum()
 }
 
 /// The machine's one-minute load average (`/proc/loadavg`): the benchmark shares its cores.
