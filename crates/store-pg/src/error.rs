@@ -5,7 +5,7 @@ use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use diesel::sql_types::Bool;
 use diesel::{QueryableByName, sql_query};
 use diesel_async::pooled_connection::deadpool::PoolError;
-use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use diesel_async::RunQueryDsl;
 
 /// The index that keeps at most one running item per storage config (ADR 0008, rule 2).
 pub(crate) const RUNNING_CONFIG_INDEX: &str = "ix_work_items_running_config";
@@ -115,7 +115,7 @@ pub(crate) fn from_diesel(e: DieselError) -> StoreError {
 /// timed out, shut down): an outage.
 /// An answer that the tables are missing means the database was never migrated. Either way the server's words
 /// are never read, so a server speaking any language is understood alike.
-pub(crate) async fn placed(conn: &mut AsyncPgConnection, e: DieselError) -> StoreError {
+pub(crate) async fn placed(conn: &mut crate::Conn, e: DieselError) -> StoreError {
     if !matches!(e, DieselError::DatabaseError(DatabaseErrorKind::Unknown, _)) {
         return from_diesel(e);
     }
@@ -124,23 +124,13 @@ pub(crate) async fn placed(conn: &mut AsyncPgConnection, e: DieselError) -> Stor
         #[diesel(sql_type = Bool)]
         migrated: bool,
     }
-    // In a transaction of its own: through a pooler in transaction mode, a statement's prepare and execution
-    // reach one server session only inside one (ADR 0012). Begun through diesel's transaction manager, so a
-    // caller dropped mid-probe leaves a connection the pool closes (it knows a transaction is open), never one
-    // returned with the transaction still open.
-    let probe = async {
-        use diesel_async::{AnsiTransactionManager, TransactionManager};
-        AnsiTransactionManager::begin_transaction(conn).await?;
-        let answer =
-            sql_query("SELECT to_regclass('work_items') IS NOT NULL AS migrated").get_result::<Migrated>(conn).await;
-        match answer {
-            Ok(answer) => AnsiTransactionManager::commit_transaction(conn).await.map(|()| answer),
-            Err(e) => {
-                let _ = AnsiTransactionManager::rollback_transaction(conn).await;
-                Err(e)
-            }
-        }
-    }
+    // In a transaction of its own, opened as the store opens every transaction ([`crate::tx::within`]): through
+    // a pooler in transaction mode a statement's prepare and execution reach one server session only inside one,
+    // with our limits (ADR 0012); and a caller dropped mid-probe leaves a connection the pool closes (diesel
+    // knows a transaction is open), never one returned with the transaction still open.
+    let probe = crate::tx::within(conn, async |conn| {
+        sql_query("SELECT to_regclass('work_items') IS NOT NULL AS migrated").get_result::<Migrated>(conn).await
+    })
     .await;
     match probe {
         Err(lost) if is_connection_lost(&lost) => {

@@ -209,9 +209,10 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    /// What opens a transaction on it in transaction mode (`None`: a plain `BEGIN`, session mode).
-    pub(crate) fn begin_sql(&self) -> Option<&str> {
-        self.begin.as_deref()
+    /// What opens a transaction on it in transaction mode (`None`: a plain `BEGIN`, session mode); shared, so
+    /// each transaction takes it without a copy.
+    pub(crate) fn begin_sql(&self) -> Option<Arc<str>> {
+        self.begin.clone()
     }
 }
 

@@ -68,7 +68,7 @@ impl From<DieselError> for Refused {
 
 impl Refused {
     /// The refusal as the catalogue ports answer it, a database error placed on the connection it came from.
-    pub(crate) async fn placed(self, conn: &mut AsyncPgConnection) -> CatalogueError {
+    pub(crate) async fn placed(self, conn: &mut Conn) -> CatalogueError {
         match self {
             Refused::Lost => CatalogueError::Lost,
             Refused::Db(e) => placed(conn, e).await.into(),
@@ -104,7 +104,7 @@ where
     T: Send,
     for<'c> F: AsyncFnOnce(&'c mut AsyncPgConnection) -> QueryResult<T> + Body<'c, T>,
 {
-    let begin = conn.begin_sql().map(str::to_owned);
+    let begin = conn.begin_sql();
     let conn: &mut AsyncPgConnection = conn;
     match begin {
         Some(sql) => AnsiTransactionManager::begin_transaction_sql(conn, &sql).await?,
