@@ -4,8 +4,8 @@ use almanac_domain::{Cause, QueueError, ports::CatalogueError};
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use diesel::sql_types::Bool;
 use diesel::{QueryableByName, sql_query};
-use diesel_async::pooled_connection::deadpool::PoolError;
 use diesel_async::RunQueryDsl;
+use diesel_async::pooled_connection::deadpool::PoolError;
 
 /// The index that keeps at most one running item per storage config (ADR 0008, rule 2).
 pub(crate) const RUNNING_CONFIG_INDEX: &str = "ix_work_items_running_config";
