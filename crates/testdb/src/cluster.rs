@@ -330,6 +330,21 @@ pub(crate) fn postgres_uid() -> Result<u32, ClusterError> {
     })
 }
 
+pub(crate) fn postgres_gid() -> Result<u32, ClusterError> {
+    let out = Command::new("id").args(["-g", "postgres"]).output().map_err(|e| ClusterError::Io(e.to_string()))?;
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .map_err(|_| ClusterError::NoBinaries("running as root, but there is no `postgres` OS group".into()))
+}
+
+/// A TCP port on 127.0.0.1 that nothing listens on now (the system's pick of a free one).
+pub(crate) fn free_port() -> Result<u16, ClusterError> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| ClusterError::Io(format!("finding a free port: {e}")))?;
+    listener.local_addr().map(|a| a.port()).map_err(|e| ClusterError::Io(format!("finding a free port: {e}")))
+}
+
 pub(crate) async fn connect(url: &str) -> Result<Client, ClusterError> {
     let (client, connection) = tokio_postgres::connect(url, NoTls)
         .await

@@ -8,14 +8,14 @@
 //! `postgres` OS user (PgBouncer refuses root, as PostgreSQL does).
 
 use std::fs;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use crate::cluster::{postgres_uid, running_as_root};
+use crate::cluster::{free_port, postgres_gid, postgres_uid, running_as_root};
 use crate::{ClusterError, Deadline, TestDatabase, server_url};
 
 /// A PgBouncer of this test's, in transaction mode; stopped when dropped.
@@ -192,18 +192,4 @@ fn write_readable(path: &Path, text: &str) -> Result<(), ClusterError> {
     }
     fs::set_permissions(path, fs::Permissions::from_mode(0o600))
         .map_err(|e| ClusterError::Io(format!("setting the mode of {}: {e}", path.display())))
-}
-
-fn free_port() -> Result<u16, ClusterError> {
-    let listener =
-        TcpListener::bind("127.0.0.1:0").map_err(|e| ClusterError::Io(format!("finding a free port: {e}")))?;
-    listener.local_addr().map(|a| a.port()).map_err(|e| ClusterError::Io(format!("finding a free port: {e}")))
-}
-
-fn postgres_gid() -> Result<u32, ClusterError> {
-    let out = Command::new("id").args(["-g", "postgres"]).output().map_err(|e| ClusterError::Io(e.to_string()))?;
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .map_err(|_| ClusterError::NoBinaries("running as root, but there is no `postgres` OS group".into()))
 }

@@ -14,7 +14,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::cluster::{postgres_uid, running_as_root};
+use crate::cluster::{free_port, postgres_uid, running_as_root};
 use crate::{Cluster, ClusterError, Deadline};
 
 /// The standby's name on the primary (`application_name` of its WAL receiver, `synchronous_standby_names`).
@@ -182,13 +182,6 @@ impl Drop for StandbyPair {
         Self::stop_leftover(&self.dir);
         let _ = fs::remove_dir_all(&self.dir);
     }
-}
-
-/// A TCP port on 127.0.0.1 that nothing listens on now (the system's pick of a free one).
-fn free_port() -> Result<u16, ClusterError> {
-    let listener =
-        std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| ClusterError::Io(format!("a free port: {e}")))?;
-    listener.local_addr().map(|a| a.port()).map_err(|e| ClusterError::Io(format!("a free port: {e}")))
 }
 
 /// The first column of the first row `sql` returns on `url` (`None`: no row), asked from a thread of its own
