@@ -3,13 +3,13 @@
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use almanac_media::fixtures::{self, FixtureExif};
 use almanac_testdb::TestDatabase;
-use support::{Proxy, proxy_to};
+use support::{Proxy, Worker, http_get, log_lines, proxy_to};
 
 struct Setup {
     db: TestDatabase,
@@ -78,37 +78,6 @@ impl Setup {
         let every = Duration::from_millis(100);
         almanac_testdb::patience::wait_for(what, idle, every, || Some(self.query(sql)).filter(|rows| !rows.is_empty()))
     }
-}
-
-struct Worker {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Worker {
-    fn terminate(mut self) -> (std::process::ExitStatus, Vec<serde_json::Value>) {
-        Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
-        let status = self.child.wait().unwrap();
-        (status, log_lines(&self.log))
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-    }
-}
-
-fn http_get(port: u16, path: &str) -> String {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(stream, "GET {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n").unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    response
-}
-
-fn log_lines(path: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(path).unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
 }
 
 fn events<'a>(lines: &'a [serde_json::Value], name: &str) -> Vec<&'a serde_json::Value> {

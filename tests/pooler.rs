@@ -2,14 +2,14 @@
 //! and the operator's page work through it; an enqueue wakes the Worker through its direct `listen_url`, and
 //! without one the Worker says that it polls and holds no LISTEN through the pooler.
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use almanac_media::fixtures::{self, FixtureExif};
 use almanac_testdb::{PgBouncer, TestDatabase};
+use support::{Worker, http_get};
 
 struct Setup {
     db: TestDatabase,
@@ -90,47 +90,6 @@ impl Setup {
             Duration::from_secs(30),
         );
     }
-}
-
-struct Worker {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Worker {
-    fn events(&self, name: &str) -> Vec<serde_json::Value> {
-        log_lines(&self.log).into_iter().filter(|l| l["fields"]["event"] == name).collect()
-    }
-
-    /// Waits until the Worker has logged `event`.
-    fn wait_for_event(&self, event: &str, idle: Duration) -> serde_json::Value {
-        let every = Duration::from_millis(50);
-        almanac_testdb::patience::wait_for(event, idle, every, || self.events(event).into_iter().next())
-    }
-
-    fn terminate(mut self) -> (std::process::ExitStatus, Vec<serde_json::Value>) {
-        Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
-        let status = self.child.wait().unwrap();
-        (status, log_lines(&self.log))
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-    }
-}
-
-fn log_lines(path: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(path).unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
-}
-
-fn http_get(port: u16, path: &str) -> String {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(stream, "GET {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n").unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    response
 }
 
 /// The sessions of the database on the server that LISTEN (their last statement, as `pg_stat_activity` shows

@@ -162,3 +162,52 @@ pub fn wait_for(url: &str, sql: &str, idle: std::time::Duration) -> Vec<Vec<Stri
     let every = std::time::Duration::from_millis(100);
     almanac_testdb::patience::wait_for(sql, idle, every, || Some(query(url, sql)).filter(|rows| !rows.is_empty()))
 }
+
+/// An `almanac-worker run` process whose log (JSON lines) goes to `log`; killed when dropped.
+pub struct Worker {
+    /// The process.
+    pub child: std::process::Child,
+    /// Where its log goes.
+    pub log: std::path::PathBuf,
+}
+
+impl Worker {
+    /// The lines of its log that are the event `name`.
+    pub fn events(&self, name: &str) -> Vec<serde_json::Value> {
+        log_lines(&self.log).into_iter().filter(|l| l["fields"]["event"] == name).collect()
+    }
+
+    /// Waits until it has logged `event`, for something that takes up to `idle` on an idle machine.
+    pub fn wait_for_event(&self, event: &str, idle: std::time::Duration) -> serde_json::Value {
+        let every = std::time::Duration::from_millis(50);
+        almanac_testdb::patience::wait_for(event, idle, every, || self.events(event).into_iter().next())
+    }
+
+    /// SIGTERM, then its exit and its whole log.
+    pub fn terminate(mut self) -> (std::process::ExitStatus, Vec<serde_json::Value>) {
+        std::process::Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
+        let status = self.child.wait().unwrap();
+        (status, log_lines(&self.log))
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+    }
+}
+
+/// The JSON lines of a log file (none while it does not exist yet).
+pub fn log_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path).unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+}
+
+/// A plain HTTP/1.1 GET of `path` on 127.0.0.1:`port`: the whole response, status line first.
+pub fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
+}
