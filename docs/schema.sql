@@ -817,6 +817,7 @@ CREATE TABLE public.work_items (
     last_error text,
     progress jsonb,
     result jsonb,
+    claim_token uuid,
     CONSTRAINT ck_work_items_counters CHECK (((attempt >= 0) AND (failures >= 0) AND (stalls >= 0) AND (max_attempts >= 1))),
     CONSTRAINT ck_work_items_dedup_key_form CHECK (((dedup_key IS NULL) OR ((char_length(dedup_key) <= 200) AND (dedup_key !~ '^[\s\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*$'::text)))),
     CONSTRAINT ck_work_items_finished CHECK (((status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text])) = (finished_at IS NOT NULL))),
@@ -881,7 +882,7 @@ COMMENT ON COLUMN public.work_items.run_after IS 'Not claimed before this instan
 -- Name: COLUMN work_items.attempt; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.work_items.attempt IS 'The fencing token: +1 at every claim. Every write by an attempt matches (id, attempt, status running).';
+COMMENT ON COLUMN public.work_items.attempt IS 'The claim number: +1 at every claim. Every write by an attempt matches (id, attempt, claim_token, status running); the number alone is not unique (a claim lost in a failover shares it with the next).';
 
 
 --
@@ -952,6 +953,13 @@ COMMENT ON COLUMN public.work_items.progress IS 'Handler progress, written by he
 --
 
 COMMENT ON COLUMN public.work_items.result IS 'The handler''s summary on success (e.g. the files a crawl skipped, with reasons).';
+
+
+--
+-- Name: COLUMN work_items.claim_token; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.work_items.claim_token IS 'The claim''s own token: a random value set by every claim (gen_random_uuid()), part of the fence with id and attempt. NULL until the first claim and whenever the item is queued again; a finished item keeps the token of the claim it last ran under (how a completion written again tells its own commit).';
 
 
 --

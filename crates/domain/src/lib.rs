@@ -58,5 +58,5 @@ pub mod ports {
     };
     pub use crate::retry::RetryPolicy;
     pub use crate::roots::{HEIC_SCRATCH_PREFIX, ProxyPath, is_proxy_file_name, is_temporary_file_name};
-    pub use crate::work::{Attempt, LeaseDuration};
+    pub use crate::work::{Attempt, ClaimToken, LeaseDuration};
 }

@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 
 use crate::cause::Cause;
 use crate::ids::{UserId, WorkItemId};
-use crate::work::{Attempt, LeaseDuration, NewWorkItem, Status, WorkItem, WorkKind, WorkerId};
+use crate::work::{Attempt, ClaimToken, LeaseDuration, NewWorkItem, Status, WorkItem, WorkKind, WorkerId};
 
 /// Why a queue operation could not answer. The executor treats every variant as "no answer": it never
 /// guesses an outcome from an error.
@@ -89,13 +89,26 @@ pub struct ClaimRequest {
     pub lease: LeaseDuration,
 }
 
-/// What fences every write of one attempt: the item and the claim number (rule 5).
+/// What fences every write of one attempt (rule 5): the item, and the claim that started the attempt, by its
+/// number and its token. The token is what tells two claims apart: a claim that a failover lost (committed on a
+/// primary whose last commits the promoted standby never got) shares its attempt number with the item's next
+/// claim, never its token. Made by the claim ([`Fence::new`] for stores and test doubles).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct Fence {
     /// The item.
     pub id: WorkItemId,
-    /// The claim that started this attempt.
+    /// The number of the claim that started this attempt.
     pub attempt: Attempt,
+    /// That claim's token.
+    pub claim: ClaimToken,
+}
+
+impl Fence {
+    /// The fence of the attempt that claim `claim`, number `attempt`, started on item `id`.
+    pub const fn new(id: WorkItemId, attempt: Attempt, claim: ClaimToken) -> Self {
+        Self { id, attempt, claim }
+    }
 }
 
 /// A claimed item and the fence for its attempt's writes.
@@ -181,8 +194,8 @@ pub struct Recovered {
 
 /// The durable work queue (ADR 0008), as the executor and the web backend see it.
 ///
-/// Every write by an attempt takes its [`Fence`] and changes nothing unless the item is still running under
-/// that attempt; otherwise it answers `Lost`. Errors mean "no answer": the operation may or may not have
+/// Every write by an attempt takes its [`Fence`] and changes nothing unless the item is still running under the
+/// claim it names; otherwise it answers `Lost`. Errors mean "no answer": the operation may or may not have
 /// happened (the caller never assumes either).
 pub trait WorkQueue: Send + Sync {
     /// Enqueues work. With a dedup key that is already queued, returns the queued item (`created: false`).
@@ -285,6 +298,11 @@ pub trait WorkQueue: Send + Sync {
 
     /// Counts a handler error; requeues with a delay when retryable and under budget, else fails the item.
     fn fail(&self, fence: Fence, failure: &Failure) -> impl Future<Output = Result<FailOutcome, QueueError>> + Send;
+
+    /// Whether the attempt under `fence` completed its item: the item succeeded, and that very claim wrote it.
+    /// How a completion written again after its first answer was lost tells its own earlier commit (answered
+    /// `Lost` the second time) from an item that another claim, of the same attempt number or not, completed.
+    fn succeeded_under(&self, fence: Fence) -> impl Future<Output = Result<bool, QueueError>> + Send;
 
     /// Marks the attempt's item cancelled (after a cancel request was honoured).
     fn mark_cancelled(&self, fence: Fence) -> impl Future<Output = Result<WriteOutcome, QueueError>> + Send;

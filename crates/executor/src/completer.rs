@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use almanac_domain::{
-    QueueError, Status, WorkQueue,
+    QueueError, WorkQueue,
     ports::{ClaimRequest, ClaimedItem, Completed, CompletedMany, Completion, Fence, WriteOutcome},
 };
 use tokio::sync::{mpsc, oneshot};
@@ -110,7 +110,8 @@ async fn write_batches<Q: WorkQueue + 'static>(
 /// attempts' leases, which run a lease past their last heartbeat. So one dead connection never sends a batch of
 /// finished items back to run again (docs/safety.md, invariant 9). A batch written twice changes nothing the
 /// second time: each completion is fenced on its attempt. When a try's answer was lost after its commit, the next
-/// try finds those completions already written: an item that succeeded under this very attempt counts as written.
+/// try finds those completions already written: an item that succeeded under this very claim (its token, not only
+/// its attempt number) counts as written.
 /// (Items that lost try claimed with the completions wait for lease recovery.)
 async fn write_through_outages<Q: WorkQueue>(
     queue: &Q,
@@ -131,11 +132,7 @@ async fn write_through_outages<Q: WorkQueue>(
             }
             Ok(mut many) if answer_lost => {
                 for ((fence, _), written) in done.iter().zip(many.written.iter_mut()) {
-                    if *written == WriteOutcome::Lost
-                        && let Ok(Some(item)) = queue.get(fence.id).await
-                        && item.status == Status::Succeeded
-                        && item.attempt == fence.attempt.get()
-                    {
+                    if *written == WriteOutcome::Lost && queue.succeeded_under(*fence).await == Ok(true) {
                         *written = WriteOutcome::Written;
                     }
                 }

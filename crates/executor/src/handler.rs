@@ -233,7 +233,8 @@ mod tests {
             progress: None,
             result: None,
         };
-        let fence = Fence { id: item.id, attempt: almanac_domain::ports::Attempt::new(1).unwrap() };
+        let claim = almanac_domain::ports::ClaimToken::from_uuid(uuid::Uuid::nil());
+        let fence = Fence::new(item.id, almanac_domain::ports::Attempt::new(1).unwrap(), claim);
         HandlerContext { item, fence, cancel: CancellationToken::new(), progress: ProgressReporter::default() }
     }
 

@@ -45,8 +45,8 @@ use tokio_util::sync::CancellationToken;
 /// The claim as it was before `queue_heads` (it probes every active config): the baseline.
 const CLAIM_BEFORE: &str = "\
 UPDATE work_items AS w
-   SET status = 'running', attempt = w.attempt + 1, worker_id = $1, started_at = now(), heartbeat_at = now(),
-       lease_expires_at = now() + $2 * interval '1 second', progress = NULL
+   SET status = 'running', attempt = w.attempt + 1, claim_token = gen_random_uuid(), worker_id = $1,
+       started_at = now(), heartbeat_at = now(), lease_expires_at = now() + $2 * interval '1 second', progress = NULL
  WHERE w.id = (
        SELECT q.id FROM work_items AS q
         WHERE q.id IN (
@@ -67,7 +67,7 @@ UPDATE work_items AS w
           AND q.status = 'queued'
         ORDER BY q.requested_at, q.id LIMIT 1
           FOR UPDATE SKIP LOCKED)
-RETURNING w.id, w.attempt";
+RETURNING w.id, w.attempt, w.claim_token";
 
 #[derive(QueryableByName)]
 struct ClaimedRow {
@@ -75,6 +75,8 @@ struct ClaimedRow {
     id: uuid::Uuid,
     #[diesel(sql_type = diesel::sql_types::Integer)]
     attempt: i32,
+    #[diesel(sql_type = Uuid)]
+    claim_token: uuid::Uuid,
 }
 
 #[derive(QueryableByName)]
@@ -518,9 +520,12 @@ async fn claim_latencies(db: &TestDatabase, claimers: usize, baseline: bool) -> 
                             .await
                             .unwrap_or_default();
                         conn.batch_execute("COMMIT").await.unwrap();
-                        rows.into_iter().next().map(|r| almanac_domain::ports::Fence {
-                            id: almanac_domain::WorkItemId::from_uuid(r.id),
-                            attempt: almanac_domain::ports::Attempt::new(r.attempt).unwrap(),
+                        rows.into_iter().next().map(|r| {
+                            almanac_domain::ports::Fence::new(
+                                almanac_domain::WorkItemId::from_uuid(r.id),
+                                almanac_domain::ports::Attempt::new(r.attempt).unwrap(),
+                                almanac_domain::ports::ClaimToken::from_uuid(r.claim_token),
+                            )
                         })
                     } else {
                         store.claim(&request).await.unwrap().map(|c| c.fence)

@@ -130,6 +130,9 @@ impl WorkQueue for Timed {
         calls.got += claimed.as_ref().map_or(0, Vec::len);
         claimed
     }
+    async fn succeeded_under(&self, fence: Fence) -> Result<bool, QueueError> {
+        self.store.succeeded_under(fence).await
+    }
     async fn heartbeat(
         &self,
         fence: Fence,

@@ -184,9 +184,9 @@ impl PgStore {
 
     /// Puts failed or cancelled items that match `filter` (its status must be failed or cancelled, or none for
     /// both) back in the queue, to run as soon as a Worker can: failures and stalls start again from zero (the
-    /// attempt number goes on: fencing), the last error is kept until the next outcome. A requeued item whose
-    /// dedup key another queued item holds drops its key (both stay; nothing is lost). `ids`, when given,
-    /// limits it to those items. Returns the ids requeued.
+    /// attempt number goes on; the claim's token is cleared, as whenever an item is queued again), the last error
+    /// is kept until the next outcome. A requeued item whose dedup key another queued item holds drops its key
+    /// (both stay; nothing is lost). `ids`, when given, limits it to those items. Returns the ids requeued.
     #[mutants::skip]
     pub async fn retry_items(
         &self,
@@ -231,7 +231,8 @@ impl PgStore {
                            FROM chosen AS x)
                      UPDATE work_items AS w
                         SET status = 'queued', failures = 0, stalls = 0, finished_at = NULL, run_after = now(),
-                            cancel_requested_at = NULL, lease_expires_at = NULL, dedup_key = d.dedup_key
+                            cancel_requested_at = NULL, lease_expires_at = NULL, claim_token = NULL,
+                            dedup_key = d.dedup_key
                        FROM decided AS d
                       WHERE w.id = d.id
                     RETURNING w.id",

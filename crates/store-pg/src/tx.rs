@@ -6,13 +6,15 @@
 //! ([`crate::error::placed`], ADR 0010), so no caller opens a transaction, holds a fence or maps an error itself.
 //!
 //! Fenced writes (ADR 0008 rule 5, docs/safety.md): the first statement of the transaction locks the work item's
-//! row `FOR KEY SHARE` and checks the fence `(id, attempt, running)`. A stale fence commits nothing and answers
-//! Lost. While the lock is held, lease recovery and a claim (both pick their rows `FOR UPDATE SKIP LOCKED`) pass
-//! the row over; once either has committed, the check fails. So a statement of an old attempt that reaches the
-//! server late changes nothing. The attempt's own heartbeats and outcome writes (plain updates, `FOR NO KEY
-//! UPDATE`) do not conflict with the lock: a long catalogue write never holds up its own heartbeat. The queue's
-//! writes of an attempt carry the same fence in their own `WHERE` (`queue::FENCE`) and go through
-//! [`PgStore::transaction`] on the attempt's reserved connections.
+//! row `FOR KEY SHARE` and checks the fence `(id, attempt, claim token, running)`. A stale fence commits nothing
+//! and answers Lost. While the lock is held, lease recovery and a claim (both pick their rows `FOR UPDATE SKIP
+//! LOCKED`) pass the row over; once either has committed, the check fails (a claim sets a token of its own, so
+//! even a claim that got the stale attempt's number again, after a failover lost that attempt's claim, fails
+//! it). So a statement of an old attempt that reaches the server late changes nothing. The attempt's own
+//! heartbeats and outcome writes (plain updates, `FOR NO KEY UPDATE`) do not conflict with the lock: a long
+//! catalogue write never holds up its own heartbeat. The queue's writes of an attempt carry the same fence in
+//! their own `WHERE` (`queue::FENCE`) and go through [`PgStore::transaction`] on the attempt's reserved
+//! connections.
 
 use std::future::Future;
 
@@ -83,14 +85,19 @@ struct Held {
     id: uuid::Uuid,
 }
 
-/// Holds the item's row and checks the fence: the first statement of every fenced transaction.
+/// Holds the item's row and checks the fence (the item, the attempt number and the claim's token, still
+/// running): the first statement of every fenced transaction.
 async fn hold(conn: &mut AsyncPgConnection, fence: Fence) -> Result<(), Refused> {
-    let held: Vec<Held> =
-        sql_query("SELECT id FROM work_items WHERE id = $1 AND attempt = $2 AND status = 'running' FOR KEY SHARE")
-            .bind::<Uuid, _>(fence.id.as_uuid())
-            .bind::<Integer, _>(fence.attempt.get())
-            .load(conn)
-            .await?;
+    let held: Vec<Held> = sql_query(
+        "SELECT id FROM work_items
+          WHERE id = $1 AND attempt = $2 AND claim_token = $3 AND status = 'running'
+            FOR KEY SHARE",
+    )
+    .bind::<Uuid, _>(fence.id.as_uuid())
+    .bind::<Integer, _>(fence.attempt.get())
+    .bind::<Uuid, _>(fence.claim.as_uuid())
+    .load(conn)
+    .await?;
     if held.is_empty() { Err(Refused::Lost) } else { Ok(()) }
 }
 

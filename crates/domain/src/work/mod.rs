@@ -11,7 +11,7 @@ use crate::args::WorkArgs;
 use crate::ids::WorkItemId;
 
 pub use kinds::{Scope, ScopeRule, WorkKind};
-pub use values::{Attempt, DedupKey, LeaseDuration, Status, WorkerId};
+pub use values::{Attempt, ClaimToken, DedupKey, LeaseDuration, Status, WorkerId};
 
 /// A value that breaks one of the domain's rules. The message names the rule and the offending value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -166,7 +166,7 @@ pub struct WorkItem {
     pub requested_at: DateTime<Utc>,
     /// Not claimed before this instant.
     pub run_after: DateTime<Utc>,
-    /// The fencing token: number of claims so far.
+    /// Claims so far: the number of the current or last attempt (the fence names it with the claim's token).
     pub attempt: i32,
     /// Handler errors so far.
     pub failures: i32,

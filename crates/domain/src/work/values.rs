@@ -1,4 +1,5 @@
-//! The small values of the queue: a status, an attempt (the fencing token), a dedup key, a Worker's id, a lease.
+//! The small values of the queue: a status, an attempt (the claim number), a claim's token, a dedup key, a
+//! Worker's id, a lease.
 
 use std::fmt;
 use std::str::FromStr;
@@ -59,7 +60,9 @@ impl FromStr for Status {
     }
 }
 
-/// The fencing token: the number of the claim that started this attempt (1 for the first claim).
+/// The number of the claim that started this attempt (1 for the first claim). Not unique on its own: a claim
+/// that a failover lost leaves the item queued under its old number, and the next claim gets the lost one's
+/// number again; the fence names its claim by [`ClaimToken`] too.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Attempt(i32);
 
@@ -82,6 +85,24 @@ impl Attempt {
 impl fmt::Display for Attempt {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.0.fmt(f)
+    }
+}
+
+/// A claim's own token (`work_items.claim_token`): a random value that each claim sets and that no other claim
+/// of any item has, not even one that got the same attempt number because a failover lost the first (ADR 0008,
+/// amendment "a fence names its claim"). What a fence names its claim by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ClaimToken(uuid::Uuid);
+
+impl ClaimToken {
+    /// The token a claim set, as the database gave it.
+    pub const fn from_uuid(token: uuid::Uuid) -> Self {
+        Self(token)
+    }
+
+    /// The token as the database stores it.
+    pub const fn as_uuid(self) -> uuid::Uuid {
+        self.0
     }
 }
 

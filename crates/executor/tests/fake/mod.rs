@@ -11,8 +11,8 @@ use almanac_domain::{
     CancelOutcome, Enqueued, NewWorkItem, QueueError, Scope, Status, WorkItem, WorkItemId, WorkKind, WorkQueue,
     WorkerId,
     ports::{
-        Attempt, ClaimRequest, ClaimedItem, CompletedMany, Completion, FailOutcome, Failure, Fence, Heartbeat,
-        LeaseDuration, Recovered, ServedConfigs, WriteOutcome,
+        Attempt, ClaimRequest, ClaimToken, ClaimedItem, CompletedMany, Completion, FailOutcome, Failure, Fence,
+        Heartbeat, LeaseDuration, Recovered, ServedConfigs, WriteOutcome,
     },
 };
 use almanac_executor::{BoxFuture, ExecutorConfig, Handler, HandlerContext, HandlerError};
@@ -63,8 +63,9 @@ pub struct State {
     /// How many of the next batches of completions are written, then answer with an error (a commit whose
     /// answer was lost).
     pub completions_lose_answer: usize,
-    /// The attempts completed, as the store's fence sees them: a second completion of one is Lost.
-    pub succeeded: Vec<(WorkItemId, i32)>,
+    /// The attempts completed, by their items and their claims' tokens (as the store's fence sees them): a
+    /// second completion of one is Lost.
+    pub succeeded: Vec<(WorkItemId, ClaimToken)>,
     /// How many of the next claims (on their own or with completions) answer nothing although items are due
     /// (each lost a race to another Worker).
     pub claims_lose_race: usize,
@@ -188,7 +189,9 @@ impl WorkQueue for FakeQueue {
             let (mut item, _) = s.queued.remove(pos).unwrap();
             item.attempt += 1;
             item.status = Status::Running;
-            let fence = Fence { id: item.id, attempt: Attempt::new(item.attempt).unwrap() };
+            // A token of each claim's own, as the store's claim sets one.
+            let claim = ClaimToken::from_uuid(uuid::Uuid::from_u128(s.claimed.len() as u128 + 1));
+            let fence = Fence::new(item.id, Attempt::new(item.attempt).unwrap(), claim);
             s.claimed.push(item.clone());
             claimed.push(ClaimedItem { item, fence });
         }
@@ -237,7 +240,7 @@ impl WorkQueue for FakeQueue {
         }
         let mut written = Vec::new();
         for (fence, result) in done {
-            let attempt = (fence.id, fence.attempt.get());
+            let attempt = (fence.id, fence.claim);
             if self.state.lock().unwrap().succeeded.contains(&attempt) {
                 written.push(WriteOutcome::Lost);
                 continue;
@@ -306,16 +309,20 @@ impl WorkQueue for FakeQueue {
         Ok(Vec::new())
     }
 
-    /// Only what completions wrote: an item that succeeded, under its attempt.
+    /// Only what completions wrote: an item that succeeded.
     async fn get(&self, id: WorkItemId) -> Result<Option<WorkItem>, QueueError> {
         let s = self.state.lock().unwrap();
-        Ok(s.succeeded.iter().find(|(done, _)| *done == id).map(|(_, attempt)| {
+        Ok(s.succeeded.iter().find(|(done, _)| *done == id).map(|_| {
             let mut done = item(WorkKind::TokenCleanup);
             done.id = id;
-            done.attempt = *attempt;
             done.status = Status::Succeeded;
             done
         }))
+    }
+
+    /// Whether a completion under this very claim was written.
+    async fn succeeded_under(&self, fence: Fence) -> Result<bool, QueueError> {
+        Ok(self.state.lock().unwrap().succeeded.contains(&(fence.id, fence.claim)))
     }
 }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use almanac_domain::{
     NewWorkItem, Scope, StorageConfigId, WorkItem, WorkItemId, WorkKind, WorkQueue,
-    ports::{Attempt, Fence},
+    ports::{Attempt, ClaimToken, Fence},
 };
 use almanac_executor::{Handler, HandlerContext, HandlerError, ProgressReporter};
 use almanac_handlers::{CrawlHandler, CrawlSettings, MassDeletionGuard};
@@ -101,27 +101,30 @@ impl Library {
         struct Started {
             #[diesel(sql_type = diesel::sql_types::Integer)]
             attempt: i32,
+            #[diesel(sql_type = diesel::sql_types::Uuid)]
+            claim_token: uuid::Uuid,
         }
         let started: Started = sql_query(
-            "UPDATE work_items SET status = 'running', attempt = attempt + 1, worker_id = 'test',
-                    started_at = now(), lease_expires_at = now() + interval '1 hour'
-              WHERE id = $1 RETURNING attempt",
+            "UPDATE work_items SET status = 'running', attempt = attempt + 1, claim_token = gen_random_uuid(),
+                    worker_id = 'test', started_at = now(), lease_expires_at = now() + interval '1 hour'
+              WHERE id = $1 RETURNING attempt, claim_token",
         )
         .bind::<diesel::sql_types::Uuid, _>(id.as_uuid())
         .get_result(&mut self.conn().await)
         .await
         .unwrap();
-        Fence { id, attempt: Attempt::new(started.attempt).unwrap() }
+        Fence::new(id, Attempt::new(started.attempt).unwrap(), ClaimToken::from_uuid(started.claim_token))
     }
 
     /// Ends an attempt started by [`Library::start`] (if it still holds its item).
     pub async fn finish(&self, fence: Fence) {
         sql_query(
             "UPDATE work_items SET status = 'succeeded', finished_at = now(), lease_expires_at = NULL
-              WHERE id = $1 AND attempt = $2 AND status = 'running'",
+              WHERE id = $1 AND attempt = $2 AND claim_token = $3 AND status = 'running'",
         )
         .bind::<diesel::sql_types::Uuid, _>(fence.id.as_uuid())
         .bind::<diesel::sql_types::Integer, _>(fence.attempt.get())
+        .bind::<diesel::sql_types::Uuid, _>(fence.claim.as_uuid())
         .execute(&mut self.conn().await)
         .await
         .unwrap();

@@ -3,7 +3,7 @@
 
 use almanac_domain::{
     QueueError, WorkItem,
-    ports::{Attempt, ClaimRequest, ClaimedItem, Fence, ServedConfigs},
+    ports::{Attempt, ClaimRequest, ClaimToken, ClaimedItem, Fence, ServedConfigs},
 };
 use diesel::result::Error as DieselError;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
@@ -39,6 +39,7 @@ macro_rules! claim_sql {
             "UPDATE work_items AS w
    SET status = 'running',
        attempt = w.attempt + 1,
+       claim_token = gen_random_uuid(),
        worker_id = $1,
        started_at = now(),
        heartbeat_at = now(),
@@ -137,13 +138,17 @@ pub(super) fn lost_race(e: &DieselError) -> bool {
     lost
 }
 
-/// The claimed rows as the port answers them.
+/// The claimed rows as the port answers them, each with the fence of its claim: the item, the attempt number and
+/// the token the claim set.
 pub(super) fn items(rows: Vec<WorkItemRow>) -> Result<Vec<ClaimedItem>, QueueError> {
     rows.into_iter()
         .map(|row| {
+            let claim = row.claim_token.map(ClaimToken::from_uuid).ok_or_else(|| {
+                QueueError::Unexpected(format!("work item {} was claimed without a claim token", row.id).into())
+            })?;
             let item = WorkItem::try_from(row)?;
             let attempt = Attempt::new(item.attempt).map_err(|e| QueueError::Unexpected(e.to_string().into()))?;
-            Ok(ClaimedItem { fence: Fence { id: item.id, attempt }, item })
+            Ok(ClaimedItem { fence: Fence::new(item.id, attempt, claim), item })
         })
         .collect()
 }

@@ -104,6 +104,11 @@ impl WorkQueue for PgStore {
     }
 
     #[mutants::skip]
+    async fn succeeded_under(&self, fence: Fence) -> Result<bool, QueueError> {
+        outcome::succeeded_under(self, fence).await
+    }
+
+    #[mutants::skip]
     async fn fail(&self, fence: Fence, failure: &Failure) -> Result<FailOutcome, QueueError> {
         outcome::fail(self, fence, failure).await
     }

@@ -11,7 +11,7 @@ use almanac_domain::{
     },
 };
 use diesel::QueryableByName;
-use diesel::sql_types::{Bool, Integer, Uuid};
+use diesel::sql_types::{Bool, Uuid};
 use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
 
 use super::claim;
@@ -20,25 +20,27 @@ use crate::PgStore;
 use crate::prepared::{Bind, Prepared};
 use crate::tx::Lane;
 
-/// The fence of an attempt's own write: `$1` its item, `$2` its attempt, still running.
-const FENCE: &str = "w.id = $1 AND w.attempt = $2 AND w.status = 'running'";
+/// The fence of an attempt's own write: `$1` its item, `$2` its attempt number, `$3` its claim's token, still
+/// running. The token tells the attempt from another claim of the same number (one a failover lost).
+const FENCE: &str = "w.id = $1 AND w.attempt = $2 AND w.claim_token = $3 AND w.status = 'running'";
 
 /// How long the claim that follows a completion waits for any one lock before it gives up (nothing claimed).
 const CHAINED_CLAIM_LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// Marks each fenced attempt of the arrays (`$1` ids, `$2` attempts, `$3` results) succeeded; answers the
-/// `(id, attempt)` of each row written. Each row is fenced on its own, exactly as [`FENCE`] fences one.
+/// Marks each fenced attempt of the arrays (`$1` ids, `$2` attempts, `$3` claim tokens, `$4` results)
+/// succeeded; answers the `(id, claim_token)` of each row written. Each row is fenced on its own, exactly as
+/// [`FENCE`] fences one. The item keeps its claim's token ([`succeeded_under`]).
 pub(super) const COMPLETE_MANY: &str = "\
 UPDATE work_items AS w
    SET status = 'succeeded', finished_at = now(), lease_expires_at = NULL, result = d.result
-  FROM unnest($1::uuid[], $2::integer[], $3::jsonb[]) AS d(id, attempt, result)
- WHERE w.id = d.id AND w.attempt = d.attempt AND w.status = 'running'
-RETURNING w.id, w.attempt";
+  FROM unnest($1::uuid[], $2::integer[], $3::uuid[], $4::jsonb[]) AS d(id, attempt, claim_token, result)
+ WHERE w.id = d.id AND w.attempt = d.attempt AND w.claim_token = d.claim_token AND w.status = 'running'
+RETURNING w.id, w.claim_token";
 
 /// Whether a failing attempt's item is retried: retryable, under its budget, and no cancel requested. Read from
 /// the row being updated, so a cancel requested at that very moment is seen (a subquery's snapshot would not
 /// be re-read when the update waits for the cancel's row lock).
-const RETRY: &str = "($4::boolean AND w.failures + 1 < w.max_attempts AND w.cancel_requested_at IS NULL)";
+const RETRY: &str = "($5::boolean AND w.failures + 1 < w.max_attempts AND w.cancel_requested_at IS NULL)";
 
 /// Requeuing must not collide with a newer queued item of the same dedup key: the requeued item drops its key
 /// and both stay (nothing is lost; the work may run twice).
@@ -49,8 +51,8 @@ pub(super) const REQUEUE_DEDUP_KEY: &str = "CASE WHEN EXISTS (SELECT 1 FROM work
 pub(super) struct IdRow {
     #[diesel(sql_type = Uuid)]
     pub(super) id: uuid::Uuid,
-    #[diesel(sql_type = Integer)]
-    pub(super) attempt: i32,
+    #[diesel(sql_type = Uuid)]
+    pub(super) claim_token: uuid::Uuid,
 }
 
 #[derive(QueryableByName)]
@@ -64,9 +66,9 @@ pub(super) fn seconds(lease: LeaseDuration) -> f64 {
     lease.get().as_secs_f64()
 }
 
-/// The values of [`FENCE`]'s `$1` and `$2`.
+/// The values of [`FENCE`]'s `$1`, `$2` and `$3`.
 fn fence_binds<'a>(fence: Fence) -> Vec<Bind<'a>> {
-    vec![Bind::Uuid(fence.id.as_uuid()), Bind::Integer(fence.attempt.get())]
+    vec![Bind::Uuid(fence.id.as_uuid()), Bind::Integer(fence.attempt.get()), Bind::Uuid(fence.claim.as_uuid())]
 }
 
 /// A write of the attempt's own that answers how many rows it changed: one, or none when the fence is stale.
@@ -85,8 +87,8 @@ pub(super) async fn heartbeat(
     let sql = format!(
         "UPDATE work_items AS w
             SET heartbeat_at = now(),
-                lease_expires_at = now() + $3 * interval '1 second',
-                progress = COALESCE($4, w.progress)
+                lease_expires_at = now() + $4 * interval '1 second',
+                progress = COALESCE($5, w.progress)
           WHERE {FENCE}
       RETURNING w.cancel_requested_at IS NOT NULL AS cancel_requested"
     );
@@ -108,12 +110,29 @@ pub(super) async fn complete(
 ) -> Result<WriteOutcome, QueueError> {
     let sql = format!(
         "UPDATE work_items AS w
-            SET status = 'succeeded', finished_at = now(), lease_expires_at = NULL, result = $3
+            SET status = 'succeeded', finished_at = now(), lease_expires_at = NULL, result = $4
           WHERE {FENCE}"
     );
     let mut binds = fence_binds(fence);
     binds.push(Bind::NullableJsonb(result));
     fenced_write(store, sql, binds).await
+}
+
+/// [`almanac_domain::WorkQueue::succeeded_under`]: the item succeeded, and the claim that completed it is the
+/// fence's (a succeeded item keeps its claim's token).
+pub(super) async fn succeeded_under(store: &PgStore, fence: Fence) -> Result<bool, QueueError> {
+    const SUCCEEDED_UNDER: &str = "SELECT EXISTS (SELECT 1 FROM work_items AS w
+                                    WHERE w.id = $1 AND w.attempt = $2 AND w.claim_token = $3
+                                      AND w.status = 'succeeded') AS yes";
+    #[derive(QueryableByName)]
+    struct Yes {
+        #[diesel(sql_type = Bool)]
+        yes: bool,
+    }
+    let binds = fence_binds(fence);
+    let rows: Vec<Yes> =
+        store.transaction(Lane::Attempt, async |conn| Prepared::new(SUCCEEDED_UNDER, binds).load(conn).await).await?;
+    Ok(rows.into_iter().any(|r| r.yes))
 }
 
 /// [`almanac_domain::WorkQueue::mark_cancelled`].
@@ -130,7 +149,7 @@ pub(super) async fn mark_cancelled(store: &PgStore, fence: Fence) -> Result<Writ
 pub(super) async fn release(store: &PgStore, fence: Fence) -> Result<WriteOutcome, QueueError> {
     let sql = format!(
         "UPDATE work_items AS w
-            SET status = 'queued', lease_expires_at = NULL, run_after = now(),
+            SET status = 'queued', lease_expires_at = NULL, run_after = now(), claim_token = NULL,
                 dedup_key = {REQUEUE_DEDUP_KEY}
           WHERE {FENCE}"
     );
@@ -142,13 +161,14 @@ pub(super) async fn fail(store: &PgStore, fence: Fence, failure: &Failure) -> Re
     let sql = format!(
         "UPDATE work_items AS w
             SET failures = w.failures + 1,
-                last_error = $3,
+                last_error = $4,
                 status = CASE WHEN {RETRY} THEN 'queued'
                               WHEN w.cancel_requested_at IS NOT NULL THEN 'cancelled'
                               ELSE 'failed' END,
-                run_after = CASE WHEN {RETRY} THEN now() + $5 * interval '1 second' ELSE w.run_after END,
+                run_after = CASE WHEN {RETRY} THEN now() + $6 * interval '1 second' ELSE w.run_after END,
                 finished_at = CASE WHEN {RETRY} THEN NULL ELSE now() END,
                 lease_expires_at = NULL,
+                claim_token = CASE WHEN {RETRY} THEN NULL ELSE w.claim_token END,
                 dedup_key = CASE WHEN {RETRY} THEN {REQUEUE_DEDUP_KEY} ELSE w.dedup_key END
           WHERE {FENCE}
       RETURNING w.status, w.run_after"
@@ -184,6 +204,7 @@ pub(super) async fn complete_many_and_claim(
     let binds = vec![
         Bind::UuidArray(done.iter().map(|(fence, _)| fence.id.as_uuid()).collect()),
         Bind::IntegerArray(done.iter().map(|(fence, _)| fence.attempt.get()).collect()),
+        Bind::UuidArray(done.iter().map(|(fence, _)| fence.claim.as_uuid()).collect()),
         Bind::NullableJsonbArray(done.iter().map(|(_, result)| *result).collect()),
     ];
     let (written, next) = store
@@ -210,11 +231,12 @@ pub(super) async fn complete_many_and_claim(
             Ok((written, next))
         })
         .await?;
-    // Matched on (id, attempt): a batch may hold a stale attempt's completion beside the current one's.
-    let written: HashSet<(uuid::Uuid, i32)> = written.into_iter().map(|r| (r.id, r.attempt)).collect();
+    // Matched on (id, claim token): a batch may hold a stale attempt's completion beside the current one's, of
+    // another attempt number or (after a failover lost a claim) of the same.
+    let written: HashSet<(uuid::Uuid, uuid::Uuid)> = written.into_iter().map(|r| (r.id, r.claim_token)).collect();
     let written = done
         .iter()
-        .map(|(fence, _)| match written.contains(&(fence.id.as_uuid(), fence.attempt.get())) {
+        .map(|(fence, _)| match written.contains(&(fence.id.as_uuid(), fence.claim.as_uuid())) {
             true => WriteOutcome::Written,
             false => WriteOutcome::Lost,
         })

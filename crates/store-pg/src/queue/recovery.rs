@@ -111,6 +111,7 @@ pub(super) async fn recover_expired_leases(store: &PgStore, max_stalls: i32) -> 
                                       ELSE w.last_error END,
                     lease_expires_at = NULL,
                     run_after = now(),
+                    claim_token = CASE WHEN d.requeue THEN NULL ELSE w.claim_token END,
                     dedup_key = d.dedup_key
                FROM decided AS d
               WHERE w.id = d.id

@@ -28,6 +28,9 @@ pub(crate) struct WorkItemRow {
     pub(super) run_after: DateTime<Utc>,
     #[diesel(sql_type = Integer)]
     pub(super) attempt: i32,
+    /// The claim's token (the fence's; not part of [`WorkItem`], which the web backend reads too).
+    #[diesel(sql_type = Nullable<Uuid>)]
+    pub(super) claim_token: Option<uuid::Uuid>,
     #[diesel(sql_type = Integer)]
     pub(super) failures: i32,
     #[diesel(sql_type = Integer)]

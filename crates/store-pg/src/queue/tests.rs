@@ -54,7 +54,7 @@ async fn the_claim_reads_a_few_rows_from_a_large_queue_that_was_never_analysed()
          SELECT gen_random_uuid(), 'token_cleanup', now() - interval '1 hour' + g * interval '1 ms'
            FROM generate_series(1, 10000) g;
          -- Half the configs busy (the one with the backlog among them).
-         UPDATE work_items w SET status = 'running', attempt = 1, worker_id = 'busy',
+         UPDATE work_items w SET status = 'running', attempt = 1, claim_token = gen_random_uuid(), worker_id = 'busy',
                 lease_expires_at = now() + interval '1 hour'
           WHERE w.id IN (SELECT DISTINCT ON (q.storage_config_id) q.id FROM work_items q
                           WHERE q.storage_config_id IN (SELECT id FROM storage_configs ORDER BY root_path LIMIT 1000)
@@ -91,7 +91,7 @@ async fn the_claim_reads_a_few_rows_whatever_stale_statistics_say() {
          SELECT gen_random_uuid(), 'burst_detection', (SELECT id FROM storage_configs ORDER BY root_path LIMIT 1),
                 now() - interval '2 days' + g * interval '1 ms'
            FROM generate_series(1, 50000) g;
-         UPDATE work_items SET status = 'running', attempt = 1, worker_id = 'busy',
+         UPDATE work_items SET status = 'running', attempt = 1, claim_token = gen_random_uuid(), worker_id = 'busy',
                 lease_expires_at = now() + interval '1 hour'
           WHERE id = (SELECT id FROM work_items ORDER BY requested_at LIMIT 1);
          ANALYZE work_items;
@@ -127,7 +127,7 @@ async fn claims_and_completions_read_a_few_rows_with_fresh_statistics() {
          SELECT gen_random_uuid(), 'burst_detection', (SELECT id FROM storage_configs ORDER BY root_path LIMIT 1),
                 now() - interval '2 days' + g * interval '1 ms'
            FROM generate_series(1, 50000) g;
-         UPDATE work_items SET status = 'running', attempt = 1, worker_id = 'busy',
+         UPDATE work_items SET status = 'running', attempt = 1, claim_token = gen_random_uuid(), worker_id = 'busy',
                 lease_expires_at = now() + interval '1 hour'
           WHERE id = (SELECT id FROM work_items ORDER BY requested_at LIMIT 1);
          INSERT INTO work_items (id, kind, storage_config_id, requested_at)
@@ -208,6 +208,7 @@ async fn complete_rows(conn: &mut AsyncPgConnection, items: &[WorkItemRow]) -> u
     let written: Vec<IdRow> = sql_query(COMPLETE_MANY)
         .bind::<Array<Uuid>, _>(items.iter().map(|i| i.id).collect::<Vec<_>>())
         .bind::<Array<Integer>, _>(items.iter().map(|i| i.attempt).collect::<Vec<_>>())
+        .bind::<Array<Nullable<Uuid>>, _>(items.iter().map(|i| i.claim_token).collect::<Vec<_>>())
         .bind::<Array<Nullable<Jsonb>>, _>(vec![None::<serde_json::Value>; items.len()])
         .load(conn)
         .await
