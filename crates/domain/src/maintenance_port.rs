@@ -188,4 +188,13 @@ pub trait QueueMaintenance: DatabaseClock {
 
     /// Cancels queued items of inactive storage configs; returns how many.
     fn cancel_queued_of_inactive(&self) -> impl Future<Output = Result<u64, QueueError>> + Send;
+
+    /// Quiet hours: moves the `run_after` of queued items the scheduler enqueued (their period's record names
+    /// them), of `configs` and unscoped, to `until` where it is earlier, so none is claimed before; returns how
+    /// many moved. An item an operator asked to run now is no longer the scheduler's, and stays due.
+    fn defer_scheduled(
+        &self,
+        configs: &[StorageConfigId],
+        until: DateTime<Utc>,
+    ) -> impl Future<Output = Result<u64, QueueError>> + Send;
 }

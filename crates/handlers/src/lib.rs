@@ -15,7 +15,7 @@ pub use maintenance::{
     ProxyDeletionHandler, ProxySweepHandler, PurgeHandler, PurgeSettings, RetentionSettings, TokenCleanupHandler,
     WorkItemRetentionHandler,
 };
-pub use schedule::{ScheduleError, ScheduleSettings, Scheduler};
+pub use schedule::{QuietHours, ScheduleError, ScheduleSettings, Scheduler};
 
 use almanac_domain::ports::CatalogueError;
 use almanac_executor::{HandlerError, ProgressReporter};

@@ -1,7 +1,13 @@
 //! The scheduler: every Worker runs one; it makes sure the periodic items exist, exactly once per period
-//! however many Workers run (the `schedule_periods` insert that wins enqueues).
+//! however many Workers run (the `schedule_periods` insert that wins enqueues). In the Worker's quiet hours it
+//! enqueues nothing and holds the scheduled items already queued until the window ends (`quiet.rs`).
+
+mod quiet;
+
+pub use quiet::{QuietHours, QuietZone};
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use almanac_domain::{
@@ -32,11 +38,13 @@ pub struct ScheduleSettings {
     pub crawl_interval: Duration,
     /// How often the scheduler looks (default one minute).
     pub tick: Duration,
+    /// A daily window in which no scheduled work starts (default none).
+    pub quiet_hours: Option<QuietHours>,
 }
 
 impl Default for ScheduleSettings {
     fn default() -> Self {
-        Self { crawl_interval: Duration::from_secs(4 * 3600), tick: Duration::from_secs(60) }
+        Self { crawl_interval: Duration::from_secs(4 * 3600), tick: Duration::from_secs(60), quiet_hours: None }
     }
 }
 
@@ -72,39 +80,85 @@ pub struct Scheduler<M> {
     store: Arc<M>,
     served: ServedConfigs,
     settings: ScheduleSettings,
+    /// Whether the last look was inside the quiet hours (to log their start and end once).
+    quiet: AtomicBool,
 }
 
 impl<M: QueueMaintenance> Scheduler<M> {
     /// A scheduler for the configs a Worker serves.
     pub fn new(store: Arc<M>, served: ServedConfigs, settings: ScheduleSettings) -> Self {
-        Self { store, served, settings }
+        Self { store, served, settings, quiet: AtomicBool::new(false) }
     }
 
-    /// One look: enqueue what is due and not yet enqueued for its period; cancel queued items of inactive
-    /// configs. Returns how many items this call enqueued.
+    /// One look: enqueue what is due and not yet enqueued for its period (in quiet hours: hold what is queued
+    /// instead); cancel queued items of inactive configs. Returns how many items this call enqueued.
     pub async fn tick(&self) -> Result<usize, ScheduleError> {
+        self.look().await.map(|(enqueued, _)| enqueued)
+    }
+
+    /// [`Scheduler::tick`], answering also the database's time it looked at.
+    async fn look(&self) -> Result<(usize, DateTime<Utc>), ScheduleError> {
         let now = self.store.db_now().await?;
         let configs = self.store.served_configs(self.served).await?;
-        // One batch for every config (thousands of configs are two statements, not thousands).
-        let enqueued = self.store.enqueue_once(&due(now, &configs, self.settings)).await?;
+        let quiet_until = self.settings.quiet_hours.and_then(|q| q.ends(now));
+        let enqueued = match quiet_until {
+            Some(until) => {
+                self.hold(&configs, until).await?;
+                Vec::new()
+            }
+            None => {
+                if self.quiet.swap(false, Ordering::Relaxed) {
+                    info!(event = "quiet_hours_ended", "quiet hours ended: scheduled work runs again");
+                }
+                // One batch for every config (thousands of configs are two statements, not thousands).
+                self.store.enqueue_once(&due(now, &configs, self.settings)).await?
+            }
+        };
         for key in &enqueued {
             info!(event = "scheduled", key, "periodic work enqueued");
         }
         // Deactivating a config cancels its queue already; this catches work enqueued for it since.
         let cancelled = self.store.cancel_queued_of_inactive().await?;
         tracing::debug!(event = "cancelled_inactive", cancelled, "queued work of inactive storage configs cancelled");
-        Ok(enqueued.len())
+        Ok((enqueued.len(), now))
+    }
+
+    /// In quiet hours: the scheduled items queued (retries included) wait until `until`.
+    async fn hold(
+        &self,
+        configs: &[almanac_domain::StorageConfigId],
+        until: DateTime<Utc>,
+    ) -> Result<(), ScheduleError> {
+        let held = self.store.defer_scheduled(configs, until).await?;
+        if !self.quiet.swap(true, Ordering::Relaxed) {
+            info!(event = "quiet_hours_began", %until, held, "quiet hours: no scheduled work starts until they end");
+        } else if held > 0 {
+            info!(event = "scheduled_work_held", %until, held, "scheduled work queued in quiet hours waits for their end");
+        }
+        Ok(())
+    }
+
+    /// How long to wait after a look at `now`: a tick, or less when quiet hours begin sooner (so that they
+    /// hold from their first second, not from the next tick).
+    fn wait_after(&self, now: Option<DateTime<Utc>>) -> Duration {
+        let until_quiet =
+            self.settings.quiet_hours.zip(now).and_then(|(q, now)| (q.next_start(now) - now).to_std().ok());
+        until_quiet.map_or(self.settings.tick, |d| d.min(self.settings.tick))
     }
 
     /// Ticks until `stop`.
     pub async fn run(self, stop: CancellationToken) {
         loop {
-            if let Err(e) = self.tick().await {
-                warn!(event = "schedule_failed", error = %e, "the scheduler could not look; trying again at the next tick");
-            }
+            let now = match self.look().await {
+                Ok((_, now)) => Some(now),
+                Err(e) => {
+                    warn!(event = "schedule_failed", error = %e, "the scheduler could not look; trying again at the next tick");
+                    None
+                }
+            };
             tokio::select! {
                 () = stop.cancelled() => return,
-                () = tokio::time::sleep(self.settings.tick) => {}
+                () = tokio::time::sleep(self.wait_after(now)) => {}
             }
         }
     }

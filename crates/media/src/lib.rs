@@ -20,6 +20,7 @@ mod error;
 mod exif_facts;
 mod hash;
 mod originals;
+pub mod priority;
 mod raw;
 mod read;
 mod still;
@@ -44,6 +45,7 @@ pub use originals::{
     Entry, EntryKind, OpenError, Original, Removal, RootFolder, identity, lies_within, overlap_hidden_from_paths,
     same_folder, same_tree, trees_overlap,
 };
+pub use priority::{IoPriority, Priority, gently, set_priority};
 pub use raw::raw_preview;
 pub use read::{Content, MAX_STILL_BYTES, ReadError, ReadOriginal, read_original, read_sidecar};
 pub use still::{

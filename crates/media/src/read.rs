@@ -65,8 +65,18 @@ impl From<MediaError> for ReadError {
 
 /// Opens `rel` beneath `root` (no link followed), reads its first bytes to confirm its format, and hashes it
 /// through the open file: a still is read into memory once, at most `max_still_bytes` even if it grows
-/// meanwhile ([`MAX_STILL_BYTES`] in the crawl); a video is streamed, checking `cancel` between blocks. Blocking.
+/// meanwhile ([`MAX_STILL_BYTES`] in the crawl); a video is streamed, checking `cancel` between blocks. Read
+/// at the Worker's low priority ([`crate::gently`]). Blocking.
 pub fn read_original(
+    root: &RootFolder,
+    rel: &[u8],
+    max_still_bytes: u64,
+    cancel: &CancellationToken,
+) -> Result<ReadOriginal, ReadError> {
+    crate::gently(|| read_original_now(root, rel, max_still_bytes, cancel))
+}
+
+fn read_original_now(
     root: &RootFolder,
     rel: &[u8],
     max_still_bytes: u64,

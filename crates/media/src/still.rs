@@ -44,8 +44,19 @@ pub const DEFAULT_MAX_PIXELS: u64 = 250_000_000;
 /// made of it, a RAW as its embedded preview), turns it upright per EXIF `orientation`, and writes
 /// `preview.jpg` and `thumbnail.jpg` (the thumbnail made from the preview) into `dest_dir`. Returns the
 /// dimensions and the BlurHash. A header claiming more than `max_pixels` pixels is refused before anything
-/// is decoded. Blocking: call it from a blocking thread.
+/// is decoded. At the Worker's low priority ([`crate::gently`]). Blocking: call it from a blocking thread.
 pub fn make_still_proxies(
+    path: &Path,
+    content: &[u8],
+    format: MediaFormat,
+    orientation: u16,
+    max_pixels: u64,
+    dest_dir: &Path,
+) -> Result<StillProxies, MediaError> {
+    crate::gently(|| make_still_proxies_now(path, content, format, orientation, max_pixels, dest_dir))
+}
+
+fn make_still_proxies_now(
     path: &Path,
     content: &[u8],
     format: MediaFormat,

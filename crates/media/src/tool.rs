@@ -59,6 +59,7 @@ pub(crate) async fn run_tool(
         let input = stdin.map_or_else(Stdio::null, Stdio::from);
         c.args(&args).stdin(input).stdout(Stdio::piped()).stderr(Stdio::piped());
         die_with_the_worker(c);
+        lower_priority(c, crate::priority::priority());
     });
     command.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
     let mut child = start(command).await.map_err(|e| match e.kind() {
@@ -119,7 +120,26 @@ fn die_with_the_worker(command: &mut tokio::process::Command) {
     };
     // SAFETY: the hook runs in the child between fork and exec, where only async-signal-safe calls are
     // sound. It makes two system calls through rustix (no allocation, no lock) and builds its error from a raw
-    // errno (no allocation); it captures one integer. This is the crate's only unsafe code (Cargo.toml).
+    // errno (no allocation); it captures one integer. The crate's unsafe code is listed in its Cargo.toml.
+    #[allow(unsafe_code)]
+    unsafe {
+        command.pre_exec(hook);
+    }
+}
+
+/// Runs the tool at `priority` (`worker.nice`, `worker.io_priority`): its child lowers itself before exec, so
+/// the tool and everything it starts run low, and the thread that forks every tool keeps its own priority.
+fn lower_priority(command: &mut tokio::process::Command, priority: crate::Priority) {
+    if priority == crate::Priority::NORMAL {
+        return;
+    }
+    // Best effort: a tool that cannot be lowered still runs (the error is dropped, never allocated).
+    let hook = move || {
+        let _ = crate::priority::lower_this_thread(priority);
+        Ok(())
+    };
+    // SAFETY: the hook runs in the child between fork and exec. It makes system calls only (getpriority,
+    // setpriority, ioprio_get, ioprio_set: rustix and raw syscalls, no allocation, no lock), on a copied value.
     #[allow(unsafe_code)]
     unsafe {
         command.pre_exec(hook);
@@ -333,6 +353,30 @@ mod tests {
         let err = run_tool("sh", "dash", hanging_tool(&marker), None, Path::new("x.heic"), limit, &cancel).await;
         assert!(matches!(err, Err(MediaError::TimedOut { tool: "sh", .. })), "{err:?}");
         assert_eq!(survivors(&marker), "", "a process of the tool's tree survived");
+    }
+
+    /// A stand-in tool that prints its own /proc stat line and its I/O priority as `ionice` reads it: the tools
+    /// run at the Worker's low priority (the default: nice 10, best effort at level 7), and the thread that
+    /// forks them is not lowered.
+    #[tokio::test]
+    async fn a_tool_runs_at_the_low_priority_and_its_starting_thread_keeps_its_own() {
+        assert_eq!(crate::priority::priority(), crate::Priority::default(), "no test here changes the setting");
+        let script = "cat /proc/$$/stat; ionice -p $$";
+        let cancel = CancellationToken::new();
+        let limit = Duration::from_secs(60);
+        let out = run_tool("sh", "dash", vec!["-c".into(), script.into()], None, Path::new("x"), limit, &cancel);
+        let out = String::from_utf8(out.await.unwrap()).unwrap();
+        let (stat, ionice) = out.split_once('\n').unwrap();
+        let nice: i32 = stat[stat.rfind(')').unwrap() + 1..].split_whitespace().nth(16).unwrap().parse().unwrap();
+        assert_eq!(nice, 10, "{stat}");
+        assert_eq!(ionice.trim(), "best-effort: prio 7");
+        let tools = std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .map(|t| t.unwrap().path())
+            .find(|t| std::fs::read_to_string(t.join("comm")).is_ok_and(|c| c.trim() == "almanac-tools"))
+            .expect("the thread that starts tools");
+        let stat = std::fs::read_to_string(tools.join("stat")).unwrap();
+        assert_eq!(stat[stat.rfind(')').unwrap() + 1..].split_whitespace().nth(16), Some("0"), "{stat}");
     }
 
     #[tokio::test]

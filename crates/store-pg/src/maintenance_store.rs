@@ -454,6 +454,27 @@ impl QueueMaintenance for PgStore {
     }
 
     #[mutants::skip]
+    async fn defer_scheduled(&self, configs: &[StorageConfigId], until: DateTime<Utc>) -> Result<u64, QueueError> {
+        let configs: Vec<uuid::Uuid> = configs.iter().map(StorageConfigId::as_uuid).collect();
+        let n = self
+            .transaction(Lane::Shared, async |conn| {
+                sql_query(
+                    "UPDATE work_items SET run_after = $1
+                      WHERE status = 'queued' AND run_after < $1
+                        AND (storage_config_id IS NULL OR storage_config_id = ANY($2))
+                        AND id IN (SELECT work_item_id FROM schedule_periods WHERE work_item_id IS NOT NULL)",
+                )
+                .bind::<Timestamptz, _>(until)
+                .bind::<Array<Uuid>, _>(&configs)
+                .execute(conn)
+                .await
+            })
+            .await
+            .map_err(QueueError::from)?;
+        Ok(n as u64)
+    }
+
+    #[mutants::skip]
     async fn cancel_queued_of_inactive(&self) -> Result<u64, QueueError> {
         let n = self
             .read(async |conn| {

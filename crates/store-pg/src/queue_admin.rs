@@ -72,6 +72,25 @@ impl PgStore {
             .collect()
     }
 
+    /// The operator asks for queued item `id` now: it is due at once (a retry's backoff or the quiet hours'
+    /// hold are lifted) and no longer the scheduler's, so quiet hours do not hold it again. Answers whether it
+    /// was waiting.
+    #[mutants::skip]
+    pub async fn run_now(&self, id: WorkItemId) -> Result<bool, StoreError> {
+        let moved = self
+            .transaction(Lane::Shared, async |conn| {
+                sql_query(
+                    "WITH disowned AS (UPDATE schedule_periods SET work_item_id = NULL WHERE work_item_id = $1)
+                     UPDATE work_items SET run_after = now() WHERE id = $1 AND status = 'queued' AND run_after > now()",
+                )
+                .bind::<Uuid, _>(id.as_uuid())
+                .execute(conn)
+                .await
+            })
+            .await?;
+        Ok(moved > 0)
+    }
+
     /// Pauses (or resumes) a storage config: its queued work is not claimed while paused; what runs finishes.
     /// Answers whether it was paused before.
     #[mutants::skip]

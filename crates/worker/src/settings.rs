@@ -73,6 +73,10 @@ pub struct Worker {
     pub user: Option<String>,
     pub slots: usize,
     pub max_concurrent_files: usize,
+    /// The nice value of reading originals and of the tools (0 to 19; 0 leaves them at the Worker's).
+    pub nice: i32,
+    /// The I/O priority of reading originals and of the tools: `normal`, `low` or `idle` (ADR 0013).
+    pub io_priority: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -100,6 +104,8 @@ pub struct Schedule {
     /// How often the scheduler looks for due periodic work.
     #[serde(with = "humantime_serde")]
     pub tick: Duration,
+    /// A daily window in which no scheduled work starts, e.g. `01:00-06:30` (local time), `01:00-06:30 UTC`.
+    pub quiet_hours: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -165,7 +171,15 @@ impl Default for Queue {
 impl Default for Worker {
     fn default() -> Self {
         let max_concurrent_files = almanac_handlers::CrawlSettings::DEFAULT_MAX_CONCURRENT_FILES;
-        Self { id: None, user: None, slots: ExecutorConfig::DEFAULT_SLOTS, max_concurrent_files }
+        let priority = almanac_media::Priority::default();
+        Self {
+            id: None,
+            user: None,
+            slots: ExecutorConfig::DEFAULT_SLOTS,
+            max_concurrent_files,
+            nice: priority.nice,
+            io_priority: priority.io.name().to_owned(),
+        }
     }
 }
 
@@ -188,6 +202,7 @@ impl Default for Schedule {
             crawl_interval: schedule.crawl_interval,
             purge_after: almanac_handlers::PurgeSettings::DEFAULT_PURGE_AFTER,
             tick: schedule.tick,
+            quiet_hours: None,
         }
     }
 }
@@ -327,6 +342,8 @@ impl Settings {
         if self.schedule.tick.is_zero() {
             bail!("schedule.tick: must be above zero");
         }
+        self.schedule_settings()?;
+        self.priority()?;
         self.executor(ServedConfigs::All).map(|_| ())
     }
 
@@ -453,6 +470,8 @@ fn check_database_url(key: &str, url: &str) -> Result<()> {
         )
     })
 }
+
+mod work;
 
 #[cfg(test)]
 mod tests;

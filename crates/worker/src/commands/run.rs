@@ -10,8 +10,7 @@ use almanac_domain::ports::ServedConfigs;
 use almanac_executor::{Executor, ExecutorConfig, HandlerRegistry};
 use almanac_handlers::{
     BurstDetectionHandler, BurstSettings, CrawlHandler, CrawlSettings, ProxyDeletionHandler, ProxySweepHandler,
-    PurgeHandler, PurgeSettings, RetentionSettings, ScheduleSettings, Scheduler, TokenCleanupHandler,
-    WorkItemRetentionHandler,
+    PurgeHandler, PurgeSettings, RetentionSettings, Scheduler, TokenCleanupHandler, WorkItemRetentionHandler,
 };
 use almanac_media::ToolLimits;
 use almanac_store_pg::{PgStore, PoolerMode, SchemaState, StoreError, WorkerConnections, listen_for_work};
@@ -33,6 +32,8 @@ const CONNECT_ATTEMPTS: u32 = 5;
 /// Runs the Worker until SIGTERM or Ctrl-C.
 pub async fn run(settings: Settings, migrate: bool) -> Result<Exit, Failure> {
     let recent = observe::init(&settings.log).map_err(Failure::failed)?;
+    // Before any original is read or tool started: both run at this priority (ADR 0013).
+    almanac_media::set_priority(settings.priority().map_err(Failure::failed)?);
     let metrics = observe::install_metrics().map_err(Failure::failed)?;
     let url = settings.database_url().map_err(Failure::failed)?.to_owned();
     prepare_schema(&url, migrate).await?;
@@ -52,7 +53,7 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<Exit, Failure> {
     let listener = wake_ups(&settings, &url, executor.waker(), &stop);
     let http = serve_http(&settings, &url, recent, &metrics, &running, &stop).await?;
     let upkeep = tokio::spawn(metrics_upkeep(metrics, stop.clone()));
-    let schedule = ScheduleSettings { crawl_interval: settings.schedule.crawl_interval, tick: settings.schedule.tick };
+    let schedule = settings.schedule_settings().map_err(Failure::failed)?;
     let scheduling = tokio::spawn(Scheduler::new(store.clone(), served, schedule).run(stop.clone()));
     let shutdown = CancellationToken::new();
     tokio::spawn(signals(shutdown.clone()));

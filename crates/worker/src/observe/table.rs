@@ -90,6 +90,15 @@ pub const EVENTS: &[Event] = &[
     outage("recovery_failed", "lease recovery could not reach the database; it tries again"),
     event("schedule_failed", "the scheduler could not reach the database; it tries again"),
     event("scheduled", "the scheduler enqueued periodic work (one per item, with its dedup `key`)"),
+    event(
+        "quiet_hours_began",
+        "quiet hours began: no scheduled work starts `until` they end; `held` items queued wait",
+    ),
+    event(
+        "scheduled_work_held",
+        "in quiet hours, scheduled items queued since (retries) wait `until` their end: `held`",
+    ),
+    event("quiet_hours_ended", "quiet hours ended: scheduled work is enqueued and runs again"),
     event("cancelled_inactive", "(debug) the scheduler cancelled work enqueued for configs since deactivated"),
     outage(
         "listener_disconnected",

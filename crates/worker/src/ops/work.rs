@@ -52,11 +52,18 @@ pub async fn enqueue(
     Ok(store.enqueue(&work_item(kind, scope, payload, dedup_key)?).await?)
 }
 
-/// Enqueues a crawl of a config (or finds the one already queued) and says which.
+/// Enqueues a crawl of a config (or finds the one already queued: then it is made due now, even if the quiet
+/// hours hold it, or a retry's backoff) and says which.
 pub async fn enqueue_crawl(store: &PgStore, config: &str) -> Result<(WorkItemId, String), OpError> {
     let c = configs::active_config(store, config).await?;
     let enqueued = store.enqueue(&crawl_item(&c)?).await?;
-    let how = if enqueued.created { "queued" } else { "already queued" };
+    let how = if enqueued.created {
+        "queued"
+    } else if store.run_now(enqueued.item.id).await? {
+        "already queued, waiting: made due now"
+    } else {
+        "already queued"
+    };
     Ok((enqueued.item.id, format!("crawl {} of {} {how}", enqueued.item.id, c.root_path.display())))
 }
 

@@ -213,3 +213,36 @@ fn the_listen_url_is_checked_and_its_password_never_shown() {
     let message = format!("{:#}", Settings::load_from(Some(&file), env(&[])).unwrap_err());
     assert!(!message.contains("hun") && !message.contains("dter2"), "{message}");
 }
+
+#[test]
+fn quiet_hours_are_read_into_the_schedule_and_a_bad_window_names_the_setting() {
+    let s = Settings::load_from(None, env(&[])).unwrap();
+    assert_eq!(s.schedule_settings().unwrap().quiet_hours, None);
+    let s = Settings::load_from(None, env(&[("ALMANAC__SCHEDULE__QUIET_HOURS", "")])).unwrap();
+    assert_eq!(s.schedule_settings().unwrap().quiet_hours, None, "empty is none");
+    let s = Settings::load_from(None, env(&[("ALMANAC__SCHEDULE__QUIET_HOURS", "22:00-06:30 UTC")])).unwrap();
+    let expected = almanac_handlers::QuietHours::parse("22:00-06:30 UTC").unwrap();
+    assert!(expected.is_some());
+    assert_eq!(s.schedule_settings().unwrap().quiet_hours, expected);
+    for bad in ["22-6", "01:00-01:00", "01:00-06:00 CET"] {
+        let err = Settings::load_from(None, env(&[("ALMANAC__SCHEDULE__QUIET_HOURS", bad)])).unwrap_err();
+        let message = format!("{err:#}");
+        assert!(message.starts_with("schedule.quiet_hours: "), "{message}");
+        assert!(message.contains("01:00-06:30"), "says how to write one: {message}");
+    }
+}
+
+#[test]
+fn the_priority_is_low_unless_set_and_bad_values_name_the_setting() {
+    let s = Settings::load_from(None, env(&[])).unwrap();
+    assert_eq!(s.priority().unwrap(), almanac_media::Priority::default());
+    let s =
+        Settings::load_from(None, env(&[("ALMANAC__WORKER__NICE", "19"), ("ALMANAC__WORKER__IO_PRIORITY", "idle")]))
+            .unwrap();
+    assert_eq!(s.priority().unwrap(), almanac_media::Priority { nice: 19, io: almanac_media::IoPriority::Idle });
+    let err = Settings::load_from(None, env(&[("ALMANAC__WORKER__NICE", "20")])).unwrap_err();
+    assert!(format!("{err:#}").starts_with("worker.nice: 20 must be from 0"), "{err:#}");
+    let err = Settings::load_from(None, env(&[("ALMANAC__WORKER__IO_PRIORITY", "lowest")])).unwrap_err();
+    let message = format!("{err:#}");
+    assert!(message.starts_with("worker.io_priority: \"lowest\" is not one of normal, low, idle"), "{message}");
+}

@@ -1,0 +1,184 @@
+//! Quiet hours hold (issue #27, "A NAS left to rest"): the scheduler runs on paused time, against real
+//! PostgreSQL, through a store whose clock is tokio's paused clock. The database work runs on a runtime of its
+//! own (real time), so the paused clock only moves while the scheduler sleeps; each look stops at its end for
+//! the test to see the queue as a claim would at that look's time, and to claim for real.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+
+use almanac_domain::{
+    NewWorkItem, QueueError, Scope, StorageConfigId, WorkKind, WorkQueue, WorkerId,
+    ports::{CatalogueError, ClaimRequest, DatabaseClock, LeaseDuration, QueueMaintenance, ServedConfigs},
+};
+use almanac_handlers::{QuietHours, ScheduleSettings, Scheduler};
+use almanac_store_pg::PgStore;
+use chrono::{DateTime, Duration as Span, DurationRound, Utc};
+use diesel::sql_query;
+use diesel::sql_types::{Text, Timestamptz};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+/// The end of one look of the scheduler: its time, and a way to let it go on.
+struct Look {
+    at: DateTime<Utc>,
+    go_on: oneshot::Sender<()>,
+}
+
+/// The PostgreSQL store, on the real runtime, with the time of the paused one.
+struct Clocked {
+    store: Arc<PgStore>,
+    real: tokio::runtime::Handle,
+    base: DateTime<Utc>,
+    started: tokio::time::Instant,
+    last: Mutex<DateTime<Utc>>,
+    looks: mpsc::UnboundedSender<Look>,
+}
+
+impl Clocked {
+    async fn on_real<T: Send + 'static>(&self, work: impl Future<Output = T> + Send + 'static) -> T {
+        self.real.spawn(work).await.unwrap()
+    }
+}
+
+impl DatabaseClock for Clocked {
+    async fn db_now(&self) -> Result<DateTime<Utc>, CatalogueError> {
+        let now = self.base + self.started.elapsed();
+        *self.last.lock().unwrap() = now;
+        Ok(now)
+    }
+}
+
+impl QueueMaintenance for Clocked {
+    async fn served_configs(&self, served: ServedConfigs) -> Result<Vec<StorageConfigId>, QueueError> {
+        let store = self.store.clone();
+        self.on_real(async move { store.served_configs(served).await }).await
+    }
+
+    async fn enqueue_once(&self, due: &[(String, NewWorkItem)]) -> Result<Vec<String>, QueueError> {
+        let (store, due) = (self.store.clone(), due.to_vec());
+        self.on_real(async move { store.enqueue_once(&due).await }).await
+    }
+
+    async fn defer_scheduled(&self, configs: &[StorageConfigId], until: DateTime<Utc>) -> Result<u64, QueueError> {
+        let (store, configs) = (self.store.clone(), configs.to_vec());
+        self.on_real(async move { store.defer_scheduled(&configs, until).await }).await
+    }
+
+    /// The last statement of a look: the test looks at the queue before the scheduler goes on.
+    async fn cancel_queued_of_inactive(&self) -> Result<u64, QueueError> {
+        let store = self.store.clone();
+        let cancelled = self.on_real(async move { store.cancel_queued_of_inactive().await }).await;
+        let (go_on, wait) = oneshot::channel();
+        let at = *self.last.lock().unwrap();
+        self.looks.send(Look { at, go_on }).unwrap();
+        let _ = wait.await;
+        cancelled
+    }
+}
+
+#[derive(diesel::QueryableByName, Debug)]
+struct Queued {
+    #[diesel(sql_type = Text)]
+    kind: String,
+    #[diesel(sql_type = Timestamptz)]
+    run_after: DateTime<Utc>,
+}
+
+/// The kinds of the queued items a claim at `at` would find due (`run_after` at or before it).
+async fn due_at(url: String, at: DateTime<Utc>) -> Vec<String> {
+    use diesel_async::RunQueryDsl;
+    let mut conn = <diesel_async::AsyncPgConnection as diesel_async::AsyncConnection>::establish(&url).await.unwrap();
+    let queued: Vec<Queued> = sql_query("SELECT kind, run_after FROM work_items WHERE status = 'queued' ORDER BY kind")
+        .load(&mut conn)
+        .await
+        .unwrap();
+    queued.into_iter().filter(|q| q.run_after <= at).map(|q| q.kind).collect()
+}
+
+/// With quiet hours 01:00-06:30 UTC and a look every ten minutes from 00:25: the day's work enqueued at 00:25
+/// (before the window) does not start inside it, nothing is enqueued inside it, an operator's item runs all
+/// along, and at 06:30 the held work is due again with the crawl of the period that began inside the window.
+#[test]
+fn no_scheduled_work_starts_inside_the_quiet_hours_and_it_resumes_at_their_end() {
+    let real = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let lib = real.block_on(support::library());
+    // Days ahead of the database's own clock, so that what the scheduler holds is not due for real either.
+    let day = (Utc::now() + Span::days(3)).duration_trunc(Span::days(1)).unwrap();
+    let (window_start, window_end) = (day + Span::hours(1), day + Span::minutes(390));
+    let (looks_tx, mut looks) = mpsc::unbounded_channel();
+    let paused = tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build().unwrap();
+    let manual = real
+        .block_on(lib.store.enqueue(&NewWorkItem::new(WorkKind::TokenCleanup, Scope::Unscoped).unwrap()))
+        .unwrap()
+        .item
+        .id;
+    paused.block_on(async {
+        let clocked = Clocked {
+            store: lib.store.clone(),
+            real: real.handle().clone(),
+            base: day + Span::minutes(25),
+            started: tokio::time::Instant::now(),
+            last: Mutex::new(day),
+            looks: looks_tx,
+        };
+        let settings = ScheduleSettings {
+            tick: std::time::Duration::from_secs(600),
+            quiet_hours: QuietHours::parse("01:00-06:30 UTC").unwrap(),
+            ..ScheduleSettings::default()
+        };
+        let stop = CancellationToken::new();
+        let scheduler = tokio::spawn(Scheduler::new(Arc::new(clocked), ServedConfigs::All, settings).run(stop.clone()));
+        let url = lib.db.url().to_owned();
+        let mut seen = Vec::new();
+        while let Some(look) = looks.recv().await {
+            let due = real.spawn(due_at(url.clone(), look.at)).await.unwrap();
+            seen.push((look.at, due.clone()));
+            if look.at == window_start {
+                // A real claim, by the database's clock: only the operator's item is taken.
+                let store = lib.store.clone();
+                let claimed = real.spawn(async move { store.claim_many(&claim_everything(), 64).await }).await;
+                let claimed: Vec<_> = claimed.unwrap().unwrap().into_iter().map(|c| c.item.id).collect();
+                assert_eq!(claimed, vec![manual], "a claim at the window's start took scheduled work");
+            }
+            let done = look.at >= window_end;
+            let _ = look.go_on.send(());
+            if done {
+                break;
+            }
+        }
+        stop.cancel();
+        scheduler.await.unwrap();
+        check(&seen, window_start, window_end);
+    });
+    real.block_on(async move { drop(lib) });
+}
+
+fn claim_everything() -> ClaimRequest {
+    ClaimRequest {
+        worker_id: WorkerId::new("quiet").unwrap(),
+        served: ServedConfigs::All,
+        kinds: WorkKind::ALL.to_vec(),
+        lease: LeaseDuration::DEFAULT,
+    }
+}
+
+/// What the looks saw.
+fn check(seen: &[(DateTime<Utc>, Vec<String>)], start: DateTime<Utc>, end: DateTime<Utc>) {
+    let inside: Vec<_> = seen.iter().filter(|(at, _)| *at >= start && *at < end).collect();
+    assert_eq!(inside.first().map(|(at, _)| *at), Some(start), "the first look inside is at the window's start");
+    assert!(inside.len() >= 30, "the scheduler looked every ten minutes inside the window: {}", inside.len());
+    let before = &seen.iter().rfind(|(at, _)| *at < start).expect("a look before the window").1;
+    for kind in ["crawl", "purge", "proxy_sweep", "work_item_retention"] {
+        assert!(before.contains(&kind.to_owned()), "{kind} was due before the window: {before:?}");
+    }
+    for (at, due) in &inside {
+        // The operator's token clean-up was claimed at the window's start; nothing else may be due inside.
+        assert!(due.is_empty() || (*at == start && due == &["token_cleanup"]), "due at {at}: {due:?}");
+    }
+    let (at, after) = seen.last().unwrap();
+    assert_eq!(*at, end, "the first look after the window is at its end");
+    for kind in ["crawl", "purge", "proxy_sweep", "token_cleanup", "work_item_retention"] {
+        assert!(after.contains(&kind.to_owned()), "{kind} is due again at the window's end: {after:?}");
+    }
+}
