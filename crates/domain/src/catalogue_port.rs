@@ -61,20 +61,9 @@ pub struct KnownFile {
     /// The sidecar the asset's capture time was read with (always `None` for an extra path).
     pub sidecar: Option<Sidecar>,
     /// Whether the asset has all the proxies of its media type (a `proxy_deletion` removes some, so that the
-    /// next crawl makes them again; the crawl clears it too when it finds a proxy file gone or of another size).
+    /// next crawl makes them again; the proxy sweep asks for one when it finds a proxy file gone or of another
+    /// size).
     pub proxies_complete: bool,
-    /// The asset's proxy files as its rows record them (empty for an extra path): the crawl finds each with
-    /// its recorded size, or makes the asset's proxies again.
-    pub proxy_files: Vec<KnownProxyFile>,
-}
-
-/// A proxy file as its row records it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KnownProxyFile {
-    /// Its path relative to the proxy root.
-    pub relative_path: String,
-    /// Its size in bytes when it was made.
-    pub size: u64,
 }
 
 /// An asset of the config with a given content hash.
@@ -179,11 +168,16 @@ pub trait CatalogueStore: Send + Sync {
         is_mount_point: bool,
     ) -> impl Future<Output = Result<(), CatalogueError>> + Send;
 
-    /// Every path the catalogue knows for the config's active assets (own and extra paths). Their
-    /// `display_path` is left empty: the crawl needs only the exact bytes.
+    /// Up to `limit` of the paths the catalogue knows for the config's active assets (own and extra paths), in
+    /// the byte order of their paths (an own path before an extra path at the same bytes), after `after` when
+    /// one is given: the crawl reads them page by page beside a walk in the same order, so a library of any
+    /// size is compared in bounded memory. Their `display_path` is left empty: the crawl needs only the exact
+    /// bytes.
     fn known_files(
         &self,
         config: StorageConfigId,
+        after: Option<&KnownFile>,
+        limit: i64,
     ) -> impl Future<Output = Result<Vec<KnownFile>, CatalogueError>> + Send;
 
     /// Assets of the config with this content, active first.

@@ -105,9 +105,12 @@ mod tests {
         assert_eq!((no_time.per_second, no_time.remaining), (None, None), "no time passed: no rate");
         assert!(ProgressEstimate::from_progress(&json!({"found": 3})).is_none(), "no `done`: no estimate");
         assert!(ProgressEstimate::from_progress(&json!("text")).is_none());
-        let counts = crate::CrawlCounts { done: 3, total: 4, seconds: 1.0, ..Default::default() };
-        let crawl = ProgressEstimate::from_progress(&serde_json::to_value(counts).unwrap()).unwrap();
+        let counts = crate::CrawlCounts { done: 3, total: Some(4), seconds: 1.0, ..Default::default() };
+        let crawl = ProgressEstimate::from_progress(&serde_json::to_value(&counts).unwrap()).unwrap();
         assert_eq!((crawl.done, crawl.total), (3, Some(4)), "a crawl's progress is its counts");
+        let walking = crate::CrawlCounts { total: None, ..counts };
+        let walking = ProgressEstimate::from_progress(&serde_json::to_value(walking).unwrap()).unwrap();
+        assert_eq!(walking.describe("files"), "3 files so far (total not known yet), 3/s", "a crawl still walking");
     }
 
     #[test]

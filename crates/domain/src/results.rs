@@ -52,8 +52,10 @@ pub struct CrawlCounts {
     pub bytes_hashed: u64,
     /// Files processed so far, of `total`, in `seconds`.
     pub done: u64,
-    /// Files the listing found.
-    pub total: u64,
+    /// Files the listing found, once it is done (the walk runs beside the processing: until it ends, the total
+    /// is not known and left out).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total: Option<u64>,
     /// Seconds since processing began, to a tenth.
     pub seconds: f64,
 }
@@ -185,7 +187,7 @@ mod tests {
 
     #[test]
     fn a_crawl_report_is_its_counts_and_what_is_known_at_the_end_in_one_object() {
-        let counts = CrawlCounts { found: 3, done: 3, total: 4, ..Default::default() };
+        let counts = CrawlCounts { found: 3, done: 3, total: Some(4), ..Default::default() };
         let report = CrawlReport { counts, soft_deleted: 1, ..Default::default() };
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!((json["found"].as_u64(), json["soft_deleted"].as_u64()), (Some(3), Some(1)), "{json}");

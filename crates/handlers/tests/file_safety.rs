@@ -215,7 +215,8 @@ struct Interposed {
 
 enum Twist {
     /// Loading the known files waits until the walk has listed (and closed) the watched folder, then runs the
-    /// swap. The crawl reads files only after both, so the swap happens between the listing and the reading.
+    /// swap. The walk hands over no file before the first page of known files has come, so the swap happens
+    /// between the listing and the reading.
     SwapAfterListing { inotify: OwnedFd, swap: Mutex<Option<Box<dyn FnOnce() + Send>>> },
     /// The crawl is cancelled while a file's content is looked up, after it was read and before it is written.
     CancelAtPlacement(CancellationToken),
@@ -249,8 +250,15 @@ impl CatalogueStore for Interposed {
     ) -> Result<(), CatalogueError> {
         self.inner.record_root_identity(fence, config, is_mount_point).await
     }
-    async fn known_files(&self, config: StorageConfigId) -> Result<Vec<KnownFile>, CatalogueError> {
-        if let Twist::SwapAfterListing { inotify, swap } = &self.twist {
+    async fn known_files(
+        &self,
+        config: StorageConfigId,
+        after: Option<&KnownFile>,
+        limit: i64,
+    ) -> Result<Vec<KnownFile>, CatalogueError> {
+        if let Twist::SwapAfterListing { inotify, swap } = &self.twist
+            && swap.lock().unwrap().is_some()
+        {
             let inotify = inotify.try_clone().unwrap();
             tokio::task::spawn_blocking(move || {
                 let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
@@ -263,7 +271,7 @@ impl CatalogueStore for Interposed {
             let swap = swap.lock().unwrap().take().expect("one crawl");
             swap();
         }
-        self.inner.known_files(config).await
+        self.inner.known_files(config, after, limit).await
     }
     async fn find_by_hash(
         &self,
@@ -332,17 +340,18 @@ async fn a_file_or_folder_swapped_for_a_link_after_listing_is_never_read() {
     std::fs::write(bob.join("secret.jpg"), &bobs_photo).unwrap();
     std::fs::write(bob.join("album/IMG_2.jpg"), &bobs_album_photo).unwrap();
     // Ann's library: a file and a folder she will swap for links once the walk has listed them.
-    lib.write("in/IMG_1.jpg", &photo(1));
-    lib.write("in/sub/IMG_2.jpg", &photo(2));
+    lib.write("in/img_1.jpg", &photo(1));
+    lib.write("in/a/IMG_2.jpg", &photo(2));
     lib.write("keep/IMG_3.jpg", &photo(3));
     let root = lib.root.clone();
     let bob_for_swap = bob.clone();
-    // Depth first in name order: `keep` is the last folder listed.
-    let catalogue = Interposed::swap_after_listing(lib.store.clone(), &root.join("keep"), move || {
-        std::fs::remove_file(root.join("in/IMG_1.jpg")).unwrap();
-        std::os::unix::fs::symlink(bob_for_swap.join("secret.jpg"), root.join("in/IMG_1.jpg")).unwrap();
-        std::fs::remove_dir_all(root.join("in/sub")).unwrap();
-        std::os::unix::fs::symlink(bob_for_swap.join("album"), root.join("in/sub")).unwrap();
+    // In the byte order of paths: `in` is listed, then `in/a` (before `in/img_1.jpg`), and the walk waits for the
+    // first page of known files at `in/a/IMG_2.jpg`, the first file.
+    let catalogue = Interposed::swap_after_listing(lib.store.clone(), &root.join("in/a"), move || {
+        std::fs::remove_file(root.join("in/img_1.jpg")).unwrap();
+        std::os::unix::fs::symlink(bob_for_swap.join("secret.jpg"), root.join("in/img_1.jpg")).unwrap();
+        std::fs::remove_dir_all(root.join("in/a")).unwrap();
+        std::os::unix::fs::symlink(bob_for_swap.join("album"), root.join("in/a")).unwrap();
     });
     let settings = CrawlSettings {
         proxy_root: lib.proxies.clone(),
@@ -354,7 +363,7 @@ async fn a_file_or_folder_swapped_for_a_link_after_listing_is_never_read() {
     let handler = CrawlHandler::new(Arc::new(catalogue), settings);
     let item = lib.item(serde_json::json!({})).await;
     let result = lib.run_in(&handler, item, CancellationToken::new()).await.unwrap().unwrap();
-    assert!(std::fs::symlink_metadata(lib.root.join("in/sub")).unwrap().is_symlink(), "the swap happened");
+    assert!(std::fs::symlink_metadata(lib.root.join("in/a")).unwrap().is_symlink(), "the swap happened");
     assert_eq!((result["ingested"].as_u64(), result["failed"].as_u64()), (Some(1), Some(2)), "{result}");
     let reasons: Vec<String> =
         result["failures"].as_array().unwrap().iter().map(|f| f["reason"].as_str().unwrap().to_owned()).collect();

@@ -260,6 +260,7 @@ impl Cluster {
             Command::new(&path)
         };
         command.args(args).current_dir(&self.dir);
+        inherit_no_descriptors(&mut command);
         let output = command.output().map_err(|e| ClusterError::Command {
             command: format!("{} {}", path.display(), args.join(" ")),
             output: e.to_string(),
@@ -271,6 +272,24 @@ impl Cluster {
             }
             other => other,
         })
+    }
+}
+
+/// Marks every descriptor above standard error close-on-exec in the child, so the server (which outlives the
+/// tests) keeps none of what the test process inherited: a `flock` around `cargo test` hands its lock down, and a
+/// server holding it would keep the lock for as long as it runs.
+pub(crate) fn inherit_no_descriptors(command: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the hook runs in the child between fork and exec. It makes one system call (close_range with
+    // CLOSE_RANGE_CLOEXEC: marks, closes nothing, so the spawn's own error pipe still works), allocates nothing,
+    // takes no lock and captures nothing.
+    #[allow(unsafe_code)]
+    unsafe {
+        command.pre_exec(|| {
+            // Best effort: a kernel without close_range (before 5.11) leaves them as they were.
+            let _ = libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC);
+            Ok(())
+        });
     }
 }
 

@@ -154,6 +154,7 @@ fn spawn(ini: &Path, log: &Path) -> Result<Child, ClusterError> {
     let log_file = fs::File::create(log).map_err(|e| ClusterError::Io(format!("creating {}: {e}", log.display())))?;
     let mut command = Command::new(&program);
     command.arg(ini).stdin(Stdio::null()).stdout(Stdio::null()).stderr(log_file);
+    crate::cluster::inherit_no_descriptors(&mut command);
     if running_as_root() {
         command.uid(postgres_uid()?).gid(postgres_gid()?);
     }

@@ -89,23 +89,24 @@ pub(super) struct Run<'a, C> {
     pub config: StorageConfigId,
     pub fence: Fence,
     pub root: Arc<RootFolder>,
-    /// The catalogue's files by path (the key; each value's `facts.file_path` is left empty).
-    pub known: Arc<HashMap<Vec<u8>, KnownFile>>,
-    pub counters: Counters,
-    /// Files the listing found (what `done` counts up to), and when their processing began.
-    pub total: u64,
+    /// Shared with the walk, which counts the files it lists.
+    pub counters: Arc<Counters>,
+    /// When the crawl's processing began.
     pub since: std::time::Instant,
-    /// The known files the crawl found (unchanged, or handled here).
+    /// The known files processing found (a move, a copy, a touched file): what the walk found unchanged is
+    /// never marked, so this grows with what changed.
     pub seen: Mutex<HashSet<Seen>>,
     /// One lock per content hash: two files of the same content are placed one after the other.
     pub hash_locks: Mutex<HashMap<ContentHash, Arc<tokio::sync::Mutex<()>>>>,
     pub cancel: CancellationToken,
+    /// Stops the walk (a child of `cancel`): cancelled too when a problem stops the crawl.
+    pub halt: CancellationToken,
 }
 
 impl<C: CatalogueStore> Run<'_, C> {
     /// The counts so far, for progress and the report.
     pub fn counts(&self) -> almanac_domain::CrawlCounts {
-        self.counters.counts(self.total, self.since)
+        self.counters.counts(self.since)
     }
 
     pub fn mark(&self, seen: Seen) {
@@ -126,8 +127,7 @@ impl<C: CatalogueStore> Run<'_, C> {
     /// Reads, places and writes one changed or new file. Unchanged files never get here: the walk reports them
     /// without opening them. A known path that changed is handled here (re-read, replaced or relocated), so it
     /// does not count as vanished.
-    pub async fn file(&self, entry: &WalkEntry) -> Result<(), FileProblem> {
-        let known = self.known.get(&entry.rel);
+    pub async fn file(&self, entry: &WalkEntry, known: Option<&KnownFile>) -> Result<(), FileProblem> {
         if let Some(k) = known.filter(|k| !k.extra) {
             self.mark(Seen::Asset(k.asset_id));
         }

@@ -4,43 +4,47 @@
 
 //!
 //! One subject per file: this one runs a crawl's steps in order; `root` checks the root before anything is
-//! read; `walk` lists the tree; `ingest` is one file's journey (placed against the catalogue, proxies made,
+//! read; `walk` lists the tree in the byte order of paths; `merge` steps the catalogue's known files beside it; `ingest` is one file's journey (placed against the catalogue, proxies made,
 //! dates read); `settle` deals with what the walk did not find and pairs Live Photos; `report` counts. `rules`
 //! holds the pure decisions (placement, the deletion guard, pairing).
 
 mod ingest;
+mod merge;
 mod report;
 mod root;
 mod rules;
 mod settle;
 mod walk;
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use almanac_domain::{
     BurstDetectionArgs, CrawlArgs, CrawlReport, DedupKey, NewWorkItem, Scope, StorageConfigId, WorkKind,
-    ports::{CatalogueError, CatalogueStore, KnownFile, ProxyPath},
+    ports::{CatalogueError, CatalogueStore, KnownFile},
 };
 use almanac_executor::{BoxFuture, HandlerContext, HandlerError, ProgressReporter, WorkHandler};
-use almanac_media::{PixelBudget, RootFolder, ToolLimits};
+use almanac_media::{PixelBudget, ToolLimits};
 use futures_util::StreamExt;
-use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use ingest::{FileProblem, Run};
+use merge::{Leftover, walk_beside};
 use report::bump;
 use settle::Settle;
 
 use crate::report_progress;
 
 pub use rules::{LIVE_PHOTO_MAX_GAP, MassDeletionGuard, Placement, is_skipped_name, pair_live_photos, place};
-pub use walk::{Seen, WalkEntry, WalkReport, Walked, classify, list_tree};
+use walk::Walked;
+pub use walk::{WalkEntry, WalkReport, list_tree, walk_tree};
 
 /// Progress is reported every this many files (and at the end).
 const PROGRESS_EVERY: u64 = 64;
+
+/// Known files loaded at once (about 1.5 MB): the catalogue is read in pages of this many, beside the walk.
+const KNOWN_FILES_PAGE: i64 = 10_000;
 
 /// How often one file's journey is tried again when the catalogue became unavailable during it (a killed
 /// backend, a dropped connection), waiting 100 ms, then twice as long each time (up to 2 s): about 12 s in all.
@@ -123,37 +127,30 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
             .await
             .map_err(|e| root::proxy_root_unwritable(e, "Nothing was read"))?;
         let (root, is_mount_point) = root::open_root(&storage, args)?;
-        let root = Arc::new(root);
-        let (files, walk, known, active) = self.list(config, &root, &ctx.cancel).await?;
-        // A walk stops early only when cancelled: what it did not list must never look vanished.
-        if walk.stopped {
-            return Err(HandlerError::cancelled());
-        }
-        root::check_not_emptied(&storage, args, active, files.len())?;
-
         let run = Run {
             catalogue: &*self.catalogue,
             settings: &self.settings,
             pixel_budget: &self.pixel_budget,
             config,
             fence: ctx.fence,
-            root,
-            known,
-            counters: Default::default(),
-            total: files.len() as u64,
+            root: Arc::new(root),
+            counters: Arc::default(),
             since: std::time::Instant::now(),
             seen: Mutex::default(),
             hash_locks: Mutex::default(),
             cancel: ctx.cancel.clone(),
+            halt: ctx.cancel.child_token(),
         };
-        self.process(&run, files, &ctx.progress).await?;
+        let (walk, leftover) = self.walk_and_process(&run, &ctx.progress).await?;
+        root::check_not_emptied(&storage, args, leftover.active, run.counters.listed())?;
         report_progress(&ctx.progress, &run.counts());
 
         let settle = Settle { catalogue: &*self.catalogue, fence: ctx.fence, storage: &storage, cancel: &ctx.cancel };
         // Every file was listed and processed (or the crawl ended above); only a folder that could not be read
         // leaves the walk incomplete.
         let soft_deleted = if walk.unreadable.is_empty() {
-            let unseen = settle::unseen(&run.known, &run.seen.lock().expect("poisoned"));
+            let active = leftover.active;
+            let unseen = settle::unseen(leftover, &run.seen.lock().expect("poisoned"));
             let guard = &self.settings.mass_deletion;
             settle.vanished(unseen, active, guard, args, is_mount_point, &run.counters).await?
         } else {
@@ -176,86 +173,81 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
         Ok(run.counters.report(run.counts(), &walk, soft_deleted, paired))
     }
 
-    /// Lists the tree while the catalogue's known files load (neither needs the other): the files the walk
-    /// found, what it passed over, the known files by path, and how many of them are active assets.
-    async fn list(
-        &self,
-        config: StorageConfigId,
-        root: &Arc<RootFolder>,
-        cancel: &CancellationToken,
-    ) -> Result<(Vec<WalkEntry>, WalkReport, Arc<HashMap<Vec<u8>, KnownFile>>, usize), HandlerError> {
-        let (listing_root, cancel) = (root.clone(), cancel.clone());
-        let avoid = almanac_media::identity(&self.settings.proxy_root);
-        let listing = tokio::task::spawn_blocking(move || list_tree(&listing_root, avoid, &cancel));
-        let known_files = self.catalogue.known_files(config).await.map_err(catalogue_error)?;
-        let active = known_files.iter().filter(|k| !k.extra).count();
-        // Indexed by path while the walk goes on (on a blocking thread: 100,000 files take tens of ms), and
-        // each asset's proxy files looked at meanwhile.
-        let proxy_root = self.settings.proxy_root.clone();
-        let known = tokio::task::spawn_blocking(move || {
-            // The path moves into the key (the map's value keeps an empty one): no copy of 100,000 paths.
-            let mut known = HashMap::with_capacity(known_files.len());
-            for mut k in known_files {
-                known.insert(std::mem::take(&mut k.facts.file_path), k);
-            }
-            mark_broken_proxies(&proxy_root, known.values_mut());
-            Arc::new(known)
-        })
-        .await
-        .map_err(|e| HandlerError::retryable(format!("indexing the known files ended abnormally: {e}")))?;
-        let (files, walk) =
-            listing.await.map_err(|e| HandlerError::retryable(format!("the folder walk ended abnormally: {e}")))?;
-        Ok((files, walk, known, active))
-    }
-
-    /// Processes the listed files, a few at a time: unchanged ones are only marked seen, the others go through
-    /// [`Run::file`]. Answers whether the walk handed over every file (nothing may be soft-deleted otherwise);
-    /// stops at cancellation or at the first catalogue error.
-    async fn process(
+    /// Walks the tree beside the catalogue's known files, both in path order (on a blocking thread, the known
+    /// files loading page by page meanwhile), and processes what is new or changed as the walk hands it over, a
+    /// few files at a time; unchanged files are only counted. Answers what the walk passed over and what the
+    /// merge kept for the settling. Stops at cancellation, at the first problem that stops the crawl, or when
+    /// the catalogue does not answer; a walk that ends early never reaches the settling.
+    async fn walk_and_process(
         &self,
         run: &Run<'_, C>,
-        files: Vec<WalkEntry>,
         progress: &ProgressReporter,
-    ) -> Result<(), HandlerError> {
-        let (tx, rx) = tokio::sync::mpsc::channel::<Walked>(256);
-        let known = run.known.clone();
-        let walker = tokio::task::spawn_blocking(move || {
-            classify(files, &tx, |entry| {
-                // Unchanged means same path, size and mtime, the same sidecar (an asset's date is read again
-                // when its sidecar appears, changes or vanishes), and nothing missing: an asset whose proxies
-                // were deleted (to be made again), or whose proxy files were found broken when the known files
-                // were indexed, is read again and its proxies made again.
-                let k = known.get(&entry.rel).filter(|k| {
-                    k.facts.size == entry.size
-                        && k.facts.mtime == entry.mtime
-                        && k.proxies_complete
-                        && (k.extra || k.sidecar == entry.sidecar)
-                })?;
-                Some(if k.extra { Seen::Extra(entry.rel.clone()) } else { Seen::Asset(k.asset_id) })
-            })
-        });
-        let fatal: Mutex<Option<HandlerError>> = Mutex::default();
-        let stream = futures_util::stream::unfold(rx, |mut rx| async { rx.recv().await.map(|w| (w, rx)) });
-        stream
-            .for_each_concurrent(self.settings.max_concurrent_files.max(1), |walked| {
-                self.take(run, walked, progress, &fatal)
-            })
-            .await;
-        let handed_over =
+    ) -> Result<(WalkReport, Leftover), HandlerError> {
+        let (pages_tx, pages_rx) = tokio::sync::mpsc::channel::<Vec<KnownFile>>(1);
+        // Unbounded: the walk runs ahead of the processing, so the total is known early; what waits is only
+        // what changed (a first crawl's every file, about 150 bytes each), never the unchanged library.
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Walked>();
+        let walker = {
+            let (root, counters, halt) = (run.root.clone(), run.counters.clone(), run.halt.clone());
+            let avoid = almanac_media::identity(&self.settings.proxy_root);
+            tokio::task::spawn_blocking(move || walk_beside(&root, avoid, &halt, &counters, pages_rx, &tx))
+        };
+        let (loaded, fatal) = tokio::join!(self.load_known(run.config, pages_tx), self.process(run, rx, progress));
+        let (walk, merged) =
             walker.await.map_err(|e| HandlerError::retryable(format!("the folder walk ended abnormally: {e}")))?;
         if run.cancel.is_cancelled() {
             return Err(HandlerError::cancelled());
         }
-        if let Some(e) = fatal.into_inner().expect("poisoned") {
+        if let Some(e) = fatal {
             return Err(e);
         }
-        if !handed_over {
-            return Err(HandlerError::retryable(
-                "the folder walk stopped before it handed over every file; nothing was soft-deleted, and the crawl \
-                 will be retried",
-            ));
+        loaded.map_err(catalogue_error)?;
+        let leftover = merged.map_err(catalogue_error)?;
+        // A walk stops early only when cancelled: what it did not list must never look vanished.
+        if walk.stopped {
+            return Err(HandlerError::cancelled());
         }
-        Ok(())
+        Ok((walk, leftover))
+    }
+
+    /// Processes what the walk hands over, a few files at a time, until it is done; answers the first problem
+    /// that stops the crawl, if one did.
+    async fn process(
+        &self,
+        run: &Run<'_, C>,
+        mut walked: tokio::sync::mpsc::UnboundedReceiver<Walked>,
+        progress: &ProgressReporter,
+    ) -> Option<HandlerError> {
+        let fatal: Mutex<Option<HandlerError>> = Mutex::default();
+        futures_util::stream::poll_fn(|cx| walked.poll_recv(cx))
+            .for_each_concurrent(self.settings.max_concurrent_files.max(1), |w| self.take(run, w, progress, &fatal))
+            .await;
+        fatal.into_inner().expect("poisoned")
+    }
+
+    /// Loads the config's known files page by page, in path order, for the walk (an empty page ends them).
+    /// Ends early, without an error, when the walk no longer wants them.
+    async fn load_known(
+        &self,
+        config: StorageConfigId,
+        pages: tokio::sync::mpsc::Sender<Vec<KnownFile>>,
+    ) -> Result<(), CatalogueError> {
+        let mut after: Option<KnownFile> = None;
+        loop {
+            let page = self.catalogue.known_files(config, after.as_ref(), KNOWN_FILES_PAGE).await?;
+            let (last, end) = (page.last().cloned(), page.len() < KNOWN_FILES_PAGE as usize);
+            if pages.send(page).await.is_err() {
+                return Ok(());
+            }
+            if end {
+                // The walk needs an empty page to know the end; a short one that was not empty is followed by one.
+                if last.is_some() {
+                    let _ = pages.send(Vec::new()).await;
+                }
+                return Ok(());
+            }
+            after = last;
+        }
     }
 
     /// One entry the walk handed over: an unchanged batch is only marked seen; a file goes through its journey,
@@ -268,25 +260,25 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
         progress: &ProgressReporter,
         fatal: &Mutex<Option<HandlerError>>,
     ) {
-        let entry = match walked {
-            Walked::Unchanged(marks) => {
-                let n = marks.len() as u64;
+        let (entry, known) = match walked {
+            Walked::Unchanged(n) => {
                 run.counters.found.fetch_add(n, Ordering::Relaxed);
                 run.counters.unchanged.fetch_add(n, Ordering::Relaxed);
-                run.seen.lock().expect("poisoned").extend(marks);
                 report_progress(progress, &run.counts());
                 return;
             }
-            Walked::File(entry) => entry,
+            Walked::File(file) => *file,
         };
         if run.cancel.is_cancelled() || fatal.lock().expect("poisoned").is_some() {
             return;
         }
         let found = run.counters.found.fetch_add(1, Ordering::Relaxed) + 1;
-        if let Err(problem) = run.file_through_outages(&entry).await
+        if let Err(problem) = run.file_through_outages(&entry, known.as_ref()).await
             && let Some(e) = self.file_problem(run, &entry, problem).await
         {
             fatal.lock().expect("poisoned").get_or_insert(e);
+            // Nothing more is wanted from the walk.
+            run.halt.cancel();
         }
         if found.is_multiple_of(PROGRESS_EVERY) {
             report_progress(progress, &run.counts());
@@ -339,40 +331,6 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
     }
 }
 
-/// Marks the assets whose proxy files are not all whole ([`proxies_whole`]) as missing proxies, as a
-/// `proxy_deletion` would: the crawl reads them again and makes their proxies again, so their rows never point
-/// at a file that is gone or cut short. A stat per proxy file, nothing read, spread over a few threads (it runs
-/// beside the walk). Blocking.
-fn mark_broken_proxies<'a>(proxy_root: &Path, known: impl Iterator<Item = &'a mut KnownFile>) {
-    let mut assets: Vec<&mut KnownFile> = known.filter(|k| !k.extra && k.proxies_complete).collect();
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 4);
-    let chunk = assets.len().div_ceil(threads).max(1);
-    std::thread::scope(|scope| {
-        for part in assets.chunks_mut(chunk) {
-            scope.spawn(move || {
-                for k in part {
-                    if !proxies_whole(proxy_root, k) {
-                        k.proxies_complete = false;
-                    }
-                }
-            });
-        }
-    });
-}
-
-/// Whether an asset's proxy files are all there as its rows record them: each path in the proxy layout
-/// ([`ProxyPath`]) and a file (not a link) of the recorded size, found with one `lstat` and nothing read. A proxy
-/// deleted, cut short or replaced since it was made fails this. An asset always has proxy files, so none
-/// recorded fails it too.
-fn proxies_whole(proxy_root: &Path, known: &KnownFile) -> bool {
-    !known.proxy_files.is_empty()
-        && known.proxy_files.iter().all(|p| {
-            ProxyPath::parse(&p.relative_path).is_some()
-                && std::fs::symlink_metadata(proxy_root.join(&p.relative_path))
-                    .is_ok_and(|m| m.is_file() && m.len() == p.size)
-        })
-}
-
 fn catalogue_error(e: CatalogueError) -> HandlerError {
     crate::store_error_while("the crawl stopped because the catalogue did not answer: ", e)
 }
@@ -384,10 +342,10 @@ fn display(rel: &[u8]) -> String {
 
 impl<C: CatalogueStore> Run<'_, C> {
     /// One file's journey, tried again while the catalogue is unavailable (see [`FILE_OUTAGE_RETRIES`]).
-    async fn file_through_outages(&self, entry: &WalkEntry) -> Result<(), FileProblem> {
+    async fn file_through_outages(&self, entry: &WalkEntry, known: Option<&KnownFile>) -> Result<(), FileProblem> {
         let mut wait = std::time::Duration::from_millis(100);
         for _ in 0..FILE_OUTAGE_RETRIES {
-            match self.file(entry).await {
+            match self.file(entry, known).await {
                 Err(FileProblem::Catalogue(CatalogueError::Unavailable(e))) => {
                     tracing::info!(event = "catalogue_retry", path = %self.abs(entry).display(), error = %e,
                         retry_in_ms = wait.as_millis() as u64, "the catalogue was unavailable; trying the file again");
@@ -400,6 +358,6 @@ impl<C: CatalogueStore> Run<'_, C> {
             }
             wait = (wait * 2).min(std::time::Duration::from_secs(2));
         }
-        self.file(entry).await
+        self.file(entry, known).await
     }
 }

@@ -14,6 +14,10 @@ const MAX_LISTED_FAILURES: usize = 200;
 /// The crawl's counters, bumped by the files processed side by side.
 #[derive(Default)]
 pub(super) struct Counters {
+    /// Media files the walk listed so far (the total, once the walk is done).
+    pub listed: AtomicU64,
+    /// Whether the walk is done (its count is then the total).
+    pub listing_done: std::sync::atomic::AtomicBool,
     pub found: AtomicU64,
     pub unchanged: AtomicU64,
     pub ingested: AtomicU64,
@@ -52,8 +56,13 @@ impl Counters {
             .any(|c| c.load(Ordering::Relaxed) > 0)
     }
 
-    /// The counts so far, `total` files listed, processing begun at `since`.
-    pub fn counts(&self, total: u64, since: std::time::Instant) -> CrawlCounts {
+    /// Media files the walk listed so far.
+    pub fn listed(&self) -> u64 {
+        self.listed.load(Ordering::Relaxed)
+    }
+
+    /// The counts so far, processing begun at `since`.
+    pub fn counts(&self, since: std::time::Instant) -> CrawlCounts {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let mut counts = CrawlCounts::default();
         counts.found = get(&self.found);
@@ -69,7 +78,7 @@ impl Counters {
         counts.failed = get(&self.failed);
         counts.bytes_hashed = get(&self.bytes_hashed);
         counts.done = get(&self.found);
-        counts.total = total;
+        counts.total = self.listing_done.load(Ordering::Relaxed).then(|| self.listed());
         counts.seconds = (since.elapsed().as_secs_f64() * 10.0).round() / 10.0;
         counts
     }
@@ -110,7 +119,7 @@ mod tests {
         for i in 0..(MAX_LISTED_FAILURES + 5) {
             counters.failed(format!("f{i}.jpg"), "broken".into());
         }
-        let report = counters.report(counters.counts(0, std::time::Instant::now()), &WalkReport::default(), 0, 0);
+        let report = counters.report(counters.counts(std::time::Instant::now()), &WalkReport::default(), 0, 0);
         assert_eq!(report.counts.failed, MAX_LISTED_FAILURES as u64 + 5);
         assert_eq!(report.failures.len(), MAX_LISTED_FAILURES);
         assert_eq!(report.failures[0], PathProblem { path: "f0.jpg".into(), reason: "broken".into() });
@@ -119,7 +128,7 @@ mod tests {
     #[test]
     fn the_time_taken_is_reported_in_tenths_of_a_second() {
         let since = std::time::Instant::now() - std::time::Duration::from_millis(2_040);
-        let seconds = Counters::default().counts(0, since).seconds;
+        let seconds = Counters::default().counts(since).seconds;
         // 2.04 s rounds to 2.0; 2.1 allows this machine up to 160 ms before the clock is read.
         assert!(seconds == 2.0 || seconds == 2.1, "{seconds}");
     }

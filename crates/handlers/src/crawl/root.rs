@@ -115,7 +115,7 @@ pub(super) fn check_not_emptied(
     storage: &StorageConfig,
     args: CrawlArgs,
     active: usize,
-    media_found: usize,
+    media_found: u64,
 ) -> Result<(), HandlerError> {
     if active > 0 && media_found == 0 && !args.allow_mass_deletion {
         return Err(root_unavailable(

@@ -10,6 +10,7 @@ use almanac_domain::{
 use almanac_executor::HandlerError;
 use tokio_util::sync::CancellationToken;
 
+use super::merge::Leftover;
 use super::report::{Counters, bump};
 use super::rules::{LIVE_PHOTO_MAX_GAP, MassDeletionGuard, pair_live_photos};
 use super::walk::Seen;
@@ -26,24 +27,30 @@ pub(super) struct Unseen {
     pub promotions: Vec<(AssetId, FileFacts)>,
 }
 
-/// What the catalogue knew (`known`, by path) that the walk did not find (`seen`): active assets and extra
-/// paths. An asset whose own path vanished while one of its copies is still there is not vanished: it moves
-/// to the copy (a promotion) instead.
-pub(super) fn unseen(known: &HashMap<Vec<u8>, KnownFile>, seen: &HashSet<Seen>) -> Unseen {
+/// What the catalogue knew that the crawl did not find: of the known files the walk did not find unchanged
+/// (`leftover`), those processing did not find either (`seen`). An asset whose own path vanished while one of
+/// its copies is still there is not vanished: it moves to the copy (a promotion; the first copy in path order).
+pub(super) fn unseen(leftover: Leftover, seen: &HashSet<Seen>) -> Unseen {
     let mut out = Unseen::default();
-    let mut surviving_copies: HashMap<AssetId, &Vec<u8>> = HashMap::new();
-    for (path, k) in known.iter().filter(|(_, k)| k.extra) {
-        if seen.contains(&Seen::Extra(path.clone())) {
-            surviving_copies.entry(k.asset_id).or_insert(path);
-        } else {
-            out.extra_paths.push(path.clone());
+    let Leftover { not_unchanged, unchanged_extras, .. } = leftover;
+    let (extras, own): (Vec<KnownFile>, Vec<KnownFile>) = not_unchanged.into_iter().partition(|k| k.extra);
+    let mut surviving_copies: HashMap<AssetId, KnownFile> = HashMap::new();
+    let found_again = extras.iter().filter(|k| seen.contains(&Seen::Extra(k.facts.file_path.clone())));
+    for copy in unchanged_extras.iter().chain(found_again) {
+        let earlier = surviving_copies.get(&copy.asset_id).is_some_and(|c| c.facts.file_path <= copy.facts.file_path);
+        if !earlier {
+            surviving_copies.insert(copy.asset_id, copy.clone());
         }
     }
-    for k in known.values().filter(|k| !k.extra && !seen.contains(&Seen::Asset(k.asset_id))) {
+    for k in extras {
+        if !seen.contains(&Seen::Extra(k.facts.file_path.clone())) {
+            out.extra_paths.push(k.facts.file_path);
+        }
+    }
+    for k in own.into_iter().filter(|k| !seen.contains(&Seen::Asset(k.asset_id))) {
         match surviving_copies.get(&k.asset_id) {
-            Some(path) => {
-                let copy = &known[*path].facts;
-                let facts = FileFacts { file_path: path.to_vec(), display_path: display(path), ..copy.clone() };
+            Some(copy) => {
+                let facts = FileFacts { display_path: display(&copy.facts.file_path), ..copy.facts.clone() };
                 out.promotions.push((k.asset_id, facts));
             }
             None => out.assets.push(k.asset_id),
@@ -122,40 +129,41 @@ impl<C: CatalogueStore> Settle<'_, C> {
 mod tests {
     use super::*;
 
-    fn known(path: &str, asset: AssetId, extra: bool) -> (Vec<u8>, KnownFile) {
+    fn known(path: &str, asset: AssetId, extra: bool) -> KnownFile {
         let facts = FileFacts {
-            file_path: Vec::new(),
+            file_path: path.as_bytes().to_vec(),
             display_path: String::new(),
             size: 3,
             mtime: chrono::DateTime::UNIX_EPOCH,
         };
-        (
-            path.as_bytes().to_vec(),
-            KnownFile { asset_id: asset, facts, extra, proxies_complete: true, sidecar: None, proxy_files: Vec::new() },
-        )
+        KnownFile { asset_id: asset, facts, extra, proxies_complete: true, sidecar: None }
     }
 
     #[test]
     fn a_vanished_asset_moves_to_a_surviving_copy_and_only_the_rest_is_unseen() {
-        let (kept, moved, gone) = (AssetId::new(), AssetId::new(), AssetId::new());
-        let known: HashMap<_, _> = [
-            known("kept.jpg", kept, false),
-            known("moved.jpg", moved, false),
-            known("copy/moved.jpg", moved, true),
-            known("gone.jpg", gone, false),
-            known("copy/gone.jpg", gone, true),
-        ]
-        .into();
-        let seen: HashSet<_> = [Seen::Asset(kept), Seen::Extra(b"copy/moved.jpg".to_vec())].into();
-        let unseen = unseen(&known, &seen);
+        let (moved, gone, touched, copied) = (AssetId::new(), AssetId::new(), AssetId::new(), AssetId::new());
+        // What the walk did not find unchanged; `copy/moved.jpg` and `b/moved.jpg` it found unchanged.
+        let leftover = Leftover {
+            not_unchanged: vec![
+                known("copy/gone.jpg", gone, true),
+                known("copy2/copied.jpg", copied, true),
+                known("copied.jpg", copied, false),
+                known("gone.jpg", gone, false),
+                known("moved.jpg", moved, false),
+                known("touched.jpg", touched, false),
+            ],
+            unchanged_extras: vec![known("copy/moved.jpg", moved, true), known("b/moved.jpg", moved, true)],
+            active: 5,
+        };
+        // Processing found the touched asset at its path, and the changed copy of `copied` again.
+        let seen: HashSet<_> = [Seen::Asset(touched), Seen::Extra(b"copy2/copied.jpg".to_vec())].into();
+        let unseen = unseen(leftover, &seen);
         assert_eq!(unseen.assets, vec![gone]);
         assert_eq!(unseen.extra_paths, vec![b"copy/gone.jpg".to_vec()]);
-        assert_eq!(unseen.promotions.len(), 1);
-        let (asset, facts) = &unseen.promotions[0];
-        assert_eq!(
-            (*asset, facts.file_path.as_slice(), facts.display_path.as_str()),
-            (moved, &b"copy/moved.jpg"[..], "copy/moved.jpg")
-        );
+        let promoted: Vec<_> = unseen.promotions.iter().map(|(a, f)| (*a, f.display_path.as_str())).collect();
+        assert_eq!(promoted, [(copied, "copy2/copied.jpg"), (moved, "b/moved.jpg")], "the first copy in path order");
+        let (_, facts) = &unseen.promotions[1];
+        assert_eq!(facts.file_path, b"b/moved.jpg");
         assert_eq!((facts.size, facts.mtime), (3, chrono::DateTime::UNIX_EPOCH), "the copy's own facts");
     }
 }

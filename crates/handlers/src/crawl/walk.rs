@@ -5,34 +5,31 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 
-use almanac_domain::ports::Sidecar;
+use almanac_domain::ports::{KnownFile, Sidecar};
 use almanac_media::{Entry, EntryKind, OpenError, RootFolder, is_media_name, is_sidecar_name, sidecar_names};
 use chrono::{DateTime, Utc};
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::rules::is_skipped_name;
 
 /// What the walk hands to the crawl.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Walked {
-    /// A file that is new or changed, and may be media.
-    File(WalkEntry),
-    /// Known files found unchanged (path, size and mtime match): never opened, never read.
-    Unchanged(Vec<Seen>),
+pub(super) enum Walked {
+    /// A file that is new or changed, and may be media, with what the catalogue knew at its path (if anything).
+    File(Box<(WalkEntry, Option<KnownFile>)>),
+    /// This many known files found unchanged (path, size and mtime match): never opened, never read.
+    Unchanged(u64),
 }
 
-/// A known file the walk found unchanged.
+/// A known file the crawl found while processing what changed (a moved, touched or revived asset, a copy):
+/// what the walk found unchanged needs no mark.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Seen {
+pub(super) enum Seen {
     /// An asset's own path.
     Asset(almanac_domain::AssetId),
     /// An extra path (a copy).
     Extra(Vec<u8>),
 }
-
-/// How many unchanged files are reported at once.
-const UNCHANGED_BATCH: usize = 1024;
 
 /// A file that may be media.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,58 +59,99 @@ pub struct WalkReport {
     pub stopped: bool,
 }
 
-/// Lists the candidate files under the root (one folder handle open at a time, each opened beneath the root
-/// with no link followed, so a folder swapped for a link after it was listed is refused, not followed).
-/// Blocking: run it on a blocking thread. It needs nothing from the catalogue, so it runs while the
-/// catalogue's known files load.
+/// Walks the candidate files under the root in the byte order of their paths (the order the catalogue pages
+/// its known files in, so the two can be merged without holding either whole), handing each to `on_file`, which
+/// answers false to stop the walk. One folder handle open at a time: a folder is read whole (names and their
+/// lstat, relative to the open folder) and closed before anything in it is handed over; each is opened beneath
+/// the root with no link followed, so a folder swapped for a link after it was listed is refused, not followed.
+/// What is held is the unvisited rest of each folder on the way down, never the tree. Blocking: run it on a
+/// blocking thread.
 ///
 /// A folder whose identity is `avoid` (the proxy root, when it is bind-mounted inside the library) is passed
 /// over and reported: our proxies are never crawled as photos.
+pub fn walk_tree(
+    root: &RootFolder,
+    avoid: Option<(u64, u64)>,
+    cancel: &CancellationToken,
+    mut on_file: impl FnMut(WalkEntry) -> bool,
+) -> WalkReport {
+    let mut report = WalkReport::default();
+    let mut stack: Vec<std::vec::IntoIter<Item>> = Vec::new();
+    let mut next_folder = Some(Vec::new());
+    loop {
+        if let Some(rel_dir) = next_folder.take() {
+            if cancel.is_cancelled() {
+                report.stopped = true;
+                return report;
+            }
+            let listed = root.open_folder(&rel_dir).and_then(|folder| root.list(&folder, &rel_dir));
+            match listed {
+                Ok(entries) => stack.push(sort_folder(root, &rel_dir, entries, avoid, &mut report).into_iter()),
+                // Gone since its parent was listed: it is simply not there.
+                Err(OpenError::Vanished(_)) => {}
+                Err(e) => report.unreadable.push((display_of(root, &rel_dir), e.to_string())),
+            }
+        }
+        let Some(folder) = stack.last_mut() else { return report };
+        match folder.next() {
+            None => {
+                stack.pop();
+            }
+            Some(Item::Folder(rel)) => next_folder = Some(rel),
+            Some(Item::File(entry)) => {
+                if !on_file(entry) {
+                    report.stopped = true;
+                    return report;
+                }
+            }
+        }
+    }
+}
+
+/// Lists the candidate files under the root, in the walk's order ([`walk_tree`]), into memory: for tests and
+/// tools; the crawl itself never holds the listing.
 pub fn list_tree(
     root: &RootFolder,
     avoid: Option<(u64, u64)>,
     cancel: &CancellationToken,
 ) -> (Vec<WalkEntry>, WalkReport) {
-    let mut report = WalkReport::default();
     let mut files = Vec::new();
-    let mut stack: Vec<Vec<u8>> = vec![Vec::new()];
-    while let Some(rel_dir) = stack.pop() {
-        if cancel.is_cancelled() {
-            report.stopped = true;
-            return (files, report);
-        }
-        // Read the whole folder (names and their lstat, relative to the open folder), then close it: one open
-        // handle at a time however deep the tree.
-        let listed = root.open_folder(&rel_dir).and_then(|folder| root.list(&folder, &rel_dir));
-        let entries = match listed {
-            Ok(entries) => entries,
-            // Gone since its parent was listed: it is simply not there.
-            Err(OpenError::Vanished(_)) => continue,
-            Err(e) => {
-                report.unreadable.push((display_of(root, &rel_dir), e.to_string()));
-                continue;
-            }
-        };
-        let subdirs = sort_folder(root, &rel_dir, entries, avoid, &mut files, &mut report);
-        // Depth first, in name order.
-        stack.extend(subdirs.into_iter().rev());
-    }
+    let report = walk_tree(root, avoid, cancel, |entry| {
+        files.push(entry);
+        true
+    });
     (files, report)
 }
 
-/// Sorts one listed folder (`rel_dir` beneath the root): media files (with their XMP sidecars) go to `files`,
-/// what is passed over is counted in `report`; answers its subfolders, in name order.
+/// One thing of a listed folder, in the walk's order.
+enum Item {
+    File(WalkEntry),
+    Folder(Vec<u8>),
+}
+
+/// The order of a folder's entries that makes the walk's paths come out in byte order: by name, a folder's
+/// name taken with the `/` its paths continue with (so `a.jpg` comes before the folder `a`'s `a/b.jpg`, and
+/// `a/b.jpg` before `a0.jpg`).
+fn walk_order(a: &Entry, b: &Entry) -> std::cmp::Ordering {
+    fn key(e: &Entry) -> impl Iterator<Item = &u8> {
+        let slash: &[u8] = if e.kind == EntryKind::Folder { b"/" } else { b"" };
+        e.name.as_bytes().iter().chain(slash)
+    }
+    key(a).cmp(key(b))
+}
+
+/// Sorts one listed folder (`rel_dir` beneath the root): media files (with their XMP sidecars) and subfolders in
+/// the walk's order; what is passed over is counted in `report`.
 fn sort_folder(
     root: &RootFolder,
     rel_dir: &[u8],
     mut entries: Vec<Entry>,
     avoid: Option<(u64, u64)>,
-    files: &mut Vec<WalkEntry>,
     report: &mut WalkReport,
-) -> Vec<Vec<u8>> {
+) -> Vec<Item> {
     entries.retain(|e| !is_skipped_name(e.name.as_bytes()));
-    entries.sort_unstable_by(|a, b| a.name.cmp(&b.name));
-    let mut subdirs = Vec::new();
+    entries.sort_unstable_by(walk_order);
+    let mut items = Vec::new();
     let mut rel = rel_dir.to_vec();
     if !rel.is_empty() {
         rel.push(b'/');
@@ -143,11 +181,11 @@ fn sort_folder(
                 );
                 report.proxy_root_inside.push(folder);
             }
-            EntryKind::Folder => subdirs.push(rel.clone()),
+            EntryKind::Folder => items.push(Item::Folder(rel.clone())),
             EntryKind::Other => report.unsupported += 1,
             EntryKind::File if is_sidecar_name(entry.name.as_bytes()) => {}
             EntryKind::File if !is_media_name(&entry.name) => report.unsupported += 1,
-            EntryKind::File => files.push(WalkEntry {
+            EntryKind::File => items.push(Item::File(WalkEntry {
                 rel: rel.clone(),
                 size: entry.size,
                 mtime: entry.mtime,
@@ -160,36 +198,14 @@ fn sort_folder(
                         .find_map(|name| sidecars.get(&name.to_ascii_lowercase()))
                         .cloned()
                 },
-            }),
+            })),
         }
     }
-    subdirs
+    items
 }
 
 fn display_of(root: &RootFolder, rel: &[u8]) -> String {
     root.path().join(OsStr::from_bytes(rel)).display().to_string()
-}
-
-/// Hands the listed files to the crawl: known files found unchanged (`unchanged` says which) in batches,
-/// never opened; the others one by one. Returns false when the receiver went away. Blocking.
-pub fn classify(
-    files: Vec<WalkEntry>,
-    tx: &mpsc::Sender<Walked>,
-    unchanged: impl Fn(&WalkEntry) -> Option<Seen>,
-) -> bool {
-    let mut seen = Vec::with_capacity(UNCHANGED_BATCH);
-    for entry in files {
-        if let Some(mark) = unchanged(&entry) {
-            seen.push(mark);
-            if seen.len() >= UNCHANGED_BATCH && tx.blocking_send(Walked::Unchanged(std::mem::take(&mut seen))).is_err()
-            {
-                return false;
-            }
-        } else if tx.blocking_send(Walked::File(entry)).is_err() {
-            return false;
-        }
-    }
-    seen.is_empty() || tx.blocking_send(Walked::Unchanged(seen)).is_ok()
 }
 
 #[cfg(test)]
@@ -214,5 +230,56 @@ mod tests {
         assert!(report.proxy_root_inside[0].ends_with("ann/proxies"), "{:?}", report.proxy_root_inside);
         let (all, _) = list_tree(&folder, None, &CancellationToken::new());
         assert_eq!(all.len(), 3, "without it, the folder is walked");
+    }
+
+    #[test]
+    fn the_walk_hands_over_paths_in_byte_order_whatever_the_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("lib");
+        let names: [&[u8]; 12] = [
+            b"a.jpg",
+            b"a/b.jpg",
+            b"a/b/c.jpg",
+            b"a/b0.jpg",
+            b"a-b.jpg",
+            b"a b/x.jpg",
+            b"a0.jpg",
+            b"B.jpg",
+            b"b.jpg",
+            b"\xe9t\xe9/\xff.jpg",
+            b"z/z/z/z.jpg",
+            b"z.jpg",
+        ];
+        for rel in names {
+            let path = root.join(OsStr::from_bytes(rel));
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, b"x").unwrap();
+        }
+        let folder = RootFolder::open(&root).unwrap();
+        let (files, _) = list_tree(&folder, None, &CancellationToken::new());
+        let walked: Vec<&[u8]> = files.iter().map(|f| &f.rel[..]).collect();
+        let mut sorted = names.to_vec();
+        sorted.sort();
+        assert_eq!(walked, sorted, "the order the catalogue pages its known files in");
+    }
+
+    #[test]
+    fn a_walk_asked_to_stop_stops_and_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        for rel in ["a/1.jpg", "a/2.jpg", "b/3.jpg"] {
+            std::fs::create_dir_all(dir.path().join(rel).parent().unwrap()).unwrap();
+            std::fs::write(dir.path().join(rel), b"x").unwrap();
+        }
+        let folder = RootFolder::open(dir.path()).unwrap();
+        let mut handed = 0;
+        let report = walk_tree(&folder, None, &CancellationToken::new(), |_| {
+            handed += 1;
+            handed < 2
+        });
+        assert!(report.stopped);
+        assert_eq!(handed, 2);
+        let cancel = CancellationToken::new();
+        cancel.cancel();
+        assert!(walk_tree(&folder, None, &cancel, |_| true).stopped, "cancelled before the first folder");
     }
 }

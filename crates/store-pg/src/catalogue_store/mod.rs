@@ -3,8 +3,8 @@
 use almanac_domain::{
     AssetId, CaptureTime, ContentHash, NewWorkItem, StorageConfig, StorageConfigId,
     ports::{
-        CatalogueError, CatalogueStore, Fence, FileFacts, HashMatch, IngestOutcome, KnownFile, KnownProxyFile,
-        NewAsset, NewProxy, PairingCandidate, Sidecar,
+        CatalogueError, CatalogueStore, Fence, FileFacts, HashMatch, IngestOutcome, KnownFile, NewAsset, NewProxy,
+        PairingCandidate, Sidecar,
     },
 };
 use diesel::sql_query;
@@ -52,63 +52,66 @@ impl CatalogueStore for PgStore {
     }
 
     #[mutants::skip]
-    async fn known_files(&self, config: StorageConfigId) -> Result<Vec<KnownFile>, CatalogueError> {
+    async fn known_files(
+        &self,
+        config: StorageConfigId,
+        after: Option<&KnownFile>,
+        limit: i64,
+    ) -> Result<Vec<KnownFile>, CatalogueError> {
+        // Keyset paging in (path, extra) order: each arm reads its index in path order from where the last page
+        // ended (an own path sorts before an extra path at the same bytes), so a page costs the same at the end
+        // of a library of a million files as at its start.
+        let (after_path, after_extra) = after.map_or((&[][..], false), |k| (&k.facts.file_path[..], k.extra));
         let rows: Vec<KnownRow> = self
             .read(async |conn| {
                 sql_query(
-                    "SELECT a.id AS asset_id, a.file_path, '' AS display_path, a.size_bytes, a.file_modified_at,
-                    false AS extra, NOT a.proxies_missing AS proxies_complete,
-                    a.sidecar_path, a.sidecar_size, a.sidecar_modified_at,
-                    coalesce(p.paths, '{}') AS proxy_paths, coalesce(p.sizes, '{}') AS proxy_sizes
-               FROM media_assets a
-               LEFT JOIN (SELECT f.asset_id, array_agg(f.relative_path) AS paths, array_agg(f.size_bytes) AS sizes
-                            FROM proxy_files f JOIN media_assets fa ON fa.id = f.asset_id
-                           WHERE fa.storage_config_id = $1 AND NOT fa.is_soft_deleted
-                             AND f.relative_path IS NOT NULL
-                           GROUP BY f.asset_id) p ON p.asset_id = a.id
-              WHERE a.storage_config_id = $1 AND NOT a.is_soft_deleted
-             UNION ALL
-             SELECT e.asset_id, e.file_path, '', e.size_bytes, e.file_modified_at, true, true, NULL, NULL, NULL,
-                    '{}', '{}'
-               FROM asset_extra_paths e JOIN media_assets a ON a.id = e.asset_id
-              WHERE e.storage_config_id = $1 AND NOT a.is_soft_deleted",
+                    "(SELECT a.id AS asset_id, a.file_path, '' AS display_path, a.size_bytes, a.file_modified_at,
+                            false AS extra, NOT a.proxies_missing AS proxies_complete,
+                            a.sidecar_path, a.sidecar_size, a.sidecar_modified_at
+                       FROM media_assets a
+                      WHERE a.storage_config_id = $1 AND NOT a.is_soft_deleted AND a.file_path > $2
+                      ORDER BY a.file_path
+                      LIMIT $4)
+                     UNION ALL
+                     (SELECT e.asset_id, e.file_path, '', e.size_bytes, e.file_modified_at, true, true,
+                             NULL, NULL, NULL
+                        FROM asset_extra_paths e JOIN media_assets a ON a.id = e.asset_id
+                       WHERE e.storage_config_id = $1 AND NOT a.is_soft_deleted
+                         AND e.file_path >= $2 AND NOT ($3 AND e.file_path = $2)
+                       ORDER BY e.file_path
+                       LIMIT $4)
+                     ORDER BY file_path, extra
+                     LIMIT $4",
                 )
                 .bind::<Uuid, _>(config.as_uuid())
+                .bind::<Binary, _>(after_path)
+                .bind::<Bool, _>(after_extra)
+                .bind::<BigInt, _>(limit)
                 .load(conn)
                 .await
             })
             .await
             .map_err(CatalogueError::from)?;
-        rows.into_iter()
-            .map(|r| {
-                Ok(KnownFile {
-                    asset_id: AssetId::from_uuid(r.asset_id),
-                    facts: FileFacts {
-                        file_path: r.file_path,
-                        display_path: r.display_path,
-                        size: u64::try_from(r.size_bytes).unwrap_or(0),
-                        mtime: r.file_modified_at,
-                    },
-                    extra: r.extra,
-                    sidecar: match (r.sidecar_path, r.sidecar_size, r.sidecar_modified_at) {
-                        (Some(path), Some(size), Some(mtime)) => {
-                            Some(Sidecar { path, size: u64::try_from(size).unwrap_or(0), mtime })
-                        }
-                        _ => None,
-                    },
-                    proxies_complete: r.proxies_complete,
-                    proxy_files: r
-                        .proxy_paths
-                        .into_iter()
-                        .zip(r.proxy_sizes)
-                        .map(|(relative_path, size)| KnownProxyFile {
-                            relative_path,
-                            size: u64::try_from(size).unwrap_or(0),
-                        })
-                        .collect(),
-                })
+        Ok(rows
+            .into_iter()
+            .map(|r| KnownFile {
+                asset_id: AssetId::from_uuid(r.asset_id),
+                facts: FileFacts {
+                    file_path: r.file_path,
+                    display_path: r.display_path,
+                    size: u64::try_from(r.size_bytes).unwrap_or(0),
+                    mtime: r.file_modified_at,
+                },
+                extra: r.extra,
+                sidecar: match (r.sidecar_path, r.sidecar_size, r.sidecar_modified_at) {
+                    (Some(path), Some(size), Some(mtime)) => {
+                        Some(Sidecar { path, size: u64::try_from(size).unwrap_or(0), mtime })
+                    }
+                    _ => None,
+                },
+                proxies_complete: r.proxies_complete,
             })
-            .collect()
+            .collect())
     }
 
     #[mutants::skip]

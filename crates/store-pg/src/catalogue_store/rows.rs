@@ -7,7 +7,7 @@ use almanac_domain::{
 use chrono::{DateTime, Utc};
 use diesel::pg::Pg;
 use diesel::query_builder::{BoxedSqlQuery, SqlQuery};
-use diesel::sql_types::{Array, BigInt, Binary, Bool, Double, Integer, Nullable, SmallInt, Text, Timestamptz, Uuid};
+use diesel::sql_types::{BigInt, Binary, Bool, Double, Integer, Nullable, SmallInt, Text, Timestamptz, Uuid};
 use diesel::{QueryableByName, sql_query};
 
 pub(super) const ACTIVE_CONTENT_INDEX: &str = "ix_media_assets_active_content";
@@ -53,10 +53,6 @@ pub(super) struct KnownRow {
     pub(super) sidecar_size: Option<i64>,
     #[diesel(sql_type = Nullable<Timestamptz>)]
     pub(super) sidecar_modified_at: Option<DateTime<Utc>>,
-    #[diesel(sql_type = Array<Text>)]
-    pub(super) proxy_paths: Vec<String>,
-    #[diesel(sql_type = Array<BigInt>)]
-    pub(super) proxy_sizes: Vec<i64>,
 }
 
 #[derive(QueryableByName)]

@@ -1,0 +1,270 @@
+//! The walk beside the catalogue: both in the byte order of paths, so each listed file is matched with what the
+//! catalogue knew at its path by stepping two cursors, and neither the tree nor the catalogue is ever held
+//! whole. What is kept grows with what changed (files to process, paths not found), not with the library.
+
+use almanac_domain::Cause;
+use almanac_domain::ports::{CatalogueError, KnownFile};
+use almanac_media::RootFolder;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::report::Counters;
+use super::walk::{WalkEntry, WalkReport, Walked, walk_tree};
+
+/// How many unchanged files are counted at once.
+const UNCHANGED_BATCH: u64 = 1024;
+
+/// The walk beside the known files (`pages`, in path order, an empty page at the end): new and changed files go
+/// to `files` with what the catalogue knew at their path, unchanged ones are counted there in batches. Answers
+/// what the walk passed over and what the merge kept, or the catalogue's error (the walk then stopped).
+/// Blocking.
+pub(super) fn walk_beside(
+    root: &RootFolder,
+    avoid: Option<(u64, u64)>,
+    halt: &CancellationToken,
+    counters: &Counters,
+    mut pages: mpsc::Receiver<Vec<KnownFile>>,
+    files: &mpsc::UnboundedSender<Walked>,
+) -> (WalkReport, Result<Leftover, CatalogueError>) {
+    // A loader gone without its empty page stopped on an error of its own: never the end of the known files,
+    // or every file after this point would look vanished.
+    let mut merge = Merge::new(|| {
+        pages.blocking_recv().ok_or_else(|| CatalogueError::Unexpected(Cause::new("the known files stopped loading")))
+    });
+    let (mut failed, mut unchanged) = (None, 0);
+    let report = walk_tree(root, avoid, halt, |entry| {
+        // A problem that stops the crawl halts the walk at once, not at the next folder.
+        if halt.is_cancelled() {
+            return false;
+        }
+        counters.listed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        match merge.file(&entry) {
+            Err(e) => {
+                failed = Some(e);
+                false
+            }
+            Ok(Matched::Unchanged) => {
+                unchanged += 1;
+                unchanged < UNCHANGED_BATCH || files.send(Walked::Unchanged(std::mem::take(&mut unchanged))).is_ok()
+            }
+            Ok(Matched::Changed(known)) => files.send(Walked::File(Box::new((entry, known)))).is_ok(),
+        }
+    });
+    counters.listing_done.store(!report.stopped, std::sync::atomic::Ordering::Relaxed);
+    if unchanged > 0 {
+        let _ = files.send(Walked::Unchanged(unchanged));
+    }
+    let merged = match failed {
+        Some(e) => Err(e),
+        // What a stopped walk left is never settled.
+        None if report.stopped => Ok(Leftover::default()),
+        None => merge.finish(),
+    };
+    (report, merged)
+}
+
+/// What the catalogue knew at a listed file's path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Matched {
+    /// A known file, found unchanged: nothing to do.
+    Unchanged,
+    /// New or changed: to be processed, with the known file at its path, if any.
+    Changed(Option<KnownFile>),
+}
+
+/// What the merge kept for the end of the crawl.
+#[derive(Debug, Default)]
+pub(super) struct Leftover {
+    /// Known files that were not found unchanged: not found at all, or changed (processing may still find
+    /// them, as a move, a copy or a touched file). What processing did not find of these vanished.
+    pub not_unchanged: Vec<KnownFile>,
+    /// Extra paths (copies) found unchanged: an asset whose own path vanished moves to one of them.
+    pub unchanged_extras: Vec<KnownFile>,
+    /// The config's active assets (own paths the catalogue listed), for the deletion guards.
+    pub active: usize,
+}
+
+/// The catalogue's known files, page by page in path order, stepped beside the walk.
+pub(super) struct Merge<P> {
+    /// The next page, or `Ok(empty)` at the end.
+    pages: P,
+    page: std::vec::IntoIter<KnownFile>,
+    next: Option<KnownFile>,
+    ended: bool,
+    leftover: Leftover,
+}
+
+impl<P: FnMut() -> Result<Vec<KnownFile>, CatalogueError>> Merge<P> {
+    /// A merge over the known files `pages` hands out, in path order (an empty page ends them).
+    pub fn new(pages: P) -> Self {
+        Self { pages, page: Vec::new().into_iter(), next: None, ended: false, leftover: Leftover::default() }
+    }
+
+    /// The next listed file (paths come in increasing byte order): whether it is unchanged, or what the
+    /// catalogue knew at its path. Known files passed over on the way were not found.
+    pub fn file(&mut self, entry: &WalkEntry) -> Result<Matched, CatalogueError> {
+        while self.peek()?.is_some_and(|k| k.facts.file_path < entry.rel) {
+            let gone = self.take();
+            self.leftover.not_unchanged.push(gone);
+        }
+        // An own path sorts before an extra path at the same bytes: a catalogue holding both (it should not)
+        // matches the own path, and the other is treated as not found.
+        let mut here = None;
+        while self.peek()?.is_some_and(|k| k.facts.file_path == entry.rel) {
+            let k = self.take();
+            match here {
+                None => here = Some(k),
+                Some(_) => self.leftover.not_unchanged.push(k),
+            }
+        }
+        Ok(match here {
+            Some(k) if unchanged(&k, entry) => {
+                if k.extra {
+                    self.leftover.unchanged_extras.push(k);
+                }
+                Matched::Unchanged
+            }
+            Some(k) => {
+                self.leftover.not_unchanged.push(k.clone());
+                Matched::Changed(Some(k))
+            }
+            None => Matched::Changed(None),
+        })
+    }
+
+    /// After the last listed file: every known file not reached was not found.
+    pub fn finish(mut self) -> Result<Leftover, CatalogueError> {
+        while self.peek()?.is_some() {
+            let gone = self.take();
+            self.leftover.not_unchanged.push(gone);
+        }
+        Ok(self.leftover)
+    }
+
+    fn peek(&mut self) -> Result<Option<&KnownFile>, CatalogueError> {
+        if self.next.is_none() && !self.ended {
+            self.next = match self.page.next() {
+                Some(k) => Some(k),
+                None => {
+                    let page = (self.pages)()?;
+                    self.ended = page.is_empty();
+                    self.page = page.into_iter();
+                    self.page.next()
+                }
+            };
+        }
+        Ok(self.next.as_ref())
+    }
+
+    fn take(&mut self) -> KnownFile {
+        let k = self.next.take().expect("peeked");
+        if !k.extra {
+            self.leftover.active += 1;
+        }
+        k
+    }
+}
+
+/// Unchanged means the same size and mtime at the same path, the same sidecar (an asset's date is read again
+/// when its sidecar appears, changes or vanishes), and no proxy missing (an asset whose proxies were deleted is
+/// read again and its proxies made again).
+fn unchanged(k: &KnownFile, entry: &WalkEntry) -> bool {
+    k.facts.size == entry.size
+        && k.facts.mtime == entry.mtime
+        && k.proxies_complete
+        && (k.extra || k.sidecar == entry.sidecar)
+}
+
+#[cfg(test)]
+mod tests {
+    use almanac_domain::AssetId;
+    use almanac_domain::ports::FileFacts;
+    use chrono::{DateTime, Utc};
+
+    use super::*;
+
+    fn at(secs: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(secs, 0).unwrap()
+    }
+
+    fn known(path: &str, extra: bool) -> KnownFile {
+        KnownFile {
+            asset_id: AssetId::new(),
+            facts: FileFacts { file_path: path.into(), display_path: String::new(), size: 10, mtime: at(1) },
+            extra,
+            sidecar: None,
+            proxies_complete: true,
+        }
+    }
+
+    fn entry(path: &str, size: u64) -> WalkEntry {
+        WalkEntry { rel: path.into(), size, mtime: at(1), sidecar: None }
+    }
+
+    /// Pages of `size` known files out of `all`, as the store hands them out, counting the calls.
+    fn pages(all: Vec<KnownFile>, size: usize) -> impl FnMut() -> Result<Vec<KnownFile>, CatalogueError> {
+        let mut rest = all.into_iter();
+        move || Ok(rest.by_ref().take(size).collect())
+    }
+
+    fn paths(files: &[KnownFile]) -> Vec<&str> {
+        files.iter().map(|k| std::str::from_utf8(&k.facts.file_path).unwrap()).collect()
+    }
+
+    #[test]
+    fn each_listed_file_meets_what_the_catalogue_knew_at_its_path_across_pages() {
+        let mut broken = known("c.jpg", false);
+        broken.proxies_complete = false;
+        let catalogue = vec![
+            known("a.jpg", false),
+            known("a/b.jpg", true),
+            known("a/gone.jpg", false),
+            known("b.jpg", false),
+            broken,
+            known("copy/x.jpg", true),
+            known("z.jpg", false),
+        ];
+        for page in [1, 2, 3, 100] {
+            let mut merge = Merge::new(pages(catalogue.clone(), page));
+            assert_eq!(merge.file(&entry("a.jpg", 10)).unwrap(), Matched::Unchanged);
+            assert_eq!(merge.file(&entry("a/b.jpg", 10)).unwrap(), Matched::Unchanged);
+            assert_eq!(merge.file(&entry("a/new.jpg", 10)).unwrap(), Matched::Changed(None));
+            let Matched::Changed(Some(k)) = merge.file(&entry("b.jpg", 11)).unwrap() else { panic!("b changed") };
+            assert_eq!(k.facts.file_path, b"b.jpg");
+            assert!(matches!(merge.file(&entry("c.jpg", 10)).unwrap(), Matched::Changed(Some(_))), "proxies missing");
+            assert_eq!(merge.file(&entry("copy/x.jpg", 10)).unwrap(), Matched::Unchanged);
+            let left = merge.finish().unwrap();
+            assert_eq!(paths(&left.not_unchanged), ["a/gone.jpg", "b.jpg", "c.jpg", "z.jpg"], "page of {page}");
+            assert_eq!(paths(&left.unchanged_extras), ["a/b.jpg", "copy/x.jpg"]);
+            assert_eq!(left.active, 5, "own paths only");
+        }
+    }
+
+    #[test]
+    fn an_own_path_and_an_extra_path_at_the_same_bytes_match_the_own_one() {
+        let own = known("a.jpg", false);
+        let mut merge = Merge::new(pages(vec![own.clone(), known("a.jpg", true)], 1));
+        assert_eq!(merge.file(&entry("a.jpg", 10)).unwrap(), Matched::Unchanged);
+        let left = merge.finish().unwrap();
+        assert_eq!((left.not_unchanged.len(), left.not_unchanged[0].extra), (1, true));
+        assert!(left.unchanged_extras.is_empty());
+    }
+
+    #[test]
+    fn a_catalogue_that_stops_answering_stops_the_merge() {
+        let mut calls = 0;
+        let mut merge = Merge::new(|| {
+            calls += 1;
+            if calls == 1 {
+                Ok(vec![known("a.jpg", false), known("c.jpg", false), known("d.jpg", false)])
+            } else {
+                Err(CatalogueError::Unavailable(Cause::new("connection closed")))
+            }
+        });
+        assert_eq!(merge.file(&entry("a.jpg", 10)).unwrap(), Matched::Unchanged);
+        assert_eq!(merge.file(&entry("b.jpg", 10)).unwrap(), Matched::Changed(None));
+        // Past the first page: the next one is needed, and its error ends the merge (nothing after it may look
+        // vanished).
+        assert!(matches!(merge.file(&entry("e.jpg", 10)), Err(CatalogueError::Unavailable(_))));
+    }
+}
