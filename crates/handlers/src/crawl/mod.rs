@@ -190,7 +190,10 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
         let walker = {
             let (root, counters, halt) = (run.root.clone(), run.counters.clone(), run.halt.clone());
             let avoid = almanac_media::identity(&self.settings.proxy_root);
-            tokio::task::spawn_blocking(move || walk_beside(&root, avoid, &halt, &counters, pages_rx, &tx))
+            // At the Worker's priority for reads (`worker.nice`, `worker.io_priority`), like the files' reads.
+            tokio::task::spawn_blocking(move || {
+                almanac_media::gently(|| walk_beside(&root, avoid, &halt, &counters, pages_rx, &tx))
+            })
         };
         let (loaded, fatal) = tokio::join!(self.load_known(run.config, pages_tx), self.process(run, rx, progress));
         let (walk, merged) =
