@@ -1172,7 +1172,7 @@ CREATE INDEX ix_media_assets_soft_deleted ON public.media_assets USING btree (st
 -- Name: ix_proxy_files_relative_path; Type: INDEX; Schema: public; Owner: -
 --
 
-CREATE INDEX ix_proxy_files_relative_path ON public.proxy_files USING btree (relative_path) WHERE (relative_path IS NOT NULL);
+CREATE INDEX ix_proxy_files_relative_path ON public.proxy_files USING btree (relative_path COLLATE "C") WHERE (relative_path IS NOT NULL);
 
 
 --

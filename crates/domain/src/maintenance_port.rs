@@ -55,6 +55,8 @@ pub struct StoredProxy {
     pub proxy_type: ProxyType,
     /// The file, relative to the proxy root (none for a BlurHash).
     pub relative_path: Option<String>,
+    /// The file's size in bytes when it was made (0 for a BlurHash): a file of another size is not whole.
+    pub size_bytes: u64,
 }
 
 /// A soft-deleted asset due for purging.
@@ -142,6 +144,52 @@ pub trait MaintenanceStore: DatabaseClock {
         &self,
         paths: &[String],
     ) -> impl Future<Output = Result<Vec<String>, CatalogueError>> + Send;
+
+    /// The active storage configs whose proxies the sweep checks: those a Worker serving `served` crawls (with a
+    /// proxy root per host, only this host's configs have their files here).
+    fn configs_to_check(
+        &self,
+        served: crate::ports::ServedConfigs,
+    ) -> impl Future<Output = Result<Vec<StorageConfigId>, CatalogueError>> + Send;
+
+    /// The `<2 hex>` folders of the config's proxy folder (`<config id>/<2 hex>/`) that a proxy row has a file
+    /// in, sorted: with the folders found on disk, what the sweep walks one at a time.
+    fn proxy_folders(
+        &self,
+        config: StorageConfigId,
+    ) -> impl Future<Output = Result<Vec<String>, CatalogueError>> + Send;
+
+    /// Every path a proxy row references in the folder `<config id>/<prefix>/` (whatever the asset: a file a
+    /// row references is never an orphan).
+    fn referenced_proxy_paths_in(
+        &self,
+        config: StorageConfigId,
+        prefix: &str,
+    ) -> impl Future<Output = Result<Vec<String>, CatalogueError>> + Send;
+
+    /// The proxy files (rows with a path) of the config's active assets whose paths lie in the folder
+    /// `<config id>/<prefix>/`: what must be whole there.
+    fn proxies_to_check_in(
+        &self,
+        config: StorageConfigId,
+        prefix: &str,
+    ) -> impl Future<Output = Result<Vec<StoredProxy>, CatalogueError>> + Send;
+
+    /// The proxy files (rows with a path) of those of `assets` that are active assets of the config, wherever
+    /// their paths lie: read again to confirm a proxy found broken right before acting on it.
+    fn proxies_to_check_of(
+        &self,
+        config: StorageConfigId,
+        assets: &[AssetId],
+    ) -> impl Future<Output = Result<Vec<StoredProxy>, CatalogueError>> + Send;
+
+    /// Enqueues follow-up work (the sweep's repairs), fenced like every other write, in order, in one
+    /// transaction: an item whose key is already queued is left as it is.
+    fn enqueue_follow_ups(
+        &self,
+        fence: Fence,
+        items: &[NewWorkItem],
+    ) -> impl Future<Output = Result<(), CatalogueError>> + Send;
 
     /// Deletes up to `limit` refresh tokens expired before `expired_before` or revoked before `revoked_before`.
     fn delete_refresh_tokens(

@@ -179,6 +179,18 @@ pub struct SweptProxyRoot {
     pub left_alone_examples: Vec<String>,
     /// Folders that could not be read.
     pub unreadable_folders: Vec<String>,
+    /// Active assets found with a proxy file missing, not a regular file, or not of its recorded size (confirmed
+    /// right before acting), in configs the guard did not refuse.
+    #[serde(default)]
+    pub broken_assets: u64,
+    /// Of those, the assets whose proxies were queued to be made again (a `proxy_deletion` of their config, and a
+    /// crawl after it); the rest are queued by a later sweep.
+    #[serde(default)]
+    pub repairs_queued: u64,
+    /// Configs for which nothing was repaired because more than half of their proxy files were missing: the
+    /// proxy root looks unmounted or emptied (log event `proxy_root_looks_emptied`).
+    #[serde(default)]
+    pub refused_configs: Vec<crate::StorageConfigId>,
 }
 
 #[cfg(test)]
@@ -219,7 +231,8 @@ mod tests {
         assert_eq!(
             json(&report),
             serde_json::json!({
-                "deleted": 3, "not_deleted": [], "left_alone": 1, "left_alone_examples": ["x"], "unreadable_folders": []
+                "deleted": 3, "not_deleted": [], "left_alone": 1, "left_alone_examples": ["x"], "unreadable_folders": [],
+                "broken_assets": 0, "repairs_queued": 0, "refused_configs": []
             })
         );
         assert_eq!(serde_json::from_value::<ProxySweepReport>(json(&report)).unwrap(), report);

@@ -14,7 +14,8 @@ use almanac_domain::{
     AssetId, ContentHash, NewWorkItem, ProxyType, Scope, StorageConfig, StorageConfigId, WorkKind,
     ports::{
         BurstFrame, BurstGroup, CatalogueError, CatalogueStore, DatabaseClock, Fence, FileFacts, HashMatch,
-        IngestOutcome, KnownFile, MaintenanceStore, NewAsset, NewProxy, PairingCandidate, PurgeCandidate, StoredProxy,
+        IngestOutcome, KnownFile, MaintenanceStore, NewAsset, NewProxy, PairingCandidate, PurgeCandidate,
+        ServedConfigs, StoredProxy,
     },
 };
 use almanac_handlers::{CrawlHandler, CrawlSettings, MassDeletionGuard, ProxyDeletionHandler, ProxySweepHandler};
@@ -558,6 +559,36 @@ impl MaintenanceStore for RewriteBeforeRecheck {
             std::fs::write(self.proxy_root.join(one), b"written again by a retried crawl").unwrap();
         }
         self.inner.referenced_proxy_paths(paths).await
+    }
+    async fn configs_to_check(&self, served: ServedConfigs) -> Result<Vec<StorageConfigId>, CatalogueError> {
+        self.inner.configs_to_check(served).await
+    }
+    async fn proxy_folders(&self, config: StorageConfigId) -> Result<Vec<String>, CatalogueError> {
+        self.inner.proxy_folders(config).await
+    }
+    async fn referenced_proxy_paths_in(
+        &self,
+        config: StorageConfigId,
+        prefix: &str,
+    ) -> Result<Vec<String>, CatalogueError> {
+        self.inner.referenced_proxy_paths_in(config, prefix).await
+    }
+    async fn proxies_to_check_in(
+        &self,
+        config: StorageConfigId,
+        prefix: &str,
+    ) -> Result<Vec<StoredProxy>, CatalogueError> {
+        self.inner.proxies_to_check_in(config, prefix).await
+    }
+    async fn proxies_to_check_of(
+        &self,
+        config: StorageConfigId,
+        assets: &[AssetId],
+    ) -> Result<Vec<StoredProxy>, CatalogueError> {
+        self.inner.proxies_to_check_of(config, assets).await
+    }
+    async fn enqueue_follow_ups(&self, fence: Fence, items: &[NewWorkItem]) -> Result<(), CatalogueError> {
+        self.inner.enqueue_follow_ups(fence, items).await
     }
     async fn delete_refresh_tokens(
         &self,

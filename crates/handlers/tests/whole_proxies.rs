@@ -1,14 +1,31 @@
-//! A proxy is whole or absent (docs/safety.md, invariant 10), seen from the crawl: proxy files that went missing or
-//! were cut short after they were made are found by the next crawl and made again, and a crawl that can write no
-//! proxy at all fails with one error naming `storage.proxy_root`. Real files, a real catalogue.
+//! A proxy is whole or absent (docs/safety.md, invariant 10): proxy files that went missing, were cut short or
+//! replaced after they were made are found by the proxy sweep and made again by the crawl it queues (unless the
+//! proxy root looks unmounted), and a crawl that can write no proxy at all fails with one error naming
+//! `storage.proxy_root`. Real files, real images, a real catalogue.
 
 mod support;
 
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use almanac_domain::{
+    AssetId, NewWorkItem, ProxyType, Scope, StorageConfigId, WorkItemId, WorkKind, WorkQueue,
+    ports::{
+        BurstFrame, BurstGroup, CatalogueError, DatabaseClock, Fence, MaintenanceStore, PurgeCandidate, ServedConfigs,
+        StoredProxy,
+    },
+};
+use almanac_executor::Handler;
+use almanac_handlers::{ProxyDeletionHandler, ProxySweepHandler};
+use almanac_media::ToolLimits;
 use almanac_media::fixtures::{self, FixtureExif};
 use almanac_media::scratch_volume::ScratchVolume;
+use almanac_store_pg::PgStore;
+use chrono::{DateTime, Utc};
 use diesel::sql_query;
 use diesel::sql_types::{BigInt, Text};
-use diesel_async::RunQueryDsl;
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use support::{Library, library};
 use tokio_util::sync::CancellationToken;
 
@@ -48,12 +65,14 @@ fn photo(seed: u32) -> Vec<u8> {
     fixtures::jpeg(800, 600, seed, true, &FixtureExif::camera("2019:07:04 18:30:05", "+02:00"))
 }
 
-/// Every proxy row points at a file of its recorded size, and each JPEG decodes to its end.
+/// Every proxy row points at a regular file (not a link) of its recorded size, and each JPEG decodes to its end.
 async fn assert_rows_point_at_whole_files(lib: &Library) {
     let rows = lib.proxy_rows().await;
     assert!(!rows.is_empty());
     for row in rows {
         let file = lib.proxies.join(&row.relative_path);
+        let meta = std::fs::symlink_metadata(&file).unwrap_or_else(|e| panic!("{row:?}: {e}"));
+        assert!(meta.is_file(), "{row:?} is not a regular file");
         let bytes = std::fs::read(&file).unwrap_or_else(|e| panic!("{row:?}: {e}"));
         assert_eq!(bytes.len() as i64, row.size_bytes, "{row:?}");
         if row.relative_path.ends_with(".jpg") {
@@ -63,41 +82,374 @@ async fn assert_rows_point_at_whole_files(lib: &Library) {
     }
 }
 
+/// The sweep as the Worker runs it (its age floor for the default tool limits).
+fn sweep(lib: &Library) -> ProxySweepHandler<PgStore> {
+    ProxySweepHandler::new(
+        lib.store.clone(),
+        lib.proxies.clone(),
+        ProxySweepHandler::<PgStore>::min_age_for(ToolLimits::default()),
+    )
+}
+
+impl Library {
+    async fn run_sweep(&self, handler: &impl Handler) -> serde_json::Value {
+        let item = self.work_item(WorkKind::ProxySweep, Scope::Unscoped, serde_json::json!({})).await;
+        self.run_handler(handler, item).await.expect("the sweep succeeds")
+    }
+
+    /// The queued proxy deletions and crawls, oldest first, as (kind, dedup key) (a crawl's burst detection is
+    /// left out).
+    async fn queued(&self) -> Vec<(String, String)> {
+        #[derive(diesel::QueryableByName)]
+        struct Queued {
+            #[diesel(sql_type = Text)]
+            kind: String,
+            #[diesel(sql_type = Text)]
+            dedup_key: String,
+        }
+        let rows: Vec<Queued> = sql_query(
+            "SELECT kind, coalesce(dedup_key, '') AS dedup_key FROM work_items
+              WHERE status = 'queued' AND kind IN ('proxy_deletion', 'crawl')
+              ORDER BY requested_at, id",
+        )
+        .load(&mut self.conn().await)
+        .await
+        .unwrap();
+        rows.into_iter().map(|r| (r.kind, r.dedup_key)).collect()
+    }
+
+    /// Runs the queued proxy deletions and crawls oldest first, as the config's queue would; answers the last
+    /// crawl's result.
+    async fn run_queued(&self) -> serde_json::Value {
+        let mut crawled = serde_json::Value::Null;
+        loop {
+            let next = sql_query(
+                "SELECT id FROM work_items WHERE status = 'queued' AND kind IN ('proxy_deletion', 'crawl')
+                  ORDER BY requested_at, id LIMIT 1",
+            )
+            .load::<IdRow>(&mut self.conn().await)
+            .await
+            .unwrap();
+            let Some(next) = next.into_iter().next() else { return crawled };
+            let item = self.store.get(WorkItemId::from_uuid(next.id)).await.unwrap().unwrap();
+            match item.kind {
+                WorkKind::ProxyDeletion => {
+                    let handler = ProxyDeletionHandler::new(self.store.clone(), self.proxies.clone());
+                    self.run_handler(&handler, item).await.expect("the proxy deletion succeeds");
+                }
+                WorkKind::Crawl => crawled = self.run_handler(&self.handler(), item).await.expect("the crawl succeeds"),
+                other => panic!("the sweep queued {other}"),
+            }
+        }
+    }
+}
+
+#[derive(diesel::QueryableByName)]
+struct IdRow {
+    #[diesel(sql_type = diesel::sql_types::Uuid)]
+    id: uuid::Uuid,
+}
+
+/// Sets a file's mtime `secs` back, as a file damaged a while ago.
+fn age(path: &Path, secs: u64) {
+    let f = std::fs::File::options().write(true).open(path).unwrap();
+    f.set_modified(SystemTime::now() - Duration::from_secs(secs)).unwrap();
+}
+
 #[tokio::test]
-async fn proxies_deleted_or_cut_short_after_the_crawl_are_made_again_by_the_next_one() {
+async fn proxies_deleted_cut_short_or_replaced_by_a_link_are_found_by_the_sweep_and_made_whole_by_the_crawl_after_it() {
     let lib = library().await;
     lib.write("a.jpg", &photo(1));
     lib.write("b.jpg", &photo(2));
     lib.write("c.jpg", &photo(3));
     fixtures::video(&lib.root.join("d.mp4"), 1.0, 320, 240, "2021-06-01T10:00:00Z");
+    lib.write("e.jpg", &photo(5));
     let first = lib.crawl().await;
-    assert_eq!(first["ingested"], 4, "{first}");
+    assert_eq!(first["ingested"], 5, "{first}");
 
-    // Behind the catalogue's back: a preview deleted, a thumbnail and a poster cut short (as a full disk or an
-    // older bug left them), the catalogue still saying every proxy is there.
+    // Behind the catalogue's back: a preview deleted, a thumbnail and a poster cut short a while ago (as a full
+    // disk or an older bug left them), a preview replaced by a link to a file of the very size recorded; the
+    // catalogue still saying every proxy is there.
     std::fs::remove_file(lib.proxy_file("a.jpg", "preview").await).unwrap();
     let thumbnail = lib.proxy_file("b.jpg", "thumbnail").await;
     let bytes = std::fs::read(&thumbnail).unwrap();
     std::fs::write(&thumbnail, &bytes[..bytes.len() / 2]).unwrap();
+    age(&thumbnail, 7200);
     let poster = lib.proxy_file("d.mp4", "poster").await;
     let bytes = std::fs::read(&poster).unwrap();
     std::fs::write(&poster, &bytes[..8192.min(bytes.len() - 1)]).unwrap();
+    age(&poster, 7200);
+    let preview = lib.proxy_file("c.jpg", "preview").await;
+    let elsewhere = lib.dir.path().join("elsewhere.jpg");
+    std::fs::rename(&preview, &elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &preview).unwrap();
+    let broken: Vec<String> = [("a.jpg"), ("b.jpg"), ("c.jpg"), ("d.mp4")].map(str::to_owned).to_vec();
 
-    let second = lib.crawl().await;
+    let found = lib.run_sweep(&sweep(&lib)).await;
     assert_eq!(
-        (second["proxies_regenerated"].as_u64(), second["unchanged"].as_u64(), second["failed"].as_u64()),
-        (Some(3), Some(1), Some(0)),
-        "the three assets with a broken proxy had their proxies made again: {second}"
+        (found["broken_assets"].as_u64(), found["repairs_queued"].as_u64(), found["deleted"].as_u64()),
+        (Some(4), Some(4), Some(0)),
+        "{found}"
+    );
+    assert_eq!(found["refused_configs"], serde_json::json!([]), "{found}");
+    let config = lib.config;
+    let expected = vec![
+        ("proxy_deletion".to_owned(), format!("proxy_deletion:{config}:after:proxy_sweep:0")),
+        ("crawl".to_owned(), format!("crawl:{config}:after:proxy_sweep")),
+    ];
+    assert_eq!(lib.queued().await, expected, "the broken assets' proxy deletion, then a crawl of their config");
+    assert_eq!(lib.assets_queued_for_deletion().await, lib.asset_ids(&broken).await);
+    // A sweep again before they ran finds the same and queues nothing more.
+    let again = lib.run_sweep(&sweep(&lib)).await;
+    assert_eq!(again["broken_assets"], 4, "{again}");
+    assert_eq!(lib.queued().await, expected, "repeated sweeps do not pile up");
+
+    let crawled = lib.run_queued().await;
+    assert_eq!(
+        (crawled["proxies_regenerated"].as_u64(), crawled["unchanged"].as_u64(), crawled["failed"].as_u64()),
+        (Some(4), Some(1), Some(0)),
+        "the four assets with a broken proxy had their proxies made again: {crawled}"
     );
     assert_rows_point_at_whole_files(&lib).await;
-    assert_eq!(lib.active_count().await, 4, "the same assets, none new");
+    assert_eq!(lib.active_count().await, 5, "the same assets, none new");
+    assert!(elsewhere.exists(), "the link's target was neither followed nor touched");
 
+    let after = lib.run_sweep(&sweep(&lib)).await;
+    assert_eq!((after["broken_assets"].as_u64(), after["deleted"].as_u64()), (Some(0), Some(0)), "{after}");
+    assert!(lib.queued().await.is_empty());
     let third = lib.crawl().await;
     assert_eq!(
         (third["unchanged"].as_u64(), third["bytes_hashed"].as_u64()),
-        (Some(4), Some(0)),
-        "whole proxies are only looked at, nothing is read: {third}"
+        (Some(5), Some(0)),
+        "whole proxies are not looked at again by the crawl, nothing is read: {third}"
     );
+}
+
+impl Library {
+    /// The asset ids in the queued proxy deletions' payloads, sorted.
+    async fn assets_queued_for_deletion(&self) -> Vec<String> {
+        #[derive(diesel::QueryableByName)]
+        struct Id {
+            #[diesel(sql_type = Text)]
+            id: String,
+        }
+        let rows: Vec<Id> = sql_query(
+            "SELECT jsonb_array_elements_text(payload->'asset_ids') AS id FROM work_items
+              WHERE status = 'queued' AND kind = 'proxy_deletion' ORDER BY 1",
+        )
+        .load(&mut self.conn().await)
+        .await
+        .unwrap();
+        rows.into_iter().map(|r| r.id).collect()
+    }
+
+    /// The ids of the assets at these display paths, sorted.
+    async fn asset_ids(&self, paths: &[String]) -> Vec<String> {
+        #[derive(diesel::QueryableByName)]
+        struct Id {
+            #[diesel(sql_type = Text)]
+            id: String,
+        }
+        let rows: Vec<Id> =
+            sql_query("SELECT id::text AS id FROM media_assets WHERE display_path = ANY($1) ORDER BY 1")
+                .bind::<diesel::sql_types::Array<Text>, _>(paths)
+                .load(&mut self.conn().await)
+                .await
+                .unwrap();
+        rows.into_iter().map(|r| r.id).collect()
+    }
+}
+
+/// A proxy volume that is not mounted looks like every proxy is missing: the guard refuses to queue a remake of
+/// the library onto the bare mount point, says so once, and the sweep after the volume is back finds all well.
+#[tokio::test]
+async fn a_proxy_folder_emptied_or_unmounted_is_refused_by_the_guard_and_nothing_is_queued() {
+    let lib = library().await;
+    for i in 0..6 {
+        lib.write(&format!("{i}.jpg"), &photo(i));
+    }
+    lib.crawl().await;
+    // Twelve proxy files (a preview and a thumbnail each): the config's folder is gone from under the root.
+    let folder = lib.proxies.join(lib.config.to_string());
+    let away = lib.dir.path().join("unmounted");
+    std::fs::rename(&folder, &away).unwrap();
+
+    let (logs, found) = logs::capture(lib.run_sweep(&sweep(&lib))).await;
+    assert_eq!(found["refused_configs"], serde_json::json!([lib.config]), "{found}");
+    assert_eq!((found["broken_assets"].as_u64(), found["repairs_queued"].as_u64()), (Some(0), Some(0)), "{found}");
+    assert!(lib.queued().await.is_empty(), "nothing queued: {:?}", lib.queued().await);
+    let warnings: Vec<&serde_json::Value> =
+        logs.iter().filter(|l| l["fields"]["event"] == "proxy_root_looks_emptied").collect();
+    assert_eq!(warnings.len(), 1, "{logs:?}");
+    assert_eq!(warnings[0]["level"], "WARN");
+    let message = warnings[0]["fields"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("12 of the 12 proxy files") && message.contains("looks unmounted or emptied"),
+        "{message}"
+    );
+    assert!(message.contains("regenerate --config"), "and what to do: {message}");
+
+    std::fs::rename(&away, &folder).unwrap();
+    let back = lib.run_sweep(&sweep(&lib)).await;
+    assert_eq!((back["broken_assets"].as_u64(), back["refused_configs"].as_array().map(Vec::len)), (Some(0), Some(0)));
+    assert_rows_point_at_whole_files(&lib).await;
+}
+
+/// The maintenance statements, with one twist: right after the sweep has read a folder's rows to check, and
+/// before it lists the folder, a crawl writes a proxy of that folder again (a whole file of another size, through
+/// a temporary name, then its row), as a crawl running beside the sweep would.
+struct CrawlWritesAfterTheRowRead {
+    inner: Arc<PgStore>,
+    write: Mutex<Option<(PathBuf, String, Vec<u8>)>>,
+    url: String,
+}
+
+impl DatabaseClock for CrawlWritesAfterTheRowRead {
+    async fn db_now(&self) -> Result<DateTime<Utc>, CatalogueError> {
+        self.inner.db_now().await
+    }
+}
+
+impl MaintenanceStore for CrawlWritesAfterTheRowRead {
+    async fn proxies_to_check_in(
+        &self,
+        config: StorageConfigId,
+        prefix: &str,
+    ) -> Result<Vec<StoredProxy>, CatalogueError> {
+        let rows = self.inner.proxies_to_check_in(config, prefix).await?;
+        let pending = self.write.lock().unwrap().take();
+        if let Some((file, relative_path, bytes)) = pending {
+            let temporary = file.with_file_name(".preview.jpg.tmp");
+            std::fs::write(&temporary, &bytes).unwrap();
+            std::fs::rename(&temporary, &file).unwrap();
+            let mut conn = AsyncPgConnection::establish(&self.url).await.unwrap();
+            sql_query("UPDATE proxy_files SET size_bytes = $1 WHERE relative_path = $2")
+                .bind::<BigInt, _>(bytes.len() as i64)
+                .bind::<Text, _>(relative_path)
+                .execute(&mut conn)
+                .await
+                .unwrap();
+        }
+        Ok(rows)
+    }
+    async fn burst_frames(&self, config: StorageConfigId) -> Result<Vec<BurstFrame>, CatalogueError> {
+        self.inner.burst_frames(config).await
+    }
+    async fn replace_bursts(
+        &self,
+        fence: Fence,
+        config: StorageConfigId,
+        groups: &[BurstGroup],
+    ) -> Result<(), CatalogueError> {
+        self.inner.replace_bursts(fence, config, groups).await
+    }
+    async fn purge_candidates(
+        &self,
+        config: StorageConfigId,
+        before: DateTime<Utc>,
+        after: Option<&PurgeCandidate>,
+        limit: i64,
+    ) -> Result<Vec<PurgeCandidate>, CatalogueError> {
+        self.inner.purge_candidates(config, before, after, limit).await
+    }
+    async fn purge_rows(
+        &self,
+        fence: Fence,
+        config: StorageConfigId,
+        assets: &[AssetId],
+        before: DateTime<Utc>,
+    ) -> Result<Vec<AssetId>, CatalogueError> {
+        self.inner.purge_rows(fence, config, assets, before).await
+    }
+    async fn proxies_of(
+        &self,
+        assets: &[AssetId],
+        types: Option<&[ProxyType]>,
+    ) -> Result<Vec<StoredProxy>, CatalogueError> {
+        self.inner.proxies_of(assets, types).await
+    }
+    async fn assets_of_other_configs(
+        &self,
+        config: StorageConfigId,
+        assets: &[AssetId],
+    ) -> Result<Vec<AssetId>, CatalogueError> {
+        self.inner.assets_of_other_configs(config, assets).await
+    }
+    async fn storage_config_ids(&self) -> Result<Vec<StorageConfigId>, CatalogueError> {
+        self.inner.storage_config_ids().await
+    }
+    async fn delete_proxy_rows(&self, fence: Fence, proxies: &[StoredProxy]) -> Result<u64, CatalogueError> {
+        self.inner.delete_proxy_rows(fence, proxies).await
+    }
+    async fn referenced_proxy_paths(&self, paths: &[String]) -> Result<Vec<String>, CatalogueError> {
+        self.inner.referenced_proxy_paths(paths).await
+    }
+    async fn configs_to_check(&self, served: ServedConfigs) -> Result<Vec<StorageConfigId>, CatalogueError> {
+        self.inner.configs_to_check(served).await
+    }
+    async fn proxy_folders(&self, config: StorageConfigId) -> Result<Vec<String>, CatalogueError> {
+        self.inner.proxy_folders(config).await
+    }
+    async fn referenced_proxy_paths_in(
+        &self,
+        config: StorageConfigId,
+        prefix: &str,
+    ) -> Result<Vec<String>, CatalogueError> {
+        self.inner.referenced_proxy_paths_in(config, prefix).await
+    }
+    async fn proxies_to_check_of(
+        &self,
+        config: StorageConfigId,
+        assets: &[AssetId],
+    ) -> Result<Vec<StoredProxy>, CatalogueError> {
+        self.inner.proxies_to_check_of(config, assets).await
+    }
+    async fn enqueue_follow_ups(&self, fence: Fence, items: &[NewWorkItem]) -> Result<(), CatalogueError> {
+        self.inner.enqueue_follow_ups(fence, items).await
+    }
+    async fn delete_refresh_tokens(
+        &self,
+        fence: Fence,
+        expired_before: DateTime<Utc>,
+        revoked_before: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<u64, CatalogueError> {
+        self.inner.delete_refresh_tokens(fence, expired_before, revoked_before, limit).await
+    }
+    async fn delete_finished_work(
+        &self,
+        fence: Fence,
+        done_before: DateTime<Utc>,
+        failed_before: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<u64, CatalogueError> {
+        self.inner.delete_finished_work(fence, done_before, failed_before, limit).await
+    }
+}
+
+/// The sweep reads a folder's rows, then lists it: a crawl that writes a proxy and its row in between makes the
+/// listing disagree with the rows read. The sweep reads the rows again and looks at the file again before
+/// calling it broken, so it queues nothing. (The age floor is zero here: the new file's youth hides nothing.)
+#[tokio::test]
+async fn a_proxy_written_by_a_crawl_between_the_sweep_s_row_read_and_its_listing_is_not_called_broken() {
+    let lib = library().await;
+    lib.write("a.jpg", &photo(1));
+    lib.crawl().await;
+    let preview = lib.proxy_file("a.jpg", "preview").await;
+    let relative = preview.strip_prefix(&lib.proxies).unwrap().display().to_string();
+    let again = fixtures::jpeg(640, 480, 7, false, &FixtureExif::default());
+    assert_ne!(again.len() as u64, std::fs::metadata(&preview).unwrap().len());
+    let store = CrawlWritesAfterTheRowRead {
+        inner: lib.store.clone(),
+        write: Mutex::new(Some((preview.clone(), relative, again.clone()))),
+        url: lib.db.url().to_owned(),
+    };
+    let handler = ProxySweepHandler::new(Arc::new(store), lib.proxies.clone(), Duration::ZERO);
+    let found = lib.run_sweep(&handler).await;
+    assert_eq!((found["broken_assets"].as_u64(), found["repairs_queued"].as_u64()), (Some(0), Some(0)), "{found}");
+    assert!(lib.queued().await.is_empty(), "nothing queued: {:?}", lib.queued().await);
+    assert_eq!(std::fs::read(&preview).unwrap(), again, "the crawl's proxy stays");
+    assert_rows_point_at_whole_files(&lib).await;
 }
 
 impl Library {
@@ -161,4 +513,37 @@ async fn a_proxy_volume_that_fills_during_the_crawl_stops_it_with_one_error_and_
     assert_eq!(lib.active_count().await, 12);
     assert_rows_point_at_whole_files(&lib).await;
     drop(volume);
+}
+
+/// The log lines (JSON) a future writes while it runs.
+mod logs {
+    use std::sync::{Arc, Mutex};
+
+    use tracing::instrument::WithSubscriber;
+
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Buffer {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    pub async fn capture<T>(f: impl Future<Output = T>) -> (Vec<serde_json::Value>, T) {
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(move || writer.clone())
+            .finish();
+        let out = f.with_subscriber(subscriber).await;
+        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        (text.lines().map(|l| serde_json::from_str(l).unwrap()).collect(), out)
+    }
 }

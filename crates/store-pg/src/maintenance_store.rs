@@ -19,6 +19,8 @@ use diesel_async::RunQueryDsl;
 use crate::PgStore;
 use crate::tx::Lane;
 
+mod proxy_rows;
+
 fn uuids(ids: &[AssetId]) -> Vec<uuid::Uuid> {
     ids.iter().map(AssetId::as_uuid).collect()
 }
@@ -47,6 +49,8 @@ struct ProxyRow {
     proxy_type: String,
     #[diesel(sql_type = Nullable<Text>)]
     relative_path: Option<String>,
+    #[diesel(sql_type = BigInt)]
+    size_bytes: i64,
 }
 
 #[derive(QueryableByName)]
@@ -76,6 +80,7 @@ fn stored(r: ProxyRow) -> Result<StoredProxy, CatalogueError> {
         asset_id: AssetId::from_uuid(r.asset_id),
         proxy_type: ProxyType::from_str(&r.proxy_type).map_err(|e| CatalogueError::Unexpected(e.to_string().into()))?,
         relative_path: r.relative_path,
+        size_bytes: u64::try_from(r.size_bytes).unwrap_or(0),
     })
 }
 
@@ -259,28 +264,12 @@ impl MaintenanceStore for PgStore {
         Ok(rows.into_iter().map(|r| AssetId::from_uuid(r.id)).collect())
     }
 
-    #[mutants::skip]
     async fn proxies_of(
         &self,
         assets: &[AssetId],
         types: Option<&[ProxyType]>,
     ) -> Result<Vec<StoredProxy>, CatalogueError> {
-        let types: Option<Vec<&str>> = types.map(|t| t.iter().map(|p| p.as_str()).collect());
-        let rows: Vec<ProxyRow> = self
-            .read(async |conn| {
-                sql_query(
-                    "SELECT asset_id, proxy_type, relative_path FROM proxy_files
-              WHERE asset_id = ANY($1) AND ($2::text[] IS NULL OR proxy_type = ANY($2))
-              ORDER BY asset_id, proxy_type",
-                )
-                .bind::<Array<Uuid>, _>(uuids(assets))
-                .bind::<Nullable<Array<Text>>, _>(types)
-                .load(conn)
-                .await
-            })
-            .await
-            .map_err(CatalogueError::from)?;
-        rows.into_iter().map(stored).collect()
+        proxy_rows::of(self, assets, types).await?.into_iter().map(stored).collect()
     }
 
     #[mutants::skip]
@@ -307,43 +296,48 @@ impl MaintenanceStore for PgStore {
         Ok(self.list_storage_configs().await.map_err(CatalogueError::from)?.into_iter().map(|c| c.id).collect())
     }
 
-    #[mutants::skip]
     async fn delete_proxy_rows(&self, fence: Fence, proxies: &[StoredProxy]) -> Result<u64, CatalogueError> {
-        let assets: Vec<uuid::Uuid> = proxies.iter().map(|p| p.asset_id.as_uuid()).collect();
-        let types: Vec<&str> = proxies.iter().map(|p| p.proxy_type.as_str()).collect();
-        let n = self
-            .fenced(fence, async |conn| {
-                let n = sql_query(
-                    "DELETE FROM proxy_files p USING unnest($1::uuid[], $2::text[]) AS d(asset_id, proxy_type)
-                      WHERE p.asset_id = d.asset_id AND p.proxy_type = d.proxy_type",
-                )
-                .bind::<Array<Uuid>, _>(&assets)
-                .bind::<Array<Text>, _>(types)
-                .execute(conn)
-                .await?;
-                // The next crawl makes them again (it would otherwise skip the unchanged file).
-                sql_query("UPDATE media_assets SET proxies_missing = true WHERE id = ANY($1)")
-                    .bind::<Array<Uuid>, _>(&assets)
-                    .execute(conn)
-                    .await?;
-                Ok(n)
-            })
-            .await?;
-        Ok(n as u64)
+        proxy_rows::delete(self, fence, proxies).await
     }
 
-    #[mutants::skip]
     async fn referenced_proxy_paths(&self, paths: &[String]) -> Result<Vec<String>, CatalogueError> {
-        let rows: Vec<PathRow> = self
-            .read(async |conn| {
-                sql_query("SELECT relative_path FROM proxy_files WHERE relative_path = ANY($1)")
-                    .bind::<Array<Text>, _>(paths)
-                    .load(conn)
-                    .await
-            })
-            .await
-            .map_err(CatalogueError::from)?;
-        Ok(rows.into_iter().map(|r| r.relative_path).collect())
+        proxy_rows::referenced(self, paths).await
+    }
+
+    async fn configs_to_check(&self, served: ServedConfigs) -> Result<Vec<StorageConfigId>, CatalogueError> {
+        proxy_rows::configs_to_check(self, served).await
+    }
+
+    async fn proxy_folders(&self, config: StorageConfigId) -> Result<Vec<String>, CatalogueError> {
+        proxy_rows::folders(self, config).await
+    }
+
+    async fn referenced_proxy_paths_in(
+        &self,
+        config: StorageConfigId,
+        prefix: &str,
+    ) -> Result<Vec<String>, CatalogueError> {
+        proxy_rows::referenced_in(self, config, prefix).await
+    }
+
+    async fn proxies_to_check_in(
+        &self,
+        config: StorageConfigId,
+        prefix: &str,
+    ) -> Result<Vec<StoredProxy>, CatalogueError> {
+        proxy_rows::to_check_in(self, config, prefix).await?.into_iter().map(stored).collect()
+    }
+
+    async fn proxies_to_check_of(
+        &self,
+        config: StorageConfigId,
+        assets: &[AssetId],
+    ) -> Result<Vec<StoredProxy>, CatalogueError> {
+        proxy_rows::to_check_of(self, config, assets).await?.into_iter().map(stored).collect()
+    }
+
+    async fn enqueue_follow_ups(&self, fence: Fence, items: &[NewWorkItem]) -> Result<(), CatalogueError> {
+        proxy_rows::enqueue_follow_ups(self, fence, items).await
     }
 
     #[mutants::skip]

@@ -139,7 +139,8 @@ async fn every_write_is_lost(s: &Setup, stale: Fence, live_asset: AssetId, gone_
     };
     assert_lost("replace_bursts", store.replace_bursts(stale, s.config, &[group]).await);
     assert_lost("purge_rows", store.purge_rows(stale, s.config, &[gone_asset], Utc::now()).await);
-    let stored = StoredProxy { asset_id: live_asset, proxy_type: ProxyType::Thumbnail, relative_path: None };
+    let stored =
+        StoredProxy { asset_id: live_asset, proxy_type: ProxyType::Thumbnail, relative_path: None, size_bytes: 0 };
     assert_lost("delete_proxy_rows", store.delete_proxy_rows(stale, &[stored]).await);
     let future = Utc::now() + chrono::Duration::days(1);
     assert_lost("delete_refresh_tokens", store.delete_refresh_tokens(stale, future, future, 100).await);

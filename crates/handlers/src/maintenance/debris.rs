@@ -4,13 +4,16 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use almanac_domain::{StorageConfigId, ports::MaintenanceStore};
+use almanac_domain::{
+    StorageConfigId,
+    ports::{MaintenanceStore, ProxyPath, is_temporary_file_name},
+};
 use almanac_media::{Entry, EntryKind, Removal};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::ProxySweepHandler;
-use super::proxy_files::{list_proxy_root, old_enough, open_proxy_root, remove_parents};
+use super::proxy_files::{old_enough, open_proxy_root, remove_parents, walk};
 
 /// What the start-up clean-up of temporary files did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -49,18 +52,15 @@ pub async fn remove_temporary_debris<M: MaintenanceStore + 'static>(
         let configs: HashSet<StorageConfigId> =
             store.storage_config_ids().await.map_err(|e| e.to_string())?.into_iter().collect();
         let (listing_root, listing_stop) = (root.clone(), stop.clone());
-        let listing =
-            tokio::task::spawn_blocking(move || list_proxy_root(&listing_root, &configs, min_age, &listing_stop))
-                .await
-                .map_err(|e| format!("walking the proxy root ended abnormally: {e}"))?;
+        let listing = tokio::task::spawn_blocking(move || debris_of(&listing_root, &configs, min_age, &listing_stop))
+            .await
+            .map_err(|e| format!("walking the proxy root ended abnormally: {e}"))?;
         Ok::<_, String>(Some((root, listing)))
     };
     match listed.await {
-        Ok(Some((root, listing))) => {
-            report.problems.extend(listing.unreadable);
-            let temporary =
-                |rel: &&String| rel.rsplit('/').next().is_some_and(almanac_domain::ports::is_temporary_file_name);
-            for rel in listing.candidates.iter().filter(temporary) {
+        Ok(Some((root, (candidates, unreadable)))) => {
+            report.problems.extend(unreadable);
+            for rel in &candidates {
                 if stop.is_cancelled() {
                     break;
                 }
@@ -102,4 +102,27 @@ pub async fn remove_temporary_debris<M: MaintenanceStore + 'static>(
         );
     }
     report
+}
+
+/// The temporary files in the exact proxy layout of an existing config and older than `min_age`, found in one
+/// walk of the proxy root that keeps only them; and the folders that could not be read. Blocking.
+fn debris_of(
+    root: &almanac_media::RootFolder,
+    configs: &HashSet<StorageConfigId>,
+    min_age: std::time::Duration,
+    stop: &CancellationToken,
+) -> (Vec<String>, Vec<String>) {
+    let (mut candidates, mut unreadable) = (Vec::new(), Vec::new());
+    let mut visit = |rel: Vec<u8>, entry: &Entry| {
+        let Ok(rel) = String::from_utf8(rel) else { return };
+        let ours = entry.kind == EntryKind::File
+            && ProxyPath::parse(&rel).is_some_and(|p| configs.contains(&p.config))
+            && rel.rsplit('/').next().is_some_and(is_temporary_file_name)
+            && old_enough(entry.mtime, min_age);
+        if ours {
+            candidates.push(rel);
+        }
+    };
+    walk(root, Vec::new(), stop, &mut visit, &mut |e| unreadable.push(e));
+    (candidates, unreadable)
 }

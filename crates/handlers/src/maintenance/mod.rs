@@ -1,10 +1,13 @@
 //! The maintenance handlers, one per file with its settings and defaults beside it: purge, proxy deletion,
 //! proxy sweep, token cleanup and work item retention; and the start-up removal of temporary debris.
-//! `proxy_files` holds what they share about files under the proxy root.
+//! `proxy_files` holds what they share about files under the proxy root; the sweep's check that proxies are
+//! whole is `proxy_check` (one folder's files against its rows) and `proxy_repair` (what is queued about it).
 
 mod debris;
+mod proxy_check;
 mod proxy_deletion;
 mod proxy_files;
+mod proxy_repair;
 mod proxy_sweep;
 mod purge;
 mod retention;

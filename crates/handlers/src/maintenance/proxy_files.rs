@@ -11,7 +11,7 @@ use almanac_domain::{
     ports::{ProxyPath, StoredProxy},
 };
 use almanac_executor::HandlerError;
-use almanac_media::{EntryKind, Removal, RootFolder};
+use almanac_media::{Entry, EntryKind, OpenError, Removal, RootFolder};
 use tokio_util::sync::CancellationToken;
 
 /// Deletes a proxy file beneath the proxy root (no link followed on the way; a link in its place goes, never
@@ -79,21 +79,8 @@ pub(super) fn delete_files(
     Ok((blocked, problems))
 }
 
-/// Files found under the proxy root, sorted into ours (old enough to be considered) and the rest.
-#[derive(Debug, Default)]
-pub(super) struct SweepListing {
-    /// In the exact proxy layout, of an existing config, and older than the age floor.
-    pub(super) candidates: Vec<String>,
-    /// Not in the layout, or of a config that does not exist: never deleted, reported.
-    pub(super) not_ours: Vec<String>,
-    /// How many entries were not ours in all (`not_ours` keeps the first few).
-    pub(super) not_ours_total: u64,
-    /// Folders that could not be read.
-    pub(super) unreadable: Vec<String>,
-}
-
 /// How many paths that are not ours a sweep names in its report (the count is always complete).
-const NOT_OURS_LISTED: usize = 20;
+pub(super) const NOT_OURS_LISTED: usize = 20;
 
 /// Whether a file's mtime makes it at least `min_age` old.
 pub(super) fn old_enough(mtime: chrono::DateTime<chrono::Utc>, min_age: Duration) -> bool {
@@ -101,58 +88,65 @@ pub(super) fn old_enough(mtime: chrono::DateTime<chrono::Utc>, min_age: Duration
     SystemTime::now().duration_since(mtime).is_ok_and(|age| age >= min_age)
 }
 
-/// Lists the proxy root, no link followed, and sorts what it finds; stops early (what was found so far) at
-/// `stop`. Blocking.
-pub(super) fn list_proxy_root(
+/// Lists one folder beneath the proxy root, no link followed: `Ok(None)` when it does not exist.
+pub(super) fn list_folder(root: &RootFolder, rel: &[u8]) -> Result<Option<Vec<Entry>>, String> {
+    match root.open_folder(rel).and_then(|folder| root.list(&folder, rel)) {
+        Ok(entries) => Ok(Some(entries)),
+        Err(OpenError::Vanished(_)) => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// `dir/name`, or `name` beneath the root itself.
+pub(super) fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut rel = dir.to_vec();
+    if !rel.is_empty() {
+        rel.push(b'/');
+    }
+    rel.extend_from_slice(name);
+    rel
+}
+
+/// Calls `visit` with the path and `lstat` of every entry beneath the folder `start` that is not a folder,
+/// depth first and no link followed, holding only the folders still to visit (never a list of the files). A
+/// folder that vanished is empty; one that cannot be read is told to `unreadable`. Answers whether every folder
+/// was read (false too when stopped at `stop`). Blocking.
+pub(super) fn walk(
     root: &RootFolder,
-    configs: &HashSet<StorageConfigId>,
-    min_age: Duration,
+    start: Vec<u8>,
     stop: &CancellationToken,
-) -> SweepListing {
-    let mut out = SweepListing::default();
-    let not_ours = |out: &mut SweepListing, rel: String| {
-        out.not_ours_total += 1;
-        if out.not_ours.len() < NOT_OURS_LISTED {
-            out.not_ours.push(rel);
-        }
-    };
-    let mut stack: Vec<Vec<u8>> = vec![Vec::new()];
+    visit: &mut dyn FnMut(Vec<u8>, &Entry),
+    unreadable: &mut dyn FnMut(String),
+) -> bool {
+    let mut complete = true;
+    let mut stack = vec![start];
     while let Some(dir) = stack.pop() {
         if stop.is_cancelled() {
-            break;
+            return false;
         }
-        let listed = root.open_folder(&dir).and_then(|folder| root.list(&folder, &dir));
-        let entries = match listed {
-            Ok(entries) => entries,
+        let entries = match list_folder(root, &dir) {
+            Ok(entries) => entries.unwrap_or_default(),
             Err(e) => {
-                out.unreadable.push(e.to_string());
+                unreadable(e);
+                complete = false;
                 continue;
             }
         };
         for entry in entries {
-            let mut rel = dir.clone();
-            if !rel.is_empty() {
-                rel.push(b'/');
-            }
-            rel.extend_from_slice(entry.name.as_bytes());
+            let rel = join(&dir, entry.name.as_bytes());
             if entry.kind == EntryKind::Folder {
                 stack.push(rel);
-                continue;
-            }
-            let text = String::from_utf8_lossy(&rel).into_owned();
-            let ours = (entry.kind == EntryKind::File)
-                .then(|| std::str::from_utf8(&rel).ok().and_then(ProxyPath::parse))
-                .flatten()
-                .filter(|p| configs.contains(&p.config));
-            match ours {
-                Some(_) if old_enough(entry.mtime, min_age) => out.candidates.push(text),
-                Some(_) => {}
-                None => not_ours(&mut out, text),
+            } else {
+                visit(rel, &entry);
             }
         }
     }
-    out.candidates.sort();
-    out
+    complete
+}
+
+/// Whether a folder name is one of the `<2 hex>` folders of the proxy layout (lower case, as we write them).
+pub(super) fn is_prefix_folder(name: &[u8]) -> bool {
+    name.len() == 2 && name.iter().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
 }
 
 #[cfg(test)]
@@ -181,6 +175,59 @@ mod tests {
         assert_eq!(delete_proxy_file(&root, ours, Some(config)), Ok(()));
         assert!(!dir.path().join(ours).exists());
         assert_eq!(delete_proxy_file(&root, ours, None), Ok(()), "already gone counts as deleted");
+    }
+
+    /// What the sweep holds at a time is one `<config>/<2 hex>` folder: walking it lists that folder's files and
+    /// no other's, however many there are beside it.
+    #[test]
+    fn a_walk_of_one_prefix_folder_sees_only_its_files_and_holds_no_list() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = StorageConfigId::new();
+        for n in 0u8..=255 {
+            let file = ContentHash::from_bytes([n; 32]).proxy_dir(config).join("thumbnail.jpg");
+            std::fs::create_dir_all(dir.path().join(&file).parent().unwrap()).unwrap();
+            std::fs::write(dir.path().join(&file), b"t").unwrap();
+        }
+        let deep = dir.path().join(format!("{config}/ab/x/y"));
+        std::fs::create_dir_all(&deep).unwrap();
+        std::fs::write(deep.join("z"), b"z").unwrap();
+        std::os::unix::fs::symlink("/etc", dir.path().join(format!("{config}/ab/link"))).unwrap();
+        let root = RootFolder::open(dir.path()).unwrap();
+        let mut seen = Vec::new();
+        let complete = walk(
+            &root,
+            format!("{config}/ab").into_bytes(),
+            &CancellationToken::new(),
+            &mut |rel, entry| seen.push((String::from_utf8(rel).unwrap(), entry.kind)),
+            &mut |e| panic!("{e}"),
+        );
+        seen.sort_by(|a, b| a.0.cmp(&b.0));
+        let ours = ContentHash::from_bytes([0xab; 32]).proxy_dir(config).join("thumbnail.jpg");
+        assert!(complete);
+        assert_eq!(
+            seen,
+            [
+                (ours.display().to_string(), EntryKind::File),
+                (format!("{config}/ab/link"), EntryKind::Link),
+                (format!("{config}/ab/x/y/z"), EntryKind::File),
+            ],
+            "one folder's files, the link not followed"
+        );
+        let mut nothing = 0;
+        assert!(walk(
+            &root,
+            format!("{config}/cd0").into_bytes(),
+            &CancellationToken::new(),
+            &mut |_, _| nothing += 1,
+            &mut |e| panic!("{e}")
+        ));
+        assert_eq!(nothing, 0, "a folder that is not there is empty");
+        assert!(
+            is_prefix_folder(b"0f")
+                && !is_prefix_folder(b"AB")
+                && !is_prefix_folder(b"abc")
+                && !is_prefix_folder(b"g0")
+        );
     }
 
     #[test]

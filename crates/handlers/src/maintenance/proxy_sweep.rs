@@ -1,42 +1,76 @@
-//! Proxy sweep: orphan proxy files, ours by their layout and referenced by no row, go once they are old.
+//! Proxy sweep: walks the proxy root one `<config id>/<2 hex>` folder at a time. Orphan proxy files, ours by
+//! their layout and referenced by no row, go once they are old; proxy files of active assets that are missing,
+//! not a regular file or not of their recorded size are found, and their assets' proxies queued to be made
+//! again (`proxy_repair`).
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use almanac_domain::{ProxySweepArgs, ProxySweepReport, StorageConfigId, SweptProxyRoot, ports::MaintenanceStore};
+use almanac_domain::{
+    ProxySweepArgs, ProxySweepReport, StorageConfigId, SweptProxyRoot,
+    ports::{MaintenanceStore, ServedConfigs},
+};
 use almanac_executor::{BoxFuture, HandlerContext, HandlerError, WorkHandler};
-use almanac_media::{Entry, EntryKind, Removal};
+use almanac_media::{Entry, EntryKind, Removal, RootFolder};
 use serde::Serialize;
 use tracing::{info, warn};
 
-use super::proxy_files::{list_proxy_root, old_enough, open_proxy_root, remove_parents};
-use crate::{report_progress, store_error};
+use super::proxy_check::{Found, confirm, judge};
+use super::proxy_files::{
+    NOT_OURS_LISTED, is_prefix_folder, join, list_folder, old_enough, open_proxy_root, remove_parents, walk,
+};
+use super::proxy_repair::ConfigCheck;
+use crate::{MassDeletionGuard, report_progress, store_error};
 
-/// A sweep's progress: orphan candidates to check, and how many were deleted so far.
+/// A sweep's progress: folders walked, orphans deleted, broken assets found so far.
 #[derive(Serialize)]
 struct SweepProgress {
-    checked: usize,
+    folders: u64,
     deleted: u64,
+    broken_assets: u64,
 }
 
-/// The proxy sweep handler (kind `proxy_sweep`): deletes only what is ours and orphaned. A file is deleted
-/// only when its path under the proxy root has the exact proxy layout (`<config id>/<2 hex>/<64 hex>/<proxy or
-/// temporary name>`, [`ProxyPath`]), its config exists, no proxy row references it, and, checked again right
-/// before the unlink, it is still a regular file older than `min_age` (default one hour, so a crawl's freshly
-/// written proxies survive until their rows commit). Anything else under the proxy root is left alone and
-/// reported once per sweep. No link is followed; nothing above the proxy root is touched.
+/// The proxy sweep handler (kind `proxy_sweep`). It walks the proxy root one `<config id>/<2 hex>` folder at a
+/// time, reading that folder's rows first and listing it after (a row is committed only after its file is
+/// written), so it holds one folder's rows and files at a time, never the whole root's.
+///
+/// It deletes only what is ours and orphaned: a file whose path has the exact proxy layout (`<config
+/// id>/<2 hex>/<64 hex>/<proxy or temporary name>`, [`ProxyPath`]) of a config that exists, that no proxy row
+/// references, and that, checked again right before the unlink, is still a regular file older than `min_age`
+/// (default over an hour, so a crawl's freshly written proxies survive until their rows commit). Anything else
+/// under the proxy root is left alone and reported once per sweep. No link is followed; nothing above the proxy
+/// root is touched.
+///
+/// It finds proxies that are not whole (safety invariant 10): for the active configs this Worker serves, a row
+/// of an active asset whose file is missing, a link or anything but a regular file, or of another size than
+/// recorded (a file younger than `min_age` is not judged on its size: its row may be on its way) makes the asset
+/// a suspect, confirmed by reading its rows and looking at its files again; its proxies are then queued to be
+/// made again through its config's queue ([`super::proxy_repair`]), unless so many of the config's files are
+/// missing that the proxy root looks unmounted or emptied.
+///
+/// [`ProxyPath`]: almanac_domain::ports::ProxyPath
 pub struct ProxySweepHandler<M> {
     store: Arc<M>,
     proxy_root: PathBuf,
     min_age: Duration,
+    served: ServedConfigs,
+    guard: MassDeletionGuard,
 }
 
 impl<M> ProxySweepHandler<M> {
-    /// A proxy sweep handler.
+    /// A proxy sweep handler that checks the proxies of every active config.
     pub fn new(store: Arc<M>, proxy_root: PathBuf, min_age: Duration) -> Self {
-        Self { store, proxy_root, min_age }
+        Self { store, proxy_root, min_age, served: ServedConfigs::All, guard: MassDeletionGuard::default() }
+    }
+
+    /// Checks only the proxies of the configs a Worker serving `served` crawls (with a proxy root per host, the
+    /// other hosts' proxies are not here). Orphans of every existing config are still swept.
+    pub fn serving(mut self, served: ServedConfigs) -> Self {
+        self.served = served;
+        self
     }
 
     /// The files it leaves, for a Worker whose tools run within `limits`: younger than an hour, or than a file's
@@ -44,6 +78,41 @@ impl<M> ProxySweepHandler<M> {
     /// to spare.
     pub fn min_age_for(limits: almanac_media::ToolLimits) -> Duration {
         (limits.longest_proxy_write() + Duration::from_secs(600)).max(Duration::from_secs(3600))
+    }
+}
+
+/// What one sweep found so far.
+#[derive(Default)]
+struct Sweep {
+    deleted: u64,
+    folders: u64,
+    report: SweptProxyRoot,
+}
+
+impl Sweep {
+    fn not_ours(&mut self, not_ours: NotOurs) {
+        self.report.left_alone += not_ours.total;
+        for rel in not_ours.examples {
+            if self.report.left_alone_examples.len() < NOT_OURS_LISTED {
+                self.report.left_alone_examples.push(rel);
+            }
+        }
+    }
+}
+
+/// Files found that are not ours: how many, and the first few.
+#[derive(Default)]
+struct NotOurs {
+    total: u64,
+    examples: Vec<String>,
+}
+
+impl NotOurs {
+    fn push(&mut self, rel: String) {
+        self.total += 1;
+        if self.examples.len() < NOT_OURS_LISTED {
+            self.examples.push(rel);
+        }
     }
 }
 
@@ -58,57 +127,256 @@ impl<M: MaintenanceStore + 'static> WorkHandler for ProxySweepHandler<M> {
             let root = Arc::new(root);
             let configs: HashSet<StorageConfigId> =
                 self.store.storage_config_ids().await.map_err(store_error)?.into_iter().collect();
-            let (listing_root, min_age, stop) = (root.clone(), self.min_age, ctx.cancel.clone());
-            let listing = tokio::task::spawn_blocking(move || list_proxy_root(&listing_root, &configs, min_age, &stop))
-                .await
-                .map_err(|e| HandlerError::retryable(format!("walking the proxy root ended abnormally: {e}")))?;
-            if listing.not_ours_total > 0 {
+            let checked: BTreeSet<StorageConfigId> =
+                self.store.configs_to_check(self.served).await.map_err(store_error)?.into_iter().collect();
+            let mut sweep = Sweep::default();
+            let on_disk = self.top_level(&root, &configs, &ctx, &mut sweep).await?;
+            for config in on_disk.union(&checked) {
+                self.config(&ctx, &root, *config, checked.contains(config), &mut sweep).await?;
+            }
+            if sweep.report.left_alone > 0 {
                 warn!(
                     event = "proxy_root_not_ours",
-                    count = listing.not_ours_total,
-                    examples = ?listing.not_ours,
+                    count = sweep.report.left_alone,
+                    examples = ?sweep.report.left_alone_examples,
                     "files under the proxy root that are not in the proxy layout (or of a config that does not \
                      exist) were left alone; nothing but Almanac's proxies belongs there"
                 );
             }
-            let mut deleted = 0u64;
-            let mut problems = Vec::new();
-            for chunk in listing.candidates.chunks(500) {
-                if ctx.cancel.is_cancelled() {
-                    return Err(HandlerError::cancelled());
-                }
-                let referenced: HashSet<String> =
-                    self.store.referenced_proxy_paths(chunk).await.map_err(store_error)?.into_iter().collect();
-                for orphan in chunk.iter().filter(|p| !referenced.contains(*p)) {
-                    // Re-check right before the delete: a row may have been committed since the batch query.
-                    let again =
-                        self.store.referenced_proxy_paths(std::slice::from_ref(orphan)).await.map_err(store_error)?;
-                    if !again.is_empty() {
-                        continue;
-                    }
-                    // And the file itself: still a regular file, still older than the floor (a retry of a
-                    // crawl may have just rewritten it).
-                    let confirm = |e: &Entry| e.kind == EntryKind::File && old_enough(e.mtime, self.min_age);
-                    match root.remove_file(orphan.as_bytes(), confirm) {
-                        Ok(Removal::Removed) => {
-                            deleted += 1;
-                            remove_parents(&root, orphan);
-                        }
-                        Ok(Removal::Gone | Removal::Kept) => {}
-                        Err(e) => problems.push(e.to_string()),
-                    }
-                }
-                report_progress(&ctx.progress, &SweepProgress { checked: listing.candidates.len(), deleted });
-            }
-            info!(event = "proxies_swept", deleted, not_deleted = problems.len(), "proxy sweep finished");
-            let mut swept = SweptProxyRoot::default();
-            swept.not_deleted = problems;
-            swept.left_alone = listing.not_ours_total;
-            swept.left_alone_examples = listing.not_ours;
-            swept.unreadable_folders = listing.unreadable;
-            Ok(ProxySweepReport::swept(deleted, swept))
+            let r = &sweep.report;
+            info!(
+                event = "proxies_swept",
+                deleted = sweep.deleted,
+                not_deleted = r.not_deleted.len(),
+                broken_assets = r.broken_assets,
+                repairs_queued = r.repairs_queued,
+                refused_configs = r.refused_configs.len(),
+                "proxy sweep finished"
+            );
+            Ok(ProxySweepReport::swept(sweep.deleted, sweep.report))
         })
     }
+}
+
+impl<M: MaintenanceStore + 'static> ProxySweepHandler<M> {
+    /// Lists the top of the proxy root: the folders of existing configs are answered (walked folder by folder
+    /// next); anything else is walked only to be counted as not ours.
+    async fn top_level(
+        &self,
+        root: &Arc<RootFolder>,
+        configs: &HashSet<StorageConfigId>,
+        ctx: &HandlerContext,
+        sweep: &mut Sweep,
+    ) -> Result<BTreeSet<StorageConfigId>, HandlerError> {
+        let (root, configs, stop) = (root.clone(), configs.clone(), ctx.cancel.clone());
+        let (found, not_ours, unreadable) = blocking(move || {
+            let (mut found, mut not_ours, mut unreadable) = (BTreeSet::new(), NotOurs::default(), Vec::new());
+            let entries = match list_folder(&root, b"") {
+                Ok(entries) => entries.unwrap_or_default(),
+                Err(e) => return (found, not_ours, vec![e]),
+            };
+            for entry in entries {
+                let name = entry.name.as_bytes();
+                let config = std::str::from_utf8(name).ok().and_then(|n| n.parse::<StorageConfigId>().ok());
+                match config.filter(|c| configs.contains(c) && c.to_string().as_bytes() == name) {
+                    Some(config) if entry.kind == EntryKind::Folder => {
+                        found.insert(config);
+                    }
+                    _ => not_ours_beneath(&root, name, &entry, &stop, &mut not_ours, &mut unreadable),
+                }
+            }
+            (found, not_ours, unreadable)
+        })
+        .await?;
+        sweep.not_ours(not_ours);
+        sweep.report.unreadable_folders.extend(unreadable);
+        Ok(found)
+    }
+
+    /// One config's folder, one `<2 hex>` folder at a time (those on disk and those rows have files in); then,
+    /// when its proxies are checked, the repair of what was found broken, or the guard's refusal.
+    async fn config(
+        &self,
+        ctx: &HandlerContext,
+        root: &Arc<RootFolder>,
+        config: StorageConfigId,
+        checked: bool,
+        sweep: &mut Sweep,
+    ) -> Result<(), HandlerError> {
+        let mut prefixes = self.prefixes_on_disk(root, config, ctx, sweep).await?;
+        if checked {
+            prefixes.extend(self.store.proxy_folders(config).await.map_err(store_error)?);
+        }
+        let mut check = ConfigCheck::new(config);
+        for prefix in prefixes.iter().filter(|p| is_prefix_folder(p.as_bytes())) {
+            if ctx.cancel.is_cancelled() {
+                return Err(HandlerError::cancelled());
+            }
+            self.folder(ctx, root, config, prefix, checked.then_some(&mut check), sweep).await?;
+            sweep.folders += 1;
+            let progress = SweepProgress {
+                folders: sweep.folders,
+                deleted: sweep.deleted,
+                broken_assets: sweep.report.broken_assets + check.broken_assets(),
+            };
+            report_progress(&ctx.progress, &progress);
+        }
+        if checked {
+            check.settle(&*self.store, ctx, &self.guard, &self.proxy_root, &mut sweep.report).await?;
+        }
+        Ok(())
+    }
+
+    /// The `<2 hex>` folders in the config's folder; anything else there is not ours.
+    async fn prefixes_on_disk(
+        &self,
+        root: &Arc<RootFolder>,
+        config: StorageConfigId,
+        ctx: &HandlerContext,
+        sweep: &mut Sweep,
+    ) -> Result<BTreeSet<String>, HandlerError> {
+        let (root, stop) = (root.clone(), ctx.cancel.clone());
+        let (prefixes, not_ours, unreadable) = blocking(move || {
+            let (mut prefixes, mut not_ours, mut unreadable) = (BTreeSet::new(), NotOurs::default(), Vec::new());
+            let dir = config.to_string().into_bytes();
+            let entries = match list_folder(&root, &dir) {
+                Ok(entries) => entries.unwrap_or_default(),
+                Err(e) => return (prefixes, not_ours, vec![e]),
+            };
+            for entry in entries {
+                let name = entry.name.as_bytes();
+                if entry.kind == EntryKind::Folder && is_prefix_folder(name) {
+                    prefixes.insert(String::from_utf8_lossy(name).into_owned());
+                } else {
+                    not_ours_beneath(&root, &join(&dir, name), &entry, &stop, &mut not_ours, &mut unreadable);
+                }
+            }
+            (prefixes, not_ours, unreadable)
+        })
+        .await?;
+        sweep.not_ours(not_ours);
+        sweep.report.unreadable_folders.extend(unreadable);
+        Ok(prefixes)
+    }
+
+    /// One `<config id>/<2 hex>` folder: its rows read, then its files listed and compared with them; orphans
+    /// deleted (each re-checked right before its unlink), suspects confirmed and handed to `check`.
+    async fn folder(
+        &self,
+        ctx: &HandlerContext,
+        root: &Arc<RootFolder>,
+        config: StorageConfigId,
+        prefix: &str,
+        check: Option<&mut ConfigCheck>,
+        sweep: &mut Sweep,
+    ) -> Result<(), HandlerError> {
+        // Rows first, the listing after: a row is committed only after its file is written.
+        let referenced: HashSet<String> =
+            self.store.referenced_proxy_paths_in(config, prefix).await.map_err(store_error)?.into_iter().collect();
+        let to_check = match &check {
+            Some(_) => self.store.proxies_to_check_in(config, prefix).await.map_err(store_error)?,
+            None => Vec::new(),
+        };
+        let (files, listed_whole, unreadable) = self.list(root, format!("{config}/{prefix}"), ctx).await?;
+        sweep.report.unreadable_folders.extend(unreadable);
+        let verdict = judge(&referenced, &to_check, &files, self.min_age);
+        drop(files);
+        let mut not_ours = NotOurs::default();
+        verdict.not_ours.into_iter().for_each(|rel| not_ours.push(rel));
+        sweep.not_ours(not_ours);
+        for orphan in &verdict.orphans {
+            self.delete_orphan(root, orphan, sweep).await?;
+        }
+        // A folder not read whole is not judged: files it could not list are not missing.
+        let Some(check) = check.filter(|_| listed_whole) else { return Ok(()) };
+        check.checked += verdict.checked;
+        if verdict.suspects.is_empty() {
+            return Ok(());
+        }
+        let suspects: Vec<_> = verdict.suspects.into_iter().collect();
+        let rows = self.store.proxies_to_check_of(config, &suspects).await.map_err(store_error)?;
+        let (root, min_age) = (root.clone(), self.min_age);
+        let confirmed = blocking(move || confirm(&root, &rows, min_age)).await?;
+        sweep.report.unreadable_folders.extend(confirmed.unreadable);
+        check.add(confirmed.broken);
+        Ok(())
+    }
+
+    /// Every file beneath one `<config id>/<2 hex>` folder, by path; whether every folder of it was read; what
+    /// could not be read.
+    async fn list(
+        &self,
+        root: &Arc<RootFolder>,
+        folder: String,
+        ctx: &HandlerContext,
+    ) -> Result<(HashMap<String, Found>, bool, Vec<String>), HandlerError> {
+        let (root, stop) = (root.clone(), ctx.cancel.clone());
+        blocking(move || {
+            let (mut files, mut unreadable) = (HashMap::new(), Vec::new());
+            let complete = walk(
+                &root,
+                folder.into_bytes(),
+                &stop,
+                &mut |rel, entry| {
+                    files.insert(String::from_utf8_lossy(&rel).into_owned(), Found::from(entry));
+                },
+                &mut |e| unreadable.push(e),
+            );
+            (files, complete, unreadable)
+        })
+        .await
+    }
+
+    /// Deletes an orphan: unless a row references it now (one may have been committed since the folder's rows
+    /// were read), and only if, right before the unlink, it is still a regular file older than the floor (a
+    /// retry of a crawl may have just rewritten it).
+    async fn delete_orphan(&self, root: &Arc<RootFolder>, orphan: &str, sweep: &mut Sweep) -> Result<(), HandlerError> {
+        let again =
+            self.store.referenced_proxy_paths(std::slice::from_ref(&orphan.to_owned())).await.map_err(store_error)?;
+        if !again.is_empty() {
+            return Ok(());
+        }
+        let (root, rel, min_age) = (root.clone(), orphan.to_owned(), self.min_age);
+        let removed = blocking(move || {
+            let confirm = |e: &Entry| e.kind == EntryKind::File && old_enough(e.mtime, min_age);
+            let removed = root.remove_file(rel.as_bytes(), confirm);
+            if matches!(removed, Ok(Removal::Removed)) {
+                remove_parents(&root, &rel);
+            }
+            removed.map_err(|e| e.to_string())
+        })
+        .await?;
+        match removed {
+            Ok(Removal::Removed) => sweep.deleted += 1,
+            Ok(Removal::Gone | Removal::Kept) => {}
+            Err(e) => sweep.report.not_deleted.push(e),
+        }
+        Ok(())
+    }
+}
+
+/// Counts what lies at `rel` (the entry `entry`) as not ours: a file, or every file beneath a folder.
+fn not_ours_beneath(
+    root: &RootFolder,
+    rel: &[u8],
+    entry: &Entry,
+    stop: &tokio_util::sync::CancellationToken,
+    not_ours: &mut NotOurs,
+    unreadable: &mut Vec<String>,
+) {
+    if entry.kind != EntryKind::Folder {
+        return not_ours.push(String::from_utf8_lossy(rel).into_owned());
+    }
+    walk(root, rel.to_vec(), stop, &mut |rel, _| not_ours.push(String::from_utf8_lossy(&rel).into_owned()), &mut |e| {
+        unreadable.push(e)
+    });
+}
+
+/// Runs blocking file-system work on its own thread.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, HandlerError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| HandlerError::retryable(format!("looking at the proxy root ended abnormally: {e}")))
 }
 
 #[cfg(test)]

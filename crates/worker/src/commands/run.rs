@@ -42,7 +42,7 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<Exit, Failure> {
     let executor_config = settings.executor(served).map_err(Failure::failed)?;
     let proxy_root = proxy_root(&settings, &url, &store).await?;
     let store = Arc::new(store);
-    let registry = handlers(&settings, &store, &proxy_root);
+    let registry = handlers(&settings, &store, &proxy_root, served);
     let executor = Executor::new(store.clone(), registry, executor_config).map_err(Failure::failed)?;
 
     let stop = CancellationToken::new();
@@ -203,7 +203,7 @@ async fn proxy_root(settings: &Settings, url: &str, store: &PgStore) -> Result<P
 }
 
 /// A handler for every kind, with its settings.
-fn handlers(settings: &Settings, store: &Arc<PgStore>, proxy_root: &Path) -> HandlerRegistry {
+fn handlers(settings: &Settings, store: &Arc<PgStore>, proxy_root: &Path, served: ServedConfigs) -> HandlerRegistry {
     let mut crawl = CrawlSettings::new(proxy_root.to_path_buf());
     crawl.max_concurrent_files = settings.worker.max_concurrent_files;
     crawl.mass_deletion = settings.mass_deletion();
@@ -216,7 +216,7 @@ fn handlers(settings: &Settings, store: &Arc<PgStore>, proxy_root: &Path) -> Han
         .register(BurstDetectionHandler::new(store.clone(), BurstSettings::default()))
         .register(PurgeHandler::new(store.clone(), purge))
         .register(ProxyDeletionHandler::new(store.clone(), proxy_root.to_path_buf()))
-        .register(ProxySweepHandler::new(store.clone(), proxy_root.to_path_buf(), sweep_min_age))
+        .register(ProxySweepHandler::new(store.clone(), proxy_root.to_path_buf(), sweep_min_age).serving(served))
         .register(TokenCleanupHandler::new(store.clone(), token_grace))
         .register(WorkItemRetentionHandler::new(store.clone(), RetentionSettings::default()))
 }

@@ -131,6 +131,17 @@ pub const EVENTS: &[Event] = &[
         "proxy_root_not_ours",
         "the sweep left alone files under the proxy root that are not in the proxy layout (count and examples)",
     ),
+    event(
+        "proxies_found_broken",
+        "the sweep found proxy files of a config's active assets missing, cut short or replaced (`config`, `assets`) \
+         and queued a `proxy_deletion` of those assets and a crawl behind it, which make them again",
+    ),
+    event(
+        "proxy_root_looks_emptied",
+        "the sweep found more than half of 10 or more of a config's proxy files missing (`config`, `checked`, \
+         `missing`): the proxy root looks unmounted or emptied, so nothing was queued for that config. Mount the \
+         proxy volume; if the files really are gone, `almanac-worker regenerate --config …`",
+    ),
     event("tokens_deleted", "token clean-up's result"),
     event("work_items_deleted", "retention's result: finished items deleted"),
     event(
