@@ -44,7 +44,7 @@ struct SweepProgress {
 /// under the proxy root is left alone and reported once per sweep. No link is followed; nothing above the proxy
 /// root is touched.
 ///
-/// It finds proxies that are not whole (safety invariant 10): for the active configs this Worker serves, a row
+/// It finds proxies that are not whole (docs/safety.md, invariant 10): for the active configs this Worker serves, a row
 /// of an active asset whose file is missing, a link or anything but a regular file, or of another size than
 /// recorded (a file younger than `min_age` is not judged on its size: its row may be on its way) makes the asset
 /// a suspect, confirmed by reading its rows and looking at its files again; its proxies are then queued to be
