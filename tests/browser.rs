@@ -43,6 +43,8 @@ fn start_worker(url: &str, proxies: &Path, env: &[(&str, &str)]) -> (Worker, Str
             .env("ALMANAC__HTTP__ADDRESS", &address)
             .env("ALMANAC__HTTP__TOKEN", TOKEN)
             .env("ALMANAC__LOG__LEVEL", "warn")
+            // The tests write their photos moments before a crawl: none is being written any more.
+            .env("ALMANAC__STORAGE__SETTLE_TIME", "0s")
             .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -312,6 +312,8 @@ impl Trial {
             .env("ALMANAC__QUEUE__RETRY_CAP", "2s")
             .env("ALMANAC__QUEUE__MAX_STALLS", "10")
             .env("ALMANAC__WORKER__MAX_CONCURRENT_FILES", "2")
+            // The tests write their photos moments before a crawl: none is being written any more.
+            .env("ALMANAC__STORAGE__SETTLE_TIME", "0s")
             .stdout(Stdio::null())
             .stderr(log);
         for (k, v) in extra {

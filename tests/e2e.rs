@@ -60,6 +60,8 @@ impl Setup {
             .env("ALMANAC__HTTP__ENABLED", "false")
             .env("ALMANAC__QUEUE__POLL_INTERVAL", "200ms")
             .env("ALMANAC__LOG__LEVEL", "info")
+            // The tests write their photos moments before a crawl: none is being written any more.
+            .env("ALMANAC__STORAGE__SETTLE_TIME", "0s")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap());
         for (k, v) in extra {

@@ -64,6 +64,8 @@ impl Setup {
             .env("ALMANAC__STORAGE__PROXY_ROOT", self.dir.path().join("proxies"))
             .env("ALMANAC__HTTP__ENABLED", "false")
             .env("ALMANAC__LOG__LEVEL", "info")
+            // The tests write their photos moments before a crawl: none is being written any more.
+            .env("ALMANAC__STORAGE__SETTLE_TIME", "0s")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap());
         for (k, v) in extra {

@@ -77,6 +77,8 @@ pub fn run(workspace: &Path, cargo: &str) -> Result<()> {
         .env("ALMANAC__QUEUE__POLL_INTERVAL", "500ms")
         .env("ALMANAC__HTTP__ADDRESS", format!("127.0.0.1:{port}"))
         .env("ALMANAC__WORKER__ID", "demo-worker")
+        // Its photos were made moments ago and nothing writes them: none is left to settle.
+        .env("ALMANAC__STORAGE__SETTLE_TIME", "0s")
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()?;

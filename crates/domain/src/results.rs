@@ -48,6 +48,9 @@ pub struct CrawlCounts {
     pub skipped: u64,
     /// Files that could not be ingested.
     pub failed: u64,
+    /// Files still being written (modified within the settle time, or changed while they were read): left
+    /// alone, nothing written for them, and a crawl asked for again once they may have settled.
+    pub settling: u64,
     /// Bytes read to hash content.
     pub bytes_hashed: u64,
     /// Files processed so far, of `total`, in `seconds`.

@@ -53,7 +53,9 @@ async fn crawl(store: &Arc<PgStore>, config: StorageConfigId, proxies: &Path) ->
     };
     let claimed = store.claim(&claim).await.unwrap().expect("the crawl just enqueued");
     // As the Worker runs it: its shipped crawl settings.
-    let settings = CrawlSettings::new(proxies.to_owned());
+    let mut settings = CrawlSettings::new(proxies.to_owned());
+    // The library was seeded moments ago, and nothing writes it now: no file is left to settle.
+    settings.settle_time = Duration::ZERO;
     let handler = CrawlHandler::new(store.clone(), settings);
     let ctx = HandlerContext {
         item: claimed.item,

@@ -301,6 +301,7 @@ async fn stills_that_fill_the_pixel_budget_are_all_crawled() {
             tool_limits: almanac_media::ToolLimits::default(),
             mass_deletion: MassDeletionGuard::default(),
             max_image_pixels: 1_000_000,
+            settle_time: std::time::Duration::ZERO,
         },
     );
     let item = lib.item(serde_json::json!({})).await;

@@ -174,6 +174,7 @@ async fn a_root_overlapping_the_proxy_root_is_refused_by_the_crawl() {
             tool_limits: ToolLimits::default(),
             mass_deletion: MassDeletionGuard::default(),
             max_image_pixels: almanac_media::DEFAULT_MAX_PIXELS,
+            settle_time: Duration::ZERO,
         };
         let handler = CrawlHandler::new(lib.store.clone(), settings);
         let item = lib.item(serde_json::json!({})).await;
@@ -233,6 +234,12 @@ impl Interposed {
 
     fn cancel_at_placement(inner: Arc<PgStore>, cancel: CancellationToken) -> Self {
         Self { inner, twist: Twist::CancelAtPlacement(cancel) }
+    }
+}
+
+impl DatabaseClock for Interposed {
+    async fn db_now(&self) -> Result<DateTime<Utc>, CatalogueError> {
+        self.inner.db_now().await
     }
 }
 
@@ -360,6 +367,7 @@ async fn a_file_or_folder_swapped_for_a_link_after_listing_is_never_read() {
         tool_limits: ToolLimits::default(),
         mass_deletion: MassDeletionGuard::default(),
         max_image_pixels: almanac_media::DEFAULT_MAX_PIXELS,
+        settle_time: Duration::ZERO,
     };
     let handler = CrawlHandler::new(Arc::new(catalogue), settings);
     let item = lib.item(serde_json::json!({})).await;
@@ -675,7 +683,8 @@ async fn a_crawl_cancelled_after_a_file_was_read_writes_nothing_for_it() {
     // The cancellation lands while the moved file's content is looked up: read, not yet written.
     let cancel = CancellationToken::new();
     let catalogue = Interposed::cancel_at_placement(lib.store.clone(), cancel.clone());
-    let handler = CrawlHandler::new(Arc::new(catalogue), CrawlSettings::new(lib.proxies.clone()));
+    let settings = CrawlSettings { settle_time: Duration::ZERO, ..CrawlSettings::new(lib.proxies.clone()) };
+    let handler = CrawlHandler::new(Arc::new(catalogue), settings);
     let item = lib.item(serde_json::json!({})).await;
     let err = lib.run_in(&handler, item, cancel.clone()).await.expect_err("cancelled");
     assert!(cancel.is_cancelled() && err.message.contains("cancelled"), "{err:?}");

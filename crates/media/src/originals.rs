@@ -78,6 +78,14 @@ impl Original {
         &self.path
     }
 
+    /// Its size and modification time now (`fstat` of the open file), as the walk reads them: the mtime
+    /// truncated to microseconds. Compared with the walk's, it tells a file that changed since it was listed.
+    pub fn size_and_mtime(&self) -> std::io::Result<(u64, DateTime<Utc>)> {
+        let stat = rustix::fs::fstat(&self.file)?;
+        let entry = entry_of(OsString::new(), &stat);
+        Ok((entry.size, entry.mtime))
+    }
+
     /// A second handle on the same open file, for an external tool's standard input.
     pub(crate) fn handle_for_tool(&self) -> std::io::Result<File> {
         self.file.try_clone()

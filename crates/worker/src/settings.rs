@@ -91,6 +91,10 @@ pub struct Storage {
     /// Stills whose header claims more megapixels than this are refused before decoding (a decompression
     /// bomb), recorded as failed files with the reason.
     pub max_image_megapixels: u64,
+    /// A file is read only once its size and mtime have stayed the same this long (a copy or a sync still
+    /// writing it is left for a crawl that much later); 0 to 1 h.
+    #[serde(with = "humantime_serde")]
+    pub settle_time: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -191,6 +195,7 @@ impl Default for Storage {
             mass_deletion_min_assets: guard.min_assets,
             mass_deletion_max_percent: guard.max_percent,
             max_image_megapixels: almanac_media::DEFAULT_MAX_PIXELS / 1_000_000,
+            settle_time: almanac_handlers::CrawlSettings::DEFAULT_SETTLE_TIME,
         }
     }
 }
@@ -334,6 +339,13 @@ impl Settings {
                  sensor)",
                 self.storage.max_image_megapixels,
                 almanac_media::DEFAULT_MAX_PIXELS / 1_000_000
+            );
+        }
+        if self.storage.settle_time > Duration::from_secs(3600) {
+            bail!(
+                "storage.settle_time: {:?} must be at most 1h (a file still being written is left for a crawl that \
+                 much later; 0s reads files however recently they changed)",
+                self.storage.settle_time
             );
         }
         if self.schedule.crawl_interval < Duration::from_secs(60) {

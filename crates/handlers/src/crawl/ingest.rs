@@ -18,6 +18,7 @@ use super::CrawlSettings;
 use super::display;
 use super::report::{Counters, bump};
 use super::rules::{Placement, place};
+use super::settling::{self, CrawlClock};
 use super::walk::{Seen, WalkEntry};
 
 /// Why one file was not ingested.
@@ -34,6 +35,9 @@ pub(super) enum FileProblem {
     ProxyVolume(MediaError),
     /// The catalogue did not answer: the crawl stops (retryable).
     Catalogue(CatalogueError),
+    /// Still being written: modified within the settle time, or changed between the walk and the end of its
+    /// hashing. Nothing is written for it; a crawl later reads it.
+    Settling,
     Cancelled,
 }
 
@@ -93,6 +97,8 @@ pub(super) struct Run<'a, C> {
     pub counters: Arc<Counters>,
     /// When the crawl's processing began.
     pub since: std::time::Instant,
+    /// The time mtimes are judged by (the database's).
+    pub clock: CrawlClock,
     /// The known files processing found (a move, a copy, a touched file): what the walk found unchanged is
     /// never marked, so this grows with what changed.
     pub seen: Mutex<HashSet<Seen>>,
@@ -126,10 +132,25 @@ impl<C: CatalogueStore> Run<'_, C> {
 
     /// Reads, places and writes one changed or new file. Unchanged files never get here: the walk reports them
     /// without opening them. A known path that changed is handled here (re-read, replaced or relocated), so it
-    /// does not count as vanished.
+    /// does not count as vanished; nor does one still being written, which is left as the catalogue knows it.
     pub async fn file(&self, entry: &WalkEntry, known: Option<&KnownFile>) -> Result<(), FileProblem> {
         if let Some(k) = known.filter(|k| !k.extra) {
             self.mark(Seen::Asset(k.asset_id));
+        }
+        let done = self.settled_file(entry, known).await;
+        if let (Err(FileProblem::Settling), Some(k)) = (&done, known.filter(|k| k.extra)) {
+            // A copy being written over keeps its place until it has settled.
+            self.mark(Seen::Extra(k.facts.file_path.clone()));
+        }
+        done
+    }
+
+    /// [`Run::file`], once the file is known to be no longer written: modified within the settle time, it is
+    /// not read; changed while it was read, nothing is written for it.
+    async fn settled_file(&self, entry: &WalkEntry, known: Option<&KnownFile>) -> Result<(), FileProblem> {
+        // Before the size: a file being written may be empty yet.
+        if settling::modified_recently(entry.mtime, self.clock.now(), self.settings.settle_time) {
+            return Err(FileProblem::Settling);
         }
         if entry.size == 0 {
             return Err(FileProblem::Skipped("empty file".into()));
@@ -233,16 +254,34 @@ impl<C: CatalogueStore> Run<'_, C> {
     }
 
     /// Opens the file beneath the root (no link followed), confirms its format by its content, and hashes it
-    /// through the open file, which is kept for the tools that read it next (on a blocking thread).
+    /// through the open file, which is kept for the tools that read it next (on a blocking thread). Then looks
+    /// at the open file again: another size or mtime than the walk listed means it is still being written
+    /// ([`FileProblem::Settling`]), and so does a file that could not be read, or was not media by its content,
+    /// and has changed since (its first bytes not yet written, or it grew past a still's limit).
     async fn read(&self, entry: &WalkEntry) -> Result<ReadOriginal, FileProblem> {
-        let (root, rel, cancel) = (self.root.clone(), entry.rel.clone(), self.cancel.clone());
-        let read = tokio::task::spawn_blocking(move || {
-            almanac_media::read_original(&root, &rel, almanac_media::MAX_STILL_BYTES, &cancel)
+        let (root, listed, cancel) = (self.root.clone(), entry.clone(), self.cancel.clone());
+        let (read, changed) = tokio::task::spawn_blocking(move || {
+            let read = almanac_media::read_original(&root, &listed.rel, almanac_media::MAX_STILL_BYTES, &cancel);
+            let now = match &read {
+                Ok(read) => Some(read.original.size_and_mtime()),
+                Err(ReadError::NotMedia | ReadError::Unreadable(_)) => {
+                    root.open_file(&listed.rel).ok().map(|again| again.size_and_mtime())
+                }
+                Err(ReadError::Vanished | ReadError::Cancelled) => None,
+            };
+            // A file that cannot be looked at again is judged by what was read of it.
+            let changed = now.and_then(Result::ok).is_some_and(|now| settling::changed_since_listed(&listed, now));
+            (read, changed)
         })
         .await
-        .map_err(|e| FileProblem::Failed(format!("hashing ended abnormally: {e}")))??;
-        self.counters.bytes_hashed.fetch_add(read.bytes, Ordering::Relaxed);
-        Ok(read)
+        .map_err(|e| FileProblem::Failed(format!("hashing ended abnormally: {e}")))?;
+        if let Ok(read) = &read {
+            self.counters.bytes_hashed.fetch_add(read.bytes, Ordering::Relaxed);
+        }
+        if changed {
+            return Err(FileProblem::Settling);
+        }
+        Ok(read?)
     }
 
     /// A new asset at this path (`replaces` the asset the path held before, if another content).

@@ -5,8 +5,8 @@
 //!
 //! One subject per file: this one runs a crawl's steps in order; `root` checks the root before anything is
 //! read; `walk` lists the tree in the byte order of paths; `merge` steps the catalogue's known files beside it; `ingest` is one file's journey (placed against the catalogue, proxies made,
-//! dates read); `settle` deals with what the walk did not find and pairs Live Photos; `report` counts. `rules`
-//! holds the pure decisions (placement, the deletion guard, pairing).
+//! dates read); `settling` tells files still being written; `settle` deals with what the walk did not find and
+//! pairs Live Photos; `report` counts. `rules` holds the pure decisions (placement, the deletion guard, pairing).
 
 mod ingest;
 mod merge;
@@ -14,15 +14,17 @@ mod report;
 mod root;
 mod rules;
 mod settle;
+mod settling;
 mod walk;
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use almanac_domain::{
     BurstDetectionArgs, CrawlArgs, CrawlReport, DedupKey, NewWorkItem, Scope, StorageConfigId, WorkKind,
-    ports::{CatalogueError, CatalogueStore, KnownFile},
+    ports::{CatalogueError, CatalogueStore, DatabaseClock, KnownFile},
 };
 use almanac_executor::{BoxFuture, HandlerContext, HandlerError, ProgressReporter, WorkHandler};
 use almanac_media::{PixelBudget, ToolLimits};
@@ -66,14 +68,22 @@ pub struct CrawlSettings {
     pub mass_deletion: MassDeletionGuard,
     /// Stills whose header claims more pixels than this are refused before decoding (a decompression bomb).
     pub max_image_pixels: u64,
+    /// A file is read only once its size and mtime have stayed the same this long: one modified more recently
+    /// is still being written (a phone syncing, a copy in progress), and is left for a crawl this much later.
+    pub settle_time: Duration,
 }
 
 impl CrawlSettings {
     /// Files processed at once inside one crawl, unless configured.
     pub const DEFAULT_MAX_CONCURRENT_FILES: usize = 4;
 
+    /// How long a file's size and mtime must have stayed the same before it is read, unless configured: longer
+    /// than the pauses of a copy or an upload over Wi-Fi, and than NFS's shortest attribute cache (3 s), yet
+    /// short beside any crawl.
+    pub const DEFAULT_SETTLE_TIME: Duration = Duration::from_secs(10);
+
     /// The defaults, writing proxies under `proxy_root`: four files at once, the tools' default time limits,
-    /// the default mass-deletion guard, and stills of up to 250 megapixels.
+    /// the default mass-deletion guard, stills of up to 250 megapixels, and the default settle time.
     pub fn new(proxy_root: PathBuf) -> Self {
         Self {
             proxy_root,
@@ -81,6 +91,7 @@ impl CrawlSettings {
             tool_limits: ToolLimits::default(),
             mass_deletion: MassDeletionGuard::default(),
             max_image_pixels: almanac_media::DEFAULT_MAX_PIXELS,
+            settle_time: Self::DEFAULT_SETTLE_TIME,
         }
     }
 }
@@ -95,14 +106,15 @@ pub struct CrawlHandler<C> {
 }
 
 impl<C> CrawlHandler<C> {
-    /// A crawl handler over the catalogue port (whose writes, the follow-up enqueue included, are fenced).
+    /// A crawl handler over the catalogue port (whose writes, the follow-up enqueues included, are fenced) and
+    /// the database's clock (which judges whether a file is still being written).
     pub fn new(catalogue: Arc<C>, settings: CrawlSettings) -> Self {
         let pixel_budget = PixelBudget::new(settings.max_image_pixels);
         Self { catalogue, settings, pixel_budget }
     }
 }
 
-impl<C: CatalogueStore + 'static> WorkHandler for CrawlHandler<C> {
+impl<C: CatalogueStore + DatabaseClock + 'static> WorkHandler for CrawlHandler<C> {
     type Args = CrawlArgs;
 
     fn work(&self, args: CrawlArgs, ctx: HandlerContext) -> BoxFuture<'_, Result<CrawlReport, HandlerError>> {
@@ -110,9 +122,10 @@ impl<C: CatalogueStore + 'static> WorkHandler for CrawlHandler<C> {
     }
 }
 
-impl<C: CatalogueStore + 'static> CrawlHandler<C> {
+impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
     /// A crawl's steps: check and open the root, list it beside the catalogue's known files, process what
-    /// changed, settle what vanished, pair Live Photos, and ask for burst detection.
+    /// changed, settle what vanished, pair Live Photos, and ask for burst detection (and for a crawl again when
+    /// files were still being written).
     async fn crawl(&self, args: CrawlArgs, ctx: HandlerContext) -> Result<CrawlReport, HandlerError> {
         let config = ctx.config()?;
         let storage = self
@@ -127,6 +140,7 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
             .await
             .map_err(|e| root::proxy_root_unwritable(e, "Nothing was read"))?;
         let (root, is_mount_point) = root::open_root(&storage, args)?;
+        let clock = settling::CrawlClock::new(self.catalogue.db_now().await.map_err(catalogue_error)?);
         let run = Run {
             catalogue: &*self.catalogue,
             settings: &self.settings,
@@ -136,6 +150,7 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
             root: Arc::new(root),
             counters: Arc::default(),
             since: std::time::Instant::now(),
+            clock,
             seen: Mutex::default(),
             hash_locks: Mutex::default(),
             cancel: ctx.cancel.clone(),
@@ -170,6 +185,9 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
             return Err(HandlerError::cancelled());
         }
         self.ask_for_bursts(&ctx, config).await?;
+        if run.counters.settling.load(Ordering::Relaxed) > 0 {
+            self.ask_again(&ctx, config, &run.clock).await?;
+        }
         Ok(run.counters.report(run.counts(), &walk, soft_deleted, paired))
     }
 
@@ -183,7 +201,8 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
         run: &Run<'_, C>,
         progress: &ProgressReporter,
     ) -> Result<(WalkReport, Leftover), HandlerError> {
-        let (pages_tx, pages_rx) = tokio::sync::mpsc::channel::<Vec<KnownFile>>(1);
+        // A few pages ahead (about 6 MB at most), so a slow answer from a busy server does not stall the walk.
+        let (pages_tx, pages_rx) = tokio::sync::mpsc::channel::<Vec<KnownFile>>(4);
         // Unbounded: the walk runs ahead of the processing, so the total is known early; what waits is only
         // what changed (a first crawl's every file, about 150 bytes each), never the unchanged library.
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Walked>();
@@ -293,6 +312,11 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
     async fn file_problem(&self, run: &Run<'_, C>, entry: &WalkEntry, problem: FileProblem) -> Option<HandlerError> {
         match problem {
             FileProblem::Cancelled => None,
+            FileProblem::Settling => {
+                bump(&run.counters.settling);
+                tracing::debug!(path = %run.abs(entry).display(), "still being written; left for a crawl later");
+                None
+            }
             FileProblem::Skipped(reason) => {
                 bump(&run.counters.skipped);
                 tracing::debug!(path = %run.abs(entry).display(), reason, "skipped");
@@ -331,6 +355,26 @@ impl<C: CatalogueStore + 'static> CrawlHandler<C> {
             .await
             .map_err(|e| crate::store_error_while("could not enqueue burst detection: ", e))?;
         Ok(())
+    }
+
+    /// Enqueues a crawl of the config due once the files still being written may have settled (the settle time
+    /// from now), fenced like every write. It joins a crawl of the config already queued (the same key as the
+    /// scheduler's and the operator's), which then finds them; it carries no confirmation of this one.
+    async fn ask_again(
+        &self,
+        ctx: &HandlerContext,
+        config: StorageConfigId,
+        clock: &settling::CrawlClock,
+    ) -> Result<(), HandlerError> {
+        let scope = Scope::Config(config);
+        let again = NewWorkItem::from_args(&CrawlArgs::default(), scope)
+            .map_err(|e| HandlerError::permanent(e.to_string()))?
+            .with_dedup_key(DedupKey::for_work(WorkKind::Crawl, scope))
+            .with_run_after(clock.after(self.settings.settle_time));
+        self.catalogue
+            .enqueue_follow_up(ctx.fence, &again)
+            .await
+            .map_err(|e| crate::store_error_while("could not enqueue a crawl for the files still being written: ", e))
     }
 }
 

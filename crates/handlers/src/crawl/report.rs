@@ -29,6 +29,8 @@ pub(super) struct Counters {
     pub redated: AtomicU64,
     pub skipped: AtomicU64,
     pub failed: AtomicU64,
+    /// Files still being written: left for a crawl later.
+    pub settling: AtomicU64,
     pub bytes_hashed: AtomicU64,
     /// The files that failed, and why (the first [`MAX_LISTED_FAILURES`]).
     failures: Mutex<Vec<PathProblem>>,
@@ -76,6 +78,7 @@ impl Counters {
         counts.redated = get(&self.redated);
         counts.skipped = get(&self.skipped);
         counts.failed = get(&self.failed);
+        counts.settling = get(&self.settling);
         counts.bytes_hashed = get(&self.bytes_hashed);
         counts.done = get(&self.found);
         counts.total = self.listing_done.load(Ordering::Relaxed).then(|| self.listed());
@@ -101,6 +104,7 @@ impl Counters {
             files_found = report.counts.found,
             files_ingested = report.counts.ingested,
             files_failed = report.counts.failed,
+            files_settling = report.counts.settling,
             bytes_hashed = report.counts.bytes_hashed,
             result = %serde_json::to_value(&report).unwrap_or_default(),
             "crawl finished"

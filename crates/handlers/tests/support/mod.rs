@@ -152,6 +152,8 @@ impl Library {
             tool_limits: ToolLimits::default(),
             mass_deletion: MassDeletionGuard::default(),
             max_image_pixels: almanac_media::DEFAULT_MAX_PIXELS,
+            // The tests write their files moments before they crawl: none is being written any more.
+            settle_time: Duration::ZERO,
         };
         CrawlHandler::new(self.store.clone(), settings)
     }

@@ -208,6 +208,7 @@ fn handlers(settings: &Settings, store: &Arc<PgStore>, proxy_root: &Path, served
     crawl.max_concurrent_files = settings.worker.max_concurrent_files;
     crawl.mass_deletion = settings.mass_deletion();
     crawl.max_image_pixels = settings.max_image_pixels();
+    crawl.settle_time = settings.storage.settle_time;
     let purge = PurgeSettings::new(proxy_root.to_path_buf(), settings.schedule.purge_after);
     let sweep_min_age = ProxySweepHandler::<PgStore>::min_age_for(ToolLimits::default());
     let token_grace = TokenCleanupHandler::<PgStore>::DEFAULT_GRACE;
