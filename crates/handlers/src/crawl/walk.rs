@@ -87,8 +87,12 @@ pub fn walk_tree(
             let listed = root.open_folder(&rel_dir).and_then(|folder| root.list(&folder, &rel_dir));
             match listed {
                 Ok(entries) => stack.push(sort_folder(root, &rel_dir, entries, avoid, &mut report).into_iter()),
-                // Gone since its parent was listed: it is simply not there.
-                Err(OpenError::Vanished(_)) => {}
+                // Gone since its parent was listed: deleted, or renamed to a name the walk has passed (its files are
+                // somewhere this walk will not look). Either way the walk is not complete: nothing is soft-deleted.
+                Err(OpenError::Vanished(_)) => report.unreadable.push((
+                    display_of(root, &rel_dir),
+                    "it vanished while the walk ran (renamed or deleted); the next crawl looks again".into(),
+                )),
                 Err(e) => report.unreadable.push((display_of(root, &rel_dir), e.to_string())),
             }
         }
@@ -281,5 +285,25 @@ mod tests {
         let cancel = CancellationToken::new();
         cancel.cancel();
         assert!(walk_tree(&folder, None, &cancel, |_| true).stopped, "cancelled before the first folder");
+    }
+
+    #[test]
+    fn a_folder_renamed_while_the_walk_runs_leaves_the_walk_incomplete() {
+        let dir = tempfile::tempdir().unwrap();
+        for rel in ["a.jpg", "b/1.jpg", "c/2.jpg"] {
+            std::fs::create_dir_all(dir.path().join(rel).parent().unwrap()).unwrap();
+            std::fs::write(dir.path().join(rel), b"x").unwrap();
+        }
+        let folder = RootFolder::open(dir.path()).unwrap();
+        // `b` is renamed to a name the walk has passed, after the root was listed and before `b` is opened.
+        let report = walk_tree(&folder, None, &CancellationToken::new(), |entry| {
+            if entry.rel == b"a.jpg" {
+                std::fs::rename(dir.path().join("b"), dir.path().join("0")).unwrap();
+            }
+            true
+        });
+        assert!(!report.stopped);
+        assert_eq!(report.unreadable.len(), 1, "{report:?}");
+        assert!(report.unreadable[0].0.ends_with("/b") && report.unreadable[0].1.contains("vanished"), "{report:?}");
     }
 }
