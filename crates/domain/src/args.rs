@@ -56,8 +56,9 @@ pub trait WorkArgs: Serialize + DeserializeOwned {
     }
 }
 
-/// A crawl's arguments: both confirmations are off unless an operator gives them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// A crawl's arguments: both confirmations are off unless an operator gives them; a crawl of the whole root
+/// unless `folders` names where a watcher saw changes (ADR 0014).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CrawlArgs {
     /// Soft-delete what vanished although the mass-deletion guard would refuse, or although the root holds no
@@ -66,6 +67,39 @@ pub struct CrawlArgs {
     /// The root was a mount point at the last crawl and is not one now, and that is expected (the library
     /// moved off its own mount).
     pub root_moved: bool,
+    /// Only these folders, each with everything below it: paths relative to the root, `/`-separated, without
+    /// `.` or `..` parts (`""` is the root itself). Empty: the whole root. What vanished is soft-deleted only
+    /// inside them; the mass-deletion guard still weighs it against the config's whole library.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub folders: Vec<String>,
+    /// Files a watcher saw closed after writing, with their size and mtime at that moment: each is read at once
+    /// if it still has them, instead of waiting out the settle time. Only files inside `folders` count.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub closed: Vec<ClosedFile>,
+}
+
+impl CrawlArgs {
+    /// A crawl of what a watcher saw change: `folders` (each with its subtree) and the files it saw closed.
+    pub fn of_folders(folders: Vec<String>, closed: Vec<ClosedFile>) -> Self {
+        Self { folders, closed, ..Self::default() }
+    }
+
+    /// Whether this crawl covers the whole root.
+    pub fn is_whole_root(&self) -> bool {
+        self.folders.is_empty()
+    }
+}
+
+/// A file a watcher saw closed after writing (inotify's `IN_CLOSE_WRITE`), as it was then.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClosedFile {
+    /// Relative to the root, `/`-separated.
+    pub path: String,
+    /// Its size in bytes when closed.
+    pub size: u64,
+    /// Its mtime when closed, in nanoseconds since the Unix epoch.
+    pub mtime_ns: i64,
 }
 
 impl WorkArgs for CrawlArgs {

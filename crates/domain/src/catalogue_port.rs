@@ -205,7 +205,9 @@ pub trait CatalogueStore: Send + Sync {
         sidecar: Option<&Sidecar>,
     ) -> impl Future<Output = Result<(), CatalogueError>> + Send;
 
-    /// Records (or refreshes) an extra path of an active asset.
+    /// Records (or refreshes) an extra path of an active asset. An active asset whose own path this was (its
+    /// content was overwritten with this asset's) loses it in the same transaction: it moves to its first extra
+    /// path in byte order, or is soft-deleted when it has none, as an ingest's `replaces` would.
     fn record_extra_path(
         &self,
         fence: Fence,

@@ -17,14 +17,15 @@ mod queue;
 mod results;
 mod retry;
 mod roots;
+mod watch_port;
 mod work;
 
 // The web backend's surface (ARCHITECTURE, "What the web backend may use"): enqueueing work with typed
 // arguments, reading items, their progress and results, the catalogue's types and the rules for roots. Kept
 // stable and documented; `crates/store-pg/examples/backend.rs` uses nothing else.
 pub use args::{
-    BurstDetectionArgs, CrawlArgs, ProxyDeletionArgs, ProxySweepArgs, PurgeArgs, TokenCleanupArgs, WorkArgs,
-    WorkItemRetentionArgs,
+    BurstDetectionArgs, ClosedFile, CrawlArgs, ProxyDeletionArgs, ProxySweepArgs, PurgeArgs, TokenCleanupArgs,
+    WorkArgs, WorkItemRetentionArgs,
 };
 pub use catalogue::{
     AssetMetadata, CaptureSource, CaptureTime, ContentHash, MediaType, ProxyType, StorageConfig, User,
@@ -58,5 +59,6 @@ pub mod ports {
     };
     pub use crate::retry::RetryPolicy;
     pub use crate::roots::{HEIC_SCRATCH_PREFIX, ProxyPath, is_proxy_file_name, is_temporary_file_name};
+    pub use crate::watch_port::{HeldWatch, WatchChoice, WatchMode, WatchReport, WatchState, WatchStore, WatchTarget};
     pub use crate::work::{Attempt, ClaimToken, LeaseDuration};
 }

@@ -5,9 +5,25 @@ use crate::{PathProblem, ScopeRule, StorageConfigId};
 fn crawl_args_default_to_no_confirmation_and_round_trip() {
     assert_eq!(CrawlArgs::from_payload(&serde_json::json!({})).unwrap(), CrawlArgs::default());
     assert_eq!(CrawlArgs::from_payload(&serde_json::Value::Null).unwrap(), CrawlArgs::default());
-    let args = CrawlArgs { allow_mass_deletion: true, root_moved: false };
+    let args = CrawlArgs { allow_mass_deletion: true, ..CrawlArgs::default() };
     assert_eq!(args.to_payload(), serde_json::json!({"allow_mass_deletion": true, "root_moved": false}));
     assert_eq!(CrawlArgs::from_payload(&args.to_payload()).unwrap(), args);
+}
+
+#[test]
+fn a_crawl_of_folders_round_trips_and_a_whole_root_crawl_keeps_its_old_payload() {
+    let closed = ClosedFile { path: "DCIM/a.jpg".into(), size: 12, mtime_ns: 1_700_000_000_123_456_789 };
+    let args = CrawlArgs::of_folders(vec!["DCIM".into(), "Trips/2026".into()], vec![closed]);
+    assert!(!args.is_whole_root());
+    assert_eq!(CrawlArgs::from_payload(&args.to_payload()).unwrap(), args);
+    // Rows written before folders existed, and whole-root crawls, carry neither field.
+    assert_eq!(
+        CrawlArgs::default().to_payload(),
+        serde_json::json!({"allow_mass_deletion": false, "root_moved": false})
+    );
+    assert!(CrawlArgs::default().is_whole_root());
+    let e = CrawlArgs::from_payload(&serde_json::json!({"closed": [{"path": "a.jpg", "size": 1}]})).unwrap_err();
+    assert!(e.to_string().contains("closed[0]"), "names the value at fault: {e}");
 }
 
 #[test]
@@ -103,7 +119,7 @@ fn every_kind_has_arguments_that_name_it() {
 #[test]
 fn into_item_checks_the_scope_of_the_kind() {
     let config = StorageConfigId::new();
-    let item = CrawlArgs { allow_mass_deletion: false, root_moved: true }.into_item(Scope::Config(config)).unwrap();
+    let item = CrawlArgs { root_moved: true, ..CrawlArgs::default() }.into_item(Scope::Config(config)).unwrap();
     assert_eq!((item.kind(), item.payload()["root_moved"].as_bool()), (WorkKind::Crawl, Some(true)));
     assert!(CrawlArgs::default().into_item(Scope::Unscoped).is_err());
     let sweep = NewWorkItem::from_args(&ProxySweepArgs::default(), Scope::Unscoped).unwrap();

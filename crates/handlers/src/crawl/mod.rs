@@ -139,7 +139,7 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         root::check_proxy_root(&self.settings.proxy_root)
             .await
             .map_err(|e| root::proxy_root_unwritable(e, "Nothing was read"))?;
-        let (root, is_mount_point) = root::open_root(&storage, args)?;
+        let (root, is_mount_point) = root::open_root(&storage, &args)?;
         let clock = settling::CrawlClock::new(self.catalogue.db_now().await.map_err(catalogue_error)?);
         let run = Run {
             catalogue: &*self.catalogue,
@@ -157,7 +157,7 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
             halt: ctx.cancel.child_token(),
         };
         let (walk, leftover) = self.walk_and_process(&run, &ctx.progress).await?;
-        root::check_not_emptied(&storage, args, leftover.active, run.counters.listed())?;
+        root::check_not_emptied(&storage, &args, leftover.active, run.counters.listed())?;
         report_progress(&ctx.progress, &run.counts());
 
         let settle = Settle { catalogue: &*self.catalogue, fence: ctx.fence, storage: &storage, cancel: &ctx.cancel };
@@ -167,7 +167,7 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
             let active = leftover.active;
             let unseen = settle::unseen(leftover, &run.seen.lock().expect("poisoned"));
             let guard = &self.settings.mass_deletion;
-            settle.vanished(unseen, active, guard, args, is_mount_point, &run.counters).await?
+            settle.vanished(unseen, active, guard, &args, is_mount_point, &run.counters).await?
         } else {
             warn!(
                 event = "soft_delete_skipped",

@@ -76,7 +76,7 @@ pub(super) fn proxy_root_unwritable(e: almanac_media::MediaError, then: &str) ->
 /// Opens the root (reached without any link, a folder, readable) and tells whether it is a mount point now.
 /// A root that was a mount point at the last crawl and is not one now is refused unless `args.root_moved`
 /// confirms the library moved off its mount: a share that is not mounted leaves an ordinary folder behind.
-pub(super) fn open_root(storage: &StorageConfig, args: CrawlArgs) -> Result<(RootFolder, bool), HandlerError> {
+pub(super) fn open_root(storage: &StorageConfig, args: &CrawlArgs) -> Result<(RootFolder, bool), HandlerError> {
     let path = &storage.root_path;
     let root = RootFolder::open(path).map_err(|e| {
         if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
@@ -113,7 +113,7 @@ pub(super) fn open_root(storage: &StorageConfig, args: CrawlArgs) -> Result<(Roo
 /// raw entries: a mount point left with `.DS_Store`, `@eaDir` or `lost+found` holds no media.
 pub(super) fn check_not_emptied(
     storage: &StorageConfig,
-    args: CrawlArgs,
+    args: &CrawlArgs,
     active: usize,
     media_found: u64,
 ) -> Result<(), HandlerError> {

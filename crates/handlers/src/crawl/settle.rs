@@ -30,12 +30,22 @@ pub(super) struct Unseen {
 /// What the catalogue knew that the crawl did not find: of the known files the walk did not find unchanged
 /// (`leftover`), those processing did not find either (`seen`). An asset whose own path vanished while one of
 /// its copies is still there is not vanished: it moves to the copy (a promotion; the first copy in path order).
+/// Only a copy processing found to be the same asset's counts: one whose content now belongs to another asset
+/// is that asset's path, never a survivor of the first. No extra path processing found, for any asset, is
+/// dropped.
 pub(super) fn unseen(leftover: Leftover, seen: &HashSet<Seen>) -> Unseen {
     let mut out = Unseen::default();
     let Leftover { not_unchanged, unchanged_extras, .. } = leftover;
     let (extras, own): (Vec<KnownFile>, Vec<KnownFile>) = not_unchanged.into_iter().partition(|k| k.extra);
+    let seen_extras: HashSet<&[u8]> = seen
+        .iter()
+        .filter_map(|s| match s {
+            Seen::Extra(path, _) => Some(path.as_slice()),
+            Seen::Asset(_) => None,
+        })
+        .collect();
     let mut surviving_copies: HashMap<AssetId, KnownFile> = HashMap::new();
-    let found_again = extras.iter().filter(|k| seen.contains(&Seen::Extra(k.facts.file_path.clone())));
+    let found_again = extras.iter().filter(|k| seen.contains(&Seen::Extra(k.facts.file_path.clone(), k.asset_id)));
     for copy in unchanged_extras.iter().chain(found_again) {
         let earlier = surviving_copies.get(&copy.asset_id).is_some_and(|c| c.facts.file_path <= copy.facts.file_path);
         if !earlier {
@@ -43,7 +53,7 @@ pub(super) fn unseen(leftover: Leftover, seen: &HashSet<Seen>) -> Unseen {
         }
     }
     for k in extras {
-        if !seen.contains(&Seen::Extra(k.facts.file_path.clone())) {
+        if !seen_extras.contains(k.facts.file_path.as_slice()) {
             out.extra_paths.push(k.facts.file_path);
         }
     }
@@ -77,7 +87,7 @@ impl<C: CatalogueStore> Settle<'_, C> {
         unseen: Unseen,
         active: usize,
         guard: &MassDeletionGuard,
-        args: CrawlArgs,
+        args: &CrawlArgs,
         is_mount_point: bool,
         counters: &Counters,
     ) -> Result<u64, HandlerError> {
@@ -156,7 +166,7 @@ mod tests {
             active: 5,
         };
         // Processing found the touched asset at its path, and the changed copy of `copied` again.
-        let seen: HashSet<_> = [Seen::Asset(touched), Seen::Extra(b"copy2/copied.jpg".to_vec())].into();
+        let seen: HashSet<_> = [Seen::Asset(touched), Seen::Extra(b"copy2/copied.jpg".to_vec(), copied)].into();
         let unseen = unseen(leftover, &seen);
         assert_eq!(unseen.assets, vec![gone]);
         assert_eq!(unseen.extra_paths, vec![b"copy/gone.jpg".to_vec()]);
@@ -165,5 +175,21 @@ mod tests {
         let (_, facts) = &unseen.promotions[1];
         assert_eq!(facts.file_path, b"b/moved.jpg");
         assert_eq!((facts.size, facts.mtime), (3, chrono::DateTime::UNIX_EPOCH), "the copy's own facts");
+    }
+
+    #[test]
+    fn a_copy_found_to_be_another_asset_s_keeps_neither_the_vanished_asset_alive_nor_is_dropped() {
+        let (gone, other) = (AssetId::new(), AssetId::new());
+        // `gone`'s own path vanished; its copy now holds `other`'s content, and processing recorded it so.
+        let leftover = Leftover {
+            not_unchanged: vec![known("backup/IMG.jpg", gone, true), known("IMG.jpg", gone, false)],
+            unchanged_extras: vec![],
+            active: 2,
+        };
+        let seen: HashSet<_> = [Seen::Extra(b"backup/IMG.jpg".to_vec(), other)].into();
+        let unseen = unseen(leftover, &seen);
+        assert_eq!(unseen.assets, vec![gone], "no copy of its own survives");
+        assert!(unseen.promotions.is_empty(), "never moved onto the other asset's content");
+        assert!(unseen.extra_paths.is_empty(), "the path is the other asset's now, and kept");
     }
 }
