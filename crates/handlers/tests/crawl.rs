@@ -484,3 +484,93 @@ async fn an_asset_whose_file_vanished_while_its_copy_changed_content_is_soft_del
     assert_eq!(active[0].display_path, "backup/IMG.jpg");
     assert_eq!(active[0].content_hash, almanac_media::hash_bytes(&photo(2)).hash.as_hex());
 }
+
+impl Library {
+    /// The extra paths (copies), as (the asset's own display path, the copy's display path), sorted.
+    async fn copies(&self) -> Vec<(String, String)> {
+        #[derive(diesel::QueryableByName)]
+        struct Copy {
+            #[diesel(sql_type = Text)]
+            own: String,
+            #[diesel(sql_type = Text)]
+            copy: String,
+        }
+        let rows: Vec<Copy> = sql_query(
+            "SELECT a.display_path AS own, e.display_path AS copy
+               FROM asset_extra_paths e JOIN media_assets a ON a.id = e.asset_id ORDER BY 1, 2",
+        )
+        .load(&mut self.conn().await)
+        .await
+        .unwrap();
+        rows.into_iter().map(|r| (r.own, r.copy)).collect()
+    }
+}
+
+/// A's only path is overwritten with B's content: the path is B's copy now, and A, whose content is nowhere
+/// any more, is soft-deleted in the same write (it never keeps a path that no longer holds its content).
+#[tokio::test]
+async fn an_asset_s_only_path_overwritten_with_another_asset_s_content_becomes_its_copy_and_the_asset_goes() {
+    let lib = library().await;
+    let a_path = lib.write("A.jpg", &photo(1));
+    lib.write("B.jpg", &photo(2));
+    lib.crawl().await;
+    let before = lib.active().await;
+    let (a, b) = (before[0].id, before[1].id);
+    assert_eq!((before[0].display_path.as_str(), before[1].display_path.as_str()), ("A.jpg", "B.jpg"));
+    std::fs::write(&a_path, photo(2)).unwrap();
+    let result = lib.crawl().await;
+    assert_eq!((result["copies"].as_u64(), result["ingested"].as_u64()), (Some(1), Some(0)), "{result}");
+    let active = lib.active().await;
+    assert_eq!(active.iter().map(|r| (r.id, r.display_path.as_str())).collect::<Vec<_>>(), [(b, "B.jpg")]);
+    assert!(lib.assets().await.iter().any(|r| r.id == a && r.is_soft_deleted), "A is soft-deleted");
+    assert_eq!(lib.copies().await, [("B.jpg".to_owned(), "A.jpg".to_owned())]);
+    let again = lib.crawl().await;
+    assert_eq!((again["unchanged"].as_u64(), again["bytes_hashed"].as_u64()), (Some(2), Some(0)), "{again}");
+    assert_eq!(lib.active().await.len(), 1);
+}
+
+/// A's own path is overwritten with B's content while a copy of A remains: A moves to its copy (same asset,
+/// its copy no longer recorded as an extra path) and the overwritten path is B's copy.
+#[tokio::test]
+async fn an_asset_s_own_path_overwritten_with_another_asset_s_content_moves_it_to_its_copy() {
+    let lib = library().await;
+    // One at a time, so "A.jpg" is A's own path and "copy/A.jpg" its copy.
+    let a_path = lib.write("A.jpg", &photo(1));
+    lib.write("B.jpg", &photo(2));
+    lib.crawl().await;
+    lib.write("copy/A.jpg", &photo(1));
+    assert_eq!(lib.crawl().await["copies"].as_u64(), Some(1));
+    let a = lib.active().await.into_iter().find(|r| r.display_path == "A.jpg").unwrap().id;
+    std::fs::write(&a_path, photo(2)).unwrap();
+    let result = lib.crawl().await;
+    assert_eq!((result["soft_deleted"].as_u64(), result["ingested"].as_u64()), (Some(0), Some(0)), "{result}");
+    let active: Vec<_> = lib.active().await.into_iter().map(|r| (r.display_path, r.id == a)).collect();
+    assert_eq!(active, [("B.jpg".to_owned(), false), ("copy/A.jpg".to_owned(), true)], "A lives on at its copy");
+    assert_eq!(lib.copies().await, [("B.jpg".to_owned(), "A.jpg".to_owned())], "A's copy is its own path now");
+    let again = lib.crawl().await;
+    assert_eq!((again["unchanged"].as_u64(), again["bytes_hashed"].as_u64()), (Some(3), Some(0)), "{again}");
+    assert_eq!(lib.active().await.len(), 2);
+}
+
+/// A's own path vanished, and its copy's path now holds B's content: the copy is B's (kept), not a survivor
+/// of A; A, whose content is nowhere, is soft-deleted, and B keeps its content and its path.
+#[tokio::test]
+async fn a_vanished_asset_is_not_moved_onto_a_copy_that_became_another_asset_s() {
+    let lib = library().await;
+    lib.write("A.jpg", &photo(1));
+    lib.write("B.jpg", &photo(2));
+    lib.crawl().await;
+    let backup = lib.write("backup/A.jpg", &photo(1));
+    assert_eq!(lib.crawl().await["copies"].as_u64(), Some(1));
+    let before = lib.active().await;
+    let (a, b) = (before[0].id, before[1].id);
+    std::fs::remove_file(lib.root.join("A.jpg")).unwrap();
+    std::fs::write(&backup, photo(2)).unwrap();
+    let result = lib.crawl().await;
+    assert_eq!((result["soft_deleted"].as_u64(), result["moved"].as_u64()), (Some(1), Some(0)), "{result}");
+    let active = lib.active().await;
+    assert_eq!(active.iter().map(|r| (r.id, r.display_path.as_str())).collect::<Vec<_>>(), [(b, "B.jpg")]);
+    assert_eq!(active[0].content_hash, almanac_media::hash_bytes(&photo(2)).hash.as_hex());
+    assert!(lib.assets().await.iter().any(|r| r.id == a && r.is_soft_deleted));
+    assert_eq!(lib.copies().await, [("B.jpg".to_owned(), "backup/A.jpg".to_owned())], "B's copy is kept");
+}

@@ -159,16 +159,17 @@ async fn known_files_come_page_by_page_in_the_byte_order_of_paths() {
     let fence = s.claim("w1").await;
     let (kept, _) = catalogue(&s, fence).await;
     let mut ids = vec![kept];
+    let extra =
+        |path: &[u8]| FileFacts { file_path: path.to_vec(), display_path: String::new(), size: 1, mtime: Utc::now() };
+    // The copies first: a copy recorded at an asset's own path takes the path from that asset.
+    for path in [&b"a/a.jpg"[..], b"copy/kept.jpg", b"a0.jpg"] {
+        s.store.record_extra_path(fence, s.config, kept, &extra(path)).await.unwrap();
+    }
     for (n, path) in [(11u8, &b"a.jpg"[..]), (12, b"a/b.jpg"), (13, b"a0.jpg"), (14, b"\xffn.jpg")] {
         let mut new = asset(s.config, n, "placeholder");
         new.facts.file_path = path.to_vec();
         let IngestOutcome::Ingested(id) = s.store.ingest(fence, &new).await.unwrap() else { panic!("ingested") };
         ids.push(id);
-    }
-    let extra =
-        |path: &[u8]| FileFacts { file_path: path.to_vec(), display_path: String::new(), size: 1, mtime: Utc::now() };
-    for path in [&b"a/a.jpg"[..], b"copy/kept.jpg", b"a0.jpg"] {
-        s.store.record_extra_path(fence, s.config, kept, &extra(path)).await.unwrap();
     }
     let expected: Vec<(&[u8], bool)> = vec![
         (b"a.jpg", false),

@@ -140,7 +140,7 @@ impl<C: CatalogueStore> Run<'_, C> {
         let done = self.settled_file(entry, known).await;
         if let (Err(FileProblem::Settling), Some(k)) = (&done, known.filter(|k| k.extra)) {
             // A copy being written over keeps its place until it has settled.
-            self.mark(Seen::Extra(k.facts.file_path.clone()));
+            self.mark(Seen::Extra(k.facts.file_path.clone(), k.asset_id));
         }
         done
     }
@@ -245,9 +245,10 @@ impl<C: CatalogueStore> Run<'_, C> {
         Ok(())
     }
 
-    /// This path is a copy of asset `id`.
+    /// This path is a copy of asset `id`. When it was another asset's own path (overwritten with this content),
+    /// that asset loses it in the same fenced write: it moves to one of its copies, or is soft-deleted.
     async fn copy(&self, entry: &WalkEntry, id: AssetId) -> Result<(), FileProblem> {
-        self.mark(Seen::Extra(entry.rel.clone()));
+        self.mark(Seen::Extra(entry.rel.clone(), id));
         self.catalogue.record_extra_path(self.fence, self.config, id, &facts(entry)).await?;
         bump(&self.counters.copies);
         Ok(())

@@ -27,8 +27,9 @@ pub(super) enum Walked {
 pub(super) enum Seen {
     /// An asset's own path.
     Asset(almanac_domain::AssetId),
-    /// An extra path (a copy).
-    Extra(Vec<u8>),
+    /// An extra path (a copy), with the asset whose copy it was found to be: a path whose content now belongs
+    /// to another asset is that asset's, never a surviving copy of the one the catalogue knew it for.
+    Extra(Vec<u8>, almanac_domain::AssetId),
 }
 
 /// A file that may be media.

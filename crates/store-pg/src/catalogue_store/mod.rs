@@ -193,6 +193,36 @@ impl CatalogueStore for PgStore {
         facts: &FileFacts,
     ) -> Result<(), CatalogueError> {
         self.fenced(fence, async |conn| {
+            // An active asset whose own path this was has lost it (its content changed into this asset's): it
+            // moves to its first copy in path order, or is soft-deleted when it has none. The statements see one
+            // snapshot and touch disjoint rows.
+            sql_query(
+                "WITH lost AS (
+                    SELECT id FROM media_assets
+                     WHERE storage_config_id = $1 AND file_path = $2 AND NOT is_soft_deleted AND id <> $3
+                 ), copy AS (
+                    SELECT DISTINCT ON (e.asset_id) e.asset_id, e.file_path, e.display_path, e.size_bytes,
+                           e.file_modified_at
+                      FROM asset_extra_paths e JOIN lost ON e.asset_id = lost.id
+                     WHERE e.storage_config_id = $1 AND e.file_path <> $2
+                     ORDER BY e.asset_id, e.file_path
+                 ), moved AS (
+                    UPDATE media_assets a
+                       SET file_path = c.file_path, display_path = c.display_path, size_bytes = c.size_bytes,
+                           file_modified_at = c.file_modified_at, last_seen_at = now()
+                      FROM copy c WHERE a.id = c.asset_id
+                 ), dropped AS (
+                    DELETE FROM asset_extra_paths e USING copy c
+                     WHERE e.storage_config_id = $1 AND e.file_path = c.file_path
+                 )
+                 UPDATE media_assets SET is_soft_deleted = true, soft_deleted_at = now()
+                  WHERE id IN (SELECT id FROM lost) AND id NOT IN (SELECT asset_id FROM copy)",
+            )
+            .bind::<Uuid, _>(config.as_uuid())
+            .bind::<Binary, _>(&facts.file_path)
+            .bind::<Uuid, _>(asset.as_uuid())
+            .execute(conn)
+            .await?;
             sql_query(
             "INSERT INTO asset_extra_paths (storage_config_id, file_path, asset_id, display_path, size_bytes, file_modified_at)
              VALUES ($1, $2, $3, $4, $5, $6)
