@@ -404,6 +404,66 @@ COMMENT ON COLUMN public.bursts.source IS 'camera_burst_id when the camera wrote
 
 
 --
+-- Name: config_watches; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.config_watches (
+    storage_config_id uuid NOT NULL,
+    worker_id text NOT NULL,
+    since timestamp with time zone NOT NULL,
+    lease_expires_at timestamp with time zone NOT NULL,
+    mode text NOT NULL,
+    last_change_at timestamp with time zone,
+    pending_files bigint DEFAULT 0 NOT NULL,
+    note text,
+    CONSTRAINT ck_config_watches_mode CHECK ((mode = ANY (ARRAY['events'::text, 'polling'::text, 'off'::text]))),
+    CONSTRAINT ck_config_watches_pending_files CHECK ((pending_files >= 0))
+);
+
+
+--
+-- Name: TABLE config_watches; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.config_watches IS 'The Worker watching each config''s root (one at a time: whoever holds the lease, taken again once it expires by the database clock) and its last report. A row whose lease expired is no holder.';
+
+
+--
+-- Name: COLUMN config_watches.since; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.config_watches.since IS 'When this Worker took the watch (database clock); unchanged by renewals.';
+
+
+--
+-- Name: COLUMN config_watches.lease_expires_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.config_watches.lease_expires_at IS 'When another Worker may take the watch unless this one renews it (database clock).';
+
+
+--
+-- Name: COLUMN config_watches.last_change_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.config_watches.last_change_at IS 'When the watcher last saw a change, by the Worker''s clock: shown, never compared.';
+
+
+--
+-- Name: COLUMN config_watches.pending_files; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.config_watches.pending_files IS 'Files seen changing and not yet handed to a crawl.';
+
+
+--
+-- Name: COLUMN config_watches.note; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.config_watches.note IS 'Why the mode is not the one chosen (an overflow, the watch limit, an unreadable root), if it is not.';
+
+
+--
 -- Name: media_assets; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -725,7 +785,9 @@ CREATE TABLE public.storage_configs (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     root_is_mount_point boolean,
     paused_at timestamp with time zone,
-    CONSTRAINT ck_storage_configs_root_path_absolute CHECK (("left"(root_path, 1) = '/'::text))
+    watch text DEFAULT 'auto'::text NOT NULL,
+    CONSTRAINT ck_storage_configs_root_path_absolute CHECK (("left"(root_path, 1) = '/'::text)),
+    CONSTRAINT ck_storage_configs_watch CHECK ((watch = ANY (ARRAY['auto'::text, 'events'::text, 'polling'::text, 'off'::text])))
 );
 
 
@@ -762,6 +824,13 @@ COMMENT ON COLUMN public.storage_configs.root_is_mount_point IS 'Whether the roo
 --
 
 COMMENT ON COLUMN public.storage_configs.paused_at IS 'Set while the config is paused (almanac-worker pause --config): its queued work is not claimed.';
+
+
+--
+-- Name: COLUMN storage_configs.watch; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.storage_configs.watch IS 'How the operator chose to watch the root (almanac-worker config watch): auto (events, or polling on a network file system), events, polling or off.';
 
 
 --
@@ -992,6 +1061,14 @@ ALTER TABLE ONLY public.bursts
 
 ALTER TABLE public.storage_configs
     ADD CONSTRAINT ck_storage_configs_root_path_canonical CHECK (((root_path <> '/'::text) AND ("right"(root_path, 1) <> '/'::text) AND (strpos(root_path, '//'::text) = 0) AND (strpos((root_path || '/'::text), '/./'::text) = 0) AND (strpos((root_path || '/'::text), '/../'::text) = 0))) NOT VALID;
+
+
+--
+-- Name: config_watches config_watches_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.config_watches
+    ADD CONSTRAINT config_watches_pkey PRIMARY KEY (storage_config_id);
 
 
 --
@@ -1367,6 +1444,14 @@ ALTER TABLE ONLY public.bursts
 
 ALTER TABLE ONLY public.bursts
     ADD CONSTRAINT bursts_storage_config_id_fkey FOREIGN KEY (storage_config_id) REFERENCES public.storage_configs(id) ON DELETE CASCADE;
+
+
+--
+-- Name: config_watches config_watches_storage_config_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.config_watches
+    ADD CONSTRAINT config_watches_storage_config_id_fkey FOREIGN KEY (storage_config_id) REFERENCES public.storage_configs(id) ON DELETE CASCADE;
 
 
 --

@@ -22,6 +22,7 @@ mod queue;
 mod queue_admin;
 mod tls;
 mod tx;
+mod watch;
 
 use std::sync::Arc;
 use std::time::Duration;

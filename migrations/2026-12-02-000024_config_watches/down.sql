@@ -1,0 +1,2 @@
+DROP TABLE config_watches;
+ALTER TABLE storage_configs DROP COLUMN watch;
