@@ -11,11 +11,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use almanac_domain::{
-    AssetId, ContentHash, NewWorkItem, ProxyType, Scope, StorageConfig, StorageConfigId, WorkKind,
+    AssetId, ContentHash, NewWorkItem, Scope, StorageConfig, StorageConfigId, WorkKind,
     ports::{
-        BurstFrame, BurstGroup, CatalogueError, CatalogueStore, DatabaseClock, Fence, FileFacts, HashMatch,
-        IngestOutcome, KnownFile, MaintenanceStore, NewAsset, NewProxy, PairingCandidate, PurgeCandidate,
-        ServedConfigs, StoredProxy,
+        CatalogueError, CatalogueStore, DatabaseClock, Fence, FileFacts, HashMatch, IngestOutcome, KnownFile,
+        MaintenanceStore, NewAsset, NewProxy, PairingCandidate,
     },
 };
 use almanac_handlers::{CrawlHandler, CrawlSettings, MassDeletionGuard, ProxyDeletionHandler, ProxySweepHandler};
@@ -27,6 +26,7 @@ use diesel::sql_query;
 use diesel::sql_types::{Text, Uuid};
 use diesel_async::RunQueryDsl;
 use rustix::fs::inotify;
+use support::twist::{MaintenanceTwist, RealStore, Twisted};
 use support::{Library, library};
 use tokio_util::sync::CancellationToken;
 
@@ -506,115 +506,18 @@ struct RewriteBeforeRecheck {
     proxy_root: PathBuf,
 }
 
-impl DatabaseClock for RewriteBeforeRecheck {
-    async fn db_now(&self) -> Result<DateTime<Utc>, CatalogueError> {
-        self.inner.db_now().await
+impl RealStore for RewriteBeforeRecheck {
+    fn store(&self) -> &PgStore {
+        &self.inner
     }
 }
 
-impl MaintenanceStore for RewriteBeforeRecheck {
-    async fn burst_frames(&self, config: StorageConfigId) -> Result<Vec<BurstFrame>, CatalogueError> {
-        self.inner.burst_frames(config).await
-    }
-    async fn replace_bursts(
-        &self,
-        fence: Fence,
-        config: StorageConfigId,
-        groups: &[BurstGroup],
-    ) -> Result<(), CatalogueError> {
-        self.inner.replace_bursts(fence, config, groups).await
-    }
-    async fn purge_candidates(
-        &self,
-        config: StorageConfigId,
-        before: DateTime<Utc>,
-        after: Option<&PurgeCandidate>,
-        limit: i64,
-    ) -> Result<Vec<PurgeCandidate>, CatalogueError> {
-        self.inner.purge_candidates(config, before, after, limit).await
-    }
-    async fn purge_rows(
-        &self,
-        fence: Fence,
-        config: StorageConfigId,
-        assets: &[AssetId],
-        before: DateTime<Utc>,
-    ) -> Result<Vec<AssetId>, CatalogueError> {
-        self.inner.purge_rows(fence, config, assets, before).await
-    }
-    async fn proxies_of(
-        &self,
-        assets: &[AssetId],
-        types: Option<&[ProxyType]>,
-    ) -> Result<Vec<StoredProxy>, CatalogueError> {
-        self.inner.proxies_of(assets, types).await
-    }
-    async fn assets_of_other_configs(
-        &self,
-        config: StorageConfigId,
-        assets: &[AssetId],
-    ) -> Result<Vec<AssetId>, CatalogueError> {
-        self.inner.assets_of_other_configs(config, assets).await
-    }
-    async fn storage_config_ids(&self) -> Result<Vec<StorageConfigId>, CatalogueError> {
-        self.inner.storage_config_ids().await
-    }
-    async fn delete_proxy_rows(&self, fence: Fence, proxies: &[StoredProxy]) -> Result<u64, CatalogueError> {
-        self.inner.delete_proxy_rows(fence, proxies).await
-    }
+impl MaintenanceTwist for RewriteBeforeRecheck {
     async fn referenced_proxy_paths(&self, paths: &[String]) -> Result<Vec<String>, CatalogueError> {
         if let [one] = paths {
             std::fs::write(self.proxy_root.join(one), b"written again by a retried crawl").unwrap();
         }
         self.inner.referenced_proxy_paths(paths).await
-    }
-    async fn configs_to_check(&self, served: ServedConfigs) -> Result<Vec<StorageConfigId>, CatalogueError> {
-        self.inner.configs_to_check(served).await
-    }
-    async fn proxy_folders(&self, config: StorageConfigId) -> Result<Vec<String>, CatalogueError> {
-        self.inner.proxy_folders(config).await
-    }
-    async fn referenced_proxy_paths_in(
-        &self,
-        config: StorageConfigId,
-        prefix: &str,
-    ) -> Result<Vec<String>, CatalogueError> {
-        self.inner.referenced_proxy_paths_in(config, prefix).await
-    }
-    async fn proxies_to_check_in(
-        &self,
-        config: StorageConfigId,
-        prefix: &str,
-    ) -> Result<Vec<StoredProxy>, CatalogueError> {
-        self.inner.proxies_to_check_in(config, prefix).await
-    }
-    async fn proxies_to_check_of(
-        &self,
-        config: StorageConfigId,
-        assets: &[AssetId],
-    ) -> Result<Vec<StoredProxy>, CatalogueError> {
-        self.inner.proxies_to_check_of(config, assets).await
-    }
-    async fn enqueue_follow_ups(&self, fence: Fence, items: &[NewWorkItem]) -> Result<(), CatalogueError> {
-        self.inner.enqueue_follow_ups(fence, items).await
-    }
-    async fn delete_refresh_tokens(
-        &self,
-        fence: Fence,
-        expired_before: DateTime<Utc>,
-        revoked_before: DateTime<Utc>,
-        limit: i64,
-    ) -> Result<u64, CatalogueError> {
-        self.inner.delete_refresh_tokens(fence, expired_before, revoked_before, limit).await
-    }
-    async fn delete_finished_work(
-        &self,
-        fence: Fence,
-        done_before: DateTime<Utc>,
-        failed_before: DateTime<Utc>,
-        limit: i64,
-    ) -> Result<u64, CatalogueError> {
-        self.inner.delete_finished_work(fence, done_before, failed_before, limit).await
     }
 }
 
@@ -624,7 +527,7 @@ async fn the_sweep_rechecks_the_age_right_before_the_unlink() {
     let orphan =
         aged(&lib.proxies.join(lib.config.to_string()).join("ab").join("ab".repeat(32)).join("thumbnail.jpg"), b"old");
     let store = RewriteBeforeRecheck { inner: lib.store.clone(), proxy_root: lib.proxies.clone() };
-    let handler = ProxySweepHandler::new(Arc::new(store), lib.proxies.clone(), Duration::from_secs(3600));
+    let handler = ProxySweepHandler::new(Arc::new(Twisted(store)), lib.proxies.clone(), Duration::from_secs(3600));
     let item = lib.work_item(WorkKind::ProxySweep, Scope::Unscoped, serde_json::json!({})).await;
     let result = lib.run_handler(&handler, item).await.unwrap();
     assert_eq!(result["deleted"], 0, "{result}");

@@ -10,14 +10,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use almanac_domain::{
-    AssetId, NewWorkItem, ProxyType, Scope, StorageConfigId, WorkItemId, WorkKind, WorkQueue,
-    ports::{
-        BurstFrame, BurstGroup, CatalogueError, DatabaseClock, Fence, MaintenanceStore, PurgeCandidate, ServedConfigs,
-        StoredProxy,
-    },
+    ContentHash, Scope, StorageConfigId, WorkItemId, WorkKind, WorkQueue,
+    ports::{CatalogueError, DatabaseClock, MaintenanceStore, StoredProxy},
 };
 use almanac_executor::Handler;
-use almanac_handlers::{ProxyDeletionHandler, ProxySweepHandler};
+use almanac_handlers::{MassDeletionGuard, ProxyDeletionHandler, ProxySweepHandler};
 use almanac_media::ToolLimits;
 use almanac_media::fixtures::{self, FixtureExif};
 use almanac_media::scratch_volume::ScratchVolume;
@@ -26,6 +23,7 @@ use chrono::{DateTime, Utc};
 use diesel::sql_query;
 use diesel::sql_types::{BigInt, Text};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use support::twist::{MaintenanceTwist, RealStore, Twisted};
 use support::{Library, library};
 use tokio_util::sync::CancellationToken;
 
@@ -193,11 +191,11 @@ async fn proxies_deleted_cut_short_or_replaced_by_a_link_are_found_by_the_sweep_
     );
     assert_eq!(found["refused_configs"], serde_json::json!([]), "{found}");
     let config = lib.config;
-    let expected = vec![
-        ("proxy_deletion".to_owned(), format!("proxy_deletion:{config}:after:proxy_sweep:0")),
-        ("crawl".to_owned(), format!("crawl:{config}:after:proxy_sweep")),
-    ];
-    assert_eq!(lib.queued().await, expected, "the broken assets' proxy deletion, then a crawl of their config");
+    let expected = lib.queued().await;
+    let kinds: Vec<&str> = expected.iter().map(|(kind, _)| kind.as_str()).collect();
+    assert_eq!(kinds, ["proxy_deletion", "crawl"], "the broken assets' proxy deletion, then a crawl of their config");
+    assert!(expected[0].1.starts_with(&format!("proxy_deletion:{config}:after:proxy_sweep:")), "{expected:?}");
+    assert!(expected[1].1.starts_with(&format!("crawl:{config}:after:proxy_sweep:")), "{expected:?}");
     assert_eq!(lib.assets_queued_for_deletion().await, lib.asset_ids(&broken).await);
     // A sweep again before they ran finds the same and queues nothing more.
     let again = lib.run_sweep(&sweep(&lib)).await;
@@ -304,13 +302,13 @@ struct CrawlWritesAfterTheRowRead {
     url: String,
 }
 
-impl DatabaseClock for CrawlWritesAfterTheRowRead {
-    async fn db_now(&self) -> Result<DateTime<Utc>, CatalogueError> {
-        self.inner.db_now().await
+impl RealStore for CrawlWritesAfterTheRowRead {
+    fn store(&self) -> &PgStore {
+        &self.inner
     }
 }
 
-impl MaintenanceStore for CrawlWritesAfterTheRowRead {
+impl MaintenanceTwist for CrawlWritesAfterTheRowRead {
     async fn proxies_to_check_in(
         &self,
         config: StorageConfigId,
@@ -332,99 +330,6 @@ impl MaintenanceStore for CrawlWritesAfterTheRowRead {
         }
         Ok(rows)
     }
-    async fn burst_frames(&self, config: StorageConfigId) -> Result<Vec<BurstFrame>, CatalogueError> {
-        self.inner.burst_frames(config).await
-    }
-    async fn replace_bursts(
-        &self,
-        fence: Fence,
-        config: StorageConfigId,
-        groups: &[BurstGroup],
-    ) -> Result<(), CatalogueError> {
-        self.inner.replace_bursts(fence, config, groups).await
-    }
-    async fn purge_candidates(
-        &self,
-        config: StorageConfigId,
-        before: DateTime<Utc>,
-        after: Option<&PurgeCandidate>,
-        limit: i64,
-    ) -> Result<Vec<PurgeCandidate>, CatalogueError> {
-        self.inner.purge_candidates(config, before, after, limit).await
-    }
-    async fn purge_rows(
-        &self,
-        fence: Fence,
-        config: StorageConfigId,
-        assets: &[AssetId],
-        before: DateTime<Utc>,
-    ) -> Result<Vec<AssetId>, CatalogueError> {
-        self.inner.purge_rows(fence, config, assets, before).await
-    }
-    async fn proxies_of(
-        &self,
-        assets: &[AssetId],
-        types: Option<&[ProxyType]>,
-    ) -> Result<Vec<StoredProxy>, CatalogueError> {
-        self.inner.proxies_of(assets, types).await
-    }
-    async fn assets_of_other_configs(
-        &self,
-        config: StorageConfigId,
-        assets: &[AssetId],
-    ) -> Result<Vec<AssetId>, CatalogueError> {
-        self.inner.assets_of_other_configs(config, assets).await
-    }
-    async fn storage_config_ids(&self) -> Result<Vec<StorageConfigId>, CatalogueError> {
-        self.inner.storage_config_ids().await
-    }
-    async fn delete_proxy_rows(&self, fence: Fence, proxies: &[StoredProxy]) -> Result<u64, CatalogueError> {
-        self.inner.delete_proxy_rows(fence, proxies).await
-    }
-    async fn referenced_proxy_paths(&self, paths: &[String]) -> Result<Vec<String>, CatalogueError> {
-        self.inner.referenced_proxy_paths(paths).await
-    }
-    async fn configs_to_check(&self, served: ServedConfigs) -> Result<Vec<StorageConfigId>, CatalogueError> {
-        self.inner.configs_to_check(served).await
-    }
-    async fn proxy_folders(&self, config: StorageConfigId) -> Result<Vec<String>, CatalogueError> {
-        self.inner.proxy_folders(config).await
-    }
-    async fn referenced_proxy_paths_in(
-        &self,
-        config: StorageConfigId,
-        prefix: &str,
-    ) -> Result<Vec<String>, CatalogueError> {
-        self.inner.referenced_proxy_paths_in(config, prefix).await
-    }
-    async fn proxies_to_check_of(
-        &self,
-        config: StorageConfigId,
-        assets: &[AssetId],
-    ) -> Result<Vec<StoredProxy>, CatalogueError> {
-        self.inner.proxies_to_check_of(config, assets).await
-    }
-    async fn enqueue_follow_ups(&self, fence: Fence, items: &[NewWorkItem]) -> Result<(), CatalogueError> {
-        self.inner.enqueue_follow_ups(fence, items).await
-    }
-    async fn delete_refresh_tokens(
-        &self,
-        fence: Fence,
-        expired_before: DateTime<Utc>,
-        revoked_before: DateTime<Utc>,
-        limit: i64,
-    ) -> Result<u64, CatalogueError> {
-        self.inner.delete_refresh_tokens(fence, expired_before, revoked_before, limit).await
-    }
-    async fn delete_finished_work(
-        &self,
-        fence: Fence,
-        done_before: DateTime<Utc>,
-        failed_before: DateTime<Utc>,
-        limit: i64,
-    ) -> Result<u64, CatalogueError> {
-        self.inner.delete_finished_work(fence, done_before, failed_before, limit).await
-    }
 }
 
 /// The sweep reads a folder's rows, then lists it: a crawl that writes a proxy and its row in between makes the
@@ -444,7 +349,7 @@ async fn a_proxy_written_by_a_crawl_between_the_sweep_s_row_read_and_its_listing
         write: Mutex::new(Some((preview.clone(), relative, again.clone()))),
         url: lib.db.url().to_owned(),
     };
-    let handler = ProxySweepHandler::new(Arc::new(store), lib.proxies.clone(), Duration::ZERO);
+    let handler = ProxySweepHandler::new(Arc::new(Twisted(store)), lib.proxies.clone(), Duration::ZERO);
     let found = lib.run_sweep(&handler).await;
     assert_eq!((found["broken_assets"].as_u64(), found["repairs_queued"].as_u64()), (Some(0), Some(0)), "{found}");
     assert!(lib.queued().await.is_empty(), "nothing queued: {:?}", lib.queued().await);
@@ -546,4 +451,185 @@ mod logs {
         let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
         (text.lines().map(|l| serde_json::from_str(l).unwrap()).collect(), out)
     }
+}
+
+/// The maintenance statements, with one twist: when the sweep comes to the folder `at` (reading its rows), that
+/// folder and every later one of the config are removed, as a proxy volume lost part-way through the sweep.
+struct FoldersVanishAt {
+    inner: Arc<PgStore>,
+    config_folder: PathBuf,
+    at: String,
+}
+
+impl RealStore for FoldersVanishAt {
+    fn store(&self) -> &PgStore {
+        &self.inner
+    }
+}
+
+impl MaintenanceTwist for FoldersVanishAt {
+    async fn proxies_to_check_in(
+        &self,
+        config: StorageConfigId,
+        prefix: &str,
+    ) -> Result<Vec<StoredProxy>, CatalogueError> {
+        if prefix == self.at {
+            for later in prefix_folders(&self.config_folder).into_iter().filter(|(p, _)| *p >= self.at) {
+                std::fs::remove_dir_all(self.config_folder.join(later.0)).unwrap();
+            }
+        }
+        self.inner.proxies_to_check_in(config, prefix).await
+    }
+}
+
+/// The config's `<2 hex>` proxy folders, sorted, each with how many assets' folders it holds.
+fn prefix_folders(config_folder: &Path) -> Vec<(String, usize)> {
+    let mut folders: Vec<(String, usize)> = std::fs::read_dir(config_folder)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (e.file_name().into_string().unwrap(), std::fs::read_dir(e.path()).unwrap().count())
+        })
+        .collect();
+    folders.sort();
+    folders
+}
+
+/// A proxy volume lost part-way through a sweep: the folders checked first are whole, the later ones are gone
+/// (fewer than half of the files, so a guard over the config's counts alone would pass). The sweep queues no
+/// repair: the folders it saw at the config's start and found gone at their turn make it refuse, with one
+/// warning.
+#[tokio::test]
+async fn a_proxy_volume_lost_part_way_through_a_sweep_queues_no_repair() {
+    let lib = library().await;
+    for i in 0..12 {
+        lib.write(&format!("{i}.jpg"), &photo(i));
+    }
+    assert_eq!(lib.crawl().await["ingested"], 12);
+    let config_folder = lib.proxies.join(lib.config.to_string());
+    // The last folders holding at most a third of the assets vanish (at least one folder).
+    let folders = prefix_folders(&config_folder);
+    let (mut at, mut assets) = (folders.len() - 1, folders[folders.len() - 1].1);
+    while at > 0 && assets + folders[at - 1].1 <= 4 {
+        at -= 1;
+        assets += folders[at].1;
+    }
+    assert!((1..=4).contains(&assets) && at > 0, "{folders:?}");
+    let twist =
+        FoldersVanishAt { inner: lib.store.clone(), config_folder: config_folder.clone(), at: folders[at].0.clone() };
+    let handler = ProxySweepHandler::new(
+        Arc::new(Twisted(twist)),
+        lib.proxies.clone(),
+        ProxySweepHandler::<PgStore>::min_age_for(ToolLimits::default()),
+    );
+
+    let (logs, found) = logs::capture(lib.run_sweep(&handler)).await;
+    assert!(!config_folder.join(&folders[at].0).exists(), "the later folders vanished");
+    assert_eq!(found["refused_configs"], serde_json::json!([lib.config]), "{found}");
+    assert_eq!(found["repairs_queued"].as_u64(), Some(0), "{found}");
+    assert!(lib.queued().await.is_empty(), "nothing queued: {:?}", lib.queued().await);
+    let warnings: Vec<&serde_json::Value> =
+        logs.iter().filter(|l| l["fields"]["event"] == "proxy_root_looks_emptied").collect();
+    assert_eq!(warnings.len(), 1, "{logs:?}");
+    let message = warnings[0]["fields"]["message"].as_str().unwrap();
+    assert!(message.contains("were there when the sweep began and gone when it came to them"), "{message}");
+    assert!(message.contains("looks unmounted or emptied") && message.contains("regenerate --config"), "{message}");
+}
+
+/// The operator's guard (`storage.mass_deletion_*`, given to the sweep as to the crawl) decides when the proxy
+/// root looks emptied: a third of the files missing is repaired under the default guard, refused under a
+/// stricter one.
+#[tokio::test]
+async fn the_sweep_judges_missing_proxies_by_the_guard_it_is_given() {
+    let lib = library().await;
+    for i in 0..6 {
+        lib.write(&format!("{i}.jpg"), &photo(i));
+    }
+    lib.crawl().await;
+    for name in ["0.jpg", "1.jpg"] {
+        for proxy in ["preview", "thumbnail"] {
+            std::fs::remove_file(lib.proxy_file(name, proxy).await).unwrap();
+        }
+    }
+    let strict = MassDeletionGuard { min_assets: 10, max_percent: 25 };
+    let found = lib.run_sweep(&sweep(&lib).guarded_by(strict)).await;
+    assert_eq!(found["refused_configs"], serde_json::json!([lib.config]), "4 of 12 files is over 25%: {found}");
+    assert!(lib.queued().await.is_empty());
+    let found = lib.run_sweep(&sweep(&lib)).await;
+    assert_eq!(
+        (found["repairs_queued"].as_u64(), found["refused_configs"].as_array().map(Vec::len)),
+        (Some(2), Some(0))
+    );
+}
+
+/// Sweeps finding different broken assets while the first one's repair is still queued: each sweep's assets
+/// are queued (the second's deletion and crawl after the first's), none lost to the first item's list, and all
+/// are made whole.
+#[tokio::test]
+async fn a_later_sweep_s_broken_assets_are_queued_while_an_earlier_repair_waits() {
+    let lib = library().await;
+    for i in 0..5 {
+        lib.write(&format!("{i}.jpg"), &photo(i));
+    }
+    lib.crawl().await;
+    std::fs::remove_file(lib.proxy_file("0.jpg", "preview").await).unwrap();
+    assert_eq!(lib.run_sweep(&sweep(&lib)).await["repairs_queued"], 1);
+    std::fs::remove_file(lib.proxy_file("1.jpg", "thumbnail").await).unwrap();
+    let second = lib.run_sweep(&sweep(&lib)).await;
+    assert_eq!(second["broken_assets"], 2, "{second}");
+    let both = lib.asset_ids(&["0.jpg".to_owned(), "1.jpg".to_owned()]).await;
+    let mut queued = lib.assets_queued_for_deletion().await;
+    queued.dedup();
+    assert_eq!(queued, both, "the second sweep's asset is queued too");
+    let kinds: Vec<String> = lib.queued().await.into_iter().map(|(kind, _)| kind).collect();
+    assert_eq!(kinds, ["proxy_deletion", "crawl", "proxy_deletion", "crawl"], "each deletion with a crawl after it");
+    let again = lib.run_sweep(&sweep(&lib)).await;
+    assert_eq!(lib.queued().await.len(), 4, "the same findings join what is queued: {again}");
+    lib.run_queued().await;
+    assert_rows_point_at_whole_files(&lib).await;
+    assert_eq!(lib.run_sweep(&sweep(&lib)).await["broken_assets"], 0);
+}
+
+/// The maintenance statements, with one twist: the database's clock is `offset` from this host's (an NFS
+/// volume's mtimes come from its server's clock, which, like the database's, may not be this host's).
+struct DatabaseClockOff {
+    inner: Arc<PgStore>,
+    offset: chrono::Duration,
+}
+
+impl RealStore for DatabaseClockOff {
+    fn store(&self) -> &PgStore {
+        &self.inner
+    }
+
+    async fn db_now(&self) -> Result<DateTime<Utc>, CatalogueError> {
+        Ok(self.inner.db_now().await? + self.offset)
+    }
+}
+
+impl MaintenanceTwist for DatabaseClockOff {}
+
+/// An orphan proxy file 90 minutes old by this host's clock: with the database's clock two hours behind it is
+/// not an hour old yet and stays; a fresh one, with the database's clock two hours ahead, is and goes.
+#[tokio::test]
+async fn the_sweep_judges_a_file_s_age_by_the_database_s_clock() {
+    let lib = library().await;
+    let orphan = |n: u8| {
+        let file = lib.proxies.join(ContentHash::from_bytes([n; 32]).proxy_dir(lib.config)).join("preview.jpg");
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(&file, b"an orphan").unwrap();
+        file
+    };
+    let (older, fresh) = (orphan(0xa1), orphan(0xb2));
+    age(&older, 90 * 60);
+    let sweep_with = |hours: i64| {
+        let clock = DatabaseClockOff { inner: lib.store.clone(), offset: chrono::Duration::hours(hours) };
+        ProxySweepHandler::new(Arc::new(Twisted(clock)), lib.proxies.clone(), Duration::from_secs(3600))
+    };
+    let behind = lib.run_sweep(&sweep_with(-2)).await;
+    assert_eq!(behind["deleted"], 0, "{behind}");
+    assert!(older.exists() && fresh.exists());
+    let ahead = lib.run_sweep(&sweep_with(2)).await;
+    assert_eq!(ahead["deleted"], 2, "{ahead}");
+    assert!(!older.exists() && !fresh.exists());
 }

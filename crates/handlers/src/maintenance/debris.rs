@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::ProxySweepHandler;
-use super::proxy_files::{old_enough, open_proxy_root, remove_parents, walk};
+use super::proxy_files::{AgeFloor, open_proxy_root, remove_parents, walk};
 
 /// What the start-up clean-up of temporary files did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -30,8 +30,8 @@ pub struct DebrisReport {
 /// - it is in the exact proxy layout ([`ProxyPath`]) of a storage config that exists;
 /// - its name is one of the temporary names we write ([`almanac_domain::ports::is_temporary_file_name`]): a finished
 ///   proxy is never touched here (the sweep, which checks the rows, deletes those);
-/// - it is older than the proxy sweep's age floor ([`ProxySweepHandler::min_age_for`]), checked again right
-///   before the unlink: no write of ours lasts that long, while a younger file may be one another Worker (on
+/// - it is older than the proxy sweep's age floor ([`ProxySweepHandler::min_age_for`]) at the database's time,
+///   checked again right before the unlink: no write of ours lasts that long, while a younger file may be one another Worker (on
 ///   this host, or another sharing the proxy root) is writing right now. Younger debris is overwritten when its
 ///   original is crawled again, or left to the sweep.
 ///
@@ -49,16 +49,17 @@ pub async fn remove_temporary_debris<M: MaintenanceStore + 'static>(
             return Ok(None);
         };
         let root = Arc::new(root);
+        let floor = AgeFloor { now: store.db_now().await.map_err(|e| e.to_string())?, min_age };
         let configs: HashSet<StorageConfigId> =
             store.storage_config_ids().await.map_err(|e| e.to_string())?.into_iter().collect();
         let (listing_root, listing_stop) = (root.clone(), stop.clone());
-        let listing = tokio::task::spawn_blocking(move || debris_of(&listing_root, &configs, min_age, &listing_stop))
+        let listing = tokio::task::spawn_blocking(move || debris_of(&listing_root, &configs, floor, &listing_stop))
             .await
             .map_err(|e| format!("walking the proxy root ended abnormally: {e}"))?;
-        Ok::<_, String>(Some((root, listing)))
+        Ok::<_, String>(Some((root, floor, listing)))
     };
     match listed.await {
-        Ok(Some((root, (candidates, unreadable)))) => {
+        Ok(Some((root, floor, (candidates, unreadable)))) => {
             report.problems.extend(unreadable);
             for rel in &candidates {
                 if stop.is_cancelled() {
@@ -67,7 +68,7 @@ pub async fn remove_temporary_debris<M: MaintenanceStore + 'static>(
                 let (root, rel) = (root.clone(), rel.clone());
                 let removed = tokio::task::spawn_blocking(move || {
                     // Still a regular file, still older than the floor: a retry may have just rewritten it.
-                    let confirm = |e: &Entry| e.kind == EntryKind::File && old_enough(e.mtime, min_age);
+                    let confirm = |e: &Entry| e.kind == EntryKind::File && floor.old_enough(e.mtime);
                     let removed = root.remove_file(rel.as_bytes(), confirm);
                     if matches!(removed, Ok(Removal::Removed)) {
                         remove_parents(&root, &rel);
@@ -104,12 +105,12 @@ pub async fn remove_temporary_debris<M: MaintenanceStore + 'static>(
     report
 }
 
-/// The temporary files in the exact proxy layout of an existing config and older than `min_age`, found in one
+/// The temporary files in the exact proxy layout of an existing config and older than `floor`, found in one
 /// walk of the proxy root that keeps only them; and the folders that could not be read. Blocking.
 fn debris_of(
     root: &almanac_media::RootFolder,
     configs: &HashSet<StorageConfigId>,
-    min_age: std::time::Duration,
+    floor: AgeFloor,
     stop: &CancellationToken,
 ) -> (Vec<String>, Vec<String>) {
     let (mut candidates, mut unreadable) = (Vec::new(), Vec::new());
@@ -118,7 +119,7 @@ fn debris_of(
         let ours = entry.kind == EntryKind::File
             && ProxyPath::parse(&rel).is_some_and(|p| configs.contains(&p.config))
             && rel.rsplit('/').next().is_some_and(is_temporary_file_name)
-            && old_enough(entry.mtime, min_age);
+            && floor.old_enough(entry.mtime);
         if ours {
             candidates.push(rel);
         }

@@ -1,7 +1,8 @@
 //! The maintenance handlers, one per file with its settings and defaults beside it: purge, proxy deletion,
 //! proxy sweep, token cleanup and work item retention; and the start-up removal of temporary debris.
 //! `proxy_files` holds what they share about files under the proxy root; the sweep's check that proxies are
-//! whole is `proxy_check` (one folder's files against its rows) and `proxy_repair` (what is queued about it).
+//! whole is `proxy_check` (one folder's files against its rows), `proxy_repair` (what is queued about it) and
+//! `root_watch` (whether the proxy root is still the one the sweep began with).
 
 mod debris;
 mod proxy_check;
@@ -11,6 +12,7 @@ mod proxy_repair;
 mod proxy_sweep;
 mod purge;
 mod retention;
+mod root_watch;
 mod token_cleanup;
 
 use std::time::Duration;

@@ -6,7 +6,6 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::time::Duration;
 
 use almanac_domain::{
     AssetId,
@@ -15,7 +14,7 @@ use almanac_domain::{
 use almanac_media::{Entry, EntryKind, RootFolder};
 use chrono::{DateTime, Utc};
 
-use super::proxy_files::{list_folder, old_enough};
+use super::proxy_files::{AgeFloor, list_folder};
 
 /// A file found in a folder: what it is, its size and its mtime, from its `lstat`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,7 +45,7 @@ pub(super) enum Look {
 }
 
 /// Looks at a row's file as found (`None`: nothing there).
-pub(super) fn look(row: &StoredProxy, file: Option<Found>, min_age: Duration) -> Look {
+pub(super) fn look(row: &StoredProxy, file: Option<Found>, floor: AgeFloor) -> Look {
     let Some(path) = row.relative_path.as_deref() else { return Look::Whole };
     if ProxyPath::parse(path).is_none() {
         return Look::NotWhole;
@@ -55,7 +54,7 @@ pub(super) fn look(row: &StoredProxy, file: Option<Found>, min_age: Duration) ->
         None => Look::Missing,
         Some(f) if f.kind != EntryKind::File => Look::NotWhole,
         Some(f) if f.size == row.size_bytes => Look::Whole,
-        Some(f) if old_enough(f.mtime, min_age) => Look::NotWhole,
+        Some(f) if floor.old_enough(f.mtime) => Look::NotWhole,
         Some(_) => Look::Young,
     }
 }
@@ -80,7 +79,7 @@ pub(super) fn judge(
     referenced: &HashSet<String>,
     to_check: &[StoredProxy],
     files: &HashMap<String, Found>,
-    min_age: Duration,
+    floor: AgeFloor,
 ) -> Verdict {
     let mut verdict = Verdict::default();
     for (path, file) in files {
@@ -88,7 +87,7 @@ pub(super) fn judge(
             continue;
         }
         match (ProxyPath::parse(path), file.kind) {
-            (Some(_), EntryKind::File) if old_enough(file.mtime, min_age) => verdict.orphans.push(path.clone()),
+            (Some(_), EntryKind::File) if floor.old_enough(file.mtime) => verdict.orphans.push(path.clone()),
             (Some(_), EntryKind::File) => {}
             _ => verdict.not_ours.push(path.clone()),
         }
@@ -98,7 +97,7 @@ pub(super) fn judge(
     for row in to_check.iter().filter(|r| r.relative_path.is_some()) {
         verdict.checked += 1;
         let file = row.relative_path.as_ref().and_then(|p| files.get(p)).copied();
-        if matches!(look(row, file, min_age), Look::Missing | Look::NotWhole) {
+        if matches!(look(row, file, floor), Look::Missing | Look::NotWhole) {
             verdict.suspects.insert(row.asset_id);
         }
     }
@@ -118,7 +117,7 @@ pub(super) struct Confirmed {
 /// `lstat`, no link followed: an asset is broken only if one of its rows read now still records a file that is
 /// missing, not a regular file, or not of its size. A crawl that wrote a proxy and its row since the folder's
 /// rows were read, or a deletion that took both, leaves nothing to confirm. Blocking.
-pub(super) fn confirm(root: &RootFolder, rows: &[StoredProxy], min_age: Duration) -> Confirmed {
+pub(super) fn confirm(root: &RootFolder, rows: &[StoredProxy], floor: AgeFloor) -> Confirmed {
     let mut out = Confirmed::default();
     let mut folders: HashMap<&Path, Option<HashMap<Vec<u8>, Found>>> = HashMap::new();
     for row in rows {
@@ -138,7 +137,7 @@ pub(super) fn confirm(root: &RootFolder, rows: &[StoredProxy], min_age: Duration
         });
         let Some(listed) = listed else { continue };
         let file = name.and_then(|n| listed.get(&n).copied());
-        match look(row, file, min_age) {
+        match look(row, file, floor) {
             Look::Whole | Look::Young => {}
             Look::Missing => *out.broken.entry(row.asset_id).or_default() += 1,
             Look::NotWhole => {
@@ -151,6 +150,8 @@ pub(super) fn confirm(root: &RootFolder, rows: &[StoredProxy], min_age: Duration
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use almanac_domain::{ContentHash, ProxyType, StorageConfigId};
 
     use super::*;
@@ -174,7 +175,7 @@ mod tests {
         let path = |n: u8, name: &str| {
             ContentHash::from_bytes([0xa0 + n; 32]).proxy_dir(config).join(name).display().to_string()
         };
-        let hour = Duration::from_secs(3600);
+        let hour = AgeFloor { now: Utc::now(), min_age: Duration::from_secs(3600) };
         let [whole, gone, short, linked, fresh] = [0, 1, 2, 3, 4].map(|_| AssetId::new());
         let to_check = [
             row(whole, &path(0, "preview.jpg"), 10),
@@ -209,7 +210,7 @@ mod tests {
     #[test]
     fn a_row_outside_the_layout_is_not_whole_and_a_blurhash_is() {
         let asset = AssetId::new();
-        let hour = Duration::from_secs(3600);
+        let hour = AgeFloor { now: Utc::now(), min_age: Duration::from_secs(3600) };
         assert_eq!(look(&row(asset, "../etc/passwd", 1), Some(file(EntryKind::File, 1, 7200)), hour), Look::NotWhole);
         let blurhash = StoredProxy { relative_path: None, ..row(asset, "", 0) };
         assert_eq!(look(&blurhash, None, hour), Look::Whole);
@@ -236,7 +237,7 @@ mod tests {
             row(gone, &rel("poster.jpg"), 10),
             row(elsewhere, &other.display().to_string(), 10),
         ];
-        let confirmed = confirm(&root, &rows, Duration::ZERO);
+        let confirmed = confirm(&root, &rows, AgeFloor { now: Utc::now(), min_age: Duration::ZERO });
         assert_eq!(confirmed.broken, BTreeMap::from([(linked, 0), (gone, 1), (elsewhere, 1)]));
         assert!(confirmed.unreadable.is_empty());
     }

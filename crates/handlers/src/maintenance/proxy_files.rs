@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use almanac_domain::{
     AssetId, StorageConfigId,
@@ -12,6 +12,7 @@ use almanac_domain::{
 };
 use almanac_executor::HandlerError;
 use almanac_media::{Entry, EntryKind, OpenError, Removal, RootFolder};
+use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
 /// Deletes a proxy file beneath the proxy root (no link followed on the way; a link in its place goes, never
@@ -82,10 +83,24 @@ pub(super) fn delete_files(
 /// How many paths that are not ours a sweep names in its report (the count is always complete).
 pub(super) const NOT_OURS_LISTED: usize = 20;
 
-/// Whether a file's mtime makes it at least `min_age` old.
-pub(super) fn old_enough(mtime: chrono::DateTime<chrono::Utc>, min_age: Duration) -> bool {
-    let mtime = SystemTime::UNIX_EPOCH + Duration::from_micros(u64::try_from(mtime.timestamp_micros()).unwrap_or(0));
-    SystemTime::now().duration_since(mtime).is_ok_and(|age| age >= min_age)
+/// The age a file under the proxy root must have before it is deleted or judged by its size: `min_age` before
+/// `now`, the database's time read once when the work began, as the crawl's settling judges mtimes. A file's mtime
+/// comes from the clock of the machine that holds the proxy volume (an NFS server's, not this host's), which,
+/// like the database's, is expected on NTP; this host's clock may be anyone's. `now` is not advanced: a file
+/// that turns old during the work is left for the next time, never judged older than it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct AgeFloor {
+    /// The database's time when the work began.
+    pub(super) now: DateTime<Utc>,
+    /// The age a file must have.
+    pub(super) min_age: Duration,
+}
+
+impl AgeFloor {
+    /// Whether a file's mtime makes it at least `min_age` old at `now` (a file dated ahead of `now` is young).
+    pub(super) fn old_enough(&self, mtime: DateTime<Utc>) -> bool {
+        chrono::Duration::from_std(self.min_age).is_ok_and(|min_age| self.now - mtime >= min_age)
+    }
 }
 
 /// Lists one folder beneath the proxy root, no link followed: `Ok(None)` when it does not exist.

@@ -20,9 +20,10 @@ use tracing::{info, warn};
 
 use super::proxy_check::{Found, confirm, judge};
 use super::proxy_files::{
-    NOT_OURS_LISTED, is_prefix_folder, join, list_folder, old_enough, open_proxy_root, remove_parents, walk,
+    AgeFloor, NOT_OURS_LISTED, is_prefix_folder, join, list_folder, open_proxy_root, remove_parents, walk,
 };
 use super::proxy_repair::ConfigCheck;
+use super::root_watch::{RootAtStart, folder_gone};
 use crate::{MassDeletionGuard, report_progress, store_error};
 
 /// A sweep's progress: folders walked, orphans deleted, broken assets found so far.
@@ -40,7 +41,8 @@ struct SweepProgress {
 /// It deletes only what is ours and orphaned: a file whose path has the exact proxy layout (`<config
 /// id>/<2 hex>/<64 hex>/<proxy or temporary name>`, [`ProxyPath`]) of a config that exists, that no proxy row
 /// references, and that, checked again right before the unlink, is still a regular file older than `min_age`
-/// (default over an hour, so a crawl's freshly written proxies survive until their rows commit). Anything else
+/// (default over an hour, so a crawl's freshly written proxies survive until their rows commit) at the database's
+/// time read at the sweep's start (an NFS volume's mtimes come from its server's clock, not this host's). Anything else
 /// under the proxy root is left alone and reported once per sweep. No link is followed; nothing above the proxy
 /// root is touched.
 ///
@@ -49,7 +51,8 @@ struct SweepProgress {
 /// recorded (a file younger than `min_age` is not judged on its size: its row may be on its way) makes the asset
 /// a suspect, confirmed by reading its rows and looking at its files again; its proxies are then queued to be
 /// made again through its config's queue ([`super::proxy_repair`]), unless so many of the config's files are
-/// missing that the proxy root looks unmounted or emptied.
+/// missing that the proxy root looks unmounted or emptied (the operator's mass-deletion guard), or the root
+/// changed, lost folders or lost files found whole during the sweep ([`super::root_watch`]).
 ///
 /// [`ProxyPath`]: almanac_domain::ports::ProxyPath
 pub struct ProxySweepHandler<M> {
@@ -64,6 +67,13 @@ impl<M> ProxySweepHandler<M> {
     /// A proxy sweep handler that checks the proxies of every active config.
     pub fn new(store: Arc<M>, proxy_root: PathBuf, min_age: Duration) -> Self {
         Self { store, proxy_root, min_age, served: ServedConfigs::All, guard: MassDeletionGuard::default() }
+    }
+
+    /// Judges "the proxy root looks unmounted or emptied" by the operator's guard (`storage.mass_deletion_*`,
+    /// the crawl's), instead of the default.
+    pub fn guarded_by(mut self, guard: MassDeletionGuard) -> Self {
+        self.guard = guard;
+        self
     }
 
     /// Checks only the proxies of the configs a Worker serving `served` crawls (with a proxy root per host, the
@@ -81,15 +91,24 @@ impl<M> ProxySweepHandler<M> {
     }
 }
 
-/// What one sweep found so far.
-#[derive(Default)]
+/// What one sweep found so far, and what it judges by.
 struct Sweep {
     deleted: u64,
     folders: u64,
     report: SweptProxyRoot,
+    /// The age files must have to be deleted or judged by their size.
+    floor: AgeFloor,
+    /// The proxy root as the sweep opened it.
+    at_start: RootAtStart,
+    /// Why the sweep stopped early: the proxy root changed under it.
+    lost: Option<String>,
 }
 
 impl Sweep {
+    fn new(floor: AgeFloor, at_start: RootAtStart) -> Self {
+        Self { deleted: 0, folders: 0, report: SweptProxyRoot::default(), floor, at_start, lost: None }
+    }
+
     fn not_ours(&mut self, not_ours: NotOurs) {
         self.report.left_alone += not_ours.total;
         for rel in not_ours.examples {
@@ -125,14 +144,20 @@ impl<M: MaintenanceStore + 'static> WorkHandler for ProxySweepHandler<M> {
                 return Ok(ProxySweepReport::no_proxy_root());
             };
             let root = Arc::new(root);
+            let now = self.store.db_now().await.map_err(store_error)?;
+            let mut sweep = Sweep::new(AgeFloor { now, min_age: self.min_age }, RootAtStart::new(&root));
             let configs: HashSet<StorageConfigId> =
                 self.store.storage_config_ids().await.map_err(store_error)?.into_iter().collect();
             let checked: BTreeSet<StorageConfigId> =
                 self.store.configs_to_check(self.served).await.map_err(store_error)?.into_iter().collect();
-            let mut sweep = Sweep::default();
             let on_disk = self.top_level(&root, &configs, &ctx, &mut sweep).await?;
             for config in on_disk.union(&checked) {
                 self.config(&ctx, &root, *config, checked.contains(config), &mut sweep).await?;
+                if let Some(why) = &sweep.lost {
+                    return Err(HandlerError::retryable(format!(
+                        "the proxy sweep stopped: {why}. Nothing more was deleted or queued; the next sweep looks again"
+                    )));
+                }
             }
             if sweep.report.left_alone > 0 {
                 warn!(
@@ -193,8 +218,9 @@ impl<M: MaintenanceStore + 'static> ProxySweepHandler<M> {
         Ok(found)
     }
 
-    /// One config's folder, one `<2 hex>` folder at a time (those on disk and those rows have files in); then,
-    /// when its proxies are checked, the repair of what was found broken, or the guard's refusal.
+    /// One config's folder, one `<2 hex>` folder at a time (those on disk and those rows have files in), each
+    /// only while the proxy root is still the one the sweep opened; then, when its proxies are checked, the
+    /// repair of what was found broken, or the refusal.
     async fn config(
         &self,
         ctx: &HandlerContext,
@@ -203,7 +229,8 @@ impl<M: MaintenanceStore + 'static> ProxySweepHandler<M> {
         checked: bool,
         sweep: &mut Sweep,
     ) -> Result<(), HandlerError> {
-        let mut prefixes = self.prefixes_on_disk(root, config, ctx, sweep).await?;
+        let on_disk = self.prefixes_on_disk(root, config, ctx, sweep).await?;
+        let mut prefixes = on_disk.clone();
         if checked {
             prefixes.extend(self.store.proxy_folders(config).await.map_err(store_error)?);
         }
@@ -212,7 +239,13 @@ impl<M: MaintenanceStore + 'static> ProxySweepHandler<M> {
             if ctx.cancel.is_cancelled() {
                 return Err(HandlerError::cancelled());
             }
-            self.folder(ctx, root, config, prefix, checked.then_some(&mut check), sweep).await?;
+            if let Some(why) = sweep.at_start.changed() {
+                check.lost(why.clone());
+                sweep.lost = Some(why);
+                break;
+            }
+            let was_there = on_disk.contains(prefix);
+            self.folder(ctx, root, (config, prefix, was_there), checked.then_some(&mut check), sweep).await?;
             sweep.folders += 1;
             let progress = SweepProgress {
                 folders: sweep.folders,
@@ -222,7 +255,7 @@ impl<M: MaintenanceStore + 'static> ProxySweepHandler<M> {
             report_progress(&ctx.progress, &progress);
         }
         if checked {
-            check.settle(&*self.store, ctx, &self.guard, &self.proxy_root, &mut sweep.report).await?;
+            check.settle(&*self.store, ctx, &self.guard, (root, &sweep.at_start), &mut sweep.report).await?;
         }
         Ok(())
     }
@@ -259,14 +292,14 @@ impl<M: MaintenanceStore + 'static> ProxySweepHandler<M> {
         Ok(prefixes)
     }
 
-    /// One `<config id>/<2 hex>` folder: its rows read, then its files listed and compared with them; orphans
-    /// deleted (each re-checked right before its unlink), suspects confirmed and handed to `check`.
+    /// One `<config id>/<2 hex>` folder (`was_there`: listed at its config's start): its rows read, then its
+    /// files listed and compared with them; orphans deleted (each re-checked right before its unlink), suspects
+    /// confirmed and handed to `check` with a file found whole and whether the folder vanished since the start.
     async fn folder(
         &self,
         ctx: &HandlerContext,
         root: &Arc<RootFolder>,
-        config: StorageConfigId,
-        prefix: &str,
+        (config, prefix, was_there): (StorageConfigId, &str, bool),
         check: Option<&mut ConfigCheck>,
         sweep: &mut Sweep,
     ) -> Result<(), HandlerError> {
@@ -279,7 +312,15 @@ impl<M: MaintenanceStore + 'static> ProxySweepHandler<M> {
         };
         let (files, listed_whole, unreadable) = self.list(root, format!("{config}/{prefix}"), ctx).await?;
         sweep.report.unreadable_folders.extend(unreadable);
-        let verdict = judge(&referenced, &to_check, &files, self.min_age);
+        let verdict = judge(&referenced, &to_check, &files, sweep.floor);
+        let witness = to_check.iter().filter(|r| !verdict.suspects.contains(&r.asset_id)).find_map(|r| {
+            let path = r.relative_path.as_ref()?;
+            files.get(path).is_some_and(|f| f.kind == EntryKind::File).then(|| path.clone())
+        });
+        let vanished = was_there && files.is_empty() && {
+            let (root, rel) = (root.clone(), format!("{config}/{prefix}"));
+            blocking(move || folder_gone(&root, rel.as_bytes())).await?
+        };
         drop(files);
         let mut not_ours = NotOurs::default();
         verdict.not_ours.into_iter().for_each(|rel| not_ours.push(rel));
@@ -290,14 +331,20 @@ impl<M: MaintenanceStore + 'static> ProxySweepHandler<M> {
         // A folder not read whole is not judged: files it could not list are not missing.
         let Some(check) = check.filter(|_| listed_whole) else { return Ok(()) };
         check.checked += verdict.checked;
+        if let Some(witness) = witness {
+            check.witness(witness);
+        }
         if verdict.suspects.is_empty() {
             return Ok(());
         }
         let suspects: Vec<_> = verdict.suspects.into_iter().collect();
         let rows = self.store.proxies_to_check_of(config, &suspects).await.map_err(store_error)?;
-        let (root, min_age) = (root.clone(), self.min_age);
-        let confirmed = blocking(move || confirm(&root, &rows, min_age)).await?;
+        let (root, floor) = (root.clone(), sweep.floor);
+        let confirmed = blocking(move || confirm(&root, &rows, floor)).await?;
         sweep.report.unreadable_folders.extend(confirmed.unreadable);
+        if vanished && !confirmed.broken.is_empty() {
+            check.vanished(prefix);
+        }
         check.add(confirmed.broken);
         Ok(())
     }
@@ -336,9 +383,9 @@ impl<M: MaintenanceStore + 'static> ProxySweepHandler<M> {
         if !again.is_empty() {
             return Ok(());
         }
-        let (root, rel, min_age) = (root.clone(), orphan.to_owned(), self.min_age);
+        let (root, rel, floor) = (root.clone(), orphan.to_owned(), sweep.floor);
         let removed = blocking(move || {
-            let confirm = |e: &Entry| e.kind == EntryKind::File && old_enough(e.mtime, min_age);
+            let confirm = |e: &Entry| e.kind == EntryKind::File && floor.old_enough(e.mtime);
             let removed = root.remove_file(rel.as_bytes(), confirm);
             if matches!(removed, Ok(Removal::Removed)) {
                 remove_parents(&root, &rel);
@@ -373,7 +420,7 @@ fn not_ours_beneath(
 }
 
 /// Runs blocking file-system work on its own thread.
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, HandlerError> {
+pub(super) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, HandlerError> {
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| HandlerError::retryable(format!("looking at the proxy root ended abnormally: {e}")))

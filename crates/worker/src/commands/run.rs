@@ -217,7 +217,11 @@ fn handlers(settings: &Settings, store: &Arc<PgStore>, proxy_root: &Path, served
         .register(BurstDetectionHandler::new(store.clone(), BurstSettings::default()))
         .register(PurgeHandler::new(store.clone(), purge))
         .register(ProxyDeletionHandler::new(store.clone(), proxy_root.to_path_buf()))
-        .register(ProxySweepHandler::new(store.clone(), proxy_root.to_path_buf(), sweep_min_age).serving(served))
+        .register(
+            ProxySweepHandler::new(store.clone(), proxy_root.to_path_buf(), sweep_min_age)
+                .serving(served)
+                .guarded_by(settings.mass_deletion()),
+        )
         .register(TokenCleanupHandler::new(store.clone(), token_grace))
         .register(WorkItemRetentionHandler::new(store.clone(), RetentionSettings::default()))
 }

@@ -138,9 +138,11 @@ pub const EVENTS: &[Event] = &[
     ),
     event(
         "proxy_root_looks_emptied",
-        "the sweep found more than half of 10 or more of a config's proxy files missing (`config`, `checked`, \
-         `missing`): the proxy root looks unmounted or emptied, so nothing was queued for that config. Mount the \
-         proxy volume; if the files really are gone, `almanac-worker regenerate --config …`",
+        "the sweep found more of a config's proxy files missing than `storage.mass_deletion_*` allows (more than \
+         half of 10 or more by default; `config`, `checked`, `missing`), or the proxy root changed, lost folders \
+         or lost files it had found whole during the sweep: the proxy root looks unmounted or emptied, so nothing \
+         was queued for that config. Mount the proxy volume; if the files really are gone, `almanac-worker \
+         regenerate --config …`",
     ),
     event("tokens_deleted", "token clean-up's result"),
     event("work_items_deleted", "retention's result: finished items deleted"),
