@@ -753,6 +753,43 @@ fn a_deactivated_config_is_activated_again_unless_its_tree_is_taken() {
     assert!(code != 0 && !err.is_empty());
 }
 
+/// `config watch` sets how a config's root is watched (an unknown choice or config changes nothing), and `status`
+/// shows each config's watch: off while no Worker watches it, then its watcher's mode and report.
+#[test]
+fn config_watch_sets_the_choice_and_status_shows_each_config_s_watch() {
+    let s = setup(0);
+    let root = s.library.to_str().unwrap();
+    s.cli(&["config", "add", "--user", "ann", "--root", root]);
+    let status = s.cli(&["status"]);
+    assert!(status.contains("WATCHES") && status.contains("chosen auto  mode off (no Worker watches it)"), "{status}");
+    let out = s.cli(&["config", "watch", root, "polling"]);
+    assert!(out.contains("is now watched: polling"), "{out}");
+    assert!(s.cli(&["config", "watch", root, "polling"]).contains("was already watched: polling"));
+    assert_eq!(s.query("SELECT watch FROM storage_configs"), [["polling"]]);
+    let (code, _, err) = s.cli_exit(&["config", "watch", root, "inotify"], &[]);
+    assert!(code == 2 && err.contains("auto, events, polling, off"), "{code}: {err}");
+    let (code, _, err) = s.cli_exit(&["config", "watch", "/no/such/library", "off"], &[]);
+    assert!(code == 1 && err.contains("/no/such/library"), "{code}: {err}");
+    assert_eq!(s.query("SELECT watch FROM storage_configs"), [["polling"]], "nothing else changed it");
+
+    // A Worker watching it, as its watcher reports.
+    s.query(
+        "INSERT INTO config_watches (storage_config_id, worker_id, since, lease_expires_at, mode, pending_files, note)
+         SELECT id, 'worker-b', now(), now() + interval '1 minute', 'polling', 2, 'the root is on NFS'
+           FROM storage_configs",
+    );
+    let status = s.cli(&["status"]);
+    assert!(status.contains("chosen polling  mode polling  worker worker-b since "), "{status}");
+    assert!(status.contains("last change none  pending files 2  note: the root is on NFS"), "{status}");
+    let json: serde_json::Value = serde_json::from_str(&s.cli(&["status", "--json"])).unwrap();
+    let watch = &json["watches"][0];
+    assert_eq!(
+        (&watch["root"], &watch["choice"], &watch["mode"]),
+        (&root.into(), &"polling".into(), &"polling".into())
+    );
+    assert_eq!((&watch["worker"], &watch["pending_files"]), (&"worker-b".into(), &2.into()), "{json}");
+}
+
 /// `regenerate --config` deletes a config's proxies and a crawl behind the deletion makes them again from the
 /// originals (new proxy rows, files on disk), with `--wait` following the crawl.
 #[test]

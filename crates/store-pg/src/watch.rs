@@ -199,3 +199,38 @@ impl WatchStore for PgStore {
         rows.into_iter().map(StateRow::into_state).collect()
     }
 }
+
+#[derive(QueryableByName)]
+struct WasRow {
+    #[diesel(sql_type = Text)]
+    was: String,
+}
+
+impl PgStore {
+    /// Sets how the operator chose to watch a config (`config watch`), answering the choice it replaced. The
+    /// Worker watching it follows at its next look at its targets.
+    #[mutants::skip]
+    pub async fn set_storage_config_watch(
+        &self,
+        id: StorageConfigId,
+        choice: WatchChoice,
+    ) -> Result<WatchChoice, crate::StoreError> {
+        let rows: Vec<WasRow> = self
+            .read(async |conn| {
+                sql_query(
+                    "UPDATE storage_configs s SET watch = $2
+                       FROM (SELECT id, watch FROM storage_configs WHERE id = $1 FOR UPDATE) was
+                      WHERE s.id = was.id
+                  RETURNING was.watch AS was",
+                )
+                .bind::<Uuid, _>(id.as_uuid())
+                .bind::<Text, _>(choice.as_str())
+                .load(conn)
+                .await
+            })
+            .await?;
+        let was =
+            rows.into_iter().next().ok_or_else(|| crate::StoreError::NotFound(format!("no storage config {id}")))?;
+        was.was.parse().map_err(|e: String| crate::StoreError::Unexpected(e.into()))
+    }
+}

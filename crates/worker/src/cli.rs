@@ -194,6 +194,15 @@ pub enum ConfigCommand {
         /// Id or root path.
         config: String,
     },
+    /// Choose how a storage config's root is watched for changes: auto (events, or polling on a network file
+    /// system), events, polling or off (only the scheduled crawl finds changes).
+    #[command(after_help = "Example: almanac-worker config watch /volume1/photos/ann polling")]
+    Watch {
+        /// Id or root path.
+        config: String,
+        /// auto, events, polling or off.
+        choice: String,
+    },
     /// Print the effective configuration, secrets masked.
     Check,
 }

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use almanac_domain::{Status, WorkKind, ports::DatabaseClock};
+use almanac_domain::ports::{DatabaseClock, WatchStore};
+use almanac_domain::{Status, WorkKind};
 use almanac_store_pg::PgStore;
 use axum::Router;
 use axum::extract::{Request, State};
@@ -202,6 +203,9 @@ async fn metrics(State(health): State<Health>) -> impl IntoResponse {
             metrics::gauge!(DATABASE_UP).set(1.0);
         }
         _ => metrics::gauge!(DATABASE_UP).set(0.0),
+    }
+    if let Ok(Ok(states)) = tokio::time::timeout(Duration::from_secs(2), health.store.watch_states()).await {
+        crate::observe::record_watch_states(&states);
     }
     health.process.collect();
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], health.metrics.render())

@@ -12,6 +12,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
+use almanac_domain::ports::{WatchMode, WatchState};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 use tracing::field::{Field, Visit};
 use tracing_subscriber::field::RecordFields;
@@ -26,16 +27,19 @@ use crate::settings::{Log, LogFormat};
 
 pub mod table;
 
-pub use table::{CRAWL_BYTES, CRAWL_FILES, DATABASE_UP, EVENTS_TOTAL, ITEM_SECONDS, WORK_ITEMS};
+pub use table::{
+    CRAWL_BYTES, CRAWL_FILES, DATABASE_UP, EVENTS_TOTAL, ITEM_SECONDS, WATCH_MODE, WATCH_PENDING_FILES, WORK_ITEMS,
+};
 
 /// Upper bounds (seconds) of the item duration histogram buckets.
 pub const DURATION_BUCKETS: [f64; 10] = [0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0, 3600.0];
 
 /// The crawl fields counted, and the label (or family) each goes to.
-const CRAWL_FIELDS: [(&str, Option<&str>); 4] = [
+const CRAWL_FIELDS: [(&str, Option<&str>); 5] = [
     ("files_found", Some("found")),
     ("files_ingested", Some("ingested")),
     ("files_failed", Some("failed")),
+    ("files_settling", Some("settling")),
     ("bytes_hashed", None),
 ];
 
@@ -79,6 +83,21 @@ pub fn describe() {
         });
     }
     almanac_executor::metrics::describe();
+}
+
+/// Sets the watch gauges from every config's watch as stored ([`WATCH_MODE`]: 1 for the mode its holder reports,
+/// or `off` when no Worker holds it, 0 for the others; [`WATCH_PENDING_FILES`]), as of a scrape.
+pub fn record_watch_states(states: &[WatchState]) {
+    for state in states {
+        let config = state.config.to_string();
+        let current = state.held.as_ref().map_or(WatchMode::Off, |h| h.report.mode);
+        for mode in WatchMode::ALL {
+            let on = if mode == current { 1.0 } else { 0.0 };
+            metrics::gauge!(WATCH_MODE, "config" => config.clone(), "mode" => mode.as_str()).set(on);
+        }
+        let pending = state.held.as_ref().map_or(0, |h| h.report.pending_files);
+        metrics::gauge!(WATCH_PENDING_FILES, "config" => config).set(pending as f64);
+    }
 }
 
 /// How many outage events are kept.

@@ -1,4 +1,4 @@
-//! `config …`: storage configs (add, list, activate, deactivate, remove) and `config check` of the Worker's own
+//! `config …`: storage configs (add, list, activate, deactivate, remove, watch) and `config check` of the Worker's own
 //! settings.
 
 use std::path::Path;
@@ -34,6 +34,9 @@ pub async fn on_the_database(command: ConfigCommand, settings: &Settings, store:
         ConfigCommand::Deactivate { config } => {
             let c = ops::deactivate_config(store, &config).await?;
             println!("deactivated {} ({})", c.id, c.root_path.display());
+        }
+        ConfigCommand::Watch { config, choice } => {
+            println!("{}", ops::set_watch(store, &config, &choice).await?.describe())
         }
         ConfigCommand::Check => unreachable!("needs no database"),
     }

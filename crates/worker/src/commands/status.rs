@@ -1,5 +1,6 @@
 //! `status`: the queue at a glance, as a table or as JSON.
 
+use almanac_domain::ports::WatchStore;
 use almanac_domain::{ProgressEstimate, Status, StorageConfigId, WorkItem, WorkKind};
 use almanac_store_pg::{PgStore, QueueSummaryRow};
 use serde_json::{Value, json};
@@ -7,6 +8,10 @@ use serde_json::{Value, json};
 use super::{Exit, Failure};
 use crate::ops;
 use crate::settings::Settings;
+
+mod watches;
+
+use watches::Watches;
 
 /// What `status` shows, read in one go.
 struct Overview {
@@ -16,6 +21,7 @@ struct Overview {
     problems: Vec<String>,
     paused_kinds: Vec<WorkKind>,
     paused_configs: Vec<(StorageConfigId, String)>,
+    watches: Watches,
 }
 
 /// `status [--json]`: counts by kind and status, running items, pauses, root problems, recent failures.
@@ -25,7 +31,9 @@ pub async fn status(store: &PgStore, settings: &Settings, json: bool) -> Result<
     let failed = store.list_items(Some(Status::Failed), 10).await?;
     let problems = ops::roots::root_problems(store, &settings.storage.proxy_root).await?;
     let (paused_kinds, paused_configs) = store.paused().await?;
-    let overview = Overview { summary, running, failed, problems, paused_kinds, paused_configs };
+    let roots = store.list_storage_configs().await?.into_iter().map(|c| (c.id, c.root_path.display().to_string()));
+    let watches = Watches { states: store.watch_states().await?, roots: roots.collect() };
+    let overview = Overview { summary, running, failed, problems, paused_kinds, paused_configs, watches };
     if json {
         let text = serde_json::to_string_pretty(&as_json(&overview)).map_err(Failure::failed)?;
         println!("{text}");
@@ -59,6 +67,7 @@ fn as_json(o: &Overview) -> Value {
             "kinds": o.paused_kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(),
             "configs": o.paused_configs.iter().map(|(id, root)| json!({"id": id.to_string(), "root": root})).collect::<Vec<_>>(),
         },
+        "watches": o.watches.as_json(),
     })
 }
 
@@ -95,6 +104,7 @@ fn print_table(o: &Overview) {
         .collect();
     section("PAUSED (queued work not claimed; almanac-worker resume)", &paused, String::clone);
     section("ROOT PROBLEMS", &o.problems, String::clone);
+    section("WATCHES (almanac-worker config watch)", &o.watches.lines(), String::clone);
     section("RECENT FAILURES", &o.failed, |i| {
         format!("{}  {}  {}", i.id, i.kind, i.last_error.as_deref().unwrap_or("-"))
     });

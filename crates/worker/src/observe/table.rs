@@ -245,6 +245,10 @@ pub const CRAWL_BYTES: &str = "almanac_crawl_hashed_bytes_total";
 pub const WORK_ITEMS: &str = "almanac_work_items";
 /// Gauge: whether the database answered the scrape.
 pub const DATABASE_UP: &str = "almanac_database_up";
+/// Gauge: each config's watch mode (1 for the current one), by config and mode.
+pub const WATCH_MODE: &str = "almanac_watch_mode";
+/// Gauge: files a config's watcher saw changing and has not yet handed to a crawl, by config.
+pub const WATCH_PENDING_FILES: &str = "almanac_watch_pending_files";
 
 /// Every metric family of ours (the process collector's are listed in operations.md by hand: they are
 /// `metrics-process`'s).
@@ -313,6 +317,24 @@ pub const METRICS: &[Metric] = &[
         labels: &[],
         owner: Owner::Worker,
         help: "1 when the database answered the scrape, 0 when it did not.",
+    },
+    Metric {
+        name: WATCH_MODE,
+        kind: MetricType::Gauge,
+        unit: MetricUnit::Count,
+        labels: &["config", "mode"],
+        owner: Owner::Worker,
+        help: "How each config's root is watched, as of the scrape: 1 for its current mode (events, polling, or \
+               off when no Worker watches it), 0 for the others.",
+    },
+    Metric {
+        name: WATCH_PENDING_FILES,
+        kind: MetricType::Gauge,
+        unit: MetricUnit::Count,
+        labels: &["config"],
+        owner: Owner::Worker,
+        help: "Files the watcher of each config saw changing and has not yet handed to a crawl, as of its last \
+               report (0 when no Worker watches it).",
     },
 ];
 

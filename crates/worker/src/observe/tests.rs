@@ -232,3 +232,42 @@ fn the_events_kept_for_the_page_are_the_outage_events() {
         ]
     );
 }
+
+#[test]
+fn each_config_s_watch_mode_is_one_gauge_set_and_its_pending_files_another() {
+    use almanac_domain::ports::{HeldWatch, WatchChoice, WatchReport};
+    use almanac_domain::{StorageConfigId, WorkerId};
+    let (polled, unwatched) = (StorageConfigId::new(), StorageConfigId::new());
+    let held = HeldWatch {
+        worker_id: WorkerId::new("worker-a").unwrap(),
+        report: WatchReport { mode: WatchMode::Polling, last_change_at: None, pending_files: 12, note: None },
+        since: chrono::DateTime::UNIX_EPOCH,
+        lease_expires_at: chrono::DateTime::UNIX_EPOCH,
+    };
+    let states = [
+        WatchState { config: polled, choice: WatchChoice::Auto, held: Some(held) },
+        WatchState { config: unwatched, choice: WatchChoice::Events, held: None },
+    ];
+    let recorder = recorder();
+    metrics::with_local_recorder(&recorder, || {
+        describe();
+        record_watch_states(&states);
+    });
+    let text = recorder.handle().render();
+    let mode = |config: StorageConfigId, mode: &str| {
+        value(&text, &format!(r#"almanac_watch_mode{{config="{config}",mode="{mode}"}}"#))
+    };
+    assert_eq!(
+        [mode(polled, "events"), mode(polled, "polling"), mode(polled, "off")],
+        [Some(0.0), Some(1.0), Some(0.0)]
+    );
+    assert_eq!(
+        [mode(unwatched, "events"), mode(unwatched, "polling"), mode(unwatched, "off")],
+        [Some(0.0), Some(0.0), Some(1.0)],
+        "no Worker watches it: off, whatever was chosen: {text}"
+    );
+    let pending =
+        |config: StorageConfigId| value(&text, &format!(r#"almanac_watch_pending_files{{config="{config}"}}"#));
+    assert_eq!((pending(polled), pending(unwatched)), (Some(12.0), Some(0.0)), "{text}");
+    assert!(text.contains("# TYPE almanac_watch_mode gauge"), "{text}");
+}

@@ -7,6 +7,7 @@ mod error;
 mod items;
 mod parse;
 pub mod roots;
+mod watch;
 mod work;
 
 pub use configs::{Activation, activate_config, add_config, deactivate_config, plan_removal, remove_config};
@@ -16,4 +17,5 @@ pub use items::{
     retry_item, set_paused,
 };
 pub use parse::{kind_name, parse_config_id, parse_item_id, parse_kind};
+pub use watch::set_watch;
 pub use work::{enqueue, enqueue_crawl, regenerate};

@@ -1,6 +1,7 @@
 //! Reading an action's arguments as the operator types them (the CLI's options, the page's paths): each error
 //! says what is accepted.
 
+use almanac_domain::ports::WatchChoice;
 use almanac_domain::{Status, StorageConfigId, WorkItemId, WorkKind};
 
 use super::OpError;
@@ -54,6 +55,11 @@ pub fn parse_config_id(s: &str) -> Result<StorageConfigId, OpError> {
     })
 }
 
+/// How to watch a config, by name (`auto`, `events`, `polling` or `off`).
+pub fn parse_watch_choice(s: &str) -> Result<WatchChoice, OpError> {
+    s.parse().map_err(OpError::BadInput)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -72,5 +78,14 @@ mod tests {
             assert_eq!(parse_kind(&kind_name(kind)).unwrap(), kind);
             assert_eq!(parse_kind(kind.as_str()).unwrap(), kind);
         }
+    }
+
+    #[test]
+    fn a_watch_choice_is_read_by_name_and_an_unknown_one_names_the_choices() {
+        for choice in WatchChoice::ALL {
+            assert_eq!(parse_watch_choice(choice.as_str()).unwrap(), choice);
+        }
+        let e = parse_watch_choice("inotify").unwrap_err();
+        assert!(matches!(&e, OpError::BadInput(m) if m.contains("auto, events, polling, off")), "{e}");
     }
 }

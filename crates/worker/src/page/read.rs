@@ -5,6 +5,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
+use almanac_domain::ports::{WatchState, WatchStore};
 use almanac_domain::{Status, WorkItem, WorkKind};
 use almanac_store_pg::{ConfigOverview, HourlyOutcome, ItemFilter, QueueSummaryRow};
 use axum::Router;
@@ -35,6 +36,8 @@ pub(super) struct Snapshot {
     pub(super) summary: Vec<QueueSummaryRow>,
     pub(super) paused_kinds: Vec<WorkKind>,
     pub(super) configs: Vec<ConfigOverview>,
+    /// Every config's watch (ADR 0014).
+    pub(super) watches: Vec<WatchState>,
     pub(super) running: Vec<WorkItem>,
     pub(super) failed: Vec<WorkItem>,
     pub(super) crawls_with_failures: Vec<WorkItem>,
@@ -53,6 +56,7 @@ async fn snapshot(page: &Page) -> Result<Snapshot, OpError> {
         summary: store.queue_summary().await?,
         paused_kinds: store.paused().await?.0,
         configs: store.config_overview().await?,
+        watches: store.watch_states().await?,
         running,
         failed: store.list_items(Some(Status::Failed), 10).await?,
         crawls_with_failures: recent_crawls

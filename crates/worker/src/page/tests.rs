@@ -145,6 +145,39 @@ async fn the_page_shows_the_queue_configs_running_items_and_failures() {
     let _ = w.running;
 }
 
+/// Each config's watch: the mode its watcher reports, its choice, who watches, the last change, the pending files
+/// and the note; off when no Worker watches it (an expired lease counts as none).
+#[tokio::test]
+async fn the_page_shows_each_config_s_watch() {
+    let w = world(None).await;
+    let (_, _, html) = send(&w.page, get("/")).await;
+    assert!(html.contains("<th>watch</th>") && html.contains("no Worker watches it"), "{html}");
+    sql(
+        w.db.url(),
+        &format!(
+            "UPDATE storage_configs SET watch = 'polling' WHERE id = '{c}';
+             INSERT INTO config_watches (storage_config_id, worker_id, since, lease_expires_at, mode, last_change_at,
+                                         pending_files, note)
+             VALUES ('{c}', 'worker-b', now(), now() + interval '1 minute', 'polling', '2026-12-02 13:05:00+00', 3,
+                     'the <root> is on NFS')",
+            c = w.config
+        ),
+    )
+    .await;
+    let (_, _, html) = send(&w.page, get("/")).await;
+    for shown in [
+        "<span class=\"tag\">polling</span> (chosen polling)",
+        "by <code>worker-b</code>, last change 2026-12-02 13:05:00 UTC, 3 pending file(s)",
+        "the &lt;root&gt; is on NFS",
+    ] {
+        assert!(html.contains(shown), "{shown} is not on the page:\n{html}");
+    }
+    assert!(!html.contains("no Worker watches it"), "{html}");
+    sql(w.db.url(), "UPDATE config_watches SET lease_expires_at = now() - interval '1 second'").await;
+    let (_, _, html) = send(&w.page, get("/")).await;
+    assert!(html.contains("no Worker watches it") && !html.contains("worker-b"), "{html}");
+}
+
 #[tokio::test]
 async fn without_a_token_set_or_given_every_action_is_refused_and_nothing_changes() {
     let none = world(None).await;

@@ -1,5 +1,6 @@
 //! The page's HTML (maud: escaped by default). Plain, readable at phone width, usable without JavaScript.
 
+use almanac_domain::ports::WatchChoice;
 use almanac_domain::{ProgressEstimate, Status, WorkItem, WorkKind};
 use axum::http::StatusCode;
 use maud::{DOCTYPE, Markup, html};
@@ -147,7 +148,7 @@ fn configs(s: &Snapshot, viewer: &Viewer) -> Markup {
         @else {
             div.scroll {
                 table aria-labelledby="configs-heading" {
-                    thead { tr { th { "user" } th { "root" } th.n { "assets" } th { "last crawl" } th { "state" } th { "" } } }
+                    thead { tr { th { "user" } th { "root" } th.n { "assets" } th { "last crawl" } th { "watch" } th { "state" } th { "" } } }
                     tbody {
                         @for c in &s.configs {
                             tr {
@@ -160,6 +161,7 @@ fn configs(s: &Snapshot, viewer: &Viewer) -> Markup {
                                         None => { "never" }
                                     }
                                 }
+                                td { (watch(s, c.id)) }
                                 td {
                                     @if !c.is_active { span.tag.inactive { "deactivated" } }
                                     @else if c.paused { span.tag.paused { "paused" } }
@@ -174,6 +176,33 @@ fn configs(s: &Snapshot, viewer: &Viewer) -> Markup {
                         }
                     }
                 }
+            }
+        }
+    }
+}
+
+/// A config's watch (ADR 0014): the mode its watcher reports (or off, when none does), the choice when it is not
+/// `auto`, who watches, the last change seen, the pending files and the note.
+fn watch(s: &Snapshot, config: almanac_domain::StorageConfigId) -> Markup {
+    let Some(state) = s.watches.iter().find(|w| w.config == config) else { return html! { "-" } };
+    let chosen = state.choice != WatchChoice::Auto;
+    html! {
+        @match &state.held {
+            Some(h) => {
+                span.tag { (h.report.mode.as_str()) }
+                @if chosen { " (chosen " (state.choice.as_str()) ")" }
+                br;
+                span.note {
+                    "by " code { (h.worker_id.as_str()) } ", last change " (when(h.report.last_change_at)) ", "
+                    (h.report.pending_files) " pending file(s)"
+                }
+                @if let Some(note) = &h.report.note { br; span.error { (note) } }
+            }
+            None => {
+                span.tag { "off" }
+                @if chosen { " (chosen " (state.choice.as_str()) ")" }
+                br;
+                span.note { "no Worker watches it" }
             }
         }
     }
