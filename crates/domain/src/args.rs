@@ -32,10 +32,20 @@ pub trait WorkArgs: Serialize + DeserializeOwned {
             other => return Err(reason(format!("it must be a JSON object, not {other}"))),
         };
         // With the path to the value at fault (`asset_ids[2]: …`): serde's own message does not name it.
-        serde_path_to_error::deserialize(payload).map_err(|e| match e.path().to_string().as_str() {
-            "." => reason(e.inner().to_string()),
-            path => reason(format!("{path}: {}", e.inner())),
-        })
+        let args: Self =
+            serde_path_to_error::deserialize(payload).map_err(|e| match e.path().to_string().as_str() {
+                "." => reason(e.inner().to_string()),
+                path => reason(format!("{path}: {}", e.inner())),
+            })?;
+        args.check()?;
+        Ok(args)
+    }
+
+    /// Refuses arguments that read well but break a rule of their kind (a crawl's folders must lie beneath its
+    /// root). Checked when a payload is read and when an item is made of arguments, so whoever enqueues and the
+    /// handler keep the same rule.
+    fn check(&self) -> Result<(), DomainError> {
+        Ok(())
     }
 
     /// The payload these arguments are stored as.
@@ -88,6 +98,64 @@ impl CrawlArgs {
     pub fn is_whole_root(&self) -> bool {
         self.folders.is_empty()
     }
+
+    /// The folders this crawl covers, in the order it walks them: the byte order of their paths, each taken
+    /// with the `/` its files' paths continue with (so `a b` before `a`, whose `a/x.jpg` sorts after
+    /// `a b/x.jpg`); none inside another one listed, none twice. Empty: the whole root (also when one of them is
+    /// `""`). Refuses a folder, or a closed file's path, that is not relative to the root, `/`-separated, without
+    /// empty, `.` or `..` parts and without NUL, naming it and what is wrong with it.
+    pub fn checked_folders(&self) -> Result<Vec<String>, DomainError> {
+        let refuse = |field: &str, path: &str, wrong: &str| DomainError::Payload {
+            kind: WorkKind::Crawl,
+            reason: format!(
+                "{field}: {path:?} {wrong}; paths are relative to the storage root, `/`-separated, without empty, \
+                 `.` or `..` parts"
+            ),
+        };
+        for folder in self.folders.iter().filter(|f| !f.is_empty()) {
+            beneath_root(folder).map_err(|wrong| refuse("folders", folder, wrong))?;
+        }
+        for file in &self.closed {
+            beneath_root(&file.path).map_err(|wrong| refuse("closed", &file.path, wrong))?;
+        }
+        if self.folders.iter().any(String::is_empty) {
+            return Ok(Vec::new());
+        }
+        let mut folders: Vec<&str> = self.folders.iter().map(String::as_str).collect();
+        folders.sort_unstable_by(|a, b| a.bytes().chain([b'/']).cmp(b.bytes().chain([b'/'])));
+        folders.dedup();
+        let mut kept: Vec<String> = Vec::with_capacity(folders.len());
+        for folder in folders {
+            // In this order, the folders inside one come right after it.
+            let inside_last = kept.last().is_some_and(|k| {
+                folder.len() > k.len() && folder.starts_with(k.as_str()) && folder.as_bytes()[k.len()] == b'/'
+            });
+            if !inside_last {
+                kept.push(folder.to_owned());
+            }
+        }
+        Ok(kept)
+    }
+}
+
+/// What is wrong with a path that should lie beneath a root, if anything.
+fn beneath_root(path: &str) -> Result<(), &'static str> {
+    if path.starts_with('/') {
+        return Err("is absolute");
+    }
+    if path.contains('\0') {
+        return Err("holds a NUL byte");
+    }
+    for part in path.split('/') {
+        match part {
+            "" if path.is_empty() => return Err("is empty"),
+            "" => return Err("has an empty part (a doubled or trailing `/`)"),
+            "." => return Err("has a `.` part"),
+            ".." => return Err("has a `..` part, which would leave the folder it names"),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// A file a watcher saw closed after writing (inotify's `IN_CLOSE_WRITE`), as it was then.
@@ -105,6 +173,10 @@ pub struct ClosedFile {
 impl WorkArgs for CrawlArgs {
     const KIND: WorkKind = WorkKind::Crawl;
     type Output = CrawlReport;
+
+    fn check(&self) -> Result<(), DomainError> {
+        self.checked_folders().map(drop)
+    }
 }
 
 /// A proxy deletion's arguments: the assets whose proxies go (so the next crawl makes them again).

@@ -171,14 +171,20 @@ pub trait CatalogueStore: Send + Sync {
     /// Up to `limit` of the paths the catalogue knows for the config's active assets (own and extra paths), in
     /// the byte order of their paths (an own path before an extra path at the same bytes), after `after` when
     /// one is given: the crawl reads them page by page beside a walk in the same order, so a library of any
-    /// size is compared in bounded memory. Their `display_path` is left empty: the crawl needs only the exact
-    /// bytes.
+    /// size is compared in bounded memory. Only paths inside `folder` (relative to the root, everything below
+    /// it; empty: the whole root), which a crawl of changed folders reads. Their `display_path` is left empty:
+    /// the crawl needs only the exact bytes.
     fn known_files(
         &self,
         config: StorageConfigId,
+        folder: &[u8],
         after: Option<&KnownFile>,
         limit: i64,
     ) -> impl Future<Output = Result<Vec<KnownFile>, CatalogueError>> + Send;
+
+    /// How many active assets the config has: what a crawl of some folders weighs what vanished in them
+    /// against.
+    fn active_assets(&self, config: StorageConfigId) -> impl Future<Output = Result<u64, CatalogueError>> + Send;
 
     /// Assets of the config with this content, active first.
     fn find_by_hash(

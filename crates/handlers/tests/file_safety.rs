@@ -261,6 +261,7 @@ impl CatalogueStore for Interposed {
     async fn known_files(
         &self,
         config: StorageConfigId,
+        folder: &[u8],
         after: Option<&KnownFile>,
         limit: i64,
     ) -> Result<Vec<KnownFile>, CatalogueError> {
@@ -279,7 +280,10 @@ impl CatalogueStore for Interposed {
             let swap = swap.lock().unwrap().take().expect("one crawl");
             swap();
         }
-        self.inner.known_files(config, after, limit).await
+        self.inner.known_files(config, folder, after, limit).await
+    }
+    async fn active_assets(&self, config: StorageConfigId) -> Result<u64, CatalogueError> {
+        self.inner.active_assets(config).await
     }
     async fn find_by_hash(
         &self,

@@ -322,6 +322,7 @@ impl CatalogueStore for ChangeAfterListing {
     async fn known_files(
         &self,
         config: StorageConfigId,
+        folder: &[u8],
         after: Option<&KnownFile>,
         limit: i64,
     ) -> Result<Vec<KnownFile>, CatalogueError> {
@@ -338,7 +339,10 @@ impl CatalogueStore for ChangeAfterListing {
             .await
             .unwrap();
         }
-        self.inner.known_files(config, after, limit).await
+        self.inner.known_files(config, folder, after, limit).await
+    }
+    async fn active_assets(&self, config: StorageConfigId) -> Result<u64, CatalogueError> {
+        self.inner.active_assets(config).await
     }
     async fn find_by_hash(
         &self,

@@ -184,7 +184,7 @@ async fn known_files_come_page_by_page_in_the_byte_order_of_paths() {
     for limit in [1, 2, 3, 100] {
         let (mut all, mut after) = (Vec::new(), None);
         loop {
-            let page = s.store.known_files(s.config, after.as_ref(), limit).await.unwrap();
+            let page = s.store.known_files(s.config, b"", after.as_ref(), limit).await.unwrap();
             assert!(page.len() <= limit as usize);
             let Some(last) = page.last().cloned() else { break };
             all.extend(page);
@@ -300,7 +300,7 @@ async fn a_live_attempt_s_writes_read_back_as_written() {
     s.store.enqueue(&NewWorkItem::new(WorkKind::Crawl, Scope::Config(s.config)).unwrap()).await.unwrap();
     let fence = s.claim("w1").await;
     let (kept, _) = catalogue(&s, fence).await;
-    let known = s.store.known_files(s.config, None, 100).await.unwrap();
+    let known = s.store.known_files(s.config, b"", None, 100).await.unwrap();
     let [file] = &known[..] else { panic!("one active asset: {known:?}") };
     assert_eq!(
         (file.asset_id, file.facts.size, file.facts.mtime),
@@ -313,7 +313,7 @@ async fn a_live_attempt_s_writes_read_back_as_written() {
         mtime: Utc.with_ymd_and_hms(2023, 5, 6, 7, 8, 9).unwrap(),
     };
     s.store.relocate(fence, kept, &moved).await.unwrap();
-    let known = s.store.known_files(s.config, None, 100).await.unwrap();
+    let known = s.store.known_files(s.config, b"", None, 100).await.unwrap();
     assert_eq!(
         (known[0].facts.file_path.as_slice(), known[0].facts.size, known[0].facts.mtime),
         (&b"moved.jpg"[..], moved.size, moved.mtime)

@@ -130,7 +130,7 @@ const SURFACES: [&str; 5] = ["list_storage_configs", "known_files", "record_root
 async fn call(store: PgStore, surface: &'static str, config: StorageConfigId, fence: Fence) -> Answer {
     match surface {
         "list_storage_configs" => store_answer(store.list_storage_configs().await),
-        "known_files" => catalogue_answer(store.known_files(config, None, 100).await),
+        "known_files" => catalogue_answer(store.known_files(config, b"", None, 100).await),
         "record_root_identity" => catalogue_answer(store.record_root_identity(fence, config, true).await),
         "heartbeat" => {
             queue_answer(store.heartbeat(fence, LeaseDuration::new(Duration::from_secs(60)).unwrap(), None).await)

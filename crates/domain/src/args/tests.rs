@@ -165,3 +165,32 @@ fn stored(kind: WorkKind) -> WorkItem {
         result: None,
     }
 }
+
+#[test]
+fn a_crawls_folders_are_checked_sorted_in_walk_order_and_de_nested() {
+    let args = |folders: &[&str]| CrawlArgs::of_folders(folders.iter().map(|f| f.to_string()).collect(), vec![]);
+    let checked = args(&["a/b", "a0", "z", "a", "a b", "a/b/c", "z", "ab/c"]).checked_folders().unwrap();
+    assert_eq!(checked, ["a b", "a", "a0", "ab/c", "z"], "a/b and a/b/c are inside a; z once");
+    assert!(args(&["a", ""]).checked_folders().unwrap().is_empty(), "\"\" is the whole root");
+    assert!(CrawlArgs::default().checked_folders().unwrap().is_empty());
+    for (bad, wrong) in [
+        ("../x", "`..` part"),
+        ("a/../../x", "`..` part"),
+        ("/abs", "is absolute"),
+        ("a//b", "empty part"),
+        ("a/", "empty part"),
+        ("./a", "`.` part"),
+        ("a\0b", "NUL"),
+    ] {
+        let e = args(&["ok", bad]).checked_folders().unwrap_err().to_string();
+        assert!(e.contains(&format!("{bad:?}")) && e.contains(wrong) && e.contains("crawl"), "{bad}: {e}");
+        let payload = serde_json::json!({"folders": [bad]});
+        assert_eq!(CrawlArgs::from_payload(&payload).unwrap_err().to_string(), e, "refused when read");
+        assert!(args(&[bad]).into_item(Scope::Config(StorageConfigId::new())).is_err(), "and when enqueued");
+    }
+    let closed = |path: &str| ClosedFile { path: path.into(), size: 1, mtime_ns: 1 };
+    let e = CrawlArgs::of_folders(vec!["a".into()], vec![closed("")]).checked_folders().unwrap_err().to_string();
+    assert!(e.contains("closed: \"\" is empty"), "{e}");
+    let e = CrawlArgs::of_folders(vec![], vec![closed("/etc/passwd")]).checked_folders().unwrap_err().to_string();
+    assert!(e.contains("\"/etc/passwd\" is absolute"), "{e}");
+}

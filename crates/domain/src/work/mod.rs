@@ -85,8 +85,9 @@ impl NewWorkItem {
     }
 
     /// Work of the arguments' kind on `scope`, with these arguments. Fails when the kind does not take that
-    /// scope.
+    /// scope, or the arguments break a rule of the kind ([`WorkArgs::check`]).
     pub fn from_args<A: WorkArgs>(args: &A, scope: Scope) -> Result<Self, DomainError> {
+        args.check()?;
         let mut item = Self::new(A::KIND, scope)?;
         item.payload = args.to_payload();
         Ok(item)

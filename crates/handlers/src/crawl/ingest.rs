@@ -148,8 +148,8 @@ impl<C: CatalogueStore> Run<'_, C> {
     /// [`Run::file`], once the file is known to be no longer written: modified within the settle time, it is
     /// not read; changed while it was read, nothing is written for it.
     async fn settled_file(&self, entry: &WalkEntry, known: Option<&KnownFile>) -> Result<(), FileProblem> {
-        // Before the size: a file being written may be empty yet.
-        if settling::modified_recently(entry.mtime, self.clock.now(), self.settings.settle_time) {
+        // Before the size: a file being written may be empty yet. One a watcher saw closed, as it is now, is not.
+        if !entry.closed && settling::modified_recently(entry.mtime, self.clock.now(), self.settings.settle_time) {
             return Err(FileProblem::Settling);
         }
         if entry.size == 0 {

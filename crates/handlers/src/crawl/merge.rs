@@ -9,17 +9,19 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::report::Counters;
-use super::walk::{WalkEntry, WalkReport, Walked, walk_tree};
+use super::scope::CrawlScope;
+use super::walk::{WalkEntry, WalkReport, Walked, walk_folders};
 
 /// How many unchanged files are counted at once.
 const UNCHANGED_BATCH: u64 = 1024;
 
-/// The walk beside the known files (`pages`, in path order, an empty page at the end): new and changed files go
-/// to `files` with what the catalogue knew at their path, unchanged ones are counted there in batches. Answers
-/// what the walk passed over and what the merge kept, or the catalogue's error (the walk then stopped).
-/// Blocking.
+/// The walk of `scope`'s folders beside their known files (`pages`, in path order, an empty page at the end):
+/// new and changed files go to `files` with what the catalogue knew at their path (and whether a watcher saw
+/// them closed as they are now), unchanged ones are counted there in batches. Answers what the walk passed over
+/// and what the merge kept, or the catalogue's error (the walk then stopped). Blocking.
 pub(super) fn walk_beside(
     root: &RootFolder,
+    scope: &CrawlScope,
     avoid: Option<(u64, u64)>,
     halt: &CancellationToken,
     counters: &Counters,
@@ -32,7 +34,7 @@ pub(super) fn walk_beside(
         pages.blocking_recv().ok_or_else(|| CatalogueError::Unexpected(Cause::new("the known files stopped loading")))
     });
     let (mut failed, mut unchanged) = (None, 0);
-    let report = walk_tree(root, avoid, halt, |entry| {
+    let report = walk_folders(root, scope.folders(), avoid, halt, |mut entry| {
         // A problem that stops the crawl halts the walk at once, not at the next folder.
         if halt.is_cancelled() {
             return false;
@@ -47,7 +49,10 @@ pub(super) fn walk_beside(
                 unchanged += 1;
                 unchanged < UNCHANGED_BATCH || files.send(Walked::Unchanged(std::mem::take(&mut unchanged))).is_ok()
             }
-            Ok(Matched::Changed(known)) => files.send(Walked::File(Box::new((entry, known)))).is_ok(),
+            Ok(Matched::Changed(known)) => {
+                entry.closed = scope.closed_as_listed(root, &entry);
+                files.send(Walked::File(Box::new((entry, known)))).is_ok()
+            }
         }
     });
     counters.listing_done.store(!report.stopped, std::sync::atomic::Ordering::Relaxed);
@@ -198,7 +203,7 @@ mod tests {
     }
 
     fn entry(path: &str, size: u64) -> WalkEntry {
-        WalkEntry { rel: path.into(), size, mtime: at(1), sidecar: None }
+        WalkEntry { rel: path.into(), size, mtime: at(1), sidecar: None, closed: false }
     }
 
     /// Pages of `size` known files out of `all`, as the store hands them out, counting the calls.

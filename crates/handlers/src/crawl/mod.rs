@@ -4,8 +4,9 @@
 
 //!
 //! One subject per file: this one runs a crawl's steps in order; `root` checks the root before anything is
-//! read; `walk` lists the tree in the byte order of paths; `merge` steps the catalogue's known files beside it; `ingest` is one file's journey (placed against the catalogue, proxies made,
-//! dates read); `settling` tells files still being written; `settle` deals with what the walk did not find and
+//! read; `scope` tells what one crawl covers (the whole root, or the folders a watcher saw change); `walk` lists
+//! the tree in the byte order of paths; `merge` steps the catalogue's known files beside it; `ingest` is one
+//! file's journey (placed against the catalogue, proxies made, dates read); `settling` tells files still being written; `settle` deals with what the walk did not find and
 //! pairs Live Photos; `report` counts. `rules` holds the pure decisions (placement, the deletion guard, pairing).
 
 mod ingest;
@@ -13,6 +14,7 @@ mod merge;
 mod report;
 mod root;
 mod rules;
+mod scope;
 mod settle;
 mod settling;
 mod walk;
@@ -34,6 +36,7 @@ use tracing::warn;
 use ingest::{FileProblem, Run};
 use merge::{Leftover, walk_beside};
 use report::bump;
+use scope::CrawlScope;
 use settle::Settle;
 
 use crate::report_progress;
@@ -123,11 +126,12 @@ impl<C: CatalogueStore + DatabaseClock + 'static> WorkHandler for CrawlHandler<C
 }
 
 impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
-    /// A crawl's steps: check and open the root, list it beside the catalogue's known files, process what
-    /// changed, settle what vanished, pair Live Photos, and ask for burst detection (and for a crawl again when
-    /// files were still being written).
+    /// A crawl's steps: check and open the root, list it (or the folders it is asked for) beside the
+    /// catalogue's known files, process what changed, settle what vanished, pair Live Photos, and ask for burst
+    /// detection (and for a crawl again when files were still being written).
     async fn crawl(&self, args: CrawlArgs, ctx: HandlerContext) -> Result<CrawlReport, HandlerError> {
         let config = ctx.config()?;
+        let scope = Arc::new(CrawlScope::of(&args)?);
         let storage = self
             .catalogue
             .storage_config(config)
@@ -156,18 +160,23 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
             cancel: ctx.cancel.clone(),
             halt: ctx.cancel.child_token(),
         };
-        let (walk, leftover) = self.walk_and_process(&run, &ctx.progress).await?;
-        root::check_not_emptied(&storage, &args, leftover.active, run.counters.listed())?;
+        let (walk, leftover) = self.walk_and_process(&run, &scope, &ctx.progress).await?;
+        if scope.is_whole_root() {
+            root::check_not_emptied(&storage, &args, leftover.active, run.counters.listed())?;
+        }
         report_progress(&ctx.progress, &run.counts());
 
         let settle = Settle { catalogue: &*self.catalogue, fence: ctx.fence, storage: &storage, cancel: &ctx.cancel };
         // Every file was listed and processed (or the crawl ended above); only a folder that could not be read
         // leaves the walk incomplete.
         let soft_deleted = if walk.unreadable.is_empty() {
-            let active = leftover.active;
+            let listed = leftover.active;
             let unseen = settle::unseen(leftover, &run.seen.lock().expect("poisoned"));
+            let active = scope.active_for_guard(&*self.catalogue, &storage, &args, listed, &unseen).await?;
             let guard = &self.settings.mass_deletion;
-            settle.vanished(unseen, active, guard, &args, is_mount_point, &run.counters).await?
+            // Only a walk of the whole root tells what the root is now.
+            let mount_point = scope.is_whole_root().then_some(is_mount_point);
+            settle.vanished(unseen, active, guard, &args, mount_point, &run.counters).await?
         } else {
             warn!(
                 event = "soft_delete_skipped",
@@ -186,12 +195,13 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         }
         self.ask_for_bursts(&ctx, config).await?;
         if run.counters.settling.load(Ordering::Relaxed) > 0 {
-            self.ask_again(&ctx, config, &run.clock).await?;
+            let again = scope.again(config, &run.counters.settling_in.lock().expect("poisoned"))?;
+            self.ask_again(&ctx, again, &run.clock).await?;
         }
         Ok(run.counters.report(run.counts(), &walk, soft_deleted, paired))
     }
 
-    /// Walks the tree beside the catalogue's known files, both in path order (on a blocking thread, the known
+    /// Walks the scope's folders beside their known files, both in path order (on a blocking thread, the known
     /// files loading page by page meanwhile), and processes what is new or changed as the walk hands it over, a
     /// few files at a time; unchanged files are only counted. Answers what the walk passed over and what the
     /// merge kept for the settling. Stops at cancellation, at the first problem that stops the crawl, or when
@@ -199,6 +209,7 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
     async fn walk_and_process(
         &self,
         run: &Run<'_, C>,
+        scope: &Arc<CrawlScope>,
         progress: &ProgressReporter,
     ) -> Result<(WalkReport, Leftover), HandlerError> {
         // A few pages ahead (about 6 MB at most), so a slow answer from a busy server does not stall the walk.
@@ -207,14 +218,16 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         // what changed (a first crawl's every file, about 150 bytes each), never the unchanged library.
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Walked>();
         let walker = {
-            let (root, counters, halt) = (run.root.clone(), run.counters.clone(), run.halt.clone());
+            let (root, counters, halt, within) =
+                (run.root.clone(), run.counters.clone(), run.halt.clone(), scope.clone());
             let avoid = almanac_media::identity(&self.settings.proxy_root);
             // At the Worker's priority for reads (`worker.nice`, `worker.io_priority`), like the files' reads.
             tokio::task::spawn_blocking(move || {
-                almanac_media::gently(|| walk_beside(&root, avoid, &halt, &counters, pages_rx, &tx))
+                almanac_media::gently(|| walk_beside(&root, &within, avoid, &halt, &counters, pages_rx, &tx))
             })
         };
-        let (loaded, fatal) = tokio::join!(self.load_known(run.config, pages_tx), self.process(run, rx, progress));
+        let loading = self.load_known(run.config, scope.folders(), pages_tx);
+        let (loaded, fatal) = tokio::join!(loading, self.process(run, rx, progress));
         let (walk, merged) =
             walker.await.map_err(|e| HandlerError::retryable(format!("the folder walk ended abnormally: {e}")))?;
         if run.cancel.is_cancelled() {
@@ -247,29 +260,32 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         fatal.into_inner().expect("poisoned")
     }
 
-    /// Loads the config's known files page by page, in path order, for the walk (an empty page ends them).
-    /// Ends early, without an error, when the walk no longer wants them.
+    /// Loads the known files inside `folders` (in the walk's order; `[""]`: the whole root) page by page, in
+    /// path order, for the walk; an empty page ends them. Ends early, without an error, when the walk no longer
+    /// wants them.
     async fn load_known(
         &self,
         config: StorageConfigId,
+        folders: &[Vec<u8>],
         pages: tokio::sync::mpsc::Sender<Vec<KnownFile>>,
     ) -> Result<(), CatalogueError> {
-        let mut after: Option<KnownFile> = None;
-        loop {
-            let page = self.catalogue.known_files(config, after.as_ref(), KNOWN_FILES_PAGE).await?;
-            let (last, end) = (page.last().cloned(), page.len() < KNOWN_FILES_PAGE as usize);
-            if pages.send(page).await.is_err() {
-                return Ok(());
-            }
-            if end {
-                // The walk needs an empty page to know the end; a short one that was not empty is followed by one.
-                if last.is_some() {
-                    let _ = pages.send(Vec::new()).await;
+        for folder in folders {
+            let mut after: Option<KnownFile> = None;
+            loop {
+                let page = self.catalogue.known_files(config, folder, after.as_ref(), KNOWN_FILES_PAGE).await?;
+                let (last, end) = (page.last().cloned(), page.len() < KNOWN_FILES_PAGE as usize);
+                if !page.is_empty() && pages.send(page).await.is_err() {
+                    return Ok(());
                 }
-                return Ok(());
+                if end {
+                    break;
+                }
+                after = last;
             }
-            after = last;
         }
+        // The walk needs an empty page to know the end.
+        let _ = pages.send(Vec::new()).await;
+        Ok(())
     }
 
     /// One entry the walk handed over: an unchanged batch is only marked seen; a file goes through its journey,
@@ -313,7 +329,7 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         match problem {
             FileProblem::Cancelled => None,
             FileProblem::Settling => {
-                bump(&run.counters.settling);
+                run.counters.settling(&entry.rel);
                 tracing::debug!(path = %run.abs(entry).display(), "still being written; left for a crawl later");
                 None
             }
@@ -357,20 +373,17 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         Ok(())
     }
 
-    /// Enqueues a crawl of the config due once the files still being written may have settled (the settle time
-    /// from now), fenced like every write. It joins a crawl of the config already queued (the same key as the
-    /// scheduler's and the operator's), which then finds them; it carries no confirmation of this one.
+    /// Enqueues `again` (a crawl of the config, or of the folders of the files still being written:
+    /// [`CrawlScope::again`]) due once those files may have settled (the settle time from now), fenced like
+    /// every write. It joins a crawl already queued under its key, which then finds them; it carries no
+    /// confirmation of this one.
     async fn ask_again(
         &self,
         ctx: &HandlerContext,
-        config: StorageConfigId,
+        again: NewWorkItem,
         clock: &settling::CrawlClock,
     ) -> Result<(), HandlerError> {
-        let scope = Scope::Config(config);
-        let again = NewWorkItem::from_args(&CrawlArgs::default(), scope)
-            .map_err(|e| HandlerError::permanent(e.to_string()))?
-            .with_dedup_key(DedupKey::for_work(WorkKind::Crawl, scope))
-            .with_run_after(clock.after(self.settings.settle_time));
+        let again = again.with_run_after(clock.after(self.settings.settle_time));
         self.catalogue
             .enqueue_follow_up(ctx.fence, &again)
             .await

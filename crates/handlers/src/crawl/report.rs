@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use almanac_domain::{CrawlCounts, CrawlReport, PathProblem};
 use tracing::info;
 
+use super::scope::SettlingFolders;
 use super::walk::WalkReport;
 
 /// Most files whose failure is listed in a crawl's report (the count is always complete).
@@ -31,6 +32,8 @@ pub(super) struct Counters {
     pub failed: AtomicU64,
     /// Files still being written: left for a crawl later.
     pub settling: AtomicU64,
+    /// The folders they are in, for the crawl of some folders asked for again.
+    pub settling_in: Mutex<SettlingFolders>,
     pub bytes_hashed: AtomicU64,
     /// The files that failed, and why (the first [`MAX_LISTED_FAILURES`]).
     failures: Mutex<Vec<PathProblem>>,
@@ -49,6 +52,12 @@ impl Counters {
         if failures.len() < MAX_LISTED_FAILURES {
             failures.push(PathProblem::new(path, reason));
         }
+    }
+
+    /// Counts a file still being written, at `rel`, and notes its folder.
+    pub fn settling(&self, rel: &[u8]) {
+        bump(&self.settling);
+        self.settling_in.lock().expect("poisoned").add(rel);
     }
 
     /// Whether this crawl changed any asset (so Live Photo pairs may have formed).

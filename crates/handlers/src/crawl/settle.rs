@@ -79,16 +79,16 @@ pub(super) struct Settle<'a, C> {
 
 impl<C: CatalogueStore> Settle<'_, C> {
     /// Moves assets to their surviving copies and soft-deletes what vanished, then records whether the root is
-    /// a mount point. Refused as a whole, before anything is written, when more vanished than `guard` allows
-    /// of `active` assets and `args` does not confirm it: a refused crawl changes nothing at all. Answers how
-    /// many assets were soft-deleted.
+    /// a mount point (`None`: not walked whole, so not known). Refused as a whole, before anything is written,
+    /// when more vanished than `guard` allows of `active` assets and `args` does not confirm it: a refused crawl
+    /// changes nothing at all. Answers how many assets were soft-deleted.
     pub async fn vanished(
         &self,
         unseen: Unseen,
         active: usize,
         guard: &MassDeletionGuard,
         args: &CrawlArgs,
-        is_mount_point: bool,
+        is_mount_point: Option<bool>,
         counters: &Counters,
     ) -> Result<u64, HandlerError> {
         let (active, gone) = (active as u64, unseen.assets.len() as u64);
@@ -115,7 +115,7 @@ impl<C: CatalogueStore> Settle<'_, C> {
             .soft_delete(self.fence, config, &unseen.assets, &unseen.extra_paths)
             .await
             .map_err(catalogue_error)?;
-        if self.storage.root_is_mount_point != Some(is_mount_point) {
+        if let Some(is_mount_point) = is_mount_point.filter(|m| self.storage.root_is_mount_point != Some(*m)) {
             self.catalogue.record_root_identity(self.fence, config, is_mount_point).await.map_err(catalogue_error)?;
         }
         Ok(soft_deleted)

@@ -11,6 +11,7 @@ use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
 use super::rules::is_skipped_name;
+use super::scope::CrawlScope;
 
 /// What the walk hands to the crawl.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,6 +44,9 @@ pub struct WalkEntry {
     pub mtime: DateTime<Utc>,
     /// Its XMP sidecar in the same folder, if there is one (`NAME.EXT.xmp` before `NAME.xmp`, any case).
     pub sidecar: Option<Sidecar>,
+    /// A watcher saw it closed after writing, and it still has the size and mtime it had then: it is read at
+    /// once, whatever its age (set by the crawl, beside the walk).
+    pub closed: bool,
 }
 
 /// What the walk passed over.
@@ -74,20 +78,54 @@ pub fn walk_tree(
     root: &RootFolder,
     avoid: Option<(u64, u64)>,
     cancel: &CancellationToken,
+    on_file: impl FnMut(WalkEntry) -> bool,
+) -> WalkReport {
+    walk_folders(root, &[Vec::new()], avoid, cancel, on_file)
+}
+
+/// [`walk_tree`] of some folders beneath the root, each with everything below it, one after the other: given in
+/// the walk's order and none inside another ([`super::scope::CrawlScope::folders`]), their paths come out in
+/// byte order too. `[""]` is the whole root. Whether a folder is walked at all is
+/// [`super::scope::CrawlScope::enter`]'s decision.
+pub(super) fn walk_folders(
+    root: &RootFolder,
+    folders: &[Vec<u8>],
+    avoid: Option<(u64, u64)>,
+    cancel: &CancellationToken,
     mut on_file: impl FnMut(WalkEntry) -> bool,
 ) -> WalkReport {
     let mut report = WalkReport::default();
+    for folder in folders {
+        if CrawlScope::enter(root, folder, avoid, &mut report) {
+            walk_below(root, folder.clone(), avoid, cancel, &mut on_file, &mut report);
+        }
+        if report.stopped {
+            break;
+        }
+    }
+    report
+}
+
+/// Walks one folder and everything below it (see [`walk_tree`]).
+fn walk_below(
+    root: &RootFolder,
+    folder: Vec<u8>,
+    avoid: Option<(u64, u64)>,
+    cancel: &CancellationToken,
+    on_file: &mut impl FnMut(WalkEntry) -> bool,
+    report: &mut WalkReport,
+) {
     let mut stack: Vec<std::vec::IntoIter<Item>> = Vec::new();
-    let mut next_folder = Some(Vec::new());
+    let mut next_folder = Some(folder);
     loop {
         if let Some(rel_dir) = next_folder.take() {
             if cancel.is_cancelled() {
                 report.stopped = true;
-                return report;
+                return;
             }
             let listed = root.open_folder(&rel_dir).and_then(|folder| root.list(&folder, &rel_dir));
             match listed {
-                Ok(entries) => stack.push(sort_folder(root, &rel_dir, entries, avoid, &mut report).into_iter()),
+                Ok(entries) => stack.push(sort_folder(root, &rel_dir, entries, avoid, report).into_iter()),
                 // Gone since its parent was listed: deleted, or renamed to a name the walk has passed (its files are
                 // somewhere this walk will not look). Either way the walk is not complete: nothing is soft-deleted.
                 Err(OpenError::Vanished(_)) => report.unreadable.push((
@@ -97,7 +135,7 @@ pub fn walk_tree(
                 Err(e) => report.unreadable.push((display_of(root, &rel_dir), e.to_string())),
             }
         }
-        let Some(folder) = stack.last_mut() else { return report };
+        let Some(folder) = stack.last_mut() else { return };
         match folder.next() {
             None => {
                 stack.pop();
@@ -106,7 +144,7 @@ pub fn walk_tree(
             Some(Item::File(entry)) => {
                 if !on_file(entry) {
                     report.stopped = true;
-                    return report;
+                    return;
                 }
             }
         }
@@ -176,16 +214,7 @@ fn sort_folder(
         rel.extend_from_slice(entry.name.as_bytes());
         match entry.kind {
             EntryKind::Link => report.links += 1,
-            EntryKind::Folder if Some(entry.identity) == avoid => {
-                let folder = display_of(root, &rel);
-                tracing::warn!(
-                    event = "proxy_root_inside_library",
-                    folder,
-                    "the proxy root is mounted inside this library; it was passed over. Mount it outside every \
-                     library"
-                );
-                report.proxy_root_inside.push(folder);
-            }
+            EntryKind::Folder if Some(entry.identity) == avoid => passed_over_proxy_root(root, &rel, report),
             EntryKind::Folder => items.push(Item::Folder(rel.clone())),
             EntryKind::Other => report.unsupported += 1,
             EntryKind::File if is_sidecar_name(entry.name.as_bytes()) => {}
@@ -203,13 +232,26 @@ fn sort_folder(
                         .find_map(|name| sidecars.get(&name.to_ascii_lowercase()))
                         .cloned()
                 },
+                closed: false,
             })),
         }
     }
     items
 }
 
-fn display_of(root: &RootFolder, rel: &[u8]) -> String {
+/// The folder at `rel` is the proxy root, mounted inside the library: passed over, said, and reported.
+pub(super) fn passed_over_proxy_root(root: &RootFolder, rel: &[u8], report: &mut WalkReport) {
+    let folder = display_of(root, rel);
+    tracing::warn!(
+        event = "proxy_root_inside_library",
+        folder,
+        "the proxy root is mounted inside this library; it was passed over. Mount it outside every library"
+    );
+    report.proxy_root_inside.push(folder);
+}
+
+/// A path beneath the root, for people.
+pub(super) fn display_of(root: &RootFolder, rel: &[u8]) -> String {
     root.path().join(OsStr::from_bytes(rel)).display().to_string()
 }
 

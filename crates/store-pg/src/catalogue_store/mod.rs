@@ -55,40 +55,55 @@ impl CatalogueStore for PgStore {
     async fn known_files(
         &self,
         config: StorageConfigId,
+        folder: &[u8],
         after: Option<&KnownFile>,
         limit: i64,
     ) -> Result<Vec<KnownFile>, CatalogueError> {
         // Keyset paging in (path, extra) order: each arm reads its index in path order from where the last page
         // ended (an own path sorts before an extra path at the same bytes), so a page costs the same at the end
-        // of a library of a million files as at its start.
-        let (after_path, after_extra) = after.map_or((&[][..], false), |k| (&k.facts.file_path[..], k.extra));
+        // of a library of a million files as at its start. A folder is the range of paths from `folder/` up to
+        // `folder0` (`0` follows `/`), both bounds in the index condition; its first page starts at `folder/`,
+        // which no path equals.
+        let (lower, upper) = if folder.is_empty() {
+            (Vec::new(), None)
+        } else {
+            ([folder, b"/"].concat(), Some([folder, b"0"].concat()))
+        };
+        let (after_path, after_extra) = after.map_or((&lower[..], false), |k| (&k.facts.file_path[..], k.extra));
+        let (own_below, extra_below) = match upper {
+            Some(_) => ("AND a.file_path < $5", "AND e.file_path < $5"),
+            None => ("", ""),
+        };
+        let statement = format!(
+            "(SELECT a.id AS asset_id, a.file_path, '' AS display_path, a.size_bytes, a.file_modified_at,
+                    false AS extra, NOT a.proxies_missing AS proxies_complete,
+                    a.sidecar_path, a.sidecar_size, a.sidecar_modified_at
+               FROM media_assets a
+              WHERE a.storage_config_id = $1 AND NOT a.is_soft_deleted AND a.file_path > $2 {own_below}
+              ORDER BY a.file_path
+              LIMIT $4)
+             UNION ALL
+             (SELECT e.asset_id, e.file_path, '', e.size_bytes, e.file_modified_at, true, true,
+                     NULL, NULL, NULL
+                FROM asset_extra_paths e JOIN media_assets a ON a.id = e.asset_id
+               WHERE e.storage_config_id = $1 AND NOT a.is_soft_deleted
+                 AND e.file_path >= $2 AND NOT ($3 AND e.file_path = $2) {extra_below}
+               ORDER BY e.file_path
+               LIMIT $4)
+             ORDER BY file_path, extra
+             LIMIT $4"
+        );
         let rows: Vec<KnownRow> = self
             .read(async |conn| {
-                sql_query(
-                    "(SELECT a.id AS asset_id, a.file_path, '' AS display_path, a.size_bytes, a.file_modified_at,
-                            false AS extra, NOT a.proxies_missing AS proxies_complete,
-                            a.sidecar_path, a.sidecar_size, a.sidecar_modified_at
-                       FROM media_assets a
-                      WHERE a.storage_config_id = $1 AND NOT a.is_soft_deleted AND a.file_path > $2
-                      ORDER BY a.file_path
-                      LIMIT $4)
-                     UNION ALL
-                     (SELECT e.asset_id, e.file_path, '', e.size_bytes, e.file_modified_at, true, true,
-                             NULL, NULL, NULL
-                        FROM asset_extra_paths e JOIN media_assets a ON a.id = e.asset_id
-                       WHERE e.storage_config_id = $1 AND NOT a.is_soft_deleted
-                         AND e.file_path >= $2 AND NOT ($3 AND e.file_path = $2)
-                       ORDER BY e.file_path
-                       LIMIT $4)
-                     ORDER BY file_path, extra
-                     LIMIT $4",
-                )
-                .bind::<Uuid, _>(config.as_uuid())
-                .bind::<Binary, _>(after_path)
-                .bind::<Bool, _>(after_extra)
-                .bind::<BigInt, _>(limit)
-                .load(conn)
-                .await
+                let query = sql_query(statement.as_str())
+                    .bind::<Uuid, _>(config.as_uuid())
+                    .bind::<Binary, _>(after_path)
+                    .bind::<Bool, _>(after_extra)
+                    .bind::<BigInt, _>(limit);
+                match &upper {
+                    Some(upper) => query.bind::<Binary, _>(upper).load(conn).await,
+                    None => query.load(conn).await,
+                }
             })
             .await
             .map_err(CatalogueError::from)?;
@@ -112,6 +127,21 @@ impl CatalogueStore for PgStore {
                 proxies_complete: r.proxies_complete,
             })
             .collect())
+    }
+
+    #[mutants::skip]
+    async fn active_assets(&self, config: StorageConfigId) -> Result<u64, CatalogueError> {
+        // Counted on the partial index of active paths.
+        let row: rows::CountRow = self
+            .read(async |conn| {
+                sql_query("SELECT count(*) AS n FROM media_assets WHERE storage_config_id = $1 AND NOT is_soft_deleted")
+                    .bind::<Uuid, _>(config.as_uuid())
+                    .get_result(conn)
+                    .await
+            })
+            .await
+            .map_err(CatalogueError::from)?;
+        Ok(u64::try_from(row.n).unwrap_or(0))
     }
 
     #[mutants::skip]

@@ -79,6 +79,13 @@ pub(super) struct CandidateRow {
     pub(super) live_photo_content_id: Option<String>,
 }
 
+/// A count.
+#[derive(QueryableByName)]
+pub(super) struct CountRow {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub(super) n: i64,
+}
+
 #[derive(QueryableByName)]
 pub(super) struct IdRow {
     #[diesel(sql_type = Uuid)]

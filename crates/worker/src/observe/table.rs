@@ -112,7 +112,7 @@ pub const EVENTS: &[Event] = &[
          not listen for enqueued work (a LISTEN through the pooler would never hear it) and finds new work at its \
          next poll (`queue.poll_interval`)",
     ),
-    event("crawl_finished", "a crawl's result (files found, ingested, failed; bytes hashed)"),
+    event("crawl_finished", "a crawl's result (files found, ingested, failed, settling; bytes hashed)"),
     event("file_failed", "a file that could not be ingested (with the reason); the crawl goes on"),
     event("soft_delete_skipped", "folders that could not be read, so nothing was soft-deleted"),
     event(
@@ -292,7 +292,8 @@ pub const METRICS: &[Metric] = &[
         unit: MetricUnit::Count,
         labels: &["outcome"],
         owner: Owner::Worker,
-        help: "Files of finished crawls, by outcome (found, ingested, failed).",
+        help: "Files of finished crawls, by outcome (found, ingested, failed, settling: still being written, left \
+               for a crawl later).",
     },
     Metric {
         name: CRAWL_BYTES,

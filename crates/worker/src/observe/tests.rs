@@ -133,6 +133,7 @@ fn outcomes_fill_duration_histograms_and_crawls_add_up() {
         info!(event = "succeeded", kind = %"crawl", duration_ms = 2500u64, "succeeded");
         info!(event = "succeeded", kind = "crawl", duration_ms = 7_200_000u64, "succeeded");
         info!(event = "crawl_finished", files_found = 10u64, files_failed = 1u64, bytes_hashed = 100u64, "done");
+        info!(event = "crawl_finished", files_found = 3u64, files_settling = 2u64, "done");
         info!(event = "crawl_finished", files_found = 5u64, "done");
     });
     let series =
@@ -142,7 +143,8 @@ fn outcomes_fill_duration_histograms_and_crawls_add_up() {
     assert_eq!(value(&text, &series("3600")), Some(2.0), "two hours is above every bucket: {text}");
     assert_eq!(value(&text, &series("+Inf")), Some(3.0), "{text}");
     assert!(text.contains("# TYPE almanac_item_duration_seconds histogram"), "{text}");
-    assert_eq!(value(&text, r#"almanac_crawl_files_total{outcome="found"}"#), Some(15.0), "{text}");
+    assert_eq!(value(&text, r#"almanac_crawl_files_total{outcome="found"}"#), Some(18.0), "{text}");
+    assert_eq!(value(&text, r#"almanac_crawl_files_total{outcome="settling"}"#), Some(2.0), "{text}");
     assert_eq!(value(&text, r#"almanac_crawl_files_total{outcome="failed"}"#), Some(1.0), "{text}");
     assert_eq!(value(&text, "almanac_crawl_hashed_bytes_total"), Some(100.0), "{text}");
 }

@@ -1,0 +1,210 @@
+//! A crawl of some folders (ADR 0014): what a watcher saw change. Each folder is walked with everything below it,
+//! with the walk's own rules, beside only the known files inside it; what vanished is soft-deleted only inside
+//! them, weighed by the mass-deletion guard against the config's whole library. A crawl without folders is the
+//! whole root, as it always was.
+//!
+//! A folder that no longer exists while its parent does (the root passed its checks) was deleted or moved away:
+//! its known files were not found, and vanish through the guard. One whose parent cannot be opened either, or
+//! that cannot be read, leaves the walk incomplete, and nothing is soft-deleted this time.
+
+use std::collections::{BTreeSet, HashMap};
+use std::os::unix::fs::MetadataExt;
+
+use almanac_domain::{
+    CrawlArgs, DedupKey, NewWorkItem, Scope, StorageConfig, StorageConfigId, WorkKind, ports::CatalogueStore,
+};
+use almanac_executor::HandlerError;
+use almanac_media::{OpenError, RootFolder};
+
+use super::rules::is_skipped_name;
+use super::settle::Unseen;
+use super::walk::{WalkEntry, WalkReport, display_of, passed_over_proxy_root};
+
+/// Most folders a crawl asked for again names: more, and it is asked for the folders of this crawl instead (the
+/// watcher's own limit on one item's folders).
+const MAX_FOLDERS_AGAIN: usize = 256;
+
+/// What one crawl covers: the whole root, or some folders with everything below them.
+#[derive(Debug)]
+pub(super) struct CrawlScope {
+    /// The folders, in the walk's order (the byte order of their paths, each with the `/` its files' paths
+    /// continue with), none inside another: `[""]` for the whole root.
+    folders: Vec<Vec<u8>>,
+    /// The files a watcher saw closed after writing: their size and mtime (in nanoseconds) then.
+    closed: HashMap<Vec<u8>, (u64, i64)>,
+}
+
+impl CrawlScope {
+    /// The scope of a crawl with these arguments. A folder or closed file's path that does not lie beneath the
+    /// root fails the item for good (nothing is read or written): the rule is
+    /// [`CrawlArgs::checked_folders`]'s, the one the payload is read with.
+    pub fn of(args: &CrawlArgs) -> Result<Self, HandlerError> {
+        let folders = args.checked_folders().map_err(|e| HandlerError::permanent(format!("{e}; nothing was read")))?;
+        let folders =
+            if folders.is_empty() { vec![Vec::new()] } else { folders.into_iter().map(String::into_bytes).collect() };
+        let closed = args.closed.iter().map(|c| (c.path.as_bytes().to_vec(), (c.size, c.mtime_ns))).collect();
+        Ok(Self { folders, closed })
+    }
+
+    /// Whether this is the whole root.
+    pub fn is_whole_root(&self) -> bool {
+        self.folders.iter().any(Vec::is_empty)
+    }
+
+    /// The folders, in the walk's order (`[""]`: the whole root).
+    pub fn folders(&self) -> &[Vec<u8>] {
+        &self.folders
+    }
+
+    /// Whether a watcher saw the file the walk listed closed after writing, and it still has the size and mtime
+    /// (to the nanosecond) it had then: it is read at once, whatever its age. Looks at the file beneath the root
+    /// only when the listing agrees (blocking).
+    pub fn closed_as_listed(&self, root: &RootFolder, entry: &WalkEntry) -> bool {
+        let Some(&(size, mtime_ns)) = self.closed.get(&entry.rel) else { return false };
+        // The walk's mtime is in microseconds: a file that differs there differs.
+        let listed_micros = entry.mtime.timestamp_micros();
+        if size != entry.size || mtime_ns.div_euclid(1000) != listed_micros {
+            return false;
+        }
+        let Ok(open) = root.open_file(&entry.rel) else { return false };
+        open.file().metadata().is_ok_and(|m| {
+            let now_ns = i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec());
+            m.size() == size && now_ns == i128::from(mtime_ns)
+        })
+    }
+
+    /// Whether the walk goes into `folder` of this scope (blocking). The whole root always; a folder only when
+    /// it opens beneath the root, no link followed, and neither it nor a folder above it is passed over by the
+    /// walk's rules (a skipped name, the proxy root mounted inside the library): the whole crawl would not see
+    /// what is in it either. A folder that is gone while its parent is there is not walked, so its known files
+    /// are not found; one that cannot be opened for another reason is reported unreadable.
+    pub fn enter(root: &RootFolder, folder: &[u8], avoid: Option<(u64, u64)>, report: &mut WalkReport) -> bool {
+        if folder.is_empty() {
+            return true;
+        }
+        if folder.split(|b| *b == b'/').any(is_skipped_name) {
+            return false;
+        }
+        match root.open_folder(folder) {
+            Ok(_) => {}
+            Err(OpenError::Vanished(_) | OpenError::Escapes(_)) => {
+                let parent = folder.iter().rposition(|b| *b == b'/').map_or(&folder[..0], |i| &folder[..i]);
+                if root.open_folder(parent).is_err() {
+                    report.unreadable.push((
+                        display_of(root, folder),
+                        "neither it nor the folder it was in can be opened now (deleted, or a link on the way); the \
+                         next crawl looks again"
+                            .into(),
+                    ));
+                }
+                // Gone, or a file or a link now (never followed): what the catalogue knew inside it is not found.
+                return false;
+            }
+            Err(e) => {
+                report.unreadable.push((display_of(root, folder), e.to_string()));
+                return false;
+            }
+        }
+        let Some(avoid) = avoid else { return true };
+        // The folder and every folder above it: the proxy root may be mounted at any of them.
+        let ends = folder.iter().enumerate().filter(|(_, b)| **b == b'/').map(|(i, _)| i).chain([folder.len()]);
+        for end in ends {
+            let above = &folder[..end];
+            let opened = root.open_folder(above).ok().map(std::fs::File::from);
+            if opened.and_then(|f| f.metadata().ok()).is_some_and(|m| (m.dev(), m.ino()) == avoid) {
+                passed_over_proxy_root(root, above, report);
+                return false;
+            }
+        }
+        true
+    }
+
+    /// How many active assets what vanished is weighed against: the known files the walk passed (`listed`) for
+    /// the whole root, the config's whole library for some folders (read only when an asset vanished). A crawl
+    /// of some folders that would soft-delete every active asset of the config is refused unless confirmed,
+    /// as the whole root's empty walk is: a share not mounted must never look like a deleted library.
+    pub async fn active_for_guard<C: CatalogueStore>(
+        &self,
+        catalogue: &C,
+        storage: &StorageConfig,
+        args: &CrawlArgs,
+        listed: usize,
+        unseen: &Unseen,
+    ) -> Result<usize, HandlerError> {
+        if self.is_whole_root() {
+            return Ok(listed);
+        }
+        if unseen.assets.is_empty() {
+            return Ok(0);
+        }
+        let library = catalogue.active_assets(storage.id).await.map_err(super::catalogue_error)?;
+        if unseen.assets.len() as u64 >= library && !args.allow_mass_deletion {
+            return Err(HandlerError::retryable(format!(
+                "refusing to soft-delete all {library} active assets under {}: every one of them was in the \
+                 folders this crawl looked at and none was found, which usually means a share is not mounted. \
+                 Nothing was deleted. If the files really are gone, confirm with: almanac-worker enqueue crawl \
+                 --config {} --payload '{{\"allow_mass_deletion\": true}}'",
+                storage.root_path.display(),
+                storage.id
+            )));
+        }
+        Ok(usize::try_from(library).unwrap_or(usize::MAX))
+    }
+
+    /// The crawl asked for again once the files still being written may have settled. For the whole root, a
+    /// crawl of it under the key the scheduler and the page use (`crawl:<config>`), joining one queued. For
+    /// some folders, a crawl of the folders those files are in (of this crawl's folders when they are more
+    /// than [`MAX_FOLDERS_AGAIN`] or not all named in UTF-8), under a key of its folders: never the whole
+    /// root's key, which a scheduled crawl would then join, and shrink to these folders.
+    pub fn again(&self, config: StorageConfigId, settling: &SettlingFolders) -> Result<NewWorkItem, HandlerError> {
+        let scope = Scope::Config(config);
+        let permanent = |e: almanac_domain::DomainError| HandlerError::permanent(e.to_string());
+        let named: Option<Vec<String>> = match &settling.folders {
+            _ if self.is_whole_root() => Some(Vec::new()),
+            Some(folders) if folders.len() <= MAX_FOLDERS_AGAIN => {
+                folders.iter().map(|f| String::from_utf8(f.clone()).ok()).collect()
+            }
+            _ => None,
+        };
+        let own = || self.folders.iter().map(|f| String::from_utf8_lossy(f).into_owned()).collect();
+        let folders =
+            CrawlArgs::of_folders(named.unwrap_or_else(own), Vec::new()).checked_folders().map_err(permanent)?;
+        let key = match folders.is_empty() {
+            true => DedupKey::for_work(WorkKind::Crawl, scope),
+            false => {
+                let hash = almanac_media::hash_bytes(folders.join("\0").as_bytes()).hash;
+                let whole = DedupKey::for_work(WorkKind::Crawl, scope);
+                DedupKey::new(format!("{whole}:folders:{}", &hash.as_hex()[..16])).map_err(permanent)?
+            }
+        };
+        let item = NewWorkItem::from_args(&CrawlArgs::of_folders(folders, Vec::new()), scope).map_err(permanent)?;
+        Ok(item.with_dedup_key(key))
+    }
+}
+
+/// The folders of the files still being written, for the crawl asked for again: `None` once more than
+/// [`MAX_FOLDERS_AGAIN`].
+#[derive(Debug)]
+pub(super) struct SettlingFolders {
+    folders: Option<BTreeSet<Vec<u8>>>,
+}
+
+impl Default for SettlingFolders {
+    fn default() -> Self {
+        Self { folders: Some(BTreeSet::new()) }
+    }
+}
+
+impl SettlingFolders {
+    /// Notes the folder of the file at `rel`.
+    pub fn add(&mut self, rel: &[u8]) {
+        let Some(folders) = &mut self.folders else { return };
+        let folder = rel.iter().rposition(|b| *b == b'/').map_or(&rel[..0], |i| &rel[..i]);
+        if !folders.contains(folder) {
+            folders.insert(folder.to_vec());
+        }
+        if folders.len() > MAX_FOLDERS_AGAIN {
+            self.folders = None;
+        }
+    }
+}

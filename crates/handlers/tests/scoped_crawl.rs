@@ -1,0 +1,272 @@
+//! A crawl of the folders a watcher saw change (ADR 0014), on real files and a real catalogue: only those
+//! folders are walked and only their known files can vanish, weighed by the mass-deletion guard against the
+//! config's whole library; a file the watcher saw closed is read at once; what settles is asked for again in
+//! those folders only; a folder outside the root is refused before anything is read.
+
+mod support;
+
+use std::os::unix::fs::MetadataExt;
+use std::time::Duration;
+
+use almanac_domain::ports::DatabaseClock;
+use almanac_executor::HandlerError;
+use almanac_handlers::{CrawlHandler, CrawlSettings, MassDeletionGuard};
+use almanac_media::fixtures::{self, FixtureExif};
+use almanac_store_pg::PgStore;
+use chrono::{DateTime, Utc};
+use diesel::sql_query;
+use diesel::sql_types::{Jsonb, Nullable, Text, Timestamptz, Uuid};
+use diesel_async::RunQueryDsl;
+use serde_json::{Value, json};
+use support::{Library, library};
+
+/// A small JPEG of its own content.
+fn photo(seed: u32) -> Vec<u8> {
+    let mut content = fixtures::jpeg(16, 16, 0, false, &FixtureExif::default());
+    content.extend_from_slice(&seed.to_le_bytes());
+    content
+}
+
+#[derive(Debug, diesel::QueryableByName)]
+struct Active {
+    #[diesel(sql_type = Uuid)]
+    id: uuid::Uuid,
+    #[diesel(sql_type = Text)]
+    display_path: String,
+}
+
+#[derive(Debug, diesel::QueryableByName)]
+struct Queued {
+    #[diesel(sql_type = Timestamptz)]
+    run_after: DateTime<Utc>,
+    #[diesel(sql_type = Nullable<Text>)]
+    dedup_key: Option<String>,
+    #[diesel(sql_type = Jsonb)]
+    payload: Value,
+}
+
+impl Library {
+    /// The active assets, by path.
+    async fn active(&self) -> Vec<(String, uuid::Uuid)> {
+        let rows: Vec<Active> =
+            sql_query("SELECT id, display_path FROM media_assets WHERE NOT is_soft_deleted ORDER BY file_path")
+                .load(&mut self.conn().await)
+                .await
+                .unwrap();
+        rows.into_iter().map(|r| (r.display_path, r.id)).collect()
+    }
+
+    async fn active_paths(&self) -> Vec<String> {
+        self.active().await.into_iter().map(|(p, _)| p).collect()
+    }
+
+    /// The crawls of the config waiting in the queue.
+    async fn queued_crawls(&self) -> Vec<Queued> {
+        sql_query(
+            "SELECT run_after, dedup_key, payload FROM work_items
+              WHERE kind = 'crawl' AND status = 'queued' AND storage_config_id = $1",
+        )
+        .bind::<Uuid, _>(self.config.as_uuid())
+        .load(&mut self.conn().await)
+        .await
+        .unwrap()
+    }
+
+    /// A crawl of `folders` by `handler`, as a watcher would enqueue it.
+    async fn crawl_folders(&self, handler: &CrawlHandler<PgStore>, payload: Value) -> Result<Value, HandlerError> {
+        let item = self.item(payload).await;
+        self.run_handler(handler, item).await
+    }
+
+    /// Files at these paths, each of its own content.
+    fn files(&self, paths: impl IntoIterator<Item = String>, seed: u32) {
+        for (i, path) in paths.into_iter().enumerate() {
+            self.write(&path, &photo(seed + i as u32));
+        }
+    }
+}
+
+fn crawler(lib: &Library, guard: MassDeletionGuard, settle_time: Duration) -> CrawlHandler<PgStore> {
+    let settings = CrawlSettings {
+        mass_deletion: guard,
+        settle_time,
+        max_concurrent_files: 2,
+        ..CrawlSettings::new(lib.proxies.clone())
+    };
+    CrawlHandler::new(lib.store.clone(), settings)
+}
+
+fn count(result: &Value, key: &str) -> u64 {
+    result[key].as_u64().unwrap_or_else(|| panic!("no {key} in {result}"))
+}
+
+#[tokio::test]
+async fn only_the_listed_folders_are_walked_and_only_their_files_vanish() {
+    let lib = library().await;
+    lib.files(
+        ["in/a.jpg", "in/gone.jpg", "in/deep/d.jpg", "inside.jpg", "out/b.jpg", "out/gone.jpg"].map(String::from),
+        1,
+    );
+    assert_eq!(count(&lib.crawl().await, "ingested"), 6);
+    lib.write("in/new.jpg", &photo(50));
+    lib.write("in/deep/new.jpg", &photo(51));
+    lib.write("out/new.jpg", &photo(52));
+    lib.write("in.jpg", &photo(53));
+    std::fs::remove_file(lib.root.join("in/gone.jpg")).unwrap();
+    std::fs::remove_file(lib.root.join("out/gone.jpg")).unwrap();
+    std::fs::remove_file(lib.root.join("inside.jpg")).unwrap();
+
+    let result = lib.crawl_folders(&lib.handler(), json!({"folders": ["in"]})).await.unwrap();
+    assert_eq!(
+        (count(&result, "found"), count(&result, "ingested"), count(&result, "soft_deleted")),
+        (4, 2, 1),
+        "in/a, in/new, in/deep/d, in/deep/new found; in/gone soft-deleted: {result}"
+    );
+    assert_eq!(
+        lib.active_paths().await,
+        ["in/a.jpg", "in/deep/d.jpg", "in/deep/new.jpg", "in/new.jpg", "inside.jpg", "out/b.jpg", "out/gone.jpg"],
+        "nothing outside `in` ingested or soft-deleted (`in.jpg` and `inside.jpg` only share its name's start)"
+    );
+    // The whole root, later, finds the rest.
+    let whole = lib.crawl().await;
+    assert_eq!((count(&whole, "ingested"), count(&whole, "soft_deleted")), (2, 2), "{whole}");
+}
+
+#[tokio::test]
+async fn a_folder_moved_between_two_listed_folders_keeps_its_assets() {
+    let lib = library().await;
+    lib.files(["trip/1.jpg", "trip/sub/2.jpg", "other/3.jpg"].map(String::from), 1);
+    lib.crawl().await;
+    let before = lib.active().await;
+    std::fs::create_dir_all(lib.root.join("albums")).unwrap();
+    std::fs::rename(lib.root.join("trip"), lib.root.join("albums/trip 2019")).unwrap();
+
+    let payload = json!({"folders": ["trip", "albums/trip 2019"]});
+    let result = lib.crawl_folders(&lib.handler(), payload).await.unwrap();
+    assert_eq!(
+        (count(&result, "moved"), count(&result, "ingested"), count(&result, "soft_deleted")),
+        (2, 0, 0),
+        "{result}"
+    );
+    let after = lib.active().await;
+    let id_of = |rows: &[(String, uuid::Uuid)], path: &str| rows.iter().find(|(p, _)| p == path).map(|(_, id)| *id);
+    assert_eq!(id_of(&after, "albums/trip 2019/1.jpg"), id_of(&before, "trip/1.jpg"));
+    assert_eq!(id_of(&after, "albums/trip 2019/sub/2.jpg"), id_of(&before, "trip/sub/2.jpg"));
+    assert_eq!(after.len(), 3, "{after:?}");
+}
+
+#[tokio::test]
+async fn a_deleted_folder_is_weighed_against_the_whole_library() {
+    let lib = library().await;
+    lib.files((0..3).map(|i| format!("album/{i}.jpg")), 100);
+    lib.files((0..11).map(|i| format!("big/{i:02}.jpg")), 200);
+    lib.files((0..6).map(|i| format!("rest/{i}.jpg")), 300);
+    lib.crawl().await;
+    // A guard that a count of the folder alone (3 of 3) would trip; 3 of the library's 20 it does not.
+    let guard = MassDeletionGuard { min_assets: 3, max_percent: 50 };
+    let handler = crawler(&lib, guard, Duration::ZERO);
+    std::fs::remove_dir_all(lib.root.join("album")).unwrap();
+    let result = lib.crawl_folders(&handler, json!({"folders": ["album"]})).await.unwrap();
+    assert_eq!((count(&result, "soft_deleted"), count(&result, "found")), (3, 0), "{result}");
+    assert_eq!(lib.active().await.len(), 17);
+
+    // A folder holding most of the library (11 of 17) is refused as a whole root's would be, until confirmed.
+    std::fs::remove_dir_all(lib.root.join("big")).unwrap();
+    let err = lib.crawl_folders(&handler, json!({"folders": ["big"]})).await.unwrap_err();
+    assert!(
+        err.retryable && err.message.contains("11 of 17") && err.message.contains("allow_mass_deletion"),
+        "{err:?}"
+    );
+    assert_eq!(lib.active().await.len(), 17, "nothing soft-deleted");
+    let confirmed = json!({"folders": ["big"], "allow_mass_deletion": true});
+    let result = lib.crawl_folders(&handler, confirmed).await.unwrap();
+    assert_eq!(count(&result, "soft_deleted"), 11, "{result}");
+    assert_eq!(lib.active_paths().await, (0..6).map(|i| format!("rest/{i}.jpg")).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn a_folder_whose_parent_is_gone_too_leaves_the_walk_incomplete() {
+    let lib = library().await;
+    lib.files(["x/y/1.jpg", "x/2.jpg", "z.jpg"].map(String::from), 1);
+    lib.crawl().await;
+    std::fs::remove_dir_all(lib.root.join("x")).unwrap();
+    let result = lib.crawl_folders(&lib.handler(), json!({"folders": ["x/y"]})).await.unwrap();
+    assert_eq!(result["unreadable_folders"].as_array().map(Vec::len), Some(1), "{result}");
+    assert_eq!((count(&result, "soft_deleted"), lib.active().await.len()), (0, 3), "nothing soft-deleted: {result}");
+    // Its parent's crawl, whose parent (the root) is there, finds both gone.
+    let result = lib.crawl_folders(&lib.handler(), json!({"folders": ["x"]})).await.unwrap();
+    assert_eq!(count(&result, "soft_deleted"), 2, "{result}");
+    assert_eq!(lib.active_paths().await, ["z.jpg"]);
+}
+
+#[tokio::test]
+async fn a_closed_file_is_read_at_once_while_the_others_settle_in_their_folder() {
+    let lib = library().await;
+    let handler = crawler(&lib, MassDeletionGuard::default(), Duration::from_secs(10));
+    // All written just now: by age, every one is still being written.
+    for (i, name) in ["a", "b", "c", "d"].iter().enumerate() {
+        lib.write(&format!("phone/{name}.jpg"), &photo(i as u32));
+    }
+    lib.write("elsewhere/e.jpg", &photo(9));
+    let closed = |name: &str, size_delta: u64, ns_delta: i64| {
+        let m = std::fs::metadata(lib.root.join(format!("phone/{name}.jpg"))).unwrap();
+        let mtime_ns = m.mtime() * 1_000_000_000 + m.mtime_nsec() + ns_delta;
+        json!({"path": format!("phone/{name}.jpg"), "size": m.size() + size_delta, "mtime_ns": mtime_ns})
+    };
+    // `a` as it was closed; `b` not seen closed; `c` closed at another size; `d` at another mtime (1 ns off).
+    let payload = json!({"folders": ["phone"], "closed": [closed("a", 0, 0), closed("c", 1, 0), closed("d", 0, 1)]});
+    let asked_at = lib.store.db_now().await.unwrap();
+    let result = lib.crawl_folders(&handler, payload.clone()).await.unwrap();
+    assert_eq!((count(&result, "ingested"), count(&result, "settling")), (1, 3), "{result}");
+    assert_eq!(lib.active_paths().await, ["phone/a.jpg"]);
+
+    // Asked for again: those files' folder only, after the settle time, under a key of its own.
+    let queued = lib.queued_crawls().await;
+    assert_eq!(queued.len(), 1, "{queued:?}");
+    assert_eq!(queued[0].payload["folders"], json!(["phone"]), "{:?}", queued[0]);
+    assert!(queued[0].payload.get("closed").is_none(), "{:?}", queued[0]);
+    let key = queued[0].dedup_key.clone().unwrap();
+    assert!(key.starts_with(&format!("crawl:{}:folders:", lib.config)), "not the whole root's key: {key}");
+    assert!(queued[0].run_after >= asked_at + chrono::Duration::seconds(10), "{:?}", queued[0]);
+    // Another crawl of the folder that leaves them settling joins it.
+    let again = lib.crawl_folders(&handler, payload).await.unwrap();
+    assert_eq!(count(&again, "settling"), 3, "{again}");
+    assert_eq!(lib.queued_crawls().await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_folder_or_file_outside_the_root_is_refused_and_nothing_is_written() {
+    let lib = library().await;
+    lib.write("a/1.jpg", &photo(1));
+    for (payload, path, wrong) in [
+        (json!({"folders": ["a", "../x"]}), "\"../x\"", "`..` part"),
+        (json!({"folders": ["/abs"]}), "\"/abs\"", "is absolute"),
+        (
+            json!({"folders": ["a"], "closed": [{"path": "a//1.jpg", "size": 1, "mtime_ns": 1}]}),
+            "\"a//1.jpg\"",
+            "empty part",
+        ),
+    ] {
+        let err = lib.crawl_folders(&lib.handler(), payload.clone()).await.unwrap_err();
+        assert!(!err.retryable, "{payload}: {err:?}");
+        assert!(err.message.contains(path) && err.message.contains(wrong), "{payload}: {}", err.message);
+    }
+    let written =
+        lib.count("SELECT (SELECT count(*) FROM media_assets) + (SELECT count(*) FROM proxy_files) AS n").await;
+    assert_eq!(written, 0);
+    let queued = lib.count("SELECT count(*) AS n FROM work_items WHERE status = 'queued'").await;
+    assert_eq!(queued, 0, "no follow-up either");
+}
+
+#[tokio::test]
+async fn nested_folders_are_walked_once() {
+    let lib = library().await;
+    lib.files(["a/1.jpg", "a/b/2.jpg", "a/b/c/3.jpg", "a b/4.jpg", "c/5.jpg"].map(String::from), 1);
+    let payload = json!({"folders": ["a/b/c", "a", "a b", "a/b", "a"]});
+    let result = lib.crawl_folders(&lib.handler(), payload).await.unwrap();
+    assert_eq!((count(&result, "found"), count(&result, "ingested"), count(&result, "failed")), (4, 4, 0), "{result}");
+    assert_eq!(lib.active_paths().await, ["a b/4.jpg", "a/1.jpg", "a/b/2.jpg", "a/b/c/3.jpg"]);
+    // The same again: every file found unchanged, once.
+    let again = lib.crawl_folders(&lib.handler(), json!({"folders": ["a", "a/b", "a b"]})).await.unwrap();
+    assert_eq!((count(&again, "found"), count(&again, "unchanged")), (4, 4), "{again}");
+}
