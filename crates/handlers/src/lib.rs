@@ -8,6 +8,7 @@ pub mod bursts;
 pub mod crawl;
 pub mod maintenance;
 pub mod schedule;
+pub mod watch;
 
 pub use bursts::{BurstDetectionHandler, BurstSettings, group_bursts};
 pub use crawl::{CrawlHandler, CrawlSettings, MassDeletionGuard};
@@ -16,6 +17,7 @@ pub use maintenance::{
     WorkItemRetentionHandler,
 };
 pub use schedule::{QuietHours, ScheduleError, ScheduleSettings, Scheduler};
+pub use watch::{InQuietHours, WatchSettings, Watching};
 
 use almanac_domain::ports::CatalogueError;
 use almanac_executor::{HandlerError, ProgressReporter};

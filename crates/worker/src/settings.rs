@@ -26,6 +26,7 @@ pub struct Settings {
     pub worker: Worker,
     pub storage: Storage,
     pub schedule: Schedule,
+    pub watch: Watch,
     pub http: Http,
     pub log: Log,
 }
@@ -355,6 +356,7 @@ impl Settings {
             bail!("schedule.tick: must be above zero");
         }
         self.schedule_settings()?;
+        self.watch_settings()?;
         self.priority()?;
         self.executor(ServedConfigs::All).map(|_| ())
     }
@@ -483,7 +485,10 @@ fn check_database_url(key: &str, url: &str) -> Result<()> {
     })
 }
 
+mod watch;
 mod work;
+
+pub use watch::Watch;
 
 #[cfg(test)]
 mod tests;

@@ -10,7 +10,7 @@ use almanac_domain::ports::ServedConfigs;
 use almanac_executor::{Executor, ExecutorConfig, HandlerRegistry};
 use almanac_handlers::{
     BurstDetectionHandler, BurstSettings, CrawlHandler, CrawlSettings, ProxyDeletionHandler, ProxySweepHandler,
-    PurgeHandler, PurgeSettings, RetentionSettings, Scheduler, TokenCleanupHandler, WorkItemRetentionHandler,
+    PurgeHandler, PurgeSettings, RetentionSettings, Scheduler, TokenCleanupHandler, Watching, WorkItemRetentionHandler,
 };
 use almanac_media::ToolLimits;
 use almanac_store_pg::{PgStore, PoolerMode, SchemaState, StoreError, WorkerConnections, listen_for_work};
@@ -55,6 +55,11 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<Exit, Failure> {
     let upkeep = tokio::spawn(metrics_upkeep(metrics, stop.clone()));
     let schedule = settings.schedule_settings().map_err(Failure::failed)?;
     let scheduling = tokio::spawn(Scheduler::new(store.clone(), served, schedule).run(stop.clone()));
+    // One watcher per config across Workers (ADR 0014): this Worker's, for the watches it holds.
+    let (worker_id, watch) = (settings.worker_id(), settings.watch_settings());
+    let watch =
+        Watching::new(store.clone(), worker_id.map_err(Failure::failed)?, served, watch.map_err(Failure::failed)?);
+    let watching = tokio::spawn(watch.run(stop.clone()));
     let shutdown = CancellationToken::new();
     tokio::spawn(signals(shutdown.clone()));
     let tls = tls(&store).await;
@@ -69,6 +74,7 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<Exit, Failure> {
         let _ = listener.await;
     }
     let _ = scheduling.await;
+    let _ = watching.await;
     let _ = upkeep.await;
     if let Some(h) = http {
         // Open connections get a moment to finish (the live streams end with `stop`); then the server goes.

@@ -100,6 +100,23 @@ pub const EVENTS: &[Event] = &[
     ),
     event("quiet_hours_ended", "quiet hours ended: scheduled work is enqueued and runs again"),
     event("cancelled_inactive", "(debug) the scheduler cancelled work enqueued for configs since deactivated"),
+    event("watch_started", "this Worker took a config's watch and watches its root (with `mode`: events or polling)"),
+    event(
+        "watch_enqueued",
+        "changes a watcher saw became a crawl (`item`) of the changed `folders` (0: the whole root), with the files it \
+         saw `closed` after writing; `joined` when a crawl of the whole root was already queued",
+    ),
+    event(
+        "watch_fell_back_to_polling",
+        "a config's change events can no longer be trusted (the kernel's queue overflowed, the watch limit was \
+         reached, the root cannot be watched: `reason`): the config is polled from now on and crawled whole",
+    ),
+    event(
+        "watch_enqueue_failed",
+        "the changes a watcher saw could not be enqueued (once per outage); they are kept and tried again",
+    ),
+    event("watch_lost", "a config's watch is held by another Worker now, or could not be renewed: its watcher stopped"),
+    event("watch_failed", "the watches could not be taken, renewed or given up (the database); tried again"),
     outage(
         "listener_disconnected",
         "the LISTEN connection for enqueue wake-ups was lost or cannot be made; polling covers the gap, it \

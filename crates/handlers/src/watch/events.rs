@@ -1,0 +1,238 @@
+//! What a change event means for the crawl (ADR 0014, decision 5): the folder(s) to look at again, the files
+//! seen closed after writing, or that the events can no longer be trusted (an overflow, the watch limit).
+
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Component, Path};
+
+use almanac_domain::ClosedFile;
+use notify::event::{AccessKind, AccessMode, CreateKind, ModifyKind, RemoveKind, RenameMode};
+use notify::{Event, EventKind};
+use tokio::time::Instant;
+
+use super::window::Window;
+use crate::crawl::is_skipped_name;
+
+/// What one event did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Handled {
+    /// Nothing the crawl cares about (a read, a hidden or temporary file, a NAS's own folders).
+    Ignored,
+    /// A change, recorded in the window.
+    Changed,
+    /// Events may have been lost (why): the config falls back to polling and a whole-root crawl.
+    FallBack(String),
+}
+
+/// Records what `event` (as notify delivers it, an error included) says changed under `root` into `window`.
+pub fn handle(root: &Path, event: notify::Result<Event>, window: &mut Window, at: Instant) -> Handled {
+    let event = match event {
+        Ok(event) => event,
+        Err(e) if matches!(e.kind, notify::ErrorKind::MaxFilesWatch) => {
+            return Handled::FallBack(format!(
+                "the watch limit was reached ({e}): raise fs.inotify.max_user_watches, or keep the config polled"
+            ));
+        }
+        // An error reading the events: some may be lost.
+        Err(e) => return Handled::FallBack(format!("the change events could not be read: {e}")),
+    };
+    if event.need_rescan() {
+        return Handled::FallBack(
+            "the kernel's event queue overflowed (events were lost): raise fs.inotify.max_queued_events".into(),
+        );
+    }
+    let mut changed = false;
+    for (i, path) in event.paths.iter().enumerate() {
+        let Some(rel) = Rel::of(root, path) else { continue };
+        changed = true;
+        match event.kind {
+            EventKind::Access(AccessKind::Close(AccessMode::Write)) => {
+                window.folder(rel.parent(), at);
+                match closed_file(path, &rel) {
+                    Some(closed) => window.closed(closed, at),
+                    None => window.file(rel.path, at),
+                }
+            }
+            EventKind::Create(CreateKind::Folder) | EventKind::Remove(RemoveKind::Folder) => {
+                window.folder(rel.path, at);
+            }
+            // Both ends of a rename: the first path is where it was, the second where it is.
+            EventKind::Modify(ModifyKind::Name(RenameMode::To)) => arrived(path, rel, window, at),
+            EventKind::Modify(ModifyKind::Name(RenameMode::Both)) if i == 1 => arrived(path, rel, window, at),
+            // Gone: a file or a folder, no telling which now; its parent holds either.
+            EventKind::Modify(ModifyKind::Name(_)) => window.folder(rel.parent(), at),
+            EventKind::Create(_) | EventKind::Remove(_) | EventKind::Modify(_) => {
+                window.folder(rel.parent(), at);
+                window.file(rel.path, at);
+            }
+            EventKind::Access(_) | EventKind::Any | EventKind::Other => changed = false,
+        }
+    }
+    if changed { Handled::Changed } else { Handled::Ignored }
+}
+
+/// Something renamed to `path`: a folder is looked at itself, a file through its folder.
+fn arrived(path: &Path, rel: Rel, window: &mut Window, at: Instant) {
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
+        window.folder(rel.path, at);
+    } else {
+        window.folder(rel.parent(), at);
+        window.file(rel.path, at);
+    }
+}
+
+/// The regular file at `path` as it is now (just closed after writing), or `None` when it is gone or not one.
+fn closed_file(path: &Path, rel: &Rel) -> Option<ClosedFile> {
+    let meta = std::fs::symlink_metadata(path).ok().filter(std::fs::Metadata::is_file)?;
+    if !rel.whole {
+        return None;
+    }
+    Some(ClosedFile {
+        path: rel.path.clone(),
+        size: meta.len(),
+        mtime_ns: meta.mtime().saturating_mul(1_000_000_000).saturating_add(meta.mtime_nsec()),
+    })
+}
+
+/// A path beneath the root, as the crawl names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Rel {
+    /// Relative to the root, `/`-separated; cut before the first name that is not UTF-8 (then a folder that
+    /// holds the path).
+    path: String,
+    /// Whether `path` is the whole path (no name was cut).
+    whole: bool,
+}
+
+impl Rel {
+    /// `path` relative to `root`; `None` outside the root, or when a name in it is one the crawl skips (hidden,
+    /// a NAS's own folders) or a temporary file's.
+    fn of(root: &Path, path: &Path) -> Option<Rel> {
+        let rest = path.strip_prefix(root).ok()?;
+        let mut names = Vec::new();
+        for c in rest.components() {
+            match c {
+                Component::Normal(name) if !is_skipped_name(name.as_bytes()) => names.push(name),
+                _ => return None,
+            }
+        }
+        if names.last().is_some_and(|n| is_temporary_name(n.as_bytes())) {
+            return None;
+        }
+        let utf8: Vec<&str> = names.iter().map_while(|n| n.to_str()).collect();
+        Some(Rel { whole: utf8.len() == names.len(), path: utf8.join("/") })
+    }
+
+    /// The folder holding it (itself when a name was cut: then it already is one).
+    fn parent(&self) -> String {
+        if !self.whole {
+            return self.path.clone();
+        }
+        self.path.rsplit_once('/').map_or_else(String::new, |(parent, _)| parent.to_owned())
+    }
+}
+
+/// Names of files being downloaded or written before their rename (browsers, editors, sync tools, WinSCP,
+/// qBittorrent): not media yet, and renamed when done, which is seen.
+const TEMPORARY_SUFFIXES: [&[u8]; 9] =
+    [b"~", b".tmp", b".temp", b".part", b".partial", b".crdownload", b".download", b".filepart", b".!qb"];
+
+/// Whether a file name is a temporary file's.
+fn is_temporary_name(name: &[u8]) -> bool {
+    let lower = name.to_ascii_lowercase();
+    TEMPORARY_SUFFIXES.iter().any(|s| lower.ends_with(s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn event(kind: EventKind, paths: &[&Path]) -> notify::Result<Event> {
+        Ok(paths.iter().fold(Event::new(kind), |e, p| e.add_path(p.to_path_buf())))
+    }
+
+    fn folders_of(window: &mut Window) -> Vec<String> {
+        window.take().map(|b| b.folders).unwrap_or_default()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_file_counts_for_its_folder_and_a_folder_for_itself() {
+        let root = PathBuf::from("/lib");
+        let mut w = Window::default();
+        let at = Instant::now();
+        let create = event(EventKind::Create(CreateKind::File), &[&root.join("2026/a.jpg")]);
+        assert_eq!(handle(&root, create, &mut w, at), Handled::Changed);
+        assert_eq!(w.pending_files(), 1);
+        assert_eq!(folders_of(&mut w), ["2026"]);
+        let made = event(EventKind::Create(CreateKind::Folder), &[&root.join("2026/trip")]);
+        handle(&root, made, &mut w, at);
+        assert_eq!(folders_of(&mut w), ["2026/trip"]);
+        let rename = EventKind::Modify(ModifyKind::Name(RenameMode::Both));
+        handle(&root, event(rename, &[&root.join("a/x.jpg"), &root.join("b/x.jpg")]), &mut w, at);
+        assert_eq!(folders_of(&mut w), ["a", "b"], "both ends of a rename");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn reads_hidden_and_temporary_files_and_nas_folders_are_ignored() {
+        let root = PathBuf::from("/lib");
+        let mut w = Window::default();
+        let at = Instant::now();
+        let ignored = [
+            (EventKind::Access(AccessKind::Open(AccessMode::Any)), "a/x.jpg"),
+            (EventKind::Access(AccessKind::Close(AccessMode::Read)), "a/x.jpg"),
+            (EventKind::Create(CreateKind::File), "a/@eaDir/x.jpg/SYNOPHOTO_THUMB_M.jpg"),
+            (EventKind::Create(CreateKind::Folder), "@eaDir"),
+            (EventKind::Modify(ModifyKind::Data(notify::event::DataChange::Any)), "a/.DS_Store"),
+            (EventKind::Create(CreateKind::File), "a/.x.jpg.Ab12Cd"),
+            (EventKind::Create(CreateKind::File), "a/x.jpg.part"),
+            (EventKind::Create(CreateKind::File), "a/x.jpg.crdownload"),
+            (EventKind::Other, "a"),
+        ];
+        for (kind, path) in ignored {
+            assert_eq!(handle(&root, event(kind, &[&root.join(path)]), &mut w, at), Handled::Ignored, "{path}");
+        }
+        let elsewhere = event(EventKind::Create(CreateKind::File), &[Path::new("/other/x.jpg")]);
+        assert_eq!(handle(&root, elsewhere, &mut w, at), Handled::Ignored);
+        assert!(w.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_file_closed_after_writing_is_recorded_with_its_size_and_mtime() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("a")).unwrap();
+        let file = dir.path().join("a/x.jpg");
+        std::fs::write(&file, b"12345").unwrap();
+        let meta = std::fs::metadata(&file).unwrap();
+        let mut w = Window::default();
+        let closed = event(EventKind::Access(AccessKind::Close(AccessMode::Write)), &[&file]);
+        assert_eq!(handle(dir.path(), closed, &mut w, Instant::now()), Handled::Changed);
+        let batch = w.take().unwrap();
+        assert_eq!(batch.folders, ["a"]);
+        let expected = meta.mtime() * 1_000_000_000 + meta.mtime_nsec();
+        assert_eq!(batch.closed, [ClosedFile { path: "a/x.jpg".into(), size: 5, mtime_ns: expected }]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_overflow_or_the_watch_limit_falls_back() {
+        let root = PathBuf::from("/lib");
+        let mut w = Window::default();
+        let at = Instant::now();
+        let overflow = Ok(Event::new(EventKind::Other).set_flag(notify::event::Flag::Rescan));
+        assert!(matches!(handle(&root, overflow, &mut w, at), Handled::FallBack(r) if r.contains("overflowed")));
+        let limit = Err(notify::Error::new(notify::ErrorKind::MaxFilesWatch));
+        assert!(matches!(handle(&root, limit, &mut w, at), Handled::FallBack(r) if r.contains("max_user_watches")));
+    }
+
+    #[test]
+    fn a_name_that_is_not_utf8_cuts_the_path_to_its_folder() {
+        use std::os::unix::ffi::OsStringExt;
+        let root = PathBuf::from("/lib");
+        let odd = root.join("a").join(std::ffi::OsString::from_vec(b"caf\xe9".to_vec())).join("x.jpg");
+        let rel = Rel::of(&root, &odd).unwrap();
+        assert_eq!((rel.path.as_str(), rel.whole, rel.parent()), ("a", false, "a".to_owned()));
+        let plain = Rel::of(&root, &root.join("a/b/x.jpg")).unwrap();
+        assert_eq!(plain.parent(), "a/b");
+        assert_eq!(Rel::of(&root, &root).unwrap().parent(), "");
+    }
+}

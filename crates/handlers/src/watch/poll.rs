@@ -1,0 +1,186 @@
+//! Polling (ADR 0014, decision 3): where the file system raises no event for what other machines write, the
+//! folders' mtimes and ctimes say where to look. Only folders are stat'ed, never every file; a folder whose
+//! stamp changed is listed again, which finds the folders made in it. Blocking: run it on a blocking thread, at
+//! the Worker's low priority.
+
+use std::collections::{HashMap, HashSet};
+use std::io::ErrorKind;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::crawl::is_skipped_name;
+
+/// A folder's mtime and ctime, in nanoseconds (a file made, removed or renamed in it changes them).
+type Stamp = (i64, i64);
+
+/// The folders of a root as the last pass found them.
+#[derive(Debug, Default)]
+pub struct FolderTree {
+    folders: HashMap<PathBuf, Stamp>,
+}
+
+impl FolderTree {
+    /// The first pass, the baseline: every folder under `root` (the crawl's skipped names passed over, links
+    /// never followed) with its stamp. It reports nothing.
+    pub fn baseline(root: &Path, stop: &CancellationToken) -> Self {
+        let mut tree = Self::default();
+        tree.add_subtree(root, PathBuf::new(), stop);
+        tree
+    }
+
+    /// How many folders are known.
+    pub fn len(&self) -> usize {
+        self.folders.len()
+    }
+
+    /// Whether no folder is known (not even the root: it could not be read).
+    pub fn is_empty(&self) -> bool {
+        self.folders.is_empty()
+    }
+
+    /// A pass: stats the folders known, lists again those whose stamp changed (finding new folders), forgets
+    /// those gone. Answers the folders that changed, came or went (relative to the root, as the crawl names
+    /// them). A root that cannot be read changes nothing (an unmounted share is no change: the crawl judges it).
+    pub fn pass(&mut self, root: &Path, stop: &CancellationToken) -> Vec<String> {
+        if self.is_empty() {
+            // The root could not be read at the baseline: this pass is the baseline.
+            *self = Self::baseline(root, stop);
+            return Vec::new();
+        }
+        if std::fs::symlink_metadata(root).is_err() {
+            return Vec::new();
+        }
+        let mut changed = Vec::new();
+        // In path order: a folder gone is met before what was beneath it, which goes with it.
+        let mut known: Vec<PathBuf> = self.folders.keys().cloned().collect();
+        known.sort();
+        for rel in known {
+            if stop.is_cancelled() {
+                break;
+            }
+            let Some(old) = self.folders.get(&rel).copied() else { continue };
+            match stamp(&root.join(&rel)) {
+                Ok(Some(now)) if now == old => {}
+                Ok(Some(now)) => {
+                    self.folders.insert(rel.clone(), now);
+                    self.list_again(root, &rel, stop);
+                    changed.push(crawl_folder(&rel));
+                }
+                // Gone (or no longer a folder): it and everything beneath it.
+                Ok(None) => {
+                    self.folders.retain(|p, _| !p.starts_with(&rel));
+                    changed.push(crawl_folder(&rel));
+                }
+                // Unreadable for now (a share's hiccup): looked at again next pass.
+                Err(_) => {}
+            }
+        }
+        changed
+    }
+
+    /// Lists a changed folder: the folders in it not known yet are added with their subtrees.
+    fn list_again(&mut self, root: &Path, rel: &Path, stop: &CancellationToken) {
+        for sub in subfolders(&root.join(rel)) {
+            let sub = rel.join(sub);
+            if !self.folders.contains_key(&sub) {
+                self.add_subtree(root, sub, stop);
+            }
+        }
+    }
+
+    /// Adds `rel` and every folder beneath it, one folder listed at a time.
+    fn add_subtree(&mut self, root: &Path, rel: PathBuf, stop: &CancellationToken) {
+        let mut todo = vec![rel];
+        while let Some(rel) = todo.pop() {
+            if stop.is_cancelled() {
+                return;
+            }
+            let path = root.join(&rel);
+            let Ok(Some(stamp)) = stamp(&path) else { continue };
+            todo.extend(subfolders(&path).into_iter().map(|name| rel.join(name)));
+            self.folders.insert(rel, stamp);
+        }
+    }
+}
+
+/// A folder's stamp; `None` when nothing or something else than a folder is there (a link is never followed).
+fn stamp(path: &Path) -> std::io::Result<Option<Stamp>> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => Ok(Some((
+            m.mtime().saturating_mul(1_000_000_000).saturating_add(m.mtime_nsec()),
+            m.ctime().saturating_mul(1_000_000_000).saturating_add(m.ctime_nsec()),
+        ))),
+        Ok(_) => Ok(None),
+        Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The names of the folders in a folder (by the entry's type, links not followed), the crawl's skipped names
+/// passed over. An unreadable folder has none.
+fn subfolders(path: &Path) -> Vec<std::ffi::OsString> {
+    let Ok(entries) = std::fs::read_dir(path) else { return Vec::new() };
+    let mut seen = HashSet::new();
+    entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()) && !is_skipped_name(e.file_name().as_bytes()))
+        .map(|e| e.file_name())
+        .filter(|name| seen.insert(name.clone()))
+        .collect()
+}
+
+/// A folder as the crawl names it: `/`-separated, cut before the first name that is not UTF-8 (a folder that
+/// holds it).
+fn crawl_folder(rel: &Path) -> String {
+    let names: Vec<&str> = rel.iter().map_while(|n| n.to_str()).collect();
+    names.join("/")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sorted(mut v: Vec<String>) -> Vec<String> {
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_pass_finds_the_folders_changed_made_and_removed_after_the_baseline() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for d in ["a/b", "c", "@eaDir/x"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        let stop = CancellationToken::new();
+        let mut tree = FolderTree::baseline(root, &stop);
+        assert_eq!(tree.len(), 4, "the root, a, a/b and c; not the NAS's folder");
+        assert!(tree.pass(root, &stop).is_empty(), "nothing changed");
+        std::fs::write(root.join("a/b/new.jpg"), b"x").unwrap();
+        std::fs::create_dir_all(root.join("c/d/e")).unwrap();
+        std::fs::write(root.join("@eaDir/x/thumb.jpg"), b"x").unwrap();
+        assert_eq!(sorted(tree.pass(root, &stop)), ["a/b", "c"]);
+        assert_eq!(tree.len(), 6, "c/d and c/d/e found");
+        std::fs::remove_dir_all(root.join("c")).unwrap();
+        assert_eq!(sorted(tree.pass(root, &stop)), ["", "c"], "what was beneath a folder gone goes with it");
+        assert_eq!(tree.len(), 3);
+    }
+
+    #[test]
+    fn a_root_that_cannot_be_read_changes_nothing_and_its_return_is_the_baseline() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("share");
+        let stop = CancellationToken::new();
+        let mut tree = FolderTree::baseline(&root, &stop);
+        assert!(tree.is_empty());
+        std::fs::create_dir_all(root.join("a")).unwrap();
+        assert!(tree.pass(&root, &stop).is_empty());
+        assert_eq!(tree.len(), 2);
+        std::fs::rename(&root, dir.path().join("away")).unwrap();
+        assert!(tree.pass(&root, &stop).is_empty(), "a missing root is not a deleted library");
+        assert_eq!(tree.len(), 2);
+    }
+}

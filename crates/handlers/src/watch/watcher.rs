@@ -1,0 +1,307 @@
+//! One config's watcher: follows the root's change events, or polls its folders, and enqueues what changed as
+//! crawls, one per coalescing window (ADR 0014). It runs while its Worker holds the config's watch.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use almanac_domain::ports::{DatabaseClock, WatchMode, WatchReport};
+use almanac_domain::{StorageConfigId, WorkQueue};
+use chrono::{DateTime, Utc};
+use notify::{RecursiveMode, Watcher as _};
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::events::{Handled, handle};
+use super::poll::FolderTree;
+use super::window::Window;
+use super::{InQuietHours, WatchSettings};
+
+/// What a watcher is doing, for its Worker's reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Status {
+    mode: WatchMode,
+    /// Why the mode is not the one chosen, if it is not.
+    note: Option<String>,
+    /// When it last saw a change (tokio's clock).
+    last_change: Option<Instant>,
+    /// Files seen changing and not yet handed to a crawl.
+    pending_files: u64,
+    /// Whether it watches: the recursive watch is set, or the polling baseline taken.
+    ready: bool,
+}
+
+/// A watcher's status, as its Worker reports it.
+#[derive(Debug, Clone)]
+pub struct WatchStatus(Arc<Mutex<Status>>);
+
+impl WatchStatus {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Status> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// What the watcher is doing now.
+    pub fn mode(&self) -> WatchMode {
+        self.lock().mode
+    }
+
+    /// Whether it watches now: the recursive watch is set, or the polling baseline taken (a change made before
+    /// may be missed, and is left to the scheduled crawl).
+    pub fn is_ready(&self) -> bool {
+        self.lock().ready
+    }
+
+    /// The report its Worker stores, the last change dated by the database's clock `now` (`None`: not dated).
+    pub fn report(&self, now: Option<DateTime<Utc>>) -> WatchReport {
+        let status = self.lock().clone();
+        let last_change_at = status
+            .last_change
+            .zip(now)
+            .map(|(at, now)| now - chrono::Duration::from_std(at.elapsed()).unwrap_or(chrono::Duration::zero()));
+        WatchReport { mode: status.mode, last_change_at, pending_files: status.pending_files, note: status.note }
+    }
+}
+
+/// Why following events ended.
+enum Ended {
+    /// Asked to stop.
+    Stopped,
+    /// Events can no longer be trusted: poll from now on (why).
+    FellBack(String),
+}
+
+/// The change events of a root, as notify delivers them.
+pub type Events = UnboundedReceiver<notify::Result<notify::Event>>;
+
+/// One config's watcher.
+pub struct ConfigWatcher<S> {
+    config: StorageConfigId,
+    root: PathBuf,
+    store: Arc<S>,
+    settings: WatchSettings,
+    status: WatchStatus,
+    /// Whether the last enqueue failed (its warning is said once per outage).
+    failing: bool,
+}
+
+impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
+    /// A watcher of `config`'s `root` in `mode`, with `note` saying why when it is not the one chosen.
+    pub fn new(
+        store: Arc<S>,
+        config: StorageConfigId,
+        root: PathBuf,
+        settings: WatchSettings,
+        (mode, note): (WatchMode, Option<String>),
+    ) -> Self {
+        let status = Status { mode, note, last_change: None, pending_files: 0, ready: false };
+        Self { config, root, store, settings, status: WatchStatus(Arc::new(Mutex::new(status))), failing: false }
+    }
+
+    /// Its status, as it changes.
+    pub fn status_handle(&self) -> WatchStatus {
+        self.status.clone()
+    }
+
+    /// Watches until `stop`: in events mode a recursive watch of the root (polling from the moment events can no
+    /// longer be trusted), in polling mode a pass over the folders every `poll_interval`, in `off` nothing.
+    pub async fn run(self, stop: CancellationToken) {
+        let (watcher, events) = match self.mode() {
+            WatchMode::Events => self.start_watch().await,
+            WatchMode::Polling | WatchMode::Off => (None, tokio::sync::mpsc::unbounded_channel().1),
+        };
+        self.run_on(events, stop).await;
+        drop(watcher);
+    }
+
+    /// [`ConfigWatcher::run`], following `events` in events mode (a test gives its own, to inject an overflow).
+    /// What was seen and not yet enqueued when it stops is enqueued then: a lost watch or a shutdown loses
+    /// nothing.
+    pub async fn run_on(mut self, mut events: Events, stop: CancellationToken) {
+        let mut window = Window::default();
+        if self.mode() == WatchMode::Events {
+            self.status().ready = true;
+            match self.follow(&mut events, &mut window, &stop).await {
+                Ended::Stopped => {}
+                Ended::FellBack(reason) => self.fall_back(reason, &mut window).await,
+            }
+        }
+        match self.mode() {
+            WatchMode::Polling => self.poll(&mut window, &stop).await,
+            WatchMode::Off => stop.cancelled().await,
+            WatchMode::Events => {}
+        }
+        self.flush(&mut window).await;
+    }
+
+    fn mode(&self) -> WatchMode {
+        self.status.mode()
+    }
+
+    fn status(&self) -> std::sync::MutexGuard<'_, Status> {
+        self.status.lock()
+    }
+
+    /// Follows the events, coalesced into windows, each enqueued as it closes.
+    async fn follow(&mut self, events: &mut Events, window: &mut Window, stop: &CancellationToken) -> Ended {
+        let (debounce, max_delay) = (self.settings.debounce, self.settings.max_delay);
+        loop {
+            let closes = window.closes_at(debounce, max_delay);
+            tokio::select! {
+                () = stop.cancelled() => return Ended::Stopped,
+                event = events.recv() => {
+                    let Some(event) = event else { return Ended::FellBack("the watcher stopped".into()) };
+                    if let Some(ended) = self.take_event(event, window, events) {
+                        return ended;
+                    }
+                }
+                () = tokio::time::sleep_until(closes.unwrap_or_else(Instant::now)), if closes.is_some() => {
+                    self.flush(window).await;
+                }
+            }
+        }
+    }
+
+    /// Handles one event and those already waiting behind it (a flood is taken a few thousand at a time, between
+    /// looks at the window's clock); `Some` when events can no longer be trusted.
+    fn take_event(
+        &mut self,
+        first: notify::Result<notify::Event>,
+        window: &mut Window,
+        events: &mut Events,
+    ) -> Option<Ended> {
+        let (mut event, mut taken) = (first, 0);
+        loop {
+            let now = Instant::now();
+            match handle(&self.root, event, window, now) {
+                Handled::Ignored => {}
+                Handled::Changed => {
+                    let mut status = self.status();
+                    status.last_change = Some(now);
+                    status.pending_files = window.pending_files();
+                }
+                Handled::FallBack(reason) => return Some(Ended::FellBack(reason)),
+            }
+            taken += 1;
+            // The rest is taken at the next turn, after a look at the window's clock.
+            event = (taken < 4096).then(|| events.try_recv().ok()).flatten()?;
+        }
+    }
+
+    /// Starts a recursive watch of the root (on a blocking thread: it adds a watch per folder). A watch that
+    /// cannot start answers its error as the first event, which makes the watcher fall back to polling.
+    async fn start_watch(&self) -> (Option<notify::RecommendedWatcher>, Events) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let (root, failed) = (self.root.clone(), tx.clone());
+        let started = tokio::task::spawn_blocking(move || {
+            let handler = move |event| {
+                let _ = tx.send(event);
+            };
+            // Links are never followed, as the crawl never follows them.
+            let config = notify::Config::default().with_follow_symlinks(false);
+            let mut watcher = notify::RecommendedWatcher::new(handler, config)?;
+            watcher.watch(&root, RecursiveMode::Recursive)?;
+            Ok::<_, notify::Error>(watcher)
+        })
+        .await;
+        let error = match started {
+            Ok(Ok(watcher)) => return (Some(watcher), rx),
+            Ok(Err(e)) => e,
+            Err(e) => notify::Error::generic(&format!("the watch could not be started: {e}")),
+        };
+        let _ = failed.send(Err(error));
+        (None, rx)
+    }
+
+    /// Events can no longer be trusted: says so once, polls from now on, and crawls the whole root (anything
+    /// may have changed).
+    async fn fall_back(&mut self, reason: String, window: &mut Window) {
+        warn!(event = "watch_fell_back_to_polling", config = %self.config, reason,
+              "the config's changes can no longer be followed by events: it is polled from now on, and crawled whole");
+        {
+            let mut status = self.status();
+            status.mode = WatchMode::Polling;
+            status.note = Some(reason);
+        }
+        window.everything(Instant::now());
+        self.flush(window).await;
+    }
+
+    /// Polls the root's folders every `poll_interval`; the first pass is the baseline.
+    async fn poll(&mut self, window: &mut Window, stop: &CancellationToken) {
+        let Some((mut tree, _)) = self.pass(None, stop).await else { return };
+        self.status().ready = true;
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(self.settings.poll_interval) => {}
+            }
+            let Some(next) = self.pass(Some(tree), stop).await else { return };
+            tree = next.0;
+            let now = Instant::now();
+            if !next.1.is_empty() {
+                self.status().last_change = Some(now);
+            }
+            for folder in next.1 {
+                window.folder(folder, now);
+            }
+            self.flush(window).await;
+        }
+    }
+
+    /// One pass over `tree` (the baseline when `None`), at the Worker's low priority, on a blocking thread.
+    async fn pass(&self, tree: Option<FolderTree>, stop: &CancellationToken) -> Option<(FolderTree, Vec<String>)> {
+        let (root, stop) = (self.root.clone(), stop.clone());
+        let passed = tokio::task::spawn_blocking(move || {
+            almanac_media::gently(|| match tree {
+                None => (FolderTree::baseline(&root, &stop), Vec::new()),
+                Some(mut tree) => {
+                    let changed = tree.pass(&root, &stop);
+                    (tree, changed)
+                }
+            })
+        })
+        .await;
+        match passed {
+            Ok(passed) => Some(passed),
+            Err(e) => {
+                warn!(event = "watch_fell_back_to_polling", config = %self.config, reason = %e,
+                      "the polling pass ended abnormally: the config is no longer watched until its watch is taken again");
+                None
+            }
+        }
+    }
+
+    /// Enqueues what the window saw as one crawl (waiting for the end of the quiet hours if so set); puts it
+    /// back when the queue does not answer, to be tried again.
+    async fn flush(&mut self, window: &mut Window) {
+        let Some(batch) = window.take() else { return };
+        let mut item = batch.item(self.config);
+        if let Some(until) = self.quiet_until().await {
+            item = item.with_run_after(until);
+        }
+        match self.store.enqueue(&item).await {
+            Ok(enqueued) => {
+                self.failing = false;
+                info!(event = "watch_enqueued", config = %self.config, item = %enqueued.item.id,
+                      folders = batch.folders.len(), closed = batch.closed.len(), joined = !enqueued.created,
+                      "changes seen under the root enqueued as a crawl");
+            }
+            Err(e) => {
+                if !std::mem::replace(&mut self.failing, true) {
+                    warn!(event = "watch_enqueue_failed", config = %self.config, error = %e,
+                          "the changes seen could not be enqueued; they are kept and tried again");
+                }
+                window.restore(batch, Instant::now());
+            }
+        }
+        self.status().pending_files = window.pending_files();
+    }
+
+    /// When the quiet hours end, if the watched changes wait for that and now is inside them.
+    async fn quiet_until(&self) -> Option<DateTime<Utc>> {
+        let quiet = self.settings.quiet_hours.filter(|_| self.settings.in_quiet_hours == InQuietHours::Wait)?;
+        let now = self.store.db_now().await.ok()?;
+        quiet.ends(now)
+    }
+}

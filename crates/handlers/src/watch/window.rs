@@ -1,0 +1,230 @@
+//! Coalescing (ADR 0014, decision 5): what a watcher saw change in one window becomes one crawl of the changed
+//! folders. Pure: the times come in (tokio's clock, so paused-time tests see them).
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::time::Duration;
+
+use almanac_domain::{ClosedFile, CrawlArgs, DedupKey, NewWorkItem, Scope, StorageConfigId, WorkKind};
+use tokio::time::Instant;
+
+/// A window of more folders than this becomes a crawl of the whole root (joined with a scheduled one).
+pub const MAX_FOLDERS: usize = 256;
+
+/// At most this many files seen closed go with one crawl (the item's payload stays small when thousands are
+/// dropped at once); the others are read once they have settled, like any file.
+pub const MAX_CLOSED: usize = 1000;
+
+/// The changes seen since the last item was enqueued.
+#[derive(Debug, Default)]
+pub struct Window {
+    folders: BTreeSet<String>,
+    closed: BTreeMap<String, ClosedFile>,
+    /// Files seen changing in this window (the report's pending files).
+    files: HashSet<String>,
+    /// Anything may have changed (an overflow): the whole root.
+    whole_root: bool,
+    first: Option<Instant>,
+    last: Option<Instant>,
+}
+
+/// What one window asks to crawl.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Batch {
+    /// The folders, none inside another; empty: the whole root.
+    pub folders: Vec<String>,
+    /// The files seen closed after writing, inside those folders.
+    pub closed: Vec<ClosedFile>,
+}
+
+impl Window {
+    /// A folder (relative to the root, `""` the root) changed at `at`.
+    pub fn folder(&mut self, folder: String, at: Instant) {
+        self.folders.insert(folder);
+        self.touch(at);
+    }
+
+    /// A file (relative to the root) changed at `at`: it is pending until the window closes; a file changing
+    /// again after it was closed is no longer read at once.
+    pub fn file(&mut self, path: String, at: Instant) {
+        self.closed.remove(&path);
+        self.files.insert(path);
+        self.touch(at);
+    }
+
+    /// A file seen closed after writing at `at`, as it was then.
+    pub fn closed(&mut self, file: ClosedFile, at: Instant) {
+        self.files.insert(file.path.clone());
+        self.closed.insert(file.path.clone(), file);
+        self.touch(at);
+    }
+
+    /// Anything under the root may have changed (an overflow, a fall-back to polling).
+    pub fn everything(&mut self, at: Instant) {
+        self.whole_root = true;
+        self.touch(at);
+    }
+
+    fn touch(&mut self, at: Instant) {
+        self.first.get_or_insert(at);
+        self.last = Some(at);
+    }
+
+    /// Whether nothing was seen.
+    pub fn is_empty(&self) -> bool {
+        self.first.is_none()
+    }
+
+    /// Files seen changing and not yet handed to a crawl.
+    pub fn pending_files(&self) -> u64 {
+        self.files.len() as u64
+    }
+
+    /// When the window closes: `debounce` after its last change, or `max_delay` after its first, whichever
+    /// comes first; `None` while it is empty.
+    pub fn closes_at(&self, debounce: Duration, max_delay: Duration) -> Option<Instant> {
+        Some((self.last? + debounce).min(self.first? + max_delay))
+    }
+
+    /// Empties the window into what it asks to crawl (`None` when it saw nothing).
+    pub fn take(&mut self) -> Option<Batch> {
+        if self.is_empty() {
+            return None;
+        }
+        let window = std::mem::take(self);
+        let mut folders = outermost(window.folders);
+        if window.whole_root || folders.len() > MAX_FOLDERS || folders.iter().any(String::is_empty) {
+            folders.clear();
+        }
+        let closed = window
+            .closed
+            .into_values()
+            .filter(|f| folders.is_empty() || folders.iter().any(|d| inside(&f.path, d)))
+            .take(MAX_CLOSED)
+            .collect();
+        Some(Batch { folders, closed })
+    }
+
+    /// Puts a batch that could not be enqueued back, as changes seen at `at`.
+    pub fn restore(&mut self, batch: Batch, at: Instant) {
+        if batch.folders.is_empty() {
+            self.everything(at);
+        }
+        for folder in batch.folders {
+            self.folder(folder, at);
+        }
+        for file in batch.closed {
+            self.closed(file, at);
+        }
+    }
+}
+
+impl Batch {
+    /// The crawl item of `config` this batch asks for. A whole-root crawl takes the key of the config's crawl
+    /// (the scheduler's and the operator's), joining one already queued; a crawl of folders has none, so that
+    /// no later window's folders are lost by joining it.
+    pub fn item(&self, config: StorageConfigId) -> NewWorkItem {
+        let scope = Scope::Config(config);
+        let args = CrawlArgs::of_folders(self.folders.clone(), self.closed.clone());
+        let item = NewWorkItem::from_args(&args, scope).expect("a crawl takes a config's scope");
+        if args.is_whole_root() { item.with_dedup_key(DedupKey::for_work(WorkKind::Crawl, scope)) } else { item }
+    }
+}
+
+/// Whether `path` is `folder` or beneath it (`""` is the root, above everything).
+pub fn inside(path: &str, folder: &str) -> bool {
+    folder.is_empty() || path == folder || path.strip_prefix(folder).is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// The folders that are not inside another of them, in order.
+fn outermost(folders: BTreeSet<String>) -> Vec<String> {
+    let mut kept: Vec<String> = Vec::new();
+    // In byte order a folder comes right before the folders beneath it (`a` < `a/b` < `a0`), though not always
+    // right before: `a`, `a b`, `a/b`. So each is checked against every folder kept that is a prefix of it.
+    for folder in folders {
+        if !kept.iter().any(|k| inside(&folder, k)) {
+            kept.push(folder);
+        }
+    }
+    kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn closed(path: &str) -> ClosedFile {
+        ClosedFile { path: path.into(), size: 1, mtime_ns: 2 }
+    }
+
+    #[test]
+    fn folders_inside_another_are_dropped() {
+        let set = ["a", "a b", "a/b", "a/b/c", "ab", "b/c"].map(String::from).into_iter().collect();
+        assert_eq!(outermost(set), ["a", "a b", "ab", "b/c"]);
+        assert!(inside("a/b", ""));
+        assert!(!inside("ab", "a"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_window_closes_after_the_debounce_or_the_max_delay_from_its_first_change() {
+        let (debounce, max_delay) = (Duration::from_secs(1), Duration::from_secs(10));
+        let mut w = Window::default();
+        assert_eq!(w.closes_at(debounce, max_delay), None);
+        let t0 = Instant::now();
+        w.folder("a".into(), t0);
+        assert_eq!(w.closes_at(debounce, max_delay), Some(t0 + debounce));
+        w.folder("b".into(), t0 + Duration::from_millis(9500));
+        assert_eq!(w.closes_at(debounce, max_delay), Some(t0 + max_delay));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_crawls_the_outermost_folders_with_the_files_closed_inside_them() {
+        let (mut w, at) = (Window::default(), Instant::now());
+        w.folder("2026/12".into(), at);
+        w.folder("2026/12/trip".into(), at);
+        w.closed(closed("2026/12/trip/a.jpg"), at);
+        w.closed(closed("2026/12/b.jpg"), at);
+        w.file("2026/12/b.jpg".into(), at);
+        assert_eq!(w.pending_files(), 2);
+        let batch = w.take().unwrap();
+        assert_eq!(batch.folders, ["2026/12"]);
+        assert_eq!(batch.closed, [closed("2026/12/trip/a.jpg")], "b.jpg changed after it was closed");
+        assert!(w.is_empty() && w.take().is_none());
+        let config = StorageConfigId::new();
+        let item = batch.item(config);
+        assert_eq!(item.dedup_key, None);
+        let args: CrawlArgs = almanac_domain::WorkArgs::from_payload(item.payload()).unwrap();
+        assert_eq!(args.folders, ["2026/12"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn too_many_folders_or_an_overflow_is_a_whole_root_crawl_joined_with_the_scheduled_one() {
+        let (mut w, at) = (Window::default(), Instant::now());
+        for i in 0..=MAX_FOLDERS {
+            w.folder(format!("f{i}"), at);
+        }
+        let batch = w.take().unwrap();
+        assert!(batch.folders.is_empty());
+        let config = StorageConfigId::new();
+        let key = DedupKey::for_work(WorkKind::Crawl, Scope::Config(config));
+        assert_eq!(batch.item(config).dedup_key, Some(key));
+        w.folder("a".into(), at);
+        w.everything(at);
+        assert!(w.take().unwrap().folders.is_empty());
+        w.folder(String::new(), at);
+        assert!(w.take().unwrap().folders.is_empty(), "the root itself");
+        for i in 0..=MAX_CLOSED {
+            w.closed(closed(&format!("a/{i}.jpg")), at);
+        }
+        assert_eq!(w.take().unwrap().closed.len(), MAX_CLOSED, "the payload stays small");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_put_back_is_taken_again() {
+        let (mut w, at) = (Window::default(), Instant::now());
+        w.folder("a".into(), at);
+        w.closed(closed("a/x.jpg"), at);
+        let batch = w.take().unwrap();
+        w.restore(batch.clone(), at);
+        assert_eq!(w.take(), Some(batch));
+    }
+}

@@ -1,0 +1,292 @@
+//! Watching libraries (ADR 0014) on real files and a real queue: what a watcher sees becomes crawls of the
+//! changed folders, coalesced; polling finds what events would not; an overflow falls back to polling with one
+//! warning and a whole-root crawl; two Workers watching one config enqueue one copy of each change.
+
+mod support;
+
+use std::time::Duration;
+
+use almanac_domain::ports::{ServedConfigs, WatchChoice, WatchMode};
+use almanac_domain::{CrawlArgs, DedupKey, Scope, WorkArgs, WorkItem, WorkItemId, WorkKind, WorkQueue, WorkerId};
+use almanac_handlers::watch::{ConfigWatcher, WatchStatus};
+use almanac_handlers::{WatchSettings, Watching};
+use almanac_media::fixtures::{self, FixtureExif};
+use almanac_store_pg::PgStore;
+use diesel::sql_query;
+use diesel::sql_types::Uuid;
+use diesel_async::RunQueryDsl;
+use support::{Library, library};
+use tokio_util::sync::CancellationToken;
+
+/// How long a test waits for what it expects before it fails.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+fn settings() -> WatchSettings {
+    WatchSettings {
+        poll_interval: Duration::from_millis(300),
+        debounce: Duration::from_millis(300),
+        max_delay: Duration::from_secs(5),
+        ..WatchSettings::default()
+    }
+}
+
+fn photo(seed: u32) -> Vec<u8> {
+    fixtures::jpeg(640, 480, seed, true, &FixtureExif::camera("2026:12:02 10:00:00", "+01:00"))
+}
+
+/// A file "copied" into the library: written beside it, then copied in (as `cp` does: create, write, close).
+fn copy_in(lib: &Library, rel: &str, content: &[u8]) {
+    let outside = lib.dir.path().join("outside.tmp");
+    std::fs::write(&outside, content).unwrap();
+    let target = lib.root.join(rel);
+    std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+    std::fs::copy(&outside, target).unwrap();
+}
+
+#[derive(diesel::QueryableByName)]
+struct Id {
+    #[diesel(sql_type = Uuid)]
+    id: uuid::Uuid,
+}
+
+/// The crawls of the library's config queued now, oldest first.
+async fn crawls(lib: &Library) -> Vec<WorkItem> {
+    let ids: Vec<Id> = sql_query(
+        "SELECT id FROM work_items WHERE kind = 'crawl' AND storage_config_id = $1 AND status = 'queued'
+          ORDER BY requested_at, id",
+    )
+    .bind::<Uuid, _>(lib.config.as_uuid())
+    .load(&mut lib.conn().await)
+    .await
+    .unwrap();
+    let mut items = Vec::new();
+    for Id { id } in ids {
+        items.push(lib.store.get(WorkItemId::from_uuid(id)).await.unwrap().unwrap());
+    }
+    items
+}
+
+fn args(item: &WorkItem) -> CrawlArgs {
+    CrawlArgs::from_payload(&item.payload).unwrap()
+}
+
+/// Waits until the queued crawls satisfy `done`, and answers them; fails after [`PATIENCE`].
+async fn crawls_until(lib: &Library, what: &str, done: impl Fn(&[WorkItem]) -> bool) -> Vec<WorkItem> {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let items = crawls(lib).await;
+        if done(&items) {
+            return items;
+        }
+        let seen: Vec<(Vec<String>, usize)> = items.iter().map(args).map(|a| (a.folders, a.closed.len())).collect();
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no {what} within {PATIENCE:?}; queued (folders, closed files): {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until a watcher watches (its recursive watch set, or its polling baseline taken).
+async fn until_ready(status: &WatchStatus) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !status.is_ready() {
+        assert!(tokio::time::Instant::now() < deadline, "the watcher did not start within {PATIENCE:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A Worker's watchers after one look, and the status of its watcher of the library's config.
+async fn watching(lib: &Library, worker: &str, settings: WatchSettings) -> (Watching<PgStore>, Option<WatchStatus>) {
+    let mut watching = Watching::new(lib.store.clone(), WorkerId::new(worker).unwrap(), ServedConfigs::All, settings);
+    watching.look().await.unwrap();
+    let status = watching.status(lib.config);
+    if let Some(status) = &status {
+        until_ready(status).await;
+    }
+    (watching, status)
+}
+
+fn has_closed(items: &[WorkItem], path: &str) -> bool {
+    items.iter().any(|i| args(i).closed.iter().any(|c| c.path == path))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_photo_copied_into_a_watched_library_becomes_a_crawl_of_its_folder_and_then_an_asset() {
+    let lib = library().await;
+    std::fs::create_dir_all(lib.root.join("2026/12")).unwrap();
+    let (watching, status) = watching(&lib, "w1", settings()).await;
+    assert_eq!(status.unwrap().mode(), WatchMode::Events, "a local file system gets events");
+    let content = photo(1);
+    copy_in(&lib, "2026/12/beach.jpg", &content);
+
+    let items = crawls_until(&lib, "crawl with the closed photo", |i| has_closed(i, "2026/12/beach.jpg")).await;
+    for item in &items {
+        assert_eq!(args(item).folders, ["2026/12"], "only the photo's folder");
+        assert_eq!(item.dedup_key, None, "a crawl of folders joins nothing");
+    }
+    let item = items.iter().find(|i| has_closed(std::slice::from_ref(i), "2026/12/beach.jpg")).unwrap();
+    let closed = args(item).closed;
+    assert_eq!(closed.len(), 1);
+    assert_eq!(closed[0].size, content.len() as u64);
+
+    lib.run_handler(&lib.handler(), item.clone()).await.unwrap();
+    let assets = format!(
+        "SELECT count(*) AS n FROM media_assets WHERE storage_config_id = '{}' AND display_path = '2026/12/beach.jpg'",
+        lib.config
+    );
+    assert_eq!(lib.count(&assets).await, 1);
+    drop(watching);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_files_created_at_once_are_a_handful_of_crawls() {
+    let lib = library().await;
+    std::fs::create_dir_all(lib.root.join("flood")).unwrap();
+    let (watching, _) = watching(&lib, "w1", WatchSettings { max_delay: Duration::from_secs(10), ..settings() }).await;
+    let root = lib.root.clone();
+    tokio::task::spawn_blocking(move || {
+        for i in 0..10_000 {
+            std::fs::write(root.join(format!("flood/{i:05}.jpg")), b"x").unwrap();
+        }
+        // Last, a folder: when a crawl of it is queued, every window before it closed.
+        std::fs::create_dir(root.join("flood-done")).unwrap();
+    })
+    .await
+    .unwrap();
+
+    let done = |i: &[WorkItem]| i.iter().any(|i| args(i).folders.contains(&"flood-done".to_owned()));
+    let items = crawls_until(&lib, "crawl of the last folder", done).await;
+    println!("10,000 files created at once: {} crawl item(s)", items.len());
+    assert!(items.len() <= 5, "{} items for one flood", items.len());
+    for item in &items {
+        let args = args(item);
+        assert!(args.folders.iter().all(|f| f == "flood" || f == "flood-done"), "{:?}", args.folders);
+        assert!(args.closed.len() <= almanac_handlers::watch::MAX_CLOSED);
+    }
+    assert!(items.iter().any(|i| args(i).folders.contains(&"flood".to_owned())));
+    drop(watching);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_polled_library_finds_a_new_file_at_the_next_pass_and_its_baseline_enqueues_nothing() {
+    let lib = library().await;
+    std::fs::create_dir_all(lib.root.join("phone/2026")).unwrap();
+    std::fs::write(lib.root.join("phone/2026/old.jpg"), photo(2)).unwrap();
+    // As `config watch <config> polling` sets it.
+    sql_query("UPDATE storage_configs SET watch = $2 WHERE id = $1")
+        .bind::<Uuid, _>(lib.config.as_uuid())
+        .bind::<diesel::sql_types::Text, _>(WatchChoice::Polling.as_str())
+        .execute(&mut lib.conn().await)
+        .await
+        .unwrap();
+    let (watching, status) = watching(&lib, "w1", settings()).await;
+    assert_eq!(status.unwrap().mode(), WatchMode::Polling);
+    assert!(crawls(&lib).await.is_empty(), "the baseline enqueues nothing");
+
+    std::fs::write(lib.root.join("phone/2026/new.jpg"), photo(3)).unwrap();
+    let items = crawls_until(&lib, "crawl of the polled folder", |i| !i.is_empty()).await;
+    assert_eq!(items.len(), 1);
+    assert_eq!(args(&items[0]).folders, ["phone/2026"]);
+    assert!(args(&items[0]).closed.is_empty(), "polling sees no close");
+    drop(watching);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overflow_says_so_once_polls_from_then_on_and_crawls_the_whole_root() {
+    let lib = library().await;
+    std::fs::create_dir_all(lib.root.join("a")).unwrap();
+    let watcher =
+        ConfigWatcher::new(lib.store.clone(), lib.config, lib.root.clone(), settings(), (WatchMode::Events, None));
+    let status = watcher.status_handle();
+    let (events, rx) = tokio::sync::mpsc::unbounded_channel();
+    let stop = CancellationToken::new();
+    let overflow = || Ok(notify::Event::new(notify::EventKind::Other).set_flag(notify::event::Flag::Rescan));
+
+    let steps = async {
+        events.send(overflow()).unwrap();
+        let items = crawls_until(&lib, "whole-root crawl", |i| !i.is_empty()).await;
+        assert_eq!(items.len(), 1);
+        assert!(args(&items[0]).is_whole_root());
+        let key = DedupKey::for_work(WorkKind::Crawl, Scope::Config(lib.config));
+        assert_eq!(items[0].dedup_key.as_deref(), Some(key.as_str()), "joined with the scheduled crawl");
+        assert_eq!(status.mode(), WatchMode::Polling);
+        let report = status.report(None);
+        assert!(report.note.unwrap().contains("overflowed"));
+        // Nothing more comes of events, and a watch limit reached later says nothing more.
+        events.send(overflow()).unwrap();
+        events.send(Err(notify::Error::new(notify::ErrorKind::MaxFilesWatch))).unwrap();
+        until_ready(&status).await;
+        std::fs::write(lib.root.join("a/new.jpg"), photo(4)).unwrap();
+        crawls_until(&lib, "crawl of the polled folder", |i| i.iter().any(|i| args(i).folders == ["a"])).await;
+        stop.cancel();
+    };
+    let (lines, _) = logs::capture(async { tokio::join!(watcher.run_on(rx, stop.clone()), steps) }).await;
+    let warnings: Vec<_> = lines.iter().filter(|l| l["fields"]["event"] == "watch_fell_back_to_polling").collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(warnings[0]["level"], "WARN");
+    assert_eq!(warnings[0]["fields"]["config"], lib.config.to_string());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_workers_on_one_config_run_one_watcher_and_enqueue_each_change_once() {
+    let lib = library().await;
+    for d in ["x", "y"] {
+        std::fs::create_dir_all(lib.root.join(d)).unwrap();
+    }
+    let (mut first, held_first) = watching(&lib, "w1", settings()).await;
+    let (mut second, held_second) = watching(&lib, "w2", settings()).await;
+    assert!(held_first.is_some() && held_second.is_none(), "one watcher: the first Worker's");
+    second.look().await.unwrap();
+    assert!(second.watching().is_empty());
+
+    copy_in(&lib, "x/one.jpg", &photo(5));
+    crawls_until(&lib, "crawl of x", |i| has_closed(i, "x/one.jpg")).await;
+    first.look().await.unwrap();
+    second.look().await.unwrap();
+    copy_in(&lib, "y/two.jpg", &photo(6));
+    let items = crawls_until(&lib, "crawl of y", |i| has_closed(i, "y/two.jpg")).await;
+    let folders: Vec<Vec<String>> = items.iter().map(|i| args(i).folders).collect();
+    assert_eq!(folders, [["x"], ["y"]], "each change once");
+    assert!(second.watching().is_empty());
+
+    // The first gives its watch up (a shutdown): the second takes it at its next look.
+    let stop = CancellationToken::new();
+    stop.cancel();
+    first.run(stop).await;
+    second.look().await.unwrap();
+    assert_eq!(second.watching(), [lib.config]);
+}
+
+/// The log lines (JSON) a future writes while it runs.
+mod logs {
+    use std::sync::{Arc, Mutex};
+
+    use tracing::instrument::WithSubscriber;
+
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Buffer {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    pub async fn capture<T>(f: impl Future<Output = T>) -> (Vec<serde_json::Value>, T) {
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(move || writer.clone())
+            .finish();
+        let out = f.with_subscriber(subscriber).await;
+        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        (text.lines().map(|l| serde_json::from_str(l).unwrap()).collect(), out)
+    }
+}
