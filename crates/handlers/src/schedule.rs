@@ -1,18 +1,20 @@
 //! The scheduler: every Worker runs one; it makes sure the periodic items exist, exactly once per period
 //! however many Workers run (the `schedule_periods` insert that wins enqueues). In the Worker's quiet hours it
-//! enqueues nothing and holds the scheduled items already queued until the window ends (`quiet.rs`).
+//! enqueues nothing and holds the scheduled items already queued until the window ends (`quiet.rs`). A config
+//! whose root a Worker watches (ADR 0014) is crawled whole less often: the crawl is then only the safety net.
 
 mod quiet;
 
 pub use quiet::{QuietHours, QuietZone};
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use almanac_domain::{
-    DedupKey, NewWorkItem, QueueError, Scope, WorkKind,
-    ports::{CatalogueError, QueueMaintenance, ServedConfigs},
+    DedupKey, NewWorkItem, QueueError, Scope, StorageConfigId, WorkKind,
+    ports::{CatalogueError, QueueMaintenance, ServedConfigs, WatchMode, WatchStore},
 };
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
@@ -36,6 +38,9 @@ pub enum ScheduleError {
 pub struct ScheduleSettings {
     /// A crawl per served active config every this long (default 4 h).
     pub crawl_interval: Duration,
+    /// A crawl of the whole root every this long instead, for a config whose watch a Worker holds with events
+    /// or polling (default 24 h): the watcher finds changes sooner; this crawl is the safety net.
+    pub watched_crawl_interval: Duration,
     /// How often the scheduler looks (default one minute).
     pub tick: Duration,
     /// A daily window in which no scheduled work starts (default none).
@@ -44,7 +49,12 @@ pub struct ScheduleSettings {
 
 impl Default for ScheduleSettings {
     fn default() -> Self {
-        Self { crawl_interval: Duration::from_secs(4 * 3600), tick: Duration::from_secs(60), quiet_hours: None }
+        Self {
+            crawl_interval: Duration::from_secs(4 * 3600),
+            watched_crawl_interval: DAY,
+            tick: Duration::from_secs(60),
+            quiet_hours: None,
+        }
     }
 }
 
@@ -53,20 +63,29 @@ pub fn period(at: DateTime<Utc>, interval: Duration) -> i64 {
     at.timestamp().div_euclid(i64::try_from(interval.as_secs().max(1)).unwrap_or(i64::MAX))
 }
 
-/// The periodic work due at `now` for these configs: (schedule key, item).
+/// The periodic work due at `now` for these configs, of which those in `watched` have their roots watched:
+/// (schedule key, item). A watched config's crawl has periods of `watched_crawl_interval` (its own keys), the
+/// others' of `crawl_interval`.
 pub fn due(
     now: DateTime<Utc>,
-    configs: &[almanac_domain::StorageConfigId],
+    configs: &[StorageConfigId],
+    watched: &HashSet<StorageConfigId>,
     settings: ScheduleSettings,
 ) -> Vec<(String, NewWorkItem)> {
     let day = period(now, DAY);
-    let crawl_period = period(now, settings.crawl_interval);
+    let crawl_key = |c: &StorageConfigId| {
+        if watched.contains(c) {
+            format!("crawl:{c}:watched:{}", period(now, settings.watched_crawl_interval))
+        } else {
+            format!("crawl:{c}:{}", period(now, settings.crawl_interval))
+        }
+    };
     let item = |kind: WorkKind, scope: Scope| {
         NewWorkItem::new(kind, scope).expect("kinds get their scopes").with_dedup_key(DedupKey::for_work(kind, scope))
     };
     let mut out = Vec::new();
     for c in configs {
-        out.push((format!("crawl:{c}:{crawl_period}"), item(WorkKind::Crawl, Scope::Config(*c))));
+        out.push((crawl_key(c), item(WorkKind::Crawl, Scope::Config(*c))));
         out.push((format!("purge:{c}:{day}"), item(WorkKind::Purge, Scope::Config(*c))));
     }
     for kind in [WorkKind::ProxySweep, WorkKind::TokenCleanup, WorkKind::WorkItemRetention] {
@@ -84,7 +103,7 @@ pub struct Scheduler<M> {
     quiet: AtomicBool,
 }
 
-impl<M: QueueMaintenance> Scheduler<M> {
+impl<M: QueueMaintenance + WatchStore> Scheduler<M> {
     /// A scheduler for the configs a Worker serves.
     pub fn new(store: Arc<M>, served: ServedConfigs, settings: ScheduleSettings) -> Self {
         Self { store, served, settings, quiet: AtomicBool::new(false) }
@@ -110,8 +129,9 @@ impl<M: QueueMaintenance> Scheduler<M> {
                 if self.quiet.swap(false, Ordering::Relaxed) {
                     info!(event = "quiet_hours_ended", "quiet hours ended: scheduled work runs again");
                 }
+                let watched = self.watched().await?;
                 // One batch for every config (thousands of configs are two statements, not thousands).
-                self.store.enqueue_once(&due(now, &configs, self.settings)).await?
+                self.store.enqueue_once(&due(now, &configs, &watched, self.settings)).await?
             }
         };
         for key in &enqueued {
@@ -123,12 +143,17 @@ impl<M: QueueMaintenance> Scheduler<M> {
         Ok((enqueued.len(), now))
     }
 
+    /// The configs whose watch a Worker holds now (unexpired), following changes by events or polling.
+    async fn watched(&self) -> Result<HashSet<StorageConfigId>, ScheduleError> {
+        let states = self.store.watch_states().await?;
+        let following = |s: &almanac_domain::ports::WatchState| {
+            s.held.as_ref().is_some_and(|h| matches!(h.report.mode, WatchMode::Events | WatchMode::Polling))
+        };
+        Ok(states.iter().filter(|s| following(s)).map(|s| s.config).collect())
+    }
+
     /// In quiet hours: the scheduled items queued (retries included) wait until `until`.
-    async fn hold(
-        &self,
-        configs: &[almanac_domain::StorageConfigId],
-        until: DateTime<Utc>,
-    ) -> Result<(), ScheduleError> {
+    async fn hold(&self, configs: &[StorageConfigId], until: DateTime<Utc>) -> Result<(), ScheduleError> {
         let held = self.store.defer_scheduled(configs, until).await?;
         if !self.quiet.swap(true, Ordering::Relaxed) {
             info!(event = "quiet_hours_began", %until, held, "quiet hours: no scheduled work starts until they end");
@@ -167,7 +192,6 @@ impl<M: QueueMaintenance> Scheduler<M> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use almanac_domain::StorageConfigId;
     use chrono::TimeZone;
 
     #[test]
@@ -183,7 +207,7 @@ mod tests {
     fn due_work_is_a_crawl_and_purge_per_config_and_three_daily_chores() {
         let configs = [StorageConfigId::new(), StorageConfigId::new()];
         let at = Utc.with_ymd_and_hms(2026, 11, 29, 12, 0, 0).unwrap();
-        let work = due(at, &configs, ScheduleSettings::default());
+        let work = due(at, &configs, &HashSet::new(), ScheduleSettings::default());
         let kinds: Vec<WorkKind> = work.iter().map(|(_, i)| i.kind()).collect();
         assert_eq!(kinds.iter().filter(|k| **k == WorkKind::Crawl).count(), 2);
         assert_eq!(kinds.iter().filter(|k| **k == WorkKind::Purge).count(), 2);
@@ -193,5 +217,23 @@ mod tests {
         let keys: std::collections::HashSet<&str> = work.iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(keys.len(), work.len(), "every key names one item");
         assert!(work[0].0.starts_with(&format!("crawl:{}:", configs[0])));
+    }
+
+    #[test]
+    fn a_watched_config_s_crawl_has_periods_of_the_watched_interval_and_keys_of_its_own() {
+        let (watched, unwatched) = (StorageConfigId::new(), StorageConfigId::new());
+        let settings = ScheduleSettings::default();
+        let key = |at: DateTime<Utc>, c: StorageConfigId| {
+            let work = due(at, &[watched, unwatched], &HashSet::from([watched]), settings);
+            let crawl = work.iter().find(|(_, i)| i.kind() == WorkKind::Crawl && i.scope() == Scope::Config(c));
+            crawl.expect("a crawl per config").0.clone()
+        };
+        let morning = Utc.with_ymd_and_hms(2026, 11, 29, 1, 0, 0).unwrap();
+        let evening = Utc.with_ymd_and_hms(2026, 11, 29, 23, 0, 0).unwrap();
+        assert_eq!(key(morning, watched), key(evening, watched), "one watched crawl a day");
+        assert_ne!(key(morning, unwatched), key(evening, unwatched), "crawls every four hours otherwise");
+        assert_ne!(key(morning, watched), key(evening + chrono::Duration::hours(2), watched), "the next day's");
+        assert!(key(morning, watched).starts_with(&format!("crawl:{watched}:watched:")), "{}", key(morning, watched));
+        assert_eq!(key(morning, unwatched), format!("crawl:{unwatched}:{}", period(morning, settings.crawl_interval)));
     }
 }

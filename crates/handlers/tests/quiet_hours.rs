@@ -1,5 +1,6 @@
-//! Quiet hours hold (issue #27, "A NAS left to rest"): the scheduler runs on paused time, against real
-//! PostgreSQL, through a store whose clock is tokio's paused clock. The database work runs on a runtime of its
+//! Quiet hours hold (issue #27, "A NAS left to rest"), and a watched config is crawled whole less often (ADR
+//! 0014): the scheduler runs on paused time, against real PostgreSQL, through a store whose clock is tokio's
+//! paused clock. The database work runs on a runtime of its
 //! own (real time), so the paused clock only moves while the scheduler sleeps; each look stops at its end for
 //! the test to see the queue as a claim would at that look's time, and to claim for real.
 
@@ -9,10 +10,13 @@ use std::sync::{Arc, Mutex};
 
 use almanac_domain::{
     NewWorkItem, QueueError, Scope, StorageConfigId, WorkKind, WorkQueue, WorkerId,
-    ports::{CatalogueError, ClaimRequest, DatabaseClock, LeaseDuration, QueueMaintenance, ServedConfigs},
+    ports::{
+        CatalogueError, ClaimRequest, DatabaseClock, LeaseDuration, QueueMaintenance, ServedConfigs, WatchMode,
+        WatchReport, WatchState, WatchStore, WatchTarget,
+    },
 };
 use almanac_handlers::{QuietHours, ScheduleSettings, Scheduler};
-use almanac_store_pg::PgStore;
+use almanac_store_pg::{NewStorageConfig, PgStore};
 use chrono::{DateTime, Duration as Span, DurationRound, Utc};
 use diesel::sql_query;
 use diesel::sql_types::{Text, Timestamptz};
@@ -74,6 +78,35 @@ impl QueueMaintenance for Clocked {
         self.looks.send(Look { at, go_on }).unwrap();
         let _ = wait.await;
         cancelled
+    }
+}
+
+/// The watches as stored (none is held in this test: every config is crawled at the unwatched interval).
+impl WatchStore for Clocked {
+    async fn watch_targets(&self, served: ServedConfigs) -> Result<Vec<WatchTarget>, QueueError> {
+        let store = self.store.clone();
+        self.on_real(async move { store.watch_targets(served).await }).await
+    }
+
+    async fn hold_watch(
+        &self,
+        config: StorageConfigId,
+        worker: &WorkerId,
+        lease: std::time::Duration,
+        report: &WatchReport,
+    ) -> Result<bool, QueueError> {
+        let (store, worker, report) = (self.store.clone(), worker.clone(), report.clone());
+        self.on_real(async move { store.hold_watch(config, &worker, lease, &report).await }).await
+    }
+
+    async fn release_watch(&self, config: StorageConfigId, worker: &WorkerId) -> Result<(), QueueError> {
+        let (store, worker) = (self.store.clone(), worker.clone());
+        self.on_real(async move { store.release_watch(config, &worker).await }).await
+    }
+
+    async fn watch_states(&self) -> Result<Vec<WatchState>, QueueError> {
+        let store = self.store.clone();
+        self.on_real(async move { store.watch_states().await }).await
     }
 }
 
@@ -155,6 +188,84 @@ fn no_scheduled_work_starts_inside_the_quiet_hours_and_it_resumes_at_their_end()
         scheduler.await.unwrap();
         check(&seen, window_start, window_end);
     });
+    real.block_on(async move { drop(lib) });
+}
+
+/// The schedule keys of the crawls recorded so far.
+async fn crawl_keys(url: String) -> Vec<String> {
+    use diesel_async::RunQueryDsl;
+    #[derive(diesel::QueryableByName)]
+    struct Key {
+        #[diesel(sql_type = Text)]
+        schedule_key: String,
+    }
+    let mut conn = <diesel_async::AsyncPgConnection as diesel_async::AsyncConnection>::establish(&url).await.unwrap();
+    let keys: Vec<Key> = sql_query("SELECT schedule_key FROM schedule_periods WHERE schedule_key LIKE 'crawl:%'")
+        .load(&mut conn)
+        .await
+        .unwrap();
+    keys.into_iter().map(|k| k.schedule_key).collect()
+}
+
+/// A config whose watch a Worker holds is crawled whole once a day (`schedule.watched_crawl_interval`), another
+/// every four hours (`schedule.crawl_interval`); once the watch is given up (between the looks at 29:30 and
+/// 30:00), the config's crawl is due at the next look and every four hours after. A look every 30 minutes over
+/// two days.
+#[test]
+fn a_watched_config_is_crawled_whole_daily_and_every_crawl_interval_once_no_worker_watches_it() {
+    let real = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let lib = real.block_on(support::library());
+    let bob = NewStorageConfig { username: "bob".into(), root_path: lib.dir.path().join("bob") };
+    let other = real.block_on(lib.store.add_storage_config(&bob)).unwrap().1.id;
+    let watcher = WorkerId::new("watcher").unwrap();
+    let report = WatchReport { mode: WatchMode::Events, last_change_at: None, pending_files: 0, note: None };
+    let hour = std::time::Duration::from_secs(3600);
+    assert!(real.block_on(lib.store.hold_watch(lib.config, &watcher, hour, &report)).unwrap());
+    let day = (Utc::now() + Span::days(3)).duration_trunc(Span::days(1)).unwrap();
+    let (release, end) = (day + Span::minutes(29 * 60 + 30), day + Span::hours(48));
+    let (looks_tx, mut looks) = mpsc::unbounded_channel();
+    let paused = tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build().unwrap();
+    let mut crawls: Vec<(String, i64)> = Vec::new();
+    paused.block_on(async {
+        let clocked = Clocked {
+            store: lib.store.clone(),
+            real: real.handle().clone(),
+            base: day,
+            started: tokio::time::Instant::now(),
+            last: Mutex::new(day),
+            looks: looks_tx,
+        };
+        let settings = ScheduleSettings { tick: std::time::Duration::from_secs(1800), ..ScheduleSettings::default() };
+        assert_eq!(settings.watched_crawl_interval, 24 * hour, "the default");
+        let stop = CancellationToken::new();
+        let scheduler = tokio::spawn(Scheduler::new(Arc::new(clocked), ServedConfigs::All, settings).run(stop.clone()));
+        let mut known = std::collections::HashSet::new();
+        while let Some(look) = looks.recv().await {
+            for key in real.spawn(crawl_keys(lib.db.url().to_owned())).await.unwrap() {
+                if known.insert(key.clone()) {
+                    crawls.push((key, (look.at - day).num_minutes()));
+                }
+            }
+            if look.at == release {
+                let (store, config, watcher) = (lib.store.clone(), lib.config, watcher.clone());
+                real.spawn(async move { store.release_watch(config, &watcher).await }).await.unwrap().unwrap();
+            }
+            let done = look.at >= end;
+            let _ = look.go_on.send(());
+            if done {
+                break;
+            }
+        }
+        stop.cancel();
+        scheduler.await.unwrap();
+    });
+    let hours_of = |config: StorageConfigId| {
+        let prefix = format!("crawl:{config}:");
+        crawls.iter().filter(|(k, _)| k.starts_with(&prefix)).map(|(_, minutes)| minutes / 60).collect::<Vec<_>>()
+    };
+    assert_eq!(hours_of(lib.config), [0, 24, 30, 32, 36, 40, 44, 48], "{crawls:?}");
+    assert_eq!(hours_of(other), (0..=12).map(|i| i * 4).collect::<Vec<_>>(), "{crawls:?}");
+    assert!(crawls.iter().all(|(_, minutes)| minutes % 60 == 0), "each at the look that began its period: {crawls:?}");
     real.block_on(async move { drop(lib) });
 }
 

@@ -103,6 +103,9 @@ pub struct Storage {
 pub struct Schedule {
     #[serde(with = "humantime_serde")]
     pub crawl_interval: Duration,
+    /// A config whose root a Worker watches is crawled whole this often instead (the safety net).
+    #[serde(with = "humantime_serde")]
+    pub watched_crawl_interval: Duration,
     /// Soft-deleted assets are purged after this long.
     #[serde(with = "humantime_serde")]
     pub purge_after: Duration,
@@ -206,6 +209,7 @@ impl Default for Schedule {
         let schedule = almanac_handlers::ScheduleSettings::default();
         Self {
             crawl_interval: schedule.crawl_interval,
+            watched_crawl_interval: schedule.watched_crawl_interval,
             purge_after: almanac_handlers::PurgeSettings::DEFAULT_PURGE_AFTER,
             tick: schedule.tick,
             quiet_hours: None,
@@ -348,9 +352,6 @@ impl Settings {
                  much later; 0s reads files however recently they changed)",
                 self.storage.settle_time
             );
-        }
-        if self.schedule.crawl_interval < Duration::from_secs(60) {
-            bail!("schedule.crawl_interval: {:?} must be at least one minute", self.schedule.crawl_interval);
         }
         if self.schedule.tick.is_zero() {
             bail!("schedule.tick: must be above zero");

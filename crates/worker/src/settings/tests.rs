@@ -246,3 +246,13 @@ fn the_priority_is_low_unless_set_and_bad_values_name_the_setting() {
     let message = format!("{err:#}");
     assert!(message.starts_with("worker.io_priority: \"lowest\" is not one of normal, low, idle"), "{message}");
 }
+
+#[test]
+fn the_watched_crawl_interval_reaches_the_scheduler_and_is_a_minute_or_more() {
+    let s = Settings::load_from(None, env(&[])).unwrap();
+    assert_eq!(s.schedule_settings().unwrap().watched_crawl_interval, Duration::from_secs(86_400));
+    let s = Settings::load_from(None, env(&[("ALMANAC__SCHEDULE__WATCHED_CRAWL_INTERVAL", "7days")])).unwrap();
+    assert_eq!(s.schedule_settings().unwrap().watched_crawl_interval, Duration::from_secs(7 * 86_400));
+    let err = Settings::load_from(None, env(&[("ALMANAC__SCHEDULE__WATCHED_CRAWL_INTERVAL", "30s")])).unwrap_err();
+    assert!(err.to_string().contains("schedule.watched_crawl_interval: 30s must be at least one minute"), "{err}");
+}

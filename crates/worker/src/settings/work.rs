@@ -8,13 +8,22 @@ use anyhow::{Context, Result, bail};
 use super::Settings;
 
 impl Settings {
-    /// The scheduler's settings, the quiet hours read.
+    /// The scheduler's settings, the quiet hours read, the crawl intervals checked.
     pub fn schedule_settings(&self) -> Result<almanac_handlers::ScheduleSettings> {
+        for (key, interval) in [
+            ("crawl_interval", self.schedule.crawl_interval),
+            ("watched_crawl_interval", self.schedule.watched_crawl_interval),
+        ] {
+            if interval < std::time::Duration::from_secs(60) {
+                bail!("schedule.{key}: {interval:?} must be at least one minute");
+            }
+        }
         let quiet = self.schedule.quiet_hours.as_deref().unwrap_or_default();
         let quiet_hours =
             almanac_handlers::QuietHours::parse(quiet).map_err(|e| anyhow::anyhow!("schedule.quiet_hours: {e}"))?;
         Ok(almanac_handlers::ScheduleSettings {
             crawl_interval: self.schedule.crawl_interval,
+            watched_crawl_interval: self.schedule.watched_crawl_interval,
             tick: self.schedule.tick,
             quiet_hours,
         })
