@@ -89,6 +89,10 @@ pub struct CrawlArgs {
 }
 
 impl CrawlArgs {
+    /// Most folders one crawl names: a watcher's window with more becomes a crawl of the whole root, and a crawl
+    /// asked for again for the settling files of more folders names those of the crawl that asked.
+    pub const MAX_FOLDERS: usize = 256;
+
     /// A crawl of what a watcher saw change: `folders` (each with its subtree) and the files it saw closed.
     pub fn of_folders(folders: Vec<String>, closed: Vec<ClosedFile>) -> Self {
         Self { folders, closed, ..Self::default() }

@@ -20,10 +20,6 @@ use super::rules::is_skipped_name;
 use super::settle::Unseen;
 use super::walk::{WalkEntry, WalkReport, display_of, passed_over_proxy_root};
 
-/// Most folders a crawl asked for again names: more, and it is asked for the folders of this crawl instead (the
-/// watcher's own limit on one item's folders).
-const MAX_FOLDERS_AGAIN: usize = 256;
-
 /// What one crawl covers: the whole root, or some folders with everything below them.
 #[derive(Debug)]
 pub(super) struct CrawlScope {
@@ -154,14 +150,14 @@ impl CrawlScope {
     /// The crawl asked for again once the files still being written may have settled. For the whole root, a
     /// crawl of it under the key the scheduler and the page use (`crawl:<config>`), joining one queued. For
     /// some folders, a crawl of the folders those files are in (of this crawl's folders when they are more
-    /// than [`MAX_FOLDERS_AGAIN`] or not all named in UTF-8), under a key of its folders: never the whole
+    /// than [`CrawlArgs::MAX_FOLDERS`] or not all named in UTF-8), under a key of its folders: never the whole
     /// root's key, which a scheduled crawl would then join, and shrink to these folders.
     pub fn again(&self, config: StorageConfigId, settling: &SettlingFolders) -> Result<NewWorkItem, HandlerError> {
         let scope = Scope::Config(config);
         let permanent = |e: almanac_domain::DomainError| HandlerError::permanent(e.to_string());
         let named: Option<Vec<String>> = match &settling.folders {
             _ if self.is_whole_root() => Some(Vec::new()),
-            Some(folders) if folders.len() <= MAX_FOLDERS_AGAIN => {
+            Some(folders) if folders.len() <= CrawlArgs::MAX_FOLDERS => {
                 folders.iter().map(|f| String::from_utf8(f.clone()).ok()).collect()
             }
             _ => None,
@@ -183,7 +179,7 @@ impl CrawlScope {
 }
 
 /// The folders of the files still being written, for the crawl asked for again: `None` once more than
-/// [`MAX_FOLDERS_AGAIN`].
+/// [`CrawlArgs::MAX_FOLDERS`].
 #[derive(Debug)]
 pub(super) struct SettlingFolders {
     folders: Option<BTreeSet<Vec<u8>>>,
@@ -203,8 +199,76 @@ impl SettlingFolders {
         if !folders.contains(folder) {
             folders.insert(folder.to_vec());
         }
-        if folders.len() > MAX_FOLDERS_AGAIN {
+        if folders.len() > CrawlArgs::MAX_FOLDERS {
             self.folders = None;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scope(folders: &[&str]) -> CrawlScope {
+        CrawlScope::of(&CrawlArgs::of_folders(folders.iter().map(|f| f.to_string()).collect(), vec![])).unwrap()
+    }
+
+    fn settling(paths: &[&[u8]]) -> SettlingFolders {
+        let mut folders = SettlingFolders::default();
+        for path in paths {
+            folders.add(path);
+        }
+        folders
+    }
+
+    #[test]
+    fn a_crawl_is_asked_for_again_in_the_settling_files_folders_or_its_own_or_the_whole_root() {
+        let config = StorageConfigId::new();
+        let whole_key = DedupKey::for_work(WorkKind::Crawl, Scope::Config(config));
+        let again = scope(&[]).again(config, &settling(&[b"a/1.jpg"])).unwrap();
+        assert_eq!((again.payload().get("folders"), again.dedup_key.as_ref()), (None, Some(&whole_key)));
+        assert!(scope(&[""]).is_whole_root() && scope(&["x", ""]).folders() == [Vec::<u8>::new()]);
+
+        let some = scope(&["a", "c"]);
+        let again = some.again(config, &settling(&[b"a/b/1.jpg", b"a/b/2.jpg", b"c/3.jpg"])).unwrap();
+        assert_eq!(again.payload()["folders"], serde_json::json!(["a/b", "c"]));
+        let key = again.dedup_key.clone().unwrap();
+        assert!(key.starts_with(&format!("{whole_key}:folders:")) && key.len() == whole_key.len() + 25, "{key}");
+        let same = some.again(config, &settling(&[b"c/4.jpg", b"a/b/5.jpg"])).unwrap();
+        assert_eq!(same.dedup_key, Some(key.clone()), "the same folders, the same key");
+        let other = some.again(config, &settling(&[b"c/4.jpg"])).unwrap();
+        assert_ne!(other.dedup_key, Some(key));
+
+        // A folder not named in UTF-8, or too many folders: this crawl's own.
+        let own = serde_json::json!(["a", "c"]);
+        let again = some.again(config, &settling(&[b"a/\xff/1.jpg"])).unwrap();
+        assert_eq!(again.payload()["folders"], own);
+        let many: Vec<Vec<u8>> = (0..=CrawlArgs::MAX_FOLDERS).map(|i| format!("a/{i}/x.jpg").into_bytes()).collect();
+        let many: Vec<&[u8]> = many.iter().map(Vec::as_slice).collect();
+        assert_eq!(some.again(config, &settling(&many)).unwrap().payload()["folders"], own);
+    }
+
+    #[test]
+    fn a_closed_file_counts_only_with_the_size_and_mtime_it_has_now() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.jpg"), b"12345").unwrap();
+        let meta = std::fs::metadata(dir.path().join("a.jpg")).unwrap();
+        let mtime_ns = meta.mtime() * 1_000_000_000 + meta.mtime_nsec();
+        let root = RootFolder::open(dir.path()).unwrap();
+        let listed = WalkEntry {
+            rel: b"a.jpg".to_vec(),
+            size: 5,
+            mtime: chrono::DateTime::from_timestamp_micros(mtime_ns.div_euclid(1000)).unwrap(),
+            sidecar: None,
+            closed: false,
+        };
+        let with = |path: &str, size: u64, mtime_ns: i64| {
+            let closed = vec![almanac_domain::ClosedFile { path: path.into(), size, mtime_ns }];
+            CrawlScope::of(&CrawlArgs::of_folders(vec![], closed)).unwrap()
+        };
+        assert!(with("a.jpg", 5, mtime_ns).closed_as_listed(&root, &listed));
+        assert!(!with("a.jpg", 6, mtime_ns).closed_as_listed(&root, &listed), "another size");
+        assert!(!with("a.jpg", 5, mtime_ns - 1).closed_as_listed(&root, &listed), "another mtime, by 1 ns");
+        assert!(!with("b.jpg", 5, mtime_ns).closed_as_listed(&root, &listed), "another file");
     }
 }
