@@ -4,29 +4,22 @@
 
 mod support;
 
-use std::mem::MaybeUninit;
-use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use almanac_domain::{
-    AssetId, ContentHash, NewWorkItem, Scope, StorageConfig, StorageConfigId, WorkKind,
-    ports::{
-        CatalogueError, CatalogueStore, DatabaseClock, Fence, FileFacts, HashMatch, IngestOutcome, KnownFile,
-        MaintenanceStore, NewAsset, NewProxy, PairingCandidate,
-    },
+    ContentHash, Scope, StorageConfigId, WorkKind,
+    ports::{CatalogueError, CatalogueStore, HashMatch, KnownFile, MaintenanceStore},
 };
 use almanac_handlers::{CrawlHandler, CrawlSettings, MassDeletionGuard, ProxyDeletionHandler, ProxySweepHandler};
 use almanac_media::ToolLimits;
 use almanac_media::fixtures::{self, FixtureExif};
 use almanac_store_pg::{NewStorageConfig, PgStore};
-use chrono::{DateTime, Utc};
 use diesel::sql_query;
 use diesel::sql_types::{Text, Uuid};
 use diesel_async::RunQueryDsl;
-use rustix::fs::inotify;
-use support::twist::{MaintenanceTwist, RealStore, Twisted};
+use support::twist::{AfterListing, CatalogueTwist, MaintenanceTwist, RealStore, Twisted};
 use support::{Library, library};
 use tokio_util::sync::CancellationToken;
 
@@ -216,48 +209,31 @@ struct Interposed {
 }
 
 enum Twist {
-    /// Loading the known files waits until the walk has listed (and closed) the watched folder, then runs the
-    /// swap. The walk hands over no file before the first page of known files has come, so the swap happens
-    /// between the listing and the reading.
-    SwapAfterListing { inotify: OwnedFd, swap: Mutex<Option<Box<dyn FnOnce() + Send>>> },
+    /// Loading the known files waits until the walk has listed (and closed) a folder, then runs the swap: between
+    /// the listing and the reading ([`AfterListing`]).
+    SwapAfterListing(AfterListing),
     /// The crawl is cancelled while a file's content is looked up, after it was read and before it is written.
     CancelAtPlacement(CancellationToken),
 }
 
 impl Interposed {
     /// `swap` runs once the walk has listed the folder `last`.
-    fn swap_after_listing(inner: Arc<PgStore>, last: &Path, swap: impl FnOnce() + Send + 'static) -> Self {
-        let inotify = inotify::init(inotify::CreateFlags::CLOEXEC).unwrap();
-        inotify::add_watch(&inotify, last, inotify::WatchFlags::CLOSE_NOWRITE).unwrap();
-        Self { inner, twist: Twist::SwapAfterListing { inotify, swap: Mutex::new(Some(Box::new(swap))) } }
+    fn swap_after_listing(inner: Arc<PgStore>, last: &Path, swap: impl FnOnce() + Send + 'static) -> Twisted<Self> {
+        Twisted(Self { inner, twist: Twist::SwapAfterListing(AfterListing::new(last, swap)) })
     }
 
-    fn cancel_at_placement(inner: Arc<PgStore>, cancel: CancellationToken) -> Self {
-        Self { inner, twist: Twist::CancelAtPlacement(cancel) }
+    fn cancel_at_placement(inner: Arc<PgStore>, cancel: CancellationToken) -> Twisted<Self> {
+        Twisted(Self { inner, twist: Twist::CancelAtPlacement(cancel) })
     }
 }
 
-impl DatabaseClock for Interposed {
-    async fn db_now(&self) -> Result<DateTime<Utc>, CatalogueError> {
-        self.inner.db_now().await
+impl RealStore for Interposed {
+    fn store(&self) -> &PgStore {
+        &self.inner
     }
 }
 
-impl CatalogueStore for Interposed {
-    async fn storage_config(&self, id: StorageConfigId) -> Result<Option<StorageConfig>, CatalogueError> {
-        self.inner.storage_config(id).await
-    }
-    async fn overlapping_roots(&self, config: StorageConfigId) -> Result<Vec<StorageConfig>, CatalogueError> {
-        self.inner.overlapping_roots(config).await
-    }
-    async fn record_root_identity(
-        &self,
-        fence: Fence,
-        config: StorageConfigId,
-        is_mount_point: bool,
-    ) -> Result<(), CatalogueError> {
-        self.inner.record_root_identity(fence, config, is_mount_point).await
-    }
+impl CatalogueTwist for Interposed {
     async fn known_files(
         &self,
         config: StorageConfigId,
@@ -265,26 +241,12 @@ impl CatalogueStore for Interposed {
         after: Option<&KnownFile>,
         limit: i64,
     ) -> Result<Vec<KnownFile>, CatalogueError> {
-        if let Twist::SwapAfterListing { inotify, swap } = &self.twist
-            && swap.lock().unwrap().is_some()
-        {
-            let inotify = inotify.try_clone().unwrap();
-            tokio::task::spawn_blocking(move || {
-                let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
-                let mut events = inotify::Reader::new(&inotify, &mut buf);
-                // The folder's own close (no name): the walk has read every entry of it.
-                while events.next().unwrap().file_name().is_some_and(|n| !n.is_empty()) {}
-            })
-            .await
-            .unwrap();
-            let swap = swap.lock().unwrap().take().expect("one crawl");
-            swap();
+        if let Twist::SwapAfterListing(after_listing) = &self.twist {
+            after_listing.wait_and_run().await;
         }
         self.inner.known_files(config, folder, after, limit).await
     }
-    async fn active_assets(&self, config: StorageConfigId) -> Result<u64, CatalogueError> {
-        self.inner.active_assets(config).await
-    }
+
     async fn find_by_hash(
         &self,
         config: StorageConfigId,
@@ -294,51 +256,6 @@ impl CatalogueStore for Interposed {
             cancel.cancel();
         }
         self.inner.find_by_hash(config, hash).await
-    }
-    async fn relocate(&self, fence: Fence, asset: AssetId, facts: &FileFacts) -> Result<(), CatalogueError> {
-        self.inner.relocate(fence, asset, facts).await
-    }
-    async fn redate(
-        &self,
-        fence: Fence,
-        asset: AssetId,
-        capture: &almanac_domain::CaptureTime,
-        sidecar: Option<&almanac_domain::ports::Sidecar>,
-    ) -> Result<(), CatalogueError> {
-        self.inner.redate(fence, asset, capture, sidecar).await
-    }
-    async fn record_extra_path(
-        &self,
-        fence: Fence,
-        config: StorageConfigId,
-        asset: AssetId,
-        facts: &FileFacts,
-    ) -> Result<(), CatalogueError> {
-        self.inner.record_extra_path(fence, config, asset, facts).await
-    }
-    async fn put_proxies(&self, fence: Fence, asset: AssetId, proxies: &[NewProxy]) -> Result<(), CatalogueError> {
-        self.inner.put_proxies(fence, asset, proxies).await
-    }
-    async fn ingest(&self, fence: Fence, asset: &NewAsset) -> Result<IngestOutcome, CatalogueError> {
-        self.inner.ingest(fence, asset).await
-    }
-    async fn soft_delete(
-        &self,
-        fence: Fence,
-        config: StorageConfigId,
-        assets: &[AssetId],
-        extra_paths: &[Vec<u8>],
-    ) -> Result<u64, CatalogueError> {
-        self.inner.soft_delete(fence, config, assets, extra_paths).await
-    }
-    async fn pairing_candidates(&self, config: StorageConfigId) -> Result<Vec<PairingCandidate>, CatalogueError> {
-        self.inner.pairing_candidates(config).await
-    }
-    async fn pair(&self, fence: Fence, still: AssetId, motion: AssetId) -> Result<(), CatalogueError> {
-        self.inner.pair(fence, still, motion).await
-    }
-    async fn enqueue_follow_up(&self, fence: Fence, item: &NewWorkItem) -> Result<(), CatalogueError> {
-        self.inner.enqueue_follow_up(fence, item).await
     }
 }
 

@@ -5,18 +5,13 @@
 mod support;
 
 use std::io::Write;
-use std::mem::MaybeUninit;
-use std::os::fd::OwnedFd;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use almanac_domain::{
-    AssetId, ContentHash, NewWorkItem, StorageConfig, StorageConfigId, WorkItem, WorkItemId, WorkQueue,
-    ports::{
-        CatalogueError, CatalogueStore, DatabaseClock, Fence, FileFacts, HashMatch, IngestOutcome, KnownFile, NewAsset,
-        NewProxy, PairingCandidate,
-    },
+    StorageConfigId, WorkItem, WorkItemId, WorkQueue,
+    ports::{CatalogueError, CatalogueStore, DatabaseClock, KnownFile},
 };
 use almanac_handlers::{CrawlHandler, CrawlSettings};
 use almanac_media::fixtures::{self, FixtureExif};
@@ -25,7 +20,7 @@ use chrono::{DateTime, Utc};
 use diesel::sql_query;
 use diesel::sql_types::{Jsonb, Nullable, Text, Timestamptz, Uuid};
 use diesel_async::RunQueryDsl;
-use rustix::fs::inotify;
+use support::twist::{AfterListing, CatalogueTwist, RealStore, Twisted};
 use support::{Library, library};
 
 fn photo(seed: u32, width: u32) -> Vec<u8> {
@@ -282,43 +277,25 @@ async fn a_file_that_changes_between_the_walk_and_its_hashing_is_settling_and_no
 }
 
 /// The catalogue as the crawl sees it, with one twist: loading the known files waits until the walk has listed
-/// (and closed) the watched folder, then runs the change. The walk hands over no file before the first page of
-/// known files has come, so the change lands between the listing and the reading.
+/// (and closed) the watched folder, then runs the change ([`AfterListing`]).
 struct ChangeAfterListing {
     inner: Arc<PgStore>,
-    inotify: OwnedFd,
-    change: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+    after_listing: AfterListing,
 }
 
 impl ChangeAfterListing {
-    fn new(inner: Arc<PgStore>, folder: &Path, change: impl FnOnce() + Send + 'static) -> Self {
-        let inotify = inotify::init(inotify::CreateFlags::CLOEXEC).unwrap();
-        inotify::add_watch(&inotify, folder, inotify::WatchFlags::CLOSE_NOWRITE).unwrap();
-        Self { inner, inotify, change: Mutex::new(Some(Box::new(change))) }
+    fn new(inner: Arc<PgStore>, folder: &Path, change: impl FnOnce() + Send + 'static) -> Twisted<Self> {
+        Twisted(Self { inner, after_listing: AfterListing::new(folder, change) })
     }
 }
 
-impl DatabaseClock for ChangeAfterListing {
-    async fn db_now(&self) -> Result<DateTime<Utc>, CatalogueError> {
-        self.inner.db_now().await
+impl RealStore for ChangeAfterListing {
+    fn store(&self) -> &PgStore {
+        &self.inner
     }
 }
 
-impl CatalogueStore for ChangeAfterListing {
-    async fn storage_config(&self, id: StorageConfigId) -> Result<Option<StorageConfig>, CatalogueError> {
-        self.inner.storage_config(id).await
-    }
-    async fn overlapping_roots(&self, config: StorageConfigId) -> Result<Vec<StorageConfig>, CatalogueError> {
-        self.inner.overlapping_roots(config).await
-    }
-    async fn record_root_identity(
-        &self,
-        fence: Fence,
-        config: StorageConfigId,
-        is_mount_point: bool,
-    ) -> Result<(), CatalogueError> {
-        self.inner.record_root_identity(fence, config, is_mount_point).await
-    }
+impl CatalogueTwist for ChangeAfterListing {
     async fn known_files(
         &self,
         config: StorageConfigId,
@@ -326,74 +303,7 @@ impl CatalogueStore for ChangeAfterListing {
         after: Option<&KnownFile>,
         limit: i64,
     ) -> Result<Vec<KnownFile>, CatalogueError> {
-        let change = self.change.lock().unwrap().take();
-        if let Some(change) = change {
-            let inotify = self.inotify.try_clone().unwrap();
-            tokio::task::spawn_blocking(move || {
-                let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
-                let mut events = inotify::Reader::new(&inotify, &mut buf);
-                // The folder's own close (no name): the walk has read every entry of it.
-                while events.next().unwrap().file_name().is_some_and(|n| !n.is_empty()) {}
-                change();
-            })
-            .await
-            .unwrap();
-        }
+        self.after_listing.wait_and_run().await;
         self.inner.known_files(config, folder, after, limit).await
-    }
-    async fn active_assets(&self, config: StorageConfigId) -> Result<u64, CatalogueError> {
-        self.inner.active_assets(config).await
-    }
-    async fn find_by_hash(
-        &self,
-        config: StorageConfigId,
-        hash: &ContentHash,
-    ) -> Result<Vec<HashMatch>, CatalogueError> {
-        self.inner.find_by_hash(config, hash).await
-    }
-    async fn relocate(&self, fence: Fence, asset: AssetId, facts: &FileFacts) -> Result<(), CatalogueError> {
-        self.inner.relocate(fence, asset, facts).await
-    }
-    async fn redate(
-        &self,
-        fence: Fence,
-        asset: AssetId,
-        capture: &almanac_domain::CaptureTime,
-        sidecar: Option<&almanac_domain::ports::Sidecar>,
-    ) -> Result<(), CatalogueError> {
-        self.inner.redate(fence, asset, capture, sidecar).await
-    }
-    async fn record_extra_path(
-        &self,
-        fence: Fence,
-        config: StorageConfigId,
-        asset: AssetId,
-        facts: &FileFacts,
-    ) -> Result<(), CatalogueError> {
-        self.inner.record_extra_path(fence, config, asset, facts).await
-    }
-    async fn put_proxies(&self, fence: Fence, asset: AssetId, proxies: &[NewProxy]) -> Result<(), CatalogueError> {
-        self.inner.put_proxies(fence, asset, proxies).await
-    }
-    async fn ingest(&self, fence: Fence, asset: &NewAsset) -> Result<IngestOutcome, CatalogueError> {
-        self.inner.ingest(fence, asset).await
-    }
-    async fn soft_delete(
-        &self,
-        fence: Fence,
-        config: StorageConfigId,
-        assets: &[AssetId],
-        extra_paths: &[Vec<u8>],
-    ) -> Result<u64, CatalogueError> {
-        self.inner.soft_delete(fence, config, assets, extra_paths).await
-    }
-    async fn pairing_candidates(&self, config: StorageConfigId) -> Result<Vec<PairingCandidate>, CatalogueError> {
-        self.inner.pairing_candidates(config).await
-    }
-    async fn pair(&self, fence: Fence, still: AssetId, motion: AssetId) -> Result<(), CatalogueError> {
-        self.inner.pair(fence, still, motion).await
-    }
-    async fn enqueue_follow_up(&self, fence: Fence, item: &NewWorkItem) -> Result<(), CatalogueError> {
-        self.inner.enqueue_follow_up(fence, item).await
     }
 }
