@@ -271,4 +271,26 @@ mod tests {
         assert!(!with("a.jpg", 5, mtime_ns - 1).closed_as_listed(&root, &listed), "another mtime, by 1 ns");
         assert!(!with("b.jpg", 5, mtime_ns).closed_as_listed(&root, &listed), "another file");
     }
+
+    #[test]
+    fn the_walk_enters_a_folder_only_as_the_whole_walk_would_reach_it() {
+        let dir = tempfile::tempdir().unwrap();
+        for folder in ["2019/trip", "proxies/ab", "@eaDir/x", "outside"] {
+            std::fs::create_dir_all(dir.path().join(folder)).unwrap();
+        }
+        std::os::unix::fs::symlink(dir.path().join("outside"), dir.path().join("2019/link")).unwrap();
+        let root = RootFolder::open(dir.path()).unwrap();
+        let avoid = almanac_media::identity(&dir.path().join("proxies"));
+        let mut report = WalkReport::default();
+        let mut enter = |folder: &str| CrawlScope::enter(&root, folder.as_bytes(), avoid, &mut report);
+        assert!(enter("") && enter("2019") && enter("2019/trip"));
+        assert!(!enter("proxies/ab"), "inside the proxy root mounted in the library");
+        assert!(!enter("@eaDir/x"), "a skipped name on the way");
+        assert!(!enter("2019/gone"), "gone while its parent is there: not walked, nothing unreadable");
+        assert!(!enter("2019/link"), "a link now: never followed");
+        assert!(!enter("gone/deeper"), "its parent gone too");
+        assert_eq!(report.proxy_root_inside.len(), 1, "{report:?}");
+        assert_eq!(report.unreadable.len(), 1, "{report:?}");
+        assert!(report.unreadable[0].0.ends_with("gone/deeper"), "{report:?}");
+    }
 }
