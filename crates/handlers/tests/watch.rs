@@ -9,7 +9,7 @@ use std::time::Duration;
 use almanac_domain::ports::{ServedConfigs, WatchChoice, WatchMode};
 use almanac_domain::{CrawlArgs, DedupKey, Scope, WorkArgs, WorkItem, WorkItemId, WorkKind, WorkQueue, WorkerId};
 use almanac_handlers::watch::{ConfigWatcher, WatchStatus};
-use almanac_handlers::{WatchSettings, Watching};
+use almanac_handlers::{InQuietHours, WatchSettings, Watching};
 use almanac_media::fixtures::{self, FixtureExif};
 use almanac_store_pg::PgStore;
 use diesel::sql_query;
@@ -250,12 +250,51 @@ async fn two_workers_on_one_config_run_one_watcher_and_enqueue_each_change_once(
     assert_eq!(folders, [["x"], ["y"]], "each change once");
     assert!(second.watching().is_empty());
 
-    // The first gives its watch up (a shutdown): the second takes it at its next look.
+    // A watch not renewed in time (a Worker cut off) is taken by the other, and its watcher stops at its look.
+    sql_query("UPDATE config_watches SET lease_expires_at = now() - interval '1 second' WHERE storage_config_id = $1")
+        .bind::<Uuid, _>(lib.config.as_uuid())
+        .execute(&mut lib.conn().await)
+        .await
+        .unwrap();
+    second.look().await.unwrap();
+    first.look().await.unwrap();
+    assert_eq!((first.watching(), second.watching()), (vec![], vec![lib.config]));
+    first.look().await.unwrap();
+    assert!(first.watching().is_empty(), "the first does not take it back while the second renews it");
+
+    // The second gives its watch up (a shutdown): the first takes it at its next look.
     let stop = CancellationToken::new();
     stop.cancel();
-    first.run(stop).await;
-    second.look().await.unwrap();
-    assert_eq!(second.watching(), [lib.config]);
+    second.run(stop).await;
+    first.look().await.unwrap();
+    assert_eq!(first.watching(), [lib.config]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_quiet_hours_watched_changes_ingest_or_wait_for_the_window_to_end_as_set() {
+    let lib = library().await;
+    // A window that holds now, whatever the time: from a minute ago to a minute before that, UTC.
+    let now = chrono::Utc::now();
+    let (start, end) = (now - chrono::Duration::minutes(1), now - chrono::Duration::minutes(2));
+    let window = format!("{}-{} UTC", start.format("%H:%M"), end.format("%H:%M"));
+    let quiet = almanac_handlers::QuietHours::parse(&window).unwrap();
+    for (policy, waits) in [(InQuietHours::Ingest, false), (InQuietHours::Wait, true)] {
+        let settings = WatchSettings { in_quiet_hours: policy, quiet_hours: quiet, ..settings() };
+        let watcher =
+            ConfigWatcher::new(lib.store.clone(), lib.config, lib.root.clone(), settings, (WatchMode::Events, None));
+        let (events, rx) = tokio::sync::mpsc::unbounded_channel();
+        let stop = CancellationToken::new();
+        let folder = format!("{policy:?}");
+        let created = notify::Event::new(notify::EventKind::Create(notify::event::CreateKind::Folder));
+        events.send(Ok(created.add_path(lib.root.join(&folder)))).unwrap();
+        let run = tokio::spawn(watcher.run_on(rx, stop.clone()));
+        let items = crawls_until(&lib, "crawl", |i| i.iter().any(|i| args(i).folders == [folder.as_str()])).await;
+        stop.cancel();
+        run.await.unwrap();
+        let item = items.iter().find(|i| args(i).folders == [folder.as_str()]).unwrap();
+        let held = item.run_after > item.requested_at + chrono::Duration::minutes(60);
+        assert_eq!(held, waits, "{policy:?}: run_after {} requested {}", item.run_after, item.requested_at);
+    }
 }
 
 /// The log lines (JSON) a future writes while it runs.
