@@ -41,6 +41,7 @@ pub fn handle(root: &Path, event: notify::Result<Event>, window: &mut Window, at
             "the kernel's event queue overflowed (events were lost): raise fs.inotify.max_queued_events".into(),
         );
     }
+    let renamed = written_aside(root, &event, window);
     let mut changed = false;
     for (i, path) in event.paths.iter().enumerate() {
         let Some(rel) = Rel::of(root, path) else { continue };
@@ -68,7 +69,33 @@ pub fn handle(root: &Path, event: notify::Result<Event>, window: &mut Window, at
             EventKind::Access(_) | EventKind::Any | EventKind::Other => changed = false,
         }
     }
+    if let Some(closed) = renamed {
+        window.closed(closed, at);
+    }
     if changed { Handled::Changed } else { Handled::Ignored }
+}
+
+/// Sync tools (rsync, Syncthing, Nextcloud, …) write a file under a hidden or temporary name, close it, then
+/// rename it: a file closed under such a name is remembered, and renamed unchanged to a name the crawl reads it
+/// is as closed after writing under that name (answered, to be recorded after the rename itself).
+fn written_aside(root: &Path, event: &Event, window: &mut Window) -> Option<ClosedFile> {
+    match event.kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => {
+            for path in event.paths.iter().filter(|p| p.starts_with(root) && Rel::of(root, p).is_none()) {
+                if let Some((size, mtime_ns)) = stamp(path) {
+                    window.aside(path.clone(), (size, mtime_ns));
+                }
+            }
+            None
+        }
+        EventKind::Modify(ModifyKind::Name(RenameMode::Both)) => {
+            let [from, to] = event.paths.as_slice() else { return None };
+            let written = window.take_aside(from)?;
+            let closed = closed_file(to, &Rel::of(root, to)?)?;
+            ((closed.size, closed.mtime_ns) == written).then_some(closed)
+        }
+        _ => None,
+    }
 }
 
 /// Something renamed to `path`: a folder is looked at itself, a file through its folder.
@@ -83,15 +110,14 @@ fn arrived(path: &Path, rel: Rel, window: &mut Window, at: Instant) {
 
 /// The regular file at `path` as it is now (just closed after writing), or `None` when it is gone or not one.
 fn closed_file(path: &Path, rel: &Rel) -> Option<ClosedFile> {
+    let (size, mtime_ns) = stamp(path).filter(|_| rel.whole)?;
+    Some(ClosedFile { path: rel.path.clone(), size, mtime_ns })
+}
+
+/// A regular file's size and mtime (nanoseconds), or `None` when it is gone or not one.
+fn stamp(path: &Path) -> Option<(u64, i64)> {
     let meta = std::fs::symlink_metadata(path).ok().filter(std::fs::Metadata::is_file)?;
-    if !rel.whole {
-        return None;
-    }
-    Some(ClosedFile {
-        path: rel.path.clone(),
-        size: meta.len(),
-        mtime_ns: meta.mtime().saturating_mul(1_000_000_000).saturating_add(meta.mtime_nsec()),
-    })
+    Some((meta.len(), meta.mtime().saturating_mul(1_000_000_000).saturating_add(meta.mtime_nsec())))
 }
 
 /// A path beneath the root, as the crawl names it.
@@ -211,6 +237,28 @@ mod tests {
         assert_eq!(batch.folders, ["a"]);
         let expected = meta.mtime() * 1_000_000_000 + meta.mtime_nsec();
         assert_eq!(batch.closed, [ClosedFile { path: "a/x.jpg".into(), size: 5, mtime_ns: expected }]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_file_written_under_a_temporary_name_and_renamed_unchanged_counts_as_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, at) = (dir.path(), Instant::now());
+        let mut w = Window::default();
+        let close = |p: &Path| event(EventKind::Access(AccessKind::Close(AccessMode::Write)), &[p]);
+        let rename = |from: &Path, to: &Path| event(EventKind::Modify(ModifyKind::Name(RenameMode::Both)), &[from, to]);
+        for (temp, name, touched) in [(".a.jpg.Xy12", "a.jpg", false), ("b.jpg.part", "b.jpg", true)] {
+            std::fs::write(root.join(temp), b"12345").unwrap();
+            assert_eq!(handle(root, close(&root.join(temp)), &mut w, at), Handled::Ignored);
+            if touched {
+                std::fs::write(root.join(temp), b"123456").unwrap();
+            }
+            std::fs::rename(root.join(temp), root.join(name)).unwrap();
+            assert_eq!(handle(root, rename(&root.join(temp), &root.join(name)), &mut w, at), Handled::Changed);
+        }
+        let batch = w.take().unwrap();
+        let closed: Vec<&str> = batch.closed.iter().map(|c| c.path.as_str()).collect();
+        assert_eq!(closed, ["a.jpg"], "b.jpg changed after it was closed");
+        assert_eq!(batch.closed[0].size, 5);
     }
 
     #[tokio::test(start_paused = true)]

@@ -1,7 +1,8 @@
 //! Coalescing (ADR 0014, decision 5): what a watcher saw change in one window becomes one crawl of the changed
 //! folders. Pure: the times come in (tokio's clock, so paused-time tests see them).
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use almanac_domain::{ClosedFile, CrawlArgs, DedupKey, NewWorkItem, Scope, StorageConfigId, WorkKind};
@@ -9,6 +10,9 @@ use tokio::time::Instant;
 
 /// A window of more folders than this becomes a crawl of the whole root (joined with a scheduled one).
 pub const MAX_FOLDERS: usize = 256;
+
+/// At most this many files closed under temporary names are remembered until renamed.
+const MAX_ASIDE: usize = 10_000;
 
 /// At most this many files seen closed go with one crawl (the item's payload stays small when thousands are
 /// dropped at once); the others are read once they have settled, like any file.
@@ -25,6 +29,9 @@ pub struct Window {
     whole_root: bool,
     first: Option<Instant>,
     last: Option<Instant>,
+    /// Files closed after writing under names the crawl skips (a sync tool's temporary names), with their size
+    /// and mtime, until renamed; kept across windows.
+    aside: HashMap<PathBuf, (u64, i64)>,
 }
 
 /// What one window asks to crawl.
@@ -56,6 +63,19 @@ impl Window {
         self.files.insert(file.path.clone());
         self.closed.insert(file.path.clone(), file);
         self.touch(at);
+    }
+
+    /// A file closed after writing under a name the crawl skips, as it was then (the last 10,000 at most).
+    pub fn aside(&mut self, path: PathBuf, stamp: (u64, i64)) {
+        if self.aside.len() >= MAX_ASIDE {
+            self.aside.clear();
+        }
+        self.aside.insert(path, stamp);
+    }
+
+    /// The size and mtime a file had when it was closed under a name the crawl skips, if it was.
+    pub fn take_aside(&mut self, path: &Path) -> Option<(u64, i64)> {
+        self.aside.remove(path)
     }
 
     /// Anything under the root may have changed (an overflow, a fall-back to polling).
@@ -90,7 +110,9 @@ impl Window {
         if self.is_empty() {
             return None;
         }
+        let aside = std::mem::take(&mut self.aside);
         let window = std::mem::take(self);
+        self.aside = aside;
         let mut folders = outermost(window.folders);
         if window.whole_root || folders.len() > MAX_FOLDERS || folders.iter().any(String::is_empty) {
             folders.clear();
