@@ -28,6 +28,7 @@ pub fn routes() -> Router<Arc<Page>> {
         .route("/configs/{id}/pause", post(pause_config))
         .route("/configs/{id}/resume", post(resume_config))
         .route("/configs/{id}/crawl", post(crawl_config))
+        .route("/configs/{id}/watch/{choice}", post(watch_config))
         .route("/configs/{id}/{action}", post(no_such_config_action))
         .route("/kinds/{kind}/pause", post(pause_kind))
         .route("/kinds/{kind}/resume", post(resume_kind))
@@ -108,6 +109,17 @@ async fn crawl_config(State(page): State<Arc<Page>>, Path(id): Path<String>, act
     actor.answer(crawl.await)
 }
 
+/// Chooses how a storage config's root is watched (as `config watch` does).
+async fn watch_config(
+    State(page): State<Arc<Page>>,
+    Path((id, choice)): Path<(String, String)>,
+    actor: Actor,
+) -> Result<Done, Failed> {
+    let config = ops::parse_config_id(&id).map(|c| c.to_string());
+    let set = async { Ok(ops::set_watch(&page.store, &config?, &choice).await?.describe()) };
+    actor.answer(set.await)
+}
+
 /// Pauses a kind everywhere.
 async fn pause_kind(State(page): State<Arc<Page>>, Path(kind): Path<String>, actor: Actor) -> Result<Done, Failed> {
     let pause = async { ops::set_paused(&page.store, PauseTarget::Kind(ops::parse_kind(&kind)?), true).await };
@@ -132,7 +144,7 @@ async fn no_such_item_action(Path((_, action)): Path<(String, String)>, actor: A
 
 /// `/configs/{id}/{action}` for any other action.
 async fn no_such_config_action(Path((_, action)): Path<(String, String)>, actor: Actor) -> Result<Done, Failed> {
-    no_such_action(actor, &action, "pause, resume or crawl")
+    no_such_action(actor, &action, "pause, resume, crawl or watch/CHOICE")
 }
 
 /// `/kinds/{kind}/{action}` for any other action.

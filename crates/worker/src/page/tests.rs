@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use almanac_domain::ports::WatchStore;
 use almanac_domain::{NewWorkItem, Scope, Status, WorkItemId, WorkKind, WorkQueue};
 use almanac_store_pg::{NewStorageConfig, PgStore};
 use almanac_testdb::TestDatabase;
@@ -149,9 +150,16 @@ async fn the_page_shows_the_queue_configs_running_items_and_failures() {
 /// and the note; off when no Worker watches it (an expired lease counts as none).
 #[tokio::test]
 async fn the_page_shows_each_config_s_watch() {
-    let w = world(None).await;
+    let w = world(Some(TOKEN)).await;
     let (_, _, html) = send(&w.page, get("/")).await;
     assert!(html.contains("<th>watch</th>") && html.contains("no Worker watches it"), "{html}");
+    assert!(!html.contains("/watch/"), "no choices without a session: {html}");
+    let session = format!("{SESSION_COOKIE}={}", w.page.auth.session_value().unwrap());
+    let signed_in = Request::get("/").header("cookie", session).body(Body::empty()).unwrap();
+    let (_, _, html) = send(&w.page, signed_in).await;
+    let choice = |c: &str| format!("formaction=\"/configs/{}/watch/{c}\"", w.config);
+    assert!(html.contains(&choice("events")) && html.contains(&choice("off")), "{html}");
+    assert!(!html.contains(&choice("auto")), "the current choice is not offered: {html}");
     sql(
         w.db.url(),
         &format!(
@@ -277,6 +285,11 @@ async fn actions_with_the_token_work_and_bad_input_is_a_clear_error_that_changes
     assert_eq!(status_of(&w, w.queued).await, Status::Cancelled);
     let (_, _, text) = send(&w.page, act(format!("/configs/{}/crawl", w.config))).await;
     assert!(text.contains("queued") && !text.contains("already"), "{text}");
+    let (status, _, text) = send(&w.page, act(format!("/configs/{}/watch/off", w.config))).await;
+    assert!(status == StatusCode::OK && text.contains("is now watched: off"), "{text}");
+    let (status, _, text) = send(&w.page, act(format!("/configs/{}/watch/never", w.config))).await;
+    assert!(status == StatusCode::BAD_REQUEST && text.contains("auto, events, polling, off"), "{text}");
+    assert_eq!(w.page.store.watch_states().await.unwrap()[0].choice, almanac_domain::ports::WatchChoice::Off);
     drop(w.db);
 }
 

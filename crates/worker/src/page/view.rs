@@ -161,7 +161,7 @@ fn configs(s: &Snapshot, viewer: &Viewer) -> Markup {
                                         None => { "never" }
                                     }
                                 }
-                                td { (watch(s, c.id)) }
+                                td { (watch(s, c.id, viewer)) }
                                 td {
                                     @if !c.is_active { span.tag.inactive { "deactivated" } }
                                     @else if c.paused { span.tag.paused { "paused" } }
@@ -182,8 +182,8 @@ fn configs(s: &Snapshot, viewer: &Viewer) -> Markup {
 }
 
 /// A config's watch (ADR 0014): the mode its watcher reports (or off, when none does), the choice when it is not
-/// `auto`, who watches, the last change seen, the pending files and the note.
-fn watch(s: &Snapshot, config: almanac_domain::StorageConfigId) -> Markup {
+/// `auto`, who watches, the last change seen, the pending files and the note; signed in, the other choices.
+fn watch(s: &Snapshot, config: almanac_domain::StorageConfigId, viewer: &Viewer) -> Markup {
     let Some(state) = s.watches.iter().find(|w| w.config == config) else { return html! { "-" } };
     let chosen = state.choice != WatchChoice::Auto;
     html! {
@@ -203,6 +203,16 @@ fn watch(s: &Snapshot, config: almanac_domain::StorageConfigId) -> Markup {
                 @if chosen { " (chosen " (state.choice.as_str()) ")" }
                 br;
                 span.note { "no Worker watches it" }
+            }
+        }
+        @if let Some(csrf) = &viewer.csrf {
+            br;
+            form.inline method="post" action=(format!("/configs/{config}/watch/{}", state.choice)) {
+                input type="hidden" name="csrf" value=(csrf);
+                "watch by "
+                @for choice in WatchChoice::ALL.into_iter().filter(|c| *c != state.choice) {
+                    button type="submit" formaction=(format!("/configs/{config}/watch/{choice}")) { (choice.as_str()) } " "
+                }
             }
         }
     }

@@ -23,7 +23,7 @@ fn actions() -> Vec<String> {
     for action in ["retry", "cancel"] {
         all.push(format!("/items/{ID}/{action}"));
     }
-    for action in ["pause", "resume", "crawl"] {
+    for action in ["pause", "resume", "crawl", "watch/polling"] {
         all.push(format!("/configs/{ID}/{action}"));
     }
     for action in ["pause", "resume"] {
@@ -119,6 +119,8 @@ async fn every_action_once_allowed_is_answered_by_its_own_handler() {
         ("/configs/nope/pause", "\"nope\" is not a storage config id"),
         ("/configs/nope/resume", "\"nope\" is not a storage config id"),
         ("/configs/nope/crawl", "\"nope\" is not a storage config id"),
+        ("/configs/nope/watch/polling", "\"nope\" is not a storage config id"),
+        (&format!("/configs/{ID}/watch/inotify"), "use one of auto, events, polling, off"),
         ("/kinds/frobnicate/pause", "\"frobnicate\" is not a kind"),
         ("/kinds/frobnicate/resume", "\"frobnicate\" is not a kind"),
     ];
@@ -128,7 +130,7 @@ async fn every_action_once_allowed_is_answered_by_its_own_handler() {
     }
     for (path, known) in [
         (format!("/items/{ID}/explode"), "use retry or cancel"),
-        (format!("/configs/{ID}/explode"), "use pause, resume or crawl"),
+        (format!("/configs/{ID}/explode"), "use pause, resume, crawl or watch/CHOICE"),
         ("/kinds/purge/explode".to_owned(), "use pause or resume"),
     ] {
         let (status, text) = send(&page, post(&path, &bearer, "")).await;
