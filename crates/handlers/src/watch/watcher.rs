@@ -265,7 +265,7 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
         match passed {
             Ok(passed) => Some(passed),
             Err(e) => {
-                warn!(event = "watch_fell_back_to_polling", config = %self.config, reason = %e,
+                warn!(event = "watch_failed", config = %self.config, error = %e,
                       "the polling pass ended abnormally: the config is no longer watched until its watch is taken again");
                 None
             }

@@ -116,7 +116,11 @@ pub const EVENTS: &[Event] = &[
         "the changes a watcher saw could not be enqueued (once per outage); they are kept and tried again",
     ),
     event("watch_lost", "a config's watch is held by another Worker now, or could not be renewed: its watcher stopped"),
-    event("watch_failed", "the watches could not be taken, renewed or given up (the database); tried again"),
+    event(
+        "watch_failed",
+        "the watches could not be taken, renewed or given up (the database): tried again; or a config's polling \
+         pass ended abnormally (`config`): watched again when its watch is taken again",
+    ),
     outage(
         "listener_disconnected",
         "the LISTEN connection for enqueue wake-ups was lost or cannot be made; polling covers the gap, it \
