@@ -26,7 +26,6 @@ const MAX_FN_LINES: usize = 80;
 const WALL_CLOCK_READERS: &[&str] = &[
     "crates/domain/src/ids.rs",
     "crates/store-pg/src/catalogue_store/rows.rs",
-    "crates/handlers/src/maintenance/proxy_files.rs",
     "crates/media/src/dates/file_name.rs",
     "crates/media/src/video.rs",
     "crates/worker/src/page/mod.rs",
