@@ -6,7 +6,7 @@ mod support;
 
 use std::time::Duration;
 
-use almanac_domain::ports::{ServedConfigs, WatchChoice, WatchMode};
+use almanac_domain::ports::{ServedConfigs, WatchChoice, WatchMode, WatchStore};
 use almanac_domain::{CrawlArgs, DedupKey, Scope, WorkArgs, WorkItem, WorkItemId, WorkKind, WorkQueue, WorkerId};
 use almanac_handlers::watch::{ConfigWatcher, WatchStatus};
 use almanac_handlers::{InQuietHours, WatchSettings, Watching};
@@ -173,13 +173,7 @@ async fn a_polled_library_finds_a_new_file_at_the_next_pass_and_its_baseline_enq
     let lib = library().await;
     std::fs::create_dir_all(lib.root.join("phone/2026")).unwrap();
     std::fs::write(lib.root.join("phone/2026/old.jpg"), photo(2)).unwrap();
-    // As `config watch <config> polling` sets it.
-    sql_query("UPDATE storage_configs SET watch = $2 WHERE id = $1")
-        .bind::<Uuid, _>(lib.config.as_uuid())
-        .bind::<diesel::sql_types::Text, _>(WatchChoice::Polling.as_str())
-        .execute(&mut lib.conn().await)
-        .await
-        .unwrap();
+    lib.store.set_storage_config_watch(lib.config, WatchChoice::Polling).await.unwrap();
     let (watching, status) = watching(&lib, "w1", settings()).await;
     assert_eq!(status.unwrap().mode(), WatchMode::Polling);
     assert!(crawls(&lib).await.is_empty(), "the baseline enqueues nothing");
@@ -268,6 +262,33 @@ async fn two_workers_on_one_config_run_one_watcher_and_enqueue_each_change_once(
     second.run(stop).await;
     first.look().await.unwrap();
     assert_eq!(first.watching(), [lib.config]);
+}
+
+/// The watch of the library's config as stored: its holder and mode, if a Worker holds it.
+async fn stored_watch(lib: &Library) -> Option<(String, WatchMode)> {
+    let states = lib.store.watch_states().await.unwrap();
+    let state = states.into_iter().find(|s| s.config == lib.config)?;
+    state.held.map(|h| (h.worker_id.to_string(), h.report.mode))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operators_choice_restarts_or_stops_the_watcher_and_an_inactive_configs_watch_is_given_up() {
+    let lib = library().await;
+    let (mut watching, status) = watching(&lib, "w1", settings()).await;
+    assert_eq!(status.unwrap().mode(), WatchMode::Events);
+    lib.store.set_storage_config_watch(lib.config, WatchChoice::Polling).await.unwrap();
+    watching.look().await.unwrap();
+    assert_eq!(watching.status(lib.config).unwrap().mode(), WatchMode::Polling, "restarted in the mode chosen");
+    assert_eq!(stored_watch(&lib).await, Some(("w1".to_owned(), WatchMode::Polling)));
+
+    lib.store.set_storage_config_watch(lib.config, WatchChoice::Off).await.unwrap();
+    watching.look().await.unwrap();
+    assert!(watching.watching().is_empty(), "off: no watcher");
+    assert_eq!(stored_watch(&lib).await, Some(("w1".to_owned(), WatchMode::Off)), "held, reported off");
+
+    lib.store.set_storage_config_active(lib.config, false).await.unwrap();
+    watching.look().await.unwrap();
+    assert_eq!(stored_watch(&lib).await, None, "an inactive config's watch is given up at once");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -18,7 +18,7 @@ pub use poll::FolderTree;
 pub use watcher::{ConfigWatcher, Events, WatchStatus};
 pub use window::{Batch, MAX_CLOSED, MAX_FOLDERS, Window};
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -121,12 +121,15 @@ pub struct Watching<S> {
     served: ServedConfigs,
     settings: WatchSettings,
     running: HashMap<StorageConfigId, Running>,
+    /// Configs whose watch it holds without a watcher (the choice is `off`, or the root cannot be read): given up
+    /// like the others.
+    idle: HashSet<StorageConfigId>,
 }
 
 impl<S: WatchStore + WorkQueue + 'static> Watching<S> {
     /// The watchers of Worker `worker`, serving `served`.
     pub fn new(store: Arc<S>, worker: WorkerId, served: ServedConfigs, settings: WatchSettings) -> Self {
-        Self { store, worker, served, settings, running: HashMap::new() }
+        Self { store, worker, served, settings, running: HashMap::new(), idle: HashSet::new() }
     }
 
     /// Looks every third of the lease until `stop`, then stops every watcher and gives their watches up.
@@ -141,7 +144,7 @@ impl<S: WatchStore + WorkQueue + 'static> Watching<S> {
                 () = tokio::time::sleep(self.settings.lease / 3) => {}
             }
         }
-        let configs: Vec<StorageConfigId> = self.running.keys().copied().collect();
+        let configs: Vec<StorageConfigId> = self.running.keys().chain(&self.idle).copied().collect();
         for config in configs {
             self.end(config, true).await;
         }
@@ -161,8 +164,14 @@ impl<S: WatchStore + WorkQueue + 'static> Watching<S> {
     /// takes or renews the watch of every config this Worker may watch, starting or stopping its watcher.
     pub async fn look(&mut self) -> Result<(), QueueError> {
         let targets = self.store.watch_targets(self.served).await?;
-        let gone: Vec<StorageConfigId> =
-            self.running.iter().filter(|(_, r)| !targets.contains(&r.target)).map(|(c, _)| *c).collect();
+        let idle_gone = self.idle.iter().filter(|c| !targets.iter().any(|t| t.config == **c));
+        let gone: Vec<StorageConfigId> = self
+            .running
+            .iter()
+            .filter(|(_, r)| !targets.contains(&r.target))
+            .map(|(c, _)| *c)
+            .chain(idle_gone.copied())
+            .collect();
         for config in gone {
             self.end(config, true).await;
         }
@@ -174,6 +183,11 @@ impl<S: WatchStore + WorkQueue + 'static> Watching<S> {
                 None => initial_report(&target).await,
             };
             let held = self.store.hold_watch(target.config, &self.worker, self.settings.lease, &report).await?;
+            if held && report.mode == WatchMode::Off {
+                self.idle.insert(target.config);
+            } else {
+                self.idle.remove(&target.config);
+            }
             match (held, self.running.get_mut(&target.config)) {
                 (true, Some(running)) => running.renewed = Instant::now(),
                 (true, None) if report.mode != WatchMode::Off => self.start(target, report),
@@ -199,9 +213,12 @@ impl<S: WatchStore + WorkQueue + 'static> Watching<S> {
 
     /// Stops a config's watcher (what it saw is enqueued first) and, when `release`, gives its watch up.
     async fn end(&mut self, config: StorageConfigId, release: bool) {
-        let Some(running) = self.running.remove(&config) else { return };
-        running.stop.cancel();
-        let _ = running.task.await;
+        if let Some(running) = self.running.remove(&config) {
+            running.stop.cancel();
+            let _ = running.task.await;
+        } else if !self.idle.remove(&config) {
+            return;
+        }
         if release && let Err(e) = self.store.release_watch(config, &self.worker).await {
             warn!(event = "watch_failed", config = %config, error = %e,
                   "the watch could not be given up; it lapses at the end of its lease");
