@@ -16,7 +16,7 @@ pub use events::{Handled, handle};
 pub use mode::{decide, fs_type, polled_fs};
 pub use poll::FolderTree;
 pub use watcher::{ConfigWatcher, Events, WatchStatus};
-pub use window::{Batch, MAX_CLOSED, MAX_FOLDERS, Window};
+pub use window::{Batch, MAX_CLOSED, Window};
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

@@ -8,9 +8,6 @@ use std::time::Duration;
 use almanac_domain::{ClosedFile, CrawlArgs, DedupKey, NewWorkItem, Scope, StorageConfigId, WorkKind};
 use tokio::time::Instant;
 
-/// A window of more folders than this becomes a crawl of the whole root (joined with a scheduled one).
-pub const MAX_FOLDERS: usize = 256;
-
 /// At most this many files closed under temporary names are remembered until renamed.
 const MAX_ASIDE: usize = 10_000;
 
@@ -114,7 +111,7 @@ impl Window {
         let window = std::mem::take(self);
         self.aside = aside;
         let mut folders = outermost(window.folders);
-        if window.whole_root || folders.len() > MAX_FOLDERS || folders.iter().any(String::is_empty) {
+        if window.whole_root || folders.len() > CrawlArgs::MAX_FOLDERS || folders.iter().any(String::is_empty) {
             folders.clear();
         }
         let closed = window
@@ -221,7 +218,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn too_many_folders_or_an_overflow_is_a_whole_root_crawl_joined_with_the_scheduled_one() {
         let (mut w, at) = (Window::default(), Instant::now());
-        for i in 0..=MAX_FOLDERS {
+        for i in 0..=CrawlArgs::MAX_FOLDERS {
             w.folder(format!("f{i}"), at);
         }
         let batch = w.take().unwrap();
