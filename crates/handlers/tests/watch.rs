@@ -7,7 +7,9 @@ mod support;
 use std::time::Duration;
 
 use almanac_domain::ports::{ServedConfigs, WatchChoice, WatchMode, WatchStore};
-use almanac_domain::{CrawlArgs, DedupKey, Scope, WorkArgs, WorkItem, WorkItemId, WorkKind, WorkQueue, WorkerId};
+use almanac_domain::{
+    CrawlArgs, DedupKey, Scope, Status, WorkArgs, WorkItem, WorkItemId, WorkKind, WorkQueue, WorkerId,
+};
 use almanac_handlers::watch::{ConfigWatcher, WatchStatus};
 use almanac_handlers::{InQuietHours, WatchSettings, Watching};
 use almanac_media::fixtures::{self, FixtureExif};
@@ -49,11 +51,10 @@ struct Id {
     id: uuid::Uuid,
 }
 
-/// The crawls of the library's config queued now, oldest first.
+/// The crawls of the library's config enqueued so far (queued, or taken by [`crawls_until`]), oldest first.
 async fn crawls(lib: &Library) -> Vec<WorkItem> {
     let ids: Vec<Id> = sql_query(
-        "SELECT id FROM work_items WHERE kind = 'crawl' AND storage_config_id = $1 AND status = 'queued'
-          ORDER BY requested_at, id",
+        "SELECT id FROM work_items WHERE kind = 'crawl' AND storage_config_id = $1 ORDER BY requested_at, id",
     )
     .bind::<Uuid, _>(lib.config.as_uuid())
     .load(&mut lib.conn().await)
@@ -70,7 +71,9 @@ fn args(item: &WorkItem) -> CrawlArgs {
     CrawlArgs::from_payload(&item.payload).unwrap()
 }
 
-/// Waits until the queued crawls satisfy `done`, and answers them; fails after [`PATIENCE`].
+/// Waits until the crawls enqueued satisfy `done`, and answers them; fails after [`PATIENCE`]. Meanwhile each
+/// queued crawl is taken and finished, as a Worker would run it: a watcher holds what it sees while the crawl
+/// it enqueued last is still queued.
 async fn crawls_until(lib: &Library, what: &str, done: impl Fn(&[WorkItem]) -> bool) -> Vec<WorkItem> {
     let deadline = tokio::time::Instant::now() + PATIENCE;
     loop {
@@ -81,8 +84,12 @@ async fn crawls_until(lib: &Library, what: &str, done: impl Fn(&[WorkItem]) -> b
         let seen: Vec<(Vec<String>, usize)> = items.iter().map(args).map(|a| (a.folders, a.closed.len())).collect();
         assert!(
             tokio::time::Instant::now() < deadline,
-            "no {what} within {PATIENCE:?}; queued (folders, closed files): {seen:?}"
+            "no {what} within {PATIENCE:?}; enqueued (folders, closed files): {seen:?}"
         );
+        for item in items.iter().filter(|i| i.status == Status::Queued) {
+            let fence = lib.start(item.id).await;
+            lib.finish(fence).await;
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -143,7 +150,9 @@ async fn a_photo_copied_into_a_watched_library_becomes_a_crawl_of_its_folder_and
 async fn ten_thousand_files_created_at_once_are_a_handful_of_crawls() {
     let lib = library().await;
     std::fs::create_dir_all(lib.root.join("flood")).unwrap();
-    let (watching, _) = watching(&lib, "w1", WatchSettings { max_delay: Duration::from_secs(10), ..settings() }).await;
+    // The shipped window (1 s of quiet, 2 s at most).
+    let shipped = WatchSettings { poll_interval: settings().poll_interval, ..WatchSettings::default() };
+    let (watching, _) = watching(&lib, "w1", shipped).await;
     let root = lib.root.clone();
     tokio::task::spawn_blocking(move || {
         for i in 0..10_000 {
@@ -349,4 +358,46 @@ mod logs {
         let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
         (text.lines().map(|l| serde_json::from_str(l).unwrap()).collect(), out)
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_seen_while_the_last_crawl_is_still_queued_wait_for_it_to_start_then_go_as_one() {
+    let lib = library().await;
+    for folder in ["x", "y", "z"] {
+        std::fs::create_dir_all(lib.root.join(folder)).unwrap();
+    }
+    let quick = WatchSettings { max_delay: Duration::from_secs(1), ..settings() };
+    let (watching, status) = watching(&lib, "w1", quick).await;
+    let status = status.unwrap();
+    copy_in(&lib, "x/one.jpg", &photo(1));
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let first = loop {
+        if let [item] = &crawls(&lib).await[..]
+            && has_closed(std::slice::from_ref(item), "x/one.jpg")
+        {
+            break item.clone();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no crawl of x within {PATIENCE:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+
+    // The config is busy: the first crawl stays queued while more arrives, in two folders and past several
+    // windows' worth of time.
+    copy_in(&lib, "y/two.jpg", &photo(2));
+    copy_in(&lib, "z/three.jpg", &photo(3));
+    while status.report(None).pending_files < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "the watcher did not see y and z within {PATIENCE:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(quick.max_delay + quick.debounce * 2).await;
+    assert_eq!(crawls(&lib).await.len(), 1, "nothing more is enqueued while the first crawl waits");
+
+    // It starts: what was held goes as one crawl.
+    let fence = lib.start(first.id).await;
+    let items =
+        crawls_until(&lib, "crawl of y and z", |i| has_closed(i, "y/two.jpg") && has_closed(i, "z/three.jpg")).await;
+    assert_eq!(items.len(), 2, "{:?}", items.iter().map(args).map(|a| a.folders).collect::<Vec<_>>());
+    assert_eq!(args(&items[1]).folders, ["y", "z"]);
+    lib.finish(fence).await;
+    drop(watching);
 }

@@ -66,7 +66,8 @@ pub struct WatchSettings {
     pub poll_interval: Duration,
     /// A window of changes closes when no change came for this long (default 1 s)…
     pub debounce: Duration,
-    /// … or this long after its first change (default 10 s).
+    /// … or this long after its first change (default 2 s): photos synced half a second apart still appear
+    /// within seconds. While the crawl enqueued last is still queued, a closed window waits for it to start.
     pub max_delay: Duration,
     /// A watch is held this long unless renewed; it is renewed every third of it (default 30 s).
     pub lease: Duration,
@@ -82,7 +83,7 @@ impl WatchSettings {
     /// The default `debounce`.
     pub const DEFAULT_DEBOUNCE: Duration = Duration::from_secs(1);
     /// The default `max_delay`.
-    pub const DEFAULT_MAX_DELAY: Duration = Duration::from_secs(10);
+    pub const DEFAULT_MAX_DELAY: Duration = Duration::from_secs(2);
     /// The default `lease`.
     pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 }

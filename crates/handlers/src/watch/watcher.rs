@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use almanac_domain::ports::{DatabaseClock, WatchMode, WatchReport};
-use almanac_domain::{StorageConfigId, WorkQueue};
+use almanac_domain::{Status as ItemStatus, StorageConfigId, WorkItemId, WorkQueue};
 use chrono::{DateTime, Utc};
 use notify::{RecursiveMode, Watcher as _};
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -83,6 +83,12 @@ pub struct ConfigWatcher<S> {
     status: WatchStatus,
     /// Whether the last enqueue failed (its warning is said once per outage).
     failing: bool,
+    /// The crawl this watcher enqueued last: while it is still queued (its config busy, the quiet hours), the
+    /// changes seen since wait and join the window, so that one queued crawl of changes per config at most
+    /// exists and a flood becomes a few items however long it lasts.
+    in_flight: Option<WorkItemId>,
+    /// A closed window waits until then before its crawl's item is looked at again.
+    held_until: Option<Instant>,
 }
 
 impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
@@ -95,7 +101,8 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
         (mode, note): (WatchMode, Option<String>),
     ) -> Self {
         let status = Status { mode, note, last_change: None, pending_files: 0, ready: false };
-        Self { config, root, store, settings, status: WatchStatus(Arc::new(Mutex::new(status))), failing: false }
+        let status = WatchStatus(Arc::new(Mutex::new(status)));
+        Self { config, root, store, settings, status, failing: false, in_flight: None, held_until: None }
     }
 
     /// Its status, as it changes.
@@ -146,7 +153,7 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
     async fn follow(&mut self, events: &mut Events, window: &mut Window, stop: &CancellationToken) -> Ended {
         let (debounce, max_delay) = (self.settings.debounce, self.settings.max_delay);
         loop {
-            let closes = window.closes_at(debounce, max_delay);
+            let closes = window.closes_at(debounce, max_delay).map(|at| self.held_until.map_or(at, |h| h.max(at)));
             tokio::select! {
                 () = stop.cancelled() => return Ended::Stopped,
                 event = events.recv() => {
@@ -156,7 +163,7 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
                     }
                 }
                 () = tokio::time::sleep_until(closes.unwrap_or_else(Instant::now)), if closes.is_some() => {
-                    self.flush(window).await;
+                    self.flush_when_free(window).await;
                 }
             }
         }
@@ -245,7 +252,7 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
             for folder in next.1 {
                 window.folder(folder, now);
             }
-            self.flush(window).await;
+            self.flush_when_free(window).await;
         }
     }
 
@@ -272,6 +279,21 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
         }
     }
 
+    /// Enqueues what the window saw unless the crawl enqueued last is still queued: then the window stays open
+    /// (it is looked at again a debounce later, or at the next pass), and what it saw joins what comes next.
+    /// A crawl that has started walks after the changes it was enqueued for, so the next one is enqueued then.
+    async fn flush_when_free(&mut self, window: &mut Window) {
+        if let Some(id) = self.in_flight
+            && let Ok(Some(item)) = self.store.get(id).await
+            && item.status == ItemStatus::Queued
+        {
+            self.held_until = Some(Instant::now() + self.settings.debounce);
+            return;
+        }
+        self.held_until = None;
+        self.flush(window).await;
+    }
+
     /// Enqueues what the window saw as one crawl (waiting for the end of the quiet hours if so set); puts it
     /// back when the queue does not answer, to be tried again.
     async fn flush(&mut self, window: &mut Window) {
@@ -283,6 +305,7 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
         match self.store.enqueue(&item).await {
             Ok(enqueued) => {
                 self.failing = false;
+                self.in_flight = Some(enqueued.item.id);
                 info!(event = "watch_enqueued", config = %self.config, item = %enqueued.item.id,
                       folders = batch.folders.len(), closed = batch.closed.len(), joined = !enqueued.created,
                       "changes seen under the root enqueued as a crawl");
