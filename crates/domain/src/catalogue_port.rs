@@ -107,7 +107,8 @@ pub struct NewAsset {
     pub metadata: AssetMetadata,
     /// Its proxies.
     pub proxies: Vec<NewProxy>,
-    /// An active asset at the same path whose content changed: soft-deleted in the same transaction.
+    /// An active asset at the same path whose content changed: it loses the path in the same transaction, as
+    /// in every write that gives a path (see [`CatalogueStore::relocate`]).
     pub replaces: Option<AssetId>,
     /// The XMP sidecar present when the capture time was read.
     pub sidecar: Option<Sidecar>,
@@ -194,6 +195,13 @@ pub trait CatalogueStore: Send + Sync {
     ) -> impl Future<Output = Result<Vec<HashMatch>, CatalogueError>> + Send;
 
     /// Points an asset at a file (a move, a touched file, or a revival) and makes it active.
+    ///
+    /// One rule for every write that gives an asset a path (this one, [`CatalogueStore::record_extra_path`]
+    /// and an ingest's [`NewAsset::replaces`]): another active asset whose own path it was loses it in the same
+    /// transaction, moving to its first extra path in byte order (one that is not this path), or soft-deleted
+    /// when it has none. These writes of one config run one after the other (a lock of the config's paths), so
+    /// files written side by side, each placed on what the catalogue held before, end as one after the other
+    /// would (a swap of two files leaves each asset at the path holding its content).
     fn relocate(
         &self,
         fence: Fence,
@@ -212,8 +220,10 @@ pub trait CatalogueStore: Send + Sync {
     ) -> impl Future<Output = Result<(), CatalogueError>> + Send;
 
     /// Records (or refreshes) an extra path of an active asset. An active asset whose own path this was (its
-    /// content was overwritten with this asset's) loses it in the same transaction: it moves to its first extra
-    /// path in byte order, or is soft-deleted when it has none, as an ingest's `replaces` would.
+    /// content was overwritten with this asset's) loses it in the same transaction, by the rule of
+    /// [`CatalogueStore::relocate`]. An asset that is no longer active when this is written (it lost its own
+    /// path to a write of a file beside this one since this file was placed) is revived here instead: its
+    /// content is here.
     fn record_extra_path(
         &self,
         fence: Fence,

@@ -574,3 +574,68 @@ async fn a_vanished_asset_is_not_moved_onto_a_copy_that_became_another_asset_s()
     assert!(lib.assets().await.iter().any(|r| r.id == a && r.is_soft_deleted));
     assert_eq!(lib.copies().await, [("B.jpg".to_owned(), "backup/A.jpg".to_owned())], "B's copy is kept");
 }
+
+/// Two files swap places (P holds Y's content, R holds X's, as `mv P tmp; mv R P; mv tmp R` leaves them): both
+/// assets stay active, each at the path holding its content, and no path is on two assets, whether the files
+/// are written one at a time or side by side (each then first placed as a copy of the other's asset). A crawl
+/// afterwards changes nothing.
+#[tokio::test]
+async fn two_swapped_files_keep_both_assets_each_at_the_path_holding_its_content() {
+    for at_once in [1, 4] {
+        let lib = library().await;
+        let (x_content, y_content) = (photo(1), [photo(2), vec![0; 64]].concat());
+        assert_ne!(x_content.len(), y_content.len(), "sizes tell the swapped files changed");
+        let (p, r) = (lib.write("P.jpg", &x_content), lib.write("R.jpg", &y_content));
+        lib.crawl().await;
+        let before = lib.active().await;
+        let (x, y) = (before[0].id, before[1].id);
+        std::fs::rename(&p, lib.root.join("tmp")).unwrap();
+        std::fs::rename(&r, &p).unwrap();
+        std::fs::rename(lib.root.join("tmp"), &r).unwrap();
+
+        let item = lib.item(serde_json::json!({})).await;
+        let result = lib.run_in(&lib.handler_with(at_once), item, CancellationToken::new()).await.unwrap().unwrap();
+        assert_eq!((result["soft_deleted"].as_u64(), result["ingested"].as_u64()), (Some(0), Some(0)), "{result}");
+        let active: Vec<_> = lib.active().await.into_iter().map(|a| (a.display_path, a.id)).collect();
+        assert_eq!(active, [("P.jpg".to_owned(), y), ("R.jpg".to_owned(), x)], "{at_once} at once: {result}");
+        assert!(lib.copies().await.is_empty(), "no path on two assets");
+
+        let again = lib.crawl().await;
+        assert_eq!((again["unchanged"].as_u64(), again["bytes_hashed"].as_u64()), (Some(2), Some(0)), "{again}");
+        let still: Vec<_> = lib.active().await.into_iter().map(|a| (a.display_path, a.id)).collect();
+        assert_eq!(still, active);
+        assert!(lib.copies().await.is_empty());
+    }
+}
+
+/// A new file moved over an asset's own path while the asset has a backup copy (`mv new.jpg IMG.jpg`): the
+/// asset moves to its copy, whose content it is, and the new content is a new asset at the path; the same when
+/// the new file was already an asset of its own. A crawl afterwards changes nothing.
+#[tokio::test]
+async fn a_file_moved_over_an_asset_with_a_copy_moves_the_asset_to_its_copy() {
+    for new_crawled_first in [false, true] {
+        let lib = library().await;
+        let img = lib.write("IMG.jpg", &photo(1));
+        lib.crawl().await;
+        lib.write("backup/IMG.jpg", &photo(1));
+        assert_eq!(lib.crawl().await["copies"].as_u64(), Some(1));
+        let x = lib.active().await[0].id;
+        let new = lib.write("new.jpg", &photo(3));
+        if new_crawled_first {
+            assert_eq!(lib.crawl().await["ingested"].as_u64(), Some(1));
+        }
+        std::fs::rename(&new, &img).unwrap();
+
+        let result = lib.crawl().await;
+        assert_eq!(result["soft_deleted"].as_u64(), Some(0), "{result}");
+        let active = lib.active().await;
+        let paths: Vec<_> = active.iter().map(|a| (a.display_path.as_str(), a.id == x)).collect();
+        assert_eq!(paths, [("IMG.jpg", false), ("backup/IMG.jpg", true)], "crawled first: {new_crawled_first}");
+        assert_eq!(active[0].content_hash, almanac_media::hash_bytes(&photo(3)).hash.as_hex());
+        assert!(lib.copies().await.is_empty(), "the copy is the asset's own path now");
+
+        let again = lib.crawl().await;
+        assert_eq!((again["unchanged"].as_u64(), again["bytes_hashed"].as_u64()), (Some(2), Some(0)), "{again}");
+        assert_eq!(lib.active().await.iter().map(|a| a.id).collect::<Vec<_>>(), [active[0].id, x]);
+    }
+}

@@ -15,6 +15,7 @@ use crate::PgStore;
 use crate::error;
 use crate::tx::{Refused, fenced_within};
 
+mod paths;
 mod rows;
 
 use rows::{
@@ -177,39 +178,13 @@ impl CatalogueStore for PgStore {
     #[mutants::skip]
     async fn relocate(&self, fence: Fence, asset: AssetId, facts: &FileFacts) -> Result<(), CatalogueError> {
         self.fenced(fence, async |conn| {
+            let config: IdRow = sql_query("SELECT storage_config_id AS id FROM media_assets WHERE id = $1")
+                .bind::<Uuid, _>(asset.as_uuid())
+                .get_result(conn)
+                .await?;
             // Whatever active asset held this path before has lost it (its content changed into this one's).
-            sql_query(
-                "UPDATE media_assets AS o SET is_soft_deleted = true, soft_deleted_at = now()
-                   FROM media_assets AS a
-                  WHERE a.id = $1 AND o.storage_config_id = a.storage_config_id AND o.file_path = $2
-                    AND NOT o.is_soft_deleted AND o.id <> a.id",
-            )
-            .bind::<Uuid, _>(asset.as_uuid())
-            .bind::<Binary, _>(&facts.file_path)
-            .execute(conn)
-            .await?;
-            sql_query(
-                "DELETE FROM asset_extra_paths e USING media_assets a
-                  WHERE a.id = $1 AND e.storage_config_id = a.storage_config_id AND e.file_path = $2",
-            )
-            .bind::<Uuid, _>(asset.as_uuid())
-            .bind::<Binary, _>(&facts.file_path)
-            .execute(conn)
-            .await?;
-            sql_query(
-                "UPDATE media_assets
-                    SET file_path = $2, display_path = $3, size_bytes = $4, file_modified_at = $5,
-                        is_soft_deleted = false, soft_deleted_at = NULL, last_seen_at = now()
-                  WHERE id = $1",
-            )
-            .bind::<Uuid, _>(asset.as_uuid())
-            .bind::<Binary, _>(&facts.file_path)
-            .bind::<Text, _>(&facts.display_path)
-            .bind::<BigInt, _>(size(facts.size))
-            .bind::<Timestamptz, _>(facts.mtime)
-            .execute(conn)
-            .await?;
-            Ok(())
+            paths::take_path(conn, StorageConfigId::from_uuid(config.id), &facts.file_path, asset).await?;
+            paths::place_at(conn, asset, facts).await
         })
         .await
     }
@@ -223,52 +198,13 @@ impl CatalogueStore for PgStore {
         facts: &FileFacts,
     ) -> Result<(), CatalogueError> {
         self.fenced(fence, async |conn| {
-            // An active asset whose own path this was has lost it (its content changed into this asset's): it
-            // moves to its first copy in path order, or is soft-deleted when it has none. The statements see one
-            // snapshot and touch disjoint rows.
-            sql_query(
-                "WITH lost AS (
-                    SELECT id FROM media_assets
-                     WHERE storage_config_id = $1 AND file_path = $2 AND NOT is_soft_deleted AND id <> $3
-                 ), copy AS (
-                    SELECT DISTINCT ON (e.asset_id) e.asset_id, e.file_path, e.display_path, e.size_bytes,
-                           e.file_modified_at
-                      FROM asset_extra_paths e JOIN lost ON e.asset_id = lost.id
-                     WHERE e.storage_config_id = $1 AND e.file_path <> $2
-                     ORDER BY e.asset_id, e.file_path
-                 ), moved AS (
-                    UPDATE media_assets a
-                       SET file_path = c.file_path, display_path = c.display_path, size_bytes = c.size_bytes,
-                           file_modified_at = c.file_modified_at, last_seen_at = now()
-                      FROM copy c WHERE a.id = c.asset_id
-                 ), dropped AS (
-                    DELETE FROM asset_extra_paths e USING copy c
-                     WHERE e.storage_config_id = $1 AND e.file_path = c.file_path
-                 )
-                 UPDATE media_assets SET is_soft_deleted = true, soft_deleted_at = now()
-                  WHERE id IN (SELECT id FROM lost) AND id NOT IN (SELECT asset_id FROM copy)",
-            )
-            .bind::<Uuid, _>(config.as_uuid())
-            .bind::<Binary, _>(&facts.file_path)
-            .bind::<Uuid, _>(asset.as_uuid())
-            .execute(conn)
-            .await?;
-            sql_query(
-            "INSERT INTO asset_extra_paths (storage_config_id, file_path, asset_id, display_path, size_bytes, file_modified_at)
-             VALUES ($1, $2, $3, $4, $5, $6)
-             ON CONFLICT (storage_config_id, file_path) DO UPDATE
-                SET asset_id = EXCLUDED.asset_id, display_path = EXCLUDED.display_path,
-                    size_bytes = EXCLUDED.size_bytes, file_modified_at = EXCLUDED.file_modified_at,
-                    last_seen_at = now()",
-        )
-        .bind::<Uuid, _>(config.as_uuid())
-        .bind::<Binary, _>(&facts.file_path)
-        .bind::<Uuid, _>(asset.as_uuid())
-        .bind::<Text, _>(&facts.display_path)
-        .bind::<BigInt, _>(size(facts.size))
-        .bind::<Timestamptz, _>(facts.mtime)
-            .execute(conn)
-            .await?;
+            // An active asset whose own path this was has lost it (its content changed into this asset's).
+            paths::take_path(conn, config, &facts.file_path, asset).await?;
+            if !paths::add_copy(conn, config, asset, facts).await? {
+                // The asset lost its own path after this file was placed (a file beside this one, written
+                // just before, took it): its content is here, and it lives on here.
+                paths::place_at(conn, asset, facts).await?;
+            }
             Ok(())
         })
         .await
@@ -329,14 +265,10 @@ impl CatalogueStore for PgStore {
         // The fenced transaction by hand (`tx::fenced_within`): a lost race on the content index is told apart,
         // and answered with the asset that holds the content.
         let stored = fenced_within(&mut conn, Some(fence), async |conn| {
-            if let Some(old) = asset.replaces {
-                sql_query(
-                    "UPDATE media_assets SET is_soft_deleted = true, soft_deleted_at = now()
-                          WHERE id = $1 AND NOT is_soft_deleted",
-                )
-                .bind::<Uuid, _>(old.as_uuid())
-                .execute(conn)
-                .await?;
+            if asset.replaces.is_some() {
+                // The active asset whose own path this is loses it (its content changed), as in every write
+                // that gives a path.
+                paths::take_path(conn, asset.storage_config_id, &asset.facts.file_path, id).await?;
             }
             insert_asset(id, asset).execute(conn).await?;
             insert_metadata(id, &asset.metadata).execute(conn).await?;

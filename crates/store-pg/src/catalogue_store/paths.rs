@@ -1,0 +1,122 @@
+//! A path changing hands, written once for the three writes that give an asset a path (`relocate`,
+//! `record_extra_path`, `ingest`): the active asset whose own path it was loses it, to its first copy or to
+//! the bin, in the same fenced transaction.
+//!
+//! The files of one crawl are written side by side, and two of them can decide on what the other is about to
+//! change (a swap of two files: each is first found to be a copy of the other's asset). So each of these writes
+//! first takes the config's path lock (a transaction-level advisory lock, `pg_advisory_xact_lock(PATH_LOCK,
+//! hashtext(config))`, released at commit, through a transaction pooler too), and they run one after the other,
+//! each seeing what the one before committed.
+
+use almanac_domain::{AssetId, StorageConfigId, ports::FileFacts};
+use diesel::QueryResult;
+use diesel::sql_query;
+use diesel::sql_types::{BigInt, Binary, Text, Timestamptz, Uuid};
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+
+use super::rows::size;
+
+/// The first key of the config's path lock ("path" in ASCII); the second is the config's id hashed. The
+/// two-key advisory locks never meet the migrations' one-key lock.
+const PATH_LOCK: i32 = 0x7061_7468;
+
+/// Takes the config's path lock for the rest of the transaction, then takes `path` from the active asset whose
+/// own path it is, when that is not `taker`: it moves to its first copy in byte order (a copy that is not
+/// `path` itself; the copy is then no longer an extra path), or is soft-deleted when it has none. The statement
+/// sees one snapshot and touches disjoint rows.
+pub(super) async fn take_path(
+    conn: &mut AsyncPgConnection,
+    config: StorageConfigId,
+    path: &[u8],
+    taker: AssetId,
+) -> QueryResult<()> {
+    sql_query("SELECT pg_advisory_xact_lock($1, hashtext($2::text))")
+        .bind::<diesel::sql_types::Integer, _>(PATH_LOCK)
+        .bind::<Uuid, _>(config.as_uuid())
+        .execute(conn)
+        .await?;
+    sql_query(
+        "WITH lost AS (
+            SELECT id FROM media_assets
+             WHERE storage_config_id = $1 AND file_path = $2 AND NOT is_soft_deleted AND id <> $3
+         ), copy AS (
+            SELECT DISTINCT ON (e.asset_id) e.asset_id, e.file_path, e.display_path, e.size_bytes,
+                   e.file_modified_at
+              FROM asset_extra_paths e JOIN lost ON e.asset_id = lost.id
+             WHERE e.storage_config_id = $1 AND e.file_path <> $2
+             ORDER BY e.asset_id, e.file_path
+         ), moved AS (
+            UPDATE media_assets a
+               SET file_path = c.file_path, display_path = c.display_path, size_bytes = c.size_bytes,
+                   file_modified_at = c.file_modified_at, last_seen_at = now()
+              FROM copy c WHERE a.id = c.asset_id
+         ), dropped AS (
+            DELETE FROM asset_extra_paths e USING copy c
+             WHERE e.storage_config_id = $1 AND e.file_path = c.file_path
+         )
+         UPDATE media_assets SET is_soft_deleted = true, soft_deleted_at = now()
+          WHERE id IN (SELECT id FROM lost) AND id NOT IN (SELECT asset_id FROM copy)",
+    )
+    .bind::<Uuid, _>(config.as_uuid())
+    .bind::<Binary, _>(path)
+    .bind::<Uuid, _>(taker.as_uuid())
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Points `asset` at the file `facts` describe and makes it active; the path is no longer an extra path of
+/// any asset. After [`take_path`] of the same path in the same transaction.
+pub(super) async fn place_at(conn: &mut AsyncPgConnection, asset: AssetId, facts: &FileFacts) -> QueryResult<()> {
+    sql_query(
+        "DELETE FROM asset_extra_paths e USING media_assets a
+          WHERE a.id = $1 AND e.storage_config_id = a.storage_config_id AND e.file_path = $2",
+    )
+    .bind::<Uuid, _>(asset.as_uuid())
+    .bind::<Binary, _>(&facts.file_path)
+    .execute(conn)
+    .await?;
+    sql_query(
+        "UPDATE media_assets
+            SET file_path = $2, display_path = $3, size_bytes = $4, file_modified_at = $5,
+                is_soft_deleted = false, soft_deleted_at = NULL, last_seen_at = now()
+          WHERE id = $1",
+    )
+    .bind::<Uuid, _>(asset.as_uuid())
+    .bind::<Binary, _>(&facts.file_path)
+    .bind::<Text, _>(&facts.display_path)
+    .bind::<BigInt, _>(size(facts.size))
+    .bind::<Timestamptz, _>(facts.mtime)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Records `path` as an extra path of `asset` while it is active; answers whether it was. After [`take_path`]
+/// of the same path in the same transaction.
+pub(super) async fn add_copy(
+    conn: &mut AsyncPgConnection,
+    config: StorageConfigId,
+    asset: AssetId,
+    facts: &FileFacts,
+) -> QueryResult<bool> {
+    let added = sql_query(
+        "INSERT INTO asset_extra_paths
+                (storage_config_id, file_path, asset_id, display_path, size_bytes, file_modified_at)
+         SELECT $1, $2, $3, $4, $5, $6
+          WHERE EXISTS (SELECT 1 FROM media_assets WHERE id = $3 AND NOT is_soft_deleted)
+         ON CONFLICT (storage_config_id, file_path) DO UPDATE
+            SET asset_id = EXCLUDED.asset_id, display_path = EXCLUDED.display_path,
+                size_bytes = EXCLUDED.size_bytes, file_modified_at = EXCLUDED.file_modified_at,
+                last_seen_at = now()",
+    )
+    .bind::<Uuid, _>(config.as_uuid())
+    .bind::<Binary, _>(&facts.file_path)
+    .bind::<Uuid, _>(asset.as_uuid())
+    .bind::<Text, _>(&facts.display_path)
+    .bind::<BigInt, _>(size(facts.size))
+    .bind::<Timestamptz, _>(facts.mtime)
+    .execute(conn)
+    .await?;
+    Ok(added > 0)
+}
