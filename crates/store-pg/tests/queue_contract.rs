@@ -1,7 +1,10 @@
 //! Contract tests of the work queue rules (ADR 0008) on real PostgreSQL: one fresh database per test.
 
+mod support;
+
+use support::{config, setup};
+
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,25 +15,11 @@ use almanac_domain::{
         ClaimRequest, FailOutcome, Failure, Heartbeat, LeaseDuration, QueueMaintenance, ServedConfigs, WriteOutcome,
     },
 };
-use almanac_store_pg::{NewStorageConfig, PgStore, claim_with};
+use almanac_store_pg::{PgStore, claim_with};
 use almanac_testdb::TestDatabase;
 use diesel::sql_query;
 use diesel::sql_types::Uuid;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
-
-async fn setup() -> (TestDatabase, PgStore) {
-    let db = TestDatabase::create().await;
-    let store = PgStore::new(db.url(), 4, Duration::from_secs(10)).expect("store");
-    (db, store)
-}
-
-async fn config(store: &PgStore, user: &str, root: &str) -> StorageConfig {
-    store
-        .add_storage_config(&NewStorageConfig { username: user.into(), root_path: PathBuf::from(root) })
-        .await
-        .expect("add config")
-        .1
-}
 
 fn lease() -> LeaseDuration {
     LeaseDuration::new(Duration::from_secs(60)).unwrap()

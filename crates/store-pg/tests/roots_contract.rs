@@ -1,18 +1,14 @@
 //! Contract tests of the root rules (ADR 0009) on real PostgreSQL: roots are canonical and never overlap,
 //! whoever owns them, even when two registrations race.
 
+mod support;
+
+use support::setup;
+
 use std::path::PathBuf;
-use std::time::Duration;
 
 use almanac_store_pg::{NewStorageConfig, PgStore, StoreError};
-use almanac_testdb::TestDatabase;
 use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
-
-async fn setup() -> (TestDatabase, PgStore) {
-    let db = TestDatabase::create().await;
-    let store = PgStore::new(db.url(), 4, Duration::from_secs(10)).expect("store");
-    (db, store)
-}
 
 async fn add(store: &PgStore, user: &str, root: &str) -> Result<(), String> {
     let new = NewStorageConfig { username: user.into(), root_path: PathBuf::from(root) };

@@ -2,6 +2,10 @@
 //! asks and however many ask at once; the holder renews, another takes over only once the lease ran out by the
 //! database clock; a release frees the watch; the targets are the active configs a Worker serves.
 
+mod support;
+
+use support::{config, setup};
+
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -10,27 +14,12 @@ use std::time::Duration;
 use almanac_domain::ports::{
     DatabaseClock, ServedConfigs, WatchChoice, WatchMode, WatchReport, WatchState, WatchStore,
 };
-use almanac_domain::{StorageConfig, StorageConfigId, WorkerId};
+use almanac_domain::{StorageConfigId, WorkerId};
 use almanac_store_pg::{NewStorageConfig, PgStore};
-use almanac_testdb::TestDatabase;
 use diesel::sql_query;
 use diesel::sql_types::{BigInt, Text, Uuid};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 use tokio::sync::Barrier;
-
-async fn setup() -> (TestDatabase, PgStore) {
-    let db = TestDatabase::create().await;
-    let store = PgStore::new(db.url(), 4, Duration::from_secs(10)).expect("store");
-    (db, store)
-}
-
-async fn config(store: &PgStore, user: &str, root: &str) -> StorageConfig {
-    store
-        .add_storage_config(&NewStorageConfig { username: user.into(), root_path: PathBuf::from(root) })
-        .await
-        .expect("add config")
-        .1
-}
 
 fn worker(name: &str) -> WorkerId {
     WorkerId::new(name).unwrap()
