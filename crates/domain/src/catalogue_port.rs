@@ -183,6 +183,15 @@ pub trait CatalogueStore: Send + Sync {
         limit: i64,
     ) -> impl Future<Output = Result<Vec<KnownFile>, CatalogueError>> + Send;
 
+    /// The extra paths (copies) of these assets of the config, wherever they are beneath the root, in the byte
+    /// order of their paths, as [`CatalogueStore::known_files`] hands them out: a crawl of some folders looks
+    /// at them before an asset whose files there vanished is soft-deleted. The caller bounds `assets`.
+    fn extra_paths_of(
+        &self,
+        config: StorageConfigId,
+        assets: &[AssetId],
+    ) -> impl Future<Output = Result<Vec<KnownFile>, CatalogueError>> + Send;
+
     /// How many active assets the config has: what a crawl of some folders weighs what vanished in them
     /// against.
     fn active_assets(&self, config: StorageConfigId) -> impl Future<Output = Result<u64, CatalogueError>> + Send;

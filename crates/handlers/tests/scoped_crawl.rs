@@ -270,3 +270,36 @@ async fn nested_folders_are_walked_once() {
     let again = lib.crawl_folders(&lib.handler(), json!({"folders": ["a", "a/b", "a b"]})).await.unwrap();
     assert_eq!((count(&again, "found"), count(&again, "unchanged")), (4, 4), "{again}");
 }
+
+/// A file manager moving files across file systems copies them and then deletes the originals, and a watcher
+/// may see the two in different windows: the crawl of the originals' folder moves an asset to its copy outside
+/// that folder when the copy is still there as it was recorded, as a crawl of the whole root would; an asset
+/// whose copy outside is gone, or no longer as recorded, vanishes. A crawl of the whole root afterwards moves
+/// and soft-deletes nothing.
+#[tokio::test]
+async fn an_asset_whose_file_vanished_moves_to_its_copy_outside_the_folders() {
+    let lib = library().await;
+    lib.files(["P/x.jpg", "P/y.jpg", "P/z.jpg", "Q/other.jpg"].map(String::from), 1);
+    lib.crawl().await;
+    let (x, other) = (lib.active().await[0].clone(), lib.active().await[3].clone());
+    assert_eq!((x.0.as_str(), other.0.as_str()), ("P/x.jpg", "Q/other.jpg"));
+    std::fs::create_dir_all(lib.root.join("D")).unwrap();
+    for name in ["x", "y", "z"] {
+        std::fs::copy(lib.root.join(format!("P/{name}.jpg")), lib.root.join(format!("D/{name}.jpg"))).unwrap();
+    }
+    let copied = lib.crawl_folders(&lib.handler(), json!({"folders": ["D"]})).await.unwrap();
+    assert_eq!(count(&copied, "copies"), 3, "{copied}");
+    // Since: y's copy is gone, z's holds other content.
+    std::fs::remove_file(lib.root.join("D/y.jpg")).unwrap();
+    std::fs::write(lib.root.join("D/z.jpg"), [photo(100), vec![0; 5]].concat()).unwrap();
+    std::fs::remove_dir_all(lib.root.join("P")).unwrap();
+
+    let result = lib.crawl_folders(&lib.handler(), json!({"folders": ["P"]})).await.unwrap();
+    assert_eq!((count(&result, "moved"), count(&result, "soft_deleted")), (1, 2), "{result}");
+    let after = [("D/x.jpg".to_owned(), x.1), other];
+    assert_eq!(lib.active().await, after, "x lives on at its copy");
+    let whole = lib.crawl().await;
+    assert_eq!((count(&whole, "moved"), count(&whole, "soft_deleted")), (0, 0), "{whole}");
+    let now: Vec<_> = lib.active().await.into_iter().filter(|(path, _)| path != "D/z.jpg").collect();
+    assert_eq!(now, after, "and D/z.jpg, of other content now, a new asset");
+}

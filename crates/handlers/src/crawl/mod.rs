@@ -6,9 +6,12 @@
 //! One subject per file: this one runs a crawl's steps in order; `root` checks the root before anything is
 //! read; `scope` tells what one crawl covers (the whole root, or the folders a watcher saw change); `walk` lists
 //! the tree in the byte order of paths; `merge` steps the catalogue's known files beside it; `ingest` is one
-//! file's journey (placed against the catalogue, proxies made, dates read); `settling` tells files still being written; `settle` deals with what the walk did not find and
-//! pairs Live Photos; `report` counts. `rules` holds the pure decisions (placement, the deletion guard, pairing).
+//! file's journey (placed against the catalogue, proxies made, dates read); `settling` tells files still being
+//! written; `settle` deals with what the walk did not find and pairs Live Photos; `copies` looks, for a crawl
+//! of some folders, at the copies outside them of what vanished; `report` counts. `rules` holds the pure
+//! decisions (placement, the deletion guard, pairing).
 
+mod copies;
 mod ingest;
 mod merge;
 mod report;
@@ -171,7 +174,10 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         // leaves the walk incomplete.
         let soft_deleted = if walk.unreadable.is_empty() {
             let listed = leftover.active;
-            let unseen = settle::unseen(leftover, &run.seen.lock().expect("poisoned"));
+            let mut unseen = settle::unseen(leftover, &run.seen.lock().expect("poisoned"));
+            if !scope.is_whole_root() {
+                copies::outside_the_folders(&*self.catalogue, config, &run.root, &scope, &mut unseen).await?;
+            }
             let active = scope.active_for_guard(&*self.catalogue, &storage, &args, listed, &unseen).await?;
             let guard = &self.settings.mass_deletion;
             // Only a walk of the whole root tells what the root is now.

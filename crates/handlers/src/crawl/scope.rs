@@ -52,6 +52,11 @@ impl CrawlScope {
         &self.folders
     }
 
+    /// Whether the path (relative to the root) lies in one of the folders, everything below them included.
+    pub fn contains(&self, path: &[u8]) -> bool {
+        self.folders.iter().any(|f| f.is_empty() || (path.starts_with(f) && path.get(f.len()) == Some(&b'/')))
+    }
+
     /// Whether a watcher saw the file the walk listed closed after writing, and it still has the size and mtime
     /// (to the nanosecond) it had then: it is read at once, whatever its age. Looks at the file beneath the root
     /// only when the listing agrees (blocking).

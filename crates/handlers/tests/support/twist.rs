@@ -209,6 +209,14 @@ pub trait CatalogueTwist: RealStore {
         self.store().known_files(config, folder, after, limit)
     }
 
+    fn extra_paths_of(
+        &self,
+        config: StorageConfigId,
+        assets: &[AssetId],
+    ) -> impl Future<Output = Result<Vec<KnownFile>, CatalogueError>> + Send {
+        self.store().extra_paths_of(config, assets)
+    }
+
     fn active_assets(&self, config: StorageConfigId) -> impl Future<Output = Result<u64, CatalogueError>> + Send {
         self.store().active_assets(config)
     }
@@ -482,6 +490,14 @@ impl<T: CatalogueTwist> CatalogueStore for Twisted<T> {
         limit: i64,
     ) -> impl Future<Output = Result<Vec<KnownFile>, CatalogueError>> + Send {
         self.0.known_files(config, folder, after, limit)
+    }
+
+    fn extra_paths_of(
+        &self,
+        config: StorageConfigId,
+        assets: &[AssetId],
+    ) -> impl Future<Output = Result<Vec<KnownFile>, CatalogueError>> + Send {
+        self.0.extra_paths_of(config, assets)
     }
 
     fn active_assets(&self, config: StorageConfigId) -> impl Future<Output = Result<u64, CatalogueError>> + Send {

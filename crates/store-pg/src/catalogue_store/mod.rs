@@ -108,26 +108,37 @@ impl CatalogueStore for PgStore {
             })
             .await
             .map_err(CatalogueError::from)?;
-        Ok(rows
-            .into_iter()
-            .map(|r| KnownFile {
-                asset_id: AssetId::from_uuid(r.asset_id),
-                facts: FileFacts {
-                    file_path: r.file_path,
-                    display_path: r.display_path,
-                    size: u64::try_from(r.size_bytes).unwrap_or(0),
-                    mtime: r.file_modified_at,
-                },
-                extra: r.extra,
-                sidecar: match (r.sidecar_path, r.sidecar_size, r.sidecar_modified_at) {
-                    (Some(path), Some(size), Some(mtime)) => {
-                        Some(Sidecar { path, size: u64::try_from(size).unwrap_or(0), mtime })
-                    }
-                    _ => None,
-                },
-                proxies_complete: r.proxies_complete,
-            })
-            .collect())
+        Ok(rows.into_iter().map(KnownRow::known).collect())
+    }
+
+    async fn extra_paths_of(
+        &self,
+        config: StorageConfigId,
+        assets: &[AssetId],
+    ) -> Result<Vec<KnownFile>, CatalogueError> {
+        let ids: Vec<uuid::Uuid> = assets.iter().map(AssetId::as_uuid).collect();
+        let mut known = Vec::new();
+        for chunk in ids.chunks(10_000) {
+            let rows: Vec<KnownRow> = self
+                .read(async |conn| {
+                    sql_query(
+                        "SELECT e.asset_id, e.file_path, '' AS display_path, e.size_bytes, e.file_modified_at,
+                                true AS extra, true AS proxies_complete,
+                                NULL AS sidecar_path, NULL AS sidecar_size, NULL AS sidecar_modified_at
+                           FROM asset_extra_paths e
+                          WHERE e.storage_config_id = $1 AND e.asset_id = ANY($2)
+                          ORDER BY e.file_path",
+                    )
+                    .bind::<Uuid, _>(config.as_uuid())
+                    .bind::<Array<Uuid>, _>(chunk)
+                    .load(conn)
+                    .await
+                })
+                .await
+                .map_err(CatalogueError::from)?;
+            known.extend(rows.into_iter().map(KnownRow::known));
+        }
+        Ok(known)
     }
 
     #[mutants::skip]

@@ -2,7 +2,7 @@
 
 use almanac_domain::{
     AssetId, AssetMetadata, MediaType,
-    ports::{CatalogueError, NewAsset, NewProxy},
+    ports::{CatalogueError, FileFacts, KnownFile, NewAsset, NewProxy, Sidecar},
 };
 use chrono::{DateTime, Utc};
 use diesel::pg::Pg;
@@ -53,6 +53,29 @@ pub(super) struct KnownRow {
     pub(super) sidecar_size: Option<i64>,
     #[diesel(sql_type = Nullable<Timestamptz>)]
     pub(super) sidecar_modified_at: Option<DateTime<Utc>>,
+}
+
+impl KnownRow {
+    /// The known file this row is.
+    pub(super) fn known(self) -> KnownFile {
+        KnownFile {
+            asset_id: AssetId::from_uuid(self.asset_id),
+            facts: FileFacts {
+                file_path: self.file_path,
+                display_path: self.display_path,
+                size: u64::try_from(self.size_bytes).unwrap_or(0),
+                mtime: self.file_modified_at,
+            },
+            extra: self.extra,
+            sidecar: match (self.sidecar_path, self.sidecar_size, self.sidecar_modified_at) {
+                (Some(path), Some(size), Some(mtime)) => {
+                    Some(Sidecar { path, size: u64::try_from(size).unwrap_or(0), mtime })
+                }
+                _ => None,
+            },
+            proxies_complete: self.proxies_complete,
+        }
+    }
 }
 
 #[derive(QueryableByName)]
