@@ -1,19 +1,24 @@
 //! Watching libraries (ADR 0014) on real files and a real queue: what a watcher sees becomes crawls of the
 //! changed folders, coalesced; polling finds what events would not; an overflow falls back to polling with one
-//! warning and a whole-root crawl; two Workers watching one config enqueue one copy of each change.
+//! warning and a whole-root crawl; two Workers watching one config enqueue one copy of each change; a watcher
+//! that starts crawls the whole root once (what changed while none ran); a hung file system, a hung or failing
+//! polling pass hold up no other watch, no shutdown, and keep no watch.
 
 mod support;
 
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use almanac_domain::ports::{ServedConfigs, WatchChoice, WatchMode, WatchStore};
 use almanac_domain::{
     CrawlArgs, DedupKey, Scope, Status, WorkArgs, WorkItem, WorkItemId, WorkKind, WorkQueue, WorkerId,
 };
-use almanac_handlers::watch::{ConfigWatcher, WatchStatus};
+use almanac_handlers::watch::{Batch, ConfigWatcher, FolderTree, WatchIo, WatchStatus};
 use almanac_handlers::{InQuietHours, WatchSettings, Watching};
 use almanac_media::fixtures::{self, FixtureExif};
-use almanac_store_pg::PgStore;
+use almanac_store_pg::{NewStorageConfig, PgStore};
 use diesel::sql_query;
 use diesel::sql_types::Uuid;
 use diesel_async::RunQueryDsl;
@@ -51,8 +56,14 @@ struct Id {
     id: uuid::Uuid,
 }
 
-/// The crawls of the library's config enqueued so far (queued, or taken by [`crawls_until`]), oldest first.
+/// The crawls of changes (of folders) of the library's config enqueued so far (queued, or taken by
+/// [`crawls_until`]), oldest first: not the whole-root crawls a watcher enqueues as it starts or falls back.
 async fn crawls(lib: &Library) -> Vec<WorkItem> {
+    all_crawls(lib).await.into_iter().filter(|i| !args(i).is_whole_root()).collect()
+}
+
+/// Every crawl of the library's config enqueued so far, oldest first.
+async fn all_crawls(lib: &Library) -> Vec<WorkItem> {
     let ids: Vec<Id> = sql_query(
         "SELECT id FROM work_items WHERE kind = 'crawl' AND storage_config_id = $1 ORDER BY requested_at, id",
     )
@@ -71,13 +82,14 @@ fn args(item: &WorkItem) -> CrawlArgs {
     CrawlArgs::from_payload(&item.payload).unwrap()
 }
 
-/// Waits until the crawls enqueued satisfy `done`, and answers them; fails after [`PATIENCE`]. Meanwhile each
-/// queued crawl is taken and finished, as a Worker would run it: a watcher holds what it sees while the crawl
-/// it enqueued last is still queued.
+/// Waits until the crawls of changes enqueued satisfy `done`, and answers them; fails after [`PATIENCE`].
+/// Meanwhile each queued crawl (whole-root ones too) is taken and finished, as a Worker would run it: a watcher
+/// holds what it sees while the crawl it enqueued last is still queued.
 async fn crawls_until(lib: &Library, what: &str, done: impl Fn(&[WorkItem]) -> bool) -> Vec<WorkItem> {
     let deadline = tokio::time::Instant::now() + PATIENCE;
     loop {
-        let items = crawls(lib).await;
+        let all = all_crawls(lib).await;
+        let items: Vec<WorkItem> = all.iter().filter(|i| !args(i).is_whole_root()).cloned().collect();
         if done(&items) {
             return items;
         }
@@ -86,7 +98,7 @@ async fn crawls_until(lib: &Library, what: &str, done: impl Fn(&[WorkItem]) -> b
             tokio::time::Instant::now() < deadline,
             "no {what} within {PATIENCE:?}; enqueued (folders, closed files): {seen:?}"
         );
-        for item in items.iter().filter(|i| i.status == Status::Queued) {
+        for item in all.iter().filter(|i| i.status == Status::Queued) {
             let fence = lib.start(item.id).await;
             lib.finish(fence).await;
         }
@@ -103,15 +115,27 @@ async fn until_ready(status: &WatchStatus) {
     }
 }
 
-/// A Worker's watchers after one look, and the status of its watcher of the library's config.
+/// A Worker's watchers after one look, and the status of its watcher of the library's config; the whole-root
+/// crawl its watcher enqueued as it started is taken and finished.
 async fn watching(lib: &Library, worker: &str, settings: WatchSettings) -> (Watching<PgStore>, Option<WatchStatus>) {
     let mut watching = Watching::new(lib.store.clone(), WorkerId::new(worker).unwrap(), ServedConfigs::All, settings);
     watching.look().await.unwrap();
     let status = watching.status(lib.config);
     if let Some(status) = &status {
         until_ready(status).await;
+        let queued: Vec<WorkItem> = all_crawls(lib).await.into_iter().filter(|i| i.status == Status::Queued).collect();
+        assert!(queued.iter().any(|i| args(i).is_whole_root()), "a watcher that starts crawls the whole root");
+        for item in queued {
+            let fence = lib.start(item.id).await;
+            lib.finish(fence).await;
+        }
     }
     (watching, status)
+}
+
+/// The key of the config's crawl, which the scheduler's and the watchers' whole-root crawls take.
+fn crawl_key(lib: &Library) -> DedupKey {
+    DedupKey::for_work(WorkKind::Crawl, Scope::Config(lib.config))
 }
 
 fn has_closed(items: &[WorkItem], path: &str) -> bool {
@@ -178,14 +202,15 @@ async fn ten_thousand_files_created_at_once_are_a_handful_of_crawls() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_polled_library_finds_a_new_file_at_the_next_pass_and_its_baseline_enqueues_nothing() {
+async fn a_polled_library_finds_a_new_file_at_the_next_pass_and_its_baseline_only_the_crawl_of_what_was_missed() {
     let lib = library().await;
     std::fs::create_dir_all(lib.root.join("phone/2026")).unwrap();
     std::fs::write(lib.root.join("phone/2026/old.jpg"), photo(2)).unwrap();
     lib.store.set_storage_config_watch(lib.config, WatchChoice::Polling).await.unwrap();
     let (watching, status) = watching(&lib, "w1", settings()).await;
     assert_eq!(status.unwrap().mode(), WatchMode::Polling);
-    assert!(crawls(&lib).await.is_empty(), "the baseline enqueues nothing");
+    assert!(crawls(&lib).await.is_empty(), "the baseline enqueues no crawl of folders");
+    assert_eq!(all_crawls(&lib).await.len(), 1, "only the whole-root crawl of the start");
 
     std::fs::write(lib.root.join("phone/2026/new.jpg"), photo(3)).unwrap();
     let items = crawls_until(&lib, "crawl of the polled folder", |i| !i.is_empty()).await;
@@ -207,13 +232,17 @@ async fn an_overflow_says_so_once_polls_from_then_on_and_crawls_the_whole_root()
     let overflow = || Ok(notify::Event::new(notify::EventKind::Other).set_flag(notify::event::Flag::Rescan));
 
     let steps = async {
+        until_ready(&status).await;
         events.send(overflow()).unwrap();
-        let items = crawls_until(&lib, "whole-root crawl", |i| !i.is_empty()).await;
-        assert_eq!(items.len(), 1);
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        while status.mode() != WatchMode::Polling {
+            assert!(tokio::time::Instant::now() < deadline, "no fall-back within {PATIENCE:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let items = all_crawls(&lib).await;
+        assert_eq!(items.len(), 1, "the overflow's whole-root crawl joins the one of the start, still queued");
         assert!(args(&items[0]).is_whole_root());
-        let key = DedupKey::for_work(WorkKind::Crawl, Scope::Config(lib.config));
-        assert_eq!(items[0].dedup_key.as_deref(), Some(key.as_str()), "joined with the scheduled crawl");
-        assert_eq!(status.mode(), WatchMode::Polling);
+        assert_eq!(items[0].dedup_key.as_deref(), Some(crawl_key(&lib).as_str()), "joined with the scheduled crawl");
         let report = status.report(None);
         assert!(report.note.unwrap().contains("overflowed"));
         // Nothing more comes of events, and a watch limit reached later says nothing more.
@@ -400,4 +429,148 @@ async fn changes_seen_while_the_last_crawl_is_still_queued_wait_for_it_to_start_
     assert_eq!(args(&items[1]).folders, ["y", "z"]);
     lib.finish(fence).await;
     drop(watching);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_that_starts_crawls_the_whole_root_once_joining_a_queued_crawl() {
+    let lib = library().await;
+    let worker = WorkerId::new("w1").unwrap();
+    // Nothing queued: the start enqueues one whole-root crawl, under the config's crawl key.
+    let mut first = Watching::new(lib.store.clone(), worker.clone(), ServedConfigs::All, settings());
+    first.look().await.unwrap();
+    until_ready(&first.status(lib.config).unwrap()).await;
+    let items = all_crawls(&lib).await;
+    assert_eq!(items.len(), 1, "one crawl of what changed while no watcher ran");
+    assert!(args(&items[0]).is_whole_root());
+    assert_eq!(items[0].dedup_key.as_deref(), Some(crawl_key(&lib).as_str()));
+    let stop = CancellationToken::new();
+    stop.cancel();
+    first.run(stop).await;
+    let fence = lib.start(items[0].id).await;
+    lib.finish(fence).await;
+
+    // A scheduled crawl queued: a watcher starting (here polling, at its baseline) joins it.
+    let scheduled = lib.enqueue(&Batch { folders: vec![], closed: vec![] }.item(lib.config)).await;
+    lib.store.set_storage_config_watch(lib.config, WatchChoice::Polling).await.unwrap();
+    let mut second = Watching::new(lib.store.clone(), worker, ServedConfigs::All, settings());
+    second.look().await.unwrap();
+    until_ready(&second.status(lib.config).unwrap()).await;
+    let ids: Vec<WorkItemId> = all_crawls(&lib).await.iter().map(|i| i.id).collect();
+    assert_eq!(ids, [items[0].id, scheduled.id], "joined the queued crawl");
+}
+
+/// The watch of `config` as stored: its holder's report and lease, if a Worker holds it.
+async fn stored(lib: &Library, config: almanac_domain::StorageConfigId) -> Option<almanac_domain::ports::HeldWatch> {
+    let states = lib.store.watch_states().await.unwrap();
+    states.into_iter().find(|s| s.config == config)?.held
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_root_whose_file_system_hangs_delays_no_other_watch_and_is_read_once() {
+    let lib = library().await;
+    let share = lib.dir.path().join("share");
+    std::fs::create_dir_all(&share).unwrap();
+    let new = NewStorageConfig { username: "ann".into(), root_path: share.clone() };
+    let hung = lib.store.add_storage_config(&new).await.unwrap().1.id;
+    // The share's statfs blocks until the test lets it go.
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let (released, reads) = (Mutex::new(released), Arc::new(AtomicUsize::new(0)));
+    let counted = reads.clone();
+    let fs_type = move |root: &Path| {
+        if root == share {
+            counted.fetch_add(1, Ordering::SeqCst);
+            let _ = released.lock().unwrap().recv();
+        }
+        almanac_handlers::watch::fs_type(root)
+    };
+    let io = WatchIo { fs_type: Arc::new(fs_type), ..WatchIo::default() };
+    let worker = WorkerId::new("w1").unwrap();
+    let mut watching = Watching::new(lib.store.clone(), worker, ServedConfigs::All, settings()).with_io(io);
+
+    watching.look().await.unwrap();
+    assert_eq!(watching.watching(), [lib.config], "the other config is watched at the first look");
+    let held = stored(&lib, hung).await.expect("the hung config's watch is held while its mode is decided");
+    assert_eq!(held.report.mode, WatchMode::Off);
+    assert!(held.report.note.unwrap().contains("deciding"));
+    let before = stored(&lib, lib.config).await.unwrap().lease_expires_at;
+    watching.look().await.unwrap();
+    watching.look().await.unwrap();
+    assert!(stored(&lib, lib.config).await.unwrap().lease_expires_at > before, "renewed while the share hangs");
+    assert_eq!(AtomicUsize::load(&reads, Ordering::SeqCst), 1, "no second statfs while the first hangs");
+
+    release.send(()).unwrap();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while watching.status(hung).is_none() {
+        assert!(tokio::time::Instant::now() < deadline, "the share's watcher did not start within {PATIENCE:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        watching.look().await.unwrap();
+    }
+    assert_eq!(stored(&lib, hung).await.unwrap().report.mode, WatchMode::Events, "its mode reported once decided");
+    assert_eq!(AtomicUsize::load(&reads, Ordering::SeqCst), 1, "the answer is kept");
+    watching.look().await.unwrap();
+    assert_eq!(AtomicUsize::load(&reads, Ordering::SeqCst), 1);
+}
+
+/// A polling pass that tells when it starts and then blocks until the test drops `release`.
+fn hung_pass() -> (WatchIo, std::sync::mpsc::Sender<()>, tokio::sync::mpsc::UnboundedReceiver<()>) {
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let (entered, entering) = tokio::sync::mpsc::unbounded_channel();
+    let released = Mutex::new(released);
+    let pass = move |_: &Path, _: Option<FolderTree>, _: &CancellationToken| {
+        let _ = entered.send(());
+        let _ = released.lock().unwrap().recv();
+        (FolderTree::default(), Vec::new())
+    };
+    (WatchIo { pass: Arc::new(pass), ..WatchIo::default() }, release, entering)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_polling_pass_that_never_returns_holds_up_no_shutdown() {
+    let lib = library().await;
+    lib.store.set_storage_config_watch(lib.config, WatchChoice::Polling).await.unwrap();
+    let (io, release, mut entering) = hung_pass();
+    let worker = WorkerId::new("w1").unwrap();
+    let mut watching = Watching::new(lib.store.clone(), worker, ServedConfigs::All, settings()).with_io(io);
+    watching.look().await.unwrap();
+    tokio::time::timeout(PATIENCE, entering.recv()).await.expect("the pass did not start").unwrap();
+
+    let stop = CancellationToken::new();
+    stop.cancel();
+    tokio::time::timeout(PATIENCE, watching.run(stop)).await.expect("the shutdown waited for the hung pass");
+    assert!(stored(&lib, lib.config).await.is_none(), "its watch given up");
+    drop(release);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_whose_polling_pass_fails_gives_its_watch_up_and_is_started_again() {
+    let lib = library().await;
+    lib.store.set_storage_config_watch(lib.config, WatchChoice::Polling).await.unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = calls.clone();
+    let pass = move |root: &Path, tree: Option<FolderTree>, stop: &CancellationToken| {
+        assert!(counted.fetch_add(1, Ordering::SeqCst) > 0, "the first pass fails");
+        match tree {
+            None => (FolderTree::baseline(root, stop), Vec::new()),
+            Some(mut tree) => {
+                let changed = tree.pass(root, stop);
+                (tree, changed)
+            }
+        }
+    };
+    let io = WatchIo { pass: Arc::new(pass), ..WatchIo::default() };
+    let worker = WorkerId::new("w1").unwrap();
+    let mut watching = Watching::new(lib.store.clone(), worker, ServedConfigs::All, settings()).with_io(io);
+    watching.look().await.unwrap();
+    assert_eq!(watching.watching(), [lib.config]);
+
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !watching.watching().is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "the dead watcher kept its watch for {PATIENCE:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        watching.look().await.unwrap();
+    }
+    assert!(stored(&lib, lib.config).await.is_none(), "the dead watcher's watch is given up");
+    watching.look().await.unwrap();
+    until_ready(&watching.status(lib.config).expect("taken again at the next look")).await;
+    assert!(AtomicUsize::load(&calls, Ordering::SeqCst) >= 2);
 }

@@ -16,7 +16,7 @@ use tracing::{info, warn};
 use super::events::{Handled, handle};
 use super::poll::FolderTree;
 use super::window::Window;
-use super::{InQuietHours, WatchSettings};
+use super::{InQuietHours, WatchIo, WatchSettings};
 
 /// What a watcher is doing, for its Worker's reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,6 +80,7 @@ pub struct ConfigWatcher<S> {
     root: PathBuf,
     store: Arc<S>,
     settings: WatchSettings,
+    io: WatchIo,
     status: WatchStatus,
     /// Whether the last enqueue failed (its warning is said once per outage).
     failing: bool,
@@ -102,7 +103,13 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
     ) -> Self {
         let status = Status { mode, note, last_change: None, pending_files: 0, ready: false };
         let status = WatchStatus(Arc::new(Mutex::new(status)));
-        Self { config, root, store, settings, status, failing: false, in_flight: None, held_until: None }
+        let io = WatchIo::default();
+        Self { config, root, store, settings, io, status, failing: false, in_flight: None, held_until: None }
+    }
+
+    /// The same, making `io`'s calls on the file system (a test's, to make a polling pass hang or fail).
+    pub fn with_io(self, io: WatchIo) -> Self {
+        Self { io, ..self }
     }
 
     /// Its status, as it changes.
@@ -127,7 +134,7 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
     pub async fn run_on(mut self, mut events: Events, stop: CancellationToken) {
         let mut window = Window::default();
         if self.mode() == WatchMode::Events {
-            self.status().ready = true;
+            self.ready(&mut window).await;
             match self.follow(&mut events, &mut window, &stop).await {
                 Ended::Stopped => {}
                 Ended::FellBack(reason) => self.fall_back(reason, &mut window).await,
@@ -237,7 +244,7 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
     /// Polls the root's folders every `poll_interval`; the first pass is the baseline.
     async fn poll(&mut self, window: &mut Window, stop: &CancellationToken) {
         let Some((mut tree, _)) = self.pass(None, stop).await else { return };
-        self.status().ready = true;
+        self.ready(window).await;
         loop {
             tokio::select! {
                 () = stop.cancelled() => return,
@@ -256,19 +263,28 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
         }
     }
 
-    /// One pass over `tree` (the baseline when `None`), at the Worker's low priority, on a blocking thread.
+    /// It watches now (the watch set, the baseline taken): what changed while no watcher ran (before a restart,
+    /// a handover, an outage, or before the watch was set) is found by a whole-root crawl, under the config's
+    /// crawl key (joining one queued).
+    /// Once only: a fall-back to polling crawls the whole root itself.
+    async fn ready(&mut self, window: &mut Window) {
+        if self.status().ready {
+            return;
+        }
+        window.everything(Instant::now());
+        self.flush(window).await;
+        self.status().ready = true;
+    }
+
+    /// One pass over `tree` (the baseline when `None`), at the Worker's low priority, on a blocking thread;
+    /// `None` when it failed or `stop` came first (the pass sees it between folders and ends on its own).
     async fn pass(&self, tree: Option<FolderTree>, stop: &CancellationToken) -> Option<(FolderTree, Vec<String>)> {
-        let (root, stop) = (self.root.clone(), stop.clone());
-        let passed = tokio::task::spawn_blocking(move || {
-            almanac_media::gently(|| match tree {
-                None => (FolderTree::baseline(&root, &stop), Vec::new()),
-                Some(mut tree) => {
-                    let changed = tree.pass(&root, &stop);
-                    (tree, changed)
-                }
-            })
-        })
-        .await;
+        let (root, token, pass) = (self.root.clone(), stop.clone(), self.io.pass.clone());
+        let blocking = tokio::task::spawn_blocking(move || almanac_media::gently(|| pass(&root, tree, &token)));
+        let passed = tokio::select! {
+            passed = blocking => passed,
+            () = stop.cancelled() => return None,
+        };
         match passed {
             Ok(passed) => Some(passed),
             Err(e) => {
