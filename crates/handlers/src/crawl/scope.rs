@@ -4,8 +4,9 @@
 //! whole root, as it always was.
 //!
 //! A folder that no longer exists while its parent does (the root passed its checks) was deleted or moved away:
-//! its known files were not found, and vanish through the guard. One whose parent cannot be opened either, or
-//! that cannot be read, leaves the walk incomplete, and nothing is soft-deleted this time.
+//! its known files were not found, and vanish through the guard. One whose parent cannot be opened either, one
+//! its parent still lists although opening it found no such entry, or one that cannot be read, leaves the walk
+//! incomplete, and nothing is soft-deleted this time.
 
 use std::collections::{BTreeSet, HashMap};
 use std::os::unix::fs::MetadataExt;
@@ -88,15 +89,9 @@ impl CrawlScope {
         }
         match root.open_folder(folder) {
             Ok(_) => {}
-            Err(OpenError::Vanished(_) | OpenError::Escapes(_)) => {
-                let parent = folder.iter().rposition(|b| *b == b'/').map_or(&folder[..0], |i| &folder[..i]);
-                if root.open_folder(parent).is_err() {
-                    report.unreadable.push((
-                        display_of(root, folder),
-                        "neither it nor the folder it was in can be opened now (deleted, or a link on the way); the \
-                         next crawl looks again"
-                            .into(),
-                    ));
+            Err(e @ (OpenError::Vanished(_) | OpenError::Escapes(_))) => {
+                if let Some(why) = not_there(root, folder, matches!(e, OpenError::Vanished(_))) {
+                    report.unreadable.push((display_of(root, folder), why));
                 }
                 // Gone, or a file or a link now (never followed): what the catalogue knew inside it is not found.
                 return false;
@@ -181,6 +176,44 @@ impl CrawlScope {
         let item = NewWorkItem::from_args(&CrawlArgs::of_folders(folders, Vec::new()), scope).map_err(permanent)?;
         Ok(item.with_dedup_key(key))
     }
+}
+
+/// Why a folder of the scope that is not there to open (`vanished`: no such entry; otherwise a file or a link
+/// now) leaves the walk incomplete, or `None` when it is gone and its known files were not found (blocking).
+/// Incomplete when the folder it was in cannot be opened either, or when that folder still lists its name
+/// although opening it found no such entry (a mount that failed, or a race): the whole root's walk, listing
+/// that folder, would find it unreadable too, never gone.
+fn not_there(root: &RootFolder, folder: &[u8], vanished: bool) -> Option<String> {
+    let (parent, name) = match folder.iter().rposition(|b| *b == b'/') {
+        Some(i) => (&folder[..i], &folder[i + 1..]),
+        None => (&folder[..0], folder),
+    };
+    let Ok(above) = root.open_folder(parent) else {
+        return Some(
+            "neither it nor the folder it was in can be opened now (deleted, or a link on the way); the next crawl \
+             looks again"
+                .into(),
+        );
+    };
+    (vanished && still_listed(&above, name)).then(|| {
+        "its folder still lists it, but it cannot be opened (a mount that failed, or it changed as the crawl \
+         looked); nothing is soft-deleted this time and the next crawl looks again"
+            .into()
+    })
+}
+
+/// Whether the open `folder` lists `name` (blocking); a listing that fails counts as listing it, so that what
+/// cannot be told is never taken for gone.
+fn still_listed(folder: &std::os::fd::OwnedFd, name: &[u8]) -> bool {
+    let Ok(dir) = rustix::fs::Dir::read_from(folder) else { return true };
+    for entry in dir {
+        match entry {
+            Ok(entry) if entry.file_name().to_bytes() == name => return true,
+            Ok(_) => {}
+            Err(_) => return true,
+        }
+    }
+    false
 }
 
 /// The folders of the files still being written, for the crawl asked for again: `None` once more than
@@ -297,5 +330,21 @@ mod tests {
         assert_eq!(report.proxy_root_inside.len(), 1, "{report:?}");
         assert_eq!(report.unreadable.len(), 1, "{report:?}");
         assert!(report.unreadable[0].0.ends_with("gone/deeper"), "{report:?}");
+    }
+
+    #[test]
+    fn a_folder_its_parent_still_lists_is_unreadable_never_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("2019/trip")).unwrap();
+        std::fs::write(dir.path().join("2019/file"), b"x").unwrap();
+        let root = RootFolder::open(dir.path()).unwrap();
+        // Opening `2019/trip` found no such entry (a mount that failed, a race), yet `2019` still lists it.
+        let why = not_there(&root, b"2019/trip", true).expect("unreadable");
+        assert!(why.contains("still lists it"), "{why}");
+        assert_eq!(not_there(&root, b"2019/gone", true), None, "not listed: gone");
+        assert_eq!(not_there(&root, b"2019/file", false), None, "a file now, not a folder: gone");
+        assert!(not_there(&root, b"gone/deeper", true).is_some(), "its parent gone too: unreadable");
+        let top = not_there(&root, b"2019", true).expect("the root lists it");
+        assert!(top.contains("still lists it"), "{top}");
     }
 }
