@@ -1,7 +1,9 @@
 //! Events or polling (ADR 0014, decision 3): the operator's choice, and for `auto` the root's file system type.
 //! Where other machines write (network and FUSE file systems) inotify hears nothing they do: those are polled.
 
-use std::path::Path;
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+use std::path::{Path, PathBuf};
 
 use almanac_domain::ports::{WatchChoice, WatchMode};
 
@@ -24,6 +26,85 @@ const POLLED_FS: [(u32, &str); 14] = [
     (0x7375_7245, "Coda"),
     (0x564C, "NCP"),
 ];
+
+/// The same file systems by the type names the kernel lists in `/proc/self/mountinfo` (any `fuse.*` too).
+const POLLED_TYPES: [&str; 16] = [
+    "nfs", "nfs4", "smbfs", "cifs", "smb3", "fuse", "fuseblk", "9p", "ceph", "afs", "ocfs2", "gfs2", "lustre", "gpfs",
+    "coda", "ncpfs",
+];
+
+/// Whether `auto` polls a file system of type `name` (as `/proc/self/mountinfo` names it).
+pub fn polled_type(name: &str) -> bool {
+    POLLED_TYPES.contains(&name) || name.starts_with("fuse.")
+}
+
+/// The mount points and file system types a `/proc/self/mountinfo` text lists (the mount point's escaped
+/// characters, `\040` for a space, read back).
+pub fn mounts(mountinfo: &str) -> Vec<(PathBuf, String)> {
+    let mount = |line: &str| {
+        let (left, right) = line.split_once(" - ")?;
+        let point = left.split(' ').nth(4)?;
+        let fs_type = right.split(' ').next()?;
+        Some((PathBuf::from(OsString::from_vec(unescape(point))), fs_type.to_owned()))
+    };
+    mountinfo.lines().filter_map(mount).collect()
+}
+
+/// A mountinfo field with its octal escapes (`\ooo`) read back.
+fn unescape(field: &str) -> Vec<u8> {
+    let bytes = field.as_bytes();
+    let (mut out, mut i) = (Vec::with_capacity(bytes.len()), 0);
+    while i < bytes.len() {
+        let octal =
+            bytes.get(i + 1..i + 4).filter(|d| bytes[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match octal {
+            Some(d) => {
+                let value = d.iter().fold(0u32, |v, c| v * 8 + u32::from(c - b'0'));
+                out.push(u8::try_from(value).unwrap_or(b'?'));
+                i += 4;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// The first mount strictly below `root` whose file system `auto` polls (its mount point and type), among
+/// `mounts`.
+pub fn polled_below(mounts: &[(PathBuf, String)], root: &Path) -> Option<(PathBuf, String)> {
+    mounts.iter().find(|(point, fs_type)| point != root && point.starts_with(root) && polled_type(fs_type)).cloned()
+}
+
+/// [`polled_below`] for this process's mounts (`/proc/self/mountinfo`), `root` resolved first; `None` when they
+/// cannot be read. Blocking (resolving a root on a hung mount blocks).
+pub fn polled_mount_below(root: &Path) -> Option<(PathBuf, String)> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+    polled_below(&mounts(&mountinfo), &root)
+}
+
+/// [`decide`], and for `auto` on a file system that gets events, polling when a polled file system is mounted
+/// below the root (`nested`: its mount point and type): other machines' writes there raise no event.
+pub fn decide_below(
+    choice: WatchChoice,
+    f_type: Result<u32, String>,
+    nested: Option<(PathBuf, String)>,
+) -> (WatchMode, Option<String>) {
+    match (choice, &f_type, nested) {
+        (WatchChoice::Auto, Ok(magic), Some((point, name))) if polled_fs(*magic).is_none() => (
+            WatchMode::Polling,
+            Some(format!(
+                "a {name} file system is mounted below the root at {}, where changes made by other machines raise \
+                 no event",
+                point.display()
+            )),
+        ),
+        _ => decide(choice, f_type),
+    }
+}
 
 /// The name of a file system type `auto` polls, or `None` for one whose changes this kernel sees.
 pub fn polled_fs(f_type: u32) -> Option<&'static str> {
@@ -95,6 +176,32 @@ mod tests {
         let unreadable = decide(WatchChoice::Auto, Err("gone".into()));
         assert_eq!(unreadable, (WatchMode::Off, Some("gone".into())));
         assert_eq!(decide(WatchChoice::Polling, Err("gone".into())).0, WatchMode::Polling);
+    }
+
+    #[test]
+    fn a_polled_file_system_mounted_below_the_root_makes_it_polled() {
+        let mountinfo = r"22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+36 22 0:31 / /srv/photos rw,relatime shared:2 - ext4 /dev/sdb1 rw
+41 36 0:44 / /srv/photos/from\040phone rw,relatime shared:9 - nfs4 nas:/phone rw,vers=4.2
+42 22 0:45 / /srv/photos2/x rw - cifs //nas/x rw
+43 36 0:46 / /srv/photos/sshfs rw - fuse.sshfs me@host: rw
+44 36 0:47 / /srv/photos/tmp rw - tmpfs tmpfs rw";
+        let mounts = mounts(mountinfo);
+        assert_eq!(mounts.len(), 6);
+        assert_eq!(mounts[2], (PathBuf::from("/srv/photos/from phone"), "nfs4".to_owned()), "\\040 is a space");
+        let root = Path::new("/srv/photos");
+        let nested = polled_below(&mounts, root);
+        assert_eq!(nested, Some((PathBuf::from("/srv/photos/from phone"), "nfs4".to_owned())));
+        let (mode, note) = decide_below(WatchChoice::Auto, Ok(0xEF53), nested.clone());
+        assert_eq!(mode, WatchMode::Polling);
+        assert!(note.unwrap().contains("nfs4 file system is mounted below the root at /srv/photos/from phone"));
+        assert_eq!(decide_below(WatchChoice::Events, Ok(0xEF53), nested).0, WatchMode::Events, "the choice rules");
+        assert_eq!(polled_below(&mounts, Path::new("/srv/photos/tmp")), None, "a local mount below is no reason");
+        assert_eq!(polled_below(&mounts, Path::new("/srv/photos2/x")), None, "the root's own mount is statfs's");
+        assert_eq!(polled_below(&mounts, Path::new("/srv/photo")), None, "a name that only begins the same");
+        assert_eq!(decide_below(WatchChoice::Auto, Ok(0xEF53), None), (WatchMode::Events, None));
+        assert!(polled_type("fuse.rclone") && polled_type("smb3") && !polled_type("xfs"));
+        assert_eq!(unescape(r"a\134b\011c\9"), b"a\\b\tc\\9");
     }
 
     #[test]

@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use super::mode::{decide_below, polled_mount_below};
 use super::{ConfigWatcher, WatchIo, WatchSettings, WatchStatus, decide};
 
 /// How long a look waits for the `statfs` calls it started (a local disk answers at once); one that takes longer
@@ -42,11 +43,14 @@ struct Running {
     renewed: Instant,
 }
 
+/// What a root's file system says: its type (`statfs`), and a polled file system mounted below it.
+type RootFs = (Result<u32, String>, Option<(PathBuf, String)>);
+
 /// A `statfs` of a config's root under way on a blocking thread (at most one per config).
 struct Deciding {
     root: PathBuf,
     choice: WatchChoice,
-    task: JoinHandle<Result<u32, String>>,
+    task: JoinHandle<RootFs>,
 }
 
 /// A Worker's watchers: takes the watch of each config it may watch and no other Worker holds, runs a watcher
@@ -211,21 +215,26 @@ impl<S: WatchStore + WorkQueue + 'static> Watching<S> {
             // None, or one of a root or choice no longer the config's (left to end on its own).
             _ => {
                 let (fs_type, at) = (self.io.fs_type.clone(), root.clone());
-                let task = tokio::task::spawn_blocking(move || fs_type(&at));
+                let task = tokio::task::spawn_blocking(move || {
+                    let f_type = fs_type(&at);
+                    let below = if f_type.is_ok() { polled_mount_below(&at) } else { None };
+                    (f_type, below)
+                });
                 Deciding { root: root.clone(), choice, task }
             }
         };
-        let f_type = match tokio::time::timeout_at(until, &mut deciding.task).await {
-            Ok(Ok(f_type)) => f_type,
-            Ok(Err(e)) => Err(format!("reading the root's file system failed: {e}")),
+        let (f_type, below) = match tokio::time::timeout_at(until, &mut deciding.task).await {
+            Ok(Ok(root_fs)) => root_fs,
+            Ok(Err(e)) => (Err(format!("reading the root's file system failed: {e}")), None),
             Err(_) => {
                 self.deciding.insert(config, deciding);
                 return None;
             }
         };
-        let decision = decide(choice, f_type.clone());
+        let read = f_type.is_ok();
+        let decision = decide_below(choice, f_type, below);
         // A root that could not be read is read again at the next look.
-        if f_type.is_ok() {
+        if read {
             self.decided.insert((config, root, choice), decision.clone());
         }
         Some(decision)
