@@ -272,7 +272,7 @@ async fn a_proxy_folder_emptied_or_unmounted_is_refused_by_the_guard_and_nothing
     let away = lib.dir.path().join("unmounted");
     std::fs::rename(&folder, &away).unwrap();
 
-    let (logs, found) = logs::capture(lib.run_sweep(&sweep(&lib))).await;
+    let (logs, found) = support::logs::capture(lib.run_sweep(&sweep(&lib))).await;
     assert_eq!(found["refused_configs"], serde_json::json!([lib.config]), "{found}");
     assert_eq!((found["broken_assets"].as_u64(), found["repairs_queued"].as_u64()), (Some(0), Some(0)), "{found}");
     assert!(lib.queued().await.is_empty(), "nothing queued: {:?}", lib.queued().await);
@@ -420,39 +420,6 @@ async fn a_proxy_volume_that_fills_during_the_crawl_stops_it_with_one_error_and_
     drop(volume);
 }
 
-/// The log lines (JSON) a future writes while it runs.
-mod logs {
-    use std::sync::{Arc, Mutex};
-
-    use tracing::instrument::WithSubscriber;
-
-    #[derive(Clone, Default)]
-    struct Buffer(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Buffer {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    pub async fn capture<T>(f: impl Future<Output = T>) -> (Vec<serde_json::Value>, T) {
-        let buffer = Buffer::default();
-        let writer = buffer.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .json()
-            .with_max_level(tracing::Level::INFO)
-            .with_writer(move || writer.clone())
-            .finish();
-        let out = f.with_subscriber(subscriber).await;
-        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
-        (text.lines().map(|l| serde_json::from_str(l).unwrap()).collect(), out)
-    }
-}
-
 /// The maintenance statements, with one twist: when the sweep comes to the folder `at` (reading its rows), that
 /// folder and every later one of the config are removed, as a proxy volume lost part-way through the sweep.
 struct FoldersVanishAt {
@@ -523,7 +490,7 @@ async fn a_proxy_volume_lost_part_way_through_a_sweep_queues_no_repair() {
         ProxySweepHandler::<PgStore>::min_age_for(ToolLimits::default()),
     );
 
-    let (logs, found) = logs::capture(lib.run_sweep(&handler)).await;
+    let (logs, found) = support::logs::capture(lib.run_sweep(&handler)).await;
     assert!(!config_folder.join(&folders[at].0).exists(), "the later folders vanished");
     assert_eq!(found["refused_configs"], serde_json::json!([lib.config]), "{found}");
     assert_eq!(found["repairs_queued"].as_u64(), Some(0), "{found}");

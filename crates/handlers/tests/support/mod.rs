@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod logs;
 pub mod twist;
 
 use std::path::PathBuf;
