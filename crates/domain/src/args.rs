@@ -174,6 +174,14 @@ pub struct ClosedFile {
     pub mtime_ns: i64,
 }
 
+impl ClosedFile {
+    /// A time as `stat` gives it (seconds and nanoseconds since the Unix epoch) in the nanoseconds `mtime_ns`
+    /// holds: the one rule by which a watcher stamps a file and the crawl compares it (saturating past 2262).
+    pub const fn stat_nanos(secs: i64, nsec: i64) -> i64 {
+        secs.saturating_mul(1_000_000_000).saturating_add(nsec)
+    }
+}
+
 impl WorkArgs for CrawlArgs {
     const KIND: WorkKind = WorkKind::Crawl;
     type Output = CrawlReport;

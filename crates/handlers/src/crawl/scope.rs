@@ -12,7 +12,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::os::unix::fs::MetadataExt;
 
 use almanac_domain::{
-    CrawlArgs, DedupKey, NewWorkItem, Scope, StorageConfig, StorageConfigId, WorkKind, ports::CatalogueStore,
+    ClosedFile, CrawlArgs, DedupKey, NewWorkItem, Scope, StorageConfig, StorageConfigId, WorkKind,
+    ports::CatalogueStore,
 };
 use almanac_executor::HandlerError;
 use almanac_media::{OpenError, RootFolder};
@@ -69,10 +70,9 @@ impl CrawlScope {
             return false;
         }
         let Ok(open) = root.open_file(&entry.rel) else { return false };
-        open.file().metadata().is_ok_and(|m| {
-            let now_ns = i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec());
-            m.size() == size && now_ns == i128::from(mtime_ns)
-        })
+        open.file()
+            .metadata()
+            .is_ok_and(|m| m.size() == size && ClosedFile::stat_nanos(m.mtime(), m.mtime_nsec()) == mtime_ns)
     }
 
     /// Whether the walk goes into `folder` of this scope (blocking). The whole root always; a folder only when

@@ -1,6 +1,7 @@
 //! What a change event means for the crawl (ADR 0014, decision 5): the folder(s) to look at again, the files
 //! seen closed after writing, or that the events can no longer be trusted (an overflow, the watch limit).
 
+use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path};
@@ -117,7 +118,15 @@ fn closed_file(path: &Path, rel: &Rel) -> Option<ClosedFile> {
 /// A regular file's size and mtime (nanoseconds), or `None` when it is gone or not one.
 fn stamp(path: &Path) -> Option<(u64, i64)> {
     let meta = std::fs::symlink_metadata(path).ok().filter(std::fs::Metadata::is_file)?;
-    Some((meta.len(), meta.mtime().saturating_mul(1_000_000_000).saturating_add(meta.mtime_nsec())))
+    Some((meta.len(), ClosedFile::stat_nanos(meta.mtime(), meta.mtime_nsec())))
+}
+
+/// Names beneath the root as the crawl names their path: joined with `/`, cut before the first name that is not
+/// UTF-8 (then a folder that holds the path); answers whether nothing was cut.
+pub(super) fn crawl_path<'a>(names: impl IntoIterator<Item = &'a OsStr>) -> (String, bool) {
+    let names: Vec<&OsStr> = names.into_iter().collect();
+    let utf8: Vec<&str> = names.iter().map_while(|n| n.to_str()).collect();
+    (utf8.join("/"), utf8.len() == names.len())
 }
 
 /// A path beneath the root, as the crawl names it.
@@ -145,8 +154,8 @@ impl Rel {
         if names.last().is_some_and(|n| is_temporary_name(n.as_bytes())) {
             return None;
         }
-        let utf8: Vec<&str> = names.iter().map_while(|n| n.to_str()).collect();
-        Some(Rel { whole: utf8.len() == names.len(), path: utf8.join("/") })
+        let (path, whole) = crawl_path(names);
+        Some(Rel { path, whole })
     }
 
     /// The folder holding it (itself when a name was cut: then it already is one).

@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 
 use tokio_util::sync::CancellationToken;
 
+use almanac_domain::ClosedFile;
+
 use crate::crawl::is_skipped_name;
 
 /// A folder's mtime and ctime, in nanoseconds (a file made, removed or renamed in it changes them).
@@ -110,8 +112,8 @@ impl FolderTree {
 fn stamp(path: &Path) -> std::io::Result<Option<Stamp>> {
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.is_dir() => Ok(Some((
-            m.mtime().saturating_mul(1_000_000_000).saturating_add(m.mtime_nsec()),
-            m.ctime().saturating_mul(1_000_000_000).saturating_add(m.ctime_nsec()),
+            ClosedFile::stat_nanos(m.mtime(), m.mtime_nsec()),
+            ClosedFile::stat_nanos(m.ctime(), m.ctime_nsec()),
         ))),
         Ok(_) => Ok(None),
         Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => Ok(None),
@@ -132,11 +134,9 @@ fn subfolders(path: &Path) -> Vec<std::ffi::OsString> {
         .collect()
 }
 
-/// A folder as the crawl names it: `/`-separated, cut before the first name that is not UTF-8 (a folder that
-/// holds it).
+/// A folder as the crawl names it (a folder that holds it when a name is not UTF-8).
 fn crawl_folder(rel: &Path) -> String {
-    let names: Vec<&str> = rel.iter().map_while(|n| n.to_str()).collect();
-    names.join("/")
+    super::events::crawl_path(rel).0
 }
 
 #[cfg(test)]
