@@ -91,6 +91,16 @@ impl fmt::Display for WatchMode {
     }
 }
 
+impl FromStr for WatchMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| format!("unknown watch mode {s:?}: one of {}", Self::ALL.map(WatchMode::as_str).join(", ")))
+    }
+}
+
 /// A config a Worker may watch: active, served by it, with its root and the operator's choice.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WatchTarget {
@@ -180,5 +190,9 @@ mod tests {
         }
         let e = "inotify".parse::<WatchChoice>().unwrap_err();
         assert!(e.contains("auto, events, polling, off"), "{e}");
+        for mode in WatchMode::ALL {
+            assert_eq!(mode.as_str().parse::<WatchMode>(), Ok(mode));
+        }
+        assert!("inotify".parse::<WatchMode>().unwrap_err().contains("events, polling, off"));
     }
 }

@@ -89,7 +89,7 @@ fn choice(s: &str) -> Result<WatchChoice, QueueError> {
 }
 
 fn mode(s: &str) -> Result<WatchMode, QueueError> {
-    WatchMode::ALL.into_iter().find(|m| m.as_str() == s).ok_or_else(|| unreadable("watch mode", s))
+    s.parse().map_err(|_| unreadable("watch mode", s))
 }
 
 impl StateRow {
