@@ -570,3 +570,114 @@ async fn a_watcher_whose_polling_pass_fails_gives_its_watch_up_and_is_started_ag
     until_ready(&watching.status(lib.config).expect("taken again at the next look")).await;
     assert!(AtomicUsize::load(&calls, Ordering::SeqCst) >= 2);
 }
+
+/// The inodes watched by this process's inotify instances, as the kernel lists them (`/proc/self/fdinfo`).
+fn watched_inodes() -> std::collections::HashSet<u64> {
+    let mut inodes = std::collections::HashSet::new();
+    for fd in std::fs::read_dir("/proc/self/fd").unwrap().filter_map(Result::ok) {
+        if std::fs::read_link(fd.path()).is_ok_and(|l| l.to_string_lossy().contains("inotify")) {
+            let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.file_name().to_string_lossy()));
+            let info = info.unwrap_or_default();
+            // `inotify wd:1 ino:1b2c sdev:800001 mask:…`, one line per watch.
+            for field in info.lines().filter(|l| l.starts_with("inotify")).flat_map(str::split_whitespace) {
+                if let Some(hex) = field.strip_prefix("ino:") {
+                    inodes.insert(u64::from_str_radix(hex, 16).unwrap());
+                }
+            }
+        }
+    }
+    inodes
+}
+
+fn inode(path: &Path) -> u64 {
+    std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(path).unwrap())
+}
+
+/// Waits until the crawls of changes enqueued hold `path` as closed (each queued crawl taken and finished).
+async fn until_closed(lib: &Library, path: &str) {
+    crawls_until(lib, &format!("crawl with {path} closed"), |i| has_closed(i, path)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_folders_the_crawl_reads_are_watched_and_a_folder_that_appears_is_watched_with_its_files_read_at_once()
+{
+    let lib = library().await;
+    std::fs::create_dir_all(lib.root.join("2026/01")).unwrap();
+    std::fs::create_dir_all(lib.root.join("in")).unwrap();
+    let mut nas_folders = Vec::new();
+    for i in 0..50 {
+        // Synology's thumbnails: a folder per photo.
+        let folder = lib.root.join(format!("2026/01/@eaDir/IMG_{i:04}.jpg"));
+        std::fs::create_dir_all(&folder).unwrap();
+        nas_folders.push(folder);
+    }
+    std::fs::create_dir_all(lib.root.join(".hidden/sub")).unwrap();
+    nas_folders.extend([lib.root.join("2026/01/@eaDir"), lib.root.join(".hidden"), lib.root.join(".hidden/sub")]);
+    let (watching, status) = watching(&lib, "w1", settings()).await;
+    assert_eq!(status.unwrap().mode(), WatchMode::Events);
+    let watched = watched_inodes();
+    for folder in ["", "2026", "2026/01"] {
+        assert!(watched.contains(&inode(&lib.root.join(folder))), "{folder:?} is watched");
+    }
+    let nas_watched: Vec<&std::path::PathBuf> = nas_folders.iter().filter(|f| watched.contains(&inode(f))).collect();
+    assert!(nas_watched.is_empty(), "folders the crawl skips are not watched: {nas_watched:?}");
+
+    // One copy makes a folder and a photo in it at once: the photo may be closed before the folder's watch is set.
+    std::fs::create_dir_all(lib.root.join("2026/02/trip")).unwrap();
+    std::fs::write(lib.root.join("2026/02/trip/a.jpg"), photo(10)).unwrap();
+    // An album moved in from outside the library, with its photos.
+    let album = lib.dir.path().join("album");
+    std::fs::create_dir_all(album.join("day 1")).unwrap();
+    std::fs::write(album.join("x.jpg"), photo(11)).unwrap();
+    std::fs::write(album.join("day 1/y.jpg"), photo(12)).unwrap();
+    std::fs::rename(&album, lib.root.join("in/album")).unwrap();
+    for path in ["2026/02/trip/a.jpg", "in/album/x.jpg", "in/album/day 1/y.jpg"] {
+        until_closed(&lib, path).await;
+    }
+
+    // The new folders are watched: a photo written later is seen closed there.
+    std::fs::write(lib.root.join("2026/02/trip/b.jpg"), photo(13)).unwrap();
+    std::fs::write(lib.root.join("in/album/day 1/z.jpg"), photo(14)).unwrap();
+    until_closed(&lib, "2026/02/trip/b.jpg").await;
+    until_closed(&lib, "in/album/day 1/z.jpg").await;
+    // A folder moved inside the root (into a folder just made) is watched under its new name.
+    std::fs::create_dir(lib.root.join("albums")).unwrap();
+    std::fs::rename(lib.root.join("in/album"), lib.root.join("albums/2026")).unwrap();
+    until_closed(&lib, "albums/2026/x.jpg").await;
+    std::fs::write(lib.root.join("albums/2026/day 1/w.jpg"), photo(15)).unwrap();
+    until_closed(&lib, "albums/2026/day 1/w.jpg").await;
+    let stale = crawls(&lib).await.into_iter().flat_map(|i| args(&i).closed).filter(|c| c.path.ends_with("w.jpg"));
+    assert!(stale.map(|c| c.path).all(|p| p == "albums/2026/day 1/w.jpg"), "no event under the folder's old name");
+    drop(watching);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_library_exported_over_nfs_or_when_so_set_files_seen_closed_wait_for_the_settle_time() {
+    for exported in [true, false] {
+        let lib = library().await;
+        std::fs::create_dir_all(lib.root.join("a")).unwrap();
+        let export = lib.dir.path().to_path_buf();
+        let io = WatchIo { exports: Arc::new(move |_: &Path| exported.then(|| export.clone())), ..WatchIo::default() };
+        let settings = WatchSettings { trust_closed_files: exported, ..settings() };
+        let watcher =
+            ConfigWatcher::new(lib.store.clone(), lib.config, lib.root.clone(), settings, (WatchMode::Events, None))
+                .with_io(io);
+        let status = watcher.status_handle();
+        let stop = CancellationToken::new();
+        let run = tokio::spawn(watcher.run(stop.clone()));
+        until_ready(&status).await;
+        copy_in(&lib, "a/x.jpg", &photo(20));
+        let items = crawls_until(&lib, "crawl of the folder", |i| !i.is_empty()).await;
+        assert_eq!(args(&items[0]).folders, ["a"]);
+        assert!(items.iter().all(|i| args(i).closed.is_empty()), "exported: {exported}: no file is read at once");
+        if exported {
+            let note = status.report(None).note.unwrap();
+            assert!(
+                note.contains("exported over NFS") && note.contains(&lib.dir.path().display().to_string()),
+                "{note}"
+            );
+        }
+        stop.cancel();
+        run.await.unwrap();
+    }
+}

@@ -26,6 +26,7 @@ mod read;
 mod still;
 mod tool;
 mod video;
+mod writers;
 mod xmp;
 
 #[cfg(feature = "fixtures")]
@@ -53,4 +54,5 @@ pub use still::{
 };
 pub use tool::ToolLimits;
 pub use video::{VideoFacts, VideoProxies, make_video_proxies, probe_video};
+pub use writers::{Writers, writers};
 pub use xmp::{MAX_XMP_BYTES, embedded_xmp_date, is_sidecar_name, sidecar_names, xmp_date};

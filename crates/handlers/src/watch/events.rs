@@ -7,6 +7,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path};
 
 use almanac_domain::ClosedFile;
+use almanac_media::{Writers, writers};
 use notify::event::{AccessKind, AccessMode, CreateKind, ModifyKind, RemoveKind, RenameMode};
 use notify::{Event, EventKind};
 use tokio::time::Instant;
@@ -99,18 +100,77 @@ fn written_aside(root: &Path, event: &Event, window: &mut Window) -> Option<Clos
     }
 }
 
-/// Something renamed to `path`: a folder is looked at itself, a file through its folder.
+/// Something renamed to `path`: a folder is looked at itself, a file through its folder, read at once when no
+/// one has it open for writing (it arrived complete: a sync tool renames a file it finished).
 fn arrived(path: &Path, rel: Rel, window: &mut Window, at: Instant) {
     if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
         window.folder(rel.path, at);
     } else {
-        window.folder(rel.parent(), at);
-        window.file(rel.path, at);
+        file_arrived(path, rel, window, at);
     }
 }
 
-/// The regular file at `path` as it is now (just closed after writing), or `None` when it is gone or not one.
+/// A file that arrived without being seen closed (renamed in, or found in a folder that appeared): read at once
+/// when no one has it open for writing now, else when it has settled or its close is seen.
+fn file_arrived(path: &Path, rel: Rel, window: &mut Window, at: Instant) {
+    Found::of(path, rel).record(window, at);
+}
+
+/// The folder that appeared beneath `root` by `event` (made, or renamed or moved to), to be watched and listed;
+/// `None` for any other event, or a folder the crawl skips.
+pub fn appeared_folder(root: &Path, event: &Event) -> Option<std::path::PathBuf> {
+    let path = match event.kind {
+        EventKind::Create(CreateKind::Folder) | EventKind::Modify(ModifyKind::Name(RenameMode::To)) => {
+            event.paths.first()?
+        }
+        _ => return None,
+    };
+    Rel::of(root, path)?;
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()).then(|| path.clone())
+}
+
+/// A file that arrived without being seen closed, as the window records it: its folder is crawled, and the file
+/// read at once if no one had it open for writing when it was looked at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    folder: String,
+    file: Result<ClosedFile, String>,
+}
+
+impl Found {
+    /// The file at `path` found in a folder that appeared beneath `root` (see [`appeared_folder`]); `None` for
+    /// a name the crawl skips. Blocking: it looks at the file.
+    pub fn in_root(root: &Path, path: &Path) -> Option<Found> {
+        Some(Self::of(path, Rel::of(root, path)?))
+    }
+
+    fn of(path: &Path, rel: Rel) -> Found {
+        let complete = || writers(path) == Writers::None;
+        let folder = rel.parent();
+        let file = stamped(path, &rel).filter(|_| complete()).ok_or(rel.path);
+        Found { folder, file }
+    }
+
+    /// Records it in `window`, as seen at `at`.
+    pub fn record(self, window: &mut Window, at: Instant) {
+        window.folder(self.folder, at);
+        match self.file {
+            Ok(closed) => window.closed(closed, at),
+            Err(path) => window.file(path, at),
+        }
+    }
+}
+
+/// The regular file at `path` as it is now (just closed after writing), or `None` when it is gone or not one,
+/// or someone still has it open for writing (one writer closed it, another writes on). When that cannot be told,
+/// the close is trusted.
 fn closed_file(path: &Path, rel: &Rel) -> Option<ClosedFile> {
+    stamped(path, rel).filter(|_| writers(path) != Writers::Some)
+}
+
+/// The regular file at `path` with its size and mtime now, or `None` when it is gone, not one, or its path was
+/// cut (a name not UTF-8).
+fn stamped(path: &Path, rel: &Rel) -> Option<ClosedFile> {
     let (size, mtime_ns) = stamp(path).filter(|_| rel.whole)?;
     Some(ClosedFile { path: rel.path.clone(), size, mtime_ns })
 }
@@ -249,25 +309,75 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_file_written_under_a_temporary_name_and_renamed_unchanged_counts_as_closed() {
+    async fn a_file_renamed_in_is_read_at_once_unless_someone_still_writes_to_it() {
         let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
         let (root, at) = (dir.path(), Instant::now());
         let mut w = Window::default();
         let close = |p: &Path| event(EventKind::Access(AccessKind::Close(AccessMode::Write)), &[p]);
-        let rename = |from: &Path, to: &Path| event(EventKind::Modify(ModifyKind::Name(RenameMode::Both)), &[from, to]);
-        for (temp, name, touched) in [(".a.jpg.Xy12", "a.jpg", false), ("b.jpg.part", "b.jpg", true)] {
-            std::fs::write(root.join(temp), b"12345").unwrap();
-            assert_eq!(handle(root, close(&root.join(temp)), &mut w, at), Handled::Ignored);
-            if touched {
-                std::fs::write(root.join(temp), b"123456").unwrap();
-            }
-            std::fs::rename(root.join(temp), root.join(name)).unwrap();
-            assert_eq!(handle(root, rename(&root.join(temp), &root.join(name)), &mut w, at), Handled::Changed);
-        }
+        let both = |from: &Path, to: &Path| event(EventKind::Modify(ModifyKind::Name(RenameMode::Both)), &[from, to]);
+        let to = |p: &Path| event(EventKind::Modify(ModifyKind::Name(RenameMode::To)), &[p]);
+        // a.jpg: written under a sync tool's temporary name, closed, renamed.
+        std::fs::write(root.join(".a.jpg.Xy12"), b"12345").unwrap();
+        assert_eq!(handle(root, close(&root.join(".a.jpg.Xy12")), &mut w, at), Handled::Ignored);
+        std::fs::rename(root.join(".a.jpg.Xy12"), root.join("a.jpg")).unwrap();
+        assert_eq!(handle(root, both(&root.join(".a.jpg.Xy12"), &root.join("a.jpg")), &mut w, at), Handled::Changed);
+        // b.jpg: closed once under its temporary name, written again and renamed while still open for writing.
+        std::fs::write(root.join("b.jpg.part"), b"12345").unwrap();
+        handle(root, close(&root.join("b.jpg.part")), &mut w, at);
+        let mut writing = std::fs::OpenOptions::new().append(true).open(root.join("b.jpg.part")).unwrap();
+        std::io::Write::write_all(&mut writing, b"6").unwrap();
+        std::fs::rename(root.join("b.jpg.part"), root.join("b.jpg")).unwrap();
+        handle(root, both(&root.join("b.jpg.part"), &root.join("b.jpg")), &mut w, at);
+        // c.jpg: moved in from outside the root (no close seen), no one writing to it.
+        std::fs::write(outside.path().join("c.jpg"), b"123").unwrap();
+        std::fs::rename(outside.path().join("c.jpg"), root.join("c.jpg")).unwrap();
+        assert_eq!(handle(root, to(&root.join("c.jpg")), &mut w, at), Handled::Changed);
         let batch = w.take().unwrap();
+        let closed: Vec<(&str, u64)> = batch.closed.iter().map(|c| (c.path.as_str(), c.size)).collect();
+        assert_eq!(closed, [("a.jpg", 5), ("c.jpg", 3)], "b.jpg is still being written");
+        assert_eq!(w.pending_files(), 0);
+        drop(writing);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_file_closed_by_one_writer_while_another_writes_on_is_not_read_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, at) = (dir.path(), Instant::now());
+        let file = root.join("x.jpg");
+        std::fs::write(&file, b"1").unwrap();
+        let other = std::fs::OpenOptions::new().append(true).open(&file).unwrap();
+        let mut w = Window::default();
+        handle(root, event(EventKind::Access(AccessKind::Close(AccessMode::Write)), &[&file]), &mut w, at);
+        assert_eq!((w.pending_files(), w.take().unwrap().closed.len()), (1, 0));
+        drop(other);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_folder_that_appears_is_named_and_its_files_found_as_written_or_complete() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, at) = (dir.path(), Instant::now());
+        std::fs::create_dir_all(root.join("trip/@eaDir")).unwrap();
+        let made = |p: &Path| event(EventKind::Create(CreateKind::Folder), &[p]).unwrap();
+        assert_eq!(appeared_folder(root, &made(&root.join("trip"))), Some(root.join("trip")));
+        assert_eq!(appeared_folder(root, &made(&root.join("trip/@eaDir"))), None, "a NAS's folder");
+        assert_eq!(appeared_folder(root, &made(&root.join("gone"))), None);
+        let file = event(EventKind::Create(CreateKind::File), &[&root.join("trip")]).unwrap();
+        assert_eq!(appeared_folder(root, &file), None);
+        std::fs::write(root.join("trip/done.jpg"), b"12").unwrap();
+        std::fs::write(root.join("trip/busy.jpg"), b"1").unwrap();
+        let busy = std::fs::OpenOptions::new().append(true).open(root.join("trip/busy.jpg")).unwrap();
+        let mut w = Window::default();
+        for name in ["done.jpg", "busy.jpg"] {
+            Found::in_root(root, &root.join("trip").join(name)).unwrap().record(&mut w, at);
+        }
+        assert!(Found::in_root(root, &root.join("trip/x.jpg.part")).is_none(), "a temporary name");
+        assert_eq!(w.pending_files(), 2);
+        let batch = w.take().unwrap();
+        assert_eq!(batch.folders, ["trip"]);
         let closed: Vec<&str> = batch.closed.iter().map(|c| c.path.as_str()).collect();
-        assert_eq!(closed, ["a.jpg"], "b.jpg changed after it was closed");
-        assert_eq!(batch.closed[0].size, 5);
+        assert_eq!(closed, ["trip/done.jpg"]);
+        drop(busy);
     }
 
     #[tokio::test(start_paused = true)]

@@ -3,24 +3,29 @@
 //! by polling the folders' mtimes where it does not. What a watcher sees becomes a crawl of the changed folders,
 //! enqueued like any other work: a watcher never writes the catalogue.
 //!
-//! `mode.rs` decides events or polling, `events.rs` reads an event, `poll.rs` polls, `window.rs` coalesces,
-//! `watcher.rs` is one config's watcher, and this file the Worker's supervisor of its watchers.
+//! `mode.rs` decides events or polling, `tree.rs` sets the watches, `events.rs` reads an event, `exports.rs`
+//! tells whether a file seen closed may be read at once, `poll.rs` polls, `window.rs` coalesces, `watcher.rs`
+//! is one config's watcher, and `supervisor.rs` the Worker's supervisor of its watchers.
 
 mod events;
+mod exports;
 mod mode;
 mod poll;
 mod supervisor;
+mod tree;
 mod watcher;
 mod window;
 
-pub use events::{Handled, handle};
+pub use events::{Found, Handled, appeared_folder, handle};
+pub use exports::{EXPORT_LISTS, export_over, exported, exported_paths};
 pub use mode::{decide, fs_type, polled_fs};
 pub use poll::FolderTree;
 pub use supervisor::Watching;
+pub use tree::WatchedTree;
 pub use watcher::{ConfigWatcher, Events, WatchStatus};
 pub use window::{Batch, MAX_CLOSED, Window};
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -70,6 +75,9 @@ pub struct WatchSettings {
     pub lease: Duration,
     /// Whether watched changes ingest inside the quiet hours.
     pub in_quiet_hours: InQuietHours,
+    /// Whether a file seen closed after writing (and no longer open for writing) is read at once (default), or
+    /// waits for the settle time like any other, as it always does in a library this machine exports over NFS.
+    pub trust_closed_files: bool,
     /// The Worker's quiet hours (`schedule.quiet_hours`).
     pub quiet_hours: Option<QuietHours>,
 }
@@ -93,6 +101,7 @@ impl Default for WatchSettings {
             max_delay: Self::DEFAULT_MAX_DELAY,
             lease: Self::DEFAULT_LEASE,
             in_quiet_hours: InQuietHours::default(),
+            trust_closed_files: true,
             quiet_hours: None,
         }
     }
@@ -101,6 +110,9 @@ impl Default for WatchSettings {
 /// Reads a root's file system type (`statfs`'s `f_type`), or says why it could not. Blocking: a hung network
 /// mount may block it for good.
 pub type FsTypeFn = dyn Fn(&Path) -> Result<u32, String> + Send + Sync;
+
+/// The NFS export of this machine through which a root may be written, if any. Blocking.
+pub type ExportsFn = dyn Fn(&Path) -> Option<PathBuf> + Send + Sync;
 
 /// One polling pass over a root: the baseline when no tree is given, else the pass over it, answering the tree and
 /// the folders changed. Blocking; it returns soon after the token is cancelled.
@@ -114,11 +126,17 @@ pub struct WatchIo {
     pub fs_type: Arc<FsTypeFn>,
     /// Polls a root's folders.
     pub pass: Arc<PassFn>,
+    /// Reads this machine's NFS exports, for a root watched by events.
+    pub exports: Arc<ExportsFn>,
 }
 
 impl Default for WatchIo {
     fn default() -> Self {
-        Self { fs_type: Arc::new(fs_type), pass: Arc::new(pass) }
+        Self {
+            fs_type: Arc::new(fs_type),
+            pass: Arc::new(pass),
+            exports: Arc::new(|root| exported(root, &EXPORT_LISTS)),
+        }
     }
 }
 

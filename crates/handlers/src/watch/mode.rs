@@ -51,7 +51,7 @@ pub fn mounts(mountinfo: &str) -> Vec<(PathBuf, String)> {
 }
 
 /// A mountinfo field with its octal escapes (`\ooo`) read back.
-fn unescape(field: &str) -> Vec<u8> {
+pub(super) fn unescape(field: &str) -> Vec<u8> {
     let bytes = field.as_bytes();
     let (mut out, mut i) = (Vec::with_capacity(bytes.len()), 0);
     while i < bytes.len() {

@@ -7,14 +7,14 @@ use std::sync::{Arc, Mutex};
 use almanac_domain::ports::{DatabaseClock, WatchMode, WatchReport};
 use almanac_domain::{Status as ItemStatus, StorageConfigId, WorkItemId, WorkQueue};
 use chrono::{DateTime, Utc};
-use notify::{RecursiveMode, Watcher as _};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::events::{Handled, handle};
+use super::events::{Found, Handled, appeared_folder, handle};
 use super::poll::FolderTree;
+use super::tree::{WatchedTree, files_beneath};
 use super::window::Window;
 use super::{InQuietHours, WatchIo, WatchSettings};
 
@@ -28,7 +28,7 @@ struct Status {
     last_change: Option<Instant>,
     /// Files seen changing and not yet handed to a crawl.
     pending_files: u64,
-    /// Whether it watches: the recursive watch is set, or the polling baseline taken.
+    /// Whether it watches: every folder's watch is set, or the polling baseline taken.
     ready: bool,
 }
 
@@ -46,7 +46,7 @@ impl WatchStatus {
         self.lock().mode
     }
 
-    /// Whether it watches now: the recursive watch is set, or the polling baseline taken (a change made before
+    /// Whether it watches now: every folder's watch is set, or the polling baseline taken (a change made before
     /// may be missed, and is left to the scheduled crawl).
     pub fn is_ready(&self) -> bool {
         self.lock().ready
@@ -90,6 +90,12 @@ pub struct ConfigWatcher<S> {
     in_flight: Option<WorkItemId>,
     /// A closed window waits until then before its crawl's item is looked at again.
     held_until: Option<Instant>,
+    /// The watches of the root's folders, in events mode.
+    tree: Option<WatchedTree>,
+    /// Folders that appeared (made, or moved in) since the last look: to be watched and listed.
+    appeared: Vec<PathBuf>,
+    /// Why files seen closed wait for the settle time like any other, if they do.
+    closed_settle: Option<String>,
 }
 
 impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
@@ -104,7 +110,22 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
         let status = Status { mode, note, last_change: None, pending_files: 0, ready: false };
         let status = WatchStatus(Arc::new(Mutex::new(status)));
         let io = WatchIo::default();
-        Self { config, root, store, settings, io, status, failing: false, in_flight: None, held_until: None }
+        let closed_settle = (!settings.trust_closed_files).then(|| "watch.trust_closed_files is false".to_owned());
+        let (failing, in_flight, held_until, tree, appeared) = (false, None, None, None, Vec::new());
+        Self {
+            config,
+            root,
+            store,
+            settings,
+            io,
+            status,
+            failing,
+            in_flight,
+            held_until,
+            tree,
+            appeared,
+            closed_settle,
+        }
     }
 
     /// The same, making `io`'s calls on the file system (a test's, to make a polling pass hang or fail).
@@ -117,15 +138,14 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
         self.status.clone()
     }
 
-    /// Watches until `stop`: in events mode a recursive watch of the root (polling from the moment events can no
-    /// longer be trusted), in polling mode a pass over the folders every `poll_interval`, in `off` nothing.
-    pub async fn run(self, stop: CancellationToken) {
-        let (watcher, events) = match self.mode() {
-            WatchMode::Events => self.start_watch().await,
-            WatchMode::Polling | WatchMode::Off => (None, tokio::sync::mpsc::unbounded_channel().1),
+    /// Watches until `stop`: in events mode a watch of each of the root's folders (polling from the moment events
+    /// can no longer be trusted), in polling mode a pass over the folders every `poll_interval`, in `off` nothing.
+    pub async fn run(mut self, stop: CancellationToken) {
+        let events = match self.mode() {
+            WatchMode::Events => self.start_watch(&stop).await,
+            WatchMode::Polling | WatchMode::Off => tokio::sync::mpsc::unbounded_channel().1,
         };
         self.run_on(events, stop).await;
-        drop(watcher);
     }
 
     /// [`ConfigWatcher::run`], following `events` in events mode (a test gives its own, to inject an overflow).
@@ -133,6 +153,9 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
     /// nothing.
     pub async fn run_on(mut self, mut events: Events, stop: CancellationToken) {
         let mut window = Window::default();
+        if self.closed_settle.is_some() {
+            window.settle_closed_files();
+        }
         if self.mode() == WatchMode::Events {
             self.ready(&mut window).await;
             match self.follow(&mut events, &mut window, &stop).await {
@@ -168,6 +191,9 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
                     if let Some(ended) = self.take_event(event, window, events) {
                         return ended;
                     }
+                    if let Some(ended) = self.watch_appeared(window, stop).await {
+                        return ended;
+                    }
                 }
                 () = tokio::time::sleep_until(closes.unwrap_or_else(Instant::now)), if closes.is_some() => {
                     self.flush_when_free(window).await;
@@ -187,6 +213,11 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
         let (mut event, mut taken) = (first, 0);
         loop {
             let now = Instant::now();
+            if let Ok(e) = &event
+                && let Some(folder) = appeared_folder(&self.root, e)
+            {
+                self.appeared.push(folder);
+            }
             match handle(&self.root, event, window, now) {
                 Handled::Ignored => {}
                 Handled::Changed => {
@@ -202,29 +233,97 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
         }
     }
 
-    /// Starts a recursive watch of the root (on a blocking thread: it adds a watch per folder). A watch that
-    /// cannot start answers its error as the first event, which makes the watcher fall back to polling.
-    async fn start_watch(&self) -> (Option<notify::RecommendedWatcher>, Events) {
+    /// Watches each of the root's folders (on a blocking thread: a watch per folder), and reads whether the root
+    /// is exported over NFS. A watch that cannot start answers its error as the first event, which makes the
+    /// watcher fall back to polling.
+    async fn start_watch(&mut self, stop: &CancellationToken) -> Events {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let (root, failed) = (self.root.clone(), tx.clone());
+        let (root, failed, token, exports) = (self.root.clone(), tx.clone(), stop.clone(), self.io.exports.clone());
         let started = tokio::task::spawn_blocking(move || {
             let handler = move |event| {
                 let _ = tx.send(event);
             };
-            // Links are never followed, as the crawl never follows them.
-            let config = notify::Config::default().with_follow_symlinks(false);
-            let mut watcher = notify::RecommendedWatcher::new(handler, config)?;
-            watcher.watch(&root, RecursiveMode::Recursive)?;
-            Ok::<_, notify::Error>(watcher)
+            (WatchedTree::start(&root, handler, &token), exports(&root))
         })
         .await;
         let error = match started {
-            Ok(Ok(watcher)) => return (Some(watcher), rx),
-            Ok(Err(e)) => e,
+            Ok((tree, exported)) => {
+                if let Some(export) = exported {
+                    self.closed_settle_for_export(&export);
+                }
+                match tree {
+                    Ok(tree) => {
+                        self.tree = Some(tree);
+                        return rx;
+                    }
+                    Err(e) => e,
+                }
+            }
             Err(e) => notify::Error::generic(&format!("the watch could not be started: {e}")),
         };
         let _ = failed.send(Err(error));
-        (None, rx)
+        rx
+    }
+
+    /// Files seen closed wait for the settle time: the root is exported over NFS at `export`.
+    fn closed_settle_for_export(&mut self, export: &std::path::Path) {
+        info!(event = "watch_closed_files_settle", config = %self.config, export = %export.display(),
+              "the library is exported over NFS: files seen closed wait for the settle time");
+        let why = format!(
+            "files seen closed wait for the settle time: the library is exported over NFS at {}, whose server \
+             closes a file while its writer pauses",
+            export.display()
+        );
+        self.status().note.get_or_insert_with(|| why.clone());
+        self.closed_settle = Some(why);
+    }
+
+    /// Watches the folders that appeared and everything beneath them, then lists them (on a blocking thread):
+    /// the files found there (made before the folder's watch was set, or moved in with it) join the window.
+    /// `Some` when the watch limit was reached.
+    async fn watch_appeared(&mut self, window: &mut Window, stop: &CancellationToken) -> Option<Ended> {
+        if self.appeared.is_empty() {
+            return None;
+        }
+        let (folders, mut tree) = (std::mem::take(&mut self.appeared), self.tree.take());
+        let (root, token) = (self.root.clone(), stop.clone());
+        let listed = tokio::task::spawn_blocking(move || {
+            let mut found = Vec::new();
+            for folder in &folders {
+                let files = match tree.as_mut() {
+                    Some(tree) => tree.arrived(folder, &token),
+                    // Events given by a test: listed, not watched.
+                    None => Ok(files_beneath(folder)),
+                };
+                match files {
+                    Ok(files) => found.extend(files.iter().filter_map(|f| Found::in_root(&root, f))),
+                    Err(e) => return (tree, Err(e)),
+                }
+            }
+            (tree, Ok(found))
+        })
+        .await;
+        let now = Instant::now();
+        let found = match listed {
+            Ok((tree, found)) => {
+                self.tree = tree;
+                found
+            }
+            Err(e) => Err(notify::Error::generic(&format!("a folder that appeared could not be watched: {e}"))),
+        };
+        match found {
+            Ok(found) => {
+                for file in found {
+                    file.record(window, now);
+                }
+                self.status().pending_files = window.pending_files();
+                None
+            }
+            Err(e) => match handle(&self.root, Err(e), window, now) {
+                Handled::FallBack(reason) => Some(Ended::FellBack(reason)),
+                Handled::Ignored | Handled::Changed => None,
+            },
+        }
     }
 
     /// Events can no longer be trusted: says so once, polls from now on, and crawls the whole root (anything
@@ -237,6 +336,8 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
             status.mode = WatchMode::Polling;
             status.note = Some(reason);
         }
+        // The folders' watches are given back: polling reads them now.
+        self.tree = None;
         window.everything(Instant::now());
         self.flush(window).await;
     }

@@ -29,6 +29,9 @@ pub struct Window {
     /// Files closed after writing under names the crawl skips (a sync tool's temporary names), with their size
     /// and mtime, until renamed; kept across windows.
     aside: HashMap<PathBuf, (u64, i64)>,
+    /// Files seen closed wait for the settle time like any other (the library is exported over NFS, whose
+    /// server closes a file while its writer pauses); kept across windows.
+    settle_closed: bool,
 }
 
 /// What one window asks to crawl.
@@ -55,8 +58,16 @@ impl Window {
         self.touch(at);
     }
 
-    /// A file seen closed after writing at `at`, as it was then.
+    /// Files seen closed wait for the settle time from now on, like any other (see [`Window::closed`]).
+    pub fn settle_closed_files(&mut self) {
+        self.settle_closed = true;
+    }
+
+    /// A file seen closed after writing at `at`, as it was then: read at once, unless closed files settle.
     pub fn closed(&mut self, file: ClosedFile, at: Instant) {
+        if self.settle_closed {
+            return self.file(file.path, at);
+        }
         self.files.insert(file.path.clone());
         self.closed.insert(file.path.clone(), file);
         self.touch(at);
@@ -109,7 +120,7 @@ impl Window {
         }
         let aside = std::mem::take(&mut self.aside);
         let window = std::mem::take(self);
-        self.aside = aside;
+        (self.aside, self.settle_closed) = (aside, window.settle_closed);
         let mut folders = outermost(window.folders);
         if window.whole_root || folders.len() > CrawlArgs::MAX_FOLDERS || folders.iter().any(String::is_empty) {
             folders.clear();
@@ -245,5 +256,18 @@ mod tests {
         let batch = w.take().unwrap();
         w.restore(batch.clone(), at);
         assert_eq!(w.take(), Some(batch));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn closed_files_that_settle_are_pending_in_every_window_after() {
+        let (mut w, at) = (Window::default(), Instant::now());
+        w.settle_closed_files();
+        for window in 0..2 {
+            w.folder("a".into(), at);
+            w.closed(closed("a/x.jpg"), at);
+            assert_eq!(w.pending_files(), 1);
+            let batch = w.take().unwrap();
+            assert_eq!((batch.folders.as_slice(), batch.closed.len()), (["a".to_owned()].as_slice(), 0), "{window}");
+        }
     }
 }

@@ -107,6 +107,11 @@ pub const EVENTS: &[Event] = &[
          saw `closed` after writing; `joined` when a crawl of the whole root was already queued",
     ),
     event(
+        "watch_closed_files_settle",
+        "a watched library is exported over NFS by this machine (`export`), whose server closes a file while its \
+         writer pauses: files seen closed wait for the settle time like any other",
+    ),
+    event(
         "watch_fell_back_to_polling",
         "a config's change events can no longer be trusted (the kernel's queue overflowed, the watch limit was \
          reached, the root cannot be watched: `reason`): the config is polled from now on and crawled whole",

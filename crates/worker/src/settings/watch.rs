@@ -26,6 +26,8 @@ pub struct Watch {
     pub lease: Duration,
     /// `ingest` (watched changes ingest inside the quiet hours) or `wait` (their crawls wait for the end).
     pub in_quiet_hours: String,
+    /// Whether a file seen closed after writing is read at once (`false`: it waits for the settle time).
+    pub trust_closed_files: bool,
 }
 
 impl Default for Watch {
@@ -37,6 +39,7 @@ impl Default for Watch {
             max_delay: watch.max_delay,
             lease: watch.lease,
             in_quiet_hours: watch.in_quiet_hours.name().to_owned(),
+            trust_closed_files: watch.trust_closed_files,
         }
     }
 }
@@ -76,6 +79,7 @@ impl Settings {
             max_delay: w.max_delay,
             lease: w.lease,
             in_quiet_hours,
+            trust_closed_files: w.trust_closed_files,
             quiet_hours: self.schedule_settings()?.quiet_hours,
         })
     }
@@ -96,12 +100,14 @@ mod tests {
         let s = load(&[
             ("ALMANAC__WATCH__POLL_INTERVAL", "5m"),
             ("ALMANAC__WATCH__IN_QUIET_HOURS", "wait"),
+            ("ALMANAC__WATCH__TRUST_CLOSED_FILES", "false"),
             ("ALMANAC__SCHEDULE__QUIET_HOURS", "01:00-06:00 UTC"),
         ])
         .unwrap();
         let w = s.watch_settings().unwrap();
         assert_eq!(w.poll_interval, Duration::from_secs(300));
         assert_eq!(w.in_quiet_hours, InQuietHours::Wait);
+        assert!(!w.trust_closed_files);
         assert!(w.quiet_hours.is_some());
     }
 

@@ -1,0 +1,142 @@
+//! The root's folders, watched one by one (ADR 0014, amendment 1). A recursive watch would watch every folder,
+//! the NAS's own among them (Synology's `@eaDir` holds a folder per photo), and a large library would reach the
+//! kernel's watch limit for folders the crawl never reads. So each folder the crawl reads is watched on its own,
+//! the crawl's skipped names passed over and links never followed, and a folder that appears (made, or moved in)
+//! is watched with everything beneath it when its event comes.
+//!
+//! A folder that appears is watched first and listed after: a file made in it before its watch was set is found
+//! by the listing, one made after raises an event; either way none is missed. Blocking: run on a blocking thread.
+
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use notify::{RecursiveMode, Watcher as _};
+use tokio_util::sync::CancellationToken;
+
+use crate::crawl::is_skipped_name;
+
+/// The watches of one root's folders.
+pub struct WatchedTree {
+    watcher: notify::RecommendedWatcher,
+    /// Folders watched since the start (a folder gone gives its watch back on its own: this only grows).
+    added: usize,
+}
+
+/// What is in a folder: its subfolders and its files, the crawl's skipped names passed over (links are neither).
+#[derive(Debug, Default)]
+struct Listing {
+    folders: Vec<PathBuf>,
+    files: Vec<PathBuf>,
+}
+
+/// Lists a folder (nothing when it cannot be read: the crawl judges it).
+fn list(folder: &Path) -> Listing {
+    let mut listing = Listing::default();
+    let Ok(entries) = std::fs::read_dir(folder) else { return listing };
+    for entry in entries.filter_map(Result::ok) {
+        if is_skipped_name(entry.file_name().as_bytes()) {
+            continue;
+        }
+        match entry.file_type() {
+            Ok(t) if t.is_dir() => listing.folders.push(entry.path()),
+            Ok(t) if t.is_file() => listing.files.push(entry.path()),
+            _ => {}
+        }
+    }
+    listing
+}
+
+/// The files in `top` and the folders beneath it, none watched.
+pub(super) fn files_beneath(top: &Path) -> Vec<PathBuf> {
+    let (mut todo, mut files) = (vec![top.to_path_buf()], Vec::new());
+    while let Some(folder) = todo.pop() {
+        let listing = list(&folder);
+        todo.extend(listing.folders);
+        files.extend(listing.files);
+    }
+    files
+}
+
+impl WatchedTree {
+    /// Watches every folder beneath `root` (its own included), with `handler` receiving their events; stops
+    /// adding watches once `stop` is cancelled. Fails when the watcher cannot start or the kernel's watch limit
+    /// is reached (`notify::ErrorKind::MaxFilesWatch`).
+    pub fn start<H: notify::EventHandler>(root: &Path, handler: H, stop: &CancellationToken) -> notify::Result<Self> {
+        // Links are never followed, as the crawl never follows them.
+        let config = notify::Config::default().with_follow_symlinks(false);
+        let watcher = notify::RecommendedWatcher::new(handler, config)?;
+        let mut tree = Self { watcher, added: 0 };
+        tree.watch_subtree(root, stop, |_| {})?;
+        Ok(tree)
+    }
+
+    /// How many folders were watched.
+    pub fn added(&self) -> usize {
+        self.added
+    }
+
+    /// Watches a folder that appeared beneath the root and every folder beneath it; answers the files found in
+    /// them (made before their folder's watch was set, or moved in with it).
+    pub fn arrived(&mut self, folder: &Path, stop: &CancellationToken) -> notify::Result<Vec<PathBuf>> {
+        let mut files = Vec::new();
+        self.watch_subtree(folder, stop, |found| files.extend(found))?;
+        Ok(files)
+    }
+
+    /// Watches `top` and the folders beneath it, each before it is listed, handing each listing's files to
+    /// `files`. A folder gone or unreadable by now is passed over.
+    fn watch_subtree(
+        &mut self,
+        top: &Path,
+        stop: &CancellationToken,
+        mut files: impl FnMut(Vec<PathBuf>),
+    ) -> notify::Result<()> {
+        let mut todo = vec![top.to_path_buf()];
+        while let Some(folder) = todo.pop() {
+            if stop.is_cancelled() {
+                break;
+            }
+            // Only a folder, not a link to one: the kernel would follow it.
+            if !std::fs::symlink_metadata(&folder).is_ok_and(|m| m.is_dir()) {
+                continue;
+            }
+            match self.watcher.watch(&folder, RecursiveMode::NonRecursive) {
+                Ok(()) => self.added += 1,
+                Err(e) if matches!(e.kind, notify::ErrorKind::MaxFilesWatch) => return Err(e),
+                // Gone, or not readable: nothing in it can be crawled either.
+                Err(_) => continue,
+            }
+            let listing = list(&folder);
+            todo.extend(listing.folders);
+            files(listing.files);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_folder_that_appears_is_watched_then_listed_with_what_is_beneath_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("a/@eaDir/x.jpg")).unwrap();
+        let stop = CancellationToken::new();
+        let mut tree = WatchedTree::start(root, |_| {}, &stop).unwrap();
+        assert_eq!(tree.added(), 2, "the root and a; not the NAS's folder");
+        std::fs::create_dir_all(root.join("b/c/.hidden")).unwrap();
+        std::fs::write(root.join("b/one.jpg"), b"1").unwrap();
+        std::fs::write(root.join("b/c/two.jpg"), b"2").unwrap();
+        std::fs::write(root.join("b/c/.hidden/three.jpg"), b"3").unwrap();
+        std::os::unix::fs::symlink(root.join("a"), root.join("b/link")).unwrap();
+        let mut files = tree.arrived(&root.join("b"), &stop).unwrap();
+        files.sort();
+        assert_eq!(files, [root.join("b/c/two.jpg"), root.join("b/one.jpg")]);
+        assert_eq!(tree.added(), 4, "b and b/c");
+        assert!(tree.arrived(&root.join("gone"), &stop).unwrap().is_empty());
+        assert!(tree.arrived(&root.join("b/link"), &stop).unwrap().is_empty(), "a link is not followed");
+        assert_eq!(tree.added(), 4);
+    }
+}
