@@ -140,6 +140,7 @@ fn metrics_count_at_log_level_warn_and_pass_promtool() {
     assert!(number(r#"almanac_item_duration_seconds_count{kind="crawl",outcome="succeeded"}"#) >= 1.0);
     assert_eq!(number(r#"almanac_work_items{kind="purge",status="failed"}"#), 0.0, "zeros are shown");
     assert_eq!(number("almanac_database_up"), 1.0);
+    assert!(metrics.contains("\nalmanac_watch_mode{config=\""), "the watch gauges, written at the scrape: {metrics}");
     assert!(number("process_resident_memory_bytes") > 1e6);
     assert!(number("process_open_fds") >= 3.0);
     assert!(metrics.contains("# TYPE process_cpu_seconds_total counter"), "{metrics}");

@@ -681,3 +681,49 @@ async fn in_a_library_exported_over_nfs_or_when_so_set_files_seen_closed_wait_fo
         run.await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_share_mounted_over_a_watched_root_restarts_its_watcher_which_then_polls_and_other_mounts_change_nothing() {
+    let lib = library().await;
+    // The mounts and the root's file system as the test sets them: a local disk first.
+    let table = Arc::new(Mutex::new(String::from("22 1 8:1 / / rw,relatime - ext4 /dev/sda1 rw\n")));
+    let magic = Arc::new(std::sync::atomic::AtomicU32::new(0xEF53));
+    let (root, read_magic) = (lib.root.clone(), magic.clone());
+    let fs_type = move |at: &Path| {
+        if at == root {
+            Ok(std::sync::atomic::AtomicU32::load(&read_magic, Ordering::SeqCst))
+        } else {
+            almanac_handlers::watch::fs_type(at)
+        }
+    };
+    let read_table = table.clone();
+    let mountinfo = move || Some(read_table.lock().unwrap().clone());
+    let io = WatchIo { fs_type: Arc::new(fs_type), mountinfo: Arc::new(mountinfo), ..WatchIo::default() };
+    let worker = WorkerId::new("w1").unwrap();
+    let mut watching = Watching::new(lib.store.clone(), worker, ServedConfigs::All, settings()).with_io(io);
+    let mount = |line: String| table.lock().unwrap().push_str(&line);
+
+    let (lines, ()) = support::logs::capture(async {
+        watching.look().await.unwrap();
+        assert_eq!(watching.status(lib.config).unwrap().mode(), WatchMode::Events);
+        // A USB disk mounted elsewhere, and one beside the root with a name that only begins the same.
+        mount("40 22 0:50 / /mnt/usb rw - vfat /dev/sdc1 rw\n".into());
+        mount(format!("41 22 0:51 / {}2 rw - ext4 /dev/sdd1 rw\n", lib.root.display()));
+        watching.look().await.unwrap();
+        assert_eq!(watching.status(lib.config).unwrap().mode(), WatchMode::Events);
+        // The NAS's share comes up after the Worker started, mounted over the root's folder.
+        magic.store(0x6969, Ordering::SeqCst);
+        mount(format!("42 22 0:52 / {} rw - nfs4 nas:/photos rw\n", lib.root.display()));
+        watching.look().await.unwrap();
+        let status = watching.status(lib.config).expect("watched again at once");
+        assert_eq!(status.mode(), WatchMode::Polling, "the share is polled");
+        assert!(status.report(None).note.unwrap().contains("NFS"));
+    })
+    .await;
+    let events = |name: &str| lines.iter().filter(|l| l["fields"]["event"] == name).cloned().collect::<Vec<_>>();
+    let remounted = events("watch_remounted");
+    assert_eq!(remounted.len(), 1, "{remounted:?}");
+    assert_eq!(remounted[0]["fields"]["mount"], lib.root.display().to_string());
+    assert_eq!(events("watch_started").len(), 2, "started, then started again once");
+    drop(watching);
+}

@@ -204,11 +204,13 @@ async fn metrics(State(health): State<Health>) -> impl IntoResponse {
         }
         _ => metrics::gauge!(DATABASE_UP).set(0.0),
     }
-    if let Ok(Ok(states)) = tokio::time::timeout(Duration::from_secs(2), health.store.watch_states()).await {
-        crate::observe::record_watch_states(&states);
-    }
+    let watches = match tokio::time::timeout(Duration::from_secs(2), health.store.watch_states()).await {
+        Ok(Ok(states)) => crate::observe::render_watch_states(&states),
+        _ => String::new(),
+    };
     health.process.collect();
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], health.metrics.render())
+    let text = health.metrics.render() + &watches;
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text)
 }
 
 #[cfg(test)]

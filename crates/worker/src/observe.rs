@@ -85,19 +85,32 @@ pub fn describe() {
     almanac_executor::metrics::describe();
 }
 
-/// Sets the watch gauges from every config's watch as stored ([`WATCH_MODE`]: 1 for the mode its holder reports,
-/// or `off` when no Worker holds it, 0 for the others; [`WATCH_PENDING_FILES`]), as of a scrape.
-pub fn record_watch_states(states: &[WatchState]) {
-    for state in states {
-        let config = state.config.to_string();
+/// The watch gauges of every config's watch as stored, in Prometheus's text format ([`WATCH_MODE`]: 1 for the
+/// mode its holder reports, or `off` when no Worker holds it, 0 for the others; [`WATCH_PENDING_FILES`]). They
+/// are written at each scrape from the store, not kept in the recorder, so a config removed has no series left.
+pub fn render_watch_states(states: &[WatchState]) -> String {
+    use std::fmt::Write;
+    let mut text = String::new();
+    let mut family = |name: &str, series: &mut dyn FnMut(&mut String, &WatchState)| {
+        let help = table::METRICS.iter().find(|m| m.name == name).map_or("", |m| m.help);
+        let _ = writeln!(text, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for state in states {
+            series(&mut text, state);
+        }
+        text.push('\n');
+    };
+    family(WATCH_MODE, &mut |text, state| {
         let current = state.held.as_ref().map_or(WatchMode::Off, |h| h.report.mode);
         for mode in WatchMode::ALL {
-            let on = if mode == current { 1.0 } else { 0.0 };
-            metrics::gauge!(WATCH_MODE, "config" => config.clone(), "mode" => mode.as_str()).set(on);
+            let on = u8::from(mode == current);
+            let _ = writeln!(text, "{WATCH_MODE}{{config=\"{}\",mode=\"{}\"}} {on}", state.config, mode.as_str());
         }
+    });
+    family(WATCH_PENDING_FILES, &mut |text, state| {
         let pending = state.held.as_ref().map_or(0, |h| h.report.pending_files);
-        metrics::gauge!(WATCH_PENDING_FILES, "config" => config).set(pending as f64);
-    }
+        let _ = writeln!(text, "{WATCH_PENDING_FILES}{{config=\"{}\"}} {pending}", state.config);
+    });
+    text
 }
 
 /// How many outage events are kept.

@@ -18,7 +18,7 @@ mod window;
 
 pub use events::{Found, Handled, appeared_folder, handle};
 pub use exports::{EXPORT_LISTS, export_over, exported, exported_paths};
-pub use mode::{decide, fs_type, polled_fs};
+pub use mode::{decide, fs_type, mountinfo, polled_fs};
 pub use poll::FolderTree;
 pub use supervisor::Watching;
 pub use tree::WatchedTree;
@@ -111,6 +111,9 @@ impl Default for WatchSettings {
 /// mount may block it for good.
 pub type FsTypeFn = dyn Fn(&Path) -> Result<u32, String> + Send + Sync;
 
+/// This process's mounts, as `/proc/self/mountinfo` lists them, or `None` when they cannot be read.
+pub type MountinfoFn = dyn Fn() -> Option<String> + Send + Sync;
+
 /// The NFS export of this machine through which a root may be written, if any. Blocking.
 pub type ExportsFn = dyn Fn(&Path) -> Option<PathBuf> + Send + Sync;
 
@@ -128,6 +131,8 @@ pub struct WatchIo {
     pub pass: Arc<PassFn>,
     /// Reads this machine's NFS exports, for a root watched by events.
     pub exports: Arc<ExportsFn>,
+    /// Reads this process's mounts: for `auto`, and to see a file system mounted on, above or beneath a root.
+    pub mountinfo: Arc<MountinfoFn>,
 }
 
 impl Default for WatchIo {
@@ -136,6 +141,7 @@ impl Default for WatchIo {
             fs_type: Arc::new(fs_type),
             pass: Arc::new(pass),
             exports: Arc::new(|root| exported(root, &EXPORT_LISTS)),
+            mountinfo: Arc::new(mountinfo),
         }
     }
 }

@@ -78,12 +78,22 @@ pub fn polled_below(mounts: &[(PathBuf, String)], root: &Path) -> Option<(PathBu
     mounts.iter().find(|(point, fs_type)| point != root && point.starts_with(root) && polled_type(fs_type)).cloned()
 }
 
-/// [`polled_below`] for this process's mounts (`/proc/self/mountinfo`), `root` resolved first; `None` when they
-/// cannot be read. Blocking (resolving a root on a hung mount blocks).
-pub fn polled_mount_below(root: &Path) -> Option<(PathBuf, String)> {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+/// This process's mounts, as the kernel lists them (`/proc/self/mountinfo`); `None` when they cannot be read.
+pub fn mountinfo() -> Option<String> {
+    std::fs::read_to_string("/proc/self/mountinfo").ok()
+}
+
+/// [`polled_below`] among the mounts `mountinfo` lists, `root` resolved first; `None` when they could not be
+/// read. Blocking (resolving a root on a hung mount blocks).
+pub fn polled_mount_below(root: &Path, mountinfo: Option<&str>) -> Option<(PathBuf, String)> {
     let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
-    polled_below(&mounts(&mountinfo), &root)
+    polled_below(&mounts(mountinfo?), &root)
+}
+
+/// Whether a mount at `point` (made or gone) changes what is seen at or beneath `root`: it is on the root, beneath
+/// it, or on a folder that holds it.
+pub fn touches(point: &Path, root: &Path) -> bool {
+    point.starts_with(root) || root.starts_with(point)
 }
 
 /// [`decide`], and for `auto` on a file system that gets events, polling when a polled file system is mounted
@@ -202,6 +212,9 @@ mod tests {
         assert_eq!(decide_below(WatchChoice::Auto, Ok(0xEF53), None), (WatchMode::Events, None));
         assert!(polled_type("fuse.rclone") && polled_type("smb3") && !polled_type("xfs"));
         assert_eq!(unescape(r"a\134b\011c\9"), b"a\\b\tc\\9");
+        let root = Path::new("/srv/photos");
+        assert!(touches(root, root) && touches(Path::new("/srv/photos/usb"), root) && touches(Path::new("/srv"), root));
+        assert!(!touches(Path::new("/srv/photos2"), root) && !touches(Path::new("/mnt/usb"), root));
     }
 
     #[test]

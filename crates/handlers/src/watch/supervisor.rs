@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::mode::{decide_below, polled_mount_below};
+use super::mode::{decide_below, mounts, polled_mount_below, touches};
 use super::{ConfigWatcher, WatchIo, WatchSettings, WatchStatus, decide};
 
 /// How long a look waits for the `statfs` calls it started (a local disk answers at once); one that takes longer
@@ -68,6 +68,9 @@ pub struct Watching<S> {
     deciding: HashMap<StorageConfigId, Deciding>,
     /// The modes `auto` decided, by config, root and choice.
     decided: HashMap<(StorageConfigId, PathBuf, WatchChoice), Decision>,
+    /// The mounts (mount point, file system type) seen at the last look, to see what was mounted or unmounted
+    /// since; `None` before the first look, or while they cannot be read.
+    mounts: Option<HashSet<(PathBuf, String)>>,
 }
 
 /// Whether a watcher whose watch was last renewed `elapsed` ago must stop: at two thirds of the lease, so that
@@ -84,8 +87,8 @@ fn report_of((mode, note): Decision) -> WatchReport {
 impl<S: WatchStore + WorkQueue + 'static> Watching<S> {
     /// The watchers of Worker `worker`, serving `served`.
     pub fn new(store: Arc<S>, worker: WorkerId, served: ServedConfigs, settings: WatchSettings) -> Self {
-        let (running, idle, deciding, decided) = Default::default();
-        Self { store, worker, served, settings, io: WatchIo::default(), running, idle, deciding, decided }
+        let (running, idle, deciding, decided, mounts) = Default::default();
+        Self { store, worker, served, settings, io: WatchIo::default(), running, idle, deciding, decided, mounts }
     }
 
     /// The same, making `io`'s calls on the file system (a test's, to make one hang or fail).
@@ -133,6 +136,7 @@ impl<S: WatchStore + WorkQueue + 'static> Watching<S> {
     pub async fn look(&mut self) -> Result<(), QueueError> {
         let targets = self.store.watch_targets(self.served).await?;
         self.end_gone(&targets).await;
+        self.end_remounted().await;
         let dead = self.end_dead().await;
         // Reports carry the database's time of the last change (the Worker's clock is never stored).
         let now = self.store.db_now().await.ok();
@@ -214,10 +218,10 @@ impl<S: WatchStore + WorkQueue + 'static> Watching<S> {
             Some(d) if d.root == root && d.choice == choice => d,
             // None, or one of a root or choice no longer the config's (left to end on its own).
             _ => {
-                let (fs_type, at) = (self.io.fs_type.clone(), root.clone());
+                let (fs_type, mountinfo, at) = (self.io.fs_type.clone(), self.io.mountinfo.clone(), root.clone());
                 let task = tokio::task::spawn_blocking(move || {
                     let f_type = fs_type(&at);
-                    let below = if f_type.is_ok() { polled_mount_below(&at) } else { None };
+                    let below = if f_type.is_ok() { polled_mount_below(&at, mountinfo().as_deref()) } else { None };
                     (f_type, below)
                 });
                 Deciding { root: root.clone(), choice, task }
@@ -271,6 +275,38 @@ impl<S: WatchStore + WorkQueue + 'static> Watching<S> {
         self.decided.retain(|(c, root, choice), _| {
             targets.iter().any(|t| (t.config, &t.root, t.choice) == (*c, root, *choice))
         });
+    }
+
+    /// Stops the watchers of the roots that a file system mounted or unmounted since the last look touches (on
+    /// the root, beneath it, or on a folder holding it), and forgets what `auto` decided for them: the watches of
+    /// a folder a share was mounted over see nothing written to the share, and a share mounted beneath a root
+    /// raises no event for other machines' writes. Their watches stay held; the look decides their mode again and
+    /// starts them anew (a whole-root crawl catches up).
+    async fn end_remounted(&mut self) {
+        // `/proc/self/mountinfo` never waits on a mount.
+        let Some(now) = (self.io.mountinfo)().map(|text| mounts(&text).into_iter().collect::<HashSet<_>>()) else {
+            return;
+        };
+        let Some(before) = self.mounts.replace(now.clone()) else { return };
+        let changed: Vec<&PathBuf> = now.symmetric_difference(&before).map(|(point, _)| point).collect();
+        if changed.is_empty() {
+            return;
+        }
+        let roots = self.running.iter().map(|(c, r)| (*c, r.target.root.clone()));
+        let decided = self.decided.keys().map(|(c, root, _)| (*c, root.clone()));
+        let touched: HashMap<StorageConfigId, PathBuf> = roots
+            .chain(decided)
+            .filter_map(|(config, root)| changed.iter().find(|p| touches(p, &root)).map(|p| (config, (*p).clone())))
+            .collect();
+        for (config, point) in touched {
+            info!(event = "watch_remounted", config = %config, mount = %point.display(),
+                  "a file system was mounted or unmounted on, above or beneath the root: watching it anew");
+            self.decided.retain(|(c, _, _), _| *c != config);
+            self.deciding.remove(&config);
+            if self.running.contains_key(&config) {
+                self.end(config, false).await;
+            }
+        }
     }
 
     /// Ends the watchers that ended on their own (a polling pass that failed) and gives their watches up, to be

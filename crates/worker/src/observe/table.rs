@@ -112,6 +112,11 @@ pub const EVENTS: &[Event] = &[
          writer pauses: files seen closed wait for the settle time like any other",
     ),
     event(
+        "watch_remounted",
+        "a file system was mounted or unmounted on, above or beneath a watched root (`mount`): the config's watcher \
+         starts again, its mode decided anew (a share mounted over the root is polled, not watched)",
+    ),
+    event(
         "watch_fell_back_to_polling",
         "a config's change events can no longer be trusted (the kernel's queue overflowed, the watch limit was \
          reached, the root cannot be watched: `reason`): the config is polled from now on and crawled whole",
@@ -239,6 +244,9 @@ pub enum Owner {
     Worker,
     /// `almanac_executor::metrics`.
     Executor,
+    /// Read from the store at each scrape and written as text beside the recorder's
+    /// (`observe::render_watch_states`): a series whose config is gone is gone too.
+    Scrape,
 }
 
 /// One metric family of ours.
@@ -350,7 +358,7 @@ pub const METRICS: &[Metric] = &[
         kind: MetricType::Gauge,
         unit: MetricUnit::Count,
         labels: &["config", "mode"],
-        owner: Owner::Worker,
+        owner: Owner::Scrape,
         help: "How each config's root is watched, as of the scrape: 1 for its current mode (events, polling, or \
                off when no Worker watches it), 0 for the others.",
     },
@@ -359,7 +367,7 @@ pub const METRICS: &[Metric] = &[
         kind: MetricType::Gauge,
         unit: MetricUnit::Count,
         labels: &["config"],
-        owner: Owner::Worker,
+        owner: Owner::Scrape,
         help: "Files the watcher of each config saw changing and has not yet handed to a crawl, as of its last \
                report (0 when no Worker watches it).",
     },
