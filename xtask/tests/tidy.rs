@@ -314,12 +314,13 @@ fn string_constants() -> BTreeMap<String, BTreeSet<String>> {
 }
 
 /// The first argument of every `counter!`, `gauge!` and `histogram!` (their `describe_` forms included) in the
-/// product code, with where it is.
+/// product code, and of every `scrape_gauge(` (a gauge written as text at each scrape, `observe.rs`), with where
+/// it is.
 fn metric_names() -> Vec<(String, String)> {
     let mut found = Vec::new();
     for source in crate_sources().iter().filter(|s| !is_test_file(&s.path)) {
         let code = product_code(source, true);
-        for macro_name in ["counter!(", "gauge!(", "histogram!("] {
+        for macro_name in ["counter!(", "gauge!(", "histogram!(", "scrape_gauge("] {
             for (at, _) in code.match_indices(macro_name) {
                 let argument = code[at + macro_name.len()..].trim_start();
                 let argument = argument.split([',', ')']).next().unwrap().trim().to_owned();

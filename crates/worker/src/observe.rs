@@ -91,7 +91,7 @@ pub fn describe() {
 pub fn render_watch_states(states: &[WatchState]) -> String {
     use std::fmt::Write;
     let mut text = String::new();
-    let mut family = |name: &str, series: &mut dyn FnMut(&mut String, &WatchState)| {
+    let mut scrape_gauge = |name: &str, series: &mut dyn FnMut(&mut String, &WatchState)| {
         let help = table::METRICS.iter().find(|m| m.name == name).map_or("", |m| m.help);
         let _ = writeln!(text, "# HELP {name} {help}\n# TYPE {name} gauge");
         for state in states {
@@ -99,14 +99,14 @@ pub fn render_watch_states(states: &[WatchState]) -> String {
         }
         text.push('\n');
     };
-    family(WATCH_MODE, &mut |text, state| {
+    scrape_gauge(WATCH_MODE, &mut |text, state| {
         let current = state.held.as_ref().map_or(WatchMode::Off, |h| h.report.mode);
         for mode in WatchMode::ALL {
             let on = u8::from(mode == current);
             let _ = writeln!(text, "{WATCH_MODE}{{config=\"{}\",mode=\"{}\"}} {on}", state.config, mode.as_str());
         }
     });
-    family(WATCH_PENDING_FILES, &mut |text, state| {
+    scrape_gauge(WATCH_PENDING_FILES, &mut |text, state| {
         let pending = state.held.as_ref().map_or(0, |h| h.report.pending_files);
         let _ = writeln!(text, "{WATCH_PENDING_FILES}{{config=\"{}\"}} {pending}", state.config);
     });
