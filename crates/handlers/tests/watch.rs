@@ -653,12 +653,17 @@ async fn only_the_folders_the_crawl_reads_are_watched_and_a_folder_that_appears_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_a_library_exported_over_nfs_or_when_so_set_files_seen_closed_wait_for_the_settle_time() {
-    for exported in [true, false] {
+    // Exported when the watcher starts; exported after it started (`exportfs -ra`); or set so.
+    for case in ["exported", "exported later", "set"] {
         let lib = library().await;
         std::fs::create_dir_all(lib.root.join("a")).unwrap();
         let export = lib.dir.path().to_path_buf();
-        let io = WatchIo { exports: Arc::new(move |_: &Path| exported.then(|| export.clone())), ..WatchIo::default() };
-        let settings = WatchSettings { trust_closed_files: exported, ..settings() };
+        let now_exported = Arc::new(std::sync::atomic::AtomicBool::new(case == "exported"));
+        let flag = now_exported.clone();
+        let exports =
+            move |_: &Path| std::sync::atomic::AtomicBool::load(&flag, Ordering::SeqCst).then(|| export.clone());
+        let io = WatchIo { exports: Arc::new(exports), ..WatchIo::default() };
+        let settings = WatchSettings { trust_closed_files: case != "set", ..settings() };
         let watcher =
             ConfigWatcher::new(lib.store.clone(), lib.config, lib.root.clone(), settings, (WatchMode::Events, None))
                 .with_io(io);
@@ -666,16 +671,15 @@ async fn in_a_library_exported_over_nfs_or_when_so_set_files_seen_closed_wait_fo
         let stop = CancellationToken::new();
         let run = tokio::spawn(watcher.run(stop.clone()));
         until_ready(&status).await;
+        now_exported.store(case != "set", Ordering::SeqCst);
         copy_in(&lib, "a/x.jpg", &photo(20));
         let items = crawls_until(&lib, "crawl of the folder", |i| !i.is_empty()).await;
         assert_eq!(args(&items[0]).folders, ["a"]);
-        assert!(items.iter().all(|i| args(i).closed.is_empty()), "exported: {exported}: no file is read at once");
-        if exported {
+        assert!(items.iter().all(|i| args(i).closed.is_empty()), "{case}: no file is read at once");
+        if case != "set" {
             let note = status.report(None).note.unwrap();
-            assert!(
-                note.contains("exported over NFS") && note.contains(&lib.dir.path().display().to_string()),
-                "{note}"
-            );
+            let export = lib.dir.path().display().to_string();
+            assert!(note.contains("exported over NFS") && note.contains(&export), "{case}: {note}");
         }
         stop.cancel();
         run.await.unwrap();

@@ -43,6 +43,10 @@ pub fn handle(root: &Path, event: notify::Result<Event>, window: &mut Window, at
             "the kernel's event queue overflowed (events were lost): raise fs.inotify.max_queued_events".into(),
         );
     }
+    let root_gone = matches!(event.kind, EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(_)));
+    if root_gone && event.paths.iter().any(|p| p == root) {
+        return Handled::FallBack("the root was removed or renamed: its folders' watches see nothing more".into());
+    }
     let renamed = written_aside(root, &event, window);
     let mut changed = false;
     for (i, path) in event.paths.iter().enumerate() {
@@ -51,7 +55,7 @@ pub fn handle(root: &Path, event: notify::Result<Event>, window: &mut Window, at
         match event.kind {
             EventKind::Access(AccessKind::Close(AccessMode::Write)) => {
                 window.folder(rel.parent(), at);
-                match closed_file(path, &rel) {
+                match stamped(path, &rel) {
                     Some(closed) => window.closed(closed, at),
                     None => window.file(rel.path, at),
                 }
@@ -93,15 +97,15 @@ fn written_aside(root: &Path, event: &Event, window: &mut Window) -> Option<Clos
         EventKind::Modify(ModifyKind::Name(RenameMode::Both)) => {
             let [from, to] = event.paths.as_slice() else { return None };
             let written = window.take_aside(from)?;
-            let closed = closed_file(to, &Rel::of(root, to)?)?;
+            let closed = stamped(to, &Rel::of(root, to)?)?;
             ((closed.size, closed.mtime_ns) == written).then_some(closed)
         }
         _ => None,
     }
 }
 
-/// Something renamed to `path`: a folder is looked at itself, a file through its folder, read at once when no
-/// one has it open for writing (it arrived complete: a sync tool renames a file it finished).
+/// Something renamed to `path`: a folder is looked at itself, a file through its folder, read at once if no one
+/// has it open for writing when its window closes (it arrived complete: a sync tool renames a file it finished).
 fn arrived(path: &Path, rel: Rel, window: &mut Window, at: Instant) {
     if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
         window.folder(rel.path, at);
@@ -111,26 +115,31 @@ fn arrived(path: &Path, rel: Rel, window: &mut Window, at: Instant) {
 }
 
 /// A file that arrived without being seen closed (renamed in, or found in a folder that appeared): read at once
-/// when no one has it open for writing now, else when it has settled or its close is seen.
+/// if no one has it open for writing when its window closes, else when it has settled or its close is seen.
 fn file_arrived(path: &Path, rel: Rel, window: &mut Window, at: Instant) {
     Found::of(path, rel).record(window, at);
 }
 
-/// The folder that appeared beneath `root` by `event` (made, or renamed or moved to), to be watched and listed;
-/// `None` for any other event, or a folder the crawl skips.
+/// The folder that appeared beneath `root` by `event`, to be watched and listed: made, or renamed or moved to;
+/// its attributes changed (a folder that could not be read, and so not watched, when it was made may be
+/// readable now); or said removed while a folder is there (a folder replaced by another of the same name: the
+/// watch of the path went with the one removed). `None` for any other event, the root, or a folder the crawl
+/// skips.
 pub fn appeared_folder(root: &Path, event: &Event) -> Option<std::path::PathBuf> {
     let path = match event.kind {
-        EventKind::Create(CreateKind::Folder) | EventKind::Modify(ModifyKind::Name(RenameMode::To)) => {
-            event.paths.first()?
-        }
+        EventKind::Create(CreateKind::Folder)
+        | EventKind::Modify(ModifyKind::Name(RenameMode::To) | ModifyKind::Metadata(_))
+        | EventKind::Remove(RemoveKind::Folder) => event.paths.first()?,
         _ => return None,
     };
-    Rel::of(root, path)?;
+    if Rel::of(root, path)?.path.is_empty() {
+        return None;
+    }
     std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()).then(|| path.clone())
 }
 
 /// A file that arrived without being seen closed, as the window records it: its folder is crawled, and the file
-/// read at once if no one had it open for writing when it was looked at.
+/// read at once if no one has it open for writing when the window closes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Found {
     folder: String,
@@ -145,9 +154,8 @@ impl Found {
     }
 
     fn of(path: &Path, rel: Rel) -> Found {
-        let complete = || writers(path) == Writers::None;
         let folder = rel.parent();
-        let file = stamped(path, &rel).filter(|_| complete()).ok_or(rel.path);
+        let file = stamped(path, &rel).ok_or(rel.path);
         Found { folder, file }
     }
 
@@ -155,17 +163,24 @@ impl Found {
     pub fn record(self, window: &mut Window, at: Instant) {
         window.folder(self.folder, at);
         match self.file {
-            Ok(closed) => window.closed(closed, at),
+            Ok(closed) => window.arrived(closed, at),
             Err(path) => window.file(path, at),
         }
     }
 }
 
-/// The regular file at `path` as it is now (just closed after writing), or `None` when it is gone or not one,
-/// or someone still has it open for writing (one writer closed it, another writes on). When that cannot be told,
-/// the close is trusted.
-fn closed_file(path: &Path, rel: &Rel) -> Option<ClosedFile> {
-    stamped(path, rel).filter(|_| writers(path) != Writers::Some)
+/// Of the files a window would read at once (`(path, arrived)`, as [`Window::unconfirmed`] lists them), those
+/// someone may still be writing: a file seen closed that someone else still has open for writing (one of two
+/// writers closed it), a file that arrived that anyone has open for writing or of which that cannot be told.
+/// Blocking: it opens each file (run it on a blocking thread).
+pub fn still_written(root: &Path, candidates: Vec<(String, bool)>) -> Vec<String> {
+    let complete = |path: &str, arrived: bool| match writers(&root.join(path)) {
+        Writers::None => true,
+        Writers::Some => false,
+        // A close was seen: trusted, as it was before leases were asked.
+        Writers::Unknown => !arrived,
+    };
+    candidates.into_iter().filter(|(path, arrived)| !complete(path, *arrived)).map(|(path, _)| path).collect()
 }
 
 /// The regular file at `path` with its size and mtime now, or `None` when it is gone, not one, or its path was
@@ -201,7 +216,7 @@ struct Rel {
 
 impl Rel {
     /// `path` relative to `root`; `None` outside the root, or when a name in it is one the crawl skips (hidden,
-    /// a NAS's own folders) or a temporary file's.
+    /// a NAS's own folders), or when it is a temporary file's (a folder's is kept).
     fn of(root: &Path, path: &Path) -> Option<Rel> {
         let rest = path.strip_prefix(root).ok()?;
         let mut names = Vec::new();
@@ -211,7 +226,10 @@ impl Rel {
                 _ => return None,
             }
         }
-        if names.last().is_some_and(|n| is_temporary_name(n.as_bytes())) {
+        // A folder may have any name; a file with a temporary one is not media yet.
+        if names.last().is_some_and(|n| is_temporary_name(n.as_bytes()))
+            && !std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir())
+        {
             return None;
         }
         let (path, whole) = crawl_path(names);
@@ -245,6 +263,12 @@ mod tests {
 
     fn event(kind: EventKind, paths: &[&Path]) -> notify::Result<Event> {
         Ok(paths.iter().fold(Event::new(kind), |e, p| e.add_path(p.to_path_buf())))
+    }
+
+    /// What the watcher does as a window closes: files someone may still be writing are not read at once.
+    fn confirm(root: &Path, window: &mut Window) {
+        let candidates = window.unconfirmed();
+        window.still_written(still_written(root, candidates));
     }
 
     fn folders_of(window: &mut Window) -> Vec<String> {
@@ -333,6 +357,7 @@ mod tests {
         std::fs::write(outside.path().join("c.jpg"), b"123").unwrap();
         std::fs::rename(outside.path().join("c.jpg"), root.join("c.jpg")).unwrap();
         assert_eq!(handle(root, to(&root.join("c.jpg")), &mut w, at), Handled::Changed);
+        confirm(root, &mut w);
         let batch = w.take().unwrap();
         let closed: Vec<(&str, u64)> = batch.closed.iter().map(|c| (c.path.as_str(), c.size)).collect();
         assert_eq!(closed, [("a.jpg", 5), ("c.jpg", 3)], "b.jpg is still being written");
@@ -349,6 +374,7 @@ mod tests {
         let other = std::fs::OpenOptions::new().append(true).open(&file).unwrap();
         let mut w = Window::default();
         handle(root, event(EventKind::Access(AccessKind::Close(AccessMode::Write)), &[&file]), &mut w, at);
+        confirm(root, &mut w);
         assert_eq!((w.pending_files(), w.take().unwrap().closed.len()), (1, 0));
         drop(other);
     }
@@ -364,6 +390,17 @@ mod tests {
         assert_eq!(appeared_folder(root, &made(&root.join("gone"))), None);
         let file = event(EventKind::Create(CreateKind::File), &[&root.join("trip")]).unwrap();
         assert_eq!(appeared_folder(root, &file), None);
+        // Made unreadable, then readable (its attributes changed); or said removed while one is there (replaced).
+        let attrib =
+            event(EventKind::Modify(ModifyKind::Metadata(notify::event::MetadataKind::Any)), &[&root.join("trip")]);
+        assert_eq!(appeared_folder(root, &attrib.unwrap()), Some(root.join("trip")));
+        let removed = event(EventKind::Remove(RemoveKind::Folder), &[&root.join("trip")]).unwrap();
+        assert_eq!(appeared_folder(root, &removed), Some(root.join("trip")));
+        let root_attrib = event(EventKind::Modify(ModifyKind::Metadata(notify::event::MetadataKind::Any)), &[root]);
+        assert_eq!(appeared_folder(root, &root_attrib.unwrap()), None, "the root is watched from the start");
+        // A folder may have a name a temporary file would have.
+        std::fs::create_dir(root.join("Trip~")).unwrap();
+        assert_eq!(appeared_folder(root, &made(&root.join("Trip~"))), Some(root.join("Trip~")));
         std::fs::write(root.join("trip/done.jpg"), b"12").unwrap();
         std::fs::write(root.join("trip/busy.jpg"), b"1").unwrap();
         let busy = std::fs::OpenOptions::new().append(true).open(root.join("trip/busy.jpg")).unwrap();
@@ -373,11 +410,22 @@ mod tests {
         }
         assert!(Found::in_root(root, &root.join("trip/x.jpg.part")).is_none(), "a temporary name");
         assert_eq!(w.pending_files(), 2);
+        confirm(root, &mut w);
         let batch = w.take().unwrap();
         assert_eq!(batch.folders, ["trip"]);
         let closed: Vec<&str> = batch.closed.iter().map(|c| c.path.as_str()).collect();
         assert_eq!(closed, ["trip/done.jpg"]);
         drop(busy);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_root_removed_or_renamed_falls_back() {
+        let root = PathBuf::from("/lib");
+        let mut w = Window::default();
+        for kind in [EventKind::Remove(RemoveKind::Folder), EventKind::Modify(ModifyKind::Name(RenameMode::From))] {
+            let handled = handle(&root, event(kind, &[&root]), &mut w, Instant::now());
+            assert!(matches!(handled, Handled::FallBack(r) if r.contains("root was removed or renamed")), "{kind:?}");
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -33,18 +33,50 @@ pub fn exported_paths(list: &str) -> Vec<PathBuf> {
     list.lines().filter_map(path).collect()
 }
 
-/// The first of `exports` that holds `root` or lies beneath it: files there may be written through it.
-pub fn export_over(exports: &[PathBuf], root: &Path) -> Option<PathBuf> {
-    exports.iter().find(|e| root.starts_with(e) || e.starts_with(root)).cloned()
+/// Where a path is in its file system: the device (`major:minor`) of the mount it is under and its path from
+/// that file system's top, read from a `/proc/self/mountinfo` text. One folder reached through two mount points
+/// (a bind mount: NFSv4 exports are often `/export/photos` bound from `/srv/photos`) has one place.
+fn place(mountinfo: &str, path: &Path) -> Option<(String, PathBuf)> {
+    let entry = |line: &str| {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let (device, top, point) = (fields.get(2)?, fields.get(3)?, fields.get(4)?);
+        let unescaped = |f: &str| PathBuf::from(OsString::from_vec(unescape(f)));
+        Some(((*device).to_owned(), unescaped(top), unescaped(point)))
+    };
+    let (device, top, point) = mountinfo
+        .lines()
+        .filter_map(entry)
+        .filter(|(_, _, point)| path.starts_with(point))
+        .max_by_key(|(_, _, point)| point.as_os_str().len())?;
+    Some((device, top.join(path.strip_prefix(&point).ok()?)))
 }
 
-/// The NFS export of this machine through which `root` may be written, if any, read from `lists` (`root`
-/// resolved first; a list that cannot be read lists nothing). Blocking.
+/// Whether one of two paths holds the other.
+fn nested(a: &Path, b: &Path) -> bool {
+    a.starts_with(b) || b.starts_with(a)
+}
+
+/// The first of `exports` that holds `root` or lies beneath it, by path or, through `mountinfo`, by the place in
+/// its file system (a bind mount): files there may be written through it.
+pub fn export_over(exports: &[PathBuf], root: &Path, mountinfo: Option<&str>) -> Option<PathBuf> {
+    let root_place = mountinfo.and_then(|m| place(m, root));
+    let same_place = |export: &Path| {
+        let (Some((device, at)), Some(m)) = (&root_place, mountinfo) else { return false };
+        place(m, export).is_some_and(|(d, e)| d == *device && nested(&e, at))
+    };
+    exports.iter().find(|e| nested(e, root) || same_place(e)).cloned()
+}
+
+/// The NFS export of this machine through which `root` may be written, if any, read from `lists` and this
+/// process's mounts (`root` resolved first; a list that cannot be read lists nothing). Blocking.
 pub fn exported(root: &Path, lists: &[&str]) -> Option<PathBuf> {
     let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
     let exports: Vec<PathBuf> =
         lists.iter().filter_map(|l| std::fs::read_to_string(l).ok()).flat_map(|l| exported_paths(&l)).collect();
-    export_over(&exports, &root)
+    if exports.is_empty() {
+        return None;
+    }
+    export_over(&exports, &root, super::mode::mountinfo().as_deref())
 }
 
 #[cfg(test)]
@@ -60,11 +92,28 @@ mod tests {
             exports,
             [PathBuf::from("/srv/nas share"), PathBuf::from("/export/other"), PathBuf::from("/srv/quoted path")]
         );
-        let over = |root: &str| export_over(&exports, Path::new(root));
+        let over = |root: &str| export_over(&exports, Path::new(root), None);
         assert_eq!(over("/srv/nas share/photos"), Some(PathBuf::from("/srv/nas share")), "exported above");
         assert_eq!(over("/export"), Some(PathBuf::from("/export/other")), "a folder of the library exported");
         assert_eq!(over("/srv/nas"), None, "a name that only begins the same");
         assert_eq!(over("/home/photos"), None);
+    }
+
+    #[test]
+    fn a_library_exported_through_a_bind_mount_is_exported() {
+        // /srv is on sda1; its photos folder is bound at /export/photos, which is exported (NFSv4's usual layout).
+        let mountinfo = "22 1 8:1 / / rw - ext4 /dev/sda1 rw
+30 22 8:2 / /srv rw - ext4 /dev/sda2 rw
+31 22 8:2 /photos /export/photos rw - ext4 /dev/sda2 rw
+32 22 8:3 / /home rw - ext4 /dev/sda3 rw
+";
+        let exports = [PathBuf::from("/export/photos")];
+        let over = |root: &str| export_over(&exports, Path::new(root), Some(mountinfo));
+        assert_eq!(over("/srv/photos/library"), Some(PathBuf::from("/export/photos")), "beneath the bound folder");
+        assert_eq!(over("/srv"), Some(PathBuf::from("/export/photos")), "holding it");
+        assert_eq!(over("/srv/other"), None);
+        assert_eq!(over("/home/photos"), None, "the same path on another device");
+        assert_eq!(place(mountinfo, Path::new("/srv/photos/a")), Some(("8:2".into(), PathBuf::from("/photos/a"))));
     }
 
     #[test]

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::events::{Found, Handled, appeared_folder, handle};
+use super::events::{Found, Handled, appeared_folder, handle, still_written};
 use super::poll::FolderTree;
 use super::tree::{WatchedTree, files_beneath};
 use super::window::Window;
@@ -414,6 +414,7 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
     /// Enqueues what the window saw as one crawl (waiting for the end of the quiet hours if so set); puts it
     /// back when the queue does not answer, to be tried again.
     async fn flush(&mut self, window: &mut Window) {
+        self.confirm(window).await;
         let Some(batch) = window.take() else { return };
         let mut item = batch.item(self.config);
         if let Some(until) = self.quiet_until().await {
@@ -436,6 +437,28 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
             }
         }
         self.status().pending_files = window.pending_files();
+    }
+
+    /// Asks, on a blocking thread, whether the library is exported over NFS now (an export made after the
+    /// watcher started: then no file is read at once from now on) and whether someone still writes the files the
+    /// window would read at once; those wait for the settle time or their close (all of them when the answers do
+    /// not come).
+    async fn confirm(&mut self, window: &mut Window) {
+        let candidates = window.unconfirmed();
+        if candidates.is_empty() {
+            return;
+        }
+        let all: Vec<String> = candidates.iter().map(|(path, _)| path.clone()).collect();
+        let (root, exports) = (self.root.clone(), self.io.exports.clone());
+        let answers = tokio::task::spawn_blocking(move || (exports(&root), still_written(&root, candidates))).await;
+        match answers {
+            Ok((Some(export), _)) => {
+                self.closed_settle_for_export(&export);
+                window.settle_closed_files();
+            }
+            Ok((None, written)) => window.still_written(written),
+            Err(_) => window.still_written(all),
+        }
     }
 
     /// When the quiet hours end, if the watched changes wait for that and now is inside them.

@@ -20,6 +20,9 @@ pub const MAX_CLOSED: usize = 1000;
 pub struct Window {
     folders: BTreeSet<String>,
     closed: BTreeMap<String, ClosedFile>,
+    /// Of `closed`, the files that arrived without a close being seen: read at once only if no one at all has
+    /// them open for writing when the window closes.
+    arrived: HashSet<String>,
     /// Files seen changing in this window (the report's pending files).
     files: HashSet<String>,
     /// Anything may have changed (an overflow): the whole root.
@@ -54,13 +57,17 @@ impl Window {
     /// again after it was closed is no longer read at once.
     pub fn file(&mut self, path: String, at: Instant) {
         self.closed.remove(&path);
+        self.arrived.remove(&path);
         self.files.insert(path);
         self.touch(at);
     }
 
-    /// Files seen closed wait for the settle time from now on, like any other (see [`Window::closed`]).
+    /// Files seen closed wait for the settle time from now on, like any other (see [`Window::closed`]), those
+    /// seen so far too.
     pub fn settle_closed_files(&mut self) {
         self.settle_closed = true;
+        self.closed.clear();
+        self.arrived.clear();
     }
 
     /// A file seen closed after writing at `at`, as it was then: read at once, unless closed files settle.
@@ -69,8 +76,33 @@ impl Window {
             return self.file(file.path, at);
         }
         self.files.insert(file.path.clone());
+        self.arrived.remove(&file.path);
         self.closed.insert(file.path.clone(), file);
         self.touch(at);
+    }
+
+    /// A file that arrived complete, as far as can be seen (renamed or moved in, found in a folder that appeared):
+    /// read at once if no one has it open for writing when the window closes, unless closed files settle.
+    pub fn arrived(&mut self, file: ClosedFile, at: Instant) {
+        let path = file.path.clone();
+        self.closed(file, at);
+        if self.closed.contains_key(&path) {
+            self.arrived.insert(path);
+        }
+    }
+
+    /// The files this window would read at once, each with whether it arrived (see [`Window::arrived`]): to be
+    /// looked at (`events::still_written`) before the window is taken.
+    pub fn unconfirmed(&self) -> Vec<(String, bool)> {
+        self.closed.keys().map(|p| (p.clone(), self.arrived.contains(p))).collect()
+    }
+
+    /// Files someone may still be writing: they wait for the settle time, or for their close.
+    pub fn still_written(&mut self, paths: Vec<String>) {
+        for path in paths {
+            self.closed.remove(&path);
+            self.arrived.remove(&path);
+        }
     }
 
     /// A file closed after writing under a name the crawl skips, as it was then (the last 10,000 at most).
