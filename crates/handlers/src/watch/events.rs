@@ -110,14 +110,8 @@ fn arrived(path: &Path, rel: Rel, window: &mut Window, at: Instant) {
     if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
         window.folder(rel.path, at);
     } else {
-        file_arrived(path, rel, window, at);
+        Found::of(path, rel).record(window, at);
     }
-}
-
-/// A file that arrived without being seen closed (renamed in, or found in a folder that appeared): read at once
-/// if no one has it open for writing when its window closes, else when it has settled or its close is seen.
-fn file_arrived(path: &Path, rel: Rel, window: &mut Window, at: Instant) {
-    Found::of(path, rel).record(window, at);
 }
 
 /// The folder that appeared beneath `root` by `event`, to be watched and listed: made, or renamed or moved to;

@@ -11,7 +11,7 @@ use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 
-use super::mode::unescape;
+use super::mode::{mounts, unescape};
 
 /// Where this machine's NFS exports are listed.
 pub const EXPORT_LISTS: [&str; 2] = ["/proc/fs/nfsd/exports", "/var/lib/nfs/etab"];
@@ -37,18 +37,11 @@ pub fn exported_paths(list: &str) -> Vec<PathBuf> {
 /// that file system's top, read from a `/proc/self/mountinfo` text. One folder reached through two mount points
 /// (a bind mount: NFSv4 exports are often `/export/photos` bound from `/srv/photos`) has one place.
 fn place(mountinfo: &str, path: &Path) -> Option<(String, PathBuf)> {
-    let entry = |line: &str| {
-        let fields: Vec<&str> = line.split(' ').collect();
-        let (device, top, point) = (fields.get(2)?, fields.get(3)?, fields.get(4)?);
-        let unescaped = |f: &str| PathBuf::from(OsString::from_vec(unescape(f)));
-        Some(((*device).to_owned(), unescaped(top), unescaped(point)))
-    };
-    let (device, top, point) = mountinfo
-        .lines()
-        .filter_map(entry)
-        .filter(|(_, _, point)| path.starts_with(point))
-        .max_by_key(|(_, _, point)| point.as_os_str().len())?;
-    Some((device, top.join(path.strip_prefix(&point).ok()?)))
+    let mount = mounts(mountinfo)
+        .into_iter()
+        .filter(|m| path.starts_with(&m.point))
+        .max_by_key(|m| m.point.as_os_str().len())?;
+    Some((mount.device, mount.top.join(path.strip_prefix(&mount.point).ok()?)))
 }
 
 /// Whether one of two paths holds the other.

@@ -38,14 +38,29 @@ pub fn polled_type(name: &str) -> bool {
     POLLED_TYPES.contains(&name) || name.starts_with("fuse.")
 }
 
-/// The mount points and file system types a `/proc/self/mountinfo` text lists (the mount point's escaped
-/// characters, `\040` for a space, read back).
-pub fn mounts(mountinfo: &str) -> Vec<(PathBuf, String)> {
+/// One mount, as `/proc/self/mountinfo` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Mount {
+    /// The device (`major:minor`) of its file system.
+    pub device: String,
+    /// The folder of that file system it shows (`/` for the whole of it; another for a bind mount).
+    pub top: PathBuf,
+    /// Where it is mounted.
+    pub point: PathBuf,
+    /// Its file system type.
+    pub fs_type: String,
+}
+
+/// The mounts a `/proc/self/mountinfo` text lists (their paths' escaped characters, `\040` for a space, read
+/// back).
+pub fn mounts(mountinfo: &str) -> Vec<Mount> {
+    let path = |field: &str| PathBuf::from(OsString::from_vec(unescape(field)));
     let mount = |line: &str| {
         let (left, right) = line.split_once(" - ")?;
-        let point = left.split(' ').nth(4)?;
+        let fields: Vec<&str> = left.split(' ').collect();
+        let (device, top, point) = (fields.get(2)?, fields.get(3)?, fields.get(4)?);
         let fs_type = right.split(' ').next()?;
-        Some((PathBuf::from(OsString::from_vec(unescape(point))), fs_type.to_owned()))
+        Some(Mount { device: (*device).to_owned(), top: path(top), point: path(point), fs_type: fs_type.to_owned() })
     };
     mountinfo.lines().filter_map(mount).collect()
 }
@@ -74,8 +89,9 @@ pub(super) fn unescape(field: &str) -> Vec<u8> {
 
 /// The first mount strictly below `root` whose file system `auto` polls (its mount point and type), among
 /// `mounts`.
-pub fn polled_below(mounts: &[(PathBuf, String)], root: &Path) -> Option<(PathBuf, String)> {
-    mounts.iter().find(|(point, fs_type)| point != root && point.starts_with(root) && polled_type(fs_type)).cloned()
+pub fn polled_below(mounts: &[Mount], root: &Path) -> Option<(PathBuf, String)> {
+    let below = |m: &&Mount| m.point != root && m.point.starts_with(root) && polled_type(&m.fs_type);
+    mounts.iter().find(below).map(|m| (m.point.clone(), m.fs_type.clone()))
 }
 
 /// This process's mounts, as the kernel lists them (`/proc/self/mountinfo`); `None` when they cannot be read.
@@ -198,7 +214,13 @@ mod tests {
 44 36 0:47 / /srv/photos/tmp rw - tmpfs tmpfs rw";
         let mounts = mounts(mountinfo);
         assert_eq!(mounts.len(), 6);
-        assert_eq!(mounts[2], (PathBuf::from("/srv/photos/from phone"), "nfs4".to_owned()), "\\040 is a space");
+        let nfs = Mount {
+            device: "0:44".into(),
+            top: "/".into(),
+            point: "/srv/photos/from phone".into(),
+            fs_type: "nfs4".into(),
+        };
+        assert_eq!(mounts[2], nfs, "\\040 is a space");
         let root = Path::new("/srv/photos");
         let nested = polled_below(&mounts, root);
         assert_eq!(nested, Some((PathBuf::from("/srv/photos/from phone"), "nfs4".to_owned())));

@@ -5,7 +5,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::io::ErrorKind;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -13,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use almanac_domain::ClosedFile;
 
-use crate::crawl::is_skipped_name;
+use super::tree::list;
 
 /// A folder's mtime and ctime, in nanoseconds (a file made, removed or renamed in it changes them).
 type Stamp = (i64, i64);
@@ -124,14 +123,9 @@ fn stamp(path: &Path) -> std::io::Result<Option<Stamp>> {
 /// The names of the folders in a folder (by the entry's type, links not followed), the crawl's skipped names
 /// passed over. An unreadable folder has none.
 fn subfolders(path: &Path) -> Vec<std::ffi::OsString> {
-    let Ok(entries) = std::fs::read_dir(path) else { return Vec::new() };
     let mut seen = HashSet::new();
-    entries
-        .filter_map(Result::ok)
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()) && !is_skipped_name(e.file_name().as_bytes()))
-        .map(|e| e.file_name())
-        .filter(|name| seen.insert(name.clone()))
-        .collect()
+    let folders = list(path).folders.into_iter().filter_map(|p| p.file_name().map(ToOwned::to_owned));
+    folders.filter(|name| seen.insert(name.clone())).collect()
 }
 
 /// A folder as the crawl names it (a folder that holds it when a name is not UTF-8).

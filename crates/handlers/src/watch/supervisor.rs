@@ -284,7 +284,8 @@ impl<S: WatchStore + WorkQueue + 'static> Watching<S> {
     /// starts them anew (a whole-root crawl catches up).
     async fn end_remounted(&mut self) {
         // `/proc/self/mountinfo` never waits on a mount.
-        let Some(now) = (self.io.mountinfo)().map(|text| mounts(&text).into_iter().collect::<HashSet<_>>()) else {
+        let points = |text: String| mounts(&text).into_iter().map(|m| (m.point, m.fs_type)).collect::<HashSet<_>>();
+        let Some(now) = (self.io.mountinfo)().map(points) else {
             return;
         };
         let Some(before) = self.mounts.replace(now.clone()) else { return };

@@ -24,13 +24,14 @@ pub struct WatchedTree {
 
 /// What is in a folder: its subfolders and its files, the crawl's skipped names passed over (links are neither).
 #[derive(Debug, Default)]
-struct Listing {
-    folders: Vec<PathBuf>,
-    files: Vec<PathBuf>,
+pub(super) struct Listing {
+    pub folders: Vec<PathBuf>,
+    pub files: Vec<PathBuf>,
 }
 
-/// Lists a folder (nothing when it cannot be read: the crawl judges it).
-fn list(folder: &Path) -> Listing {
+/// Lists a folder, by each entry's type (a link is not followed); nothing when it cannot be read (the crawl
+/// judges it). Polling and the watches list folders by it.
+pub(super) fn list(folder: &Path) -> Listing {
     let mut listing = Listing::default();
     let Ok(entries) = std::fs::read_dir(folder) else { return listing };
     for entry in entries.filter_map(Result::ok) {
@@ -46,15 +47,36 @@ fn list(folder: &Path) -> Listing {
     listing
 }
 
-/// The files in `top` and the folders beneath it, none watched.
-pub(super) fn files_beneath(top: &Path) -> Vec<PathBuf> {
-    let (mut todo, mut files) = (vec![top.to_path_buf()], Vec::new());
+/// Walks `top` and the folders beneath it (a link to a folder is not one), until `stop`: `enter` says of each
+/// folder, before it is listed, whether to list it (an error ends the walk), and each listing's files go to
+/// `files`.
+fn walk<E>(
+    top: &Path,
+    stop: &CancellationToken,
+    mut enter: impl FnMut(&Path) -> Result<bool, E>,
+    mut files: impl FnMut(Vec<PathBuf>),
+) -> Result<(), E> {
+    let mut todo = vec![top.to_path_buf()];
     while let Some(folder) = todo.pop() {
+        if stop.is_cancelled() {
+            break;
+        }
+        // Only a folder, not a link to one: the kernel would follow it.
+        if !std::fs::symlink_metadata(&folder).is_ok_and(|m| m.is_dir()) || !enter(&folder)? {
+            continue;
+        }
         let listing = list(&folder);
         todo.extend(listing.folders);
-        files.extend(listing.files);
+        files(listing.files);
     }
-    files
+    Ok(())
+}
+
+/// The files in `top` and the folders beneath it, none watched.
+pub(super) fn files_beneath(top: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let Ok(()) = walk::<std::convert::Infallible>(top, &CancellationToken::new(), |_| Ok(true), |f| found.extend(f));
+    found
 }
 
 impl WatchedTree {
@@ -89,28 +111,18 @@ impl WatchedTree {
         &mut self,
         top: &Path,
         stop: &CancellationToken,
-        mut files: impl FnMut(Vec<PathBuf>),
+        files: impl FnMut(Vec<PathBuf>),
     ) -> notify::Result<()> {
-        let mut todo = vec![top.to_path_buf()];
-        while let Some(folder) = todo.pop() {
-            if stop.is_cancelled() {
-                break;
+        let watch = |folder: &Path| match self.watcher.watch(folder, RecursiveMode::NonRecursive) {
+            Ok(()) => {
+                self.added += 1;
+                Ok(true)
             }
-            // Only a folder, not a link to one: the kernel would follow it.
-            if !std::fs::symlink_metadata(&folder).is_ok_and(|m| m.is_dir()) {
-                continue;
-            }
-            match self.watcher.watch(&folder, RecursiveMode::NonRecursive) {
-                Ok(()) => self.added += 1,
-                Err(e) if matches!(e.kind, notify::ErrorKind::MaxFilesWatch) => return Err(e),
-                // Gone, or not readable: nothing in it can be crawled either.
-                Err(_) => continue,
-            }
-            let listing = list(&folder);
-            todo.extend(listing.folders);
-            files(listing.files);
-        }
-        Ok(())
+            Err(e) if matches!(e.kind, notify::ErrorKind::MaxFilesWatch) => Err(e),
+            // Gone, or not readable: nothing in it can be crawled either.
+            Err(_) => Ok(false),
+        };
+        walk(top, stop, watch, files)
     }
 }
 

@@ -94,8 +94,9 @@ pub struct ConfigWatcher<S> {
     tree: Option<WatchedTree>,
     /// Folders that appeared (made, or moved in) since the last look: to be watched and listed.
     appeared: Vec<PathBuf>,
-    /// Why files seen closed wait for the settle time like any other, if they do.
-    closed_settle: Option<String>,
+    /// Whether files seen closed wait for the settle time like any other (`watch.trust_closed_files` is false,
+    /// or the library is exported over NFS).
+    closed_settle: bool,
 }
 
 impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
@@ -110,7 +111,7 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
         let status = Status { mode, note, last_change: None, pending_files: 0, ready: false };
         let status = WatchStatus(Arc::new(Mutex::new(status)));
         let io = WatchIo::default();
-        let closed_settle = (!settings.trust_closed_files).then(|| "watch.trust_closed_files is false".to_owned());
+        let closed_settle = !settings.trust_closed_files;
         let (failing, in_flight, held_until, tree, appeared) = (false, None, None, None, Vec::new());
         Self {
             config,
@@ -153,7 +154,7 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
     /// nothing.
     pub async fn run_on(mut self, mut events: Events, stop: CancellationToken) {
         let mut window = Window::default();
-        if self.closed_settle.is_some() {
+        if self.closed_settle {
             window.settle_closed_files();
         }
         if self.mode() == WatchMode::Events {
@@ -274,8 +275,8 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
              closes a file while its writer pauses",
             export.display()
         );
-        self.status().note.get_or_insert_with(|| why.clone());
-        self.closed_settle = Some(why);
+        self.status().note.get_or_insert(why);
+        self.closed_settle = true;
     }
 
     /// Watches the folders that appeared and everything beneath them, then lists them (on a blocking thread):
