@@ -31,6 +31,12 @@ pub async fn migrate(database_url: &str) -> Result<Vec<String>, StoreError> {
     .await
 }
 
+/// The names of the migrations this build carries (their folders' names under `migrations/`), in order.
+pub fn migration_names() -> Vec<String> {
+    let migrations = MigrationSource::<Pg>::migrations(&MIGRATIONS).expect("embedded migrations are listed");
+    migrations.iter().map(|m| m.name().to_string()).collect()
+}
+
 /// The versions of the migrations not yet applied to the database at `database_url`.
 pub async fn pending_migrations(database_url: &str) -> Result<Vec<String>, StoreError> {
     Ok(schema_state(database_url).await?.pending)

@@ -385,13 +385,24 @@ pub(crate) fn with_database(url: &str, database: &str) -> String {
     }
 }
 
-fn migrations_fingerprint(dir: &Path) -> Result<String, ClusterError> {
+fn migrations_fingerprint(dir: &Path, built: &[String]) -> Result<String, ClusterError> {
     let mut files: Vec<PathBuf> = Vec::new();
     for entry in fs::read_dir(dir).map_err(|e| io_error("reading", dir, e))? {
         let path = entry.map_err(|e| io_error("reading", dir, e))?.path();
         files.push(path.join("up.sql"));
     }
     files.sort();
+    // A test binary built before a migration was added would migrate a template short of it, and keep it under
+    // the folder's fingerprint for every build after: refused instead.
+    let listed: Vec<String> =
+        files.iter().filter_map(|f| Some(f.parent()?.file_name()?.to_string_lossy().into_owned())).collect();
+    if listed != built {
+        return Err(ClusterError::Io(format!(
+            "this test binary was built with the migrations {built:?}, but {} holds {listed:?}: it is older than \
+             the migrations; build it again (cargo test and cargo xtask test rebuild it)",
+            dir.display()
+        )));
+    }
     let mut hasher = DefaultHasher::new();
     for file in files {
         file.file_name().hash(&mut hasher);
@@ -402,7 +413,7 @@ fn migrations_fingerprint(dir: &Path) -> Result<String, ClusterError> {
 
 /// Makes sure a template database migrated with the current migrations exists and returns its name.
 pub(crate) async fn ensure_template(server_url: &str, migrations: &Path) -> Result<String, ClusterError> {
-    let fingerprint = migrations_fingerprint(migrations)?;
+    let fingerprint = migrations_fingerprint(migrations, &almanac_store_pg::migration_names())?;
     let name = format!("almanac_template_{fingerprint}");
     let client = connect(server_url).await?;
     let sql = |e: tokio_postgres::Error| ClusterError::Sql(format!("preparing the template database: {e}"));
@@ -436,5 +447,21 @@ mod tests {
         );
         assert_eq!(with_database("postgres://u:p@db:5432/app", "t2"), "postgres://u:p@db:5432/t2");
         assert_eq!(with_database("postgres://u@db", "t3"), "postgres://u@db/t3");
+    }
+
+    #[test]
+    fn a_template_is_refused_to_a_binary_built_before_the_migrations_it_is_named_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let built = almanac_store_pg::migration_names();
+        for name in &built {
+            fs::create_dir(dir.path().join(name)).unwrap();
+            fs::copy(crate::migrations_dir().join(name).join("up.sql"), dir.path().join(name).join("up.sql")).unwrap();
+        }
+        let same = migrations_fingerprint(dir.path(), &built).unwrap();
+        assert_eq!(same, migrations_fingerprint(&crate::migrations_dir(), &built).unwrap());
+        fs::create_dir(dir.path().join("2999-01-01-000001_newer")).unwrap();
+        fs::write(dir.path().join("2999-01-01-000001_newer/up.sql"), "SELECT 1;").unwrap();
+        let refused = migrations_fingerprint(dir.path(), &built).unwrap_err().to_string();
+        assert!(refused.contains("2999-01-01-000001_newer") && refused.contains("build it again"), "{refused}");
     }
 }
