@@ -416,6 +416,7 @@ CREATE TABLE public.config_watches (
     last_change_at timestamp with time zone,
     pending_files bigint DEFAULT 0 NOT NULL,
     note text,
+    holder uuid DEFAULT gen_random_uuid() NOT NULL,
     CONSTRAINT ck_config_watches_mode CHECK ((mode = ANY (ARRAY['events'::text, 'polling'::text, 'off'::text]))),
     CONSTRAINT ck_config_watches_pending_files CHECK ((pending_files >= 0))
 );
@@ -461,6 +462,13 @@ COMMENT ON COLUMN public.config_watches.pending_files IS 'Files seen changing an
 --
 
 COMMENT ON COLUMN public.config_watches.note IS 'Why the mode is not the one chosen (an overflow, the watch limit, an unreadable root), if it is not.';
+
+
+--
+-- Name: COLUMN config_watches.holder; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.config_watches.holder IS 'The token of the Worker process holding the watch (drawn when it starts): two Workers given one worker_id are two holders.';
 
 
 --

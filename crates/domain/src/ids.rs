@@ -69,3 +69,8 @@ uuid_id!(
     /// Identifies a burst of rapid-fire shots.
     BurstId
 );
+uuid_id!(
+    /// Identifies a Worker process as the holder of config watches (ADR 0014, amendment 1): drawn as it starts,
+    /// so that two Workers given one Worker id are two holders.
+    HolderId
+);

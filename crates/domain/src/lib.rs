@@ -31,7 +31,7 @@ pub use catalogue::{
     AssetMetadata, CaptureSource, CaptureTime, ContentHash, MediaType, ProxyType, StorageConfig, User,
 };
 pub use cause::Cause;
-pub use ids::{AssetId, BurstId, StorageConfigId, UserId, WorkItemId};
+pub use ids::{AssetId, BurstId, HolderId, StorageConfigId, UserId, WorkItemId};
 pub use progress::ProgressEstimate;
 pub use queue::{CancelOutcome, Enqueued, QueueError, WorkQueue};
 pub use results::{
@@ -59,6 +59,8 @@ pub mod ports {
     };
     pub use crate::retry::RetryPolicy;
     pub use crate::roots::{HEIC_SCRATCH_PREFIX, ProxyPath, is_proxy_file_name, is_temporary_file_name};
-    pub use crate::watch_port::{HeldWatch, WatchChoice, WatchMode, WatchReport, WatchState, WatchStore, WatchTarget};
+    pub use crate::watch_port::{
+        HeldWatch, WatchChoice, WatchHolder, WatchMode, WatchReport, WatchState, WatchStore, WatchTarget,
+    };
     pub use crate::work::{Attempt, ClaimToken, LeaseDuration};
 }

@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::ports::{DatabaseClock, ServedConfigs};
-use crate::{QueueError, StorageConfigId, WorkerId};
+use crate::{HolderId, QueueError, StorageConfigId, WorkerId};
 
 /// How the operator chose to watch a config's root (`storage_configs.watch`; `config watch` sets it).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -151,28 +151,53 @@ pub struct HeldWatch {
     pub lease_expires_at: DateTime<Utc>,
 }
 
+/// A Worker process that may hold watches: its Worker id (shown) and a token it drew when it started, which the
+/// lease is keyed by, so that two Workers given the same id are two holders.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchHolder {
+    worker: WorkerId,
+    token: HolderId,
+}
+
+impl WatchHolder {
+    /// A holder for this process's Worker `worker`, with a token of its own.
+    pub fn new(worker: WorkerId) -> Self {
+        Self { worker, token: HolderId::new() }
+    }
+
+    /// Its Worker id.
+    pub fn worker(&self) -> &WorkerId {
+        &self.worker
+    }
+
+    /// Its token.
+    pub fn token(&self) -> HolderId {
+        self.token
+    }
+}
+
 /// The statements watching needs. Unfenced: no attempt makes them; the lease decides which Worker watches.
 pub trait WatchStore: DatabaseClock {
     /// The active configs a Worker serving `served` may watch, with their roots and the operator's choices.
     fn watch_targets(&self, served: ServedConfigs)
     -> impl Future<Output = Result<Vec<WatchTarget>, QueueError>> + Send;
 
-    /// Takes or renews `worker`'s watch of `config` until `lease` from now (database clock), storing `report`:
-    /// true when `worker` holds it now (it held it, no Worker did, or the holder's lease ran out). Exactly one of
-    /// any number of concurrent callers holds a config's watch at a time.
+    /// Takes or renews `holder`'s watch of `config` until `lease` from now (database clock), storing `report`:
+    /// true when `holder` holds it now (it held it, no one did, or the holder's lease ran out). Exactly one of
+    /// any number of concurrent callers holds a config's watch at a time, whatever their Worker ids.
     fn hold_watch(
         &self,
         config: StorageConfigId,
-        worker: &WorkerId,
+        holder: &WatchHolder,
         lease: Duration,
         report: &WatchReport,
     ) -> impl Future<Output = Result<bool, QueueError>> + Send;
 
-    /// Gives `worker`'s watch of `config` up (shutdown, the config no longer served); nothing if it holds none.
+    /// Gives `holder`'s watch of `config` up (shutdown, the config no longer served); nothing if it holds none.
     fn release_watch(
         &self,
         config: StorageConfigId,
-        worker: &WorkerId,
+        holder: &WatchHolder,
     ) -> impl Future<Output = Result<(), QueueError>> + Send;
 
     /// Every config's watch, for `status`, `/metrics` and the page.

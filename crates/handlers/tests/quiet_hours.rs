@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use almanac_domain::{
     NewWorkItem, QueueError, Scope, StorageConfigId, WorkKind, WorkQueue, WorkerId,
     ports::{
-        CatalogueError, ClaimRequest, DatabaseClock, LeaseDuration, QueueMaintenance, ServedConfigs, WatchMode,
-        WatchReport, WatchState, WatchStore, WatchTarget,
+        CatalogueError, ClaimRequest, DatabaseClock, LeaseDuration, QueueMaintenance, ServedConfigs, WatchHolder,
+        WatchMode, WatchReport, WatchState, WatchStore, WatchTarget,
     },
 };
 use almanac_handlers::{QuietHours, ScheduleSettings, Scheduler};
@@ -91,17 +91,17 @@ impl WatchStore for Clocked {
     async fn hold_watch(
         &self,
         config: StorageConfigId,
-        worker: &WorkerId,
+        holder: &WatchHolder,
         lease: std::time::Duration,
         report: &WatchReport,
     ) -> Result<bool, QueueError> {
-        let (store, worker, report) = (self.store.clone(), worker.clone(), report.clone());
-        self.on_real(async move { store.hold_watch(config, &worker, lease, &report).await }).await
+        let (store, holder, report) = (self.store.clone(), holder.clone(), report.clone());
+        self.on_real(async move { store.hold_watch(config, &holder, lease, &report).await }).await
     }
 
-    async fn release_watch(&self, config: StorageConfigId, worker: &WorkerId) -> Result<(), QueueError> {
-        let (store, worker) = (self.store.clone(), worker.clone());
-        self.on_real(async move { store.release_watch(config, &worker).await }).await
+    async fn release_watch(&self, config: StorageConfigId, holder: &WatchHolder) -> Result<(), QueueError> {
+        let (store, holder) = (self.store.clone(), holder.clone());
+        self.on_real(async move { store.release_watch(config, &holder).await }).await
     }
 
     async fn watch_states(&self) -> Result<Vec<WatchState>, QueueError> {
@@ -217,7 +217,7 @@ fn a_watched_config_is_crawled_whole_daily_and_every_crawl_interval_once_no_work
     let lib = real.block_on(support::library());
     let bob = NewStorageConfig { username: "bob".into(), root_path: lib.dir.path().join("bob") };
     let other = real.block_on(lib.store.add_storage_config(&bob)).unwrap().1.id;
-    let watcher = WorkerId::new("watcher").unwrap();
+    let watcher = WatchHolder::new(WorkerId::new("watcher").unwrap());
     let report = WatchReport { mode: WatchMode::Events, last_change_at: None, pending_files: 0, note: None };
     let hour = std::time::Duration::from_secs(3600);
     assert!(real.block_on(lib.store.hold_watch(lib.config, &watcher, hour, &report)).unwrap());

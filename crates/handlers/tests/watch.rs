@@ -291,44 +291,49 @@ async fn an_overflow_says_so_once_polls_from_then_on_and_crawls_the_whole_root()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_workers_on_one_config_run_one_watcher_and_enqueue_each_change_once() {
-    let lib = library().await;
-    for d in ["x", "y"] {
-        std::fs::create_dir_all(lib.root.join(d)).unwrap();
-    }
-    let (mut first, held_first) = watching(&lib, "w1", settings()).await;
-    let (mut second, held_second) = watching(&lib, "w2", settings()).await;
-    assert!(held_first.is_some() && held_second.is_none(), "one watcher: the first Worker's");
-    second.look().await.unwrap();
-    assert!(second.watching().is_empty());
+    // Two Workers, and two given the same Worker id (two containers with one host name): one watcher either way.
+    for (first_id, second_id) in [("w1", "w2"), ("w1", "w1")] {
+        let lib = library().await;
+        for d in ["x", "y"] {
+            std::fs::create_dir_all(lib.root.join(d)).unwrap();
+        }
+        let (mut first, held_first) = watching(&lib, first_id, settings()).await;
+        let (mut second, held_second) = watching(&lib, second_id, settings()).await;
+        assert!(held_first.is_some() && held_second.is_none(), "one watcher: the first Worker's");
+        second.look().await.unwrap();
+        assert!(second.watching().is_empty());
 
-    copy_in(&lib, "x/one.jpg", &photo(5));
-    crawls_until(&lib, "crawl of x", |i| has_closed(i, "x/one.jpg")).await;
-    first.look().await.unwrap();
-    second.look().await.unwrap();
-    copy_in(&lib, "y/two.jpg", &photo(6));
-    let items = crawls_until(&lib, "crawl of y", |i| has_closed(i, "y/two.jpg")).await;
-    let folders: Vec<Vec<String>> = items.iter().map(|i| args(i).folders).collect();
-    assert_eq!(folders, [["x"], ["y"]], "each change once");
-    assert!(second.watching().is_empty());
+        copy_in(&lib, "x/one.jpg", &photo(5));
+        crawls_until(&lib, "crawl of x", |i| has_closed(i, "x/one.jpg")).await;
+        first.look().await.unwrap();
+        second.look().await.unwrap();
+        copy_in(&lib, "y/two.jpg", &photo(6));
+        let items = crawls_until(&lib, "crawl of y", |i| has_closed(i, "y/two.jpg")).await;
+        let folders: Vec<Vec<String>> = items.iter().map(|i| args(i).folders).collect();
+        assert_eq!(folders, [["x"], ["y"]], "each change once");
+        assert!(second.watching().is_empty());
 
-    // A watch not renewed in time (a Worker cut off) is taken by the other, and its watcher stops at its look.
-    sql_query("UPDATE config_watches SET lease_expires_at = now() - interval '1 second' WHERE storage_config_id = $1")
+        // A watch not renewed in time (a Worker cut off) is taken by the other, and its watcher stops at its look.
+        sql_query(
+            "UPDATE config_watches SET lease_expires_at = now() - interval '1 second' WHERE storage_config_id = $1",
+        )
         .bind::<Uuid, _>(lib.config.as_uuid())
         .execute(&mut lib.conn().await)
         .await
         .unwrap();
-    second.look().await.unwrap();
-    first.look().await.unwrap();
-    assert_eq!((first.watching(), second.watching()), (vec![], vec![lib.config]));
-    first.look().await.unwrap();
-    assert!(first.watching().is_empty(), "the first does not take it back while the second renews it");
+        second.look().await.unwrap();
+        first.look().await.unwrap();
+        assert_eq!((first.watching(), second.watching()), (vec![], vec![lib.config]));
+        first.look().await.unwrap();
+        assert!(first.watching().is_empty(), "the first does not take it back while the second renews it");
 
-    // The second gives its watch up (a shutdown): the first takes it at its next look.
-    let stop = CancellationToken::new();
-    stop.cancel();
-    second.run(stop).await;
-    first.look().await.unwrap();
-    assert_eq!(first.watching(), [lib.config]);
+        // The second gives its watch up (a shutdown): the first takes it at its next look.
+        let stop = CancellationToken::new();
+        stop.cancel();
+        second.run(stop).await;
+        first.look().await.unwrap();
+        assert_eq!(first.watching(), [lib.config]);
+    }
 }
 
 /// The watch of the library's config as stored: its holder and mode, if a Worker holds it.

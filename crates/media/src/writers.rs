@@ -27,8 +27,9 @@ pub enum Writers {
     None,
     /// Some process has it open for writing (or a file server holds it under a lease of its own).
     Some,
-    /// No telling: it is gone or not a regular file, this process may not take a lease on it (neither its owner
-    /// nor given `CAP_LEASE`), or its file system grants none (network file systems).
+    /// No telling: this process may not take a lease on it (neither its owner nor given `CAP_LEASE`).
+    NotAllowed,
+    /// No telling: it is gone or not a regular file, or its file system grants no lease (network file systems).
     Unknown,
 }
 
@@ -79,6 +80,7 @@ impl ReadLease {
         match rustix::io::Errno::from_io_error(&std::io::Error::last_os_error()) {
             // Open for writing (EAGAIN), or a lease being broken (EBUSY).
             Some(rustix::io::Errno::AGAIN | rustix::io::Errno::BUSY) => Err(Writers::Some),
+            Some(rustix::io::Errno::ACCESS | rustix::io::Errno::PERM) => Err(Writers::NotAllowed),
             _ => Err(Writers::Unknown),
         }
     }
@@ -125,6 +127,34 @@ mod tests {
         assert_eq!(writers(&dir.path().join("link.jpg")), Writers::Unknown, "a link is not followed");
         assert_eq!(writers(dir.path()), Writers::Unknown);
         assert_eq!(writers(&dir.path().join("missing.jpg")), Writers::Unknown);
+    }
+
+    /// A file this process does not own, asked by a thread without `CAP_LEASE` (capabilities are per thread): no
+    /// lease may be taken, which is told apart from a file that cannot be asked about.
+    #[test]
+    fn without_cap_lease_a_file_of_another_user_cannot_be_asked_about() {
+        use rustix::thread::{CapabilitySet, capabilities, set_capabilities};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.jpg");
+        std::fs::write(&path, b"jpeg").unwrap();
+        let mine = rustix::process::getuid();
+        let other = if mine.is_root() { rustix::process::Uid::from_raw(65534) } else { mine };
+        if mine.is_root() {
+            rustix::fs::chown(&path, Some(other), None).unwrap();
+        }
+        let asked = std::thread::spawn(move || {
+            let mut sets = capabilities(None).unwrap();
+            sets.effective.remove(CapabilitySet::LEASE);
+            set_capabilities(None, sets).unwrap();
+            writers(&path)
+        });
+        let answer = asked.join().unwrap();
+        if mine.is_root() {
+            assert_eq!(answer, Writers::NotAllowed);
+        } else {
+            // Not root: the file is this user's own, whose leases need no capability.
+            assert_eq!(answer, Writers::None);
+        }
     }
 
     /// Forces a writer to open the file while the lease is held: the kernel signals the holder, which must not

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use almanac_domain::ports::{
-    HeldWatch, ServedConfigs, WatchChoice, WatchMode, WatchReport, WatchState, WatchStore, WatchTarget,
+    HeldWatch, ServedConfigs, WatchChoice, WatchHolder, WatchMode, WatchReport, WatchState, WatchStore, WatchTarget,
 };
 use almanac_domain::{Cause, QueueError, StorageConfigId, WorkerId};
 use chrono::{DateTime, Utc};
@@ -16,26 +16,27 @@ use diesel_async::RunQueryDsl;
 
 use crate::PgStore;
 
-/// Takes or renews a watch in one statement: inserted when no row exists, updated when the row is this Worker's
-/// or its lease has run out by the database clock; a row is returned only when this Worker holds the watch
-/// afterwards. Concurrent callers for one config meet on the primary key: the second waits for the first's
+/// Takes or renews a watch in one statement: inserted when no row exists, updated when the row is this holder's
+/// (its Worker process's token, not its Worker id: two Workers may be given one id) or its lease has run out by
+/// the database clock; a row is returned only when this holder holds the watch afterwards. Concurrent callers for one config meet on the primary key: the second waits for the first's
 /// commit and then reads the row it wrote (`ON CONFLICT … DO UPDATE … WHERE` sees the latest version), so
 /// exactly one holds it. `since` changes only when the holder changes. A config that does not exist (removed)
 /// gives no row: not held.
 const HOLD: &str = "
 INSERT INTO config_watches AS w
-       (storage_config_id, worker_id, since, lease_expires_at, mode, last_change_at, pending_files, note)
-SELECT c.id, $2, now(), now() + $3 * interval '1 second', $4, $5, $6, $7
+       (storage_config_id, worker_id, holder, since, lease_expires_at, mode, last_change_at, pending_files, note)
+SELECT c.id, $2, $8, now(), now() + $3 * interval '1 second', $4, $5, $6, $7
   FROM storage_configs c WHERE c.id = $1
     ON CONFLICT (storage_config_id) DO UPDATE
    SET worker_id = EXCLUDED.worker_id,
-       since = CASE WHEN w.worker_id = EXCLUDED.worker_id THEN w.since ELSE EXCLUDED.since END,
+       holder = EXCLUDED.holder,
+       since = CASE WHEN w.holder = EXCLUDED.holder THEN w.since ELSE EXCLUDED.since END,
        lease_expires_at = EXCLUDED.lease_expires_at,
        mode = EXCLUDED.mode,
        last_change_at = EXCLUDED.last_change_at,
        pending_files = EXCLUDED.pending_files,
        note = EXCLUDED.note
- WHERE w.worker_id = EXCLUDED.worker_id OR w.lease_expires_at <= now()
+ WHERE w.holder = EXCLUDED.holder OR w.lease_expires_at <= now()
 RETURNING w.storage_config_id AS id";
 
 #[derive(QueryableByName)]
@@ -146,7 +147,7 @@ impl WatchStore for PgStore {
     async fn hold_watch(
         &self,
         config: StorageConfigId,
-        worker: &WorkerId,
+        holder: &WatchHolder,
         lease: Duration,
         report: &WatchReport,
     ) -> Result<bool, QueueError> {
@@ -155,12 +156,13 @@ impl WatchStore for PgStore {
             .read(async |conn| {
                 sql_query(HOLD)
                     .bind::<Uuid, _>(config.as_uuid())
-                    .bind::<Text, _>(worker.as_str())
+                    .bind::<Text, _>(holder.worker().as_str())
                     .bind::<Double, _>(lease.as_secs_f64())
                     .bind::<Text, _>(report.mode.as_str())
                     .bind::<Nullable<Timestamptz>, _>(report.last_change_at)
                     .bind::<BigInt, _>(pending)
                     .bind::<Nullable<Text>, _>(report.note.as_deref())
+                    .bind::<Uuid, _>(holder.token().as_uuid())
                     .load(conn)
                     .await
             })
@@ -169,11 +171,11 @@ impl WatchStore for PgStore {
     }
 
     #[mutants::skip]
-    async fn release_watch(&self, config: StorageConfigId, worker: &WorkerId) -> Result<(), QueueError> {
+    async fn release_watch(&self, config: StorageConfigId, holder: &WatchHolder) -> Result<(), QueueError> {
         self.read(async |conn| {
-            sql_query("DELETE FROM config_watches WHERE storage_config_id = $1 AND worker_id = $2")
+            sql_query("DELETE FROM config_watches WHERE storage_config_id = $1 AND holder = $2")
                 .bind::<Uuid, _>(config.as_uuid())
-                .bind::<Text, _>(worker.as_str())
+                .bind::<Uuid, _>(holder.token().as_uuid())
                 .execute(conn)
                 .await
         })

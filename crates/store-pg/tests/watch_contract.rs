@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use almanac_domain::ports::{
-    DatabaseClock, ServedConfigs, WatchChoice, WatchMode, WatchReport, WatchState, WatchStore,
+    DatabaseClock, ServedConfigs, WatchChoice, WatchHolder, WatchMode, WatchReport, WatchState, WatchStore,
 };
 use almanac_domain::{StorageConfigId, WorkerId};
 use almanac_store_pg::{NewStorageConfig, PgStore};
@@ -21,8 +21,9 @@ use diesel::sql_types::{BigInt, Text, Uuid};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 use tokio::sync::Barrier;
 
-fn worker(name: &str) -> WorkerId {
-    WorkerId::new(name).unwrap()
+/// A Worker process named `name` (each call another process, with a token of its own).
+fn worker(name: &str) -> WatchHolder {
+    WatchHolder::new(WorkerId::new(name).unwrap())
 }
 
 fn report(mode: WatchMode, pending_files: u64) -> WatchReport {
@@ -102,7 +103,7 @@ async fn the_holder_renews_and_another_takes_over_only_after_its_lease_ran_out()
     let (a, b) = (worker("a"), worker("b"));
     assert!(store.hold_watch(config, &a, MINUTE, &report(WatchMode::Events, 0)).await.unwrap());
     let first = state(&store, config).await.held.expect("a holds it");
-    assert_eq!(first.worker_id, a);
+    assert_eq!(&first.worker_id, a.worker());
     assert!(!other.hold_watch(config, &b, MINUTE, &report(WatchMode::Polling, 0)).await.unwrap());
 
     let seen = store.db_now().await.unwrap();
@@ -115,7 +116,7 @@ async fn the_holder_renews_and_another_takes_over_only_after_its_lease_ran_out()
     let lease = Duration::from_millis(1500);
     assert!(store.hold_watch(config, &a, lease, &renewed).await.unwrap());
     let second = state(&store, config).await.held.expect("a still holds it");
-    assert_eq!((second.worker_id.clone(), second.since), (a.clone(), first.since), "a renewal keeps since");
+    assert_eq!((&second.worker_id, second.since), (a.worker(), first.since), "a renewal keeps since");
     assert_eq!(second.report, renewed);
     assert!(second.lease_expires_at < first.lease_expires_at, "the lease is the one asked for last");
     let expires = second.lease_expires_at;
@@ -135,7 +136,7 @@ async fn the_holder_renews_and_another_takes_over_only_after_its_lease_ran_out()
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let third = state(&store, config).await.held.expect("b holds it");
-    assert_eq!(third.worker_id, b);
+    assert_eq!(&third.worker_id, b.worker());
     assert!(third.since > first.since, "a new holder has a since of its own");
     assert_eq!(third.report, report(WatchMode::Events, 0));
     assert!(!store.hold_watch(config, &a, MINUTE, &renewed).await.unwrap(), "a lost it");
@@ -167,6 +168,24 @@ async fn a_release_frees_the_watch_and_only_the_holder_s_counts() {
     assert!(store.hold_watch(config, &b, MINUTE, &report(WatchMode::Events, 0)).await.unwrap(), "free at once");
     store.release_watch(config, &a).await.unwrap();
     assert_eq!(holder(&store, config).await.as_deref(), Some("b"));
+}
+
+/// Two Workers given the same Worker id (two containers with one host name) are two holders: the second is
+/// refused while the first holds the watch, cannot give it up, and takes it once it is free.
+#[tokio::test]
+async fn two_workers_with_one_id_are_two_holders() {
+    let (db, store) = setup().await;
+    let other = PgStore::new(db.url(), 2, Duration::from_secs(10)).unwrap();
+    let config = config(&store, "ann", "/photos/ann").await.id;
+    let (first, second) = (worker("almanac-1"), worker("almanac-1"));
+    assert_eq!(first.worker(), second.worker());
+    assert!(store.hold_watch(config, &first, MINUTE, &report(WatchMode::Events, 0)).await.unwrap());
+    assert!(!other.hold_watch(config, &second, MINUTE, &report(WatchMode::Polling, 0)).await.unwrap());
+    assert_eq!(state(&store, config).await.held.unwrap().report.mode, WatchMode::Events, "the first's report");
+    other.release_watch(config, &second).await.unwrap();
+    assert!(store.hold_watch(config, &first, MINUTE, &report(WatchMode::Events, 0)).await.unwrap(), "still held");
+    store.release_watch(config, &first).await.unwrap();
+    assert!(other.hold_watch(config, &second, MINUTE, &report(WatchMode::Polling, 0)).await.unwrap());
 }
 
 /// The targets are the active configs, with their roots and choices; a per-user Worker's are its user's.
@@ -256,8 +275,9 @@ async fn the_database_s_watch_lists_are_the_domain_s() {
             .unwrap();
         assert_eq!(state(&store, config).await.choice, choice);
     }
+    let a = worker("a");
     for mode in WatchMode::ALL {
-        assert!(store.hold_watch(config, &worker("a"), MINUTE, &report(mode, 1)).await.unwrap());
+        assert!(store.hold_watch(config, &a, MINUTE, &report(mode, 1)).await.unwrap());
         assert_eq!(state(&store, config).await.held.unwrap().report.mode, mode);
     }
     let refused = sql_query("UPDATE storage_configs SET watch = 'inotify'").execute(&mut raw).await;

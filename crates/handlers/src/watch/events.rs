@@ -166,15 +166,23 @@ impl Found {
 /// Of the files a window would read at once (`(path, arrived)`, as [`Window::unconfirmed`] lists them), those
 /// someone may still be writing: a file seen closed that someone else still has open for writing (one of two
 /// writers closed it), a file that arrived that anyone has open for writing or of which that cannot be told.
+/// Answers too whether this process was not allowed to ask of some file (see [`Writers::NotAllowed`]).
 /// Blocking: it opens each file (run it on a blocking thread).
-pub fn still_written(root: &Path, candidates: Vec<(String, bool)>) -> Vec<String> {
-    let complete = |path: &str, arrived: bool| match writers(&root.join(path)) {
+pub fn still_written(root: &Path, candidates: Vec<(String, bool)>) -> (Vec<String>, bool) {
+    let mut refused = false;
+    let mut complete = |path: &str, arrived: bool| match writers(&root.join(path)) {
         Writers::None => true,
         Writers::Some => false,
         // A close was seen: trusted, as it was before leases were asked.
+        Writers::NotAllowed => {
+            refused = true;
+            !arrived
+        }
         Writers::Unknown => !arrived,
     };
-    candidates.into_iter().filter(|(path, arrived)| !complete(path, *arrived)).map(|(path, _)| path).collect()
+    let written =
+        candidates.into_iter().filter(|(path, arrived)| !complete(path, *arrived)).map(|(path, _)| path).collect();
+    (written, refused)
 }
 
 /// The regular file at `path` with its size and mtime now, or `None` when it is gone, not one, or its path was
@@ -262,7 +270,7 @@ mod tests {
     /// What the watcher does as a window closes: files someone may still be writing are not read at once.
     fn confirm(root: &Path, window: &mut Window) {
         let candidates = window.unconfirmed();
-        window.still_written(still_written(root, candidates));
+        window.still_written(still_written(root, candidates).0);
     }
 
     fn folders_of(window: &mut Window) -> Vec<String> {

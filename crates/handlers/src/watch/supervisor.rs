@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use almanac_domain::ports::{ServedConfigs, WatchChoice, WatchMode, WatchReport, WatchStore, WatchTarget};
+use almanac_domain::ports::{ServedConfigs, WatchChoice, WatchHolder, WatchMode, WatchReport, WatchStore, WatchTarget};
 use almanac_domain::{QueueError, StorageConfigId, WorkQueue, WorkerId};
 use chrono::{DateTime, Utc};
 use tokio::task::JoinHandle;
@@ -57,7 +57,8 @@ struct Deciding {
 /// for each it holds, renews them with their reports, and stops a watcher whose watch it lost.
 pub struct Watching<S> {
     store: Arc<S>,
-    worker: WorkerId,
+    /// This Worker process, as the holder of its watches.
+    holder: WatchHolder,
     served: ServedConfigs,
     settings: WatchSettings,
     io: WatchIo,
@@ -88,7 +89,8 @@ impl<S: WatchStore + WorkQueue + 'static> Watching<S> {
     /// The watchers of Worker `worker`, serving `served`.
     pub fn new(store: Arc<S>, worker: WorkerId, served: ServedConfigs, settings: WatchSettings) -> Self {
         let (running, idle, deciding, decided, mounts) = Default::default();
-        Self { store, worker, served, settings, io: WatchIo::default(), running, idle, deciding, decided, mounts }
+        let holder = WatchHolder::new(worker);
+        Self { store, holder, served, settings, io: WatchIo::default(), running, idle, deciding, decided, mounts }
     }
 
     /// The same, making `io`'s calls on the file system (a test's, to make one hang or fail).
@@ -147,7 +149,7 @@ impl<S: WatchStore + WorkQueue + 'static> Watching<S> {
                 (None, Some(decision)) => report_of(decision),
                 (None, None) => report_of((WatchMode::Off, Some(DECIDING.into()))),
             };
-            let held = self.store.hold_watch(target.config, &self.worker, self.settings.lease, &report).await?;
+            let held = self.store.hold_watch(target.config, &self.holder, self.settings.lease, &report).await?;
             self.mark_idle(target.config, held && report.mode == WatchMode::Off);
             match (held, self.running.get_mut(&target.config)) {
                 (true, Some(running)) => running.renewed = Instant::now(),
@@ -187,7 +189,7 @@ impl<S: WatchStore + WorkQueue + 'static> Watching<S> {
             if new {
                 let report = self.running.get(&config).map_or_else(|| report_of(decision), |r| r.status.report(now));
                 let idle = report.mode == WatchMode::Off;
-                if self.store.hold_watch(config, &self.worker, self.settings.lease, &report).await? {
+                if self.store.hold_watch(config, &self.holder, self.settings.lease, &report).await? {
                     self.mark_idle(config, idle);
                 } else {
                     self.end(config, false).await;
@@ -341,7 +343,7 @@ impl<S: WatchStore + WorkQueue + 'static> Watching<S> {
         } else if !self.idle.remove(&config) {
             return;
         }
-        if release && let Err(e) = self.store.release_watch(config, &self.worker).await {
+        if release && let Err(e) = self.store.release_watch(config, &self.holder).await {
             warn!(event = "watch_failed", config = %config, error = %e,
                   "the watch could not be given up; it lapses at the end of its lease");
         }

@@ -94,6 +94,8 @@ pub struct ConfigWatcher<S> {
     tree: Option<WatchedTree>,
     /// Folders that appeared (made, or moved in) since the last look: to be watched and listed.
     appeared: Vec<PathBuf>,
+    /// Whether this watcher said that it may not ask whether a file is still being written (said once).
+    said_leases_refused: bool,
     /// Whether files seen closed wait for the settle time like any other (`watch.trust_closed_files` is false,
     /// or the library is exported over NFS).
     closed_settle: bool,
@@ -125,6 +127,7 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
             held_until,
             tree,
             appeared,
+            said_leases_refused: false,
             closed_settle,
         }
     }
@@ -457,7 +460,15 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
                 self.closed_settle_for_export(&export);
                 window.settle_closed_files();
             }
-            Ok((None, written)) => window.still_written(written),
+            Ok((None, (written, refused))) => {
+                window.still_written(written);
+                if refused && !std::mem::replace(&mut self.said_leases_refused, true) {
+                    warn!(event = "watch_leases_refused", config = %self.config,
+                          "this Worker may not ask whether a file is still being written (it does not own the \
+                           library's files and lacks CAP_LEASE): a file moved into the library waits for the settle \
+                           time; grant CAP_LEASE to read it at once");
+                }
+            }
             Err(_) => window.still_written(all),
         }
     }

@@ -112,6 +112,11 @@ pub const EVENTS: &[Event] = &[
          writer pauses: files seen closed wait for the settle time like any other",
     ),
     event(
+        "watch_leases_refused",
+        "(once per watcher) the Worker may not ask the kernel whether a file is still being written: it does not own \
+         the library's files and lacks CAP_LEASE; files moved into the library wait for the settle time",
+    ),
+    event(
         "watch_remounted",
         "a file system was mounted or unmounted on, above or beneath a watched root (`mount`): the config's watcher \
          starts again, its mode decided anew (a share mounted over the root is polled, not watched)",

@@ -1,0 +1,1 @@
+ALTER TABLE config_watches DROP COLUMN holder;
