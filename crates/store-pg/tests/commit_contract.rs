@@ -4,13 +4,15 @@
 //! To kill a backend between a write's statement and its commit, a deferred constraint trigger (fired at
 //! commit) waits for an advisory lock the test holds; the test then terminates the waiting backend.
 
+mod support;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use almanac_domain::{
-    NewWorkItem, Scope, Status, WorkItemId, WorkKind, WorkQueue, WorkerId,
-    ports::{CatalogueStore, ClaimRequest, Failure, Fence, Heartbeat, LeaseDuration, ServedConfigs, WriteOutcome},
+    NewWorkItem, Scope, Status, WorkItemId, WorkKind, WorkQueue,
+    ports::{CatalogueStore, ClaimRequest, Failure, Fence, Heartbeat, LeaseDuration, WriteOutcome},
 };
 use almanac_store_pg::{NewStorageConfig, PgStore, WorkerConnections};
 use almanac_testdb::TestDatabase;
@@ -25,12 +27,7 @@ async fn raw(db: &TestDatabase) -> AsyncPgConnection {
 }
 
 fn claimer() -> ClaimRequest {
-    ClaimRequest {
-        worker_id: WorkerId::new("w1").unwrap(),
-        served: ServedConfigs::All,
-        kinds: WorkKind::ALL.to_vec(),
-        lease: LeaseDuration::new(Duration::from_secs(60)).unwrap(),
-    }
+    support::claimer("w1")
 }
 
 /// Makes every later commit that wrote `work_items` wait for the advisory lock `COMMIT_LOCK`, and takes it.

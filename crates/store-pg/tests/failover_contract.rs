@@ -4,14 +4,16 @@
 //! nothing after the switch, although the item's next claim gets its attempt number again (ADR 0008, amendment
 //! "a fence names its claim"; docs/safety.md, invariant 1).
 
+mod support;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
 use almanac_domain::ports::{
     CatalogueError, CatalogueStore, ClaimRequest, ClaimedItem, FailOutcome, Failure, Heartbeat, LeaseDuration,
-    ServedConfigs, WriteOutcome,
+    WriteOutcome,
 };
-use almanac_domain::{NewWorkItem, Scope, Status, StorageConfigId, WorkKind, WorkQueue, WorkerId};
+use almanac_domain::{NewWorkItem, Scope, Status, StorageConfigId, WorkKind, WorkQueue};
 use almanac_store_pg::{NewStorageConfig, PgStore};
 use almanac_testdb::{Replication, StandbyPair};
 
@@ -20,12 +22,7 @@ fn lease() -> LeaseDuration {
 }
 
 fn request(worker: &str) -> ClaimRequest {
-    ClaimRequest {
-        worker_id: WorkerId::new(worker).unwrap(),
-        served: ServedConfigs::All,
-        kinds: WorkKind::ALL.to_vec(),
-        lease: lease(),
-    }
+    support::claimer(worker)
 }
 
 /// The config's root identity as the catalogue holds it (what `record_root_identity` writes).

@@ -1,15 +1,17 @@
 //! Every write of an attempt is fenced (ADR 0008 rule 5, docs/safety.md invariant 1), catalogue writes included: with a
 //! stale fence, each port method answers Lost and commits nothing.
 
+mod support;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
 use almanac_domain::{
     AssetId, AssetMetadata, CaptureSource, CaptureTime, ContentHash, MediaType, NewWorkItem, ProxyType, Scope,
-    StorageConfigId, WorkKind, WorkQueue, WorkerId,
+    StorageConfigId, WorkKind, WorkQueue,
     ports::{
-        BurstGroup, CatalogueError, CatalogueStore, ClaimRequest, Fence, FileFacts, IngestOutcome, LeaseDuration,
-        MaintenanceStore, NewAsset, NewProxy, ServedConfigs, StoredProxy,
+        BurstGroup, CatalogueError, CatalogueStore, Fence, FileFacts, IngestOutcome, LeaseDuration, MaintenanceStore,
+        NewAsset, NewProxy, StoredProxy,
     },
 };
 use almanac_store_pg::{NewStorageConfig, PgStore};
@@ -40,12 +42,7 @@ impl Setup {
 
     /// Claims the config's oldest item (a crawl), as a Worker would.
     async fn claim(&self, worker: &str) -> Fence {
-        let request = ClaimRequest {
-            worker_id: WorkerId::new(worker).unwrap(),
-            served: ServedConfigs::All,
-            kinds: WorkKind::ALL.to_vec(),
-            lease: LeaseDuration::new(Duration::from_secs(60)).unwrap(),
-        };
+        let request = support::claimer(worker);
         self.store.claim(&request).await.unwrap().expect("an item to claim").fence
     }
 

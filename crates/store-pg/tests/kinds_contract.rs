@@ -2,6 +2,8 @@
 //! constraints. These tests hold the two together: every kind the domain knows is one the database takes,
 //! and every kind × scope the domain allows or refuses, the database allows or refuses too.
 
+mod support;
+
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
@@ -79,28 +81,14 @@ async fn a_kind_the_domain_does_not_know_the_database_refuses() {
 
 #[tokio::test]
 async fn the_database_s_kind_lists_are_the_domain_s() {
-    #[derive(diesel::QueryableByName)]
-    struct Constraint {
-        #[diesel(sql_type = Text)]
-        name: String,
-        #[diesel(sql_type = Text)]
-        definition: String,
-    }
     let (_db, _store, _config, mut conn) = setup().await;
-    let constraints: Vec<Constraint> = sql_query(
-        "SELECT conname::text AS name, pg_get_constraintdef(oid) AS definition FROM pg_constraint
-          WHERE conname IN ('ck_work_items_kind', 'ck_work_items_kind_scope', 'ck_paused_kinds_kind')
-          ORDER BY conname",
-    )
-    .load(&mut conn)
-    .await
-    .expect("constraints");
+    let names = ["ck_paused_kinds_kind", "ck_work_items_kind", "ck_work_items_kind_scope"];
+    let constraints = support::constraint_lists(&mut conn, &names).await;
     assert_eq!(constraints.len(), 3, "every constraint that names kinds is looked at");
-    let domain: BTreeSet<&str> = WorkKind::ALL.iter().map(|k| k.as_str()).collect();
-    for c in &constraints {
-        // The kinds a constraint names: its quoted words.
-        let named: BTreeSet<&str> = c.definition.split('\'').skip(1).step_by(2).collect();
-        assert_eq!(named, domain, "{}: {}", c.name, c.definition);
+    let domain: BTreeSet<String> = WorkKind::ALL.iter().map(|k| k.as_str().to_owned()).collect();
+    // The kinds a constraint names: its quoted words.
+    for (name, named) in &constraints {
+        assert_eq!(named, &domain, "{name}");
     }
     for kind in WorkKind::ALL {
         sql_query("INSERT INTO paused_kinds (kind) VALUES ($1)")

@@ -2,16 +2,15 @@
 //! below it, in the byte order of paths, page by page, own and extra paths interleaved; and the config's count of
 //! active assets, which such a crawl's mass-deletion guard weighs against.
 
+mod support;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
 use almanac_domain::{
     AssetMetadata, CaptureSource, CaptureTime, ContentHash, MediaType, NewWorkItem, Scope, StorageConfigId, WorkKind,
-    WorkQueue, WorkerId,
-    ports::{
-        CatalogueStore, ClaimRequest, Fence, FileFacts, IngestOutcome, KnownFile, LeaseDuration, NewAsset,
-        ServedConfigs,
-    },
+    WorkQueue,
+    ports::{CatalogueStore, Fence, FileFacts, IngestOutcome, KnownFile, NewAsset},
 };
 use almanac_store_pg::{NewStorageConfig, PgStore};
 use almanac_testdb::TestDatabase;
@@ -47,12 +46,7 @@ async fn all_of(store: &PgStore, config: StorageConfigId, folder: &[u8], limit: 
 
 async fn claim(store: &PgStore, config: StorageConfigId) -> Fence {
     store.enqueue(&NewWorkItem::new(WorkKind::Crawl, Scope::Config(config)).unwrap()).await.unwrap();
-    let request = ClaimRequest {
-        worker_id: WorkerId::new("w1").unwrap(),
-        served: ServedConfigs::All,
-        kinds: WorkKind::ALL.to_vec(),
-        lease: LeaseDuration::new(Duration::from_secs(60)).unwrap(),
-    };
+    let request = support::claimer("w1");
     store.claim(&request).await.unwrap().expect("the crawl").fence
 }
 

@@ -7,14 +7,16 @@
 //! Each statement is held mid-way by a table lock the test holds, then its backend is killed (or its TCP path
 //! cut), so the error reaches the store while the statement is in flight.
 
+mod support;
+
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use almanac_domain::{
-    NewWorkItem, QueueError, Scope, StorageConfigId, WorkKind, WorkQueue, WorkerId,
-    ports::{CatalogueError, CatalogueStore, ClaimRequest, Fence, LeaseDuration, ServedConfigs},
+    NewWorkItem, QueueError, Scope, StorageConfigId, WorkKind, WorkQueue,
+    ports::{CatalogueError, CatalogueStore, Fence, LeaseDuration},
 };
 use almanac_store_pg::{NewStorageConfig, PgStore, StoreError};
 use almanac_testdb::TestDatabase;
@@ -56,12 +58,7 @@ async fn setup(language: &str) -> Setup {
     let new = NewStorageConfig { username: "ann".into(), root_path: PathBuf::from("/photos/ann") };
     let config = store.add_storage_config(&new).await.unwrap().1.id;
     store.enqueue(&NewWorkItem::new(WorkKind::Crawl, Scope::Config(config)).unwrap()).await.unwrap();
-    let request = ClaimRequest {
-        worker_id: WorkerId::new("w1").unwrap(),
-        served: ServedConfigs::All,
-        kinds: WorkKind::ALL.to_vec(),
-        lease: LeaseDuration::new(Duration::from_secs(60)).unwrap(),
-    };
+    let request = support::claimer("w1");
     let fence = store.claim(&request).await.unwrap().expect("the crawl is claimed").fence;
     Setup { db, config, fence }
 }

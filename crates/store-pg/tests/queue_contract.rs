@@ -26,16 +26,11 @@ fn lease() -> LeaseDuration {
 }
 
 fn claimer(worker: &str, kinds: &[WorkKind]) -> ClaimRequest {
-    ClaimRequest {
-        worker_id: WorkerId::new(worker).unwrap(),
-        served: ServedConfigs::All,
-        kinds: kinds.to_vec(),
-        lease: lease(),
-    }
+    ClaimRequest { kinds: kinds.to_vec(), ..support::claimer(worker) }
 }
 
 fn all_kinds(worker: &str) -> ClaimRequest {
-    claimer(worker, &WorkKind::ALL)
+    support::claimer(worker)
 }
 
 async fn enqueue(store: &PgStore, kind: WorkKind, scope: Scope) -> WorkItemId {

@@ -244,27 +244,13 @@ async fn a_removed_config_takes_its_watch_with_it() {
 /// every one of them reads back.
 #[tokio::test]
 async fn the_database_s_watch_lists_are_the_domain_s() {
-    #[derive(diesel::QueryableByName)]
-    struct Constraint {
-        #[diesel(sql_type = Text)]
-        name: String,
-        #[diesel(sql_type = Text)]
-        definition: String,
-    }
     let (db, store) = setup().await;
     let mut raw = AsyncPgConnection::establish(db.url()).await.unwrap();
-    let constraints: Vec<Constraint> = sql_query(
-        "SELECT conname::text AS name, pg_get_constraintdef(oid) AS definition FROM pg_constraint
-          WHERE conname IN ('ck_storage_configs_watch', 'ck_config_watches_mode') ORDER BY conname",
-    )
-    .load(&mut raw)
-    .await
-    .unwrap();
-    let named =
-        |c: &Constraint| c.definition.split('\'').skip(1).step_by(2).map(str::to_owned).collect::<BTreeSet<_>>();
-    assert_eq!(constraints.len(), 2, "{:?}", constraints.iter().map(|c| &c.name).collect::<Vec<_>>());
-    assert_eq!(named(&constraints[0]), WatchMode::ALL.iter().map(|m| m.as_str().to_owned()).collect());
-    assert_eq!(named(&constraints[1]), WatchChoice::ALL.iter().map(|c| c.as_str().to_owned()).collect());
+    let constraints =
+        support::constraint_lists(&mut raw, &["ck_config_watches_mode", "ck_storage_configs_watch"]).await;
+    assert_eq!(constraints.len(), 2, "{:?}", constraints.iter().map(|c| &c.0).collect::<Vec<_>>());
+    assert_eq!(constraints[0].1, WatchMode::ALL.iter().map(|m| m.as_str().to_owned()).collect());
+    assert_eq!(constraints[1].1, WatchChoice::ALL.iter().map(|c| c.as_str().to_owned()).collect());
 
     let config = config(&store, "ann", "/photos/ann").await.id;
     for choice in WatchChoice::ALL {

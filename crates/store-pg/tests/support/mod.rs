@@ -5,9 +5,15 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use almanac_domain::StorageConfig;
+use std::collections::BTreeSet;
+
+use almanac_domain::ports::{ClaimRequest, LeaseDuration, ServedConfigs};
+use almanac_domain::{StorageConfig, WorkKind, WorkerId};
 use almanac_store_pg::{NewStorageConfig, PgStore};
 use almanac_testdb::TestDatabase;
+use diesel::sql_query;
+use diesel::sql_types::Text;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 /// A fresh database (cloned from the migrated template) and a store of four connections over it.
 pub async fn setup() -> (TestDatabase, PgStore) {
@@ -23,4 +29,36 @@ pub async fn config(store: &PgStore, user: &str, root: &str) -> StorageConfig {
         .await
         .expect("add config")
         .1
+}
+
+/// The claim of Worker `worker`: any kind, any config, a lease of a minute.
+pub fn claimer(worker: &str) -> ClaimRequest {
+    ClaimRequest {
+        worker_id: WorkerId::new(worker).unwrap(),
+        served: ServedConfigs::All,
+        kinds: WorkKind::ALL.to_vec(),
+        lease: LeaseDuration::new(Duration::from_secs(60)).unwrap(),
+    }
+}
+
+/// The CHECK constraints named `names`, in name order, each with the words its definition quotes (the values
+/// it allows).
+pub async fn constraint_lists(conn: &mut AsyncPgConnection, names: &[&str]) -> Vec<(String, BTreeSet<String>)> {
+    #[derive(diesel::QueryableByName)]
+    struct Constraint {
+        #[diesel(sql_type = Text)]
+        name: String,
+        #[diesel(sql_type = Text)]
+        definition: String,
+    }
+    let constraints: Vec<Constraint> = sql_query(
+        "SELECT conname::text AS name, pg_get_constraintdef(oid) AS definition FROM pg_constraint
+          WHERE conname = ANY($1) ORDER BY conname",
+    )
+    .bind::<diesel::sql_types::Array<Text>, _>(names)
+    .load(conn)
+    .await
+    .expect("constraints");
+    let quoted = |c: &Constraint| c.definition.split('\'').skip(1).step_by(2).map(str::to_owned).collect();
+    constraints.iter().map(|c| (c.name.clone(), quoted(c))).collect()
 }
