@@ -254,6 +254,27 @@ END $$;
 
 
 --
+-- Name: config_watches_new_holder(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.config_watches_new_holder() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    NEW.holder := gen_random_uuid();
+    RETURN NEW;
+END
+$$;
+
+
+--
+-- Name: FUNCTION config_watches_new_holder(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.config_watches_new_holder() IS 'Draws a new holder token for a watch taken over by a Worker that writes none (an older one, during an upgrade).';
+
+
+--
 -- Name: notify_work_items_queued(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1363,6 +1384,13 @@ CREATE UNIQUE INDEX ix_work_items_running_config ON public.work_items USING btre
 --
 
 CREATE INDEX ix_work_items_running_lease ON public.work_items USING btree (lease_expires_at) WHERE (status = 'running'::text);
+
+
+--
+-- Name: config_watches tr_config_watches_taken_without_holder; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER tr_config_watches_taken_without_holder BEFORE UPDATE ON public.config_watches FOR EACH ROW WHEN (((new.worker_id IS DISTINCT FROM old.worker_id) AND (new.holder = old.holder))) EXECUTE FUNCTION public.config_watches_new_holder();
 
 
 --

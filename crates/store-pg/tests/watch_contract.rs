@@ -188,6 +188,56 @@ async fn two_workers_with_one_id_are_two_holders() {
     assert!(other.hold_watch(config, &second, MINUTE, &report(WatchMode::Polling, 0)).await.unwrap());
 }
 
+/// The statement a Worker built before migration 000025 takes and renews a watch with: by its Worker id, writing
+/// no holder token.
+const OLDER_WORKERS_HOLD: &str = "
+INSERT INTO config_watches AS w
+       (storage_config_id, worker_id, since, lease_expires_at, mode, last_change_at, pending_files, note)
+SELECT c.id, $2, now(), now() + interval '60 seconds', 'events', NULL, 0, NULL
+  FROM storage_configs c WHERE c.id = $1
+    ON CONFLICT (storage_config_id) DO UPDATE
+   SET worker_id = EXCLUDED.worker_id,
+       since = CASE WHEN w.worker_id = EXCLUDED.worker_id THEN w.since ELSE EXCLUDED.since END,
+       lease_expires_at = EXCLUDED.lease_expires_at
+ WHERE w.worker_id = EXCLUDED.worker_id OR w.lease_expires_at <= now()";
+
+/// During an upgrade, an older Worker takes a watch whose lease ran out by its id, writing no token: the newer
+/// Worker it took it from cannot renew it by its old token, and a watch an older Worker inserts has a token too.
+#[tokio::test]
+async fn a_watch_an_older_worker_takes_over_is_not_renewed_by_the_holder_it_was_taken_from() {
+    let (db, store) = setup().await;
+    let config = config(&store, "ann", "/photos/ann").await.id;
+    let mut raw = AsyncPgConnection::establish(db.url()).await.unwrap();
+    let newer = worker("newer");
+    assert!(store.hold_watch(config, &newer, MINUTE, &report(WatchMode::Events, 0)).await.unwrap());
+    raw.batch_execute("UPDATE config_watches SET lease_expires_at = now() - interval '1 second'").await.unwrap();
+    let taken = sql_query(OLDER_WORKERS_HOLD)
+        .bind::<Uuid, _>(config.as_uuid())
+        .bind::<Text, _>("older")
+        .execute(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(taken, 1, "the older Worker took the watch");
+    assert!(!store.hold_watch(config, &newer, MINUTE, &report(WatchMode::Events, 0)).await.unwrap());
+    assert_eq!(holder(&store, config).await.as_deref(), Some("older"));
+
+    let other = config_of(&store, "bob").await;
+    sql_query(OLDER_WORKERS_HOLD)
+        .bind::<Uuid, _>(other.as_uuid())
+        .bind::<Text, _>("older")
+        .execute(&mut raw)
+        .await
+        .unwrap();
+    assert!(
+        !store.hold_watch(other, &newer, MINUTE, &report(WatchMode::Events, 0)).await.unwrap(),
+        "a watch an older Worker inserts has a token of its own"
+    );
+}
+
+async fn config_of(store: &PgStore, user: &str) -> StorageConfigId {
+    config(store, user, &format!("/photos/{user}")).await.id
+}
+
 /// The targets are the active configs, with their roots and choices; a per-user Worker's are its user's.
 #[tokio::test]
 async fn targets_are_the_active_configs_a_worker_serves() {
