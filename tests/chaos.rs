@@ -217,6 +217,8 @@ struct Trial {
     pair: Option<StandbyPair>,
     /// When the failover fault killed the primary and when the standby took writes.
     switched: Option<(SystemTime, SystemTime)>,
+    /// Whether every item due had ended before the Workers were told to stop.
+    all_ended: bool,
 }
 
 fn library_template() -> &'static Path {
@@ -258,6 +260,7 @@ impl Trial {
             survivors: Vec::new(),
             wrong: Vec::new(),
             acknowledged: Arc::default(),
+            all_ended: false,
             pair,
             switched: None,
         };
@@ -471,7 +474,7 @@ impl Trial {
             Fault::Failover => self.fail_over(&direct),
             Fault::PoolExhausted => {}
         }
-        self.wait_until(
+        self.all_ended = self.wait_until(
             "every item to end",
             &format!(
                 "SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM work_items WHERE status IN ('queued', 'running') AND {DUE})
@@ -517,8 +520,19 @@ impl Trial {
         } else {
             acknowledged.len() - count(&format!("SELECT count(*) FROM work_items WHERE id IN ({ids})"))
         } + self.completions_lost();
-        // Still running (or queued and due) long after the trial: stuck.
-        let stuck = count(&format!("SELECT count(*) FROM work_items WHERE status IN ('queued', 'running') AND {DUE}"));
+        // Stuck: what was still queued or running when the wait for every item to end gave up; and, once every
+        // item had ended, an item left running by a Worker told to stop (it must hand its items back). An item
+        // enqueued after the end (a scheduler's tick, a watcher's catch-up crawl, moments before the Workers were
+        // told to stop) waits in the queue for the next Worker: it is named, not counted.
+        let unended = format!("status IN ('queued', 'running') AND {DUE}");
+        let stuck = if self.all_ended {
+            for row in sql(url, &format!("SELECT kind, status, dedup_key FROM work_items WHERE {unended}")) {
+                eprintln!("{:?}: enqueued after every item had ended: {row:?}", self.fault);
+            }
+            count("SELECT count(*) FROM work_items WHERE status = 'running'")
+        } else {
+            count(&format!("SELECT count(*) FROM work_items WHERE {unended}"))
+        };
         // A committed catalogue write by a Worker on a config when no attempt of that Worker held the config.
         let outside_attempt = count(
             "SELECT count(*) FROM chaos_writes w
