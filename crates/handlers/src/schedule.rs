@@ -7,7 +7,7 @@ mod quiet;
 
 pub use quiet::{QuietHours, QuietZone};
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -63,29 +63,33 @@ pub fn period(at: DateTime<Utc>, interval: Duration) -> i64 {
     at.timestamp().div_euclid(i64::try_from(interval.as_secs().max(1)).unwrap_or(i64::MAX))
 }
 
-/// The periodic work due at `now` for these configs, of which those in `watched` have their roots watched:
-/// (schedule key, item). A watched config's crawl has periods of `watched_crawl_interval` (its own keys), the
-/// others' of `crawl_interval`.
+/// The periodic work due at `now` for these configs, of which those in `watched` have their roots watched
+/// (since when its holder took the watch): (schedule key, item). A watched config's crawl has periods of
+/// `watched_crawl_interval` (its own keys), the others' of `crawl_interval`. A watch taken in the current
+/// period has its whole-root crawl already: its watcher enqueues one when it becomes ready (ADR 0014), so
+/// that config's crawl is due from the next period (a config that becomes watched is not crawled twice).
 pub fn due(
     now: DateTime<Utc>,
     configs: &[StorageConfigId],
-    watched: &HashSet<StorageConfigId>,
+    watched: &HashMap<StorageConfigId, DateTime<Utc>>,
     settings: ScheduleSettings,
 ) -> Vec<(String, NewWorkItem)> {
     let day = period(now, DAY);
-    let crawl_key = |c: &StorageConfigId| {
-        if watched.contains(c) {
-            format!("crawl:{c}:watched:{}", period(now, settings.watched_crawl_interval))
-        } else {
-            format!("crawl:{c}:{}", period(now, settings.crawl_interval))
+    let crawl_key = |c: &StorageConfigId| match watched.get(c) {
+        Some(since) => {
+            let current = period(now, settings.watched_crawl_interval);
+            (period(*since, settings.watched_crawl_interval) < current).then(|| format!("crawl:{c}:watched:{current}"))
         }
+        None => Some(format!("crawl:{c}:{}", period(now, settings.crawl_interval))),
     };
     let item = |kind: WorkKind, scope: Scope| {
         NewWorkItem::new(kind, scope).expect("kinds get their scopes").with_dedup_key(DedupKey::for_work(kind, scope))
     };
     let mut out = Vec::new();
     for c in configs {
-        out.push((crawl_key(c), item(WorkKind::Crawl, Scope::Config(*c))));
+        if let Some(key) = crawl_key(c) {
+            out.push((key, item(WorkKind::Crawl, Scope::Config(*c))));
+        }
         out.push((format!("purge:{c}:{day}"), item(WorkKind::Purge, Scope::Config(*c))));
     }
     for kind in [WorkKind::ProxySweep, WorkKind::TokenCleanup, WorkKind::WorkItemRetention] {
@@ -143,13 +147,14 @@ impl<M: QueueMaintenance + WatchStore> Scheduler<M> {
         Ok((enqueued.len(), now))
     }
 
-    /// The configs whose watch a Worker holds now (unexpired), following changes by events or polling.
-    async fn watched(&self) -> Result<HashSet<StorageConfigId>, ScheduleError> {
+    /// The configs whose watch a Worker holds now (unexpired), following changes by events or polling, and
+    /// since when that Worker holds it.
+    async fn watched(&self) -> Result<HashMap<StorageConfigId, DateTime<Utc>>, ScheduleError> {
         let states = self.store.watch_states().await?;
         let following = |s: &almanac_domain::ports::WatchState| {
-            s.held.as_ref().is_some_and(|h| matches!(h.report.mode, WatchMode::Events | WatchMode::Polling))
+            s.held.as_ref().filter(|h| matches!(h.report.mode, WatchMode::Events | WatchMode::Polling)).map(|h| h.since)
         };
-        Ok(states.iter().filter(|s| following(s)).map(|s| s.config).collect())
+        Ok(states.iter().filter_map(|s| following(s).map(|since| (s.config, since))).collect())
     }
 
     /// In quiet hours: the scheduled items queued (retries included) wait until `until`.
@@ -207,7 +212,7 @@ mod tests {
     fn due_work_is_a_crawl_and_purge_per_config_and_three_daily_chores() {
         let configs = [StorageConfigId::new(), StorageConfigId::new()];
         let at = Utc.with_ymd_and_hms(2026, 11, 29, 12, 0, 0).unwrap();
-        let work = due(at, &configs, &HashSet::new(), ScheduleSettings::default());
+        let work = due(at, &configs, &HashMap::new(), ScheduleSettings::default());
         let kinds: Vec<WorkKind> = work.iter().map(|(_, i)| i.kind()).collect();
         assert_eq!(kinds.iter().filter(|k| **k == WorkKind::Crawl).count(), 2);
         assert_eq!(kinds.iter().filter(|k| **k == WorkKind::Purge).count(), 2);
@@ -224,7 +229,8 @@ mod tests {
         let (watched, unwatched) = (StorageConfigId::new(), StorageConfigId::new());
         let settings = ScheduleSettings::default();
         let key = |at: DateTime<Utc>, c: StorageConfigId| {
-            let work = due(at, &[watched, unwatched], &HashSet::from([watched]), settings);
+            let since = Utc.with_ymd_and_hms(2026, 11, 20, 9, 0, 0).unwrap();
+            let work = due(at, &[watched, unwatched], &HashMap::from([(watched, since)]), settings);
             let crawl = work.iter().find(|(_, i)| i.kind() == WorkKind::Crawl && i.scope() == Scope::Config(c));
             crawl.expect("a crawl per config").0.clone()
         };
@@ -235,5 +241,29 @@ mod tests {
         assert_ne!(key(morning, watched), key(evening + chrono::Duration::hours(2), watched), "the next day's");
         assert!(key(morning, watched).starts_with(&format!("crawl:{watched}:watched:")), "{}", key(morning, watched));
         assert_eq!(key(morning, unwatched), format!("crawl:{unwatched}:{}", period(morning, settings.crawl_interval)));
+    }
+
+    /// A watcher crawls its whole root when it becomes ready: a config whose watch was taken in this period gets
+    /// no scheduled crawl until the next, where one taken before it gets its period's crawl.
+    #[test]
+    fn a_watch_taken_in_this_period_has_its_crawl_from_the_watcher_and_the_next_period_s_from_the_scheduler() {
+        let (config, settings) = (StorageConfigId::new(), ScheduleSettings::default());
+        let noon = Utc.with_ymd_and_hms(2026, 11, 29, 12, 0, 0).unwrap();
+        let crawls = |at: DateTime<Utc>, since: DateTime<Utc>| {
+            let work = due(at, &[config], &HashMap::from([(config, since)]), settings);
+            work.into_iter().filter(|(_, i)| i.kind() == WorkKind::Crawl).map(|(k, _)| k).collect::<Vec<_>>()
+        };
+        let this_morning = noon - chrono::Duration::hours(3);
+        assert_eq!(crawls(noon, this_morning), Vec::<String>::new(), "the watcher's start crawled it this period");
+        let tomorrow = noon + chrono::Duration::days(1);
+        assert_eq!(
+            crawls(tomorrow, this_morning),
+            [format!("crawl:{config}:watched:{}", period(tomorrow, settings.watched_crawl_interval))],
+            "the next period's crawl"
+        );
+        let yesterday = noon - chrono::Duration::days(1);
+        assert_eq!(crawls(noon, yesterday).len(), 1, "a watch taken in an earlier period: this period's crawl");
+        let unwatched = due(noon, &[config], &HashMap::new(), settings);
+        assert_eq!(unwatched.iter().filter(|(_, i)| i.kind() == WorkKind::Crawl).count(), 1, "no watch: crawled");
     }
 }
