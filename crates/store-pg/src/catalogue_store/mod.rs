@@ -19,8 +19,8 @@ mod paths;
 mod rows;
 
 use rows::{
-    ACTIVE_CONTENT_INDEX, CandidateRow, HashRow, IdRow, KnownRow, insert_asset, insert_metadata, insert_proxy,
-    media_type, size,
+    ACTIVE_CONTENT_INDEX, CandidateRow, HashRow, IdRow, KnownRow, first_page, insert_asset, insert_metadata,
+    insert_proxy, media_type, size,
 };
 
 impl CatalogueStore for PgStore {
@@ -64,7 +64,9 @@ impl CatalogueStore for PgStore {
         // ended (an own path sorts before an extra path at the same bytes), so a page costs the same at the end
         // of a library of a million files as at its start. A folder is the range of paths from `folder/` up to
         // `folder0` (`0` follows `/`), both bounds in the index condition; its first page starts at `folder/`,
-        // which no path equals.
+        // which no path equals. The statement orders by path alone, which the two arms' index walks give merged
+        // as they come; ordering by `extra` too made the server sort every page again (about 40% of a page's
+        // time at 10,000 rows). It reads one row more than the page, and `first_page` puts equal paths in order.
         let (lower, upper) = if folder.is_empty() {
             (Vec::new(), None)
         } else {
@@ -82,7 +84,7 @@ impl CatalogueStore for PgStore {
                FROM media_assets a
               WHERE a.storage_config_id = $1 AND NOT a.is_soft_deleted AND a.file_path > $2 {own_below}
               ORDER BY a.file_path
-              LIMIT $4)
+              LIMIT $4 + 1)
              UNION ALL
              (SELECT e.asset_id, e.file_path, '', e.size_bytes, e.file_modified_at, true, true,
                      NULL, NULL, NULL
@@ -90,9 +92,9 @@ impl CatalogueStore for PgStore {
                WHERE e.storage_config_id = $1 AND NOT a.is_soft_deleted
                  AND e.file_path >= $2 AND NOT ($3 AND e.file_path = $2) {extra_below}
                ORDER BY e.file_path
-               LIMIT $4)
-             ORDER BY file_path, extra
-             LIMIT $4"
+               LIMIT $4 + 1)
+             ORDER BY file_path
+             LIMIT $4 + 1"
         );
         let rows: Vec<KnownRow> = self
             .read(async |conn| {
@@ -108,7 +110,7 @@ impl CatalogueStore for PgStore {
             })
             .await
             .map_err(CatalogueError::from)?;
-        Ok(rows.into_iter().map(KnownRow::known).collect())
+        Ok(first_page(rows.into_iter().map(KnownRow::known).collect(), limit))
     }
 
     async fn extra_paths_of(
