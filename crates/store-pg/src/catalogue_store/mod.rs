@@ -66,7 +66,8 @@ impl CatalogueStore for PgStore {
         // `folder0` (`0` follows `/`), both bounds in the index condition; its first page starts at `folder/`,
         // which no path equals. The statement orders by path alone, which the two arms' index walks give merged
         // as they come; ordering by `extra` too made the server sort every page again (about 40% of a page's
-        // time at 10,000 rows). It reads one row more than the page, and `first_page` puts equal paths in order.
+        // time at 10,000 rows). It reads one row more than the page (`$4`), and `first_page` puts equal paths in
+        // order.
         let (lower, upper) = if folder.is_empty() {
             (Vec::new(), None)
         } else {
@@ -84,7 +85,7 @@ impl CatalogueStore for PgStore {
                FROM media_assets a
               WHERE a.storage_config_id = $1 AND NOT a.is_soft_deleted AND a.file_path > $2 {own_below}
               ORDER BY a.file_path
-              LIMIT $4 + 1)
+              LIMIT $4)
              UNION ALL
              (SELECT e.asset_id, e.file_path, '', e.size_bytes, e.file_modified_at, true, true,
                      NULL, NULL, NULL
@@ -92,9 +93,9 @@ impl CatalogueStore for PgStore {
                WHERE e.storage_config_id = $1 AND NOT a.is_soft_deleted
                  AND e.file_path >= $2 AND NOT ($3 AND e.file_path = $2) {extra_below}
                ORDER BY e.file_path
-               LIMIT $4 + 1)
+               LIMIT $4)
              ORDER BY file_path
-             LIMIT $4 + 1"
+             LIMIT $4"
         );
         let rows: Vec<KnownRow> = self
             .read(async |conn| {
@@ -102,7 +103,7 @@ impl CatalogueStore for PgStore {
                     .bind::<Uuid, _>(config.as_uuid())
                     .bind::<Binary, _>(after_path)
                     .bind::<Bool, _>(after_extra)
-                    .bind::<BigInt, _>(limit);
+                    .bind::<BigInt, _>(limit.saturating_add(1));
                 match &upper {
                     Some(upper) => query.bind::<Binary, _>(upper).load(conn).await,
                     None => query.load(conn).await,

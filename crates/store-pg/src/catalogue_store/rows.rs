@@ -84,55 +84,10 @@ impl KnownRow {
 /// in order; the last path's rows may be cut short by the statement's limit, and then that path is the extra
 /// row, left for the next page (which starts after the last one kept).
 pub(super) fn first_page(mut rows: Vec<KnownFile>, limit: i64) -> Vec<KnownFile> {
-    // Stable and linear on rows that are already sorted but for adjacent pairs.
+    // Stable, and cheap on rows already in order but for adjacent pairs.
     rows.sort_by(|a, b| (&a.facts.file_path, a.extra).cmp(&(&b.facts.file_path, b.extra)));
     rows.truncate(usize::try_from(limit).unwrap_or(0));
     rows
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn known(path: &str, extra: bool) -> KnownFile {
-        KnownFile {
-            asset_id: AssetId::new(),
-            facts: FileFacts { file_path: path.into(), display_path: String::new(), size: 1, mtime: Utc::now() },
-            extra,
-            sidecar: None,
-            proxies_complete: true,
-        }
-    }
-
-    fn keys(page: &[KnownFile]) -> Vec<(String, bool)> {
-        page.iter().map(|k| (String::from_utf8_lossy(&k.facts.file_path).into_owned(), k.extra)).collect()
-    }
-
-    #[test]
-    fn a_page_puts_an_own_path_before_a_copy_at_the_same_path_whichever_came_first() {
-        for (first, second) in [(false, true), (true, false)] {
-            let rows =
-                vec![known("a.jpg", false), known("b.jpg", first), known("b.jpg", second), known("c.jpg", false)];
-            let page = first_page(rows.clone(), 3);
-            assert_eq!(keys(&page), [("a.jpg".into(), false), ("b.jpg".into(), false), ("b.jpg".into(), true)]);
-            // The page ends between the two: the own path is in it, the copy starts the next one.
-            assert_eq!(keys(&first_page(rows, 2)), [("a.jpg".into(), false), ("b.jpg".into(), false)]);
-        }
-    }
-
-    #[test]
-    fn a_path_cut_short_by_the_limit_is_left_for_the_next_page() {
-        // The statement's limit (3 + 1) kept one of b.jpg's two rows, either one: the page ends before b.jpg, and the
-        // next one (after a/2.jpg) reads both.
-        for extra in [false, true] {
-            let rows =
-                vec![known("a/1.jpg", false), known("a/2.jpg", true), known("a/2.jpg", false), known("b.jpg", extra)];
-            let page = first_page(rows, 3);
-            assert_eq!(keys(&page), [("a/1.jpg".into(), false), ("a/2.jpg".into(), false), ("a/2.jpg".into(), true)]);
-        }
-        let rows = vec![known("a.jpg", false), known("b.jpg", true)];
-        assert_eq!(first_page(rows, 3).len(), 2, "the last page, shorter than the limit, is whole");
-    }
 }
 
 #[derive(QueryableByName)]
@@ -240,4 +195,49 @@ pub(super) fn insert_metadata(id: AssetId, m: &AssetMetadata) -> BoxedSqlQuery<'
     .bind::<Nullable<Text>, _>(m.lens_model.as_deref())
     .bind::<Nullable<Text>, _>(m.camera_burst_id.as_deref())
     .bind::<Nullable<Text>, _>(m.live_photo_content_id.as_deref())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn known(path: &str, extra: bool) -> KnownFile {
+        KnownFile {
+            asset_id: AssetId::new(),
+            facts: FileFacts { file_path: path.into(), display_path: String::new(), size: 1, mtime: Utc::now() },
+            extra,
+            sidecar: None,
+            proxies_complete: true,
+        }
+    }
+
+    fn keys(page: &[KnownFile]) -> Vec<(String, bool)> {
+        page.iter().map(|k| (String::from_utf8_lossy(&k.facts.file_path).into_owned(), k.extra)).collect()
+    }
+
+    #[test]
+    fn a_page_puts_an_own_path_before_a_copy_at_the_same_path_whichever_came_first() {
+        for (first, second) in [(false, true), (true, false)] {
+            let rows =
+                vec![known("a.jpg", false), known("b.jpg", first), known("b.jpg", second), known("c.jpg", false)];
+            let page = first_page(rows.clone(), 3);
+            assert_eq!(keys(&page), [("a.jpg".into(), false), ("b.jpg".into(), false), ("b.jpg".into(), true)]);
+            // The page ends between the two: the own path is in it, the copy starts the next one.
+            assert_eq!(keys(&first_page(rows, 2)), [("a.jpg".into(), false), ("b.jpg".into(), false)]);
+        }
+    }
+
+    #[test]
+    fn a_path_cut_short_by_the_limit_is_left_for_the_next_page() {
+        // The statement's limit (3 + 1) kept one of b.jpg's two rows, either one: the page ends before b.jpg, and the
+        // next one (after a/2.jpg) reads both.
+        for extra in [false, true] {
+            let rows =
+                vec![known("a/1.jpg", false), known("a/2.jpg", true), known("a/2.jpg", false), known("b.jpg", extra)];
+            let page = first_page(rows, 3);
+            assert_eq!(keys(&page), [("a/1.jpg".into(), false), ("a/2.jpg".into(), false), ("a/2.jpg".into(), true)]);
+        }
+        let rows = vec![known("a.jpg", false), known("b.jpg", true)];
+        assert_eq!(first_page(rows, 3).len(), 2, "the last page, shorter than the limit, is whole");
+    }
 }
