@@ -131,7 +131,11 @@ async fn until_ready(status: &WatchStatus) {
 /// A Worker's watchers after one look, and the status of its watcher of the library's config; the whole-root
 /// crawl its watcher enqueued as it started is taken and finished.
 async fn watching(lib: &Library, worker: &str, settings: WatchSettings) -> (Watching<PgStore>, Option<WatchStatus>) {
-    let mut watching = Watching::new(lib.store.clone(), WorkerId::new(worker).unwrap(), ServedConfigs::All, settings);
+    started(lib, Watching::new(lib.store.clone(), WorkerId::new(worker).unwrap(), ServedConfigs::All, settings)).await
+}
+
+/// [`watching`] of watchers made by the caller.
+async fn started(lib: &Library, mut watching: Watching<PgStore>) -> (Watching<PgStore>, Option<WatchStatus>) {
     watching.look().await.unwrap();
     let status = watching.status(lib.config);
     if let Some(status) = &status {
@@ -180,6 +184,29 @@ async fn a_photo_copied_into_a_watched_library_becomes_a_crawl_of_its_folder_and
         lib.config
     );
     assert_eq!(lib.count(&assets).await, 1);
+    drop(watching);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxies_written_into_a_proxy_root_mounted_inside_the_library_are_no_change() {
+    let lib = library().await;
+    // The Worker's proxy root, inside the library (as a bind mount would put it); the crawl passes it over.
+    let proxies = lib.root.join("proxies");
+    std::fs::create_dir_all(proxies.join("c1/ab")).unwrap();
+    std::fs::create_dir_all(lib.root.join("2026")).unwrap();
+    let watching = Watching::new(lib.store.clone(), WorkerId::new("w1").unwrap(), ServedConfigs::All, settings());
+    let (watching, status) = started(&lib, watching.avoiding(&proxies)).await;
+    assert_eq!(status.unwrap().mode(), WatchMode::Events);
+    // A proxy folder made and a proxy written, then a photo copied in: one window, if the proxies were seen.
+    std::fs::create_dir_all(proxies.join("c1/ab/hash")).unwrap();
+    std::fs::write(proxies.join("c1/ab/hash/thumbnail.jpg"), photo(2)).unwrap();
+    std::fs::write(proxies.join("c1/ab/written.jpg"), photo(3)).unwrap();
+    copy_in(&lib, "2026/beach.jpg", &photo(1));
+
+    let items = crawls_until(&lib, "crawl of the photo", |i| has_closed(i, "2026/beach.jpg")).await;
+    let folders: Vec<String> = items.iter().flat_map(|i| args(i).folders).collect();
+    assert!(folders.iter().all(|f| !f.starts_with("proxies")), "the proxy root was watched: {folders:?}");
+    assert!(folders.contains(&"2026".to_string()), "{folders:?}");
     drop(watching);
 }
 
@@ -517,7 +544,7 @@ fn hung_pass() -> (WatchIo, std::sync::mpsc::Sender<()>, tokio::sync::mpsc::Unbo
     let (release, released) = std::sync::mpsc::channel::<()>();
     let (entered, entering) = tokio::sync::mpsc::unbounded_channel();
     let released = Mutex::new(released);
-    let pass = move |_: &Path, _: Option<FolderTree>, _: &CancellationToken| {
+    let pass = move |_: &Path, _: Option<(u64, u64)>, _: Option<FolderTree>, _: &CancellationToken| {
         let _ = entered.send(());
         let _ = released.lock().unwrap().recv();
         (FolderTree::default(), Vec::new())
@@ -548,12 +575,12 @@ async fn a_watcher_whose_polling_pass_fails_gives_its_watch_up_and_is_started_ag
     lib.store.set_storage_config_watch(lib.config, WatchChoice::Polling).await.unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let counted = calls.clone();
-    let pass = move |root: &Path, tree: Option<FolderTree>, stop: &CancellationToken| {
+    let pass = move |root: &Path, avoid: Option<(u64, u64)>, tree: Option<FolderTree>, stop: &CancellationToken| {
         assert!(counted.fetch_add(1, Ordering::SeqCst) > 0, "the first pass fails");
         match tree {
-            None => (FolderTree::baseline(root, stop), Vec::new()),
+            None => (FolderTree::baseline(root, avoid, stop), Vec::new()),
             Some(mut tree) => {
-                let changed = tree.pass(root, stop);
+                let changed = tree.pass(root, avoid, stop);
                 (tree, changed)
             }
         }

@@ -117,9 +117,12 @@ pub type MountinfoFn = dyn Fn() -> Option<String> + Send + Sync;
 /// The NFS export of this machine through which a root may be written, if any. Blocking.
 pub type ExportsFn = dyn Fn(&Path) -> Option<PathBuf> + Send + Sync;
 
-/// One polling pass over a root: the baseline when no tree is given, else the pass over it, answering the tree and
-/// the folders changed. Blocking; it returns soon after the token is cancelled.
-pub type PassFn = dyn Fn(&Path, Option<FolderTree>, &CancellationToken) -> (FolderTree, Vec<String>) + Send + Sync;
+/// One polling pass over a root, the folder whose identity is given (the proxy root) passed over: the baseline
+/// when no tree is given, else the pass over it, answering the tree and the folders changed. Blocking; it returns
+/// soon after the token is cancelled.
+pub type PassFn = dyn Fn(&Path, Option<(u64, u64)>, Option<FolderTree>, &CancellationToken) -> (FolderTree, Vec<String>)
+    + Send
+    + Sync;
 
 /// The blocking calls watching makes on the file system, each run on a blocking thread. The defaults are the
 /// real ones ([`fs_type`], [`FolderTree`]); a test replaces one to make it hang or fail.
@@ -153,11 +156,16 @@ impl std::fmt::Debug for WatchIo {
 }
 
 /// The real polling pass.
-fn pass(root: &Path, tree: Option<FolderTree>, stop: &CancellationToken) -> (FolderTree, Vec<String>) {
+fn pass(
+    root: &Path,
+    avoid: Option<(u64, u64)>,
+    tree: Option<FolderTree>,
+    stop: &CancellationToken,
+) -> (FolderTree, Vec<String>) {
     match tree {
-        None => (FolderTree::baseline(root, stop), Vec::new()),
+        None => (FolderTree::baseline(root, avoid, stop), Vec::new()),
         Some(mut tree) => {
-            let changed = tree.pass(root, stop);
+            let changed = tree.pass(root, avoid, stop);
             (tree, changed)
         }
     }

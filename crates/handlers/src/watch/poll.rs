@@ -1,7 +1,8 @@
 //! Polling (ADR 0014, decision 3): where the file system raises no event for what other machines write, the
 //! folders' mtimes and ctimes say where to look. Only folders are stat'ed, never every file; a folder whose
-//! stamp changed is listed again, which finds the folders made in it. Blocking: run it on a blocking thread, at
-//! the Worker's low priority.
+//! stamp changed is listed again, which finds the folders made in it. The proxy root, when it is mounted inside
+//! the library, is passed over with everything beneath it, as the crawl passes it over (`avoid`, its identity).
+//! Blocking: run it on a blocking thread, at the Worker's low priority.
 
 use std::collections::{HashMap, HashSet};
 use std::io::ErrorKind;
@@ -24,11 +25,11 @@ pub struct FolderTree {
 }
 
 impl FolderTree {
-    /// The first pass, the baseline: every folder under `root` (the crawl's skipped names passed over, links
-    /// never followed) with its stamp. It reports nothing.
-    pub fn baseline(root: &Path, stop: &CancellationToken) -> Self {
+    /// The first pass, the baseline: every folder under `root` (the crawl's skipped names and the folder whose
+    /// identity is `avoid` passed over, links never followed) with its stamp. It reports nothing.
+    pub fn baseline(root: &Path, avoid: Option<(u64, u64)>, stop: &CancellationToken) -> Self {
         let mut tree = Self::default();
-        tree.add_subtree(root, PathBuf::new(), stop);
+        tree.add_subtree(root, PathBuf::new(), avoid, stop);
         tree
     }
 
@@ -45,10 +46,10 @@ impl FolderTree {
     /// A pass: stats the folders known, lists again those whose stamp changed (finding new folders), forgets
     /// those gone. Answers the folders that changed, came or went (relative to the root, as the crawl names
     /// them). A root that cannot be read changes nothing (an unmounted share is no change: the crawl judges it).
-    pub fn pass(&mut self, root: &Path, stop: &CancellationToken) -> Vec<String> {
+    pub fn pass(&mut self, root: &Path, avoid: Option<(u64, u64)>, stop: &CancellationToken) -> Vec<String> {
         if self.is_empty() {
             // The root could not be read at the baseline: this pass is the baseline.
-            *self = Self::baseline(root, stop);
+            *self = Self::baseline(root, avoid, stop);
             return Vec::new();
         }
         if std::fs::symlink_metadata(root).is_err() {
@@ -64,10 +65,10 @@ impl FolderTree {
             }
             let Some(old) = self.folders.get(&rel).copied() else { continue };
             match stamp(&root.join(&rel)) {
-                Ok(Some(now)) if now == old => {}
-                Ok(Some(now)) => {
+                Ok(Some((now, _))) if now == old => {}
+                Ok(Some((now, _))) => {
                     self.folders.insert(rel.clone(), now);
-                    self.list_again(root, &rel, stop);
+                    self.list_again(root, &rel, avoid, stop);
                     changed.push(crawl_folder(&rel));
                 }
                 // Gone (or no longer a folder): it and everything beneath it.
@@ -83,36 +84,40 @@ impl FolderTree {
     }
 
     /// Lists a changed folder: the folders in it not known yet are added with their subtrees.
-    fn list_again(&mut self, root: &Path, rel: &Path, stop: &CancellationToken) {
+    fn list_again(&mut self, root: &Path, rel: &Path, avoid: Option<(u64, u64)>, stop: &CancellationToken) {
         for sub in subfolders(&root.join(rel)) {
             let sub = rel.join(sub);
             if !self.folders.contains_key(&sub) {
-                self.add_subtree(root, sub, stop);
+                self.add_subtree(root, sub, avoid, stop);
             }
         }
     }
 
-    /// Adds `rel` and every folder beneath it, one folder listed at a time.
-    fn add_subtree(&mut self, root: &Path, rel: PathBuf, stop: &CancellationToken) {
+    /// Adds `rel` and every folder beneath it but the one whose identity is `avoid`, one folder listed at a time.
+    fn add_subtree(&mut self, root: &Path, rel: PathBuf, avoid: Option<(u64, u64)>, stop: &CancellationToken) {
         let mut todo = vec![rel];
         while let Some(rel) = todo.pop() {
             if stop.is_cancelled() {
                 return;
             }
             let path = root.join(&rel);
-            let Ok(Some(stamp)) = stamp(&path) else { continue };
+            let Ok(Some((stamp, identity))) = stamp(&path) else { continue };
+            if Some(identity) == avoid {
+                continue;
+            }
             todo.extend(subfolders(&path).into_iter().map(|name| rel.join(name)));
             self.folders.insert(rel, stamp);
         }
     }
 }
 
-/// A folder's stamp; `None` when nothing or something else than a folder is there (a link is never followed).
-fn stamp(path: &Path) -> std::io::Result<Option<Stamp>> {
+/// A folder's stamp, and its identity (device, inode); `None` when nothing or something else than a folder is
+/// there (a link is never followed).
+fn stamp(path: &Path) -> std::io::Result<Option<(Stamp, (u64, u64))>> {
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.is_dir() => Ok(Some((
-            ClosedFile::stat_nanos(m.mtime(), m.mtime_nsec()),
-            ClosedFile::stat_nanos(m.ctime(), m.ctime_nsec()),
+            (ClosedFile::stat_nanos(m.mtime(), m.mtime_nsec()), ClosedFile::stat_nanos(m.ctime(), m.ctime_nsec())),
+            (m.dev(), m.ino()),
         ))),
         Ok(_) => Ok(None),
         Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => Ok(None),
@@ -150,16 +155,16 @@ mod tests {
             std::fs::create_dir_all(root.join(d)).unwrap();
         }
         let stop = CancellationToken::new();
-        let mut tree = FolderTree::baseline(root, &stop);
+        let mut tree = FolderTree::baseline(root, None, &stop);
         assert_eq!(tree.len(), 4, "the root, a, a/b and c; not the NAS's folder");
-        assert!(tree.pass(root, &stop).is_empty(), "nothing changed");
+        assert!(tree.pass(root, None, &stop).is_empty(), "nothing changed");
         std::fs::write(root.join("a/b/new.jpg"), b"x").unwrap();
         std::fs::create_dir_all(root.join("c/d/e")).unwrap();
         std::fs::write(root.join("@eaDir/x/thumb.jpg"), b"x").unwrap();
-        assert_eq!(sorted(tree.pass(root, &stop)), ["a/b", "c"]);
+        assert_eq!(sorted(tree.pass(root, None, &stop)), ["a/b", "c"]);
         assert_eq!(tree.len(), 6, "c/d and c/d/e found");
         std::fs::remove_dir_all(root.join("c")).unwrap();
-        assert_eq!(sorted(tree.pass(root, &stop)), ["", "c"], "what was beneath a folder gone goes with it");
+        assert_eq!(sorted(tree.pass(root, None, &stop)), ["", "c"], "what was beneath a folder gone goes with it");
         assert_eq!(tree.len(), 3);
     }
 
@@ -168,13 +173,33 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("share");
         let stop = CancellationToken::new();
-        let mut tree = FolderTree::baseline(&root, &stop);
+        let mut tree = FolderTree::baseline(&root, None, &stop);
         assert!(tree.is_empty());
         std::fs::create_dir_all(root.join("a")).unwrap();
-        assert!(tree.pass(&root, &stop).is_empty());
+        assert!(tree.pass(&root, None, &stop).is_empty());
         assert_eq!(tree.len(), 2);
         std::fs::rename(&root, dir.path().join("away")).unwrap();
-        assert!(tree.pass(&root, &stop).is_empty(), "a missing root is not a deleted library");
+        assert!(tree.pass(&root, None, &stop).is_empty(), "a missing root is not a deleted library");
         assert_eq!(tree.len(), 2);
+    }
+
+    #[test]
+    fn a_pass_never_looks_beneath_the_proxy_root_mounted_inside_the_library() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for d in ["a", "proxies/c1"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        let avoid = almanac_media::identity(&root.join("proxies"));
+        let stop = CancellationToken::new();
+        let mut tree = FolderTree::baseline(root, avoid, &stop);
+        assert_eq!(tree.len(), 2, "the root and a");
+        std::fs::create_dir_all(root.join("proxies/c1/ab/hash")).unwrap();
+        std::fs::write(root.join("proxies/c1/ab/hash/thumbnail.jpg"), b"t").unwrap();
+        assert!(tree.pass(root, avoid, &stop).is_empty(), "proxies written are no change");
+        std::fs::write(root.join("a/new.jpg"), b"x").unwrap();
+        assert_eq!(tree.pass(root, avoid, &stop), ["a"]);
+        assert_eq!(tree.len(), 2);
+        assert_eq!(FolderTree::baseline(root, None, &stop).len(), 6, "without it, its folders are polled");
     }
 }

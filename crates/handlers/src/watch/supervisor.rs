@@ -4,7 +4,7 @@
 //! stop delays no other config's renewal.
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -72,6 +72,8 @@ pub struct Watching<S> {
     /// The mounts (mount point, file system type) seen at the last look, to see what was mounted or unmounted
     /// since; `None` before the first look, or while they cannot be read.
     mounts: Option<HashSet<(PathBuf, String)>>,
+    /// The Worker's proxy root, which its watchers pass over.
+    proxy_root: Option<Arc<Path>>,
 }
 
 /// Whether a watcher whose watch was last renewed `elapsed` ago must stop: at two thirds of the lease, so that
@@ -90,12 +92,19 @@ impl<S: WatchStore + WorkQueue + 'static> Watching<S> {
     pub fn new(store: Arc<S>, worker: WorkerId, served: ServedConfigs, settings: WatchSettings) -> Self {
         let (running, idle, deciding, decided, mounts) = Default::default();
         let holder = WatchHolder::new(worker);
-        Self { store, holder, served, settings, io: WatchIo::default(), running, idle, deciding, decided, mounts }
+        let (io, proxy_root) = (WatchIo::default(), None);
+        Self { store, holder, served, settings, io, running, idle, deciding, decided, mounts, proxy_root }
     }
 
     /// The same, making `io`'s calls on the file system (a test's, to make one hang or fail).
     pub fn with_io(self, io: WatchIo) -> Self {
         Self { io, ..self }
+    }
+
+    /// The same, its watchers passing over the Worker's proxy root (and everything beneath it) where it is
+    /// mounted inside a library, as the crawl does.
+    pub fn avoiding(self, proxy_root: &Path) -> Self {
+        Self { proxy_root: Some(proxy_root.into()), ..self }
     }
 
     /// Looks every third of the lease until `stop`, then stops every watcher and gives their watches up.
@@ -251,7 +260,8 @@ impl<S: WatchStore + WorkQueue + 'static> Watching<S> {
               "watching the config's root");
         let watch =
             ConfigWatcher::new(self.store.clone(), target.config, target.root.clone(), self.settings, (mode, note))
-                .with_io(self.io.clone());
+                .with_io(self.io.clone())
+                .avoiding(self.proxy_root.clone());
         let (status, stop) = (watch.status_handle(), CancellationToken::new());
         let task = tokio::spawn(watch.run(stop.clone()));
         self.idle.remove(&target.config);

@@ -5,9 +5,13 @@
 //! is watched with everything beneath it when its event comes.
 //!
 //! A folder that appears is watched first and listed after: a file made in it before its watch was set is found
-//! by the listing, one made after raises an event; either way none is missed. Blocking: run on a blocking thread.
+//! by the listing, one made after raises an event; either way none is missed. The proxy root, when it is mounted
+//! inside the library, is passed over with everything beneath it, as the crawl passes it over (`avoid`, its
+//! identity): its folders would count against the watch limit, and every proxy written would be a change.
+//! Blocking: run on a blocking thread.
 
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use notify::{RecursiveMode, Watcher as _};
@@ -20,6 +24,8 @@ pub struct WatchedTree {
     watcher: notify::RecommendedWatcher,
     /// Folders watched since the start (a folder gone gives its watch back on its own: this only grows).
     added: usize,
+    /// The proxy root's identity, passed over.
+    avoid: Option<(u64, u64)>,
 }
 
 /// What is in a folder: its subfolders and its files, the crawl's skipped names passed over (links are neither).
@@ -47,11 +53,12 @@ pub(super) fn list(folder: &Path) -> Listing {
     listing
 }
 
-/// Walks `top` and the folders beneath it (a link to a folder is not one), until `stop`: `enter` says of each
-/// folder, before it is listed, whether to list it (an error ends the walk), and each listing's files go to
-/// `files`.
+/// Walks `top` and the folders beneath it (a link to a folder is not one, nor the folder whose identity is
+/// `avoid`), until `stop`: `enter` says of each folder, before it is listed, whether to list it (an error ends the
+/// walk), and each listing's files go to `files`.
 fn walk<E>(
     top: &Path,
+    avoid: Option<(u64, u64)>,
     stop: &CancellationToken,
     mut enter: impl FnMut(&Path) -> Result<bool, E>,
     mut files: impl FnMut(Vec<PathBuf>),
@@ -61,8 +68,9 @@ fn walk<E>(
         if stop.is_cancelled() {
             break;
         }
-        // Only a folder, not a link to one: the kernel would follow it.
-        if !std::fs::symlink_metadata(&folder).is_ok_and(|m| m.is_dir()) || !enter(&folder)? {
+        // Only a folder, not a link to one (the kernel would follow it), and not the proxy root.
+        let walked = std::fs::symlink_metadata(&folder).is_ok_and(|m| m.is_dir() && Some((m.dev(), m.ino())) != avoid);
+        if !walked || !enter(&folder)? {
             continue;
         }
         let listing = list(&folder);
@@ -72,22 +80,29 @@ fn walk<E>(
     Ok(())
 }
 
-/// The files in `top` and the folders beneath it, none watched.
-pub(super) fn files_beneath(top: &Path) -> Vec<PathBuf> {
+/// The files in `top` and the folders beneath it (not the one whose identity is `avoid`), none watched.
+pub(super) fn files_beneath(top: &Path, avoid: Option<(u64, u64)>) -> Vec<PathBuf> {
     let mut found = Vec::new();
-    let Ok(()) = walk::<std::convert::Infallible>(top, &CancellationToken::new(), |_| Ok(true), |f| found.extend(f));
+    let stop = CancellationToken::new();
+    let Ok(()) = walk::<std::convert::Infallible>(top, avoid, &stop, |_| Ok(true), |f| found.extend(f));
     found
 }
 
 impl WatchedTree {
-    /// Watches every folder beneath `root` (its own included), with `handler` receiving their events; stops
-    /// adding watches once `stop` is cancelled. Fails when the watcher cannot start or the kernel's watch limit
-    /// is reached (`notify::ErrorKind::MaxFilesWatch`).
-    pub fn start<H: notify::EventHandler>(root: &Path, handler: H, stop: &CancellationToken) -> notify::Result<Self> {
+    /// Watches every folder beneath `root` (its own included) but the one whose identity is `avoid` (the proxy
+    /// root) and what is beneath it, with `handler` receiving their events; stops adding watches once `stop` is
+    /// cancelled. Fails when the watcher cannot start or the kernel's watch limit is reached
+    /// (`notify::ErrorKind::MaxFilesWatch`).
+    pub fn start<H: notify::EventHandler>(
+        root: &Path,
+        avoid: Option<(u64, u64)>,
+        handler: H,
+        stop: &CancellationToken,
+    ) -> notify::Result<Self> {
         // Links are never followed, as the crawl never follows them.
         let config = notify::Config::default().with_follow_symlinks(false);
         let watcher = notify::RecommendedWatcher::new(handler, config)?;
-        let mut tree = Self { watcher, added: 0 };
+        let mut tree = Self { watcher, added: 0, avoid };
         tree.watch_subtree(root, stop, |_| {})?;
         Ok(tree)
     }
@@ -122,7 +137,7 @@ impl WatchedTree {
             // Gone, or not readable: nothing in it can be crawled either.
             Err(_) => Ok(false),
         };
-        walk(top, stop, watch, files)
+        walk(top, self.avoid, stop, watch, files)
     }
 }
 
@@ -136,7 +151,7 @@ mod tests {
         let root = dir.path();
         std::fs::create_dir_all(root.join("a/@eaDir/x.jpg")).unwrap();
         let stop = CancellationToken::new();
-        let mut tree = WatchedTree::start(root, |_| {}, &stop).unwrap();
+        let mut tree = WatchedTree::start(root, None, |_| {}, &stop).unwrap();
         assert_eq!(tree.added(), 2, "the root and a; not the NAS's folder");
         std::fs::create_dir_all(root.join("b/c/.hidden")).unwrap();
         std::fs::write(root.join("b/one.jpg"), b"1").unwrap();
@@ -150,5 +165,25 @@ mod tests {
         assert!(tree.arrived(&root.join("gone"), &stop).unwrap().is_empty());
         assert!(tree.arrived(&root.join("b/link"), &stop).unwrap().is_empty(), "a link is not followed");
         assert_eq!(tree.added(), 4);
+    }
+
+    #[test]
+    fn the_proxy_root_mounted_inside_the_library_is_neither_watched_nor_listed() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for d in ["a", "proxies/c1/ab/hash"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::fs::write(root.join("proxies/c1/ab/hash/thumbnail.jpg"), b"t").unwrap();
+        // What a bind mount of the proxy root inside the library looks like from the walk: that very folder.
+        let avoid = almanac_media::identity(&root.join("proxies"));
+        let stop = CancellationToken::new();
+        let mut tree = WatchedTree::start(root, avoid, |_| {}, &stop).unwrap();
+        assert_eq!(tree.added(), 2, "the root and a; nothing of the proxy root");
+        assert!(tree.arrived(&root.join("proxies"), &stop).unwrap().is_empty(), "the proxy root arriving");
+        assert_eq!(tree.added(), 2);
+        assert!(files_beneath(root, avoid).is_empty());
+        assert_eq!(files_beneath(root, None), [root.join("proxies/c1/ab/hash/thumbnail.jpg")], "without it, found");
+        assert_eq!(WatchedTree::start(root, None, |_| {}, &stop).unwrap().added(), 6, "without it, watched");
     }
 }

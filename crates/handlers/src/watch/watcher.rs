@@ -1,7 +1,7 @@
 //! One config's watcher: follows the root's change events, or polls its folders, and enqueues what changed as
 //! crawls, one per coalescing window (ADR 0014). It runs while its Worker holds the config's watch.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use almanac_domain::ports::{DatabaseClock, WatchMode, WatchReport};
@@ -99,6 +99,9 @@ pub struct ConfigWatcher<S> {
     /// Whether files seen closed wait for the settle time like any other (`watch.trust_closed_files` is false,
     /// or the library is exported over NFS).
     closed_settle: bool,
+    /// The Worker's proxy root: passed over, with everything beneath it, when it is mounted inside the library.
+    /// Its identity is read where it is used (it may be mounted after the Worker started).
+    proxy_root: Option<Arc<Path>>,
 }
 
 impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
@@ -129,12 +132,19 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
             appeared,
             said_leases_refused: false,
             closed_settle,
+            proxy_root: None,
         }
     }
 
     /// The same, making `io`'s calls on the file system (a test's, to make a polling pass hang or fail).
     pub fn with_io(self, io: WatchIo) -> Self {
         Self { io, ..self }
+    }
+
+    /// The same, passing over the Worker's proxy root (and everything beneath it) where it is mounted inside the
+    /// library, as the crawl does.
+    pub fn avoiding(self, proxy_root: Option<Arc<Path>>) -> Self {
+        Self { proxy_root, ..self }
     }
 
     /// Its status, as it changes.
@@ -243,11 +253,13 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
     async fn start_watch(&mut self, stop: &CancellationToken) -> Events {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let (root, failed, token, exports) = (self.root.clone(), tx.clone(), stop.clone(), self.io.exports.clone());
+        let proxy_root = self.proxy_root.clone();
         let started = tokio::task::spawn_blocking(move || {
             let handler = move |event| {
                 let _ = tx.send(event);
             };
-            (WatchedTree::start(&root, handler, &token), exports(&root))
+            let avoid = proxy_root.as_deref().and_then(almanac_media::identity);
+            (WatchedTree::start(&root, avoid, handler, &token), exports(&root))
         })
         .await;
         let error = match started {
@@ -290,14 +302,14 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
             return None;
         }
         let (folders, mut tree) = (std::mem::take(&mut self.appeared), self.tree.take());
-        let (root, token) = (self.root.clone(), stop.clone());
+        let (root, token, proxy_root) = (self.root.clone(), stop.clone(), self.proxy_root.clone());
         let listed = tokio::task::spawn_blocking(move || {
             let mut found = Vec::new();
             for folder in &folders {
                 let files = match tree.as_mut() {
                     Some(tree) => tree.arrived(folder, &token),
                     // Events given by a test: listed, not watched.
-                    None => Ok(files_beneath(folder)),
+                    None => Ok(files_beneath(folder, proxy_root.as_deref().and_then(almanac_media::identity))),
                 };
                 match files {
                     Ok(files) => found.extend(files.iter().filter_map(|f| Found::in_root(&root, f))),
@@ -385,7 +397,10 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
     /// `None` when it failed or `stop` came first (the pass sees it between folders and ends on its own).
     async fn pass(&self, tree: Option<FolderTree>, stop: &CancellationToken) -> Option<(FolderTree, Vec<String>)> {
         let (root, token, pass) = (self.root.clone(), stop.clone(), self.io.pass.clone());
-        let blocking = tokio::task::spawn_blocking(move || almanac_media::gently(|| pass(&root, tree, &token)));
+        let proxy_root = self.proxy_root.clone();
+        let blocking = tokio::task::spawn_blocking(move || {
+            almanac_media::gently(|| pass(&root, proxy_root.as_deref().and_then(almanac_media::identity), tree, &token))
+        });
         let passed = tokio::select! {
             passed = blocking => passed,
             () = stop.cancelled() => return None,

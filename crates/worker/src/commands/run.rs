@@ -48,7 +48,7 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<Exit, Failure> {
     let stop = CancellationToken::new();
     // What a Worker killed mid-write left under the proxy root, in the background (it walks the whole root).
     let debris = almanac_handlers::maintenance::remove_temporary_debris;
-    tokio::spawn(debris(store.clone(), proxy_root, ToolLimits::default(), stop.clone()));
+    tokio::spawn(debris(store.clone(), proxy_root.clone(), ToolLimits::default(), stop.clone()));
     let running = Arc::new(AtomicBool::new(true));
     let listener = wake_ups(&settings, &url, executor.waker(), &stop);
     let http = serve_http(&settings, &url, recent, &metrics, &running, &stop).await?;
@@ -58,7 +58,8 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<Exit, Failure> {
     // One watcher per config across Workers (ADR 0014): this Worker's, for the watches it holds.
     let (worker_id, watch) = (settings.worker_id(), settings.watch_settings());
     let watch =
-        Watching::new(store.clone(), worker_id.map_err(Failure::failed)?, served, watch.map_err(Failure::failed)?);
+        Watching::new(store.clone(), worker_id.map_err(Failure::failed)?, served, watch.map_err(Failure::failed)?)
+            .avoiding(&proxy_root);
     let watching = tokio::spawn(watch.run(stop.clone()));
     let shutdown = CancellationToken::new();
     tokio::spawn(signals(shutdown.clone()));
