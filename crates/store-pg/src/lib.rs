@@ -16,6 +16,7 @@ mod listener;
 mod maintenance_store;
 mod migrations;
 mod operator;
+mod pool;
 mod pooler;
 mod prepared;
 mod queue;
@@ -28,8 +29,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use diesel_async::AsyncPgConnection;
-use diesel_async::pooled_connection::deadpool::{Object, Pool};
+use diesel_async::pooled_connection::deadpool::Pool;
 use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
+
+use crate::pool::{Checked, ConnPool, Pooled};
 
 use crate::pooler::Limits;
 
@@ -59,8 +62,8 @@ pub use tls::SslMode;
 /// self-stop (docs/safety.md, invariant 7).
 #[derive(Clone)]
 pub struct PgStore {
-    pool: Pool<AsyncPgConnection>,
-    attempts: Option<Pool<AsyncPgConnection>>,
+    pool: ConnPool,
+    attempts: Option<ConnPool>,
     /// How a transaction is opened on this store's connections: a plain `BEGIN` (`None`: session mode, the
     /// limits set once per session), or `BEGIN` with the limits for that transaction only (transaction mode).
     begin: Option<Arc<str>>,
@@ -153,7 +156,7 @@ impl PgStore {
     /// connections serve the queue and catalogue statements too. Its connection settings are the caller's (see
     /// [`PgStore::with_idle_transaction_limit`] for the idle-transaction limit a store of ours sets).
     pub fn from_pool(pool: Pool<AsyncPgConnection>) -> Self {
-        Self { pool, attempts: None, begin: None }
+        Self { pool: ConnPool::Theirs(pool), attempts: None, begin: None }
     }
 
     /// A store with ten connections and a ten-second acquire timeout.
@@ -205,7 +208,7 @@ impl PgStore {
 /// It knows how its store opens a transaction (`begin`: see [`PgStore`]), so [`tx`] opens each as its pool's
 /// mode needs.
 pub(crate) struct Conn {
-    pooled: Option<Object<AsyncPgConnection>>,
+    pooled: Option<Pooled>,
     begin: Option<Arc<str>>,
 }
 
@@ -235,7 +238,7 @@ impl Drop for Conn {
         if let Some(mut pooled) = self.pooled.take()
             && diesel_async::pooled_connection::PoolableConnection::is_broken(&mut *pooled)
         {
-            drop(Object::take(pooled));
+            drop(pooled.detach());
         }
     }
 }
@@ -254,7 +257,7 @@ fn pool(
     acquire_timeout: Duration,
     limits: Limits,
     mode: PoolerMode,
-) -> Result<Pool<AsyncPgConnection>, StoreError> {
+) -> Result<ConnPool, StoreError> {
     let target = ConnectTarget::parse(database_url)?;
     let mut config = ManagerConfig::<AsyncPgConnection>::default();
     config.recycling_method = pooler::recycling(mode);
@@ -269,12 +272,13 @@ fn pool(
         })
     });
     let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new_with_config(database_url, config);
-    Pool::builder(manager)
+    deadpool::managed::Pool::builder(Checked::new(manager))
         .max_size(max_connections.max(1))
         .runtime(deadpool::Runtime::Tokio1)
         .wait_timeout(Some(acquire_timeout))
         .create_timeout(Some(acquire_timeout))
         .recycle_timeout(Some(acquire_timeout))
         .build()
+        .map(ConnPool::Ours)
         .map_err(|e| StoreError::Config(format!("building the connection pool: {e}")))
 }

@@ -154,8 +154,9 @@ pub(crate) async fn establish_unpinned(target: &ConnectTarget) -> Result<AsyncPg
     Ok(conn)
 }
 
-/// How the pool checks a connection it takes back: diesel-async's default (a cached `SELECT $1`) in session
-/// mode; a simple query in transaction mode, which prepares nothing.
+/// How the pool checks a connection it hands out that was not used within [`crate::pool::Checked::RECENT`]:
+/// diesel-async's default (a cached `SELECT $1`) in session mode; a simple query in transaction mode, which
+/// prepares nothing.
 pub(crate) fn recycling(mode: PoolerMode) -> RecyclingMethod<AsyncPgConnection> {
     match mode {
         PoolerMode::Session => RecyclingMethod::Verified,

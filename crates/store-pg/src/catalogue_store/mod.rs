@@ -79,7 +79,7 @@ impl CatalogueStore for PgStore {
             None => ("", ""),
         };
         let statement = format!(
-            "(SELECT a.id AS asset_id, a.file_path, '' AS display_path, a.size_bytes, a.file_modified_at,
+            "(SELECT a.id AS asset_id, a.file_path, a.size_bytes, a.file_modified_at,
                     false AS extra, NOT a.proxies_missing AS proxies_complete,
                     a.sidecar_path, a.sidecar_size, a.sidecar_modified_at
                FROM media_assets a
@@ -87,7 +87,7 @@ impl CatalogueStore for PgStore {
               ORDER BY a.file_path
               LIMIT $4)
              UNION ALL
-             (SELECT e.asset_id, e.file_path, '', e.size_bytes, e.file_modified_at, true, true,
+             (SELECT e.asset_id, e.file_path, e.size_bytes, e.file_modified_at, true, true,
                      NULL, NULL, NULL
                 FROM asset_extra_paths e JOIN media_assets a ON a.id = e.asset_id
                WHERE e.storage_config_id = $1 AND NOT a.is_soft_deleted
@@ -125,7 +125,7 @@ impl CatalogueStore for PgStore {
             let rows: Vec<KnownRow> = self
                 .read(async |conn| {
                     sql_query(
-                        "SELECT e.asset_id, e.file_path, '' AS display_path, e.size_bytes, e.file_modified_at,
+                        "SELECT e.asset_id, e.file_path, e.size_bytes, e.file_modified_at,
                                 true AS extra, true AS proxies_complete,
                                 NULL AS sidecar_path, NULL AS sidecar_size, NULL AS sidecar_modified_at
                            FROM asset_extra_paths e
