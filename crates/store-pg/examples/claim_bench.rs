@@ -10,7 +10,11 @@
 //!   the heads' trigger and in the candidates' function (`pg_stat_xact_user_functions`);
 //! - claim latency p50/p95/p99 of 8 concurrent claimers, each claiming eight (`claim_many`, timed) and
 //!   completing what it claimed (`complete_many_and_claim` claiming none), for `ALMANAC_BENCH_SECONDS`
-//!   (default 10) each.
+//!   (default 10) each, back to back (a closed loop: on two cores each claim then queues for the CPU behind
+//!   the others' claims and completions, so its latency is mostly that queue, `claimers` / rate);
+//! - the same at a steady pace, a tenth, a quarter and half of the rate they reached back to back
+//!   (`claimers_paced`, latency counted from each claim's turn, the first second not counted): the claim's
+//!   latency at a load the machine can carry.
 //!
 //! `ALMANAC_BENCH_SCALE_ITEMS` (default 1,000,000) shrinks the load for a quick run; `ALMANAC_BENCH_CLAIMERS`
 //! (default 8) sets the number of claimers.
@@ -38,6 +42,10 @@ const AFTER: &str = change!("up.sql");
 
 const CONFIGS: usize = 10_000;
 const BATCH: usize = 8;
+/// The loads the paced claimers offer, as shares of the rate the same claimers reached back to back.
+const PACED_SHARES: [f64; 3] = [0.1, 0.25, 0.5];
+/// The paced claimers' first turns, not counted (see [`paced`]).
+const WARM_UP: Duration = Duration::from_secs(1);
 
 #[derive(QueryableByName)]
 struct TextRow {
@@ -291,6 +299,56 @@ async fn latencies(db: &TestDatabase, claimers: usize, seconds: u64) -> serde_js
     })
 }
 
+/// `claimers` claimers taking turns at a steady rate, `rate` claims a second in all (each claimer's turns a
+/// fixed period apart, the claimers' turns spread evenly over it), each claiming `BATCH` and completing what it
+/// claimed before its next turn, for `seconds`: the claims' latencies at that load. A claim's latency counts
+/// from its turn, so a claim that starts late because the claimer's previous one ran long counts the wait
+/// (no coordinated omission). The turns of the first [`WARM_UP`] run but are not counted: each claimer's
+/// connections are new, and a connection's first claim plans the queue's functions (a cold claim takes 7 to
+/// 11 ms on the server, once per connection, where a Worker keeps its connections for hours).
+async fn paced(db: &TestDatabase, claimers: usize, rate: f64, seconds: u64) -> serde_json::Value {
+    let period = Duration::from_secs_f64(claimers as f64 / rate);
+    let started = Instant::now();
+    let end = started + Duration::from_secs(seconds);
+    let tasks: Vec<_> = (0..claimers)
+        .map(|w| {
+            let store = PgStore::new(db.url(), 2, Duration::from_secs(10)).unwrap();
+            tokio::spawn(async move {
+                let request = request(&format!("paced{w}"));
+                let mut samples = Vec::new();
+                let mut turn = started + period.mul_f64(w as f64 / claimers as f64);
+                while turn < end {
+                    tokio::time::sleep_until(tokio::time::Instant::from_std(turn)).await;
+                    let claimed = store.claim_many(&request, BATCH).await.unwrap();
+                    if turn >= started + WARM_UP {
+                        samples.push(turn.elapsed().as_secs_f64() * 1000.0);
+                    }
+                    let done: Vec<_> = claimed.iter().map(|c| (c.fence, None)).collect();
+                    if !done.is_empty() {
+                        store.complete_many_and_claim(&done, &request, 0).await.unwrap();
+                    }
+                    turn += period;
+                }
+                samples
+            })
+        })
+        .collect();
+    let mut samples = Vec::new();
+    for t in tasks {
+        samples.extend(t.await.unwrap());
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    samples.sort_by(f64::total_cmp);
+    serde_json::json!({
+        "offered_claims_per_second": rate,
+        "claims": samples.len(),
+        "claims_per_second": samples.len() as f64 / (elapsed - WARM_UP.as_secs_f64()),
+        "p50_ms": percentile(&samples, 0.5),
+        "p95_ms": percentile(&samples, 0.95),
+        "p99_ms": percentile(&samples, 0.99),
+    })
+}
+
 #[tokio::main]
 async fn main() {
     let items = env_usize("ALMANAC_BENCH_SCALE_ITEMS", 1_000_000);
@@ -308,12 +366,21 @@ async fn main() {
         conn.batch_execute(sql).await.unwrap_or_else(|e| panic!("applying the claim {schema} migration 000012: {e}"));
         let text = claim_text(&db).await;
         let oldest = oldest_transaction_seconds(&mut conn).await;
+        let explained = explain(&db, &text).await;
+        let closed = latencies(&db, claimers, seconds).await;
+        // The same claimers at shares of the rate they reached back to back.
+        let capacity = closed["claims_per_second"].as_f64().unwrap_or(f64::NAN);
+        let mut at_load = Vec::new();
+        for share in PACED_SHARES {
+            at_load.push(paced(&db, claimers, capacity * share, seconds).await);
+        }
         let round = serde_json::json!({
             "schema": schema,
             "oldest_open_transaction_on_the_cluster_seconds": oldest,
             "load_average_1min": load_average(),
-            "explain_claim_of_eight": explain(&db, &text).await,
-            "claimers": latencies(&db, claimers, seconds).await,
+            "explain_claim_of_eight": explained,
+            "claimers": closed,
+            "claimers_paced": at_load,
         });
         eprintln!("{round}");
         rounds.push(round);
@@ -327,6 +394,15 @@ async fn main() {
                 .collect::<Vec<_>>(),
         )
     };
+    let p99_paced = |share: usize| {
+        median(
+            &rounds
+                .iter()
+                .filter(|r| r["schema"] == "after")
+                .filter_map(|r| r["claimers_paced"][share]["p99_ms"].as_f64())
+                .collect::<Vec<_>>(),
+        )
+    };
     let report = serde_json::json!({
         "benchmark": "claim",
         "date": chrono::Utc::now().format("%Y-%m-%d").to_string(),
@@ -337,6 +413,8 @@ async fn main() {
         "p99_ms_before_median": p99("before"),
         "p99_ms_after_median": p99("after"),
         "p99_ratio_after_to_before": p99("after") / p99("before"),
+        "paced_shares_of_back_to_back_rate": PACED_SHARES,
+        "p99_ms_after_paced_median": (0..PACED_SHARES.len()).map(p99_paced).collect::<Vec<_>>(),
     });
     println!("{}", serde_json::to_string_pretty(&report).unwrap());
 }
