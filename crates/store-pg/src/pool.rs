@@ -3,13 +3,18 @@
 //! its owner configured it).
 //!
 //! A pool checks a connection before handing it out. diesel-async's check (`RecyclingMethod::Verified`) is a
-//! `SELECT` on every checkout: one round trip of the four a claim took, and of the two a read takes. A
-//! connection whose backend was terminated, or whose socket closed, is known without it: its driver task ends
-//! and the connection reports itself closed, which the pool asks first. What only a round trip finds is a
-//! connection the peer dropped silently (a host gone, a firewall's idle timeout): that takes time without use,
-//! so a connection used within [`Checked::RECENT`] is handed out as it is, and an older one is checked as
-//! before. A statement that still meets a connection lost in between fails like one that met it right after
-//! the check did: an outage, placed and retried (ADR 0010).
+//! `SELECT` on every checkout: one round trip of the four a claim took, and of the two a read takes, on a busy
+//! Worker. A connection whose backend was terminated, or whose socket closed, is known without it once its
+//! driver task has seen the close (at once on an idle machine, within milliseconds on a loaded one): the
+//! connection then reports itself closed, which the pool asks first. What only a round trip finds is a peer
+//! gone silently: a firewall that dropped an idle connection (which takes time without use), or a host that
+//! vanished without a reset. So a connection taken from the pool (or made) within [`Checked::RECENT`] is
+//! handed out as it is, and an older one is checked as before. A statement that meets a connection lost in
+//! between fails as one that met it right after the check did: an outage, placed and retried (ADR 0010); on a
+//! silent loss it waits for the TCP user timeout first (`conninfo`, 30 s unless the string sets its own), as a
+//! statement already sent always did. Deadpool hands out its least recently used connection first, so on a
+//! quiet Worker most connections are older than a second and still checked: the round trip is saved under
+//! load, where it counts.
 
 use std::time::Duration;
 
@@ -111,7 +116,9 @@ impl Manager for Checked {
     }
 
     async fn recycle(&self, conn: &mut AsyncPgConnection, metrics: &Metrics) -> RecycleResult<PoolError> {
-        // `last_used` counts from the connection's last checkout (or its making): it was in use since.
+        // `last_used` counts from the connection's last checkout (or its making), never less than its idle time.
+        // It reads the monotonic clock, which stops while the machine is suspended: a connection used just
+        // before a suspend looks recent after it, and meets a dropped peer as an outage (or the user timeout).
         if needs_check(metrics.last_used(), conn.is_broken()) {
             // diesel-async's own: refuses a broken or closed connection, then runs the check.
             return self.inner.recycle(conn, metrics).await;

@@ -51,7 +51,8 @@ pub use walk::{WalkEntry, WalkReport, list_tree, walk_tree};
 /// Progress is reported every this many files (and at the end).
 const PROGRESS_EVERY: u64 = 64;
 
-/// Known files loaded at once (about 1.5 MB): the catalogue is read in pages of this many, beside the walk.
+/// Known files loaded at once (about 1.5 MB): after each folder's first page ([`FIRST_KNOWN_FILES_PAGE`]), the
+/// catalogue is read in pages of this many, beside the walk.
 const KNOWN_FILES_PAGE: i64 = 10_000;
 
 /// The first page of each folder's known files: small, so the walk, which waits for it at its first file, starts

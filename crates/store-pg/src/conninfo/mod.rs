@@ -8,6 +8,12 @@ use std::time::Duration;
 use crate::StoreError;
 use crate::tls::{SslMode, Tls};
 
+mod tcp;
+
+#[cfg(test)]
+pub(crate) use tcp::TCP_USER_TIMEOUT;
+use tcp::{KEEPALIVE_KEYS, Own, user_timeout_of};
+
 /// Where and how to connect: the driver's settings and the TLS policy, read once from a connection string.
 /// Every connection of ours (pools, the work listener, migrations) is made from one.
 #[derive(Clone)]
@@ -34,11 +40,12 @@ impl ConnectTarget {
     /// trusted roots, or `system` for the system's. Unknown options, malformed values and an unreadable
     /// `sslrootcert` are errors ([`StoreError::Config`]); the message never holds the password.
     pub fn parse(conn: &str) -> Result<Self, StoreError> {
-        let (rest, taken) = take_params(conn, &["sslmode", "sslrootcert"])
+        let (rest, taken) = take_params(conn, &["sslmode", "sslrootcert", "tcp_user_timeout"])
             .ok_or_else(|| StoreError::Config("the connection string cannot be read".into()))?;
         let mut config: tokio_postgres::Config = rest.parse().map_err(|e| StoreError::Config(format!("{e}")))?;
         let rootcert = taken.iter().rev().find(|(k, _)| k == "sslrootcert").map(|(_, v)| v.as_str());
         let asked = taken.iter().rev().find(|(k, _)| k == "sslmode").map(|(_, v)| SslMode::parse(v)).transpose()?;
+        let user_timeout = taken.iter().rev().find(|(k, _)| k == "tcp_user_timeout").map(|(_, v)| v.as_str());
         // As libpq 16: the system's roots are trusted only with the name checked too (any certificate a public
         // CA issued, for any name, would pass otherwise), and they make verify-full the default.
         let mode = match (asked, rootcert) {
@@ -64,13 +71,15 @@ impl ConnectTarget {
                 mode.name()
             )));
         }
-        // TCP keepalives, unless the string sets its own: a dead peer is noticed in about a minute, not hours.
+        // TCP keepalives and a user timeout, unless the string sets its own: a dead peer is noticed in about a
+        // minute, not hours, whether the connection was idle or waiting for its bytes to be acknowledged.
         let own_keepalives = take_params(conn, &KEEPALIVE_KEYS).is_some_and(|(_, taken)| !taken.is_empty());
-        settle(&mut config, mode, own_keepalives);
+        let own = Own { keepalives: own_keepalives, user_timeout: user_timeout_of(user_timeout)? };
+        settle(&mut config, mode, own);
         let hosts = one_per_host(&rest, &config)?
             .into_iter()
             .map(|mut host| {
-                settle(&mut host, mode, own_keepalives);
+                settle(&mut host, mode, own);
                 host
             })
             .collect();
@@ -121,20 +130,14 @@ pub fn mask_password(conn: &str) -> String {
 }
 
 /// Sets what a string leaves to us on a driver config: TLS as `mode` says (never on a Unix socket, as with
-/// libpq: the server would refuse it there), and TCP keepalives unless the string sets its own.
-fn settle(config: &mut tokio_postgres::Config, mode: SslMode, own_keepalives: bool) {
+/// libpq: the server would refuse it there), and TCP keepalives and user timeout unless the string sets its own.
+fn settle(config: &mut tokio_postgres::Config, mode: SslMode, own: Own) {
     let hosts = config.get_hosts();
     let only_sockets = !hosts.is_empty()
         && hosts.iter().all(|h| !matches!(h, tokio_postgres::config::Host::Tcp(_)))
         && config.get_hostaddrs().is_empty();
     config.ssl_mode(if only_sockets { SslMode::Disable.driver_mode() } else { mode.driver_mode() });
-    if !own_keepalives {
-        config
-            .keepalives(true)
-            .keepalives_idle(Duration::from_secs(30))
-            .keepalives_interval(Duration::from_secs(10))
-            .keepalives_retries(3);
-    }
+    own.apply(config);
 }
 
 /// When `config` (read from `rest`) names several hosts and a `connect_timeout`, and does not ask for them in
@@ -191,9 +194,6 @@ fn with_params(conn: &str, params: &[(&str, String)]) -> String {
 
 /// What is shown of a connection string that cannot be read.
 pub const HIDDEN: &str = "<connection string hidden: it could not be read>";
-
-/// The keepalive settings; a string that sets any of them keeps its own.
-const KEEPALIVE_KEYS: [&str; 4] = ["keepalives", "keepalives_idle", "keepalives_interval", "keepalives_retries"];
 
 /// The keys libpq (and the driver) know in `key=value` strings; a string with any other is hidden whole.
 const KNOWN_KEYS: [&str; 44] = [

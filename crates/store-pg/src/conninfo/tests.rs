@@ -130,6 +130,29 @@ fn keepalives_are_set_unless_the_string_sets_its_own() {
 }
 
 #[test]
+fn a_tcp_user_timeout_is_set_unless_the_string_sets_its_own() {
+    for ours in ["postgres://u@h/db", "host=h keepalives_idle=5", "host=a,b connect_timeout=5"] {
+        let target = ConnectTarget::parse(ours).unwrap();
+        assert_eq!(target.config.get_tcp_user_timeout(), Some(&super::TCP_USER_TIMEOUT), "{ours}");
+        for host in &target.hosts {
+            assert_eq!(host.get_tcp_user_timeout(), Some(&super::TCP_USER_TIMEOUT), "{ours}: each host");
+        }
+    }
+    // Read as libpq reads it, in milliseconds (the driver alone would take 5000 for seconds).
+    for theirs in ["postgres://u@h/db?tcp_user_timeout=5000", "host=h tcp_user_timeout=5000"] {
+        let target = ConnectTarget::parse(theirs).unwrap();
+        assert_eq!(target.config.get_tcp_user_timeout(), Some(&Duration::from_millis(5000)), "{theirs}");
+    }
+    // 0 leaves the system's default, as with libpq.
+    let target = ConnectTarget::parse("host=h tcp_user_timeout=0").unwrap();
+    assert_eq!(target.config.get_tcp_user_timeout(), None);
+    let Err(StoreError::Config(message)) = ConnectTarget::parse("host=h tcp_user_timeout=soon") else {
+        panic!("a timeout that is not a number is refused")
+    };
+    assert!(message.contains("tcp_user_timeout") && message.contains("milliseconds"), "{message}");
+}
+
+#[test]
 fn several_hosts_and_target_session_attrs_reach_the_driver_in_both_forms() {
     use tokio_postgres::config::{Host, TargetSessionAttrs};
     let tcp = |h: &str| Host::Tcp(h.to_owned());
