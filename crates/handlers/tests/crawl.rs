@@ -639,3 +639,41 @@ async fn a_file_moved_over_an_asset_with_a_copy_moves_the_asset_to_its_copy() {
         assert_eq!(lib.active().await.iter().map(|a| a.id).collect::<Vec<_>>(), [active[0].id, x]);
     }
 }
+
+/// A re-crawl of folders holding more known files than a page (the first page of each folder is 1,000, later
+/// ones 10,000): every file is found unchanged and none is read, across each page boundary and each folder's
+/// first one. Catalogued as a previous crawl would have left them (the files' size and mtime on their rows,
+/// every proxy present), so that no image needs decoding.
+#[tokio::test]
+async fn a_recrawl_across_pages_of_known_files_finds_every_file_unchanged() {
+    use diesel_async::SimpleAsyncConnection;
+    let lib = library().await;
+    let fixed = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_600_000_000);
+    let counts = [("a", 1_000), ("b", 2_501), ("c", 1)];
+    for (folder, n) in counts {
+        for i in 0..n {
+            let file = std::fs::File::create(lib.write(&format!("{folder}/{i:05}.jpg"), b"")).unwrap();
+            file.set_len(64).unwrap();
+            file.set_modified(fixed).unwrap();
+        }
+    }
+    let mut conn = lib.conn().await;
+    for (folder, n) in counts {
+        conn.batch_execute(&format!(
+            "INSERT INTO media_assets (id, storage_config_id, file_path, display_path, content_hash, size_bytes,
+                 file_modified_at, media_type, captured_at, captured_at_source, capture_month, capture_day)
+             SELECT gen_random_uuid(), '{config}', convert_to(p, 'UTF8'), p, md5(p) || md5(p || 'x'), 64,
+                    to_timestamp(1600000000), 'image', to_timestamp(1600000000), 'file_mtime', 9, 13
+               FROM (SELECT format('{folder}/%s.jpg', lpad(g::text, 5, '0')) AS p
+                       FROM generate_series(0, {last}) g) s",
+            config = lib.config,
+            last = n - 1,
+        ))
+        .await
+        .unwrap();
+    }
+    let total: u64 = counts.iter().map(|(_, n)| *n as u64).sum();
+    let again = lib.crawl().await;
+    assert_eq!((again["unchanged"].as_u64(), again["bytes_hashed"].as_u64()), (Some(total), Some(0)), "{again}");
+    assert_eq!((again["ingested"].as_u64(), again["soft_deleted"].as_u64()), (Some(0), Some(0)), "{again}");
+}
