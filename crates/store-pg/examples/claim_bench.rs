@@ -258,6 +258,30 @@ struct Seconds {
 
 /// `claimers` loops, each with a store of its own, claiming `BATCH` (timed) and completing what it claimed, for
 /// `seconds`: the claims' latencies and rates.
+/// One claim of `BATCH` and the completion of what it claimed: the claim's latency in milliseconds counted from
+/// `since`, and how many items it claimed.
+async fn claim_and_complete(store: &PgStore, request: &ClaimRequest, since: Instant) -> (f64, usize) {
+    let claimed = store.claim_many(request, BATCH).await.unwrap();
+    let latency = since.elapsed().as_secs_f64() * 1000.0;
+    let done: Vec<_> = claimed.iter().map(|c| (c.fence, None)).collect();
+    if !done.is_empty() {
+        store.complete_many_and_claim(&done, request, 0).await.unwrap();
+    }
+    (latency, claimed.len())
+}
+
+/// How many claims `samples` (milliseconds) holds, with their p50, p95 and p99, over `seconds`.
+fn summary(mut samples: Vec<f64>, seconds: f64) -> serde_json::Value {
+    samples.sort_by(f64::total_cmp);
+    serde_json::json!({
+        "claims": samples.len(),
+        "claims_per_second": samples.len() as f64 / seconds,
+        "p50_ms": percentile(&samples, 0.5),
+        "p95_ms": percentile(&samples, 0.95),
+        "p99_ms": percentile(&samples, 0.99),
+    })
+}
+
 async fn latencies(db: &TestDatabase, claimers: usize, seconds: u64) -> serde_json::Value {
     let started = Instant::now();
     let tasks: Vec<_> = (0..claimers)
@@ -268,14 +292,9 @@ async fn latencies(db: &TestDatabase, claimers: usize, seconds: u64) -> serde_js
                 let (mut samples, mut items) = (Vec::new(), 0usize);
                 let deadline = Instant::now() + Duration::from_secs(seconds);
                 while Instant::now() < deadline {
-                    let t = Instant::now();
-                    let claimed = store.claim_many(&request, BATCH).await.unwrap();
-                    samples.push(t.elapsed().as_secs_f64() * 1000.0);
-                    items += claimed.len();
-                    let done: Vec<_> = claimed.iter().map(|c| (c.fence, None)).collect();
-                    if !done.is_empty() {
-                        store.complete_many_and_claim(&done, &request, 0).await.unwrap();
-                    }
+                    let (latency, claimed) = claim_and_complete(&store, &request, Instant::now()).await;
+                    samples.push(latency);
+                    items += claimed;
                 }
                 (samples, items)
             })
@@ -288,15 +307,9 @@ async fn latencies(db: &TestDatabase, claimers: usize, seconds: u64) -> serde_js
         items += n;
     }
     let elapsed = started.elapsed().as_secs_f64();
-    samples.sort_by(f64::total_cmp);
-    serde_json::json!({
-        "claims": samples.len(),
-        "p50_ms": percentile(&samples, 0.5),
-        "p95_ms": percentile(&samples, 0.95),
-        "p99_ms": percentile(&samples, 0.99),
-        "claims_per_second": samples.len() as f64 / elapsed,
-        "items_per_second": items as f64 / elapsed,
-    })
+    let mut report = summary(samples, elapsed);
+    report["items_per_second"] = serde_json::json!(items as f64 / elapsed);
+    report
 }
 
 /// `claimers` claimers taking turns at a steady rate, `rate` claims a second in all (each claimer's turns a
@@ -319,13 +332,9 @@ async fn paced(db: &TestDatabase, claimers: usize, rate: f64, seconds: u64) -> s
                 let mut turn = started + period.mul_f64(w as f64 / claimers as f64);
                 while turn < end {
                     tokio::time::sleep_until(tokio::time::Instant::from_std(turn)).await;
-                    let claimed = store.claim_many(&request, BATCH).await.unwrap();
+                    let (latency, _) = claim_and_complete(&store, &request, turn).await;
                     if turn >= started + WARM_UP {
-                        samples.push(turn.elapsed().as_secs_f64() * 1000.0);
-                    }
-                    let done: Vec<_> = claimed.iter().map(|c| (c.fence, None)).collect();
-                    if !done.is_empty() {
-                        store.complete_many_and_claim(&done, &request, 0).await.unwrap();
+                        samples.push(latency);
                     }
                     turn += period;
                 }
@@ -337,16 +346,9 @@ async fn paced(db: &TestDatabase, claimers: usize, rate: f64, seconds: u64) -> s
     for t in tasks {
         samples.extend(t.await.unwrap());
     }
-    let elapsed = started.elapsed().as_secs_f64();
-    samples.sort_by(f64::total_cmp);
-    serde_json::json!({
-        "offered_claims_per_second": rate,
-        "claims": samples.len(),
-        "claims_per_second": samples.len() as f64 / (elapsed - WARM_UP.as_secs_f64()),
-        "p50_ms": percentile(&samples, 0.5),
-        "p95_ms": percentile(&samples, 0.95),
-        "p99_ms": percentile(&samples, 0.99),
-    })
+    let mut report = summary(samples, started.elapsed().as_secs_f64() - WARM_UP.as_secs_f64());
+    report["offered_claims_per_second"] = serde_json::json!(rate);
+    report
 }
 
 #[tokio::main]

@@ -33,7 +33,6 @@ use diesel_async::pooled_connection::deadpool::Pool;
 use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
 
 use crate::pool::{Checked, ConnPool, Pooled};
-
 use crate::pooler::Limits;
 
 pub use catalogue::{Memory, NewStorageConfig, RootOverlap};

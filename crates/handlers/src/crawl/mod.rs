@@ -282,11 +282,11 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         pages: tokio::sync::mpsc::Sender<Vec<KnownFile>>,
     ) -> Result<(), CatalogueError> {
         for folder in folders {
-            let (mut after, mut size): (Option<KnownFile>, i64) = (None, FIRST_KNOWN_FILES_PAGE);
+            let mut after: Option<KnownFile> = None;
             loop {
+                let size = if after.is_none() { FIRST_KNOWN_FILES_PAGE } else { KNOWN_FILES_PAGE };
                 let page = self.catalogue.known_files(config, folder, after.as_ref(), size).await?;
                 let (last, end) = (page.last().cloned(), page.len() < size as usize);
-                size = KNOWN_FILES_PAGE;
                 if !page.is_empty() && pages.send(page).await.is_err() {
                     return Ok(());
                 }

@@ -10,8 +10,6 @@ use crate::tls::{SslMode, Tls};
 
 mod tcp;
 
-#[cfg(test)]
-pub(crate) use tcp::TCP_USER_TIMEOUT;
 use tcp::{KEEPALIVE_KEYS, Own, user_timeout_of};
 
 /// Where and how to connect: the driver's settings and the TLS policy, read once from a connection string.

@@ -39,7 +39,7 @@ pub(super) fn user_timeout_of(value: Option<&str>) -> Result<Option<Duration>, S
 /// one that sent a statement to a peer that vanished without a reset (a host powered off, a partition) would
 /// otherwise wait for the kernel's retransmissions, about 15 minutes, with the attempt's catalogue statement in
 /// it. A statement the server is still running is not affected: its bytes were acknowledged.
-pub(crate) const TCP_USER_TIMEOUT: Duration = Duration::from_secs(30);
+pub(super) const TCP_USER_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Own {
     /// Sets on `config` what the string left to us: keepalives (idle 30 s, then a probe every 10 s, 3 probes)

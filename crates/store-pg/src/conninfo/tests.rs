@@ -133,9 +133,9 @@ fn keepalives_are_set_unless_the_string_sets_its_own() {
 fn a_tcp_user_timeout_is_set_unless_the_string_sets_its_own() {
     for ours in ["postgres://u@h/db", "host=h keepalives_idle=5", "host=a,b connect_timeout=5"] {
         let target = ConnectTarget::parse(ours).unwrap();
-        assert_eq!(target.config.get_tcp_user_timeout(), Some(&super::TCP_USER_TIMEOUT), "{ours}");
+        assert_eq!(target.config.get_tcp_user_timeout(), Some(&super::tcp::TCP_USER_TIMEOUT), "{ours}");
         for host in &target.hosts {
-            assert_eq!(host.get_tcp_user_timeout(), Some(&super::TCP_USER_TIMEOUT), "{ours}: each host");
+            assert_eq!(host.get_tcp_user_timeout(), Some(&super::tcp::TCP_USER_TIMEOUT), "{ours}: each host");
         }
     }
     // Read as libpq reads it, in milliseconds (the driver alone would take 5000 for seconds).
