@@ -183,10 +183,10 @@ async fn heartbeats_and_outcomes_go_through_while_the_shared_pool_is_saturated()
     assert_eq!(store.get(claimed.item.id).await.unwrap().unwrap().status, Status::Succeeded);
 }
 
-/// The attempt's other writes and a fenced catalogue write, each killed at its commit: an error every time,
-/// nothing changed.
+/// The attempt's other writes (each one statement that is its own transaction), lease recovery and a fenced
+/// catalogue write, each killed at its commit: an error every time, nothing changed.
 #[tokio::test]
-async fn heartbeats_failures_releases_and_catalogue_writes_killed_before_their_commits_are_errors() {
+async fn the_other_queue_writes_and_catalogue_writes_killed_before_their_commits_are_errors() {
     let db = TestDatabase::create().await;
     let store = Arc::new(PgStore::new(db.url(), 4, Duration::from_secs(10)).unwrap());
     let new = NewStorageConfig { username: "ann".into(), root_path: PathBuf::from("/photos/ann") };
@@ -214,7 +214,25 @@ async fn heartbeats_failures_releases_and_catalogue_writes_killed_before_their_c
     let release = tokio::spawn(async move { writer.release(fence).await });
     assert!(kill_the_committing_backend(&mut holder).await, "the release never reached its commit");
     assert!(release.await.unwrap().is_err(), "a release that never committed was acknowledged");
-    assert_eq!(status(&db, id).await, ("running".into(), 1), "still running: nothing of the three committed");
+
+    let writer = store.clone();
+    let completions =
+        tokio::spawn(async move { writer.complete_many_and_claim(&[(fence, None)], &claimer(), 0).await });
+    assert!(kill_the_committing_backend(&mut holder).await, "the completions never reached their commit");
+    assert!(completions.await.unwrap().is_err(), "completions that never committed were acknowledged");
+
+    // The holder's own commit passes its lock: the lease runs out, for recovery to requeue the item.
+    holder
+        .batch_execute(&format!(
+            "UPDATE work_items SET lease_expires_at = now() - interval '1 minute' WHERE id = '{id}'"
+        ))
+        .await
+        .unwrap();
+    let writer = store.clone();
+    let recovery = tokio::spawn(async move { writer.recover_expired_leases(3).await });
+    assert!(kill_the_committing_backend(&mut holder).await, "the recovery never reached its commit");
+    assert!(recovery.await.unwrap().is_err(), "a recovery that never committed was reported");
+    assert_eq!(status(&db, id).await, ("running".into(), 1), "still running: none of the five committed");
 
     let writer = store.clone();
     let asset = fixture_asset(config);
