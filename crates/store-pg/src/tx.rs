@@ -20,14 +20,12 @@ use std::future::Future;
 
 use almanac_domain::ports::{CatalogueError, Fence};
 use diesel::QueryResult;
-use diesel::pg::Pg;
 use diesel::result::Error as DieselError;
 use diesel::sql_types::{Integer, Uuid};
 use diesel::{QueryableByName, sql_query};
 use diesel_async::{AnsiTransactionManager, AsyncPgConnection, RunQueryDsl, TransactionManager};
 
 use crate::error::{StoreError, placed};
-use crate::prepared::Prepared;
 use crate::{Conn, PgStore};
 
 /// Which of the store's pools a statement takes its connection from.
@@ -138,28 +136,6 @@ where
     }
 }
 
-/// Runs `statement` as a transaction of its own and reads its answer to the end: one round trip where
-/// [`within`] takes three (`BEGIN`, the statement, `COMMIT`), and acknowledged means committed all the same.
-/// Outside a transaction the server runs a statement in an implicit one that it commits at the protocol's
-/// `Sync`, before its `ReadyForQuery`, and the driver ends a statement's rows (tokio-postgres's `RowStream`)
-/// and its count of changed rows only at that `ReadyForQuery`: a backend killed at the commit, or a commit the
-/// server refused, is an error here (`crates/store-pg/tests/commit_contract.rs`). That holds only for an answer
-/// read to its end: diesel-async's `get_result` and `first` return at the first row, before the commit, which
-/// is why this takes the statement (one statement, as one [`Prepared`] can only be) and reads it itself, and
-/// why writes whose callers read one row go through [`within`]. In transaction mode it runs in a transaction
-/// all the same: a statement is prepared and executed in two round trips, which only a transaction keeps on
-/// one server session, and the limits are set per transaction ([`crate::pooler`]).
-pub(crate) async fn load_alone<U>(conn: &mut Conn, statement: Prepared<'_>) -> QueryResult<Vec<U>>
-where
-    U: QueryableByName<Pg> + Send + 'static,
-{
-    if conn.begin_sql().is_some() {
-        within(conn, async |c| statement.load(c).await).await
-    } else {
-        statement.load(conn).await
-    }
-}
-
 /// [`fenced_within`] with no fence: a transaction of the queue's.
 pub(crate) async fn within<T, F>(conn: &mut Conn, body: F) -> QueryResult<T>
 where
@@ -183,9 +159,8 @@ impl PgStore {
     }
 
     /// Runs `body` on a shared connection outside a transaction (reads, and single statements that are their
-    /// own transaction, read to the end: see [`load_alone`]), its error placed. In transaction mode it runs in a
-    /// transaction: a statement is prepared and executed in two round trips, which only a transaction keeps on
-    /// one server session.
+    /// own transaction), its error placed. In transaction mode it runs in a transaction: a statement is
+    /// prepared and executed in two round trips, which only a transaction keeps on one server session.
     pub(crate) async fn read<T, F>(&self, body: F) -> Result<T, StoreError>
     where
         T: Send,
@@ -195,33 +170,6 @@ impl PgStore {
         let answer = if conn.begin_sql().is_some() { within(&mut conn, body).await } else { body(&mut conn).await };
         match answer {
             Ok(value) => Ok(value),
-            Err(e) => Err(placed(&mut conn, e).await),
-        }
-    }
-
-    /// Runs `statement` as a transaction of its own on a connection from `lane` ([`load_alone`]), its error
-    /// placed: the queue's single-statement writes, acknowledged only once committed.
-    pub(crate) async fn load_alone<U>(&self, lane: Lane, statement: Prepared<'_>) -> Result<Vec<U>, StoreError>
-    where
-        U: QueryableByName<Pg> + Send + 'static,
-    {
-        let mut conn = self.conn_from(lane).await?;
-        match load_alone(&mut conn, statement).await {
-            Ok(rows) => Ok(rows),
-            Err(e) => Err(placed(&mut conn, e).await),
-        }
-    }
-
-    /// [`PgStore::load_alone`] for a statement that returns no rows: how many rows it changed.
-    pub(crate) async fn execute_alone(&self, lane: Lane, statement: Prepared<'_>) -> Result<usize, StoreError> {
-        let mut conn = self.conn_from(lane).await?;
-        let answer = if conn.begin_sql().is_some() {
-            within(&mut conn, async |c| statement.execute(c).await).await
-        } else {
-            statement.execute(&mut conn).await
-        };
-        match answer {
-            Ok(changed) => Ok(changed),
             Err(e) => Err(placed(&mut conn, e).await),
         }
     }

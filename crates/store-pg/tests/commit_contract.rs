@@ -138,6 +138,44 @@ async fn a_claim_and_a_complete_killed_before_their_commits_are_errors() {
     assert_eq!(status(&db, id).await, ("running".into(), 1));
 }
 
+/// A claim its caller gave up on (a timeout, a shutdown) while the claim waited on a lock commits nothing, even
+/// once the lock is let go. A claim that ran as its own implicit transaction would: its `Sync` is sent with the
+/// statement, so the server commits it whatever the caller does, and its items would be `running` under a
+/// claim nobody knows, stalling their configs until the lease ran out (ADR 0008, amendment "why a one-statement
+/// write keeps its explicit transaction").
+#[tokio::test]
+async fn a_claim_its_caller_gave_up_on_commits_nothing() {
+    let db = TestDatabase::create().await;
+    let store = Arc::new(PgStore::new(db.url(), 2, Duration::from_secs(10)).unwrap());
+    let new = NewStorageConfig { username: "ann".into(), root_path: PathBuf::from("/photos/ann") };
+    let config = store.add_storage_config(&new).await.unwrap().1.id;
+    let id = store.enqueue(&NewWorkItem::new(WorkKind::Crawl, Scope::Config(config)).unwrap()).await.unwrap().item.id;
+    // The claim marks its config's head: holding the head's row makes it wait there, mid-statement.
+    let mut holder = raw(&db).await;
+    holder
+        .batch_execute(&format!("BEGIN; SELECT 1 FROM queue_heads WHERE storage_config_id = '{config}' FOR UPDATE"))
+        .await
+        .unwrap();
+    let claimer_store = store.clone();
+    let claim = tokio::spawn(async move { claimer_store.claim_many(&claimer(), 1).await });
+    assert_eq!(db.sessions_waiting_on_locks(1).await, 1, "the claim never waited on the head's row");
+    claim.abort();
+    assert!(claim.await.unwrap_err().is_cancelled());
+
+    holder.batch_execute("COMMIT").await.unwrap();
+    let settled = "SELECT count(*) AS n FROM pg_stat_activity
+                    WHERE datname = current_database() AND pid <> pg_backend_pid()
+                      AND state IN ('active', 'idle in transaction')";
+    let deadline = almanac_testdb::Deadline::after(Duration::from_secs(2));
+    while count(&db, settled).await > 0 {
+        assert!(!deadline.passed(), "the abandoned claim's session never settled");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(status(&db, id).await, ("queued".into(), 0), "still queued, its attempt number unused");
+    let claimed = store.claim(&claimer()).await.unwrap().expect("the item is claimable");
+    assert_eq!(claimed.fence.attempt.get(), 1);
+}
+
 /// The shared pool is saturated (every connection waits on a lock, more callers queue for one): the
 /// attempt's heartbeat and outcome still go through on connections nothing else can take.
 #[tokio::test]
@@ -183,8 +221,8 @@ async fn heartbeats_and_outcomes_go_through_while_the_shared_pool_is_saturated()
     assert_eq!(store.get(claimed.item.id).await.unwrap().unwrap().status, Status::Succeeded);
 }
 
-/// The attempt's other writes (each one statement that is its own transaction), lease recovery and a fenced
-/// catalogue write, each killed at its commit: an error every time, nothing changed.
+/// The attempt's other writes, lease recovery and a fenced catalogue write, each killed at its commit: an error
+/// every time, nothing changed.
 #[tokio::test]
 async fn the_other_queue_writes_and_catalogue_writes_killed_before_their_commits_are_errors() {
     let db = TestDatabase::create().await;

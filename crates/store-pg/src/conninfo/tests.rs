@@ -244,3 +244,11 @@ async fn a_first_host_that_never_answers_is_passed_over_after_connect_timeout() 
     let item = NewWorkItem::new(WorkKind::TokenCleanup, Scope::Unscoped).unwrap();
     store.enqueue(&item).await.expect("the second host takes the enqueue");
 }
+
+/// docs/operations.md ("Failover") states the user timeout a connection gets: the code's, whatever it becomes.
+#[test]
+fn the_operators_guide_states_the_tcp_user_timeout_the_code_sets() {
+    let guide = include_str!("../../../../docs/operations.md");
+    let stated = format!("gone {} s unacknowledged (`tcp_user_timeout`", super::tcp::TCP_USER_TIMEOUT.as_secs());
+    assert!(guide.contains(&stated), "docs/operations.md should say {stated:?}");
+}

@@ -13,7 +13,7 @@ use super::outcome::seconds;
 use crate::PgStore;
 use crate::error::{self, RUNNING_CONFIG_INDEX, placed};
 use crate::prepared::{Bind, Prepared};
-use crate::tx::load_alone;
+use crate::tx::within;
 
 /// Rule 1: one statement under READ COMMITTED. The candidates are the oldest due unscoped items and the oldest
 /// due item of each of the 32 oldest claimable configs (enough for 32 concurrent claimers to each find one:
@@ -65,15 +65,11 @@ const CLAIM_ALL: &str = claim_sql!("NULL::uuid");
 /// The claim for a Worker serving one user's configs (`$4`).
 const CLAIM_USER: &str = claim_sql!("$4");
 
-/// The claim's text for a batch of `limit`, for `request`'s served configs. The limit is written into the text,
-/// not bound: a statement cached with a generic plan for an unknown limit read the whole table (tens of times
-/// over, on misleading statistics). So each batch size is its own prepared statement on a connection (a Worker
-/// uses a few: its slot count and below).
-fn claim_text(request: &ClaimRequest, limit: usize) -> String {
-    let template = match request.served {
-        ServedConfigs::All => CLAIM_ALL,
-        ServedConfigs::User(_) => CLAIM_USER,
-    };
+/// The claim's text for a batch of `limit`. The limit is written into the text, not bound: a statement cached
+/// with a generic plan for an unknown limit read the whole table (tens of times over, on misleading
+/// statistics). So each batch size is its own prepared statement on a connection (a Worker uses a few: its
+/// slot count and below).
+fn claim_text(template: &str, limit: usize) -> String {
     template.replace("{limit}", &limit.max(1).to_string())
 }
 
@@ -96,18 +92,17 @@ pub async fn claim_with(
     }
 }
 
-/// A claim of up to `limit` items, one statement that is its own transaction ([`load_alone`]), whose commit is
-/// awaited: a claim acknowledged is a claim committed, so no handler ever runs an item that is still queued
-/// (whose next claim would reuse its attempt number).
+/// A claim of up to `limit` items in a transaction whose commit is awaited: a claim acknowledged is a claim
+/// committed, so no handler ever runs an item that is still queued (whose next claim would reuse its attempt
+/// number).
 pub(super) async fn claim(
     store: &PgStore,
     request: &ClaimRequest,
     limit: usize,
 ) -> Result<Vec<ClaimedItem>, QueueError> {
     let mut conn = store.conn().await?;
-    let sql = claim_text(request, limit);
-    match load_alone(&mut conn, Prepared::new(&sql, binds(request))).await {
-        Ok(rows) => items(oldest_first(rows)),
+    match within(&mut conn, async |conn| statement(conn, request, limit).await).await {
+        Ok(rows) => items(rows),
         Err(e) if lost_race(&e) => Ok(Vec::new()),
         Err(e) => Err(placed(&mut conn, e).await.into()),
     }
@@ -119,25 +114,18 @@ pub(super) async fn statement(
     request: &ClaimRequest,
     limit: usize,
 ) -> Result<Vec<WorkItemRow>, DieselError> {
-    let sql = claim_text(request, limit);
-    Ok(oldest_first(Prepared::new(&sql, binds(request)).load(conn).await?))
-}
-
-/// The claim's values: `$1` the Worker, `$2` the lease, `$3` the kinds, `$4` the served user when there is one.
-fn binds(request: &ClaimRequest) -> Vec<Bind<'_>> {
     let kinds: Vec<String> = request.kinds.iter().map(|k| k.as_str().to_owned()).collect();
+    let user = match request.served {
+        ServedConfigs::All => None,
+        ServedConfigs::User(user) => Some(user.as_uuid()),
+    };
     let mut binds =
         vec![Bind::Text(request.worker_id.as_str()), Bind::Double(seconds(request.lease)), Bind::TextArray(kinds)];
-    if let ServedConfigs::User(user) = request.served {
-        binds.push(Bind::Uuid(user.as_uuid()));
-    }
-    binds
-}
-
-/// The claimed rows in the order they were queued.
-fn oldest_first(mut rows: Vec<WorkItemRow>) -> Vec<WorkItemRow> {
+    binds.extend(user.map(Bind::Uuid));
+    let sql = claim_text(if user.is_some() { CLAIM_USER } else { CLAIM_ALL }, limit);
+    let mut rows: Vec<WorkItemRow> = Prepared::new(&sql, binds).load(conn).await?;
     rows.sort_by_key(|r| (r.requested_at, r.id));
-    rows
+    Ok(rows)
 }
 
 /// Rule 2: a concurrent claim of one of the same configs won (the running-config index refused this one); this

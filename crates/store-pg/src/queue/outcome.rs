@@ -1,8 +1,6 @@
 //! An attempt's own writes (ADR 0008 rule 5): heartbeats, completions (alone, or many with the claim that
 //! follows them), failures, cancellations and releases. Each is fenced in its own `WHERE` ([`FENCE`]) and runs
-//! on the attempt's reserved connections (`Lane::Attempt`) as a transaction whose commit is awaited: one
-//! statement that is its own transaction ([`crate::tx::load_alone`]), or the completions and the claim after
-//! them in one.
+//! in a transaction on the attempt's reserved connections (`Lane::Attempt`) whose commit is awaited.
 
 use std::collections::HashSet;
 
@@ -75,7 +73,7 @@ fn fence_binds<'a>(fence: Fence) -> Vec<Bind<'a>> {
 
 /// A write of the attempt's own that answers how many rows it changed: one, or none when the fence is stale.
 async fn fenced_write(store: &PgStore, sql: String, binds: Vec<Bind<'_>>) -> Result<WriteOutcome, QueueError> {
-    let rows = store.execute_alone(Lane::Attempt, Prepared::new(&sql, binds)).await?;
+    let rows = store.transaction(Lane::Attempt, async |conn| Prepared::new(&sql, binds).execute(conn).await).await?;
     Ok(if rows == 1 { WriteOutcome::Written } else { WriteOutcome::Lost })
 }
 
@@ -96,7 +94,8 @@ pub(super) async fn heartbeat(
     );
     let mut binds = fence_binds(fence);
     binds.extend([Bind::Double(seconds(lease)), Bind::NullableJsonb(progress)]);
-    let renewed: Vec<CancelRequested> = store.load_alone(Lane::Attempt, Prepared::new(&sql, binds)).await?;
+    let renewed: Vec<CancelRequested> =
+        store.transaction(Lane::Attempt, async |conn| Prepared::new(&sql, binds).load(conn).await).await?;
     Ok(match renewed.into_iter().next() {
         Some(r) => Heartbeat::Renewed { cancel_requested: r.cancel_requested },
         None => Heartbeat::Lost,
@@ -131,7 +130,8 @@ pub(super) async fn succeeded_under(store: &PgStore, fence: Fence) -> Result<boo
         yes: bool,
     }
     let binds = fence_binds(fence);
-    let rows: Vec<Yes> = store.load_alone(Lane::Attempt, Prepared::new(SUCCEEDED_UNDER, binds)).await?;
+    let rows: Vec<Yes> =
+        store.transaction(Lane::Attempt, async |conn| Prepared::new(SUCCEEDED_UNDER, binds).load(conn).await).await?;
     Ok(rows.into_iter().any(|r| r.yes))
 }
 
@@ -179,7 +179,8 @@ pub(super) async fn fail(store: &PgStore, fence: Fence, failure: &Failure) -> Re
         Bind::Bool(failure.retryable),
         Bind::Double(failure.retry_delay.as_secs_f64()),
     ]);
-    let rows: Vec<StatusRow> = store.load_alone(Lane::Attempt, Prepared::new(&sql, binds)).await?;
+    let rows: Vec<StatusRow> =
+        store.transaction(Lane::Attempt, async |conn| Prepared::new(&sql, binds).load(conn).await).await?;
     let Some(row) = rows.into_iter().next() else {
         return Ok(FailOutcome::Lost);
     };
@@ -191,8 +192,7 @@ pub(super) async fn fail(store: &PgStore, fence: Fence, failure: &Failure) -> Re
 }
 
 /// [`almanac_domain::WorkQueue::complete_many_and_claim`]: the completions and the claim after them in one
-/// transaction, the claim in a savepoint of its own; completions that claim nothing are one statement, its own
-/// transaction. Skipped by mutation testing as the port's method is
+/// transaction, the claim in a savepoint of its own. Skipped by mutation testing as the port's method is
 /// (ADR 0005: a claim refused either way answers nothing claimed; only its log tells a lost race apart).
 #[mutants::skip]
 pub(super) async fn complete_many_and_claim(
@@ -207,32 +207,30 @@ pub(super) async fn complete_many_and_claim(
         Bind::UuidArray(done.iter().map(|(fence, _)| fence.claim.as_uuid()).collect()),
         Bind::NullableJsonbArray(done.iter().map(|(_, result)| *result).collect()),
     ];
-    let (written, next) = if claim == 0 {
-        let written: Vec<IdRow> = store.load_alone(Lane::Attempt, Prepared::new(COMPLETE_MANY, binds)).await?;
-        (written, Ok(Vec::new()))
-    } else {
-        store
-            .transaction(Lane::Attempt, async |conn| {
-                let written: Vec<IdRow> = Prepared::new(COMPLETE_MANY, binds).load(conn).await?;
-                // The claim waits for no lock longer than CHAINED_CLAIM_LOCK_WAIT (set after the completions, so
-                // it alone is bounded): it would otherwise hold these completions hostage to other configs'
-                // locks, and a transaction enqueueing into several configs could wait on it in a cycle.
-                // In a savepoint: a claim that fails (a lost race on the running-config index, or a lock it
-                // would not wait for) is rolled back alone, and the completions still commit. Both in one
-                // round trip; the savepoint needs no release (the commit ends it).
-                conn.batch_execute(&format!(
-                    "SET LOCAL lock_timeout = '{}ms'; SAVEPOINT chained_claim",
-                    CHAINED_CLAIM_LOCK_WAIT.as_millis()
-                ))
-                .await?;
-                let next = claim::statement(conn, next, claim).await;
-                if next.is_err() {
-                    conn.batch_execute("ROLLBACK TO SAVEPOINT chained_claim").await?;
-                }
-                Ok((written, next))
-            })
-            .await?
-    };
+    let (written, next) = store
+        .transaction(Lane::Attempt, async |conn| {
+            let written: Vec<IdRow> = Prepared::new(COMPLETE_MANY, binds).load(conn).await?;
+            if claim == 0 {
+                return Ok((written, Ok(Vec::new())));
+            }
+            // The claim waits for no lock longer than CHAINED_CLAIM_LOCK_WAIT (set after the completions, so
+            // it alone is bounded): it would otherwise hold these completions hostage to other configs'
+            // locks, and a transaction enqueueing into several configs could wait on it in a cycle.
+            // In a savepoint: a claim that fails (a lost race on the running-config index, or a lock it
+            // would not wait for) is rolled back alone, and the completions still commit. Both in one
+            // round trip; the savepoint needs no release (the commit ends it).
+            conn.batch_execute(&format!(
+                "SET LOCAL lock_timeout = '{}ms'; SAVEPOINT chained_claim",
+                CHAINED_CLAIM_LOCK_WAIT.as_millis()
+            ))
+            .await?;
+            let next = claim::statement(conn, next, claim).await;
+            if next.is_err() {
+                conn.batch_execute("ROLLBACK TO SAVEPOINT chained_claim").await?;
+            }
+            Ok((written, next))
+        })
+        .await?;
     // Matched on (id, claim token): a batch may hold a stale attempt's completion beside the current one's, of
     // another attempt number or (after a failover lost a claim) of the same.
     let written: HashSet<(uuid::Uuid, uuid::Uuid)> = written.into_iter().map(|r| (r.id, r.claim_token)).collect();

@@ -11,7 +11,6 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 use super::row::{StatusRow, parse_status};
 use crate::PgStore;
-use crate::prepared::{Bind, Prepared};
 use crate::tx::Lane;
 
 #[derive(QueryableByName)]
@@ -82,7 +81,7 @@ pub(super) async fn recover_expired_leases(store: &PgStore, max_stalls: i32) -> 
     // together, each row's check for a queued holder of its key cannot see the others' new versions, so
     // the batch decides: only the oldest requeued item of each key keeps it, and only when no queued item
     // holds it already. Anything else would fail the whole statement on the dedup index, every tick.
-    let recover = Prepared::new(
+    let recover = sql_query(
             "WITH expired AS (
                  SELECT e.id, e.dedup_key, e.requested_at,
                         e.cancel_requested_at IS NULL AND e.stalls + 1 < $1 AS requeue
@@ -117,10 +116,10 @@ pub(super) async fn recover_expired_leases(store: &PgStore, max_stalls: i32) -> 
                FROM decided AS d
               WHERE w.id = d.id
           RETURNING w.id, w.status, w.stalls",
-        vec![Bind::Integer(max_stalls.max(1))],
-    );
+        )
+        .bind::<Integer, _>(max_stalls.max(1));
     // Committed before it is reported: a recovery is only logged (and counted) when it happened.
-    let rows: Vec<RecoveredRow> = store.load_alone(Lane::Shared, recover).await?;
+    let rows: Vec<RecoveredRow> = store.transaction(Lane::Shared, async |conn| recover.load(conn).await).await?;
     rows.into_iter()
         .map(|r| Ok(Recovered { id: WorkItemId::from_uuid(r.id), status: parse_status(&r.status)?, stalls: r.stalls }))
         .collect()
