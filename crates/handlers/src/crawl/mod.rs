@@ -273,8 +273,8 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
     }
 
     /// Loads the known files inside `folders` (in the walk's order; `[""]`: the whole root) page by page, in
-    /// path order, for the walk; an empty page ends them. Ends early, without an error, when the walk no longer
-    /// wants them.
+    /// path order, for the walk, each folder until its first empty page; an empty page ends them all. Ends early,
+    /// without an error, when the walk no longer wants them.
     async fn load_known(
         &self,
         config: StorageConfigId,
@@ -286,14 +286,13 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
             loop {
                 let size = if after.is_none() { FIRST_KNOWN_FILES_PAGE } else { KNOWN_FILES_PAGE };
                 let page = self.catalogue.known_files(config, folder, after.as_ref(), size).await?;
-                let (last, end) = (page.last().cloned(), page.len() < size as usize);
-                if !page.is_empty() && pages.send(page).await.is_err() {
+                // Only an empty page ends a folder: a statement more per folder than stopping at a short page,
+                // and no count to get wrong (a page cut at the wrong length loses files or never ends).
+                let Some(last) = page.last().cloned() else { break };
+                if pages.send(page).await.is_err() {
                     return Ok(());
                 }
-                if end {
-                    break;
-                }
-                after = last;
+                after = Some(last);
             }
         }
         // The walk needs an empty page to know the end.
