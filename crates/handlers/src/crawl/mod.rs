@@ -322,7 +322,8 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         if run.cancel.is_cancelled() || fatal.lock().expect("poisoned").is_some() {
             return;
         }
-        let found = run.counters.found.fetch_add(1, Ordering::Relaxed) + 1;
+        // Progress goes out at the first file and at every PROGRESS_EVERY after it.
+        let found_before = run.counters.found.fetch_add(1, Ordering::Relaxed);
         if let Err(problem) = run.file_through_outages(&entry, known.as_ref()).await
             && let Some(e) = self.file_problem(run, &entry, problem).await
         {
@@ -330,7 +331,7 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
             // Nothing more is wanted from the walk.
             run.halt.cancel();
         }
-        if found.is_multiple_of(PROGRESS_EVERY) {
+        if found_before.is_multiple_of(PROGRESS_EVERY) {
             report_progress(progress, &run.counts());
         }
     }
