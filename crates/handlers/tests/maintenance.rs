@@ -474,6 +474,27 @@ async fn retention_deletes_finished_items_past_retention_only() {
     assert!(env.store.get(recent_failed.id).await.unwrap().is_some(), "a failed item within its retention is kept");
 }
 
+/// Retention deletes in batches (of 1,000) until none is left: 2,500 items past their retention take three.
+#[tokio::test]
+async fn retention_deletes_every_item_past_its_retention_whatever_the_number_of_batches() {
+    let env = env().await;
+    let handler = WorkItemRetentionHandler::new(env.store.clone(), RetentionSettings::default());
+    sql_query(
+        "INSERT INTO work_items (id, kind, status, requested_at, run_after, finished_at)
+         SELECT gen_random_uuid(), 'token_cleanup', 'succeeded', now() - interval '9 days',
+                now() - interval '9 days', now() - interval '8 days'
+           FROM generate_series(1, 2500)",
+    )
+    .execute(&mut env.conn().await)
+    .await
+    .unwrap();
+    let item = env.work_item(WorkKind::WorkItemRetention, Scope::Unscoped, serde_json::json!({})).await;
+    let result = env.run_handler(&handler, item).await.unwrap();
+    assert_eq!(result["deleted"], 2500);
+    let left = env.count("SELECT count(*) AS n FROM work_items WHERE kind = 'token_cleanup'").await;
+    assert_eq!(left, 0, "every item past its retention is deleted");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_racing_schedulers_enqueue_each_periodic_item_exactly_once() {
     let env = env().await;

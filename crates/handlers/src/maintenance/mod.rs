@@ -36,8 +36,9 @@ fn chrono_duration(d: Duration) -> chrono::Duration {
 /// Rows deleted per batch by the cleanup handlers.
 const DELETE_BATCH: i64 = 1000;
 
-/// Calls `batch` with the batch size until it deletes fewer than that, honouring cancellation between batches
-/// and reporting the running total as progress. Returns the total deleted.
+/// Calls `batch` with the batch size until it deletes nothing, honouring cancellation between batches and
+/// reporting the running total as progress. Returns the total deleted. Only an empty batch ends it: a statement
+/// more than stopping at a short batch, and no count to get wrong (a wrong one ended early or never).
 async fn delete_in_batches<F, Fut>(ctx: &HandlerContext, mut batch: F) -> Result<u64, HandlerError>
 where
     F: FnMut(i64) -> Fut,
@@ -49,10 +50,10 @@ where
             return Err(HandlerError::cancelled());
         }
         let n = batch(DELETE_BATCH).await.map_err(store_error)?;
-        deleted += n;
-        report_progress(&ctx.progress, &DeletionReport::new(deleted));
-        if n < DELETE_BATCH as u64 {
+        if n == 0 {
             return Ok(deleted);
         }
+        deleted += n;
+        report_progress(&ctx.progress, &DeletionReport::new(deleted));
     }
 }
