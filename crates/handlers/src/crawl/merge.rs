@@ -272,4 +272,52 @@ mod tests {
         // vanished).
         assert!(matches!(merge.file(&entry("e.jpg", 10)), Err(CatalogueError::Unavailable(_))));
     }
+
+    /// The whole walk beside the known files `catalogue` (one page, then the end): what it sent, in order.
+    fn walk_beside_all(root: &RootFolder, catalogue: Vec<KnownFile>) -> Vec<Walked> {
+        let (pages_tx, pages_rx) = mpsc::channel(2);
+        pages_tx.try_send(catalogue).unwrap();
+        pages_tx.try_send(Vec::new()).unwrap();
+        let (files_tx, mut files_rx) = mpsc::unbounded_channel();
+        let scope = CrawlScope::of(&almanac_domain::CrawlArgs::default()).unwrap();
+        let (_, merged) =
+            walk_beside(root, &scope, None, &CancellationToken::new(), &Counters::default(), pages_rx, &files_tx);
+        merged.unwrap();
+        drop(files_tx);
+        std::iter::from_fn(|| files_rx.try_recv().ok()).collect()
+    }
+
+    /// Unchanged files reach processing as counts of up to UNCHANGED_BATCH, not one message each: a re-crawl of
+    /// a million unchanged files sends about a thousand.
+    #[test]
+    fn unchanged_files_are_counted_in_batches() {
+        let dir = tempfile::tempdir().unwrap();
+        let n = 2 * UNCHANGED_BATCH + 3;
+        for i in 0..n {
+            std::fs::write(dir.path().join(format!("{i:05}.jpg")), b"x").unwrap();
+        }
+        let root = RootFolder::open(dir.path()).unwrap();
+        // A first walk with nothing known hands over every file; the second knows them all as the first saw them.
+        let catalogue: Vec<KnownFile> = walk_beside_all(&root, Vec::new())
+            .into_iter()
+            .map(|w| match w {
+                Walked::File(file) => {
+                    let (entry, _) = *file;
+                    let mut k = known(std::str::from_utf8(&entry.rel).unwrap(), false);
+                    (k.facts.size, k.facts.mtime) = (entry.size, entry.mtime);
+                    k
+                }
+                Walked::Unchanged(_) => panic!("nothing is known yet"),
+            })
+            .collect();
+        assert_eq!(catalogue.len() as u64, n);
+        let counts: Vec<u64> = walk_beside_all(&root, catalogue)
+            .into_iter()
+            .map(|w| match w {
+                Walked::Unchanged(count) => count,
+                Walked::File(_) => panic!("every file is unchanged"),
+            })
+            .collect();
+        assert_eq!(counts, [UNCHANGED_BATCH, UNCHANGED_BATCH, 3]);
+    }
 }
