@@ -75,6 +75,10 @@ impl<M: MaintenanceStore + 'static> WorkHandler for PurgeHandler<M> {
                 }
                 let mut batch =
                     self.store.purge_candidates(config, cutoff, after.as_ref(), limit).await.map_err(store_error)?;
+                // Only an empty batch is the end: no count to get wrong (a wrong one ended early or never).
+                if batch.is_empty() {
+                    break;
+                }
                 let mut to_delete = Vec::new();
                 for candidate in &batch {
                     // Before each asset's files: a stopped attempt deletes nothing more (a takeover may be
@@ -105,11 +109,8 @@ impl<M: MaintenanceStore + 'static> WorkHandler for PurgeHandler<M> {
                     self.store.purge_rows(ctx.fence, config, &to_delete, cutoff).await.map_err(store_error)?;
                 purged += deleted.len();
                 report_progress(&ctx.progress, &PurgeProgress { purged, kept: files_kept.len() });
-                // A short batch was the last. The next one starts after this one's last asset, so assets that
-                // stay (their files cannot be deleted; retried next time) never hold back the ones after them.
-                if (batch.len() as i64) < limit {
-                    break;
-                }
+                // The next batch starts after this one's last asset, so assets that stay (their files cannot be
+                // deleted; retried next time) never hold back the ones after them.
                 after = batch.pop();
             }
             info!(event = "purged", purged, kept = files_kept.len(), "purge finished");
