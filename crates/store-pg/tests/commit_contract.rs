@@ -138,6 +138,14 @@ async fn a_claim_and_a_complete_killed_before_their_commits_are_errors() {
     assert_eq!(status(&db, id).await, ("running".into(), 1));
 }
 
+/// A config of ann's with a crawl queued: the config and the item.
+async fn a_queued_crawl(store: &PgStore) -> (almanac_domain::StorageConfigId, WorkItemId) {
+    let new = NewStorageConfig { username: "ann".into(), root_path: PathBuf::from("/photos/ann") };
+    let config = store.add_storage_config(&new).await.unwrap().1.id;
+    let id = store.enqueue(&NewWorkItem::new(WorkKind::Crawl, Scope::Config(config)).unwrap()).await.unwrap().item.id;
+    (config, id)
+}
+
 /// A claim its caller gave up on (a timeout, a shutdown) while the claim waited on a lock commits nothing, even
 /// once the lock is let go. A claim that ran as its own implicit transaction would: its `Sync` is sent with the
 /// statement, so the server commits it whatever the caller does, and its items would be `running` under a
@@ -147,9 +155,7 @@ async fn a_claim_and_a_complete_killed_before_their_commits_are_errors() {
 async fn a_claim_its_caller_gave_up_on_commits_nothing() {
     let db = TestDatabase::create().await;
     let store = Arc::new(PgStore::new(db.url(), 2, Duration::from_secs(10)).unwrap());
-    let new = NewStorageConfig { username: "ann".into(), root_path: PathBuf::from("/photos/ann") };
-    let config = store.add_storage_config(&new).await.unwrap().1.id;
-    let id = store.enqueue(&NewWorkItem::new(WorkKind::Crawl, Scope::Config(config)).unwrap()).await.unwrap().item.id;
+    let (config, id) = a_queued_crawl(&store).await;
     // The claim marks its config's head: holding the head's row makes it wait there, mid-statement.
     let mut holder = raw(&db).await;
     holder
@@ -227,9 +233,7 @@ async fn heartbeats_and_outcomes_go_through_while_the_shared_pool_is_saturated()
 async fn the_other_queue_writes_and_catalogue_writes_killed_before_their_commits_are_errors() {
     let db = TestDatabase::create().await;
     let store = Arc::new(PgStore::new(db.url(), 4, Duration::from_secs(10)).unwrap());
-    let new = NewStorageConfig { username: "ann".into(), root_path: PathBuf::from("/photos/ann") };
-    let config = store.add_storage_config(&new).await.unwrap().1.id;
-    let id = store.enqueue(&NewWorkItem::new(WorkKind::Crawl, Scope::Config(config)).unwrap()).await.unwrap().item.id;
+    let (config, id) = a_queued_crawl(&store).await;
     let fence = store.claim(&claimer()).await.unwrap().unwrap().fence;
     let mut holder = hold_commits(&db).await;
     let lease = LeaseDuration::new(Duration::from_secs(60)).unwrap();
