@@ -287,12 +287,12 @@ mod tests {
         std::iter::from_fn(|| files_rx.try_recv().ok()).collect()
     }
 
-    /// Unchanged files reach processing as counts of up to UNCHANGED_BATCH, not one message each: a re-crawl of
-    /// a million unchanged files sends about a thousand.
+    /// Unchanged files reach processing as counts of UNCHANGED_BATCH, not one message each (a re-crawl of a
+    /// million unchanged files sends about a thousand), and no empty count at the end.
     #[test]
     fn unchanged_files_are_counted_in_batches() {
         let dir = tempfile::tempdir().unwrap();
-        let n = 2 * UNCHANGED_BATCH + 3;
+        let n = 2 * UNCHANGED_BATCH;
         for i in 0..n {
             std::fs::write(dir.path().join(format!("{i:05}.jpg")), b"x").unwrap();
         }
@@ -318,6 +318,27 @@ mod tests {
                 Walked::File(_) => panic!("every file is unchanged"),
             })
             .collect();
-        assert_eq!(counts, [UNCHANGED_BATCH, UNCHANGED_BATCH, 3]);
+        assert_eq!(counts, [UNCHANGED_BATCH, UNCHANGED_BATCH]);
+    }
+
+    /// A walk that stopped (cancelled, or a problem that stops the crawl) settles nothing: what it did not list
+    /// is not taken for vanished, and no more known files are read for it.
+    #[test]
+    fn a_stopped_walk_settles_nothing_and_reads_no_more_known_files() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.jpg"), b"x").unwrap();
+        let root = RootFolder::open(dir.path()).unwrap();
+        // A page, and then a loader gone without the end: reading on would be an error.
+        let (pages_tx, pages_rx) = mpsc::channel(1);
+        pages_tx.try_send(vec![known("z.jpg", false)]).unwrap();
+        drop(pages_tx);
+        let (files_tx, _files_rx) = mpsc::unbounded_channel();
+        let halt = CancellationToken::new();
+        halt.cancel();
+        let scope = CrawlScope::of(&almanac_domain::CrawlArgs::default()).unwrap();
+        let (report, merged) = walk_beside(&root, &scope, None, &halt, &Counters::default(), pages_rx, &files_tx);
+        assert!(report.stopped);
+        let left = merged.expect("a stopped walk reads no more known files");
+        assert!(left.not_unchanged.is_empty() && left.unchanged_extras.is_empty());
     }
 }
