@@ -303,3 +303,37 @@ async fn an_asset_whose_file_vanished_moves_to_its_copy_outside_the_folders() {
     let now: Vec<_> = lib.active().await.into_iter().filter(|(path, _)| path != "D/z.jpg").collect();
     assert_eq!(now, after, "and D/z.jpg, of other content now, a new asset");
 }
+
+/// Copies inside the folders were judged by the walk: one it passes over (a NAS recycle bin inside them, recorded
+/// before the rule passed it over) is never where a vanished asset moves, even when it is still there as
+/// recorded. Only copies outside the folders are looked at on disk, as a crawl of the whole root would see them.
+#[tokio::test]
+async fn a_copy_inside_the_folders_that_the_walk_passes_over_is_never_where_an_asset_moves() {
+    let lib = library().await;
+    lib.files(["P/x.jpg", "Q/a.jpg", "Q/b.jpg", "Q/c.jpg", "Q/d.jpg"].map(String::from), 1);
+    lib.crawl().await;
+    let x = lib.active().await[0].1;
+    let bin = lib.root.join("P/#recycle");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::copy(lib.root.join("P/x.jpg"), bin.join("x.jpg")).unwrap();
+    // A whole second, so the catalogue's microseconds hold the file's mtime exactly.
+    let mtime = std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    std::fs::File::options().write(true).open(bin.join("x.jpg")).unwrap().set_modified(mtime).unwrap();
+    let size = std::fs::metadata(bin.join("x.jpg")).unwrap().len() as i64;
+    sql_query(
+        "INSERT INTO asset_extra_paths (storage_config_id, file_path, asset_id, display_path, size_bytes,
+                                        file_modified_at)
+         VALUES ($1, 'P/#recycle/x.jpg'::bytea, $2, 'P/#recycle/x.jpg', $3, to_timestamp(1700000000))",
+    )
+    .bind::<Uuid, _>(lib.config.as_uuid())
+    .bind::<Uuid, _>(x)
+    .bind::<diesel::sql_types::BigInt, _>(size)
+    .execute(&mut lib.conn().await)
+    .await
+    .unwrap();
+    std::fs::remove_file(lib.root.join("P/x.jpg")).unwrap();
+
+    let result = lib.crawl_folders(&lib.handler(), json!({"folders": ["P"]})).await.unwrap();
+    assert_eq!((count(&result, "moved"), count(&result, "soft_deleted")), (0, 1), "{result}");
+    assert!(!lib.active_paths().await.iter().any(|p| p.starts_with("P/")), "x vanished, not moved to the bin");
+}
