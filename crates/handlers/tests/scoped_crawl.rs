@@ -182,6 +182,18 @@ async fn a_deleted_folder_is_weighed_against_the_whole_library() {
     let result = lib.crawl_folders(&handler, confirmed).await.unwrap();
     assert_eq!(count(&result, "soft_deleted"), 11, "{result}");
     assert_eq!(lib.active_paths().await, (0..6).map(|i| format!("rest/{i}.jpg")).collect::<Vec<_>>());
+
+    // A folder that held every active asset is refused whatever the guard says (6 is below its minimum here),
+    // as a whole root found empty is: a share not mounted must never look like a deleted library.
+    let lenient = crawler(&lib, MassDeletionGuard { min_assets: 100, max_percent: 100 }, Duration::ZERO);
+    std::fs::remove_dir_all(lib.root.join("rest")).unwrap();
+    let err = lib.crawl_folders(&lenient, json!({"folders": ["rest"]})).await.unwrap_err();
+    assert!(err.retryable && err.message.contains("all 6 active assets"), "{err:?}");
+    assert_eq!(lib.active().await.len(), 6, "nothing soft-deleted");
+    let confirmed = json!({"folders": ["rest"], "allow_mass_deletion": true});
+    let result = lib.crawl_folders(&lenient, confirmed).await.unwrap();
+    assert_eq!(count(&result, "soft_deleted"), 6, "{result}");
+    assert!(lib.active().await.is_empty());
 }
 
 #[tokio::test]
