@@ -26,6 +26,7 @@ CREATE FUNCTION public.almanac_claim_candidates(kinds text[], served_user uuid) 
     SET enable_bitmapscan TO 'off'
     SET enable_sort TO 'off'
     SET jit TO 'off'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     due timestamptz := clock_timestamp();
@@ -95,6 +96,7 @@ CREATE FUNCTION public.almanac_mark_queue_heads_running(configs uuid[]) RETURNS 
     SET enable_bitmapscan TO 'off'
     SET enable_sort TO 'off'
     SET jit TO 'off'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 BEGIN
     PERFORM 1 FROM queue_heads AS h WHERE h.storage_config_id = ANY (configs)
@@ -223,6 +225,7 @@ CREATE FUNCTION public.almanac_refresh_queue_heads(configs uuid[]) RETURNS void
     SET enable_hashjoin TO 'off'
     SET enable_mergejoin TO 'off'
     SET jit TO 'off'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 BEGIN
     PERFORM 1 FROM queue_heads AS h WHERE h.storage_config_id = ANY (configs)

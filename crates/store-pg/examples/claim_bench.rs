@@ -1,9 +1,9 @@
 //! The claim at 10,000 configs (issue #26 item 5), run through `cargo xtask bench claim`: JSON on stdout.
 //!
 //! One database of 10,000 configs and 1,000,000 queued items (100 a config, half the configs busy with a running
-//! item that never ends), loaded with set-based SQL. The claim is measured before and after migration 000012
-//! in the same run, on the same data: its `down.sql` and its `up.sql` are applied in turn, twice each
-//! (before, after, before, after). Each round gives:
+//! item that never ends), loaded with set-based SQL. The claim is measured before and after the migration that
+//! `change!` names (000026, the queue's functions keeping their plans) in the same run, on the same data: its
+//! `down.sql` and its `up.sql` are applied in turn, twice each (before, after, before, after). Each round gives:
 //! - `EXPLAIN (ANALYZE, BUFFERS)` of the store's own claim of eight (the text the store prepares, read back from
 //!   `pg_prepared_statements`), first on a new connection (`cold`: the functions' plans are made then) and
 //!   then the median of five more on it (`warm`, as on a Worker's pooled connection), with the time spent in
@@ -34,7 +34,7 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncC
 /// The migration measured: its `down.sql` gives the claim before it, its `up.sql` the claim after.
 macro_rules! change {
     ($file:literal) => {
-        include_str!(concat!("../../../migrations/2026-12-02-000012_claim_marks_heads/", $file))
+        include_str!(concat!("../../../migrations/2026-12-03-000026_claim_plans_kept/", $file))
     };
 }
 const BEFORE: &str = change!("down.sql");
@@ -282,11 +282,11 @@ fn summary(mut samples: Vec<f64>, seconds: f64) -> serde_json::Value {
     })
 }
 
-async fn latencies(db: &TestDatabase, claimers: usize, seconds: u64) -> serde_json::Value {
+async fn latencies(stores: &[PgStore], seconds: u64) -> serde_json::Value {
     let started = Instant::now();
-    let tasks: Vec<_> = (0..claimers)
+    let tasks: Vec<_> = (0..stores.len())
         .map(|w| {
-            let store = PgStore::new(db.url(), 2, Duration::from_secs(10)).unwrap();
+            let store = stores[w].clone();
             tokio::spawn(async move {
                 let request = request(&format!("claimer{w}"));
                 let (mut samples, mut items) = (Vec::new(), 0usize);
@@ -316,16 +316,18 @@ async fn latencies(db: &TestDatabase, claimers: usize, seconds: u64) -> serde_js
 /// fixed period apart, the claimers' turns spread evenly over it), each claiming `BATCH` and completing what it
 /// claimed before its next turn, for `seconds`: the claims' latencies at that load. A claim's latency counts
 /// from its turn, so a claim that starts late because the claimer's previous one ran long counts the wait
-/// (no coordinated omission). The turns of the first [`WARM_UP`] run but are not counted: each claimer's
-/// connections are new, and a connection's first claim plans the queue's functions (a cold claim takes 7 to
-/// 11 ms on the server, once per connection, where a Worker keeps its connections for hours).
-async fn paced(db: &TestDatabase, claimers: usize, rate: f64, seconds: u64) -> serde_json::Value {
+/// (no coordinated omission). The claimers' stores are those of the run back to back before, so their
+/// connections have planned the queue's functions (a cold claim takes 7 to 11 ms on the server, once per
+/// connection, where a Worker keeps its connections for hours); the turns of the first [`WARM_UP`] run but
+/// are not counted all the same.
+async fn paced(stores: &[PgStore], rate: f64, seconds: u64) -> serde_json::Value {
+    let claimers = stores.len();
     let period = Duration::from_secs_f64(claimers as f64 / rate);
     let started = Instant::now();
     let end = started + Duration::from_secs(seconds);
     let tasks: Vec<_> = (0..claimers)
         .map(|w| {
-            let store = PgStore::new(db.url(), 2, Duration::from_secs(10)).unwrap();
+            let store = stores[w].clone();
             tokio::spawn(async move {
                 let request = request(&format!("paced{w}"));
                 let mut samples = Vec::new();
@@ -365,16 +367,19 @@ async fn main() {
     eprintln!("loaded {queued} queued items over {CONFIGS} configs in {load_seconds:.0} s");
     let mut rounds = Vec::new();
     for (schema, sql) in [("before", BEFORE), ("after", AFTER), ("before", BEFORE), ("after", AFTER)] {
-        conn.batch_execute(sql).await.unwrap_or_else(|e| panic!("applying the claim {schema} migration 000012: {e}"));
+        conn.batch_execute(sql).await.unwrap_or_else(|e| panic!("applying the claim {schema} migration 000026: {e}"));
         let text = claim_text(&db).await;
         let oldest = oldest_transaction_seconds(&mut conn).await;
         let explained = explain(&db, &text).await;
-        let closed = latencies(&db, claimers, seconds).await;
+        // One store per claimer for the whole round, as a Worker keeps its pool.
+        let stores: Vec<PgStore> =
+            (0..claimers).map(|_| PgStore::new(db.url(), 2, Duration::from_secs(10)).unwrap()).collect();
+        let closed = latencies(&stores, seconds).await;
         // The same claimers at shares of the rate they reached back to back.
         let capacity = closed["claims_per_second"].as_f64().unwrap_or(f64::NAN);
         let mut at_load = Vec::new();
         for share in PACED_SHARES {
-            at_load.push(paced(&db, claimers, capacity * share, seconds).await);
+            at_load.push(paced(&stores, capacity * share, seconds).await);
         }
         let round = serde_json::json!({
             "schema": schema,
