@@ -153,9 +153,7 @@ impl CrawlScope {
         let permanent = |e: almanac_domain::DomainError| HandlerError::permanent(e.to_string());
         let named: Option<Vec<String>> = match &settling.folders {
             _ if self.is_whole_root() => Some(Vec::new()),
-            Some(folders) if folders.len() <= CrawlArgs::MAX_FOLDERS => {
-                folders.iter().map(|f| String::from_utf8(f.clone()).ok()).collect()
-            }
+            Some(folders) => folders.iter().map(|f| String::from_utf8(f.clone()).ok()).collect(),
             _ => None,
         };
         let own = || self.folders.iter().map(|f| String::from_utf8_lossy(f).into_owned()).collect();
@@ -233,9 +231,7 @@ impl SettlingFolders {
         if !folders.contains(folder) {
             folders.insert(folder.to_vec());
         }
-        if folders.len() > CrawlArgs::MAX_FOLDERS {
-            self.folders = None;
-        }
+        self.folders = self.folders.take().filter(|folders| folders.len() <= CrawlArgs::MAX_FOLDERS);
     }
 }
 
@@ -277,7 +273,16 @@ mod tests {
         let own = serde_json::json!(["a", "c"]);
         let again = some.again(config, &settling(&[b"a/\xff/1.jpg"])).unwrap();
         assert_eq!(again.payload()["folders"], own);
-        let many: Vec<Vec<u8>> = (0..=CrawlArgs::MAX_FOLDERS).map(|i| format!("a/{i}/x.jpg").into_bytes()).collect();
+        let files = |n: usize| -> Vec<Vec<u8>> { (0..n).map(|i| format!("a/{i:03}/x.jpg").into_bytes()).collect() };
+        let at_most = files(CrawlArgs::MAX_FOLDERS);
+        let at_most: Vec<&[u8]> = at_most.iter().map(Vec::as_slice).collect();
+        let named = some.again(config, &settling(&at_most)).unwrap();
+        assert_eq!(
+            named.payload()["folders"].as_array().map(Vec::len),
+            Some(CrawlArgs::MAX_FOLDERS),
+            "as many as allowed"
+        );
+        let many = files(CrawlArgs::MAX_FOLDERS + 1);
         let many: Vec<&[u8]> = many.iter().map(Vec::as_slice).collect();
         assert_eq!(some.again(config, &settling(&many)).unwrap().payload()["folders"], own);
     }
