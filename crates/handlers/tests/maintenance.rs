@@ -394,14 +394,19 @@ async fn the_start_up_clean_up_removes_only_old_temporary_files_in_our_layout() 
     let link = b.join(".thumbnail.jpg.tmp");
     std::os::unix::fs::symlink(&outside, &link).unwrap();
 
-    let report = almanac_handlers::maintenance::remove_temporary_debris(
+    let removing = almanac_handlers::maintenance::remove_temporary_debris(
         env.store.clone(),
         env.proxies.clone(),
         limits,
         CancellationToken::new(),
-    )
-    .await;
+    );
+    let (lines, report) = support::logs::capture(removing).await;
     assert_eq!(report, almanac_handlers::maintenance::DebrisReport { removed: 3, problems: vec![] });
+    let removed = |lines: &[serde_json::Value]| -> Vec<serde_json::Value> {
+        lines.iter().filter(|l| l["fields"]["event"] == "temporary_debris_removed").cloned().collect()
+    };
+    let logged = removed(&lines);
+    assert_eq!((logged.len(), &logged[0]["fields"]["removed"]), (1, &serde_json::json!(3)), "{lines:?}");
     assert!(debris.iter().all(|p| !p.exists()) && !a.exists(), "the debris and its emptied folder are gone");
     assert!(kept.iter().all(|p| p.exists()), "a finished proxy, another config's or a file outside the layout");
     assert!(young.exists(), "a temporary file younger than the floor may be another Worker's, being written");
@@ -411,10 +416,11 @@ async fn the_start_up_clean_up_removes_only_old_temporary_files_in_our_layout() 
     stopped.cancel();
     std::fs::create_dir_all(&a).unwrap();
     write(&a.join(".web.tmp.mp4"), floor + 60);
-    let report =
-        almanac_handlers::maintenance::remove_temporary_debris(env.store.clone(), env.proxies.clone(), limits, stopped)
-            .await;
+    let removing =
+        almanac_handlers::maintenance::remove_temporary_debris(env.store.clone(), env.proxies.clone(), limits, stopped);
+    let (lines, report) = support::logs::capture(removing).await;
     assert_eq!(report.removed, 0, "a stopped Worker walks no further");
+    assert!(removed(&lines).is_empty(), "nothing removed, nothing said removed: {lines:?}");
     assert!(a.join(".web.tmp.mp4").exists());
 }
 

@@ -8,12 +8,12 @@ use almanac_domain::{
     StorageConfigId,
     ports::{MaintenanceStore, ProxyPath, is_temporary_file_name},
 };
-use almanac_media::{Entry, EntryKind, Removal};
+use almanac_media::{Entry, Removal};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::ProxySweepHandler;
-use super::proxy_files::{AgeFloor, open_proxy_root, remove_parents, walk};
+use super::proxy_files::{AgeFloor, open_proxy_root, remove_old_file, walk};
 
 /// What the start-up clean-up of temporary files did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -66,17 +66,9 @@ pub async fn remove_temporary_debris<M: MaintenanceStore + 'static>(
                     break;
                 }
                 let (root, rel) = (root.clone(), rel.clone());
-                let removed = tokio::task::spawn_blocking(move || {
-                    // Still a regular file, still older than the floor: a retry may have just rewritten it.
-                    let confirm = |e: &Entry| e.kind == EntryKind::File && floor.old_enough(e.mtime);
-                    let removed = root.remove_file(rel.as_bytes(), confirm);
-                    if matches!(removed, Ok(Removal::Removed)) {
-                        remove_parents(&root, &rel);
-                    }
-                    removed.map_err(|e| e.to_string())
-                })
-                .await
-                .unwrap_or_else(|e| Err(format!("removing a temporary file ended abnormally: {e}")));
+                let removed = tokio::task::spawn_blocking(move || remove_old_file(&root, &rel, floor))
+                    .await
+                    .unwrap_or_else(|e| Err(format!("removing a temporary file ended abnormally: {e}")));
                 match removed {
                     Ok(Removal::Removed) => report.removed += 1,
                     Ok(Removal::Gone | Removal::Kept) => {}
@@ -116,10 +108,9 @@ fn debris_of(
     let (mut candidates, mut unreadable) = (Vec::new(), Vec::new());
     let mut visit = |rel: Vec<u8>, entry: &Entry| {
         let Ok(rel) = String::from_utf8(rel) else { return };
-        let ours = entry.kind == EntryKind::File
+        let ours = floor.old_file(entry)
             && ProxyPath::parse(&rel).is_some_and(|p| configs.contains(&p.config))
-            && rel.rsplit('/').next().is_some_and(is_temporary_file_name)
-            && floor.old_enough(entry.mtime);
+            && rel.rsplit('/').next().is_some_and(is_temporary_file_name);
         if ours {
             candidates.push(rel);
         }

@@ -41,6 +41,16 @@ pub(super) fn delete_proxy_file(
     }
 }
 
+/// Unlinks the file at `relative` beneath the proxy root only if, right then, it is still a regular file old
+/// enough for `floor` (a retry of a crawl may have just rewritten it), then the folders it leaves empty. Blocking.
+pub(super) fn remove_old_file(proxy_root: &RootFolder, relative: &str, floor: AgeFloor) -> Result<Removal, String> {
+    let removed = proxy_root.remove_file(relative.as_bytes(), |e| floor.old_file(e));
+    if matches!(removed, Ok(Removal::Removed)) {
+        remove_parents(proxy_root, relative);
+    }
+    removed.map_err(|e| e.to_string())
+}
+
 /// Removes the now empty folders above a deleted proxy file, up to (not including) the proxy root.
 pub(super) fn remove_parents(proxy_root: &RootFolder, relative: &str) {
     if let Some(parent) = Path::new(relative).parent() {
@@ -100,6 +110,12 @@ impl AgeFloor {
     /// Whether a file's mtime makes it at least `min_age` old at `now` (a file dated ahead of `now` is young).
     pub(super) fn old_enough(&self, mtime: DateTime<Utc>) -> bool {
         chrono::Duration::from_std(self.min_age).is_ok_and(|min_age| self.now - mtime >= min_age)
+    }
+
+    /// Whether `entry` is a regular file old enough (no link, no folder): what a clean-up may unlink, checked when
+    /// it is listed and again right before the unlink (a retry may have just rewritten it).
+    pub(super) fn old_file(&self, entry: &Entry) -> bool {
+        entry.kind == EntryKind::File && self.old_enough(entry.mtime)
     }
 }
 

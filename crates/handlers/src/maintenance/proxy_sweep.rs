@@ -20,7 +20,7 @@ use tracing::{info, warn};
 
 use super::proxy_check::{Found, confirm, judge};
 use super::proxy_files::{
-    AgeFloor, NOT_OURS_LISTED, is_prefix_folder, join, list_folder, open_proxy_root, remove_parents, walk,
+    AgeFloor, NOT_OURS_LISTED, is_prefix_folder, join, list_folder, open_proxy_root, remove_old_file, walk,
 };
 use super::proxy_repair::ConfigCheck;
 use super::root_watch::{RootAtStart, folder_gone};
@@ -384,15 +384,7 @@ impl<M: MaintenanceStore + 'static> ProxySweepHandler<M> {
             return Ok(());
         }
         let (root, rel, floor) = (root.clone(), orphan.to_owned(), sweep.floor);
-        let removed = blocking(move || {
-            let confirm = |e: &Entry| e.kind == EntryKind::File && floor.old_enough(e.mtime);
-            let removed = root.remove_file(rel.as_bytes(), confirm);
-            if matches!(removed, Ok(Removal::Removed)) {
-                remove_parents(&root, &rel);
-            }
-            removed.map_err(|e| e.to_string())
-        })
-        .await?;
+        let removed = blocking(move || remove_old_file(&root, &rel, floor)).await?;
         match removed {
             Ok(Removal::Removed) => sweep.deleted += 1,
             Ok(Removal::Gone | Removal::Kept) => {}
