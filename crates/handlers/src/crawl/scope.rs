@@ -59,12 +59,16 @@ impl CrawlScope {
         self.folders.iter().any(|f| f.is_empty() || (path.starts_with(f) && path.get(f.len()) == Some(&b'/')))
     }
 
-    /// Whether a watcher saw the file the walk listed closed after writing, and it still has the size and mtime
-    /// (to the nanosecond) it had then: it is read at once, whatever its age (blocking). Only the file beneath the
-    /// root is compared: the listing's mtime is in microseconds, and a file that differs there differs on disk
-    /// too, so a check of the listing first would only spare an open of a file written again since.
+    /// Whether a watcher saw the file the walk listed closed after writing, as listed, and it still has the size
+    /// and mtime (to the nanosecond) it had then: it is read at once, whatever its age (blocking). The listing
+    /// must agree too (its mtime is in microseconds), since the crawl records the listing's facts: a file listed
+    /// while it was being rewritten (empty, say) and closed again since with its old size and mtime (`cp -p`)
+    /// waits for the settle time like any file still being written.
     pub fn closed_as_listed(&self, root: &RootFolder, entry: &WalkEntry) -> bool {
         let Some(&(size, mtime_ns)) = self.closed.get(&entry.rel) else { return false };
+        if size != entry.size || mtime_ns.div_euclid(1000) != entry.mtime.timestamp_micros() {
+            return false;
+        }
         let Ok(open) = root.open_file(&entry.rel) else { return false };
         open.file()
             .metadata()
@@ -309,6 +313,12 @@ mod tests {
         assert!(!with("a.jpg", 6, mtime_ns).closed_as_listed(&root, &listed), "another size");
         assert!(!with("a.jpg", 5, mtime_ns - 1).closed_as_listed(&root, &listed), "another mtime, by 1 ns");
         assert!(!with("b.jpg", 5, mtime_ns).closed_as_listed(&root, &listed), "another file");
+        // Listed while it was rewritten, closed again since as the watcher saw it: the listing is what the crawl
+        // records, so the file is not taken as closed.
+        let emptied = WalkEntry { size: 0, ..listed.clone() };
+        assert!(!with("a.jpg", 5, mtime_ns).closed_as_listed(&root, &emptied), "listed empty");
+        let touched = WalkEntry { mtime: listed.mtime + chrono::Duration::microseconds(1), ..listed.clone() };
+        assert!(!with("a.jpg", 5, mtime_ns).closed_as_listed(&root, &touched), "listed with another mtime");
     }
 
     #[test]
