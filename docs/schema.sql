@@ -31,33 +31,52 @@ CREATE FUNCTION public.almanac_claim_candidates(kinds text[], served_user uuid) 
 DECLARE
     due timestamptz := clock_timestamp();
 BEGIN
-    IF served_user IS NULL THEN
-        RETURN ARRAY(
-            (SELECT u.id
-               FROM work_items AS u
-              WHERE u.status = 'queued' AND u.storage_config_id IS NULL
-                AND u.run_after <= due AND u.kind = ANY (kinds)
-                AND u.kind <> ALL (ARRAY(SELECT p.kind FROM paused_kinds AS p))
-              ORDER BY u.requested_at, u.id
-              LIMIT 64)
-            UNION ALL
-            SELECT n.id
-              FROM (SELECT h.storage_config_id
-                      FROM queue_heads AS h
-                     WHERE h.claimable AND h.earliest_run_after <= due
-                     ORDER BY h.oldest_requested_at, h.storage_config_id
-                     LIMIT 32) AS c
-             CROSS JOIN LATERAL (
-                   SELECT x.id
-                     FROM work_items AS x
-                    WHERE x.storage_config_id = c.storage_config_id AND x.status = 'queued'
-                      AND x.run_after <= due AND x.kind = ANY (kinds)
-                      AND x.kind <> ALL (ARRAY(SELECT p.kind FROM paused_kinds AS p))
-                    ORDER BY x.requested_at, x.id
-                    LIMIT 1) AS n
-             WHERE NOT EXISTS (SELECT 1 FROM work_items AS r
-                                WHERE r.storage_config_id = c.storage_config_id AND r.status = 'running'));
+    IF served_user IS NOT NULL THEN
+        RETURN almanac_claim_candidates_of_user(kinds, served_user);
     END IF;
+    RETURN ARRAY(
+        (SELECT u.id
+           FROM work_items AS u
+          WHERE u.status = 'queued' AND u.storage_config_id IS NULL
+            AND u.run_after <= due AND u.kind = ANY (kinds)
+            AND u.kind <> ALL (ARRAY(SELECT p.kind FROM paused_kinds AS p))
+          ORDER BY u.requested_at, u.id
+          LIMIT 64)
+        UNION ALL
+        SELECT n.id
+          FROM (SELECT h.storage_config_id
+                  FROM queue_heads AS h
+                 WHERE h.claimable AND h.earliest_run_after <= due
+                 ORDER BY h.oldest_requested_at, h.storage_config_id
+                 LIMIT 32) AS c
+         CROSS JOIN LATERAL (
+               SELECT x.id
+                 FROM work_items AS x
+                WHERE x.storage_config_id = c.storage_config_id AND x.status = 'queued'
+                  AND x.run_after <= due AND x.kind = ANY (kinds)
+                  AND x.kind <> ALL (ARRAY(SELECT p.kind FROM paused_kinds AS p))
+                ORDER BY x.requested_at, x.id
+                LIMIT 1) AS n
+         WHERE NOT EXISTS (SELECT 1 FROM work_items AS r
+                            WHERE r.storage_config_id = c.storage_config_id AND r.status = 'running'));
+END $$;
+
+
+--
+-- Name: almanac_claim_candidates_of_user(text[], uuid); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.almanac_claim_candidates_of_user(kinds text[], served_user uuid) RETURNS uuid[]
+    LANGUAGE plpgsql STABLE
+    SET enable_seqscan TO 'off'
+    SET enable_bitmapscan TO 'off'
+    SET enable_sort TO 'off'
+    SET jit TO 'off'
+    SET plan_cache_mode TO 'force_custom_plan'
+    AS $$
+DECLARE
+    due timestamptz := clock_timestamp();
+BEGIN
     RETURN ARRAY(
         (SELECT u.id
            FROM work_items AS u
