@@ -429,6 +429,21 @@ async fn the_start_up_clean_up_removes_only_old_temporary_files_in_our_layout() 
 }
 
 #[tokio::test]
+async fn a_proxy_root_not_made_yet_has_no_debris_and_no_problem() {
+    let env = env().await;
+    let never_made = env.dir.path().join("no proxies yet");
+    let report = almanac_handlers::maintenance::remove_temporary_debris(
+        env.store.clone(),
+        never_made.clone(),
+        ToolLimits::default(),
+        CancellationToken::new(),
+    )
+    .await;
+    assert_eq!(report, almanac_handlers::maintenance::DebrisReport::default());
+    assert!(!never_made.exists(), "nothing is made by looking");
+}
+
+#[tokio::test]
 async fn token_cleanup_deletes_only_tokens_expired_or_revoked_past_the_grace() {
     let env = env().await;
     env.conn().await.batch_execute(
