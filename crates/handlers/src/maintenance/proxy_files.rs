@@ -187,6 +187,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_name_joins_its_folder_with_one_slash_and_the_root_with_none() {
+        assert_eq!(join(b"", b"ab"), b"ab");
+        assert_eq!(join(b"cfg/ab", b"x.jpg"), b"cfg/ab/x.jpg");
+    }
+
+    #[test]
+    fn the_walk_visits_every_file_beneath_its_folder_once() {
+        let dir = tempfile::tempdir().unwrap();
+        for rel in ["a/1", "a/b/2", "c/3"] {
+            std::fs::create_dir_all(dir.path().join(rel).parent().unwrap()).unwrap();
+            std::fs::write(dir.path().join(rel), b"x").unwrap();
+        }
+        let root = RootFolder::open(dir.path()).unwrap();
+        let mut seen = Vec::new();
+        let complete =
+            walk(&root, Vec::new(), &CancellationToken::new(), &mut |rel, _| seen.push(rel), &mut |e| panic!("{e}"));
+        assert!(complete);
+        seen.sort();
+        assert_eq!(seen, [b"a/1".to_vec(), b"a/b/2".to_vec(), b"c/3".to_vec()]);
+    }
+
+    #[test]
     fn proxy_paths_must_stay_inside_the_root() {
         let dir = tempfile::tempdir().unwrap();
         let root = RootFolder::open(dir.path()).unwrap();
