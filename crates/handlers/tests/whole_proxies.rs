@@ -426,6 +426,8 @@ struct FoldersVanishAt {
     inner: Arc<PgStore>,
     config_folder: PathBuf,
     at: String,
+    /// The folders before `at` (checked already) vanish, instead of `at` and those after it.
+    earlier: bool,
 }
 
 impl RealStore for FoldersVanishAt {
@@ -441,8 +443,9 @@ impl MaintenanceTwist for FoldersVanishAt {
         prefix: &str,
     ) -> Result<Vec<StoredProxy>, CatalogueError> {
         if prefix == self.at {
-            for later in prefix_folders(&self.config_folder).into_iter().filter(|(p, _)| *p >= self.at) {
-                std::fs::remove_dir_all(self.config_folder.join(later.0)).unwrap();
+            let folders = prefix_folders(&self.config_folder);
+            for (gone, _) in folders.into_iter().filter(|(p, _)| (*p < self.at) == self.earlier) {
+                std::fs::remove_dir_all(self.config_folder.join(gone)).unwrap();
             }
         }
         self.inner.proxies_to_check_in(config, prefix).await
@@ -482,8 +485,9 @@ async fn a_proxy_volume_lost_part_way_through_a_sweep_queues_no_repair() {
         assets += folders[at].1;
     }
     assert!((1..=4).contains(&assets) && at > 0, "{folders:?}");
+    let vanishing = (config_folder.clone(), folders[at].0.clone());
     let twist =
-        FoldersVanishAt { inner: lib.store.clone(), config_folder: config_folder.clone(), at: folders[at].0.clone() };
+        FoldersVanishAt { inner: lib.store.clone(), config_folder: vanishing.0, at: vanishing.1, earlier: false };
     let handler = ProxySweepHandler::new(
         Arc::new(Twisted(twist)),
         lib.proxies.clone(),
@@ -501,6 +505,49 @@ async fn a_proxy_volume_lost_part_way_through_a_sweep_queues_no_repair() {
     let message = warnings[0]["fields"]["message"].as_str().unwrap();
     assert!(message.contains("were there when the sweep began and gone when it came to them"), "{message}");
     assert!(message.contains("looks unmounted or emptied") && message.contains("regenerate --config"), "{message}");
+}
+
+/// A proxy volume lost after the sweep checked some folders: they were whole at their turn and are gone before
+/// the repairs of a later folder's broken asset are queued. The files found whole, looked at again right before
+/// the repairs, make the sweep refuse: nothing is queued.
+#[tokio::test]
+async fn a_proxy_volume_lost_after_its_folders_were_checked_queues_no_repair() {
+    let lib = library().await;
+    for i in 0..12 {
+        lib.write(&format!("{i}.jpg"), &photo(i));
+    }
+    assert_eq!(lib.crawl().await["ingested"], 12);
+    let config_folder = lib.proxies.join(lib.config.to_string());
+    let folders = prefix_folders(&config_folder);
+    let last = folders.last().unwrap().0.clone();
+    assert!(folders.len() > 1, "{folders:?}");
+    // An asset of the last folder is broken: without the volume lost, its repair would be queued.
+    let mut broken = None;
+    for i in 0..12 {
+        let file = lib.proxy_file(&format!("{i}.jpg"), "thumbnail").await;
+        if file.starts_with(config_folder.join(&last)) {
+            broken = Some(file);
+        }
+    }
+    std::fs::remove_file(broken.expect("an asset in the last folder")).unwrap();
+    let twist =
+        FoldersVanishAt { inner: lib.store.clone(), config_folder: config_folder.clone(), at: last, earlier: true };
+    let handler = ProxySweepHandler::new(
+        Arc::new(Twisted(twist)),
+        lib.proxies.clone(),
+        ProxySweepHandler::<PgStore>::min_age_for(ToolLimits::default()),
+    );
+
+    let (logs, found) = support::logs::capture(lib.run_sweep(&handler)).await;
+    assert!(!config_folder.join(&folders[0].0).exists(), "the folders checked first vanished");
+    assert_eq!(found["refused_configs"], serde_json::json!([lib.config]), "{found}");
+    assert_eq!(found["repairs_queued"].as_u64(), Some(0), "{found}");
+    assert!(lib.queued().await.is_empty(), "nothing queued: {:?}", lib.queued().await);
+    let warnings: Vec<&serde_json::Value> =
+        logs.iter().filter(|l| l["fields"]["event"] == "proxy_root_looks_emptied").collect();
+    assert_eq!(warnings.len(), 1, "{logs:?}");
+    let message = warnings[0]["fields"]["message"].as_str().unwrap();
+    assert!(message.contains("found whole earlier in this sweep are gone now"), "{message}");
 }
 
 /// The operator's guard (`storage.mass_deletion_*`, given to the sweep as to the crawl) decides when the proxy
