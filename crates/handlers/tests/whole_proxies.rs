@@ -509,9 +509,31 @@ async fn a_proxy_volume_lost_part_way_through_a_sweep_queues_no_repair() {
 
 /// A proxy volume lost after the sweep checked some folders: they were whole at their turn and are gone before
 /// the repairs of a later folder's broken asset are queued. The files found whole, looked at again right before
-/// the repairs, make the sweep refuse: nothing is queued.
+/// the repairs, make the sweep refuse: nothing is queued. With nothing to repair, nothing is looked at again.
 #[tokio::test]
 async fn a_proxy_volume_lost_after_its_folders_were_checked_queues_no_repair() {
+    let (logs, found, config) = volume_lost_after_its_folders_were_checked(true).await;
+    assert_eq!(found["refused_configs"], serde_json::json!([config]), "{found}");
+    assert_eq!(found["repairs_queued"].as_u64(), Some(0), "{found}");
+    let warnings: Vec<&serde_json::Value> =
+        logs.iter().filter(|l| l["fields"]["event"] == "proxy_root_looks_emptied").collect();
+    assert_eq!(warnings.len(), 1, "{logs:?}");
+    let message = warnings[0]["fields"]["message"].as_str().unwrap();
+    assert!(message.contains("found whole earlier in this sweep are gone now"), "{message}");
+
+    let (logs, found, _) = volume_lost_after_its_folders_were_checked(false).await;
+    assert_eq!(
+        (found["refused_configs"].as_array().map(Vec::len), found["repairs_queued"].as_u64()),
+        (Some(0), Some(0))
+    );
+    assert!(!logs.iter().any(|l| l["fields"]["event"] == "proxy_root_looks_emptied"), "{logs:?}");
+}
+
+/// A library of 12 whose proxy folders before the last vanish at the last one's turn, with an asset of the last
+/// folder broken or not: the sweep's log lines and answer, and the config; nothing is ever queued.
+async fn volume_lost_after_its_folders_were_checked(
+    broken: bool,
+) -> (Vec<serde_json::Value>, serde_json::Value, StorageConfigId) {
     let lib = library().await;
     for i in 0..12 {
         lib.write(&format!("{i}.jpg"), &photo(i));
@@ -521,15 +543,17 @@ async fn a_proxy_volume_lost_after_its_folders_were_checked_queues_no_repair() {
     let folders = prefix_folders(&config_folder);
     let last = folders.last().unwrap().0.clone();
     assert!(folders.len() > 1, "{folders:?}");
-    // An asset of the last folder is broken: without the volume lost, its repair would be queued.
-    let mut broken = None;
-    for i in 0..12 {
-        let file = lib.proxy_file(&format!("{i}.jpg"), "thumbnail").await;
-        if file.starts_with(config_folder.join(&last)) {
-            broken = Some(file);
+    if broken {
+        // An asset of the last folder is broken: without the volume lost, its repair would be queued.
+        let mut in_last = None;
+        for i in 0..12 {
+            let file = lib.proxy_file(&format!("{i}.jpg"), "thumbnail").await;
+            if file.starts_with(config_folder.join(&last)) {
+                in_last = Some(file);
+            }
         }
+        std::fs::remove_file(in_last.expect("an asset in the last folder")).unwrap();
     }
-    std::fs::remove_file(broken.expect("an asset in the last folder")).unwrap();
     let twist =
         FoldersVanishAt { inner: lib.store.clone(), config_folder: config_folder.clone(), at: last, earlier: true };
     let handler = ProxySweepHandler::new(
@@ -537,17 +561,10 @@ async fn a_proxy_volume_lost_after_its_folders_were_checked_queues_no_repair() {
         lib.proxies.clone(),
         ProxySweepHandler::<PgStore>::min_age_for(ToolLimits::default()),
     );
-
     let (logs, found) = support::logs::capture(lib.run_sweep(&handler)).await;
     assert!(!config_folder.join(&folders[0].0).exists(), "the folders checked first vanished");
-    assert_eq!(found["refused_configs"], serde_json::json!([lib.config]), "{found}");
-    assert_eq!(found["repairs_queued"].as_u64(), Some(0), "{found}");
     assert!(lib.queued().await.is_empty(), "nothing queued: {:?}", lib.queued().await);
-    let warnings: Vec<&serde_json::Value> =
-        logs.iter().filter(|l| l["fields"]["event"] == "proxy_root_looks_emptied").collect();
-    assert_eq!(warnings.len(), 1, "{logs:?}");
-    let message = warnings[0]["fields"]["message"].as_str().unwrap();
-    assert!(message.contains("found whole earlier in this sweep are gone now"), "{message}");
+    (logs, found, lib.config)
 }
 
 /// The operator's guard (`storage.mass_deletion_*`, given to the sweep as to the crawl) decides when the proxy
