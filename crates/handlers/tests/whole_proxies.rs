@@ -507,6 +507,28 @@ async fn a_proxy_volume_lost_part_way_through_a_sweep_queues_no_repair() {
     assert!(message.contains("looks unmounted or emptied") && message.contains("regenerate --config"), "{message}");
 }
 
+/// Files under the proxy root that are not ours are left alone and counted, and the first 20 of them, wherever
+/// they were found, are named in the answer (a stray folder beside the configs and one inside a config's).
+#[tokio::test]
+async fn files_not_ours_are_counted_and_twenty_are_named() {
+    let lib = library().await;
+    lib.write("a.jpg", &photo(1));
+    lib.crawl().await;
+    for (folder, n) in
+        [(lib.proxies.join("old thumbs"), 15), (lib.proxies.join(lib.config.to_string()).join("notes"), 15)]
+    {
+        std::fs::create_dir_all(&folder).unwrap();
+        for i in 0..n {
+            std::fs::write(folder.join(format!("{i}.txt")), b"mine").unwrap();
+        }
+    }
+    let found = lib.run_sweep(&sweep(&lib)).await;
+    assert_eq!(found["left_alone"].as_u64(), Some(30), "{found}");
+    assert_eq!(found["left_alone_examples"].as_array().map(Vec::len), Some(20), "{found}");
+    assert_eq!(found["deleted"].as_u64(), Some(0), "{found}");
+    assert!(lib.proxies.join("old thumbs/0.txt").exists());
+}
+
 /// A proxy volume lost after the sweep checked some folders: they were whole at their turn and are gone before
 /// the repairs of a later folder's broken asset are queued. The files found whole, looked at again right before
 /// the repairs, make the sweep refuse: nothing is queued. With nothing to repair, nothing is looked at again.
