@@ -429,7 +429,7 @@ async fn the_start_up_clean_up_removes_only_old_temporary_files_in_our_layout() 
 }
 
 #[tokio::test]
-async fn a_proxy_root_not_made_yet_has_no_debris_and_no_problem() {
+async fn a_proxy_root_not_made_yet_has_no_debris_and_one_that_is_a_file_is_a_problem() {
     let env = env().await;
     let never_made = env.dir.path().join("no proxies yet");
     let report = almanac_handlers::maintenance::remove_temporary_debris(
@@ -441,6 +441,19 @@ async fn a_proxy_root_not_made_yet_has_no_debris_and_no_problem() {
     .await;
     assert_eq!(report, almanac_handlers::maintenance::DebrisReport::default());
     assert!(!never_made.exists(), "nothing is made by looking");
+
+    // One that is there but cannot be opened as a folder is a problem, said.
+    let a_file = env.dir.path().join("proxies is a file");
+    std::fs::write(&a_file, b"not a folder").unwrap();
+    let report = almanac_handlers::maintenance::remove_temporary_debris(
+        env.store.clone(),
+        a_file,
+        ToolLimits::default(),
+        CancellationToken::new(),
+    )
+    .await;
+    assert_eq!(report.removed, 0);
+    assert!(report.problems.len() == 1 && report.problems[0].contains("cannot be opened"), "{report:?}");
 }
 
 #[tokio::test]

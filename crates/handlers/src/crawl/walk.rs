@@ -284,9 +284,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("lib");
         std::fs::create_dir_all(root.join("2019")).unwrap();
-        for rel in ["2019/IMG_1.jpg", "2019/IMG_1.xmp", "2019/notes.txt"] {
+        for rel in ["2019/IMG_1.jpg", "2019/IMG_1.xmp", "2019/IMG_2.jpg", "2019/notes.txt"] {
             std::fs::write(root.join(rel), b"x").unwrap();
         }
+        // A folder named like IMG_2.jpg's sidecar is a folder, not its sidecar.
+        std::fs::create_dir(root.join("2019/IMG_2.xmp")).unwrap();
         // A FIFO with a photo's name (never opened: a read would block) and a link: passed over, counted.
         let status = std::process::Command::new("mkfifo").arg(root.join("2019/pipe.jpg")).status().unwrap();
         assert!(status.success());
@@ -294,8 +296,9 @@ mod tests {
         let folder = RootFolder::open(&root).unwrap();
         let (files, report) = list_tree(&folder, None, &CancellationToken::new());
         let rels: Vec<_> = files.iter().map(|f| String::from_utf8_lossy(&f.rel).into_owned()).collect();
-        assert_eq!(rels, ["2019/IMG_1.jpg"]);
+        assert_eq!(rels, ["2019/IMG_1.jpg", "2019/IMG_2.jpg"]);
         assert_eq!(files[0].sidecar.as_ref().map(|s| s.path.as_slice()), Some(&b"2019/IMG_1.xmp"[..]));
+        assert_eq!(files[1].sidecar, None, "a folder is never a sidecar");
         assert_eq!((report.unsupported, report.links), (2, 1), "the FIFO and the text file; the link: {report:?}");
     }
 
