@@ -452,6 +452,17 @@ impl MaintenanceTwist for FoldersVanishAt {
     }
 }
 
+/// A library of 12 photos, crawled, and its config's folder beneath the proxy root.
+async fn twelve_crawled() -> (Library, PathBuf) {
+    let lib = library().await;
+    for i in 0..12 {
+        lib.write(&format!("{i}.jpg"), &photo(i));
+    }
+    assert_eq!(lib.crawl().await["ingested"], 12);
+    let config_folder = lib.proxies.join(lib.config.to_string());
+    (lib, config_folder)
+}
+
 /// The config's `<2 hex>` proxy folders, sorted, each with how many assets' folders it holds.
 fn prefix_folders(config_folder: &Path) -> Vec<(String, usize)> {
     let mut folders: Vec<(String, usize)> = std::fs::read_dir(config_folder)
@@ -471,12 +482,7 @@ fn prefix_folders(config_folder: &Path) -> Vec<(String, usize)> {
 /// warning.
 #[tokio::test]
 async fn a_proxy_volume_lost_part_way_through_a_sweep_queues_no_repair() {
-    let lib = library().await;
-    for i in 0..12 {
-        lib.write(&format!("{i}.jpg"), &photo(i));
-    }
-    assert_eq!(lib.crawl().await["ingested"], 12);
-    let config_folder = lib.proxies.join(lib.config.to_string());
+    let (lib, config_folder) = twelve_crawled().await;
     // The last folders holding at most a third of the assets vanish (at least one folder).
     let folders = prefix_folders(&config_folder);
     let (mut at, mut assets) = (folders.len() - 1, folders[folders.len() - 1].1);
@@ -556,12 +562,7 @@ async fn a_proxy_volume_lost_after_its_folders_were_checked_queues_no_repair() {
 async fn volume_lost_after_its_folders_were_checked(
     broken: bool,
 ) -> (Vec<serde_json::Value>, serde_json::Value, StorageConfigId) {
-    let lib = library().await;
-    for i in 0..12 {
-        lib.write(&format!("{i}.jpg"), &photo(i));
-    }
-    assert_eq!(lib.crawl().await["ingested"], 12);
-    let config_folder = lib.proxies.join(lib.config.to_string());
+    let (lib, config_folder) = twelve_crawled().await;
     let folders = prefix_folders(&config_folder);
     let last = folders.last().unwrap().0.clone();
     assert!(folders.len() > 1, "{folders:?}");
