@@ -513,13 +513,22 @@ async fn a_proxy_volume_lost_part_way_through_a_sweep_queues_no_repair() {
     assert!(message.contains("looks unmounted or emptied") && message.contains("regenerate --config"), "{message}");
 }
 
-/// Files under the proxy root that are not ours are left alone and counted, and the first 20 of them, wherever
-/// they were found, are named in the answer (a stray folder beside the configs and one inside a config's).
+/// Files under the proxy root that are not ours are left alone, counted and warned of once, and the first 20 of
+/// them, wherever they were found, are named in the answer (a stray folder beside the configs and one inside a
+/// config's); a sweep that finds none says nothing of them.
 #[tokio::test]
 async fn files_not_ours_are_counted_and_twenty_are_named() {
     let lib = library().await;
     lib.write("a.jpg", &photo(1));
     lib.crawl().await;
+    let not_ours = |logs: &[serde_json::Value]| -> Vec<serde_json::Value> {
+        logs.iter()
+            .filter(|l| l["fields"]["event"] == "proxy_root_not_ours")
+            .map(|l| l["fields"]["count"].clone())
+            .collect()
+    };
+    let (logs, _) = support::logs::capture(lib.run_sweep(&sweep(&lib))).await;
+    assert!(not_ours(&logs).is_empty(), "nothing foreign yet, nothing said: {logs:?}");
     for (folder, n) in
         [(lib.proxies.join("old thumbs"), 15), (lib.proxies.join(lib.config.to_string()).join("notes"), 15)]
     {
@@ -528,7 +537,8 @@ async fn files_not_ours_are_counted_and_twenty_are_named() {
             std::fs::write(folder.join(format!("{i}.txt")), b"mine").unwrap();
         }
     }
-    let found = lib.run_sweep(&sweep(&lib)).await;
+    let (logs, found) = support::logs::capture(lib.run_sweep(&sweep(&lib))).await;
+    assert_eq!(not_ours(&logs), [serde_json::json!(30)], "said once, with the count: {logs:?}");
     assert_eq!(found["left_alone"].as_u64(), Some(30), "{found}");
     assert_eq!(found["left_alone_examples"].as_array().map(Vec::len), Some(20), "{found}");
     assert_eq!(found["deleted"].as_u64(), Some(0), "{found}");
