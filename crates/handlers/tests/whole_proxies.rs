@@ -491,9 +491,12 @@ async fn a_proxy_volume_lost_part_way_through_a_sweep_queues_no_repair() {
         assets += folders[at].1;
     }
     assert!((1..=4).contains(&assets) && at > 0, "{folders:?}");
-    let vanishing = (config_folder.clone(), folders[at].0.clone());
-    let twist =
-        FoldersVanishAt { inner: lib.store.clone(), config_folder: vanishing.0, at: vanishing.1, earlier: false };
+    let twist = FoldersVanishAt {
+        inner: lib.store.clone(),
+        config_folder: config_folder.clone(),
+        at: folders[at].0.clone(),
+        earlier: false,
+    };
     let handler = ProxySweepHandler::new(
         Arc::new(Twisted(twist)),
         lib.proxies.clone(),

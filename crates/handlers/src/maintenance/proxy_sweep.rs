@@ -112,9 +112,7 @@ impl Sweep {
     fn not_ours(&mut self, not_ours: NotOurs) {
         self.report.left_alone += not_ours.total;
         for rel in not_ours.examples {
-            if self.report.left_alone_examples.len() < NOT_OURS_LISTED {
-                self.report.left_alone_examples.push(rel);
-            }
+            keep_example(&mut self.report.left_alone_examples, rel);
         }
     }
 }
@@ -129,9 +127,15 @@ struct NotOurs {
 impl NotOurs {
     fn push(&mut self, rel: String) {
         self.total += 1;
-        if self.examples.len() < NOT_OURS_LISTED {
-            self.examples.push(rel);
-        }
+        keep_example(&mut self.examples, rel);
+    }
+}
+
+/// Keeps `rel` among `examples` while they are fewer than [`NOT_OURS_LISTED`]: the one cap on the files not ours
+/// that are named, per folder read and in the sweep's answer.
+fn keep_example(examples: &mut Vec<String>, rel: String) {
+    if examples.len() < NOT_OURS_LISTED {
+        examples.push(rel);
     }
 }
 
