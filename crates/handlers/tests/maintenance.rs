@@ -403,13 +403,12 @@ async fn the_start_up_clean_up_removes_only_old_temporary_files_in_our_layout() 
     let (lines, report) = support::logs::capture(removing).await;
     assert_eq!(report, almanac_handlers::maintenance::DebrisReport { removed: 3, problems: vec![] });
     let removed = |lines: &[serde_json::Value]| -> Vec<serde_json::Value> {
-        lines.iter().filter(|l| l["fields"]["event"] == "temporary_debris_removed").cloned().collect()
+        support::logs::events(lines, "temporary_debris_removed").into_iter().cloned().collect()
     };
     let logged = removed(&lines);
     let counts: Vec<_> = logged.iter().map(|l| &l["fields"]["removed"]).collect();
     assert_eq!(counts, [&serde_json::json!(3)], "said once, with the count: {lines:?}");
-    let warned =
-        |lines: &[serde_json::Value]| lines.iter().any(|l| l["fields"]["event"] == "temporary_debris_not_removed");
+    let warned = |lines: &[serde_json::Value]| !support::logs::events(lines, "temporary_debris_not_removed").is_empty();
     assert!(!warned(&lines), "no problem, no warning: {lines:?}");
     assert!(debris.iter().all(|p| !p.exists()) && !a.exists(), "the debris and its emptied folder are gone");
     assert!(kept.iter().all(|p| p.exists()), "a finished proxy, another config's or a file outside the layout");

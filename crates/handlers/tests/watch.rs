@@ -310,7 +310,7 @@ async fn an_overflow_says_so_once_polls_from_then_on_and_crawls_the_whole_root()
         stop.cancel();
     };
     let (lines, _) = support::logs::capture(async { tokio::join!(watcher.run_on(rx, stop.clone()), steps) }).await;
-    let warnings: Vec<_> = lines.iter().filter(|l| l["fields"]["event"] == "watch_fell_back_to_polling").collect();
+    let warnings = support::logs::events(&lines, "watch_fell_back_to_polling");
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert_eq!(warnings[0]["level"], "WARN");
     assert_eq!(warnings[0]["fields"]["config"], lib.config.to_string());
@@ -756,7 +756,7 @@ async fn a_share_mounted_over_a_watched_root_restarts_its_watcher_which_then_pol
         assert!(status.report(None).note.unwrap().contains("NFS"));
     })
     .await;
-    let events = |name: &str| lines.iter().filter(|l| l["fields"]["event"] == name).cloned().collect::<Vec<_>>();
+    let events = |name: &str| support::logs::events(&lines, name).into_iter().cloned().collect::<Vec<_>>();
     let remounted = events("watch_remounted");
     assert_eq!(remounted.len(), 1, "{remounted:?}");
     assert_eq!(remounted[0]["fields"]["mount"], lib.root.display().to_string());

@@ -276,8 +276,7 @@ async fn a_proxy_folder_emptied_or_unmounted_is_refused_by_the_guard_and_nothing
     assert_eq!(found["refused_configs"], serde_json::json!([lib.config]), "{found}");
     assert_eq!((found["broken_assets"].as_u64(), found["repairs_queued"].as_u64()), (Some(0), Some(0)), "{found}");
     assert!(lib.queued().await.is_empty(), "nothing queued: {:?}", lib.queued().await);
-    let warnings: Vec<&serde_json::Value> =
-        logs.iter().filter(|l| l["fields"]["event"] == "proxy_root_looks_emptied").collect();
+    let warnings = support::logs::events(&logs, "proxy_root_looks_emptied");
     assert_eq!(warnings.len(), 1, "{logs:?}");
     assert_eq!(warnings[0]["level"], "WARN");
     let message = warnings[0]["fields"]["message"].as_str().unwrap();
@@ -508,8 +507,7 @@ async fn a_proxy_volume_lost_part_way_through_a_sweep_queues_no_repair() {
     assert_eq!(found["refused_configs"], serde_json::json!([lib.config]), "{found}");
     assert_eq!(found["repairs_queued"].as_u64(), Some(0), "{found}");
     assert!(lib.queued().await.is_empty(), "nothing queued: {:?}", lib.queued().await);
-    let warnings: Vec<&serde_json::Value> =
-        logs.iter().filter(|l| l["fields"]["event"] == "proxy_root_looks_emptied").collect();
+    let warnings = support::logs::events(&logs, "proxy_root_looks_emptied");
     assert_eq!(warnings.len(), 1, "{logs:?}");
     let message = warnings[0]["fields"]["message"].as_str().unwrap();
     assert!(message.contains("were there when the sweep began and gone when it came to them"), "{message}");
@@ -525,10 +523,7 @@ async fn files_not_ours_are_counted_and_twenty_are_named() {
     lib.write("a.jpg", &photo(1));
     lib.crawl().await;
     let not_ours = |logs: &[serde_json::Value]| -> Vec<serde_json::Value> {
-        logs.iter()
-            .filter(|l| l["fields"]["event"] == "proxy_root_not_ours")
-            .map(|l| l["fields"]["count"].clone())
-            .collect()
+        support::logs::events(logs, "proxy_root_not_ours").iter().map(|l| l["fields"]["count"].clone()).collect()
     };
     let (logs, _) = support::logs::capture(lib.run_sweep(&sweep(&lib))).await;
     assert!(not_ours(&logs).is_empty(), "nothing foreign yet, nothing said: {logs:?}");
@@ -556,8 +551,7 @@ async fn a_proxy_volume_lost_after_its_folders_were_checked_queues_no_repair() {
     let (logs, found, config) = volume_lost_after_its_folders_were_checked(true).await;
     assert_eq!(found["refused_configs"], serde_json::json!([config]), "{found}");
     assert_eq!(found["repairs_queued"].as_u64(), Some(0), "{found}");
-    let warnings: Vec<&serde_json::Value> =
-        logs.iter().filter(|l| l["fields"]["event"] == "proxy_root_looks_emptied").collect();
+    let warnings = support::logs::events(&logs, "proxy_root_looks_emptied");
     assert_eq!(warnings.len(), 1, "{logs:?}");
     let message = warnings[0]["fields"]["message"].as_str().unwrap();
     assert!(message.contains("found whole earlier in this sweep are gone now"), "{message}");
@@ -567,7 +561,7 @@ async fn a_proxy_volume_lost_after_its_folders_were_checked_queues_no_repair() {
         (found["refused_configs"].as_array().map(Vec::len), found["repairs_queued"].as_u64()),
         (Some(0), Some(0))
     );
-    assert!(!logs.iter().any(|l| l["fields"]["event"] == "proxy_root_looks_emptied"), "{logs:?}");
+    assert!(support::logs::events(&logs, "proxy_root_looks_emptied").is_empty(), "{logs:?}");
 }
 
 /// A library of 12 whose proxy folders before the last vanish at the last one's turn, with an asset of the last

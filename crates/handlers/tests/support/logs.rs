@@ -30,3 +30,8 @@ pub async fn capture<T>(f: impl Future<Output = T>) -> (Vec<serde_json::Value>, 
     let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
     (text.lines().map(|l| serde_json::from_str(l).unwrap()).collect(), out)
 }
+
+/// The lines of `lines` that log `event` (its `event` field), in order.
+pub fn events<'a>(lines: &'a [serde_json::Value], event: &str) -> Vec<&'a serde_json::Value> {
+    lines.iter().filter(|l| l["fields"]["event"] == event).collect()
+}
