@@ -11,7 +11,8 @@
 //!   files (`cargo xtask bench crawl --files 1000000`) the re-crawl runs at 100,000 too, as the baseline.
 //!
 //! `ALMANAC_BENCH_IMAGES` (default 300), `ALMANAC_BENCH_MIXED` (files per format in the mix, default 10) and
-//! `ALMANAC_BENCH_FILES` (default 100000) change the sizes.
+//! `ALMANAC_BENCH_FILES` (default 100000) change the sizes; `ALMANAC_BENCH_ROUNDS` the re-crawl's rounds (default
+//! 5 at 100,000 files, 3 above).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -185,7 +186,7 @@ async fn recrawl_unchanged(
     seed_catalogue(url, config.id, files, proxies, cores).await;
     eprintln!("{files} files generated and catalogued in {:.0} s", generation.elapsed().as_secs_f64());
     // Medians compared (one round alone varies by ±15% on this machine).
-    let rounds = if files > 100_000 { 3 } else { 5 };
+    let rounds = env_usize("ALMANAC_BENCH_ROUNDS", if files > 100_000 { 3 } else { 5 }).max(1);
     let (mut finds, mut ours_runs, mut peaks, mut fds) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..rounds {
         let started = Instant::now();

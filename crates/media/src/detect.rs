@@ -178,7 +178,15 @@ const STILLS_BY_CONTENT: [MediaFormat; 6] =
 
 /// Whether a file name has an extension the Worker reads (the walk's first filter; the content decides).
 pub fn is_media_name(name: &std::ffi::OsStr) -> bool {
-    Path::new(name).extension().and_then(|e| e.to_str()).and_then(MediaFormat::by_extension).is_some()
+    // As `Path::extension` reads a name's (what follows its last dot, when something precedes that dot), on the
+    // bytes: the walk asks this of every file in the library.
+    let name = std::os::unix::ffi::OsStrExt::as_bytes(name);
+    match name.iter().rposition(|b| *b == b'.') {
+        Some(dot) if dot > 0 => {
+            std::str::from_utf8(&name[dot + 1..]).ok().and_then(MediaFormat::by_extension).is_some()
+        }
+        _ => false,
+    }
 }
 
 /// Decides a file's format by its extension, then confirms it by its first bytes: a file whose content does
@@ -292,6 +300,28 @@ mod tests {
         assert_eq!(detect_format(Path::new("a.gif"), b"GIF90a"), None);
         assert!(!is_media_name(std::ffi::OsStr::new("a.xmp")));
         assert!(!is_media_name(std::ffi::OsStr::new("a.txt")));
+    }
+
+    #[test]
+    fn a_media_name_is_told_by_the_extension_a_path_would_have() {
+        let names = [
+            ("a.jpg", true),
+            ("A.JPG", true),
+            ("a.tar.heic", true),
+            ("..jpg", true),
+            ("IMG_1.jpg.txt", false),
+            (".jpg", false),
+            ("jpg", false),
+            ("a.", false),
+            ("a.jpeg.", false),
+            ("", false),
+        ];
+        for (name, media) in names {
+            let by_path = Path::new(name).extension().and_then(|e| e.to_str()).and_then(MediaFormat::by_extension);
+            assert_eq!((is_media_name(std::ffi::OsStr::new(name)), by_path.is_some()), (media, media), "{name:?}");
+        }
+        // An extension that is not UTF-8 is none of ours.
+        assert!(!is_media_name(std::os::unix::ffi::OsStrExt::from_bytes(b"a.jp\xff")));
     }
 
     #[test]

@@ -181,15 +181,15 @@ impl RootFolder {
         let mut out = Vec::new();
         for entry in dir {
             let entry = entry.map_err(|e| self.open_error(rel, e))?;
-            let name = entry.file_name().to_bytes();
-            if name == b"." || name == b".." {
+            let name = entry.file_name();
+            if name.to_bytes() == b"." || name.to_bytes() == b".." {
                 continue;
             }
-            let name = OsStr::from_bytes(name).to_owned();
-            match rustix::fs::statat(folder, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW) {
-                Ok(stat) => out.push(entry_of(name, &stat)),
+            // The listed name as it came, already NUL-terminated: no copy made for the call.
+            match rustix::fs::statat(folder, name, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(stat) => out.push(entry_of(OsStr::from_bytes(name.to_bytes()).to_owned(), &stat)),
                 Err(Errno::NOENT) => continue,
-                Err(e) => return Err(self.open_error(&join(rel, name.as_bytes()), e)),
+                Err(e) => return Err(self.open_error(&join(rel, name.to_bytes()), e)),
             }
         }
         Ok(out)

@@ -176,11 +176,14 @@ enum Item {
 /// name taken with the `/` its paths continue with (so `a.jpg` comes before the folder `a`'s `a/b.jpg`, and
 /// `a/b.jpg` before `a0.jpg`).
 fn walk_order(a: &Entry, b: &Entry) -> std::cmp::Ordering {
-    fn key(e: &Entry) -> impl Iterator<Item = &u8> {
-        let slash: &[u8] = if e.kind == EntryKind::Folder { b"/" } else { b"" };
-        e.name.as_bytes().iter().chain(slash)
+    // The names' common length compared as slices (one `memcmp`), then the byte each continues with: its own,
+    // or the folder's `/`, or none. A name holds no `/`, so two different keys never tie there.
+    fn after(e: &Entry, at: usize) -> Option<u8> {
+        e.name.as_bytes().get(at).copied().or((e.kind == EntryKind::Folder).then_some(b'/'))
     }
-    key(a).cmp(key(b))
+    let (x, y) = (a.name.as_bytes(), b.name.as_bytes());
+    let common = x.len().min(y.len());
+    x[..common].cmp(&y[..common]).then_with(|| after(a, common).cmp(&after(b, common)))
 }
 
 /// Sorts one listed folder (`rel_dir` beneath the root): media files (with their XMP sidecars) and subfolders in
