@@ -337,6 +337,34 @@ mod tests {
     }
 
     #[test]
+    fn a_folder_sorts_as_its_name_and_a_slash() {
+        let entry = |name: &[u8], kind| Entry {
+            name: OsStr::from_bytes(name).to_owned(),
+            kind,
+            size: 0,
+            mtime: DateTime::<Utc>::UNIX_EPOCH,
+            identity: (0, 0),
+        };
+        let (folder, file) = (EntryKind::Folder, EntryKind::File);
+        use std::cmp::Ordering::{Equal, Greater, Less};
+        let cases: [(&[u8], EntryKind, &[u8], EntryKind, std::cmp::Ordering); 8] = [
+            (b"a", folder, b"a0.jpg", file, Less),
+            (b"a", folder, b"a.jpg", file, Greater),
+            (b"a", folder, b"a", file, Greater),
+            (b"a", folder, b"a b", folder, Greater),
+            (b"a", folder, b"a", folder, Equal),
+            (b"a.jpg", file, b"a.jpg", file, Equal),
+            (b"a", file, b"a.jpg", file, Less),
+            (b"b", file, b"a\xff", folder, Greater),
+        ];
+        for (x, x_kind, y, y_kind, expected) in cases {
+            let (a, b) = (entry(x, x_kind), entry(y, y_kind));
+            assert_eq!(walk_order(&a, &b), expected, "{a:?} against {b:?}");
+            assert_eq!(walk_order(&b, &a), expected.reverse(), "{b:?} against {a:?}");
+        }
+    }
+
+    #[test]
     fn a_walk_asked_to_stop_stops_and_says_so() {
         let dir = tempfile::tempdir().unwrap();
         for rel in ["a/1.jpg", "a/2.jpg", "b/3.jpg"] {

@@ -32,8 +32,8 @@ pub(super) fn size(bytes: u64) -> i64 {
     i64::try_from(bytes).unwrap_or(i64::MAX)
 }
 
-/// A known file as [`super::CatalogueStore::known_files`] reads it: its columns in the statement's order, read by
-/// position (a re-crawl reads a million of these rows; finding each column by its name cost a tenth of the
+/// A known file as `known_files` and `extra_paths_of` read it: the columns in [`KnownRow::COLUMNS`]'s order, read
+/// by position (a re-crawl reads a million of these rows; finding each column by its name cost a tenth of the
 /// reading).
 pub(super) struct KnownRow {
     pub(super) asset_id: uuid::Uuid,
@@ -48,8 +48,9 @@ pub(super) struct KnownRow {
 }
 
 impl KnownRow {
-    /// The statement's select list, in the order [`QueryableByName::build`] reads it (checked by name in debug
-    /// builds, so every test that crawls checks the statement against it).
+    /// The select list of the statements that read known files, in the order [`QueryableByName::build`] reads
+    /// it: each row is checked against it by name in debug builds, so every test that reads a known file checks
+    /// the statement that read it.
     pub(super) const COLUMNS: [&str; 9] = [
         "asset_id",
         "file_path",
