@@ -543,6 +543,27 @@ async fn files_not_ours_are_counted_and_twenty_are_named() {
     assert!(lib.proxies.join("old thumbs/0.txt").exists());
 }
 
+/// At the top of the proxy root, only a folder named as an existing config's id is that config's: a file (or a
+/// link) with that name is not ours, counted and named, and kept. The config's proxies are still checked, so
+/// its folder is said to be unreadable (a file where its folder should be), once.
+#[tokio::test]
+async fn a_file_named_as_a_config_at_the_top_of_the_proxy_root_is_not_ours() {
+    let lib = library().await;
+    std::fs::create_dir_all(&lib.proxies).unwrap();
+    let name = lib.config.to_string();
+    std::fs::write(lib.proxies.join(&name), b"not a folder").unwrap();
+    let found = lib.run_sweep(&sweep(&lib)).await;
+    assert_eq!(found["left_alone"].as_u64(), Some(1), "{found}");
+    let examples = found["left_alone_examples"].as_array().cloned().unwrap_or_default();
+    assert!(examples.len() == 1 && examples[0].as_str().is_some_and(|e| e.ends_with(&name)), "{found}");
+    let unreadable = found["unreadable_folders"].as_array().cloned().unwrap_or_default();
+    assert!(
+        unreadable.len() == 1 && unreadable[0].as_str().is_some_and(|u| u.contains("replaced by a file")),
+        "{found}"
+    );
+    assert_eq!(std::fs::read(lib.proxies.join(&name)).unwrap(), b"not a folder");
+}
+
 /// A proxy volume lost after the sweep checked some folders: they were whole at their turn and are gone before
 /// the repairs of a later folder's broken asset are queued. The files found whole, looked at again right before
 /// the repairs, make the sweep refuse: nothing is queued. With nothing to repair, nothing is looked at again.
