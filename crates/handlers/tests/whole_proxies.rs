@@ -543,6 +543,21 @@ async fn files_not_ours_are_counted_and_twenty_are_named() {
     assert!(lib.proxies.join("old thumbs/0.txt").exists());
 }
 
+/// The sweep's progress, after each `<2 hex>` folder: the folders walked so far and the broken assets found so
+/// far (those of the config being checked counted before its repairs are queued).
+#[tokio::test]
+async fn the_sweep_reports_its_folders_and_broken_assets_as_it_goes() {
+    let (lib, config_folder) = twelve_crawled().await;
+    let folders = prefix_folders(&config_folder).len();
+    assert!(folders > 1, "{folders}");
+    std::fs::remove_file(lib.proxy_file("3.jpg", "thumbnail").await).unwrap();
+    let item = lib.work_item(WorkKind::ProxySweep, Scope::Unscoped, serde_json::json!({})).await;
+    let progress = almanac_executor::ProgressReporter::default();
+    let found = lib.run_reporting(&sweep(&lib), item, CancellationToken::new(), progress.clone()).await.unwrap();
+    assert_eq!(found.as_ref().map(|f| f["broken_assets"].clone()), Some(serde_json::json!(1)), "{found:?}");
+    assert_eq!(progress.latest(), Some(serde_json::json!({"folders": folders, "deleted": 0, "broken_assets": 1})));
+}
+
 /// At the top of the proxy root, only a folder named as an existing config's id is that config's: a file (or a
 /// link) with that name is not ours, counted and named, and kept. The config's proxies are still checked, so
 /// its folder is said to be unreadable (a file where its folder should be), once.

@@ -85,8 +85,19 @@ impl Library {
         item: WorkItem,
         cancel: CancellationToken,
     ) -> Result<Option<serde_json::Value>, HandlerError> {
+        self.run_reporting(handler, item, cancel, ProgressReporter::default()).await
+    }
+
+    /// [`Self::run_in`], the handler reporting its progress to `progress`.
+    pub async fn run_reporting(
+        &self,
+        handler: &impl Handler,
+        item: WorkItem,
+        cancel: CancellationToken,
+        progress: ProgressReporter,
+    ) -> Result<Option<serde_json::Value>, HandlerError> {
         let fence = self.start(item.id).await;
-        let ctx = HandlerContext { item, fence, cancel, progress: ProgressReporter::default() };
+        let ctx = HandlerContext { item, fence, cancel, progress };
         let result = handler.run(ctx).await;
         self.finish(fence).await;
         result
