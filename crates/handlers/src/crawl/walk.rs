@@ -347,18 +347,17 @@ mod tests {
         };
         let (folder, file) = (EntryKind::Folder, EntryKind::File);
         use std::cmp::Ordering::{Equal, Greater, Less};
-        let cases: [(&[u8], EntryKind, &[u8], EntryKind, std::cmp::Ordering); 8] = [
-            (b"a", folder, b"a0.jpg", file, Less),
-            (b"a", folder, b"a.jpg", file, Greater),
-            (b"a", folder, b"a", file, Greater),
-            (b"a", folder, b"a b", folder, Greater),
-            (b"a", folder, b"a", folder, Equal),
-            (b"a.jpg", file, b"a.jpg", file, Equal),
-            (b"a", file, b"a.jpg", file, Less),
-            (b"b", file, b"a\xff", folder, Greater),
+        let cases = [
+            (entry(b"a", folder), entry(b"a0.jpg", file), Less),
+            (entry(b"a", folder), entry(b"a.jpg", file), Greater),
+            (entry(b"a", folder), entry(b"a", file), Greater),
+            (entry(b"a", folder), entry(b"a b", folder), Greater),
+            (entry(b"a", folder), entry(b"a", folder), Equal),
+            (entry(b"a.jpg", file), entry(b"a.jpg", file), Equal),
+            (entry(b"a", file), entry(b"a.jpg", file), Less),
+            (entry(b"b", file), entry(b"a\xff", folder), Greater),
         ];
-        for (x, x_kind, y, y_kind, expected) in cases {
-            let (a, b) = (entry(x, x_kind), entry(y, y_kind));
+        for (a, b, expected) in cases {
             assert_eq!(walk_order(&a, &b), expected, "{a:?} against {b:?}");
             assert_eq!(walk_order(&b, &a), expected.reverse(), "{b:?} against {a:?}");
         }
