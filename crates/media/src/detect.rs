@@ -178,14 +178,15 @@ const STILLS_BY_CONTENT: [MediaFormat; 6] =
 
 /// Whether a file name has an extension the Worker reads (the walk's first filter; the content decides).
 pub fn is_media_name(name: &std::ffi::OsStr) -> bool {
-    // As `Path::extension` reads a name's (what follows its last dot, when something precedes that dot), on the
-    // bytes: the walk asks this of every file in the library.
-    let name = std::os::unix::ffi::OsStrExt::as_bytes(name);
+    format_by_name(std::os::unix::ffi::OsStrExt::as_bytes(name)).is_some()
+}
+
+/// The format a file name's extension names: what follows its last dot, when something precedes that dot (as
+/// `Path::extension` reads it), on the bytes, since the walk asks this of every file in the library.
+fn format_by_name(name: &[u8]) -> Option<MediaFormat> {
     match name.iter().rposition(|b| *b == b'.') {
-        Some(dot) if dot > 0 => {
-            std::str::from_utf8(&name[dot + 1..]).ok().and_then(MediaFormat::by_extension).is_some()
-        }
-        _ => false,
+        Some(dot) if dot > 0 => std::str::from_utf8(&name[dot + 1..]).ok().and_then(MediaFormat::by_extension),
+        _ => None,
     }
 }
 
@@ -195,7 +196,7 @@ pub fn is_media_name(name: &std::ffi::OsStr) -> bool {
 /// named as another still (a `.jpg` that is really a PNG or a HEIC, as downloads and transfers leave them) is
 /// read as what it holds.
 pub fn detect_format(path: &Path, head: &[u8]) -> Option<MediaFormat> {
-    let by_name = MediaFormat::by_extension(path.extension()?.to_str()?)?;
+    let by_name = format_by_name(std::os::unix::ffi::OsStrExt::as_bytes(path.file_name()?))?;
     if !by_name.signature_matches(head) {
         // Not for a RAW name: a RAW is TIFF-shaped, and decoding one as a plain TIFF would make a wrong picture.
         return match by_name {
