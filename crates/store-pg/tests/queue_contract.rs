@@ -471,6 +471,8 @@ async fn second_claim_blocked_on_index_returns_nothing() {
     let held = claim_with(&mut first, &claimer("w1", &[WorkKind::Crawl]), 1).await.unwrap().pop().expect("first claim");
     assert_eq!(held.item.id, crawl);
 
+    // Other tests of this process reach `lost_race` too, on threads without a subscriber.
+    almanac_testdb::logs::each_thread_chooses_its_lines();
     let logs: Arc<Mutex<Vec<u8>>> = Arc::default();
     let writer = logs.clone();
     let subscriber = tracing_subscriber::fmt().with_writer(move || LogBuffer(writer.clone())).with_ansi(false).finish();

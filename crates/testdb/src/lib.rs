@@ -14,6 +14,7 @@
 mod cluster;
 #[cfg(feature = "docker")]
 mod docker;
+pub mod logs;
 pub mod patience;
 mod pgbouncer;
 mod standby;

@@ -18,20 +18,10 @@ impl std::io::Write for Buffer {
 }
 
 /// Runs `f` with a JSON subscriber of its own, and answers the lines it logged (INFO and above) with its output.
-///
-/// tracing decides once per process whether a log line's call site is wanted, asking the subscriber of the
-/// thread that first reaches it. A test running beside this one without a subscriber would have the line
-/// marked unwanted for every thread, this capture's too (it happened under plain `cargo test`: a watcher's
-/// `watch_started` went missing). So every thread without a subscriber of its own writes to a process-wide one
-/// that wants INFO and above and throws the lines away.
+/// Tests beside it on threads of the same process cannot take its lines away
+/// ([`almanac_testdb::logs::each_thread_chooses_its_lines`]).
 pub async fn capture<T>(f: impl Future<Output = T>) -> (Vec<serde_json::Value>, T) {
-    static WANTED: std::sync::Once = std::sync::Once::new();
-    WANTED.call_once(|| {
-        let discard =
-            tracing_subscriber::fmt().with_max_level(tracing::Level::INFO).with_writer(std::io::sink).finish();
-        // Another test's global subscriber, if one was set first, serves as well.
-        let _ = tracing::subscriber::set_global_default(discard);
-    });
+    almanac_testdb::logs::each_thread_chooses_its_lines();
     let buffer = Buffer::default();
     let writer = buffer.clone();
     let subscriber = tracing_subscriber::fmt()
