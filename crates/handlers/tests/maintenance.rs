@@ -186,28 +186,24 @@ async fn purge_keeps_an_asset_whose_proxy_file_cannot_be_deleted_and_retries_it_
     let preview = env.proxies.join(hash.proxy_dir(env.config)).join("preview.jpg");
     std::fs::remove_file(&preview).unwrap();
     std::fs::create_dir_all(preview.join("blocker")).unwrap();
-    let result = env
-        .run_handler(
-            &purge_handler(&env),
-            env.work_item(WorkKind::Purge, Scope::Config(env.config), serde_json::json!({})).await,
-        )
-        .await
-        .unwrap();
+    let item = env.work_item(WorkKind::Purge, Scope::Config(env.config), serde_json::json!({})).await;
+    let (lines, result) = support::logs::capture(env.run_handler(&purge_handler(&env), item)).await;
+    let result = result.unwrap();
     assert_eq!(result["purged"], 1);
     assert!(result["not_deleted"][0].as_str().unwrap().contains("preview.jpg"), "{result}");
+    let warned = support::logs::events(&lines, "purge_incomplete");
+    assert_eq!(warned.len(), 1, "the operator is told the purge left files: {lines:?}");
+    assert!(warned[0]["fields"]["files"].as_str().unwrap().contains("preview.jpg"), "{lines:?}");
     assert_eq!(
         env.count(&format!("SELECT count(*) AS n FROM media_assets WHERE id = '{stuck}' AND is_soft_deleted")).await,
         1
     );
     std::fs::remove_dir_all(&preview).unwrap();
-    let again = env
-        .run_handler(
-            &purge_handler(&env),
-            env.work_item(WorkKind::Purge, Scope::Config(env.config), serde_json::json!({})).await,
-        )
-        .await
-        .unwrap();
+    let item = env.work_item(WorkKind::Purge, Scope::Config(env.config), serde_json::json!({})).await;
+    let (lines, again) = support::logs::capture(env.run_handler(&purge_handler(&env), item)).await;
+    let again = again.unwrap();
     assert_eq!(again["purged"], 1);
+    assert!(support::logs::events(&lines, "purge_incomplete").is_empty(), "nothing left, no warning: {lines:?}");
     assert_eq!(env.count("SELECT count(*) AS n FROM media_assets").await, 0);
 }
 
