@@ -93,4 +93,18 @@ mod tests {
         // Through the handle, the folder it opened is still whole.
         assert!(gone_witnesses(&root, &witnesses[..1]).is_empty());
     }
+
+    /// A witness is present only as a regular file of its own name: not as a folder of that name, nor because
+    /// other files of its folder are still there.
+    #[test]
+    fn a_witness_is_gone_unless_a_file_of_its_name_is_there() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("c/ab/h")).unwrap();
+        std::fs::write(dir.path().join("c/ab/h/thumbnail.webp"), b"t").unwrap();
+        std::fs::create_dir(dir.path().join("c/ab/h/preview.jpg")).unwrap();
+        let root = RootFolder::open(dir.path()).unwrap();
+        let witnesses =
+            vec!["c/ab/h/preview.jpg".to_owned(), "c/ab/h/web.mp4".to_owned(), "c/ab/h/thumbnail.webp".to_owned()];
+        assert_eq!(gone_witnesses(&root, &witnesses), ["c/ab/h/preview.jpg", "c/ab/h/web.mp4"]);
+    }
 }
