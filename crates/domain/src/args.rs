@@ -131,9 +131,8 @@ impl CrawlArgs {
         let mut kept: Vec<String> = Vec::with_capacity(folders.len());
         for folder in folders {
             // In this order, the folders inside one come right after it.
-            let inside_last = kept.last().is_some_and(|k| {
-                folder.len() > k.len() && folder.starts_with(k.as_str()) && folder.as_bytes()[k.len()] == b'/'
-            });
+            let inside_last =
+                kept.last().is_some_and(|k| folder.strip_prefix(k.as_str()).is_some_and(|rest| rest.starts_with('/')));
             if !inside_last {
                 kept.push(folder.to_owned());
             }

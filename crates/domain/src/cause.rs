@@ -112,4 +112,17 @@ mod tests {
         assert!(cause.contains("reset"));
         assert!(Cause::from("x").origin().is_none());
     }
+
+    #[test]
+    fn a_cause_shows_its_words_and_debug_shows_the_error_beneath() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset by peer");
+        let cause = Cause::with_source("the connection was reset", io);
+        assert_eq!(cause.as_str(), "the connection was reset");
+        assert_eq!(cause.to_string(), "the connection was reset");
+        let debug = format!("{cause:?}");
+        assert!(debug.starts_with("\"the connection was reset\" (from "), "{debug}");
+        assert!(debug.contains("reset by peer"), "{debug}");
+        assert_eq!(format!("{:?}", Cause::new("alone")), "\"alone\"");
+        assert_ne!(Cause::new("one thing"), Cause::new("another"), "other words, another cause");
+    }
 }

@@ -220,4 +220,24 @@ mod tests {
         }
         assert!("inotify".parse::<WatchMode>().unwrap_err().contains("events, polling, off"));
     }
+
+    #[test]
+    fn choices_and_modes_are_shown_by_their_names() {
+        for choice in WatchChoice::ALL {
+            assert_eq!(choice.to_string(), choice.as_str());
+        }
+        for mode in WatchMode::ALL {
+            assert_eq!(mode.to_string(), mode.as_str());
+        }
+        assert_eq!(WatchMode::Polling.to_string(), "polling");
+    }
+
+    #[test]
+    fn a_holder_keeps_its_worker_and_a_token_of_its_own() {
+        let worker = WorkerId::new("nas-1").unwrap();
+        let (one, two) = (WatchHolder::new(worker.clone()), WatchHolder::new(worker.clone()));
+        assert_eq!(one.worker(), &worker);
+        assert_eq!(one.token(), one.token(), "the same token every time it is asked");
+        assert_ne!(one.token(), two.token(), "each holder its own, even of one Worker");
+    }
 }

@@ -194,3 +194,12 @@ fn a_crawls_folders_are_checked_sorted_in_walk_order_and_de_nested() {
     let e = CrawlArgs::of_folders(vec![], vec![closed("/etc/passwd")]).checked_folders().unwrap_err().to_string();
     assert!(e.contains("\"/etc/passwd\" is absolute"), "{e}");
 }
+
+#[test]
+fn a_stat_time_is_nanoseconds_since_the_epoch_saturating_far_ahead() {
+    assert_eq!(ClosedFile::stat_nanos(0, 0), 0);
+    assert_eq!(ClosedFile::stat_nanos(1_700_000_000, 123_456_789), 1_700_000_000_123_456_789);
+    assert_eq!(ClosedFile::stat_nanos(-1, 500_000_000), -500_000_000, "before the epoch, as stat gives it");
+    assert_eq!(ClosedFile::stat_nanos(i64::MAX / 1_000_000_000 + 1, 0), i64::MAX, "past 2262");
+    assert_eq!(ClosedFile::stat_nanos(i64::MAX / 1_000_000_000, 999_999_999), i64::MAX);
+}
