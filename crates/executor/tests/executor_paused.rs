@@ -252,6 +252,28 @@ async fn completions_whose_connection_died_are_written_again_and_the_item_runs_o
     }
 }
 
+/// After an outage, a completion the store answers Lost is looked up under its own claim: it counts as written
+/// only if the item succeeded under that claim. One whose claim was taken back meanwhile (its lease recovered)
+/// stays lost, whatever the outage.
+#[tokio::test(start_paused = true)]
+async fn after_an_outage_a_completion_whose_claim_was_taken_back_is_still_lost() {
+    let (queue, id) = one(WorkKind::TokenCleanup);
+    {
+        let mut s = queue.state.lock().unwrap();
+        s.completions_fail = 1;
+        s.claims_taken_back.push(id);
+    }
+    let probe = Probe::new(WorkKind::TokenCleanup, Act::Work { work: 5 * SECOND });
+    let (logs, _guard) = Logs::capture();
+    let run = start(&queue, &probe, config());
+    run.at(20 * SECOND).await;
+    let events = logs.events();
+    assert_eq!(events.iter().filter(|e| *e == "completion_retry").count(), 1, "{events:?}");
+    assert_eq!(events.iter().filter(|e| *e == "lost").count(), 1, "{events:?}");
+    assert!(!events.iter().any(|e| e == "succeeded"), "{events:?}");
+    run.stop().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn handler_error_is_retried_with_backoff_then_failed_at_the_budget() {
     let (queue, id) = one(WorkKind::TokenCleanup);

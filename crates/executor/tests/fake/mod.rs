@@ -66,6 +66,9 @@ pub struct State {
     /// The attempts completed, by their items and their claims' tokens (as the store's fence sees them): a
     /// second completion of one is Lost.
     pub succeeded: Vec<(WorkItemId, ClaimToken)>,
+    /// Items whose claims the store no longer honours (their leases ran out and were recovered): their
+    /// completions are Lost, and nothing succeeded under those claims.
+    pub claims_taken_back: Vec<WorkItemId>,
     /// How many of the next claims (on their own or with completions) answer nothing although items are due
     /// (each lost a race to another Worker).
     pub claims_lose_race: usize,
@@ -241,7 +244,8 @@ impl WorkQueue for FakeQueue {
         let mut written = Vec::new();
         for (fence, result) in done {
             let attempt = (fence.id, fence.claim);
-            if self.state.lock().unwrap().succeeded.contains(&attempt) {
+            let taken_back = self.state.lock().unwrap().claims_taken_back.contains(&fence.id);
+            if taken_back || self.state.lock().unwrap().succeeded.contains(&attempt) {
                 written.push(WriteOutcome::Lost);
                 continue;
             }

@@ -29,6 +29,22 @@ use crate::settings::{Settings, mask_password};
 /// How often, and how long, `run` tries to reach the database before giving up.
 const CONNECT_ATTEMPTS: u32 = 5;
 
+/// Connections of the probes' and metrics' pool: a flood of scrapes cannot take the Worker's.
+pub(crate) const PROBE_CONNECTIONS: usize = 2;
+/// Connections of the operator page's pool: open tabs cannot take the probes'.
+pub(crate) const PAGE_CONNECTIONS: usize = 2;
+/// The connection that listens for wake-ups.
+pub(crate) const LISTENER_CONNECTIONS: usize = 1;
+
+/// The most connections a Worker with these settings opens (docs/operations.md, "Sizing", checked against it).
+pub(crate) fn most_connections(settings: &Settings) -> usize {
+    settings.database.max_connections
+        + ExecutorConfig::reserved_connections(settings.worker.slots)
+        + PROBE_CONNECTIONS
+        + PAGE_CONNECTIONS
+        + LISTENER_CONNECTIONS
+}
+
 /// Runs the Worker until SIGTERM or Ctrl-C.
 pub async fn run(settings: Settings, migrate: bool) -> Result<Exit, Failure> {
     let recent = observe::init(&settings.log).map_err(Failure::failed)?;
@@ -250,12 +266,12 @@ async fn serve_http(
     // Probes and metrics get a small budget of their own: a flood of scrapes cannot take the Worker's.
     let (timeout, lease) = (settings.database.connect_timeout, settings.queue.lease);
     let mode = settings.pooler_mode();
-    let probes = PgStore::in_mode(url, 2, timeout, lease, mode)?;
+    let probes = PgStore::in_mode(url, PROBE_CONNECTIONS, timeout, lease, mode)?;
     let process = Arc::new(metrics_process::Collector::default());
     process.describe();
     // The page has connections of its own: open tabs cannot take the probes'.
     let page = Arc::new(Page {
-        store: PgStore::in_mode(url, 2, timeout, lease, mode)?,
+        store: PgStore::in_mode(url, PAGE_CONNECTIONS, timeout, lease, mode)?,
         auth: Auth::new(settings.http.token.clone()),
         recent,
         samples: Samples::default(),
@@ -304,3 +320,6 @@ async fn signals(shutdown: CancellationToken) {
     }
     shutdown.cancel();
 }
+
+#[cfg(test)]
+mod tests;
