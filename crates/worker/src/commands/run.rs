@@ -82,7 +82,7 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<Exit, Failure> {
     let tls = tls(&store).await;
     let pooler_mode = settings.pooler_mode();
     info!(event = "worker_starting", database = %mask_password(&url), pooler_mode = %pooler_mode, tls = %tls,
-          served = ?served, "starting");
+          served = ?served, connections = most_connections(&settings), "starting");
 
     let report = executor.run(shutdown).await;
     running.store(false, Ordering::Relaxed);

@@ -205,7 +205,8 @@ pub const EVENTS: &[Event] = &[
     event("migrated", "`run --migrate` applied pending migrations (with `applied`)"),
     event(
         "worker_starting",
-        "the settings are read and the database answers (with the masked `database` URL, `tls` and what is served)",
+        "the settings are read and the database answers (with the masked `database` URL, `tls`, what is served \
+         and `connections`, the most this Worker opens: see \"Sizing\")",
     ),
     event("http_listening", "the HTTP server (page, probes, metrics) listens (with `address`)"),
     event("http_failed", "the HTTP server stopped with an error; the Worker goes on"),
