@@ -196,7 +196,8 @@ mod tests {
         let mut c = config();
         c.slots = 256;
         c.max_stalls = 100;
-        assert_eq!(c.validate(), Ok(()));
+        c.prefetch = 256;
+        assert_eq!(c.validate(), Ok(()), "each knob's largest value is allowed");
         c.retry.cap = c.retry.base / 2;
         assert_eq!(c.validate().map_err(|e| e.key), Err("queue.retry"));
         let mut c = config();

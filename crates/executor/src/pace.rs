@@ -237,4 +237,16 @@ mod tests {
         p.claimed(4, 0, t);
         assert_eq!(p.resume_at(), Some(t + CLAIM_AGAIN_FLOOR), "a full claim starts from the floor again");
     }
+
+    #[test]
+    fn a_failed_claim_waits_for_the_poll_and_the_end_of_a_wait_lets_claims_go() {
+        let mut p = pace(1);
+        let t = Instant::now();
+        p.failed(t);
+        assert!(!p.may_claim());
+        assert_eq!(p.resume_at(), Some(t + ExecutorConfig::DEFAULT_POLL_INTERVAL), "not a tight loop on a failure");
+        p.resume();
+        assert!(p.may_claim(), "the poll came");
+        assert_eq!(p.resume_at(), None);
+    }
 }
