@@ -203,7 +203,7 @@ impl<Q: WorkQueue + 'static> Executor<Q> {
     fn hand_back_waited(&self, slots: &mut Slots) {
         let now = Instant::now();
         let mut overdue = Vec::new();
-        while slots.waiting.front().is_some_and(|w| w.arrived + slots.pace.wait() <= now) {
+        while slots.line_due().is_some_and(|due| due <= now) {
             overdue.extend(slots.waiting.pop_front().map(|w| w.claimed));
         }
         slots.pace.waited_too_long();
