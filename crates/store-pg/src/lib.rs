@@ -281,3 +281,24 @@ fn pool(
         .map(ConnPool::Ours)
         .map_err(|e| StoreError::Config(format!("building the connection pool: {e}")))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store's `Debug` (in a panic, a log of a value holding it) shows its pool and its mode, and never the
+    /// URL it was made with, which may hold a password.
+    #[tokio::test]
+    async fn a_store_shows_its_pool_and_mode_and_never_its_url() {
+        let url = "postgres://almanac:hunter2-secret@db.example/almanac";
+        let session = format!("{:?}", PgStore::new(url, 3, Duration::from_secs(1)).unwrap());
+        assert!(session.starts_with("PgStore {"), "{session}");
+        assert!(session.contains("max_size: 3") && session.contains("transaction_mode: false"), "{session}");
+        let limits = Duration::from_secs(60);
+        let pooled = format!("{:?}", PgStore::in_mode(url, 2, limits, limits, PoolerMode::Transaction).unwrap());
+        assert!(pooled.contains("transaction_mode: true"), "{pooled}");
+        for shown in [&session, &pooled] {
+            assert!(!shown.contains("hunter2") && !shown.contains("db.example"), "{shown}");
+        }
+    }
+}
