@@ -440,6 +440,8 @@ async fn a_wake_up_while_a_claim_is_in_flight_asks_for_no_slot_twice() {
     // Both slots are asked for by the claim in flight: the wake-up finds no free slot.
     waker.notify_one();
     sleep(2 * SECOND).await;
+    // The claims sent, not only those answered (the fake never answers a flood of claims at one instant).
+    assert_eq!(queue.claim_times(), [start_at], "one claim, for the two slots");
     assert_eq!(queue.state.lock().unwrap().claim_limits, [2]);
     assert_eq!(probe.started(), [start_at + 2 * SECOND; 2]);
     shutdown.cancel();
@@ -461,33 +463,6 @@ async fn wake_up_claims_at_once_instead_of_waiting_for_the_poll() {
     waker.notify_one();
     sleep(SECOND / 2).await;
     assert_eq!(probe.started(), [start_at + 2 * SECOND]);
-    shutdown.cancel();
-    task.await.unwrap();
-}
-
-/// A wake-up while a claim for every free slot is in flight asks for nothing more: the slots it asks for
-/// count as held until it lands.
-#[tokio::test(start_paused = true)]
-async fn a_wake_up_during_a_claim_asks_for_no_room_that_claim_already_asks_for() {
-    let queue = FakeQueue::with_items((0..4).map(|_| item(WorkKind::TokenCleanup)));
-    queue.state.lock().unwrap().claim_delay = SECOND;
-    let probe = Probe::new(WorkKind::TokenCleanup, Act::Work { work: 10 * SECOND });
-    let mut c = config();
-    c.slots = 2;
-    let executor = Executor::new(Arc::new(queue.clone()), HandlerRegistry::new().register(probe.clone()), c).unwrap();
-    let waker = executor.waker();
-    let shutdown = CancellationToken::new();
-    let start_at = Instant::now();
-    let task = tokio::spawn(executor.run(shutdown.clone()));
-    sleep(SECOND / 2).await;
-    waker.notify_one();
-    sleep(SECOND / 10).await;
-    assert_eq!(queue.claim_times(), [start_at], "one claim, for the two slots, still in flight");
-    sleep(SECOND).await;
-    assert_eq!(queue.claim_times(), [start_at], "and none after it landed");
-    assert_eq!(queue.state.lock().unwrap().claim_limits, [2]);
-    assert_eq!(probe.started(), [start_at + SECOND; 2]);
-    assert_eq!(queue.state.lock().unwrap().queued.len(), 2, "the other two wait in the queue, not in this Worker");
     shutdown.cancel();
     task.await.unwrap();
 }
