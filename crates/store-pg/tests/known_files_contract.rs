@@ -101,4 +101,22 @@ async fn a_folders_known_files_are_the_paths_below_it_page_by_page_and_nothing_b
     }
     assert_eq!(store.active_assets(config).await.unwrap(), 9, "the soft-deleted one is not counted");
     assert_eq!(store.active_assets(other).await.unwrap(), 1);
+
+    // The copies of some assets, wherever they are, in the byte order of their paths; none of another asset's.
+    store.record_extra_path(fence, config, ids[9], &copy(b"0/z-copy.jpg")).await.unwrap();
+    let extra = |assets: Vec<_>| {
+        let store = store.clone();
+        async move {
+            let found = store.extra_paths_of(config, &assets).await.unwrap();
+            assert!(found.iter().all(|k| k.extra), "only copies");
+            found.into_iter().map(|k| (k.asset_id, k.facts.file_path)).collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        extra(vec![ids[0], ids[9]]).await,
+        [(ids[9], b"0/z-copy.jpg".to_vec()), (ids[0], b"a/b.jpg.copy".to_vec()), (ids[0], b"a0/copy.jpg".to_vec())]
+    );
+    assert_eq!(extra(vec![ids[9]]).await, [(ids[9], b"0/z-copy.jpg".to_vec())]);
+    assert!(extra(vec![ids[1], ids[2]]).await.is_empty(), "assets without copies");
+    assert!(extra(Vec::new()).await.is_empty());
 }
