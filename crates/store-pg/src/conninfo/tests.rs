@@ -115,6 +115,10 @@ fn every_sslmode_postgresql_names_is_read_and_others_are_refused() {
     // A socket never negotiates TLS; an address beside it still may.
     let socket = ConnectTarget::parse("host=/run/postgresql sslmode=require").unwrap();
     assert_eq!(socket.config.get_ssl_mode(), tokio_postgres::config::SslMode::Disable);
+    for nameless in ["host=/run/postgresql hostaddr=10.0.0.5 sslmode=require", "dbname=d sslmode=verify-full"] {
+        let err = ConnectTarget::parse(nameless).unwrap_err().to_string();
+        assert!(err.contains("host=NAME beside hostaddr"), "{nameless}: {err}");
+    }
 }
 
 #[test]
