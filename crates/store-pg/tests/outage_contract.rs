@@ -250,6 +250,31 @@ async fn a_database_never_migrated_says_so_in_any_language() {
     }
 }
 
+/// A refused statement is asked about on its own connection (is the database migrated?); when that question is
+/// refused too, on a session that still answers, the error is the statement's, not an outage (an outage would
+/// send the work back for ever, uncounted).
+#[tokio::test]
+async fn a_refusal_whose_question_is_refused_too_is_not_an_outage() {
+    let db = TestDatabase::create().await;
+    // The question's function, shadowed by one that refuses: found first through the database's search path.
+    raw(db.url())
+        .await
+        .batch_execute(&format!(
+            "CREATE FUNCTION public.to_regclass(text) RETURNS regclass LANGUAGE plpgsql AS
+               $$ BEGIN RAISE EXCEPTION 'refused by the test'; END $$;
+             ALTER DATABASE {} SET search_path = public, pg_catalog;
+             DROP TABLE storage_configs CASCADE;",
+            db.name()
+        ))
+        .await
+        .unwrap();
+    let store = PgStore::new(db.url(), 2, Duration::from_secs(10)).unwrap();
+    match store.list_storage_configs().await {
+        Err(StoreError::Unexpected(m)) => assert!(m.contains("storage_configs") && !m.contains("migrate"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+}
+
 /// Refusals at login that retrying cannot cure are settings to fix, not outages (an outage sends work back
 /// without counting a failure, forever): told by SQLSTATE, in any language.
 #[tokio::test]
