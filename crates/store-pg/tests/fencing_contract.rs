@@ -11,7 +11,7 @@ use almanac_domain::{
     StorageConfigId, WorkKind, WorkQueue,
     ports::{
         BurstGroup, CatalogueError, CatalogueStore, Fence, FileFacts, IngestOutcome, LeaseDuration, MaintenanceStore,
-        NewAsset, NewProxy, StoredProxy,
+        NewAsset, NewProxy, ServedConfigs, StoredProxy,
     },
 };
 use almanac_store_pg::{NewStorageConfig, PgStore};
@@ -191,6 +191,61 @@ async fn known_files_come_page_by_page_in_the_byte_order_of_paths() {
         assert_eq!(got, expected, "pages of {limit}");
         assert_eq!(all.iter().filter(|k| !k.extra && ids.contains(&k.asset_id)).count(), 5, "every own path");
     }
+}
+
+/// The reads the proxy sweep and deletion rely on: an asset's proxies (all, or of some types), which paths
+/// a row still references, and the configs a Worker's sweep checks (active, and its user's only when it serves
+/// one).
+#[tokio::test]
+async fn the_sweeps_reads_answer_the_proxies_paths_and_configs_asked_for() {
+    let s = setup().await;
+    s.store.enqueue(&NewWorkItem::new(WorkKind::Crawl, Scope::Config(s.config)).unwrap()).await.unwrap();
+    let fence = s.claim("w1").await;
+    let mut with_two = asset(s.config, 1, "two.jpg");
+    let preview = ContentHash::from_bytes([1; 32]).proxy_dir(s.config).join("preview.jpg").display().to_string();
+    with_two.proxies.push(NewProxy {
+        proxy_type: ProxyType::Preview,
+        relative_path: Some(preview.clone()),
+        inline_value: None,
+        size_bytes: 9,
+    });
+    let IngestOutcome::Ingested(two) = s.store.ingest(fence, &with_two).await.unwrap() else { panic!("ingested") };
+    let IngestOutcome::Ingested(one) = s.store.ingest(fence, &asset(s.config, 2, "one.jpg")).await.unwrap() else {
+        panic!("ingested")
+    };
+    let thumbnail = |n: u8| ContentHash::from_bytes([n; 32]).proxy_dir(s.config).join("thumbnail.jpg");
+
+    let mut all = s.store.proxies_of(&[two], None).await.unwrap();
+    all.sort_by_key(|p| p.proxy_type.as_str());
+    let shown: Vec<_> = all.iter().map(|p| (p.asset_id, p.proxy_type, p.relative_path.clone(), p.size_bytes)).collect();
+    assert_eq!(
+        shown,
+        [
+            (two, ProxyType::Preview, Some(preview.clone()), 9),
+            (two, ProxyType::Thumbnail, Some(thumbnail(1).display().to_string()), 4)
+        ]
+    );
+    let previews = s.store.proxies_of(&[two, one], Some(&[ProxyType::Preview])).await.unwrap();
+    assert_eq!(previews.iter().map(|p| p.asset_id).collect::<Vec<_>>(), [two], "only the type asked for");
+    assert_eq!(s.store.proxies_of(&[one], None).await.unwrap().len(), 1);
+
+    let asked = [preview.clone(), "nowhere/thumbnail.jpg".to_owned(), thumbnail(2).display().to_string()];
+    let mut referenced = s.store.referenced_proxy_paths(&asked).await.unwrap();
+    referenced.sort();
+    let mut expected = vec![preview, thumbnail(2).display().to_string()];
+    expected.sort();
+    assert_eq!(referenced, expected, "the paths a row references, and no other");
+
+    let bob = NewStorageConfig { username: "bob".into(), root_path: PathBuf::from("/photos/bob") };
+    let (bob_user, bob_config) = s.store.add_storage_config(&bob).await.unwrap();
+    let mut every = s.store.configs_to_check(ServedConfigs::All).await.unwrap();
+    every.sort();
+    let mut both = vec![s.config, bob_config.id];
+    both.sort();
+    assert_eq!(every, both);
+    assert_eq!(s.store.configs_to_check(ServedConfigs::User(bob_user.id)).await.unwrap(), [bob_config.id]);
+    s.store.set_storage_config_active(bob_config.id, false).await.unwrap();
+    assert_eq!(s.store.configs_to_check(ServedConfigs::All).await.unwrap(), [s.config], "active configs only");
 }
 
 /// The catalogue the stale writes aim at: a live asset, a soft-deleted one, an expired refresh token, a
