@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use almanac_domain::{
-    AssetId, AssetMetadata, CaptureSource, CaptureTime, ContentHash, MediaType, NewWorkItem, ProxyType, Scope,
+    AssetId, AssetMetadata, CaptureSource, CaptureTime, ContentHash, MediaType, NewWorkItem, ProxyType, Scope, Status,
     StorageConfigId, WorkKind, WorkQueue,
     ports::{
         BurstGroup, CatalogueError, CatalogueStore, Fence, FileFacts, IngestOutcome, LeaseDuration, MaintenanceStore,
@@ -232,9 +232,30 @@ async fn the_sweeps_reads_answer_the_proxies_paths_and_configs_asked_for() {
     let asked = [preview.clone(), "nowhere/thumbnail.jpg".to_owned(), thumbnail(2).display().to_string()];
     let mut referenced = s.store.referenced_proxy_paths(&asked).await.unwrap();
     referenced.sort();
-    let mut expected = vec![preview, thumbnail(2).display().to_string()];
+    let mut expected = vec![preview.clone(), thumbnail(2).display().to_string()];
     expected.sort();
     assert_eq!(referenced, expected, "the paths a row references, and no other");
+
+    // By folder (`<config>/<2 hex>/`, the hash's first byte): the sweep's walk, one folder at a time.
+    let sorted = |mut v: Vec<String>| {
+        v.sort();
+        v
+    };
+    assert_eq!(s.store.proxy_folders(s.config).await.unwrap(), ["01", "02"]);
+    let in_01 = sorted(vec![preview, thumbnail(1).display().to_string()]);
+    assert_eq!(sorted(s.store.referenced_proxy_paths_in(s.config, "01").await.unwrap()), in_01);
+    assert_eq!(s.store.proxies_to_check_in(s.config, "01").await.unwrap().len(), 2);
+    assert_eq!(s.store.soft_delete(fence, s.config, &[two], &[]).await.unwrap(), 1);
+    let still = sorted(s.store.referenced_proxy_paths_in(s.config, "01").await.unwrap());
+    assert_eq!(still, in_01, "a soft-deleted asset's files are still referenced");
+    assert!(s.store.proxies_to_check_in(s.config, "01").await.unwrap().is_empty(), "only active assets' are checked");
+    let of = s.store.proxies_to_check_of(s.config, &[two, one]).await.unwrap();
+    assert_eq!(of.iter().map(|p| p.asset_id).collect::<Vec<_>>(), [one], "active assets only, wherever they lie");
+    let in_02 = s.store.proxies_to_check_in(s.config, "02").await.unwrap();
+    assert_eq!(
+        in_02.iter().map(|p| p.relative_path.clone()).collect::<Vec<_>>(),
+        [Some(thumbnail(2).display().to_string())]
+    );
 
     let bob = NewStorageConfig { username: "bob".into(), root_path: PathBuf::from("/photos/bob") };
     let (bob_user, bob_config) = s.store.add_storage_config(&bob).await.unwrap();
@@ -244,6 +265,12 @@ async fn the_sweeps_reads_answer_the_proxies_paths_and_configs_asked_for() {
     both.sort();
     assert_eq!(every, both);
     assert_eq!(s.store.configs_to_check(ServedConfigs::User(bob_user.id)).await.unwrap(), [bob_config.id]);
+    assert!(s.store.proxy_folders(bob_config.id).await.unwrap().is_empty(), "another config's folders are its own");
+    let follow_up = NewWorkItem::new(WorkKind::Crawl, Scope::Config(bob_config.id)).unwrap();
+    s.store.enqueue_follow_ups(fence, &[follow_up]).await.unwrap();
+    let bobs = s.store.queue_summary().await.unwrap();
+    let queued = |r: &&almanac_store_pg::QueueSummaryRow| r.kind == WorkKind::Crawl && r.status == Status::Queued;
+    assert_eq!(bobs.iter().find(queued).map(|r| r.count), Some(1), "{bobs:?}");
     s.store.set_storage_config_active(bob_config.id, false).await.unwrap();
     assert_eq!(s.store.configs_to_check(ServedConfigs::All).await.unwrap(), [s.config], "active configs only");
 }
