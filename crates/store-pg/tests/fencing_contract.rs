@@ -271,6 +271,9 @@ async fn the_sweeps_reads_answer_the_proxies_paths_and_configs_asked_for() {
     let bobs = s.store.queue_summary().await.unwrap();
     let queued = |r: &&almanac_store_pg::QueueSummaryRow| r.kind == WorkKind::Crawl && r.status == Status::Queued;
     assert_eq!(bobs.iter().find(queued).map(|r| r.count), Some(1), "{bobs:?}");
+    let rows = s.store.proxies_of(&[two], None).await.unwrap();
+    assert_eq!(s.store.delete_proxy_rows(fence, &rows).await.unwrap(), 2, "each row deleted, counted");
+    assert!(s.store.proxies_of(&[two], None).await.unwrap().is_empty());
     s.store.set_storage_config_active(bob_config.id, false).await.unwrap();
     assert_eq!(s.store.configs_to_check(ServedConfigs::All).await.unwrap(), [s.config], "active configs only");
 }
