@@ -95,3 +95,17 @@ async fn the_schema_read_while_a_migration_runs_waits_for_it_instead_of_failing(
     assert!(!state.pending.contains(&"20261129000001".to_owned()), "{state:?}");
     assert!(!state.pending.is_empty(), "{state:?}");
 }
+
+/// A server that only reads (a standby, before and during a failover; here a database whose transactions are
+/// read-only) refuses the migration's first write, on a session that still answers: an outage to wait for, not
+/// a failed migration.
+#[tokio::test]
+async fn a_migration_refused_by_a_server_that_only_reads_is_an_outage() {
+    let db = emptied().await;
+    let mut conn = AsyncPgConnection::establish(db.url()).await.unwrap();
+    conn.batch_execute(&format!("ALTER DATABASE {} SET default_transaction_read_only = on", db.name())).await.unwrap();
+    match migrate(db.url()).await {
+        Err(almanac_store_pg::StoreError::Unavailable(m)) => assert!(!m.is_empty()),
+        other => panic!("{other:?}"),
+    }
+}
