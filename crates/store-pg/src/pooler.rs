@@ -174,6 +174,7 @@ mod tests {
     fn modes_are_read_by_their_names_and_session_is_the_default() {
         for mode in PoolerMode::ALL {
             assert_eq!(PoolerMode::parse(mode.name()), Some(mode));
+            assert_eq!(mode.to_string(), mode.name(), "shown as named");
         }
         assert_eq!(PoolerMode::parse("statement"), None);
         assert_eq!(PoolerMode::default(), PoolerMode::Session);
