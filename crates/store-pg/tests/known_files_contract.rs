@@ -119,4 +119,9 @@ async fn a_folders_known_files_are_the_paths_below_it_page_by_page_and_nothing_b
     assert_eq!(extra(vec![ids[9]]).await, [(ids[9], b"0/z-copy.jpg".to_vec())]);
     assert!(extra(vec![ids[1], ids[2]]).await.is_empty(), "assets without copies");
     assert!(extra(Vec::new()).await.is_empty());
+
+    // A copy of an asset no longer active (it lost its own path since the copy was placed) revives it there.
+    store.record_extra_path(fence, config, ids[5], &copy(b"revived/gone.jpg")).await.unwrap();
+    assert_eq!(store.active_assets(config).await.unwrap(), 10, "revived");
+    assert_eq!(all_of(&store, config, b"revived", 100).await, vec![own(b"revived/gone.jpg")], "as its own path");
 }
