@@ -319,9 +319,19 @@ mod tests {
         });
     }
 
+    /// The processes of the tree that are still there after a while. A process killed is gone only once the
+    /// kernel has torn it down, which a loaded machine does late (its command line reads until then), so this
+    /// waits for them to go, up to ten seconds: a process that was not killed (its sleep is an hour) stays.
     fn survivors(marker: &str) -> String {
-        let out = std::process::Command::new("pgrep").args(["-f", marker]).output().unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let out = std::process::Command::new("pgrep").args(["-f", marker]).output().unwrap();
+            let left = String::from_utf8_lossy(&out.stdout).into_owned();
+            if left.is_empty() || std::time::Instant::now() >= deadline {
+                return left;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// A stand-in tool that hangs with a child of its own (the child's command line carries the marker, and
