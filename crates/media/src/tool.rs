@@ -319,19 +319,16 @@ mod tests {
         });
     }
 
-    /// The processes of the tree that are still there after a while. A process killed is gone only once the
-    /// kernel has torn it down, which a loaded machine does late (its command line reads until then), so this
-    /// waits for them to go, up to ten seconds: a process that was not killed (its sleep is an hour) stays.
     fn survivors(marker: &str) -> String {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        loop {
-            let out = std::process::Command::new("pgrep").args(["-f", marker]).output().unwrap();
-            let left = String::from_utf8_lossy(&out.stdout).into_owned();
-            if left.is_empty() || std::time::Instant::now() >= deadline {
-                return left;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let out = std::process::Command::new("pgrep").args(["-f", marker]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Waits for every process of the tool's tree to be gone: a process killed is gone only once the kernel has
+    /// torn it down, which a loaded machine does late (its command line reads until then); one that was not
+    /// killed (its sleep is an hour) stays, and the wait fails.
+    fn tree_gone(marker: &str) {
+        wait_until("every process of the tool's tree to be gone", || survivors(marker).is_empty());
     }
 
     /// A stand-in tool that hangs with a child of its own (the child's command line carries the marker, and
@@ -352,7 +349,7 @@ mod tests {
         let limit = Duration::from_secs(3600);
         let err = run_tool("sh", "dash", hanging_tool(&marker), None, Path::new("x.heic"), limit, &cancel).await;
         assert!(matches!(err, Err(MediaError::Cancelled)), "{err:?}");
-        assert_eq!(survivors(&marker), "", "a process of the tool's tree survived");
+        tree_gone(&marker);
     }
 
     #[tokio::test]
@@ -362,7 +359,7 @@ mod tests {
         let limit = Duration::from_millis(300);
         let err = run_tool("sh", "dash", hanging_tool(&marker), None, Path::new("x.heic"), limit, &cancel).await;
         assert!(matches!(err, Err(MediaError::TimedOut { tool: "sh", .. })), "{err:?}");
-        assert_eq!(survivors(&marker), "", "a process of the tool's tree survived");
+        tree_gone(&marker);
     }
 
     /// A stand-in tool that prints its own /proc stat line and its I/O priority as `ionice` reads it: the tools

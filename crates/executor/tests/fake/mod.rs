@@ -244,8 +244,11 @@ impl WorkQueue for FakeQueue {
         let mut written = Vec::new();
         for (fence, result) in done {
             let attempt = (fence.id, fence.claim);
-            let taken_back = self.state.lock().unwrap().claims_taken_back.contains(&fence.id);
-            if taken_back || self.state.lock().unwrap().succeeded.contains(&attempt) {
+            let lost = {
+                let s = self.state.lock().unwrap();
+                s.claims_taken_back.contains(&fence.id) || s.succeeded.contains(&attempt)
+            };
+            if lost {
                 written.push(WriteOutcome::Lost);
                 continue;
             }
