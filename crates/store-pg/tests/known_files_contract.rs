@@ -10,7 +10,7 @@ use std::time::Duration;
 use almanac_domain::{
     AssetMetadata, CaptureSource, CaptureTime, ContentHash, MediaType, NewWorkItem, Scope, StorageConfigId, WorkKind,
     WorkQueue,
-    ports::{CatalogueStore, Fence, FileFacts, IngestOutcome, KnownFile, NewAsset},
+    ports::{CatalogueStore, Fence, FileFacts, IngestOutcome, KnownFile, NewAsset, Sidecar},
 };
 use almanac_store_pg::{NewStorageConfig, PgStore};
 use almanac_testdb::TestDatabase;
@@ -124,4 +124,36 @@ async fn a_folders_known_files_are_the_paths_below_it_page_by_page_and_nothing_b
     store.record_extra_path(fence, config, ids[5], &copy(b"revived/gone.jpg")).await.unwrap();
     assert_eq!(store.active_assets(config).await.unwrap(), 10, "revived");
     assert_eq!(all_of(&store, config, b"revived", 100).await, vec![own(b"revived/gone.jpg")], "as its own path");
+}
+
+/// A known file comes back with the facts it was recorded with: its size and time, and its sidecar (path, size
+/// and time) when it had one, none when it had none. A crawl compares them with what it finds on disk: a sidecar
+/// read back as missing would have every photo's capture time read again on each crawl.
+#[tokio::test]
+async fn a_known_file_comes_back_with_its_size_time_and_sidecar() {
+    let db = TestDatabase::create().await;
+    let store = PgStore::new(db.url(), 4, Duration::from_secs(10)).unwrap();
+    let new = NewStorageConfig { username: "ann".into(), root_path: PathBuf::from("/p/ann") };
+    let config = store.add_storage_config(&new).await.unwrap().1.id;
+    let fence = claim(&store, config).await;
+    // Whole microseconds: what the database keeps.
+    let at = |s: i64| chrono::DateTime::from_timestamp(1_700_000_000 + s, 123_456_000).unwrap();
+    let sidecar = Sidecar { path: b"f/a.jpg.xmp".to_vec(), size: 4_321, mtime: at(7) };
+    let mut with = asset(config, 1, b"f/a.jpg");
+    with.facts.size = 5_000_000_000;
+    with.facts.mtime = at(3);
+    with.sidecar = Some(sidecar.clone());
+    let mut without = asset(config, 2, b"f/b.jpg");
+    without.facts.mtime = at(5);
+    for a in [&with, &without] {
+        assert!(matches!(store.ingest(fence, a).await.unwrap(), IngestOutcome::Ingested(_)));
+    }
+    let known = store.known_files(config, b"f", None, 10).await.unwrap();
+    let facts: Vec<_> = known.iter().map(|k| (k.facts.file_path.clone(), k.facts.size, k.facts.mtime)).collect();
+    assert_eq!(
+        facts,
+        [(b"f/a.jpg".to_vec(), 5_000_000_000, at(3)), (b"f/b.jpg".to_vec(), 10, at(5))]
+    );
+    assert_eq!(known[0].sidecar, Some(sidecar), "the sidecar recorded");
+    assert_eq!(known[1].sidecar, None, "no sidecar recorded");
 }
