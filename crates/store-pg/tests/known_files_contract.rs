@@ -150,10 +150,7 @@ async fn a_known_file_comes_back_with_its_size_time_and_sidecar() {
     }
     let known = store.known_files(config, b"f", None, 10).await.unwrap();
     let facts: Vec<_> = known.iter().map(|k| (k.facts.file_path.clone(), k.facts.size, k.facts.mtime)).collect();
-    assert_eq!(
-        facts,
-        [(b"f/a.jpg".to_vec(), 5_000_000_000, at(3)), (b"f/b.jpg".to_vec(), 10, at(5))]
-    );
+    assert_eq!(facts, [(b"f/a.jpg".to_vec(), 5_000_000_000, at(3)), (b"f/b.jpg".to_vec(), 10, at(5))]);
     assert_eq!(known[0].sidecar, Some(sidecar), "the sidecar recorded");
     assert_eq!(known[1].sidecar, None, "no sidecar recorded");
 }

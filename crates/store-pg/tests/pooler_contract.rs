@@ -316,3 +316,29 @@ async fn an_enqueue_through_the_pooler_wakes_a_direct_listener_and_never_one_thr
         listener.await.unwrap();
     }
 }
+
+/// A connection of ours left unused for a while is checked before it is handed out again (its peer may have
+/// gone silently), and through a transaction pooler that check prepares nothing. A statement prepared in one
+/// transaction is not there in the next when the pooler resets its server sessions between transactions (or
+/// hands out another one): a check that prepared one would fail, and every connection unused for a second would
+/// be thrown away and made again, a login each time. Here the one server session is reset after every
+/// transaction, and the store's connection, used twice over a second apart, is checked and kept: one login.
+#[tokio::test]
+async fn a_connection_unused_for_a_while_is_kept_through_a_pooler_that_resets_its_sessions() {
+    let db = TestDatabase::create().await;
+    let bouncer = PgBouncer::start_resetting(1).unwrap();
+    let store = PgStore::in_mode(
+        &bouncer.url_of(&db),
+        1,
+        almanac_testdb::patience(Duration::from_secs(2)),
+        Duration::from_secs(30),
+        PoolerMode::Transaction,
+    )
+    .unwrap();
+    store.queue_summary().await.unwrap();
+    // Unused for longer than a connection is handed out unchecked (a second: `pool::Checked::RECENT`).
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    store.queue_summary().await.unwrap();
+    let log = bouncer.log();
+    assert_eq!(log.matches("login attempt").count(), 1, "the connection was made again:\n{log}");
+}

@@ -30,6 +30,18 @@ impl PgBouncer {
     /// Starts one in front of the tests' server ([`server_url`]), in transaction mode, with at most `pool_size`
     /// server connections per database, and waits until it takes connections.
     pub fn start(pool_size: u32) -> Result<Self, ClusterError> {
+        Self::started(pool_size, false)
+    }
+
+    /// As [`PgBouncer::start`], and each server session is reset (`DISCARD ALL`) whenever a client's transaction
+    /// lets it go (`server_reset_query_always`), as a pooler shared with other applications may be set up:
+    /// nothing a client leaves on a server session, a named prepared statement included, outlives its
+    /// transaction, even on the one server session there is.
+    pub fn start_resetting(pool_size: u32) -> Result<Self, ClusterError> {
+        Self::started(pool_size, true)
+    }
+
+    fn started(pool_size: u32, reset_always: bool) -> Result<Self, ClusterError> {
         let server = server_url()?;
         let config: tokio_postgres::Config =
             server.parse().map_err(|e| ClusterError::Sql(format!("reading the server's URL: {e}")))?;
@@ -39,7 +51,7 @@ impl PgBouncer {
         for _ in 0..3 {
             let port = free_port()?;
             let ini = dir.join("pgbouncer.ini");
-            write_readable(&ini, &settings(&config, port, pool_size))?;
+            write_readable(&ini, &settings(&config, port, pool_size, reset_always))?;
             let log = dir.join("pgbouncer.log");
             let mut child = spawn(&ini, &log)?;
             match wait_until_listening(&mut child, port, &log) {
@@ -105,8 +117,9 @@ fn wait_until_listening(child: &mut Child, port: u16, log: &Path) -> Result<(), 
     }
 }
 
-/// `pgbouncer.ini`: every database of the server by name (`*`), logged in as the server URL's user.
-fn settings(server: &tokio_postgres::Config, port: u16, pool_size: u32) -> String {
+/// `pgbouncer.ini`: every database of the server by name (`*`), logged in as the server URL's user; server
+/// sessions reset after every transaction when `reset_always`.
+fn settings(server: &tokio_postgres::Config, port: u16, pool_size: u32, reset_always: bool) -> String {
     use tokio_postgres::config::Host;
     // The private cluster's URL names a socket folder beside a placeholder host name: the socket wins.
     let hosts = server.get_hosts();
@@ -142,8 +155,11 @@ fn settings(server: &tokio_postgres::Config, port: u16, pool_size: u32) -> Strin
          reserve_pool_size = 0\n\
          max_client_conn = 1000\n\
          server_idle_timeout = 10\n\
+         server_reset_query = DISCARD ALL\n\
+         server_reset_query_always = {reset}\n\
          logfile =\n\
-         pidfile =\n"
+         pidfile =\n",
+        reset = u8::from(reset_always),
     )
 }
 
