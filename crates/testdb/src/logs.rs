@@ -103,4 +103,18 @@ mod tests {
         capturing.join().unwrap();
         assert_eq!(count.load(Ordering::SeqCst), 1, "the capturing thread's line reached its subscriber");
     }
+
+    /// The global subscriber wants nothing: on a thread that captures nothing, a line is not even built (its
+    /// fields are not computed), so setting it costs the tests nothing.
+    #[test]
+    fn a_line_on_a_thread_that_captures_nothing_is_not_built() {
+        each_thread_chooses_its_lines();
+        let built = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                tracing::info!(event = "probe", field = built.fetch_add(1, Ordering::SeqCst), "never built");
+            });
+        });
+        assert_eq!(built.load(Ordering::SeqCst), 0, "the line's fields were computed");
+    }
 }

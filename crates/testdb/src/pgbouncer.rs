@@ -210,3 +210,59 @@ fn write_readable(path: &Path, text: &str) -> Result<(), ClusterError> {
     fs::set_permissions(path, fs::Permissions::from_mode(0o600))
         .map_err(|e| ClusterError::Io(format!("setting the mode of {}: {e}", path.display())))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn connect(url: &str) -> tokio_postgres::Client {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
+        tokio::spawn(connection);
+        client
+    }
+
+    /// The first column of the first row of `sql`, as a simple query.
+    async fn first(client: &tokio_postgres::Client, sql: &str) -> String {
+        let messages = client.simple_query(sql).await.unwrap();
+        messages
+            .iter()
+            .find_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+                _ => None,
+            })
+            .unwrap()
+    }
+
+    /// One started for a test takes connections to the test's database on its port, logs each login, keeps its
+    /// files in a folder of its own under the temp folder, and is gone, folder and port, once dropped.
+    #[tokio::test]
+    async fn it_serves_the_tests_database_on_its_port_and_is_gone_once_dropped() {
+        let db = TestDatabase::create().await;
+        let bouncer = PgBouncer::start(1).unwrap();
+        let url = bouncer.url_of(&db);
+        assert_eq!(url, bouncer.url(db.name()));
+        assert!(url.contains(&format!("@127.0.0.1:{}/{}?", bouncer.port(), db.name())), "{url}");
+        let client = connect(&url).await;
+        assert_eq!(first(&client, "SELECT current_database()").await, db.name());
+        assert!(bouncer.log().contains("login attempt"), "{}", bouncer.log());
+        let (dir, port) = (bouncer.dir.clone(), bouncer.port());
+        assert!(dir.starts_with(std::env::temp_dir()) && dir.join("pgbouncer.ini").is_file(), "{}", dir.display());
+        drop(client);
+        drop(bouncer);
+        assert!(!dir.exists(), "{} left behind", dir.display());
+        assert!(TcpStream::connect(("127.0.0.1", port)).is_err(), "port {port} still taken");
+    }
+
+    /// Server sessions are shared by transaction: a statement one transaction prepares stays on the session for
+    /// the next, unless the PgBouncer resets its sessions after every transaction.
+    #[tokio::test]
+    async fn a_resetting_one_keeps_nothing_of_a_transaction_on_its_session() {
+        let db = TestDatabase::create().await;
+        for (bouncer, kept) in [(PgBouncer::start(1).unwrap(), "1"), (PgBouncer::start_resetting(1).unwrap(), "0")] {
+            let client = connect(&bouncer.url_of(&db)).await;
+            client.simple_query("PREPARE left_behind AS SELECT 1").await.unwrap();
+            let found = first(&client, "SELECT count(*) FROM pg_prepared_statements WHERE name = 'left_behind'").await;
+            assert_eq!(found, kept, "{}", bouncer.log());
+        }
+    }
+}
