@@ -262,4 +262,39 @@ mod tests {
         assert_eq!(ask(&pair.url("postgres"), "SELECT count(*) FROM acknowledged").unwrap(), vec!["1".to_owned()]);
         ask(&pair.url("postgres"), "INSERT INTO acknowledged VALUES (3)").unwrap();
     }
+
+    /// What the asynchronous failover test relies on: the standby streams as `async`; waiting until it has
+    /// caught up waits for its replay (held here until the wait has begun, or very nearly); once it stops
+    /// replicating its WAL receiver is gone; and a dropped pair leaves no server running and no folder.
+    #[test]
+    fn an_asynchronous_standby_catches_up_until_it_stops_replicating_and_a_dropped_pair_is_gone() {
+        let dir = std::env::temp_dir().join(format!("almanac-standby-async-test-{}", std::process::id()));
+        let pair = StandbyPair::create_with(dir.clone(), Replication::Asynchronous).expect("an asynchronous standby");
+        let (primary, standby) = (pair.primary_url("postgres"), pair.standby_url("postgres"));
+        let state = first_value(&primary, "SELECT sync_state FROM pg_stat_replication").unwrap();
+        assert_eq!(state.as_deref(), Some("async"));
+        first_value(&primary, "CREATE TABLE followed (n int)").unwrap();
+        pair.wait_until_caught_up().unwrap();
+        first_value(&standby, "SELECT pg_wal_replay_pause()").unwrap();
+        first_value(&primary, "INSERT INTO followed VALUES (1)").unwrap();
+        let resume = {
+            let standby = standby.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(300));
+                first_value(&standby, "SELECT pg_wal_replay_resume()").unwrap();
+            })
+        };
+        pair.wait_until_caught_up().unwrap();
+        assert_eq!(first_value(&standby, "SELECT count(*) FROM followed").unwrap().as_deref(), Some("1"));
+        resume.join().unwrap();
+        pair.stop_replicating().unwrap();
+        let receivers = first_value(&standby, "SELECT count(*) FROM pg_stat_wal_receiver").unwrap();
+        assert_eq!(receivers.as_deref(), Some("0"), "the standby still receives WAL");
+        let ports = pair.ports;
+        drop(pair);
+        assert!(!dir.exists(), "{} left behind", dir.display());
+        for port in ports {
+            assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err(), "a server still listens on {port}");
+        }
+    }
 }
