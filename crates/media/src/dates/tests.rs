@@ -32,6 +32,25 @@ fn offsets() {
     assert_eq!(parse_offset("Z"), Some(0));
     assert_eq!(parse_offset("   :  "), None);
     assert_eq!(parse_offset("+2:00"), None);
+    assert_eq!(parse_offset(" +02:00\0"), Some(120), "blanks and a NUL around it");
+    assert_eq!(parse_offset("\0-05:30 "), Some(-330));
+    // Within ±14 hours, minutes below 60.
+    assert_eq!(parse_offset("+14:00"), Some(840));
+    assert_eq!(parse_offset("-14:00"), Some(-840));
+    assert_eq!(parse_offset("+15:00"), None);
+    assert_eq!(parse_offset("+05:59"), Some(359));
+    assert_eq!(parse_offset("+05:60"), None);
+    assert_eq!(parse_offset("+05:99"), None);
+}
+
+#[test]
+fn fractions_of_a_second() {
+    assert_eq!(fraction_nanos("25"), Some(250_000_000));
+    assert_eq!(fraction_nanos("000000001"), Some(1));
+    assert_eq!(fraction_nanos("1234567891"), Some(123_456_789), "digits past the ninth dropped");
+    assert_eq!(fraction_nanos(""), None, "no digits");
+    assert_eq!(fraction_nanos("5x"), None);
+    assert_eq!(parse_date_text("2019:07:04 12:34:56."), None, "a point and no fraction");
 }
 
 #[test]

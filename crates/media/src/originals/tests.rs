@@ -96,6 +96,12 @@ fn a_fifo_is_refused_without_blocking() {
     let kinds: Vec<_> = listed.iter().map(|e| (e.name.to_str().unwrap().to_owned(), e.kind)).collect();
     assert!(kinds.contains(&("pipe.jpg".into(), EntryKind::Other)), "{kinds:?}");
     assert!(kinds.contains(&("photo.jpg".into(), EntryKind::File)), "{kinds:?}");
+    // A listing holds the folder's entries only: never `.` (the folder itself) or `..` (its parent).
+    for folder in [&b""[..], b"a"] {
+        let names: Vec<_> =
+            root.list(&root.open_folder(folder).unwrap(), folder).unwrap().into_iter().map(|e| e.name).collect();
+        assert!(!names.iter().any(|n| n == "." || n == ".."), "{folder:?}: {names:?}");
+    }
 }
 
 #[test]
