@@ -105,13 +105,12 @@ fn gently_at<T: Send>(priority: Priority, work: impl FnOnce() -> T + Send) -> T 
 /// Lowers the calling thread to `priority`, never raising it (an operator who started the Worker nicer keeps
 /// that). System calls only, no allocation: sound between fork and exec.
 pub(crate) fn lower_this_thread(priority: Priority) -> std::io::Result<()> {
-    if priority.nice > rustix::process::getpriority_process(None)? {
-        rustix::process::setpriority_process(None, priority.nice)?;
-    }
+    // The nicer of the two: a nice value already above the asked one stays.
+    rustix::process::setpriority_process(None, priority.nice.max(rustix::process::getpriority_process(None)?))?;
     let current = io_priority(0)?;
     match priority.io {
         IoPriority::Normal => Ok(()),
-        IoPriority::Low if current.0 == CLASS_IDLE || (current.0 == CLASS_BEST_EFFORT && current.1 == 7) => Ok(()),
+        IoPriority::Low if current.0 == CLASS_IDLE || current == (CLASS_BEST_EFFORT, 7) => Ok(()),
         IoPriority::Low => set_io_priority(CLASS_BEST_EFFORT, 7),
         IoPriority::Idle => set_io_priority(CLASS_IDLE, 0),
     }
@@ -138,7 +137,7 @@ pub fn io_priority(tid: i32) -> std::io::Result<(u32, u32)> {
 }
 
 fn set_io_priority(class: u32, level: u32) -> std::io::Result<()> {
-    let value = libc::c_int::try_from((class << CLASS_SHIFT) | level).unwrap_or(0);
+    let value = libc::c_int::try_from((class << CLASS_SHIFT) + level).unwrap_or(0);
     // SAFETY: a system call with three integer arguments and no memory passed; async-signal-safe.
     #[allow(unsafe_code)]
     let set = unsafe { libc::syscall(libc::SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, value) };
@@ -182,6 +181,28 @@ mod tests {
         })
         .join()
         .unwrap();
+    }
+
+    /// A thread at a higher best-effort level than the lowest is lowered to it; the process's setting is what
+    /// `gently` runs at, read back as set.
+    #[test]
+    fn a_thread_at_a_higher_best_effort_level_is_lowered_and_the_setting_reads_back() {
+        std::thread::spawn(|| {
+            set_io_priority(CLASS_BEST_EFFORT, 4).unwrap();
+            let tid = rustix::thread::gettid().as_raw_nonzero().get();
+            assert_eq!(io_priority(tid).unwrap(), (CLASS_BEST_EFFORT, 4));
+            lower_this_thread(Priority { nice: 0, io: IoPriority::Low }).unwrap();
+            assert_eq!(io_priority(tid).unwrap(), (CLASS_BEST_EFFORT, 7));
+            assert!(set_io_priority(7, 0).is_err(), "an I/O class the kernel does not have is refused");
+        })
+        .join()
+        .unwrap();
+        let before = priority();
+        let asked = Priority { nice: 13, io: IoPriority::Idle };
+        set_priority(asked);
+        assert_eq!(priority(), asked);
+        set_priority(before);
+        assert_eq!(priority(), before);
     }
 
     #[test]
