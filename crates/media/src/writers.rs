@@ -44,6 +44,11 @@ pub fn writers(path: &Path) -> Writers {
     }
 }
 
+/// How a file is opened for its lease: to read, never through a link, without waiting (see [`ReadLease::take`]),
+/// kept from children, and never made this process's terminal.
+const LEASE_OPEN: OFlags =
+    OFlags::RDONLY.union(OFlags::NOFOLLOW).union(OFlags::NONBLOCK).union(OFlags::CLOEXEC).union(OFlags::NOCTTY);
+
 /// A read lease on a file, given back when dropped.
 struct ReadLease(OwnedFd);
 
@@ -52,8 +57,7 @@ impl ReadLease {
     fn take(path: &Path) -> Result<Self, Writers> {
         // Non-blocking: an open that would break another's lease (Samba's oplocks) fails instead of waiting for
         // it, which says that a server holds the file.
-        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
-        let fd = match rustix::fs::open(path, flags, Mode::empty()) {
+        let fd = match rustix::fs::open(path, LEASE_OPEN, Mode::empty()) {
             Ok(fd) => fd,
             Err(rustix::io::Errno::WOULDBLOCK) => return Err(Writers::Some),
             Err(_) => return Err(Writers::Unknown),
@@ -137,24 +141,49 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.jpg");
         std::fs::write(&path, b"jpeg").unwrap();
+        // A folder and a FIFO of the same owner are no regular files: they cannot be told, allowed or not.
+        let folder = dir.path().join("a folder.jpg");
+        std::fs::create_dir(&folder).unwrap();
+        let fifo = dir.path().join("a fifo.jpg");
+        rustix::fs::mknodat(rustix::fs::CWD, &fifo, rustix::fs::FileType::Fifo, rustix::fs::Mode::RUSR, 0).unwrap();
         let mine = rustix::process::getuid();
         let other = if mine.is_root() { rustix::process::Uid::from_raw(65534) } else { mine };
         if mine.is_root() {
-            rustix::fs::chown(&path, Some(other), None).unwrap();
+            for p in [&path, &folder, &fifo] {
+                rustix::fs::chown(p, Some(other), None).unwrap();
+            }
         }
         let asked = std::thread::spawn(move || {
             let mut sets = capabilities(None).unwrap();
             sets.effective.remove(CapabilitySet::LEASE);
             set_capabilities(None, sets).unwrap();
-            writers(&path)
+            [writers(&path), writers(&folder), writers(&fifo)]
         });
-        let answer = asked.join().unwrap();
+        let [answer, folder, fifo] = asked.join().unwrap();
         if mine.is_root() {
             assert_eq!(answer, Writers::NotAllowed);
         } else {
             // Not root: the file is this user's own, whose leases need no capability.
             assert_eq!(answer, Writers::None);
         }
+        assert_eq!((folder, fifo), (Writers::Unknown, Writers::Unknown));
+    }
+
+    /// The descriptor a lease is held on is not handed to a child started meanwhile (which would hold the file
+    /// open, and so the lease, after it is given back).
+    #[test]
+    fn a_child_started_during_a_lease_does_not_inherit_its_descriptor() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.jpg");
+        std::fs::write(&path, b"jpeg").unwrap();
+        let lease = ReadLease::take(&path).expect("a lease on a file nobody writes");
+        let fd = lease.0.as_raw_fd();
+        let child = std::process::Command::new("sh")
+            .args(["-c", &format!("test -e /proc/self/fd/{fd} && echo open || echo closed")])
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&child.stdout).trim(), "closed");
+        drop(lease);
     }
 
     /// Forces a writer to open the file while the lease is held: the kernel signals the holder, which must not
