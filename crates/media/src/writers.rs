@@ -67,17 +67,16 @@ impl ReadLease {
             _ => return Err(Writers::Unknown),
         }
         let raw = fd.as_raw_fd();
-        // SAFETY: `fcntl` with F_SETSIG and F_SETLEASE takes an integer argument and touches no memory of ours;
-        // `raw` is the open descriptor `fd` owns, alive for both calls.
+        // SAFETY: `fcntl` with F_SETSIG takes an integer argument and touches no memory of ours; `raw` is the
+        // open descriptor `fd` owns, alive for the call.
         #[allow(unsafe_code)]
-        let (signal, lease) = unsafe {
-            let signal = libc::fcntl(raw, F_SETSIG, libc::SIGURG);
-            let lease = if signal == 0 { libc::fcntl(raw, libc::F_SETLEASE, libc::F_RDLCK) } else { -1 };
-            (signal, lease)
-        };
+        let signal = unsafe { libc::fcntl(raw, F_SETSIG, libc::SIGURG) };
         if signal != 0 {
             return Err(Writers::Unknown);
         }
+        // SAFETY: as above, F_SETLEASE with an integer argument.
+        #[allow(unsafe_code)]
+        let lease = unsafe { libc::fcntl(raw, libc::F_SETLEASE, libc::F_RDLCK) };
         if lease == 0 {
             return Ok(ReadLease(fd));
         }
