@@ -1,4 +1,5 @@
 use std::path::PathBuf;
+use std::time::Duration;
 
 use super::*;
 use crate::RootFolder;
@@ -117,4 +118,41 @@ async fn a_failing_transcode_is_an_error_and_leaves_no_web_video() {
     assert!(matches!(&err, MediaError::ProxyNotMade { proxy: ProxyType::WebVideo, .. }), "{err:?}");
     assert!(err.to_string().contains("Conversion failed!"), "{err}");
     assert_eq!(names(&s.out), ["poster.jpg"]);
+}
+
+/// The poster is taken from half a second in; only when that gives nothing is it tried again from the start.
+/// A first try that gave a whole poster is the answer (ffmpeg run once for it), and a first try stopped by its
+/// time limit is the answer too: a hung ffmpeg is not waited for a second time.
+#[tokio::test]
+async fn a_poster_is_tried_again_from_the_start_only_when_the_first_try_gave_nothing() {
+    let s = setup();
+    let tries = s.dir.path().join("poster-tries");
+    let count = format!("echo \"$*\" >> '{}'", tries.display());
+    let tries_of = |tries: &Path| {
+        let text = std::fs::read_to_string(tries).unwrap_or_default();
+        text.lines().map(|l| if l.contains("-ss 0.5") { "half a second in" } else { "the start" }).collect::<Vec<_>>()
+    };
+    let cancel = CancellationToken::new();
+
+    let whole = format!("{count}; cp '{}' \"$last\"", s.whole_jpeg.display());
+    let ffmpeg = fake_ffmpeg(s.dir.path(), &whole, "exit 1");
+    let _ = make_video_proxies_with(ffmpeg, &s.clip, &s.out, ToolLimits::default(), &cancel).await;
+    assert_eq!(tries_of(&tries), ["half a second in"], "a whole poster at the first try");
+
+    std::fs::remove_file(&tries).unwrap();
+    let empty_then_whole = format!(
+        "{count}; case \"$*\" in *'-ss 0.5'*) : > \"$last\" ;; *) cp '{}' \"$last\" ;; esac",
+        s.whole_jpeg.display()
+    );
+    let ffmpeg = fake_ffmpeg(s.dir.path(), &empty_then_whole, "exit 1");
+    let _ = make_video_proxies_with(ffmpeg, &s.clip, &s.out, ToolLimits::default(), &cancel).await;
+    assert_eq!(tries_of(&tries), ["half a second in", "the start"], "nothing half a second in");
+
+    std::fs::remove_file(&tries).unwrap();
+    let hung = format!("{count}; exec sleep 60");
+    let ffmpeg = fake_ffmpeg(s.dir.path(), &hung, "exit 1");
+    let limits = ToolLimits { quick: Duration::from_secs(1), ..ToolLimits::default() };
+    let err = make_video_proxies_with(ffmpeg, &s.clip, &s.out, limits, &cancel).await.unwrap_err();
+    assert!(matches!(err, MediaError::TimedOut { .. }), "{err:?}");
+    assert_eq!(tries_of(&tries), ["half a second in"], "a hung first try is not followed by a second");
 }
