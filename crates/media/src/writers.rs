@@ -49,8 +49,11 @@ pub fn writers(path: &Path) -> Writers {
 const LEASE_OPEN: OFlags =
     OFlags::RDONLY.union(OFlags::NOFOLLOW).union(OFlags::NONBLOCK).union(OFlags::CLOEXEC).union(OFlags::NOCTTY);
 
-/// A read lease on a file, given back when dropped.
-struct ReadLease(OwnedFd);
+/// A read lease on a file, given back when dropped: a lease lasts as long as the open file it was taken on, and
+/// the descriptor, opened close-on-exec, is the only one there is of it.
+struct ReadLease {
+    _open: OwnedFd,
+}
 
 impl ReadLease {
     /// Takes a read lease on the regular file at `path`; answers why not otherwise.
@@ -78,24 +81,13 @@ impl ReadLease {
         #[allow(unsafe_code)]
         let lease = unsafe { libc::fcntl(raw, libc::F_SETLEASE, libc::F_RDLCK) };
         if lease == 0 {
-            return Ok(ReadLease(fd));
+            return Ok(ReadLease { _open: fd });
         }
         match rustix::io::Errno::from_io_error(&std::io::Error::last_os_error()) {
             // Open for writing (EAGAIN), or a lease being broken (EBUSY).
             Some(rustix::io::Errno::AGAIN | rustix::io::Errno::BUSY) => Err(Writers::Some),
             Some(rustix::io::Errno::ACCESS | rustix::io::Errno::PERM) => Err(Writers::NotAllowed),
             _ => Err(Writers::Unknown),
-        }
-    }
-}
-
-impl Drop for ReadLease {
-    fn drop(&mut self) {
-        // SAFETY: as in `take`: an integer argument, on the descriptor this value owns. Closing the descriptor
-        // would give the lease back too; this gives it back first, explicitly.
-        #[allow(unsafe_code)]
-        unsafe {
-            libc::fcntl(self.0.as_raw_fd(), libc::F_SETLEASE, libc::F_UNLCK);
         }
     }
 }
@@ -176,7 +168,7 @@ mod tests {
         let path = dir.path().join("a.jpg");
         std::fs::write(&path, b"jpeg").unwrap();
         let lease = ReadLease::take(&path).expect("a lease on a file nobody writes");
-        let fd = lease.0.as_raw_fd();
+        let fd = lease._open.as_raw_fd();
         let child = std::process::Command::new("sh")
             .args(["-c", &format!("test -e /proc/self/fd/{fd} && echo open || echo closed")])
             .output()
