@@ -85,7 +85,9 @@ fn date_at(b: &[u8], start: usize) -> Option<NaiveDateTime> {
         0
     };
     t += skip;
-    let time = (skip > 0).then(|| time_at(b, &mut t)).flatten().unwrap_or(NaiveTime::MIN);
+    // A time starts with a digit, and none follows the date itself (its run ended there): with no separator,
+    // no time.
+    let time = time_at(b, &mut t).unwrap_or(NaiveTime::MIN);
     Some(date.and_time(time))
 }
 

@@ -75,6 +75,37 @@ fn file_name_patterns_of_phones_messengers_and_screenshots() {
 }
 
 #[test]
+fn a_time_in_a_file_name_is_read_on_a_twelve_or_twenty_four_hour_clock() {
+    let at = |s: &str| date_in_file_name(s).map(|c| c.at.naive_utc());
+    for (name, hour) in [
+        ("2019-07-04 09.02.03.jpg", 9),
+        ("2019-07-04 at 9.02.03.png", 9),
+        ("Screenshot 2019-07-04 at 9.02.03 AM.png", 9),
+        ("Screenshot 2019-07-04 at 9.02.03 PM.png", 21),
+        ("Screenshot 2019-07-04 at 11.02.03 PM.png", 23),
+        ("Screenshot 2019-07-04 at 12.02.03 PM.png", 12),
+        ("Screenshot 2019-07-04 at 12.02.03 AM.png", 0),
+        // macOS writes a narrow no-break space before AM and PM.
+        ("Screenshot 2019-07-04 at 9.02.03\u{202f}PM.png", 21),
+        ("Screenshot 2019-07-04 at 12.02.03\u{202f}AM.png", 0),
+        ("Screenshot 2019-07-04 at 21.02.03 PM.png", 21),
+    ] {
+        assert_eq!(at(name), Some(local(2019, 7, 4, hour, 2, 3)), "{name}");
+    }
+}
+
+#[test]
+fn a_file_name_may_be_dated_up_to_the_end_of_next_year() {
+    use chrono::Datelike;
+    let this_year = chrono::Utc::now().year();
+    let at = |year: i32| date_in_file_name(&format!("IMG_{year}1231_235959.jpg")).map(|c| c.at.naive_utc());
+    for year in [this_year - 1, this_year, this_year + 1] {
+        assert_eq!(at(year), Some(local(year, 12, 31, 23, 59, 59)), "{year}");
+    }
+    assert_eq!(at(this_year + 2), None, "the year after next is a number, not a date");
+}
+
+#[test]
 fn numbers_that_are_not_dates_give_nothing() {
     for name in [
         "IMG_1234.JPG",

@@ -11,12 +11,11 @@ use super::{Stamp, calendar_date, parse_date_text};
 /// write) and the date an AVCHD camcorder writes into its H.264 stream (MTS, M2TS). Read from the open file
 /// (never its path), from its first few megabytes; nothing for other containers or when no date is found.
 pub(crate) fn embedded_video_date(file: &std::fs::File) -> Option<CaptureTime> {
-    let head = read_head(file, 0, 16)?;
-    if head.starts_with(b"RIFF") && head[8..12] == *b"AVI " {
-        avi_date(file).map(|s| s.capture(CaptureSource::Container))
-    } else {
-        avchd_date(file).map(|s| s.capture(CaptureSource::Container))
-    }
+    let stamp = match read_head(file, 0, 12)[..] {
+        [b'R', b'I', b'F', b'F', _, _, _, _, b'A', b'V', b'I', b' '] => avi_date(file),
+        _ => avchd_date(file),
+    };
+    stamp.map(|s| s.capture(CaptureSource::Container))
 }
 
 /// [`embedded_video_date`] of an open original, read off the async threads. Nothing when the file cannot be read
@@ -26,22 +25,16 @@ pub(crate) async fn read_embedded_video_date(original: &crate::Original) -> Opti
     tokio::task::spawn_blocking(move || embedded_video_date(&file)).await.ok().flatten()
 }
 
-/// Up to `len` bytes of `file` at `offset` (fewer at its end), or `None` when not one could be read. Positioned
+/// The `len` bytes of `file` at `offset`, fewer where it ends first, none when they cannot be read. Positioned
 /// reads: the file's offset, shared with the tools that read it, is left alone.
-fn read_head(file: &std::fs::File, offset: u64, len: usize) -> Option<Vec<u8>> {
+fn read_head(file: &std::fs::File, offset: u64, len: usize) -> Vec<u8> {
     use std::os::unix::fs::FileExt;
-    let mut buf = vec![0; len];
-    let mut got = 0;
-    while got < len {
-        match file.read_at(&mut buf[got..], offset + got as u64) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => break,
-        }
+    let there = file.metadata().map_or(0, |m| m.len()).saturating_sub(offset);
+    let mut buf = vec![0; usize::try_from(there).map_or(len, |there| there.min(len))];
+    if file.read_exact_at(&mut buf, offset).is_err() {
+        buf.clear();
     }
-    buf.truncate(got);
-    (got > 0).then_some(buf)
+    buf
 }
 
 /// How far into an AVI its `IDIT` chunk is looked for: cameras write it in the header list (`hdrl`), before
@@ -49,40 +42,40 @@ fn read_head(file: &std::fs::File, offset: u64, len: usize) -> Option<Vec<u8>> {
 const AVI_HEADER_LIMIT: u64 = 1 << 20;
 
 /// An AVI's `IDIT` chunk, found in its header list (`LIST hdrl`) or among the RIFF's top-level chunks before
-/// the frames, no deeper and no further than [`AVI_HEADER_LIMIT`].
+/// the frames (`LIST movi`), within the RIFF and no further than [`AVI_HEADER_LIMIT`].
 fn avi_date(file: &std::fs::File) -> Option<Stamp> {
     // Chunks: a four-letter id, a little-endian size, the data padded to an even length.
     let chunk_at = |offset: u64| -> Option<([u8; 4], u32)> {
-        let head = read_head(file, offset, 12)?;
-        let id: [u8; 4] = head.get(..4)?.try_into().ok()?;
-        Some((id, u32::from_le_bytes(head.get(4..8)?.try_into().ok()?)))
+        let head = read_head(file, offset, 8);
+        let (id, size) = head.split_first_chunk::<4>()?;
+        Some((*id, u32::from_le_bytes(size.try_into().ok()?)))
     };
-    let riff_end = 8 + u64::from(chunk_at(0)?.1);
-    // Lists to walk: the RIFF's top level (after "RIFF", size, "AVI "), then the header list once found.
-    let mut lists = vec![(12u64, riff_end.min(AVI_HEADER_LIMIT))];
-    while let Some((mut at, end)) = lists.pop() {
-        while at + 8 <= end {
-            // A file cut short ends this list; the header list may still hold the date.
-            let Some((id, size)) = chunk_at(at) else { break };
-            let data = at + 8;
-            match &id {
-                b"IDIT" => {
-                    let text = read_head(file, data, (size as usize).min(64))?;
-                    return parse_avi_date(&String::from_utf8_lossy(&text));
-                }
-                b"LIST" => {
-                    let kind = read_head(file, data, 4)?;
-                    if kind == b"movi" {
-                        break;
-                    }
-                    if kind == b"hdrl" {
-                        lists.push((data + 4, (data + u64::from(size)).min(end)));
-                    }
-                }
-                _ => {}
+    let end = (8 + u64::from(chunk_at(0)?.1)).min(AVI_HEADER_LIMIT);
+    // After "RIFF", its size and "AVI ". The header list is entered where it is found: its chunks end where it
+    // does, and the walk goes on with the top level's after it.
+    let mut at = 12;
+    while at + 8 <= end {
+        // A file cut short ends the walk.
+        let (id, size) = chunk_at(at)?;
+        let data = at + 8;
+        match &id {
+            b"IDIT" => {
+                // Its first 64 bytes at most, and none of a file cut short inside it.
+                let want = (size as usize).min(64);
+                let text = read_head(file, data, want);
+                return (text.len() == want).then(|| parse_avi_date(&String::from_utf8_lossy(&text))).flatten();
             }
-            at = data + u64::from(size) + u64::from(size & 1);
+            b"LIST" => match &read_head(file, data, 4)[..] {
+                b"hdrl" => {
+                    at = data + 4;
+                    continue;
+                }
+                b"movi" => break,
+                _ => {}
+            },
+            _ => {}
         }
+        at = data + u64::from(size) + u64::from(size & 1);
     }
     None
 }
@@ -107,9 +100,13 @@ pub(crate) fn parse_avi_date(text: &str) -> Option<Stamp> {
     Some(Stamp { local: date.and_time(time), offset_minutes: None })
 }
 
-/// How far into a transport stream the AVCHD date is looked for. Camcorders write it with every picture
-/// (Panasonic's not with the first), so it is found within the first frames, a few hundred kilobytes.
-const AVCHD_SCAN_LIMIT: u64 = 4 << 20;
+/// How much of a transport stream the AVCHD date is looked for in: this many reads of [`PACKETS_PER_READ`]
+/// packets (about 4 MiB). Camcorders write it with every picture (Panasonic's not with the first), so it is found
+/// within the first frames, a few hundred kilobytes.
+const AVCHD_READS: u64 = 22;
+
+/// Packets read at a time from a transport stream.
+const PACKETS_PER_READ: usize = 1024;
 
 /// The identifier of the camcorders' "MDPM" metadata in an H.264 SEI message of unregistered user data.
 const MDPM_UUID: [u8; 16] =
@@ -119,23 +116,21 @@ const MDPM_UUID: [u8; 16] =
 /// 4-byte timestamp before each, as M2TS and AVCHD's MTS are): the video stream's payloads are joined and its
 /// H.264 SEI messages searched for the MDPM metadata.
 fn avchd_date(file: &std::fs::File) -> Option<Stamp> {
-    let head = read_head(file, 0, 4 * 192 + 8)?;
+    let head = read_head(file, 0, 4 * 192);
     let synced = |start: usize, size: usize| (0..4).all(|i| head.get(start + i * size) == Some(&0x47));
     let (start, size) = [(0, 188), (4, 192)].into_iter().find(|&(start, size)| synced(start, size))?;
     let mut streams = VideoStreams::default();
-    let chunk = 1024 * size;
-    let mut offset = 0u64;
-    while offset < AVCHD_SCAN_LIMIT {
-        let bytes = read_head(file, offset, chunk)?;
+    let chunk = PACKETS_PER_READ * size;
+    for read in 0..AVCHD_READS {
+        let bytes = read_head(file, read * chunk as u64, chunk);
+        if bytes.is_empty() {
+            break;
+        }
         for packet in bytes.chunks_exact(size) {
             if let Some(stamp) = streams.push(&packet[start..start + 188]) {
                 return Some(stamp);
             }
         }
-        if bytes.len() < chunk {
-            break;
-        }
-        offset += chunk as u64;
     }
     None
 }
@@ -143,51 +138,41 @@ fn avchd_date(file: &std::fs::File) -> Option<Stamp> {
 /// The H.264 bytes of a transport stream's video streams, by packet id, as far as they were read.
 #[derive(Default)]
 struct VideoStreams {
-    /// Packet id → its elementary stream so far, and how much of it was searched.
-    streams: std::collections::HashMap<u16, (Vec<u8>, usize)>,
-    /// Packet ids seen to carry something else.
-    others: std::collections::HashSet<u16>,
+    /// Packet id → the bytes of its elementary stream not yet searched.
+    streams: std::collections::HashMap<u16, Vec<u8>>,
 }
 
 impl VideoStreams {
     /// Takes one 188-byte packet; the MDPM date once a complete SEI message holding it has arrived.
     fn push(&mut self, packet: &[u8]) -> Option<Stamp> {
-        if packet[0] != 0x47 {
-            return None;
-        }
-        let pid = u16::from_be_bytes([packet[1] & 0x1f, packet[2]]);
-        let unit_start = packet[1] & 0x40 != 0;
-        let control = (packet[3] >> 4) & 0x3;
-        if control & 1 == 0 || self.others.contains(&pid) {
-            return None;
-        }
-        let mut payload = &packet[4..];
-        if control & 2 != 0 {
-            payload = payload.get(1 + usize::from(*payload.first()?)..)?;
-        }
+        let [0x47, flags, pid, control, rest @ ..] = packet else { return None };
+        let pid = u16::from_be_bytes([flags & 0x1f, *pid]);
+        let unit_start = flags & 0x40 != 0;
+        let mut payload = match (control >> 4) & 0x3 {
+            1 => rest,
+            // An adaptation field first, its length in its first byte.
+            3 => rest.get(1 + usize::from(*rest.first()?)..)?,
+            // No payload (2), or reserved (0).
+            _ => return None,
+        };
         if unit_start {
-            // A PES packet starts here: a video stream (ids 0xE0 to 0xEF) or something else.
-            if payload.len() < 9 || payload[..3] != [0, 0, 1] {
-                self.others.insert(pid);
+            // A PES packet starts here: a video stream's (ids 0xE0 to 0xEF), its header's optional fields
+            // skipped by their length, or something else's.
+            let [0, 0, 1, 0xe0..=0xef, _, _, _, _, optional, ..] = payload else {
                 self.streams.remove(&pid);
                 return None;
-            }
-            if !(0xe0..=0xef).contains(&payload[3]) {
-                self.others.insert(pid);
-                self.streams.remove(&pid);
-                return None;
-            }
-            payload = payload.get(9 + usize::from(payload[8])..)?;
+            };
+            payload = payload.get(9 + usize::from(*optional)..)?;
         }
-        let (bytes, searched) = match self.streams.get_mut(&pid) {
+        let bytes = match self.streams.get_mut(&pid) {
             Some(stream) => stream,
             // Bytes before the first PES header are the tail of a packet we did not see.
             None if unit_start => self.streams.entry(pid).or_default(),
             None => return None,
         };
         bytes.extend_from_slice(payload);
-        let (found, done) = find_mdpm_date(&bytes[*searched..]);
-        *searched += done;
+        let (found, done) = find_mdpm_date(bytes);
+        bytes.drain(..done);
         found
     }
 }
@@ -195,19 +180,20 @@ impl VideoStreams {
 /// Searches H.264 Annex B bytes for an SEI message holding the MDPM date. Looks only at NAL units whose end was
 /// seen (a start code follows); returns the date, if found, and how many bytes need no second look.
 fn find_mdpm_date(bytes: &[u8]) -> (Option<Stamp>, usize) {
-    let starts: Vec<usize> = memchr::memmem::find_iter(bytes, &[0, 0, 1]).map(|at| at + 3).collect();
-    for pair in starts.windows(2) {
-        let (unit, next) = (pair[0], pair[1]);
-        // The next start code begins 3 bytes before `next`, perhaps with one more zero (a 4-byte start code).
-        let end = next - 3;
-        if bytes.get(unit).is_some_and(|header| header & 0x1f == 6)
-            && let Some(stamp) = sei_mdpm_date(&unescape(&bytes[unit + 1..end]))
+    // Where each start code (`00 00 01`) begins: a unit runs from after one to the next. (A 4-byte start code's
+    // extra zero is left at the end of the unit before it, where the SEI's trailing bits have ended it already.)
+    let codes: Vec<usize> = memchr::memmem::find_iter(bytes, &[0, 0, 1]).collect();
+    for pair in codes.windows(2) {
+        if let [header, payload @ ..] = &bytes[pair[0] + 3..pair[1]]
+            && header & 0x1f == 6
+            && let Some(stamp) = sei_mdpm_date(&unescape(payload))
         {
-            return (Some(stamp), end);
+            return (Some(stamp), pair[1]);
         }
     }
-    // What lies before the last start code was searched; the last unit may be incomplete.
-    (None, starts.last().map_or(bytes.len().saturating_sub(3), |last| last - 3))
+    // What lies before the last start code was searched: the unit after it may be incomplete. With none, the
+    // last two bytes may begin one.
+    (None, codes.last().copied().unwrap_or(bytes.len().saturating_sub(2)))
 }
 
 /// A NAL unit's payload with its emulation prevention bytes removed (`00 00 03` becomes `00 00`).

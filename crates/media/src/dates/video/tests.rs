@@ -153,7 +153,12 @@ fn mdpm_time_zone_bytes() {
 /// Packets of a transport stream carrying `es` as one PES packet of a video stream on `pid`, its payload
 /// split across packets at 184-byte boundaries (the last one padded by an adaptation field).
 fn packets(pid: u16, es: &[u8]) -> Vec<u8> {
-    let mut pes = vec![0, 0, 1, 0xe0, 0, 0, 0x80, 0, 0];
+    pes_packets(pid, 0xe0, es)
+}
+
+/// [`packets`] of a PES packet of stream id `stream` (0xE0 to 0xEF video, 0xC0 to 0xDF audio).
+fn pes_packets(pid: u16, stream: u8, es: &[u8]) -> Vec<u8> {
+    let mut pes = vec![0, 0, 1, stream, 0, 0, 0x80, 0, 0];
     pes.extend_from_slice(es);
     let mut out = Vec::new();
     for (i, chunk) in pes.chunks(184).enumerate() {
@@ -227,4 +232,158 @@ async fn probe_video_gives_an_avis_idit_date_and_an_avchd_date() {
         let created = facts.created.unwrap_or_else(|| panic!("{name}: no capture time"));
         assert_eq!((created.at.naive_utc(), created.source), (at, CaptureSource::Container), "{name}");
     }
+}
+
+/// A RIFF chunk: its id, its size, its data padded to an even length.
+fn chunk(id: &[u8; 4], data: &[u8]) -> Vec<u8> {
+    let mut out = id.to_vec();
+    out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    out.extend_from_slice(data);
+    out.resize(out.len() + (data.len() & 1), 0);
+    out
+}
+
+/// A `LIST` (or, with `b"RIFF"`, the file's own chunk) of `kind` holding `chunks`.
+fn list(id: &[u8; 4], kind: &[u8; 4], chunks: &[Vec<u8>]) -> Vec<u8> {
+    chunk(id, &[kind.to_vec(), chunks.concat()].concat())
+}
+
+/// The capture time `embedded_video_date` finds in a file holding `bytes`.
+fn date_in(bytes: &[u8]) -> Option<NaiveDateTime> {
+    let file = tempfile::tempfile().unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&file, bytes, 0).unwrap();
+    embedded_video_date(&file).map(|c| c.at.naive_utc())
+}
+
+#[test]
+fn an_avis_idit_is_found_in_its_header_list_and_at_its_top_level_before_the_frames() {
+    let idit = |text: &[u8]| chunk(b"IDIT", text);
+    let avih = chunk(b"avih", &(0..56).collect::<Vec<u8>>());
+    // An odd-sized chunk is padded to an even length: the next one starts after the padding.
+    let odd = chunk(b"ISFT", b"Lavf5");
+    let frames = list(b"LIST", b"movi", &[chunk(b"00dc", &[0; 100])]);
+    let header = list(b"LIST", b"hdrl", &[avih.clone(), odd.clone(), idit(b"2010:10:28 11:22:33")]);
+    let in_header = list(b"RIFF", b"AVI ", &[header, frames.clone()]);
+    assert_eq!(date_in(&in_header), Some(local(2010, 10, 28, 11, 22, 33)), "in the header list");
+    // At the top level, after the header list and 300 KB of padding, and after a list of another kind whose
+    // chunks are not the RIFF's.
+    let info = list(b"LIST", b"INFO", &[idit(b"1999:01:01 00:00:00")]);
+    let header = list(b"LIST", b"hdrl", &[avih.clone(), odd.clone()]);
+    let junk = chunk(b"JUNK", &vec![0; 300_000]);
+    let top = list(b"RIFF", b"AVI ", &[header, junk, info, odd, idit(b"2011:01:02 03:04:05"), frames]);
+    assert_eq!(date_in(&top), Some(local(2011, 1, 2, 3, 4, 5)), "at the top level");
+}
+
+#[test]
+fn nothing_past_an_avis_frames_its_end_or_its_first_mebibyte_is_taken_for_its_date() {
+    let idit = chunk(b"IDIT", b"2010:10:28 11:22:33");
+    let header = list(b"LIST", b"hdrl", &[chunk(b"avih", &[0; 56])]);
+    let frames = list(b"LIST", b"movi", &[chunk(b"00dc", &[0; 100])]);
+    let riff = |chunks: &[Vec<u8>]| list(b"RIFF", b"AVI ", chunks);
+    let whole = riff(&[header.clone(), idit.clone()]);
+    assert_eq!(date_in(&whole), Some(local(2010, 10, 28, 11, 22, 33)), "the control");
+    let after_frames = riff(&[header.clone(), frames.clone(), idit.clone()]);
+    assert_eq!(date_in(&after_frames), None, "after the frames");
+    for chunks in [vec![header.clone(), frames], vec![header.clone()]] {
+        let after_the_riff = [riff(&chunks), idit.clone()].concat();
+        assert_eq!(date_in(&after_the_riff), None, "after the RIFF's end ({} chunks)", chunks.len());
+    }
+    let far = riff(&[header.clone(), chunk(b"JUNK", &vec![0; 1 << 20]), idit.clone()]);
+    assert_eq!(date_in(&far), None, "past the first mebibyte");
+    let wave = list(b"RIFF", b"WAVE", &[chunk(b"fmt ", &[0; 16]), idit.clone()]);
+    assert_eq!(date_in(&wave), None, "a RIFF that is not an AVI");
+    // Files cut short anywhere give nothing, and never a panic.
+    for len in 0..whole.len() - 2 {
+        assert_eq!(date_in(&whole[..len]), None, "cut at {len}");
+    }
+}
+
+#[test]
+fn a_folder_or_an_empty_file_has_no_embedded_date() {
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(embedded_video_date(&std::fs::File::open(dir.path()).unwrap()), None);
+    assert_eq!(date_in(b""), None);
+    assert_eq!(read_head(&std::fs::File::open(dir.path()).unwrap(), 0, 16), b"", "a folder reads as nothing");
+}
+
+/// 188-byte packets of the null stream (packet id 0x1FFF), which carries nothing.
+fn null_packets(count: usize) -> Vec<u8> {
+    let mut packet = vec![0x47, 0x1f, 0xff, 0x10];
+    packet.resize(188, 0xff);
+    packet.repeat(count)
+}
+
+/// A transport stream's 188-byte packets as M2TS writes them: 192 bytes, a 4-byte time stamp first.
+fn m2ts(ts: &[u8]) -> Vec<u8> {
+    ts.chunks_exact(188).flat_map(|p| [&[0, 0, 0, 0][..], p].concat()).collect()
+}
+
+/// The elementary stream of a camcorder's first picture: an access unit delimiter, an SEI unit holding `filler`
+/// bytes of another message and then the MDPM message of `date` (`YYYYMMDDhhmmss` in BCD), a slice; then the next
+/// picture's delimiter, which ends the slice's unit.
+fn camcorder_picture(filler: usize, date: [u8; 7]) -> Vec<u8> {
+    // An SEI number: a run of 0xFF bytes (255 each) and a last byte added to them.
+    fn number(sei: &mut Vec<u8>, n: usize) {
+        sei.extend(std::iter::repeat_n(0xff, n / 255));
+        sei.push((n % 255) as u8);
+    }
+    let mut sei = Vec::new();
+    if filler > 0 {
+        number(&mut sei, 4);
+        number(&mut sei, filler);
+        sei.extend(std::iter::repeat_n(0x55, filler));
+    }
+    let mut message = MDPM_UUID.to_vec();
+    message.extend(mdpm(0x00, date));
+    number(&mut sei, 5);
+    number(&mut sei, message.len());
+    sei.extend_from_slice(&message);
+    sei.push(0x80);
+    [nal(0x09, &[0xf0]), nal(0x06, &sei), nal(0x65, &[0x88, 0x84, 0x21]), nal(0x09, &[0xf0])].concat()
+}
+
+#[test]
+fn an_avchd_date_is_looked_for_in_the_first_reads_in_either_packet_size() {
+    let picture = packets(0x1011, &camcorder_picture(0, [0x20, 0x10, 0x10, 0x28, 0x11, 0x22, 0x33]));
+    let expected = Some(local(2010, 10, 28, 11, 22, 33));
+    // 1,100 packets of something else first: past the first read.
+    let late = [null_packets(1_100), picture.clone()].concat();
+    assert_eq!(date_in(&late), expected, "188-byte packets");
+    assert_eq!(date_in(&m2ts(&late)), expected, "192-byte packets");
+    let reads = AVCHD_READS as usize * PACKETS_PER_READ;
+    let last = [null_packets(reads - 1), picture.clone()].concat();
+    assert_eq!(date_in(&last), expected, "in the last packet read");
+    let past = [null_packets(reads), picture].concat();
+    assert_eq!(date_in(&past), None, "past the last read");
+}
+
+#[test]
+fn a_pes_headers_optional_fields_and_other_streams_packets_are_not_the_video() {
+    let real = camcorder_picture(0, [0x20, 0x10, 0x10, 0x28, 0x11, 0x22, 0x33]);
+    let decoy = camcorder_picture(0, [0x20, 0x01, 0x01, 0x01, 0x00, 0x00, 0x00]);
+    let expected = Some(local(2010, 10, 28, 11, 22, 33));
+    // A PES header whose optional fields (here 0xFF stuffing around a decoy) are skipped by their length.
+    let mut pes = vec![0, 0, 1, 0xe0, 0, 0, 0x80, 0, (decoy.len() + 2) as u8, 0xff];
+    pes.extend_from_slice(&decoy);
+    pes.push(0xff);
+    pes.extend_from_slice(&real);
+    let mut stream = Vec::new();
+    for (i, part) in pes.chunks(184).enumerate() {
+        let mut packet = vec![0x47, if i == 0 { 0x50 } else { 0x10 }, 0x11, 0x10 | i as u8];
+        packet.extend_from_slice(part);
+        packet.resize(188, 0xff);
+        stream.extend(packet);
+    }
+    assert_eq!(date_in(&[null_packets(4), stream].concat()), expected, "the header's fields skipped");
+    // An audio stream (PES id 0xC0) carrying the decoy is not a video stream; nor is a video stream's packet
+    // with no payload (an adaptation field only, as PCR packets are) part of its bytes, however it goes on.
+    let audio = pes_packets(0x1100, 0xc0, &decoy);
+    let mut adaptation_only = vec![0x47, 0x10, 0x11, 0x20, 183, 0];
+    adaptation_only.extend_from_slice(&decoy[..40]);
+    adaptation_only.resize(188, 0xff);
+    let video = packets(0x1011, &camcorder_picture(400, [0x20, 0x10, 0x10, 0x28, 0x11, 0x22, 0x33]));
+    let (first, rest) = video.split_at(188);
+    let mixed = [null_packets(4), audio, first.to_vec(), adaptation_only, rest.to_vec()].concat();
+    assert_eq!(date_in(&mixed), expected, "other streams' packets left out");
+    assert_eq!(date_in(&[null_packets(4), video].concat()), expected, "the control");
 }
