@@ -49,6 +49,10 @@ pub use operator::{ConfigOverview, HourlyOutcome};
 pub use pooler::PoolerMode;
 #[cfg(feature = "test-support")]
 pub use queue::claim_with;
+/// How recently a pooled connection must have been used to be handed out without a check (for tests that wait
+/// it out).
+#[cfg(feature = "test-support")]
+pub const UNCHECKED_WITHIN: std::time::Duration = pool::Checked::RECENT;
 pub use queue::{enqueue_in, request_cancel_in};
 pub use queue_admin::{ItemFilter, QueueSummaryRow};
 pub use tls::SslMode;

@@ -336,8 +336,8 @@ async fn a_connection_unused_for_a_while_is_kept_through_a_pooler_that_resets_it
     )
     .unwrap();
     store.queue_summary().await.unwrap();
-    // Unused for longer than a connection is handed out unchecked (a second: `pool::Checked::RECENT`).
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    // Unused for longer than a connection is handed out unchecked.
+    tokio::time::sleep(almanac_store_pg::UNCHECKED_WITHIN + Duration::from_millis(500)).await;
     store.queue_summary().await.unwrap();
     let log = bouncer.log();
     assert_eq!(log.matches("login attempt").count(), 1, "the connection was made again:\n{log}");

@@ -23,17 +23,10 @@ const NAME_YEARS: std::ops::RangeInclusive<i32> = 1990..=2099;
 /// files in local time; Pixel's `PXL_` names are in UTC, which the offset-less reading also keeps).
 pub fn date_in_file_name(name: &str) -> Option<CaptureTime> {
     let b = name.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        if b[i].is_ascii_digit()
-            && (i == 0 || !b[i - 1].is_ascii_digit())
-            && let Some(local) = date_at(b, i)
-        {
-            return Some(Stamp { local, offset_minutes: None }.capture(CaptureSource::FileName));
-        }
-        i += 1;
-    }
-    None
+    // Where a run of digits starts.
+    let mut runs = (0..b.len()).filter(|&i| b[i].is_ascii_digit() && (i == 0 || !b[i - 1].is_ascii_digit()));
+    let local = runs.find_map(|i| date_at(b, i))?;
+    Some(Stamp { local, offset_minutes: None }.capture(CaptureSource::FileName))
 }
 
 /// A date starting at `start` (the first digit of a run).

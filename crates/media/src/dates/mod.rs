@@ -62,11 +62,9 @@ pub(crate) fn parse_date_text(text: &str) -> Option<Stamp> {
         second = digits(b, &mut at, 2)?;
         if matches!(b.get(at), Some(b'.' | b',')) {
             at += 1;
-            let start = at;
-            while b.get(at).is_some_and(u8::is_ascii_digit) {
-                at += 1;
-            }
-            nanos = fraction_nanos(&s[start..at])?;
+            let fraction = b[at..].iter().take_while(|c| c.is_ascii_digit()).count();
+            nanos = fraction_nanos(&s[at..at + fraction])?;
+            at += fraction;
         }
     }
     let time = NaiveTime::from_hms_nano_opt(hour, minute, second, nanos)?;

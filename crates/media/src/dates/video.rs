@@ -148,27 +148,26 @@ impl VideoStreams {
         let [0x47, flags, pid, control, rest @ ..] = packet else { return None };
         let pid = u16::from_be_bytes([flags & 0x1f, *pid]);
         let unit_start = flags & 0x40 != 0;
-        let mut payload = match (control >> 4) & 0x3 {
+        let payload = match (control >> 4) & 0x3 {
             1 => rest,
             // An adaptation field first, its length in its first byte.
             3 => rest.get(1 + usize::from(*rest.first()?)..)?,
             // No payload (2), or reserved (0).
             _ => return None,
         };
-        if unit_start {
+        let (bytes, payload) = if unit_start {
             // A PES packet starts here: a video stream's (ids 0xE0 to 0xEF), its header's optional fields
             // skipped by their length, or something else's.
             let [0, 0, 1, 0xe0..=0xef, _, _, _, _, optional, ..] = payload else {
                 self.streams.remove(&pid);
                 return None;
             };
-            payload = payload.get(9 + usize::from(*optional)..)?;
-        }
-        let bytes = match self.streams.get_mut(&pid) {
-            Some(stream) => stream,
-            // Bytes before the first PES header are the tail of a packet we did not see.
-            None if unit_start => self.streams.entry(pid).or_default(),
-            None => return None,
+            let payload = payload.get(9 + usize::from(*optional)..)?;
+            (self.streams.entry(pid).or_default(), payload)
+        } else {
+            // The rest of a video stream's PES packet; or of one whose header was not seen (before the first
+            // one read, or not a video stream's), which is not ours.
+            (self.streams.get_mut(&pid)?, payload)
         };
         bytes.extend_from_slice(payload);
         let (found, done) = find_mdpm_date(bytes);
@@ -216,15 +215,10 @@ fn sei_mdpm_date(sei: &[u8]) -> Option<Stamp> {
     let mut at = 0;
     // A number is a run of 0xFF bytes (255 each) and a last byte added to them.
     let number = |at: &mut usize| -> Option<usize> {
-        let mut n = 0;
-        loop {
-            let b = *sei.get(*at)?;
-            *at += 1;
-            n += usize::from(b);
-            if b != 0xff {
-                return Some(n);
-            }
-        }
+        let run = sei.get(*at..)?.iter().take_while(|&&b| b == 0xff).count();
+        let last = *sei.get(*at + run)?;
+        *at += run + 1;
+        Some(255 * run + usize::from(last))
     };
     // Messages until the trailing bits (0x80) or the end.
     while sei.get(at).is_some_and(|b| *b != 0x80) {

@@ -313,9 +313,10 @@ fn null_packets(count: usize) -> Vec<u8> {
     packet.repeat(count)
 }
 
-/// A transport stream's 188-byte packets as M2TS writes them: 192 bytes, a 4-byte time stamp first.
-fn m2ts(ts: &[u8]) -> Vec<u8> {
-    ts.chunks_exact(188).flat_map(|p| [&[0, 0, 0, 0][..], p].concat()).collect()
+/// A transport stream's 188-byte packets as M2TS writes them: 192 bytes, a 4-byte time stamp first (its first
+/// byte `stamp`, the rest zeros).
+fn m2ts(ts: &[u8], stamp: u8) -> Vec<u8> {
+    ts.chunks_exact(188).flat_map(|p| [&[stamp, 0, 0, 0][..], p].concat()).collect()
 }
 
 /// The elementary stream of a camcorder's first picture: an access unit delimiter, an SEI unit holding `filler`
@@ -349,7 +350,9 @@ fn an_avchd_date_is_looked_for_in_the_first_reads_in_either_packet_size() {
     // 1,100 packets of something else first: past the first read.
     let late = [null_packets(1_100), picture.clone()].concat();
     assert_eq!(date_in(&late), expected, "188-byte packets");
-    assert_eq!(date_in(&m2ts(&late)), expected, "192-byte packets");
+    assert_eq!(date_in(&m2ts(&late, 0)), expected, "192-byte packets");
+    // A time stamp may begin with the sync byte: the packets are told by four sync bytes in a row.
+    assert_eq!(date_in(&m2ts(&late, 0x47)), expected, "192-byte packets, stamps starting 0x47");
     let reads = AVCHD_READS as usize * PACKETS_PER_READ;
     let last = [null_packets(reads - 1), picture.clone()].concat();
     assert_eq!(date_in(&last), expected, "in the last packet read");
