@@ -91,18 +91,30 @@ pub fn changed(workspace: &Path, cargo: &str, database_url: &str, base: Option<&
         database_url,
         &[&in_diff[..], &["--exclude".into(), BINARY_FILES.into()]].concat(),
     )?;
-    println!("==> the binary's changed code, against its own tests and the black-box tests");
-    let binary = run_mutants(workspace, cargo, database_url, &[&in_diff[..], &binary_pass()].concat())?;
+    let binary = binary_passes(workspace, cargo, database_url, &in_diff)?;
     Ok(libraries && binary)
 }
 
 pub fn package(workspace: &Path, cargo: &str, database_url: &str, package: &str) -> Result<bool> {
     check_skips_documented(workspace)?;
-    let mut args = vec!["--package".into(), package.to_owned(), "--in-place".into()];
+    let args = ["--package".into(), package.to_owned(), "--in-place".into()];
     if package == BINARY_PACKAGE {
-        args.extend(binary_pass());
+        return binary_passes(workspace, cargo, database_url, &args);
     }
     run_mutants(workspace, cargo, database_url, &args)
+}
+
+/// The binary's mutants in two stages: against its own tests first (seconds a mutant), then only those the
+/// first stage did not catch against both packages' tests (minutes a mutant; `--iterate` leaves out what the
+/// first stage caught or could not build). The answer is the second stage's.
+fn binary_passes(workspace: &Path, cargo: &str, database_url: &str, args: &[String]) -> Result<bool> {
+    println!("==> the binary's changed code, against its own tests");
+    let own = [args, &["--file".into(), BINARY_FILES.into()]].concat();
+    if run_mutants(workspace, cargo, database_url, &own)? {
+        return Ok(true);
+    }
+    println!("==> what its own tests did not catch, against the black-box tests as well");
+    run_mutants(workspace, cargo, database_url, &[args, &["--iterate".into()], &binary_pass()].concat())
 }
 
 /// The binary's crate: most of what it does (start, run, the CLI's verbs) is tested by running it as a
