@@ -161,7 +161,8 @@ fn no_scheduled_work_starts_inside_the_quiet_hours_and_it_resumes_at_their_end()
             ..ScheduleSettings::default()
         };
         let stop = CancellationToken::new();
-        let scheduler = tokio::spawn(Scheduler::new(Arc::new(clocked), ServedConfigs::All, settings).run(stop.clone()));
+        let run = Scheduler::new(Arc::new(clocked), ServedConfigs::All, settings).run(stop.clone());
+        let scheduler = tokio::spawn(support::logs::capture(run));
         let url = lib.db.url().to_owned();
         let mut seen = Vec::new();
         while let Some(look) = looks.recv().await {
@@ -178,6 +179,10 @@ fn no_scheduled_work_starts_inside_the_quiet_hours_and_it_resumes_at_their_end()
                 let store = lib.store.clone();
                 assert!(real.spawn(async move { store.run_now(crawl).await }).await.unwrap().unwrap());
             }
+            if look.at == window_start + Span::minutes(30) {
+                // The held purge is due again, as a retry backing off would be: the next look holds it.
+                real.spawn(due_again(url.clone(), "purge", look.at)).await.unwrap();
+            }
             let done = look.at >= window_end;
             let _ = look.go_on.send(());
             if done {
@@ -185,8 +190,15 @@ fn no_scheduled_work_starts_inside_the_quiet_hours_and_it_resumes_at_their_end()
             }
         }
         stop.cancel();
-        scheduler.await.unwrap();
+        let (lines, ()) = scheduler.await.unwrap();
         check(&seen, window_start, window_end);
+        // Their start and end are logged once each; held work once more, when a look held some (the purge).
+        let events = |event| support::logs::events(&lines, event);
+        assert_eq!(events("quiet_hours_began").len(), 1, "{lines:#?}");
+        assert_eq!(events("quiet_hours_ended").len(), 1, "{lines:#?}");
+        let held = events("scheduled_work_held");
+        assert_eq!(held.len(), 1, "{lines:#?}");
+        assert_eq!(held[0]["fields"]["held"], 1, "{lines:#?}");
     });
     real.block_on(async move { drop(lib) });
 }
@@ -292,6 +304,19 @@ async fn queued_crawl(url: String) -> almanac_domain::WorkItemId {
         .await
         .unwrap();
     almanac_domain::WorkItemId::from_uuid(row.id)
+}
+
+/// Makes the queued item of `kind` due at `at`.
+async fn due_again(url: String, kind: &str, at: DateTime<Utc>) {
+    use diesel_async::RunQueryDsl;
+    let mut conn = <diesel_async::AsyncPgConnection as diesel_async::AsyncConnection>::establish(&url).await.unwrap();
+    let updated = sql_query("UPDATE work_items SET run_after = $1 WHERE kind = $2 AND status = 'queued'")
+        .bind::<Timestamptz, _>(at)
+        .bind::<Text, _>(kind)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(updated, 1, "one queued {kind}");
 }
 
 /// What the looks saw.
