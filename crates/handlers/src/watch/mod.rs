@@ -170,3 +170,19 @@ fn pass(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn in_quiet_hours_reads_the_names_the_guide_gives_and_nothing_else() {
+        assert_eq!(InQuietHours::ALL.map(InQuietHours::name), ["ingest", "wait"]);
+        for value in InQuietHours::ALL {
+            assert_eq!(InQuietHours::parse(value.name()), Some(value));
+        }
+        for other in ["", "Wait", "ingest ", "hold"] {
+            assert_eq!(InQuietHours::parse(other), None, "{other:?}");
+        }
+    }
+}

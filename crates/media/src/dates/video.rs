@@ -50,34 +50,42 @@ fn avi_date(file: &std::fs::File) -> Option<Stamp> {
         let (id, size) = head.split_first_chunk::<4>()?;
         Some((*id, u32::from_le_bytes(size.try_into().ok()?)))
     };
+    // A chunk's data is padded to an even length: the next chunk starts after the padding.
+    let after = |data: u64, size: u32| data + u64::from(size) + u64::from(size & 1);
     let end = (8 + u64::from(chunk_at(0)?.1)).min(AVI_HEADER_LIMIT);
-    // After "RIFF", its size and "AVI ". The header list is entered where it is found: its chunks end where it
-    // does, and the walk goes on with the top level's after it.
+    // After "RIFF", its size and "AVI ".
     let mut at = 12;
-    while at + 8 <= end {
-        // A file cut short ends the walk.
-        let (id, size) = chunk_at(at)?;
-        let data = at + 8;
-        match &id {
-            b"IDIT" => {
-                // Its first 64 bytes at most, and none of a file cut short inside it.
-                let want = (size as usize).min(64);
-                let text = read_head(file, data, want);
-                return (text.len() == want).then(|| parse_avi_date(&String::from_utf8_lossy(&text))).flatten();
-            }
-            b"LIST" => match &read_head(file, data, 4)[..] {
-                b"hdrl" => {
-                    at = data + 4;
-                    continue;
+    // Once the header list is entered, where it is found: where its chunks end, and where the top level goes on
+    // after it.
+    let mut header = None;
+    loop {
+        while at + 8 <= header.map_or(end, |(list_end, _)| list_end) {
+            // A file cut short ends the walk.
+            let (id, size) = chunk_at(at)?;
+            let data = at + 8;
+            match &id {
+                b"IDIT" => {
+                    // Its first 64 bytes at most, and none of a file cut short inside it.
+                    let want = (size as usize).min(64);
+                    let text = read_head(file, data, want);
+                    return (text.len() == want).then(|| parse_avi_date(&String::from_utf8_lossy(&text))).flatten();
                 }
-                b"movi" => break,
+                b"LIST" => match &read_head(file, data, 4)[..] {
+                    b"hdrl" => {
+                        header = Some(((data + u64::from(size)).min(end), after(data, size)));
+                        at = data + 4;
+                        continue;
+                    }
+                    b"movi" => return None,
+                    _ => {}
+                },
                 _ => {}
-            },
-            _ => {}
+            }
+            at = after(data, size);
         }
-        at = data + u64::from(size) + u64::from(size & 1);
+        // What is left of the header list (or of the RIFF) holds no chunk.
+        at = header.take()?.1;
     }
-    None
 }
 
 /// An AVI `IDIT` date as cameras write it: C's `asctime` form (`THU OCT 28 11:22:33 2010`, any case, with a
@@ -190,10 +198,19 @@ fn find_mdpm_date(bytes: &[u8]) -> (Option<Stamp>, usize) {
             return (Some(stamp), pair[1]);
         }
     }
-    // What lies before the last start code was searched: the unit after it may be incomplete. With none, the
-    // last two bytes may begin one.
-    (None, codes.last().copied().unwrap_or(bytes.len().saturating_sub(2)))
+    // What lies before the last start code was searched. The unit after it may be incomplete: it is kept while it
+    // is an SEI unit (or its type has not arrived) of at most MAX_SEI bytes; of any other (a slice of a picture,
+    // hundreds of kilobytes, searched again with every packet otherwise), only the last two bytes, which may
+    // begin the next start code.
+    let keep_from = match codes.last() {
+        Some(&last) if bytes.len() - last <= MAX_SEI && bytes.get(last + 3).is_none_or(|h| h & 0x1f == 6) => last,
+        _ => bytes.len().saturating_sub(2),
+    };
+    (None, keep_from)
 }
+
+/// The longest SEI unit looked into: camcorders' are a few hundred bytes.
+const MAX_SEI: usize = 64 << 10;
 
 /// A NAL unit's payload with its emulation prevention bytes removed (`00 00 03` becomes `00 00`).
 fn unescape(escaped: &[u8]) -> Vec<u8> {

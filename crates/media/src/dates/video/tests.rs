@@ -195,27 +195,46 @@ fn nal(header: u8, payload: &[u8]) -> Vec<u8> {
     out
 }
 
-#[test]
-fn an_mdpm_message_split_across_packets_and_escaped_is_read() {
-    // Midnight, 2000-01-01: zeros that the stream must escape. After 400 bytes of another SEI message, so
-    // that the MDPM message straddles two packets.
-    let mut sei = vec![4, 0xff, (400 - 255) as u8];
-    sei.extend(std::iter::repeat_n(0x55, 400));
-    let mut message = MDPM_UUID.to_vec();
-    message.extend(mdpm(0x00, [0x20, 0x00, 0x01, 0x01, 0x00, 0x00, 0x00]));
-    sei.extend_from_slice(&[5, message.len() as u8]);
-    sei.extend_from_slice(&message);
-    sei.push(0x80);
-    let mut es = nal(0x09, &[0xf0]);
-    es.extend(nal(0x06, &sei));
-    es.extend(nal(0x65, &[0x88, 0x84, 0, 0, 0, 0x21]));
-    let mut stream = packets(0x1011, &[0u8; 3]);
-    stream.extend(packets(0x1011, &es));
-    stream.extend(packets(0x1011, &nal(0x09, &[0xf0])));
+/// The date `VideoStreams` finds in `es`, carried as one PES packet after a first PES packet of three bytes.
+fn streamed_date(es: &[u8]) -> Option<Stamp> {
+    let stream = [packets(0x1011, &[0u8; 3]), packets(0x1011, es)].concat();
     let mut streams = VideoStreams::default();
-    let found = stream.chunks_exact(188).find_map(|p| streams.push(p)).expect("the date");
-    assert_eq!((found.local, found.offset_minutes), (local(2000, 1, 1, 0, 0, 0), Some(0)));
-    assert!(nal(0x06, &sei).windows(3).any(|w| w == [0, 0, 3]), "the test's stream holds an escape");
+    stream.chunks_exact(188).find_map(|p| streams.push(p))
+}
+
+#[test]
+fn an_mdpm_message_is_read_wherever_the_packets_split_it() {
+    // Midnight, 2000-01-01: zeros that the stream must escape.
+    let date = [0x20, 0x00, 0x01, 0x01, 0x00, 0x00, 0x00];
+    let (mut message_split, mut escape_split, mut start_code_split) = (false, false, false);
+    for filler in 250..=450 {
+        let es = camcorder_picture(filler, date);
+        // Packet k carries the PES's bytes 184k to 184(k + 1), and the PES's header is 9 bytes.
+        let split = |at: usize, len: usize| (9 + at) / 184 != (9 + at + len - 1) / 184;
+        let found = |needle: &[u8]| memchr::memmem::find_iter(&es, needle).collect::<Vec<_>>();
+        message_split |= found(&MDPM_UUID).iter().any(|&at| split(at, MDPM_UUID.len() + 4 + 16));
+        escape_split |= found(&[0, 0, 3]).iter().any(|&at| split(at, 3));
+        start_code_split |= found(&[0, 0, 1]).iter().any(|&at| split(at, 3));
+        let stamp = streamed_date(&es).unwrap_or_else(|| panic!("no date with {filler} bytes before it"));
+        assert_eq!((stamp.local, stamp.offset_minutes), (local(2000, 1, 1, 0, 0, 0), Some(0)), "{filler}");
+    }
+    assert!(message_split && escape_split && start_code_split, "the fillers split each across packets");
+}
+
+#[test]
+fn a_long_slice_before_the_date_is_passed_over_and_a_long_sei_unit_is_not_looked_into() {
+    let date = [0x20, 0x10, 0x10, 0x28, 0x11, 0x22, 0x33];
+    let expected = Some(local(2010, 10, 28, 11, 22, 33));
+    // A picture's slice of 300 KB (not kept while it arrives), then the camcorder's picture.
+    let es = [nal(0x65, &vec![0x11; 300_000]), camcorder_picture(0, date)].concat();
+    assert_eq!(streamed_date(&es).map(|s| s.local), expected, "after a long slice");
+    assert_eq!(streamed_date(&camcorder_picture(60_000, date)).map(|s| s.local), expected, "an SEI unit of 60 KB");
+    assert_eq!(streamed_date(&camcorder_picture(70_000, date)).map(|s| s.local), None, "an SEI unit of 70 KB");
+    // An SEI unit right after a long one, wherever the packets split it.
+    for filler in (60_000..60_000 + 184).step_by(7) {
+        let es = [nal(0x09, &[0xf0]), sei_unit(filler, None), sei_unit(0, Some(date)), nal(0x09, &[0xf0])];
+        assert_eq!(streamed_date(&es.concat()).map(|s| s.local), expected, "after an SEI unit of {filler} bytes");
+    }
 }
 
 #[tokio::test]
@@ -282,6 +301,19 @@ fn nothing_past_an_avis_frames_its_end_or_its_first_mebibyte_is_taken_for_its_da
     let riff = |chunks: &[Vec<u8>]| list(b"RIFF", b"AVI ", chunks);
     let whole = riff(&[header.clone(), idit.clone()]);
     assert_eq!(date_in(&whole), Some(local(2010, 10, 28, 11, 22, 33)), "the control");
+    // A chunk that runs past the end of the header list: the top level goes on after the list, not after the
+    // chunk (inside the next one, here a decoy).
+    let decoy = chunk(b"JUNK", &chunk(b"IDIT", b"1999:01:01 00:00:00"));
+    let past = [&b"hdrl"[..], &chunk(b"avih", &[0; 56]), b"JUNK", &8u32.to_le_bytes()].concat();
+    let past = riff(&[chunk(b"LIST", &past), decoy, idit.clone(), frames.clone()]);
+    assert_eq!(date_in(&past), Some(local(2010, 10, 28, 11, 22, 33)), "a chunk past the header list's end");
+    // A header list that ends with bytes that are no chunk: the top level goes on after it.
+    for tail in [2, 4, 12] {
+        let avih = chunk(b"avih", &[0; 56]);
+        let ragged = chunk(b"LIST", &[&b"hdrl"[..], &avih, &vec![0; tail]].concat());
+        let after_it = riff(&[ragged, idit.clone(), frames.clone()]);
+        assert_eq!(date_in(&after_it), Some(local(2010, 10, 28, 11, 22, 33)), "a header list ending in {tail} bytes");
+    }
     let after_frames = riff(&[header.clone(), frames.clone(), idit.clone()]);
     assert_eq!(date_in(&after_frames), None, "after the frames");
     for chunks in [vec![header.clone(), frames], vec![header.clone()]] {
@@ -319,10 +351,15 @@ fn m2ts(ts: &[u8], stamp: u8) -> Vec<u8> {
     ts.chunks_exact(188).flat_map(|p| [&[stamp, 0, 0, 0][..], p].concat()).collect()
 }
 
-/// The elementary stream of a camcorder's first picture: an access unit delimiter, an SEI unit holding `filler`
-/// bytes of another message and then the MDPM message of `date` (`YYYYMMDDhhmmss` in BCD), a slice; then the next
-/// picture's delimiter, which ends the slice's unit.
+/// The elementary stream of a camcorder's first picture: an access unit delimiter, an SEI unit
+/// ([`sei_unit`]), a slice; then the next picture's delimiter, which ends the slice's unit.
 fn camcorder_picture(filler: usize, date: [u8; 7]) -> Vec<u8> {
+    [nal(0x09, &[0xf0]), sei_unit(filler, Some(date)), nal(0x65, &[0x88, 0x84, 0x21]), nal(0x09, &[0xf0])].concat()
+}
+
+/// An SEI unit holding `filler` bytes of another message and then, with a `date` (`YYYYMMDDhhmmss` in BCD), the
+/// MDPM message of that date.
+fn sei_unit(filler: usize, date: Option<[u8; 7]>) -> Vec<u8> {
     // An SEI number: a run of 0xFF bytes (255 each) and a last byte added to them.
     fn number(sei: &mut Vec<u8>, n: usize) {
         sei.extend(std::iter::repeat_n(0xff, n / 255));
@@ -334,13 +371,15 @@ fn camcorder_picture(filler: usize, date: [u8; 7]) -> Vec<u8> {
         number(&mut sei, filler);
         sei.extend(std::iter::repeat_n(0x55, filler));
     }
-    let mut message = MDPM_UUID.to_vec();
-    message.extend(mdpm(0x00, date));
-    number(&mut sei, 5);
-    number(&mut sei, message.len());
-    sei.extend_from_slice(&message);
+    if let Some(date) = date {
+        let mut message = MDPM_UUID.to_vec();
+        message.extend(mdpm(0x00, date));
+        number(&mut sei, 5);
+        number(&mut sei, message.len());
+        sei.extend_from_slice(&message);
+    }
     sei.push(0x80);
-    [nal(0x09, &[0xf0]), nal(0x06, &sei), nal(0x65, &[0x88, 0x84, 0x21]), nal(0x09, &[0xf0])].concat()
+    nal(0x06, &sei)
 }
 
 #[test]
