@@ -165,7 +165,11 @@ fn no_scheduled_work_starts_inside_the_quiet_hours_and_it_resumes_at_their_end()
         let scheduler = tokio::spawn(support::logs::capture(run));
         let url = lib.db.url().to_owned();
         let mut seen = Vec::new();
+        let mut last_look = None;
         while let Some(look) = looks.recv().await {
+            // Each look waits for the next tick (or the window's start): the clock moves on between them.
+            assert!(last_look.is_none_or(|last| look.at > last), "two looks at {}", look.at);
+            last_look = Some(look.at);
             let due = real.spawn(due_at(url.clone(), look.at)).await.unwrap();
             seen.push((look.at, due.clone()));
             if look.at == window_start {
@@ -252,7 +256,11 @@ fn a_watched_config_is_crawled_whole_daily_and_every_crawl_interval_once_no_work
         let stop = CancellationToken::new();
         let scheduler = tokio::spawn(Scheduler::new(Arc::new(clocked), ServedConfigs::All, settings).run(stop.clone()));
         let mut known = std::collections::HashSet::new();
+        let mut last_look = None;
         while let Some(look) = looks.recv().await {
+            // Each look waits for the next tick (or the window's start): the clock moves on between them.
+            assert!(last_look.is_none_or(|last| look.at > last), "two looks at {}", look.at);
+            last_look = Some(look.at);
             for key in real.spawn(crawl_keys(lib.db.url().to_owned())).await.unwrap() {
                 if known.insert(key.clone()) {
                     crawls.push((key, (look.at - day).num_minutes()));
