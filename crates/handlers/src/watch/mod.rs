@@ -185,4 +185,10 @@ mod tests {
             assert_eq!(InQuietHours::parse(other), None, "{other:?}");
         }
     }
+
+    /// The file system's functions cannot show themselves: the settings that hold them show their name.
+    #[test]
+    fn the_watchers_io_shows_as_its_name() {
+        assert_eq!(format!("{:?}", WatchIo::default()), "WatchIo");
+    }
 }
