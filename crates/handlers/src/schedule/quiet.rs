@@ -75,10 +75,10 @@ impl QuietHours {
 
     fn ends_in<Tz: TimeZone>(&self, zone: &Tz, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let time = now.with_timezone(zone).time();
-        let inside = if self.start < self.end {
-            self.start <= time && time < self.end
-        } else {
-            self.start <= time || time < self.end
+        let inside = match self.start.cmp(&self.end) {
+            std::cmp::Ordering::Less => self.start <= time && time < self.end,
+            // Across midnight (`parse` refuses a window that starts when it ends).
+            _ => self.start <= time || time < self.end,
         };
         inside.then(|| next(zone, now, self.end))
     }
@@ -88,11 +88,11 @@ impl QuietHours {
 /// change skips that day is taken as the first instant after the gap; a time it repeats, as its first reading.
 fn next<Tz: TimeZone>(zone: &Tz, now: DateTime<Utc>, time: NaiveTime) -> DateTime<Utc> {
     let today = now.with_timezone(zone).date_naive();
-    [today, today + Days::new(1), today + Days::new(2)]
+    [today, today + Days::new(1)]
         .into_iter()
         .filter_map(|day| at(zone, day, time))
         .find(|t| *t > now)
-        .expect("a time of day comes round within two days")
+        .expect("a time of day comes round by tomorrow")
 }
 
 fn at<Tz: TimeZone>(zone: &Tz, day: NaiveDate, time: NaiveTime) -> Option<DateTime<Utc>> {
@@ -135,6 +135,56 @@ mod tests {
         assert_eq!(w.ends(utc(6, 0)), None);
         assert_eq!(w.ends(utc(12, 0)), None);
         assert_eq!(w.next_start(utc(3, 0)), utc(22, 0));
+    }
+
+    /// A zone at +01:00 that moves to +02:00 at 01:00 UTC on 2026-03-29 (its clocks go from 02:00 to 03:00).
+    #[derive(Debug, Clone, Copy)]
+    struct Spring;
+
+    impl Spring {
+        const SWITCH: NaiveDate = NaiveDate::from_ymd_opt(2026, 3, 29).unwrap();
+        fn before() -> FixedOffset {
+            FixedOffset::east_opt(3600).unwrap()
+        }
+        fn after() -> FixedOffset {
+            FixedOffset::east_opt(7200).unwrap()
+        }
+    }
+
+    impl TimeZone for Spring {
+        type Offset = FixedOffset;
+        fn from_offset(_: &FixedOffset) -> Self {
+            Spring
+        }
+        fn offset_from_local_date(&self, _: &NaiveDate) -> chrono::LocalResult<FixedOffset> {
+            unimplemented!("not used")
+        }
+        fn offset_from_local_datetime(&self, local: &chrono::NaiveDateTime) -> chrono::LocalResult<FixedOffset> {
+            let switch = Self::SWITCH.and_hms_opt(2, 0, 0).unwrap();
+            match *local {
+                l if l < switch => chrono::LocalResult::Single(Self::before()),
+                l if l < switch + chrono::Duration::hours(1) => chrono::LocalResult::None,
+                _ => chrono::LocalResult::Single(Self::after()),
+            }
+        }
+        fn offset_from_utc_date(&self, _: &NaiveDate) -> FixedOffset {
+            unimplemented!("not used")
+        }
+        fn offset_from_utc_datetime(&self, utc: &chrono::NaiveDateTime) -> FixedOffset {
+            if *utc < Self::SWITCH.and_hms_opt(1, 0, 0).unwrap() { Self::before() } else { Self::after() }
+        }
+    }
+
+    #[test]
+    fn a_time_the_clocks_skip_is_the_first_instant_after_the_gap() {
+        let half_past_two = NaiveTime::from_hms_opt(2, 30, 0).unwrap();
+        let three_local_in_utc = Utc.with_ymd_and_hms(2026, 3, 29, 1, 0, 0).unwrap();
+        assert_eq!(at(&Spring, Spring::SWITCH, half_past_two), Some(three_local_in_utc));
+        let night_before = Utc.with_ymd_and_hms(2026, 3, 28, 23, 0, 0).unwrap();
+        assert_eq!(next(&Spring, night_before, half_past_two), three_local_in_utc);
+        // The day after, 02:30 is there again, at +02:00.
+        let day_after = Utc.with_ymd_and_hms(2026, 3, 30, 0, 30, 0).unwrap();
+        assert_eq!(next(&Spring, three_local_in_utc, half_past_two), day_after);
     }
 
     #[test]
