@@ -319,6 +319,55 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_watch_limit_reached_says_which_limit_and_other_errors_say_events_were_lost() {
+        let root = PathBuf::from("/lib");
+        let mut w = Window::default();
+        let limit = Err(notify::Error::new(notify::ErrorKind::MaxFilesWatch));
+        let Handled::FallBack(why) = handle(&root, limit, &mut w, Instant::now()) else { panic!("no fall-back") };
+        assert!(why.contains("fs.inotify.max_user_watches"), "{why}");
+        let other = Err(notify::Error::generic("the queue broke"));
+        let Handled::FallBack(why) = handle(&root, other, &mut w, Instant::now()) else { panic!("no fall-back") };
+        assert!(why.contains("could not be read") && why.contains("the queue broke"), "{why}");
+        assert!(!why.contains("max_user_watches"), "{why}");
+    }
+
+    /// A rename's two paths: where the file was counts for its folder only, where it is as a file that arrived.
+    #[tokio::test(start_paused = true)]
+    async fn a_renamed_file_arrives_where_it_is_renamed_to_and_only_there() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("b")).unwrap();
+        std::fs::write(dir.path().join("b/x.jpg"), b"12345").unwrap();
+        let mut w = Window::default();
+        let rename = EventKind::Modify(ModifyKind::Name(RenameMode::Both));
+        let (from, to) = (dir.path().join("a/x.jpg"), dir.path().join("b/x.jpg"));
+        assert_eq!(handle(dir.path(), event(rename, &[&from, &to]), &mut w, Instant::now()), Handled::Changed);
+        assert_eq!(w.unconfirmed(), [("b/x.jpg".to_owned(), true)]);
+        assert_eq!(w.pending_files(), 1);
+        assert_eq!(folders_of(&mut w), ["a", "b"]);
+    }
+
+    /// A sync tool's way: written under a hidden name, closed, renamed. Renamed unchanged, the file is as closed
+    /// after writing under its new name; changed in between, it only arrived.
+    #[tokio::test(start_paused = true)]
+    async fn a_file_written_under_a_hidden_name_and_renamed_unchanged_is_closed_after_writing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (aside, file) = (dir.path().join(".x.jpg.Ab12Cd"), dir.path().join("x.jpg"));
+        let close = EventKind::Access(AccessKind::Close(AccessMode::Write));
+        let rename = EventKind::Modify(ModifyKind::Name(RenameMode::Both));
+        for changed_between in [false, true] {
+            let mut w = Window::default();
+            std::fs::write(&aside, b"12345").unwrap();
+            assert_eq!(handle(dir.path(), event(close, &[&aside]), &mut w, Instant::now()), Handled::Ignored);
+            if changed_between {
+                std::fs::write(&aside, b"123456").unwrap();
+            }
+            std::fs::rename(&aside, &file).unwrap();
+            handle(dir.path(), event(rename, &[&aside, &file]), &mut w, Instant::now());
+            assert_eq!(w.unconfirmed(), [("x.jpg".to_owned(), changed_between)], "changed between: {changed_between}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_file_closed_after_writing_is_recorded_with_its_size_and_mtime() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("a")).unwrap();
