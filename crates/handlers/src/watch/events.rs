@@ -365,6 +365,15 @@ mod tests {
             handle(dir.path(), event(rename, &[&aside, &file]), &mut w, Instant::now());
             assert_eq!(w.unconfirmed(), [("x.jpg".to_owned(), changed_between)], "changed between: {changed_between}");
         }
+        // Closed under a name the crawl reads, then renamed: read as closed under that name, and only arrived
+        // under the new one.
+        let mut w = Window::default();
+        let (y, z) = (dir.path().join("y.jpg"), dir.path().join("z.jpg"));
+        std::fs::write(&y, b"12345").unwrap();
+        handle(dir.path(), event(close, &[&y]), &mut w, Instant::now());
+        std::fs::rename(&y, &z).unwrap();
+        handle(dir.path(), event(rename, &[&y, &z]), &mut w, Instant::now());
+        assert_eq!(w.unconfirmed(), [("y.jpg".to_owned(), false), ("z.jpg".to_owned(), true)]);
     }
 
     #[tokio::test(start_paused = true)]
