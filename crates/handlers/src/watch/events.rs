@@ -376,6 +376,37 @@ mod tests {
         assert_eq!(w.unconfirmed(), [("y.jpg".to_owned(), false), ("z.jpg".to_owned(), true)]);
     }
 
+    /// Before a window reads files at once: a file seen closed is trusted when whether anyone writes it cannot
+    /// be told; one that only arrived is not. Both for a file that is no regular file and, as root, for another
+    /// user's file asked about without `CAP_LEASE` (which is also reported).
+    #[test]
+    fn a_file_that_cannot_be_told_is_trusted_when_seen_closed_and_not_when_it_only_arrived() {
+        use rustix::thread::{CapabilitySet, capabilities, set_capabilities};
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = rustix::fs::FileType::Fifo;
+        for name in ["closed.jpg", "arrived.jpg"] {
+            rustix::fs::mknodat(rustix::fs::CWD, &dir.path().join(name), fifo, rustix::fs::Mode::RUSR, 0).unwrap();
+        }
+        let candidates = || vec![("closed.jpg".to_owned(), false), ("arrived.jpg".to_owned(), true)];
+        assert_eq!(still_written(dir.path(), candidates()), (vec!["arrived.jpg".to_owned()], false));
+        if !rustix::process::getuid().is_root() {
+            return;
+        }
+        let others = tempfile::tempdir().unwrap();
+        for name in ["closed.jpg", "arrived.jpg"] {
+            std::fs::write(others.path().join(name), b"12345").unwrap();
+            rustix::fs::chown(&others.path().join(name), Some(rustix::process::Uid::from_raw(65534)), None).unwrap();
+        }
+        let root = others.path().to_owned();
+        let answer = std::thread::spawn(move || {
+            let mut sets = capabilities(None).unwrap();
+            sets.effective.remove(CapabilitySet::LEASE);
+            set_capabilities(None, sets).unwrap();
+            still_written(&root, candidates())
+        });
+        assert_eq!(answer.join().unwrap(), (vec!["arrived.jpg".to_owned()], true));
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_file_closed_after_writing_is_recorded_with_its_size_and_mtime() {
         let dir = tempfile::tempdir().unwrap();
