@@ -385,7 +385,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let fifo = rustix::fs::FileType::Fifo;
         for name in ["closed.jpg", "arrived.jpg"] {
-            rustix::fs::mknodat(rustix::fs::CWD, &dir.path().join(name), fifo, rustix::fs::Mode::RUSR, 0).unwrap();
+            rustix::fs::mknodat(rustix::fs::CWD, dir.path().join(name), fifo, rustix::fs::Mode::RUSR, 0).unwrap();
         }
         let candidates = || vec![("closed.jpg".to_owned(), false), ("arrived.jpg".to_owned(), true)];
         assert_eq!(still_written(dir.path(), candidates()), (vec!["arrived.jpg".to_owned()], false));
@@ -395,7 +395,7 @@ mod tests {
         let others = tempfile::tempdir().unwrap();
         for name in ["closed.jpg", "arrived.jpg"] {
             std::fs::write(others.path().join(name), b"12345").unwrap();
-            rustix::fs::chown(&others.path().join(name), Some(rustix::process::Uid::from_raw(65534)), None).unwrap();
+            rustix::fs::chown(others.path().join(name), Some(rustix::process::Uid::from_raw(65534)), None).unwrap();
         }
         let root = others.path().to_owned();
         let answer = std::thread::spawn(move || {
