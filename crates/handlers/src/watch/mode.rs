@@ -67,20 +67,18 @@ pub fn mounts(mountinfo: &str) -> Vec<Mount> {
 
 /// A mountinfo field with its octal escapes (`\ooo`) read back.
 pub(super) fn unescape(field: &str) -> Vec<u8> {
-    let bytes = field.as_bytes();
-    let (mut out, mut i) = (Vec::with_capacity(bytes.len()), 0);
-    while i < bytes.len() {
-        let octal =
-            bytes.get(i + 1..i + 4).filter(|d| bytes[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
-        match octal {
-            Some(d) => {
-                let value = d.iter().fold(0u32, |v, c| v * 8 + u32::from(c - b'0'));
+    let mut rest = field.as_bytes();
+    let mut out = Vec::with_capacity(rest.len());
+    while let Some((&first, tail)) = rest.split_first() {
+        match tail.split_first_chunk::<3>() {
+            Some((digits, after)) if first == b'\\' && digits.iter().all(|c| (b'0'..=b'7').contains(c)) => {
+                let value = digits.iter().fold(0u32, |v, c| v * 8 + u32::from(c - b'0'));
                 out.push(u8::try_from(value).unwrap_or(b'?'));
-                i += 4;
+                rest = after;
             }
-            None => {
-                out.push(bytes[i]);
-                i += 1;
+            _ => {
+                out.push(first);
+                rest = tail;
             }
         }
     }
@@ -234,6 +232,8 @@ mod tests {
         assert_eq!(decide_below(WatchChoice::Auto, Ok(0xEF53), None), (WatchMode::Events, None));
         assert!(polled_type("fuse.rclone") && polled_type("smb3") && !polled_type("xfs"));
         assert_eq!(unescape(r"a\134b\011c\9"), b"a\\b\tc\\9");
+        assert_eq!(unescape(r"photos 2017\040x"), b"photos 2017 x", "digits after no backslash are digits");
+        assert_eq!(unescape(r"\777\04"), b"?\\04", "too large a byte, too few digits");
         let root = Path::new("/srv/photos");
         assert!(touches(root, root) && touches(Path::new("/srv/photos/usb"), root) && touches(Path::new("/srv"), root));
         assert!(!touches(Path::new("/srv/photos2"), root) && !touches(Path::new("/mnt/usb"), root));
