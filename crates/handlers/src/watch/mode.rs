@@ -203,6 +203,22 @@ mod tests {
     }
 
     #[test]
+    fn this_process_mounts_are_read_and_a_polled_one_below_a_root_found_through_its_real_path() {
+        let ours = mounts(&mountinfo().expect("/proc/self/mountinfo"));
+        assert!(ours.iter().any(|m| m.point == Path::new("/")), "the root mount: {ours:?}");
+        let dir = tempfile::tempdir().unwrap();
+        let real = std::fs::canonicalize(dir.path()).unwrap();
+        std::os::unix::fs::symlink(&real, real.join("link")).unwrap();
+        let line = format!("50 1 0:60 / {} rw - nfs4 nas:/share rw\n", real.join("share").display());
+        let found = Some((real.join("share"), "nfs4".to_owned()));
+        assert_eq!(polled_mount_below(&real.join("link"), Some(&line)), found, "through a link to the root");
+        assert_eq!(polled_mount_below(&real, None), None, "mounts that could not be read");
+        // A root on a polled file system is polled for itself, whatever is mounted below it.
+        let nested = Some((real.join("share"), "nfs4".to_owned()));
+        assert_eq!(decide_below(WatchChoice::Auto, Ok(0x6969), nested), decide(WatchChoice::Auto, Ok(0x6969)));
+    }
+
+    #[test]
     fn a_polled_file_system_mounted_below_the_root_makes_it_polled() {
         let mountinfo = r"22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
 36 22 0:31 / /srv/photos rw,relatime shared:2 - ext4 /dev/sdb1 rw
