@@ -147,6 +147,37 @@ mod tests {
         v
     }
 
+    /// Only a folder has a stamp; nothing there, or a file on the way, is no folder; any other error is one.
+    #[test]
+    fn a_folder_is_stamped_and_a_file_a_link_or_nothing_is_no_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir(d.join("folder")).unwrap();
+        std::fs::write(d.join("file"), b"x").unwrap();
+        std::os::unix::fs::symlink(d.join("folder"), d.join("link")).unwrap();
+        std::os::unix::fs::symlink(d.join("loop"), d.join("loop")).unwrap();
+        assert!(stamp(&d.join("folder")).unwrap().is_some());
+        for none in ["file", "link", "missing", "file/below"] {
+            assert!(stamp(&d.join(none)).unwrap().is_none(), "{none}");
+        }
+        assert!(stamp(&d.join("loop/below")).is_err(), "a path through a link to itself cannot be resolved");
+    }
+
+    #[test]
+    fn a_folders_subfolders_are_its_folders_by_name_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        for folder in ["b", "a", "@eaDir", "a/inner"] {
+            std::fs::create_dir(d.join(folder)).unwrap();
+        }
+        std::fs::write(d.join("photo.jpg"), b"x").unwrap();
+        std::os::unix::fs::symlink(d.join("a"), d.join("link")).unwrap();
+        let mut names = subfolders(d);
+        names.sort();
+        assert_eq!(names, ["a", "b"]);
+        assert!(subfolders(&d.join("missing")).is_empty());
+    }
+
     #[test]
     fn a_pass_finds_the_folders_changed_made_and_removed_after_the_baseline() {
         let dir = tempfile::tempdir().unwrap();
