@@ -166,10 +166,7 @@ fn no_scheduled_work_starts_inside_the_quiet_hours_and_it_resumes_at_their_end()
         let url = lib.db.url().to_owned();
         let mut seen = Vec::new();
         let mut last_look = None;
-        while let Some(look) = looks.recv().await {
-            // Each look waits for the next tick (or the window's start): the clock moves on between them.
-            assert!(last_look.is_none_or(|last| look.at > last), "two looks at {}", look.at);
-            last_look = Some(look.at);
+        while let Some(look) = next_look(&mut looks, &mut last_look).await {
             let due = real.spawn(due_at(url.clone(), look.at)).await.unwrap();
             seen.push((look.at, due.clone()));
             if look.at == window_start {
@@ -257,10 +254,7 @@ fn a_watched_config_is_crawled_whole_daily_and_every_crawl_interval_once_no_work
         let scheduler = tokio::spawn(Scheduler::new(Arc::new(clocked), ServedConfigs::All, settings).run(stop.clone()));
         let mut known = std::collections::HashSet::new();
         let mut last_look = None;
-        while let Some(look) = looks.recv().await {
-            // Each look waits for the next tick (or the window's start): the clock moves on between them.
-            assert!(last_look.is_none_or(|last| look.at > last), "two looks at {}", look.at);
-            last_look = Some(look.at);
+        while let Some(look) = next_look(&mut looks, &mut last_look).await {
             for key in real.spawn(crawl_keys(lib.db.url().to_owned())).await.unwrap() {
                 if known.insert(key.clone()) {
                     crawls.push((key, (look.at - day).num_minutes()));
@@ -312,6 +306,15 @@ async fn queued_crawl(url: String) -> almanac_domain::WorkItemId {
         .await
         .unwrap();
     almanac_domain::WorkItemId::from_uuid(row.id)
+}
+
+/// The scheduler's next look, which comes after the last one: each waits for a tick (or the window's start), so
+/// the clock moves on between them.
+async fn next_look(looks: &mut mpsc::UnboundedReceiver<Look>, last: &mut Option<DateTime<Utc>>) -> Option<Look> {
+    let look = looks.recv().await?;
+    assert!(last.is_none_or(|last| look.at > last), "two looks at {}", look.at);
+    *last = Some(look.at);
+    Some(look)
 }
 
 /// Makes the queued item of `kind` due at `at`.
