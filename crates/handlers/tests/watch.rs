@@ -570,6 +570,91 @@ async fn a_polling_pass_that_never_returns_holds_up_no_shutdown() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_waits_for_a_watcher_to_enqueue_what_it_saw() {
+    let lib = library().await;
+    // A window that stays open: what is seen is enqueued when the watcher stops.
+    let settings = WatchSettings { debounce: PATIENCE, max_delay: PATIENCE * 2, ..settings() };
+    let (watching, status) = watching(&lib, "w1", settings).await;
+    let status = status.expect("watched at the first look");
+    copy_in(&lib, "Holiday/a.jpg", &photo(1));
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while status.report(None).pending_files == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the copy was not seen within {PATIENCE:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The queue takes a moment to answer: writes to its items wait for another session's lock.
+    let mut locking = lib.conn().await;
+    sql_query("BEGIN").execute(&mut locking).await.unwrap();
+    sql_query("LOCK TABLE work_items IN SHARE MODE").execute(&mut locking).await.unwrap();
+
+    let stop = CancellationToken::new();
+    stop.cancel();
+    let mut run = tokio::spawn(watching.run(stop));
+    let early = tokio::time::timeout(Duration::from_millis(300), &mut run).await;
+    assert!(early.is_err(), "the shutdown ended without waiting for its watcher to enqueue what it saw");
+    sql_query("ROLLBACK").execute(&mut locking).await.unwrap();
+    tokio::time::timeout(PATIENCE, run).await.expect("the shutdown did not end with its watcher").unwrap();
+    let items = crawls(&lib).await;
+    assert!(items.iter().any(|i| args(i).folders == ["Holiday"]), "enqueued before the shutdown ended: {items:?}");
+    assert!(stored(&lib, lib.config).await.is_none(), "its watch given up");
+}
+
+/// Watchers whose reads of a root's file system type are counted, answering `answer` for each.
+fn counting_reads(
+    answer: impl Fn(&Path) -> Result<u32, String> + Send + Sync + 'static,
+) -> (WatchIo, Arc<AtomicUsize>) {
+    let reads = Arc::new(AtomicUsize::new(0));
+    let counted = reads.clone();
+    let fs_type = move |root: &Path| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        answer(root)
+    };
+    (WatchIo { fs_type: Arc::new(fs_type), ..WatchIo::default() }, reads)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mode_the_operator_chose_is_used_without_reading_the_roots_file_system() {
+    let lib = library().await;
+    lib.store.set_storage_config_watch(lib.config, WatchChoice::Polling).await.unwrap();
+    let (io, reads) = counting_reads(almanac_handlers::watch::fs_type);
+    let worker = WorkerId::new("w1").unwrap();
+    let mut watching = Watching::new(lib.store.clone(), worker, ServedConfigs::All, settings()).with_io(io);
+    watching.look().await.unwrap();
+    assert_eq!(watching.status(lib.config).expect("watched at the first look").mode(), WatchMode::Polling);
+    assert_eq!(stored_watch(&lib).await, Some(("w1".to_owned(), WatchMode::Polling)));
+
+    lib.store.set_storage_config_watch(lib.config, WatchChoice::Off).await.unwrap();
+    watching.look().await.unwrap();
+    watching.look().await.unwrap();
+    assert_eq!(stored_watch(&lib).await, Some(("w1".to_owned(), WatchMode::Off)));
+    assert_eq!(
+        AtomicUsize::load(&reads, Ordering::SeqCst),
+        0,
+        "a chosen mode needs no statfs (a hung share delays it not)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_root_that_cannot_be_read_is_held_off_saying_why_read_again_at_each_look_and_given_up_at_stop() {
+    let lib = library().await;
+    let (io, reads) = counting_reads(|_| Err("the share is not mounted".to_owned()));
+    let worker = WorkerId::new("w1").unwrap();
+    let mut watching = Watching::new(lib.store.clone(), worker, ServedConfigs::All, settings()).with_io(io);
+    watching.look().await.unwrap();
+    assert!(watching.watching().is_empty(), "no watcher of a root that cannot be read");
+    let held = stored(&lib, lib.config).await.expect("its watch is held, to tell the operator why");
+    assert_eq!(held.report.mode, WatchMode::Off);
+    assert!(held.report.note.unwrap().contains("the share is not mounted"));
+    watching.look().await.unwrap();
+    assert_eq!(AtomicUsize::load(&reads, Ordering::SeqCst), 2, "read again at the next look");
+
+    let stop = CancellationToken::new();
+    stop.cancel();
+    tokio::time::timeout(PATIENCE, watching.run(stop)).await.expect("the shutdown did not end");
+    assert!(stored(&lib, lib.config).await.is_none(), "its watch given up at stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watcher_whose_polling_pass_fails_gives_its_watch_up_and_is_started_again() {
     let lib = library().await;
     lib.store.set_storage_config_watch(lib.config, WatchChoice::Polling).await.unwrap();

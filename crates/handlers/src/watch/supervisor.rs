@@ -173,8 +173,10 @@ impl<S: WatchStore + WorkQueue + 'static> Watching<S> {
         self.start_won(won, now).await
     }
 
+    /// Marks a config as held without a watcher, or not: never one whose watcher runs.
     fn mark_idle(&mut self, config: StorageConfigId, idle: bool) {
         if idle {
+            debug_assert!(!self.running.contains_key(&config), "a config whose watcher runs is not idle");
             self.idle.insert(config);
         } else {
             self.idle.remove(&config);
