@@ -539,6 +539,52 @@ async fn a_root_whose_file_system_hangs_delays_no_other_watch_and_is_read_once()
     assert_eq!(AtomicUsize::load(&reads, Ordering::SeqCst), 1);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_root_changed_while_its_old_root_is_read_is_read_anew_and_watched() {
+    let lib = library().await;
+    let (share, photos) = (lib.dir.path().join("share"), lib.dir.path().join("photos"));
+    std::fs::create_dir_all(&share).unwrap();
+    std::fs::create_dir_all(&photos).unwrap();
+    let new = NewStorageConfig { username: "ann".into(), root_path: share.clone() };
+    let moved = lib.store.add_storage_config(&new).await.unwrap().1.id;
+    // The old root's statfs blocks until the test lets it go; the new root's answers at once.
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let (released, read) = (Mutex::new(released), Arc::new(Mutex::new(Vec::new())));
+    let reads = read.clone();
+    let fs_type = move |root: &Path| {
+        reads.lock().unwrap().push(root.to_owned());
+        if root == share {
+            let _ = released.lock().unwrap().recv();
+        }
+        almanac_handlers::watch::fs_type(root)
+    };
+    let io = WatchIo { fs_type: Arc::new(fs_type), ..WatchIo::default() };
+    let worker = WorkerId::new("w1").unwrap();
+    let mut watching = Watching::new(lib.store.clone(), worker, ServedConfigs::All, settings()).with_io(io);
+    watching.look().await.unwrap();
+    assert!(watching.status(moved).is_none(), "its old root's file system is still being read");
+
+    // The root is moved (by the web backend, or by hand) while the old one's read hangs.
+    sql_query("UPDATE storage_configs SET root_path = $1 WHERE id = $2")
+        .bind::<diesel::sql_types::Text, _>(photos.to_str().unwrap())
+        .bind::<Uuid, _>(moved.as_uuid())
+        .execute(&mut lib.conn().await)
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while watching.status(moved).is_none() {
+        assert!(tokio::time::Instant::now() < deadline, "the new root was not watched within {PATIENCE:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        watching.look().await.unwrap();
+    }
+    assert_eq!(stored(&lib, moved).await.unwrap().report.mode, WatchMode::Events);
+    release.send(()).unwrap();
+    watching.look().await.unwrap();
+    let read = read.lock().unwrap().clone();
+    let paths = [lib.root.clone(), lib.dir.path().join("share"), photos];
+    assert!(paths.iter().all(|p| read.iter().filter(|r| *r == p).count() == 1), "each root read once: {read:?}");
+}
+
 /// A polling pass that tells when it starts and then blocks until the test drops `release`.
 fn hung_pass() -> (WatchIo, std::sync::mpsc::Sender<()>, tokio::sync::mpsc::UnboundedReceiver<()>) {
     let (release, released) = std::sync::mpsc::channel::<()>();

@@ -46,10 +46,9 @@ struct Running {
 /// What a root's file system says: its type (`statfs`), and a polled file system mounted below it.
 type RootFs = (Result<u32, String>, Option<(PathBuf, String)>);
 
-/// A `statfs` of a config's root under way on a blocking thread (at most one per config).
+/// A `statfs` of a config's root under way on a blocking thread, for `auto` (at most one per config).
 struct Deciding {
     root: PathBuf,
-    choice: WatchChoice,
     task: JoinHandle<RootFs>,
 }
 
@@ -67,8 +66,8 @@ pub struct Watching<S> {
     /// being decided): given up like the others.
     idle: HashSet<StorageConfigId>,
     deciding: HashMap<StorageConfigId, Deciding>,
-    /// The modes `auto` decided, by config, root and choice.
-    decided: HashMap<(StorageConfigId, PathBuf, WatchChoice), Decision>,
+    /// The modes `auto` decided, by config and root (forgotten when the config's choice is no longer `auto`).
+    decided: HashMap<(StorageConfigId, PathBuf), Decision>,
     /// The mounts (mount point, file system type) seen at the last look, to see what was mounted or unmounted
     /// since; `None` before the first look, or while they cannot be read.
     mounts: Option<HashSet<(PathBuf, String)>>,
@@ -213,23 +212,19 @@ impl<S: WatchStore + WorkQueue + 'static> Watching<S> {
     /// The mode of a target already known: its choice, or what `auto` decided for its root.
     fn decision(&self, target: &WatchTarget) -> Option<Decision> {
         match target.choice {
-            WatchChoice::Auto => self.decided.get(&(target.config, target.root.clone(), target.choice)).cloned(),
+            WatchChoice::Auto => self.decided.get(&(target.config, target.root.clone())).cloned(),
             choice => Some(decide(choice, Ok(0))),
         }
     }
 
-    /// What `auto` decides for a target's root: starts reading its file system (unless a read is under way) and
-    /// waits for it until `until`; `None` while it has not answered (it is looked at again at the next look).
+    /// What `auto` decides for a target's root: starts reading its file system and waits for it until `until`;
+    /// a read started at an earlier look is not started again nor waited for. `None` while it has not answered
+    /// (it is looked at again at the next look).
     async fn answer(&mut self, target: &WatchTarget, until: Instant) -> Option<Decision> {
-        let (config, root, choice) = (target.config, target.root.clone(), target.choice);
-        let mut deciding = match self.deciding.remove(&config) {
-            // A read under way, not answered yet: no second one.
-            Some(d) if d.root == root && d.choice == choice && !d.task.is_finished() => {
-                self.deciding.insert(config, d);
-                return None;
-            }
-            Some(d) if d.root == root && d.choice == choice => d,
-            // None, or one of a root or choice no longer the config's (left to end on its own).
+        let (config, root) = (target.config, target.root.clone());
+        let (mut deciding, until) = match self.deciding.remove(&config) {
+            Some(d) if d.root == root => (d, Instant::now()),
+            // None, or one of a root no longer the config's (left to end on its own).
             _ => {
                 let (fs_type, mountinfo, at) = (self.io.fs_type.clone(), self.io.mountinfo.clone(), root.clone());
                 let task = tokio::task::spawn_blocking(move || {
@@ -237,7 +232,7 @@ impl<S: WatchStore + WorkQueue + 'static> Watching<S> {
                     let below = if f_type.is_ok() { polled_mount_below(&at, mountinfo().as_deref()) } else { None };
                     (f_type, below)
                 });
-                Deciding { root: root.clone(), choice, task }
+                (Deciding { root: root.clone(), task }, until)
             }
         };
         let (f_type, below) = match tokio::time::timeout_at(until, &mut deciding.task).await {
@@ -249,10 +244,10 @@ impl<S: WatchStore + WorkQueue + 'static> Watching<S> {
             }
         };
         let read = f_type.is_ok();
-        let decision = decide_below(choice, f_type, below);
+        let decision = decide_below(WatchChoice::Auto, f_type, below);
         // A root that could not be read is read again at the next look.
         if read {
-            self.decided.insert((config, root, choice), decision.clone());
+            self.decided.insert((config, root), decision.clone());
         }
         Some(decision)
     }
@@ -286,8 +281,8 @@ impl<S: WatchStore + WorkQueue + 'static> Watching<S> {
             self.end(config, true).await;
         }
         self.deciding.retain(|c, _| listed(c));
-        self.decided.retain(|(c, root, choice), _| {
-            targets.iter().any(|t| (t.config, &t.root, t.choice) == (*c, root, *choice))
+        self.decided.retain(|(c, root), _| {
+            targets.iter().any(|t| (t.config, &t.root, t.choice) == (*c, root, WatchChoice::Auto))
         });
     }
 
@@ -308,7 +303,7 @@ impl<S: WatchStore + WorkQueue + 'static> Watching<S> {
             return;
         }
         let roots = self.running.iter().map(|(c, r)| (*c, r.target.root.clone()));
-        let decided = self.decided.keys().map(|(c, root, _)| (*c, root.clone()));
+        let decided = self.decided.keys().cloned();
         let touched: HashMap<StorageConfigId, PathBuf> = roots
             .chain(decided)
             .filter_map(|(config, root)| changed.iter().find(|p| touches(p, &root)).map(|p| (config, (*p).clone())))
@@ -316,7 +311,7 @@ impl<S: WatchStore + WorkQueue + 'static> Watching<S> {
         for (config, point) in touched {
             info!(event = "watch_remounted", config = %config, mount = %point.display(),
                   "a file system was mounted or unmounted on, above or beneath the root: watching it anew");
-            self.decided.retain(|(c, _, _), _| *c != config);
+            self.decided.retain(|(c, _), _| *c != config);
             self.deciding.remove(&config);
             if self.running.contains_key(&config) {
                 self.end(config, false).await;
