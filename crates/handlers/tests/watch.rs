@@ -373,6 +373,11 @@ async fn stored_watch(lib: &Library) -> Option<(String, WatchMode)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operators_choice_restarts_or_stops_the_watcher_and_an_inactive_configs_watch_is_given_up() {
     let lib = library().await;
+    // Another config, watched beside it and left alone.
+    let other = lib.dir.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let new = NewStorageConfig { username: "ann".into(), root_path: other };
+    let other = lib.store.add_storage_config(&new).await.unwrap().1.id;
     let (mut watching, status) = watching(&lib, "w1", settings()).await;
     assert_eq!(status.unwrap().mode(), WatchMode::Events);
     lib.store.set_storage_config_watch(lib.config, WatchChoice::Polling).await.unwrap();
@@ -382,12 +387,13 @@ async fn the_operators_choice_restarts_or_stops_the_watcher_and_an_inactive_conf
 
     lib.store.set_storage_config_watch(lib.config, WatchChoice::Off).await.unwrap();
     watching.look().await.unwrap();
-    assert!(watching.watching().is_empty(), "off: no watcher");
+    assert_eq!(watching.watching(), [other], "off: no watcher of its own");
     assert_eq!(stored_watch(&lib).await, Some(("w1".to_owned(), WatchMode::Off)), "held, reported off");
 
     lib.store.set_storage_config_active(lib.config, false).await.unwrap();
     watching.look().await.unwrap();
     assert_eq!(stored_watch(&lib).await, None, "an inactive config's watch is given up at once");
+    assert_eq!(watching.watching(), [other]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -678,6 +684,15 @@ async fn a_mode_the_operator_chose_is_used_without_reading_the_roots_file_system
         0,
         "a chosen mode needs no statfs (a hung share delays it not)"
     );
+
+    // `auto` reads it once, and again each time it is chosen anew.
+    for (choice, read) in [(WatchChoice::Auto, 1), (WatchChoice::Polling, 1), (WatchChoice::Auto, 2)] {
+        lib.store.set_storage_config_watch(lib.config, choice).await.unwrap();
+        watching.look().await.unwrap();
+        watching.look().await.unwrap();
+        assert_eq!(AtomicUsize::load(&reads, Ordering::SeqCst), read, "{choice:?}");
+        assert!(watching.status(lib.config).is_some(), "{choice:?}: watched");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -701,9 +716,10 @@ async fn a_root_that_cannot_be_read_is_held_off_saying_why_read_again_at_each_lo
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_watcher_whose_polling_pass_fails_gives_its_watch_up_and_is_started_again() {
+async fn a_watcher_whose_polling_pass_fails_gives_its_watch_up_and_is_started_again_without_a_second_statfs() {
     let lib = library().await;
-    lib.store.set_storage_config_watch(lib.config, WatchChoice::Polling).await.unwrap();
+    // `auto` on NFS: polled.
+    let (io, reads) = counting_reads(|_| Ok(0x6969));
     let calls = Arc::new(AtomicUsize::new(0));
     let counted = calls.clone();
     let pass = move |root: &Path, avoid: Option<(u64, u64)>, tree: Option<FolderTree>, stop: &CancellationToken| {
@@ -716,7 +732,7 @@ async fn a_watcher_whose_polling_pass_fails_gives_its_watch_up_and_is_started_ag
             }
         }
     };
-    let io = WatchIo { pass: Arc::new(pass), ..WatchIo::default() };
+    let io = WatchIo { pass: Arc::new(pass), ..io };
     let worker = WorkerId::new("w1").unwrap();
     let mut watching = Watching::new(lib.store.clone(), worker, ServedConfigs::All, settings()).with_io(io);
     watching.look().await.unwrap();
@@ -732,6 +748,8 @@ async fn a_watcher_whose_polling_pass_fails_gives_its_watch_up_and_is_started_ag
     watching.look().await.unwrap();
     until_ready(&watching.status(lib.config).expect("taken again at the next look")).await;
     assert!(AtomicUsize::load(&calls, Ordering::SeqCst) >= 2);
+    assert_eq!(watching.status(lib.config).unwrap().mode(), WatchMode::Polling);
+    assert_eq!(AtomicUsize::load(&reads, Ordering::SeqCst), 1, "what auto decided is kept for the root");
 }
 
 /// The inodes watched by this process's inotify instances, as the kernel lists them (`/proc/self/fdinfo`).
