@@ -621,34 +621,98 @@ async fn a_polling_pass_that_never_returns_holds_up_no_shutdown() {
     drop(release);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_shutdown_waits_for_a_watcher_to_enqueue_what_it_saw() {
-    let lib = library().await;
-    // A window that stays open: what is seen is enqueued when the watcher stops.
+/// A Worker's watchers after one look, their watcher of the library's config holding a copied photo in a window
+/// that stays open (what it saw is enqueued when it stops), and a session whose lock holds up writes to the
+/// queue until it rolls back (the queue takes a moment to answer).
+async fn a_change_seen_and_the_queue_held(lib: &Library) -> (Watching<PgStore>, diesel_async::AsyncPgConnection) {
     let settings = WatchSettings { debounce: PATIENCE, max_delay: PATIENCE * 2, ..settings() };
-    let (watching, status) = watching(&lib, "w1", settings).await;
+    let (watching, status) = watching(lib, "w1", settings).await;
     let status = status.expect("watched at the first look");
-    copy_in(&lib, "Holiday/a.jpg", &photo(1));
+    copy_in(lib, "Holiday/a.jpg", &photo(1));
     let deadline = tokio::time::Instant::now() + PATIENCE;
     while status.report(None).pending_files == 0 {
         assert!(tokio::time::Instant::now() < deadline, "the copy was not seen within {PATIENCE:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // The queue takes a moment to answer: writes to its items wait for another session's lock.
     let mut locking = lib.conn().await;
     sql_query("BEGIN").execute(&mut locking).await.unwrap();
     sql_query("LOCK TABLE work_items IN SHARE MODE").execute(&mut locking).await.unwrap();
+    (watching, locking)
+}
 
+/// Waits for `task` (a Worker's watchers stopping a watcher of [`a_change_seen_and_the_queue_held`]): not over
+/// while the queue is held, then over once it answers, with what the watcher saw enqueued by then.
+async fn waits_for_the_change_enqueued<T>(
+    lib: &Library,
+    mut task: tokio::task::JoinHandle<T>,
+    mut locking: diesel_async::AsyncPgConnection,
+) -> T {
+    let early = tokio::time::timeout(Duration::from_millis(300), &mut task).await;
+    assert!(early.is_err(), "it went on without waiting for the watcher to enqueue what it saw");
+    sql_query("ROLLBACK").execute(&mut locking).await.unwrap();
+    let done = tokio::time::timeout(PATIENCE, task).await.expect("it did not end with its watcher").unwrap();
+    let items = crawls(lib).await;
+    assert!(items.iter().any(|i| args(i).folders == ["Holiday"]), "enqueued before it ended: {items:?}");
+    done
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_waits_for_a_watcher_to_enqueue_what_it_saw() {
+    let lib = library().await;
+    let (watching, locking) = a_change_seen_and_the_queue_held(&lib).await;
     let stop = CancellationToken::new();
     stop.cancel();
-    let mut run = tokio::spawn(watching.run(stop));
-    let early = tokio::time::timeout(Duration::from_millis(300), &mut run).await;
-    assert!(early.is_err(), "the shutdown ended without waiting for its watcher to enqueue what it saw");
-    sql_query("ROLLBACK").execute(&mut locking).await.unwrap();
-    tokio::time::timeout(PATIENCE, run).await.expect("the shutdown did not end with its watcher").unwrap();
-    let items = crawls(&lib).await;
-    assert!(items.iter().any(|i| args(i).folders == ["Holiday"]), "enqueued before the shutdown ended: {items:?}");
+    waits_for_the_change_enqueued(&lib, tokio::spawn(watching.run(stop)), locking).await;
     assert!(stored(&lib, lib.config).await.is_none(), "its watch given up");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_look_that_stops_a_watcher_waits_for_it_to_enqueue_what_it_saw() {
+    let lib = library().await;
+    let (mut watching, locking) = a_change_seen_and_the_queue_held(&lib).await;
+    lib.store.set_storage_config_watch(lib.config, WatchChoice::Off).await.unwrap();
+    let look = tokio::spawn(async move {
+        watching.look().await.unwrap();
+        watching
+    });
+    let watching = waits_for_the_change_enqueued(&lib, look, locking).await;
+    assert!(watching.watching().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_whose_watch_cannot_be_renewed_stops_before_its_lease_runs_out() {
+    let lib = library().await;
+    lib.store.set_storage_config_watch(lib.config, WatchChoice::Polling).await.unwrap();
+    // A pass that tells when it starts, and when its watcher is told to stop (or the test gives up on that).
+    let (entered, mut entering) = tokio::sync::mpsc::unbounded_channel();
+    let (stopped, mut stopping) = tokio::sync::mpsc::unbounded_channel();
+    let gave_up = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let giving_up = gave_up.clone();
+    let pass = move |_: &Path, _: Option<(u64, u64)>, _: Option<FolderTree>, stop: &CancellationToken| {
+        let _ = entered.send(());
+        while !stop.is_cancelled() && !std::sync::atomic::AtomicBool::load(&giving_up, Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = stopped.send(stop.is_cancelled());
+        (FolderTree::default(), Vec::new())
+    };
+    let io = WatchIo { pass: Arc::new(pass), ..WatchIo::default() };
+    let settings = WatchSettings { lease: Duration::from_secs(3), ..settings() };
+    let worker = WorkerId::new("w1").unwrap();
+    let watching = Watching::new(lib.store.clone(), worker, ServedConfigs::All, settings).with_io(io);
+    let stop = CancellationToken::new();
+    let run = tokio::spawn(watching.run(stop.clone()));
+    tokio::time::timeout(PATIENCE, entering.recv()).await.expect("the pass did not start").unwrap();
+
+    // The watches can no longer be renewed: their table is gone from under the Worker.
+    let mut admin = lib.conn().await;
+    sql_query("ALTER TABLE config_watches RENAME TO config_watches_away").execute(&mut admin).await.unwrap();
+    let told = tokio::time::timeout(PATIENCE, stopping.recv()).await;
+    gave_up.store(true, Ordering::SeqCst);
+    assert_eq!(told.ok().flatten(), Some(true), "the watcher ran on, its watch not renewed for {PATIENCE:?}");
+    sql_query("ALTER TABLE config_watches_away RENAME TO config_watches").execute(&mut admin).await.unwrap();
+    stop.cancel();
+    tokio::time::timeout(PATIENCE, run).await.expect("the shutdown did not end").unwrap();
 }
 
 /// Watchers whose reads of a root's file system type are counted, answering `answer` for each.

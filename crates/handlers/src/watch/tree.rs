@@ -128,22 +128,39 @@ impl WatchedTree {
         stop: &CancellationToken,
         files: impl FnMut(Vec<PathBuf>),
     ) -> notify::Result<()> {
-        let watch = |folder: &Path| match self.watcher.watch(folder, RecursiveMode::NonRecursive) {
-            Ok(()) => {
-                self.added += 1;
-                Ok(true)
-            }
-            Err(e) if matches!(e.kind, notify::ErrorKind::MaxFilesWatch) => Err(e),
-            // Gone, or not readable: nothing in it can be crawled either.
-            Err(_) => Ok(false),
+        let watch = |folder: &Path| {
+            let watched = watched(self.watcher.watch(folder, RecursiveMode::NonRecursive))?;
+            self.added += usize::from(watched);
+            Ok(watched)
         };
         walk(top, self.avoid, stop, watch, files)
+    }
+}
+
+/// Whether a folder's watch was set, from what setting it answered; an error only when the kernel's watch limit
+/// is reached. A folder gone or not readable is passed over: nothing in it can be crawled either.
+fn watched(set: notify::Result<()>) -> notify::Result<bool> {
+    match set {
+        Ok(()) => Ok(true),
+        Err(e) if matches!(e.kind, notify::ErrorKind::MaxFilesWatch) => Err(e),
+        Err(_) => Ok(false),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_watch_limit_stops_the_watches_a_folder_gone_or_unreadable_is_passed_over() {
+        assert!(watched(Ok(())).unwrap());
+        let limit = watched(Err(notify::Error::new(notify::ErrorKind::MaxFilesWatch))).unwrap_err();
+        assert!(matches!(limit.kind, notify::ErrorKind::MaxFilesWatch));
+        for kind in [std::io::ErrorKind::NotFound, std::io::ErrorKind::PermissionDenied] {
+            assert!(!watched(Err(notify::Error::io(kind.into()))).unwrap(), "{kind:?}");
+        }
+        assert!(!watched(Err(notify::Error::path_not_found())).unwrap());
+    }
 
     #[test]
     fn a_folder_that_appears_is_watched_then_listed_with_what_is_beneath_it() {
