@@ -164,11 +164,19 @@ async fn a_photo_copied_into_a_watched_library_becomes_a_crawl_of_its_folder_and
     let lib = library().await;
     std::fs::create_dir_all(lib.root.join("2026/12")).unwrap();
     let (watching, status) = watching(&lib, "w1", settings()).await;
-    assert_eq!(status.unwrap().mode(), WatchMode::Events, "a local file system gets events");
+    let status = status.unwrap();
+    assert_eq!(status.mode(), WatchMode::Events, "a local file system gets events");
+    assert_eq!(status.report(Some(chrono::Utc::now())).last_change_at, None, "no change seen yet");
     let content = photo(1);
+    let copied_at = chrono::Utc::now();
     copy_in(&lib, "2026/12/beach.jpg", &content);
 
     let items = crawls_until(&lib, "crawl with the closed photo", |i| has_closed(i, "2026/12/beach.jpg")).await;
+    // The report dates the last change by the clock it is given (the database's).
+    let now = chrono::Utc::now();
+    let last = status.report(Some(now)).last_change_at.expect("the change is reported");
+    let slack = chrono::Duration::seconds(1);
+    assert!(last <= now && last >= copied_at - slack, "last change at {last}, copied at {copied_at}, now {now}");
     for item in &items {
         assert_eq!(args(item).folders, ["2026/12"], "only the photo's folder");
         assert_eq!(item.dedup_key, None, "a crawl of folders joins nothing");
