@@ -12,8 +12,18 @@ use notify::event::{AccessKind, AccessMode, CreateKind, ModifyKind, RemoveKind, 
 use notify::{Event, EventKind};
 use tokio::time::Instant;
 
+use super::watcher::Events;
 use super::window::Window;
 use crate::crawl::is_skipped_name;
+
+/// How many events a watcher takes at once before it looks at its window's clock (and at being stopped) again.
+const EVENTS_PER_TURN: usize = 4096;
+
+/// An event and those already waiting behind it, [`EVENTS_PER_TURN`] at most: a flood is taken a few thousand at
+/// a time, the rest at the next turn.
+pub fn one_turn(first: notify::Result<Event>, events: &mut Events) -> impl Iterator<Item = notify::Result<Event>> {
+    std::iter::once(first).chain(std::iter::from_fn(|| events.try_recv().ok())).take(EVENTS_PER_TURN)
+}
 
 /// What one event did.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::events::{Found, Handled, appeared_folder, handle, still_written};
+use super::events::{Found, Handled, appeared_folder, handle, one_turn, still_written};
 use super::poll::FolderTree;
 use super::tree::{WatchedTree, files_beneath};
 use super::window::Window;
@@ -224,8 +224,7 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
         window: &mut Window,
         events: &mut Events,
     ) -> Option<Ended> {
-        let (mut event, mut taken) = (first, 0);
-        loop {
+        for event in one_turn(first, events) {
             let now = Instant::now();
             if let Ok(e) = &event
                 && let Some(folder) = appeared_folder(&self.root, e)
@@ -241,10 +240,8 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
                 }
                 Handled::FallBack(reason) => return Some(Ended::FellBack(reason)),
             }
-            taken += 1;
-            // The rest is taken at the next turn, after a look at the window's clock.
-            event = (taken < 4096).then(|| events.try_recv().ok()).flatten()?;
         }
+        None
     }
 
     /// Watches each of the root's folders (on a blocking thread: a watch per folder), and reads whether the root

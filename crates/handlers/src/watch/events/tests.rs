@@ -279,3 +279,16 @@ fn a_name_that_is_not_utf8_cuts_the_path_to_its_folder() {
     assert_eq!(plain.parent(), "a/b");
     assert_eq!(Rel::of(&root, &root).unwrap().parent(), "");
 }
+
+#[test]
+fn a_flood_of_events_is_taken_a_few_thousand_at_a_time() {
+    let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+    let event = || Ok(notify::Event::new(notify::EventKind::Any));
+    for _ in 0..EVENTS_PER_TURN + 9 {
+        tx.send(event()).unwrap();
+    }
+    assert_eq!(one_turn(event(), &mut events).count(), EVENTS_PER_TURN, "the first and those waiting behind it");
+    assert_eq!(events.len(), 10, "the rest left for the next turn");
+    assert_eq!(one_turn(event(), &mut events).count(), 11);
+    assert!(events.is_empty());
+}
