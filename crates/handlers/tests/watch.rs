@@ -271,16 +271,35 @@ async fn a_polled_library_finds_a_new_file_at_the_next_pass_and_its_baseline_onl
     std::fs::create_dir_all(lib.root.join("phone/2026")).unwrap();
     std::fs::write(lib.root.join("phone/2026/old.jpg"), photo(2)).unwrap();
     lib.store.set_storage_config_watch(lib.config, WatchChoice::Polling).await.unwrap();
-    let (watching, status) = watching(&lib, "w1", settings()).await;
-    assert_eq!(status.unwrap().mode(), WatchMode::Polling);
+    // The real passes, counted.
+    let (passes, real) = (Arc::new(AtomicUsize::new(0)), WatchIo::default().pass);
+    let counted = passes.clone();
+    let pass = move |root: &Path, avoid: Option<(u64, u64)>, tree: Option<FolderTree>, stop: &CancellationToken| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        real(root, avoid, tree, stop)
+    };
+    let io = WatchIo { pass: Arc::new(pass), ..WatchIo::default() };
+    let worker = WorkerId::new("w1").unwrap();
+    let watching = Watching::new(lib.store.clone(), worker, ServedConfigs::All, settings()).with_io(io);
+    let (watching, status) = started(&lib, watching).await;
+    let status = status.unwrap();
+    assert_eq!(status.mode(), WatchMode::Polling);
     assert!(crawls(&lib).await.is_empty(), "the baseline enqueues no crawl of folders");
     assert_eq!(all_crawls(&lib).await.len(), 1, "only the whole-root crawl of the start");
+    // The baseline and a pass that found nothing are over once a third starts.
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while AtomicUsize::load(&passes, Ordering::SeqCst) < 3 {
+        assert!(tokio::time::Instant::now() < deadline, "no third pass within {PATIENCE:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(status.report(Some(chrono::Utc::now())).last_change_at, None, "a pass that found nothing is no change");
 
     std::fs::write(lib.root.join("phone/2026/new.jpg"), photo(3)).unwrap();
     let items = crawls_until(&lib, "crawl of the polled folder", |i| !i.is_empty()).await;
     assert_eq!(items.len(), 1);
     assert_eq!(args(&items[0]).folders, ["phone/2026"]);
     assert!(args(&items[0]).closed.is_empty(), "polling sees no close");
+    assert!(status.report(Some(chrono::Utc::now())).last_change_at.is_some(), "the change found is reported");
     drop(watching);
 }
 
