@@ -226,6 +226,24 @@ mod tests {
         assert!(!inside("ab", "a"));
     }
 
+    #[test]
+    fn files_closed_aside_are_remembered_until_taken_the_last_ten_thousand_at_most() {
+        let mut w = Window::default();
+        w.aside("a.tmp".into(), (1, 10));
+        w.aside("b.tmp".into(), (2, 20));
+        assert_eq!(w.take_aside(Path::new("a.tmp")), Some((1, 10)));
+        assert_eq!(w.take_aside(Path::new("a.tmp")), None, "taken once");
+        assert_eq!(w.take_aside(Path::new("b.tmp")), Some((2, 20)));
+        for i in 0..MAX_ASIDE {
+            w.aside(format!("{i}.tmp").into(), (3, 30));
+        }
+        assert_eq!(w.take_aside(Path::new("0.tmp")), Some((3, 30)), "ten thousand kept");
+        w.aside("0.tmp".into(), (3, 30));
+        w.aside("one too many.tmp".into(), (4, 40));
+        assert_eq!(w.take_aside(Path::new("0.tmp")), None, "forgotten beyond the limit");
+        assert_eq!(w.take_aside(Path::new("one too many.tmp")), Some((4, 40)));
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_window_closes_after_the_debounce_or_the_max_delay_from_its_first_change() {
         let (debounce, max_delay) = (Duration::from_secs(1), Duration::from_secs(10));
