@@ -451,6 +451,64 @@ async fn in_quiet_hours_watched_changes_ingest_or_wait_for_the_window_to_end_as_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_the_queue_refuses_are_kept_tried_again_and_warned_of_once_each_time() {
+    let lib = library().await;
+    let watcher =
+        ConfigWatcher::new(lib.store.clone(), lib.config, lib.root.clone(), settings(), (WatchMode::Events, None));
+    let (events, rx) = tokio::sync::mpsc::unbounded_channel();
+    let stop = CancellationToken::new();
+    let run = tokio::spawn(support::logs::capture(watcher.run_on(rx, stop.clone())));
+    // Its start's whole-root crawl, run.
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let start = loop {
+        if let Some(item) = all_crawls(&lib).await.into_iter().next() {
+            break item;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no whole-root crawl within {PATIENCE:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(args(&start).is_whole_root());
+    let fence = lib.start(start.id).await;
+    lib.finish(fence).await;
+    // Twice, the queue refuses new items for a while, counting each refusal (a sequence: its count survives the
+    // rollback): a change seen meanwhile is tried three times at least, then enqueued once the queue takes items
+    // again.
+    let mut admin = lib.conn().await;
+    let refuse = "CREATE SEQUENCE refusals;
+        CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS
+            $$ BEGIN PERFORM nextval('refusals'); RAISE EXCEPTION 'refused by the test'; END $$;";
+    diesel_async::SimpleAsyncConnection::batch_execute(&mut admin, refuse).await.unwrap();
+    #[derive(diesel::QueryableByName)]
+    struct Refusals {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    let count = "SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS n FROM refusals";
+    for folder in ["Holiday", "Beach"] {
+        let before = sql_query(count).get_result::<Refusals>(&mut admin).await.unwrap().n;
+        sql_query("CREATE TRIGGER refuse BEFORE INSERT ON work_items FOR EACH ROW EXECUTE FUNCTION refuse()")
+            .execute(&mut admin)
+            .await
+            .unwrap();
+        let created = notify::Event::new(notify::EventKind::Create(notify::event::CreateKind::Folder));
+        events.send(Ok(created.add_path(lib.root.join(folder)))).unwrap();
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        while sql_query(count).get_result::<Refusals>(&mut admin).await.unwrap().n < before + 3 {
+            assert!(tokio::time::Instant::now() < deadline, "{folder}: not tried three times within {PATIENCE:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        sql_query("DROP TRIGGER refuse ON work_items").execute(&mut admin).await.unwrap();
+        // Run, so that the next change is not held behind it.
+        let run = |i: &WorkItem| args(i).folders == [folder] && i.status == Status::Succeeded;
+        crawls_until(&lib, "crawl of the folder", |i| i.iter().any(run)).await;
+    }
+    stop.cancel();
+    let (lines, ()) = run.await.unwrap();
+    let warned = support::logs::events(&lines, "watch_enqueue_failed");
+    assert_eq!(warned.len(), 2, "warned of once each time the queue refuses: {lines:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changes_seen_while_the_last_crawl_is_still_queued_wait_for_it_to_start_then_go_as_one() {
     let lib = library().await;
     for folder in ["x", "y", "z"] {

@@ -279,11 +279,15 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn too_many_folders_or_an_overflow_is_a_whole_root_crawl_joined_with_the_scheduled_one() {
         let (mut w, at) = (Window::default(), Instant::now());
+        for i in 0..CrawlArgs::MAX_FOLDERS {
+            w.folder(format!("f{i}"), at);
+        }
+        assert_eq!(w.take().unwrap().folders.len(), CrawlArgs::MAX_FOLDERS, "as many as a crawl takes");
         for i in 0..=CrawlArgs::MAX_FOLDERS {
             w.folder(format!("f{i}"), at);
         }
         let batch = w.take().unwrap();
-        assert!(batch.folders.is_empty());
+        assert!(batch.folders.is_empty(), "one more: the whole root");
         let config = StorageConfigId::new();
         let key = DedupKey::for_work(WorkKind::Crawl, Scope::Config(config));
         assert_eq!(batch.item(config).dedup_key, Some(key));
