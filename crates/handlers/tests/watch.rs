@@ -508,6 +508,50 @@ async fn changes_the_queue_refuses_are_kept_tried_again_and_warned_of_once_each_
     assert_eq!(warned.len(), 2, "warned of once each time the queue refuses: {lines:#?}");
 }
 
+/// A Worker that may not ask whether someone still writes a file (another user's, without `CAP_LEASE`) says so
+/// once, and reads the files it saw closed all the same. Its runtime's threads run without `CAP_LEASE`.
+#[test]
+fn a_watcher_without_cap_lease_says_so_once() {
+    use rustix::thread::{CapabilitySet, capabilities, set_capabilities};
+    if !rustix::process::getuid().is_root() {
+        return;
+    }
+    let without_lease = || {
+        let mut sets = capabilities(None).unwrap();
+        sets.effective.remove(CapabilitySet::LEASE);
+        set_capabilities(None, sets).unwrap();
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .on_thread_start(without_lease)
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let lib = library().await;
+        let watcher =
+            ConfigWatcher::new(lib.store.clone(), lib.config, lib.root.clone(), settings(), (WatchMode::Events, None));
+        let (events, rx) = tokio::sync::mpsc::unbounded_channel();
+        let stop = CancellationToken::new();
+        let run = tokio::spawn(support::logs::capture(watcher.run_on(rx, stop.clone())));
+        std::fs::create_dir_all(lib.root.join("phone")).unwrap();
+        for name in ["a.jpg", "b.jpg", "c.jpg"] {
+            let (path, rel) = (lib.root.join("phone").join(name), format!("phone/{name}"));
+            std::fs::write(&path, photo(1)).unwrap();
+            rustix::fs::chown(&path, Some(rustix::process::Uid::from_raw(65534)), None).unwrap();
+            let closed = notify::Event::new(notify::EventKind::Access(notify::event::AccessKind::Close(
+                notify::event::AccessMode::Write,
+            )));
+            events.send(Ok(closed.add_path(path))).unwrap();
+            crawls_until(&lib, "crawl with the closed file", |i| has_closed(i, &rel)).await;
+        }
+        stop.cancel();
+        let (lines, ()) = run.await.unwrap();
+        let said = support::logs::events(&lines, "watch_leases_refused");
+        assert_eq!(said.len(), 1, "said once, for three windows: {lines:#?}");
+    });
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changes_seen_while_the_last_crawl_is_still_queued_wait_for_it_to_start_then_go_as_one() {
     let lib = library().await;
