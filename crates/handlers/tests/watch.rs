@@ -450,14 +450,28 @@ async fn in_quiet_hours_watched_changes_ingest_or_wait_for_the_window_to_end_as_
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn changes_the_queue_refuses_are_kept_tried_again_and_warned_of_once_each_time() {
-    let lib = library().await;
+/// What [`following`] answers: where the test sends the events, what stops the watcher, and its task (which
+/// answers the lines it logged).
+type Following = (
+    tokio::sync::mpsc::UnboundedSender<notify::Result<notify::Event>>,
+    CancellationToken,
+    tokio::task::JoinHandle<(Vec<serde_json::Value>, ())>,
+);
+
+/// A watcher of the library's config in events mode, following the events the test sends, its lines captured.
+fn following(lib: &Library) -> Following {
     let watcher =
         ConfigWatcher::new(lib.store.clone(), lib.config, lib.root.clone(), settings(), (WatchMode::Events, None));
     let (events, rx) = tokio::sync::mpsc::unbounded_channel();
     let stop = CancellationToken::new();
     let run = tokio::spawn(support::logs::capture(watcher.run_on(rx, stop.clone())));
+    (events, stop, run)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_the_queue_refuses_are_kept_tried_again_and_warned_of_once_each_time() {
+    let lib = library().await;
+    let (events, stop, run) = following(&lib);
     // Its start's whole-root crawl, run.
     let deadline = tokio::time::Instant::now() + PATIENCE;
     let start = loop {
@@ -529,11 +543,7 @@ fn a_watcher_without_cap_lease_says_so_once() {
         .unwrap();
     runtime.block_on(async {
         let lib = library().await;
-        let watcher =
-            ConfigWatcher::new(lib.store.clone(), lib.config, lib.root.clone(), settings(), (WatchMode::Events, None));
-        let (events, rx) = tokio::sync::mpsc::unbounded_channel();
-        let stop = CancellationToken::new();
-        let run = tokio::spawn(support::logs::capture(watcher.run_on(rx, stop.clone())));
+        let (events, stop, run) = following(&lib);
         std::fs::create_dir_all(lib.root.join("phone")).unwrap();
         for name in ["a.jpg", "b.jpg", "c.jpg"] {
             let (path, rel) = (lib.root.join("phone").join(name), format!("phone/{name}"));
@@ -628,96 +638,101 @@ async fn stored(lib: &Library, config: almanac_domain::StorageConfigId) -> Optio
     states.into_iter().find(|s| s.config == config)?.held
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_root_whose_file_system_hangs_delays_no_other_watch_and_is_read_once() {
-    let lib = library().await;
-    let share = lib.dir.path().join("share");
-    std::fs::create_dir_all(&share).unwrap();
-    let new = NewStorageConfig { username: "ann".into(), root_path: share.clone() };
-    let hung = lib.store.add_storage_config(&new).await.unwrap().1.id;
-    // The share's statfs blocks until the test lets it go.
+/// A second config, of the folder `share` beside the library, whose root's `statfs` blocks until the test sends
+/// on `release`; the roots whose file system is read are recorded in `read`, in order.
+struct HungShare {
+    config: almanac_domain::StorageConfigId,
+    root: std::path::PathBuf,
+    release: std::sync::mpsc::Sender<()>,
+    read: Arc<Mutex<Vec<std::path::PathBuf>>>,
+}
+
+impl HungShare {
+    /// How many times the file system of the root at `path` was read.
+    fn reads(&self, path: &Path) -> usize {
+        self.read.lock().unwrap().iter().filter(|r| *r == path).count()
+    }
+}
+
+/// [`HungShare`], and a Worker's watchers reading the file systems through it.
+async fn a_hung_share(lib: &Library) -> (Watching<PgStore>, HungShare) {
+    let root = lib.dir.path().join("share");
+    std::fs::create_dir_all(&root).unwrap();
+    let new = NewStorageConfig { username: "ann".into(), root_path: root.clone() };
+    let config = lib.store.add_storage_config(&new).await.unwrap().1.id;
     let (release, released) = std::sync::mpsc::channel::<()>();
-    let (released, reads) = (Mutex::new(released), Arc::new(AtomicUsize::new(0)));
-    let counted = reads.clone();
+    let (released, read) = (Mutex::new(released), Arc::new(Mutex::new(Vec::new())));
+    let (reads, hung) = (read.clone(), root.clone());
     let fs_type = move |root: &Path| {
-        if root == share {
-            counted.fetch_add(1, Ordering::SeqCst);
+        reads.lock().unwrap().push(root.to_owned());
+        if root == hung {
             let _ = released.lock().unwrap().recv();
         }
         almanac_handlers::watch::fs_type(root)
     };
     let io = WatchIo { fs_type: Arc::new(fs_type), ..WatchIo::default() };
     let worker = WorkerId::new("w1").unwrap();
-    let mut watching = Watching::new(lib.store.clone(), worker, ServedConfigs::All, settings()).with_io(io);
+    let watching = Watching::new(lib.store.clone(), worker, ServedConfigs::All, settings()).with_io(io);
+    (watching, HungShare { config, root, release, read })
+}
 
+/// Looks until a watcher of `config` runs; fails after [`PATIENCE`].
+async fn look_until_watched(watching: &mut Watching<PgStore>, config: almanac_domain::StorageConfigId) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while watching.status(config).is_none() {
+        assert!(tokio::time::Instant::now() < deadline, "{config} was not watched within {PATIENCE:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        watching.look().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_root_whose_file_system_hangs_delays_no_other_watch_and_is_read_once() {
+    let lib = library().await;
+    let (mut watching, share) = a_hung_share(&lib).await;
     watching.look().await.unwrap();
     assert_eq!(watching.watching(), [lib.config], "the other config is watched at the first look");
-    let held = stored(&lib, hung).await.expect("the hung config's watch is held while its mode is decided");
+    let held = stored(&lib, share.config).await.expect("the hung config's watch is held while its mode is decided");
     assert_eq!(held.report.mode, WatchMode::Off);
     assert!(held.report.note.unwrap().contains("deciding"));
     let before = stored(&lib, lib.config).await.unwrap().lease_expires_at;
     watching.look().await.unwrap();
     watching.look().await.unwrap();
     assert!(stored(&lib, lib.config).await.unwrap().lease_expires_at > before, "renewed while the share hangs");
-    assert_eq!(AtomicUsize::load(&reads, Ordering::SeqCst), 1, "no second statfs while the first hangs");
+    assert_eq!(share.reads(&share.root), 1, "no second statfs while the first hangs");
 
-    release.send(()).unwrap();
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while watching.status(hung).is_none() {
-        assert!(tokio::time::Instant::now() < deadline, "the share's watcher did not start within {PATIENCE:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        watching.look().await.unwrap();
-    }
-    assert_eq!(stored(&lib, hung).await.unwrap().report.mode, WatchMode::Events, "its mode reported once decided");
-    assert_eq!(AtomicUsize::load(&reads, Ordering::SeqCst), 1, "the answer is kept");
+    share.release.send(()).unwrap();
+    look_until_watched(&mut watching, share.config).await;
+    let reported = stored(&lib, share.config).await.unwrap().report.mode;
+    assert_eq!(reported, WatchMode::Events, "its mode reported once decided");
+    assert_eq!(share.reads(&share.root), 1, "the answer is kept");
     watching.look().await.unwrap();
-    assert_eq!(AtomicUsize::load(&reads, Ordering::SeqCst), 1);
+    assert_eq!(share.reads(&share.root), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_root_changed_while_its_old_root_is_read_is_read_anew_and_watched() {
     let lib = library().await;
-    let (share, photos) = (lib.dir.path().join("share"), lib.dir.path().join("photos"));
-    std::fs::create_dir_all(&share).unwrap();
-    std::fs::create_dir_all(&photos).unwrap();
-    let new = NewStorageConfig { username: "ann".into(), root_path: share.clone() };
-    let moved = lib.store.add_storage_config(&new).await.unwrap().1.id;
-    // The old root's statfs blocks until the test lets it go; the new root's answers at once.
-    let (release, released) = std::sync::mpsc::channel::<()>();
-    let (released, read) = (Mutex::new(released), Arc::new(Mutex::new(Vec::new())));
-    let reads = read.clone();
-    let fs_type = move |root: &Path| {
-        reads.lock().unwrap().push(root.to_owned());
-        if root == share {
-            let _ = released.lock().unwrap().recv();
-        }
-        almanac_handlers::watch::fs_type(root)
-    };
-    let io = WatchIo { fs_type: Arc::new(fs_type), ..WatchIo::default() };
-    let worker = WorkerId::new("w1").unwrap();
-    let mut watching = Watching::new(lib.store.clone(), worker, ServedConfigs::All, settings()).with_io(io);
+    let (mut watching, share) = a_hung_share(&lib).await;
     watching.look().await.unwrap();
-    assert!(watching.status(moved).is_none(), "its old root's file system is still being read");
+    assert!(watching.status(share.config).is_none(), "its old root's file system is still being read");
 
     // The root is moved (by the web backend, or by hand) while the old one's read hangs.
+    let photos = lib.dir.path().join("photos");
+    std::fs::create_dir_all(&photos).unwrap();
     sql_query("UPDATE storage_configs SET root_path = $1 WHERE id = $2")
         .bind::<diesel::sql_types::Text, _>(photos.to_str().unwrap())
-        .bind::<Uuid, _>(moved.as_uuid())
+        .bind::<Uuid, _>(share.config.as_uuid())
         .execute(&mut lib.conn().await)
         .await
         .unwrap();
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while watching.status(moved).is_none() {
-        assert!(tokio::time::Instant::now() < deadline, "the new root was not watched within {PATIENCE:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        watching.look().await.unwrap();
-    }
-    assert_eq!(stored(&lib, moved).await.unwrap().report.mode, WatchMode::Events);
-    release.send(()).unwrap();
+    look_until_watched(&mut watching, share.config).await;
+    assert_eq!(stored(&lib, share.config).await.unwrap().report.mode, WatchMode::Events);
+    share.release.send(()).unwrap();
     watching.look().await.unwrap();
-    let read = read.lock().unwrap().clone();
-    let paths = [lib.root.clone(), lib.dir.path().join("share"), photos];
-    assert!(paths.iter().all(|p| read.iter().filter(|r| *r == p).count() == 1), "each root read once: {read:?}");
+    for root in [&lib.root, &share.root, &photos] {
+        assert_eq!(share.reads(root), 1, "{} read once: {:?}", root.display(), share.read.lock().unwrap());
+    }
 }
 
 /// A polling pass that tells when it starts and then blocks until the test drops `release`.
