@@ -217,3 +217,21 @@ impl Cli {
         Ok(settings)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn the_help_of_a_kind_names_every_kind() {
+        let mut cli = Cli::command();
+        for verb in ["enqueue", "list"] {
+            let help = cli.find_subcommand_mut(verb).unwrap().render_help().to_string();
+            for kind in WorkKind::ALL {
+                assert!(help.contains(ops::kind_name(kind).as_str()), "{verb}'s help: {help}");
+            }
+        }
+    }
+}
