@@ -134,6 +134,11 @@ async fn watching(lib: &Library, worker: &str, settings: WatchSettings) -> (Watc
     started(lib, Watching::new(lib.store.clone(), WorkerId::new(worker).unwrap(), ServedConfigs::All, settings)).await
 }
 
+/// Worker `w1`'s watchers of every config, making `io`'s calls on the file system.
+fn watchers(lib: &Library, settings: WatchSettings, io: WatchIo) -> Watching<PgStore> {
+    Watching::new(lib.store.clone(), WorkerId::new("w1").unwrap(), ServedConfigs::All, settings).with_io(io)
+}
+
 /// [`watching`] of watchers made by the caller.
 async fn started(lib: &Library, mut watching: Watching<PgStore>) -> (Watching<PgStore>, Option<WatchStatus>) {
     watching.look().await.unwrap();
@@ -279,8 +284,7 @@ async fn a_polled_library_finds_a_new_file_at_the_next_pass_and_its_baseline_onl
         real(root, avoid, tree, stop)
     };
     let io = WatchIo { pass: Arc::new(pass), ..WatchIo::default() };
-    let worker = WorkerId::new("w1").unwrap();
-    let watching = Watching::new(lib.store.clone(), worker, ServedConfigs::All, settings()).with_io(io);
+    let watching = watchers(&lib, settings(), io);
     let (watching, status) = started(&lib, watching).await;
     let status = status.unwrap();
     assert_eq!(status.mode(), WatchMode::Polling);
@@ -671,8 +675,7 @@ async fn a_hung_share(lib: &Library) -> (Watching<PgStore>, HungShare) {
         almanac_handlers::watch::fs_type(root)
     };
     let io = WatchIo { fs_type: Arc::new(fs_type), ..WatchIo::default() };
-    let worker = WorkerId::new("w1").unwrap();
-    let watching = Watching::new(lib.store.clone(), worker, ServedConfigs::All, settings()).with_io(io);
+    let watching = watchers(lib, settings(), io);
     (watching, HungShare { config, root, release, read })
 }
 
@@ -753,8 +756,7 @@ async fn a_polling_pass_that_never_returns_holds_up_no_shutdown() {
     let lib = library().await;
     lib.store.set_storage_config_watch(lib.config, WatchChoice::Polling).await.unwrap();
     let (io, release, mut entering) = hung_pass();
-    let worker = WorkerId::new("w1").unwrap();
-    let mut watching = Watching::new(lib.store.clone(), worker, ServedConfigs::All, settings()).with_io(io);
+    let mut watching = watchers(&lib, settings(), io);
     watching.look().await.unwrap();
     tokio::time::timeout(PATIENCE, entering.recv()).await.expect("the pass did not start").unwrap();
 
@@ -842,8 +844,7 @@ async fn a_watcher_whose_watch_cannot_be_renewed_stops_before_its_lease_runs_out
     };
     let io = WatchIo { pass: Arc::new(pass), ..WatchIo::default() };
     let settings = WatchSettings { lease: Duration::from_secs(3), ..settings() };
-    let worker = WorkerId::new("w1").unwrap();
-    let watching = Watching::new(lib.store.clone(), worker, ServedConfigs::All, settings).with_io(io);
+    let watching = watchers(&lib, settings, io);
     let stop = CancellationToken::new();
     let run = tokio::spawn(watching.run(stop.clone()));
     tokio::time::timeout(PATIENCE, entering.recv()).await.expect("the pass did not start").unwrap();
@@ -877,8 +878,7 @@ async fn a_mode_the_operator_chose_is_used_without_reading_the_roots_file_system
     let lib = library().await;
     lib.store.set_storage_config_watch(lib.config, WatchChoice::Polling).await.unwrap();
     let (io, reads) = counting_reads(almanac_handlers::watch::fs_type);
-    let worker = WorkerId::new("w1").unwrap();
-    let mut watching = Watching::new(lib.store.clone(), worker, ServedConfigs::All, settings()).with_io(io);
+    let mut watching = watchers(&lib, settings(), io);
     watching.look().await.unwrap();
     assert_eq!(watching.status(lib.config).expect("watched at the first look").mode(), WatchMode::Polling);
     assert_eq!(stored_watch(&lib).await, Some(("w1".to_owned(), WatchMode::Polling)));
@@ -907,8 +907,7 @@ async fn a_mode_the_operator_chose_is_used_without_reading_the_roots_file_system
 async fn a_root_that_cannot_be_read_is_held_off_saying_why_read_again_at_each_look_and_given_up_at_stop() {
     let lib = library().await;
     let (io, reads) = counting_reads(|_| Err("the share is not mounted".to_owned()));
-    let worker = WorkerId::new("w1").unwrap();
-    let mut watching = Watching::new(lib.store.clone(), worker, ServedConfigs::All, settings()).with_io(io);
+    let mut watching = watchers(&lib, settings(), io);
     watching.look().await.unwrap();
     assert!(watching.watching().is_empty(), "no watcher of a root that cannot be read");
     let held = stored(&lib, lib.config).await.expect("its watch is held, to tell the operator why");
@@ -941,8 +940,7 @@ async fn a_watcher_whose_polling_pass_fails_gives_its_watch_up_and_is_started_ag
         }
     };
     let io = WatchIo { pass: Arc::new(pass), ..io };
-    let worker = WorkerId::new("w1").unwrap();
-    let mut watching = Watching::new(lib.store.clone(), worker, ServedConfigs::All, settings()).with_io(io);
+    let mut watching = watchers(&lib, settings(), io);
     watching.look().await.unwrap();
     assert_eq!(watching.watching(), [lib.config]);
 
@@ -1092,8 +1090,7 @@ async fn a_share_mounted_over_a_watched_root_restarts_its_watcher_which_then_pol
     let read_table = table.clone();
     let mountinfo = move || Some(read_table.lock().unwrap().clone());
     let io = WatchIo { fs_type: Arc::new(fs_type), mountinfo: Arc::new(mountinfo), ..WatchIo::default() };
-    let worker = WorkerId::new("w1").unwrap();
-    let mut watching = Watching::new(lib.store.clone(), worker, ServedConfigs::All, settings()).with_io(io);
+    let mut watching = watchers(&lib, settings(), io);
     let mount = |line: String| table.lock().unwrap().push_str(&line);
 
     let (lines, ()) = support::logs::capture(async {
