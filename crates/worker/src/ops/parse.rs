@@ -88,4 +88,19 @@ mod tests {
         let e = parse_watch_choice("inotify").unwrap_err();
         assert!(matches!(&e, OpError::BadInput(m) if m.contains("auto, events, polling, off")), "{e}");
     }
+
+    #[test]
+    fn a_config_given_by_path_is_resolved_and_one_given_by_id_is_taken_as_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(real.join("photos/ann")).unwrap();
+        let ann = real.join("photos/ann").display().to_string();
+        assert_eq!(config_key(&format!("{}/photos/./ann/", real.display())), ann);
+        assert_eq!(config_key(&format!("{ann}/")), ann);
+        assert_eq!(config_key(&format!("{}/gone/", real.display())), format!("{}/gone", real.display()));
+        // A name that is also a file in the current folder (here the crate's `src`) is not a path.
+        assert!(std::path::Path::new("src").exists());
+        assert_eq!(config_key("src"), "src");
+        assert_eq!(config_key("0198a7d2-6c4e-7a7b-9f1e-3c2d1b0a9f8e"), "0198a7d2-6c4e-7a7b-9f1e-3c2d1b0a9f8e");
+    }
 }

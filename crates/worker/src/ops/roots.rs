@@ -158,11 +158,10 @@ pub async fn root_problems(store: &PgStore, proxy_root: &Path) -> Result<Vec<Str
 
 /// Overlaps the catalogue cannot see: one tree under two paths (a bind mount, another spelling).
 fn hidden_overlaps(configs: &[StorageConfig]) -> Vec<String> {
-    let mut problems = Vec::new();
-    for (i, a) in configs.iter().enumerate() {
-        for b in
-            configs[i + 1..].iter().filter(|b| almanac_media::overlap_hidden_from_paths(&a.root_path, &b.root_path))
-        {
+    let (mut problems, mut rest) = (Vec::new(), configs);
+    while let Some((a, others)) = rest.split_first() {
+        rest = others;
+        for b in others.iter().filter(|b| almanac_media::overlap_hidden_from_paths(&a.root_path, &b.root_path)) {
             problems.push(format!(
                 "storage configs {} ({}) and {} ({}) are one tree on disk (a bind mount or another spelling): \
                  deactivate one (almanac-worker config deactivate ID)",
@@ -260,5 +259,84 @@ mod tests {
         assert!(canonical_config_root(&real.join("missing")).unwrap_err().contains("mount the share first"));
         std::fs::write(real.join("file"), b"x").unwrap();
         assert!(canonical_config_root(&real.join("file")).unwrap_err().contains("not a folder"));
+    }
+
+    /// A folder `p/ann` and a link `link` to it, in a fresh temporary folder: one tree under two paths.
+    fn one_tree_two_paths() -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let real = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(real.join("p/ann")).unwrap();
+        std::fs::create_dir_all(real.join("p/bob")).unwrap();
+        std::os::unix::fs::symlink(real.join("p/ann"), real.join("link")).unwrap();
+        (dir, real.join("p/ann"), real.join("link"))
+    }
+
+    #[test]
+    fn a_root_that_is_a_registered_tree_under_another_path_is_refused_naming_the_other() {
+        let (_dir, ann, link) = one_tree_two_paths();
+        let registered = config(link.to_str().unwrap());
+        let err = check_hidden_overlap(&ann, std::slice::from_ref(&registered)).unwrap_err();
+        assert!(err.contains(&registered.id.to_string()) && err.contains(link.to_str().unwrap()), "{err}");
+        assert_eq!(check_hidden_overlap(&ann.with_file_name("bob"), &[registered]), Ok(()));
+    }
+
+    #[test]
+    fn a_config_is_not_activated_beside_an_active_one_on_its_tree_nor_over_the_proxy_root() {
+        let (_dir, ann, _) = one_tree_two_paths();
+        let proxies = ann.parent().unwrap().with_file_name("proxies");
+        let this = config(ann.to_str().unwrap());
+        let (mut active, inactive) = (config(ann.join("2019").to_str().unwrap()), config("/elsewhere"));
+        active.is_active = true;
+        let err = check_activation(&proxies, &this, &[inactive.clone(), active.clone()]).unwrap_err();
+        assert!(err.contains(&format!("overlaps active storage config {}", active.id)), "{err}");
+        assert_eq!(check_activation(&proxies, &this, std::slice::from_ref(&inactive)), Ok(()));
+        let err = check_activation(&ann.join(".proxies"), &this, &[inactive]).unwrap_err();
+        assert!(err.contains("lies inside") && err.contains("stays deactivated"), "{err}");
+    }
+
+    #[test]
+    fn overlaps_hidden_from_paths_are_listed_once_per_pair() {
+        let (_dir, ann, link) = one_tree_two_paths();
+        let configs = [config(link.to_str().unwrap()), config(ann.to_str().unwrap())];
+        let bob = config(ann.with_file_name("bob").to_str().unwrap());
+        let problems = hidden_overlaps(&[configs[0].clone(), bob.clone(), configs[1].clone()]);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        for c in &configs {
+            assert!(problems[0].contains(&c.id.to_string()), "{problems:?}");
+        }
+        assert_eq!(hidden_overlaps(&[bob, configs[1].clone()]), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_root_spelled_oddly_or_reached_through_a_link_is_not_canonical() {
+        let (_dir, ann, link) = one_tree_two_paths();
+        assert_eq!(root_not_canonical(&config(ann.to_str().unwrap())), None);
+        let odd = config(&format!("{}/./2019", ann.display()));
+        assert!(root_not_canonical(&odd).unwrap().contains("not a canonical path"));
+        let through_link = root_not_canonical(&config(link.to_str().unwrap())).unwrap();
+        let real = format!("reached through a link (the real folder is {})", ann.display());
+        assert!(through_link.contains(&real), "{through_link}");
+    }
+
+    #[tokio::test]
+    async fn status_lists_every_root_problem() {
+        let db = almanac_testdb::TestDatabase::create().await;
+        let store = PgStore::connect(db.url()).unwrap();
+        let (_dir, ann, link) = one_tree_two_paths();
+        for (user, root) in [("ann", &ann), ("bob", &link)] {
+            let new = almanac_store_pg::NewStorageConfig { username: user.into(), root_path: root.clone() };
+            store.add_storage_config(&new).await.unwrap();
+        }
+        // One tree under two paths, one of them a link; then also a proxy root inside that tree.
+        for (proxy_root, lies_inside) in [(ann.with_file_name("proxies"), 0), (ann.join(".proxies"), 2)] {
+            let problems = root_problems(&store, &proxy_root).await.unwrap();
+            for (expected, times) in
+                [("are one tree on disk", 1), ("reached through a link", 1), ("lies inside", lies_inside)]
+            {
+                let found = problems.iter().filter(|p| p.contains(expected)).count();
+                assert_eq!(found, times, "{expected}: {problems:?}");
+            }
+            assert_eq!(problems.len(), 2 + lies_inside, "{problems:?}");
+        }
     }
 }

@@ -46,3 +46,78 @@ impl Samples {
             .unwrap_or_default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use almanac_domain::{Scope, Status, WorkKind};
+    use chrono::TimeDelta;
+
+    use super::*;
+
+    /// A running crawl that reports `done` units, or nothing.
+    fn running(id: WorkItemId, done: Option<u64>) -> WorkItem {
+        let now = Utc::now();
+        WorkItem {
+            id,
+            kind: WorkKind::Crawl,
+            scope: Scope::Unscoped,
+            status: Status::Running,
+            payload: serde_json::json!({}),
+            dedup_key: None,
+            requested_at: now,
+            run_after: now,
+            attempt: 1,
+            failures: 0,
+            stalls: 0,
+            max_attempts: 5,
+            lease_expires_at: Some(now),
+            worker_id: None,
+            started_at: Some(now),
+            heartbeat_at: Some(now),
+            finished_at: None,
+            cancel_requested_at: None,
+            last_error: None,
+            progress: done.map(|done| serde_json::json!({ "done": done })),
+            result: None,
+        }
+    }
+
+    fn at(t0: DateTime<Utc>, ms: i64) -> DateTime<Utc> {
+        t0 + TimeDelta::milliseconds(ms)
+    }
+
+    #[test]
+    fn a_running_item_s_progress_is_kept_at_most_once_a_second_oldest_first() {
+        let (samples, t0, id) = (Samples::default(), Utc::now(), WorkItemId::new());
+        samples.record(&[running(id, Some(5))], t0);
+        samples.record(&[running(id, Some(6))], at(t0, 999));
+        samples.record(&[running(id, Some(7))], at(t0, 1_000));
+        samples.record(&[running(id, Some(8))], at(t0, 1_500));
+        samples.record(&[running(id, Some(9))], at(t0, 2_500));
+        assert_eq!(samples.series(id), [(t0, 5), (at(t0, 1_000), 7), (at(t0, 2_500), 9)]);
+        assert_eq!(samples.series(WorkItemId::new()), [], "an item never seen has no samples");
+    }
+
+    #[test]
+    fn items_without_progress_have_no_samples_and_items_no_longer_running_are_forgotten() {
+        let (samples, t0) = (Samples::default(), Utc::now());
+        let (a, b, silent) = (WorkItemId::new(), WorkItemId::new(), WorkItemId::new());
+        samples.record(&[running(a, Some(1)), running(b, Some(2)), running(silent, None)], t0);
+        assert_eq!(samples.series(silent), []);
+        samples.record(&[running(b, Some(3))], at(t0, 1_000));
+        assert_eq!(samples.series(a), [], "a finished item's samples are forgotten");
+        assert_eq!(samples.series(b), [(t0, 2), (at(t0, 1_000), 3)]);
+    }
+
+    #[test]
+    fn an_item_keeps_its_newest_samples_up_to_the_limit() {
+        let (samples, t0, id) = (Samples::default(), Utc::now(), WorkItemId::new());
+        for s in 0..=SAMPLES_KEPT as u64 {
+            samples.record(&[running(id, Some(s))], at(t0, 1_000 * s as i64));
+        }
+        let series = samples.series(id);
+        assert_eq!(series.len(), SAMPLES_KEPT);
+        assert_eq!(series.first(), Some(&(at(t0, 1_000), 1)), "the oldest went first");
+        assert_eq!(series.last(), Some(&(at(t0, 1_000 * SAMPLES_KEPT as i64), SAMPLES_KEPT as u64)));
+    }
+}

@@ -124,6 +124,30 @@ async fn the_page_shows_the_queue_configs_running_items_and_failures() {
         assert!(html.contains(shown), "{shown} is not on the page:\n{html}");
     }
     assert!(!html.contains("method=\"post\" action=\"/items/"), "no action buttons without a session");
+    // The queue counts each kind's items per status; a failed item and a crawl with failures name their config's
+    // root.
+    let counts = |kind: WorkKind, of: &[(Status, u32)]| {
+        let cells: String = Status::ALL
+            .into_iter()
+            .map(|st| format!("<td class=\"n\">{}</td>", of.iter().find(|(s, _)| *s == st).map_or(0, |(_, n)| *n)))
+            .collect();
+        format!("<th scope=\"row\">{}</th>{cells}", kind.as_str())
+    };
+    for row in [
+        counts(WorkKind::Crawl, &[(Status::Queued, 1), (Status::Succeeded, 1)]),
+        counts(WorkKind::ProxyDeletion, &[(Status::Failed, 1)]),
+        counts(WorkKind::BurstDetection, &[(Status::Running, 1)]),
+        counts(WorkKind::ProxySweep, &[]),
+    ] {
+        assert!(html.contains(&row), "{row} is not on the page:\n{html}");
+    }
+    let running =
+        format!("<a href=\"/items/{}\">burst_detection</a></strong> · Worker <code>worker-a</code>", w.running);
+    assert!(html.contains(&running), "{running} is not on the page:\n{html}");
+    for (id, kind) in [(w.failed, "proxy_deletion"), (w.crawl_with_failures, "crawl")] {
+        let named = format!("<a href=\"/items/{id}\">{kind}</a> of <code>/srv/photos/ann</code>");
+        assert!(html.contains(&named), "{named} is not on the page:\n{html}");
+    }
     // The item's own page, and bad ids.
     let (status, _, html) = send(&w.page, get(&format!("/items/{}", w.crawl_with_failures))).await;
     assert_eq!(status, StatusCode::OK);
@@ -143,7 +167,11 @@ async fn the_page_shows_the_queue_configs_running_items_and_failures() {
     let frame = body.frame().await.unwrap().unwrap().into_data().unwrap();
     let event = String::from_utf8_lossy(&frame);
     assert!(event.starts_with("event: running\n") && event.contains("5 of 10 units"), "{event}");
-    let _ = w.running;
+    // The next comes two seconds later, not at once.
+    let first = std::time::Instant::now();
+    let next = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert!(next.starts_with(b"event: running\n"), "{next:?}");
+    assert!(first.elapsed() >= std::time::Duration::from_secs(2), "the events came {:?} apart", first.elapsed());
 }
 
 /// Each config's watch: the mode its watcher reports, its choice, who watches, the last change, the pending files

@@ -256,3 +256,36 @@ fn the_watched_crawl_interval_reaches_the_scheduler_and_is_a_minute_or_more() {
     let err = Settings::load_from(None, env(&[("ALMANAC__SCHEDULE__WATCHED_CRAWL_INTERVAL", "30s")])).unwrap_err();
     assert!(err.to_string().contains("schedule.watched_crawl_interval: 30s must be at least one minute"), "{err}");
 }
+
+#[test]
+fn a_limit_is_accepted_at_its_bound_and_refused_past_it() {
+    let load = |key: &str, value: &str| Settings::load_from(None, env(&[(key, value)]));
+    for (key, at_bound, past, named) in [
+        ("ALMANAC__STORAGE__SETTLE_TIME", "1h", "3601s", "storage.settle_time"),
+        ("ALMANAC__SCHEDULE__CRAWL_INTERVAL", "60s", "59s", "schedule.crawl_interval"),
+        ("ALMANAC__WATCH__POLL_INTERVAL", "1s", "999ms", "watch.poll_interval"),
+        ("ALMANAC__WATCH__DEBOUNCE", "2s", "2001ms", "watch.debounce"),
+        ("ALMANAC__WATCH__LEASE", "3s", "2999ms", "watch.lease"),
+    ] {
+        assert!(load(key, at_bound).is_ok(), "{key}={at_bound}: {:?}", load(key, at_bound).err());
+        let err = load(key, past).unwrap_err().to_string();
+        assert!(err.starts_with(named), "{key}={past}: {err}");
+    }
+    let max_delay = |value: &str| {
+        let pairs = [("ALMANAC__WATCH__MAX_DELAY", value), ("ALMANAC__WATCH__DEBOUNCE", "1s")];
+        Settings::load_from(None, env(&pairs))
+    };
+    assert!(max_delay("1h").is_ok());
+    assert!(max_delay("3601s").unwrap_err().to_string().starts_with("watch.max_delay"));
+}
+
+#[test]
+fn secrets_are_hidden_from_a_message_and_other_values_are_not() {
+    let file = "[http]\ntoken = \"tok-secret-1\"\n[database]\nurl = \"postgres://u:pw-2@h/db\"\n\
+                admin_password = 'pw-3'\n[worker]\nslots = \"x9\"\n";
+    let shown = hide_secrets("bad values: tok-secret-1, postgres://u:pw-2@h/db, pw-3, x9", file);
+    for secret in ["tok-secret-1", "pw-2", "pw-3"] {
+        assert!(!shown.contains(secret), "{shown}");
+    }
+    assert!(shown.contains("x9"), "{shown}");
+}

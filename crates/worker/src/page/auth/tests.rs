@@ -171,15 +171,17 @@ async fn the_addresses_remembered_stay_bounded_under_a_flood_of_them() {
     let auth = Auth::new(Some("a-token-of-24-characters".into()));
     let wrong = headers(&[(header::AUTHORIZATION, "Bearer guess-0123456789abcdef")]);
     let nth = |n: usize| Peer::new(IpAddr::V6(Ipv6Addr::from_bits(0x2001_0db8 << 96 | (n as u128) << 64)));
-    // A paused address whose pause is over is forgotten when a new address comes.
+    // A paused address is kept while its pause runs and forgotten once it is over, when a new address comes.
     let guesser = peer("203.0.113.7");
     for _ in 0..WRONG_TOKENS_BEFORE_PAUSE {
         assert_eq!(auth.check(guesser, &wrong, None), Err(Refusal::WrongToken));
     }
-    tokio::time::advance(PAUSE_AFTER_WRONG_TOKENS).await;
-    assert_eq!(auth.remembered(), 1);
+    tokio::time::advance(PAUSE_AFTER_WRONG_TOKENS / 2).await;
+    assert_eq!(auth.check(peer("203.0.113.8"), &wrong, None), Err(Refusal::WrongToken));
+    assert_eq!(auth.remembered(), 2, "the pause that runs is kept");
+    tokio::time::advance(PAUSE_AFTER_WRONG_TOKENS / 2).await;
     assert_eq!(auth.check(nth(0), &wrong, None), Err(Refusal::WrongToken));
-    assert_eq!(auth.remembered(), 1, "the pause that is over is forgotten");
+    assert_eq!(auth.remembered(), 2, "the pause that is over is forgotten");
     // A flood of addresses, one wrong token each: the table never holds more than its bound, and the
     // addresses forgotten are the ones whose last wrong token is oldest.
     for n in 1..3 * ADDRESSES_REMEMBERED {
