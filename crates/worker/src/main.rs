@@ -13,6 +13,8 @@ mod observe;
 mod ops;
 mod page;
 mod settings;
+#[cfg(test)]
+mod testing;
 
 use std::process::ExitCode;
 

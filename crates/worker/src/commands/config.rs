@@ -100,7 +100,7 @@ mod tests {
     fn config_check_says_whether_the_proxy_root_takes_files() {
         let dir = tempfile::tempdir().unwrap();
         let note = proxy_root_takes_files(dir.path()).unwrap();
-        assert!(note.contains("takes files"), "{note}");
+        assert_eq!(note, format!("storage.proxy_root {} takes files", dir.path().display()));
         let later = dir.path().join("almanac/proxies");
         let note = proxy_root_takes_files(&later).unwrap();
         assert!(note.contains("does not exist yet; almanac-worker run creates it"), "{note}");
@@ -110,6 +110,9 @@ mod tests {
         std::fs::write(dir.path().join("almanac"), b"a file").unwrap();
         let problem = proxy_root_takes_files(&later).unwrap_err();
         assert!(problem.contains("storage.proxy_root") && problem.contains("cannot create it"), "{problem}");
+        // That file as the proxy root: it exists, and takes no files.
+        let problem = proxy_root_takes_files(&dir.path().join("almanac")).unwrap_err();
+        assert!(problem.contains("storage.proxy_root") && !problem.contains("does not exist"), "{problem}");
     }
 
     #[test]

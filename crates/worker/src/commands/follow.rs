@@ -22,7 +22,7 @@ pub async fn follow(store: &PgStore, id: WorkItemId) -> Result<Exit, Failure> {
         bar.set_style(indicatif::ProgressStyle::with_template("{bar:30} {msg}").expect("a valid template"));
         bar
     });
-    let (mut last_line, mut last_printed) = (String::new(), None::<Instant>);
+    let mut lines = Lines::default();
     loop {
         let item = store
             .get(id)
@@ -39,15 +39,33 @@ pub async fn follow(store: &PgStore, id: WorkItemId) -> Result<Exit, Failure> {
         let line = state_line(&item, bar.as_ref());
         match &bar {
             Some(bar) => bar.set_message(line),
-            None if line != last_line
-                && (item.status != Status::Running || last_printed.is_none_or(|t| t.elapsed() >= LINES_EVERY)) =>
-            {
-                println!("{id} {line}");
-                (last_line, last_printed) = (line, Some(Instant::now()));
-            }
+            None if lines.due(&line, item.status, Instant::now()) => println!("{id} {line}"),
             None => {}
         }
         tokio::time::sleep(EVERY).await;
+    }
+}
+
+/// The plain lines printed while an item is followed: a line whenever its state or progress changes, at most every
+/// [`LINES_EVERY`] while it runs.
+#[derive(Default)]
+struct Lines {
+    /// The last line printed.
+    last: String,
+    /// When it was printed.
+    printed_at: Option<Instant>,
+}
+
+impl Lines {
+    /// Whether `line`, the state in words of an item with `status`, is printed at `now`; when it is, it is the
+    /// last line from then on.
+    fn due(&mut self, line: &str, status: Status, now: Instant) -> bool {
+        let paced = status == Status::Running && self.printed_at.is_some_and(|t| now - t < LINES_EVERY);
+        if line == self.last || paced {
+            return false;
+        }
+        (self.last, self.printed_at) = (line.to_owned(), Some(now));
+        true
     }
 }
 
@@ -71,5 +89,43 @@ fn outcome(item: &WorkItem) -> String {
         (Status::Succeeded, _) => "succeeded".to_owned(),
         (status, Some(error)) => format!("{status}: {error}"),
         (status, None) => status.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use almanac_domain::WorkKind;
+
+    use super::*;
+    use crate::testing::item;
+
+    #[test]
+    fn a_line_is_printed_when_it_changes_and_at_most_every_five_seconds_while_the_item_runs() {
+        let (mut lines, t0) = (Lines::default(), Instant::now());
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        assert!(lines.due("queued", Status::Queued, t0));
+        assert!(!lines.due("queued", Status::Queued, at(500)), "the same line is not printed again");
+        assert!(!lines.due("running on w: started", Status::Running, at(1_000)), "too soon after the last");
+        assert!(lines.due("running on w: 1 file", Status::Running, t0 + LINES_EVERY));
+        assert!(!lines.due("running on w: 2 files", Status::Running, t0 + LINES_EVERY + LINES_EVERY / 2));
+        assert!(!lines.due("running on w: 1 file", Status::Running, t0 + 3 * LINES_EVERY), "unchanged");
+        assert!(lines.due("queued", Status::Queued, t0 + 3 * LINES_EVERY + EVERY), "a change of state is at once");
+        assert!(lines.due("running on w: started", Status::Running, t0 + 4 * LINES_EVERY + EVERY));
+    }
+
+    #[test]
+    fn the_state_and_the_outcome_are_said_in_words() {
+        let queued = item(WorkKind::Crawl, Status::Queued, None);
+        assert_eq!(state_line(&queued, None), "queued");
+        let mut running = item(WorkKind::Crawl, Status::Running, None);
+        assert_eq!(state_line(&running, None), "running on -: started");
+        running.worker_id = Some(almanac_domain::WorkerId::new("worker-a").unwrap());
+        running.progress = Some(serde_json::json!({"done": 3, "total": 4}));
+        assert_eq!(state_line(&running, None), "running on worker-a: 3 of 4 files (75.0%)");
+        assert_eq!(outcome(&item(WorkKind::Crawl, Status::Succeeded, None)), "succeeded");
+        assert_eq!(outcome(&item(WorkKind::Crawl, Status::Cancelled, None)), "cancelled");
+        let mut failed = item(WorkKind::Crawl, Status::Failed, None);
+        failed.last_error = Some("the share is gone".into());
+        assert_eq!(outcome(&failed), "failed: the share is gone");
     }
 }

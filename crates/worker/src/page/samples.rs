@@ -49,37 +49,15 @@ impl Samples {
 
 #[cfg(test)]
 mod tests {
-    use almanac_domain::{Scope, Status, WorkKind};
+    use almanac_domain::{Status, WorkKind};
     use chrono::TimeDelta;
 
     use super::*;
 
-    /// A running crawl that reports `done` units, or nothing.
+    /// A running crawl with `id` that reports `done` units, or nothing.
     fn running(id: WorkItemId, done: Option<u64>) -> WorkItem {
-        let now = Utc::now();
-        WorkItem {
-            id,
-            kind: WorkKind::Crawl,
-            scope: Scope::Unscoped,
-            status: Status::Running,
-            payload: serde_json::json!({}),
-            dedup_key: None,
-            requested_at: now,
-            run_after: now,
-            attempt: 1,
-            failures: 0,
-            stalls: 0,
-            max_attempts: 5,
-            lease_expires_at: Some(now),
-            worker_id: None,
-            started_at: Some(now),
-            heartbeat_at: Some(now),
-            finished_at: None,
-            cancel_requested_at: None,
-            last_error: None,
-            progress: done.map(|done| serde_json::json!({ "done": done })),
-            result: None,
-        }
+        let progress = done.map(|done| serde_json::json!({ "done": done }));
+        WorkItem { id, ..crate::testing::item(WorkKind::Crawl, Status::Running, progress) }
     }
 
     fn at(t0: DateTime<Utc>, ms: i64) -> DateTime<Utc> {
