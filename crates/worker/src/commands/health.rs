@@ -47,3 +47,47 @@ fn readyz(address: SocketAddr) -> std::io::Result<String> {
     stream.take(4096).read_to_string(&mut reply)?;
     Ok(reply)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::TcpListener;
+
+    use super::*;
+
+    /// HTTP settings for a Worker at `address`, enabled or not.
+    fn http(address: SocketAddr, enabled: bool) -> Http {
+        Http { enabled, address, token: None, allowed_hosts: vec![] }
+    }
+
+    /// A server on a free local port that reads one request and answers `reply`; its address.
+    fn answering(reply: &'static str) -> SocketAddr {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let address = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut request = [0; 1024];
+            let _ = stream.read(&mut request).unwrap();
+            stream.write_all(reply.as_bytes()).unwrap();
+        });
+        address
+    }
+
+    #[test]
+    fn ready_only_when_the_worker_answers_200() {
+        for reply in ["HTTP/1.1 200 OK\r\n\r\nready", "HTTP/1.0 200 OK\r\n\r\nready"] {
+            assert_eq!(health(&http(answering(reply), true)), Exit::Success, "{reply}");
+        }
+        let busy = answering("HTTP/1.1 503 Service Unavailable\r\n\r\nthe database is unavailable");
+        assert_eq!(health(&http(busy, true)), Exit::Failure);
+        assert_eq!(readyz(answering("HTTP/1.1 503 x\r\n\r\nbody")).unwrap(), "HTTP/1.1 503 x\r\n\r\nbody");
+    }
+
+    #[test]
+    fn a_worker_without_http_or_nobody_answering_is_not_ready() {
+        let ready = answering("HTTP/1.1 200 OK\r\n\r\n");
+        assert_eq!(health(&http(ready, false)), Exit::Failure, "http is off");
+        assert_eq!(health(&http(ready, true)), Exit::Success, "its one answer is still there: it was not asked");
+        let free = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap().local_addr().unwrap();
+        assert_eq!(health(&http(free, true)), Exit::Failure);
+    }
+}
