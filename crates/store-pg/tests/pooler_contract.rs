@@ -246,11 +246,10 @@ async fn cached_statements_fail_through_a_transaction_pooler_and_transaction_mod
 async fn migrations_run_through_a_transaction_pooler_and_leave_no_lock_behind() {
     let server = almanac_testdb::server_url().unwrap();
     let admin = plain(&server).await;
-    let name = format!("almanac_pooler_migrations_{}", std::process::id());
-    admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name}")).await.unwrap();
-    admin.batch_execute(&format!("CREATE DATABASE {name}")).await.unwrap();
+    let db = TestDatabase::create_empty().await;
+    let name = db.name();
     let bouncer = PgBouncer::start(2).unwrap();
-    let url = bouncer.url(&name);
+    let url = bouncer.url_of(&db);
     let runs: Vec<_> = (0..3)
         .map(|_| {
             let url = url.clone();
@@ -274,7 +273,6 @@ async fn migrations_run_through_a_transaction_pooler_and_leave_no_lock_behind() 
     let used = format!("SELECT count(*) FROM pg_stat_activity WHERE datname = '{name}'");
     assert!(count(&admin, &used).await >= 1, "PgBouncer keeps the server sessions the migrations used");
     drop(bouncer);
-    admin.batch_execute(&format!("DROP DATABASE {name} WITH (FORCE)")).await.unwrap();
 }
 
 /// Wake-ups need a direct connection: an enqueue through PgBouncer wakes a listener on the database's own URL

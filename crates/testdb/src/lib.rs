@@ -69,9 +69,23 @@ impl TestDatabase {
 
     /// Creates a fresh, migrated database.
     pub async fn try_create() -> Result<Self, ClusterError> {
-        static COUNTER: AtomicU32 = AtomicU32::new(0);
         let server_url = server_url()?;
         let template = template(&server_url)?;
+        Self::from_template(server_url, &template).await
+    }
+
+    /// Creates a fresh database without the schema, as a new installation finds it (dropped like the others).
+    pub async fn create_empty() -> Self {
+        let made = match server_url() {
+            Ok(server_url) => Self::from_template(server_url, "template0").await,
+            Err(e) => Err(e),
+        };
+        made.unwrap_or_else(|e| panic!("no test database: {e}"))
+    }
+
+    /// A new database copied from `template`.
+    async fn from_template(server_url: String, template: &str) -> Result<Self, ClusterError> {
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
         let name = format!(
             "almanac_test_{}_{}_{}",
             std::process::id(),

@@ -36,13 +36,15 @@ pub(crate) const PAGE_CONNECTIONS: usize = 2;
 /// The connection that listens for wake-ups.
 pub(crate) const LISTENER_CONNECTIONS: usize = 1;
 
+/// The pools of a fixed size a Worker opens beside the shared and the reserved ones, by the name
+/// docs/operations.md's "Sizing" table gives them (checked against it).
+pub(crate) const FIXED_POOLS: [(&str, usize); 3] =
+    [("probes", PROBE_CONNECTIONS), ("page", PAGE_CONNECTIONS), ("listener", LISTENER_CONNECTIONS)];
+
 /// The most connections a Worker with these settings opens (docs/operations.md, "Sizing", checked against it).
 pub(crate) fn most_connections(settings: &Settings) -> usize {
-    settings.database.max_connections
-        + ExecutorConfig::reserved_connections(settings.worker.slots)
-        + PROBE_CONNECTIONS
-        + PAGE_CONNECTIONS
-        + LISTENER_CONNECTIONS
+    let fixed: usize = FIXED_POOLS.iter().map(|(_, connections)| connections).sum();
+    settings.database.max_connections + ExecutorConfig::reserved_connections(settings.worker.slots) + fixed
 }
 
 /// Runs the Worker until SIGTERM or Ctrl-C.

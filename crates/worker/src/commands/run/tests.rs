@@ -40,9 +40,9 @@ fn the_guide_states_the_connections_a_worker_opens() {
     for slots in [1, 2, 8, 256] {
         assert_eq!(ExecutorConfig::reserved_connections(slots), slots + spare, "reserved for {slots} slots");
     }
-    assert_eq!(added(row("probes")), PROBE_CONNECTIONS);
-    assert_eq!(added(row("page")), PAGE_CONNECTIONS);
-    assert_eq!(added(row("listener")), LISTENER_CONNECTIONS);
+    for (pool, connections) in FIXED_POOLS {
+        assert_eq!(added(row(pool)), connections, "{pool}");
+    }
     assert_eq!(rows.len(), 5, "every pool is in the table and the sum: {rows:?}");
 
     // "so at most `database.max_connections + worker.slots + N` a Worker: M with the defaults."
@@ -55,4 +55,97 @@ fn the_guide_states_the_connections_a_worker_opens() {
         assert_eq!(most_connections(&s), s.database.max_connections + slots + beyond_slots, "{total}");
     }
     assert_eq!(most_connections(&defaults), with_defaults, "{total}");
+}
+
+const URL: &str = "postgres://ann:hunter2@db.example/almanac";
+
+/// [`patiently`] over a read that answers `error` `failures` times, then its attempt's number; and when (on the
+/// paused clock) each attempt was made.
+async fn tries(failures: u32, error: fn() -> StoreError) -> (Result<u32, Failure>, Vec<Duration>) {
+    let (start, at) = (tokio::time::Instant::now(), std::cell::RefCell::new(Vec::new()));
+    let answer = patiently(URL, || {
+        at.borrow_mut().push(start.elapsed());
+        let attempt = at.borrow().len() as u32;
+        async move { if attempt <= failures { Err(error()) } else { Ok(attempt) } }
+    })
+    .await;
+    (answer, at.into_inner())
+}
+
+fn starting() -> StoreError {
+    StoreError::Unavailable(almanac_domain::Cause::new("the database system is starting up"))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_database_still_starting_is_asked_again_with_backoff_and_given_up_after_the_last_attempt() {
+    let seconds = |s: &[f64]| s.iter().map(|s| Duration::from_secs_f64(*s)).collect::<Vec<_>>();
+    let (answer, at) = tries(0, starting).await;
+    assert_eq!((answer.unwrap(), at), (1, seconds(&[0.0])));
+    let (answer, at) = tries(CONNECT_ATTEMPTS - 1, starting).await;
+    assert_eq!((answer.unwrap(), at), (CONNECT_ATTEMPTS, seconds(&[0.0, 0.5, 1.5, 3.5, 7.5])));
+    let (answer, at) = tries(CONNECT_ATTEMPTS, starting).await;
+    let failure = answer.unwrap_err();
+    assert_eq!(at, seconds(&[0.0, 0.5, 1.5, 3.5, 7.5]), "no attempt after the last");
+    assert_eq!(failure.exit(), Exit::Unavailable);
+    let said = failure.to_string();
+    assert!(said.contains("after 5 attempt(s)") && said.contains("starting up") && !said.contains("hunter2"), "{said}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_setting_to_fix_is_said_at_once() {
+    let (answer, at) = tries(1, || StoreError::Config("sslmode=sometimes is not a mode".into())).await;
+    let said = answer.unwrap_err().to_string();
+    assert_eq!(at, [Duration::ZERO]);
+    assert!(said.starts_with("database.url (") && said.contains("sslmode=sometimes") && !said.contains("hunter2"));
+}
+
+#[tokio::test]
+async fn the_worker_is_woken_when_work_is_enqueued_unless_only_a_transaction_pooler_is_there_to_listen_on() {
+    use almanac_domain::{NewWorkItem, Scope, WorkKind, WorkQueue};
+    let db = almanac_testdb::TestDatabase::create().await;
+    let store = PgStore::connect(db.url()).unwrap();
+    let mut through_pooler = Settings::default();
+    through_pooler.database.pooler_mode = "transaction".into();
+    let mut with_direct_url = through_pooler.clone();
+    with_direct_url.database.listen_url = Some(db.url().to_owned());
+    for settings in [Settings::default(), with_direct_url] {
+        let (wake, stop) = (Arc::new(tokio::sync::Notify::new()), CancellationToken::new());
+        // The pooler's URL is not one a LISTEN can use: only a direct URL wakes it.
+        let url = if settings.database.listen_url.is_some() { "postgres://nobody@127.0.0.1:1/none" } else { db.url() };
+        let listener = wake_ups(&settings, url, wake.clone(), &stop).expect("a listener");
+        // Its LISTEN starts in the background: enqueue until it hears one.
+        let woken = async {
+            loop {
+                store.enqueue(&NewWorkItem::new(WorkKind::TokenCleanup, Scope::Unscoped).unwrap()).await.unwrap();
+                if tokio::time::timeout(Duration::from_millis(200), wake.notified()).await.is_ok() {
+                    break;
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(60), woken).await.expect("woken by an enqueue");
+        stop.cancel();
+        listener.await.unwrap();
+    }
+    let (wake, stop) = (Arc::new(tokio::sync::Notify::new()), CancellationToken::new());
+    assert!(wake_ups(&through_pooler, db.url(), wake, &stop).is_none(), "polls only");
+}
+
+#[tokio::test]
+async fn the_tls_in_use_is_said_in_words() {
+    let db = almanac_testdb::TestDatabase::create().await;
+    assert_eq!(tls(&PgStore::connect(db.url()).unwrap()).await, "none");
+    let nobody = PgStore::connect("postgres://nobody@127.0.0.1:1/none").unwrap();
+    assert!(tls(&nobody).await.starts_with("unknown ("));
+}
+
+#[tokio::test]
+async fn a_new_database_is_migrated_only_when_asked_and_an_unmigrated_one_is_refused_naming_the_way_out() {
+    let db = almanac_testdb::TestDatabase::create_empty().await;
+    let refused = prepare_schema(db.url(), false).await.unwrap_err();
+    assert_eq!(refused.exit(), Exit::Usage);
+    assert!(refused.to_string().contains("run `almanac-worker migrate`, or start with --migrate"), "{refused}");
+    assert!(!almanac_store_pg::schema_state(db.url()).await.unwrap().pending.is_empty(), "nothing was applied");
+    prepare_schema(db.url(), true).await.unwrap();
+    assert_eq!(almanac_store_pg::schema_state(db.url()).await.unwrap().pending, Vec::<String>::new());
+    prepare_schema(db.url(), false).await.unwrap();
 }
