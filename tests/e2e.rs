@@ -807,6 +807,8 @@ fn regenerate_rebuilds_a_configs_proxies() {
     let (code, out, err) = s.cli_exit(&["regenerate", "--config", root, "--wait"], &[]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("1 proxy deletion item(s) for 3 assets"), "{out}");
+    let crawl = out.split("then crawl ").nth(1).and_then(|rest| rest.split(',').next()).expect("the crawl's id");
+    assert!(out.lines().any(|l| l == format!("{crawl} succeeded")), "--wait follows the crawl to its end: {out}");
     let after = s.query("SELECT id::text, relative_path FROM proxy_files WHERE relative_path IS NOT NULL ORDER BY 2");
     assert_eq!(after.len(), 6, "{after:?}");
     for (old, new) in before.iter().zip(&after) {

@@ -38,7 +38,7 @@ pub async fn status(store: &PgStore, settings: &Settings, json: bool) -> Result<
         let text = serde_json::to_string_pretty(&as_json(&overview)).map_err(Failure::failed)?;
         println!("{text}");
     } else {
-        print_table(&overview);
+        table(&overview).iter().for_each(|line| println!("{line}"));
     }
     Ok(Exit::Success)
 }
@@ -71,14 +71,17 @@ fn as_json(o: &Overview) -> Value {
     })
 }
 
-/// The overview as a table and sections of lines.
-fn print_table(o: &Overview) {
-    println!("{:<22}{:>9}{:>9}{:>11}{:>9}{:>11}", "KIND", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED");
+/// The overview as a table and sections, line by line.
+fn table(o: &Overview) -> Vec<String> {
+    let mut lines = vec![format!(
+        "{:<22}{:>9}{:>9}{:>11}{:>9}{:>11}",
+        "KIND", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"
+    )];
     let mut kinds: Vec<WorkKind> = o.summary.iter().map(|r| r.kind).collect();
     kinds.dedup();
     for kind in kinds {
         let n = |status: Status| o.summary.iter().find(|r| r.kind == kind && r.status == status).map_or(0, |r| r.count);
-        println!(
+        lines.push(format!(
             "{:<22}{:>9}{:>9}{:>11}{:>9}{:>11}",
             kind.as_str(),
             n(Status::Queued),
@@ -86,9 +89,9 @@ fn print_table(o: &Overview) {
             n(Status::Succeeded),
             n(Status::Failed),
             n(Status::Cancelled)
-        );
+        ));
     }
-    section("RUNNING", &o.running, |i| {
+    section(&mut lines, "RUNNING", &o.running, |i| {
         format!(
             "{}  {}  config {}  worker {}  attempt {}  progress {}",
             i.id,
@@ -102,21 +105,65 @@ fn print_table(o: &Overview) {
     let paused: Vec<String> = (o.paused_kinds.iter().map(|kind| format!("kind {kind}")))
         .chain(o.paused_configs.iter().map(|(id, root)| format!("config {id}  {root}")))
         .collect();
-    section("PAUSED (queued work not claimed; almanac-worker resume)", &paused, String::clone);
-    section("ROOT PROBLEMS", &o.problems, String::clone);
-    section("WATCHES (almanac-worker config watch)", &o.watches.lines(), String::clone);
-    section("RECENT FAILURES", &o.failed, |i| {
+    section(&mut lines, "PAUSED (queued work not claimed; almanac-worker resume)", &paused, String::clone);
+    section(&mut lines, "ROOT PROBLEMS", &o.problems, String::clone);
+    section(&mut lines, "WATCHES (almanac-worker config watch)", &o.watches.lines(), String::clone);
+    section(&mut lines, "RECENT FAILURES", &o.failed, |i| {
         format!("{}  {}  {}", i.id, i.kind, i.last_error.as_deref().unwrap_or("-"))
     });
+    lines
 }
 
 /// A titled section of lines, after a blank line; nothing when there are none.
-fn section<T>(title: &str, rows: &[T], line: impl Fn(&T) -> String) {
+fn section<T>(lines: &mut Vec<String>, title: &str, rows: &[T], line: impl Fn(&T) -> String) {
     if rows.is_empty() {
         return;
     }
-    println!("\n{title}");
-    for row in rows {
-        println!("{}", line(row));
+    lines.extend([String::new(), title.to_owned()]);
+    lines.extend(rows.iter().map(line));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::item;
+
+    #[test]
+    fn the_table_counts_each_kind_per_status_and_shows_only_the_sections_with_lines() {
+        let row = |kind, status, count| QueueSummaryRow { kind, status, count };
+        let mut running = item(WorkKind::BurstDetection, Status::Running, None);
+        running.worker_id = Some(almanac_domain::WorkerId::new("worker-a").unwrap());
+        let overview = Overview {
+            summary: vec![
+                row(WorkKind::Crawl, Status::Queued, 2),
+                row(WorkKind::Crawl, Status::Succeeded, 7),
+                row(WorkKind::BurstDetection, Status::Running, 1),
+                row(WorkKind::BurstDetection, Status::Cancelled, 3),
+            ],
+            running: vec![running.clone()],
+            failed: vec![],
+            problems: vec!["storage config 1 has the root /a/./b".into()],
+            paused_kinds: vec![WorkKind::Purge],
+            paused_configs: vec![],
+            watches: Watches { states: vec![], roots: Default::default() },
+        };
+        let lines = table(&overview);
+        let at = |title: &str| lines.iter().position(|l| l == title).unwrap_or_else(|| panic!("{title}: {lines:#?}"));
+        assert_eq!(lines[1].split_whitespace().collect::<Vec<_>>(), ["crawl", "2", "0", "7", "0", "0"]);
+        assert_eq!(lines[2].split_whitespace().collect::<Vec<_>>(), ["burst_detection", "0", "1", "0", "0", "3"]);
+        assert_eq!(lines[3], "", "a blank line before each section");
+        let running_line = &lines[at("RUNNING") + 1];
+        assert!(running_line.starts_with(&format!("{}  burst_detection  config -  worker worker-a", running.id)));
+        assert_eq!(lines[at("PAUSED (queued work not claimed; almanac-worker resume)") + 1], "kind purge");
+        assert_eq!(lines[at("ROOT PROBLEMS") + 1], "storage config 1 has the root /a/./b");
+        for empty in ["WATCHES (almanac-worker config watch)", "RECENT FAILURES"] {
+            assert!(!lines.iter().any(|l| l == empty), "{empty} has no lines: {lines:#?}");
+        }
+        // The same as JSON.
+        let json = as_json(&overview);
+        assert_eq!(json["counts"][1], json!({"kind": "crawl", "status": "succeeded", "count": 7}));
+        assert_eq!(json["running"][0]["id"], running.id.to_string());
+        assert_eq!(json["paused"]["kinds"], json!(["purge"]));
+        assert_eq!(json["root_problems"], json!(overview.problems));
     }
 }
