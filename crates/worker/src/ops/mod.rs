@@ -10,6 +10,9 @@ pub mod roots;
 mod watch;
 mod work;
 
+#[cfg(test)]
+mod tests;
+
 pub use configs::{Activation, activate_config, add_config, deactivate_config, plan_removal, remove_config};
 pub use error::OpError;
 pub use items::{

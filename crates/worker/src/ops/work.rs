@@ -9,7 +9,7 @@ use almanac_store_pg::PgStore;
 use super::{OpError, configs};
 
 /// Deletions per proxy deletion item when a config's proxies are rebuilt.
-const ASSETS_PER_DELETION: usize = 5_000;
+pub(super) const ASSETS_PER_DELETION: usize = 5_000;
 
 /// An item of `kind` as the CLI asks for it: its payload given as JSON text (checked against the kind's
 /// arguments), and a dedup key.
