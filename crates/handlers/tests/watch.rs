@@ -11,9 +11,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use almanac_domain::ports::{ServedConfigs, WatchChoice, WatchMode, WatchStore};
+use almanac_domain::ports::{self, ServedConfigs, WatchChoice, WatchMode, WatchStore};
 use almanac_domain::{
-    CrawlArgs, DedupKey, Scope, Status, WorkArgs, WorkItem, WorkItemId, WorkKind, WorkQueue, WorkerId,
+    CrawlArgs, DedupKey, QueueError, Scope, Status, WorkArgs, WorkItem, WorkItemId, WorkKind, WorkQueue, WorkerId,
 };
 use almanac_handlers::watch::{Batch, ConfigWatcher, FolderTree, WatchIo, WatchStatus};
 use almanac_handlers::{InQuietHours, WatchSettings, Watching};
@@ -1116,4 +1116,105 @@ async fn a_share_mounted_over_a_watched_root_restarts_its_watcher_which_then_pol
     assert_eq!(remounted[0]["fields"]["mount"], lib.root.display().to_string());
     assert_eq!(events("watch_started").len(), 2, "started, then started again once");
     drop(watching);
+}
+
+/// The library's store, counting the items it reads back: how often a watcher looks at the crawl it enqueued last.
+struct CountingGets {
+    store: Arc<PgStore>,
+    gets: AtomicUsize,
+}
+
+impl WorkQueue for CountingGets {
+    async fn enqueue(&self, item: &almanac_domain::NewWorkItem) -> Result<almanac_domain::Enqueued, QueueError> {
+        self.store.enqueue(item).await
+    }
+    async fn claim(&self, request: &ports::ClaimRequest) -> Result<Option<ports::ClaimedItem>, QueueError> {
+        self.store.claim(request).await
+    }
+    async fn heartbeat(
+        &self,
+        fence: ports::Fence,
+        lease: ports::LeaseDuration,
+        progress: Option<&serde_json::Value>,
+    ) -> Result<ports::Heartbeat, QueueError> {
+        self.store.heartbeat(fence, lease, progress).await
+    }
+    async fn complete(
+        &self,
+        fence: ports::Fence,
+        result: Option<&serde_json::Value>,
+    ) -> Result<ports::WriteOutcome, QueueError> {
+        self.store.complete(fence, result).await
+    }
+    async fn fail(&self, fence: ports::Fence, failure: &ports::Failure) -> Result<ports::FailOutcome, QueueError> {
+        self.store.fail(fence, failure).await
+    }
+    async fn succeeded_under(&self, fence: ports::Fence) -> Result<bool, QueueError> {
+        self.store.succeeded_under(fence).await
+    }
+    async fn mark_cancelled(&self, fence: ports::Fence) -> Result<ports::WriteOutcome, QueueError> {
+        self.store.mark_cancelled(fence).await
+    }
+    async fn release(&self, fence: ports::Fence) -> Result<ports::WriteOutcome, QueueError> {
+        self.store.release(fence).await
+    }
+    async fn request_cancel(&self, id: WorkItemId) -> Result<almanac_domain::CancelOutcome, QueueError> {
+        self.store.request_cancel(id).await
+    }
+    async fn recover_expired_leases(&self, max_stalls: i32) -> Result<Vec<ports::Recovered>, QueueError> {
+        self.store.recover_expired_leases(max_stalls).await
+    }
+    async fn get(&self, id: WorkItemId) -> Result<Option<WorkItem>, QueueError> {
+        self.gets.fetch_add(1, Ordering::SeqCst);
+        self.store.get(id).await
+    }
+}
+
+impl CountingGets {
+    /// The items read back so far.
+    fn gets(&self) -> usize {
+        AtomicUsize::load(&self.gets, Ordering::SeqCst)
+    }
+}
+
+impl ports::DatabaseClock for CountingGets {
+    async fn db_now(&self) -> Result<chrono::DateTime<chrono::Utc>, ports::CatalogueError> {
+        self.store.db_now().await
+    }
+}
+
+/// A change seen while the crawl enqueued before it is still queued is held, and the watcher looks at that crawl
+/// again once a debounce, not in a loop: three looks take at least two debounces.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_held_behind_a_queued_crawl_is_looked_at_again_once_a_debounce() {
+    let lib = library().await;
+    let store = Arc::new(CountingGets { store: lib.store.clone(), gets: AtomicUsize::new(0) });
+    let watcher =
+        ConfigWatcher::new(store.clone(), lib.config, lib.root.clone(), settings(), (WatchMode::Events, None));
+    let (events, rx) = tokio::sync::mpsc::unbounded_channel();
+    let stop = CancellationToken::new();
+    let run = tokio::spawn(watcher.run_on(rx, stop.clone()));
+    let created = |folder: &str| {
+        let event = notify::Event::new(notify::EventKind::Create(notify::event::CreateKind::Folder));
+        Ok(event.add_path(lib.root.join(folder)))
+    };
+    // Its start's whole-root crawl, enqueued; nobody runs it.
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while all_crawls(&lib).await.is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "no whole-root crawl within {PATIENCE:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A change is held behind it.
+    let (from, before) = (tokio::time::Instant::now(), store.gets());
+    events.send(created("Holiday")).unwrap();
+    while store.gets() < before + 3 {
+        assert!(tokio::time::Instant::now() < from + PATIENCE, "the held change not looked at within {PATIENCE:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let took = from.elapsed();
+    assert_eq!(crawls(&lib).await, [], "the change is held while the crawl before it is queued");
+    stop.cancel();
+    run.await.unwrap();
+    assert!(took >= 2 * settings().debounce, "three looks in {took:?}: the watcher looked in a loop");
+    assert_eq!(crawls(&lib).await.len(), 1, "and enqueued when the watcher stops");
 }
