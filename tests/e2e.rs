@@ -621,7 +621,10 @@ fn enqueue_wait_follows_the_item_and_exits_with_its_outcome() {
     let out = waiter.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
-    assert!(stdout.contains("queued") && stdout.contains(&format!("{} cancelled", queued[0][0])), "{stdout}");
+    let id = &queued[0][0];
+    let followed: Vec<&str> = stdout.lines().filter(|l| l.starts_with(id.as_str())).collect();
+    // The enqueue's line, then the follower's: its state once (not at each look), and the outcome.
+    assert_eq!(followed, [format!("{id}\tqueued"), format!("{id} queued"), format!("{id} cancelled")], "{stdout}");
 
     // A payload that is not the kind's arguments is refused before anything is queued, saying what is wrong.
     let queued_before = s.query("SELECT count(*) FROM work_items")[0][0].clone();

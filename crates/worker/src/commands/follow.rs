@@ -39,8 +39,7 @@ pub async fn follow(store: &PgStore, id: WorkItemId) -> Result<Exit, Failure> {
         let line = state_line(&item, bar.as_ref());
         match &bar {
             Some(bar) => bar.set_message(line),
-            None if lines.due(&line, item.status, Instant::now()) => println!("{id} {line}"),
-            None => {}
+            None => lines.print(id, line, item.status),
         }
         tokio::time::sleep(EVERY).await;
     }
@@ -57,6 +56,13 @@ struct Lines {
 }
 
 impl Lines {
+    /// Prints `line`, the state in words of item `id` with `status`, when it is due now.
+    fn print(&mut self, id: WorkItemId, line: String, status: Status) {
+        if self.due(&line, status, Instant::now()) {
+            println!("{id} {line}");
+        }
+    }
+
     /// Whether `line`, the state in words of an item with `status`, is printed at `now`; when it is, it is the
     /// last line from then on.
     fn due(&mut self, line: &str, status: Status, now: Instant) -> bool {
