@@ -604,27 +604,26 @@ fn enqueue_wait_follows_the_item_and_exits_with_its_outcome() {
     let root = s.library.to_str().unwrap();
     s.cli(&["config", "add", "--user", "ann", "--root", root]);
 
-    // Nobody runs it: it waits queued until cancelled.
-    let waiter = Command::new(support::worker_bin())
+    // Nobody runs it: it waits queued until cancelled, once the follower has said it is queued.
+    let mut waiter = Command::new(support::worker_bin())
         .args(["enqueue", "token-cleanup", "--wait"])
         .env("DATABASE_URL", s.db.url())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let queued = s.wait_for(
-        "the waited item",
-        "SELECT id FROM work_items WHERE kind = 'token_cleanup' AND status = 'queued'",
-        Duration::from_secs(30),
-    );
-    s.cli(&["cancel", &queued[0][0]]);
-    let out = waiter.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{stdout}");
-    let id = &queued[0][0];
-    let followed: Vec<&str> = stdout.lines().filter(|l| l.starts_with(id.as_str())).collect();
-    // The enqueue's line, then the follower's: its state once (not at each look), and the outcome.
-    assert_eq!(followed, [format!("{id}\tqueued"), format!("{id} queued"), format!("{id} cancelled")], "{stdout}");
+    let (said, lines) = std::sync::mpsc::channel();
+    let stdout = std::io::BufReader::new(waiter.stdout.take().unwrap());
+    std::thread::spawn(move || std::io::BufRead::lines(stdout).map_while(Result::ok).try_for_each(|l| said.send(l)));
+    let next = || lines.recv_timeout(Duration::from_secs(60)).expect("a line from enqueue --wait");
+    let enqueued = next();
+    let id = enqueued.split('\t').next().unwrap().to_owned();
+    assert_eq!(enqueued, format!("{id}\tqueued"), "the enqueue's line");
+    assert_eq!(next(), format!("{id} queued"), "the follower's first line");
+    s.cli(&["cancel", &id]);
+    assert_eq!(waiter.wait().unwrap().code(), Some(1));
+    let rest: Vec<String> = lines.iter().collect();
+    assert_eq!(rest, [format!("{id} cancelled")], "its state once, not at each look, then the outcome");
 
     // A payload that is not the kind's arguments is refused before anything is queued, saying what is wrong.
     let queued_before = s.query("SELECT count(*) FROM work_items")[0][0].clone();

@@ -149,8 +149,7 @@ impl StandbyPair {
     }
 
     /// Waits until the primary reports the standby streaming, in the state `replication` asks for
-    /// (`pg_stat_replication.sync_state`). Not mutated (ADR 0005): a standby that takes connections streams already.
-    #[mutants::skip]
+    /// (`pg_stat_replication.sync_state`).
     fn wait_until_streaming(&self, replication: Replication) -> Result<(), ClusterError> {
         let state = if replication == Replication::Synchronous { "sync" } else { "async" };
         let asked = format!(
@@ -291,6 +290,9 @@ mod tests {
         pair.stop_replicating().unwrap();
         let receivers = first_value(&standby, "SELECT count(*) FROM pg_stat_wal_receiver").unwrap();
         assert_eq!(receivers.as_deref(), Some("0"), "the standby still receives WAL");
+        // What `create` waits for: a standby that does not stream is waited for in vain, and said so.
+        let never = pair.wait_until_streaming(Replication::Asynchronous).unwrap_err().to_string();
+        assert!(never.contains("waited in vain for the standby to stream (async)"), "{never}");
         let ports = pair.ports;
         drop(pair);
         assert!(!dir.exists(), "{} left behind", dir.display());

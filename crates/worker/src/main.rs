@@ -14,7 +14,7 @@ mod ops;
 mod page;
 mod settings;
 #[cfg(test)]
-mod testing;
+mod tests;
 
 use std::process::ExitCode;
 

@@ -126,7 +126,7 @@ fn section<T>(lines: &mut Vec<String>, title: &str, rows: &[T], line: impl Fn(&T
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::item;
+    use crate::tests::item;
 
     #[test]
     fn the_table_counts_each_kind_per_status_and_shows_only_the_sections_with_lines() {

@@ -57,7 +57,7 @@ mod tests {
     /// A running crawl with `id` that reports `done` units, or nothing.
     fn running(id: WorkItemId, done: Option<u64>) -> WorkItem {
         let progress = done.map(|done| serde_json::json!({ "done": done }));
-        WorkItem { id, ..crate::testing::item(WorkKind::Crawl, Status::Running, progress) }
+        WorkItem { id, ..crate::tests::item(WorkKind::Crawl, Status::Running, progress) }
     }
 
     fn at(t0: DateTime<Utc>, ms: i64) -> DateTime<Utc> {

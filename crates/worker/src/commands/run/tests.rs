@@ -113,16 +113,10 @@ async fn the_worker_is_woken_when_work_is_enqueued_unless_only_a_transaction_poo
         // The pooler's URL is not one a LISTEN can use: only a direct URL wakes it.
         let url = if settings.database.listen_url.is_some() { "postgres://nobody@127.0.0.1:1/none" } else { db.url() };
         let listener = wake_ups(&settings, url, wake.clone(), &stop).expect("a listener");
-        // Its LISTEN starts in the background: enqueue until it hears one.
-        let woken = async {
-            loop {
-                store.enqueue(&NewWorkItem::new(WorkKind::TokenCleanup, Scope::Unscoped).unwrap()).await.unwrap();
-                if tokio::time::timeout(Duration::from_millis(200), wake.notified()).await.is_ok() {
-                    break;
-                }
-            }
-        };
-        tokio::time::timeout(Duration::from_secs(60), woken).await.expect("woken by an enqueue");
+        // It wakes the executor once as its LISTEN is in place (work may have come meanwhile), then at each enqueue.
+        tokio::time::timeout(Duration::from_secs(60), wake.notified()).await.expect("listening");
+        store.enqueue(&NewWorkItem::new(WorkKind::TokenCleanup, Scope::Unscoped).unwrap()).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(60), wake.notified()).await.expect("woken by the enqueue");
         stop.cancel();
         listener.await.unwrap();
     }
