@@ -1,6 +1,13 @@
 //! What the binary's unit tests share.
 
-use almanac_domain::{Scope, Status, WorkItem, WorkItemId, WorkKind};
+use almanac_domain::{NewWorkItem, Scope, Status, WorkItem, WorkItemId, WorkKind};
+
+/// Runs `statement` (one or more, as a test sets a state up) on the database at `url`.
+pub async fn sql(url: &str, statement: &str) {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    client.batch_execute(statement).await.unwrap();
+}
 
 /// A fresh unscoped item of `kind` with `status` and `progress`, as the store would hand it back (a running one
 /// with its first attempt).
@@ -19,7 +26,7 @@ pub fn item(kind: WorkKind, status: Status, progress: Option<serde_json::Value>)
         attempt: i32::from(status != Status::Queued),
         failures: 0,
         stalls: 0,
-        max_attempts: 5,
+        max_attempts: NewWorkItem::DEFAULT_MAX_ATTEMPTS,
         lease_expires_at: running,
         worker_id: None,
         started_at: running,

@@ -8,6 +8,7 @@ use almanac_testdb::TestDatabase;
 
 use super::configs::ProxyFolder;
 use super::*;
+use crate::tests::sql;
 
 /// A store over a fresh database, a library folder registered for ann, and the folder the test owns.
 async fn with_a_config() -> (TestDatabase, PgStore, almanac_domain::StorageConfig, tempfile::TempDir) {
@@ -21,10 +22,7 @@ async fn with_a_config() -> (TestDatabase, PgStore, almanac_domain::StorageConfi
 }
 
 async fn set_status(db: &TestDatabase, id: WorkItemId, status: Status) {
-    let (client, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(conn);
-    let sql = format!("UPDATE work_items SET status = '{status}', finished_at = now() WHERE id = '{id}'");
-    client.batch_execute(&sql).await.unwrap();
+    sql(db.url(), &format!("UPDATE work_items SET status = '{status}', finished_at = now() WHERE id = '{id}'")).await;
 }
 
 #[tokio::test]
@@ -44,13 +42,10 @@ async fn a_filter_is_read_from_names_and_retry_failed_queues_again_only_the_fail
     }
     let crawls = item_filter(&store, None, Some("crawl"), None).await.unwrap();
     assert_eq!(retry_failed(&store, crawls).await.unwrap(), [items[0]], "the failed crawl, not the cancelled one");
-    let statuses: Vec<Status> = {
-        let mut s = Vec::new();
-        for id in &items {
-            s.push(store.get(*id).await.unwrap().unwrap().status);
-        }
-        s
-    };
+    let mut statuses = Vec::new();
+    for id in &items {
+        statuses.push(store.get(*id).await.unwrap().unwrap().status);
+    }
     assert_eq!(statuses, [Status::Queued, Status::Cancelled, Status::Failed]);
 }
 

@@ -16,6 +16,7 @@ use super::answer::{decode, encode};
 use super::auth::{self, Auth, SESSION_COOKIE};
 use super::{Page, SCRIPT, STYLESHEET, Samples, router};
 use crate::observe::Recent;
+use crate::tests::sql;
 
 const TOKEN: &str = "a-token-of-24-characters";
 
@@ -27,12 +28,6 @@ struct World {
     queued: WorkItemId,
     running: WorkItemId,
     crawl_with_failures: WorkItemId,
-}
-
-async fn sql(url: &str, statement: &str) {
-    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(conn);
-    client.batch_execute(statement).await.unwrap();
 }
 
 /// A config with a failed proxy deletion, a queued crawl, a running burst detection with progress, and a

@@ -58,6 +58,8 @@ fn the_guide_states_the_connections_a_worker_opens() {
 }
 
 const URL: &str = "postgres://ann:hunter2@db.example/almanac";
+/// A database URL nothing answers at (port 1).
+const NOBODY: &str = "postgres://nobody@127.0.0.1:1/none";
 
 /// [`patiently`] over a read that answers `error` `failures` times, then its attempt's number; and when (on the
 /// paused clock) each attempt was made.
@@ -111,7 +113,7 @@ async fn the_worker_is_woken_when_work_is_enqueued_unless_only_a_transaction_poo
     for settings in [Settings::default(), with_direct_url] {
         let (wake, stop) = (Arc::new(tokio::sync::Notify::new()), CancellationToken::new());
         // The pooler's URL is not one a LISTEN can use: only a direct URL wakes it.
-        let url = if settings.database.listen_url.is_some() { "postgres://nobody@127.0.0.1:1/none" } else { db.url() };
+        let url = if settings.database.listen_url.is_some() { NOBODY } else { db.url() };
         let listener = wake_ups(&settings, url, wake.clone(), &stop).expect("a listener");
         // It wakes the executor once as its LISTEN is in place (work may have come meanwhile), then at each enqueue.
         tokio::time::timeout(Duration::from_secs(60), wake.notified()).await.expect("listening");
@@ -128,7 +130,7 @@ async fn the_worker_is_woken_when_work_is_enqueued_unless_only_a_transaction_poo
 async fn the_tls_in_use_is_said_in_words() {
     let db = almanac_testdb::TestDatabase::create().await;
     assert_eq!(tls(&PgStore::connect(db.url()).unwrap()).await, "none");
-    let nobody = PgStore::connect("postgres://nobody@127.0.0.1:1/none").unwrap();
+    let nobody = PgStore::connect(NOBODY).unwrap();
     assert!(tls(&nobody).await.starts_with("unknown ("));
 }
 
