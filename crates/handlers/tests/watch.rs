@@ -442,8 +442,7 @@ async fn in_quiet_hours_watched_changes_ingest_or_wait_for_the_window_to_end_as_
         let (events, rx) = tokio::sync::mpsc::unbounded_channel();
         let stop = CancellationToken::new();
         let folder = format!("{policy:?}");
-        let created = notify::Event::new(notify::EventKind::Create(notify::event::CreateKind::Folder));
-        events.send(Ok(created.add_path(lib.root.join(&folder)))).unwrap();
+        events.send(created(&lib, &folder)).unwrap();
         let run = tokio::spawn(watcher.run_on(rx, stop.clone()));
         let items = crawls_until(&lib, "crawl", |i| i.iter().any(|i| args(i).folders == [folder.as_str()])).await;
         stop.cancel();
@@ -464,12 +463,35 @@ type Following = (
 
 /// A watcher of the library's config in events mode, following the events the test sends, its lines captured.
 fn following(lib: &Library) -> Following {
-    let watcher =
-        ConfigWatcher::new(lib.store.clone(), lib.config, lib.root.clone(), settings(), (WatchMode::Events, None));
+    following_on(lib, lib.store.clone())
+}
+
+/// [`following`], the watcher using `store` as its queue.
+fn following_on<S: WorkQueue + ports::DatabaseClock + 'static>(lib: &Library, store: Arc<S>) -> Following {
+    let watcher = ConfigWatcher::new(store, lib.config, lib.root.clone(), settings(), (WatchMode::Events, None));
     let (events, rx) = tokio::sync::mpsc::unbounded_channel();
     let stop = CancellationToken::new();
     let run = tokio::spawn(support::logs::capture(watcher.run_on(rx, stop.clone())));
     (events, stop, run)
+}
+
+/// The event of a folder created under the library's root.
+fn created(lib: &Library, folder: &str) -> notify::Result<notify::Event> {
+    let event = notify::Event::new(notify::EventKind::Create(notify::event::CreateKind::Folder));
+    Ok(event.add_path(lib.root.join(folder)))
+}
+
+/// The first crawl enqueued for the library's config (a watcher's start enqueues one of the whole root); fails
+/// after [`PATIENCE`].
+async fn first_crawl(lib: &Library) -> WorkItem {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        if let Some(item) = all_crawls(lib).await.into_iter().next() {
+            return item;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no crawl within {PATIENCE:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -477,14 +499,7 @@ async fn changes_the_queue_refuses_are_kept_tried_again_and_warned_of_once_each_
     let lib = library().await;
     let (events, stop, run) = following(&lib);
     // Its start's whole-root crawl, run.
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    let start = loop {
-        if let Some(item) = all_crawls(&lib).await.into_iter().next() {
-            break item;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "no whole-root crawl within {PATIENCE:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let start = first_crawl(&lib).await;
     assert!(args(&start).is_whole_root());
     let fence = lib.start(start.id).await;
     lib.finish(fence).await;
@@ -508,8 +523,7 @@ async fn changes_the_queue_refuses_are_kept_tried_again_and_warned_of_once_each_
             .execute(&mut admin)
             .await
             .unwrap();
-        let created = notify::Event::new(notify::EventKind::Create(notify::event::CreateKind::Folder));
-        events.send(Ok(created.add_path(lib.root.join(folder)))).unwrap();
+        events.send(created(&lib, folder)).unwrap();
         let deadline = tokio::time::Instant::now() + PATIENCE;
         while sql_query(count).get_result::<Refusals>(&mut admin).await.unwrap().n < before + 3 {
             assert!(tokio::time::Instant::now() < deadline, "{folder}: not tried three times within {PATIENCE:?}");
@@ -1189,24 +1203,12 @@ impl ports::DatabaseClock for CountingGets {
 async fn a_change_held_behind_a_queued_crawl_is_looked_at_again_once_a_debounce() {
     let lib = library().await;
     let store = Arc::new(CountingGets { store: lib.store.clone(), gets: AtomicUsize::new(0) });
-    let watcher =
-        ConfigWatcher::new(store.clone(), lib.config, lib.root.clone(), settings(), (WatchMode::Events, None));
-    let (events, rx) = tokio::sync::mpsc::unbounded_channel();
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(watcher.run_on(rx, stop.clone()));
-    let created = |folder: &str| {
-        let event = notify::Event::new(notify::EventKind::Create(notify::event::CreateKind::Folder));
-        Ok(event.add_path(lib.root.join(folder)))
-    };
+    let (events, stop, run) = following_on(&lib, store.clone());
     // Its start's whole-root crawl, enqueued; nobody runs it.
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while all_crawls(&lib).await.is_empty() {
-        assert!(tokio::time::Instant::now() < deadline, "no whole-root crawl within {PATIENCE:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    assert!(args(&first_crawl(&lib).await).is_whole_root());
     // A change is held behind it.
     let (from, before) = (tokio::time::Instant::now(), store.gets());
-    events.send(created("Holiday")).unwrap();
+    events.send(created(&lib, "Holiday")).unwrap();
     while store.gets() < before + 3 {
         assert!(tokio::time::Instant::now() < from + PATIENCE, "the held change not looked at within {PATIENCE:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
