@@ -197,8 +197,7 @@ fn two_workers_crawl_a_library_status_shows_it_and_sigterm_exits_cleanly() {
     let (code, out, _) = s.cli_exit(&["health"], &[("ALMANAC__HTTP__ADDRESS", Path::new(&address))]);
     assert_eq!((code, out.trim()), (0, "ready"));
     // Port 1: nothing listens there (a port freed for the test could be taken by another test meanwhile).
-    let nobody = "127.0.0.1:1".to_owned();
-    let (code, out, _) = s.cli_exit(&["health"], &[("ALMANAC__HTTP__ADDRESS", Path::new(&nobody))]);
+    let (code, out, _) = s.cli_exit(&["health"], &[("ALMANAC__HTTP__ADDRESS", Path::new("127.0.0.1:1"))]);
     assert!(code == 1 && out.starts_with("not ready: no Worker answers"), "{out}");
     for w in [a, b] {
         let (exit, lines) = w.terminate();

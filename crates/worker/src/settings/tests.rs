@@ -264,19 +264,21 @@ fn a_limit_is_accepted_at_its_bound_and_refused_past_it() {
         ("ALMANAC__STORAGE__SETTLE_TIME", "1h", "3601s", "storage.settle_time"),
         ("ALMANAC__SCHEDULE__CRAWL_INTERVAL", "60s", "59s", "schedule.crawl_interval"),
         ("ALMANAC__WATCH__POLL_INTERVAL", "1s", "999ms", "watch.poll_interval"),
-        ("ALMANAC__WATCH__DEBOUNCE", "2s", "2001ms", "watch.debounce"),
         ("ALMANAC__WATCH__LEASE", "3s", "2999ms", "watch.lease"),
     ] {
         assert!(load(key, at_bound).is_ok(), "{key}={at_bound}: {:?}", load(key, at_bound).err());
         let err = load(key, past).unwrap_err().to_string();
         assert!(err.starts_with(named), "{key}={past}: {err}");
     }
-    let max_delay = |value: &str| {
-        let pairs = [("ALMANAC__WATCH__MAX_DELAY", value), ("ALMANAC__WATCH__DEBOUNCE", "1s")];
+    // The debounce is bounded by the max delay, which is bounded by an hour: both set, not read from the defaults.
+    let watch = |debounce: &str, max_delay: &str| {
+        let pairs = [("ALMANAC__WATCH__DEBOUNCE", debounce), ("ALMANAC__WATCH__MAX_DELAY", max_delay)];
         Settings::load_from(None, env(&pairs))
     };
-    assert!(max_delay("1h").is_ok());
-    assert!(max_delay("3601s").unwrap_err().to_string().starts_with("watch.max_delay"));
+    assert!(watch("2s", "2s").is_ok());
+    assert!(watch("2001ms", "2s").unwrap_err().to_string().starts_with("watch.debounce"));
+    assert!(watch("1s", "1h").is_ok());
+    assert!(watch("1s", "3601s").unwrap_err().to_string().starts_with("watch.max_delay"));
 }
 
 #[test]
