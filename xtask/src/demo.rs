@@ -30,7 +30,9 @@ pub fn run(workspace: &Path, cargo: &str) -> Result<()> {
     if !status.success() {
         bail!("building almanac-worker failed");
     }
-    let worker = workspace.join("target/debug/almanac-worker");
+    // Where cargo put it: under `CARGO_TARGET_DIR` when it is set (relative to the workspace, where cargo ran).
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| workspace.join("target"), |t| workspace.join(t));
+    let worker = target.join("debug/almanac-worker");
 
     let demo = workspace.join("target/demo");
     let library = demo.join("library");
