@@ -9,9 +9,11 @@
 //!   then the median of five more on it (`warm`, as on a Worker's pooled connection), with the time spent in
 //!   the heads' trigger and in the candidates' function (`pg_stat_xact_user_functions`);
 //! - claim latency p50/p95/p99 of 8 concurrent claimers, each claiming eight (`claim_many`, timed) and
-//!   completing what it claimed (`complete_many_and_claim` claiming none), for `ALMANAC_BENCH_SECONDS`
-//!   (default 10) each, back to back (a closed loop: on two cores each claim then queues for the CPU behind
-//!   the others' claims and completions, so its latency is mostly that queue, `claimers` / rate);
+//!   completing what it claimed (`complete_many_and_claim` claiming none), with the same of the claims that
+//!   claimed something and how many claimed nothing (every candidate taken by the others), for
+//!   `ALMANAC_BENCH_SECONDS` (default 10) each, back to back (a closed loop: on two cores each claim then
+//!   queues for the CPU behind the others' claims and completions, so its latency is mostly that queue,
+//!   `claimers` / rate);
 //! - the same at a steady pace, a tenth, a quarter and half of the rate they reached back to back
 //!   (`claimers_paced`, latency counted from each claim's turn, the first second not counted): the claim's
 //!   latency at a load the machine can carry.
@@ -270,15 +272,28 @@ async fn claim_and_complete(store: &PgStore, request: &ClaimRequest, since: Inst
     (latency, claimed.len())
 }
 
-/// How many claims `samples` (milliseconds) holds, with their p50, p95 and p99, over `seconds`.
-fn summary(mut samples: Vec<f64>, seconds: f64) -> serde_json::Value {
-    samples.sort_by(f64::total_cmp);
+/// One claim's latency in milliseconds and how many items it claimed.
+type Sample = (f64, usize);
+
+/// How many claims `samples` holds, with their p50, p95 and p99, over `seconds`; and the same of the claims that
+/// claimed something. A claim that finds every candidate taken by the others is quick and claims nothing: the
+/// more of those, the lower the percentiles of all claims, so they are not read alone.
+fn summary(samples: Vec<Sample>, seconds: f64) -> serde_json::Value {
+    let sorted = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    let with_items = sorted(samples.iter().filter(|(_, n)| *n > 0).map(|(ms, _)| *ms).collect());
+    let all = sorted(samples.iter().map(|(ms, _)| *ms).collect());
     serde_json::json!({
-        "claims": samples.len(),
-        "claims_per_second": samples.len() as f64 / seconds,
-        "p50_ms": percentile(&samples, 0.5),
-        "p95_ms": percentile(&samples, 0.95),
-        "p99_ms": percentile(&samples, 0.99),
+        "claims": all.len(),
+        "claims_per_second": all.len() as f64 / seconds,
+        "claims_that_claimed_nothing": all.len() - with_items.len(),
+        "p50_ms": percentile(&all, 0.5),
+        "p95_ms": percentile(&all, 0.95),
+        "p99_ms": percentile(&all, 0.99),
+        "p50_ms_of_claims_with_items": percentile(&with_items, 0.5),
+        "p99_ms_of_claims_with_items": percentile(&with_items, 0.99),
     })
 }
 
@@ -293,7 +308,7 @@ async fn latencies(stores: &[PgStore], seconds: u64) -> serde_json::Value {
                 let deadline = Instant::now() + Duration::from_secs(seconds);
                 while Instant::now() < deadline {
                     let (latency, claimed) = claim_and_complete(&store, &request, Instant::now()).await;
-                    samples.push(latency);
+                    samples.push((latency, claimed));
                     items += claimed;
                 }
                 (samples, items)
@@ -334,9 +349,9 @@ async fn paced(stores: &[PgStore], rate: f64, seconds: u64) -> serde_json::Value
                 let mut turn = started + period.mul_f64(w as f64 / claimers as f64);
                 while turn < end {
                     tokio::time::sleep_until(tokio::time::Instant::from_std(turn)).await;
-                    let (latency, _) = claim_and_complete(&store, &request, turn).await;
+                    let (latency, claimed) = claim_and_complete(&store, &request, turn).await;
                     if turn >= started + WARM_UP {
-                        samples.push(latency);
+                        samples.push((latency, claimed));
                     }
                     turn += period;
                 }
@@ -392,15 +407,16 @@ async fn main() {
         eprintln!("{round}");
         rounds.push(round);
     }
-    let p99 = |schema: &str| {
+    let p99_of = |schema: &str, field: &str| {
         median(
             &rounds
                 .iter()
                 .filter(|r| r["schema"] == schema)
-                .filter_map(|r| r["claimers"]["p99_ms"].as_f64())
+                .filter_map(|r| r["claimers"][field].as_f64())
                 .collect::<Vec<_>>(),
         )
     };
+    let p99 = |schema: &str| p99_of(schema, "p99_ms");
     let p99_paced = |share: usize| {
         median(
             &rounds
@@ -420,6 +436,7 @@ async fn main() {
         "p99_ms_before_median": p99("before"),
         "p99_ms_after_median": p99("after"),
         "p99_ratio_after_to_before": p99("after") / p99("before"),
+        "p99_ms_after_of_claims_with_items_median": p99_of("after", "p99_ms_of_claims_with_items"),
         "paced_shares_of_back_to_back_rate": PACED_SHARES,
         "p99_ms_after_paced_median": (0..PACED_SHARES.len()).map(p99_paced).collect::<Vec<_>>(),
     });
