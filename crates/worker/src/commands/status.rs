@@ -71,25 +71,25 @@ fn as_json(o: &Overview) -> Value {
     })
 }
 
+/// A line of the counts' table, its heading or a kind's: the kind, then a column per status (`Status::ALL`), each
+/// right-aligned in two more than its heading's width or 7, whichever is wider.
+fn count_line(kind: &str, cells: [String; Status::ALL.len()]) -> String {
+    let mut line = format!("{kind:<22}");
+    for (status, cell) in Status::ALL.into_iter().zip(cells) {
+        let width = status.as_str().len().max(7) + 2;
+        line.push_str(&format!("{cell:>width$}"));
+    }
+    line
+}
+
 /// The overview as a table and sections, line by line.
 fn table(o: &Overview) -> Vec<String> {
-    let mut lines = vec![format!(
-        "{:<22}{:>9}{:>9}{:>11}{:>9}{:>11}",
-        "KIND", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"
-    )];
+    let mut lines = vec![count_line("KIND", Status::ALL.map(|s| s.as_str().to_uppercase()))];
     let mut kinds: Vec<WorkKind> = o.summary.iter().map(|r| r.kind).collect();
     kinds.dedup();
     for kind in kinds {
         let n = |status: Status| o.summary.iter().find(|r| r.kind == kind && r.status == status).map_or(0, |r| r.count);
-        lines.push(format!(
-            "{:<22}{:>9}{:>9}{:>11}{:>9}{:>11}",
-            kind.as_str(),
-            n(Status::Queued),
-            n(Status::Running),
-            n(Status::Succeeded),
-            n(Status::Failed),
-            n(Status::Cancelled)
-        ));
+        lines.push(count_line(kind.as_str(), Status::ALL.map(|s| n(s).to_string())));
     }
     section(&mut lines, "RUNNING", &o.running, |i| {
         format!(
@@ -149,7 +149,8 @@ mod tests {
         };
         let lines = table(&overview);
         let at = |title: &str| lines.iter().position(|l| l == title).unwrap_or_else(|| panic!("{title}: {lines:#?}"));
-        assert_eq!(lines[1].split_whitespace().collect::<Vec<_>>(), ["crawl", "2", "0", "7", "0", "0"]);
+        assert_eq!(lines[0], "KIND                     QUEUED  RUNNING  SUCCEEDED   FAILED  CANCELLED");
+        assert_eq!(lines[1], "crawl                         2        0          7        0          0");
         assert_eq!(lines[2].split_whitespace().collect::<Vec<_>>(), ["burst_detection", "0", "1", "0", "0", "3"]);
         assert_eq!(lines[3], "", "a blank line before each section");
         let running_line = &lines[at("RUNNING") + 1];
