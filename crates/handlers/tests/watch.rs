@@ -544,19 +544,13 @@ async fn changes_the_queue_refuses_are_kept_tried_again_and_warned_of_once_each_
 /// once, and reads the files it saw closed all the same. Its runtime's threads run without `CAP_LEASE`.
 #[test]
 fn a_watcher_without_cap_lease_says_so_once() {
-    use rustix::thread::{CapabilitySet, capabilities, set_capabilities};
     if !rustix::process::getuid().is_root() {
         return;
     }
-    let without_lease = || {
-        let mut sets = capabilities(None).unwrap();
-        sets.effective.remove(CapabilitySet::LEASE);
-        set_capabilities(None, sets).unwrap();
-    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
-        .on_thread_start(without_lease)
+        .on_thread_start(almanac_media::fixtures::without_cap_lease)
         .build()
         .unwrap();
     runtime.block_on(async {

@@ -1,4 +1,5 @@
-//! Real media files generated on the fly, for tests, the demo and the benchmarks (feature `fixtures`).
+//! Real media files generated on the fly, for tests, the demo and the benchmarks (feature `fixtures`), and the
+//! conditions tests set around them.
 
 #![allow(missing_docs)]
 
@@ -321,3 +322,13 @@ pub fn heic(path: &Path, width: u32, height: u32, seed: u32) {
 
 /// EXIF blocks built byte by byte, so that tests can damage them exactly the way real writers do.
 pub mod exif_block;
+
+/// Drops `CAP_LEASE` from the calling thread's effective capabilities (they are per thread), as on a Worker not
+/// given it: the thread may then take no lease on another user's file ([`crate::writers`]). Call it on a thread
+/// of the test's own: other tests of the process keep theirs.
+pub fn without_cap_lease() {
+    use rustix::thread::{CapabilitySet, capabilities, set_capabilities};
+    let mut sets = capabilities(None).expect("reading this thread's capabilities");
+    sets.effective.remove(CapabilitySet::LEASE);
+    set_capabilities(None, sets).expect("dropping CAP_LEASE from this thread");
+}

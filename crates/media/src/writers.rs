@@ -128,7 +128,6 @@ mod tests {
     /// lease may be taken, which is told apart from a file that cannot be asked about.
     #[test]
     fn without_cap_lease_a_file_of_another_user_cannot_be_asked_about() {
-        use rustix::thread::{CapabilitySet, capabilities, set_capabilities};
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.jpg");
         std::fs::write(&path, b"jpeg").unwrap();
@@ -145,9 +144,7 @@ mod tests {
             }
         }
         let asked = std::thread::spawn(move || {
-            let mut sets = capabilities(None).unwrap();
-            sets.effective.remove(CapabilitySet::LEASE);
-            set_capabilities(None, sets).unwrap();
+            crate::fixtures::without_cap_lease();
             [writers(&path), writers(&folder), writers(&fifo)]
         });
         let [answer, folder, fifo] = asked.join().unwrap();

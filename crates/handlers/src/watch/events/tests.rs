@@ -119,7 +119,6 @@ async fn a_file_written_under_a_hidden_name_and_renamed_unchanged_is_closed_afte
 /// user's file asked about without `CAP_LEASE` (which is also reported).
 #[test]
 fn a_file_that_cannot_be_told_is_trusted_when_seen_closed_and_not_when_it_only_arrived() {
-    use rustix::thread::{CapabilitySet, capabilities, set_capabilities};
     let dir = tempfile::tempdir().unwrap();
     let fifo = rustix::fs::FileType::Fifo;
     for name in ["closed.jpg", "arrived.jpg"] {
@@ -137,9 +136,7 @@ fn a_file_that_cannot_be_told_is_trusted_when_seen_closed_and_not_when_it_only_a
     }
     let root = others.path().to_owned();
     let answer = std::thread::spawn(move || {
-        let mut sets = capabilities(None).unwrap();
-        sets.effective.remove(CapabilitySet::LEASE);
-        set_capabilities(None, sets).unwrap();
+        almanac_media::fixtures::without_cap_lease();
         still_written(&root, candidates())
     });
     assert_eq!(answer.join().unwrap(), (vec!["arrived.jpg".to_owned()], true));
