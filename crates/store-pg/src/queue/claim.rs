@@ -24,23 +24,25 @@ use crate::tx::within;
 /// Rule 2 (the running-config index) rejects a racing second claim of one config.
 ///
 /// It claims up to `{limit}` items at once (see [`claim_text`]): the candidates hold at most one item per config
-/// (one per head, and unscoped items have none), so a batch never holds two items of one config. The
-/// candidates are computed once, in a subquery of one row whose array is unnested, each id then looked up by
-/// primary key; the claimed ids are handed on as an array computed once (`= ANY (ARRAY (…))`, an init plan, not
-/// a filter evaluated row by row). So each step is a lookup by primary key whatever the planner guesses of a
-/// batch's size: with `IN (…)` and a generic plan (the limit unknown), it joined the candidates to a scan of the
-/// whole queue and the claim went five times slower. The candidates' status is checked again (an item claimed
-/// since they were read, re-read under its lock, must not be claimed twice) through a `CASE`, which no partial
-/// index's `status = 'queued'` predicate matches: on tables without statistics the planner otherwise intersected
-/// the primary key with a whole partial index of the queue.
+/// (one per head, and unscoped items have none), so a batch never holds two items of one config, and no id twice
+/// (the unscoped ones have no config, each head gives one). The candidates are computed once, in a materialised
+/// `WITH`, each id then looked up by primary key; the claimed ids are handed on as an array computed once
+/// (`= ANY (ARRAY (…))`, an init plan, not a filter evaluated row by row). So each step is a lookup by primary
+/// key whatever the planner guesses of a batch's size: with `IN (…)` and a generic plan (the limit unknown), it
+/// joined the candidates to a scan of the whole queue and the claim went five times slower. The candidates'
+/// status is checked again (an item claimed since they were read, re-read under its lock, must not be claimed
+/// twice) through a `CASE`, which no partial index's `status = 'queued'` predicate matches: on tables without
+/// statistics the planner otherwise intersected the primary key with a whole partial index of the queue.
 ///
-/// Why the candidates sit in a `FROM` subquery (ADR 0008, amendment 2026-12-05): PostgreSQL's re-read of a row
+/// Why the candidates are a materialised `WITH` (ADR 0008, amendment 2026-12-05): PostgreSQL's re-read of a row
 /// updated since the statement began (its recheck) evaluates again any init plan the rechecked scan depends on,
 /// and with the candidates in one (`= ANY ((SELECT …)::uuid[])`) a fifth of the claims of 8 back-to-back
-/// claimers computed them twice. A row of a `FROM` item that is not locked is kept for the recheck instead.
-/// Written as `unnest(almanac_claim_candidates(…))` directly, planning a custom plan would call the function
-/// once more, to estimate `unnest`'s rows from its constant arguments; `OFFSET 0` keeps the subquery from being
-/// folded into that form. Test: `a_claim_that_meets_a_row_claimed_since_it_began_computes_its_candidates_once`.
+/// claimers computed them twice. The recheck keeps a copy of the row of each `FROM` item it does not lock (here
+/// one id of `c`) instead, and a materialised `WITH` is computed once whatever the join order (a subquery on the
+/// inner side of a nested loop would be run again for each outer row). The array is unnested in a `WITH` of its
+/// own: `unnest(almanac_claim_candidates(…))` written in one expression makes the planner call the function once
+/// more for each custom plan, to estimate `unnest`'s rows from constant arguments. Test:
+/// `a_claim_that_meets_a_row_claimed_since_it_began_computes_its_candidates_once`.
 /// `$served` is the served user, or NULL for every config.
 macro_rules! claim_sql {
     ($served:literal) => {
@@ -55,11 +57,12 @@ macro_rules! claim_sql {
        lease_expires_at = now() + $2 * interval '1 second',
        progress = NULL
  WHERE w.id = ANY (ARRAY (
-       SELECT q.id
-         FROM (SELECT almanac_claim_candidates($3, ",
+       WITH s AS MATERIALIZED (SELECT almanac_claim_candidates($3, ",
             $served,
-            ") AS ids OFFSET 0) AS s
-        CROSS JOIN LATERAL unnest(s.ids) AS c (id)
+            ") AS ids),
+            c AS MATERIALIZED (SELECT unnest(s.ids) AS id FROM s)
+       SELECT q.id
+         FROM c
          JOIN work_items AS q ON q.id = c.id
         WHERE CASE WHEN q.status = 'queued' THEN true END
         ORDER BY q.requested_at, q.id
