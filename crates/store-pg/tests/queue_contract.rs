@@ -496,11 +496,13 @@ async fn second_claim_blocked_on_index_returns_nothing() {
 
 /// A claim that meets a candidate another claim took since it began (after its snapshot) re-reads that row under
 /// its lock, passes it over, and claims the next, without computing its candidates again. PostgreSQL's recheck
-/// of a row locked after a concurrent update runs again every subquery below the lock; with the candidates in
-/// such a subquery, a third of the claims of 8 back-to-back claimers computed them twice (0.3 to 0.5 ms each).
-/// From a function scan the recheck reuses the candidate it had. Forced: a third session holds `paused_kinds`,
-/// which only the candidates read, so the claim waits there after taking its snapshot; meanwhile the oldest item
-/// is claimed (written as a claim writes it: another claim would wait on the same lock) and committed.
+/// of a row locked after a concurrent update evaluates again the init plans its scan depends on; with the
+/// candidates in one, a fifth to a quarter of the claims of 8 back-to-back claimers computed them twice (0.3 to
+/// 0.7 ms each). From a materialised `WITH` the recheck keeps the candidate it had. Forced: a third session holds
+/// `paused_kinds`, which only the candidates read, so the claim waits there after taking its snapshot; meanwhile
+/// the oldest item is claimed (written as a claim writes it: another claim would wait on the same lock) and
+/// committed. Reading the function counts needs `track_functions`, which only a superuser may set (the tests'
+/// private cluster connects as one).
 #[tokio::test]
 async fn a_claim_that_meets_a_row_claimed_since_it_began_computes_its_candidates_once() {
     let (db, store) = setup().await;
