@@ -2,7 +2,7 @@
 //! report of what was found.
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -11,6 +11,25 @@ use almanac_store_pg::{ItemFilter, PgStore};
 use anyhow::{Context, Result, bail};
 
 const DEMO_DATABASE: &str = "almanac_demo";
+
+/// Builds the Worker and answers the path of its binary as cargo reports it, wherever the target folder is
+/// (`CARGO_TARGET_DIR`, a configured `build.target-dir`, or the workspace's `target`).
+fn build_worker(workspace: &Path, cargo: &str) -> Result<PathBuf> {
+    let output = Command::new(cargo)
+        .args(["build", "--quiet", "-p", "almanac-worker", "--message-format=json-render-diagnostics"])
+        .current_dir(workspace)
+        .stderr(Stdio::inherit())
+        .output()?;
+    if !output.status.success() {
+        bail!("building almanac-worker failed");
+    }
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "almanac-worker")
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .context("cargo built almanac-worker but named no binary of it")
+}
 
 pub fn run(workspace: &Path, cargo: &str) -> Result<()> {
     let cluster = almanac_testdb::Cluster::private()?;
@@ -25,14 +44,7 @@ pub fn run(workspace: &Path, cargo: &str) -> Result<()> {
     let url = cluster.url(DEMO_DATABASE);
 
     step("building almanac-worker");
-    let status =
-        Command::new(cargo).args(["build", "--quiet", "-p", "almanac-worker"]).current_dir(workspace).status()?;
-    if !status.success() {
-        bail!("building almanac-worker failed");
-    }
-    // Where cargo put it: under `CARGO_TARGET_DIR` when it is set (relative to the workspace, where cargo ran).
-    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| workspace.join("target"), |t| workspace.join(t));
-    let worker = target.join("debug/almanac-worker");
+    let worker = build_worker(workspace, cargo)?;
 
     let demo = workspace.join("target/demo");
     let library = demo.join("library");
