@@ -1,8 +1,8 @@
 //! Watching libraries (ADR 0014) on real files and a real queue: what a watcher sees becomes crawls of the
 //! changed folders, coalesced; polling finds what events would not; an overflow falls back to polling with one
 //! warning and a whole-root crawl; two Workers watching one config enqueue one copy of each change; a watcher
-//! that starts crawls the whole root once (what changed while none ran); a hung file system, a hung or failing
-//! polling pass hold up no other watch, no shutdown, and keep no watch.
+//! that starts crawls the whole root once (what changed while none ran). The supervisor where a file system or
+//! the queue is hostile (a hung file system, a hung or failing polling pass) is in `supervisor.rs`.
 
 mod supervisor;
 #[path = "../support/mod.rs"]
