@@ -17,11 +17,11 @@ SET client_min_messages = warning;
 SET row_security = off;
 
 --
--- Name: almanac_claim_candidates(text[], uuid); Type: FUNCTION; Schema: public; Owner: -
+-- Name: almanac_claim_candidates(text[], uuid, integer); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.almanac_claim_candidates(kinds text[], served_user uuid) RETURNS uuid[]
-    LANGUAGE plpgsql STABLE
+CREATE FUNCTION public.almanac_claim_candidates(kinds text[], served_user uuid, batch integer) RETURNS uuid[]
+    LANGUAGE plpgsql
     SET enable_seqscan TO 'off'
     SET enable_bitmapscan TO 'off'
     SET enable_sort TO 'off'
@@ -30,9 +30,27 @@ CREATE FUNCTION public.almanac_claim_candidates(kinds text[], served_user uuid) 
     AS $$
 DECLARE
     due timestamptz := clock_timestamp();
+    taken uuid[];
 BEGIN
     IF served_user IS NOT NULL THEN
-        RETURN almanac_claim_candidates_of_user(kinds, served_user);
+        taken := almanac_claim_take_configs_of_user(kinds, served_user, batch, due);
+    ELSE
+        taken := ARRAY(
+            SELECT h.storage_config_id
+              FROM queue_heads AS h
+             CROSS JOIN LATERAL (
+                   SELECT x.id
+                     FROM work_items AS x
+                    WHERE x.storage_config_id = h.storage_config_id AND x.status = 'queued'
+                      AND x.run_after <= due AND x.kind = ANY (kinds)
+                      AND x.kind <> ALL (ARRAY(SELECT p.kind FROM paused_kinds AS p))
+                    ORDER BY x.requested_at, x.id
+                    LIMIT 1) AS n
+             WHERE h.claimable
+               AND CASE WHEN h.earliest_run_after <= due
+                        THEN pg_try_advisory_xact_lock(1751474532, hashtext(h.storage_config_id::text)) END
+             ORDER BY h.oldest_requested_at, h.storage_config_id
+             LIMIT batch);
     END IF;
     RETURN ARRAY(
         (SELECT u.id
@@ -44,64 +62,50 @@ BEGIN
           LIMIT 64)
         UNION ALL
         SELECT n.id
-          FROM (SELECT h.storage_config_id
-                  FROM queue_heads AS h
-                 WHERE h.claimable AND h.earliest_run_after <= due
-                 ORDER BY h.oldest_requested_at, h.storage_config_id
-                 LIMIT 32) AS c
+          FROM queue_heads AS h
          CROSS JOIN LATERAL (
                SELECT x.id
                  FROM work_items AS x
-                WHERE x.storage_config_id = c.storage_config_id AND x.status = 'queued'
+                WHERE x.storage_config_id = h.storage_config_id AND x.status = 'queued'
                   AND x.run_after <= due AND x.kind = ANY (kinds)
                   AND x.kind <> ALL (ARRAY(SELECT p.kind FROM paused_kinds AS p))
                 ORDER BY x.requested_at, x.id
                 LIMIT 1) AS n
-         WHERE NOT EXISTS (SELECT 1 FROM work_items AS r
-                            WHERE r.storage_config_id = c.storage_config_id AND r.status = 'running'));
+         WHERE h.storage_config_id = ANY (taken) AND h.claimable
+           AND NOT EXISTS (SELECT 1 FROM work_items AS r
+                            WHERE r.storage_config_id = h.storage_config_id AND r.status = 'running'));
 END $$;
 
 
 --
--- Name: almanac_claim_candidates_of_user(text[], uuid); Type: FUNCTION; Schema: public; Owner: -
+-- Name: almanac_claim_take_configs_of_user(text[], uuid, integer, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.almanac_claim_candidates_of_user(kinds text[], served_user uuid) RETURNS uuid[]
-    LANGUAGE plpgsql STABLE
+CREATE FUNCTION public.almanac_claim_take_configs_of_user(kinds text[], served_user uuid, batch integer, due timestamp with time zone) RETURNS uuid[]
+    LANGUAGE plpgsql
     SET enable_seqscan TO 'off'
     SET enable_bitmapscan TO 'off'
     SET enable_sort TO 'off'
     SET jit TO 'off'
     SET plan_cache_mode TO 'force_custom_plan'
     AS $$
-DECLARE
-    due timestamptz := clock_timestamp();
 BEGIN
     RETURN ARRAY(
-        (SELECT u.id
-           FROM work_items AS u
-          WHERE u.status = 'queued' AND u.storage_config_id IS NULL
-            AND u.run_after <= due AND u.kind = ANY (kinds)
-            AND u.kind <> ALL (ARRAY(SELECT p.kind FROM paused_kinds AS p))
-          ORDER BY u.requested_at, u.id
-          LIMIT 64)
-        UNION ALL
-        SELECT n.id
-          FROM (SELECT h.storage_config_id
-                  FROM queue_heads AS h
-                 WHERE h.claimable AND h.earliest_run_after <= due AND h.user_id = served_user
-                 ORDER BY h.oldest_requested_at, h.storage_config_id
-                 LIMIT 32) AS c
+        SELECT h.storage_config_id
+          FROM queue_heads AS h
          CROSS JOIN LATERAL (
                SELECT x.id
                  FROM work_items AS x
-                WHERE x.storage_config_id = c.storage_config_id AND x.status = 'queued'
+                WHERE x.storage_config_id = h.storage_config_id AND x.status = 'queued'
                   AND x.run_after <= due AND x.kind = ANY (kinds)
                   AND x.kind <> ALL (ARRAY(SELECT p.kind FROM paused_kinds AS p))
                 ORDER BY x.requested_at, x.id
                 LIMIT 1) AS n
-         WHERE NOT EXISTS (SELECT 1 FROM work_items AS r
-                            WHERE r.storage_config_id = c.storage_config_id AND r.status = 'running'));
+         WHERE h.claimable AND h.user_id = served_user
+           AND CASE WHEN h.earliest_run_after <= due
+                    THEN pg_try_advisory_xact_lock(1751474532, hashtext(h.storage_config_id::text)) END
+         ORDER BY h.oldest_requested_at, h.storage_config_id
+         LIMIT batch);
 END $$;
 
 

@@ -2,7 +2,7 @@
 //!
 //! One database of 10,000 configs and 1,000,000 queued items (100 a config, half the configs busy with a running
 //! item that never ends), loaded with set-based SQL. The claim is measured before and after the migration that
-//! `change!` names (000026, the queue's functions keeping their plans) in the same run, on the same data: its
+//! `change!` names (000027, the claim taking its configs before it reads their items) in the same run, on the same data: its
 //! `down.sql` and its `up.sql` are applied in turn, twice each (before, after, before, after). Each round gives:
 //! - `EXPLAIN (ANALYZE, BUFFERS)` of the store's own claim of eight (the text the store prepares, read back from
 //!   `pg_prepared_statements`), first on a new connection (`cold`: the functions' plans are made then) and
@@ -36,11 +36,29 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncC
 /// The migration measured: its `down.sql` gives the claim before it, its `up.sql` the claim after.
 macro_rules! change {
     ($file:literal) => {
-        include_str!(concat!("../../../migrations/2026-12-03-000026_claim_plans_kept/", $file))
+        include_str!(concat!("../../../migrations/2026-12-05-000027_claim_takes_configs/", $file))
     };
 }
 const BEFORE: &str = change!("down.sql");
 const AFTER: &str = change!("up.sql");
+
+/// Drops the candidates' functions of either side, so a round can set up its own whichever ran before.
+const RESET: &str = "DROP FUNCTION IF EXISTS almanac_claim_candidates(text[], uuid, integer);
+     DROP FUNCTION IF EXISTS almanac_claim_take_configs_of_user(text[], uuid, integer, timestamptz);
+     DROP FUNCTION IF EXISTS almanac_claim_candidates(text[], uuid);
+     DROP FUNCTION IF EXISTS almanac_claim_candidates_of_user(text[], uuid);";
+
+/// A side of the change as this build's claim calls it: its functions without the `DROP`s of the migration
+/// (see [`RESET`]). Before 000027 the candidates took no batch size; the claim of this build passes one, so the
+/// side before gets it in its signature, unused, the body as it was.
+fn side(sql: &str) -> String {
+    let kept: Vec<&str> = sql.lines().filter(|l| !l.starts_with("DROP FUNCTION")).collect();
+    let sql = kept.join("\n").replace(
+        "FUNCTION almanac_claim_candidates(kinds text[], served_user uuid) RETURNS",
+        "FUNCTION almanac_claim_candidates(kinds text[], served_user uuid, batch integer) RETURNS",
+    );
+    format!("{RESET}\n{sql}")
+}
 
 const CONFIGS: usize = 10_000;
 const BATCH: usize = 8;
@@ -382,7 +400,9 @@ async fn main() {
     eprintln!("loaded {queued} queued items over {CONFIGS} configs in {load_seconds:.0} s");
     let mut rounds = Vec::new();
     for (schema, sql) in [("before", BEFORE), ("after", AFTER), ("before", BEFORE), ("after", AFTER)] {
-        conn.batch_execute(sql).await.unwrap_or_else(|e| panic!("applying the claim {schema} migration 000026: {e}"));
+        conn.batch_execute(&side(sql))
+            .await
+            .unwrap_or_else(|e| panic!("applying the claim {schema} migration 000027: {e}"));
         let text = claim_text(&db).await;
         let oldest = oldest_transaction_seconds(&mut conn).await;
         let explained = explain(&db, &text).await;

@@ -53,6 +53,40 @@ async fn status_of(store: &PgStore, id: WorkItemId) -> Status {
     store.get(id).await.unwrap().expect("item exists").status
 }
 
+/// Sets `id` running on `conn` as a claim writes it, but without taking its config's claim lock: a hand-written
+/// update, or any writer that bypasses the claim. Rule 2 (the running-config index) is the guard against such
+/// writers; a claim cannot race another claim for a config, since it takes the config first.
+async fn set_running_by_hand(conn: &mut AsyncPgConnection, id: WorkItemId) {
+    let written = sql_query(
+        "UPDATE work_items SET status = 'running', attempt = attempt + 1, claim_token = gen_random_uuid(),
+                worker_id = 'by-hand', started_at = now(), heartbeat_at = now(),
+                lease_expires_at = now() + interval '1 minute'
+          WHERE id = $1",
+    )
+    .bind::<Uuid, _>(id.as_uuid())
+    .execute(conn)
+    .await
+    .unwrap();
+    assert_eq!(written, 1, "{id} set running by hand");
+}
+
+/// How many configs this session's transaction has taken for a claim: the advisory locks it holds
+/// (`almanac_claim_candidates`, migration 000027; a test session takes no other).
+async fn configs_taken(conn: &mut AsyncPgConnection) -> i64 {
+    #[derive(diesel::QueryableByName)]
+    struct Held {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        held: i64,
+    }
+    let held: Held = sql_query(
+        "SELECT count(*) AS held FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted",
+    )
+    .get_result(conn)
+    .await
+    .unwrap();
+    held.held
+}
+
 #[tokio::test]
 async fn enqueue_with_a_queued_dedup_key_returns_the_existing_item() {
     let (_db, store) = setup().await;
@@ -456,9 +490,11 @@ async fn inactive_config_is_not_claimed_for_and_deactivation_cancels_its_queue()
     assert_eq!(store.claim(&all_kinds("w1")).await.unwrap().unwrap().item.id, later);
 }
 
-/// Rule 2, with the overlap forced: the first claim's UPDATE is held open in an explicit transaction, the
-/// second claimer (which serves another kind, so NOT EXISTS and SKIP LOCKED cannot steer it away) picks the
-/// config's other item, and its UPDATE waits on the running-config index until the first commits.
+/// Rule 2, with the overlap forced: a writer that does not take the config's claim lock (see
+/// [`set_running_by_hand`]) sets the config's crawl running and is held open in an explicit transaction; the
+/// claimer (which serves another kind, so NOT EXISTS and SKIP LOCKED cannot steer it away, and which takes the
+/// config, free of claims) picks the config's other item, and its UPDATE waits on the running-config index until
+/// the first commits.
 #[tokio::test]
 async fn second_claim_blocked_on_index_returns_nothing() {
     let (db, store) = setup().await;
@@ -468,8 +504,7 @@ async fn second_claim_blocked_on_index_returns_nothing() {
 
     let mut first = raw(&db).await;
     first.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED").await.unwrap();
-    let held = claim_with(&mut first, &claimer("w1", &[WorkKind::Crawl]), 1).await.unwrap().pop().expect("first claim");
-    assert_eq!(held.item.id, crawl);
+    set_running_by_hand(&mut first, crawl).await;
 
     // Other tests of this process reach `lost_race` too, on threads without a subscriber.
     almanac_testdb::logs::each_thread_chooses_its_lines();
@@ -494,21 +529,22 @@ async fn second_claim_blocked_on_index_returns_nothing() {
     assert_eq!(status_of(&store, bursts).await, Status::Queued);
 }
 
-/// A claim that meets a candidate another claim took since it began (after its snapshot) re-reads that row under
-/// its lock, passes it over, and claims the next, without computing its candidates again. PostgreSQL's recheck
-/// of a row locked after a concurrent update evaluates again the init plans its scan depends on; with the
+/// A claim that meets a candidate changed since the claim statement began (after its snapshot) re-reads that row
+/// under its lock, finds it still queued, and claims it, without computing its candidates again. PostgreSQL's
+/// recheck of a row locked after a concurrent update evaluates again the init plans its scan depends on; with the
 /// candidates in one, a fifth to a quarter of the claims of 8 back-to-back claimers computed them twice (0.3 to
 /// 0.7 ms each). From a materialised `WITH` the recheck keeps the candidate it had. Forced: a third session holds
-/// `paused_kinds`, which only the candidates read, so the claim waits there after taking its snapshot; meanwhile
-/// the oldest item is claimed (written as a claim writes it: another claim would wait on the same lock) and
-/// committed. Reading the function counts needs `track_functions`, which only a superuser may set (the tests'
-/// private cluster connects as one).
+/// `paused_kinds`, which only the candidates read, so the claim statement waits there after taking its snapshot;
+/// meanwhile the oldest item is changed in a way that leaves it claimable (its attempt budget) and committed. The
+/// candidates' own statements take their snapshots after that wait (migration 000027) and see the change; the
+/// claim statement's scan meets the row's older version and rechecks it. Reading the function counts needs
+/// `track_functions`, which only a superuser may set (the tests' private cluster connects as one).
 #[tokio::test]
-async fn a_claim_that_meets_a_row_claimed_since_it_began_computes_its_candidates_once() {
+async fn a_claim_that_meets_a_row_changed_since_it_began_computes_its_candidates_once() {
     let (db, store) = setup().await;
     let a = config(&store, "ann", "/a").await;
     let b = config(&store, "bob", "/b").await;
-    let taken = enqueue(&store, WorkKind::Crawl, Scope::Config(a.id)).await;
+    let changed = enqueue(&store, WorkKind::Crawl, Scope::Config(a.id)).await;
     let left = enqueue(&store, WorkKind::Crawl, Scope::Config(b.id)).await;
 
     let mut claiming = raw(&db).await;
@@ -540,22 +576,131 @@ async fn a_claim_that_meets_a_row_claimed_since_it_began_computes_its_candidates
     });
     assert_eq!(db.sessions_waiting_on_locks(1).await, 1, "the claim never waited for its candidates");
 
-    let other = sql_query(
-        "UPDATE work_items SET status = 'running', attempt = attempt + 1, claim_token = gen_random_uuid(),
-                worker_id = 'w1', started_at = now(), heartbeat_at = now(),
-                lease_expires_at = now() + interval '1 minute'
-          WHERE id = $1",
-    )
-    .bind::<Uuid, _>(taken.as_uuid())
-    .execute(&mut raw(&db).await)
-    .await
-    .unwrap();
-    assert_eq!(other, 1);
+    let budget = sql_query("UPDATE work_items SET max_attempts = max_attempts + 1 WHERE id = $1")
+        .bind::<Uuid, _>(changed.as_uuid())
+        .execute(&mut raw(&db).await)
+        .await
+        .unwrap();
+    assert_eq!(budget, 1);
     holder.batch_execute("ROLLBACK").await.unwrap();
 
     let (claimed, calls) = claim.await.unwrap();
-    assert_eq!(claimed, [left], "the item claimed since is passed over, the next one claimed");
+    assert_eq!(claimed, [changed, left], "the changed item, still queued, is claimed with the next");
     assert_eq!(calls, 1, "the candidates were computed {calls} times for one claim");
+}
+
+/// A claim takes its configs before it reads their items, so it never locks an item another claim took (and
+/// committed) after the claim statement began: PostgreSQL would lock that row's newest version, the other
+/// claim's running item, before finding it no longer queued, and keep the lock to the end of the transaction,
+/// holding up that item's completion and heartbeats. Forced as above: the claim statement takes its snapshot and
+/// waits on `paused_kinds`; meanwhile `a`'s item is set running and committed (by hand: a claim would wait on
+/// the same lock). The claim claims `b`'s item, and while its transaction is still open, `a`'s item is
+/// completed without waiting.
+#[tokio::test]
+async fn a_claim_never_holds_an_item_another_claim_took_since_it_began() {
+    let (db, store) = setup().await;
+    let a = config(&store, "ann", "/a").await;
+    let b = config(&store, "bob", "/b").await;
+    let taken = enqueue(&store, WorkKind::Crawl, Scope::Config(a.id)).await;
+    let left = enqueue(&store, WorkKind::Crawl, Scope::Config(b.id)).await;
+
+    let mut holder = raw(&db).await;
+    holder.batch_execute("BEGIN; LOCK TABLE paused_kinds IN ACCESS EXCLUSIVE MODE").await.unwrap();
+    let url = db.url().to_owned();
+    let claim = tokio::spawn(async move {
+        let mut claiming = AsyncPgConnection::establish(&url).await.unwrap();
+        // The candidates' rows found by primary key, as on a large queue (see the test above).
+        claiming.batch_execute("SET enable_seqscan = off; BEGIN").await.unwrap();
+        let claimed: Vec<WorkItemId> =
+            claim_with(&mut claiming, &all_kinds("w2"), 2).await.unwrap().iter().map(|c| c.item.id).collect();
+        (claiming, claimed)
+    });
+    assert_eq!(db.sessions_waiting_on_locks(1).await, 1, "the claim never waited for its candidates");
+    set_running_by_hand(&mut raw(&db).await, taken).await;
+    holder.batch_execute("ROLLBACK").await.unwrap();
+    let (mut claiming, claimed) = claim.await.unwrap();
+    assert_eq!(claimed, [left], "the item taken since is not claimed");
+
+    // The claim's transaction is still open: the taken item's completion must not wait for it.
+    let url = db.url().to_owned();
+    let completing = tokio::spawn(async move {
+        sql_query(
+            "UPDATE work_items SET status = 'succeeded', finished_at = now(), lease_expires_at = NULL WHERE id = $1",
+        )
+        .bind::<Uuid, _>(taken.as_uuid())
+        .execute(&mut AsyncPgConnection::establish(&url).await.unwrap())
+        .await
+    });
+    let unhindered = db.finishes_without_waiting(&completing).await;
+    claiming.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(completing.await.unwrap(), Ok(1));
+    assert!(unhindered, "the completion of the item taken since waited for the claim that passed it over");
+    assert_eq!(status_of(&store, taken).await, Status::Succeeded);
+}
+
+/// A claim of `n` takes `n` configs with an item for it, in age order, and none that another claim holds: a claim
+/// held open takes the two oldest of five configs, and a second claim of two beside it takes the next two without
+/// waiting. A Worker without some kind's handler is not stopped by configs whose due work is only of that kind:
+/// it takes them until it commits, without counting them, and claims from the configs after them. For every
+/// config and for one user's: the two are walked by statements of their own.
+#[tokio::test]
+async fn a_claim_takes_as_many_configs_as_it_claims_items_and_none_another_claim_holds() {
+    let (db, store) = setup().await;
+    for (round, served) in [(0, None), (1, Some("ann"))] {
+        let mut configs = Vec::new();
+        for n in 0..5 {
+            let user = served.unwrap_or(if n % 2 == 0 { "ann" } else { "bob" });
+            configs.push(config(&store, user, &format!("/round{round}/{n}")).await);
+        }
+        // The two oldest configs hold only purges; the three after them only crawls.
+        let mut purges = Vec::new();
+        for c in &configs[..2] {
+            purges.push(enqueue(&store, WorkKind::Purge, Scope::Config(c.id)).await);
+        }
+        let mut crawls = Vec::new();
+        for c in &configs[2..] {
+            crawls.push(enqueue(&store, WorkKind::Crawl, Scope::Config(c.id)).await);
+        }
+        let request = |worker: &str, kinds: &[WorkKind]| ClaimRequest {
+            served: served.map_or(ServedConfigs::All, |_| ServedConfigs::User(configs[0].user_id)),
+            ..claimer(worker, kinds)
+        };
+        let ids = |claimed: Vec<almanac_domain::ports::ClaimedItem>| -> Vec<WorkItemId> {
+            claimed.iter().map(|c| c.item.id).collect()
+        };
+
+        let mut first = raw(&db).await;
+        first.batch_execute("BEGIN").await.unwrap();
+        let claimed = ids(claim_with(&mut first, &request("w1", &WorkKind::ALL), 2).await.unwrap());
+        assert_eq!(claimed, purges, "the two oldest configs' items ({served:?})");
+        assert_eq!(configs_taken(&mut first).await, 2, "a claim of two took two configs ({served:?})");
+
+        let url = db.url().to_owned();
+        let beside = request("w2", &WorkKind::ALL);
+        let second = tokio::spawn(async move {
+            let mut conn = AsyncPgConnection::establish(&url).await.unwrap();
+            conn.batch_execute("BEGIN").await.unwrap();
+            let claimed = claim_with(&mut conn, &beside, 2).await.unwrap();
+            let taken = configs_taken(&mut conn).await;
+            conn.batch_execute("ROLLBACK").await.unwrap();
+            (claimed, taken)
+        });
+        assert!(db.finishes_without_waiting(&second).await, "the second claim waited on the first ({served:?})");
+        let (claimed, taken) = second.await.unwrap();
+        assert_eq!(ids(claimed), crawls[..2], "the next two configs' items ({served:?})");
+        assert_eq!(taken, 2, "the second claim took two configs ({served:?})");
+        first.batch_execute("ROLLBACK").await.unwrap();
+
+        // A Worker that runs no purges: the two purge-only configs are taken, not counted.
+        let mut crawling = raw(&db).await;
+        crawling.batch_execute("BEGIN").await.unwrap();
+        let claimed = ids(claim_with(&mut crawling, &request("w3", &[WorkKind::Crawl]), 1).await.unwrap());
+        let taken = configs_taken(&mut crawling).await;
+        crawling.batch_execute("ROLLBACK").await.unwrap();
+        assert_eq!(claimed, crawls[..1], "the oldest crawl, behind the purge-only configs ({served:?})");
+        assert_eq!(taken, 3, "the purge-only configs in front, and the crawl's ({served:?})");
+        sql_query("DELETE FROM work_items").execute(&mut raw(&db).await).await.unwrap();
+    }
 }
 
 /// How many times this session has computed the claim's candidates (`track_functions` on).
@@ -742,8 +887,8 @@ async fn a_config_switched_off_and_on_again_is_claimed_for_only_while_active() {
 }
 
 /// Completing and claiming share one transaction: the next item comes back with the completion. A claim that
-/// loses the race on the running-config index (forced as above: another claimer of the same config is held
-/// open) is rolled back alone, and the completion still commits.
+/// loses the race on the running-config index (forced as above: a writer that bypasses the claim is held open
+/// with the config's other item running) is rolled back alone, and the completion still commits.
 #[tokio::test]
 async fn complete_and_claim_commits_the_completion_even_when_its_claim_loses_the_race() {
     let (db, store) = setup().await;
@@ -759,14 +904,13 @@ async fn complete_and_claim_commits_the_completion_even_when_its_claim_loses_the
     assert_eq!(next.item.id, second);
     assert_eq!(status_of(&store, first).await, Status::Succeeded);
 
-    // Now the race: y's crawl is being claimed by a transaction held open; the completion's claim (bursts only)
-    // picks y's other item and waits on the running-config index.
+    // Now the race: y's crawl is being set running by a transaction held open (by hand, without y's claim lock);
+    // the completion's claim (bursts only) picks y's other item and waits on the running-config index.
     let crawl = enqueue(&store, WorkKind::Crawl, Scope::Config(y.id)).await;
     let bursts = enqueue(&store, WorkKind::BurstDetection, Scope::Config(y.id)).await;
     let mut held = raw(&db).await;
     held.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED").await.unwrap();
-    let holder = claim_with(&mut held, &claimer("w2", &[WorkKind::Crawl]), 1).await.unwrap().pop().expect("y's crawl");
-    assert_eq!(holder.item.id, crawl);
+    set_running_by_hand(&mut held, crawl).await;
     let completer = store.clone();
     let completing = tokio::spawn(async move {
         completer.complete_and_claim(next.fence, None, &claimer("w1", &[WorkKind::BurstDetection])).await
@@ -899,8 +1043,9 @@ async fn complete_many_tells_a_stale_attempt_from_the_current_one_of_the_same_it
     assert_eq!(status_of(&store, id).await, Status::Succeeded);
 }
 
-/// A claim of several items that races another claimer for one of their configs on the running-config index
-/// claims none of them, quietly (rule 2 holds for every item of a batch).
+/// A claim of several items that races another writer for one of their configs on the running-config index
+/// (one that bypasses the claim, held open as above) claims none of them, quietly (rule 2 holds for every item of
+/// a batch).
 #[tokio::test]
 async fn claim_many_that_loses_the_race_for_one_config_claims_nothing() {
     let (db, store) = setup().await;
@@ -911,8 +1056,7 @@ async fn claim_many_that_loses_the_race_for_one_config_claims_nothing() {
     let xs = enqueue(&store, WorkKind::BurstDetection, Scope::Config(x.id)).await;
     let mut held = raw(&db).await;
     held.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED").await.unwrap();
-    let holder = claim_with(&mut held, &claimer("w2", &[WorkKind::Crawl]), 1).await.unwrap().pop().expect("y's crawl");
-    assert_eq!(holder.item.id, crawl);
+    set_running_by_hand(&mut held, crawl).await;
     let claimer_store = store.clone();
     let claiming =
         tokio::spawn(async move { claimer_store.claim_many(&claimer("w1", &[WorkKind::BurstDetection]), 4).await });

@@ -129,6 +129,38 @@ impl TestDatabase {
         }
     }
 
+    /// Whether `task` finishes before any other session of this database waits on a lock. The event a test of
+    /// "never waits" watches for: a statement that waited behind a transaction the test holds would not finish
+    /// until the test lets go, so neither a fast nor a slow machine can make the answer wrong. Panics when
+    /// neither happens within the [`patience`] for five seconds.
+    pub async fn finishes_without_waiting<T>(&self, task: &tokio::task::JoinHandle<T>) -> bool {
+        let client = cluster::connect(&self.url).await.unwrap_or_else(|e| panic!("watching for lock waits: {e}"));
+        let deadline = Deadline::after(std::time::Duration::from_secs(5));
+        loop {
+            if task.is_finished() {
+                return true;
+            }
+            let waiting = client
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity
+                      WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()",
+                    &[],
+                )
+                .await
+                .unwrap_or_else(|e| panic!("watching for lock waits: {e}"))
+                .get::<_, i64>(0);
+            // Read after the count: a task that finished meanwhile finished first.
+            if task.is_finished() {
+                return true;
+            }
+            if waiting > 0 {
+                return false;
+            }
+            deadline.check("the task to finish or a session to wait on a lock");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
     /// The database's name.
     pub fn name(&self) -> &str {
         &self.name

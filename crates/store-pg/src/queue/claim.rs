@@ -16,23 +16,33 @@ use crate::prepared::{Bind, Prepared};
 use crate::tx::within;
 
 /// Rule 1: one statement under READ COMMITTED. The candidates are the oldest due unscoped items and the oldest
-/// due item of each of the 32 oldest claimable configs (enough for 32 concurrent claimers to each find one:
-/// SKIP LOCKED passes over the items the others hold) (`queue_heads`: active, queued work, nothing running, kept
-/// by triggers in the same transactions that change `work_items`), so neither the number of configs nor a busy
-/// config's backlog is ever scanned (ADR 0008, "claim cost"). They come from `almanac_claim_candidates`
-/// (migration 000009), which always plans them as walks of queued indexes in order, whatever the statistics say.
-/// Rule 2 (the running-config index) rejects a racing second claim of one config.
+/// due item of each config the claim takes, up to `{limit}` of them (`almanac_claim_candidates`, migration
+/// 000027): the oldest claimable configs in age order (`queue_heads`: active, queued work, nothing running, kept
+/// by triggers in the same transactions that change `work_items`), each under a transaction-level advisory lock
+/// tried without waiting, so a config another claim holds is passed over and two claims never aim at one config.
+/// The items are read in a snapshot taken after those locks, so no candidate is an item another claim took since
+/// this one began. Neither the number of configs nor a busy config's backlog is ever scanned (ADR 0008, "claim
+/// cost"), and the walks are planned as walks of queued indexes in order, whatever the statistics say. Rule 2
+/// (the running-config index) rejects a second running item of a config written by anything that does not take
+/// the lock.
+///
+/// Why configs are taken first (ADR 0008, amendment "the claim takes its configs"): a candidate locked `FOR UPDATE`
+/// after another claim took and committed it is locked in its newest version (the other claim's running item)
+/// before it is found no longer queued, and PostgreSQL keeps that lock to the end of the transaction: the running
+/// item's completion or heartbeat then waited for this claim. Test:
+/// `a_claim_never_holds_an_item_another_claim_took_since_it_began`.
 ///
 /// It claims up to `{limit}` items at once (see [`claim_text`]): the candidates hold at most one item per config
-/// (one per head, and unscoped items have none), so a batch never holds two items of one config, and no id twice
-/// (the unscoped ones have no config, each head gives one). The candidates are computed once, in a materialised
+/// (one per taken config, and unscoped items have none), so a batch never holds two items of one config, and no
+/// id twice. The candidates are computed once, in a materialised
 /// `WITH`, each id then looked up by primary key; the claimed ids are handed on as an array computed once
 /// (`= ANY (ARRAY (…))`, an init plan, not a filter evaluated row by row). So each step is a lookup by primary
 /// key whatever the planner guesses of a batch's size: with `IN (…)` and a generic plan (the limit unknown), it
 /// joined the candidates to a scan of the whole queue and the claim went five times slower. The candidates'
-/// status is checked again (an item claimed since they were read, re-read under its lock, must not be claimed
-/// twice) through a `CASE`, which no partial index's `status = 'queued'` predicate matches: on tables without
-/// statistics the planner otherwise intersected the primary key with a whole partial index of the queue.
+/// status is checked again (an item changed since the claim statement's snapshot, re-read under its lock, must
+/// not be claimed unless still queued) through a `CASE`, which no partial index's `status = 'queued'` predicate
+/// matches: on tables without statistics the planner otherwise intersected the primary key with a whole partial
+/// index of the queue.
 ///
 /// Why the candidates are a materialised `WITH` (ADR 0008, amendment 2026-12-05): PostgreSQL's re-read of a row
 /// updated since the statement began (its recheck) evaluates again any init plan the rechecked scan depends on,
@@ -42,7 +52,7 @@ use crate::tx::within;
 /// inner side of a nested loop would be run again for each outer row). The array is unnested in a `WITH` of its
 /// own: `unnest(almanac_claim_candidates(…))` written in one expression makes the planner call the function once
 /// more for each custom plan, to estimate `unnest`'s rows from constant arguments. Test:
-/// `a_claim_that_meets_a_row_claimed_since_it_began_computes_its_candidates_once`.
+/// `a_claim_that_meets_a_row_changed_since_it_began_computes_its_candidates_once`.
 /// `$served` is the served user, or NULL for every config.
 macro_rules! claim_sql {
     ($served:literal) => {
@@ -59,7 +69,7 @@ macro_rules! claim_sql {
  WHERE w.id = ANY (ARRAY (
        WITH s AS MATERIALIZED (SELECT almanac_claim_candidates($3, ",
             $served,
-            ") AS ids),
+            ", {limit}) AS ids),
             c AS MATERIALIZED (SELECT unnest(s.ids) AS id FROM s)
        SELECT q.id
          FROM c
