@@ -29,34 +29,38 @@ CREATE FUNCTION public.almanac_claim_candidates(kinds text[], served_user uuid, 
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
-    due timestamptz := clock_timestamp();
     taken uuid[];
 BEGIN
     IF served_user IS NOT NULL THEN
-        taken := almanac_claim_take_configs_of_user(kinds, served_user, batch, due);
+        taken := almanac_claim_take_configs_of_user(kinds, served_user, batch);
     ELSE
         taken := ARRAY(
-            SELECT h.storage_config_id
-              FROM queue_heads AS h
+            WITH d AS MATERIALIZED (SELECT clock_timestamp() AS due)
+            SELECT c.config
+              FROM (SELECT h.storage_config_id AS config, h.oldest_requested_at AS oldest
+                      FROM queue_heads AS h
+                     WHERE h.claimable
+                       AND CASE WHEN h.earliest_run_after <= (SELECT due FROM d)
+                                THEN pg_try_advisory_xact_lock(1751474532, hashtext(h.storage_config_id::text)) END
+                     ORDER BY h.oldest_requested_at, h.storage_config_id
+                     LIMIT batch + 32) AS c
              CROSS JOIN LATERAL (
                    SELECT x.id
                      FROM work_items AS x
-                    WHERE x.storage_config_id = h.storage_config_id AND x.status = 'queued'
-                      AND x.run_after <= due AND x.kind = ANY (kinds)
+                    WHERE x.storage_config_id = c.config AND x.status = 'queued'
+                      AND x.run_after <= (SELECT due FROM d) AND x.kind = ANY (kinds)
                       AND x.kind <> ALL (ARRAY(SELECT p.kind FROM paused_kinds AS p))
                     ORDER BY x.requested_at, x.id
                     LIMIT 1) AS n
-             WHERE h.claimable
-               AND CASE WHEN h.earliest_run_after <= due
-                        THEN pg_try_advisory_xact_lock(1751474532, hashtext(h.storage_config_id::text)) END
-             ORDER BY h.oldest_requested_at, h.storage_config_id
+             ORDER BY c.oldest, c.config
              LIMIT batch);
     END IF;
     RETURN ARRAY(
+        WITH d AS MATERIALIZED (SELECT clock_timestamp() AS due)
         (SELECT u.id
            FROM work_items AS u
           WHERE u.status = 'queued' AND u.storage_config_id IS NULL
-            AND u.run_after <= due AND u.kind = ANY (kinds)
+            AND u.run_after <= (SELECT due FROM d) AND u.kind = ANY (kinds)
             AND u.kind <> ALL (ARRAY(SELECT p.kind FROM paused_kinds AS p))
           ORDER BY u.requested_at, u.id
           LIMIT 64)
@@ -67,7 +71,7 @@ BEGIN
                SELECT x.id
                  FROM work_items AS x
                 WHERE x.storage_config_id = h.storage_config_id AND x.status = 'queued'
-                  AND x.run_after <= due AND x.kind = ANY (kinds)
+                  AND x.run_after <= (SELECT due FROM d) AND x.kind = ANY (kinds)
                   AND x.kind <> ALL (ARRAY(SELECT p.kind FROM paused_kinds AS p))
                 ORDER BY x.requested_at, x.id
                 LIMIT 1) AS n
@@ -78,10 +82,10 @@ END $$;
 
 
 --
--- Name: almanac_claim_take_configs_of_user(text[], uuid, integer, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+-- Name: almanac_claim_take_configs_of_user(text[], uuid, integer); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.almanac_claim_take_configs_of_user(kinds text[], served_user uuid, batch integer, due timestamp with time zone) RETURNS uuid[]
+CREATE FUNCTION public.almanac_claim_take_configs_of_user(kinds text[], served_user uuid, batch integer) RETURNS uuid[]
     LANGUAGE plpgsql
     SET enable_seqscan TO 'off'
     SET enable_bitmapscan TO 'off'
@@ -91,20 +95,24 @@ CREATE FUNCTION public.almanac_claim_take_configs_of_user(kinds text[], served_u
     AS $$
 BEGIN
     RETURN ARRAY(
-        SELECT h.storage_config_id
-          FROM queue_heads AS h
+        WITH d AS MATERIALIZED (SELECT clock_timestamp() AS due)
+        SELECT c.config
+          FROM (SELECT h.storage_config_id AS config, h.oldest_requested_at AS oldest
+                  FROM queue_heads AS h
+                 WHERE h.claimable AND h.user_id = served_user
+                   AND CASE WHEN h.user_id = served_user AND h.earliest_run_after <= (SELECT due FROM d)
+                            THEN pg_try_advisory_xact_lock(1751474532, hashtext(h.storage_config_id::text)) END
+                 ORDER BY h.oldest_requested_at, h.storage_config_id
+                 LIMIT batch + 32) AS c
          CROSS JOIN LATERAL (
                SELECT x.id
                  FROM work_items AS x
-                WHERE x.storage_config_id = h.storage_config_id AND x.status = 'queued'
-                  AND x.run_after <= due AND x.kind = ANY (kinds)
+                WHERE x.storage_config_id = c.config AND x.status = 'queued'
+                  AND x.run_after <= (SELECT due FROM d) AND x.kind = ANY (kinds)
                   AND x.kind <> ALL (ARRAY(SELECT p.kind FROM paused_kinds AS p))
                 ORDER BY x.requested_at, x.id
                 LIMIT 1) AS n
-         WHERE h.claimable AND h.user_id = served_user
-           AND CASE WHEN h.earliest_run_after <= due
-                    THEN pg_try_advisory_xact_lock(1751474532, hashtext(h.storage_config_id::text)) END
-         ORDER BY h.oldest_requested_at, h.storage_config_id
+         ORDER BY c.oldest, c.config
          LIMIT batch);
 END $$;
 

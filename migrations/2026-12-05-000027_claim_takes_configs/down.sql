@@ -1,6 +1,6 @@
 -- Back to migration 000026's candidates: the 32 oldest claimable configs' items, read as of the claim's snapshot.
 DROP FUNCTION almanac_claim_candidates(text[], uuid, integer);
-DROP FUNCTION almanac_claim_take_configs_of_user(text[], uuid, integer, timestamptz);
+DROP FUNCTION almanac_claim_take_configs_of_user(text[], uuid, integer);
 
 CREATE FUNCTION almanac_claim_candidates_of_user(kinds text[], served_user uuid) RETURNS uuid[]
     LANGUAGE plpgsql STABLE

@@ -26,12 +26,11 @@
 DROP FUNCTION almanac_claim_candidates(text[], uuid);
 DROP FUNCTION almanac_claim_candidates_of_user(text[], uuid);
 
--- One user's claimable heads, taken as `almanac_claim_candidates` takes every config's (see there). Planned anew
--- on every call with the user's id in view: a generic plan cannot tell which user is asked for, and priced from
--- statistics taken before the user had any config it walked every claimable head of the other users (migration
--- 000026).
-CREATE FUNCTION almanac_claim_take_configs_of_user(kinds text[], served_user uuid, batch integer, due timestamptz)
-    RETURNS uuid[]
+-- One user's configs, taken as `almanac_claim_candidates` takes every config's (see there). Planned anew on every
+-- call with the user's id in view: a generic plan cannot tell which user is asked for, and priced from statistics
+-- taken before the user had any config it walked every claimable head of the other users (migration 000026). The
+-- user is tested again inside the `CASE`, so no plan can take another user's config.
+CREATE FUNCTION almanac_claim_take_configs_of_user(kinds text[], served_user uuid, batch integer) RETURNS uuid[]
     LANGUAGE plpgsql VOLATILE
     SET enable_seqscan = off
     SET enable_bitmapscan = off
@@ -41,32 +40,41 @@ CREATE FUNCTION almanac_claim_take_configs_of_user(kinds text[], served_user uui
 AS $$
 BEGIN
     RETURN ARRAY(
-        SELECT h.storage_config_id
-          FROM queue_heads AS h
+        WITH d AS MATERIALIZED (SELECT clock_timestamp() AS due)
+        SELECT c.config
+          FROM (SELECT h.storage_config_id AS config, h.oldest_requested_at AS oldest
+                  FROM queue_heads AS h
+                 WHERE h.claimable AND h.user_id = served_user
+                   AND CASE WHEN h.user_id = served_user AND h.earliest_run_after <= (SELECT due FROM d)
+                            THEN pg_try_advisory_xact_lock(1751474532, hashtext(h.storage_config_id::text)) END
+                 ORDER BY h.oldest_requested_at, h.storage_config_id
+                 LIMIT batch + 32) AS c
          CROSS JOIN LATERAL (
                SELECT x.id
                  FROM work_items AS x
-                WHERE x.storage_config_id = h.storage_config_id AND x.status = 'queued'
-                  AND x.run_after <= due AND x.kind = ANY (kinds)
+                WHERE x.storage_config_id = c.config AND x.status = 'queued'
+                  AND x.run_after <= (SELECT due FROM d) AND x.kind = ANY (kinds)
                   AND x.kind <> ALL (ARRAY(SELECT p.kind FROM paused_kinds AS p))
                 ORDER BY x.requested_at, x.id
                 LIMIT 1) AS n
-         WHERE h.claimable AND h.user_id = served_user
-           AND CASE WHEN h.earliest_run_after <= due
-                    THEN pg_try_advisory_xact_lock(1751474532, hashtext(h.storage_config_id::text)) END
-         ORDER BY h.oldest_requested_at, h.storage_config_id
+         ORDER BY c.oldest, c.config
          LIMIT batch);
 END $$;
 
 -- The candidates of a claim of up to `batch` items: the 64 oldest due unscoped items of the Worker's kinds, and
 -- the oldest due item of each config the claim takes.
--- 1. Taking: the claimable heads are walked in age order, each config's lock tried as its head is read (a
---    config another claim holds costs one try, not a read of its queue), and a taken config counts when it has a
---    due item of the Worker's kinds, until `batch` count. A config without one stays taken until the claim
---    commits, uncounted: a Worker without some kind's handler is not stopped by such configs in front.
---    The `CASE` keeps the lock after the due test; the walk's order and `LIMIT` keep it to the heads read.
+-- 1. Taking: the claimable heads are walked in age order, each config's lock tried as its head is read (a config
+--    another claim holds costs one try, not a read of its queue), and a taken config counts when it has a due
+--    item of the Worker's kinds, until `batch` count. A config without one stays taken, uncounted, until the
+--    claim commits, so a Worker without some kind's handler is not stopped by a few such configs in front; the
+--    walk takes at most `batch + 32` configs, so a claim never holds more locks than that (the lock table is
+--    shared by the whole cluster), and, as before, such a Worker finds nothing when 32 such configs come first.
+--    The `CASE` tries the lock only after the due test; the walk's order and `LIMIT`s keep it to the heads read.
 -- 2. Reading, in a new snapshot: a taken config's oldest due item of the Worker's kinds, if its head is still
 --    claimable and nothing of it runs.
+-- Each statement reads the clock after its own snapshot (`d`, computed at its first use): an item another
+-- transaction handed back is due from that transaction's start, so whatever a snapshot shows handed back is due
+-- by a clock read after it (FIFO per config, migration 000013).
 CREATE FUNCTION almanac_claim_candidates(kinds text[], served_user uuid, batch integer) RETURNS uuid[]
     LANGUAGE plpgsql VOLATILE
     SET enable_seqscan = off
@@ -76,34 +84,38 @@ CREATE FUNCTION almanac_claim_candidates(kinds text[], served_user uuid, batch i
     SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
-    due timestamptz := clock_timestamp();
     taken uuid[];
 BEGIN
     IF served_user IS NOT NULL THEN
-        taken := almanac_claim_take_configs_of_user(kinds, served_user, batch, due);
+        taken := almanac_claim_take_configs_of_user(kinds, served_user, batch);
     ELSE
         taken := ARRAY(
-            SELECT h.storage_config_id
-              FROM queue_heads AS h
+            WITH d AS MATERIALIZED (SELECT clock_timestamp() AS due)
+            SELECT c.config
+              FROM (SELECT h.storage_config_id AS config, h.oldest_requested_at AS oldest
+                      FROM queue_heads AS h
+                     WHERE h.claimable
+                       AND CASE WHEN h.earliest_run_after <= (SELECT due FROM d)
+                                THEN pg_try_advisory_xact_lock(1751474532, hashtext(h.storage_config_id::text)) END
+                     ORDER BY h.oldest_requested_at, h.storage_config_id
+                     LIMIT batch + 32) AS c
              CROSS JOIN LATERAL (
                    SELECT x.id
                      FROM work_items AS x
-                    WHERE x.storage_config_id = h.storage_config_id AND x.status = 'queued'
-                      AND x.run_after <= due AND x.kind = ANY (kinds)
+                    WHERE x.storage_config_id = c.config AND x.status = 'queued'
+                      AND x.run_after <= (SELECT due FROM d) AND x.kind = ANY (kinds)
                       AND x.kind <> ALL (ARRAY(SELECT p.kind FROM paused_kinds AS p))
                     ORDER BY x.requested_at, x.id
                     LIMIT 1) AS n
-             WHERE h.claimable
-               AND CASE WHEN h.earliest_run_after <= due
-                        THEN pg_try_advisory_xact_lock(1751474532, hashtext(h.storage_config_id::text)) END
-             ORDER BY h.oldest_requested_at, h.storage_config_id
+             ORDER BY c.oldest, c.config
              LIMIT batch);
     END IF;
     RETURN ARRAY(
+        WITH d AS MATERIALIZED (SELECT clock_timestamp() AS due)
         (SELECT u.id
            FROM work_items AS u
           WHERE u.status = 'queued' AND u.storage_config_id IS NULL
-            AND u.run_after <= due AND u.kind = ANY (kinds)
+            AND u.run_after <= (SELECT due FROM d) AND u.kind = ANY (kinds)
             AND u.kind <> ALL (ARRAY(SELECT p.kind FROM paused_kinds AS p))
           ORDER BY u.requested_at, u.id
           LIMIT 64)
@@ -114,7 +126,7 @@ BEGIN
                SELECT x.id
                  FROM work_items AS x
                 WHERE x.storage_config_id = h.storage_config_id AND x.status = 'queued'
-                  AND x.run_after <= due AND x.kind = ANY (kinds)
+                  AND x.run_after <= (SELECT due FROM d) AND x.kind = ANY (kinds)
                   AND x.kind <> ALL (ARRAY(SELECT p.kind FROM paused_kinds AS p))
                 ORDER BY x.requested_at, x.id
                 LIMIT 1) AS n

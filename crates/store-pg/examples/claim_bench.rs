@@ -44,7 +44,7 @@ const AFTER: &str = change!("up.sql");
 
 /// Drops the candidates' functions of either side, so a round can set up its own whichever ran before.
 const RESET: &str = "DROP FUNCTION IF EXISTS almanac_claim_candidates(text[], uuid, integer);
-     DROP FUNCTION IF EXISTS almanac_claim_take_configs_of_user(text[], uuid, integer, timestamptz);
+     DROP FUNCTION IF EXISTS almanac_claim_take_configs_of_user(text[], uuid, integer);
      DROP FUNCTION IF EXISTS almanac_claim_candidates(text[], uuid);
      DROP FUNCTION IF EXISTS almanac_claim_candidates_of_user(text[], uuid);";
 
