@@ -68,7 +68,7 @@ END $$;
 --    item of the Worker's kinds, until `batch` count. A config without one stays taken, uncounted, until the
 --    claim commits, so a Worker without some kind's handler is not stopped by a few such configs in front; the
 --    walk takes at most `batch + 32` configs, so a claim never holds more locks than that (the lock table is
---    shared by the whole cluster), and, as before, such a Worker finds nothing when 32 such configs come first.
+--    shared by the whole cluster), and such a Worker finds nothing when `batch + 32` such configs come first.
 --    The `CASE` tries the lock only after the due test; the walk's order and `LIMIT`s keep it to the heads read.
 -- 2. Reading, in a new snapshot: a taken config's oldest due item of the Worker's kinds, if its head is still
 --    claimable and nothing of it runs.

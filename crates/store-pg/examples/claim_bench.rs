@@ -2,8 +2,9 @@
 //!
 //! One database of 10,000 configs and 1,000,000 queued items (100 a config, half the configs busy with a running
 //! item that never ends), loaded with set-based SQL. The claim is measured before and after the migration that
-//! `change!` names (000027, the claim taking its configs before it reads their items) in the same run, on the same data: its
-//! `down.sql` and its `up.sql` are applied in turn, twice each (before, after, before, after). Each round gives:
+//! `change!` names (000027, the claim taking its configs before it reads their items) in the same run, on the
+//! same data: its `down.sql` and its `up.sql` are applied in turn, twice each (before, after, before, after),
+//! through [`side`]. Each round gives:
 //! - `EXPLAIN (ANALYZE, BUFFERS)` of the store's own claim of eight (the text the store prepares, read back from
 //!   `pg_prepared_statements`), first on a new connection (`cold`: the functions' plans are made then) and
 //!   then the median of five more on it (`warm`, as on a Worker's pooled connection), with the time spent in
@@ -52,11 +53,15 @@ const RESET: &str = "DROP FUNCTION IF EXISTS almanac_claim_candidates(text[], uu
 /// (see [`RESET`]). Before 000027 the candidates took no batch size; the claim of this build passes one, so the
 /// side before gets it in its signature, unused, the body as it was.
 fn side(sql: &str) -> String {
+    const OLD: &str = "FUNCTION almanac_claim_candidates(kinds text[], served_user uuid) RETURNS";
     let kept: Vec<&str> = sql.lines().filter(|l| !l.starts_with("DROP FUNCTION")).collect();
-    let sql = kept.join("\n").replace(
-        "FUNCTION almanac_claim_candidates(kinds text[], served_user uuid) RETURNS",
-        "FUNCTION almanac_claim_candidates(kinds text[], served_user uuid, batch integer) RETURNS",
+    let sql = kept.join("\n");
+    assert!(
+        sql.contains(OLD) || sql.contains("almanac_claim_candidates(kinds text[], served_user uuid, batch integer)"),
+        "neither side of migration 000027 defines the candidates' function as this benchmark expects"
     );
+    let sql =
+        sql.replace(OLD, "FUNCTION almanac_claim_candidates(kinds text[], served_user uuid, batch integer) RETURNS");
     format!("{RESET}\n{sql}")
 }
 

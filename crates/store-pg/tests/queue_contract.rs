@@ -240,7 +240,7 @@ async fn a_paused_config_is_passed_over_until_resumed() {
 
 /// A paused kind is not claimed anywhere, and does not hide other kinds' work: 40 configs whose only queued
 /// work is a crawl, older than everything else, do not keep the claim from the burst detection queued behind
-/// them (the claim reads 32 configs at a time, so their heads must leave paused kinds out).
+/// them (a claim takes at most its batch and 32 more configs, so their heads must leave paused kinds out).
 #[tokio::test]
 async fn a_paused_kind_is_passed_over_everywhere_without_hiding_other_work() {
     let (_db, store) = setup().await;
@@ -559,8 +559,9 @@ async fn a_second_claim_passes_over_a_config_another_claim_holds_without_waiting
 
 /// A claim takes at most 32 configs more than it asks for: configs without a due item of the Worker's kinds are
 /// taken, uncounted, until the claim commits, and the lock table their locks fill is shared by the whole cluster.
-/// So a Worker without some kind's handler finds nothing when 32 or more configs holding only that kind come
-/// first (ADR 0008, "Workers with fewer kinds").
+/// So a Worker without some kind's handler, claiming `n`, finds nothing when `n + 32` or more configs holding only
+/// that kind come first, and fewer than `n` items when fewer such configs do (ADR 0008, "Workers with fewer
+/// kinds"). Here `n` is 1 and 2, with 40 such configs.
 #[tokio::test]
 async fn a_claim_takes_at_most_32_configs_more_than_it_asks_for() {
     let (db, store) = setup().await;
@@ -571,12 +572,14 @@ async fn a_claim_takes_at_most_32_configs_more_than_it_asks_for() {
     let last = config(&store, "ann", "/crawls").await;
     enqueue(&store, WorkKind::Crawl, Scope::Config(last.id)).await;
     let mut conn = raw(&db).await;
-    conn.batch_execute("BEGIN").await.unwrap();
-    let claimed = claim_with(&mut conn, &claimer("w1", &[WorkKind::Crawl]), 1).await.unwrap();
-    let taken = configs_taken(&mut conn).await;
-    conn.batch_execute("ROLLBACK").await.unwrap();
-    assert_eq!(taken, 33, "the walk stops after 1 + 32 configs");
-    assert!(claimed.is_empty(), "the crawl behind 40 purge-only configs is not reached");
+    for n in [1, 2] {
+        conn.batch_execute("BEGIN").await.unwrap();
+        let claimed = claim_with(&mut conn, &claimer("w1", &[WorkKind::Crawl]), n).await.unwrap();
+        let taken = configs_taken(&mut conn).await;
+        conn.batch_execute("ROLLBACK").await.unwrap();
+        assert_eq!(taken, n as i64 + 32, "the walk stops after {n} + 32 configs");
+        assert!(claimed.is_empty(), "the crawl behind 40 purge-only configs is not reached");
+    }
 }
 
 /// A claim that meets a candidate changed since the claim statement began (after its snapshot) re-reads that row

@@ -20,8 +20,8 @@ use crate::tx::within;
 /// 000027): the oldest claimable configs in age order (`queue_heads`: active, queued work, nothing running, kept
 /// by triggers in the same transactions that change `work_items`), each under a transaction-level advisory lock
 /// tried without waiting, so a config another claim holds is passed over and two claims never aim at one config.
-/// The items are read in a snapshot taken after those locks, so no candidate is an item another claim took since
-/// this one began. Neither the number of configs nor a busy config's backlog is ever scanned (ADR 0008, "claim
+/// The items are read in a snapshot taken after those locks, so no candidate of a config is an item another claim
+/// took since this one began (unscoped items have no config to take; two claims can still meet on one). Neither the number of configs nor a busy config's backlog is ever scanned (ADR 0008, "claim
 /// cost"), and the walks are planned as walks of queued indexes in order, whatever the statistics say. Rule 2
 /// (the running-config index) rejects a second running item of a config written by anything that does not take
 /// the lock.
@@ -151,12 +151,16 @@ pub(super) async fn statement(
     Ok(rows)
 }
 
-/// Rule 2: a concurrent claim of one of the same configs won (the running-config index refused this one); this
-/// Worker waits for its next poll.
+/// Rule 2: a writer that bypasses the claim (it takes no config lock: a hand-written update, a tool) set an item
+/// of one of the same configs running first, and the running-config index refused this claim. Two claims never
+/// meet on a config (each takes it first), so this points at such a writer. This Worker waits for its next poll.
 pub(super) fn lost_race(e: &DieselError) -> bool {
     let lost = error::is_unique_violation_of(e, RUNNING_CONFIG_INDEX);
     if lost {
-        tracing::info!(event = "lost_race", "another Worker claimed work of the same storage config first");
+        tracing::info!(
+            event = "lost_race",
+            "a writer outside the claim set an item of the same storage config running first; nothing claimed"
+        );
     }
     lost
 }

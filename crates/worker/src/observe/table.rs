@@ -31,7 +31,8 @@ pub const EVENTS: &[Event] = &[
     event("claimed", "an attempt started"),
     event(
         "lost_race",
-        "another Worker claimed work of the same config at the same moment; this one waits for its next poll",
+        "a writer that bypasses the claim (a hand-written update, a tool) set an item of the same config running \
+first; nothing was claimed, and this Worker claims again at its next poll",
     ),
     event("no_handler", "an item of a kind this Worker has no handler for was claimed (a bug); its lease will expire"),
     outage("heartbeat_failed", "a heartbeat failed or did not answer within one interval"),
