@@ -113,15 +113,7 @@ impl TestDatabase {
         let client = cluster::connect(&self.url).await.unwrap_or_else(|e| panic!("watching for lock waits: {e}"));
         let deadline = Deadline::after(std::time::Duration::from_secs(2));
         loop {
-            let row = client
-                .query_one(
-                    "SELECT count(*) FROM pg_stat_activity
-                      WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()",
-                    &[],
-                )
-                .await
-                .unwrap_or_else(|e| panic!("watching for lock waits: {e}"));
-            let waiting = row.get::<_, i64>(0);
+            let waiting = sessions_waiting(&client).await;
             if waiting == n || deadline.passed() {
                 return waiting;
             }
@@ -140,15 +132,7 @@ impl TestDatabase {
             if task.is_finished() {
                 return true;
             }
-            let waiting = client
-                .query_one(
-                    "SELECT count(*) FROM pg_stat_activity
-                      WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()",
-                    &[],
-                )
-                .await
-                .unwrap_or_else(|e| panic!("watching for lock waits: {e}"))
-                .get::<_, i64>(0);
+            let waiting = sessions_waiting(&client).await;
             // Read after the count: a task that finished meanwhile finished first.
             if task.is_finished() {
                 return true;
@@ -165,6 +149,19 @@ impl TestDatabase {
     pub fn name(&self) -> &str {
         &self.name
     }
+}
+
+/// How many sessions of `client`'s database other than its own wait on a lock now.
+async fn sessions_waiting(client: &tokio_postgres::Client) -> i64 {
+    client
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity
+              WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()",
+            &[],
+        )
+        .await
+        .unwrap_or_else(|e| panic!("watching for lock waits: {e}"))
+        .get::<_, i64>(0)
 }
 
 impl Drop for TestDatabase {
