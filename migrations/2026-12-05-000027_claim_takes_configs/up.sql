@@ -16,9 +16,9 @@
 -- the oldest claimable heads, in age order, whose config has a due item of the Worker's kinds. Then, in a second
 -- statement whose snapshot is taken after those locks, it reads each taken config's oldest due item, if the head
 -- is still claimable and nothing of the config runs. A claim commits before it releases its configs, so that
--- snapshot sees every claim that held one of them before: no candidate is an item another claim took since. Two
--- claims never aim at one config, and the running-config index (rule 2) stays the guard against any writer that
--- does not take the lock.
+-- snapshot sees every claim that held one of them before: no candidate of a config is an item another claim took
+-- since (unscoped items have no config to take). Two claims never aim at one config, and the running-config index
+-- (rule 2) stays the guard against any writer that does not take the lock.
 --
 -- The function is volatile (it takes locks), so each of its statements takes a snapshot of its own. The claim
 -- passes its batch size; the candidates hold at most that many configs' items, and the unscoped ones as before.
