@@ -48,7 +48,7 @@ pub use migrations::{SchemaState, migrate, migration_names, pending_migrations, 
 pub use operator::{ConfigOverview, HourlyOutcome};
 pub use pooler::PoolerMode;
 #[cfg(feature = "test-support")]
-pub use queue::claim_with;
+pub use queue::{claim_with, configs_taken};
 /// How recently a pooled connection must have been used to be handed out without a check (for tests that wait
 /// it out).
 #[cfg(feature = "test-support")]

@@ -15,7 +15,7 @@ use almanac_domain::{
         ClaimRequest, FailOutcome, Failure, Heartbeat, LeaseDuration, QueueMaintenance, ServedConfigs, WriteOutcome,
     },
 };
-use almanac_store_pg::{PgStore, claim_with};
+use almanac_store_pg::{PgStore, claim_with, configs_taken};
 use almanac_testdb::TestDatabase;
 use diesel::sql_query;
 use diesel::sql_types::Uuid;
@@ -68,23 +68,6 @@ async fn set_running_by_hand(conn: &mut AsyncPgConnection, id: WorkItemId) {
     .await
     .unwrap();
     assert_eq!(written, 1, "{id} set running by hand");
-}
-
-/// How many configs this session's transaction has taken for a claim: the advisory locks it holds
-/// (`almanac_claim_candidates`, migration 000027; a test session takes no other).
-async fn configs_taken(conn: &mut AsyncPgConnection) -> i64 {
-    #[derive(diesel::QueryableByName)]
-    struct Held {
-        #[diesel(sql_type = diesel::sql_types::BigInt)]
-        held: i64,
-    }
-    let held: Held = sql_query(
-        "SELECT count(*) AS held FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted",
-    )
-    .get_result(conn)
-    .await
-    .unwrap();
-    held.held
 }
 
 #[tokio::test]
@@ -575,7 +558,7 @@ async fn a_claim_takes_at_most_32_configs_more_than_it_asks_for() {
     for n in [1, 2] {
         conn.batch_execute("BEGIN").await.unwrap();
         let claimed = claim_with(&mut conn, &claimer("w1", &[WorkKind::Crawl]), n).await.unwrap();
-        let taken = configs_taken(&mut conn).await;
+        let taken = configs_taken(&mut conn).await.unwrap();
         conn.batch_execute("ROLLBACK").await.unwrap();
         assert_eq!(taken, n as i64 + 32, "the walk stops after {n} + 32 configs");
         assert!(claimed.is_empty(), "the crawl behind 40 purge-only configs is not reached");
@@ -727,7 +710,7 @@ async fn a_claim_takes_a_config_per_item_it_asks_for_and_none_another_claim_hold
         first.batch_execute("BEGIN").await.unwrap();
         let claimed = ids(claim_with(&mut first, &request("w1", &WorkKind::ALL), 2).await.unwrap());
         assert_eq!(claimed, purges, "the two oldest configs' items ({served:?})");
-        assert_eq!(configs_taken(&mut first).await, 2, "a claim of two took two configs ({served:?})");
+        assert_eq!(configs_taken(&mut first).await.unwrap(), 2, "a claim of two took two configs ({served:?})");
 
         let url = db.url().to_owned();
         let beside = request("w2", &WorkKind::ALL);
@@ -735,7 +718,7 @@ async fn a_claim_takes_a_config_per_item_it_asks_for_and_none_another_claim_hold
             let mut conn = AsyncPgConnection::establish(&url).await.unwrap();
             conn.batch_execute("BEGIN").await.unwrap();
             let claimed = claim_with(&mut conn, &beside, 2).await.unwrap();
-            let taken = configs_taken(&mut conn).await;
+            let taken = configs_taken(&mut conn).await.unwrap();
             conn.batch_execute("ROLLBACK").await.unwrap();
             (claimed, taken)
         });
@@ -749,7 +732,7 @@ async fn a_claim_takes_a_config_per_item_it_asks_for_and_none_another_claim_hold
         let mut crawling = raw(&db).await;
         crawling.batch_execute("BEGIN").await.unwrap();
         let claimed = ids(claim_with(&mut crawling, &request("w3", &[WorkKind::Crawl]), 1).await.unwrap());
-        let taken = configs_taken(&mut crawling).await;
+        let taken = configs_taken(&mut crawling).await.unwrap();
         crawling.batch_execute("ROLLBACK").await.unwrap();
         assert_eq!(claimed, crawls[..1], "the oldest crawl, behind the purge-only configs ({served:?})");
         assert_eq!(taken, 3, "the purge-only configs in front, and the crawl's ({served:?})");

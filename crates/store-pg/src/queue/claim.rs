@@ -115,6 +115,22 @@ pub async fn claim_with(
     }
 }
 
+/// How many configs the transaction open on `conn` has taken for its claims: the advisory locks its session holds
+/// (`almanac_claim_candidates`, migration 000027; the store's only other lock of that kind, a catalogue write's
+/// path lock, is never taken in a claim's transaction). A claim of `n` takes at most `n + 32`. For tests (feature
+/// `test-support`).
+#[cfg(any(test, feature = "test-support"))]
+pub async fn configs_taken(conn: &mut AsyncPgConnection) -> Result<i64, DieselError> {
+    #[derive(diesel::QueryableByName)]
+    struct Held {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        held: i64,
+    }
+    let held =
+        "SELECT count(*) AS held FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted";
+    Ok(diesel::sql_query(held).get_result::<Held>(conn).await?.held)
+}
+
 /// A claim of up to `limit` items in a transaction whose commit is awaited: a claim acknowledged is a claim
 /// committed, so no handler ever runs an item that is still queued (whose next claim would reuse its attempt
 /// number).

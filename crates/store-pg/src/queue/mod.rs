@@ -29,7 +29,7 @@ use crate::error;
 use crate::tx::Lane;
 
 #[cfg(feature = "test-support")]
-pub use claim::claim_with;
+pub use claim::{claim_with, configs_taken};
 pub(crate) use enqueue::{many_query as enqueue_many_query, query as enqueue_query};
 pub(crate) use recovery::delete_finished_query;
 pub(crate) use row::WorkItemRow;

@@ -209,14 +209,6 @@ struct Reads {
     rows: i64,
 }
 
-/// The configs this transaction has taken for a claim: the advisory locks it holds (migration 000027). A claim of
-/// `n` takes at most `n + 32` whatever plan its walk gets; a walk sorted before it takes them would take every
-/// claimable config.
-async fn configs_taken(conn: &mut AsyncPgConnection) -> i64 {
-    let held = "SELECT count(*) AS rows FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()";
-    sql_query(held).get_result::<Reads>(conn).await.unwrap().rows
-}
-
 /// Rows of work_items this transaction has read so far, its triggers included. The view also holds this
 /// session's counts not yet reported: compare two readings.
 async fn rows_read(conn: &mut AsyncPgConnection) -> i64 {
@@ -236,7 +228,8 @@ async fn rows_read_of(conn: &mut AsyncPgConnection, table: &str) -> i64 {
 /// store does, each in a transaction that is rolled back, and checks what the claim and the completion each
 /// read of work_items, their triggers (the heads' refresh) included, from the transaction's own statistics:
 /// some hundreds of rows, never a whole table or a whole backlog (hundreds to tens of thousands here); and that
-/// the claim took no more configs than its batch and 32 (see [`configs_taken`]).
+/// the claim took no more configs than its batch and 32, whatever plan its walk gets (a walk sorted before it
+/// takes them would take every claimable config; see [`super::claim::configs_taken`]).
 async fn claims_read_few_rows(conn: &mut AsyncPgConnection) {
     let users: Vec<Plan> = sql_query("SELECT id::text AS plan FROM users").load(conn).await.unwrap();
     let user = UserId::from_uuid(users[0].plan.parse().unwrap());
@@ -257,7 +250,7 @@ async fn claims_read_few_rows(conn: &mut AsyncPgConnection) {
                 let before = rows_read(conn).await;
                 let claimed = claim_statement(conn, &request, 8).await.unwrap();
                 let claim = rows_read(conn).await - before;
-                let taken = configs_taken(conn).await;
+                let taken = super::claim::configs_taken(conn).await.unwrap();
                 assert!(taken <= 8 + 32, "the claim took {taken} configs ({served:?}, {mode})");
                 assert_eq!(claimed.len(), 8, "eight items claimed, as asked ({served:?}, {mode})");
                 let before = rows_read(conn).await;
