@@ -20,10 +20,11 @@ use std::future::Future;
 
 use almanac_domain::ports::{CatalogueError, Fence};
 use diesel::QueryResult;
+use diesel::connection::TransactionDepthChange;
 use diesel::result::Error as DieselError;
 use diesel::sql_types::{Integer, Uuid};
 use diesel::{QueryableByName, sql_query};
-use diesel_async::{AnsiTransactionManager, AsyncPgConnection, RunQueryDsl, TransactionManager};
+use diesel_async::{AnsiTransactionManager, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection, TransactionManager};
 
 use crate::error::{StoreError, placed};
 use crate::{Conn, PgStore};
@@ -132,6 +133,48 @@ where
         Err(refused) => match AnsiTransactionManager::rollback_transaction(conn).await {
             Ok(()) | Err(DieselError::BrokenTransactionManager) => Err(refused),
             Err(rollback) => Err(Refused::Db(rollback)),
+        },
+    }
+}
+
+/// A transaction of one statement whose answer is read to its end (rows, or a count): its `BEGIN` goes out
+/// with the statement, pipelined on the connection (one round trip fewer than [`within`]), and its `COMMIT` is
+/// sent only once the statement has answered, and awaited. So it keeps what [`within`] keeps: acknowledged
+/// means committed, any error rolls back, and a caller that gives up before the answer commits nothing. The
+/// transaction manager counts the transaction open before its `BEGIN` is sent, so a connection dropped at
+/// any point of it is closed, never pooled (`Conn`), and the server rolls back (ADR 0008, amendment "the
+/// claim's `BEGIN` travels with it").
+///
+/// The `BEGIN` is polled first, so it reaches the connection's queue before any of the statement's messages
+/// (a statement not yet prepared on this connection prepares after it, in the same transaction). Test:
+/// `a_claim_its_caller_gave_up_on_commits_nothing`, whose claim, its statement prepared before, commits when
+/// polled ahead of its `BEGIN`.
+pub(crate) async fn begun_with<T, F>(conn: &mut Conn, statement: F) -> QueryResult<T>
+where
+    T: Send,
+    for<'c> F: AsyncFnOnce(&'c AsyncPgConnection) -> QueryResult<T>,
+{
+    let begin = conn.begin_sql();
+    let conn: &mut AsyncPgConnection = conn;
+    AnsiTransactionManager::transaction_manager_status_mut(conn)
+        .transaction_state()?
+        .change_transaction_depth(TransactionDepthChange::IncreaseDepth)?;
+    let answer = {
+        let shared: &AsyncPgConnection = conn;
+        let mut opener = shared;
+        let (begun, answer) =
+            futures_util::future::join(opener.batch_execute(begin.as_deref().unwrap_or("BEGIN")), statement(shared))
+                .await;
+        begun.and(answer)
+    };
+    match answer {
+        Ok(value) => {
+            AnsiTransactionManager::commit_transaction(conn).await?;
+            Ok(value)
+        }
+        Err(e) => match AnsiTransactionManager::rollback_transaction(conn).await {
+            Ok(()) | Err(DieselError::BrokenTransactionManager) => Err(e),
+            Err(rollback) => Err(rollback),
         },
     }
 }

@@ -150,36 +150,49 @@ async fn a_queued_crawl(store: &PgStore) -> (almanac_domain::StorageConfigId, Wo
 /// once the lock is let go. A claim that ran as its own implicit transaction would: its `Sync` is sent with the
 /// statement, so the server commits it whatever the caller does, and its items would be `running` under a
 /// claim nobody knows, stalling their configs until the lease ran out (ADR 0008, amendment "why a one-statement
-/// write keeps its explicit transaction").
+/// write keeps its explicit transaction"). The claim's `BEGIN` is pipelined with it (amendment "the claim's
+/// `BEGIN` travels with it"): tried with the statement not yet prepared on its connection (it is prepared
+/// after the `BEGIN`) and already prepared (its `Bind` follows the `BEGIN` at once; sent first, it would run
+/// outside the transaction and commit).
 #[tokio::test]
 async fn a_claim_its_caller_gave_up_on_commits_nothing() {
-    let db = TestDatabase::create().await;
-    let store = Arc::new(PgStore::new(db.url(), 2, Duration::from_secs(10)).unwrap());
-    let (config, id) = a_queued_crawl(&store).await;
-    // The claim marks its config's head: holding the head's row makes it wait there, mid-statement.
-    let mut holder = raw(&db).await;
-    holder
-        .batch_execute(&format!("BEGIN; SELECT 1 FROM queue_heads WHERE storage_config_id = '{config}' FOR UPDATE"))
-        .await
-        .unwrap();
-    let claimer_store = store.clone();
-    let claim = tokio::spawn(async move { claimer_store.claim_many(&claimer(), 1).await });
-    assert_eq!(db.sessions_waiting_on_locks(1).await, 1, "the claim never waited on the head's row");
-    claim.abort();
-    assert!(claim.await.unwrap_err().is_cancelled());
+    for prepared in [false, true] {
+        let db = TestDatabase::create().await;
+        // One connection, so a first claim prepares the statement on the connection the second claim uses.
+        let store = Arc::new(PgStore::new(db.url(), 1, Duration::from_secs(10)).unwrap());
+        if prepared {
+            assert!(store.claim_many(&claimer(), 1).await.unwrap().is_empty(), "nothing is queued yet");
+        }
+        let (config, id) = a_queued_crawl(&store).await;
+        // The claim marks its config's head: holding the head's row makes it wait there, mid-statement.
+        let mut holder = raw(&db).await;
+        holder
+            .batch_execute(&format!("BEGIN; SELECT 1 FROM queue_heads WHERE storage_config_id = '{config}' FOR UPDATE"))
+            .await
+            .unwrap();
+        let claimer_store = store.clone();
+        let claim = tokio::spawn(async move { claimer_store.claim_many(&claimer(), 1).await });
+        assert_eq!(db.sessions_waiting_on_locks(1).await, 1, "the claim never waited on the head's row");
+        claim.abort();
+        assert!(claim.await.unwrap_err().is_cancelled());
 
-    holder.batch_execute("COMMIT").await.unwrap();
-    let settled = "SELECT count(*) AS n FROM pg_stat_activity
-                    WHERE datname = current_database() AND pid <> pg_backend_pid()
-                      AND state IN ('active', 'idle in transaction')";
-    let deadline = almanac_testdb::Deadline::after(Duration::from_secs(2));
-    while count(&db, settled).await > 0 {
-        assert!(!deadline.passed(), "the abandoned claim's session never settled");
-        tokio::time::sleep(Duration::from_millis(25)).await;
+        holder.batch_execute("COMMIT").await.unwrap();
+        let settled = "SELECT count(*) AS n FROM pg_stat_activity
+                        WHERE datname = current_database() AND pid <> pg_backend_pid()
+                          AND state IN ('active', 'idle in transaction')";
+        let deadline = almanac_testdb::Deadline::after(Duration::from_secs(2));
+        while count(&db, settled).await > 0 {
+            assert!(!deadline.passed(), "the abandoned claim's session never settled");
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        assert_eq!(
+            status(&db, id).await,
+            ("queued".into(), 0),
+            "still queued, its attempt number unused (statement prepared before: {prepared})"
+        );
+        let claimed = store.claim(&claimer()).await.unwrap().expect("the item is claimable");
+        assert_eq!(claimed.fence.attempt.get(), 1);
     }
-    assert_eq!(status(&db, id).await, ("queued".into(), 0), "still queued, its attempt number unused");
-    let claimed = store.claim(&claimer()).await.unwrap().expect("the item is claimable");
-    assert_eq!(claimed.fence.attempt.get(), 1);
 }
 
 /// The shared pool is saturated (every connection waits on a lock, more callers queue for one): the
