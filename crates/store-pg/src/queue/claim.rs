@@ -7,7 +7,7 @@ use almanac_domain::{
 };
 use diesel::pg::Pg;
 use diesel::result::Error as DieselError;
-use diesel_async::{AsyncConnectionCore, AsyncPgConnection, RunQueryDsl};
+use diesel_async::{AsyncConnectionCore, RunQueryDsl};
 
 use super::WorkItemRow;
 use super::outcome::seconds;
@@ -105,7 +105,7 @@ fn claim_text(template: &str, limit: usize) -> String {
 #[cfg(feature = "test-support")]
 #[mutants::skip]
 pub async fn claim_with(
-    conn: &mut AsyncPgConnection,
+    conn: &mut diesel_async::AsyncPgConnection,
     request: &ClaimRequest,
     limit: usize,
 ) -> Result<Vec<ClaimedItem>, QueueError> {
@@ -121,7 +121,7 @@ pub async fn claim_with(
 /// path lock, is never taken in a claim's transaction). A claim of `n` takes at most `n + 32`. For tests (feature
 /// `test-support`).
 #[cfg(any(test, feature = "test-support"))]
-pub async fn configs_taken(conn: &mut AsyncPgConnection) -> Result<i64, DieselError> {
+pub async fn configs_taken(conn: &mut diesel_async::AsyncPgConnection) -> Result<i64, DieselError> {
     #[derive(diesel::QueryableByName)]
     struct Held {
         #[diesel(sql_type = diesel::sql_types::BigInt)]
