@@ -17,14 +17,17 @@
 //! connections.
 
 use std::future::Future;
+use std::num::NonZeroU32;
 
 use almanac_domain::ports::{CatalogueError, Fence};
 use diesel::QueryResult;
-use diesel::connection::TransactionDepthChange;
+use diesel::connection::{InstrumentationEvent, TransactionDepthChange};
 use diesel::result::Error as DieselError;
 use diesel::sql_types::{Integer, Uuid};
 use diesel::{QueryableByName, sql_query};
-use diesel_async::{AnsiTransactionManager, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection, TransactionManager};
+use diesel_async::{
+    AnsiTransactionManager, AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection, TransactionManager,
+};
 
 use crate::error::{StoreError, placed};
 use crate::{Conn, PgStore};
@@ -138,7 +141,8 @@ where
 }
 
 /// A transaction of one statement whose answer is read to its end (rows, or a count): its `BEGIN` goes out
-/// with the statement, pipelined on the connection (one round trip fewer than [`within`]), and its `COMMIT` is
+/// with the statement, pipelined on the connection (one round trip fewer than [`within`]: two instead of three
+/// once the statement is prepared on the connection), and its `COMMIT` is
 /// sent only once the statement has answered, and awaited. So it keeps what [`within`] keeps: acknowledged
 /// means committed, any error rolls back, and a caller that gives up before the answer commits nothing. The
 /// transaction manager counts the transaction open before its `BEGIN` is sent, so a connection dropped at
@@ -146,7 +150,10 @@ where
 /// claim's `BEGIN` travels with it").
 ///
 /// The `BEGIN` is polled first, so it reaches the connection's queue before any of the statement's messages
-/// (a statement not yet prepared on this connection prepares after it, in the same transaction). Test:
+/// (a statement not yet prepared on this connection prepares after it, in the same transaction). The begin SQL
+/// must open the transaction before anything in it can fail (`BEGIN` first, as `Limits::begin_transaction`
+/// writes it): a `BEGIN` that failed whole would leave the statement, already on its way, to run and commit on
+/// its own. Test:
 /// `a_claim_its_caller_gave_up_on_commits_nothing`, whose claim, its statement prepared before, commits when
 /// polled ahead of its `BEGIN`.
 pub(crate) async fn begun_with<T, F>(conn: &mut Conn, statement: F) -> QueryResult<T>
@@ -156,9 +163,14 @@ where
 {
     let begin = conn.begin_sql();
     let conn: &mut AsyncPgConnection = conn;
-    AnsiTransactionManager::transaction_manager_status_mut(conn)
-        .transaction_state()?
-        .change_transaction_depth(TransactionDepthChange::IncreaseDepth)?;
+    let state = AnsiTransactionManager::transaction_manager_status_mut(conn).transaction_state()?;
+    if state.transaction_depth().is_some() {
+        // A connection of a pool handed in (`PgStore::from_pool`) may be inside a transaction: a `BEGIN` would
+        // only be warned about, and the `COMMIT` would be taken for a savepoint's release.
+        return Err(DieselError::AlreadyInTransaction);
+    }
+    state.change_transaction_depth(TransactionDepthChange::IncreaseDepth)?;
+    conn.instrumentation().on_connection_event(InstrumentationEvent::begin_transaction(NonZeroU32::MIN));
     let answer = {
         let shared: &AsyncPgConnection = conn;
         let mut opener = shared;
@@ -282,5 +294,43 @@ impl PgStore {
             Ok(())
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use almanac_testdb::TestDatabase;
+    use diesel::sql_types::Integer;
+
+    use super::*;
+
+    #[derive(QueryableByName, Debug)]
+    struct One {
+        #[diesel(sql_type = Integer)]
+        one: i32,
+    }
+
+    /// A connection already inside a transaction (a pool handed in may give one) is refused, and its
+    /// transaction is left as it was: still open, its depth unchanged, ended by its owner.
+    #[tokio::test]
+    async fn a_pipelined_transaction_refuses_a_connection_already_in_one() {
+        let db = TestDatabase::create().await;
+        let store = PgStore::new(db.url(), 1, Duration::from_secs(10)).unwrap();
+        let mut conn = store.conn().await.unwrap();
+        let select = async |c: &AsyncPgConnection| sql_query("SELECT 1 AS one").load::<One>(&mut { c }).await;
+
+        AnsiTransactionManager::begin_transaction(&mut *conn).await.unwrap();
+        let refused = begun_with(&mut conn, select).await;
+        assert!(matches!(refused, Err(DieselError::AlreadyInTransaction)), "{refused:?}");
+        let depth = AnsiTransactionManager::transaction_manager_status_mut(&mut *conn).transaction_depth();
+        assert_eq!(depth.unwrap().map(NonZeroU32::get), Some(1), "the owner's transaction, untouched");
+        AnsiTransactionManager::rollback_transaction(&mut *conn).await.unwrap();
+
+        let answered = begun_with(&mut conn, select).await.unwrap();
+        assert_eq!(answered.iter().map(|r| r.one).collect::<Vec<_>>(), [1]);
+        let depth = AnsiTransactionManager::transaction_manager_status_mut(&mut *conn).transaction_depth();
+        assert_eq!(depth.unwrap(), None, "committed and closed");
     }
 }

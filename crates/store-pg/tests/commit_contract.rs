@@ -146,6 +146,24 @@ async fn a_queued_crawl(store: &PgStore) -> (almanac_domain::StorageConfigId, Wo
     (config, id)
 }
 
+/// The one backend of the test's database, other than the asking one, that matches `filter` (on
+/// `pg_stat_activity`).
+async fn backend(db: &TestDatabase, filter: &str) -> i32 {
+    #[derive(diesel::QueryableByName)]
+    struct Pid {
+        #[diesel(sql_type = Integer)]
+        pid: i32,
+    }
+    let pids: Vec<Pid> = sql_query(format!(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND {filter}"
+    ))
+    .load(&mut raw(db).await)
+    .await
+    .unwrap();
+    assert_eq!(pids.len(), 1, "one backend matches {filter}");
+    pids[0].pid
+}
+
 /// A claim its caller gave up on (a timeout, a shutdown) while the claim waited on a lock commits nothing, even
 /// once the lock is let go. A claim that ran as its own implicit transaction would: its `Sync` is sent with the
 /// statement, so the server commits it whatever the caller does, and its items would be `running` under a
@@ -160,9 +178,14 @@ async fn a_claim_its_caller_gave_up_on_commits_nothing() {
         let db = TestDatabase::create().await;
         // One connection, so a first claim prepares the statement on the connection the second claim uses.
         let store = Arc::new(PgStore::new(db.url(), 1, Duration::from_secs(10)).unwrap());
-        if prepared {
-            assert!(store.claim_many(&claimer(), 1).await.unwrap().is_empty(), "nothing is queued yet");
-        }
+        let prepared_on = match prepared {
+            true => {
+                assert!(store.claim_many(&claimer(), 1).await.unwrap().is_empty(), "nothing is queued yet");
+                // The store's one connection: the database's only client then.
+                Some(backend(&db, "backend_type = 'client backend'").await)
+            }
+            false => None,
+        };
         let (config, id) = a_queued_crawl(&store).await;
         // The claim marks its config's head: holding the head's row makes it wait there, mid-statement.
         let mut holder = raw(&db).await;
@@ -173,6 +196,10 @@ async fn a_claim_its_caller_gave_up_on_commits_nothing() {
         let claimer_store = store.clone();
         let claim = tokio::spawn(async move { claimer_store.claim_many(&claimer(), 1).await });
         assert_eq!(db.sessions_waiting_on_locks(1).await, 1, "the claim never waited on the head's row");
+        if let Some(pid) = prepared_on {
+            let waiting = backend(&db, "wait_event_type = 'Lock'").await;
+            assert_eq!(waiting, pid, "the claim runs on the connection its statement was prepared on");
+        }
         claim.abort();
         assert!(claim.await.unwrap_err().is_cancelled());
 
