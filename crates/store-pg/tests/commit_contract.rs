@@ -146,46 +146,21 @@ async fn a_queued_crawl(store: &PgStore) -> (almanac_domain::StorageConfigId, Wo
     (config, id)
 }
 
-/// The one backend of the test's database, other than the asking one, that matches `filter` (on
-/// `pg_stat_activity`).
-async fn backend(db: &TestDatabase, filter: &str) -> i32 {
-    #[derive(diesel::QueryableByName)]
-    struct Pid {
-        #[diesel(sql_type = Integer)]
-        pid: i32,
-    }
-    let pids: Vec<Pid> = sql_query(format!(
-        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND {filter}"
-    ))
-    .load(&mut raw(db).await)
-    .await
-    .unwrap();
-    assert_eq!(pids.len(), 1, "one backend matches {filter}");
-    pids[0].pid
-}
-
-/// A claim its caller gave up on (a timeout, a shutdown) while the claim waited on a lock commits nothing, even
-/// once the lock is let go. A claim that ran as its own implicit transaction would: its `Sync` is sent with the
-/// statement, so the server commits it whatever the caller does, and its items would be `running` under a
-/// claim nobody knows, stalling their configs until the lease ran out (ADR 0008, amendment "why a one-statement
-/// write keeps its explicit transaction"). The claim's `BEGIN` is pipelined with it (amendment "the claim's
-/// `BEGIN` travels with it"): tried with the statement not yet prepared on its connection (it is prepared
-/// after the `BEGIN`) and already prepared (its `Bind` follows the `BEGIN` at once; sent first, it would run
-/// outside the transaction and commit).
+/// A claim its caller gave up on (a timeout, a shutdown) while the claim waited on a lock is handed back as soon
+/// as it commits: its item queued again at once, not `running` under a claim nobody knows until its lease runs out
+/// (60 s here). The claim is its own implicit transaction, which the server commits once sent whatever the caller
+/// does; the store hands back what the claim took, by the token it gave the claim, on the same connection after
+/// it (ADR 0008, amendment "a claim given up on is handed back"). Tried with the claim's statement not yet
+/// prepared on its connection and already prepared.
 #[tokio::test]
-async fn a_claim_its_caller_gave_up_on_commits_nothing() {
+async fn a_claim_its_caller_gave_up_on_is_handed_back_at_once() {
     for prepared in [false, true] {
         let db = TestDatabase::create().await;
         // One connection, so a first claim prepares the statement on the connection the second claim uses.
         let store = Arc::new(PgStore::new(db.url(), 1, Duration::from_secs(10)).unwrap());
-        let prepared_on = match prepared {
-            true => {
-                assert!(store.claim_many(&claimer(), 1).await.unwrap().is_empty(), "nothing is queued yet");
-                // The store's one connection: the database's only client then.
-                Some(backend(&db, "backend_type = 'client backend'").await)
-            }
-            false => None,
-        };
+        if prepared {
+            assert!(store.claim_many(&claimer(), 1).await.unwrap().is_empty(), "nothing is queued yet");
+        }
         let (config, id) = a_queued_crawl(&store).await;
         // The claim marks its config's head: holding the head's row makes it wait there, mid-statement.
         let mut holder = raw(&db).await;
@@ -196,29 +171,26 @@ async fn a_claim_its_caller_gave_up_on_commits_nothing() {
         let claimer_store = store.clone();
         let claim = tokio::spawn(async move { claimer_store.claim_many(&claimer(), 1).await });
         assert_eq!(db.sessions_waiting_on_locks(1).await, 1, "the claim never waited on the head's row");
-        if let Some(pid) = prepared_on {
-            let waiting = backend(&db, "wait_event_type = 'Lock'").await;
-            assert_eq!(waiting, pid, "the claim runs on the connection its statement was prepared on");
-        }
         claim.abort();
         assert!(claim.await.unwrap_err().is_cancelled());
 
         holder.batch_execute("COMMIT").await.unwrap();
-        let settled = "SELECT count(*) AS n FROM pg_stat_activity
-                        WHERE datname = current_database() AND pid <> pg_backend_pid()
-                          AND state IN ('active', 'idle in transaction')";
+        let handed_back = format!(
+            "SELECT count(*) AS n FROM work_items
+              WHERE id = '{id}' AND status = 'queued' AND claim_token IS NULL AND run_after <= now()"
+        );
         let deadline = almanac_testdb::Deadline::after(Duration::from_secs(2));
-        while count(&db, settled).await > 0 {
-            assert!(!deadline.passed(), "the abandoned claim's session never settled");
+        while count(&db, &handed_back).await == 0 {
+            assert!(
+                !deadline.passed(),
+                "the abandoned claim's item was not handed back: {:?} (prepared before: {prepared})",
+                status(&db, id).await
+            );
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
-        assert_eq!(
-            status(&db, id).await,
-            ("queued".into(), 0),
-            "still queued, its attempt number unused (statement prepared before: {prepared})"
-        );
-        let claimed = store.claim(&claimer()).await.unwrap().expect("the item is claimable");
-        assert_eq!(claimed.fence.attempt.get(), 1);
+        assert_eq!(status(&db, id).await, ("queued".into(), 1), "queued again, its attempt number used");
+        let claimed = store.claim(&claimer()).await.unwrap().expect("the item is claimable at once");
+        assert_eq!(claimed.fence.attempt.get(), 2);
     }
 }
 

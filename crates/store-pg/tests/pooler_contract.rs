@@ -340,3 +340,45 @@ async fn a_connection_unused_for_a_while_is_kept_through_a_pooler_that_resets_it
     let log = bouncer.log();
     assert_eq!(log.matches("login attempt").count(), 1, "the connection was made again:\n{log}");
 }
+
+/// A claim its caller gave up on behind a transaction pooler commits nothing: there the claim keeps its explicit
+/// transaction, its `BEGIN` pipelined with it and its `COMMIT` never sent (ADR 0008, amendment "a claim given up
+/// on is handed back"). It waits on its config's head, which the test holds on a direct connection, and is
+/// aborted; once the head is let go the item is still queued, its attempt number unused.
+#[tokio::test]
+async fn a_claim_given_up_on_through_a_transaction_pooler_commits_nothing() {
+    let db = TestDatabase::create().await;
+    let bouncer = PgBouncer::start(2).unwrap();
+    let url = bouncer.url_of(&db);
+    let store = Arc::new(
+        PgStore::in_mode(&url, 1, Duration::from_secs(10), Duration::from_secs(60), PoolerMode::Transaction).unwrap(),
+    );
+    let new = NewStorageConfig { username: "ann".into(), root_path: PathBuf::from("/photos/ann") };
+    let config = store.add_storage_config(&new).await.unwrap().1.id;
+    let id = store.enqueue(&NewWorkItem::new(WorkKind::Crawl, Scope::Config(config)).unwrap()).await.unwrap().item.id;
+    let holder = plain(db.url()).await;
+    holder
+        .batch_execute(&format!("BEGIN; SELECT 1 FROM queue_heads WHERE storage_config_id = '{config}' FOR UPDATE"))
+        .await
+        .unwrap();
+    let claimer_store = store.clone();
+    let claim = tokio::spawn(async move { claimer_store.claim_many(&claimer("w"), 1).await });
+    assert_eq!(db.sessions_waiting_on_locks(1).await, 1, "the claim never waited on the head's row");
+    claim.abort();
+    assert!(claim.await.unwrap_err().is_cancelled());
+
+    holder.batch_execute("COMMIT").await.unwrap();
+    let observer = plain(db.url()).await;
+    let busy = "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND pid <> pg_backend_pid()
+                   AND state IN ('active', 'idle in transaction')";
+    let deadline = Deadline::after(Duration::from_secs(2));
+    while count(&observer, busy).await > 0 {
+        assert!(!deadline.passed(), "the abandoned claim's session never settled");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let item = format!("SELECT status || ' ' || attempt FROM work_items WHERE id = '{id}'");
+    assert_eq!(first(&observer, &item).await, "queued 0", "still queued, its attempt number unused");
+    let claimed = store.claim(&claimer("w")).await.unwrap().expect("the item is claimable");
+    assert_eq!(claimed.fence.attempt.get(), 1);
+}

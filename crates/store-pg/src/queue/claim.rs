@@ -10,11 +10,11 @@ use diesel::result::Error as DieselError;
 use diesel_async::{AsyncConnectionCore, RunQueryDsl};
 
 use super::WorkItemRow;
-use super::outcome::seconds;
-use crate::PgStore;
+use super::outcome::{REQUEUE_DEDUP_KEY, seconds};
 use crate::error::{self, RUNNING_CONFIG_INDEX, placed};
 use crate::prepared::{Bind, Prepared};
 use crate::tx::begun_with;
+use crate::{Conn, PgStore};
 
 /// Rule 1: one statement under READ COMMITTED. The candidates are the oldest due unscoped items and the oldest
 /// due item of each config the claim takes, up to `{limit}` of them (`almanac_claim_candidates`, migration
@@ -61,7 +61,7 @@ macro_rules! claim_sql {
             "UPDATE work_items AS w
    SET status = 'running',
        attempt = w.attempt + 1,
-       claim_token = gen_random_uuid(),
+       claim_token = $4,
        worker_id = $1,
        started_at = now(),
        heartbeat_at = now(),
@@ -86,8 +86,8 @@ RETURNING w.*"
 
 /// The claim for a Worker serving every config.
 const CLAIM_ALL: &str = claim_sql!("NULL::uuid");
-/// The claim for a Worker serving one user's configs (`$4`).
-const CLAIM_USER: &str = claim_sql!("$4");
+/// The claim for a Worker serving one user's configs (`$5`).
+const CLAIM_USER: &str = claim_sql!("$5");
 
 /// The claim's text for a batch of `limit`. The limit is written into the text, not bound: a statement cached
 /// with a generic plan for an unknown limit read the whole table (tens of times over, on misleading
@@ -109,7 +109,7 @@ pub async fn claim_with(
     request: &ClaimRequest,
     limit: usize,
 ) -> Result<Vec<ClaimedItem>, QueueError> {
-    match statement(conn, request, limit).await {
+    match statement(conn, request, limit, uuid::Uuid::new_v4()).await {
         Ok(rows) => items(rows),
         Err(e) if lost_race(&e) => Ok(Vec::new()),
         Err(e) => Err(error::queue(e)),
@@ -132,20 +132,98 @@ pub async fn configs_taken(conn: &mut diesel_async::AsyncPgConnection) -> Result
     Ok(diesel::sql_query(held).get_result::<Held>(conn).await?.held)
 }
 
-/// A claim of up to `limit` items in a transaction whose commit is awaited: a claim acknowledged is a claim
-/// committed, so no handler ever runs an item that is still queued (whose next claim would reuse its attempt
-/// number). Its `BEGIN` travels with the statement ([`begun_with`]): two round trips, not three, and still
-/// nothing committed for a caller that gives up before the answer.
+/// A claim of up to `limit` items whose commit is awaited: a claim acknowledged is a claim committed, so no
+/// handler ever runs an item that is still queued (whose next claim would reuse its attempt number).
+///
+/// In session mode the claim is its own implicit transaction: one round trip, committed by the server at the
+/// protocol's `Sync`, before the `ReadyForQuery` that ends its answer. Its `COMMIT`'s round trip was most of a
+/// claim's latency with several claimers on a busy machine (ADR 0008, amendment "a claim given up on is handed
+/// back"). Such a claim commits whatever its caller does once sent, so a caller that gives up before the answer
+/// (a timeout, a dropped task) leaves a [`HandBack`] behind: the claim's items, known by the token the claim was
+/// given, are handed back on the same connection, after the claim, as a release hands an item back. Behind a
+/// pooler in transaction mode (the limits set per transaction) the claim keeps its explicit transaction, its
+/// `BEGIN` pipelined with it ([`begun_with`]); given up on, it commits nothing.
 pub(super) async fn claim(
     store: &PgStore,
     request: &ClaimRequest,
     limit: usize,
 ) -> Result<Vec<ClaimedItem>, QueueError> {
+    let token = uuid::Uuid::new_v4();
     let mut conn = store.conn().await?;
-    match begun_with(&mut conn, async |conn| statement(&mut { conn }, request, limit).await).await {
+    let answer = if conn.begin_sql().is_some() {
+        begun_with(&mut conn, async |conn| statement(&mut { conn }, request, limit, token).await).await
+    } else {
+        let mut guard = HandBack { conn: Some(conn), token };
+        let answer = statement(guard.conn(), request, limit, token).await;
+        conn = guard.answered();
+        answer
+    };
+    match answer {
         Ok(rows) => items(rows),
         Err(e) if lost_race(&e) => Ok(Vec::new()),
         Err(e) => Err(placed(&mut conn, e).await.into()),
+    }
+}
+
+/// A claim in flight as its own implicit transaction, on the connection it was sent on. Dropped before the
+/// claim's answer (its caller gave up), it hands back whatever the claim took: on the same connection, so the
+/// server runs the hand-back after the claim and its commit, in a task of its own. Without a runtime to run it
+/// on (the runtime itself shutting down), the connection is closed and the items run again when their lease
+/// ends, as after a crash.
+struct HandBack {
+    conn: Option<Conn>,
+    token: uuid::Uuid,
+}
+
+impl HandBack {
+    fn conn(&mut self) -> &mut diesel_async::AsyncPgConnection {
+        self.conn.as_deref_mut().expect("held until answered")
+    }
+
+    /// The claim answered (rows or an error): nothing to hand back.
+    fn answered(mut self) -> Conn {
+        self.conn.take().expect("held until answered")
+    }
+}
+
+impl Drop for HandBack {
+    fn drop(&mut self) {
+        let Some(conn) = self.conn.take() else { return };
+        let token = self.token;
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(hand_back(conn, token));
+            }
+            Err(_) => tracing::warn!(
+                event = "claim_hand_back_failed",
+                error = "no runtime to run it on",
+                "a claim given up on could not be handed back; its items run again when their lease ends"
+            ),
+        }
+    }
+}
+
+/// Hands back the items of the claim whose token is `token`, if it took any: queued again as a release leaves
+/// an item (due now, first in line, its attempt number used), on the claim's own connection.
+async fn hand_back(mut conn: Conn, token: uuid::Uuid) {
+    let sql = format!(
+        "UPDATE work_items AS w
+            SET status = 'queued', lease_expires_at = NULL, run_after = now(), claim_token = NULL,
+                dedup_key = {REQUEUE_DEDUP_KEY}
+          WHERE w.claim_token = $1 AND w.status = 'running'"
+    );
+    match diesel::sql_query(sql).bind::<diesel::sql_types::Uuid, _>(token).execute(&mut *conn).await {
+        Ok(0) => {}
+        Ok(items) => tracing::info!(
+            event = "claim_handed_back",
+            items,
+            "a claim given up on before its answer was handed back; its items are queued again"
+        ),
+        Err(e) => tracing::warn!(
+            event = "claim_hand_back_failed",
+            error = %e,
+            "a claim given up on could not be handed back; its items run again when their lease ends"
+        ),
     }
 }
 
@@ -156,6 +234,7 @@ pub(super) async fn statement<C>(
     conn: &mut C,
     request: &ClaimRequest,
     limit: usize,
+    token: uuid::Uuid,
 ) -> Result<Vec<WorkItemRow>, DieselError>
 where
     C: AsyncConnectionCore<Backend = Pg> + Send,
@@ -165,8 +244,12 @@ where
         ServedConfigs::All => None,
         ServedConfigs::User(user) => Some(user.as_uuid()),
     };
-    let mut binds =
-        vec![Bind::Text(request.worker_id.as_str()), Bind::Double(seconds(request.lease)), Bind::TextArray(kinds)];
+    let mut binds = vec![
+        Bind::Text(request.worker_id.as_str()),
+        Bind::Double(seconds(request.lease)),
+        Bind::TextArray(kinds),
+        Bind::Uuid(token),
+    ];
     binds.extend(user.map(Bind::Uuid));
     let sql = claim_text(if user.is_some() { CLAIM_USER } else { CLAIM_ALL }, limit);
     let mut rows: Vec<WorkItemRow> = Prepared::new(&sql, binds).load(conn).await?;

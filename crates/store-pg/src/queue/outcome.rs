@@ -224,7 +224,7 @@ pub(super) async fn complete_many_and_claim(
                 CHAINED_CLAIM_LOCK_WAIT.as_millis()
             ))
             .await?;
-            let next = claim::statement(conn, next, claim).await;
+            let next = claim::statement(conn, next, claim, uuid::Uuid::new_v4()).await;
             if next.is_err() {
                 conn.batch_execute("ROLLBACK TO SAVEPOINT chained_claim").await?;
             }

@@ -195,7 +195,7 @@ async fn a_claim_for_a_user_the_statistics_never_saw_reads_only_that_users_heads
     for _ in 0..6 {
         conn.batch_execute("BEGIN").await.unwrap();
         let before = rows_read_of(&mut conn, "queue_heads").await;
-        let claimed = claim_statement(&mut conn, &request, 8).await.unwrap();
+        let claimed = claim_statement(&mut conn, &request, 8, uuid::Uuid::new_v4()).await.unwrap();
         let heads = rows_read_of(&mut conn, "queue_heads").await - before;
         conn.batch_execute("ROLLBACK").await.unwrap();
         assert_eq!(claimed.len(), 3, "bob's three items");
@@ -248,7 +248,7 @@ async fn claims_read_few_rows(conn: &mut AsyncPgConnection) {
             for _ in 0..6 {
                 conn.batch_execute(&format!("BEGIN; SET LOCAL plan_cache_mode = {mode}")).await.unwrap();
                 let before = rows_read(conn).await;
-                let claimed = claim_statement(conn, &request, 8).await.unwrap();
+                let claimed = claim_statement(conn, &request, 8, uuid::Uuid::new_v4()).await.unwrap();
                 let claim = rows_read(conn).await - before;
                 let taken = super::claim::configs_taken(conn).await.unwrap();
                 assert!(taken <= 8 + 32, "the claim took {taken} configs ({served:?}, {mode})");

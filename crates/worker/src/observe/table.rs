@@ -34,6 +34,16 @@ pub const EVENTS: &[Event] = &[
         "a writer that bypasses the claim (a hand-written update, a tool) set an item of the same config running \
 first; nothing was claimed, and this Worker claims again at its next poll",
     ),
+    event(
+        "claim_handed_back",
+        "a claim its caller gave up on before its answer (a claim timed out) had taken items; they were queued \
+again at once (`items`), as a release leaves them",
+    ),
+    event(
+        "claim_hand_back_failed",
+        "a claim given up on could not be handed back (`error`: the database went away, or the process was \
+stopping); whatever it took runs again when its lease ends",
+    ),
     event("no_handler", "an item of a kind this Worker has no handler for was claimed (a bug); its lease will expire"),
     outage("heartbeat_failed", "a heartbeat failed or did not answer within one interval"),
     outage(
