@@ -1091,7 +1091,7 @@ COMMENT ON COLUMN public.work_items.result IS 'The handler''s summary on success
 -- Name: COLUMN work_items.claim_token; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.work_items.claim_token IS 'The claim''s own token: a random value set by every claim (gen_random_uuid()), part of the fence with id and attempt. NULL until the first claim and whenever the item is queued again; a finished item keeps the token of the claim it last ran under (how a completion written again tells its own commit).';
+COMMENT ON COLUMN public.work_items.claim_token IS 'The claim''s own token: a random value drawn by the store for each claim (the same for the items of one claim), part of the fence with id and attempt. A claim given up on before its answer is handed back by it. NULL until the first claim and whenever the item is queued again; a finished item keeps the token of the claim it last ran under (how a completion written again tells its own commit).';
 
 
 --

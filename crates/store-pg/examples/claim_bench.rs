@@ -198,7 +198,7 @@ async fn explain_once(conn: &mut AsyncPgConnection) -> serde_json::Value {
     conn.batch_execute("BEGIN").await.unwrap();
     let before = function_time(conn).await;
     let plan: TextRow = sql_query(format!(
-        "SELECT pg_temp.explained('EXECUTE c(''explain'', 60, ARRAY[{}])') AS text",
+        "SELECT pg_temp.explained('EXECUTE c(''explain'', 60, gen_random_uuid(), ARRAY[{}])') AS text",
         kinds.join(", ").replace('\'', "''")
     ))
     .get_result(conn)
@@ -232,7 +232,7 @@ async fn explain(db: &TestDatabase, text: &str) -> serde_json::Value {
              EXECUTE 'EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ' || q INTO plan;
              RETURN plan;
          END $$;
-         PREPARE c(text, double precision, text[]) AS {text};"
+         PREPARE c(text, double precision, uuid, text[]) AS {text};"
     ))
     .await
     .unwrap();

@@ -223,6 +223,13 @@ impl Conn {
     }
 }
 
+impl Conn {
+    /// The connection taken out of its pool (which may open another in its place): closed when dropped.
+    pub(crate) fn detach(mut self) -> AsyncPgConnection {
+        self.pooled.take().expect("present until dropped").detach()
+    }
+}
+
 impl std::ops::Deref for Conn {
     type Target = AsyncPgConnection;
     fn deref(&self) -> &AsyncPgConnection {

@@ -141,21 +141,18 @@ where
 }
 
 /// A transaction of one statement whose answer is read to its end (rows, or a count): its `BEGIN` goes out
-/// with the statement, pipelined on the connection (one round trip fewer than [`within`]: two instead of three
-/// once the statement is prepared on the connection), and its `COMMIT` is
+/// with the statement, pipelined on the connection (one round trip fewer than [`within`]), and its `COMMIT` is
 /// sent only once the statement has answered, and awaited. So it keeps what [`within`] keeps: acknowledged
 /// means committed, any error rolls back, and a caller that gives up before the answer commits nothing. The
 /// transaction manager counts the transaction open before its `BEGIN` is sent, so a connection dropped at
-/// any point of it is closed, never pooled (`Conn`), and the server rolls back (ADR 0008, amendment "the
-/// claim's `BEGIN` travels with it").
+/// any point of it is closed, never pooled (`Conn`), and the server rolls back. The claim behind a pooler in
+/// transaction mode runs in it (ADR 0008, amendment "a claim given up on is handed back").
 ///
 /// The `BEGIN` is polled first, so it reaches the connection's queue before any of the statement's messages
 /// (a statement not yet prepared on this connection prepares after it, in the same transaction). The begin SQL
 /// must open the transaction before anything in it can fail (`BEGIN` first, as `Limits::begin_transaction`
 /// writes it): a `BEGIN` that failed whole would leave the statement, already on its way, to run and commit on
-/// its own. Test:
-/// `a_claim_its_caller_gave_up_on_commits_nothing`, whose claim, its statement prepared before, commits when
-/// polled ahead of its `BEGIN`.
+/// its own. Test: `a_claim_given_up_on_through_a_transaction_pooler_commits_nothing`.
 pub(crate) async fn begun_with<T, F>(conn: &mut Conn, statement: F) -> QueryResult<T>
 where
     T: Send,

@@ -54,21 +54,22 @@ use crate::{Conn, PgStore};
 /// own: `unnest(almanac_claim_candidates(…))` written in one expression makes the planner call the function once
 /// more for each custom plan, to estimate `unnest`'s rows from constant arguments. Test:
 /// `a_claim_that_meets_a_row_changed_since_it_began_computes_its_candidates_once`.
-/// `$served` is the served user, or NULL for every config.
+/// `$served` is the served user, or NULL for every config. The placeholders appear in the order of their numbers,
+/// so the statement's parameters keep them (the store's statements number theirs by appearance).
 macro_rules! claim_sql {
     ($served:literal) => {
         concat!(
             "UPDATE work_items AS w
    SET status = 'running',
        attempt = w.attempt + 1,
-       claim_token = $4,
        worker_id = $1,
        started_at = now(),
        heartbeat_at = now(),
        lease_expires_at = now() + $2 * interval '1 second',
+       claim_token = $3,
        progress = NULL
  WHERE w.id = ANY (ARRAY (
-       WITH s AS MATERIALIZED (SELECT almanac_claim_candidates($3, ",
+       WITH s AS MATERIALIZED (SELECT almanac_claim_candidates($4, ",
             $served,
             ", {limit}) AS ids),
             c AS MATERIALIZED (SELECT unnest(s.ids) AS id FROM s)
@@ -100,8 +101,8 @@ fn claim_text(template: &str, limit: usize) -> String {
 /// The claim of up to `limit` items on a connection of the caller's, e.g. inside an explicit transaction held
 /// open to force the race that rule 2 covers (the caller then commits), or to read the statement as the
 /// connection prepared it (`pg_prepared_statements`, the claim benchmark's `EXPLAIN`).
-/// [`almanac_domain::WorkQueue::claim_many`] runs it in a transaction of its own whose commit it awaits. For
-/// tests and benchmarks only (feature `test-support`).
+/// [`almanac_domain::WorkQueue::claim_many`] runs it as a transaction of its own whose commit it awaits (see
+/// `claim`). For tests and benchmarks only (feature `test-support`).
 #[cfg(feature = "test-support")]
 #[mutants::skip]
 pub async fn claim_with(
@@ -154,8 +155,17 @@ pub(super) async fn claim(
         begun_with(&mut conn, async |conn| statement(&mut { conn }, request, limit, token).await).await
     } else {
         let mut guard = HandBack { conn: Some(conn), token };
-        let answer = statement(guard.conn(), request, limit, token).await;
+        let answer = match not_in_a_transaction(guard.conn()) {
+            Ok(()) => statement(guard.conn(), request, limit, token).await,
+            Err(e) => Err(e),
+        };
         conn = guard.answered();
+        if answer.is_err() && !diesel_async::pooled_connection::PoolableConnection::is_broken(&mut *conn) {
+            // The server may have committed the claim before the error (a row that failed to decode): its items
+            // are handed back; a claim that rolled back has none to hand back. On a connection that is gone, a
+            // commit whose answer was lost is a stall, as for any write.
+            hand_back(&mut conn, token).await;
+        }
         answer
     };
     match answer {
@@ -166,10 +176,11 @@ pub(super) async fn claim(
 }
 
 /// A claim in flight as its own implicit transaction, on the connection it was sent on. Dropped before the
-/// claim's answer (its caller gave up), it hands back whatever the claim took: on the same connection, so the
-/// server runs the hand-back after the claim and its commit, in a task of its own. Without a runtime to run it
-/// on (the runtime itself shutting down), the connection is closed and the items run again when their lease
-/// ends, as after a crash.
+/// claim's answer (its caller gave up), it hands back whatever the claim took: it takes the connection out of
+/// its pool (which may open another at once) and, in a task of its own, runs the hand-back on it, so the server
+/// runs it after the claim and its commit; the connection is closed after. Without a runtime to run it on, or
+/// when the task is cut short (the process stopping), the connection is closed and the items run again when
+/// their lease ends, as after a crash.
 struct HandBack {
     conn: Option<Conn>,
     token: uuid::Uuid,
@@ -180,7 +191,7 @@ impl HandBack {
         self.conn.as_deref_mut().expect("held until answered")
     }
 
-    /// The claim answered (rows or an error): nothing to hand back.
+    /// The claim answered (rows or an error): the connection back, nothing handed back by the guard.
     fn answered(mut self) -> Conn {
         self.conn.take().expect("held until answered")
     }
@@ -189,10 +200,10 @@ impl HandBack {
 impl Drop for HandBack {
     fn drop(&mut self) {
         let Some(conn) = self.conn.take() else { return };
-        let token = self.token;
+        let (mut conn, token) = (conn.detach(), self.token);
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                runtime.spawn(hand_back(conn, token));
+                runtime.spawn(async move { hand_back(&mut conn, token).await });
             }
             Err(_) => tracing::warn!(
                 event = "claim_hand_back_failed",
@@ -203,16 +214,26 @@ impl Drop for HandBack {
     }
 }
 
+/// A claim is its own transaction: a connection already inside one (a pool handed in may give one) is refused,
+/// as diesel-async's own `BEGIN` refuses it. The claim would otherwise be answered before it committed.
+fn not_in_a_transaction(conn: &mut diesel_async::AsyncPgConnection) -> Result<(), DieselError> {
+    use diesel_async::{AnsiTransactionManager, TransactionManager};
+    match AnsiTransactionManager::transaction_manager_status_mut(conn).transaction_state()?.transaction_depth() {
+        Some(_) => Err(DieselError::AlreadyInTransaction),
+        None => Ok(()),
+    }
+}
+
 /// Hands back the items of the claim whose token is `token`, if it took any: queued again as a release leaves
 /// an item (due now, first in line, its attempt number used), on the claim's own connection.
-async fn hand_back(mut conn: Conn, token: uuid::Uuid) {
+async fn hand_back(conn: &mut diesel_async::AsyncPgConnection, token: uuid::Uuid) {
     let sql = format!(
         "UPDATE work_items AS w
             SET status = 'queued', lease_expires_at = NULL, run_after = now(), claim_token = NULL,
                 dedup_key = {REQUEUE_DEDUP_KEY}
           WHERE w.claim_token = $1 AND w.status = 'running'"
     );
-    match diesel::sql_query(sql).bind::<diesel::sql_types::Uuid, _>(token).execute(&mut *conn).await {
+    match diesel::sql_query(sql).bind::<diesel::sql_types::Uuid, _>(token).execute(conn).await {
         Ok(0) => {}
         Ok(items) => tracing::info!(
             event = "claim_handed_back",
@@ -227,7 +248,8 @@ async fn hand_back(mut conn: Conn, token: uuid::Uuid) {
     }
 }
 
-/// The claim statement for up to `limit` items: the claimed rows, oldest first. On a connection of its own
+/// The claim statement for up to `limit` items: the claimed rows, oldest first, each given `token` (the claim's
+/// own, drawn by the caller: what a hand-back finds them by). On a connection of its own
 /// (`&mut AsyncPgConnection`, inside a transaction already open) or a shared one (`&AsyncPgConnection`,
 /// pipelined after its `BEGIN`).
 pub(super) async fn statement<C>(
@@ -247,8 +269,8 @@ where
     let mut binds = vec![
         Bind::Text(request.worker_id.as_str()),
         Bind::Double(seconds(request.lease)),
-        Bind::TextArray(kinds),
         Bind::Uuid(token),
+        Bind::TextArray(kinds),
     ];
     binds.extend(user.map(Bind::Uuid));
     let sql = claim_text(if user.is_some() { CLAIM_USER } else { CLAIM_ALL }, limit);

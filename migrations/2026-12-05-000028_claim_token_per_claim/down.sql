@@ -1,0 +1,1 @@
+COMMENT ON COLUMN work_items.claim_token IS 'The claim''s own token: a random value set by every claim (gen_random_uuid()), part of the fence with id and attempt. NULL until the first claim and whenever the item is queued again; a finished item keeps the token of the claim it last ran under (how a completion written again tells its own commit).';
