@@ -31,6 +31,7 @@ use std::time::Duration;
 use diesel_async::AsyncPgConnection;
 use diesel_async::pooled_connection::deadpool::Pool;
 use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
+use tokio_util::task::TaskTracker;
 
 use crate::pool::{Checked, ConnPool, Pooled};
 use crate::pooler::Limits;
@@ -70,6 +71,8 @@ pub struct PgStore {
     /// How a transaction is opened on this store's connections: a plain `BEGIN` (`None`: session mode, the
     /// limits set once per session), or `BEGIN` with the limits for that transaction only (transaction mode).
     begin: Option<Arc<str>>,
+    /// The hand-backs of claims given up on, still running (see [`PgStore::hand_backs_settled`]).
+    hand_backs: TaskTracker,
 }
 
 /// How a Worker's store connects (see [`PgStore::for_worker`]).
@@ -122,6 +125,7 @@ impl PgStore {
             pool: pool(database_url, shared, acquire_timeout, limits, mode)?,
             attempts: Some(pool(database_url, reserved, acquire_timeout, limits, mode)?),
             begin: begin(limits, mode),
+            hand_backs: TaskTracker::new(),
         })
     }
 
@@ -152,6 +156,7 @@ impl PgStore {
             pool: pool(database_url, max_connections, acquire_timeout, limits, mode)?,
             attempts: None,
             begin: begin(limits, mode),
+            hand_backs: TaskTracker::new(),
         })
     }
 
@@ -159,7 +164,17 @@ impl PgStore {
     /// connections serve the queue and catalogue statements too. Its connection settings are the caller's (see
     /// [`PgStore::with_idle_transaction_limit`] for the idle-transaction limit a store of ours sets).
     pub fn from_pool(pool: Pool<AsyncPgConnection>) -> Self {
-        Self { pool: ConnPool::Theirs(pool), attempts: None, begin: None }
+        Self { pool: ConnPool::Theirs(pool), attempts: None, begin: None, hand_backs: TaskTracker::new() }
+    }
+
+    /// Waits until the hand-back of every claim given up on so far has ended (ADR 0008, amendment "a claim given
+    /// up on is handed back"): for a process about to stop, which would otherwise cut them short and leave their
+    /// items to their lease. A hand-back waits for its claim, which may wait on a lock: callers bound the wait.
+    pub async fn hand_backs_settled(&self) {
+        // Closed for good: a closed tracker still tracks what is spawned on it, and `wait` ends each time it is
+        // empty.
+        self.hand_backs.close();
+        self.hand_backs.wait().await;
     }
 
     /// A store with ten connections and a ten-second acquire timeout.

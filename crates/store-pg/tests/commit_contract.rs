@@ -194,6 +194,37 @@ async fn a_claim_its_caller_gave_up_on_is_handed_back_at_once() {
     }
 }
 
+/// A process about to stop waits for the hand-back of a claim it gave up on (`PgStore::hand_backs_settled`,
+/// which the Worker awaits after its executor stops): the hand-back waits behind its claim, the claim on a lock
+/// the test holds, so nothing is settled until the lock is let go; once settled, the item is queued again.
+#[tokio::test]
+async fn a_stopping_store_waits_for_the_hand_back_of_a_claim_given_up_on() {
+    let db = TestDatabase::create().await;
+    let store = Arc::new(PgStore::new(db.url(), 1, Duration::from_secs(10)).unwrap());
+    let (config, id) = a_queued_crawl(&store).await;
+    let mut holder = raw(&db).await;
+    holder
+        .batch_execute(&format!("BEGIN; SELECT 1 FROM queue_heads WHERE storage_config_id = '{config}' FOR UPDATE"))
+        .await
+        .unwrap();
+    let claimer_store = store.clone();
+    let claim = tokio::spawn(async move { claimer_store.claim_many(&claimer(), 1).await });
+    assert_eq!(db.sessions_waiting_on_locks(1).await, 1, "the claim never waited on the head's row");
+    claim.abort();
+    assert!(claim.await.unwrap_err().is_cancelled());
+
+    let settling_store = store.clone();
+    let settling = tokio::spawn(async move { settling_store.hand_backs_settled().await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!settling.is_finished(), "settled while the claim still waited on the head's row");
+    holder.batch_execute("COMMIT").await.unwrap();
+    tokio::time::timeout(almanac_testdb::patience(Duration::from_secs(2)), settling)
+        .await
+        .expect("the hand-back ended once the head was let go")
+        .unwrap();
+    assert_eq!(status(&db, id).await, ("queued".into(), 1), "handed back by the time it settled");
+}
+
 /// The shared pool is saturated (every connection waits on a lock, more callers queue for one): the
 /// attempt's heartbeat and outcome still go through on connections nothing else can take.
 #[tokio::test]

@@ -154,7 +154,7 @@ pub(super) async fn claim(
     let answer = if conn.begin_sql().is_some() {
         begun_with(&mut conn, async |conn| statement(&mut { conn }, request, limit, token).await).await
     } else {
-        let mut guard = HandBack { conn: Some(conn), token };
+        let mut guard = HandBack { conn: Some(conn), token, tracker: store.hand_backs.clone() };
         let answer = match not_in_a_transaction(guard.conn()) {
             Ok(()) => statement(guard.conn(), request, limit, token).await,
             Err(e) => Err(e),
@@ -178,12 +178,14 @@ pub(super) async fn claim(
 /// A claim in flight as its own implicit transaction, on the connection it was sent on. Dropped before the
 /// claim's answer (its caller gave up), it hands back whatever the claim took: it takes the connection out of
 /// its pool (which may open another at once) and, in a task of its own, runs the hand-back on it, so the server
-/// runs it after the claim and its commit; the connection is closed after. Without a runtime to run it on, or
-/// when the task is cut short (the process stopping), the connection is closed and the items run again when
-/// their lease ends, as after a crash.
+/// runs it after the claim and its commit; the connection is closed after. A process about to stop waits for it
+/// ([`PgStore::hand_backs_settled`]). Without a runtime to run it on, or when the task is cut short all the same,
+/// the connection is closed and the items run again when their lease ends, as after a crash.
 struct HandBack {
     conn: Option<Conn>,
     token: uuid::Uuid,
+    /// The store's hand-backs in flight, which a process about to stop waits for.
+    tracker: tokio_util::task::TaskTracker,
 }
 
 impl HandBack {
@@ -203,7 +205,7 @@ impl Drop for HandBack {
         let (mut conn, token) = (conn.detach(), self.token);
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                runtime.spawn(async move { hand_back(&mut conn, token).await });
+                self.tracker.spawn_on(async move { hand_back(&mut conn, token).await }, &runtime);
             }
             Err(_) => tracing::warn!(
                 event = "claim_hand_back_failed",

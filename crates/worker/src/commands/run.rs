@@ -47,6 +47,9 @@ pub(crate) fn most_connections(settings: &Settings) -> usize {
     settings.database.max_connections + ExecutorConfig::reserved_connections(settings.worker.slots) + fixed
 }
 
+/// How long a stopping Worker waits for the hand-backs of claims it gave up on (each waits for its claim).
+const HAND_BACKS_WAIT: Duration = Duration::from_secs(5);
+
 /// Runs the Worker until SIGTERM or Ctrl-C.
 pub async fn run(settings: Settings, migrate: bool) -> Result<Exit, Failure> {
     let recent = observe::init(&settings.log).map_err(Failure::failed)?;
@@ -87,6 +90,14 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<Exit, Failure> {
           served = ?served, connections = most_connections(&settings), "starting");
 
     let report = executor.run(shutdown).await;
+    // Claims given up on (timed out) are handed back by tasks of the store's: they finish before the process ends.
+    if tokio::time::timeout(HAND_BACKS_WAIT, store.hand_backs_settled()).await.is_err() {
+        warn!(
+            event = "claim_hand_back_failed",
+            error = "the Worker stopped first",
+            "a claim given up on could not be handed back; its items run again when their lease ends"
+        );
+    }
     running.store(false, Ordering::Relaxed);
     stop.cancel();
     if let Some(listener) = listener {

@@ -41,8 +41,8 @@ again at once (`items`), as a release leaves them",
     ),
     event(
         "claim_hand_back_failed",
-        "a claim given up on could not be handed back (`error`: the database refused it or went away, or no \
-runtime was left to run it); whatever it took runs again when its lease ends",
+        "a claim given up on could not be handed back (`error`: the database refused it or went away, no \
+runtime was left to run it, or the Worker stopped first); whatever it took runs again when its lease ends",
     ),
     event("no_handler", "an item of a kind this Worker has no handler for was claimed (a bug); its lease will expire"),
     outage("heartbeat_failed", "a heartbeat failed or did not answer within one interval"),
