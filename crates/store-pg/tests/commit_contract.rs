@@ -146,6 +146,26 @@ async fn a_queued_crawl(store: &PgStore) -> (almanac_domain::StorageConfigId, Wo
     (config, id)
 }
 
+/// Starts a claim of `store`'s that waits on `config`'s head, mid-statement (the claim marks its config's head:
+/// the returned connection holds the head's row in an open transaction), and gives it up (its task aborted).
+async fn give_up_a_claim_waiting_on_the_head(
+    db: &TestDatabase,
+    store: &Arc<PgStore>,
+    config: almanac_domain::StorageConfigId,
+) -> AsyncPgConnection {
+    let mut holder = raw(db).await;
+    holder
+        .batch_execute(&format!("BEGIN; SELECT 1 FROM queue_heads WHERE storage_config_id = '{config}' FOR UPDATE"))
+        .await
+        .unwrap();
+    let claimer_store = store.clone();
+    let claim = tokio::spawn(async move { claimer_store.claim_many(&claimer(), 1).await });
+    assert_eq!(db.sessions_waiting_on_locks(1).await, 1, "the claim never waited on the head's row");
+    claim.abort();
+    assert!(claim.await.unwrap_err().is_cancelled());
+    holder
+}
+
 /// A claim its caller gave up on (a timeout, a shutdown) while the claim waited on a lock is handed back as soon
 /// as it commits: its item queued again at once, not `running` under a claim nobody knows until its lease runs out
 /// (60 s here). The claim is its own implicit transaction, which the server commits once sent whatever the caller
@@ -162,17 +182,7 @@ async fn a_claim_its_caller_gave_up_on_is_handed_back_at_once() {
             assert!(store.claim_many(&claimer(), 1).await.unwrap().is_empty(), "nothing is queued yet");
         }
         let (config, id) = a_queued_crawl(&store).await;
-        // The claim marks its config's head: holding the head's row makes it wait there, mid-statement.
-        let mut holder = raw(&db).await;
-        holder
-            .batch_execute(&format!("BEGIN; SELECT 1 FROM queue_heads WHERE storage_config_id = '{config}' FOR UPDATE"))
-            .await
-            .unwrap();
-        let claimer_store = store.clone();
-        let claim = tokio::spawn(async move { claimer_store.claim_many(&claimer(), 1).await });
-        assert_eq!(db.sessions_waiting_on_locks(1).await, 1, "the claim never waited on the head's row");
-        claim.abort();
-        assert!(claim.await.unwrap_err().is_cancelled());
+        let mut holder = give_up_a_claim_waiting_on_the_head(&db, &store, config).await;
 
         holder.batch_execute("COMMIT").await.unwrap();
         let handed_back = format!(
@@ -202,16 +212,7 @@ async fn a_stopping_store_waits_for_the_hand_back_of_a_claim_given_up_on() {
     let db = TestDatabase::create().await;
     let store = Arc::new(PgStore::new(db.url(), 1, Duration::from_secs(10)).unwrap());
     let (config, id) = a_queued_crawl(&store).await;
-    let mut holder = raw(&db).await;
-    holder
-        .batch_execute(&format!("BEGIN; SELECT 1 FROM queue_heads WHERE storage_config_id = '{config}' FOR UPDATE"))
-        .await
-        .unwrap();
-    let claimer_store = store.clone();
-    let claim = tokio::spawn(async move { claimer_store.claim_many(&claimer(), 1).await });
-    assert_eq!(db.sessions_waiting_on_locks(1).await, 1, "the claim never waited on the head's row");
-    claim.abort();
-    assert!(claim.await.unwrap_err().is_cancelled());
+    let mut holder = give_up_a_claim_waiting_on_the_head(&db, &store, config).await;
 
     let settling_store = store.clone();
     let settling = tokio::spawn(async move { settling_store.hand_backs_settled().await });
