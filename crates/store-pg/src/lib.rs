@@ -167,14 +167,19 @@ impl PgStore {
         Self { pool: ConnPool::Theirs(pool), attempts: None, begin: None, hand_backs: TaskTracker::new() }
     }
 
-    /// Waits until the hand-back of every claim given up on so far has ended (ADR 0008, amendment "a claim given
-    /// up on is handed back"): for a process about to stop, which would otherwise cut them short and leave their
-    /// items to their lease. A hand-back waits for its claim, which may wait on a lock: callers bound the wait.
-    pub async fn hand_backs_settled(&self) {
+    /// Waits, at most `within`, until the hand-back of every claim given up on so far has ended (ADR 0008,
+    /// amendment "a claim given up on is handed back"): for a process about to stop, which would otherwise cut them
+    /// short and leave their items to their lease. A hand-back waits for its claim, which may wait on a lock, hence
+    /// the bound; past it, says so (`claim_hand_back_failed`) and answers false.
+    pub async fn hand_backs_settled(&self, within: Duration) -> bool {
         // Closed for good: a closed tracker still tracks what is spawned on it, and `wait` ends each time it is
         // empty.
         self.hand_backs.close();
-        self.hand_backs.wait().await;
+        let settled = tokio::time::timeout(within, self.hand_backs.wait()).await.is_ok();
+        if !settled {
+            queue::hand_back_failed(&"the store stopped waiting for it");
+        }
+        settled
     }
 
     /// A store with ten connections and a ten-second acquire timeout.

@@ -160,13 +160,10 @@ where
 {
     let begin = conn.begin_sql();
     let conn: &mut AsyncPgConnection = conn;
-    let state = AnsiTransactionManager::transaction_manager_status_mut(conn).transaction_state()?;
-    if state.transaction_depth().is_some() {
-        // A connection of a pool handed in (`PgStore::from_pool`) may be inside a transaction: a `BEGIN` would
-        // only be warned about, and the `COMMIT` would be taken for a savepoint's release.
-        return Err(DieselError::AlreadyInTransaction);
-    }
-    state.change_transaction_depth(TransactionDepthChange::IncreaseDepth)?;
+    not_in_a_transaction(conn)?;
+    AnsiTransactionManager::transaction_manager_status_mut(conn)
+        .transaction_state()?
+        .change_transaction_depth(TransactionDepthChange::IncreaseDepth)?;
     conn.instrumentation().on_connection_event(InstrumentationEvent::begin_transaction(NonZeroU32::MIN));
     let answer = {
         let shared: &AsyncPgConnection = conn;
@@ -185,6 +182,17 @@ where
             Ok(()) | Err(DieselError::BrokenTransactionManager) => Err(e),
             Err(rollback) => Err(rollback),
         },
+    }
+}
+
+/// Refuses a connection already inside a transaction (a pool handed in, `PgStore::from_pool`, may give one), as
+/// diesel-async's own `BEGIN` does: a statement meant to be a transaction of its own would be answered before it
+/// committed, and a `BEGIN` sent there would only be warned about (its `COMMIT` then taken for a savepoint's
+/// release).
+pub(crate) fn not_in_a_transaction(conn: &mut AsyncPgConnection) -> QueryResult<()> {
+    match AnsiTransactionManager::transaction_manager_status_mut(conn).transaction_state()?.transaction_depth() {
+        Some(_) => Err(DieselError::AlreadyInTransaction),
+        None => Ok(()),
     }
 }
 

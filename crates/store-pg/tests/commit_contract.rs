@@ -215,14 +215,12 @@ async fn a_stopping_store_waits_for_the_hand_back_of_a_claim_given_up_on() {
     let mut holder = give_up_a_claim_waiting_on_the_head(&db, &store, config).await;
 
     let settling_store = store.clone();
-    let settling = tokio::spawn(async move { settling_store.hand_backs_settled().await });
+    let patience = almanac_testdb::patience(Duration::from_secs(2));
+    let settling = tokio::spawn(async move { settling_store.hand_backs_settled(patience).await });
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(!settling.is_finished(), "settled while the claim still waited on the head's row");
     holder.batch_execute("COMMIT").await.unwrap();
-    tokio::time::timeout(almanac_testdb::patience(Duration::from_secs(2)), settling)
-        .await
-        .expect("the hand-back ended once the head was let go")
-        .unwrap();
+    assert!(settling.await.unwrap(), "the hand-back ended once the head was let go");
     assert_eq!(status(&db, id).await, ("queued".into(), 1), "handed back by the time it settled");
 }
 

@@ -10,10 +10,10 @@ use diesel::result::Error as DieselError;
 use diesel_async::{AsyncConnectionCore, RunQueryDsl};
 
 use super::WorkItemRow;
-use super::outcome::{REQUEUE_DEDUP_KEY, seconds};
+use super::outcome::{released, seconds};
 use crate::error::{self, RUNNING_CONFIG_INDEX, placed};
 use crate::prepared::{Bind, Prepared};
-use crate::tx::begun_with;
+use crate::tx::{begun_with, not_in_a_transaction};
 use crate::{Conn, PgStore};
 
 /// Rule 1: one statement under READ COMMITTED. The candidates are the oldest due unscoped items and the oldest
@@ -207,34 +207,15 @@ impl Drop for HandBack {
             Ok(runtime) => {
                 self.tracker.spawn_on(async move { hand_back(&mut conn, token).await }, &runtime);
             }
-            Err(_) => tracing::warn!(
-                event = "claim_hand_back_failed",
-                error = "no runtime to run it on",
-                "a claim given up on could not be handed back; its items run again when their lease ends"
-            ),
+            Err(_) => hand_back_failed(&"no runtime to run it on"),
         }
-    }
-}
-
-/// A claim is its own transaction: a connection already inside one (a pool handed in may give one) is refused,
-/// as diesel-async's own `BEGIN` refuses it. The claim would otherwise be answered before it committed.
-fn not_in_a_transaction(conn: &mut diesel_async::AsyncPgConnection) -> Result<(), DieselError> {
-    use diesel_async::{AnsiTransactionManager, TransactionManager};
-    match AnsiTransactionManager::transaction_manager_status_mut(conn).transaction_state()?.transaction_depth() {
-        Some(_) => Err(DieselError::AlreadyInTransaction),
-        None => Ok(()),
     }
 }
 
 /// Hands back the items of the claim whose token is `token`, if it took any: queued again as a release leaves
 /// an item (due now, first in line, its attempt number used), on the claim's own connection.
 async fn hand_back(conn: &mut diesel_async::AsyncPgConnection, token: uuid::Uuid) {
-    let sql = format!(
-        "UPDATE work_items AS w
-            SET status = 'queued', lease_expires_at = NULL, run_after = now(), claim_token = NULL,
-                dedup_key = {REQUEUE_DEDUP_KEY}
-          WHERE w.claim_token = $1 AND w.status = 'running'"
-    );
+    let sql = format!("UPDATE work_items AS w SET {} WHERE w.claim_token = $1 AND w.status = 'running'", released());
     match diesel::sql_query(sql).bind::<diesel::sql_types::Uuid, _>(token).execute(conn).await {
         Ok(0) => {}
         Ok(items) => tracing::info!(
@@ -242,12 +223,17 @@ async fn hand_back(conn: &mut diesel_async::AsyncPgConnection, token: uuid::Uuid
             items,
             "a claim given up on before its answer was handed back; its items are queued again"
         ),
-        Err(e) => tracing::warn!(
-            event = "claim_hand_back_failed",
-            error = %e,
-            "a claim given up on could not be handed back; its items run again when their lease ends"
-        ),
+        Err(e) => hand_back_failed(&e),
     }
+}
+
+/// A claim given up on could not be handed back: its items run again when their lease ends.
+pub(crate) fn hand_back_failed(error: &dyn std::fmt::Display) {
+    tracing::warn!(
+        event = "claim_hand_back_failed",
+        error = %error,
+        "a claim given up on could not be handed back; its items run again when their lease ends"
+    );
 }
 
 /// The claim statement for up to `limit` items: the claimed rows, oldest first, each given `token` (the claim's

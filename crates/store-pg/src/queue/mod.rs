@@ -28,6 +28,7 @@ use crate::PgStore;
 use crate::error;
 use crate::tx::Lane;
 
+pub(crate) use claim::hand_back_failed;
 #[cfg(feature = "test-support")]
 pub use claim::{claim_with, configs_taken};
 pub(crate) use enqueue::{many_query as enqueue_many_query, query as enqueue_query};

@@ -47,6 +47,16 @@ const RETRY: &str = "($5::boolean AND w.failures + 1 < w.max_attempts AND w.canc
 pub(super) const REQUEUE_DEDUP_KEY: &str = "CASE WHEN EXISTS (SELECT 1 FROM work_items AS o
        WHERE o.dedup_key = w.dedup_key AND o.status = 'queued' AND o.id <> w.id) THEN NULL ELSE w.dedup_key END";
 
+/// How a release leaves an item (an attempt's release, a claim given up on handed back): queued, due now and first
+/// in line among its config's items (`requested_at` kept), its claim's token and lease gone, its attempt number
+/// used.
+pub(super) fn released() -> String {
+    format!(
+        "status = 'queued', lease_expires_at = NULL, run_after = now(), claim_token = NULL, \
+         dedup_key = {REQUEUE_DEDUP_KEY}"
+    )
+}
+
 #[derive(QueryableByName)]
 pub(super) struct IdRow {
     #[diesel(sql_type = Uuid)]
@@ -147,12 +157,7 @@ pub(super) async fn mark_cancelled(store: &PgStore, fence: Fence) -> Result<Writ
 
 /// [`almanac_domain::WorkQueue::release`].
 pub(super) async fn release(store: &PgStore, fence: Fence) -> Result<WriteOutcome, QueueError> {
-    let sql = format!(
-        "UPDATE work_items AS w
-            SET status = 'queued', lease_expires_at = NULL, run_after = now(), claim_token = NULL,
-                dedup_key = {REQUEUE_DEDUP_KEY}
-          WHERE {FENCE}"
-    );
+    let sql = format!("UPDATE work_items AS w SET {} WHERE {FENCE}", released());
     fenced_write(store, sql, fence_binds(fence)).await
 }
 

@@ -91,13 +91,7 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<Exit, Failure> {
 
     let report = executor.run(shutdown).await;
     // Claims given up on (timed out) are handed back by tasks of the store's: they finish before the process ends.
-    if tokio::time::timeout(HAND_BACKS_WAIT, store.hand_backs_settled()).await.is_err() {
-        warn!(
-            event = "claim_hand_back_failed",
-            error = "the Worker stopped first",
-            "a claim given up on could not be handed back; its items run again when their lease ends"
-        );
-    }
+    store.hand_backs_settled(HAND_BACKS_WAIT).await;
     running.store(false, Ordering::Relaxed);
     stop.cancel();
     if let Some(listener) = listener {
