@@ -32,11 +32,14 @@ const CHAINED_CLAIM_LOCK_WAIT: std::time::Duration = std::time::Duration::from_m
 /// [`FENCE`] fences one. The item keeps its claim's token ([`succeeded_under`]).
 ///
 /// The fifth array, `uncounted`, is the first again, read through a subquery (an init plan) and never used: the
-/// planner cannot count its elements, so it prices the batch at the same ten rows whether it plans for this
-/// call's values or for any, and the connection keeps the statement's generic plan after its first five calls,
-/// as it keeps the claim's. Without it a custom plan counted the constant arrays, priced a batch of eight below
-/// the generic plan's ten, and the statement was planned again on every call (0.15 ms of server time for a
-/// batch of eight on a queue of a million; test `a_batch_of_completions_keeps_its_plan_whatever_its_size`).
+/// planner cannot count its elements and assumes ten, and it prices the function's rows as the largest of its
+/// arrays' counts. So a batch of ten or fewer is priced at ten rows whether the plan is made for this call's
+/// values or for any, a larger one costs more planned for its values, and a connection keeps the statement's
+/// generic plan after its first five calls, as it keeps the claim's. Without it a custom plan counted the
+/// constant arrays, priced a batch of eight below the generic plan's ten, and the statement was planned again on
+/// every call (0.15 ms of server time for a batch of eight on a queue of a million; test
+/// `a_batch_of_completions_keeps_its_plan_whatever_its_size`). Behind a pooler in transaction mode no statement
+/// is kept (see `crate::pooler`), so every call is planned there whatever its text.
 pub(super) const COMPLETE_MANY: &str = "\
 UPDATE work_items AS w
    SET status = 'succeeded', finished_at = now(), lease_expires_at = NULL, result = d.result

@@ -11,6 +11,7 @@ use diesel::{QueryableByName, sql_query};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 
 use super::WorkItemRow;
+use crate::prepared::{Bind, Prepared};
 use almanac_testdb::TestDatabase;
 
 #[derive(QueryableByName)]
@@ -225,7 +226,8 @@ async fn rows_read_of(conn: &mut AsyncPgConnection, table: &str) -> i64 {
 
 /// Claims eight items the way the store does (for all configs and for one user; with custom and with
 /// generic plans for the statement, with the plans the queue's functions keep), then completes them the way the
-/// store does, each in a transaction that is rolled back, and checks what the claim and the completion each
+/// store does (the connection's prepared statement, its generic plan once kept), each in a transaction that is
+/// rolled back, and checks what the claim and the completion each
 /// read of work_items, their triggers (the heads' refresh) included, from the transaction's own statistics:
 /// some hundreds of rows, never a whole table or a whole backlog (hundreds to tens of thousands here); and that
 /// the claim took no more configs than its batch and 32, whatever plan its walk gets (a walk sorted before it
@@ -263,19 +265,44 @@ async fn claims_read_few_rows(conn: &mut AsyncPgConnection) {
             }
         }
     }
+    // The completion is the connection's prepared statement, as in the store: after its custom plans it ran the
+    // generic plan it keeps, and that plan read a few rows too.
+    let plans = completion_plans(conn).await;
+    assert!(plans.generic_plans >= 1, "the completion's generic plan never ran: {plans:?}");
 }
 
-/// Completes `items` with the store's batched completion; the number of rows written.
+/// Completes `items` with the store's batched completion, prepared on the connection as the store prepares it
+/// (kept and reused, so after five calls it may run its generic plan); the number of rows written.
 async fn complete_rows(conn: &mut AsyncPgConnection, items: &[WorkItemRow]) -> usize {
-    let written: Vec<IdRow> = sql_query(COMPLETE_MANY)
-        .bind::<Array<Uuid>, _>(items.iter().map(|i| i.id).collect::<Vec<_>>())
-        .bind::<Array<Integer>, _>(items.iter().map(|i| i.attempt).collect::<Vec<_>>())
-        .bind::<Array<Nullable<Uuid>>, _>(items.iter().map(|i| i.claim_token).collect::<Vec<_>>())
-        .bind::<Array<Nullable<Jsonb>>, _>(vec![None::<serde_json::Value>; items.len()])
-        .load(conn)
-        .await
-        .unwrap();
+    let binds = vec![
+        Bind::UuidArray(items.iter().map(|i| i.id).collect()),
+        Bind::IntegerArray(items.iter().map(|i| i.attempt).collect()),
+        Bind::UuidArray(items.iter().map(|i| i.claim_token.expect("a claimed item has a token")).collect()),
+        Bind::NullableJsonbArray(vec![None; items.len()]),
+    ];
+    let written: Vec<IdRow> = Prepared::new(COMPLETE_MANY, binds).load(conn).await.unwrap();
     written.len()
+}
+
+#[derive(QueryableByName, Debug)]
+struct Plans {
+    #[diesel(sql_type = BigInt)]
+    generic_plans: i64,
+    #[diesel(sql_type = BigInt)]
+    custom_plans: i64,
+}
+
+/// How often the connection's prepared completion ran its generic plan, and how often it was planned for its
+/// call's values.
+async fn completion_plans(conn: &mut AsyncPgConnection) -> Plans {
+    let plans: Vec<Plans> =
+        sql_query("SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE $1")
+            .bind::<Text, _>("UPDATE work_items AS w\n   SET status = 'succeeded'%")
+            .load(conn)
+            .await
+            .unwrap();
+    assert_eq!(plans.len(), 1, "the completion is one prepared statement of the connection: {plans:?}");
+    plans.into_iter().next().unwrap()
 }
 
 /// A batch of completions is planned once per connection whatever its size, as the claim is: the statement's
@@ -283,11 +310,10 @@ async fn complete_rows(conn: &mut AsyncPgConnection, items: &[WorkItemRow]) -> u
 /// call, it was planned again on every batch of eight (0.15 ms of server time each, some 7% of a claimer's
 /// cycle with eight claimers on two cores): the planner counts a constant array's elements, so the custom plan
 /// of a batch of eight priced below the generic plan's batch of ten. Batches of one to nine, on the
-/// connection's one prepared statement.
+/// connection's one prepared statement, on a queue of 20,000 with 5,000 running (with few running, both plans
+/// start from the running items' index and cost the same).
 #[tokio::test]
 async fn a_batch_of_completions_keeps_its_plan_whatever_its_size() {
-    use crate::prepared::{Bind, Prepared};
-
     let db = TestDatabase::create().await;
     let mut conn = AsyncPgConnection::establish(db.url()).await.unwrap();
     conn.batch_execute(
@@ -310,33 +336,13 @@ async fn a_batch_of_completions_keeps_its_plan_whatever_its_size() {
     for size in 1..=9 {
         let claimed = claim_statement(&mut conn, &request, size, uuid::Uuid::new_v4()).await.unwrap();
         assert_eq!(claimed.len(), size);
-        let binds = vec![
-            Bind::UuidArray(claimed.iter().map(|i| i.id).collect()),
-            Bind::IntegerArray(claimed.iter().map(|i| i.attempt).collect()),
-            Bind::UuidArray(claimed.iter().map(|i| i.claim_token.unwrap()).collect()),
-            Bind::NullableJsonbArray(vec![None; size]),
-        ];
-        let written: Vec<IdRow> = Prepared::new(COMPLETE_MANY, binds).load(&mut conn).await.unwrap();
-        assert_eq!(written.len(), size, "a batch of {size} completed");
+        assert_eq!(complete_rows(&mut conn, &claimed).await, size, "a batch of {size} completed");
     }
-    #[derive(QueryableByName, Debug)]
-    struct Plans {
-        #[diesel(sql_type = BigInt)]
-        generic_plans: i64,
-        #[diesel(sql_type = BigInt)]
-        custom_plans: i64,
-    }
-    let plans: Vec<Plans> =
-        sql_query("SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE $1")
-            .bind::<Text, _>("UPDATE work_items AS w\n   SET status = 'succeeded'%")
-            .load(&mut conn)
-            .await
-            .unwrap();
-    assert_eq!(plans.len(), 1, "the completion is one prepared statement of the connection");
+    let plans = completion_plans(&mut conn).await;
     assert!(
-        plans[0].custom_plans <= 5 && plans[0].generic_plans >= 1,
+        plans.custom_plans <= 5 && plans.generic_plans >= 1,
         "nine batches of completions were planned {} times for their values ({} runs of the generic plan)",
-        plans[0].custom_plans,
-        plans[0].generic_plans
+        plans.custom_plans,
+        plans.generic_plans
     );
 }
