@@ -6,7 +6,7 @@ use almanac_domain::{
     UserId, WorkKind, WorkerId,
     ports::{ClaimRequest, LeaseDuration, ServedConfigs},
 };
-use diesel::sql_types::{Array, BigInt, Integer, Jsonb, Nullable, Text, Uuid};
+use diesel::sql_types::{BigInt, Text};
 use diesel::{QueryableByName, sql_query};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 
