@@ -16,9 +16,15 @@
 //!   `ALMANAC_BENCH_SECONDS` (default 10) each, back to back (a closed loop: on two cores each claim then
 //!   queues for the CPU behind the others' claims and completions, so its latency is mostly that queue,
 //!   `claimers` / rate);
-//! - the same at a steady pace, a tenth, a quarter and half of the rate they reached back to back
+//! - the same at a steady pace, a tenth and a quarter of the rate they reached back to back
 //!   (`claimers_paced`, latency counted from each claim's turn, the first second not counted): the claim's
-//!   latency at a load the machine can carry.
+//!   latency at a load the machine can carry. Half the rate was measured too until 2026-12-05; on a machine
+//!   whose speed swings by a third or more between minutes (this one), a phase offered half the rate of a fast
+//!   minute could exceed what a slow one carries, and its latency measured the backlog of late turns (p99 of
+//!   0.2 to 1.6 s in some rounds, on both sides of the change).
+//!
+//! Each phase notes the autovacuums and autoanalyses of the queue's tables it saw (an analyse makes every
+//! connection plan the claim again).
 //!
 //! `ALMANAC_BENCH_SCALE_ITEMS` (default 1,000,000) shrinks the load for a quick run; `ALMANAC_BENCH_CLAIMERS`
 //! (default 8) sets the number of claimers.
@@ -69,7 +75,7 @@ fn side(sql: &str) -> String {
 const CONFIGS: usize = 10_000;
 const BATCH: usize = 8;
 /// The loads the paced claimers offer, as shares of the rate the same claimers reached back to back.
-const PACED_SHARES: [f64; 3] = [0.1, 0.25, 0.5];
+const PACED_SHARES: [f64; 2] = [0.1, 0.25];
 /// The paced claimers' first turns, not counted (see [`paced`]).
 const WARM_UP: Duration = Duration::from_secs(1);
 
@@ -277,6 +283,41 @@ fn load_average() -> f64 {
 }
 
 #[derive(QueryableByName)]
+struct AutovacuumCounts {
+    #[diesel(sql_type = BigInt)]
+    vacuums: i64,
+    #[diesel(sql_type = BigInt)]
+    analyzes: i64,
+}
+
+/// How many times autovacuum has vacuumed and analysed the queue's two tables so far. An analyse of a table
+/// invalidates every plan that reads it, on every connection, so the claims after it are planned again.
+async fn autovacuum_counts(conn: &mut AsyncPgConnection) -> (i64, i64) {
+    let counts: AutovacuumCounts = sql_query(
+        "SELECT coalesce(sum(autovacuum_count), 0)::bigint AS vacuums,
+                coalesce(sum(autoanalyze_count), 0)::bigint AS analyzes
+           FROM pg_stat_user_tables WHERE relname IN ('work_items', 'queue_heads')",
+    )
+    .get_result(conn)
+    .await
+    .unwrap();
+    (counts.vacuums, counts.analyzes)
+}
+
+/// Notes in `report` how many autovacuums and autoanalyses of the queue's tables ran since `before`; the counts
+/// now.
+async fn note_autovacuum(
+    conn: &mut AsyncPgConnection,
+    report: &mut serde_json::Value,
+    before: (i64, i64),
+) -> (i64, i64) {
+    let now = autovacuum_counts(conn).await;
+    report["autovacuums_of_the_queue_tables"] = serde_json::json!(now.0 - before.0);
+    report["autoanalyzes_of_the_queue_tables"] = serde_json::json!(now.1 - before.1);
+    now
+}
+
+#[derive(QueryableByName)]
 struct Seconds {
     #[diesel(sql_type = Double)]
     seconds: f64,
@@ -431,12 +472,17 @@ async fn main() {
         // One store per claimer for the whole round, as a Worker keeps its pool.
         let stores: Vec<PgStore> =
             (0..claimers).map(|_| PgStore::new(db.url(), 2, Duration::from_secs(10)).unwrap()).collect();
-        let closed = latencies(&stores, seconds).await;
+        let counts = autovacuum_counts(&mut conn).await;
+        let mut closed = latencies(&stores, seconds).await;
+        let counts = note_autovacuum(&mut conn, &mut closed, counts).await;
         // The same claimers at shares of the rate they reached back to back.
         let capacity = closed["claims_per_second"].as_f64().unwrap_or(f64::NAN);
         let mut at_load = Vec::new();
+        let mut counts = counts;
         for share in PACED_SHARES {
-            at_load.push(paced(&stores, capacity * share, seconds).await);
+            let mut run = paced(&stores, capacity * share, seconds).await;
+            counts = note_autovacuum(&mut conn, &mut run, counts).await;
+            at_load.push(run);
         }
         let round = serde_json::json!({
             "schema": schema,
