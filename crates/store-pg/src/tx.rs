@@ -128,14 +128,21 @@ where
         },
         None => body(conn).await.map_err(Refused::Db),
     };
+    ended(conn, answer).await
+}
+
+/// Ends the transaction open on `conn` as its answer says: commits, the commit awaited, when it is a value; rolls
+/// back when it is an error, which is kept over the rollback's own (a transaction manager already broken, the
+/// connection then closed rather than pooled, adds nothing to it).
+async fn ended<T, E: From<DieselError>>(conn: &mut AsyncPgConnection, answer: Result<T, E>) -> Result<T, E> {
     match answer {
         Ok(value) => {
             AnsiTransactionManager::commit_transaction(conn).await?;
             Ok(value)
         }
-        Err(refused) => match AnsiTransactionManager::rollback_transaction(conn).await {
-            Ok(()) | Err(DieselError::BrokenTransactionManager) => Err(refused),
-            Err(rollback) => Err(Refused::Db(rollback)),
+        Err(e) => match AnsiTransactionManager::rollback_transaction(conn).await {
+            Ok(()) | Err(DieselError::BrokenTransactionManager) => Err(e),
+            Err(rollback) => Err(rollback.into()),
         },
     }
 }
@@ -173,16 +180,7 @@ where
                 .await;
         begun.and(answer)
     };
-    match answer {
-        Ok(value) => {
-            AnsiTransactionManager::commit_transaction(conn).await?;
-            Ok(value)
-        }
-        Err(e) => match AnsiTransactionManager::rollback_transaction(conn).await {
-            Ok(()) | Err(DieselError::BrokenTransactionManager) => Err(e),
-            Err(rollback) => Err(rollback),
-        },
-    }
+    ended(conn, answer).await
 }
 
 /// Refuses a connection already inside a transaction (a pool handed in, `PgStore::from_pool`, may give one), as
