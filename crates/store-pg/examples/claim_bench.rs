@@ -472,13 +472,12 @@ async fn main() {
         // One store per claimer for the whole round, as a Worker keeps its pool.
         let stores: Vec<PgStore> =
             (0..claimers).map(|_| PgStore::new(db.url(), 2, Duration::from_secs(10)).unwrap()).collect();
-        let counts = autovacuum_counts(&mut conn).await;
+        let mut counts = autovacuum_counts(&mut conn).await;
         let mut closed = latencies(&stores, seconds).await;
-        let counts = note_autovacuum(&mut conn, &mut closed, counts).await;
+        counts = note_autovacuum(&mut conn, &mut closed, counts).await;
         // The same claimers at shares of the rate they reached back to back.
         let capacity = closed["claims_per_second"].as_f64().unwrap_or(f64::NAN);
         let mut at_load = Vec::new();
-        let mut counts = counts;
         for share in PACED_SHARES {
             let mut run = paced(&stores, capacity * share, seconds).await;
             counts = note_autovacuum(&mut conn, &mut run, counts).await;
