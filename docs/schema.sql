@@ -263,19 +263,22 @@ BEGIN
      ORDER BY h.storage_config_id FOR UPDATE;
     WITH q AS MATERIALIZED (
         SELECT c.config,
-               (SELECT w.requested_at FROM work_items AS w
-                 WHERE w.storage_config_id = c.config AND w.status = 'queued' AND w.kind <> ALL (p.kinds)
-                 ORDER BY w.requested_at, w.id
-                 LIMIT 1) AS oldest,
-               (SELECT w.run_after FROM work_items AS w
-                 WHERE w.storage_config_id = c.config AND w.status = 'queued' AND w.attempt >= 0
-                   AND w.kind <> ALL (p.kinds)
-                 ORDER BY w.run_after
-                 LIMIT 1) AS earliest,
+               o.requested_at AS oldest,
+               CASE WHEN o.run_after <= clock_timestamp() THEN o.run_after
+                    ELSE (SELECT w.run_after FROM work_items AS w
+                           WHERE w.storage_config_id = c.config AND w.status = 'queued' AND w.attempt >= 0
+                             AND w.kind <> ALL (p.kinds)
+                           ORDER BY w.run_after
+                           LIMIT 1) END AS earliest,
                EXISTS (SELECT 1 FROM work_items AS w
                         WHERE w.storage_config_id = c.config AND w.status = 'running') AS running
           FROM unnest(configs) AS c (config)
-         CROSS JOIN (SELECT ARRAY(SELECT k.kind FROM paused_kinds AS k) AS kinds) AS p)
+         CROSS JOIN (SELECT ARRAY(SELECT k.kind FROM paused_kinds AS k) AS kinds) AS p
+          LEFT JOIN LATERAL (
+               SELECT w.requested_at, w.run_after FROM work_items AS w
+                WHERE w.storage_config_id = c.config AND w.status = 'queued' AND w.kind <> ALL (p.kinds)
+                ORDER BY w.requested_at, w.id
+                LIMIT 1) AS o ON true)
     UPDATE queue_heads AS h
        SET oldest_requested_at = q.oldest,
            earliest_run_after = q.earliest,
@@ -773,7 +776,7 @@ COMMENT ON COLUMN public.queue_heads.oldest_requested_at IS 'requested_at of the
 -- Name: COLUMN queue_heads.earliest_run_after; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.queue_heads.earliest_run_after IS 'The earliest run_after of its queued items: not claimed for before then.';
+COMMENT ON COLUMN public.queue_heads.earliest_run_after IS 'When its queued items are next due: the earliest run_after of its queued items when none is due yet; once its oldest item is due, that item''s run_after (already past, so the claim walks the head either way). Not claimed for before then.';
 
 
 --

@@ -73,6 +73,8 @@ pub struct PgStore {
     begin: Option<Arc<str>>,
     /// The hand-backs of claims given up on, still running (see [`PgStore::hand_backs_settled`]).
     hand_backs: TaskTracker,
+    /// The items claimed since this store last vacuumed the heads (`queue::upkeep`), shared by its clones.
+    heads: Arc<queue::HeadsUpkeep>,
 }
 
 /// How a Worker's store connects (see [`PgStore::for_worker`]).
@@ -126,6 +128,7 @@ impl PgStore {
             attempts: Some(pool(database_url, reserved, acquire_timeout, limits, mode)?),
             begin: begin(limits, mode),
             hand_backs: TaskTracker::new(),
+            heads: Arc::default(),
         })
     }
 
@@ -157,6 +160,7 @@ impl PgStore {
             attempts: None,
             begin: begin(limits, mode),
             hand_backs: TaskTracker::new(),
+            heads: Arc::default(),
         })
     }
 
@@ -164,7 +168,13 @@ impl PgStore {
     /// connections serve the queue and catalogue statements too. Its connection settings are the caller's (see
     /// [`PgStore::with_idle_transaction_limit`] for the idle-transaction limit a store of ours sets).
     pub fn from_pool(pool: Pool<AsyncPgConnection>) -> Self {
-        Self { pool: ConnPool::Theirs(pool), attempts: None, begin: None, hand_backs: TaskTracker::new() }
+        Self {
+            pool: ConnPool::Theirs(pool),
+            attempts: None,
+            begin: None,
+            hand_backs: TaskTracker::new(),
+            heads: Arc::default(),
+        }
     }
 
     /// Waits, at most `within`, until the hand-back of every claim given up on so far has ended (ADR 0008,
@@ -180,6 +190,15 @@ impl PgStore {
             queue::hand_back_failed(&"the store stopped waiting for it");
         }
         settled
+    }
+
+    /// This store vacuums `queue_heads` after every `claims` items it claims, not every
+    /// 4,096 (see `queue::upkeep`): for tests that force a vacuum with few claims. For tests only (feature
+    /// `test-support`).
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn vacuuming_heads_every(mut self, claims: u64) -> Self {
+        self.heads = Arc::new(queue::HeadsUpkeep::every(claims));
+        self
     }
 
     /// A store with ten connections and a ten-second acquire timeout.

@@ -169,7 +169,10 @@ pub(super) async fn claim(
         answer
     };
     match answer {
-        Ok(rows) => items(rows),
+        Ok(rows) => {
+            store.heads_claimed(rows.len());
+            items(rows)
+        }
         Err(e) if lost_race(&e) => Ok(Vec::new()),
         Err(e) => Err(placed(&mut conn, e).await.into()),
     }

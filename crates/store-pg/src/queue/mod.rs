@@ -12,6 +12,7 @@ mod recovery;
 mod row;
 #[cfg(test)]
 mod tests;
+mod upkeep;
 
 use almanac_domain::{
     CancelOutcome, Enqueued, NewWorkItem, QueueError, WorkItem, WorkItemId, WorkQueue,
@@ -34,6 +35,7 @@ pub use claim::{claim_with, configs_taken};
 pub(crate) use enqueue::{many_query as enqueue_many_query, query as enqueue_query};
 pub(crate) use recovery::delete_finished_query;
 pub(crate) use row::WorkItemRow;
+pub(crate) use upkeep::HeadsUpkeep;
 
 /// Enqueues work on a connection of the caller's, inside the caller's transaction: the item exists exactly when
 /// that transaction commits (the web backend writes its own rows and enqueues their work atomically). Answers as

@@ -258,7 +258,10 @@ pub(super) async fn complete_many_and_claim(
         })
         .collect();
     let next = match next {
-        Ok(rows) => claim::items(rows),
+        Ok(rows) => {
+            store.heads_claimed(rows.len());
+            claim::items(rows)
+        }
         // Rule 2's lost race: nothing claimed, as in any claim.
         Err(e) if claim::lost_race(&e) => Ok(Vec::new()),
         // Anything else the server refused (a lock it would not wait for, above all) was rolled back to the

@@ -347,3 +347,64 @@ async fn a_batch_of_completions_keeps_its_plan_whatever_its_size() {
         plans.generic_plans
     );
 }
+
+#[derive(QueryableByName)]
+struct HeadDue {
+    #[diesel(sql_type = Text)]
+    root: String,
+    #[diesel(sql_type = diesel::sql_types::Bool)]
+    earliest_is: bool,
+}
+
+/// A head's refresh reads the config's oldest queued item and, only when that item is not due, its earliest
+/// `run_after` (migration 000029): a config whose oldest item is due keeps that item's `run_after` (already past,
+/// though a newer item is due earlier); one whose oldest item waits keeps the earliest of its items; and the claim
+/// decides as before. Config `a`: its oldest item waits an hour, a newer one is due: claimed, the newer item.
+/// Config `b`: both due, the newer one earlier: claimed, the oldest, its head holding the oldest's `run_after`.
+/// Config `c`: its one item waits an hour: not claimed.
+#[tokio::test]
+async fn a_heads_refresh_reads_the_earliest_only_when_the_oldest_item_is_not_due() {
+    let db = TestDatabase::create().await;
+    let mut conn = AsyncPgConnection::establish(db.url()).await.unwrap();
+    conn.batch_execute(
+        "INSERT INTO users (id, username) VALUES (gen_random_uuid(), 'ann');
+         INSERT INTO storage_configs (id, user_id, root_path)
+         SELECT gen_random_uuid(), (SELECT id FROM users), '/' || r FROM unnest(ARRAY['a', 'b', 'c']) r;
+         INSERT INTO work_items (id, kind, storage_config_id, requested_at, run_after, payload)
+         SELECT gen_random_uuid(), 'burst_detection', c.id, now() - i.age * interval '1 s',
+                now() + i.wait * interval '1 s', jsonb_build_object('name', i.name)
+           FROM storage_configs c
+           JOIN (VALUES ('a', 'a1', 3, 3600), ('a', 'a2', 2, -1),
+                        ('b', 'b1', 3, -10), ('b', 'b2', 2, -20),
+                        ('c', 'c1', 3, 3600)) AS i (root, name, age, wait) ON '/' || i.root = c.root_path;",
+    )
+    .await
+    .unwrap();
+    let heads: Vec<HeadDue> = sql_query(
+        "SELECT ltrim(c.root_path, '/') AS root,
+                h.earliest_run_after = (SELECT w.run_after FROM work_items w
+                                         WHERE w.payload->>'name' = CASE c.root_path WHEN '/a' THEN 'a2'
+                                                                    WHEN '/b' THEN 'b1' ELSE 'c1' END) AS earliest_is
+           FROM queue_heads h JOIN storage_configs c ON c.id = h.storage_config_id ORDER BY 1",
+    )
+    .load(&mut conn)
+    .await
+    .unwrap();
+    let held: Vec<(&str, bool)> = heads.iter().map(|h| (h.root.as_str(), h.earliest_is)).collect();
+    assert_eq!(
+        held,
+        [("a", true), ("b", true), ("c", true)],
+        "a: the earliest (its oldest waits); b: its oldest's, due; c: its one item's"
+    );
+    let request = ClaimRequest {
+        worker_id: WorkerId::new("due").unwrap(),
+        served: ServedConfigs::All,
+        kinds: WorkKind::ALL.to_vec(),
+        lease: LeaseDuration::DEFAULT,
+    };
+    let claimed = claim_statement(&mut conn, &request, 8, uuid::Uuid::new_v4()).await.unwrap();
+    let mut names: Vec<String> =
+        claimed.iter().map(|r| r.payload["name"].as_str().unwrap_or_default().to_owned()).collect();
+    names.sort();
+    assert_eq!(names, ["a2", "b1"], "the due items, each its config's oldest due one");
+}

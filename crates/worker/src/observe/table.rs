@@ -91,6 +91,17 @@ runtime was left to run it, or the Worker stopped first); whatever it took runs 
         "(debug) the claim made with a completion claimed nothing (a lock it would have waited for, or an error); \
          the next poll claims",
     ),
+    event(
+        "heads_vacuum_refused",
+        "this Worker's database role may not vacuum `queue_heads` (it owns neither the table nor the database), so \
+         the Worker stops vacuuming it and autovacuum alone keeps it; said once. Under many claims a second the \
+         claim slows between autovacuums: make the role the table's owner",
+    ),
+    event(
+        "heads_vacuum_failed",
+        "(debug) a vacuum of `queue_heads` the store runs as it claims failed (`error`: the database gone, \
+         a standby, a timeout); the next turn tries again",
+    ),
     outage(
         "outcome_unwritten",
         "the outcome could not be written (database down); lease recovery will requeue the item",
