@@ -10,7 +10,8 @@
 -- the claim's clock, read after its snapshot). When the oldest queued item is due by the refresh's clock, a
 -- claim that reads this head (after its commit, so by a later clock) finds it due whatever the earliest is, so
 -- the oldest item's `run_after` is stored and the second walk is skipped. When it is not due, the earliest is read
--- as before. The claim's decision is the same for every head; only a stored value already in the past differs.
+-- as before; a config with no queued item has none to read. The claim's decision is the same for every head; only
+-- a stored value already in the past differs.
 
 CREATE OR REPLACE FUNCTION almanac_refresh_queue_heads(configs uuid[]) RETURNS void
 LANGUAGE plpgsql
@@ -28,7 +29,8 @@ BEGIN
     WITH q AS MATERIALIZED (
         SELECT c.config,
                o.requested_at AS oldest,
-               CASE WHEN o.run_after <= clock_timestamp() THEN o.run_after
+               CASE WHEN o.requested_at IS NULL THEN NULL
+                    WHEN o.run_after <= clock_timestamp() THEN o.run_after
                     ELSE (SELECT w.run_after FROM work_items AS w
                            WHERE w.storage_config_id = c.config AND w.status = 'queued' AND w.attempt >= 0
                              AND w.kind <> ALL (p.kinds)

@@ -192,9 +192,8 @@ impl PgStore {
         settled
     }
 
-    /// This store vacuums `queue_heads` after every `claims` items it claims, not every
-    /// 4,096 (see `queue::upkeep`): for tests that force a vacuum with few claims. For tests only (feature
-    /// `test-support`).
+    /// This store vacuums `queue_heads` after every `claims` items it claims instead of the shipped count
+    /// (`queue::upkeep`): for tests that force a vacuum with few claims. For tests only (feature `test-support`).
     #[cfg(any(test, feature = "test-support"))]
     pub fn vacuuming_heads_every(mut self, claims: u64) -> Self {
         self.heads = Arc::new(queue::HeadsUpkeep::every(claims));

@@ -382,3 +382,39 @@ async fn a_claim_given_up_on_through_a_transaction_pooler_commits_nothing() {
     let claimed = store.claim(&claimer("w")).await.unwrap().expect("the item is claimable");
     assert_eq!(claimed.fence.attempt.get(), 1);
 }
+
+/// The heads' vacuum (docs/queue.md, "The store vacuums the heads it churns") runs through a pooler in transaction
+/// mode: the store asks for its rights in a transaction and sends `VACUUM` alone, outside one, as a simple query.
+/// A store vacuuming after every item it claims claims four items, one at a time, beside another client's
+/// statements on the same two server sessions; the table is vacuumed (counted on a direct connection), and the
+/// other client's prepared statements still work.
+#[tokio::test]
+async fn the_heads_vacuum_runs_through_a_transaction_pooler() {
+    let db = TestDatabase::create().await;
+    let bouncer = PgBouncer::start(2).unwrap();
+    let url = bouncer.url_of(&db);
+    let lease = Duration::from_secs(60);
+    let store = PgStore::for_worker_in_mode(&url, connections(2, lease), PoolerMode::Transaction)
+        .unwrap()
+        .vacuuming_heads_every(1);
+    let other = PgStore::for_worker_in_mode(&url, connections(2, lease), PoolerMode::Transaction).unwrap();
+    for n in 0..4u8 {
+        let new = NewStorageConfig { username: format!("user{n}"), root_path: PathBuf::from(format!("/photos/{n}")) };
+        let config = store.add_storage_config(&new).await.unwrap().1.id;
+        store.enqueue(&NewWorkItem::new(WorkKind::Crawl, Scope::Config(config)).unwrap()).await.unwrap();
+    }
+    let direct = plain(db.url()).await;
+    let vacuums = "SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'queue_heads'";
+    let before = count(&direct, vacuums).await;
+    let deadline = Deadline::after(Duration::from_secs(10));
+    let mut claimed = 0;
+    while count(&direct, vacuums).await == before {
+        deadline.check("a vacuum of queue_heads through the pooler");
+        if claimed < 4 && store.claim(&claimer("vacuuming")).await.unwrap().is_some() {
+            claimed += 1;
+        }
+        assert!(other.queue_summary().await.is_ok(), "the other client's statements work beside the vacuum");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(claimed >= 1);
+}

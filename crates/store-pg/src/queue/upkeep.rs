@@ -1,23 +1,20 @@
-//! The heads' upkeep (ADR 0008, amendment "a store vacuums the heads it churns"): a store vacuums `queue_heads`
-//! after every [`CLAIMS_PER_HEADS_VACUUM`] items it claims.
+//! The heads' upkeep: a store vacuums `queue_heads` after every [`CLAIMS_PER_HEADS_VACUUM`] items it claims
+//! (docs/queue.md, "The store vacuums the heads it churns"; why and what it measured: ADR 0008, amendment "a head's
+//! refresh reads its config once; a store vacuums the heads it churns").
 //!
-//! Every claim and every completion writes a new version of each head it touches (the claim marks it running,
-//! the completion's refresh gives it its next oldest item), and the old version's entry stays in the heads'
-//! indexes until a vacuum removes it. The claim walks `ix_queue_heads_claimable` from its oldest entries, which
-//! are exactly those left dead by the claims before it: PostgreSQL skips an entry it has marked dead without
-//! reading its row, but still reads every page of them, and only a vacuum takes the pages out. Autovacuum visits a
-//! database once a minute at most (`autovacuum_naptime`), and its workers may be busy with `work_items` for
-//! longer: with 8 claimers back to back the claim's walk grew from some 70 buffers to 1,553 in 50 s, and the
-//! claims per second fell by half. The table holds one row per config, so its vacuum is short (15 ms with 10,000
-//! configs after half a second of claims back to back, run beside them), and it is run in a task of its own, on a
-//! connection of the shared pool, so no claim waits for it.
-//!
-//! Each store counts its own claims, so several Workers vacuum as often in all as one Worker claiming as much.
-//! A store skips its turn while another session vacuums the table (`pg_stat_progress_vacuum`), and gives up for
-//! good, once, when its role may not vacuum it (not the owner of the table or of the database): autovacuum then
-//! keeps it alone (event `heads_vacuum_refused`).
+//! A turn runs in a task of its own, so no claim waits for it, on a connection of the shared pool taken only when
+//! one is free (a claim or a catalogue write never waits behind it), outside any transaction (`VACUUM` refuses to
+//! run in one), as one simple query (so through a pooler in transaction mode too). `SKIP_LOCKED`: it never waits
+//! for a lock another session holds on the table (another store's vacuum, autovacuum, a migration), so it can hold
+//! its connection only as long as the vacuum itself. `TRUNCATE false`: it never takes the table's exclusive lock
+//! to give empty pages back (claims and refreshes would wait for it, and a standby replaying it would cancel its
+//! readers). `PARALLEL 0`: for a table this small, starting workers costs more than the vacuum. A turn waits at
+//! least [`TURN_SPACING`] times as long as the one before took, so that while an open transaction elsewhere keeps
+//! the dead versions from being removed (each turn then scans the table for nothing) the turns thin out.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use diesel::QueryableByName;
 use diesel::sql_types::Bool;
@@ -25,15 +22,23 @@ use diesel_async::SimpleAsyncConnection;
 
 use crate::PgStore;
 
-/// How many items a store claims between two vacuums of `queue_heads` it runs: about two vacuums a second in all
-/// with 8 claimers back to back on two cores, some 3% of one core. docs/queue.md gives it (checked by a test).
+/// How many items a store claims between two vacuums of `queue_heads` it runs. docs/queue.md gives it (checked by
+/// a test).
 pub(crate) const CLAIMS_PER_HEADS_VACUUM: u64 = 4096;
 
-/// Whether this session may vacuum `queue_heads`, and whether a vacuum of it is running now. PostgreSQL 15 lets
-/// the table's owner, the database's owner and a superuser vacuum a table (`pg_has_role` answers true for a
-/// superuser); another role's `VACUUM` would only warn and do nothing.
-const MAY_VACUUM: &str = "SELECT (pg_has_role(c.relowner, 'USAGE') OR pg_has_role(d.datdba, 'USAGE')) AS allowed,
-        EXISTS (SELECT 1 FROM pg_stat_progress_vacuum AS p WHERE p.relid = c.oid) AS in_progress
+/// A turn starts no sooner than this many times the last turn's length after that turn ended. docs/queue.md gives
+/// it (checked by a test).
+const TURN_SPACING: u32 = 20;
+
+/// The heads' vacuum, as one simple query.
+const VACUUM_HEADS: &str = "VACUUM (SKIP_LOCKED, PARALLEL 0, TRUNCATE false) queue_heads";
+
+/// Whether this session's role may vacuum `queue_heads`: its owner, the database's owner or a superuser
+/// (`pg_has_role` answers true for a superuser), or from PostgreSQL 17 a role with the `MAINTAIN` privilege on it.
+/// Another role's `VACUUM` would only warn and do nothing.
+const MAY_VACUUM: &str = "SELECT pg_has_role(c.relowner, 'USAGE') OR pg_has_role(d.datdba, 'USAGE')
+        OR CASE WHEN current_setting('server_version_num')::integer >= 170000
+                THEN has_table_privilege(c.oid, 'MAINTAIN') ELSE false END AS allowed
    FROM pg_class AS c, pg_database AS d
   WHERE c.oid = 'queue_heads'::regclass AND d.datname = current_database()";
 
@@ -42,8 +47,16 @@ const MAY_VACUUM: &str = "SELECT (pg_has_role(c.relowner, 'USAGE') OR pg_has_rol
 pub(crate) struct HeadsUpkeep {
     every: u64,
     claimed: AtomicU64,
+    /// A turn is running (at most one per store).
     vacuuming: AtomicBool,
+    /// The role may not vacuum the table: no more turns.
     refused: AtomicBool,
+    /// Whether the role may vacuum the table has been asked (once per store).
+    asked: AtomicBool,
+    /// A turn failed already: later failures are logged at debug only.
+    failed_before: AtomicBool,
+    /// No turn starts before then ([`TURN_SPACING`]).
+    not_before: Mutex<Option<Instant>>,
 }
 
 impl Default for HeadsUpkeep {
@@ -60,7 +73,20 @@ impl HeadsUpkeep {
             claimed: AtomicU64::new(0),
             vacuuming: AtomicBool::new(false),
             refused: AtomicBool::new(false),
+            asked: AtomicBool::new(false),
+            failed_before: AtomicBool::new(false),
+            not_before: Mutex::new(None),
         }
+    }
+
+    fn spaced_out(&self) -> bool {
+        let not_before = self.not_before.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        not_before.is_none_or(|at| Instant::now() >= at)
+    }
+
+    fn turn_took(&self, took: Duration) {
+        let mut not_before = self.not_before.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        *not_before = Some(Instant::now() + took * TURN_SPACING);
     }
 }
 
@@ -77,97 +103,103 @@ impl HeadsUpkeep {
     fn given_up(&self) -> bool {
         self.refused.load(Ordering::Relaxed)
     }
+
+    fn may_start(&self) -> bool {
+        !self.in_turn() && self.spaced_out()
+    }
+}
+
+/// Ends a turn however its task ends (a runtime shut down drops it unfinished): the store may start the next.
+struct Turn<'a>(&'a HeadsUpkeep);
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        self.0.vacuuming.store(false, Ordering::Release);
+    }
 }
 
 #[derive(QueryableByName)]
 struct May {
     #[diesel(sql_type = Bool)]
     allowed: bool,
-    #[diesel(sql_type = Bool)]
-    in_progress: bool,
-}
-
-/// How a turn of the upkeep ended.
-enum Turn {
-    Vacuumed,
-    /// Another session was vacuuming the table.
-    Skipped,
-    /// This store's role may not vacuum it.
-    Refused,
 }
 
 impl PgStore {
-    /// Counts `items` claimed; at the count's threshold, starts a vacuum of `queue_heads` in a task of its own,
-    /// unless one of this store's is still running (the count then goes on, and the next claim starts it).
+    /// Counts `items` claimed; at the count's threshold, starts a turn of the heads' vacuum in a task of its own,
+    /// unless one of this store's is still running or the last one ended too recently (the count then goes on,
+    /// and a later claim starts it).
     pub(crate) fn heads_claimed(&self, items: usize) {
         let upkeep = &self.heads;
         if items == 0 || upkeep.refused.load(Ordering::Relaxed) {
             return;
         }
         let claimed = upkeep.claimed.fetch_add(items as u64, Ordering::Relaxed) + items as u64;
-        if claimed < upkeep.every || upkeep.vacuuming.swap(true, Ordering::AcqRel) {
+        if claimed < upkeep.every || !upkeep.spaced_out() || upkeep.vacuuming.swap(true, Ordering::AcqRel) {
             return;
         }
         upkeep.claimed.store(0, Ordering::Relaxed);
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 let store = self.clone();
-                runtime.spawn(async move {
-                    let turn = store.vacuum_heads().await;
-                    store.heads_vacuum_ended(turn);
-                });
+                runtime.spawn(async move { store.heads_turn().await });
             }
             Err(_) => upkeep.vacuuming.store(false, Ordering::Release),
         }
     }
 
-    /// One turn: `VACUUM queue_heads` on a connection of the shared pool, outside any transaction (as `VACUUM`
-    /// must run, through a pooler too), unless another session is vacuuming it or this role may not. Without
-    /// parallel workers: for a table this small, starting them cost more than the vacuum (40 ms a turn with two
-    /// against 15 ms without, 10,000 configs), and the claim's walk read five times the buffers while they ran.
-    async fn vacuum_heads(&self) -> Result<Turn, crate::StoreError> {
-        // Here only: its `load` would otherwise shadow the atomics' own.
-        use diesel_async::RunQueryDsl;
-        let mut conn = self.conn().await?;
-        let may: May = diesel::sql_query(MAY_VACUUM).get_result(&mut *conn).await.map_err(crate::error::from_diesel)?;
-        if !may.allowed {
-            return Ok(Turn::Refused);
-        }
-        if may.in_progress {
-            return Ok(Turn::Skipped);
-        }
-        conn.batch_execute("VACUUM (PARALLEL 0) queue_heads").await.map_err(crate::error::from_diesel)?;
-        Ok(Turn::Vacuumed)
-    }
-
-    fn heads_vacuum_ended(&self, turn: Result<Turn, crate::StoreError>) {
+    /// One turn: asks once whether this role may vacuum the table, then vacuums it when a connection of the
+    /// shared pool is free.
+    async fn heads_turn(&self) {
         let upkeep = &self.heads;
-        match turn {
-            Ok(Turn::Vacuumed | Turn::Skipped) => {}
-            Ok(Turn::Refused) => {
-                if !upkeep.refused.swap(true, Ordering::Relaxed) {
+        let _turn = Turn(upkeep);
+        let started = Instant::now();
+        let status = self.pool.status();
+        if status.available == 0 && status.size >= status.max_size {
+            return;
+        }
+        let vacuumed = async {
+            if !upkeep.asked.load(Ordering::Relaxed) {
+                let may: May = self
+                    .read(async |conn| {
+                        use diesel_async::RunQueryDsl;
+                        diesel::sql_query(MAY_VACUUM).get_result(conn).await
+                    })
+                    .await?;
+                upkeep.asked.store(true, Ordering::Relaxed);
+                if !may.allowed {
+                    upkeep.refused.store(true, Ordering::Relaxed);
                     tracing::info!(
                         event = "heads_vacuum_refused",
                         "this Worker's database role may not vacuum queue_heads (it owns neither the table nor the \
-                         database), so autovacuum alone keeps it; under many claims a second, grant the role \
-                         ownership of the table for a steady claim"
+                         database), so autovacuum alone keeps it; under many claims a second, make the role the \
+                         table's owner for a steady claim"
                     );
+                    return Ok(());
                 }
             }
-            Err(e) => tracing::debug!(
-                event = "heads_vacuum_failed",
-                error = %e,
-                "a vacuum of queue_heads failed; the next turn tries again"
-            ),
+            let mut conn = self.conn().await?;
+            conn.batch_execute(VACUUM_HEADS).await.map_err(crate::error::from_diesel)
         }
-        upkeep.vacuuming.store(false, Ordering::Release);
+        .await;
+        upkeep.turn_took(started.elapsed());
+        if let Err(e) = vacuumed {
+            if upkeep.failed_before.swap(true, Ordering::Relaxed) {
+                tracing::debug!(event = "heads_vacuum_failed", error = %e, "a vacuum of queue_heads failed again");
+            } else {
+                tracing::info!(
+                    event = "heads_vacuum_failed",
+                    error = %e,
+                    "a vacuum of queue_heads failed; the store tries again after its next claims (later failures \
+                     are logged at debug)"
+                );
+            }
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::str::FromStr;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     use almanac_domain::{
         WorkKind, WorkQueue, WorkerId,
@@ -223,25 +255,28 @@ mod tests {
         }
     }
 
-    /// Waits (at most a minute: the machine may be busy) until `done` holds.
+    /// Waits until `done` holds, as long as the machine's load asks for (`almanac_testdb::Deadline`).
     async fn until(mut done: impl AsyncFnMut() -> bool, what: &str) {
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = almanac_testdb::Deadline::after(Duration::from_secs(10));
         while !done().await {
-            assert!(Instant::now() < deadline, "{what}");
+            deadline.check(what);
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
-    /// docs/queue.md gives the threshold as it is.
+    /// docs/queue.md gives the threshold and the turns' spacing as they are.
     #[test]
     fn the_docs_give_the_threshold_as_it_is() {
         let n = super::CLAIMS_PER_HEADS_VACUUM;
         let written = if n >= 1000 { format!("{},{:03}", n / 1000, n % 1000) } else { n.to_string() };
-        let docs = include_str!("../../../../docs/queue.md");
+        // Its lines wrapped anywhere: words compared one space apart.
+        let docs = include_str!("../../../../docs/queue.md").split_whitespace().collect::<Vec<_>>().join(" ");
         assert!(
             docs.contains(&format!("after every {written} items it claims (`CLAIMS_PER_HEADS_VACUUM`)")),
             "docs/queue.md should say the store vacuums the heads after every {written} items it claims"
         );
+        let spacing = format!("no sooner after the last than {} times that turn's length", super::TURN_SPACING);
+        assert!(docs.contains(&spacing), "docs/queue.md should say a turn starts {spacing}");
     }
 
     /// A store vacuums the heads once it has claimed its threshold's worth of items, counting the claims made
@@ -263,7 +298,7 @@ mod tests {
         let next = store.complete_many_and_claim(&done, &request, 8).await.unwrap().next.unwrap();
         assert_eq!(next.len(), 8, "the claim chained after the completions claims too");
         until(async || vacuums(&mut conn).await == before + 1, "a vacuum of queue_heads after 16 items claimed").await;
-        until(async || !store.heads.in_turn(), "the vacuum's turn ends").await;
+        until(async || store.heads.may_start(), "the vacuum's turn ends, and the spacing after it").await;
         assert_eq!(store.heads.counted(), 0, "the count starts again");
 
         let done: Vec<_> = next.iter().map(|c| (c.fence, None)).collect();
@@ -280,14 +315,17 @@ mod tests {
         let (db, mut conn) = queue().await;
         let role = format!("{}_claimer", db.name());
         conn.batch_execute(&format!(
-            "CREATE ROLE {role} LOGIN;
+            "CREATE ROLE {role} NOLOGIN;
+             GRANT {role} TO CURRENT_USER;
              GRANT USAGE ON SCHEMA public TO {role};
              GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role};"
         ))
         .await
         .unwrap();
-        let config = tokio_postgres::Config::from_str(db.url()).unwrap();
-        let url = db.url().replacen(&format!("{}@", config.get_user().unwrap_or("postgres")), &format!("{role}@"), 1);
+        // The test's own login, acting as the role for the whole session (`SET ROLE` at connection), so no
+        // password or authentication rule is needed for it.
+        let separator = if db.url().contains('?') { '&' } else { '?' };
+        let url = format!("{}{separator}options=-c%20role%3D{role}", db.url());
         let store = PgStore::new(&url, 2, Duration::from_secs(10)).unwrap().vacuuming_heads_every(8);
         let request = request();
         let before = vacuums(&mut conn).await;

@@ -99,8 +99,9 @@ runtime was left to run it, or the Worker stopped first); whatever it took runs 
     ),
     event(
         "heads_vacuum_failed",
-        "(debug) a vacuum of `queue_heads` the store runs as it claims failed (`error`: the database gone, \
-         a standby, a timeout); the next turn tries again",
+        "a vacuum of `queue_heads` the store runs as it claims failed (`error`: the database gone, a standby, a \
+         timeout); the store tries again after its next claims. The first failure of a process is logged at info, \
+         later ones at debug",
     ),
     outage(
         "outcome_unwritten",
