@@ -264,7 +264,8 @@ BEGIN
     WITH q AS MATERIALIZED (
         SELECT c.config,
                o.requested_at AS oldest,
-               CASE WHEN o.run_after <= clock_timestamp() THEN o.run_after
+               CASE WHEN o.requested_at IS NULL THEN NULL
+                    WHEN o.run_after <= clock_timestamp() THEN o.run_after
                     ELSE (SELECT w.run_after FROM work_items AS w
                            WHERE w.storage_config_id = c.config AND w.status = 'queued' AND w.attempt >= 0
                              AND w.kind <> ALL (p.kinds)
