@@ -45,7 +45,7 @@ pub fn conninfo_hidden() -> &'static str {
 }
 pub use error::StoreError;
 pub use listener::{WORK_CHANNEL, listen_for_work};
-pub use migrations::{SchemaState, migrate, migration_names, pending_migrations, schema_state};
+pub use migrations::{SchemaState, migrate, migration_names, migrations_digest, pending_migrations, schema_state};
 pub use operator::{ConfigOverview, HourlyOutcome};
 pub use pooler::PoolerMode;
 #[cfg(feature = "test-support")]

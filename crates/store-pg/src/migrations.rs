@@ -37,6 +37,13 @@ pub fn migration_names() -> Vec<String> {
     migrations.iter().map(|m| m.name().to_string()).collect()
 }
 
+/// A digest of the migrations this build carries (their folders' names and `up.sql`, as the build embedded
+/// them): the name of a test template migrated by this build (`almanac_testdb`), so a binary built before a
+/// migration was edited never migrates a template under the edited files' name.
+pub fn migrations_digest() -> &'static str {
+    env!("ALMANAC_MIGRATIONS_DIGEST")
+}
+
 /// The versions of the migrations not yet applied to the database at `database_url`.
 pub async fn pending_migrations(database_url: &str) -> Result<Vec<String>, StoreError> {
     Ok(schema_state(database_url).await?.pending)

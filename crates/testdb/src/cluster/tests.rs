@@ -11,7 +11,7 @@ fn with_database_replaces_only_the_database() {
 }
 
 #[test]
-fn a_template_is_refused_to_a_binary_built_before_the_migrations_it_is_named_after() {
+fn a_template_is_named_after_the_migrations_the_binary_carries_and_refused_to_one_built_before_them() {
     let dir = tempfile::tempdir().unwrap();
     let built = almanac_store_pg::migration_names();
     for name in &built {
@@ -20,6 +20,11 @@ fn a_template_is_refused_to_a_binary_built_before_the_migrations_it_is_named_aft
     }
     let same = migrations_fingerprint(dir.path(), &built).unwrap();
     assert_eq!(same, migrations_fingerprint(&crate::migrations_dir(), &built).unwrap());
+    // A migration edited since this binary was built: the template keeps the name of what the binary migrates.
+    let last = built.last().unwrap();
+    fs::write(dir.path().join(last).join("up.sql"), "SELECT 'edited since';").unwrap();
+    assert_eq!(migrations_fingerprint(dir.path(), &built).unwrap(), same);
+    assert_eq!(same, almanac_store_pg::migrations_digest());
     fs::create_dir(dir.path().join("2999-01-01-000001_newer")).unwrap();
     fs::write(dir.path().join("2999-01-01-000001_newer/up.sql"), "SELECT 1;").unwrap();
     let refused = migrations_fingerprint(dir.path(), &built).unwrap_err().to_string();
