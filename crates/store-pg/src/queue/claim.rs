@@ -169,10 +169,7 @@ pub(super) async fn claim(
         answer
     };
     match answer {
-        Ok(rows) => {
-            store.heads_claimed(rows.len());
-            items(rows)
-        }
+        Ok(rows) => taken(store, rows),
         Err(e) if lost_race(&e) => Ok(Vec::new()),
         Err(e) => Err(placed(&mut conn, e).await.into()),
     }
@@ -284,9 +281,16 @@ pub(super) fn lost_race(e: &DieselError) -> bool {
     lost
 }
 
+/// What a store's claim took (alone or after completions), as the port answers it: counted for the heads' upkeep
+/// (`super::upkeep`), then [`items`].
+pub(super) fn taken(store: &PgStore, rows: Vec<WorkItemRow>) -> Result<Vec<ClaimedItem>, QueueError> {
+    store.heads_claimed(rows.len());
+    items(rows)
+}
+
 /// The claimed rows as the port answers them, each with the fence of its claim: the item, the attempt number and
 /// the token the claim set.
-pub(super) fn items(rows: Vec<WorkItemRow>) -> Result<Vec<ClaimedItem>, QueueError> {
+fn items(rows: Vec<WorkItemRow>) -> Result<Vec<ClaimedItem>, QueueError> {
     rows.into_iter()
         .map(|row| {
             let claim = row.claim_token.map(ClaimToken::from_uuid).ok_or_else(|| {

@@ -258,10 +258,7 @@ pub(super) async fn complete_many_and_claim(
         })
         .collect();
     let next = match next {
-        Ok(rows) => {
-            store.heads_claimed(rows.len());
-            claim::items(rows)
-        }
+        Ok(rows) => claim::taken(store, rows),
         // Rule 2's lost race: nothing claimed, as in any claim.
         Err(e) if claim::lost_race(&e) => Ok(Vec::new()),
         // Anything else the server refused (a lock it would not wait for, above all) was rolled back to the
