@@ -130,9 +130,8 @@ CREATE FUNCTION public.almanac_mark_queue_heads_running(configs uuid[]) RETURNS 
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 BEGIN
-    PERFORM 1 FROM queue_heads AS h WHERE h.storage_config_id = ANY (configs)
-     ORDER BY h.storage_config_id FOR UPDATE;
-    UPDATE queue_heads AS h SET claimable = false WHERE h.storage_config_id = ANY (configs) AND h.claimable;
+    UPDATE queue_heads AS h SET claimable = false
+     WHERE h.storage_config_id = ANY (configs) AND h.claimable IS DISTINCT FROM false;
 END $$;
 
 
@@ -221,12 +220,16 @@ CREATE FUNCTION public.almanac_queue_heads_updated() RETURNS trigger
 DECLARE
     configs uuid[];
     claims_only boolean;
+    ends_only boolean;
 BEGIN
-    SELECT coalesce(array_agg(DISTINCT x.config ORDER BY x.config), '{}'), coalesce(bool_and(changed.claim), true)
-      INTO configs, claims_only
+    SELECT coalesce(array_agg(DISTINCT x.config ORDER BY x.config), '{}'), coalesce(bool_and(changed.claim), true),
+           coalesce(bool_and(changed.ended), true)
+      INTO configs, claims_only, ends_only
       FROM (SELECT o.storage_config_id AS config, n.storage_config_id AS moved_to,
                    o.status = 'queued' AND n.status = 'running'
-                   AND o.storage_config_id IS NOT DISTINCT FROM n.storage_config_id AS claim
+                   AND o.storage_config_id IS NOT DISTINCT FROM n.storage_config_id AS claim,
+                   o.status = 'running' AND n.status IN ('succeeded', 'failed', 'cancelled')
+                   AND o.storage_config_id IS NOT DISTINCT FROM n.storage_config_id AS ended
               FROM old_rows AS o JOIN new_rows AS n ON n.id = o.id
              WHERE (o.status, o.run_after, o.requested_at, o.storage_config_id)
                    IS DISTINCT FROM (n.status, n.run_after, n.requested_at, n.storage_config_id)
@@ -238,17 +241,17 @@ BEGIN
     ELSIF claims_only THEN
         PERFORM almanac_mark_queue_heads_running(configs);
     ELSE
-        PERFORM almanac_refresh_queue_heads(configs);
+        PERFORM almanac_refresh_queue_heads(configs, ends_only);
     END IF;
     RETURN NULL;
 END $$;
 
 
 --
--- Name: almanac_refresh_queue_heads(uuid[]); Type: FUNCTION; Schema: public; Owner: -
+-- Name: almanac_refresh_queue_heads(uuid[], boolean); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.almanac_refresh_queue_heads(configs uuid[]) RETURNS void
+CREATE FUNCTION public.almanac_refresh_queue_heads(configs uuid[], ended boolean DEFAULT false) RETURNS void
     LANGUAGE plpgsql
     SET enable_seqscan TO 'off'
     SET enable_bitmapscan TO 'off'
@@ -271,8 +274,9 @@ BEGIN
                              AND w.kind <> ALL (p.kinds)
                            ORDER BY w.run_after
                            LIMIT 1) END AS earliest,
-               EXISTS (SELECT 1 FROM work_items AS w
-                        WHERE w.storage_config_id = c.config AND w.status = 'running') AS running
+               CASE WHEN ended THEN false
+                    ELSE EXISTS (SELECT 1 FROM work_items AS w
+                                  WHERE w.storage_config_id = c.config AND w.status = 'running') END AS running
           FROM unnest(configs) AS c (config)
          CROSS JOIN (SELECT ARRAY(SELECT k.kind FROM paused_kinds AS k) AS kinds) AS p
           LEFT JOIN LATERAL (

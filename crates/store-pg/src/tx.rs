@@ -245,6 +245,37 @@ impl PgStore {
         }
     }
 
+    /// Runs one statement as a transaction of its own on a connection from `lane`, its commit awaited in its
+    /// answer, its error placed. In session mode the statement is sent alone: an implicit transaction, which the
+    /// server commits before the end of its answer (one round trip where [`PgStore::transaction`] takes three;
+    /// ADR 0008, amendment "a completion claiming nothing is one round trip"). Behind a pooler in transaction
+    /// mode it runs in [`begun_with`]. Once sent, a statement sent alone commits whatever its caller does: only
+    /// for writes whose second try finds the first one's work done (a completion, fenced on its claim: see
+    /// `WorkQueue::succeeded_under`). A connection whose statement was given up on before its answer is closed,
+    /// not pooled.
+    pub(crate) async fn alone<T, F>(&self, lane: Lane, statement: F) -> Result<T, StoreError>
+    where
+        T: Send,
+        for<'c> F: AsyncFnOnce(&'c AsyncPgConnection) -> QueryResult<T>,
+    {
+        let mut conn = self.conn_from(lane).await?;
+        let answer = if conn.begin_sql().is_some() {
+            begun_with(&mut conn, statement).await
+        } else {
+            let mut sent = Unanswered(Some(conn));
+            let answer = match not_in_a_transaction(sent.conn()) {
+                Ok(()) => statement(sent.conn()).await,
+                Err(e) => Err(e),
+            };
+            conn = sent.0.take().expect("held until answered");
+            answer
+        };
+        match answer {
+            Ok(value) => Ok(value),
+            Err(e) => Err(placed(&mut conn, e).await),
+        }
+    }
+
     /// Runs `body` as a write of the attempt `fence` names: one transaction on a shared connection whose first
     /// statement holds the item's row and checks the fence. A stale fence commits nothing and answers
     /// [`CatalogueError::Lost`].
@@ -297,6 +328,24 @@ impl PgStore {
             Ok(())
         })
         .await
+    }
+}
+
+/// A connection whose statement, sent alone ([`PgStore::alone`]), has not answered yet: dropped before the
+/// answer (its caller gave up), the connection is closed rather than pooled, its answer unread.
+struct Unanswered(Option<Conn>);
+
+impl Unanswered {
+    fn conn(&mut self) -> &mut AsyncPgConnection {
+        self.0.as_deref_mut().expect("held until answered")
+    }
+}
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        if let Some(conn) = self.0.take() {
+            drop(conn.detach());
+        }
     }
 }
 

@@ -224,6 +224,38 @@ async fn a_stopping_store_waits_for_the_hand_back_of_a_claim_given_up_on() {
     assert_eq!(status(&db, id).await, ("queued".into(), 1), "handed back by the time it settled");
 }
 
+/// Completions that claim nothing are one statement sent alone (ADR 0008, amendment "a completion claiming
+/// nothing is one round trip"): once sent they commit whatever their caller does, so a batch given up on (the
+/// completer's time limit, a shutdown) while it waited on a lock still records the work as done, instead of
+/// leaving the item `running` for lease recovery to run again. A later try of the batch finds it succeeded under
+/// its claim. The item's row is held by the test until the completion waits on it; the completion's task is then
+/// aborted, and the row let go.
+#[tokio::test]
+async fn completions_claiming_nothing_given_up_on_still_commit() {
+    let db = TestDatabase::create().await;
+    let store = Arc::new(PgStore::new(db.url(), 2, Duration::from_secs(10)).unwrap());
+    let (_, id) = a_queued_crawl(&store).await;
+    let fence = store.claim(&claimer()).await.unwrap().unwrap().fence;
+    let mut holder = raw(&db).await;
+    holder.batch_execute(&format!("BEGIN; SELECT 1 FROM work_items WHERE id = '{id}' FOR UPDATE")).await.unwrap();
+    let writer = store.clone();
+    let completions =
+        tokio::spawn(async move { writer.complete_many_and_claim(&[(fence, None)], &claimer(), 0).await });
+    assert_eq!(db.sessions_waiting_on_locks(1).await, 1, "the completions never waited on the item's row");
+    completions.abort();
+    assert!(completions.await.unwrap_err().is_cancelled());
+    holder.batch_execute("COMMIT").await.unwrap();
+    let succeeded = format!("SELECT count(*) AS n FROM work_items WHERE id = '{id}' AND status = 'succeeded'");
+    let deadline = almanac_testdb::Deadline::after(Duration::from_secs(2));
+    while count(&db, &succeeded).await == 0 {
+        assert!(!deadline.passed(), "the completion given up on did not commit: {:?}", status(&db, id).await);
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(store.succeeded_under(fence).await, Ok(true), "a second try finds it done under its claim");
+    let again = store.complete_many_and_claim(&[(fence, None)], &claimer(), 0).await.unwrap();
+    assert_eq!(again.written, [WriteOutcome::Lost], "written once: the second try changes nothing");
+}
+
 /// The shared pool is saturated (every connection waits on a lock, more callers queue for one): the
 /// attempt's heartbeat and outcome still go through on connections nothing else can take.
 #[tokio::test]

@@ -7,6 +7,8 @@
 
 mod claim;
 mod enqueue;
+#[cfg(test)]
+mod heads_tests;
 mod outcome;
 mod recovery;
 mod row;

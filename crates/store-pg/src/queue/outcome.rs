@@ -223,30 +223,36 @@ pub(super) async fn complete_many_and_claim(
         Bind::UuidArray(done.iter().map(|(fence, _)| fence.claim.as_uuid()).collect()),
         Bind::NullableJsonbArray(done.iter().map(|(_, result)| *result).collect()),
     ];
-    let (written, next) = store
-        .transaction(Lane::Attempt, async |conn| {
-            let written: Vec<IdRow> = Prepared::new(COMPLETE_MANY, binds).load(conn).await?;
-            if claim == 0 {
-                return Ok((written, Ok(Vec::new())));
-            }
-            // The claim waits for no lock longer than CHAINED_CLAIM_LOCK_WAIT (set after the completions, so
-            // it alone is bounded): it would otherwise hold these completions hostage to other configs'
-            // locks, and a transaction enqueueing into several configs could wait on it in a cycle.
-            // In a savepoint: a claim that fails (a lost race on the running-config index, or a lock it
-            // would not wait for) is rolled back alone, and the completions still commit. Both in one
-            // round trip; the savepoint needs no release (the commit ends it).
-            conn.batch_execute(&format!(
-                "SET LOCAL lock_timeout = '{}ms'; SAVEPOINT chained_claim",
-                CHAINED_CLAIM_LOCK_WAIT.as_millis()
-            ))
+    let (written, next) = if claim == 0 {
+        // Completions alone: one statement sent alone, in one round trip (a second try of a batch whose answer
+        // was lost finds its items succeeded under their claims; `succeeded_under`).
+        let written: Vec<IdRow> = store
+            .alone(Lane::Attempt, async |conn| Prepared::new(COMPLETE_MANY, binds).load(&mut { conn }).await)
             .await?;
-            let next = claim::statement(conn, next, claim, uuid::Uuid::new_v4()).await;
-            if next.is_err() {
-                conn.batch_execute("ROLLBACK TO SAVEPOINT chained_claim").await?;
-            }
-            Ok((written, next))
-        })
-        .await?;
+        (written, Ok(Vec::new()))
+    } else {
+        store
+            .transaction(Lane::Attempt, async |conn| {
+                let written: Vec<IdRow> = Prepared::new(COMPLETE_MANY, binds).load(conn).await?;
+                // The claim waits for no lock longer than CHAINED_CLAIM_LOCK_WAIT (set after the completions, so
+                // it alone is bounded): it would otherwise hold these completions hostage to other configs'
+                // locks, and a transaction enqueueing into several configs could wait on it in a cycle.
+                // In a savepoint: a claim that fails (a lost race on the running-config index, or a lock it
+                // would not wait for) is rolled back alone, and the completions still commit. Both in one
+                // round trip; the savepoint needs no release (the commit ends it).
+                conn.batch_execute(&format!(
+                    "SET LOCAL lock_timeout = '{}ms'; SAVEPOINT chained_claim",
+                    CHAINED_CLAIM_LOCK_WAIT.as_millis()
+                ))
+                .await?;
+                let next = claim::statement(conn, next, claim, uuid::Uuid::new_v4()).await;
+                if next.is_err() {
+                    conn.batch_execute("ROLLBACK TO SAVEPOINT chained_claim").await?;
+                }
+                Ok((written, next))
+            })
+            .await?
+    };
     // Matched on (id, claim token): a batch may hold a stale attempt's completion beside the current one's, of
     // another attempt number or (after a failover lost a claim) of the same.
     let written: HashSet<(uuid::Uuid, uuid::Uuid)> = written.into_iter().map(|r| (r.id, r.claim_token)).collect();

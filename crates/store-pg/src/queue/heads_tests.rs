@@ -1,0 +1,121 @@
+//! The heads' upkeep after claims and completions (migration 000030): the mark's lock order, and when a refresh
+//! may skip its look for a running item.
+
+use diesel::sql_types::Text;
+use diesel::{QueryableByName, sql_query};
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
+
+use almanac_testdb::TestDatabase;
+
+#[derive(QueryableByName)]
+struct Plan {
+    #[diesel(sql_type = Text)]
+    plan: String,
+}
+
+#[derive(QueryableByName)]
+struct Setting {
+    #[diesel(sql_type = Text)]
+    setting: String,
+}
+
+/// A claim's mark updates its heads without locking them first (migration 000030), so its update's own scan must
+/// take their row locks in the order every refresh takes them, by config: a scan of the primary key for the array
+/// of configs, never a partial index in age order. Read from the function as installed, planned with its settings
+/// as a generic plan, as the function runs it.
+#[tokio::test]
+async fn a_claims_mark_updates_its_heads_in_config_order() {
+    let db = TestDatabase::create().await;
+    let mut conn = AsyncPgConnection::establish(db.url()).await.unwrap();
+    let body: Setting =
+        sql_query("SELECT prosrc AS setting FROM pg_proc WHERE proname = 'almanac_mark_queue_heads_running'")
+            .get_result(&mut conn)
+            .await
+            .unwrap();
+    let update = body.setting.split("BEGIN").nth(1).and_then(|b| b.split(';').next()).unwrap().trim().to_owned();
+    assert!(update.starts_with("UPDATE queue_heads"), "the mark is one update of the heads: {update}");
+    let settings: Vec<Setting> = sql_query(
+        "SELECT unnest(proconfig) AS setting FROM pg_proc WHERE proname = 'almanac_mark_queue_heads_running'",
+    )
+    .load(&mut conn)
+    .await
+    .unwrap();
+    for s in &settings {
+        let (name, value) = s.setting.split_once('=').unwrap();
+        conn.batch_execute(&format!("SET {name} = '{value}'")).await.unwrap();
+    }
+    conn.batch_execute(&format!("PREPARE mark (uuid[]) AS {}", update.replace("configs", "$1"))).await.unwrap();
+    conn.batch_execute(
+        "CREATE FUNCTION pg_temp.plan_of(q text) RETURNS SETOF text LANGUAGE plpgsql AS $$
+         DECLARE line text; BEGIN FOR line IN EXECUTE q LOOP RETURN NEXT line; END LOOP; END $$",
+    )
+    .await
+    .unwrap();
+    let plan: Vec<Plan> = sql_query(
+        "SELECT pg_temp.plan_of('EXPLAIN EXECUTE mark (''{00000000-0000-0000-0000-000000000001}'')') AS plan",
+    )
+    .load(&mut conn)
+    .await
+    .unwrap();
+    let plan: Vec<&str> = plan.iter().map(|p| p.plan.trim()).collect();
+    assert!(
+        plan.iter().any(|l| l.starts_with("->  Index Scan using queue_heads_pkey"))
+            && plan.iter().any(|l| l.starts_with("Index Cond: (storage_config_id = ANY ($1))"))
+            && plan.len() == 4,
+        "the mark scans the heads' primary key for its configs, and nothing else: {plan:#?}"
+    );
+}
+
+#[derive(QueryableByName)]
+struct Claimable {
+    #[diesel(sql_type = diesel::sql_types::Bool)]
+    claimable: bool,
+}
+
+/// A refresh skips its look for a running item only after statements that did nothing but end running items
+/// (migration 000030). One statement that ends a config's running item and sets another of its items running
+/// (a hand-written swap: the running-config index admits it, the first row updated first) leaves the head
+/// unclaimable, though a third item is queued; so does a claim, and the completion after it frees the head.
+#[tokio::test]
+async fn a_statement_that_ends_one_item_of_a_config_and_starts_another_leaves_its_head_unclaimable() {
+    let db = TestDatabase::create().await;
+    let mut conn = AsyncPgConnection::establish(db.url()).await.unwrap();
+    conn.batch_execute(
+        "INSERT INTO users (id, username) VALUES (gen_random_uuid(), 'ann');
+         INSERT INTO storage_configs (id, user_id, root_path) SELECT gen_random_uuid(), id, '/a' FROM users;
+         INSERT INTO work_items (id, kind, storage_config_id, requested_at)
+         SELECT ('00000000-0000-0000-0000-00000000000' || n)::uuid, 'burst_detection', c.id,
+                now() - (10 - n) * interval '1 s'
+           FROM storage_configs c CROSS JOIN generate_series(1, 3) AS n;
+         UPDATE work_items SET status = 'running', attempt = 1, worker_id = 'w', lease_expires_at = now() + interval '1 h'
+          WHERE id = '00000000-0000-0000-0000-000000000001';",
+    )
+    .await
+    .unwrap();
+    let claimable = async |conn: &mut AsyncPgConnection| {
+        sql_query("SELECT claimable FROM queue_heads").get_result::<Claimable>(conn).await.unwrap().claimable
+    };
+    assert!(!claimable(&mut conn).await, "a config with a running item is not claimable");
+    // The first item's row updated first: by the primary key, in order (a scan of the heap would meet the
+    // running item's new version last).
+    conn.batch_execute("SET enable_seqscan = off; SET enable_bitmapscan = off").await.unwrap();
+    conn.batch_execute(
+        "UPDATE work_items
+            SET status = CASE WHEN status = 'running' THEN 'succeeded' ELSE 'running' END,
+                finished_at = CASE WHEN status = 'running' THEN now() END,
+                lease_expires_at = CASE WHEN status = 'running' THEN NULL ELSE now() + interval '1 h' END,
+                attempt = CASE WHEN status = 'running' THEN attempt ELSE 1 END,
+                worker_id = 'w'
+          WHERE id = ANY ('{00000000-0000-0000-0000-000000000001,00000000-0000-0000-0000-000000000002}')",
+    )
+    .await
+    .unwrap();
+    assert!(!claimable(&mut conn).await, "the second item runs: its config is not claimable, though a third waits");
+    conn.batch_execute(
+        "UPDATE work_items SET status = 'succeeded', finished_at = now(), lease_expires_at = NULL
+          WHERE id = '00000000-0000-0000-0000-000000000002'",
+    )
+    .await
+    .unwrap();
+    assert!(claimable(&mut conn).await, "its running item ended: the config is claimable for its third item");
+}
