@@ -130,8 +130,7 @@ CREATE FUNCTION public.almanac_mark_queue_heads_running(configs uuid[]) RETURNS 
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 BEGIN
-    UPDATE queue_heads AS h SET claimable = false
-     WHERE h.storage_config_id = ANY (configs) AND h.claimable IS DISTINCT FROM false;
+    UPDATE queue_heads AS h SET claimable = false WHERE h.storage_config_id = ANY (configs);
 END $$;
 
 

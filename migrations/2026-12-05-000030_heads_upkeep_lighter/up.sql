@@ -1,13 +1,14 @@
 -- The heads' upkeep after a claim and after a completion does less (issue #26 item 5, ADR 0008 amendment "the
 -- heads' upkeep does less; a completion claiming nothing is one round trip").
 --
--- 1. A claim's mark no longer locks its heads before it updates them. The lock only ordered the row locks
---    (by config, as every refresh takes them, so two transactions never wait on each other's heads in a
---    cycle); the update's own scan now gives that order: its only usable index is the primary key (its
---    condition, `claimable IS DISTINCT FROM false`, implies no partial index's `claimable`), and a scan of a
---    btree for `= ANY (array)` visits the array's values in the index's order. A row locked and then updated
---    was changed twice (two WAL records); now once. The mark reads nothing and computes nothing under a
---    snapshot, so nothing else needed the lock first.
+-- 1. A claim's mark no longer locks its heads before it updates them. The lock ordered the row locks (by config,
+--    as every refresh takes them, so two transactions never wait on each other's heads in a cycle) and held
+--    every head given, whatever it read. The update now does both: it updates every head it is given, one
+--    already not claimable too (so it waits for, and holds to its commit, each head's row lock, and a refresh
+--    by another transaction then sees the claim's running item), and its only usable index is the primary key
+--    (no condition on `claimable`, which every partial index of the heads needs), whose scan for
+--    `= ANY (array)` visits the array's values in the index's order. A row locked and then updated was changed
+--    twice (two WAL records); now once.
 -- 2. A refresh after statements that only ended running items (completions, cancellations, a failure not
 --    retried; each of its config, with no item moved) skips its look for a running item: it has just ended
 --    its config's only one (ix_work_items_running_config admits one per config, and a second cannot be set
@@ -22,8 +23,7 @@ SET jit = off
 SET plan_cache_mode = force_generic_plan
 AS $$
 BEGIN
-    UPDATE queue_heads AS h SET claimable = false
-     WHERE h.storage_config_id = ANY (configs) AND h.claimable IS DISTINCT FROM false;
+    UPDATE queue_heads AS h SET claimable = false WHERE h.storage_config_id = ANY (configs);
 END $$;
 
 DROP FUNCTION almanac_refresh_queue_heads(uuid[]);

@@ -449,7 +449,7 @@ fn unwritten(what: &str, error: &str) -> Outcome {
         event = "outcome_unwritten",
         write = what,
         error,
-        "could not write the outcome; lease recovery will requeue the item"
+        "could not confirm the outcome; unless it committed all the same, lease recovery will requeue the item"
     );
     Outcome::Unwritten
 }

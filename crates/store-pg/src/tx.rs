@@ -249,10 +249,11 @@ impl PgStore {
     /// answer, its error placed. In session mode the statement is sent alone: an implicit transaction, which the
     /// server commits before the end of its answer (one round trip where [`PgStore::transaction`] takes three;
     /// ADR 0008, amendment "a completion claiming nothing is one round trip"). Behind a pooler in transaction
-    /// mode it runs in [`begun_with`]. Once sent, a statement sent alone commits whatever its caller does: only
-    /// for writes whose second try finds the first one's work done (a completion, fenced on its claim: see
-    /// `WorkQueue::succeeded_under`). A connection whose statement was given up on before its answer is closed,
-    /// not pooled.
+    /// mode it runs in [`begun_with`]. Once sent, a statement sent alone commits whatever its caller does, unless
+    /// the server notices the closed connection first (`client_connection_check_interval`, or an answer too long
+    /// for its send buffer): only for writes whose second try finds the first one's work done (a completion,
+    /// fenced on its claim: see `WorkQueue::succeeded_under`) and whose rollback is as safe. A connection whose
+    /// statement was given up on before its answer is closed, not pooled.
     pub(crate) async fn alone<T, F>(&self, lane: Lane, statement: F) -> Result<T, StoreError>
     where
         T: Send,

@@ -105,7 +105,8 @@ runtime was left to run it, or the Worker stopped first); whatever it took runs 
     ),
     outage(
         "outcome_unwritten",
-        "the outcome could not be written (database down); lease recovery will requeue the item",
+        "the outcome could not be confirmed (database down, or no answer in time); unless it committed all the same, \
+         lease recovery will requeue the item",
     ),
     event("release_failed", "an item claimed but never run could not be handed back; lease recovery will requeue it"),
     outage("lease_recovered", "this Worker requeued (or failed as stalled) an item whose lease expired"),
