@@ -165,6 +165,20 @@ where
     T: Send,
     for<'c> F: AsyncFnOnce(&'c AsyncPgConnection) -> QueryResult<T>,
 {
+    begun_then(conn, statement, async |_, answer| Ok(answer)).await
+}
+
+/// [`begun_with`], then `rest` in the same transaction once the first statement has answered (given its answer),
+/// before the awaited `COMMIT`. The completions a Worker writes with the claim that follows them run in it: the
+/// `BEGIN` goes out with the completions, and the claim's settings and savepoint with the claim
+/// (`queue::outcome::complete_many_and_claim`).
+pub(crate) async fn begun_then<A, T, F, G>(conn: &mut Conn, first: F, rest: G) -> QueryResult<T>
+where
+    A: Send,
+    T: Send,
+    for<'c> F: AsyncFnOnce(&'c AsyncPgConnection) -> QueryResult<A>,
+    for<'c> G: AsyncFnOnce(&'c AsyncPgConnection, A) -> QueryResult<T>,
+{
     let begin = conn.begin_sql();
     let conn: &mut AsyncPgConnection = conn;
     not_in_a_transaction(conn)?;
@@ -174,13 +188,26 @@ where
     conn.instrumentation().on_connection_event(InstrumentationEvent::begin_transaction(NonZeroU32::MIN));
     let answer = {
         let shared: &AsyncPgConnection = conn;
-        let mut opener = shared;
-        let (begun, answer) =
-            futures_util::future::join(opener.batch_execute(begin.as_deref().unwrap_or("BEGIN")), statement(shared))
-                .await;
-        begun.and(answer)
+        let (begun, answer) = pipelined(shared, begin.as_deref().unwrap_or("BEGIN"), first(shared)).await;
+        match begun.and(answer) {
+            Ok(answer) => rest(shared, answer).await,
+            Err(e) => Err(e),
+        }
     };
     ended(conn, answer).await
+}
+
+/// Sends `sql` (simple statements, e.g. `BEGIN` or a savepoint) and then `statement`'s messages on `conn` without
+/// waiting between them: `sql` is polled first, so it reaches the connection's queue before anything of the
+/// statement's (a statement not yet prepared on the connection prepares after it), and the server runs them in
+/// that order. Answers both.
+pub(crate) async fn pipelined<T>(
+    conn: &AsyncPgConnection,
+    sql: &str,
+    statement: impl Future<Output = QueryResult<T>>,
+) -> (QueryResult<()>, QueryResult<T>) {
+    let mut opener = conn;
+    futures_util::future::join(opener.batch_execute(sql), statement).await
 }
 
 /// Refuses a connection already inside a transaction (a pool handed in, `PgStore::from_pool`, may give one), as

@@ -17,8 +17,9 @@ use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
 use super::claim;
 use super::row::{StatusRow, parse_status};
 use crate::PgStore;
+use crate::error::placed;
 use crate::prepared::{Bind, Prepared};
-use crate::tx::Lane;
+use crate::tx::{Lane, begun_then, pipelined};
 
 /// The fence of an attempt's own write: `$1` its item, `$2` its attempt number, `$3` its claim's token, still
 /// running. The token tells the attempt from another claim of the same number (one a failover lost).
@@ -231,27 +232,7 @@ pub(super) async fn complete_many_and_claim(
             .await?;
         (written, Ok(Vec::new()))
     } else {
-        store
-            .transaction(Lane::Attempt, async |conn| {
-                let written: Vec<IdRow> = Prepared::new(COMPLETE_MANY, binds).load(conn).await?;
-                // The claim waits for no lock longer than CHAINED_CLAIM_LOCK_WAIT (set after the completions, so
-                // it alone is bounded): it would otherwise hold these completions hostage to other configs'
-                // locks, and a transaction enqueueing into several configs could wait on it in a cycle.
-                // In a savepoint: a claim that fails (a lost race on the running-config index, or a lock it
-                // would not wait for) is rolled back alone, and the completions still commit. Both in one
-                // round trip; the savepoint needs no release (the commit ends it).
-                conn.batch_execute(&format!(
-                    "SET LOCAL lock_timeout = '{}ms'; SAVEPOINT chained_claim",
-                    CHAINED_CLAIM_LOCK_WAIT.as_millis()
-                ))
-                .await?;
-                let next = claim::statement(conn, next, claim, uuid::Uuid::new_v4()).await;
-                if next.is_err() {
-                    conn.batch_execute("ROLLBACK TO SAVEPOINT chained_claim").await?;
-                }
-                Ok((written, next))
-            })
-            .await?
+        completed_then_claimed(store, binds, next, claim).await?
     };
     // Matched on (id, claim token): a batch may hold a stale attempt's completion beside the current one's, of
     // another attempt number or (after a failover lost a claim) of the same.
@@ -276,4 +257,49 @@ pub(super) async fn complete_many_and_claim(
         }
     };
     Ok(CompletedMany { written, next })
+}
+
+/// The completions (`binds`, as [`COMPLETE_MANY`] takes them) and a claim of up to `claim` items after them, in one
+/// transaction of three round trips: `BEGIN` with the completions, the claim's settings and savepoint with the
+/// claim, and the awaited `COMMIT` (the rollback to the savepoint, when the claim failed, a fourth). The rows
+/// written, and the claim's rows or the error that rolled it back alone.
+async fn completed_then_claimed(
+    store: &PgStore,
+    binds: Vec<Bind<'_>>,
+    next: &ClaimRequest,
+    claim: usize,
+) -> Result<(Vec<IdRow>, diesel::QueryResult<Vec<super::WorkItemRow>>), QueueError> {
+    let mut conn = store.conn_from(Lane::Attempt).await?;
+    let answer = begun_then(
+        &mut conn,
+        async |conn| {
+            let written: Vec<IdRow> = Prepared::new(COMPLETE_MANY, binds).load(&mut { conn }).await?;
+            Ok(written)
+        },
+        async |conn, written| {
+            // The claim waits for no lock longer than CHAINED_CLAIM_LOCK_WAIT (set after the completions, so it
+            // alone is bounded): it would otherwise hold these completions hostage to other configs' locks, and a
+            // transaction enqueueing into several configs could wait on it in a cycle. In a savepoint: a claim
+            // that fails (a lost race on the running-config index, or a lock it would not wait for) is rolled
+            // back alone, and the completions still commit. The savepoint needs no release (the commit ends it).
+            let settings = format!(
+                "SET LOCAL lock_timeout = '{}ms'; SAVEPOINT chained_claim",
+                CHAINED_CLAIM_LOCK_WAIT.as_millis()
+            );
+            let mut claimer = conn;
+            let claimed = claim::statement(&mut claimer, next, claim, uuid::Uuid::new_v4());
+            let (set, next) = pipelined(conn, &settings, claimed).await;
+            set?;
+            if next.is_err() {
+                let mut conn = conn;
+                conn.batch_execute("ROLLBACK TO SAVEPOINT chained_claim").await?;
+            }
+            Ok((written, next))
+        },
+    )
+    .await;
+    match answer {
+        Ok(answer) => Ok(answer),
+        Err(e) => Err(placed(&mut conn, e).await.into()),
+    }
 }
