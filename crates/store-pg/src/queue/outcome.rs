@@ -260,8 +260,12 @@ pub(super) async fn complete_many_and_claim(
 }
 
 /// The completions (`binds`, as [`COMPLETE_MANY`] takes them) and a claim of up to `claim` items after them, in one
-/// transaction of three round trips: `BEGIN` with the completions, the claim's settings and savepoint with the
-/// claim, and the awaited `COMMIT` (the rollback to the savepoint, when the claim failed, a fourth). The rows
+/// transaction of three round trips once both statements are prepared on the connection (a statement prepares in
+/// a round trip of its own, once per connection in session mode, in every transaction behind a transaction pooler):
+/// `BEGIN` with the completions, the claim's settings and savepoint with the claim, and the awaited `COMMIT` (the
+/// rollback to the savepoint, when the claim failed, a fourth). The savepoint reaches the server before the claim
+/// whether or not the claim is prepared yet ([`pipelined`]; `complete_and_claim_does_not_wait_on_another_configs_lock`
+/// claims on a connection that has not prepared it, and would wait for ever without its lock limit). The rows
 /// written, and the claim's rows or the error that rolled it back alone.
 async fn completed_then_claimed(
     store: &PgStore,
