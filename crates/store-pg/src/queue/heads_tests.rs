@@ -5,13 +5,8 @@ use diesel::sql_types::Text;
 use diesel::{QueryableByName, sql_query};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 
+use super::tests::Plan;
 use almanac_testdb::TestDatabase;
-
-#[derive(QueryableByName)]
-struct Plan {
-    #[diesel(sql_type = Text)]
-    plan: String,
-}
 
 #[derive(QueryableByName)]
 struct Setting {

@@ -15,9 +15,9 @@ use crate::prepared::{Bind, Prepared};
 use almanac_testdb::TestDatabase;
 
 #[derive(QueryableByName)]
-struct Plan {
+pub(super) struct Plan {
     #[diesel(sql_type = Text)]
-    plan: String,
+    pub(super) plan: String,
 }
 
 /// The claim's plan cannot go wrong for want of statistics: on a queue of 130,000 items over 2,000 configs
