@@ -108,8 +108,7 @@ async fn hold(conn: &mut AsyncPgConnection, fence: Fence) -> Result<(), Refused>
 /// The one transaction of the store: begins (as the connection's pool mode needs: in transaction mode with the
 /// limits for this transaction, see [`crate::pooler`]), holds `fence` first when given, runs `body`, and awaits
 /// the commit (acknowledged means committed: a backend killed before the commit is an error here, never a
-/// silent rollback). Any error rolls back; the body's error is kept over the rollback's own. Its error is not
-/// yet placed: callers that tell one database error apart (a lost race on an index) use it directly.
+/// silent rollback). Any error rolls back, and is answered as [`ended`] says. Its error is not yet placed: callers that tell one database error apart (a lost race on an index) use it directly.
 pub(crate) async fn fenced_within<T, F>(conn: &mut Conn, fence: Option<Fence>, body: F) -> Result<T, Refused>
 where
     T: Send,
@@ -132,8 +131,10 @@ where
 }
 
 /// Ends the transaction open on `conn` as its answer says: commits, the commit awaited, when it is a value; rolls
-/// back when it is an error, which is kept over the rollback's own (a transaction manager already broken, the
-/// connection then closed rather than pooled, adds nothing to it).
+/// back when it is an error, and answers that error. When the rollback fails too, its own error is answered
+/// instead (a connection gone mid-transaction: an outage its caller may retry on a fresh connection, the server
+/// rolling back on its own), except a transaction manager already broken, which adds nothing (the connection is
+/// then closed rather than pooled).
 async fn ended<T, E: From<DieselError>>(conn: &mut AsyncPgConnection, answer: Result<T, E>) -> Result<T, E> {
     match answer {
         Ok(value) => {
