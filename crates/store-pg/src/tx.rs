@@ -108,7 +108,8 @@ async fn hold(conn: &mut AsyncPgConnection, fence: Fence) -> Result<(), Refused>
 /// The one transaction of the store: begins (as the connection's pool mode needs: in transaction mode with the
 /// limits for this transaction, see [`crate::pooler`]), holds `fence` first when given, runs `body`, and awaits
 /// the commit (acknowledged means committed: a backend killed before the commit is an error here, never a
-/// silent rollback). Any error rolls back, and is answered as [`ended`] says. Its error is not yet placed: callers that tell one database error apart (a lost race on an index) use it directly.
+/// silent rollback). Any error rolls back, and is answered as [`ended`] says. Its error is not yet placed:
+/// callers that tell one database error apart (a lost race on an index) use it directly.
 pub(crate) async fn fenced_within<T, F>(conn: &mut Conn, fence: Option<Fence>, body: F) -> Result<T, Refused>
 where
     T: Send,

@@ -227,9 +227,7 @@ pub(super) async fn complete_many_and_claim(
     let (written, next) = if claim == 0 {
         // Completions alone: one statement sent alone, in one round trip (a second try of a batch whose answer
         // was lost finds its items succeeded under their claims; `succeeded_under`).
-        let written: Vec<IdRow> = store
-            .alone(Lane::Attempt, async |conn| Prepared::new(COMPLETE_MANY, binds).load(&mut { conn }).await)
-            .await?;
+        let written = store.alone(Lane::Attempt, async |conn| completed(conn, binds).await).await?;
         (written, Ok(Vec::new()))
     } else {
         completed_then_claimed(store, binds, next, claim).await?
@@ -259,6 +257,12 @@ pub(super) async fn complete_many_and_claim(
     Ok(CompletedMany { written, next })
 }
 
+/// Runs [`COMPLETE_MANY`] with `binds` on `conn` (alone, or first in the transaction of the claim after it): the
+/// `(id, claim_token)` of each row written.
+async fn completed(conn: &diesel_async::AsyncPgConnection, binds: Vec<Bind<'_>>) -> diesel::QueryResult<Vec<IdRow>> {
+    Prepared::new(COMPLETE_MANY, binds).load(&mut { conn }).await
+}
+
 /// The completions (`binds`, as [`COMPLETE_MANY`] takes them) and a claim of up to `claim` items after them, in one
 /// transaction of three round trips once both statements are prepared on the connection (a statement prepares in
 /// a round trip of its own, once per connection in session mode, in every transaction behind a transaction pooler):
@@ -276,10 +280,7 @@ async fn completed_then_claimed(
     let mut conn = store.conn_from(Lane::Attempt).await?;
     let answer = begun_then(
         &mut conn,
-        async |conn| {
-            let written: Vec<IdRow> = Prepared::new(COMPLETE_MANY, binds).load(&mut { conn }).await?;
-            Ok(written)
-        },
+        async |conn| completed(conn, binds).await,
         async |conn, written| {
             // The claim waits for no lock longer than CHAINED_CLAIM_LOCK_WAIT (set after the completions, so it
             // alone is bounded): it would otherwise hold these completions hostage to other configs' locks, and a
