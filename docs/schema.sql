@@ -229,7 +229,7 @@ BEGIN
                    AND o.storage_config_id IS NOT DISTINCT FROM n.storage_config_id AS claim,
                    o.status = 'running' AND n.status IN ('succeeded', 'failed', 'cancelled')
                    AND o.storage_config_id IS NOT DISTINCT FROM n.storage_config_id AS ended
-              FROM old_rows AS o JOIN new_rows AS n ON n.id = o.id
+              FROM old_rows AS o FULL JOIN new_rows AS n ON n.id = o.id
              WHERE (o.status, o.run_after, o.requested_at, o.storage_config_id)
                    IS DISTINCT FROM (n.status, n.run_after, n.requested_at, n.storage_config_id)
                AND (o.status IN ('queued', 'running') OR n.status IN ('queued', 'running'))) AS changed
