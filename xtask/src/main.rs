@@ -114,7 +114,7 @@ enum DbAction {
 enum Bench {
     Queue,
     Crawl,
-    /// The claim at 10,000 configs and 1,000,000 queued items, before and after migration 000026.
+    /// The claim at 10,000 configs and 1,000,000 queued items, beside the textbook claim without the per-config rule.
     Claim,
     /// 1, 2, 4, 8 and 16 Worker processes on one database.
     Workers,

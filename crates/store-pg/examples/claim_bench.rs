@@ -1,17 +1,19 @@
 //! The claim at 10,000 configs (issue #26 item 5), run through `cargo xtask bench claim`: JSON on stdout.
 //!
 //! One database of 10,000 configs and 1,000,000 queued items (100 a config, half the configs busy with a running
-//! item that never ends), loaded with set-based SQL. The claim is measured before and after the migration that
-//! `change!` names (000027, the claim taking its configs before it reads their items) in the same run, on the
-//! same data: its `down.sql` and its `up.sql` are applied in turn, twice each (before, after, before, after),
-//! through [`side`]. Each round starts from the same queue (the items the rounds before completed queued again,
-//! the rows they left dead vacuumed away) and gives:
-//! - `EXPLAIN (ANALYZE, BUFFERS)` of the store's own claim of eight (the text the store prepares, read back from
+//! item that never ends), loaded with set-based SQL, and a copy of its queue for the floor ([`FLOOR_SETUP`]: the
+//! textbook `FOR UPDATE SKIP LOCKED` queue without the per-config rule, on the same rows, its statements prepared
+//! as the store prepares its own). Four rounds, the store's claim and the floor in turn (store, floor, store,
+//! floor), each starting from the same queue (the items the rounds before completed queued again, the rows they
+//! left dead vacuumed away). What the store costs beyond the floor is what the rule costs; the floor's p99 back to
+//! back is what eight claimers get on this machine from a claim without it. Until 2026-12-05 the baseline was the
+//! claim before migration 000027 (`git show 21189ad:crates/store-pg/examples/claim_bench.rs`). Each round gives:
+//! - for the store's rounds, `EXPLAIN (ANALYZE, BUFFERS)` of its claim of eight (the text the store prepares, read back from
 //!   `pg_prepared_statements`), first on a new connection (`cold`: the functions' plans are made then) and
 //!   then the median of five more on it (`warm`, as on a Worker's pooled connection), with the time spent in
 //!   the heads' trigger and in the candidates' function (`pg_stat_xact_user_functions`);
-//! - claim latency p50/p95/p99 of 8 concurrent claimers, each claiming eight (`claim_many`, timed) and
-//!   completing what it claimed (`complete_many_and_claim` claiming none), with the same of the claims that
+//! - claim latency p50/p95/p99 of 8 concurrent claimers, each claiming eight (timed) and completing what it
+//!   claimed (the store's: `claim_many`, then `complete_many_and_claim` claiming none), with the same of the claims that
 //!   claimed something and how many claimed nothing (every candidate taken by the others), for
 //!   `ALMANAC_BENCH_SECONDS` (default 10) each, back to back (a closed loop: on two cores each claim then
 //!   queues for the CPU behind the others' claims and completions, so its latency is mostly that queue,
@@ -21,7 +23,7 @@
 //!   latency at a load the machine can carry. Half the rate was measured too until 2026-12-05; on a machine
 //!   whose speed swings by a third or more between minutes (this one), a phase offered half the rate of a fast
 //!   minute could exceed what a slow one carries, and its latency measured the backlog of late turns (p99 of
-//!   0.2 to 1.6 s in some rounds, on both sides of the change).
+//!   0.2 to 1.6 s in some rounds).
 //!
 //! Each phase notes the autovacuums and autoanalyses of the queue's tables it saw (an analyse makes every
 //! connection plan the claim again).
@@ -35,41 +37,73 @@ use almanac_domain::{
     WorkKind, WorkQueue, WorkerId,
     ports::{ClaimRequest, LeaseDuration, ServedConfigs},
 };
-use almanac_store_pg::{PgStore, claim_with};
+use std::sync::Arc;
+
+use almanac_store_pg::{Bind, PgStore, Prepared, claim_with};
 use almanac_testdb::TestDatabase;
 use diesel::sql_types::{BigInt, Double, Text};
 use diesel::{QueryableByName, sql_query};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
+use tokio::sync::Mutex;
 
-/// The migration measured: its `down.sql` gives the claim before it, its `up.sql` the claim after.
-macro_rules! change {
-    ($file:literal) => {
-        include_str!(concat!("../../../migrations/2026-12-05-000027_claim_takes_configs/", $file))
-    };
+/// The floor: the textbook queue on the same data, without the per-config rule. A copy of `work_items` with its
+/// columns, defaults, checks and foreign key, and the indexes that are not the rule's (the primary key, the
+/// queued dedup keys, the finished and running items, the foreign key's, and the claim's own order of queued
+/// items), but no heads, no triggers and no running-config index. Its claim takes the oldest due items of the
+/// Worker's kinds `FOR UPDATE SKIP LOCKED`, whatever their configs; its completion ends them by id and token.
+/// Both are prepared once per connection, as the store's statements are ([`Prepared`]). What the store's claim
+/// and completions cost beyond these is the rule's cost; the p99 of the floor back to back is what eight
+/// claimers queueing for this machine's two cores get from a claim without it.
+const FLOOR_SETUP: &str = "
+    CREATE TABLE floor_items (LIKE work_items INCLUDING DEFAULTS INCLUDING CONSTRAINTS);
+    INSERT INTO floor_items SELECT * FROM work_items;
+    ALTER TABLE floor_items ADD PRIMARY KEY (id),
+        ADD FOREIGN KEY (storage_config_id) REFERENCES storage_configs (id) ON DELETE CASCADE;
+    CREATE INDEX ON floor_items (storage_config_id);
+    CREATE UNIQUE INDEX ON floor_items (dedup_key) WHERE status = 'queued';
+    CREATE INDEX ON floor_items (finished_at) WHERE status IN ('succeeded', 'failed', 'cancelled');
+    CREATE INDEX ON floor_items (lease_expires_at) WHERE status = 'running';
+    CREATE INDEX ON floor_items (requested_at, id) WHERE status = 'queued';";
+
+/// The floor's claim of [`BATCH`], bound as the store binds its own: worker, lease in seconds, token, kinds.
+const FLOOR_CLAIM: &str = "UPDATE floor_items AS w
+   SET status = 'running',
+       attempt = w.attempt + 1,
+       worker_id = $1,
+       started_at = now(),
+       heartbeat_at = now(),
+       lease_expires_at = now() + $2 * interval '1 second',
+       claim_token = $3,
+       progress = NULL
+ WHERE w.id = ANY (ARRAY (
+       SELECT q.id FROM floor_items AS q
+        WHERE q.status = 'queued' AND q.run_after <= now() AND q.kind = ANY ($4)
+        ORDER BY q.requested_at, q.id
+        LIMIT {batch}
+          FOR UPDATE SKIP LOCKED))
+RETURNING w.*";
+
+/// The floor's completion of what one claim took: its ids and its token.
+const FLOOR_COMPLETE: &str = "UPDATE floor_items AS w
+   SET status = 'succeeded', finished_at = now(), lease_expires_at = NULL
+ WHERE w.id = ANY ($1) AND w.claim_token = $2 AND w.status = 'running'";
+
+/// The two sides of every run, each measured in two rounds, in turn: the store's claim and the floor.
+const SIDES: [Side; 4] = [Side::Store, Side::Floor, Side::Store, Side::Floor];
+
+#[derive(Clone, Copy, PartialEq)]
+enum Side {
+    Store,
+    Floor,
 }
-const BEFORE: &str = change!("down.sql");
-const AFTER: &str = change!("up.sql");
 
-/// Drops the candidates' functions of either side, so a round can set up its own whichever ran before.
-const RESET: &str = "DROP FUNCTION IF EXISTS almanac_claim_candidates(text[], uuid, integer);
-     DROP FUNCTION IF EXISTS almanac_claim_take_configs_of_user(text[], uuid, integer);
-     DROP FUNCTION IF EXISTS almanac_claim_candidates(text[], uuid);
-     DROP FUNCTION IF EXISTS almanac_claim_candidates_of_user(text[], uuid);";
-
-/// A side of the change as this build's claim calls it: its functions without the `DROP`s of the migration
-/// (see [`RESET`]). Before 000027 the candidates took no batch size; the claim of this build passes one, so the
-/// side before gets it in its signature, unused, the body as it was.
-fn side(sql: &str) -> String {
-    const OLD: &str = "FUNCTION almanac_claim_candidates(kinds text[], served_user uuid) RETURNS";
-    let kept: Vec<&str> = sql.lines().filter(|l| !l.starts_with("DROP FUNCTION")).collect();
-    let sql = kept.join("\n");
-    assert!(
-        sql.contains(OLD) || sql.contains("almanac_claim_candidates(kinds text[], served_user uuid, batch integer)"),
-        "neither side of migration 000027 defines the candidates' function as this benchmark expects"
-    );
-    let sql =
-        sql.replace(OLD, "FUNCTION almanac_claim_candidates(kinds text[], served_user uuid, batch integer) RETURNS");
-    format!("{RESET}\n{sql}")
+impl Side {
+    fn name(self) -> &'static str {
+        match self {
+            Side::Store => "store",
+            Side::Floor => "floor",
+        }
+    }
 }
 
 const CONFIGS: usize = 10_000;
@@ -323,18 +357,59 @@ struct Seconds {
     seconds: f64,
 }
 
-/// `claimers` loops, each with a store of its own, claiming `BATCH` (timed) and completing what it claimed, for
-/// `seconds`: the claims' latencies and rates.
+/// A claimer: a store of its own, as a Worker keeps its pool, or a connection of its own for the floor.
+#[derive(Clone)]
+enum Claimer {
+    Store(PgStore),
+    Floor(Arc<Mutex<AsyncPgConnection>>),
+}
+
+#[derive(QueryableByName)]
+struct Id {
+    #[diesel(sql_type = diesel::sql_types::Uuid)]
+    id: uuid::Uuid,
+}
+
 /// One claim of `BATCH` and the completion of what it claimed: the claim's latency in milliseconds counted from
 /// `since`, and how many items it claimed.
-async fn claim_and_complete(store: &PgStore, request: &ClaimRequest, since: Instant) -> (f64, usize) {
-    let claimed = store.claim_many(request, BATCH).await.unwrap();
-    let latency = since.elapsed().as_secs_f64() * 1000.0;
-    let done: Vec<_> = claimed.iter().map(|c| (c.fence, None)).collect();
-    if !done.is_empty() {
-        store.complete_many_and_claim(&done, request, 0).await.unwrap();
+async fn claim_and_complete(claimer: &Claimer, request: &ClaimRequest, since: Instant) -> (f64, usize) {
+    match claimer {
+        Claimer::Store(store) => {
+            let claimed = store.claim_many(request, BATCH).await.unwrap();
+            let latency = since.elapsed().as_secs_f64() * 1000.0;
+            let done: Vec<_> = claimed.iter().map(|c| (c.fence, None)).collect();
+            if !done.is_empty() {
+                store.complete_many_and_claim(&done, request, 0).await.unwrap();
+            }
+            (latency, claimed.len())
+        }
+        Claimer::Floor(conn) => {
+            let mut conn = conn.lock().await;
+            let (token, claim) = (uuid::Uuid::new_v4(), floor_claim());
+            let kinds = request.kinds.iter().map(|k| k.as_str().to_owned()).collect();
+            let binds = vec![
+                Bind::Text(request.worker_id.as_str()),
+                Bind::Double(request.lease.get().as_secs_f64()),
+                Bind::Uuid(token),
+                Bind::TextArray(kinds),
+            ];
+            let claimed: Vec<Id> = Prepared::new(&claim, binds).load(&mut *conn).await.unwrap();
+            let latency = since.elapsed().as_secs_f64() * 1000.0;
+            if !claimed.is_empty() {
+                let ids = claimed.iter().map(|c| c.id).collect();
+                Prepared::new(FLOOR_COMPLETE, vec![Bind::UuidArray(ids), Bind::Uuid(token)])
+                    .execute(&mut *conn)
+                    .await
+                    .unwrap();
+            }
+            (latency, claimed.len())
+        }
     }
-    (latency, claimed.len())
+}
+
+/// The floor's claim of `BATCH`.
+fn floor_claim() -> String {
+    FLOOR_CLAIM.replace("{batch}", &BATCH.to_string())
 }
 
 /// One claim's latency in milliseconds and how many items it claimed.
@@ -362,7 +437,9 @@ fn summary(samples: Vec<Sample>, seconds: f64) -> serde_json::Value {
     })
 }
 
-async fn latencies(stores: &[PgStore], seconds: u64) -> serde_json::Value {
+/// `claimers` loops, each claiming `BATCH` (timed) and completing what it claimed, for `seconds`: the claims'
+/// latencies and rates.
+async fn latencies(stores: &[Claimer], seconds: u64) -> serde_json::Value {
     let started = Instant::now();
     let tasks: Vec<_> = (0..stores.len())
         .map(|w| {
@@ -400,7 +477,7 @@ async fn latencies(stores: &[PgStore], seconds: u64) -> serde_json::Value {
 /// connections have planned the queue's functions (a cold claim takes 7 to 11 ms on the server, once per
 /// connection, where a Worker keeps its connections for hours); the turns of the first [`WARM_UP`] run but
 /// are not counted all the same.
-async fn paced(stores: &[PgStore], rate: f64, seconds: u64) -> serde_json::Value {
+async fn paced(stores: &[Claimer], rate: f64, seconds: u64) -> serde_json::Value {
     let claimers = stores.len();
     let period = Duration::from_secs_f64(claimers as f64 / rate);
     let started = Instant::now();
@@ -445,33 +522,42 @@ async fn main() {
         .unwrap()
         .n;
     eprintln!("loaded {queued} queued items over {CONFIGS} configs in {load_seconds:.0} s");
+    conn.batch_execute(FLOOR_SETUP).await.unwrap_or_else(|e| panic!("setting up the floor: {e}"));
     let mut rounds = Vec::new();
-    for (schema, sql) in [("before", BEFORE), ("after", AFTER), ("before", BEFORE), ("after", AFTER)] {
+    for side in SIDES {
         // Every round starts from the queue the first started from: the items the rounds before completed are
         // queued again as they were loaded (the heads' triggers refresh their configs), and the row versions
         // left dead are vacuumed away. Otherwise a later round would walk more dead versions at the front of the
         // heads' walk than an earlier one, and the fourth would find the claimable items (half the configs' 100
         // each) running out.
-        conn.batch_execute(
-            "UPDATE work_items SET status = 'queued', attempt = 0, worker_id = NULL, started_at = NULL,
-                    heartbeat_at = NULL, finished_at = NULL, lease_expires_at = NULL, claim_token = NULL,
-                    result = NULL
-              WHERE status = 'succeeded'",
-        )
-        .await
-        .unwrap_or_else(|e| panic!("queueing the items of the rounds before again: {e}"));
-        for table in ["work_items", "queue_heads"] {
+        for table in ["work_items", "floor_items"] {
+            conn.batch_execute(&format!(
+                "UPDATE {table} SET status = 'queued', attempt = 0, worker_id = NULL, started_at = NULL,
+                        heartbeat_at = NULL, finished_at = NULL, lease_expires_at = NULL, claim_token = NULL,
+                        result = NULL
+                  WHERE status = 'succeeded'"
+            ))
+            .await
+            .unwrap_or_else(|e| panic!("queueing the items of the rounds before again: {e}"));
+        }
+        for table in ["work_items", "queue_heads", "floor_items"] {
             conn.batch_execute(&format!("VACUUM {table}")).await.unwrap();
         }
-        conn.batch_execute(&side(sql))
-            .await
-            .unwrap_or_else(|e| panic!("applying the claim {schema} migration 000027: {e}"));
-        let text = claim_text(&db).await;
         let oldest = oldest_transaction_seconds(&mut conn).await;
-        let explained = explain(&db, &text).await;
-        // One store per claimer for the whole round, as a Worker keeps its pool.
-        let stores: Vec<PgStore> =
-            (0..claimers).map(|_| PgStore::new(db.url(), 2, Duration::from_secs(10)).unwrap()).collect();
+        let explained = match side {
+            Side::Store => explain(&db, &claim_text(&db).await).await,
+            Side::Floor => serde_json::Value::Null,
+        };
+        // One store (or connection) per claimer for the whole round, as a Worker keeps its pool.
+        let mut stores = Vec::new();
+        for _ in 0..claimers {
+            stores.push(match side {
+                Side::Store => Claimer::Store(PgStore::new(db.url(), 2, Duration::from_secs(10)).unwrap()),
+                Side::Floor => {
+                    Claimer::Floor(Arc::new(Mutex::new(AsyncPgConnection::establish(db.url()).await.unwrap())))
+                }
+            });
+        }
         let mut counts = autovacuum_counts(&mut conn).await;
         let mut closed = latencies(&stores, seconds).await;
         counts = note_autovacuum(&mut conn, &mut closed, counts).await;
@@ -484,7 +570,7 @@ async fn main() {
             at_load.push(run);
         }
         let round = serde_json::json!({
-            "schema": schema,
+            "side": side.name(),
             "oldest_open_transaction_on_the_cluster_seconds": oldest,
             "load_average_1min": load_average(),
             "explain_claim_of_eight": explained,
@@ -494,24 +580,15 @@ async fn main() {
         eprintln!("{round}");
         rounds.push(round);
     }
-    let p99_of = |schema: &str, field: &str| {
-        median(
-            &rounds
-                .iter()
-                .filter(|r| r["schema"] == schema)
-                .filter_map(|r| r["claimers"][field].as_f64())
-                .collect::<Vec<_>>(),
-        )
+    let of_side = |side: Side, field: &dyn Fn(&serde_json::Value) -> Option<f64>| {
+        median(&rounds.iter().filter(|r| r["side"] == side.name()).filter_map(field).collect::<Vec<_>>())
     };
-    let p99 = |schema: &str| p99_of(schema, "p99_ms");
-    let p99_paced = |share: usize| {
-        median(
-            &rounds
-                .iter()
-                .filter(|r| r["schema"] == "after")
-                .filter_map(|r| r["claimers_paced"][share]["p99_ms"].as_f64())
-                .collect::<Vec<_>>(),
-        )
+    let p99 = |side: Side| of_side(side, &|r| r["claimers"]["p99_ms"].as_f64());
+    let rate = |side: Side| of_side(side, &|r| r["claimers"]["claims_per_second"].as_f64());
+    let paced_p99 = |side: Side| {
+        (0..PACED_SHARES.len())
+            .map(|share| of_side(side, &|r| r["claimers_paced"][share]["p99_ms"].as_f64()))
+            .collect::<Vec<_>>()
     };
     let report = serde_json::json!({
         "benchmark": "claim",
@@ -520,12 +597,16 @@ async fn main() {
         "configs": CONFIGS, "queued": queued, "busy_configs": CONFIGS / 2, "load_seconds": load_seconds,
         "claimers": claimers, "batch": BATCH, "seconds_per_round": seconds,
         "rounds": rounds,
-        "p99_ms_before_median": p99("before"),
-        "p99_ms_after_median": p99("after"),
-        "p99_ratio_after_to_before": p99("after") / p99("before"),
-        "p99_ms_after_of_claims_with_items_median": p99_of("after", "p99_ms_of_claims_with_items"),
+        "p99_ms_store_median": p99(Side::Store),
+        "p99_ms_floor_median": p99(Side::Floor),
+        "p99_ratio_store_to_floor": p99(Side::Store) / p99(Side::Floor),
+        "claims_per_second_store_median": rate(Side::Store),
+        "claims_per_second_floor_median": rate(Side::Floor),
+        "p99_ms_store_of_claims_with_items_median":
+            of_side(Side::Store, &|r| r["claimers"]["p99_ms_of_claims_with_items"].as_f64()),
         "paced_shares_of_back_to_back_rate": PACED_SHARES,
-        "p99_ms_after_paced_median": (0..PACED_SHARES.len()).map(p99_paced).collect::<Vec<_>>(),
+        "p99_ms_store_paced_median": paced_p99(Side::Store),
+        "p99_ms_floor_paced_median": paced_p99(Side::Floor),
     });
     println!("{}", serde_json::to_string_pretty(&report).unwrap());
 }

@@ -48,6 +48,10 @@ pub use listener::{WORK_CHANNEL, listen_for_work};
 pub use migrations::{SchemaState, migrate, migration_names, migrations_digest, pending_migrations, schema_state};
 pub use operator::{ConfigOverview, HourlyOutcome};
 pub use pooler::PoolerMode;
+/// A statement prepared once per connection, as the store runs its own: for benchmarks that measure a statement
+/// of theirs on the store's terms (feature `test-support`).
+#[cfg(feature = "test-support")]
+pub use prepared::{Bind, Prepared};
 #[cfg(feature = "test-support")]
 pub use queue::{claim_with, configs_taken};
 /// How recently a pooled connection must have been used to be handed out without a check (for tests that wait

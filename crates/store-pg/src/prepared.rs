@@ -17,33 +17,48 @@ use diesel::sql_types::{Array, Bool, Double, Integer, Jsonb, Nullable, Text, Tim
 
 /// One bound value.
 #[derive(Debug, Clone)]
-pub(crate) enum Bind<'a> {
+pub enum Bind<'a> {
+    /// A `text`.
     Text(&'a str),
+    /// A `uuid`.
     Uuid(uuid::Uuid),
+    /// An `integer`.
     Integer(i32),
+    /// A `double precision`.
     Double(f64),
+    /// A `boolean`.
     Bool(bool),
+    /// A `text[]`.
     TextArray(Vec<String>),
+    /// A `uuid[]`.
     UuidArray(Vec<uuid::Uuid>),
+    /// An `integer[]`.
     IntegerArray(Vec<i32>),
+    /// A `jsonb[]` with nulls.
     NullableJsonbArray(Vec<Option<&'a serde_json::Value>>),
+    /// A `uuid` or null.
     NullableUuid(Option<uuid::Uuid>),
+    /// A `text` or null.
     NullableText(Option<&'a str>),
+    /// A `jsonb` or null.
     NullableJsonb(Option<&'a serde_json::Value>),
+    /// A `jsonb`.
     Jsonb(&'a serde_json::Value),
+    /// A `timestamptz` or null.
     NullableTimestamptz(Option<DateTime<Utc>>),
 }
 
 /// A fixed statement and its values: `$1` is `binds[0]`, and so on.
 #[derive(Debug, Clone)]
 #[must_use = "a statement runs only when executed or loaded"]
-pub(crate) struct Prepared<'a> {
+pub struct Prepared<'a> {
     sql: &'a str,
     binds: Vec<Bind<'a>>,
 }
 
 impl<'a> Prepared<'a> {
-    pub(crate) fn new(sql: &'a str, binds: Vec<Bind<'a>>) -> Self {
+    /// `sql` with `binds` for its placeholders, `$1` the first.
+    pub fn new(sql: &'a str, binds: Vec<Bind<'a>>) -> Self {
         Self { sql, binds }
     }
 }
