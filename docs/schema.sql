@@ -221,6 +221,9 @@ DECLARE
     claims_only boolean;
     ends_only boolean;
 BEGIN
+    -- A full join, so never a nested loop whatever plan this session keeps (migration 000031). No condition here
+    -- may be strict on either side (`o.x = ...` alone, `n.x IS NOT NULL`): the planner would make it a left or
+    -- right join, which may be a nested loop again.
     SELECT coalesce(array_agg(DISTINCT x.config ORDER BY x.config), '{}'), coalesce(bool_and(changed.claim), true),
            coalesce(bool_and(changed.ended), true)
       INTO configs, claims_only, ends_only

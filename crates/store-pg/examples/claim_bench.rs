@@ -37,7 +37,7 @@ use almanac_domain::{
     WorkKind, WorkQueue, WorkerId,
     ports::{ClaimRequest, LeaseDuration, ServedConfigs},
 };
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use almanac_store_pg::{Bind, PgStore, Prepared, claim_with};
 use almanac_testdb::TestDatabase;
@@ -53,7 +53,8 @@ use tokio::sync::Mutex;
 /// Worker's kinds `FOR UPDATE SKIP LOCKED`, whatever their configs; its completion ends them by id and token.
 /// Both are prepared once per connection, as the store's statements are ([`Prepared`]). What the store's claim
 /// and completions cost beyond these is the rule's cost; the p99 of the floor back to back is what eight
-/// claimers queueing for this machine's two cores get from a claim without it.
+/// claimers queueing for this machine's two cores get from a claim without it. Analysed, as the load analyses the
+/// queue.
 const FLOOR_SETUP: &str = "
     CREATE TABLE floor_items (LIKE work_items INCLUDING DEFAULTS INCLUDING CONSTRAINTS);
     INSERT INTO floor_items SELECT * FROM work_items;
@@ -63,25 +64,26 @@ const FLOOR_SETUP: &str = "
     CREATE UNIQUE INDEX ON floor_items (dedup_key) WHERE status = 'queued';
     CREATE INDEX ON floor_items (finished_at) WHERE status IN ('succeeded', 'failed', 'cancelled');
     CREATE INDEX ON floor_items (lease_expires_at) WHERE status = 'running';
-    CREATE INDEX ON floor_items (requested_at, id) WHERE status = 'queued';";
+    CREATE INDEX ON floor_items (requested_at, id) WHERE status = 'queued';
+    ANALYZE floor_items;";
 
-/// The floor's claim of [`BATCH`], bound as the store binds its own: worker, lease in seconds, token, kinds.
-const FLOOR_CLAIM: &str = "UPDATE floor_items AS w
-   SET status = 'running',
-       attempt = w.attempt + 1,
-       worker_id = $1,
-       started_at = now(),
-       heartbeat_at = now(),
-       lease_expires_at = now() + $2 * interval '1 second',
-       claim_token = $3,
-       progress = NULL
- WHERE w.id = ANY (ARRAY (
+/// The floor's picks: the oldest due items of the Worker's kinds, whatever their config, `$4` the kinds as the
+/// store binds them. The rest of its claim, what it sets and returns, is the store's own (see [`floor_claim`]).
+const FLOOR_PICKS: &str = "WHERE w.id = ANY (ARRAY (
        SELECT q.id FROM floor_items AS q
         WHERE q.status = 'queued' AND q.run_after <= now() AND q.kind = ANY ($4)
         ORDER BY q.requested_at, q.id
         LIMIT {batch}
           FOR UPDATE SKIP LOCKED))
 RETURNING w.*";
+
+/// Where the store's claim (as a connection prepares it) stops setting and starts picking.
+const STORE_PICKS: &str = "WHERE w.id = ANY (ARRAY (";
+
+/// The floor's claim of [`BATCH`], made once from the store's claim text: its update of `floor_items` with the
+/// store's own settings (status, attempt, worker, lease, token), bound as the store binds its own (worker, lease
+/// in seconds, token, kinds), and [`FLOOR_PICKS`] in place of the per-config candidates.
+static FLOOR_CLAIM: OnceLock<String> = OnceLock::new();
 
 /// The floor's completion of what one claim took: its ids and its token.
 const FLOOR_COMPLETE: &str = "UPDATE floor_items AS w
@@ -385,7 +387,7 @@ async fn claim_and_complete(claimer: &Claimer, request: &ClaimRequest, since: In
         }
         Claimer::Floor(conn) => {
             let mut conn = conn.lock().await;
-            let (token, claim) = (uuid::Uuid::new_v4(), floor_claim());
+            let (token, claim) = (uuid::Uuid::new_v4(), FLOOR_CLAIM.get().expect("made before the floor's rounds"));
             let kinds = request.kinds.iter().map(|k| k.as_str().to_owned()).collect();
             let binds = vec![
                 Bind::Text(request.worker_id.as_str()),
@@ -393,7 +395,7 @@ async fn claim_and_complete(claimer: &Claimer, request: &ClaimRequest, since: In
                 Bind::Uuid(token),
                 Bind::TextArray(kinds),
             ];
-            let claimed: Vec<Id> = Prepared::new(&claim, binds).load(&mut *conn).await.unwrap();
+            let claimed: Vec<Id> = Prepared::new(claim, binds).load(&mut *conn).await.unwrap();
             let latency = since.elapsed().as_secs_f64() * 1000.0;
             if !claimed.is_empty() {
                 let ids = claimed.iter().map(|c| c.id).collect();
@@ -407,9 +409,12 @@ async fn claim_and_complete(claimer: &Claimer, request: &ClaimRequest, since: In
     }
 }
 
-/// The floor's claim of `BATCH`.
-fn floor_claim() -> String {
-    FLOOR_CLAIM.replace("{batch}", &BATCH.to_string())
+/// Makes the floor's claim from `store`, the store's claim as a connection prepares it (see [`FLOOR_CLAIM`]).
+fn floor_claim(store: &str) -> String {
+    let (sets, _) = store.split_once(STORE_PICKS).expect("the store's claim sets its items, then picks them");
+    assert!(sets.starts_with("UPDATE work_items AS w"), "the store's claim updates work_items: {sets}");
+    let picks = FLOOR_PICKS.replace("{batch}", &BATCH.to_string());
+    format!("{}{picks}", sets.replacen("UPDATE work_items", "UPDATE floor_items", 1))
 }
 
 /// One claim's latency in milliseconds and how many items it claimed.
@@ -523,6 +528,8 @@ async fn main() {
         .n;
     eprintln!("loaded {queued} queued items over {CONFIGS} configs in {load_seconds:.0} s");
     conn.batch_execute(FLOOR_SETUP).await.unwrap_or_else(|e| panic!("setting up the floor: {e}"));
+    let store_claim = claim_text(&db).await;
+    FLOOR_CLAIM.get_or_init(|| floor_claim(&store_claim));
     let mut rounds = Vec::new();
     for side in SIDES {
         // Every round starts from the queue the first started from: the items the rounds before completed are
