@@ -218,12 +218,7 @@ pub(super) async fn complete_many_and_claim(
     next: &ClaimRequest,
     claim: usize,
 ) -> Result<CompletedMany, QueueError> {
-    let binds = vec![
-        Bind::UuidArray(done.iter().map(|(fence, _)| fence.id.as_uuid()).collect()),
-        Bind::IntegerArray(done.iter().map(|(fence, _)| fence.attempt.get()).collect()),
-        Bind::UuidArray(done.iter().map(|(fence, _)| fence.claim.as_uuid()).collect()),
-        Bind::NullableJsonbArray(done.iter().map(|(_, result)| *result).collect()),
-    ];
+    let binds = completion_binds(done);
     let (written, next) = if claim == 0 {
         // Completions alone: one statement sent alone, in one round trip (a second try of a batch whose answer
         // was lost finds its items succeeded under their claims; `succeeded_under`).
@@ -255,6 +250,16 @@ pub(super) async fn complete_many_and_claim(
         }
     };
     Ok(CompletedMany { written, next })
+}
+
+/// The values of [`COMPLETE_MANY`] for the completions `done`: ids, attempts, claim tokens and results.
+pub(super) fn completion_binds<'a>(done: &[Completion<'a>]) -> Vec<Bind<'a>> {
+    vec![
+        Bind::UuidArray(done.iter().map(|(fence, _)| fence.id.as_uuid()).collect()),
+        Bind::IntegerArray(done.iter().map(|(fence, _)| fence.attempt.get()).collect()),
+        Bind::UuidArray(done.iter().map(|(fence, _)| fence.claim.as_uuid()).collect()),
+        Bind::NullableJsonbArray(done.iter().map(|(_, result)| *result).collect()),
+    ]
 }
 
 /// Runs [`COMPLETE_MANY`] with `binds` on `conn` (alone, or first in the transaction of the claim after it): the

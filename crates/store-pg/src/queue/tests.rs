@@ -1,17 +1,17 @@
 //! The claim's plans on large queues, with and without statistics.
 
 use super::claim::statement as claim_statement;
-use super::outcome::{COMPLETE_MANY, IdRow};
+use super::outcome::{COMPLETE_MANY, IdRow, completion_binds};
 use almanac_domain::{
-    UserId, WorkKind, WorkerId,
-    ports::{ClaimRequest, LeaseDuration, ServedConfigs},
+    UserId, WorkItemId, WorkKind, WorkerId,
+    ports::{Attempt, ClaimRequest, ClaimToken, Completion, Fence, LeaseDuration, ServedConfigs},
 };
 use diesel::sql_types::{BigInt, Text};
 use diesel::{QueryableByName, sql_query};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 
 use super::WorkItemRow;
-use crate::prepared::{Bind, Prepared};
+use crate::prepared::Prepared;
 use almanac_testdb::TestDatabase;
 
 #[derive(QueryableByName)]
@@ -274,13 +274,14 @@ async fn claims_read_few_rows(conn: &mut AsyncPgConnection) {
 /// Completes `items` with the store's batched completion, prepared on the connection as the store prepares it
 /// (kept and reused, so after five calls it may run its generic plan); the number of rows written.
 async fn complete_rows(conn: &mut AsyncPgConnection, items: &[WorkItemRow]) -> usize {
-    let binds = vec![
-        Bind::UuidArray(items.iter().map(|i| i.id).collect()),
-        Bind::IntegerArray(items.iter().map(|i| i.attempt).collect()),
-        Bind::UuidArray(items.iter().map(|i| i.claim_token.expect("a claimed item has a token")).collect()),
-        Bind::NullableJsonbArray(vec![None; items.len()]),
-    ];
-    let written: Vec<IdRow> = Prepared::new(COMPLETE_MANY, binds).load(conn).await.unwrap();
+    let done: Vec<Completion<'_>> = items
+        .iter()
+        .map(|i| {
+            let claim = ClaimToken::from_uuid(i.claim_token.expect("a claimed item has a token"));
+            (Fence::new(WorkItemId::from_uuid(i.id), Attempt::new(i.attempt).unwrap(), claim), None)
+        })
+        .collect();
+    let written: Vec<IdRow> = Prepared::new(COMPLETE_MANY, completion_binds(&done)).load(conn).await.unwrap();
     written.len()
 }
 
