@@ -288,22 +288,37 @@ impl PgStore {
         T: Send,
         for<'c> F: AsyncFnOnce(&'c AsyncPgConnection) -> QueryResult<T>,
     {
-        let mut conn = self.conn_from(lane).await?;
-        let answer = if conn.begin_sql().is_some() {
-            begun_with(&mut conn, statement).await
-        } else {
-            let mut sent = Unanswered(Some(conn));
-            let answer = match not_in_a_transaction(sent.conn()) {
-                Ok(()) => statement(sent.conn()).await,
-                Err(e) => Err(e),
-            };
-            conn = sent.0.take().expect("held until answered");
-            answer
-        };
+        let (mut conn, answer) = self.sent_alone(lane, statement, Box::new(drop)).await?;
         match answer {
             Ok(value) => Ok(value),
             Err(e) => Err(placed(&mut conn, e).await),
         }
+    }
+
+    /// [`PgStore::alone`]'s sending, for callers that read the answer themselves (the claim): the connection and
+    /// the statement's answer, its error not placed. Given up on before the answer in session mode, the statement
+    /// leaves `abandoned` to run on the connection, taken out of its pool (see [`Unanswered`]).
+    pub(crate) async fn sent_alone<T, F>(
+        &self,
+        lane: Lane,
+        statement: F,
+        abandoned: Abandoned,
+    ) -> Result<(Conn, QueryResult<T>), StoreError>
+    where
+        T: Send,
+        for<'c> F: AsyncFnOnce(&'c AsyncPgConnection) -> QueryResult<T>,
+    {
+        let mut conn = self.conn_from(lane).await?;
+        if conn.begin_sql().is_some() {
+            let answer = begun_with(&mut conn, statement).await;
+            return Ok((conn, answer));
+        }
+        let mut sent = Unanswered { conn: Some(conn), abandoned: Some(abandoned) };
+        let answer = match not_in_a_transaction(sent.conn()) {
+            Ok(()) => statement(sent.conn()).await,
+            Err(e) => Err(e),
+        };
+        Ok((sent.answered(), answer))
     }
 
     /// Runs `body` as a write of the attempt `fence` names: one transaction on a shared connection whose first
@@ -361,20 +376,33 @@ impl PgStore {
     }
 }
 
-/// A connection whose statement, sent alone ([`PgStore::alone`]), has not answered yet: dropped before the
-/// answer (its caller gave up), the connection is closed rather than pooled, its answer unread.
-struct Unanswered(Option<Conn>);
+/// What a statement sent alone leaves behind when its caller gives up before the answer: run on its connection,
+/// detached from the pool (dropping it closes it; the claim hands back what it took on it first).
+pub(crate) type Abandoned = Box<dyn FnOnce(AsyncPgConnection) + Send>;
+
+/// A connection whose statement, sent alone ([`PgStore::sent_alone`]), has not answered yet. Dropped before the
+/// answer (its caller gave up), it takes the connection out of its pool (which may open another at once), its
+/// answer unread, and leaves it to its [`Abandoned`]: the connection is never pooled again.
+struct Unanswered {
+    conn: Option<Conn>,
+    abandoned: Option<Abandoned>,
+}
 
 impl Unanswered {
     fn conn(&mut self) -> &mut AsyncPgConnection {
-        self.0.as_deref_mut().expect("held until answered")
+        self.conn.as_deref_mut().expect("held until answered")
+    }
+
+    /// The statement answered (rows or an error): the connection back, nothing left behind.
+    fn answered(mut self) -> Conn {
+        self.conn.take().expect("held until answered")
     }
 }
 
 impl Drop for Unanswered {
     fn drop(&mut self) {
-        if let Some(conn) = self.0.take() {
-            drop(conn.detach());
+        if let (Some(conn), Some(abandoned)) = (self.conn.take(), self.abandoned.take()) {
+            abandoned(conn.detach());
         }
     }
 }

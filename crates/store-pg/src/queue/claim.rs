@@ -11,10 +11,10 @@ use diesel_async::{AsyncConnectionCore, RunQueryDsl};
 
 use super::WorkItemRow;
 use super::outcome::{released, seconds};
+use crate::PgStore;
 use crate::error::{self, RUNNING_CONFIG_INDEX, placed};
 use crate::prepared::{Bind, Prepared};
-use crate::tx::{begun_with, not_in_a_transaction};
-use crate::{Conn, PgStore};
+use crate::tx::{Abandoned, Lane};
 
 /// Rule 1: one statement under READ COMMITTED. The candidates are the oldest due unscoped items and the oldest
 /// due item of each config the claim takes, up to `{limit}` of them (`almanac_claim_candidates`, migration
@@ -140,75 +140,42 @@ pub async fn configs_taken(conn: &mut diesel_async::AsyncPgConnection) -> Result
 /// protocol's `Sync`, before the `ReadyForQuery` that ends its answer. Its `COMMIT`'s round trip was most of a
 /// claim's latency with several claimers on a busy machine (ADR 0008, amendment "a claim given up on is handed
 /// back"). Such a claim commits whatever its caller does once sent, so a caller that gives up before the answer
-/// (a timeout, a dropped task) leaves a [`HandBack`] behind: the claim's items, known by the token the claim was
-/// given, are handed back on the same connection, after the claim, as a release hands an item back. Behind a
-/// pooler in transaction mode (the limits set per transaction) the claim keeps its explicit transaction, its
-/// `BEGIN` pipelined with it ([`begun_with`]); given up on, it commits nothing.
+/// (a timeout, a dropped task) leaves a hand-back behind ([`PgStore::sent_alone`]'s [`Abandoned`]): the claim's
+/// items, known by the token the claim was given, are handed back on the same connection, after the claim, as a
+/// release hands an item back. Behind a pooler in transaction mode (the limits set per transaction) the claim
+/// keeps its explicit transaction, its `BEGIN` pipelined with it (`tx::begun_with`); given up on, it commits
+/// nothing.
 pub(super) async fn claim(
     store: &PgStore,
     request: &ClaimRequest,
     limit: usize,
 ) -> Result<Vec<ClaimedItem>, QueueError> {
     let token = uuid::Uuid::new_v4();
-    let mut conn = store.conn().await?;
-    let answer = if conn.begin_sql().is_some() {
-        begun_with(&mut conn, async |conn| statement(&mut { conn }, request, limit, token).await).await
-    } else {
-        let mut guard = HandBack { conn: Some(conn), token, tracker: store.hand_backs.clone() };
-        let answer = match not_in_a_transaction(guard.conn()) {
-            Ok(()) => statement(guard.conn(), request, limit, token).await,
-            Err(e) => Err(e),
-        };
-        conn = guard.answered();
-        if answer.is_err() && !diesel_async::pooled_connection::PoolableConnection::is_broken(&mut *conn) {
-            // The server may have committed the claim before the error (a row that failed to decode): its items
-            // are handed back; a claim that rolled back has none to hand back. On a connection that is gone, a
-            // commit whose answer was lost is a stall, as for any write.
-            hand_back(&mut conn, token).await;
+    let (tracker, session) = (store.hand_backs.clone(), store.begin.is_none());
+    // Given up on before its answer: the claim's items handed back on its own connection, in a task of its own (so
+    // the server runs it after the claim and its commit), which a process about to stop waits for
+    // (`PgStore::hand_backs_settled`). Without a runtime to run it on, or when the task is cut short all the same,
+    // the connection is closed and the items run again when their lease ends, as after a crash.
+    let given_up: Abandoned = Box::new(move |mut conn| match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            tracker.spawn_on(async move { hand_back(&mut conn, token).await }, &runtime);
         }
-        answer
-    };
+        Err(_) => hand_back_failed(&"no runtime to run it on"),
+    });
+    let (mut conn, answer) = store
+        .sent_alone(Lane::Shared, async |conn| statement(&mut { conn }, request, limit, token).await, given_up)
+        .await?;
+    if session && answer.is_err() && !diesel_async::pooled_connection::PoolableConnection::is_broken(&mut *conn) {
+        // The server may have committed the claim before the error (a row that failed to decode): its items are
+        // handed back; a claim that rolled back has none to hand back. On a connection that is gone, a commit
+        // whose answer was lost is a stall, as for any write. Behind a pooler the claim's own transaction rolled
+        // back.
+        hand_back(&mut conn, token).await;
+    }
     match answer {
         Ok(rows) => taken(store, rows),
         Err(e) if lost_race(&e) => Ok(Vec::new()),
         Err(e) => Err(placed(&mut conn, e).await.into()),
-    }
-}
-
-/// A claim in flight as its own implicit transaction, on the connection it was sent on. Dropped before the
-/// claim's answer (its caller gave up), it hands back whatever the claim took: it takes the connection out of
-/// its pool (which may open another at once) and, in a task of its own, runs the hand-back on it, so the server
-/// runs it after the claim and its commit; the connection is closed after. A process about to stop waits for it
-/// ([`PgStore::hand_backs_settled`]). Without a runtime to run it on, or when the task is cut short all the same,
-/// the connection is closed and the items run again when their lease ends, as after a crash.
-struct HandBack {
-    conn: Option<Conn>,
-    token: uuid::Uuid,
-    /// The store's hand-backs in flight, which a process about to stop waits for.
-    tracker: tokio_util::task::TaskTracker,
-}
-
-impl HandBack {
-    fn conn(&mut self) -> &mut diesel_async::AsyncPgConnection {
-        self.conn.as_deref_mut().expect("held until answered")
-    }
-
-    /// The claim answered (rows or an error): the connection back, nothing handed back by the guard.
-    fn answered(mut self) -> Conn {
-        self.conn.take().expect("held until answered")
-    }
-}
-
-impl Drop for HandBack {
-    fn drop(&mut self) {
-        let Some(conn) = self.conn.take() else { return };
-        let (mut conn, token) = (conn.detach(), self.token);
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                self.tracker.spawn_on(async move { hand_back(&mut conn, token).await }, &runtime);
-            }
-            Err(_) => hand_back_failed(&"no runtime to run it on"),
-        }
     }
 }
 
