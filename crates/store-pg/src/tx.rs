@@ -401,8 +401,12 @@ impl Unanswered {
 
 impl Drop for Unanswered {
     fn drop(&mut self) {
-        if let (Some(conn), Some(abandoned)) = (self.conn.take(), self.abandoned.take()) {
-            abandoned(conn.detach());
+        // Detached whatever else happens: a connection whose answer is unread must never be pooled again.
+        if let Some(conn) = self.conn.take().map(Conn::detach) {
+            match self.abandoned.take() {
+                Some(abandoned) => abandoned(conn),
+                None => drop(conn),
+            }
         }
     }
 }

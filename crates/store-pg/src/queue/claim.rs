@@ -151,7 +151,7 @@ pub(super) async fn claim(
     limit: usize,
 ) -> Result<Vec<ClaimedItem>, QueueError> {
     let token = uuid::Uuid::new_v4();
-    let (tracker, session) = (store.hand_backs.clone(), store.begin.is_none());
+    let tracker = store.hand_backs.clone();
     // Given up on before its answer: the claim's items handed back on its own connection, in a task of its own (so
     // the server runs it after the claim and its commit), which a process about to stop waits for
     // (`PgStore::hand_backs_settled`). Without a runtime to run it on, or when the task is cut short all the same,
@@ -165,6 +165,7 @@ pub(super) async fn claim(
     let (mut conn, answer) = store
         .sent_alone(Lane::Shared, async |conn| statement(&mut { conn }, request, limit, token).await, given_up)
         .await?;
+    let session = conn.begin_sql().is_none();
     if session && answer.is_err() && !diesel_async::pooled_connection::PoolableConnection::is_broken(&mut *conn) {
         // The server may have committed the claim before the error (a row that failed to decode): its items are
         // handed back; a claim that rolled back has none to hand back. On a connection that is gone, a commit
