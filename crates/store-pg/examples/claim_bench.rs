@@ -39,7 +39,7 @@ use almanac_domain::{
 };
 use std::sync::{Arc, OnceLock};
 
-use almanac_store_pg::{Bind, PgStore, Prepared, claim_with};
+use almanac_store_pg::{Bind, PgStore, Prepared, claim_binds, claim_with};
 use almanac_testdb::TestDatabase;
 use diesel::sql_types::{BigInt, Double, Text};
 use diesel::{QueryableByName, sql_query};
@@ -81,8 +81,8 @@ RETURNING w.*";
 const STORE_PICKS: &str = "WHERE w.id = ANY (ARRAY (";
 
 /// The floor's claim of [`BATCH`], made once from the store's claim text: its update of `floor_items` with the
-/// store's own settings (status, attempt, worker, lease, token), bound as the store binds its own (worker, lease
-/// in seconds, token, kinds), and [`FLOOR_PICKS`] in place of the per-config candidates.
+/// store's own settings (status, attempt, worker, lease, token), bound by the store's own `claim_binds`, and
+/// [`FLOOR_PICKS`] in place of the per-config candidates.
 static FLOOR_CLAIM: OnceLock<String> = OnceLock::new();
 
 /// The floor's completion of what one claim took: its ids and its token.
@@ -388,14 +388,7 @@ async fn claim_and_complete(claimer: &Claimer, request: &ClaimRequest, since: In
         Claimer::Floor(conn) => {
             let mut conn = conn.lock().await;
             let (token, claim) = (uuid::Uuid::new_v4(), FLOOR_CLAIM.get().expect("made before the floor's rounds"));
-            let kinds = request.kinds.iter().map(|k| k.as_str().to_owned()).collect();
-            let binds = vec![
-                Bind::Text(request.worker_id.as_str()),
-                Bind::Double(request.lease.get().as_secs_f64()),
-                Bind::Uuid(token),
-                Bind::TextArray(kinds),
-            ];
-            let claimed: Vec<Id> = Prepared::new(claim, binds).load(&mut *conn).await.unwrap();
+            let claimed: Vec<Id> = Prepared::new(claim, claim_binds(request, token)).load(&mut *conn).await.unwrap();
             let latency = since.elapsed().as_secs_f64() * 1000.0;
             if !claimed.is_empty() {
                 let ids = claimed.iter().map(|c| c.id).collect();

@@ -53,7 +53,7 @@ pub use pooler::PoolerMode;
 #[cfg(feature = "test-support")]
 pub use prepared::{Bind, Prepared};
 #[cfg(feature = "test-support")]
-pub use queue::{claim_with, configs_taken};
+pub use queue::{claim_binds, claim_with, configs_taken};
 /// How recently a pooled connection must have been used to be handed out without a check (for tests that wait
 /// it out).
 #[cfg(feature = "test-support")]

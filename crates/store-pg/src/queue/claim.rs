@@ -217,22 +217,31 @@ pub(super) async fn statement<C>(
 where
     C: AsyncConnectionCore<Backend = Pg> + Send,
 {
-    let kinds: Vec<String> = request.kinds.iter().map(|k| k.as_str().to_owned()).collect();
-    let user = match request.served {
-        ServedConfigs::All => None,
-        ServedConfigs::User(user) => Some(user.as_uuid()),
+    let template = match request.served {
+        ServedConfigs::All => CLAIM_ALL,
+        ServedConfigs::User(_) => CLAIM_USER,
     };
+    let sql = claim_text(template, limit);
+    let mut rows: Vec<WorkItemRow> = Prepared::new(&sql, claim_binds(request, token)).load(conn).await?;
+    rows.sort_by_key(|r| (r.requested_at, r.id));
+    Ok(rows)
+}
+
+/// The claim's values as its statement binds them: `$1` the worker, `$2` the lease in seconds, `$3` the claim's
+/// token, `$4` the kinds, and `$5` the served user when the Worker serves one. Public for benchmarks that bind a
+/// claim of their own as the store binds its (the claim benchmark's floor); the store's only use is [`statement`].
+pub fn claim_binds(request: &ClaimRequest, token: uuid::Uuid) -> Vec<Bind<'_>> {
+    let kinds: Vec<String> = request.kinds.iter().map(|k| k.as_str().to_owned()).collect();
     let mut binds = vec![
         Bind::Text(request.worker_id.as_str()),
         Bind::Double(seconds(request.lease)),
         Bind::Uuid(token),
         Bind::TextArray(kinds),
     ];
-    binds.extend(user.map(Bind::Uuid));
-    let sql = claim_text(if user.is_some() { CLAIM_USER } else { CLAIM_ALL }, limit);
-    let mut rows: Vec<WorkItemRow> = Prepared::new(&sql, binds).load(conn).await?;
-    rows.sort_by_key(|r| (r.requested_at, r.id));
-    Ok(rows)
+    if let ServedConfigs::User(user) = request.served {
+        binds.push(Bind::Uuid(user.as_uuid()));
+    }
+    binds
 }
 
 /// Rule 2: a writer that bypasses the claim (it takes no config lock: a hand-written update, a tool) set an item

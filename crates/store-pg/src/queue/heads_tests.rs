@@ -145,8 +145,7 @@ async fn a_claims_mark_holds_every_head_it_is_given_even_one_not_claimable() {
     other.batch_execute(held).await.unwrap();
 }
 
-/// The smallest join of `plan` (`EXPLAIN (FORMAT JSON)`'s top node) whose inputs scan both `a` and `b`, and the
-/// relations its inputs scan.
+/// The smallest join of `plan` (`EXPLAIN (FORMAT JSON)`'s top node) whose inputs scan both `a` and `b`.
 fn join_of<'p>(plan: &'p serde_json::Value, a: &str, b: &str) -> Option<&'p serde_json::Value> {
     fn scanned(node: &serde_json::Value, into: &mut Vec<String>) {
         if let Some(name) = node["Relation Name"].as_str() {

@@ -33,7 +33,7 @@ use crate::tx::Lane;
 
 pub(crate) use claim::hand_back_failed;
 #[cfg(feature = "test-support")]
-pub use claim::{claim_with, configs_taken};
+pub use claim::{claim_binds, claim_with, configs_taken};
 pub(crate) use enqueue::{many_query as enqueue_many_query, query as enqueue_query};
 pub(crate) use recovery::delete_finished_query;
 pub(crate) use row::WorkItemRow;
