@@ -256,6 +256,46 @@ async fn completions_claiming_nothing_given_up_on_still_commit() {
     assert_eq!(again.written, [WriteOutcome::Lost], "written once: the second try changes nothing");
 }
 
+/// A connection whose statement, sent alone, was given up on before its answer is never pooled again
+/// (`tx::Unanswered`): a claim's (its hand-back then runs on it) and a completion's alike. The store has one
+/// connection, and the given-up statement still waits on a row the test holds when the store's next statement is
+/// sent: on the same connection that statement would queue behind the unanswered one until the row is let go, so
+/// it answers only on a connection of its own.
+#[tokio::test]
+async fn a_connection_whose_statement_was_given_up_on_is_never_pooled_again() {
+    for given_up in ["claim", "completion"] {
+        let db = TestDatabase::create().await;
+        let store = Arc::new(PgStore::new(db.url(), 1, Duration::from_secs(10)).unwrap());
+        let (config, id) = a_queued_crawl(&store).await;
+        let mut holder = if given_up == "claim" {
+            give_up_a_claim_waiting_on_the_head(&db, &store, config).await
+        } else {
+            let fence = store.claim(&claimer()).await.unwrap().unwrap().fence;
+            let mut holder = raw(&db).await;
+            holder
+                .batch_execute(&format!("BEGIN; SELECT 1 FROM work_items WHERE id = '{id}' FOR UPDATE"))
+                .await
+                .unwrap();
+            let writer = store.clone();
+            let completions =
+                tokio::spawn(async move { writer.complete_many_and_claim(&[(fence, None)], &claimer(), 0).await });
+            assert_eq!(db.sessions_waiting_on_locks(1).await, 1, "the completion never waited on the item's row");
+            completions.abort();
+            assert!(completions.await.unwrap_err().is_cancelled());
+            holder
+        };
+
+        let next = tokio::time::timeout(almanac_testdb::patience(Duration::from_secs(5)), store.queue_summary()).await;
+        assert!(
+            matches!(next, Ok(Ok(_))),
+            "after a {given_up} given up on, the store's next statement did not answer while the given-up one \
+             waited: {next:?}"
+        );
+        assert_eq!(db.sessions_waiting_on_locks(1).await, 1, "the given-up {given_up} still waits on the row");
+        holder.batch_execute("COMMIT").await.unwrap();
+    }
+}
+
 /// The shared pool is saturated (every connection waits on a lock, more callers queue for one): the
 /// attempt's heartbeat and outcome still go through on connections nothing else can take.
 #[tokio::test]
