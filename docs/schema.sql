@@ -298,6 +298,22 @@ END $$;
 
 
 --
+-- Name: almanac_time_readable(timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.almanac_time_readable(t timestamp with time zone) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN ((t IS NULL) OR (isfinite(t) AND (t <= '262142-12-31 23:59:59.999999+00'::timestamp with time zone)));
+
+
+--
+-- Name: FUNCTION almanac_time_readable(t timestamp with time zone); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.almanac_time_readable(t timestamp with time zone) IS 'Whether a time is one every reader of ours can read (chrono''s DateTime<Utc>): NULL, or finite and no later than the year 262142. Every timestamptz column is checked with it (ck_<table>_times_readable, migration 000032).';
+
+
+--
 -- Name: config_watches_new_holder(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -354,7 +370,8 @@ CREATE TABLE public.asset_extra_paths (
     display_path text NOT NULL,
     size_bytes bigint NOT NULL,
     file_modified_at timestamp with time zone NOT NULL,
-    last_seen_at timestamp with time zone DEFAULT now() NOT NULL
+    last_seen_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT ck_asset_extra_paths_times_readable CHECK ((public.almanac_time_readable(file_modified_at) AND public.almanac_time_readable(last_seen_at)))
 );
 
 
@@ -450,7 +467,8 @@ CREATE TABLE public.bursts (
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     CONSTRAINT ck_bursts_frames CHECK ((frame_count >= 2)),
     CONSTRAINT ck_bursts_interval CHECK ((ended_at >= started_at)),
-    CONSTRAINT ck_bursts_source CHECK ((source = ANY (ARRAY['camera_burst_id'::text, 'time_gap'::text])))
+    CONSTRAINT ck_bursts_source CHECK ((source = ANY (ARRAY['camera_burst_id'::text, 'time_gap'::text]))),
+    CONSTRAINT ck_bursts_times_readable CHECK ((public.almanac_time_readable(started_at) AND public.almanac_time_readable(ended_at) AND public.almanac_time_readable(created_at) AND public.almanac_time_readable(updated_at)))
 );
 
 
@@ -483,7 +501,8 @@ CREATE TABLE public.config_watches (
     note text,
     holder uuid DEFAULT gen_random_uuid() NOT NULL,
     CONSTRAINT ck_config_watches_mode CHECK ((mode = ANY (ARRAY['events'::text, 'polling'::text, 'off'::text]))),
-    CONSTRAINT ck_config_watches_pending_files CHECK ((pending_files >= 0))
+    CONSTRAINT ck_config_watches_pending_files CHECK ((pending_files >= 0)),
+    CONSTRAINT ck_config_watches_times_readable CHECK ((public.almanac_time_readable(since) AND public.almanac_time_readable(lease_expires_at) AND public.almanac_time_readable(last_change_at)))
 );
 
 
@@ -571,7 +590,8 @@ CREATE TABLE public.media_assets (
     CONSTRAINT ck_media_assets_media_type CHECK ((media_type = ANY (ARRAY['image'::text, 'video'::text]))),
     CONSTRAINT ck_media_assets_sidecar CHECK ((((sidecar_path IS NULL) = (sidecar_size IS NULL)) AND ((sidecar_path IS NULL) = (sidecar_modified_at IS NULL)))),
     CONSTRAINT ck_media_assets_size CHECK ((size_bytes >= 0)),
-    CONSTRAINT ck_media_assets_soft_delete CHECK ((is_soft_deleted = (soft_deleted_at IS NOT NULL)))
+    CONSTRAINT ck_media_assets_soft_delete CHECK ((is_soft_deleted = (soft_deleted_at IS NOT NULL))),
+    CONSTRAINT ck_media_assets_times_readable CHECK ((public.almanac_time_readable(file_modified_at) AND public.almanac_time_readable(captured_at) AND public.almanac_time_readable(soft_deleted_at) AND public.almanac_time_readable(last_seen_at) AND public.almanac_time_readable(created_at) AND public.almanac_time_readable(sidecar_modified_at)))
 );
 
 
@@ -687,7 +707,8 @@ COMMENT ON COLUMN public.media_assets.sidecar_path IS 'The XMP sidecar (relative
 CREATE TABLE public.paused_kinds (
     kind text NOT NULL,
     paused_at timestamp with time zone DEFAULT now() NOT NULL,
-    CONSTRAINT ck_paused_kinds_kind CHECK ((kind = ANY (ARRAY['crawl'::text, 'burst_detection'::text, 'purge'::text, 'proxy_deletion'::text, 'proxy_sweep'::text, 'token_cleanup'::text, 'work_item_retention'::text])))
+    CONSTRAINT ck_paused_kinds_kind CHECK ((kind = ANY (ARRAY['crawl'::text, 'burst_detection'::text, 'purge'::text, 'proxy_deletion'::text, 'proxy_sweep'::text, 'token_cleanup'::text, 'work_item_retention'::text]))),
+    CONSTRAINT ck_paused_kinds_times_readable CHECK (public.almanac_time_readable(paused_at))
 );
 
 
@@ -711,6 +732,7 @@ CREATE TABLE public.proxy_files (
     size_bytes bigint DEFAULT 0 NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     CONSTRAINT ck_proxy_files_storage CHECK ((((proxy_type = 'blurhash'::text) = (inline_value IS NOT NULL)) AND ((relative_path IS NULL) = (inline_value IS NOT NULL)))),
+    CONSTRAINT ck_proxy_files_times_readable CHECK (public.almanac_time_readable(created_at)),
     CONSTRAINT ck_proxy_files_type CHECK ((proxy_type = ANY (ARRAY['thumbnail'::text, 'preview'::text, 'blurhash'::text, 'poster'::text, 'web_video'::text])))
 );
 
@@ -747,7 +769,8 @@ CREATE TABLE public.queue_heads (
     claimable boolean DEFAULT false NOT NULL,
     oldest_requested_at timestamp with time zone,
     earliest_run_after timestamp with time zone,
-    paused boolean DEFAULT false NOT NULL
+    paused boolean DEFAULT false NOT NULL,
+    CONSTRAINT ck_queue_heads_times_readable CHECK ((public.almanac_time_readable(oldest_requested_at) AND public.almanac_time_readable(earliest_run_after)))
 );
 
 
@@ -803,7 +826,8 @@ CREATE TABLE public.refresh_tokens (
     token_hash bytea NOT NULL,
     expires_at timestamp with time zone NOT NULL,
     revoked_at timestamp with time zone,
-    created_at timestamp with time zone DEFAULT now() NOT NULL
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT ck_refresh_tokens_times_readable CHECK ((public.almanac_time_readable(expires_at) AND public.almanac_time_readable(revoked_at) AND public.almanac_time_readable(created_at)))
 );
 
 
@@ -828,7 +852,8 @@ COMMENT ON COLUMN public.refresh_tokens.token_hash IS 'A hash of the token; the 
 CREATE TABLE public.schedule_periods (
     schedule_key text NOT NULL,
     work_item_id uuid,
-    created_at timestamp with time zone DEFAULT now() NOT NULL
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT ck_schedule_periods_times_readable CHECK (public.almanac_time_readable(created_at))
 );
 
 
@@ -860,6 +885,7 @@ CREATE TABLE public.storage_configs (
     paused_at timestamp with time zone,
     watch text DEFAULT 'auto'::text NOT NULL,
     CONSTRAINT ck_storage_configs_root_path_absolute CHECK (("left"(root_path, 1) = '/'::text)),
+    CONSTRAINT ck_storage_configs_times_readable CHECK ((public.almanac_time_readable(created_at) AND public.almanac_time_readable(paused_at))),
     CONSTRAINT ck_storage_configs_watch CHECK ((watch = ANY (ARRAY['auto'::text, 'events'::text, 'polling'::text, 'off'::text])))
 );
 
@@ -915,6 +941,7 @@ CREATE TABLE public.users (
     username text NOT NULL,
     disabled boolean DEFAULT false NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT ck_users_times_readable CHECK (public.almanac_time_readable(created_at)),
     CONSTRAINT ck_users_username_not_blank CHECK ((length(btrim(username)) > 0))
 );
 
@@ -967,6 +994,7 @@ CREATE TABLE public.work_items (
     CONSTRAINT ck_work_items_kind_scope CHECK ((((kind = ANY (ARRAY['crawl'::text, 'burst_detection'::text, 'purge'::text])) AND (storage_config_id IS NOT NULL)) OR ((kind = ANY (ARRAY['proxy_sweep'::text, 'token_cleanup'::text, 'work_item_retention'::text])) AND (storage_config_id IS NULL)) OR (kind = 'proxy_deletion'::text))),
     CONSTRAINT ck_work_items_running_lease CHECK (((status <> 'running'::text) OR ((lease_expires_at IS NOT NULL) AND (worker_id IS NOT NULL) AND (attempt >= 1)))),
     CONSTRAINT ck_work_items_status CHECK ((status = ANY (ARRAY['queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text]))),
+    CONSTRAINT ck_work_items_times_readable CHECK ((public.almanac_time_readable(requested_at) AND public.almanac_time_readable(run_after) AND public.almanac_time_readable(lease_expires_at) AND public.almanac_time_readable(started_at) AND public.almanac_time_readable(heartbeat_at) AND public.almanac_time_readable(finished_at) AND public.almanac_time_readable(cancel_requested_at))),
     CONSTRAINT ck_work_items_worker_id_form CHECK (((worker_id IS NULL) OR ((char_length(worker_id) <= 200) AND (worker_id !~ '^[\s\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*$'::text))))
 );
 

@@ -256,6 +256,33 @@ async fn completions_claiming_nothing_given_up_on_still_commit() {
     assert_eq!(again.written, [WriteOutcome::Lost], "written once: the second try changes nothing");
 }
 
+/// A claim whose answer fails after the server committed it (a row that fails to decode) is an error, and its
+/// items are handed back at once on the same connection: queued again, their attempt number used, not `running`
+/// under a claim nobody knows until their lease runs out (60 s here). The only row known to fail to decode is one
+/// holding a time chrono cannot read, which the schema refuses since migration 000032; the test drops those checks
+/// (the item's and its head's) to write one, as a database restored without it would hold.
+#[tokio::test]
+async fn a_claim_whose_answer_fails_after_its_commit_is_handed_back() {
+    let db = TestDatabase::create().await;
+    let store = PgStore::new(db.url(), 1, Duration::from_secs(10)).unwrap();
+    let (_, id) = a_queued_crawl(&store).await;
+    raw(&db)
+        .await
+        .batch_execute(&format!(
+            "ALTER TABLE work_items DROP CONSTRAINT ck_work_items_times_readable;
+             ALTER TABLE queue_heads DROP CONSTRAINT ck_queue_heads_times_readable;
+             UPDATE work_items SET requested_at = '-infinity' WHERE id = '{id}';"
+        ))
+        .await
+        .unwrap();
+
+    let claimed = store.claim(&claimer()).await;
+    assert!(claimed.is_err(), "a claim whose row cannot be read answered {claimed:?}");
+    let handed_back = format!("SELECT count(*) AS n FROM work_items WHERE id = '{id}' AND claim_token IS NULL");
+    assert_eq!(count(&db, &handed_back).await, 1, "not handed back: {:?}", status(&db, id).await);
+    assert_eq!(status(&db, id).await, ("queued".into(), 1), "queued again, its attempt number used");
+}
+
 /// A connection whose statement, sent alone, was given up on before its answer is never pooled again
 /// (`tx::Unanswered`): a claim's (its hand-back then runs on it) and a completion's alike. The store has one
 /// connection, and the given-up statement still waits on a row the test holds when the store's next statement is

@@ -1,0 +1,164 @@
+//! Every time the database holds is one the store can read (migration 000032, ADR 0011 amendment "times every
+//! reader can read"). PostgreSQL stores `infinity`, `-infinity` and years up to 294276; the store reads chrono's
+//! `DateTime<Utc>`, which ends with the year 262142, and a time outside that fails the read of its whole row: a
+//! claim of such an item, committed by the server, failed in its answer, and the queue could not be listed. These
+//! tests hold every time column of the schema to the check, try its edges against the store's own reads, and
+//! run the migration on times another client stored before it.
+
+mod support;
+
+use std::path::PathBuf;
+
+use almanac_domain::{NewWorkItem, Scope, WorkKind, WorkQueue};
+use almanac_store_pg::{NewStorageConfig, PgStore};
+use almanac_testdb::TestDatabase;
+use chrono::{DateTime, NaiveDate, Utc};
+use diesel::result::{DatabaseErrorKind, Error};
+use diesel::sql_query;
+use diesel::sql_types::Text;
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
+
+const UP: &str = include_str!("../../../migrations/2026-12-06-000032_times_readable/up.sql");
+const DOWN: &str = include_str!("../../../migrations/2026-12-06-000032_times_readable/down.sql");
+
+/// The last time chrono reads, as PostgreSQL keeps it (to the microsecond), and the first PostgreSQL stores.
+const LAST: &str = "262142-12-31 23:59:59.999999+00";
+const FIRST: &str = "4714-11-24 00:00:00+00 BC";
+
+#[derive(diesel::QueryableByName)]
+struct Row {
+    #[diesel(sql_type = Text)]
+    a: String,
+    #[diesel(sql_type = Text)]
+    b: String,
+}
+
+async fn rows(conn: &mut AsyncPgConnection, sql: &str) -> Vec<(String, String)> {
+    sql_query(sql).load::<Row>(conn).await.unwrap().into_iter().map(|r| (r.a, r.b)).collect()
+}
+
+async fn setup() -> (TestDatabase, PgStore, almanac_domain::StorageConfigId, AsyncPgConnection) {
+    let db = TestDatabase::create().await;
+    let store = PgStore::connect(db.url()).expect("store");
+    let new = NewStorageConfig { username: "ann".into(), root_path: PathBuf::from("/photos/ann") };
+    let config = store.add_storage_config(&new).await.expect("add config").1.id;
+    let conn = AsyncPgConnection::establish(db.url()).await.expect("connect");
+    (db, store, config, conn)
+}
+
+/// Every `timestamptz` column of every table is in its table's check: a table or column added later without it
+/// fails here.
+#[tokio::test]
+async fn every_time_column_of_the_schema_is_checked_to_be_readable() {
+    let (_db, _store, _config, mut conn) = setup().await;
+    let columns = rows(
+        &mut conn,
+        "SELECT c.relname::text AS a, a.attname::text AS b
+           FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+           JOIN pg_attribute AS a ON a.attrelid = c.oid
+          WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped
+            AND a.atttypid = 'timestamptz'::regtype
+          ORDER BY 1, 2",
+    )
+    .await;
+    assert!(columns.iter().any(|(t, c)| t == "work_items" && c == "run_after"), "columns read: {columns:?}");
+    let checks = rows(
+        &mut conn,
+        "SELECT conrelid::regclass::text AS a, pg_get_constraintdef(oid) AS b
+           FROM pg_constraint WHERE contype = 'c' AND conname LIKE 'ck\\_%\\_times\\_readable'",
+    )
+    .await;
+    let unchecked: Vec<_> = columns
+        .iter()
+        .filter(|(table, column)| {
+            !checks.iter().any(|(t, def)| t == table && def.contains(&format!("almanac_time_readable({column})")))
+        })
+        .collect();
+    assert!(unchecked.is_empty(), "time columns no check holds to readable times: {unchecked:?}");
+}
+
+/// A time no reader can read is refused, by whichever client writes it (here by hand, as an operator parking an
+/// item at `infinity` would), naming the check; the first and last times that can be read are taken, and the
+/// store reads them back.
+#[tokio::test]
+async fn a_time_no_reader_can_read_is_refused_and_the_edges_read_back() {
+    let (_db, store, config, mut conn) = setup().await;
+    let id = store.enqueue(&NewWorkItem::new(WorkKind::Crawl, Scope::Config(config)).unwrap()).await.unwrap().item.id;
+    let set = |column: &str, time: &str| format!("UPDATE work_items SET {column} = '{time}' WHERE id = '{id}'");
+    for column in ["run_after", "requested_at", "cancel_requested_at"] {
+        for time in ["infinity", "-infinity", "262143-01-01 00:00:00+00"] {
+            match sql_query(set(column, time)).execute(&mut conn).await {
+                Err(Error::DatabaseError(DatabaseErrorKind::CheckViolation, info)) => {
+                    assert_eq!(info.constraint_name(), Some("ck_work_items_times_readable"), "{column} = {time}")
+                }
+                other => panic!("{column} = {time} was not refused by the check: {other:?}"),
+            }
+        }
+    }
+    let paused = format!("UPDATE storage_configs SET paused_at = 'infinity' WHERE id = '{config}'");
+    assert!(
+        matches!(
+            sql_query(paused).execute(&mut conn).await,
+            Err(Error::DatabaseError(DatabaseErrorKind::CheckViolation, _))
+        ),
+        "a config's time is checked too"
+    );
+
+    for (column, time) in [("run_after", LAST), ("requested_at", FIRST)] {
+        sql_query(set(column, time)).execute(&mut conn).await.unwrap();
+    }
+    let items = store.list_items(None, 10).await.expect("the store reads the edges back");
+    let item = items.iter().find(|i| i.id == id).expect("listed");
+    let at = |y: i32, m: u32, d: u32, micros: u32| -> DateTime<Utc> {
+        let (h, min, s) = if micros > 0 { (23, 59, 59) } else { (0, 0, 0) };
+        NaiveDate::from_ymd_opt(y, m, d).unwrap().and_hms_micro_opt(h, min, s, micros).unwrap().and_utc()
+    };
+    assert_eq!(item.run_after, at(262142, 12, 31, 999_999), "the last time chrono reads");
+    assert_eq!(item.requested_at, at(-4713, 11, 24, 0), "the first time PostgreSQL stores (4714 BC)");
+}
+
+/// Times stored before the check (the migration run on a database whose rows hold them, as another client wrote
+/// them) are moved to the nearest time that can be read: an item parked at `infinity` stays parked, one put first
+/// at `-infinity` stays first; nothing is dropped. The claim then takes the one first in line, and reads it.
+#[tokio::test]
+async fn times_stored_before_the_check_are_moved_to_the_nearest_readable_time() {
+    let (_db, store, config, mut conn) = setup().await;
+    let other = store
+        .add_storage_config(&NewStorageConfig { username: "bob".into(), root_path: PathBuf::from("/photos/bob") })
+        .await
+        .unwrap()
+        .1
+        .id;
+    let parked =
+        store.enqueue(&NewWorkItem::new(WorkKind::Crawl, Scope::Config(config)).unwrap()).await.unwrap().item.id;
+    let first = store.enqueue(&NewWorkItem::new(WorkKind::Crawl, Scope::Config(other)).unwrap()).await.unwrap().item.id;
+    conn.batch_execute(DOWN).await.unwrap();
+    conn.batch_execute(&format!(
+        "UPDATE work_items SET run_after = 'infinity' WHERE id = '{parked}';
+         UPDATE work_items SET requested_at = '-infinity' WHERE id = '{first}';
+         UPDATE storage_configs SET paused_at = '290000-01-01 00:00:00+00' WHERE id = '{other}';"
+    ))
+    .await
+    .unwrap();
+    assert!(store.list_items(None, 10).await.is_err(), "unreadable before the migration");
+
+    conn.batch_execute(UP).await.unwrap();
+    let times = rows(
+        &mut conn,
+        "SELECT id::text AS a, run_after::text || ' ' || requested_at::text AS b FROM work_items ORDER BY 1",
+    )
+    .await;
+    let of = |id: almanac_domain::WorkItemId| times.iter().find(|(i, _)| *i == id.to_string()).unwrap().1.clone();
+    assert!(of(parked).starts_with("262142-12-31 23:59:59.999999+00 "), "parked: {}", of(parked));
+    assert!(of(first).ends_with(" 4714-11-24 00:00:00+00 BC"), "first: {}", of(first));
+    let paused =
+        rows(&mut conn, &format!("SELECT paused_at::text AS a, '' AS b FROM storage_configs WHERE id = '{other}'"))
+            .await;
+    assert_eq!(paused[0].0, LAST, "the config stays paused, at the last readable time");
+
+    assert_eq!(store.list_items(None, 10).await.expect("readable after the migration").len(), 2);
+    store.set_config_paused(other, false).await.unwrap();
+    let claimed = store.claim(&support::claimer("w1")).await.expect("the claim reads its item").expect("one claimed");
+    assert_eq!(claimed.item.id, first, "the item first in line is claimed, the parked one stays parked");
+    assert!(store.claim(&support::claimer("w1")).await.unwrap().is_none(), "the parked item is not due");
+}
