@@ -135,6 +135,22 @@ END $$;
 
 
 --
+-- Name: almanac_name_well_formed(text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.almanac_name_well_formed(t text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN ((t IS NULL) OR ((char_length(t) <= 200) AND (t !~ '^[\s\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*$'::text)));
+
+
+--
+-- Name: FUNCTION almanac_name_well_formed(t text); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.almanac_name_well_formed(t text) IS 'Whether a dedup key or worker id has the form the domain reads (DedupKey, WorkerId): NULL, or 1 to 200 characters not all whitespace (whitespace as Rust''s char::is_whitespace knows it). Migration 000033.';
+
+
+--
 -- Name: almanac_queue_heads_config_added(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -502,7 +518,8 @@ CREATE TABLE public.config_watches (
     holder uuid DEFAULT gen_random_uuid() NOT NULL,
     CONSTRAINT ck_config_watches_mode CHECK ((mode = ANY (ARRAY['events'::text, 'polling'::text, 'off'::text]))),
     CONSTRAINT ck_config_watches_pending_files CHECK ((pending_files >= 0)),
-    CONSTRAINT ck_config_watches_times_readable CHECK ((public.almanac_time_readable(since) AND public.almanac_time_readable(lease_expires_at) AND public.almanac_time_readable(last_change_at)))
+    CONSTRAINT ck_config_watches_times_readable CHECK ((public.almanac_time_readable(since) AND public.almanac_time_readable(lease_expires_at) AND public.almanac_time_readable(last_change_at))),
+    CONSTRAINT ck_config_watches_worker_id_form CHECK (public.almanac_name_well_formed(worker_id))
 );
 
 
@@ -988,14 +1005,14 @@ CREATE TABLE public.work_items (
     result jsonb,
     claim_token uuid,
     CONSTRAINT ck_work_items_counters CHECK (((attempt >= 0) AND (failures >= 0) AND (stalls >= 0) AND (max_attempts >= 1))),
-    CONSTRAINT ck_work_items_dedup_key_form CHECK (((dedup_key IS NULL) OR ((char_length(dedup_key) <= 200) AND (dedup_key !~ '^[\s\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*$'::text)))),
+    CONSTRAINT ck_work_items_dedup_key_form CHECK (public.almanac_name_well_formed(dedup_key)),
     CONSTRAINT ck_work_items_finished CHECK (((status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text])) = (finished_at IS NOT NULL))),
     CONSTRAINT ck_work_items_kind CHECK ((kind = ANY (ARRAY['crawl'::text, 'burst_detection'::text, 'purge'::text, 'proxy_deletion'::text, 'proxy_sweep'::text, 'token_cleanup'::text, 'work_item_retention'::text]))),
     CONSTRAINT ck_work_items_kind_scope CHECK ((((kind = ANY (ARRAY['crawl'::text, 'burst_detection'::text, 'purge'::text])) AND (storage_config_id IS NOT NULL)) OR ((kind = ANY (ARRAY['proxy_sweep'::text, 'token_cleanup'::text, 'work_item_retention'::text])) AND (storage_config_id IS NULL)) OR (kind = 'proxy_deletion'::text))),
     CONSTRAINT ck_work_items_running_lease CHECK (((status <> 'running'::text) OR ((lease_expires_at IS NOT NULL) AND (worker_id IS NOT NULL) AND (attempt >= 1)))),
     CONSTRAINT ck_work_items_status CHECK ((status = ANY (ARRAY['queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text]))),
     CONSTRAINT ck_work_items_times_readable CHECK ((public.almanac_time_readable(requested_at) AND public.almanac_time_readable(run_after) AND public.almanac_time_readable(lease_expires_at) AND public.almanac_time_readable(started_at) AND public.almanac_time_readable(heartbeat_at) AND public.almanac_time_readable(finished_at) AND public.almanac_time_readable(cancel_requested_at))),
-    CONSTRAINT ck_work_items_worker_id_form CHECK (((worker_id IS NULL) OR ((char_length(worker_id) <= 200) AND (worker_id !~ '^[\s\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*$'::text))))
+    CONSTRAINT ck_work_items_worker_id_form CHECK (public.almanac_name_well_formed(worker_id))
 );
 
 

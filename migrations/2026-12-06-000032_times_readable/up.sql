@@ -3,7 +3,8 @@
 --
 -- PostgreSQL stores `infinity`, `-infinity` and years up to 294276; the store reads times as chrono's
 -- `DateTime<Utc>`, which ends with the year 262142, and a time outside that range fails the read of its whole
--- row. No writer of ours writes one (they write chrono's times, or the server's clock), but another client can:
+-- row. No writer of ours writes one (they write chrono's times, or the server's clock moved by a bounded setting:
+-- `queue.retry_cap` at most 30 days, `schedule.purge_after` at most a century), but another client can:
 -- `UPDATE work_items SET run_after = 'infinity'` to park an item. A claim that took such an item was committed by
 -- the server before its answer failed to decode; the store handed the claim back, and the next claim took it
 -- again: while it stayed among the oldest, every claim of every Worker failed, and the operator's page and CLI

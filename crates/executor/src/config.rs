@@ -5,6 +5,9 @@ use almanac_domain::{
     ports::{LeaseDuration, RetryPolicy, ServedConfigs},
 };
 
+/// The longest retry delay (`queue.retry_cap`): 30 days.
+pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(30 * 86_400);
+
 /// A knob with a value the executor cannot work with. The message names the knob and the accepted range.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{key}: {problem}")]
@@ -139,6 +142,16 @@ impl ExecutorConfig {
                 problem: "base must be above zero, cap at least base, jitter between 0 and 1".into(),
             });
         }
+        if self.retry.cap > MAX_RETRY_DELAY {
+            return Err(ConfigError {
+                key: "queue.retry",
+                problem: format!(
+                    "cap {:?} must be at most 30 days (an item failed is retried within that; a retry far in the \
+                     future would be a time no reader of the queue can read)",
+                    self.retry.cap
+                ),
+            });
+        }
         Ok(())
     }
 }
@@ -206,5 +219,10 @@ mod tests {
         let mut c = config();
         c.retry.base = Duration::ZERO;
         assert_eq!(c.validate().map_err(|e| e.key), Err("queue.retry"));
+        let mut c = config();
+        c.retry.cap = MAX_RETRY_DELAY;
+        assert_eq!(c.validate(), Ok(()), "the longest cap is allowed");
+        c.retry.cap += Duration::from_secs(1);
+        assert_eq!(c.validate().map_err(|e| e.key), Err("queue.retry"), "a cap past 30 days is refused");
     }
 }

@@ -258,9 +258,9 @@ async fn completions_claiming_nothing_given_up_on_still_commit() {
 
 /// A claim whose answer fails after the server committed it (a row that fails to decode) is an error, and its
 /// items are handed back at once on the same connection: queued again, their attempt number used, not `running`
-/// under a claim nobody knows until their lease runs out (60 s here). The only row known to fail to decode is one
-/// holding a time chrono cannot read, which the schema refuses since migration 000032; the test drops those checks
-/// (the item's and its head's) to write one, as a database restored without it would hold.
+/// under a claim nobody knows until their lease runs out (60 s here). The row here holds a time chrono cannot read,
+/// which the schema refuses since migration 000032: the test drops those checks (the item's and its head's) to
+/// write one.
 #[tokio::test]
 async fn a_claim_whose_answer_fails_after_its_commit_is_handed_back() {
     let db = TestDatabase::create().await;

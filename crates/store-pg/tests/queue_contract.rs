@@ -9,10 +9,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use almanac_domain::{
-    CancelOutcome, DedupKey, NewWorkItem, QueueError, Scope, Status, StorageConfig, WorkItemId, WorkKind, WorkQueue,
-    WorkerId,
+    CancelOutcome, DedupKey, NewWorkItem, QueueError, Scope, Status, StorageConfig, StorageConfigId, WorkItemId,
+    WorkKind, WorkQueue, WorkerId,
     ports::{
-        ClaimRequest, FailOutcome, Failure, Heartbeat, LeaseDuration, QueueMaintenance, ServedConfigs, WriteOutcome,
+        ClaimRequest, FailOutcome, Failure, Heartbeat, LeaseDuration, QueueMaintenance, ServedConfigs, WatchStore,
+        WriteOutcome,
     },
 };
 use almanac_store_pg::{PgStore, claim_with, configs_taken};
@@ -1523,12 +1524,47 @@ impl std::io::Write for LogBuffer {
     }
 }
 
+/// A watch's worker id stored in another form before migration 000033 (the migration run again on such rows) is
+/// cut to 200 characters, or named 'unnamed' when blank, so that the watches read back; the work items' checks
+/// accept what they accepted before.
+#[tokio::test]
+async fn watcher_ids_stored_in_another_form_before_the_check_are_mended() {
+    const UP: &str = include_str!("../../../migrations/2026-12-06-000033_watch_worker_id_form/up.sql");
+    const DOWN: &str = include_str!("../../../migrations/2026-12-06-000033_watch_worker_id_form/down.sql");
+    let (db, store) = setup().await;
+    let (blank, long) = (config(&store, "ann", "/photos/ann").await.id, config(&store, "bob", "/photos/bob").await.id);
+    let mut conn = raw(&db).await;
+    conn.batch_execute(DOWN).await.unwrap();
+    let watch = |config, id: &str| {
+        format!(
+            "INSERT INTO config_watches (storage_config_id, worker_id, since, lease_expires_at, mode)
+             VALUES ('{config}', '{id}', now(), now() + interval '1 minute', 'events');"
+        )
+    };
+    conn.batch_execute(&(watch(blank, " \u{a0} ") + &watch(long, &"w".repeat(300)))).await.unwrap();
+    assert!(store.watch_states().await.is_err(), "unreadable before the migration");
+
+    conn.batch_execute(UP).await.unwrap();
+    let mut ids: Vec<(StorageConfigId, String)> = store
+        .watch_states()
+        .await
+        .expect("the watches read back")
+        .into_iter()
+        .filter_map(|s| s.held.map(|h| (s.config, h.worker_id.as_str().to_owned())))
+        .collect();
+    ids.sort();
+    let mut expected = vec![(blank, "unnamed".to_owned()), (long, "w".repeat(200))];
+    expected.sort();
+    assert_eq!(ids, expected);
+}
+
 /// A dedup key or worker id written by another client than ours (the web backend's SQL, an operator's) is held
-/// to the form `DedupKey` and `WorkerId` accept, by the table itself (migration 000011): every stored item reads
-/// back as its types. The two rules agree on each sample, whitespace as Rust knows it included.
+/// to the form `DedupKey` and `WorkerId` accept, by the table itself (migrations 000011 and 000033): every stored
+/// item and watch reads back as its types. The two rules agree on each sample, whitespace as Rust knows it included.
 #[tokio::test]
 async fn keys_and_worker_ids_from_other_clients_keep_the_form_the_domain_reads() {
     let (db, store) = setup().await;
+    let watched = config(&store, "ann", "/photos/ann").await.id;
     let mut conn = raw(&db).await;
     let samples = [
         "crawl:c".to_owned(),
@@ -1559,6 +1595,15 @@ async fn keys_and_worker_ids_from_other_clients_keep_the_form_the_domain_reads()
         if let Err(e) = key {
             assert!(e.to_string().contains("ck_work_items_dedup_key_form"), "{e}");
         }
+        let watcher = conn
+            .batch_execute(&format!(
+                "INSERT INTO config_watches (storage_config_id, worker_id, since, lease_expires_at, mode)
+                 VALUES ('{watched}', '{literal}', now(), now() + interval '1 minute', 'events')
+                 ON CONFLICT (storage_config_id) DO UPDATE SET worker_id = excluded.worker_id"
+            ))
+            .await;
+        assert_eq!(watcher.is_ok(), WorkerId::new(sample.as_str()).is_ok(), "watcher id {sample:?}: {watcher:?}");
+        store.watch_states().await.expect("the watches read back");
     }
     // Everything that went in reads back.
     let listed = store.list_items(None, 100).await.unwrap();

@@ -30,6 +30,9 @@ impl PurgeSettings {
     pub const DEFAULT_BATCH: i64 = 100;
     /// How long a soft-deleted asset is kept before it is purged (`schedule.purge_after`).
     pub const DEFAULT_PURGE_AFTER: Duration = Duration::from_secs(30 * 86_400);
+    /// The longest `purge_after`: a century (36,525 days), never in practice. The purge's cutoff, this long before
+    /// the database's clock, is then a time the database holds.
+    pub const MAX_PURGE_AFTER: Duration = Duration::from_secs(36_525 * 86_400);
 
     /// Purge of soft-deleted assets older than `purge_after`, whose proxies live under `proxy_root`.
     pub fn new(proxy_root: PathBuf, purge_after: Duration) -> Self {

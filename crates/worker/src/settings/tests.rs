@@ -265,6 +265,8 @@ fn a_limit_is_accepted_at_its_bound_and_refused_past_it() {
         ("ALMANAC__SCHEDULE__CRAWL_INTERVAL", "60s", "59s", "schedule.crawl_interval"),
         ("ALMANAC__WATCH__POLL_INTERVAL", "1s", "999ms", "watch.poll_interval"),
         ("ALMANAC__WATCH__LEASE", "3s", "2999ms", "watch.lease"),
+        ("ALMANAC__SCHEDULE__PURGE_AFTER", "36525days", "36526days", "schedule.purge_after"),
+        ("ALMANAC__QUEUE__RETRY_CAP", "30days", "31days", "queue.retry"),
     ] {
         assert!(load(key, at_bound).is_ok(), "{key}={at_bound}: {:?}", load(key, at_bound).err());
         let err = load(key, past).unwrap_err().to_string();

@@ -18,6 +18,12 @@ impl Settings {
                 bail!("schedule.{key}: {interval:?} must be at least one minute");
             }
         }
+        if self.schedule.purge_after > almanac_handlers::PurgeSettings::MAX_PURGE_AFTER {
+            bail!(
+                "schedule.purge_after: {:?} must be at most 36525days (a century: never, in practice)",
+                self.schedule.purge_after
+            );
+        }
         let quiet = self.schedule.quiet_hours.as_deref().unwrap_or_default();
         let quiet_hours =
             almanac_handlers::QuietHours::parse(quiet).map_err(|e| anyhow::anyhow!("schedule.quiet_hours: {e}"))?;
