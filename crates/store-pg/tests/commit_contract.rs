@@ -166,6 +166,26 @@ async fn give_up_a_claim_waiting_on_the_head(
     holder
 }
 
+/// Claims `id` (queued, its config's only item), then starts its completion claiming nothing, which waits on the
+/// item's row (the returned connection holds it in an open transaction), and gives it up (its task aborted).
+/// Answers the claim's fence and that connection.
+async fn give_up_a_completion_waiting_on_the_item(
+    db: &TestDatabase,
+    store: &Arc<PgStore>,
+    id: WorkItemId,
+) -> (Fence, AsyncPgConnection) {
+    let fence = store.claim(&claimer()).await.unwrap().unwrap().fence;
+    let mut holder = raw(db).await;
+    holder.batch_execute(&format!("BEGIN; SELECT 1 FROM work_items WHERE id = '{id}' FOR UPDATE")).await.unwrap();
+    let writer = store.clone();
+    let completions =
+        tokio::spawn(async move { writer.complete_many_and_claim(&[(fence, None)], &claimer(), 0).await });
+    assert_eq!(db.sessions_waiting_on_locks(1).await, 1, "the completions never waited on the item's row");
+    completions.abort();
+    assert!(completions.await.unwrap_err().is_cancelled());
+    (fence, holder)
+}
+
 /// A claim its caller gave up on (a timeout, a shutdown) while the claim waited on a lock is handed back as soon
 /// as it commits: its item queued again at once, not `running` under a claim nobody knows until its lease runs out
 /// (60 s here). The claim is its own implicit transaction, which the server commits once sent whatever the caller
@@ -235,15 +255,7 @@ async fn completions_claiming_nothing_given_up_on_still_commit() {
     let db = TestDatabase::create().await;
     let store = Arc::new(PgStore::new(db.url(), 2, Duration::from_secs(10)).unwrap());
     let (_, id) = a_queued_crawl(&store).await;
-    let fence = store.claim(&claimer()).await.unwrap().unwrap().fence;
-    let mut holder = raw(&db).await;
-    holder.batch_execute(&format!("BEGIN; SELECT 1 FROM work_items WHERE id = '{id}' FOR UPDATE")).await.unwrap();
-    let writer = store.clone();
-    let completions =
-        tokio::spawn(async move { writer.complete_many_and_claim(&[(fence, None)], &claimer(), 0).await });
-    assert_eq!(db.sessions_waiting_on_locks(1).await, 1, "the completions never waited on the item's row");
-    completions.abort();
-    assert!(completions.await.unwrap_err().is_cancelled());
+    let (fence, mut holder) = give_up_a_completion_waiting_on_the_item(&db, &store, id).await;
     holder.batch_execute("COMMIT").await.unwrap();
     let succeeded = format!("SELECT count(*) AS n FROM work_items WHERE id = '{id}' AND status = 'succeeded'");
     let deadline = almanac_testdb::Deadline::after(Duration::from_secs(2));
@@ -297,19 +309,7 @@ async fn a_connection_whose_statement_was_given_up_on_is_never_pooled_again() {
         let mut holder = if given_up == "claim" {
             give_up_a_claim_waiting_on_the_head(&db, &store, config).await
         } else {
-            let fence = store.claim(&claimer()).await.unwrap().unwrap().fence;
-            let mut holder = raw(&db).await;
-            holder
-                .batch_execute(&format!("BEGIN; SELECT 1 FROM work_items WHERE id = '{id}' FOR UPDATE"))
-                .await
-                .unwrap();
-            let writer = store.clone();
-            let completions =
-                tokio::spawn(async move { writer.complete_many_and_claim(&[(fence, None)], &claimer(), 0).await });
-            assert_eq!(db.sessions_waiting_on_locks(1).await, 1, "the completion never waited on the item's row");
-            completions.abort();
-            assert!(completions.await.unwrap_err().is_cancelled());
-            holder
+            give_up_a_completion_waiting_on_the_item(&db, &store, id).await.1
         };
 
         let next = tokio::time::timeout(almanac_testdb::patience(Duration::from_secs(5)), store.queue_summary()).await;

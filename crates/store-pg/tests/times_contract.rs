@@ -7,10 +7,8 @@
 
 mod support;
 
-use std::path::PathBuf;
-
 use almanac_domain::{NewWorkItem, Scope, WorkKind, WorkQueue};
-use almanac_store_pg::{NewStorageConfig, PgStore};
+use almanac_store_pg::PgStore;
 use almanac_testdb::TestDatabase;
 use chrono::{DateTime, NaiveDate, Utc};
 use diesel::result::{DatabaseErrorKind, Error};
@@ -44,10 +42,8 @@ fn at(y: i32, m: u32, d: u32, micros: u32) -> DateTime<Utc> {
 }
 
 async fn setup() -> (TestDatabase, PgStore, almanac_domain::StorageConfigId, AsyncPgConnection) {
-    let db = TestDatabase::create().await;
-    let store = PgStore::connect(db.url()).expect("store");
-    let new = NewStorageConfig { username: "ann".into(), root_path: PathBuf::from("/photos/ann") };
-    let config = store.add_storage_config(&new).await.expect("add config").1.id;
+    let (db, store) = support::setup().await;
+    let config = support::config(&store, "ann", "/photos/ann").await.id;
     let conn = AsyncPgConnection::establish(db.url()).await.expect("connect");
     (db, store, config, conn)
 }
@@ -125,12 +121,7 @@ async fn a_time_no_reader_can_read_is_refused_and_the_edges_read_back() {
 #[tokio::test]
 async fn times_stored_before_the_check_are_moved_to_the_nearest_readable_time() {
     let (_db, store, config, mut conn) = setup().await;
-    let other = store
-        .add_storage_config(&NewStorageConfig { username: "bob".into(), root_path: PathBuf::from("/photos/bob") })
-        .await
-        .unwrap()
-        .1
-        .id;
+    let other = support::config(&store, "bob", "/photos/bob").await.id;
     let parked =
         store.enqueue(&NewWorkItem::new(WorkKind::Crawl, Scope::Config(config)).unwrap()).await.unwrap().item.id;
     let first = store.enqueue(&NewWorkItem::new(WorkKind::Crawl, Scope::Config(other)).unwrap()).await.unwrap().item.id;
