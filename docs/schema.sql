@@ -118,6 +118,30 @@ END $$;
 
 
 --
+-- Name: almanac_disk_refuses_writes(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.almanac_disk_refuses_writes() RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    CREATE TEMPORARY TABLE almanac_disk_probe (filler text) ON COMMIT DROP;
+    INSERT INTO almanac_disk_probe VALUES ('');
+    DROP TABLE almanac_disk_probe;
+    RETURN false;
+EXCEPTION WHEN disk_full THEN
+    RETURN true;
+END $$;
+
+
+--
+-- Name: FUNCTION almanac_disk_refuses_writes(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.almanac_disk_refuses_writes() IS 'Whether the server refuses to write a page of a new (temporary) table for want of disk space (SQLSTATE 53100): asked by the store after an error it cannot place. Migration 000034.';
+
+
+--
 -- Name: almanac_mark_queue_heads_running(uuid[]); Type: FUNCTION; Schema: public; Owner: -
 --
 

@@ -19,14 +19,20 @@ impl ScratchVolume {
     pub fn small(path: &Path, kib: u32, full: bool) -> Option<Self> {
         let volume = Self::mount(path, &format!("size={kib}k"))?;
         if full {
-            // Written until the volume refuses: then it holds not one byte more.
-            let filler = path.join("filler");
-            let mut file = std::fs::File::create(&filler).expect("create the filler");
-            let block = [0x55u8; 1024];
-            while std::io::Write::write_all(&mut file, &block).is_ok() {}
-            while std::io::Write::write_all(&mut file, &block[..1]).is_ok() {}
+            volume.fill();
         }
         Some(volume)
+    }
+
+    /// Writes a file (`filler`) until the volume refuses: then it holds not one byte more. Removing that file gives
+    /// the space back.
+    pub fn fill(&self) -> PathBuf {
+        let filler = self.path.join("filler");
+        let mut file = std::fs::File::create(&filler).expect("create the filler");
+        let block = [0x55u8; 1024];
+        while std::io::Write::write_all(&mut file, &block).is_ok() {}
+        while std::io::Write::write_all(&mut file, &block[..1]).is_ok() {}
+        filler
     }
 
     /// Makes `path` (created) a folder this process cannot write: a read-only tmpfs when we are root (root

@@ -111,36 +111,55 @@ pub(crate) fn from_diesel(e: DieselError) -> StoreError {
 
 /// A statement's error placed with the help of the connection it ran on, for what the kinds cannot tell: a
 /// server error diesel has no kind for (`Unknown`) asks the same connection whether the catalogue's tables
-/// exist (in a transaction of its own). No answer means the error ended the session (a `FATAL`: terminated,
-/// timed out, shut down): an outage.
-/// An answer that the tables are missing means the database was never migrated. Either way the server's words
-/// are never read, so a server speaking any language is understood alike.
+/// exist, then whether the server can write a page of a new table (`almanac_disk_refuses_writes`, migration
+/// 000034), in a transaction of its own. No answer means the error ended the session (a `FATAL`: terminated,
+/// timed out, shut down): an outage. An answer that the tables are missing means the database was never
+/// migrated. A server refusing to write for want of disk space is an outage too (ADR 0010, amendment "a full disk
+/// is an outage"): the work waits for space instead of failing. The server's words are never read, so a server
+/// speaking any language is understood alike.
 pub(crate) async fn placed(conn: &mut crate::Conn, e: DieselError) -> StoreError {
     if !matches!(e, DieselError::DatabaseError(DatabaseErrorKind::Unknown, _)) {
         return from_diesel(e);
     }
     #[derive(QueryableByName)]
-    struct Migrated {
+    struct Answer {
         #[diesel(sql_type = Bool)]
-        migrated: bool,
+        yes: bool,
+    }
+    enum Probe {
+        NotMigrated,
+        DiskFull,
+        Neither,
     }
     // In a transaction of its own, opened as the store opens every transaction ([`crate::tx::within`]): through
     // a pooler in transaction mode a statement's prepare and execution reach one server session only inside one,
     // with our limits (ADR 0012); and a caller dropped mid-probe leaves a connection the pool closes (diesel
     // knows a transaction is open), never one returned with the transaction still open.
     let probe = crate::tx::within(conn, async |conn| {
-        sql_query("SELECT to_regclass('work_items') IS NOT NULL AS migrated").get_result::<Migrated>(conn).await
+        let migrated = sql_query("SELECT to_regclass('work_items') IS NOT NULL AS yes");
+        if !migrated.get_result::<Answer>(&mut *conn).await?.yes {
+            return Ok(Probe::NotMigrated);
+        }
+        let full = sql_query("SELECT almanac_disk_refuses_writes() AS yes").get_result::<Answer>(conn).await?.yes;
+        Ok(if full { Probe::DiskFull } else { Probe::Neither })
     })
     .await;
     match probe {
         Err(lost) if is_connection_lost(&lost) => {
             StoreError::Unavailable(Cause::with_source(format!("{e} (the connection was lost with it: {lost})"), e))
         }
-        Ok(Migrated { migrated: false }) => StoreError::Unexpected(Cause::with_source(
+        Ok(Probe::NotMigrated) => StoreError::Unexpected(Cause::with_source(
             format!("{e}: the database is not migrated; run `almanac-worker migrate`"),
             e,
         )),
-        _ => StoreError::Unexpected(Cause::from_error(e)),
+        Ok(Probe::DiskFull) => StoreError::Unavailable(Cause::with_source(
+            format!(
+                "{e} (the database server cannot write: its disk is full. Free space on the volume that holds \
+                 PostgreSQL's data; the work waits and goes on by itself)"
+            ),
+            e,
+        )),
+        Ok(Probe::Neither) | Err(_) => StoreError::Unexpected(Cause::from_error(e)),
     }
 }
 

@@ -338,3 +338,60 @@ async fn a_session_ended_under_the_schema_check_is_an_outage_not_a_failed_migrat
         }
     }
 }
+
+/// The database's disk full (a NAS whose one volume holds the photos, the proxies and PostgreSQL's data, filled
+/// by phones syncing): a write the server refuses for want of space (SQLSTATE 53100, which diesel does not give
+/// the store) is an outage, so the work waits for space instead of being failed, in English and in German. The
+/// store asks the server whether it can write a page of a new table (`almanac_disk_refuses_writes`). Forced with
+/// the queue's table and the database's temporary tables on a small tmpfs the test fills (root only: skipped,
+/// saying so, where mounting is not permitted); once the filler is removed the same write goes through.
+#[tokio::test]
+async fn a_write_refused_for_a_full_disk_is_an_outage_until_space_is_freed() {
+    use std::os::unix::fs::MetadataExt;
+    #[derive(diesel::QueryableByName)]
+    struct Setting {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        setting: String,
+    }
+    for language in LANGUAGES {
+        let db = database_speaking(language).await;
+        let mount = std::env::temp_dir().join(format!("almanac-full-disk-{}", db.name()));
+        let Some(volume) = almanac_media::scratch_volume::ScratchVolume::small(&mount, 1024, false) else { return };
+        let mut conn = raw(db.url()).await;
+        let data: Setting = sql_query("SELECT current_setting('data_directory') AS setting")
+            .get_result(&mut conn)
+            .await
+            .expect("the test database's role reads the server's settings (a superuser)");
+        let server = std::fs::metadata(&data.setting).expect("the server's data directory, on this machine");
+        std::os::unix::fs::chown(volume.path(), Some(server.uid()), Some(server.gid())).unwrap();
+        let space = format!("full_{}", db.name());
+        conn.batch_execute(&format!("CREATE TABLESPACE {space} LOCATION '{}'", volume.path().display())).await.unwrap();
+        conn.batch_execute(&format!(
+            "ALTER TABLE work_items SET TABLESPACE {space};
+             ALTER DATABASE {} SET temp_tablespaces = '{space}';",
+            db.name()
+        ))
+        .await
+        .unwrap();
+        let filler = volume.fill();
+
+        let store = PgStore::new(db.url(), 2, Duration::from_secs(10)).unwrap();
+        let item = NewWorkItem::new(WorkKind::TokenCleanup, Scope::Unscoped).unwrap();
+        match store.enqueue(&item).await {
+            Err(QueueError::Unavailable(m)) => assert!(m.to_string().contains("its disk is full"), "{language}: {m}"),
+            other => panic!("{language}: a write refused for a full disk: {other:?}"),
+        }
+        std::fs::remove_file(filler).unwrap();
+        store.enqueue(&item).await.unwrap_or_else(|e| panic!("{language}: with space again: {e}"));
+
+        drop(store);
+        conn.batch_execute(&format!(
+            "ALTER TABLE work_items SET TABLESPACE pg_default;
+             ALTER DATABASE {} RESET temp_tablespaces;",
+            db.name()
+        ))
+        .await
+        .unwrap();
+        conn.batch_execute(&format!("DROP TABLESPACE {space}")).await.unwrap();
+    }
+}

@@ -1,0 +1,1 @@
+DROP FUNCTION almanac_disk_refuses_writes();
