@@ -342,9 +342,10 @@ async fn a_session_ended_under_the_schema_check_is_an_outage_not_a_failed_migrat
 /// The database's disk full (a NAS whose one volume holds the photos, the proxies and PostgreSQL's data, filled
 /// by phones syncing): a write the server refuses for want of space (SQLSTATE 53100, which diesel does not give
 /// the store) is an outage, so the work waits for space instead of being failed, in English and in German. The
-/// store asks the server whether it can write a page of a new table (`almanac_disk_refuses_writes`). Forced with
-/// the queue's table and the database's temporary tables on a small tmpfs the test fills (root only: skipped,
-/// saying so, where mounting is not permitted); once the filler is removed the same write goes through.
+/// store asks the server whether it can write a page of a new table in the database's own tablespace
+/// (`almanac_disk_refuses_writes`). Forced with the whole database moved to a tmpfs tablespace the test fills
+/// (root and a server on this machine only: skipped, saying so, elsewhere); once the filler is removed the same
+/// write goes through.
 #[tokio::test]
 async fn a_write_refused_for_a_full_disk_is_an_outage_until_space_is_freed() {
     use std::os::unix::fs::MetadataExt;
@@ -355,24 +356,30 @@ async fn a_write_refused_for_a_full_disk_is_an_outage_until_space_is_freed() {
     }
     for language in LANGUAGES {
         let db = database_speaking(language).await;
-        let mount = std::env::temp_dir().join(format!("almanac-full-disk-{}", db.name()));
-        let Some(volume) = almanac_media::scratch_volume::ScratchVolume::small(&mount, 1024, false) else { return };
-        let mut conn = raw(db.url()).await;
+        let mut maintenance = raw(&db.url().replacen(&format!("/{}", db.name()), "/postgres", 1)).await;
         let data: Setting = sql_query("SELECT current_setting('data_directory') AS setting")
-            .get_result(&mut conn)
+            .get_result(&mut maintenance)
             .await
             .expect("the test database's role reads the server's settings (a superuser)");
-        let server = std::fs::metadata(&data.setting).expect("the server's data directory, on this machine");
+        let Ok(server) = std::fs::metadata(&data.setting) else {
+            eprintln!("SKIPPED: the server's data directory is not on this machine");
+            return;
+        };
+        let mount = std::env::temp_dir().join(format!("almanac-full-disk-{}", db.name()));
+        let Some(volume) = almanac_media::scratch_volume::ScratchVolume::small(&mount, 65_536, false) else { return };
         std::os::unix::fs::chown(volume.path(), Some(server.uid()), Some(server.gid())).unwrap();
         let space = format!("full_{}", db.name());
-        conn.batch_execute(&format!("CREATE TABLESPACE {space} LOCATION '{}'", volume.path().display())).await.unwrap();
-        conn.batch_execute(&format!(
-            "ALTER TABLE work_items SET TABLESPACE {space};
-             ALTER DATABASE {} SET temp_tablespaces = '{space}';",
+        let alone = format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{}' AND pid <> pg_backend_pid()",
             db.name()
-        ))
-        .await
-        .unwrap();
+        );
+        let moved = |to: &str| format!("ALTER DATABASE {} SET TABLESPACE {to}", db.name());
+        maintenance
+            .batch_execute(&format!("CREATE TABLESPACE {space} LOCATION '{}'", volume.path().display()))
+            .await
+            .unwrap();
+        maintenance.batch_execute(&alone).await.unwrap();
+        maintenance.batch_execute(&moved(&space)).await.unwrap();
         let filler = volume.fill();
 
         let store = PgStore::new(db.url(), 2, Duration::from_secs(10)).unwrap();
@@ -385,13 +392,8 @@ async fn a_write_refused_for_a_full_disk_is_an_outage_until_space_is_freed() {
         store.enqueue(&item).await.unwrap_or_else(|e| panic!("{language}: with space again: {e}"));
 
         drop(store);
-        conn.batch_execute(&format!(
-            "ALTER TABLE work_items SET TABLESPACE pg_default;
-             ALTER DATABASE {} RESET temp_tablespaces;",
-            db.name()
-        ))
-        .await
-        .unwrap();
-        conn.batch_execute(&format!("DROP TABLESPACE {space}")).await.unwrap();
+        maintenance.batch_execute(&alone).await.unwrap();
+        maintenance.batch_execute(&moved("pg_default")).await.unwrap();
+        maintenance.batch_execute(&format!("DROP TABLESPACE {space}")).await.unwrap();
     }
 }
