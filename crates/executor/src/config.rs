@@ -146,9 +146,10 @@ impl ExecutorConfig {
             return Err(ConfigError {
                 key: "queue.retry",
                 problem: format!(
-                    "cap {:?} must be at most 30 days (an item failed is retried within that; a retry far in the \
+                    "cap {:?} must be at most {} days (an item failed is retried within that; a retry far in the \
                      future would be a time no reader of the queue can read)",
-                    self.retry.cap
+                    self.retry.cap,
+                    MAX_RETRY_DELAY.as_secs() / 86_400
                 ),
             });
         }

@@ -18,10 +18,12 @@ impl Settings {
                 bail!("schedule.{key}: {interval:?} must be at least one minute");
             }
         }
-        if self.schedule.purge_after > almanac_handlers::PurgeSettings::MAX_PURGE_AFTER {
+        let longest = almanac_handlers::PurgeSettings::MAX_PURGE_AFTER;
+        if self.schedule.purge_after > longest {
             bail!(
-                "schedule.purge_after: {:?} must be at most 36525days (a century: never, in practice)",
-                self.schedule.purge_after
+                "schedule.purge_after: {:?} must be at most {}days (a century: never, in practice)",
+                self.schedule.purge_after,
+                longest.as_secs() / 86_400
             );
         }
         let quiet = self.schedule.quiet_hours.as_deref().unwrap_or_default();
