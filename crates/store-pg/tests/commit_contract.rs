@@ -271,8 +271,8 @@ async fn completions_claiming_nothing_given_up_on_still_commit() {
 /// A claim whose answer fails after the server committed it (a row that fails to decode) is an error, and its
 /// items are handed back at once on the same connection: queued again, their attempt number used, not `running`
 /// under a claim nobody knows until their lease runs out (60 s here). The row here holds a time chrono cannot read,
-/// which the schema refuses since migration 000032: the test drops those checks (the item's and its head's) to
-/// write one.
+/// which the schema refuses since migration 000032: the test drops that rule (the check of the `almanac_time` domain,
+/// since migration 000035) to write one.
 #[tokio::test]
 async fn a_claim_whose_answer_fails_after_its_commit_is_handed_back() {
     let db = TestDatabase::create().await;
@@ -281,8 +281,7 @@ async fn a_claim_whose_answer_fails_after_its_commit_is_handed_back() {
     raw(&db)
         .await
         .batch_execute(&format!(
-            "ALTER TABLE work_items DROP CONSTRAINT ck_work_items_times_readable;
-             ALTER TABLE queue_heads DROP CONSTRAINT ck_queue_heads_times_readable;
+            "ALTER DOMAIN almanac_time DROP CONSTRAINT almanac_time_readable;
              UPDATE work_items SET requested_at = '-infinity' WHERE id = '{id}';"
         ))
         .await

@@ -1524,16 +1524,20 @@ impl std::io::Write for LogBuffer {
     }
 }
 
-/// A watch's worker id stored in another form before migration 000033 (the migration run again on such rows) is
-/// cut to 200 characters, or named 'unnamed' when blank, so that the watches read back; the work items' checks
-/// accept what they accepted before.
+/// A watch's worker id stored in another form before migration 000033 (the migration, and 000035 after it, run
+/// again on such rows) is cut to 200 characters, or named 'unnamed' when blank, so that the watches read back; the
+/// work items' checks accept what they accepted before.
 #[tokio::test]
 async fn watcher_ids_stored_in_another_form_before_the_check_are_mended() {
     const UP: &str = include_str!("../../../migrations/2026-12-06-000033_watch_worker_id_form/up.sql");
     const DOWN: &str = include_str!("../../../migrations/2026-12-06-000033_watch_worker_id_form/down.sql");
+    const DOMAINS_UP: &str = include_str!("../../../migrations/2026-12-06-000035_times_and_names_as_domains/up.sql");
+    const DOMAINS_DOWN: &str =
+        include_str!("../../../migrations/2026-12-06-000035_times_and_names_as_domains/down.sql");
     let (db, store) = setup().await;
     let (blank, long) = (config(&store, "ann", "/photos/ann").await.id, config(&store, "bob", "/photos/bob").await.id);
     let mut conn = raw(&db).await;
+    conn.batch_execute(DOMAINS_DOWN).await.unwrap();
     conn.batch_execute(DOWN).await.unwrap();
     let watch = |config, id: &str| {
         format!(
@@ -1545,6 +1549,7 @@ async fn watcher_ids_stored_in_another_form_before_the_check_are_mended() {
     assert!(store.watch_states().await.is_err(), "unreadable before the migration");
 
     conn.batch_execute(UP).await.unwrap();
+    conn.batch_execute(DOMAINS_UP).await.unwrap();
     let mut ids: Vec<(StorageConfigId, String)> = store
         .watch_states()
         .await
@@ -1559,8 +1564,8 @@ async fn watcher_ids_stored_in_another_form_before_the_check_are_mended() {
 }
 
 /// A dedup key or worker id written by another client than ours (the web backend's SQL, an operator's) is held
-/// to the form `DedupKey` and `WorkerId` accept, by the table itself (migrations 000011 and 000033): every stored
-/// item and watch reads back as its types. The two rules agree on each sample, whitespace as Rust knows it included.
+/// to the form `DedupKey` and `WorkerId` accept, by the schema itself (migrations 000011 and 000033; since 000035
+/// the columns' domain `almanac_name`): every stored item and watch reads back as its types. The two rules agree on each sample, whitespace as Rust knows it included.
 #[tokio::test]
 async fn keys_and_worker_ids_from_other_clients_keep_the_form_the_domain_reads() {
     let (db, store) = setup().await;
@@ -1593,7 +1598,7 @@ async fn keys_and_worker_ids_from_other_clients_keep_the_form_the_domain_reads()
             .await;
         assert_eq!(worker.is_ok(), WorkerId::new(sample.as_str()).is_ok(), "worker id {sample:?}: {worker:?}");
         if let Err(e) = key {
-            assert!(e.to_string().contains("ck_work_items_dedup_key_form"), "{e}");
+            assert!(e.to_string().contains("almanac_name_well_formed"), "{e}");
         }
         let watcher = conn
             .batch_execute(&format!(

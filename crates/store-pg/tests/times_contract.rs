@@ -1,9 +1,10 @@
-//! Every time the database holds is one the store can read (migration 000032, ADR 0011 amendment "times every
-//! reader can read"). PostgreSQL stores `infinity`, `-infinity` and years up to 294276; the store reads chrono's
+//! Every time the database holds is one the store can read (migration 000032, ADR 0011 amendments "times every
+//! reader can read" and "the forms as domains": since migration 000035 every time column is of the domain
+//! `almanac_time`, whose check is that rule). PostgreSQL stores `infinity`, `-infinity` and years up to 294276; the store reads chrono's
 //! `DateTime<Utc>`, which ends with the year 262142, and a time outside that fails the read of its whole row: a
 //! claim of such an item, committed by the server, failed in its answer, and the queue could not be listed. These
-//! tests hold every time column of the schema to the check, try its edges against the store's own reads, and
-//! run the migration on times another client stored before it.
+//! tests hold every time column of the schema to the rule, try its edges against the store's own reads, and run
+//! the migrations on times another client stored before them.
 
 mod support;
 
@@ -18,6 +19,8 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncC
 
 const UP: &str = include_str!("../../../migrations/2026-12-06-000032_times_readable/up.sql");
 const DOWN: &str = include_str!("../../../migrations/2026-12-06-000032_times_readable/down.sql");
+const DOMAINS_UP: &str = include_str!("../../../migrations/2026-12-06-000035_times_and_names_as_domains/up.sql");
+const DOMAINS_DOWN: &str = include_str!("../../../migrations/2026-12-06-000035_times_and_names_as_domains/down.sql");
 
 /// The last time chrono reads, as PostgreSQL keeps it (to the microsecond), and the first PostgreSQL stores.
 const LAST: &str = "262142-12-31 23:59:59.999999+00";
@@ -48,35 +51,45 @@ async fn setup() -> (TestDatabase, PgStore, almanac_domain::StorageConfigId, Asy
     (db, store, config, conn)
 }
 
-/// Every `timestamptz` column of every table is in its table's check: a table or column added later without it
-/// fails here.
+/// Every time column of every table is of the domain `almanac_time`, whose one check is `almanac_time_readable`
+/// (migration 000035): a table or column added later as a plain `timestamptz`, or a domain without the rule, fails
+/// here. So does a table check on times again (the cost the domain removed; ADR 0011, "the forms as domains").
 #[tokio::test]
 async fn every_time_column_of_the_schema_is_checked_to_be_readable() {
     let (_db, _store, _config, mut conn) = setup().await;
     let columns = rows(
         &mut conn,
-        "SELECT c.relname::text AS a, a.attname::text AS b
+        "SELECT c.relname || '.' || a.attname AS a, format_type(a.atttypid, NULL) AS b
            FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
            JOIN pg_attribute AS a ON a.attrelid = c.oid
           WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped
-            AND a.atttypid = 'timestamptz'::regtype
-          ORDER BY 1, 2",
+            AND coalesce((SELECT t.typbasetype FROM pg_type AS t WHERE t.oid = a.atttypid AND t.typtype = 'd'),
+                         a.atttypid) = 'timestamptz'::regtype
+          ORDER BY 1",
     )
     .await;
-    assert!(columns.iter().any(|(t, c)| t == "work_items" && c == "run_after"), "columns read: {columns:?}");
-    let checks = rows(
+    assert!(columns.iter().any(|(c, _)| c == "work_items.run_after"), "columns read: {columns:?}");
+    assert!(columns.iter().any(|(c, _)| c == "queue_heads.oldest_requested_at"), "columns read: {columns:?}");
+    let plain: Vec<_> = columns.iter().filter(|(_, ty)| ty != "almanac_time").collect();
+    assert!(plain.is_empty(), "time columns not of the domain almanac_time: {plain:?}");
+    let rule = rows(
         &mut conn,
-        "SELECT conrelid::regclass::text AS a, pg_get_constraintdef(oid) AS b
-           FROM pg_constraint WHERE contype = 'c' AND conname LIKE 'ck\\_%\\_times\\_readable'",
+        "SELECT conname::text AS a, pg_get_constraintdef(oid) AS b
+           FROM pg_constraint WHERE contypid = 'almanac_time'::regtype",
     )
     .await;
-    let unchecked: Vec<_> = columns
-        .iter()
-        .filter(|(table, column)| {
-            !checks.iter().any(|(t, def)| t == table && def.contains(&format!("almanac_time_readable({column})")))
-        })
-        .collect();
-    assert!(unchecked.is_empty(), "time columns no check holds to readable times: {unchecked:?}");
+    assert_eq!(
+        rule,
+        [("almanac_time_readable".to_owned(), "CHECK (almanac_time_readable(VALUE))".to_owned())],
+        "the domain's checks"
+    );
+    let table_checks = rows(
+        &mut conn,
+        "SELECT conrelid::regclass::text AS a, conname::text AS b FROM pg_constraint
+          WHERE contype = 'c' AND conrelid <> 0 AND pg_get_constraintdef(oid) LIKE '%almanac_time_readable%'",
+    )
+    .await;
+    assert!(table_checks.is_empty(), "tables checking times again: {table_checks:?}");
 }
 
 /// A time no reader can read is refused, by whichever client writes it (here by hand, as an operator parking an
@@ -91,7 +104,8 @@ async fn a_time_no_reader_can_read_is_refused_and_the_edges_read_back() {
         for time in ["infinity", "-infinity", "262143-01-01 00:00:00+00"] {
             match sql_query(set(column, time)).execute(&mut conn).await {
                 Err(Error::DatabaseError(DatabaseErrorKind::CheckViolation, info)) => {
-                    assert_eq!(info.constraint_name(), Some("ck_work_items_times_readable"), "{column} = {time}")
+                    assert_eq!(info.constraint_name(), Some("almanac_time_readable"), "{column} = {time}");
+                    assert!(info.message().contains("almanac_time"), "{column} = {time}: {}", info.message())
                 }
                 other => panic!("{column} = {time} was not refused by the check: {other:?}"),
             }
@@ -115,8 +129,8 @@ async fn a_time_no_reader_can_read_is_refused_and_the_edges_read_back() {
     assert_eq!(item.requested_at, at(-4713, 11, 24, 0), "the first time PostgreSQL stores (4714 BC)");
 }
 
-/// Times stored before the check (the migration run on a database whose rows hold them, as another client wrote
-/// them) are moved to the nearest time that can be read: an item parked at `infinity` stays parked, one put first
+/// Times stored before the check (migration 000032, with 000035 after it, run on a database whose rows hold them,
+/// as another client wrote them) are moved to the nearest time that can be read: an item parked at `infinity` stays parked, one put first
 /// at `-infinity` stays first; nothing is dropped. The claim then takes the one first in line, and reads it.
 #[tokio::test]
 async fn times_stored_before_the_check_are_moved_to_the_nearest_readable_time() {
@@ -125,6 +139,7 @@ async fn times_stored_before_the_check_are_moved_to_the_nearest_readable_time() 
     let parked =
         store.enqueue(&NewWorkItem::new(WorkKind::Crawl, Scope::Config(config)).unwrap()).await.unwrap().item.id;
     let first = store.enqueue(&NewWorkItem::new(WorkKind::Crawl, Scope::Config(other)).unwrap()).await.unwrap().item.id;
+    conn.batch_execute(DOMAINS_DOWN).await.unwrap();
     conn.batch_execute(DOWN).await.unwrap();
     conn.batch_execute(&format!(
         "UPDATE work_items SET run_after = 'infinity' WHERE id = '{parked}';
@@ -136,6 +151,7 @@ async fn times_stored_before_the_check_are_moved_to_the_nearest_readable_time() 
     assert!(store.list_items(None, 10).await.is_err(), "unreadable before the migration");
 
     conn.batch_execute(UP).await.unwrap();
+    conn.batch_execute(DOMAINS_UP).await.unwrap();
     let items = store.list_items(None, 10).await.expect("readable after the migration");
     assert_eq!(items.len(), 2, "nothing dropped");
     let item = |id| items.iter().find(|i| i.id == id).expect("listed");
