@@ -6,8 +6,6 @@ ALTER DOMAIN almanac_name DROP CONSTRAINT almanac_name_well_formed;
 
 DO $$
 DECLARE
-    triggers text[];
-    made text;
     t record;
 BEGIN
     CREATE TEMPORARY TABLE almanac_changed ON COMMIT DROP AS
@@ -18,20 +16,14 @@ BEGIN
           JOIN pg_attribute AS a ON a.attrelid = c.oid
          WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped
            AND a.atttypid IN ('almanac_time'::regtype, 'almanac_name'::regtype);
-    triggers := ARRAY(
-        SELECT DISTINCT pg_get_triggerdef(g.oid)
+    CREATE TEMPORARY TABLE almanac_triggers ON COMMIT DROP AS
+        SELECT DISTINCT g.tgname, g.tgrelid::regclass::text AS rel, pg_get_triggerdef(g.oid) AS def, g.tgenabled,
+               obj_description(g.oid, 'pg_trigger') AS comment
           FROM pg_trigger AS g
           JOIN pg_depend AS d ON d.classid = 'pg_trigger'::regclass AND d.objid = g.oid
           JOIN almanac_changed AS x ON d.refclassid = 'pg_class'::regclass AND d.refobjid = x.rel
-                                   AND d.refobjsubid = x.attnum
-         ORDER BY 1);
-    FOR t IN
-        SELECT DISTINCT g.tgname, g.tgrelid::regclass AS rel
-          FROM pg_trigger AS g
-          JOIN pg_depend AS d ON d.classid = 'pg_trigger'::regclass AND d.objid = g.oid
-          JOIN almanac_changed AS x ON d.refclassid = 'pg_class'::regclass AND d.refobjid = x.rel
-                                   AND d.refobjsubid = x.attnum
-    LOOP
+                                   AND d.refobjsubid = x.attnum;
+    FOR t IN SELECT * FROM almanac_triggers ORDER BY rel, tgname LOOP
         EXECUTE format('DROP TRIGGER %I ON %s', t.tgname, t.rel);
     END LOOP;
     FOR t IN
@@ -49,8 +41,16 @@ BEGIN
                            t.readable);
         END IF;
     END LOOP;
-    FOREACH made IN ARRAY triggers LOOP
-        EXECUTE made;
+    FOR t IN SELECT * FROM almanac_triggers ORDER BY rel, tgname LOOP
+        EXECUTE t.def;
+        IF t.tgenabled <> 'O' THEN
+            EXECUTE format('ALTER TABLE %s %s TRIGGER %I', t.rel,
+                           CASE t.tgenabled WHEN 'D' THEN 'DISABLE' WHEN 'R' THEN 'ENABLE REPLICA'
+                                ELSE 'ENABLE ALWAYS' END, t.tgname);
+        END IF;
+        IF t.comment IS NOT NULL THEN
+            EXECUTE format('COMMENT ON TRIGGER %I ON %s IS %L', t.tgname, t.rel, t.comment);
+        END IF;
     END LOOP;
 END $$;
 

@@ -24,14 +24,17 @@ COMMENT ON DOMAIN almanac_name IS
 ALTER TABLE work_items DROP CONSTRAINT ck_work_items_dedup_key_form, DROP CONSTRAINT ck_work_items_worker_id_form;
 ALTER TABLE config_watches DROP CONSTRAINT ck_config_watches_worker_id_form;
 
--- Every timestamptz column, and the three columns that hold a dedup key or a worker id, change type. PostgreSQL
--- refuses to change the type of a column a trigger's condition reads (`tr_config_watches_taken_without_holder`,
--- `tr_storage_configs_queue_heads`), so the triggers that read one are made again, as they were, afterwards.
+-- Every timestamptz column that 000032's checks hold (every table of the schema then; a table another program
+-- added since has none and is left as it is), and the three columns that hold a dedup key or a worker id, change
+-- type. PostgreSQL refuses to change the type of a column a trigger's condition reads
+-- (`tr_config_watches_taken_without_holder`, `tr_storage_configs_queue_heads`), so the triggers that read one are
+-- made again afterwards from their own definitions, enabled or disabled as they were and with their comments.
+-- Anything else that reads such a column (a view, a policy, a publication's column list, a generated column; the
+-- schema has none) makes the migration fail, changing nothing, with PostgreSQL's message naming it: drop it, run
+-- the migration, and make it again.
 DO $$
 DECLARE
     changed CONSTANT text[] := ARRAY['work_items.dedup_key', 'work_items.worker_id', 'config_watches.worker_id'];
-    triggers text[];
-    made text;
     t record;
 BEGIN
     CREATE TEMPORARY TABLE almanac_changed ON COMMIT DROP AS
@@ -41,21 +44,18 @@ BEGIN
           JOIN pg_namespace AS n ON n.oid = c.relnamespace
           JOIN pg_attribute AS a ON a.attrelid = c.oid
          WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped
-           AND (a.atttypid = 'timestamptz'::regtype OR c.relname || '.' || a.attname = ANY (changed));
-    triggers := ARRAY(
-        SELECT DISTINCT pg_get_triggerdef(g.oid)
+           AND (a.atttypid = 'timestamptz'::regtype
+                AND EXISTS (SELECT 1 FROM pg_constraint AS k
+                             WHERE k.conrelid = c.oid AND k.conname = 'ck_' || c.relname || '_times_readable')
+                OR c.relname || '.' || a.attname = ANY (changed));
+    CREATE TEMPORARY TABLE almanac_triggers ON COMMIT DROP AS
+        SELECT DISTINCT g.tgname, g.tgrelid::regclass::text AS rel, pg_get_triggerdef(g.oid) AS def, g.tgenabled,
+               obj_description(g.oid, 'pg_trigger') AS comment
           FROM pg_trigger AS g
           JOIN pg_depend AS d ON d.classid = 'pg_trigger'::regclass AND d.objid = g.oid
           JOIN almanac_changed AS x ON d.refclassid = 'pg_class'::regclass AND d.refobjid = x.rel
-                                   AND d.refobjsubid = x.attnum
-         ORDER BY 1);
-    FOR t IN
-        SELECT DISTINCT g.tgname, g.tgrelid::regclass AS rel
-          FROM pg_trigger AS g
-          JOIN pg_depend AS d ON d.classid = 'pg_trigger'::regclass AND d.objid = g.oid
-          JOIN almanac_changed AS x ON d.refclassid = 'pg_class'::regclass AND d.refobjid = x.rel
-                                   AND d.refobjsubid = x.attnum
-    LOOP
+                                   AND d.refobjsubid = x.attnum;
+    FOR t IN SELECT * FROM almanac_triggers ORDER BY rel, tgname LOOP
         EXECUTE format('DROP TRIGGER %I ON %s', t.tgname, t.rel);
     END LOOP;
     FOR t IN
@@ -71,8 +71,16 @@ BEGIN
         END IF;
         EXECUTE format('ALTER TABLE %I %s', t.name, t.changes);
     END LOOP;
-    FOREACH made IN ARRAY triggers LOOP
-        EXECUTE made;
+    FOR t IN SELECT * FROM almanac_triggers ORDER BY rel, tgname LOOP
+        EXECUTE t.def;
+        IF t.tgenabled <> 'O' THEN
+            EXECUTE format('ALTER TABLE %s %s TRIGGER %I', t.rel,
+                           CASE t.tgenabled WHEN 'D' THEN 'DISABLE' WHEN 'R' THEN 'ENABLE REPLICA'
+                                ELSE 'ENABLE ALWAYS' END, t.tgname);
+        END IF;
+        IF t.comment IS NOT NULL THEN
+            EXECUTE format('COMMENT ON TRIGGER %I ON %s IS %L', t.tgname, t.rel, t.comment);
+        END IF;
     END LOOP;
 END $$;
 

@@ -171,3 +171,46 @@ async fn times_stored_before_the_check_are_moved_to_the_nearest_readable_time() 
     assert_eq!(claimed.item.id, first, "the item first in line is claimed, the parked one stays parked");
     assert!(store.claim(&support::claimer("w1")).await.unwrap().is_none(), "the parked item is not due");
 }
+
+/// Migration 000035 changes the columns' types without losing what is built on them: a trigger it must make again
+/// (its condition reads a changed column) comes back disabled if it was, and with its comment; a table another
+/// program added after 000032 (no check of ours) keeps its plain `timestamptz`; and `down.sql` then `up.sql` leave
+/// the schema's columns as they were.
+#[tokio::test]
+async fn the_domains_migration_keeps_triggers_as_they_were_and_leaves_other_tables_alone() {
+    let (_db, _store, _config, mut conn) = setup().await;
+    conn.batch_execute(DOMAINS_DOWN).await.unwrap();
+    conn.batch_execute(
+        "CREATE TABLE web_sessions (id integer, seen timestamptz DEFAULT now());
+         ALTER TABLE storage_configs DISABLE TRIGGER tr_storage_configs_queue_heads;
+         COMMENT ON TRIGGER tr_config_watches_taken_without_holder ON config_watches IS 'kept';",
+    )
+    .await
+    .unwrap();
+    conn.batch_execute(DOMAINS_UP).await.unwrap();
+
+    let triggers = rows(
+        &mut conn,
+        "SELECT tgname::text AS a, tgenabled::text || ' ' || coalesce(obj_description(oid, 'pg_trigger'), '') AS b
+           FROM pg_trigger
+          WHERE tgname IN ('tr_storage_configs_queue_heads', 'tr_config_watches_taken_without_holder')
+          ORDER BY 1",
+    )
+    .await;
+    let expected = [("tr_config_watches_taken_without_holder", "O kept"), ("tr_storage_configs_queue_heads", "D ")];
+    assert_eq!(triggers, expected.map(|(a, b)| (a.to_owned(), b.to_owned())), "the triggers made again");
+    let other = rows(
+        &mut conn,
+        "SELECT attname::text AS a, format_type(atttypid, NULL) AS b FROM pg_attribute
+          WHERE attrelid = 'web_sessions'::regclass AND attname = 'seen'",
+    )
+    .await;
+    assert_eq!(other[0].1, "timestamp with time zone", "another program's table is left alone");
+    let times = rows(
+        &mut conn,
+        "SELECT count(*)::text AS a, '' AS b FROM pg_attribute AS a JOIN pg_class AS c ON c.oid = a.attrelid
+          WHERE c.relname = 'work_items' AND a.atttypid IN ('almanac_time'::regtype, 'almanac_name'::regtype)",
+    )
+    .await;
+    assert_eq!(times[0].0, "9", "work_items' seven times and two names are of the domains again");
+}
