@@ -17,6 +17,37 @@ SET client_min_messages = warning;
 SET row_security = off;
 
 --
+-- Name: almanac_json_readable(jsonb); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.almanac_json_readable(j jsonb) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN ((j IS NULL) OR ((NOT jsonb_path_exists(j, 'strict $.**?(@.type() == "number" && (@ > 100000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000 || @ < -100000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000))'::jsonpath)) AND (NOT jsonb_path_exists(j, 'strict $.**{127 to last}?(@.type() == "object" || @.type() == "array")'::jsonpath))));
+
+
+--
+-- Name: FUNCTION almanac_json_readable(j jsonb); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.almanac_json_readable(j jsonb) IS 'Whether a JSON value is one every reader of ours can read (serde_json): NULL, or with no number beyond ±1e308 and no container nested 128 deep. The check of the domain almanac_json (migration 000036).';
+
+
+--
+-- Name: almanac_json; Type: DOMAIN; Schema: public; Owner: -
+--
+
+CREATE DOMAIN public.almanac_json AS jsonb
+	CONSTRAINT almanac_json_readable CHECK (public.almanac_json_readable(VALUE));
+
+
+--
+-- Name: DOMAIN almanac_json; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON DOMAIN public.almanac_json IS 'A JSON value every reader of ours can read (almanac_json_readable): every jsonb column of the schema has this type (migration 000036).';
+
+
+--
 -- Name: almanac_name_well_formed(text); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1031,7 +1062,7 @@ CREATE TABLE public.work_items (
     kind text NOT NULL,
     storage_config_id uuid,
     status text DEFAULT 'queued'::text NOT NULL,
-    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
+    payload public.almanac_json DEFAULT '{}'::jsonb NOT NULL,
     dedup_key public.almanac_name,
     requested_at public.almanac_time DEFAULT now() NOT NULL,
     run_after public.almanac_time DEFAULT now() NOT NULL,
@@ -1046,8 +1077,8 @@ CREATE TABLE public.work_items (
     finished_at public.almanac_time,
     cancel_requested_at public.almanac_time,
     last_error text,
-    progress jsonb,
-    result jsonb,
+    progress public.almanac_json,
+    result public.almanac_json,
     claim_token uuid,
     CONSTRAINT ck_work_items_counters CHECK (((attempt >= 0) AND (failures >= 0) AND (stalls >= 0) AND (max_attempts >= 1))),
     CONSTRAINT ck_work_items_finished CHECK (((status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text])) = (finished_at IS NOT NULL))),
