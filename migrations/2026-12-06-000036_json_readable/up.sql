@@ -15,18 +15,21 @@
 --
 -- A value stored before that breaks the rule is kept as text in a readable document, `{"unreadable": "<the value as
 -- PostgreSQL prints it>"}`, and the migration raises a NOTICE for each column it changed. Nothing is lost, and the
--- row reads again: an item whose payload was changed fails when it runs (its handler does not know the payload),
--- saying so, instead of stopping every claim.
+-- row reads again. An item whose payload was changed is claimed instead of stopping every claim: a crawl or a
+-- proxy deletion then fails (its handler refuses a payload it does not know), a kind without arguments runs with
+-- its defaults.
 
 -- Whether `j` is a JSON value every reader of ours can read: no value (NULL), or one with no number beyond ±1e308
--- and no container nested 128 deep (the root is the first; serde_json's limit). The bound is short of f64's
+-- and no container nested 128 deep (the root is the first; serde_json's limit). Depth is looked at first, and only
+-- to level 127 (a container deeper has one there), so that a value nested thousands deep, which jsonb takes, is
+-- refused instead of exhausting the server's stack in a walk of the whole value. The bound is short of f64's
 -- largest (1.7976931348623157e308) on purpose: PostgreSQL prints a jsonb number without an exponent, and
 -- serde_json, reading such a long integer, overflows for some values just under f64's largest (that one included).
 CREATE FUNCTION almanac_json_readable(j jsonb) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN j IS NULL
-    OR (NOT jsonb_path_exists(j, 'strict $.** ? (@.type() == "number" && (@ > 1e308 || @ < -1e308))')
-        AND NOT jsonb_path_exists(j, 'strict $.**{127 to last} ? (@.type() == "object" || @.type() == "array")'));
+    OR CASE WHEN jsonb_path_exists(j, 'strict $.**{127} ? (@.type() == "object" || @.type() == "array")') THEN false
+            ELSE NOT jsonb_path_exists(j, 'strict $.** ? (@.type() == "number" && (@ > 1e308 || @ < -1e308))') END;
 
 COMMENT ON FUNCTION almanac_json_readable(jsonb) IS
     'Whether a JSON value is one every reader of ours can read (serde_json): NULL, or with no number beyond ±1e308 and no container nested 128 deep. The check of the domain almanac_json (migration 000036).';

@@ -29,6 +29,11 @@ async fn rows(conn: &mut AsyncPgConnection, sql: &str) -> Vec<(String, String)> 
     rows.into_iter().map(|r| (r.a, r.b)).collect()
 }
 
+/// The start of a sample, for messages.
+fn short(value: &str) -> String {
+    value.chars().take(40).collect()
+}
+
 /// `n` arrays nested in one another.
 fn nested(n: usize) -> String {
     "[".repeat(n) + &"]".repeat(n)
@@ -79,6 +84,7 @@ async fn json_no_reader_can_read_is_refused_and_the_edges_read_back() {
         r#"{"size": [1, 2, 1e400]}"#.to_owned(),
         nested(128),
         format!(r#"{{"a": {}}}"#, nested(127)),
+        nested(12_000),
     ];
     let readable = [
         "1e308".to_owned(),
@@ -92,7 +98,7 @@ async fn json_no_reader_can_read_is_refused_and_the_edges_read_back() {
     let printed = |value: &str| format!("SELECT '{value}'::jsonb::text AS a, '' AS b");
     for value in &unreadable {
         let as_printed = rows(&mut conn, &printed(value)).await.remove(0).0;
-        assert!(serde_json::from_str::<serde_json::Value>(&as_printed).is_err(), "serde_json reads {value}");
+        assert!(serde_json::from_str::<serde_json::Value>(&as_printed).is_err(), "serde_json reads {}", short(value));
         for column in ["payload", "progress", "result"] {
             let other = if column == "payload" { "" } else { ", payload" };
             let first = if column == "payload" { "" } else { ", '{}'" };
@@ -102,21 +108,21 @@ async fn json_no_reader_can_read_is_refused_and_the_edges_read_back() {
             );
             match sql_query(&sql).execute(&mut conn).await {
                 Err(Error::DatabaseError(DatabaseErrorKind::CheckViolation, info)) => {
-                    assert_eq!(info.constraint_name(), Some("almanac_json_readable"), "{column} = {value}")
+                    assert_eq!(info.constraint_name(), Some("almanac_json_readable"), "{column} = {}", short(value))
                 }
-                other => panic!("{column} = {value} was not refused: {other:?}"),
+                other => panic!("{column} = {} was not refused: {other:?}", short(value)),
             }
         }
     }
     let id = store.enqueue(&NewWorkItem::new(WorkKind::Crawl, Scope::Config(config)).unwrap()).await.unwrap().item.id;
     for value in &readable {
         let as_printed = rows(&mut conn, &printed(value)).await.remove(0).0;
-        assert!(serde_json::from_str::<serde_json::Value>(&as_printed).is_ok(), "serde_json refuses {value}");
+        assert!(serde_json::from_str::<serde_json::Value>(&as_printed).is_ok(), "serde_json refuses {}", short(value));
         let sql = format!(
             "INSERT INTO work_items (id, kind, payload, progress, result)
              VALUES (gen_random_uuid(), 'token_cleanup', '{value}', '{value}', '{value}')"
         );
-        sql_query(&sql).execute(&mut conn).await.unwrap_or_else(|e| panic!("{value} refused: {e}"));
+        sql_query(&sql).execute(&mut conn).await.unwrap_or_else(|e| panic!("{} refused: {e}", short(value)));
     }
     sql_query(format!("UPDATE work_items SET progress = '{}' WHERE id = '{id}'", nested(127)))
         .execute(&mut conn)
@@ -138,7 +144,7 @@ async fn json_stored_before_the_rule_is_kept_as_text_and_the_queue_reads_again()
     conn.batch_execute(DOWN).await.unwrap();
     conn.batch_execute(&format!(
         "UPDATE work_items SET payload = '{{\"root\": 1e400}}', result = '{}' WHERE id = '{id}'",
-        nested(200)
+        nested(12_000)
     ))
     .await
     .unwrap();
@@ -149,7 +155,7 @@ async fn json_stored_before_the_rule_is_kept_as_text_and_the_queue_reads_again()
     let item = items.iter().find(|i| i.id == id).expect("listed");
     let kept = item.payload["unreadable"].as_str().expect("the payload kept as text");
     assert!(kept.starts_with(r#"{"root": 1"#) && kept.len() > 400, "the number kept whole: {kept}");
-    assert_eq!(item.result.as_ref().and_then(|r| r["unreadable"].as_str()), Some(nested(200).as_str()));
+    assert_eq!(item.result.as_ref().and_then(|r| r["unreadable"].as_str()), Some(nested(12_000).as_str()));
     let claimed = store.claim(&support::claimer("w1")).await.expect("the claim reads its item").expect("claimed");
     assert_eq!(claimed.item.id, id);
 }
