@@ -7,27 +7,15 @@
 
 mod support;
 
+use support::text_pairs;
+
 use almanac_domain::{NewWorkItem, Scope, WorkKind, WorkQueue};
 use diesel::result::{DatabaseErrorKind, Error};
 use diesel::sql_query;
-use diesel::sql_types::Text;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 
 const UP: &str = include_str!("../../../migrations/2026-12-06-000036_json_readable/up.sql");
 const DOWN: &str = include_str!("../../../migrations/2026-12-06-000036_json_readable/down.sql");
-
-#[derive(diesel::QueryableByName)]
-struct Row {
-    #[diesel(sql_type = Text)]
-    a: String,
-    #[diesel(sql_type = Text)]
-    b: String,
-}
-
-async fn rows(conn: &mut AsyncPgConnection, sql: &str) -> Vec<(String, String)> {
-    let rows: Vec<Row> = sql_query(sql).load(conn).await.expect(sql);
-    rows.into_iter().map(|r| (r.a, r.b)).collect()
-}
 
 /// The start of a sample, for messages.
 fn short(value: &str) -> String {
@@ -45,7 +33,7 @@ fn nested(n: usize) -> String {
 async fn every_json_column_of_the_schema_is_held_to_readable_json() {
     let (db, _store) = support::setup().await;
     let mut conn = AsyncPgConnection::establish(db.url()).await.expect("connect");
-    let columns = rows(
+    let columns = text_pairs(
         &mut conn,
         "SELECT c.relname || '.' || a.attname AS a, format_type(a.atttypid, NULL) AS b
            FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
@@ -60,7 +48,7 @@ async fn every_json_column_of_the_schema_is_held_to_readable_json() {
     assert_eq!(names, ["work_items.payload", "work_items.progress", "work_items.result"], "JSON columns read");
     let plain: Vec<_> = columns.iter().filter(|(_, ty)| ty != "almanac_json").collect();
     assert!(plain.is_empty(), "JSON columns not of the domain almanac_json: {plain:?}");
-    let rule = rows(
+    let rule = text_pairs(
         &mut conn,
         "SELECT conname::text AS a, pg_get_constraintdef(oid) AS b
            FROM pg_constraint WHERE contypid = 'almanac_json'::regtype",
@@ -97,7 +85,7 @@ async fn json_no_reader_can_read_is_refused_and_the_edges_read_back() {
     ];
     let printed = |value: &str| format!("SELECT '{value}'::jsonb::text AS a, '' AS b");
     for value in &unreadable {
-        let as_printed = rows(&mut conn, &printed(value)).await.remove(0).0;
+        let as_printed = text_pairs(&mut conn, &printed(value)).await.remove(0).0;
         assert!(serde_json::from_str::<serde_json::Value>(&as_printed).is_err(), "serde_json reads {}", short(value));
         for column in ["payload", "progress", "result"] {
             let other = if column == "payload" { "" } else { ", payload" };
@@ -116,7 +104,7 @@ async fn json_no_reader_can_read_is_refused_and_the_edges_read_back() {
     }
     let id = store.enqueue(&NewWorkItem::new(WorkKind::Crawl, Scope::Config(config)).unwrap()).await.unwrap().item.id;
     for value in &readable {
-        let as_printed = rows(&mut conn, &printed(value)).await.remove(0).0;
+        let as_printed = text_pairs(&mut conn, &printed(value)).await.remove(0).0;
         assert!(serde_json::from_str::<serde_json::Value>(&as_printed).is_ok(), "serde_json refuses {}", short(value));
         let sql = format!(
             "INSERT INTO work_items (id, kind, payload, progress, result)

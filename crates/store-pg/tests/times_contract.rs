@@ -8,13 +8,14 @@
 
 mod support;
 
+use support::text_pairs;
+
 use almanac_domain::{NewWorkItem, Scope, WorkKind, WorkQueue};
 use almanac_store_pg::PgStore;
 use almanac_testdb::TestDatabase;
 use chrono::{DateTime, NaiveDate, Utc};
 use diesel::result::{DatabaseErrorKind, Error};
 use diesel::sql_query;
-use diesel::sql_types::Text;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 
 const UP: &str = include_str!("../../../migrations/2026-12-06-000032_times_readable/up.sql");
@@ -25,18 +26,6 @@ const DOMAINS_DOWN: &str = include_str!("../../../migrations/2026-12-06-000035_t
 /// The last time chrono reads, as PostgreSQL keeps it (to the microsecond), and the first PostgreSQL stores.
 const LAST: &str = "262142-12-31 23:59:59.999999+00";
 const FIRST: &str = "4714-11-24 00:00:00+00 BC";
-
-#[derive(diesel::QueryableByName)]
-struct Row {
-    #[diesel(sql_type = Text)]
-    a: String,
-    #[diesel(sql_type = Text)]
-    b: String,
-}
-
-async fn rows(conn: &mut AsyncPgConnection, sql: &str) -> Vec<(String, String)> {
-    sql_query(sql).load::<Row>(conn).await.unwrap().into_iter().map(|r| (r.a, r.b)).collect()
-}
 
 /// A day's first instant (`micros` 0) or its last second at `micros` (UTC).
 fn at(y: i32, m: u32, d: u32, micros: u32) -> DateTime<Utc> {
@@ -57,7 +46,7 @@ async fn setup() -> (TestDatabase, PgStore, almanac_domain::StorageConfigId, Asy
 #[tokio::test]
 async fn every_time_column_of_the_schema_is_checked_to_be_readable() {
     let (_db, _store, _config, mut conn) = setup().await;
-    let columns = rows(
+    let columns = text_pairs(
         &mut conn,
         "SELECT c.relname || '.' || a.attname AS a, format_type(a.atttypid, NULL) AS b
            FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
@@ -72,7 +61,7 @@ async fn every_time_column_of_the_schema_is_checked_to_be_readable() {
     assert!(columns.iter().any(|(c, _)| c == "queue_heads.oldest_requested_at"), "columns read: {columns:?}");
     let plain: Vec<_> = columns.iter().filter(|(_, ty)| ty != "almanac_time").collect();
     assert!(plain.is_empty(), "time columns not of the domain almanac_time: {plain:?}");
-    let rule = rows(
+    let rule = text_pairs(
         &mut conn,
         "SELECT conname::text AS a, pg_get_constraintdef(oid) AS b
            FROM pg_constraint WHERE contypid = 'almanac_time'::regtype",
@@ -83,7 +72,7 @@ async fn every_time_column_of_the_schema_is_checked_to_be_readable() {
         [("almanac_time_readable".to_owned(), "CHECK (almanac_time_readable(VALUE))".to_owned())],
         "the domain's checks"
     );
-    let table_checks = rows(
+    let table_checks = text_pairs(
         &mut conn,
         "SELECT conrelid::regclass::text AS a, conname::text AS b FROM pg_constraint
           WHERE contype = 'c' AND conrelid <> 0 AND pg_get_constraintdef(oid) LIKE '%almanac_time_readable%'",
@@ -157,7 +146,7 @@ async fn times_stored_before_the_check_are_moved_to_the_nearest_readable_time() 
     let item = |id| items.iter().find(|i| i.id == id).expect("listed");
     assert_eq!(item(parked).run_after, at(262_142, 12, 31, 999_999), "parked at the last readable time");
     assert_eq!(item(first).requested_at, at(-4713, 11, 24, 0), "first in line at the first time stored");
-    let paused = rows(
+    let paused = text_pairs(
         &mut conn,
         &format!(
             "SELECT (paused_at = timestamptz '{LAST}')::text AS a, '' AS b FROM storage_configs WHERE id = '{other}'"
@@ -189,7 +178,7 @@ async fn the_domains_migration_keeps_triggers_as_they_were_and_leaves_other_tabl
     .unwrap();
     conn.batch_execute(DOMAINS_UP).await.unwrap();
 
-    let triggers = rows(
+    let triggers = text_pairs(
         &mut conn,
         "SELECT tgname::text AS a, tgenabled::text || ' ' || coalesce(obj_description(oid, 'pg_trigger'), '') AS b
            FROM pg_trigger
@@ -199,14 +188,14 @@ async fn the_domains_migration_keeps_triggers_as_they_were_and_leaves_other_tabl
     .await;
     let expected = [("tr_config_watches_taken_without_holder", "O kept"), ("tr_storage_configs_queue_heads", "D ")];
     assert_eq!(triggers, expected.map(|(a, b)| (a.to_owned(), b.to_owned())), "the triggers made again");
-    let other = rows(
+    let other = text_pairs(
         &mut conn,
         "SELECT attname::text AS a, format_type(atttypid, NULL) AS b FROM pg_attribute
           WHERE attrelid = 'web_sessions'::regclass AND attname = 'seen'",
     )
     .await;
     assert_eq!(other[0].1, "timestamp with time zone", "another program's table is left alone");
-    let times = rows(
+    let times = text_pairs(
         &mut conn,
         "SELECT count(*)::text AS a, '' AS b FROM pg_attribute AS a JOIN pg_class AS c ON c.oid = a.attrelid
           WHERE c.relname = 'work_items' AND a.atttypid IN ('almanac_time'::regtype, 'almanac_name'::regtype)",

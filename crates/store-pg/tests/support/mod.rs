@@ -62,3 +62,15 @@ pub async fn constraint_lists(conn: &mut AsyncPgConnection, names: &[&str]) -> V
     let quoted = |c: &Constraint| c.definition.split('\'').skip(1).step_by(2).map(str::to_owned).collect();
     constraints.iter().map(|c| (c.name.clone(), quoted(c))).collect()
 }
+
+/// The rows of `sql`, which names its two text columns `a` and `b`.
+pub async fn text_pairs(conn: &mut AsyncPgConnection, sql: &str) -> Vec<(String, String)> {
+    #[derive(diesel::QueryableByName)]
+    struct Pair {
+        #[diesel(sql_type = Text)]
+        a: String,
+        #[diesel(sql_type = Text)]
+        b: String,
+    }
+    sql_query(sql).load::<Pair>(conn).await.expect(sql).into_iter().map(|r| (r.a, r.b)).collect()
+}
