@@ -33,27 +33,12 @@ fn nested(n: usize) -> String {
 async fn every_json_column_of_the_schema_is_held_to_readable_json() {
     let (db, _store) = support::setup().await;
     let mut conn = AsyncPgConnection::establish(db.url()).await.expect("connect");
-    let columns = text_pairs(
-        &mut conn,
-        "SELECT c.relname || '.' || a.attname AS a, format_type(a.atttypid, NULL) AS b
-           FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
-           JOIN pg_attribute AS a ON a.attrelid = c.oid
-          WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped
-            AND coalesce((SELECT t.typbasetype FROM pg_type AS t WHERE t.oid = a.atttypid AND t.typtype = 'd'),
-                         a.atttypid) IN ('jsonb'::regtype, 'json'::regtype)
-          ORDER BY 1",
-    )
-    .await;
+    let columns = support::columns_of_base_types(&mut conn, &["jsonb", "json"]).await;
     let names: Vec<&str> = columns.iter().map(|(c, _)| c.as_str()).collect();
     assert_eq!(names, ["work_items.payload", "work_items.progress", "work_items.result"], "JSON columns read");
     let plain: Vec<_> = columns.iter().filter(|(_, ty)| ty != "almanac_json").collect();
     assert!(plain.is_empty(), "JSON columns not of the domain almanac_json: {plain:?}");
-    let rule = text_pairs(
-        &mut conn,
-        "SELECT conname::text AS a, pg_get_constraintdef(oid) AS b
-           FROM pg_constraint WHERE contypid = 'almanac_json'::regtype",
-    )
-    .await;
+    let rule = support::domain_checks(&mut conn, "almanac_json").await;
     assert_eq!(rule, [("almanac_json_readable".to_owned(), "CHECK (almanac_json_readable(VALUE))".to_owned())]);
 }
 

@@ -46,27 +46,12 @@ async fn setup() -> (TestDatabase, PgStore, almanac_domain::StorageConfigId, Asy
 #[tokio::test]
 async fn every_time_column_of_the_schema_is_checked_to_be_readable() {
     let (_db, _store, _config, mut conn) = setup().await;
-    let columns = text_pairs(
-        &mut conn,
-        "SELECT c.relname || '.' || a.attname AS a, format_type(a.atttypid, NULL) AS b
-           FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
-           JOIN pg_attribute AS a ON a.attrelid = c.oid
-          WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped
-            AND coalesce((SELECT t.typbasetype FROM pg_type AS t WHERE t.oid = a.atttypid AND t.typtype = 'd'),
-                         a.atttypid) = 'timestamptz'::regtype
-          ORDER BY 1",
-    )
-    .await;
+    let columns = support::columns_of_base_types(&mut conn, &["timestamptz"]).await;
     assert!(columns.iter().any(|(c, _)| c == "work_items.run_after"), "columns read: {columns:?}");
     assert!(columns.iter().any(|(c, _)| c == "queue_heads.oldest_requested_at"), "columns read: {columns:?}");
     let plain: Vec<_> = columns.iter().filter(|(_, ty)| ty != "almanac_time").collect();
     assert!(plain.is_empty(), "time columns not of the domain almanac_time: {plain:?}");
-    let rule = text_pairs(
-        &mut conn,
-        "SELECT conname::text AS a, pg_get_constraintdef(oid) AS b
-           FROM pg_constraint WHERE contypid = 'almanac_time'::regtype",
-    )
-    .await;
+    let rule = support::domain_checks(&mut conn, "almanac_time").await;
     assert_eq!(
         rule,
         [("almanac_time_readable".to_owned(), "CHECK (almanac_time_readable(VALUE))".to_owned())],

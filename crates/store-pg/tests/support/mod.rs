@@ -74,3 +74,29 @@ pub async fn text_pairs(conn: &mut AsyncPgConnection, sql: &str) -> Vec<(String,
     }
     sql_query(sql).load::<Pair>(conn).await.expect(sql).into_iter().map(|r| (r.a, r.b)).collect()
 }
+
+/// Every column of the schema's tables whose type is one of `bases` or a domain over one (`table.column`, its type's
+/// name), in name order: what a rule held by a domain must cover.
+pub async fn columns_of_base_types(conn: &mut AsyncPgConnection, bases: &[&str]) -> Vec<(String, String)> {
+    let bases: Vec<String> = bases.iter().map(|b| format!("'{b}'")).collect();
+    let sql = format!(
+        "SELECT c.relname || '.' || a.attname AS a, format_type(a.atttypid, NULL) AS b
+           FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+           JOIN pg_attribute AS a ON a.attrelid = c.oid
+          WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped
+            AND coalesce((SELECT t.typbasetype FROM pg_type AS t WHERE t.oid = a.atttypid AND t.typtype = 'd'),
+                         a.atttypid) = ANY (ARRAY[{}]::regtype[])
+          ORDER BY 1",
+        bases.join(", ")
+    );
+    text_pairs(conn, &sql).await
+}
+
+/// The checks of the domain `domain`: each one's name and definition.
+pub async fn domain_checks(conn: &mut AsyncPgConnection, domain: &str) -> Vec<(String, String)> {
+    let sql = format!(
+        "SELECT conname::text AS a, pg_get_constraintdef(oid) AS b
+           FROM pg_constraint WHERE contypid = '{domain}'::regtype ORDER BY 1"
+    );
+    text_pairs(conn, &sql).await
+}
