@@ -8,10 +8,11 @@
 -- the item, committed by the server, fails in its answer and is handed back, and the next claim takes it again;
 -- the operator's page and the CLI cannot list the queue.
 --
--- The rule is written once, `almanac_json_readable`, and held by a domain, `almanac_json`, which the work items'
--- three JSON columns have (every jsonb column of the schema; a contract test holds a later one to it too). A domain's check runs only on the values a statement writes (an item's payload when it is enqueued, its
--- progress with a heartbeat, its result at its end), never on a claim, which writes none of them but a NULL
--- progress (migration 000035 says why a domain and not a table check).
+-- The rule is written once, `almanac_json_readable`, and held by a domain, `almanac_json`, which the work items' three
+-- JSON columns have (every jsonb column of the schema; a contract test holds a later one to it too). A domain's check
+-- runs only on the values a statement writes (an item's payload when it is enqueued, its progress with a heartbeat, its
+-- result at its end), never on a claim, which writes none of them but a NULL progress (migration 000035 says why a
+-- domain and not a table check).
 --
 -- A value stored before that breaks the rule is kept as text in a readable document, `{"unreadable": "<the value as
 -- PostgreSQL prints it>"}`, and the migration raises a NOTICE for each column it changed. Nothing is lost, and the

@@ -1563,9 +1563,10 @@ async fn watcher_ids_stored_in_another_form_before_the_check_are_mended() {
     assert_eq!(ids, expected);
 }
 
-/// A dedup key or worker id written by another client than ours (the web backend's SQL, an operator's) is held
-/// to the form `DedupKey` and `WorkerId` accept, by the schema itself (migrations 000011 and 000033; since 000035
-/// the columns' domain `almanac_name`): every stored item and watch reads back as its types. The two rules agree on each sample, whitespace as Rust knows it included.
+/// A dedup key or worker id written by another client than ours (the web backend's SQL, an operator's) is held to the
+/// form `DedupKey` and `WorkerId` accept, by the schema itself (migrations 000011 and 000033; since 000035 the columns'
+/// domain `almanac_name`): every stored item and watch reads back as its types. The two rules agree on each sample,
+/// whitespace as Rust knows it included.
 #[tokio::test]
 async fn keys_and_worker_ids_from_other_clients_keep_the_form_the_domain_reads() {
     let (db, store) = setup().await;

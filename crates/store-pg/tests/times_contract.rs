@@ -1,10 +1,10 @@
-//! Every time the database holds is one the store can read (migration 000032, ADR 0011 amendments "times every
-//! reader can read" and "the forms as domains": since migration 000035 every time column is of the domain
-//! `almanac_time`, whose check is that rule). PostgreSQL stores `infinity`, `-infinity` and years up to 294276; the store reads chrono's
-//! `DateTime<Utc>`, which ends with the year 262142, and a time outside that fails the read of its whole row: a
-//! claim of such an item, committed by the server, failed in its answer, and the queue could not be listed. These
-//! tests hold every time column of the schema to the rule, try its edges against the store's own reads, and run
-//! the migrations on times another client stored before them.
+//! Every time the database holds is one the store can read (migration 000032, ADR 0011 amendments "times every reader
+//! can read" and "the forms as domains": since migration 000035 every time column is of the domain `almanac_time`,
+//! whose check is that rule). PostgreSQL stores `infinity`, `-infinity` and years up to 294276; the store reads
+//! chrono's `DateTime<Utc>`, which ends with the year 262142, and a time outside that fails the read of its whole row:
+//! a claim of such an item, committed by the server, failed in its answer, and the queue could not be listed. These
+//! tests hold every time column of the schema to the rule, try its edges against the store's own reads, and run the
+//! migrations on times another client stored before them.
 
 mod support;
 
@@ -103,9 +103,10 @@ async fn a_time_no_reader_can_read_is_refused_and_the_edges_read_back() {
     assert_eq!(item.requested_at, at(-4713, 11, 24, 0), "the first time PostgreSQL stores (4714 BC)");
 }
 
-/// Times stored before the check (migration 000032, with 000035 after it, run on a database whose rows hold them,
-/// as another client wrote them) are moved to the nearest time that can be read: an item parked at `infinity` stays parked, one put first
-/// at `-infinity` stays first; nothing is dropped. The claim then takes the one first in line, and reads it.
+/// Times stored before the check (migration 000032, with 000035 after it, run on a database whose rows hold them, as
+/// another client wrote them) are moved to the nearest time that can be read: an item parked at `infinity` stays
+/// parked, one put first at `-infinity` stays first; nothing is dropped. The claim then takes the one first in line,
+/// and reads it.
 #[tokio::test]
 async fn times_stored_before_the_check_are_moved_to_the_nearest_readable_time() {
     let (_db, store, config, mut conn) = setup().await;
