@@ -1,7 +1,7 @@
-use diesel::Connection;
 use diesel::connection::SimpleConnection;
 use diesel::migration::MigrationSource;
 use diesel::pg::Pg;
+use diesel::{Connection, QueryableByName, RunQueryDsl};
 use diesel_async::AsyncPgConnection;
 use diesel_async::async_connection_wrapper::AsyncConnectionWrapper;
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
@@ -20,10 +20,12 @@ const MIGRATION_LOCK: i64 = 0x0061_6c6d_616e_6163;
 /// them in one transaction, which first takes the migration lock (a concurrent call waits, then finds nothing
 /// pending). The lock is the transaction's (`pg_advisory_xact_lock`), so it ends with the transaction whatever
 /// happens, also through a pooler in transaction mode, where a session lock would stay on a server session
-/// another client then gets (ADR 0012). A migration that fails leaves the schema as it was.
+/// another client then gets (ADR 0012). A migration that fails leaves the schema as it was. A database whose text
+/// is not UTF-8 is refused before anything is written in it ([`refuse_other_encodings`]).
 pub async fn migrate(database_url: &str) -> Result<Vec<String>, StoreError> {
     with_harness(database_url, |h| {
         h.transaction(|h| {
+            refuse_other_encodings(h)?;
             h.batch_execute(&format!("SET LOCAL TimeZone = 'UTC'; SELECT pg_advisory_xact_lock({MIGRATION_LOCK})"))?;
             h.run_pending_migrations(MIGRATIONS).map(|vs| vs.iter().map(ToString::to_string).collect())
         })
@@ -61,7 +63,9 @@ pub struct SchemaState {
     pub newest_known: String,
 }
 
-/// Compares the database's applied migrations with this build's.
+/// Compares the database's applied migrations with this build's. A database whose text is not UTF-8 is refused
+/// first, before anything is created in it ([`refuse_other_encodings`]): every verb that uses the database, `run`
+/// included, reads this before anything else.
 pub async fn schema_state(database_url: &str) -> Result<SchemaState, StoreError> {
     let (known, applied) = with_harness(database_url, |h| {
         let known: Vec<String> =
@@ -73,6 +77,7 @@ pub async fn schema_state(database_url: &str) -> Result<SchemaState, StoreError>
         // violation once `migrate` commits) and a Worker starting beside it would fail instead of waiting.
         let applied: Vec<String> = h
             .transaction(|h| {
+                refuse_other_encodings(h)?;
                 h.batch_execute(&format!("SELECT pg_advisory_xact_lock({MIGRATION_LOCK})"))?;
                 h.applied_migrations()
             })?
@@ -92,6 +97,62 @@ pub async fn schema_state(database_url: &str) -> Result<SchemaState, StoreError>
 }
 
 type Harness = AsyncConnectionWrapper<AsyncPgConnection>;
+
+/// The only encoding of a database the store works in, as PostgreSQL names it.
+const UTF8: &str = "UTF8";
+
+/// A database whose text is not UTF-8, refused: what to tell the operator ([`encoding_refusal`]).
+#[derive(Debug)]
+struct OtherEncoding(String);
+
+impl std::fmt::Display for OtherEncoding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for OtherEncoding {}
+
+/// Refuses a database whose encoding is not UTF8, read before anything else. Another encoding takes the Worker's
+/// text (file names, paths, JSON) only as far as it has room for its characters: in LATIN1 or WIN1252 (a server
+/// made under a European locale, or by the Windows installer) a file named with an emoji, or in a script the
+/// encoding lacks, cannot be stored, and every crawl of its library fails on it. SQL_ASCII stores any bytes
+/// unchecked (another program's text may be no UTF-8, which the Worker cannot read back) and counts lengths in
+/// bytes. Said at start-up, with the way out, instead of as failures item by item.
+fn refuse_other_encodings(h: &mut Harness) -> diesel::migration::Result<()> {
+    #[derive(QueryableByName)]
+    struct Encoding {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        database: String,
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        encoding: String,
+    }
+    let found: Encoding = diesel::sql_query(
+        "SELECT datname::text AS database, pg_encoding_to_char(encoding)::text AS encoding
+           FROM pg_database WHERE datname = current_database()",
+    )
+    .get_result(h)?;
+    if found.encoding == UTF8 {
+        return Ok(());
+    }
+    Err(Box::new(OtherEncoding(encoding_refusal(&found.database, &found.encoding))))
+}
+
+/// What the operator is told about the database `database` in `encoding`: what goes wrong, and the way out.
+fn encoding_refusal(database: &str, encoding: &str) -> String {
+    let why = match encoding {
+        "SQL_ASCII" => {
+            "SQL_ASCII stores any bytes as text unchecked (another program's text there may be no UTF-8, which the \
+             Worker cannot read) and counts lengths in bytes"
+        }
+        _ => "it has no room for many names a library holds (a file named with an emoji, or in a script it lacks)",
+    };
+    format!(
+        "the database \"{database}\" stores text in {encoding}: {why}. Almanac needs a database in {UTF8}: make one \
+         (`createdb --encoding=UTF8 --locale=C.UTF-8 --template=template0 almanac`), copy this one into it if it \
+         holds anything (`pg_dump --encoding=UTF8 {database} | psql almanac`), and point database.url at it"
+    )
+}
 
 /// diesel's migration harness is synchronous: run it on a thread of its own with a small runtime of its own
 /// (timers enabled, for URLs with `connect_timeout`), so it works under any runtime flavour. Its connection is
@@ -124,8 +185,12 @@ async fn with_harness<T: Send + 'static>(
 /// What the migration harness's error comes to, placed by asking its connection (ADR 0010): a connection that
 /// no longer answers (the server shut down or restarted mid-way, the backend was terminated), or a server that
 /// only reads (a standby: the harness's own table is created even to read it), is an outage, so a Worker
-/// starting while the database restarts or fails over waits for it; anything else is the migration's own failure.
+/// starting while the database restarts or fails over waits for it; a database in another encoding than UTF-8 is a
+/// setting to fix ([`refuse_other_encodings`]); anything else is the migration's own failure.
 fn harness_error(conn: &mut Harness, e: Box<dyn std::error::Error + Send + Sync>) -> StoreError {
+    if let Some(refused) = e.downcast_ref::<OtherEncoding>() {
+        return StoreError::Config(refused.0.clone());
+    }
     let said = e.to_string();
     let lost = e.downcast_ref::<diesel::result::Error>().is_some_and(crate::error::is_outage)
         || conn.batch_execute("SELECT 1").is_err();

@@ -1,9 +1,10 @@
-//! Safe upgrades: migrations applied once however many Workers start with `--migrate` at once, and a schema
-//! newer than this build recognised.
+//! Safe upgrades: migrations applied once however many Workers start with `--migrate` at once, a schema newer
+//! than this build recognised, and a database whose text is not UTF-8 refused before anything is written in it.
 
-use almanac_store_pg::{migrate, schema_state};
+use almanac_store_pg::{StoreError, migrate, schema_state};
 use almanac_testdb::TestDatabase;
-use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
+use diesel::QueryableByName;
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 
 async fn emptied() -> TestDatabase {
     let db = TestDatabase::create().await;
@@ -107,5 +108,52 @@ async fn a_migration_refused_by_a_server_that_only_reads_is_an_outage() {
     match migrate(db.url()).await {
         Err(almanac_store_pg::StoreError::Unavailable(m)) => assert!(!m.is_empty()),
         other => panic!("{other:?}"),
+    }
+}
+
+/// Encodings a database gets when it is made elsewhere than on the tests' cluster: under a European locale
+/// (LATIN1), by PostgreSQL's Windows installer (WIN1252), under the C locale (SQL_ASCII), or under an East Asian
+/// locale (EUC_JP, several bytes a character but not UTF-8).
+const OTHER_ENCODINGS: [&str; 4] = ["LATIN1", "WIN1252", "SQL_ASCII", "EUC_JP"];
+
+#[derive(QueryableByName)]
+struct Count {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    n: i64,
+}
+
+#[tokio::test]
+async fn a_database_not_in_utf8_is_refused_with_the_way_out_before_anything_is_written_in_it() {
+    for encoding in OTHER_ENCODINGS {
+        let db = TestDatabase::create_empty_in(encoding).await;
+        let read = schema_state(db.url()).await.map(|_| ());
+        let migrated = migrate(db.url()).await.map(|_| ());
+        for (what, answer) in [("reading the schema", read), ("migrating", migrated)] {
+            let Err(StoreError::Config(said)) = answer else { panic!("{encoding}, {what}: {answer:?}") };
+            assert!(said.contains(&format!("the database \"{}\" stores text in {encoding}", db.name())), "{said}");
+            assert!(said.contains("createdb --encoding=UTF8") && said.contains("pg_dump --encoding=UTF8"), "{said}");
+        }
+        let mut conn = AsyncPgConnection::establish(db.url()).await.unwrap();
+        let made: Count = diesel::sql_query(
+            "SELECT count(*) AS n FROM pg_class AS c JOIN pg_namespace AS s ON s.oid = c.relnamespace
+              WHERE s.nspname = 'public'",
+        )
+        .get_result(&mut conn)
+        .await
+        .unwrap();
+        assert_eq!(made.n, 0, "{encoding}: nothing is made in a database that is refused");
+    }
+}
+
+#[tokio::test]
+async fn what_a_latin1_database_cannot_hold_is_a_name_a_library_may_have() {
+    // Why the refusal: the Worker writes what a library names, and LATIN1 has no room for it.
+    let db = TestDatabase::create_empty_in("LATIN1").await;
+    let mut conn = AsyncPgConnection::establish(db.url()).await.unwrap();
+    conn.batch_execute("CREATE TABLE names (name text)").await.unwrap();
+    conn.batch_execute("INSERT INTO names VALUES ('M\u{fc}nchen.jpg')").await.expect("a name LATIN1 has room for");
+    for name in ["\u{1f4f7} beach.jpg", "\u{5bcc}\u{58eb}\u{5c71}.heic"] {
+        let stored = conn.batch_execute(&format!("INSERT INTO names VALUES ('{name}')")).await;
+        assert!(stored.is_err(), "{name} was stored in LATIN1");
     }
 }

@@ -76,14 +76,26 @@ impl TestDatabase {
 
     /// Creates a fresh database without the schema, as a new installation finds it (dropped like the others).
     pub async fn create_empty() -> Self {
-        let made = match server_url() {
-            Ok(server_url) => Self::from_template(server_url, "template0").await,
-            Err(e) => Err(e),
-        };
-        made.unwrap_or_else(|e| panic!("no test database: {e}"))
+        Self::create_empty_from("template0").await
     }
 
-    /// A new database copied from `template`.
+    /// Creates a fresh database without the schema whose text is in `encoding` (as PostgreSQL names it: `LATIN1`,
+    /// `SQL_ASCII`, …), with the C locale, which takes every encoding: a database made under another locale, or by
+    /// another installer, than the tests' cluster.
+    pub async fn create_empty_in(encoding: &str) -> Self {
+        Self::create_empty_from(&format!("template0 ENCODING '{encoding}' LC_COLLATE 'C' LC_CTYPE 'C'")).await
+    }
+
+    /// A new database copied from `template` (with its options), panicking with the reason when it cannot be made.
+    async fn create_empty_from(template: &str) -> Self {
+        let made = match server_url() {
+            Ok(server_url) => Self::from_template(server_url, template).await,
+            Err(e) => Err(e),
+        };
+        made.unwrap_or_else(|e| panic!("no test database ({template}): {e}"))
+    }
+
+    /// A new database copied from `template` (its name, possibly followed by more options of `CREATE DATABASE`).
     async fn from_template(server_url: String, template: &str) -> Result<Self, ClusterError> {
         static COUNTER: AtomicU32 = AtomicU32::new(0);
         let name = format!(

@@ -145,3 +145,14 @@ async fn a_new_database_is_migrated_only_when_asked_and_an_unmigrated_one_is_ref
     assert_eq!(almanac_store_pg::schema_state(db.url()).await.unwrap().pending, Vec::<String>::new());
     prepare_schema(db.url(), false).await.unwrap();
 }
+
+#[tokio::test]
+async fn a_database_not_in_utf8_is_refused_at_start_with_or_without_migrating() {
+    let db = almanac_testdb::TestDatabase::create_empty_in("WIN1252").await;
+    for migrate in [false, true] {
+        let refused = prepare_schema(db.url(), migrate).await.unwrap_err();
+        assert_eq!(refused.exit(), Exit::Usage, "a setting to fix, not an outage to wait out: {refused}");
+        assert!(refused.to_string().contains("stores text in WIN1252"), "{refused}");
+        assert!(refused.to_string().contains("database.url"), "{refused}");
+    }
+}
