@@ -215,15 +215,16 @@ END $$;
 --
 
 CREATE FUNCTION public.almanac_disk_refuses_writes() RETURNS boolean
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
     own text := (SELECT t.spcname FROM pg_database AS d JOIN pg_tablespace AS t ON t.oid = d.dattablespace
                   WHERE d.datname = current_database());
 BEGIN
     EXECUTE format('CREATE TEMPORARY TABLE almanac_disk_probe (filler integer) ON COMMIT DROP TABLESPACE %I', own);
-    INSERT INTO almanac_disk_probe VALUES (0);
-    DROP TABLE almanac_disk_probe;
+    INSERT INTO pg_temp.almanac_disk_probe VALUES (0);
+    DROP TABLE pg_temp.almanac_disk_probe;
     RETURN false;
 EXCEPTION WHEN disk_full THEN
     RETURN true;
@@ -234,7 +235,7 @@ END $$;
 -- Name: FUNCTION almanac_disk_refuses_writes(); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.almanac_disk_refuses_writes() IS 'Whether the server refuses to write a page of a new (temporary) table in the database''s own tablespace for want of disk space (SQLSTATE 53100): asked by the store after an error it cannot place. Migration 000034.';
+COMMENT ON FUNCTION public.almanac_disk_refuses_writes() IS 'Whether the server refuses to write a page of a new (temporary) table in the database''s own tablespace for want of disk space (SQLSTATE 53100): asked by the store after an error it cannot place. Runs as its owner, so a role that may not make temporary tables gets an answer too. Migrations 000034 and 000037.';
 
 
 --

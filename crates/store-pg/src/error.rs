@@ -111,12 +111,12 @@ pub(crate) fn from_diesel(e: DieselError) -> StoreError {
 
 /// A statement's error placed with the help of the connection it ran on, for what the kinds cannot tell: a
 /// server error diesel has no kind for (`Unknown`) asks the same connection whether the catalogue's tables
-/// exist, then whether the server can write a page of a new table (`almanac_disk_refuses_writes`, migration
-/// 000034), in a transaction of its own. No answer means the error ended the session (a `FATAL`: terminated,
-/// timed out, shut down): an outage. An answer that the tables are missing means the database was never
-/// migrated. A server refusing to write for want of disk space is an outage too (ADR 0010, amendment "a full disk
-/// is an outage"): the work waits for space instead of failing. The server's words are never read, so a server
-/// speaking any language is understood alike.
+/// exist, then whether the server can write a page of a new table (`almanac_disk_refuses_writes`, migrations
+/// 000034 and 000037), in a transaction of its own. No answer means the error ended the session (a `FATAL`:
+/// terminated, timed out, shut down): an outage. An answer that the tables are missing means the database was
+/// never migrated. A server refusing to write for want of disk space is an outage too (ADR 0010, amendment "a full
+/// disk is an outage"): the work waits for space instead of failing. A probe that fails itself is said with the
+/// error. The server's words are never read, so a server speaking any language is understood alike.
 pub(crate) async fn placed(conn: &mut crate::Conn, e: DieselError) -> StoreError {
     if !matches!(e, DieselError::DatabaseError(DatabaseErrorKind::Unknown, _)) {
         return from_diesel(e);
@@ -159,7 +159,16 @@ pub(crate) async fn placed(conn: &mut crate::Conn, e: DieselError) -> StoreError
             ),
             e,
         )),
-        Ok(Probe::Neither) | Err(_) => StoreError::Unexpected(Cause::from_error(e)),
+        Ok(Probe::Neither) => StoreError::Unexpected(Cause::from_error(e)),
+        // The probe's own failure is said with the error (the probe runs as the role that migrated: one that may
+        // not make temporary tables, say), since a full disk cannot then be told from a failure of the work.
+        Err(unasked) => StoreError::Unexpected(Cause::with_source(
+            format!(
+                "{e} (asking the server whether its disk is full failed too, so a full disk cannot be told apart: \
+                 {unasked})"
+            ),
+            e,
+        )),
     }
 }
 

@@ -397,3 +397,54 @@ async fn a_write_refused_for_a_full_disk_is_an_outage_until_space_is_freed() {
         maintenance.batch_execute(&format!("DROP TABLESPACE {space}")).await.unwrap();
     }
 }
+
+/// The disk probe answers for a Worker whose role may not make temporary tables (a database hardened with `REVOKE
+/// TEMPORARY ON DATABASE … FROM PUBLIC`): it runs as the role that migrated (migration 000037). Before, it failed
+/// there, and a full disk read as a failure of the work. A probe that cannot run at all (here: its role may not
+/// call it) is said with the error it was asked about, since a full disk cannot then be told apart.
+#[tokio::test]
+async fn the_disk_probe_answers_for_a_role_that_may_not_make_temporary_tables() {
+    #[derive(diesel::QueryableByName)]
+    struct Answer {
+        #[diesel(sql_type = diesel::sql_types::Bool)]
+        yes: bool,
+    }
+    let db = TestDatabase::create().await;
+    let role = format!("{}_hardened", db.name());
+    let mut admin = raw(db.url()).await;
+    admin
+        .batch_execute(&format!(
+            "REVOKE TEMPORARY ON DATABASE {name} FROM PUBLIC;
+             CREATE ROLE {role} NOLOGIN;
+             GRANT {role} TO CURRENT_USER;
+             GRANT USAGE ON SCHEMA public TO {role};
+             GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role};",
+            name = db.name()
+        ))
+        .await
+        .unwrap();
+    // The test's own login acting as the role for the whole session, as the heads' vacuum test does.
+    let separator = if db.url().contains('?') { '&' } else { '?' };
+    let url = format!("{}{separator}options=-c%20role%3D{role}", db.url());
+    let mut worker = raw(&url).await;
+    assert!(worker.batch_execute("CREATE TEMPORARY TABLE t (x integer)").await.is_err(), "no temporary tables");
+    let probe = sql_query("SELECT almanac_disk_refuses_writes() AS yes").get_result::<Answer>(&mut worker).await;
+    assert!(!probe.expect("the probe answers for the role").yes, "this server's disk is not full");
+
+    admin
+        .batch_execute(&format!(
+            "ALTER TABLE storage_configs RENAME TO configs_kept;
+             CREATE VIEW storage_configs AS SELECT * FROM configs_kept WHERE 1 / 0 = 1;
+             GRANT SELECT ON storage_configs TO {role};
+             REVOKE EXECUTE ON FUNCTION almanac_disk_refuses_writes() FROM PUBLIC;"
+        ))
+        .await
+        .unwrap();
+    let store = PgStore::new(&url, 1, Duration::from_secs(10)).unwrap();
+    match store.list_storage_configs().await {
+        Err(StoreError::Unexpected(m)) => assert!(m.contains("whether its disk is full failed too"), "{m}"),
+        other => panic!("an error the kinds cannot place, with a probe that cannot run: {other:?}"),
+    }
+    drop((store, worker));
+    admin.batch_execute(&format!("DROP OWNED BY {role}; DROP ROLE {role}")).await.unwrap();
+}
