@@ -4,8 +4,8 @@
 -- first error as unexpected, and a full disk read as a failure of the work again, counted and finally failed for
 -- good, instead of the outage it is (ADR 0010, amendment "a full disk is an outage").
 --
--- The function now runs as its owner, the role that migrated the database (SECURITY DEFINER), which the
--- database's owner or a superuser is, and either may make temporary tables whatever PUBLIC may. As any function that
+-- The function now runs as its owner, the role that migrated the database (SECURITY DEFINER): a superuser may
+-- always make temporary tables, the database's owner unless that was revoked from it by name. As any function that
 -- runs as its owner, it reads names only from the system catalogue and its own temporary schema (`search_path`
 -- fixed to `pg_catalog, pg_temp`; the table is named with its schema), so no object another role makes can stand in
 -- for one it uses. It does nothing else: it makes, writes and drops a temporary table of its own, inside its own

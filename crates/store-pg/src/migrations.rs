@@ -138,7 +138,10 @@ fn refuse_other_encodings(h: &mut Harness) -> diesel::migration::Result<()> {
     Err(Box::new(OtherEncoding(encoding_refusal(&found.database, &found.encoding))))
 }
 
-/// What the operator is told about the database `database` in `encoding`: what goes wrong, and the way out.
+/// What the operator is told about the database `database` in `encoding`: what goes wrong, and the way out. The
+/// copy is dumped to a file and restored only when the dump ended well: a byte `pg_dump` cannot give as UTF-8 (in
+/// `SQL_ASCII`, or a byte `WIN1252` leaves undefined) stops it half-way, and a restore of what it wrote so far would
+/// be a database without the rest of the rows, nor the indexes and triggers, that looks whole.
 fn encoding_refusal(database: &str, encoding: &str) -> String {
     let why = match encoding {
         "SQL_ASCII" => {
@@ -149,8 +152,11 @@ fn encoding_refusal(database: &str, encoding: &str) -> String {
     };
     format!(
         "the database \"{database}\" stores text in {encoding}: {why}. Almanac needs a database in {UTF8}: make one \
-         (`createdb --encoding=UTF8 --locale=C.UTF-8 --template=template0 almanac`), copy this one into it if it \
-         holds anything (`pg_dump --encoding=UTF8 {database} | psql almanac`), and point database.url at it"
+         (`createdb --encoding=UTF8 --locale=C --template=template0 almanac_utf8`); if this one holds anything, dump \
+         it (`pg_dump --encoding=UTF8 --file=almanac.sql \"{database}\"`, which stops at a byte it cannot give as \
+         UTF-8, naming it: mend that text and dump again) and restore it only once the dump succeeded (`psql \
+         --set=ON_ERROR_STOP=1 --single-transaction --file=almanac.sql almanac_utf8`); then point database.url at \
+         almanac_utf8"
     )
 }
 

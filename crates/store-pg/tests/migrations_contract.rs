@@ -132,6 +132,7 @@ async fn a_database_not_in_utf8_is_refused_with_the_way_out_before_anything_is_w
             let Err(StoreError::Config(said)) = answer else { panic!("{encoding}, {what}: {answer:?}") };
             assert!(said.contains(&format!("the database \"{}\" stores text in {encoding}", db.name())), "{said}");
             assert!(said.contains("createdb --encoding=UTF8") && said.contains("pg_dump --encoding=UTF8"), "{said}");
+            assert!(said.contains("ON_ERROR_STOP=1 --single-transaction"), "restored only whole: {said}");
         }
         let mut conn = AsyncPgConnection::establish(db.url()).await.unwrap();
         let made: Count = diesel::sql_query(
