@@ -427,9 +427,7 @@ async fn the_disk_probe_answers_for_a_role_that_may_not_make_temporary_tables() 
         ))
         .await
         .unwrap();
-    // The test's own login acting as the role for the whole session, as the heads' vacuum test does.
-    let separator = if db.url().contains('?') { '&' } else { '?' };
-    let url = format!("{}{separator}options=-c%20role%3D{role}", db.url());
+    let url = db.url_acting_as(&role);
     let mut worker = raw(&url).await;
     let temporary = worker.batch_execute("CREATE TEMPORARY TABLE t (x integer)").await;
     let probe = sql_query("SELECT almanac_disk_refuses_writes() AS yes").get_result::<Answer>(&mut worker).await;

@@ -118,6 +118,14 @@ impl TestDatabase {
         &self.url
     }
 
+    /// The database's URL with the test's own login acting as `role` for the whole session (`SET ROLE` at
+    /// connection), so a test sees what a role with fewer rights gets without a password or authentication rule
+    /// for it. The login must be a member of `role` (`GRANT role TO CURRENT_USER`).
+    pub fn url_acting_as(&self, role: &str) -> String {
+        let separator = if self.url.contains('?') { '&' } else { '?' };
+        format!("{}{separator}options=-c%20role%3D{role}", self.url)
+    }
+
     /// Waits until `n` other sessions of this database wait on a lock (or, when they never do, until the
     /// [`patience`] for two seconds has passed), and returns how many do. Tests use it to force an overlap: a
     /// statement let go only once it is blocked behind a transaction the test holds.

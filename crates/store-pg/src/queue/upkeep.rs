@@ -322,10 +322,7 @@ mod tests {
         ))
         .await
         .unwrap();
-        // The test's own login, acting as the role for the whole session (`SET ROLE` at connection), so no
-        // password or authentication rule is needed for it.
-        let separator = if db.url().contains('?') { '&' } else { '?' };
-        let url = format!("{}{separator}options=-c%20role%3D{role}", db.url());
+        let url = db.url_acting_as(&role);
         let store = PgStore::new(&url, 2, Duration::from_secs(10)).unwrap().vacuuming_heads_every(8);
         let request = request();
         let before = vacuums(&mut conn).await;
