@@ -115,7 +115,7 @@ impl std::error::Error for OtherEncoding {}
 
 /// Refuses a database whose encoding is not UTF8, read before anything else. Another encoding takes the Worker's
 /// text (file names, paths, JSON) only as far as it has room for its characters: in LATIN1 or WIN1252 (a server
-/// made under a European locale, or by the Windows installer) a file named with an emoji, or in a script the
+/// made under a European or a Windows-1252 locale) a file named with an emoji, or in a script the
 /// encoding lacks, cannot be stored, and every crawl of its library fails on it. SQL_ASCII stores any bytes
 /// unchecked (another program's text may be no UTF-8, which the Worker cannot read back) and counts lengths in
 /// bytes. Said at start-up, with the way out, instead of as failures item by item.
