@@ -24,6 +24,14 @@ pub enum CatalogueError {
     Unexpected(#[source] Cause),
 }
 
+/// The longest path beneath a config's root, in bytes, that the catalogue holds. PostgreSQL indexes a file's path
+/// with its config's id (`ix_media_assets_active_path`, `asset_extra_paths_pkey`) in B-tree entries of at most
+/// 2,704 bytes: 8 for the entry's header, 16 for the id and 4 for the path's length leave this many for the path.
+/// A longer path is held only when its bytes compress (names that repeat themselves); any other is refused by the
+/// server. A store MUST hold every path up to this length; the crawl records a file whose path is longer as failed,
+/// saying so, and goes on with the others.
+pub const LONGEST_PATH: usize = 2676;
+
 /// A file as the file system shows it, relative to its config's root.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileFacts {
@@ -287,4 +295,18 @@ pub trait CatalogueStore: Send + Sync {
         fence: Fence,
         item: &NewWorkItem,
     ) -> impl Future<Output = Result<(), CatalogueError>> + Send;
+}
+
+#[cfg(test)]
+mod tests {
+    /// docs/media.md gives the longest path as it is, in the arithmetic that makes it.
+    #[test]
+    fn the_docs_give_the_longest_path_as_it_is() {
+        let n = super::LONGEST_PATH;
+        let written = format!("{},{:03}", n / 1000, n % 1000);
+        let docs = include_str!("../../../docs/media.md").split_whitespace().collect::<Vec<_>>().join(" ");
+        let said = format!("which leaves {written} bytes for the path (`LONGEST_PATH`)");
+        assert!(docs.contains(&said), "docs/media.md should say: {said}");
+        assert_eq!(2704 - 8 - 16 - 4, n, "an entry of 2,704 bytes less its header, the config's id and the length");
+    }
 }

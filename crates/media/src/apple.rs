@@ -40,9 +40,7 @@ pub fn read_apple_note(note: &[u8]) -> AppleNote {
         } else {
             u32_at(entry + 8).and_then(|offset| note.get(offset..offset.checked_add(len)?))
         };
-        let text = bytes
-            .map(|b| String::from_utf8_lossy(b).trim_end_matches('\0').trim().to_owned())
-            .filter(|t| !t.is_empty());
+        let text = bytes.and_then(crate::text::metadata_text);
         match tag {
             BURST_UUID => out.burst_id = text,
             _ => out.content_identifier = text,

@@ -146,11 +146,7 @@ fn bytes_of(value: &Value) -> Option<&[u8]> {
 }
 
 fn facts_of(exif: &exif::Exif) -> ExifFacts {
-    let text = |tag: Tag| -> Option<String> {
-        let bytes = bytes_of(&field(exif, tag)?.value)?;
-        let s = String::from_utf8_lossy(bytes).trim_matches(|c: char| c == '\0' || c.is_whitespace()).to_owned();
-        (!s.is_empty()).then_some(s)
-    };
+    let text = |tag: Tag| -> Option<String> { crate::text::metadata_text(bytes_of(&field(exif, tag)?.value)?) };
     let date = |tag: Tag, subsec: Tag, offset: Tag, source: CaptureSource| -> Option<CaptureTime> {
         let mut stamp = parse_date_text(&text(tag)?)?;
         // Sub-seconds from their own tag, unless the date text already carried a fraction.

@@ -24,6 +24,7 @@ pub mod priority;
 mod raw;
 mod read;
 mod still;
+mod text;
 mod tool;
 mod video;
 mod writers;

@@ -75,7 +75,7 @@ pub async fn probe_video(
         format
             .and_then(|f| f.tags.iter().find(|(k, _)| k.eq_ignore_ascii_case(key)))
             .or_else(|| video.tags.iter().find(|(k, _)| k.eq_ignore_ascii_case(key)))
-            .map(|(_, v)| v.clone())
+            .and_then(|(_, v)| crate::text::metadata_text(v.as_bytes()))
     };
     let rotation = video
         .side_data_list
@@ -116,8 +116,7 @@ pub async fn probe_video(
     let metadata = AssetMetadata {
         width: video.width.filter(|w| *w > 0),
         height: video.height.filter(|h| *h > 0),
-        // ffprobe reports the display matrix counter-clockwise; the catalogue stores clockwise.
-        orientation_degrees: (((-rotation) % 360 + 360) % 360) as u16,
+        orientation_degrees: clockwise_degrees(rotation),
         duration_ms,
         camera_make: tag("com.apple.quicktime.make").or_else(|| tag("make")),
         camera_model: tag("com.apple.quicktime.model").or_else(|| tag("model")),
@@ -125,6 +124,15 @@ pub async fn probe_video(
         ..AssetMetadata::default()
     };
     Ok(VideoFacts { metadata, created })
+}
+
+/// The clockwise turn that makes a video upright, from ffprobe's counter-clockwise rotation in degrees. The
+/// catalogue keeps 0, 90, 180 or 270: a display matrix at another angle (a hand-made or damaged file, where ffprobe
+/// says -45 or -29) is taken to the nearest quarter turn. Such an angle was refused at the catalogue's write, and
+/// stopped the crawl at that video at every crawl.
+fn clockwise_degrees(counter_clockwise: i64) -> u16 {
+    let clockwise = (-counter_clockwise.rem_euclid(360)).rem_euclid(360);
+    (((clockwise + 45) / 90 * 90) % 360) as u16
 }
 
 /// Writes `poster.jpg` (a frame near the start, upright, at most 1920 px) and `web.mp4` (H.264, at most 720

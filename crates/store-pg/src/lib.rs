@@ -21,6 +21,7 @@ mod pooler;
 mod prepared;
 mod queue;
 mod queue_admin;
+mod storable;
 mod tls;
 mod tx;
 mod watch;

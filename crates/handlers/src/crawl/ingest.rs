@@ -9,7 +9,10 @@ use std::sync::{Arc, Mutex};
 
 use almanac_domain::{
     AssetId, CaptureSource, CaptureTime, ContentHash, MediaType, ProxyType, StorageConfigId,
-    ports::{CatalogueError, CatalogueStore, Fence, FileFacts, IngestOutcome, KnownFile, NewAsset, NewProxy, Sidecar},
+    ports::{
+        CatalogueError, CatalogueStore, Fence, FileFacts, IngestOutcome, KnownFile, LONGEST_PATH, NewAsset, NewProxy,
+        Sidecar,
+    },
 };
 use almanac_media::{Content, MediaError, MediaFormat, Original, PixelBudget, ReadError, ReadOriginal, RootFolder};
 use tokio_util::sync::CancellationToken;
@@ -33,7 +36,7 @@ pub(super) enum FileProblem {
     /// The proxy volume refused a write (full, read-only, over its quota): no later file can fare better, so
     /// the crawl stops with one error naming `storage.proxy_root`, however much room a small check still finds.
     ProxyVolume(MediaError),
-    /// The catalogue did not answer: the crawl stops (retryable).
+    /// The catalogue did not answer, or refused the file's write: the crawl stops (retryable), naming the file.
     Catalogue(CatalogueError),
     /// Still being written: modified within the settle time, or changed between the walk and the end of its
     /// hashing. Nothing is written for it; a crawl later reads it.
@@ -136,6 +139,19 @@ impl<C: CatalogueStore> Run<'_, C> {
     pub async fn file(&self, entry: &WalkEntry, known: Option<&KnownFile>) -> Result<(), FileProblem> {
         if let Some(k) = known.filter(|k| !k.extra) {
             self.mark(Seen::Asset(k.asset_id));
+        }
+        if entry.rel.len() > LONGEST_PATH {
+            // Nothing known is let go for it: a copy the catalogue holds at this path (its bytes compressed) stays.
+            if let Some(k) = known.filter(|k| k.extra) {
+                self.mark(Seen::Extra(k.facts.file_path.clone(), k.asset_id));
+            }
+            return Err(FileProblem::Failed(format!(
+                "{}: its path beneath the library's folder is {} bytes long, longer than the {LONGEST_PATH} bytes the \
+                 catalogue can hold; shorten the names of its folders (or its own), or move it nearer the library's \
+                 folder",
+                self.abs(entry).display(),
+                entry.rel.len()
+            )));
         }
         let done = self.settled_file(entry, known).await;
         if let (Err(FileProblem::Settling), Some(k)) = (&done, known.filter(|k| k.extra)) {

@@ -369,7 +369,9 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
                 }
             }
             FileProblem::ProxyVolume(e) => Some(root::proxy_root_unwritable(e, "The crawl stopped before its end")),
-            FileProblem::Catalogue(e) => Some(catalogue_error(e)),
+            FileProblem::Catalogue(e) => {
+                Some(crate::store_error_while(&format!("the crawl stopped at {}: ", run.abs(entry).display()), e))
+            }
         }
     }
 
@@ -405,7 +407,7 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
 }
 
 fn catalogue_error(e: CatalogueError) -> HandlerError {
-    crate::store_error_while("the crawl stopped because the catalogue did not answer: ", e)
+    crate::store_error_while("the crawl stopped: ", e)
 }
 
 /// A path beneath the root, for people (lossy UTF-8).

@@ -156,3 +156,26 @@ async fn a_poster_is_tried_again_from_the_start_only_when_the_first_try_gave_not
     assert!(matches!(err, MediaError::TimedOut { .. }), "{err:?}");
     assert_eq!(tries_of(&tries), ["half a second in"], "a hung first try is not followed by a second");
 }
+
+/// ffprobe's counter-clockwise rotation becomes the clockwise quarter turn nearest to it, whatever the angle.
+#[test]
+fn a_rotation_becomes_the_nearest_clockwise_quarter_turn() {
+    for (counter_clockwise, clockwise) in [
+        (0, 0),
+        (-90, 90),
+        (90, 270),
+        (180, 180),
+        (-180, 180),
+        (-270, 270),
+        (-45, 90),
+        (-29, 0),
+        (-89, 90),
+        (350, 0),
+        (-350, 0),
+        (725, 0),
+        (i64::MIN, 0),
+        (i64::MAX, 0),
+    ] {
+        assert_eq!(clockwise_degrees(counter_clockwise), clockwise, "{counter_clockwise}");
+    }
+}

@@ -208,7 +208,13 @@ pub(super) fn insert_asset(id: AssetId, asset: &NewAsset) -> BoxedSqlQuery<'_, P
     .bind::<Nullable<Timestamptz>, _>(asset.sidecar.as_ref().map(|s| s.mtime))
 }
 
-/// Stores a new asset's metadata.
+/// A metadata text as the catalogue can hold it ([`crate::storable`]).
+fn storable(text: &str) -> String {
+    crate::storable::text(text).into_owned()
+}
+
+/// Stores a new asset's metadata (its texts as the catalogue can hold them: read from the file, they could carry a
+/// NUL).
 pub(super) fn insert_metadata(id: AssetId, m: &AssetMetadata) -> BoxedSqlQuery<'_, Pg, SqlQuery> {
     sql_query(
         "INSERT INTO asset_metadata (asset_id, width, height, orientation_degrees, duration_ms,
@@ -218,18 +224,19 @@ pub(super) fn insert_metadata(id: AssetId, m: &AssetMetadata) -> BoxedSqlQuery<'
     )
     .into_boxed()
     .bind::<Uuid, _>(id.as_uuid())
-    .bind::<Nullable<Integer>, _>(m.width.map(|w| w as i32))
-    .bind::<Nullable<Integer>, _>(m.height.map(|h| h as i32))
+    // A dimension or duration past what its column holds is none rather than a wrapped, negative one.
+    .bind::<Nullable<Integer>, _>(m.width.and_then(|w| i32::try_from(w).ok()))
+    .bind::<Nullable<Integer>, _>(m.height.and_then(|h| i32::try_from(h).ok()))
     .bind::<SmallInt, _>(m.orientation_degrees as i16)
-    .bind::<Nullable<BigInt>, _>(m.duration_ms.map(|d| d as i64))
+    .bind::<Nullable<BigInt>, _>(m.duration_ms.and_then(|d| i64::try_from(d).ok()))
     .bind::<Nullable<Double>, _>(m.gps_latitude)
     .bind::<Nullable<Double>, _>(m.gps_longitude)
     .bind::<Nullable<Double>, _>(m.gps_altitude_m)
-    .bind::<Nullable<Text>, _>(m.camera_make.as_deref())
-    .bind::<Nullable<Text>, _>(m.camera_model.as_deref())
-    .bind::<Nullable<Text>, _>(m.lens_model.as_deref())
-    .bind::<Nullable<Text>, _>(m.camera_burst_id.as_deref())
-    .bind::<Nullable<Text>, _>(m.live_photo_content_id.as_deref())
+    .bind::<Nullable<Text>, _>(m.camera_make.as_deref().map(storable))
+    .bind::<Nullable<Text>, _>(m.camera_model.as_deref().map(storable))
+    .bind::<Nullable<Text>, _>(m.lens_model.as_deref().map(storable))
+    .bind::<Nullable<Text>, _>(m.camera_burst_id.as_deref().map(storable))
+    .bind::<Nullable<Text>, _>(m.live_photo_content_id.as_deref().map(storable))
 }
 
 #[cfg(test)]

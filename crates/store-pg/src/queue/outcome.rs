@@ -19,6 +19,7 @@ use super::row::{StatusRow, parse_status};
 use crate::PgStore;
 use crate::error::placed;
 use crate::prepared::{Bind, Prepared};
+use crate::storable;
 use crate::tx::{Lane, begun_then, pipelined};
 
 /// The fence of an attempt's own write: `$1` its item, `$2` its attempt number, `$3` its claim's token, still
@@ -114,8 +115,9 @@ pub(super) async fn heartbeat(
           WHERE {FENCE}
       RETURNING w.cancel_requested_at IS NOT NULL AS cancel_requested"
     );
+    let progress = progress.map(storable::json);
     let mut binds = fence_binds(fence);
-    binds.extend([Bind::Double(seconds(lease)), Bind::NullableJsonb(progress)]);
+    binds.extend([Bind::Double(seconds(lease)), Bind::NullableJsonb(progress.as_deref())]);
     let renewed: Vec<CancelRequested> =
         store.transaction(Lane::Attempt, async |conn| Prepared::new(&sql, binds).load(conn).await).await?;
     Ok(match renewed.into_iter().next() {
@@ -135,8 +137,9 @@ pub(super) async fn complete(
             SET status = 'succeeded', finished_at = now(), lease_expires_at = NULL, result = $4
           WHERE {FENCE}"
     );
+    let result = result.map(storable::json);
     let mut binds = fence_binds(fence);
-    binds.push(Bind::NullableJsonb(result));
+    binds.push(Bind::NullableJsonb(result.as_deref()));
     fenced_write(store, sql, binds).await
 }
 
@@ -190,12 +193,9 @@ pub(super) async fn fail(store: &PgStore, fence: Fence, failure: &Failure) -> Re
           WHERE {FENCE}
       RETURNING w.status, w.run_after"
     );
+    let error = storable::text(&failure.error);
     let mut binds = fence_binds(fence);
-    binds.extend([
-        Bind::Text(&failure.error),
-        Bind::Bool(failure.retryable),
-        Bind::Double(failure.retry_delay.as_secs_f64()),
-    ]);
+    binds.extend([Bind::Text(&error), Bind::Bool(failure.retryable), Bind::Double(failure.retry_delay.as_secs_f64())]);
     let rows: Vec<StatusRow> =
         store.transaction(Lane::Attempt, async |conn| Prepared::new(&sql, binds).load(conn).await).await?;
     let Some(row) = rows.into_iter().next() else {
@@ -218,7 +218,9 @@ pub(super) async fn complete_many_and_claim(
     next: &ClaimRequest,
     claim: usize,
 ) -> Result<CompletedMany, QueueError> {
-    let binds = completion_binds(done);
+    let results: Vec<_> = done.iter().map(|(_, result)| result.map(storable::json)).collect();
+    let storable: Vec<Completion<'_>> = done.iter().zip(&results).map(|((f, _), r)| (*f, r.as_deref())).collect();
+    let binds = completion_binds(&storable);
     let (written, next) = if claim == 0 {
         // Completions alone: one statement sent alone, in one round trip (a second try of a batch whose answer
         // was lost finds its items succeeded under their claims; `succeeded_under`).

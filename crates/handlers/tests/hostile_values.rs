@@ -1,0 +1,163 @@
+//! What a file carries that PostgreSQL cannot hold as it is: a NUL inside a camera's text, a path longer than the
+//! catalogue's index takes. Each used to stop the crawl at that file, at every crawl, so nothing after it in the
+//! walk was ever catalogued; now the text is cleaned, the path is that file's failure, and the crawl goes on.
+
+mod support;
+
+use almanac_domain::ports::LONGEST_PATH;
+use almanac_media::fixtures::{self, FixtureExif, exif_block as xb};
+use diesel::sql_query;
+use diesel::sql_types::{BigInt, Binary, Nullable, Text};
+use diesel_async::RunQueryDsl;
+use support::{Library, library};
+
+fn photo(seed: u32) -> Vec<u8> {
+    fixtures::jpeg(64, 48, seed, true, &FixtureExif::camera("2019:07:04 18:30:05", "+02:00"))
+}
+
+/// A relative path of exactly `len` bytes whose names (at most 240 bytes each) are letters and digits drawn at
+/// random, so that they do not compress: a path PostgreSQL must hold as long as it is.
+fn random_path(len: usize, seed: u64) -> String {
+    let mut x = seed | 1;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"[(x % 62) as usize] as char
+    };
+    let mut path = String::new();
+    while len - path.len() > 241 + 5 {
+        path.extend((0..240).map(|_| next()));
+        path.push('/');
+    }
+    let name = len - path.len() - 4;
+    path.extend((0..name).map(|_| next()));
+    path.push_str(".jpg");
+    assert_eq!(path.len(), len);
+    path
+}
+
+#[derive(diesel::QueryableByName, Debug, PartialEq)]
+struct Camera {
+    #[diesel(sql_type = Binary)]
+    file_path: Vec<u8>,
+    #[diesel(sql_type = Nullable<Text>)]
+    camera_make: Option<String>,
+    #[diesel(sql_type = Nullable<Text>)]
+    camera_model: Option<String>,
+    #[diesel(sql_type = Nullable<Text>)]
+    lens_model: Option<String>,
+}
+
+async fn cameras(lib: &Library) -> Vec<Camera> {
+    sql_query(
+        "SELECT a.file_path, m.camera_make, m.camera_model, m.lens_model
+           FROM media_assets a JOIN asset_metadata m ON m.asset_id = a.id
+          ORDER BY a.file_path",
+    )
+    .load(&mut lib.conn().await)
+    .await
+    .unwrap()
+}
+
+/// A camera's make written as bytes with a NUL inside (EXIF type UNDEFINED, as a damaged writer leaves it), its
+/// model and lens as text padded with NULs and blanks before: each is kept up to its NUL, the photo is catalogued,
+/// and so is the photo after it.
+#[tokio::test]
+async fn a_nul_inside_a_cameras_text_is_where_the_text_ends_and_the_crawl_goes_on() {
+    let lib = library().await;
+    let mut block = xb::Block::camera(true);
+    block.ifd0[0] = xb::E::new(xb::MAKE, xb::V::Undefined(b"Almanac\0\x01junk".to_vec()));
+    block.ifd0[1] = xb::E::new(xb::MODEL, xb::V::Undefined(b"\0 Broken Writer 3000\0\0".to_vec()));
+    block.exif[3] = xb::E::new(xb::LENS_MODEL, xb::V::Undefined(b"50mm\0f/1.8".to_vec()));
+    lib.write("a/nul.jpg", &xb::jpeg(&block.bytes(), false));
+    lib.write("b/after.jpg", &photo(1));
+
+    let result = lib.crawl().await;
+    assert_eq!((result["ingested"].as_u64(), result["failed"].as_u64()), (Some(2), Some(0)), "{result}");
+    let nul = &cameras(&lib).await[0];
+    assert_eq!(
+        (nul.file_path.as_slice(), nul.camera_make.as_deref(), nul.camera_model.as_deref(), nul.lens_model.as_deref()),
+        (&b"a/nul.jpg"[..], Some("Almanac"), Some("Broken Writer 3000"), Some("50mm")),
+    );
+}
+
+/// A photo whose path is longer than the catalogue can hold is that file's failure, with its length, the limit
+/// and what to do; one exactly as long as the limit is catalogued, and so are the others.
+#[tokio::test]
+async fn a_path_longer_than_the_catalogue_holds_fails_that_file_and_the_crawl_goes_on() {
+    let lib = library().await;
+    let longest = random_path(LONGEST_PATH, 7);
+    let too_long = random_path(LONGEST_PATH + 1, 11);
+    let far_too_long = random_path(3_500, 13);
+    lib.write(&longest, &photo(1));
+    lib.write(&too_long, &photo(2));
+    lib.write(&far_too_long, &photo(3));
+    lib.write("short.jpg", &photo(4));
+
+    let result = lib.crawl().await;
+    assert_eq!((result["ingested"].as_u64(), result["failed"].as_u64()), (Some(2), Some(2)), "{result}");
+    let paths: Vec<Vec<u8>> = cameras(&lib).await.into_iter().map(|c| c.file_path).collect();
+    let mut want = vec![longest.clone().into_bytes(), b"short.jpg".to_vec()];
+    want.sort();
+    assert_eq!(paths, want, "the one as long as the limit is catalogued");
+    let failures = result["failures"].as_array().unwrap();
+    for (path, len) in [(&too_long, LONGEST_PATH + 1), (&far_too_long, 3_500)] {
+        let failure = failures.iter().find(|f| f["path"] == path.as_str()).unwrap_or_else(|| panic!("{result}"));
+        let reason = failure["reason"].as_str().unwrap();
+        assert!(reason.starts_with(&lib.root.join(path).display().to_string()), "names the file: {reason}");
+        for said in [format!("is {len} bytes long"), format!("than the {LONGEST_PATH} bytes"), "shorten".into()] {
+            assert!(reason.contains(&said), "says {said:?}: {reason}");
+        }
+    }
+
+    // Found again as they were: the catalogued one unchanged, the others failing alike.
+    let again = lib.crawl().await;
+    assert_eq!((again["unchanged"].as_u64(), again["failed"].as_u64()), (Some(2), Some(2)), "{again}");
+}
+
+/// An MP4 whose video track's display matrix turns it by `degrees` (counter-clockwise), as a hand-made or damaged
+/// file carries one: the matrix of the first track header (ffmpeg writes the video's first) rewritten.
+fn turned_video(path: &std::path::Path, degrees: f64) {
+    fixtures::video_in(path, 0.5, 64, 48, None);
+    let mut bytes = std::fs::read(path).unwrap();
+    let at = bytes.windows(4).position(|w| w == b"tkhd").expect("a track header") + 44;
+    let (cos, sin) = (degrees.to_radians().cos(), degrees.to_radians().sin());
+    let fixed = |v: f64| ((v * 65536.0).round() as i32).to_be_bytes();
+    let matrix =
+        [fixed(cos), fixed(sin), [0; 4], fixed(-sin), fixed(cos), [0; 4], [0; 4], [0; 4], 0x4000_0000i32.to_be_bytes()];
+    bytes[at..at + 36].copy_from_slice(&matrix.concat());
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[derive(diesel::QueryableByName, Debug)]
+struct Turn {
+    #[diesel(sql_type = Text)]
+    display_path: String,
+    #[diesel(sql_type = BigInt)]
+    orientation: i64,
+}
+
+/// Videos whose display matrix is at an angle the catalogue cannot keep (45°, 30°) are catalogued turned by the
+/// nearest quarter turn, and the crawl goes on; a quarter turn stays what it is.
+#[tokio::test]
+async fn a_video_turned_by_an_angle_the_catalogue_cannot_keep_gets_the_nearest_quarter_turn() {
+    let lib = library().await;
+    for (name, degrees) in [("a45.mp4", 45.0), ("b30.mp4", 30.0), ("c90.mp4", 90.0)] {
+        turned_video(&lib.root.join(name), degrees);
+    }
+    lib.write("d.jpg", &photo(1));
+
+    let result = lib.crawl().await;
+    assert_eq!((result["ingested"].as_u64(), result["failed"].as_u64()), (Some(4), Some(0)), "{result}");
+    let turns: Vec<Turn> = sql_query(
+        "SELECT a.display_path, m.orientation_degrees::bigint AS orientation
+           FROM media_assets a JOIN asset_metadata m ON m.asset_id = a.id
+          WHERE a.media_type = 'video' ORDER BY a.display_path",
+    )
+    .load(&mut lib.conn().await)
+    .await
+    .unwrap();
+    let turns: Vec<(&str, i64)> = turns.iter().map(|t| (t.display_path.as_str(), t.orientation)).collect();
+    assert_eq!(turns, [("a45.mp4", 90), ("b30.mp4", 0), ("c90.mp4", 90)]);
+}
