@@ -11,7 +11,7 @@ pub mod schedule;
 pub mod watch;
 
 pub use bursts::{BurstDetectionHandler, BurstSettings, group_bursts};
-pub use crawl::{CrawlHandler, CrawlSettings, MassDeletionGuard};
+pub use crawl::{CrawlHandler, CrawlSettings, MassDeletionGuard, REFUSED_IN_A_ROW};
 pub use maintenance::{
     ProxyDeletionHandler, ProxySweepHandler, PurgeHandler, PurgeSettings, RetentionSettings, TokenCleanupHandler,
     WorkItemRetentionHandler,

@@ -5,10 +5,11 @@
 mod support;
 
 use almanac_domain::ports::LONGEST_PATH;
+use almanac_handlers::REFUSED_IN_A_ROW;
 use almanac_media::fixtures::{self, FixtureExif, exif_block as xb};
 use diesel::sql_query;
 use diesel::sql_types::{BigInt, Binary, Nullable, Text};
-use diesel_async::RunQueryDsl;
+use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
 use support::{Library, library};
 
 fn photo(seed: u32) -> Vec<u8> {
@@ -160,4 +161,71 @@ async fn a_video_turned_by_an_angle_the_catalogue_cannot_keep_gets_the_nearest_q
     .unwrap();
     let turns: Vec<(&str, i64)> = turns.iter().map(|t| (t.display_path.as_str(), t.orientation)).collect();
     assert_eq!(turns, [("a45.mp4", 90), ("b30.mp4", 0), ("c90.mp4", 90)]);
+}
+
+/// A photo whose camera model is `model`.
+fn photo_of(model: &str, seed: u32) -> Vec<u8> {
+    let exif = FixtureExif { model: Some(model.into()), ..FixtureExif::camera("2019:07:04 18:30:05", "+02:00") };
+    fixtures::jpeg(64, 48, seed, true, &exif)
+}
+
+/// A value of one file that the catalogue refuses and no reader foresaw (here a check added to the test's
+/// database): that file fails with the refusal, naming it, and the crawl goes on with the files before and after.
+#[tokio::test]
+async fn a_write_the_catalogue_refuses_for_one_file_fails_that_file_and_the_crawl_goes_on() {
+    let lib = library().await;
+    let mut conn = lib.conn().await;
+    conn.batch_execute("ALTER TABLE asset_metadata ADD CONSTRAINT ck_test_refused CHECK (camera_model <> 'Refused')")
+        .await
+        .unwrap();
+    lib.write("a.jpg", &photo_of("Fine", 1));
+    lib.write("b.jpg", &photo_of("Refused", 2));
+    lib.write("c.jpg", &photo_of("Fine too", 3));
+
+    let result = lib.crawl().await;
+    assert_eq!((result["ingested"].as_u64(), result["failed"].as_u64()), (Some(2), Some(1)), "{result}");
+    let failure = &result["failures"][0];
+    assert_eq!(failure["path"], "b.jpg");
+    let reason = failure["reason"].as_str().unwrap();
+    assert!(reason.starts_with(&lib.root.join("b.jpg").display().to_string()), "names the file: {reason}");
+    assert!(reason.contains("the catalogue refused its write") && reason.contains("ck_test_refused"), "{reason}");
+}
+
+/// A catalogue that refuses every file's write stops the crawl once REFUSED_IN_A_ROW files in a row were refused,
+/// with the refusal, rather than reading the whole library for nothing; a file written between refusals starts the
+/// count again.
+#[tokio::test]
+async fn a_catalogue_refusing_every_write_stops_the_crawl_after_so_many_files_in_a_row() {
+    let lib = library().await;
+    let mut conn = lib.conn().await;
+    conn.batch_execute("ALTER TABLE asset_metadata ADD CONSTRAINT ck_test_refused CHECK (camera_model = 'Fine')")
+        .await
+        .unwrap();
+    // More refusals than the limit in all, but a file written between them: the crawl ends (files one at a time,
+    // in the walk's order).
+    let half = REFUSED_IN_A_ROW / 2 + 2;
+    for n in 0..half {
+        lib.write(&format!("a/{n:02}.jpg"), &photo_of("Refused", n as u32));
+        lib.write(&format!("c/{n:02}.jpg"), &photo_of("Refused", 100 + n as u32));
+    }
+    lib.write("b/fine.jpg", &photo_of("Fine", 99));
+    let result = lib.run_handler(&lib.handler_with(1), lib.item(serde_json::json!({})).await).await.expect("it ends");
+    assert_eq!((result["ingested"].as_u64(), result["failed"].as_u64()), (Some(1), Some(2 * half as u64)), "{result}");
+
+    for n in 0..2 * REFUSED_IN_A_ROW {
+        lib.write(&format!("d/{n:02}.jpg"), &photo_of("Refused", 200 + n as u32));
+    }
+    let stopped = lib.crawl_with(serde_json::json!({}), Default::default()).await.expect_err("the crawl stops");
+    let said = stopped.to_string();
+    assert!(said.contains(&format!("refused the writes of {REFUSED_IN_A_ROW} files in a row")), "{said}");
+    assert!(said.contains("ck_test_refused"), "with the refusal: {said}");
+    assert!(stopped.retryable, "a crawl stopped so is tried again: {said}");
+}
+
+/// docs/media.md gives the count of refusals in a row as it is.
+#[test]
+fn the_docs_give_the_refusals_in_a_row_as_they_are() {
+    let docs = include_str!("../../../docs/media.md").split_whitespace().collect::<Vec<_>>().join(" ");
+    let said = format!("after {REFUSED_IN_A_ROW} files in a row were refused");
+    assert!(docs.contains(&said), "docs/media.md should say: {said}");
 }

@@ -36,7 +36,8 @@ pub(super) enum FileProblem {
     /// The proxy volume refused a write (full, read-only, over its quota): no later file can fare better, so
     /// the crawl stops with one error naming `storage.proxy_root`, however much room a small check still finds.
     ProxyVolume(MediaError),
-    /// The catalogue did not answer, or refused the file's write: the crawl stops (retryable), naming the file.
+    /// The catalogue did not answer, or refused the file's write: the crawl stops (retryable), naming the file;
+    /// a refusal fails only that file, unless every file's write is refused ([`super::REFUSED_IN_A_ROW`]).
     Catalogue(CatalogueError),
     /// Still being written: modified within the settle time, or changed between the walk and the end of its
     /// hashing. Nothing is written for it; a crawl later reads it.
@@ -110,6 +111,8 @@ pub(super) struct Run<'a, C> {
     pub cancel: CancellationToken,
     /// Stops the walk (a child of `cancel`): cancelled too when a problem stops the crawl.
     pub halt: CancellationToken,
+    /// Files whose writes the catalogue refused since the last file written ([`super::REFUSED_IN_A_ROW`]).
+    pub refused_in_a_row: std::sync::atomic::AtomicUsize,
 }
 
 impl<C: CatalogueStore> Run<'_, C> {
