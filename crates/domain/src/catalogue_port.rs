@@ -19,17 +19,31 @@ pub enum CatalogueError {
     /// nothing of the write was committed. MUST be returned when a fenced write finds the fence stale.
     #[error("this attempt no longer holds its work item (another attempt took over); nothing was written")]
     Lost,
+    /// The database refused the values of this write: a check of the schema, or a value larger than its index
+    /// holds (a path longer than [`LONGEST_PATH`] whose bytes do not compress). The same write would be refused
+    /// again; nothing of it was committed. A store MUST return it only when the values are what was refused, told
+    /// by the error's kind and the constraint it names, never by the server's words.
+    #[error("the catalogue refused the values of this write: {0}")]
+    Refused(#[source] Cause),
     /// Anything else.
     #[error("the catalogue failed unexpectedly: {0}")]
     Unexpected(#[source] Cause),
 }
 
+/// The earliest time the catalogue holds: PostgreSQL's `timestamptz` begins on 24 November 4714 BC at midnight UTC
+/// (its Julian day 0). chrono reaches further back, and so do some file systems' mtimes: a time before this is
+/// none of a file's (the walk takes such an mtime as unknown).
+pub const EARLIEST_TIME: DateTime<Utc> = match DateTime::from_timestamp_micros(-210_866_803_200_000_000) {
+    Some(t) => t,
+    None => panic!("within chrono's range"),
+};
+
 /// The longest path beneath a config's root, in bytes, that the catalogue holds. PostgreSQL indexes a file's path
 /// with its config's id (`ix_media_assets_active_path`, `asset_extra_paths_pkey`) in B-tree entries of at most
 /// 2,704 bytes: 8 for the entry's header, 16 for the id and 4 for the path's length leave this many for the path.
 /// A longer path is held only when its bytes compress (names that repeat themselves); any other is refused by the
-/// server. A store MUST hold every path up to this length; the crawl records a file whose path is longer as failed,
-/// saying so, and goes on with the others.
+/// server. A store MUST hold every path up to this length, and answer [`CatalogueError::Refused`] for a longer one it
+/// cannot hold; the crawl then records that file as failed, saying so, and goes on with the others.
 pub const LONGEST_PATH: usize = 2676;
 
 /// A file as the file system shows it, relative to its config's root.

@@ -11,7 +11,7 @@ pub mod schedule;
 pub mod watch;
 
 pub use bursts::{BurstDetectionHandler, BurstSettings, group_bursts};
-pub use crawl::{CrawlHandler, CrawlSettings, MassDeletionGuard, REFUSED_IN_A_ROW};
+pub use crawl::{CrawlHandler, CrawlSettings, MassDeletionGuard};
 pub use maintenance::{
     ProxyDeletionHandler, ProxySweepHandler, PurgeHandler, PurgeSettings, RetentionSettings, TokenCleanupHandler,
     WorkItemRetentionHandler,
@@ -35,7 +35,9 @@ pub(crate) fn store_error_while(doing: &str, e: CatalogueError) -> HandlerError 
     let message = format!("{doing}{e}");
     match e {
         CatalogueError::Unavailable(_) => HandlerError::outage(message),
-        CatalogueError::Lost | CatalogueError::Unexpected(_) => HandlerError::retryable(message),
+        CatalogueError::Lost | CatalogueError::Refused(_) | CatalogueError::Unexpected(_) => {
+            HandlerError::retryable(message)
+        }
     }
 }
 

@@ -10,6 +10,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use almanac_domain::ports::EARLIEST_TIME;
 use chrono::{DateTime, Utc};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
@@ -362,10 +363,17 @@ fn entry_of(name: OsString, stat: &rustix::fs::Stat) -> Entry {
         FileType::Symlink => EntryKind::Link,
         _ => EntryKind::Other,
     };
-    let micros = i64::from(stat.st_mtime).saturating_mul(1_000_000) + i64::from(stat.st_mtime_nsec as u32) / 1000;
-    let mtime = DateTime::from_timestamp_micros(micros).unwrap_or(DateTime::<Utc>::UNIX_EPOCH);
+    let mtime = mtime_of(i64::from(stat.st_mtime), stat.st_mtime_nsec as u32);
     let identity = (u64::from(stat.st_dev), u64::from(stat.st_ino));
     Entry { name, kind, size: u64::try_from(stat.st_size).unwrap_or(0), mtime, identity }
+}
+
+/// A file's mtime from its seconds and nanoseconds, to the microsecond. One the catalogue cannot hold (before
+/// [`EARLIEST_TIME`], as a file system with 64-bit times allows, or past chrono's last year) is taken as unknown:
+/// the Unix epoch, as it is on every crawl, so the file is neither failed for it nor seen as changed.
+pub(crate) fn mtime_of(seconds: i64, nanoseconds: u32) -> DateTime<Utc> {
+    let micros = seconds.saturating_mul(1_000_000).saturating_add(i64::from(nanoseconds / 1000));
+    DateTime::from_timestamp_micros(micros).filter(|t| *t >= EARLIEST_TIME).unwrap_or(DateTime::<Utc>::UNIX_EPOCH)
 }
 
 fn join(rel: &[u8], name: &[u8]) -> Vec<u8> {

@@ -172,6 +172,33 @@ pub(crate) async fn placed(conn: &mut crate::Conn, e: DieselError) -> StoreError
     }
 }
 
+/// The indexes that hold a file's path beside its config's id ([`almanac_domain::ports::LONGEST_PATH`]).
+pub(crate) const PATH_INDEXES: [&str; 2] = ["ix_media_assets_active_path", "asset_extra_paths_pkey"];
+
+/// What of a write's values its error refuses, if that is what it does: a check (a table's or a domain's) or a
+/// not-null constraint, or a path longer than its index holds (an error of no kind diesel knows that names one of
+/// [`PATH_INDEXES`]: PostgreSQL names the index whose entry would be too large). Told by the error's kind and the
+/// constraint it names; the server's words are quoted, never read.
+pub(crate) fn refused_values(e: &DieselError) -> Option<String> {
+    let DieselError::DatabaseError(kind, info) = e else { return None };
+    match kind {
+        DatabaseErrorKind::CheckViolation => {
+            Some(format!("{} (constraint {})", info.message(), info.constraint_name().unwrap_or("unknown")))
+        }
+        DatabaseErrorKind::NotNullViolation => {
+            Some(format!("{} (column {})", info.message(), info.column_name().unwrap_or("unknown")))
+        }
+        DatabaseErrorKind::Unknown => info.constraint_name().filter(|c| PATH_INDEXES.contains(c)).map(|index| {
+            format!(
+                "its path is longer than the catalogue's index of paths ({index}) holds: {} bytes, more only when its \
+                 names repeat. Shorten the names of its folders or its own, or move it nearer the library's folder",
+                almanac_domain::ports::LONGEST_PATH
+            )
+        }),
+        _ => None,
+    }
+}
+
 pub(crate) fn queue(e: DieselError) -> QueueError {
     from_diesel(e).into()
 }
@@ -255,5 +282,49 @@ mod tests {
             assert!(matches!(from_diesel(db(kind, "Schlüssel existiert bereits")), StoreError::Conflict(_)));
         }
         assert!(matches!(from_diesel(DieselError::NotFound), StoreError::NotFound(_)));
+    }
+
+    /// [`PATH_INDEXES`] names every index of the schema over a file's path (a `bytea` column named `file_path`), and
+    /// no other: a path index added later, or renamed, fails here.
+    #[tokio::test]
+    async fn the_path_indexes_are_every_index_of_a_files_path() {
+        use diesel::sql_types::Text;
+        use diesel_async::{AsyncConnection, AsyncPgConnection};
+        #[derive(QueryableByName)]
+        struct Name {
+            #[diesel(sql_type = Text)]
+            name: String,
+        }
+        let db = almanac_testdb::TestDatabase::create().await;
+        let mut conn = AsyncPgConnection::establish(db.url()).await.unwrap();
+        let found: Vec<Name> = sql_query(
+            "SELECT DISTINCT i.indexrelid::regclass::text AS name
+               FROM pg_index AS i
+               JOIN pg_attribute AS a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
+              WHERE a.attname = 'file_path' AND a.atttypid = 'bytea'::regtype
+              ORDER BY 1",
+        )
+        .load(&mut conn)
+        .await
+        .unwrap();
+        let mut named = PATH_INDEXES.to_vec();
+        named.sort_unstable();
+        assert_eq!(found.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(), named);
+    }
+
+    /// A write's values are refused by its error's kind, and a path too long by the index the error names; nothing
+    /// else, whatever the server says.
+    #[test]
+    fn refused_values_are_told_by_kind_and_by_the_index_named() {
+        assert!(refused_values(&db(DatabaseErrorKind::CheckViolation, "Prüfung verletzt")).is_some());
+        assert!(refused_values(&db(DatabaseErrorKind::NotNullViolation, "null")).is_some());
+        for kind in
+            [DatabaseErrorKind::UniqueViolation, DatabaseErrorKind::Unknown, DatabaseErrorKind::SerializationFailure]
+        {
+            assert!(
+                refused_values(&db(kind, "index row size exceeds maximum")).is_none(),
+                "{kind:?} names no path index"
+            );
+        }
     }
 }

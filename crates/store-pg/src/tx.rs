@@ -19,6 +19,7 @@
 use std::future::Future;
 use std::num::NonZeroU32;
 
+use almanac_domain::Cause;
 use almanac_domain::ports::{CatalogueError, Fence};
 use diesel::QueryResult;
 use diesel::connection::{InstrumentationEvent, TransactionDepthChange};
@@ -77,7 +78,12 @@ impl Refused {
     pub(crate) async fn placed(self, conn: &mut Conn) -> CatalogueError {
         match self {
             Refused::Lost => CatalogueError::Lost,
-            Refused::Db(e) => placed(conn, e).await.into(),
+            // The write's values, refused (a check, a path longer than its index holds): told by the error's kind
+            // and the constraint it names, before anything asks the connection.
+            Refused::Db(e) => match crate::error::refused_values(&e) {
+                Some(what) => CatalogueError::Refused(Cause::with_source(what, e)),
+                None => placed(conn, e).await.into(),
+            },
         }
     }
 }

@@ -7,8 +7,8 @@
 mod support;
 
 use almanac_domain::ports::{
-    CatalogueStore, FailOutcome, Failure, Fence, FileFacts, Heartbeat, IngestOutcome, LONGEST_PATH, LeaseDuration,
-    NewAsset, WriteOutcome,
+    CatalogueError, CatalogueStore, EARLIEST_TIME, FailOutcome, Failure, Fence, FileFacts, Heartbeat, IngestOutcome,
+    LONGEST_PATH, LeaseDuration, NewAsset, WriteOutcome,
 };
 use almanac_domain::{
     AssetId, AssetMetadata, CaptureSource, CaptureTime, ContentHash, MediaType, NewWorkItem, Scope, Status,
@@ -184,7 +184,8 @@ async fn own_path(conn: &mut AsyncPgConnection, id: AssetId) -> Vec<u8> {
 }
 
 /// A path of `LONGEST_PATH` bytes that do not compress is held as an asset's own path, as a copy's and as a move's;
-/// one byte more is refused by the server, so the limit is the index's, not a guess below it.
+/// one byte more is refused by the server, so the limit is the index's, not a guess below it, and the store says it
+/// refused the write's value.
 #[tokio::test]
 async fn the_longest_path_is_held_as_an_asset_a_copy_and_a_move_and_one_byte_more_is_refused() {
     let (db, store) = support::setup().await;
@@ -200,7 +201,30 @@ async fn the_longest_path_is_held_as_an_asset_a_copy_and_a_move_and_one_byte_mor
     store.relocate(fence, id, &facts(&moved)).await.expect("a move to the longest path");
     assert_eq!(own_path(&mut conn, id).await, moved);
 
+    // One byte more, not compressing, is refused for its value, as a path of an asset, of a copy, of a move.
     let longer = random_path(LONGEST_PATH + 1, 17);
-    let refused = store.ingest(fence, &asset(config, 2, &longer, AssetMetadata::default())).await;
-    assert!(refused.is_err(), "one byte more than LONGEST_PATH, not compressing, is refused: {refused:?}");
+    let refusals = [
+        store.ingest(fence, &asset(config, 2, &longer, AssetMetadata::default())).await.map(|_| ()),
+        store.record_extra_path(fence, config, id, &facts(&longer)).await,
+        store.relocate(fence, id, &facts(&longer)).await,
+    ];
+    for refused in refusals {
+        let Err(CatalogueError::Refused(why)) = refused else { panic!("refused for its value: {refused:?}") };
+        assert!(why.to_string().contains("its path is longer than the catalogue's index of paths"), "{why}");
+    }
+    assert_eq!(own_path(&mut conn, id).await, moved, "the refused move changed nothing");
+}
+
+/// `EARLIEST_TIME` is PostgreSQL's first: an asset's file time at it is held, a microsecond earlier is refused.
+#[tokio::test]
+async fn the_earliest_time_is_the_first_the_catalogue_holds() {
+    let (_db, store) = support::setup().await;
+    let config = support::config(&store, "ann", "/p/ann").await.id;
+    let fence = claimed(&store, config, WorkKind::Crawl).await;
+    let mut first = asset(config, 1, b"a.jpg", AssetMetadata::default());
+    first.facts.mtime = EARLIEST_TIME;
+    assert!(matches!(store.ingest(fence, &first).await, Ok(IngestOutcome::Ingested(_))), "the first time held");
+    let mut before = asset(config, 2, b"b.jpg", AssetMetadata::default());
+    before.facts.mtime = EARLIEST_TIME - chrono::Duration::microseconds(1);
+    assert!(store.ingest(fence, &before).await.is_err(), "a microsecond before it refused");
 }

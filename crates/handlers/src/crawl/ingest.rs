@@ -9,10 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use almanac_domain::{
     AssetId, CaptureSource, CaptureTime, ContentHash, MediaType, ProxyType, StorageConfigId,
-    ports::{
-        CatalogueError, CatalogueStore, Fence, FileFacts, IngestOutcome, KnownFile, LONGEST_PATH, NewAsset, NewProxy,
-        Sidecar,
-    },
+    ports::{CatalogueError, CatalogueStore, Fence, FileFacts, IngestOutcome, KnownFile, NewAsset, NewProxy, Sidecar},
 };
 use almanac_media::{Content, MediaError, MediaFormat, Original, PixelBudget, ReadError, ReadOriginal, RootFolder};
 use tokio_util::sync::CancellationToken;
@@ -36,8 +33,8 @@ pub(super) enum FileProblem {
     /// The proxy volume refused a write (full, read-only, over its quota): no later file can fare better, so
     /// the crawl stops with one error naming `storage.proxy_root`, however much room a small check still finds.
     ProxyVolume(MediaError),
-    /// The catalogue did not answer, or refused the file's write: the crawl stops (retryable), naming the file;
-    /// a refusal fails only that file, unless every file's write is refused ([`super::REFUSED_IN_A_ROW`]).
+    /// The catalogue did not answer, or failed: the crawl stops (retryable), naming the file. A refusal of the
+    /// file's values ([`CatalogueError::Refused`]) fails that file only.
     Catalogue(CatalogueError),
     /// Still being written: modified within the settle time, or changed between the walk and the end of its
     /// hashing. Nothing is written for it; a crawl later reads it.
@@ -111,8 +108,6 @@ pub(super) struct Run<'a, C> {
     pub cancel: CancellationToken,
     /// Stops the walk (a child of `cancel`): cancelled too when a problem stops the crawl.
     pub halt: CancellationToken,
-    /// Files whose writes the catalogue refused since the last file written ([`super::REFUSED_IN_A_ROW`]).
-    pub refused_in_a_row: std::sync::atomic::AtomicUsize,
 }
 
 impl<C: CatalogueStore> Run<'_, C> {
@@ -142,19 +137,6 @@ impl<C: CatalogueStore> Run<'_, C> {
     pub async fn file(&self, entry: &WalkEntry, known: Option<&KnownFile>) -> Result<(), FileProblem> {
         if let Some(k) = known.filter(|k| !k.extra) {
             self.mark(Seen::Asset(k.asset_id));
-        }
-        if entry.rel.len() > LONGEST_PATH {
-            // Nothing known is let go for it: a copy the catalogue holds at this path (its bytes compressed) stays.
-            if let Some(k) = known.filter(|k| k.extra) {
-                self.mark(Seen::Extra(k.facts.file_path.clone(), k.asset_id));
-            }
-            return Err(FileProblem::Failed(format!(
-                "{}: its path beneath the library's folder is {} bytes long, longer than the {LONGEST_PATH} bytes the \
-                 catalogue can hold; shorten the names of its folders (or its own), or move it nearer the library's \
-                 folder",
-                self.abs(entry).display(),
-                entry.rel.len()
-            )));
         }
         let done = self.settled_file(entry, known).await;
         if let (Err(FileProblem::Settling), Some(k)) = (&done, known.filter(|k| k.extra)) {

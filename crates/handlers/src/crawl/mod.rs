@@ -23,7 +23,7 @@ mod settling;
 mod walk;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -66,13 +66,6 @@ const FIRST_KNOWN_FILES_PAGE: i64 = 1_000;
 /// An outage longer than that ends the crawl as an outage (released, no failure counted); an outage that also
 /// stops the heartbeats self-stops the attempt sooner.
 const FILE_OUTAGE_RETRIES: u32 = 8;
-
-/// Files whose writes the catalogue refused one after the other, none written between them, before the crawl
-/// stops. A refusal of one file's write (a value of that file the catalogue cannot hold, which no reader foresaw)
-/// fails that file, and the crawl goes on with the others; a catalogue that refuses every write (a role without
-/// rights on its tables, a schema not migrated) stops the crawl soon, with its error, instead of reading the whole
-/// library for nothing.
-pub const REFUSED_IN_A_ROW: usize = 16;
 
 /// The crawl's settings.
 #[derive(Debug, Clone)]
@@ -175,7 +168,6 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
             hash_locks: Mutex::default(),
             cancel: ctx.cancel.clone(),
             halt: ctx.cancel.child_token(),
-            refused_in_a_row: AtomicUsize::new(0),
         };
         let (walk, leftover) = self.walk_and_process(&run, &scope, &ctx.progress).await?;
         if scope.is_whole_root() {
@@ -332,15 +324,12 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         }
         // Progress goes out at the first file and at every PROGRESS_EVERY after it.
         let found_before = run.counters.found.fetch_add(1, Ordering::Relaxed);
-        match run.file_through_outages(&entry, known.as_ref()).await {
-            Ok(()) => run.refused_in_a_row.store(0, Ordering::Relaxed),
-            Err(problem) => {
-                if let Some(e) = self.file_problem(run, &entry, problem).await {
-                    fatal.lock().expect("poisoned").get_or_insert(e);
-                    // Nothing more is wanted from the walk.
-                    run.halt.cancel();
-                }
-            }
+        if let Err(problem) = run.file_through_outages(&entry, known.as_ref()).await
+            && let Some(e) = self.file_problem(run, &entry, problem).await
+        {
+            fatal.lock().expect("poisoned").get_or_insert(e);
+            // Nothing more is wanted from the walk.
+            run.halt.cancel();
         }
         if found_before.is_multiple_of(PROGRESS_EVERY) {
             report_progress(progress, &run.counts());
@@ -380,22 +369,13 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
                 }
             }
             FileProblem::ProxyVolume(e) => Some(root::proxy_root_unwritable(e, "The crawl stopped before its end")),
-            FileProblem::Catalogue(CatalogueError::Unexpected(refusal))
-                if run.refused_in_a_row.fetch_add(1, Ordering::Relaxed) + 1 < REFUSED_IN_A_ROW =>
-            {
-                let reason = format!("{}: the catalogue refused its write: {refusal}", run.abs(entry).display());
+            // This file's values, refused by the catalogue: they would be refused again; the others may be taken.
+            FileProblem::Catalogue(e @ CatalogueError::Refused(_)) => {
+                let reason = format!("{}: {e}", run.abs(entry).display());
                 warn!(event = "file_failed", path = %run.abs(entry).display(), reason, "file skipped");
                 run.counters.failed(display(&entry.rel), reason);
                 None
             }
-            FileProblem::Catalogue(e @ CatalogueError::Unexpected(_)) => Some(crate::store_error_while(
-                &format!(
-                    "the crawl stopped at {}: the catalogue refused the writes of {REFUSED_IN_A_ROW} files in a row, \
-                     none written between them, the last with: ",
-                    run.abs(entry).display()
-                ),
-                e,
-            )),
             FileProblem::Catalogue(e) => {
                 Some(crate::store_error_while(&format!("the crawl stopped at {}: ", run.abs(entry).display()), e))
             }

@@ -141,3 +141,16 @@ fn a_plain_folder_is_not_a_mount_point_and_proc_is() {
     assert!(RootFolder::open(Path::new("/proc")).unwrap().is_mount_point().unwrap());
     assert!(RootFolder::open(Path::new("/")).unwrap().is_mount_point().unwrap(), "/ is its own parent");
 }
+
+/// An mtime the catalogue cannot hold (before PostgreSQL's first day, or past chrono's last) is the epoch, and the
+/// largest seconds with nanoseconds do not overflow; any other is kept to the microsecond.
+#[test]
+fn an_mtime_the_catalogue_cannot_hold_is_taken_as_unknown() {
+    let epoch = DateTime::<Utc>::UNIX_EPOCH;
+    let earliest = EARLIEST_TIME.timestamp();
+    assert_eq!(mtime_of(1_700_000_000, 123_456_789), DateTime::from_timestamp(1_700_000_000, 123_456_000).unwrap());
+    assert_eq!(mtime_of(earliest, 0), EARLIEST_TIME, "the first time PostgreSQL holds is kept");
+    assert_eq!(mtime_of(earliest - 1, 999_999_999), epoch, "a microsecond before it is not");
+    assert_eq!(mtime_of(i64::MIN, 999_999_999), epoch);
+    assert_eq!(mtime_of(i64::MAX, 999_999_999), epoch, "past chrono's last year, and no overflow");
+}

@@ -82,7 +82,9 @@ impl From<CatalogueError> for OpError {
     fn from(e: CatalogueError) -> Self {
         match e {
             e @ CatalogueError::Unavailable(_) => OpError::Unavailable(e.into()),
-            e @ (CatalogueError::Lost | CatalogueError::Unexpected(_)) => OpError::Failed(e.into()),
+            e @ (CatalogueError::Lost | CatalogueError::Refused(_) | CatalogueError::Unexpected(_)) => {
+                OpError::Failed(e.into())
+            }
         }
     }
 }
