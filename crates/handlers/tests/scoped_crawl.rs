@@ -211,6 +211,23 @@ async fn a_folder_whose_parent_is_gone_too_leaves_the_walk_incomplete() {
     assert_eq!(lib.active_paths().await, ["z.jpg"]);
 }
 
+/// A folder that could not be read keeps what the catalogue knows under it, and only that: a file deleted in
+/// another folder of the same crawl is soft-deleted (before, one unreadable folder kept every deletion of the
+/// library from being recorded, at every crawl while it stayed so).
+#[tokio::test]
+async fn a_folder_that_could_not_be_read_keeps_only_what_lies_under_it() {
+    let lib = library().await;
+    lib.files(["x/y/1.jpg", "x/2.jpg", "w/3.jpg", "w/gone.jpg", "z.jpg"].map(String::from), 1);
+    lib.crawl().await;
+    std::fs::remove_dir_all(lib.root.join("x")).unwrap();
+    std::fs::remove_file(lib.root.join("w/gone.jpg")).unwrap();
+    let lenient = crawler(&lib, MassDeletionGuard { min_assets: 100, max_percent: 100 }, Duration::ZERO);
+    let result = lib.crawl_folders(&lenient, json!({"folders": ["x/y", "w"]})).await.unwrap();
+    assert_eq!(result["unreadable_folders"].as_array().map(Vec::len), Some(1), "{result}");
+    assert_eq!(count(&result, "soft_deleted"), 1, "{result}");
+    assert_eq!(lib.active_paths().await, ["w/3.jpg", "x/2.jpg", "x/y/1.jpg", "z.jpg"], "x/y's kept, w/gone.jpg gone");
+}
+
 #[tokio::test]
 async fn a_closed_file_is_read_at_once_while_the_others_settle_in_their_folder() {
     let lib = library().await;

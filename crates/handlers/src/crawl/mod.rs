@@ -177,26 +177,24 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
 
         let settle = Settle { catalogue: &*self.catalogue, fence: ctx.fence, storage: &storage, cancel: &ctx.cancel };
         // Every file was listed and processed (or the crawl ended above); only a folder that could not be read
-        // leaves the walk incomplete.
-        let soft_deleted = if walk.unreadable.is_empty() {
-            let listed = leftover.active;
-            let mut unseen = settle::unseen(leftover, &run.seen.lock().expect("poisoned"));
-            if !scope.is_whole_root() {
-                copies::outside_the_folders(&*self.catalogue, config, &run.root, &scope, &mut unseen).await?;
-            }
-            let active = scope.active_for_guard(&*self.catalogue, &storage, &args, listed, &unseen).await?;
-            let guard = &self.settings.mass_deletion;
-            // Only a walk of the whole root tells what the root is now.
-            let mount_point = scope.is_whole_root().then_some(is_mount_point);
-            settle.vanished(unseen, active, guard, &args, mount_point, &run.counters).await?
-        } else {
+        // leaves the walk incomplete, there: what the catalogue knows under it is kept as it is.
+        if !walk.unreadable.is_empty() {
             warn!(
                 event = "soft_delete_skipped",
                 unreadable = walk.unreadable.len(),
-                "some folders could not be read; nothing is soft-deleted this time"
+                "some folders could not be read; nothing under them is soft-deleted this time"
             );
-            0
-        };
+        }
+        let listed = leftover.active;
+        let mut unseen = settle::unseen(leftover, &run.seen.lock().expect("poisoned"), &walk.unreadable);
+        if !scope.is_whole_root() {
+            copies::outside_the_folders(&*self.catalogue, config, &run.root, &scope, &mut unseen).await?;
+        }
+        let active = scope.active_for_guard(&*self.catalogue, &storage, &args, listed, &unseen).await?;
+        let guard = &self.settings.mass_deletion;
+        // Only a walk of the whole root tells what the root is now.
+        let mount_point = scope.is_whole_root().then_some(is_mount_point);
+        let soft_deleted = settle.vanished(unseen, active, guard, &args, mount_point, &run.counters).await?;
         if ctx.cancel.is_cancelled() {
             return Err(HandlerError::cancelled());
         }

@@ -106,7 +106,7 @@ impl Counters {
         report.unsupported = walk.unsupported;
         report.proxy_root_inside = walk.proxy_root_inside.clone();
         report.unreadable_folders =
-            walk.unreadable.iter().map(|(path, reason)| PathProblem::new(path.clone(), reason.clone())).collect();
+            walk.unreadable.iter().map(|u| PathProblem::new(u.path.clone(), u.reason.clone())).collect();
         report.failures = self.failures.lock().expect("poisoned").clone();
         info!(
             event = "crawl_finished",

@@ -6,7 +6,7 @@
 //! A folder that no longer exists while its parent does (the root passed its checks) was deleted or moved away:
 //! its known files were not found, and vanish through the guard. One whose parent cannot be opened either, one
 //! its parent still lists although opening it found no such entry, or one that cannot be read, leaves the walk
-//! incomplete, and nothing is soft-deleted this time.
+//! incomplete there, and nothing under it is soft-deleted this time.
 
 use std::collections::{BTreeSet, HashMap};
 use std::os::unix::fs::MetadataExt;
@@ -20,7 +20,7 @@ use almanac_media::{OpenError, RootFolder};
 
 use super::rules::is_skipped_name;
 use super::settle::Unseen;
-use super::walk::{WalkEntry, WalkReport, display_of, passed_over_proxy_root};
+use super::walk::{WalkEntry, WalkReport, passed_over_proxy_root};
 
 /// What one crawl covers: the whole root, or some folders with everything below them.
 #[derive(Debug)]
@@ -91,13 +91,13 @@ impl CrawlScope {
             Ok(_) => {}
             Err(e @ (OpenError::Vanished(_) | OpenError::Escapes(_))) => {
                 if let Some(why) = not_there(root, folder, matches!(e, OpenError::Vanished(_))) {
-                    report.unreadable.push((display_of(root, folder), why));
+                    report.unreadable_folder(root, folder, why);
                 }
                 // Gone, or a file or a link now (never followed): what the catalogue knew inside it is not found.
                 return false;
             }
             Err(e) => {
-                report.unreadable.push((display_of(root, folder), e.to_string()));
+                report.unreadable_folder(root, folder, e.to_string());
                 return false;
             }
         }
@@ -195,7 +195,7 @@ fn not_there(root: &RootFolder, folder: &[u8], vanished: bool) -> Option<String>
     };
     (vanished && still_listed(&above, name)).then(|| {
         "its folder still lists it, but it cannot be opened (a mount that failed, or it changed as the crawl \
-         looked); nothing is soft-deleted this time and the next crawl looks again"
+         looked); nothing under it is soft-deleted this time and the next crawl looks again"
             .into()
     })
 }
@@ -341,7 +341,7 @@ mod tests {
         assert!(!enter("gone/deeper"), "its parent gone too");
         assert_eq!(report.proxy_root_inside.len(), 1, "{report:?}");
         assert_eq!(report.unreadable.len(), 1, "{report:?}");
-        assert!(report.unreadable[0].0.ends_with("gone/deeper"), "{report:?}");
+        assert!(report.unreadable[0].path.ends_with("gone/deeper") && report.unreadable[0].rel == b"gone/deeper");
     }
 
     #[test]

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::merge::Leftover;
 use super::report::{Counters, bump};
 use super::rules::{LIVE_PHOTO_MAX_GAP, MassDeletionGuard, pair_live_photos};
-use super::walk::Seen;
+use super::walk::{Seen, UnreadableFolder};
 use super::{catalogue_error, display};
 
 /// What a complete walk did not find.
@@ -32,11 +32,13 @@ pub(super) struct Unseen {
 /// its copies is still there is not vanished: it moves to the copy (a promotion; the first copy in path order).
 /// Only a copy processing found to be the same asset's counts: one whose content now belongs to another asset
 /// is that asset's path, never a survivor of the first. No extra path processing found, for any asset, is
-/// dropped.
-pub(super) fn unseen(leftover: Leftover, seen: &HashSet<Seen>) -> Unseen {
+/// dropped. What lies under a folder the walk could not read (`unreadable`) was not looked for: it is kept as it is.
+pub(super) fn unseen(leftover: Leftover, seen: &HashSet<Seen>, unreadable: &[UnreadableFolder]) -> Unseen {
     let mut out = Unseen::default();
     let Leftover { not_unchanged, unchanged_extras, .. } = leftover;
-    let (extras, own): (Vec<KnownFile>, Vec<KnownFile>) = not_unchanged.into_iter().partition(|k| k.extra);
+    let not_looked_for = |k: &KnownFile| unreadable.iter().any(|u| u.holds(&k.facts.file_path));
+    let (extras, own): (Vec<KnownFile>, Vec<KnownFile>) =
+        not_unchanged.into_iter().filter(|k| !not_looked_for(k)).partition(|k| k.extra);
     let seen_extras: HashSet<&[u8]> = seen
         .iter()
         .filter_map(|s| match s {
@@ -167,7 +169,7 @@ mod tests {
         };
         // Processing found the touched asset at its path, and the changed copy of `copied` again.
         let seen: HashSet<_> = [Seen::Asset(touched), Seen::Extra(b"copy2/copied.jpg".to_vec(), copied)].into();
-        let unseen = unseen(leftover, &seen);
+        let unseen = unseen(leftover, &seen, &[]);
         assert_eq!(unseen.assets, vec![gone]);
         assert_eq!(unseen.extra_paths, vec![b"copy/gone.jpg".to_vec()]);
         let promoted: Vec<_> = unseen.promotions.iter().map(|(a, f)| (*a, f.display_path.as_str())).collect();
@@ -187,9 +189,39 @@ mod tests {
             active: 2,
         };
         let seen: HashSet<_> = [Seen::Extra(b"backup/IMG.jpg".to_vec(), other)].into();
-        let unseen = unseen(leftover, &seen);
+        let unseen = unseen(leftover, &seen, &[]);
         assert_eq!(unseen.assets, vec![gone], "no copy of its own survives");
         assert!(unseen.promotions.is_empty(), "never moved onto the other asset's content");
         assert!(unseen.extra_paths.is_empty(), "the path is the other asset's now, and kept");
+    }
+
+    fn unreadable(rel: &str) -> UnreadableFolder {
+        UnreadableFolder { rel: rel.as_bytes().to_vec(), path: format!("/lib/{rel}"), reason: "EIO".into() }
+    }
+
+    /// What lies under a folder the walk could not read is kept: the folder's own files and copies, and those of
+    /// folders below it; what vanished elsewhere is unseen as before (a name that only begins like the folder's
+    /// is elsewhere). A root that could not be read keeps everything.
+    #[test]
+    fn what_lies_under_a_folder_the_walk_could_not_read_is_kept() {
+        let (a, b, c, d) = (AssetId::new(), AssetId::new(), AssetId::new(), AssetId::new());
+        let leftover = || Leftover {
+            not_unchanged: vec![
+                known("nas/x.jpg", a, false),
+                known("nas/deep/y.jpg", b, false),
+                known("nas/copy/x.jpg", a, true),
+                known("nasty.jpg", c, false),
+                known("other/z.jpg", d, false),
+            ],
+            unchanged_extras: vec![],
+            active: 4,
+        };
+        let seen = HashSet::new();
+        let kept = unseen(leftover(), &seen, &[unreadable("nas")]);
+        assert_eq!(kept.assets, vec![c, d], "under `nas` kept; `nasty.jpg` and `other/` unseen");
+        assert!(kept.extra_paths.is_empty(), "the copy under `nas` kept");
+        assert_eq!(unseen(leftover(), &seen, &[unreadable("nas/deep"), unreadable("other")]).assets, vec![a, c]);
+        let root = unseen(leftover(), &seen, &[unreadable("")]);
+        assert!(root.assets.is_empty() && root.extra_paths.is_empty(), "nothing when the root could not be read");
     }
 }

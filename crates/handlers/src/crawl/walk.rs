@@ -52,8 +52,8 @@ pub struct WalkEntry {
 /// What the walk passed over.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WalkReport {
-    /// Folders that could not be read, with the reason. When any exist, nothing is soft-deleted.
-    pub unreadable: Vec<(String, String)>,
+    /// Folders that could not be read, with the reason. Nothing the catalogue knows under them is soft-deleted.
+    pub unreadable: Vec<UnreadableFolder>,
     /// Symbolic links passed over (never followed).
     pub links: u64,
     /// Files that are not of a media type by name, and FIFOs, sockets and devices.
@@ -62,6 +62,32 @@ pub struct WalkReport {
     pub proxy_root_inside: Vec<String>,
     /// True when the walk stopped early (cancelled): the crawl then ends without settling anything.
     pub stopped: bool,
+}
+
+/// A folder the walk could not read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnreadableFolder {
+    /// Its path beneath the root, as the exact bytes: what the catalogue knows under it is kept as it is.
+    pub rel: Vec<u8>,
+    /// Its absolute path, for people.
+    pub path: String,
+    /// Why.
+    pub reason: String,
+}
+
+impl UnreadableFolder {
+    /// Whether `path` (beneath the root) is this folder or lies under it.
+    pub fn holds(&self, path: &[u8]) -> bool {
+        self.rel.is_empty()
+            || path.strip_prefix(self.rel.as_slice()).is_some_and(|rest| rest.is_empty() || rest.starts_with(b"/"))
+    }
+}
+
+impl WalkReport {
+    /// Records that the folder at `rel` could not be read, and why.
+    pub(super) fn unreadable_folder(&mut self, root: &RootFolder, rel: &[u8], reason: String) {
+        self.unreadable.push(UnreadableFolder { rel: rel.to_vec(), path: display_of(root, rel), reason });
+    }
 }
 
 /// Walks the candidate files under the root in the byte order of their paths (the order the catalogue pages
@@ -127,12 +153,13 @@ fn walk_below(
             match listed {
                 Ok(entries) => stack.push(sort_folder(root, &rel_dir, entries, avoid, report).into_iter()),
                 // Gone since its parent was listed: deleted, or renamed to a name the walk has passed (its files are
-                // somewhere this walk will not look). Either way the walk is not complete: nothing is soft-deleted.
-                Err(OpenError::Vanished(_)) => report.unreadable.push((
-                    display_of(root, &rel_dir),
+                // somewhere this walk will not look). Either way the walk is not complete there: nothing under it is soft-deleted.
+                Err(OpenError::Vanished(_)) => report.unreadable_folder(
+                    root,
+                    &rel_dir,
                     "it vanished while the walk ran (renamed or deleted); the next crawl looks again".into(),
-                )),
-                Err(e) => report.unreadable.push((display_of(root, &rel_dir), e.to_string())),
+                ),
+                Err(e) => report.unreadable_folder(root, &rel_dir, e.to_string()),
             }
         }
         let Some(folder) = stack.last_mut() else { return };
@@ -400,6 +427,7 @@ mod tests {
         });
         assert!(!report.stopped);
         assert_eq!(report.unreadable.len(), 1, "{report:?}");
-        assert!(report.unreadable[0].0.ends_with("/b") && report.unreadable[0].1.contains("vanished"), "{report:?}");
+        let b = &report.unreadable[0];
+        assert!(b.path.ends_with("/b") && b.rel == b"b" && b.reason.contains("vanished"), "{report:?}");
     }
 }

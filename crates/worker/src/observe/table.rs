@@ -174,7 +174,10 @@ runtime was left to run it, or the Worker stopped first); whatever it took runs 
     ),
     event("crawl_finished", "a crawl's result (files found, ingested, failed, settling; bytes hashed)"),
     event("file_failed", "a file that could not be ingested (with the reason); the crawl goes on"),
-    event("soft_delete_skipped", "folders that could not be read, so nothing was soft-deleted"),
+    event(
+        "soft_delete_skipped",
+        "folders that could not be read (`unreadable`: how many), so nothing under them was soft-deleted",
+    ),
     event(
         "proxy_root_inside_library",
         "the crawl passed over a folder that is the proxy root mounted inside the library",
