@@ -450,12 +450,16 @@ impl<C: CatalogueStore> Run<'_, C> {
     /// gives no date; the others still count.
     async fn sidecar_date(&self, sidecar: &Sidecar) -> Option<CaptureTime> {
         let (root, path) = (self.root.clone(), sidecar.path.clone());
-        let read = tokio::task::spawn_blocking(move || almanac_media::read_sidecar(&root, &path))
-            .await
-            .map_err(|e| e.to_string())
-            .and_then(|r| r.map_err(|e| e.to_string()));
+        // Read and parsed on a blocking thread: parsing a large packet takes a while.
+        let read = tokio::task::spawn_blocking(move || {
+            almanac_media::read_sidecar(&root, &path)
+                .map(|bytes| almanac_media::xmp_date(&bytes, CaptureSource::XmpSidecar))
+        })
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r.map_err(|e| e.to_string()));
         match read {
-            Ok(bytes) => almanac_media::xmp_date(&bytes, CaptureSource::XmpSidecar),
+            Ok(date) => date,
             Err(reason) => {
                 let path = display(&sidecar.path);
                 tracing::warn!(sidecar = %path, %reason, "an XMP sidecar could not be read; its date is not used");
