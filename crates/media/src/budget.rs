@@ -1,7 +1,8 @@
 //! How many pixels full-size decoders may hold at once: a process-wide budget, so that several large PNG, WebP,
 //! TIFF or GIF files decoded side by side (one per concurrent file, in every running crawl) cannot add up past
-//! the memory of a small NAS. JPEGs (and the JPEGs that HEIC, AVIF and RAW files pass on) decode scaled and are
-//! not charged. First come, first served: small images do not starve a large one.
+//! the memory of a small NAS. Sequential JPEGs (and the JPEGs that HEIC, AVIF and RAW files pass on) decode scaled
+//! and are not charged; a progressive JPEG is held whole while it decodes, and is. First come, first served: small
+//! images do not starve a large one.
 
 use std::sync::Arc;
 
@@ -58,10 +59,12 @@ impl PixelBudget {
 }
 
 /// The pixels a still's decoder holds at full size: what its header claims for PNG, WebP, TIFF and GIF (read
-/// from the header only), zero for formats that decode scaled (JPEG) or through a tool (HEIC, AVIF), for RAW
-/// previews (JPEGs) and for anything whose header cannot be read (the decoder then refuses it).
+/// from the header only), and for a progressive JPEG ([`progressive_jpeg_pixels`]); zero for formats that decode
+/// scaled (a sequential JPEG) or through a tool (HEIC, AVIF), for RAW previews (JPEGs) and for anything whose
+/// header cannot be read (the decoder then refuses it).
 pub fn full_decode_pixels(content: &[u8], format: MediaFormat) -> u64 {
     let format = match format {
+        MediaFormat::Jpeg => return progressive_jpeg_pixels(content),
         MediaFormat::Png => image::ImageFormat::Png,
         MediaFormat::WebP => image::ImageFormat::WebP,
         MediaFormat::Tiff => image::ImageFormat::Tiff,
@@ -71,6 +74,41 @@ pub fn full_decode_pixels(content: &[u8], format: MediaFormat) -> u64 {
     image::ImageReader::with_format(std::io::Cursor::new(content), format)
         .into_dimensions()
         .map_or(0, |(w, h)| u64::from(w) * u64::from(h))
+}
+
+/// A progressive JPEG's pixels, as its frame header claims them; zero for a sequential one, or a header that
+/// cannot be read. libjpeg-turbo decodes a sequential JPEG scaled, a few rows at a time, but must hold a
+/// progressive one whole, as coefficients (two bytes each, of every component), even to decode it scaled: about 3
+/// bytes a pixel at 4:2:0 and 6 at 4:4:4 (a 36 MP progressive panorama took 100 MB more, its sequential twin
+/// nothing). So it is charged as a full-size decoder is.
+fn progressive_jpeg_pixels(content: &[u8]) -> u64 {
+    if !content.starts_with(&[0xFF, 0xD8]) {
+        return 0;
+    }
+    let mut at = 2;
+    loop {
+        let (Some(0xFF), Some(&marker)) = (content.get(at), content.get(at + 1)) else { return 0 };
+        match marker {
+            // Fill bytes before a marker.
+            0xFF => at += 1,
+            // Markers without a length.
+            0x01 | 0xD0..=0xD8 => at += 2,
+            // The scans begin (or the image ends) with no frame header read: not one this reads.
+            0xD9 | 0xDA => return 0,
+            // A frame header: progressive (SOF2, 6, 10, 14) or not; height then width after its precision.
+            0xC0..=0xCF if !matches!(marker, 0xC4 | 0xC8 | 0xCC) => {
+                let progressive = matches!(marker, 0xC2 | 0xC6 | 0xCA | 0xCE);
+                let Some(frame) = content.get(at + 5..at + 9) else { return 0 };
+                let (height, width) =
+                    (u16::from_be_bytes([frame[0], frame[1]]), u16::from_be_bytes([frame[2], frame[3]]));
+                return if progressive { u64::from(width) * u64::from(height) } else { 0 };
+            }
+            _ => {
+                let Some(len) = content.get(at + 2..at + 4) else { return 0 };
+                at += 2 + usize::from(u16::from_be_bytes([len[0], len[1]]));
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -122,5 +160,26 @@ mod tests {
         assert_eq!(full_decode_pixels(&png, MediaFormat::Png), 1200);
         assert_eq!(full_decode_pixels(&png, MediaFormat::Jpeg), 0, "JPEGs decode scaled");
         assert_eq!(full_decode_pixels(b"not a png", MediaFormat::Png), 0, "the decoder refuses it itself");
+    }
+
+    /// A progressive JPEG is charged its pixels, as its frame header claims them; the same JPEG sequential is not,
+    /// nor bytes that are not a JPEG.
+    #[test]
+    fn a_progressive_jpeg_is_charged_its_pixels_and_a_sequential_one_nothing() {
+        let sequential = crate::fixtures::jpeg(
+            640,
+            480,
+            3,
+            true,
+            &crate::fixtures::FixtureExif::camera("2019:07:04 18:30:05", "+02:00"),
+        );
+        assert_eq!(full_decode_pixels(&sequential, MediaFormat::Jpeg), 0);
+        // The same frame header marked progressive (SOF2): what a progressive encoder writes there.
+        let sof = sequential.windows(2).position(|w| w == [0xFF, 0xC0]).expect("a baseline frame header");
+        let mut progressive = sequential.clone();
+        progressive[sof + 1] = 0xC2;
+        assert_eq!(full_decode_pixels(&progressive, MediaFormat::Jpeg), 640 * 480);
+        assert_eq!(full_decode_pixels(&progressive[..sof + 6], MediaFormat::Jpeg), 0, "a header cut short");
+        assert_eq!(full_decode_pixels(b"not a jpeg", MediaFormat::Jpeg), 0);
     }
 }
