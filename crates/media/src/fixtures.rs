@@ -320,6 +320,25 @@ pub fn heic(path: &Path, width: u32, height: u32, seed: u32) {
     assert!(output.status.success(), "heif-enc failed: {}", String::from_utf8_lossy(&output.stderr));
 }
 
+/// Writes a HEIF holding one top-level image for each of `sizes` (a burst, a bracket), through `heif-enc`; the
+/// first is the primary, as heif-enc makes it, each of `picture(width, height, seed + its place, false)`.
+pub fn heic_of_several(path: &Path, sizes: &[(u32, u32)], seed: u32) {
+    let pngs: Vec<_> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, (w, h))| {
+            let png = path.with_extension(format!("fixture{i}.png"));
+            std::fs::write(&png, self::png(*w, *h, seed + i as u32)).expect("write png");
+            png
+        })
+        .collect();
+    let output = Command::new("heif-enc").arg("-o").arg(path).args(&pngs).output().expect("run heif-enc");
+    for png in &pngs {
+        let _ = std::fs::remove_file(png);
+    }
+    assert!(output.status.success(), "heif-enc failed: {}", String::from_utf8_lossy(&output.stderr));
+}
+
 /// EXIF blocks built byte by byte, so that tests can damage them exactly the way real writers do.
 pub mod exif_block;
 

@@ -295,7 +295,7 @@ pub async fn heic_to_jpeg(
         run_tool("heif-convert", "libheif-examples", args, Some(tool_input(original)?), path, limits.quick, cancel)
             .await;
     let result = match converted {
-        Ok(_) => std::fs::read(&tmp).map_err(|e| MediaError::io(&tmp, e)),
+        Ok(_) => converted_primary(&tmp, original, limits, cancel).await,
         Err(MediaError::Tool { message, .. }) => Err(MediaError::corrupt(path, message)),
         Err(e) => Err(e),
     };
@@ -310,12 +310,55 @@ pub async fn heic_to_jpeg(
     result
 }
 
+/// The JPEG `heif-convert` wrote of the file's primary image. For a file of one image it is `tmp`; for a file of
+/// several (a burst, a bracket, an image kept with its edit) it writes one for each, numbered in the file's order
+/// (`.heic-decode-1.jpg`, …), and the primary is the one `heif-info` marks so, listing them in that same order.
+async fn converted_primary(
+    tmp: &Path,
+    original: &Original,
+    limits: ToolLimits,
+    cancel: &CancellationToken,
+) -> Result<Vec<u8>, MediaError> {
+    match std::fs::read(tmp) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        read => return read.map_err(|e| MediaError::io(tmp, e)),
+    }
+    let path = original.path();
+    let args = vec![OsString::from(OPEN_ORIGINAL)];
+    let info = run_tool("heif-info", "libheif-examples", args, Some(tool_input(original)?), path, limits.quick, cancel)
+        .await?;
+    let n = primary_position(&String::from_utf8_lossy(&info)).ok_or_else(|| {
+        MediaError::corrupt(path, "heif-convert wrote no image of it, and heif-info names none of its images primary")
+    })?;
+    let numbered = tmp.with_file_name(format!("{HEIC_SCRATCH_PREFIX}-{n}.jpg"));
+    std::fs::read(&numbered).map_err(|e| MediaError::io(&numbered, e))
+}
+
+/// Where `heif-info` lists the primary image among the file's top-level images, counting from 1.
+fn primary_position(info: &str) -> Option<usize> {
+    info.lines().filter(|l| l.starts_with("image:")).position(|l| l.trim_end().ends_with(", primary")).map(|i| i + 1)
+}
+
 /// The temporary JPEG `heif-convert` writes (its auxiliary images share the prefix).
 const HEIC_SCRATCH: &str = ".heic-decode.jpg";
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// heif-info's top-level images in order; the primary's place among them, wherever it is.
+    #[test]
+    fn the_primary_image_is_found_where_heif_info_lists_it() {
+        let info = |first: &str, second: &str| {
+            format!(
+                "MIME type: image/heic\nmain brand: heic\n\nimage: 64x48 (id=2){first}\n  color profile: no\n\
+                 metadata:\n  none\nimage: 80x60 (id=4){second}\n  alpha channel: no \n"
+            )
+        };
+        assert_eq!(primary_position(&info(", primary", "")), Some(1));
+        assert_eq!(primary_position(&info("", ", primary")), Some(2));
+        assert_eq!(primary_position(&info("", "")), None);
+    }
 
     #[test]
     fn a_jpeg_cut_short_or_damaged_is_not_whole() {

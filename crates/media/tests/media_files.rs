@@ -211,6 +211,22 @@ async fn heic_goes_through_libheif_and_leaves_nothing_behind() {
     assert_eq!(names, ["preview.jpg", "thumbnail.jpg"]);
 }
 
+/// A HEIF of several images (heif-convert writes one JPEG for each, numbered): the primary's is taken, and
+/// nothing is left behind.
+#[tokio::test]
+async fn a_heic_of_several_images_gives_its_primary_and_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("IMG_0002.HEIC");
+    fixtures::heic_of_several(&src, &[(640, 480), (320, 200), (100, 80)], 5);
+    let out = dir.path().join("proxies");
+    let jpeg = heic_to_jpeg(&open(&src), &out, ToolLimits::default(), &CancellationToken::new()).await.unwrap();
+    let made = make_still_proxies(&src, &jpeg, MediaFormat::Jpeg, 1, DEFAULT_MAX_PIXELS, &out).unwrap();
+    assert_eq!((made.width, made.height), (640, 480), "the primary image");
+    let mut names: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).collect();
+    names.sort();
+    assert_eq!(names, ["preview.jpg", "thumbnail.jpg"]);
+}
+
 #[test]
 fn apple_burst_and_live_photo_identifiers_are_read_from_the_maker_note() {
     let exif = FixtureExif {
