@@ -82,7 +82,11 @@ pub struct CrawlReport {
     /// Folders of the proxy root found mounted inside the library (passed over).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub proxy_root_inside: Vec<String>,
-    /// Folders that could not be read (nothing is soft-deleted while there are any).
+    /// Folders passed over because each is one of the folders above it again (a bind mount of a parent, a loop of
+    /// the file system).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub folder_loops: Vec<String>,
+    /// Folders that could not be read (nothing the catalogue knows under them is soft-deleted).
     pub unreadable_folders: Vec<PathProblem>,
     /// Files that failed, and why (at most a few hundred; `counts.failed` counts them all).
     pub failures: Vec<PathProblem>,

@@ -223,3 +223,40 @@ async fn a_move_the_catalogue_refuses_lets_go_of_nothing() {
     let moved = lib.crawl().await;
     assert_eq!((moved["moved"].as_u64(), moved["soft_deleted"].as_u64()), (Some(1), Some(0)), "{moved}");
 }
+
+/// A bind mount made for a test, undone when dropped (lazily, so a test that fails inside it leaves none behind).
+struct BindMount(std::path::PathBuf);
+
+impl BindMount {
+    fn new(from: &std::path::Path, at: &std::path::Path) -> Self {
+        std::fs::create_dir_all(at).unwrap();
+        let out = std::process::Command::new("mount").arg("--bind").arg(from).arg(at).output().expect("run mount");
+        assert!(out.status.success(), "mount --bind (the tests run as root): {}", String::from_utf8_lossy(&out.stderr));
+        Self(at.to_owned())
+    }
+}
+
+impl Drop for BindMount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// A folder that is one of the folders above it again (here a bind mount of its parent, as a NAS user makes one to
+/// see an album in two places) is passed over and reported: its files are catalogued once, at their own paths,
+/// never again as copies at every level of a walk without end.
+#[tokio::test]
+async fn a_folder_that_is_a_folder_above_it_again_is_passed_over() {
+    let lib = library().await;
+    lib.write("album/a.jpg", &photo(1));
+    lib.write("album/b.jpg", &photo(2));
+    let _loop = BindMount::new(&lib.root.join("album"), &lib.root.join("album/again"));
+
+    let result = lib.crawl().await;
+    assert_eq!((result["ingested"].as_u64(), result["copies"].as_u64()), (Some(2), Some(0)), "{result}");
+    let loops = result["folder_loops"].as_array().cloned().unwrap_or_default();
+    assert_eq!(loops, [serde_json::json!(lib.root.join("album/again").display().to_string())], "{result}");
+    assert!(result["unreadable_folders"].as_array().is_some_and(Vec::is_empty), "{result}");
+    let paths: Vec<Vec<u8>> = cameras(&lib).await.into_iter().map(|c| c.file_path).collect();
+    assert_eq!(paths, [b"album/a.jpg".to_vec(), b"album/b.jpg".to_vec()]);
+}

@@ -288,6 +288,12 @@ impl RootFolder {
     }
 }
 
+/// An open folder's file-system identity (device, inode), as [`Entry::identity`] gives a listed one's.
+pub fn folder_identity(folder: &OwnedFd) -> Option<(u64, u64)> {
+    #[allow(clippy::useless_conversion)]
+    rustix::fs::fstat(folder).ok().map(|stat| (u64::from(stat.st_dev), u64::from(stat.st_ino)))
+}
+
 /// A path's file-system identity (device, inode), following links; `None` when it does not exist.
 pub fn identity(path: &Path) -> Option<(u64, u64)> {
     std::fs::metadata(path)

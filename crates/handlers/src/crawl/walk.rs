@@ -60,6 +60,9 @@ pub struct WalkReport {
     pub unsupported: u64,
     /// Folders passed over because they are the proxy root, mounted inside the library (never crawled).
     pub proxy_root_inside: Vec<String>,
+    /// Folders passed over because each is one of the folders above it again (a bind mount of a parent, a loop of
+    /// the file system): walking them would walk the same files again without end.
+    pub folder_loops: Vec<String>,
     /// True when the walk stopped early (cancelled): the crawl then ends without settling anything.
     pub stopped: bool,
 }
@@ -141,17 +144,30 @@ fn walk_below(
     on_file: &mut impl FnMut(WalkEntry) -> bool,
     report: &mut WalkReport,
 ) {
-    let mut stack: Vec<std::vec::IntoIter<Item>> = Vec::new();
-    let mut next_folder = Some(folder);
+    // Each listed folder's items still to walk, with the folder's identity: a folder that is one of those above it
+    // again (a bind mount of a parent, a loop of the file system) is passed over, never walked into for ever.
+    let mut stack: Vec<(std::vec::IntoIter<Item>, Option<Identity>)> = Vec::new();
+    let mut next_folder = Some((folder, None));
     loop {
-        if let Some(rel_dir) = next_folder.take() {
+        if let Some((rel_dir, identity)) = next_folder.take() {
             if cancel.is_cancelled() {
                 report.stopped = true;
                 return;
             }
-            let listed = root.open_folder(&rel_dir).and_then(|folder| root.list(&folder, &rel_dir));
+            let listed = if identity.is_some() && stack.iter().any(|(_, above)| *above == identity) {
+                passed_over_loop(root, &rel_dir, report);
+                Ok(None)
+            } else {
+                root.open_folder(&rel_dir).and_then(|folder| {
+                    let own = identity.or_else(|| almanac_media::folder_identity(&folder));
+                    root.list(&folder, &rel_dir).map(|entries| Some((entries, own)))
+                })
+            };
             match listed {
-                Ok(entries) => stack.push(sort_folder(root, &rel_dir, entries, avoid, report).into_iter()),
+                Ok(None) => {}
+                Ok(Some((entries, own))) => {
+                    stack.push((sort_folder(root, &rel_dir, entries, avoid, report).into_iter(), own));
+                }
                 // Gone since its parent was listed: deleted, or renamed to a name the walk has passed (its files are
                 // somewhere this walk will not look). Either way the walk is not complete there: nothing under it is soft-deleted.
                 Err(OpenError::Vanished(_)) => report.unreadable_folder(
@@ -162,12 +178,12 @@ fn walk_below(
                 Err(e) => report.unreadable_folder(root, &rel_dir, e.to_string()),
             }
         }
-        let Some(folder) = stack.last_mut() else { return };
+        let Some((folder, _)) = stack.last_mut() else { return };
         match folder.next() {
             None => {
                 stack.pop();
             }
-            Some(Item::Folder(rel)) => next_folder = Some(rel),
+            Some(Item::Folder(rel, identity)) => next_folder = Some((rel, Some(identity))),
             Some(Item::File(entry)) => {
                 if !on_file(entry) {
                     report.stopped = true;
@@ -193,10 +209,13 @@ pub fn list_tree(
     (files, report)
 }
 
+/// A folder's file-system identity (device, inode).
+type Identity = (u64, u64);
+
 /// One thing of a listed folder, in the walk's order.
 enum Item {
     File(WalkEntry),
-    Folder(Vec<u8>),
+    Folder(Vec<u8>, Identity),
 }
 
 /// The order of a folder's entries that makes the walk's paths come out in byte order: by name, a folder's
@@ -245,7 +264,7 @@ fn sort_folder(
         match entry.kind {
             EntryKind::Link => report.links += 1,
             EntryKind::Folder if Some(entry.identity) == avoid => passed_over_proxy_root(root, &rel, report),
-            EntryKind::Folder => items.push(Item::Folder(rel.clone())),
+            EntryKind::Folder => items.push(Item::Folder(rel.clone(), entry.identity)),
             EntryKind::Other => report.unsupported += 1,
             EntryKind::File if is_sidecar_name(entry.name.as_bytes()) => {}
             EntryKind::File if !is_media_name(&entry.name) => report.unsupported += 1,
@@ -278,6 +297,18 @@ pub(super) fn passed_over_proxy_root(root: &RootFolder, rel: &[u8], report: &mut
         "the proxy root is mounted inside this library; it was passed over. Mount it outside every library"
     );
     report.proxy_root_inside.push(folder);
+}
+
+/// Reports a folder passed over because it is one of the folders above it again.
+fn passed_over_loop(root: &RootFolder, rel: &[u8], report: &mut WalkReport) {
+    let folder = display_of(root, rel);
+    tracing::warn!(
+        event = "folder_loop_passed_over",
+        folder,
+        "this folder is one of the folders above it again (a bind mount of a parent, a loop of the file system); it \
+         was passed over, as walking it would walk the same files again without end"
+    );
+    report.folder_loops.push(folder);
 }
 
 /// A path beneath the root, for people.

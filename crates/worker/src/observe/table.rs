@@ -182,6 +182,11 @@ runtime was left to run it, or the Worker stopped first); whatever it took runs 
         "proxy_root_inside_library",
         "the crawl passed over a folder that is the proxy root mounted inside the library",
     ),
+    event(
+        "folder_loop_passed_over",
+        "the crawl passed over a folder that is one of the folders above it again (a bind mount of a parent, a loop \
+         of the file system), which it would otherwise walk without end",
+    ),
     event("bursts_detected", "burst detection's result"),
     event("purged", "purge's result"),
     event(
