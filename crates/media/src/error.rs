@@ -46,7 +46,10 @@ pub enum MediaError {
         path: PathBuf,
     },
     /// An external tool ran past its time limit and was killed.
-    #[error("{tool} took longer than {seconds} s on {path} and was stopped")]
+    #[error(
+        "{tool} took longer than {seconds} s on {path} and was stopped (a video's web transcode may take as long as \
+         storage.transcode_limit allows: raise it for long videos on a slow machine)"
+    )]
     TimedOut {
         /// The tool.
         tool: &'static str,

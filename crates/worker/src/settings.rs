@@ -96,6 +96,11 @@ pub struct Storage {
     /// writing it is left for a crawl that much later); 0 to 1 h.
     #[serde(with = "humantime_serde")]
     pub settle_time: Duration,
+    /// The longest a video's web transcode may take before it is stopped and the file recorded as failed (its
+    /// error names this setting); 1 min to 24 h. Raise it for long videos on a slow machine; give every Worker of a
+    /// database the same (the proxy sweep leaves files younger than the longest write alone).
+    #[serde(with = "humantime_serde")]
+    pub transcode_limit: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -200,6 +205,7 @@ impl Default for Storage {
             mass_deletion_max_percent: guard.max_percent,
             max_image_megapixels: almanac_media::DEFAULT_MAX_PIXELS / 1_000_000,
             settle_time: almanac_handlers::CrawlSettings::DEFAULT_SETTLE_TIME,
+            transcode_limit: almanac_media::ToolLimits::default().transcode,
         }
     }
 }
@@ -353,6 +359,12 @@ impl Settings {
                 self.storage.settle_time
             );
         }
+        if !(Duration::from_secs(60)..=Duration::from_secs(86_400)).contains(&self.storage.transcode_limit) {
+            bail!(
+                "storage.transcode_limit: {:?} must be from 1min to 24h (the longest a video's web transcode may take)",
+                self.storage.transcode_limit
+            );
+        }
         if self.schedule.tick.is_zero() {
             bail!("schedule.tick: must be above zero");
         }
@@ -406,6 +418,11 @@ impl Settings {
     /// The most pixels a still may decode to (`storage.max_image_megapixels`, in pixels).
     pub fn max_image_pixels(&self) -> u64 {
         self.storage.max_image_megapixels * 1_000_000
+    }
+
+    /// The external tools' time limits: the transcode's as set, the rest as the media crate ships them.
+    pub fn tool_limits(&self) -> almanac_media::ToolLimits {
+        almanac_media::ToolLimits { transcode: self.storage.transcode_limit, ..almanac_media::ToolLimits::default() }
     }
 
     /// The crawl's mass-deletion guard.

@@ -12,7 +12,6 @@ use almanac_handlers::{
     BurstDetectionHandler, BurstSettings, CrawlHandler, CrawlSettings, ProxyDeletionHandler, ProxySweepHandler,
     PurgeHandler, PurgeSettings, RetentionSettings, Scheduler, TokenCleanupHandler, Watching, WorkItemRetentionHandler,
 };
-use almanac_media::ToolLimits;
 use almanac_store_pg::{PgStore, PoolerMode, SchemaState, StoreError, WorkerConnections, listen_for_work};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::task::JoinHandle;
@@ -69,7 +68,7 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<Exit, Failure> {
     let stop = CancellationToken::new();
     // What a Worker killed mid-write left under the proxy root, in the background (it walks the whole root).
     let debris = almanac_handlers::maintenance::remove_temporary_debris;
-    tokio::spawn(debris(store.clone(), proxy_root.clone(), ToolLimits::default(), stop.clone()));
+    tokio::spawn(debris(store.clone(), proxy_root.clone(), settings.tool_limits(), stop.clone()));
     let running = Arc::new(AtomicBool::new(true));
     let listener = wake_ups(&settings, &url, executor.waker(), &stop);
     let http = serve_http(&settings, &url, recent, &metrics, &running, &stop).await?;
@@ -239,8 +238,9 @@ fn handlers(settings: &Settings, store: &Arc<PgStore>, proxy_root: &Path, served
     crawl.mass_deletion = settings.mass_deletion();
     crawl.max_image_pixels = settings.max_image_pixels();
     crawl.settle_time = settings.storage.settle_time;
+    crawl.tool_limits = settings.tool_limits();
     let purge = PurgeSettings::new(proxy_root.to_path_buf(), settings.schedule.purge_after);
-    let sweep_min_age = ProxySweepHandler::<PgStore>::min_age_for(ToolLimits::default());
+    let sweep_min_age = ProxySweepHandler::<PgStore>::min_age_for(settings.tool_limits());
     let token_grace = TokenCleanupHandler::<PgStore>::DEFAULT_GRACE;
     HandlerRegistry::new()
         .register(CrawlHandler::new(store.clone(), crawl))

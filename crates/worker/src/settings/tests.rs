@@ -262,6 +262,8 @@ fn a_limit_is_accepted_at_its_bound_and_refused_past_it() {
     let load = |key: &str, value: &str| Settings::load_from(None, env(&[(key, value)]));
     for (key, at_bound, past, named) in [
         ("ALMANAC__STORAGE__SETTLE_TIME", "1h", "3601s", "storage.settle_time"),
+        ("ALMANAC__STORAGE__TRANSCODE_LIMIT", "24h", "86401s", "storage.transcode_limit"),
+        ("ALMANAC__STORAGE__TRANSCODE_LIMIT", "1min", "59s", "storage.transcode_limit"),
         ("ALMANAC__SCHEDULE__CRAWL_INTERVAL", "60s", "59s", "schedule.crawl_interval"),
         ("ALMANAC__WATCH__POLL_INTERVAL", "1s", "999ms", "watch.poll_interval"),
         ("ALMANAC__WATCH__LEASE", "3s", "2999ms", "watch.lease"),
@@ -292,4 +294,17 @@ fn secrets_are_hidden_from_a_message_and_other_values_are_not() {
         assert!(!shown.contains(secret), "{shown}");
     }
     assert!(shown.contains("x9"), "{shown}");
+}
+
+/// The transcode's limit as set reaches the tools' limits the crawl and the debris clean-up are given, and the
+/// proxy sweep's age floor follows it (it must exceed the longest proxy write); the probe's limit stays shipped.
+#[test]
+fn the_transcode_limit_set_is_the_crawls_and_the_sweeps_floor_follows_it() {
+    let s = Settings::load_from(None, env(&[("ALMANAC__STORAGE__TRANSCODE_LIMIT", "3h")])).unwrap();
+    let limits = s.tool_limits();
+    assert_eq!(limits.transcode, Duration::from_secs(3 * 3600));
+    assert_eq!(limits.quick, almanac_media::ToolLimits::default().quick);
+    let floor = almanac_handlers::maintenance::ProxySweepHandler::<almanac_store_pg::PgStore>::min_age_for(limits);
+    assert!(floor > limits.longest_proxy_write(), "{floor:?}");
+    assert_eq!(Settings::default().tool_limits(), almanac_media::ToolLimits::default(), "shipped: the media crate's");
 }
