@@ -260,3 +260,33 @@ async fn a_folder_that_is_a_folder_above_it_again_is_passed_over() {
     let paths: Vec<Vec<u8>> = cameras(&lib).await.into_iter().map(|c| c.file_path).collect();
     assert_eq!(paths, [b"album/a.jpg".to_vec(), b"album/b.jpg".to_vec()]);
 }
+
+/// What the catalogue knows under a folder passed over as a loop is kept: here the files a bind mount hides, which
+/// look vanished, are not soft-deleted. And the mass-deletion guard weighs what vanished elsewhere against the
+/// assets the walk looked for, not those it kept: 8 of the 10 looked for is refused, though it is 8 of 20.
+#[tokio::test]
+async fn what_a_folder_passed_over_as_a_loop_hides_is_kept_and_not_weighed() {
+    let lib = library().await;
+    lib.write("album/a.jpg", &photo(1));
+    lib.write("album/b.jpg", &photo(2));
+    for n in 0..10 {
+        lib.write(&format!("album/again/{n}.jpg"), &photo(10 + n));
+    }
+    for n in 0..8 {
+        lib.write(&format!("other/{n}.jpg"), &photo(30 + n));
+    }
+    assert_eq!(lib.crawl().await["ingested"], 20);
+    // The bind mount hides the ten under `album/again`; the eight under `other` are deleted.
+    let _loop = BindMount::new(&lib.root.join("album"), &lib.root.join("album/again"));
+    std::fs::remove_dir_all(lib.root.join("other")).unwrap();
+
+    let refused = lib.crawl_with(serde_json::json!({}), Default::default()).await.expect_err("the guard refuses");
+    assert!(refused.to_string().contains("refusing to soft-delete 8 of 10 assets"), "{refused}");
+    assert_eq!(cameras(&lib).await.len(), 20, "nothing soft-deleted");
+
+    let confirmed = lib.crawl_with(serde_json::json!({"allow_mass_deletion": true}), Default::default()).await;
+    let confirmed = confirmed.expect("confirmed");
+    assert_eq!(confirmed["soft_deleted"].as_u64(), Some(8), "{confirmed}");
+    let kept: Vec<Vec<u8>> = cameras(&lib).await.into_iter().map(|c| c.file_path).collect();
+    assert_eq!(kept.len(), 12, "the ten hidden under the loop kept, with album's two");
+}

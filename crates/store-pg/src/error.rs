@@ -175,6 +175,25 @@ pub(crate) async fn placed(conn: &mut crate::Conn, e: DieselError) -> StoreError
 /// The indexes that hold a file's path beside its config's id ([`almanac_domain::ports::LONGEST_PATH`]).
 pub(crate) const PATH_INDEXES: [&str; 2] = ["ix_media_assets_active_path", "asset_extra_paths_pkey"];
 
+/// Past this many bytes no path is held, whatever its names: an index entry of PostgreSQL is at most 8,191 bytes
+/// however it compresses, and past it the server's error names no index, so it could not be told from a failure
+/// of the catalogue. Such a path is refused before anything is written.
+const NO_PATH_PAST: usize = 8_000;
+
+/// A path the catalogue can hold, or the refusal of a longer one than any it holds ([`NO_PATH_PAST`]).
+pub(crate) fn path_held(path: &[u8]) -> Result<(), CatalogueError> {
+    if path.len() <= NO_PATH_PAST {
+        return Ok(());
+    }
+    Err(CatalogueError::Refused(Cause::new(format!(
+        "its path is {} bytes long, and the catalogue holds none past {NO_PATH_PAST} bytes ({} whatever its names, \
+         more only when they repeat). Shorten the names of its folders or its own, or move it nearer the library's \
+         folder",
+        path.len(),
+        almanac_domain::ports::LONGEST_PATH
+    ))))
+}
+
 /// What of a write's values its error refuses, if that is what it does: a check (a table's or a domain's) or a
 /// not-null constraint, or a path longer than its index holds (an error of no kind diesel knows that names one of
 /// [`PATH_INDEXES`]: PostgreSQL names the index whose entry would be too large). Told by the error's kind and the

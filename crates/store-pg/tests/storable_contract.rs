@@ -213,6 +213,18 @@ async fn the_longest_path_is_held_as_an_asset_a_copy_and_a_move_and_one_byte_mor
         assert!(why.to_string().contains("its path is longer than the catalogue's index of paths"), "{why}");
     }
     assert_eq!(own_path(&mut conn, id).await, moved, "the refused move changed nothing");
+
+    // Past 8,000 bytes the server's error would name no index: refused by the store, before anything is written.
+    let far = random_path(9_000, 23);
+    let refusals = [
+        store.ingest(fence, &asset(config, 3, &far, AssetMetadata::default())).await.map(|_| ()),
+        store.record_extra_path(fence, config, id, &facts(&far)).await,
+        store.relocate(fence, id, &facts(&far)).await,
+    ];
+    for refused in refusals {
+        let Err(CatalogueError::Refused(why)) = refused else { panic!("refused for its value: {refused:?}") };
+        assert!(why.to_string().contains("9000 bytes long"), "{why}");
+    }
 }
 
 /// `EARLIEST_TIME` is PostgreSQL's first: an asset's file time at it is held, a microsecond earlier is refused.

@@ -186,7 +186,8 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
             );
         }
         let listed = leftover.active;
-        let mut unseen = settle::unseen(leftover, &run.seen.lock().expect("poisoned"), &walk.unreadable);
+        let not_walked: Vec<_> = walk.unreadable.iter().chain(&walk.folder_loops).collect();
+        let mut unseen = settle::unseen(leftover, &run.seen.lock().expect("poisoned"), &not_walked);
         if !scope.is_whole_root() {
             copies::outside_the_folders(&*self.catalogue, config, &run.root, &scope, &mut unseen).await?;
         }

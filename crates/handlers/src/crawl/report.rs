@@ -105,7 +105,7 @@ impl Counters {
         report.links_skipped = walk.links;
         report.unsupported = walk.unsupported;
         report.proxy_root_inside = walk.proxy_root_inside.clone();
-        report.folder_loops = walk.folder_loops.clone();
+        report.folder_loops = walk.folder_loops.iter().map(|l| l.path.clone()).collect();
         report.unreadable_folders =
             walk.unreadable.iter().map(|u| PathProblem::new(u.path.clone(), u.reason.clone())).collect();
         report.failures = self.failures.lock().expect("poisoned").clone();

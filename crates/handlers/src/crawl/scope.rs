@@ -116,7 +116,7 @@ impl CrawlScope {
     }
 
     /// How many active assets what vanished is weighed against: the known files the walk passed (`listed`) for
-    /// the whole root, the config's whole library for some folders (read only when an asset vanished). A crawl
+    /// the whole root, less those under folders it did not walk, the config's whole library for some folders (read only when an asset vanished). A crawl
     /// of some folders that would soft-delete every active asset of the config is refused unless confirmed,
     /// as the whole root's empty walk is: a share not mounted must never look like a deleted library.
     pub async fn active_for_guard<C: CatalogueStore>(
@@ -128,7 +128,8 @@ impl CrawlScope {
         unseen: &Unseen,
     ) -> Result<usize, HandlerError> {
         if self.is_whole_root() {
-            return Ok(listed);
+            // What the walk did not walk was not looked for: weighed against what was.
+            return Ok(listed.saturating_sub(unseen.kept));
         }
         if unseen.assets.is_empty() {
             return Ok(0);

@@ -25,6 +25,9 @@ pub(super) struct Unseen {
     pub extra_paths: Vec<Vec<u8>>,
     /// Assets whose own path is gone but a copy remains: they move to the copy.
     pub promotions: Vec<(AssetId, FileFacts)>,
+    /// Active assets whose own path lies under a folder the walk did not walk: kept, and not weighed by the
+    /// mass-deletion guard.
+    pub kept: usize,
 }
 
 /// What the catalogue knew that the crawl did not find: of the known files the walk did not find unchanged
@@ -32,13 +35,17 @@ pub(super) struct Unseen {
 /// its copies is still there is not vanished: it moves to the copy (a promotion; the first copy in path order).
 /// Only a copy processing found to be the same asset's counts: one whose content now belongs to another asset
 /// is that asset's path, never a survivor of the first. No extra path processing found, for any asset, is
-/// dropped. What lies under a folder the walk could not read (`unreadable`) was not looked for: it is kept as it is.
-pub(super) fn unseen(leftover: Leftover, seen: &HashSet<Seen>, unreadable: &[UnreadableFolder]) -> Unseen {
+/// dropped. What lies under a folder the walk did not walk (`not_walked`: one it could not read, or one it passed
+/// over as a folder above it again) was not looked for: it is kept as it is, and so is an asset with a copy there
+/// (the copy may be all that is left of it).
+pub(super) fn unseen(leftover: Leftover, seen: &HashSet<Seen>, not_walked: &[&UnreadableFolder]) -> Unseen {
     let mut out = Unseen::default();
     let Leftover { not_unchanged, unchanged_extras, .. } = leftover;
-    let not_looked_for = |k: &KnownFile| unreadable.iter().any(|u| u.holds(&k.facts.file_path));
-    let (extras, own): (Vec<KnownFile>, Vec<KnownFile>) =
-        not_unchanged.into_iter().filter(|k| !not_looked_for(k)).partition(|k| k.extra);
+    let not_looked_for = |k: &KnownFile| not_walked.iter().any(|u| u.holds(&k.facts.file_path));
+    let (unsure, not_unchanged): (Vec<KnownFile>, Vec<KnownFile>) = not_unchanged.into_iter().partition(not_looked_for);
+    let held: HashSet<AssetId> = unsure.iter().map(|k| k.asset_id).collect();
+    out.kept = unsure.iter().filter(|k| !k.extra).count();
+    let (extras, own): (Vec<KnownFile>, Vec<KnownFile>) = not_unchanged.into_iter().partition(|k| k.extra);
     let seen_extras: HashSet<&[u8]> = seen
         .iter()
         .filter_map(|s| match s {
@@ -59,7 +66,7 @@ pub(super) fn unseen(leftover: Leftover, seen: &HashSet<Seen>, unreadable: &[Unr
             out.extra_paths.push(k.facts.file_path);
         }
     }
-    for k in own.into_iter().filter(|k| !seen.contains(&Seen::Asset(k.asset_id))) {
+    for k in own.into_iter().filter(|k| !seen.contains(&Seen::Asset(k.asset_id)) && !held.contains(&k.asset_id)) {
         match surviving_copies.get(&k.asset_id) {
             Some(copy) => {
                 let facts = FileFacts { display_path: display(&copy.facts.file_path), ..copy.facts.clone() };
@@ -217,11 +224,21 @@ mod tests {
             active: 4,
         };
         let seen = HashSet::new();
-        let kept = unseen(leftover(), &seen, &[unreadable("nas")]);
+        let nas = unreadable("nas");
+        let kept = unseen(leftover(), &seen, &[&nas]);
         assert_eq!(kept.assets, vec![c, d], "under `nas` kept; `nasty.jpg` and `other/` unseen");
         assert!(kept.extra_paths.is_empty(), "the copy under `nas` kept");
-        assert_eq!(unseen(leftover(), &seen, &[unreadable("nas/deep"), unreadable("other")]).assets, vec![a, c]);
-        let root = unseen(leftover(), &seen, &[unreadable("")]);
+        assert_eq!(kept.kept, 2, "two own paths not looked for");
+        let (deep, other) = (unreadable("nas/deep"), unreadable("other"));
+        assert_eq!(unseen(leftover(), &seen, &[&deep, &other]).assets, vec![a, c]);
+        let everything = unreadable("");
+        let root = unseen(leftover(), &seen, &[&everything]);
         assert!(root.assets.is_empty() && root.extra_paths.is_empty(), "nothing when the root could not be read");
+        assert_eq!(root.kept, 4);
+        // `a`'s own path vanished where the walk looked, its only copy lies where it could not: kept, not promoted.
+        let copy = unreadable("nas/copy");
+        let held = unseen(leftover(), &seen, &[&copy]);
+        assert_eq!(held.assets, vec![b, c, d], "`a` kept for its copy");
+        assert!(held.promotions.is_empty() && held.extra_paths.is_empty());
     }
 }

@@ -61,8 +61,9 @@ pub struct WalkReport {
     /// Folders passed over because they are the proxy root, mounted inside the library (never crawled).
     pub proxy_root_inside: Vec<String>,
     /// Folders passed over because each is one of the folders above it again (a bind mount of a parent, a loop of
-    /// the file system): walking them would walk the same files again without end.
-    pub folder_loops: Vec<String>,
+    /// the file system): walking them would walk the same files again without end. Nothing the catalogue knows
+    /// under them is soft-deleted (an identity can repeat on a file system whose inode numbers are not unique).
+    pub folder_loops: Vec<UnreadableFolder>,
     /// True when the walk stopped early (cancelled): the crawl then ends without settling anything.
     pub stopped: bool,
 }
@@ -308,7 +309,11 @@ fn passed_over_loop(root: &RootFolder, rel: &[u8], report: &mut WalkReport) {
         "this folder is one of the folders above it again (a bind mount of a parent, a loop of the file system); it \
          was passed over, as walking it would walk the same files again without end"
     );
-    report.folder_loops.push(folder);
+    report.folder_loops.push(UnreadableFolder {
+        rel: rel.to_vec(),
+        path: folder,
+        reason: "one of the folders above it again".into(),
+    });
 }
 
 /// A path beneath the root, for people.

@@ -191,6 +191,7 @@ impl CatalogueStore for PgStore {
 
     #[mutants::skip]
     async fn relocate(&self, fence: Fence, asset: AssetId, facts: &FileFacts) -> Result<(), CatalogueError> {
+        crate::error::path_held(&facts.file_path)?;
         self.fenced(fence, async |conn| {
             let config: IdRow = sql_query("SELECT storage_config_id AS id FROM media_assets WHERE id = $1")
                 .bind::<Uuid, _>(asset.as_uuid())
@@ -211,6 +212,7 @@ impl CatalogueStore for PgStore {
         asset: AssetId,
         facts: &FileFacts,
     ) -> Result<(), CatalogueError> {
+        crate::error::path_held(&facts.file_path)?;
         self.fenced(fence, async |conn| {
             // An active asset whose own path this was has lost it (its content changed into this asset's).
             paths::take_path(conn, config, &facts.file_path, asset).await?;
@@ -274,6 +276,7 @@ impl CatalogueStore for PgStore {
 
     #[mutants::skip]
     async fn ingest(&self, fence: Fence, asset: &NewAsset) -> Result<IngestOutcome, CatalogueError> {
+        crate::error::path_held(&asset.facts.file_path)?;
         let id = AssetId::new();
         let mut conn = self.conn().await?;
         // The fenced transaction by hand (`tx::fenced_within`): a lost race on the content index is told apart,
