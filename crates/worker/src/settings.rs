@@ -3,7 +3,7 @@
 //! values are errors that name the key.
 
 use std::net::SocketAddr;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use almanac_domain::{
@@ -326,45 +326,7 @@ impl Settings {
         if !(1..=64).contains(&self.worker.max_concurrent_files) {
             bail!("worker.max_concurrent_files: {} must be from 1 to 64", self.worker.max_concurrent_files);
         }
-        if !self.storage.proxy_root.is_absolute() {
-            bail!("storage.proxy_root: {} must be an absolute path", self.storage.proxy_root.display());
-        }
-        if self.storage.proxy_root.parent().is_none() {
-            bail!("storage.proxy_root: / cannot be the proxy root: it would contain every library");
-        }
-        if self.storage.proxy_root.components().any(|c| matches!(c, Component::CurDir | Component::ParentDir)) {
-            bail!(
-                "storage.proxy_root: {} must not contain `.` or `..`: give the folder's plain absolute path",
-                self.storage.proxy_root.display()
-            );
-        }
-        if !(1..=100).contains(&self.storage.mass_deletion_max_percent) {
-            bail!(
-                "storage.mass_deletion_max_percent: {} must be from 1 to 100",
-                self.storage.mass_deletion_max_percent
-            );
-        }
-        if !(1..=10_000).contains(&self.storage.max_image_megapixels) {
-            bail!(
-                "storage.max_image_megapixels: {} must be from 1 to 10000 (the default, {}, is above any camera's \
-                 sensor)",
-                self.storage.max_image_megapixels,
-                almanac_media::DEFAULT_MAX_PIXELS / 1_000_000
-            );
-        }
-        if self.storage.settle_time > Duration::from_secs(3600) {
-            bail!(
-                "storage.settle_time: {:?} must be at most 1h (a file still being written is left for a crawl that \
-                 much later; 0s reads files however recently they changed)",
-                self.storage.settle_time
-            );
-        }
-        if !(Duration::from_secs(60)..=Duration::from_secs(86_400)).contains(&self.storage.transcode_limit) {
-            bail!(
-                "storage.transcode_limit: {:?} must be from 1min to 24h (the longest a video's web transcode may take)",
-                self.storage.transcode_limit
-            );
-        }
+        self.storage_checked()?;
         if self.schedule.tick.is_zero() {
             bail!("schedule.tick: must be above zero");
         }
@@ -418,11 +380,6 @@ impl Settings {
     /// The most pixels a still may decode to (`storage.max_image_megapixels`, in pixels).
     pub fn max_image_pixels(&self) -> u64 {
         self.storage.max_image_megapixels * 1_000_000
-    }
-
-    /// The external tools' time limits: the transcode's as set, the rest as the media crate ships them.
-    pub fn tool_limits(&self) -> almanac_media::ToolLimits {
-        almanac_media::ToolLimits { transcode: self.storage.transcode_limit, ..almanac_media::ToolLimits::default() }
     }
 
     /// The crawl's mass-deletion guard.
@@ -503,6 +460,7 @@ fn check_database_url(key: &str, url: &str) -> Result<()> {
     })
 }
 
+mod storage;
 mod watch;
 mod work;
 
