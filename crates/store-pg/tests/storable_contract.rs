@@ -203,27 +203,31 @@ async fn the_longest_path_is_held_as_an_asset_a_copy_and_a_move_and_one_byte_mor
 
     // One byte more, not compressing, is refused for its value, as a path of an asset, of a copy, of a move.
     let longer = random_path(LONGEST_PATH + 1, 17);
-    let refusals = [
-        store.ingest(fence, &asset(config, 2, &longer, AssetMetadata::default())).await.map(|_| ()),
-        store.record_extra_path(fence, config, id, &facts(&longer)).await,
-        store.relocate(fence, id, &facts(&longer)).await,
-    ];
-    for refused in refusals {
-        let Err(CatalogueError::Refused(why)) = refused else { panic!("refused for its value: {refused:?}") };
-        assert!(why.to_string().contains("its path is longer than the catalogue's index of paths"), "{why}");
-    }
+    refused_everywhere(&store, fence, (config, id), &longer, "its path is longer than the catalogue's index of paths")
+        .await;
     assert_eq!(own_path(&mut conn, id).await, moved, "the refused move changed nothing");
 
     // Past 8,000 bytes the server's error would name no index: refused by the store, before anything is written.
-    let far = random_path(9_000, 23);
+    refused_everywhere(&store, fence, (config, id), &random_path(9_000, 23), "9000 bytes long").await;
+}
+
+/// `path` refused for its value as an asset's own path (a new one, of content 9), as `asset`'s copy and as its move,
+/// each refusal saying `says`.
+async fn refused_everywhere(
+    store: &PgStore,
+    fence: Fence,
+    (config, asset_id): (StorageConfigId, AssetId),
+    path: &[u8],
+    says: &str,
+) {
     let refusals = [
-        store.ingest(fence, &asset(config, 3, &far, AssetMetadata::default())).await.map(|_| ()),
-        store.record_extra_path(fence, config, id, &facts(&far)).await,
-        store.relocate(fence, id, &facts(&far)).await,
+        store.ingest(fence, &asset(config, 9, path, AssetMetadata::default())).await.map(|_| ()),
+        store.record_extra_path(fence, config, asset_id, &facts(path)).await,
+        store.relocate(fence, asset_id, &facts(path)).await,
     ];
     for refused in refusals {
         let Err(CatalogueError::Refused(why)) = refused else { panic!("refused for its value: {refused:?}") };
-        assert!(why.to_string().contains("9000 bytes long"), "{why}");
+        assert!(why.to_string().contains(says), "{why}");
     }
 }
 
