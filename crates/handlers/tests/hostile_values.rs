@@ -290,3 +290,28 @@ async fn what_a_folder_passed_over_as_a_loop_hides_is_kept_and_not_weighed() {
     let kept: Vec<Vec<u8>> = cameras(&lib).await.into_iter().map(|c| c.file_path).collect();
     assert_eq!(kept.len(), 12, "the ten hidden under the loop kept, with album's two");
 }
+
+/// A copy the catalogue recorded under a folder that is now a loop (walked before, as a plain folder) is looked at
+/// when its asset's own file is deleted: through the mount it is that very file, gone, so the asset vanishes and the
+/// stale copy is dropped, rather than the asset being kept for ever for a copy nobody can see.
+#[tokio::test]
+async fn a_copy_under_a_loop_is_looked_at_before_it_keeps_an_asset() {
+    let lib = library().await;
+    let (a, b) = (photo(1), photo(2));
+    lib.write("album/a.jpg", &a);
+    lib.write("album/b.jpg", &b);
+    lib.write("album/again/a.jpg", &a);
+    // One file at a time, in the walk's order: `album/a.jpg` is the asset's own path, the other its copy.
+    let first = lib.run_handler(&lib.handler_with(1), lib.item(serde_json::json!({})).await).await.unwrap();
+    assert_eq!((first["ingested"].as_u64(), first["copies"].as_u64()), (Some(2), Some(1)), "{first}");
+    std::fs::remove_file(lib.root.join("album/again/a.jpg")).unwrap();
+    let _loop = BindMount::new(&lib.root.join("album"), &lib.root.join("album/again"));
+    std::fs::remove_file(lib.root.join("album/a.jpg")).unwrap();
+
+    let result = lib.crawl().await;
+    assert_eq!(result["soft_deleted"].as_u64(), Some(1), "{result}");
+    let active: Vec<Vec<u8>> = cameras(&lib).await.into_iter().map(|c| c.file_path).collect();
+    assert_eq!(active, [b"album/b.jpg".to_vec()]);
+    let copies = lib.count("SELECT count(*) AS n FROM asset_extra_paths").await;
+    assert_eq!(copies, 0, "the stale copy under the loop dropped");
+}

@@ -50,9 +50,33 @@ pub(super) async fn outside_the_folders<C: CatalogueStore>(
     Ok(())
 }
 
+/// What looking at a recorded copy found.
+enum Look {
+    /// Still there as recorded (a regular file of the size and mtime recorded), opened beneath the root.
+    Same(FileFacts),
+    /// Gone, or another file now: no longer this copy.
+    Gone,
+    /// Could not be looked at (the operating system refused, or failed): not known to be gone.
+    Unsure,
+}
+
+/// Looks at `copy` beneath the root, no link followed (blocking).
+fn look(root: &RootFolder, copy: &KnownFile) -> Look {
+    let now = match root.open_file(&copy.facts.file_path) {
+        Ok(open) => open.size_and_mtime().ok(),
+        Err(OpenError::Io { .. }) => return Look::Unsure,
+        // Gone, a link or a folder now, or something not a file: not this copy any more.
+        Err(_) => None,
+    };
+    if now == Some((copy.facts.size, copy.facts.mtime)) {
+        Look::Same(FileFacts { display_path: display(&copy.facts.file_path), ..copy.facts.clone() })
+    } else {
+        Look::Gone
+    }
+}
+
 /// Of `copies` (in path order), each asset's first copy outside `scope` that is still there as recorded, and the
-/// assets with a copy that could not be looked at (the operating system refused, or failed: not known to be gone)
-/// (blocking).
+/// assets with a copy that could not be looked at (blocking).
 fn first_still_there(
     root: &RootFolder,
     scope: &CrawlScope,
@@ -63,19 +87,55 @@ fn first_still_there(
         if found.contains_key(&copy.asset_id) || scope.contains(&copy.facts.file_path) {
             continue;
         }
-        let now = match root.open_file(&copy.facts.file_path) {
-            Ok(open) => open.size_and_mtime().ok(),
-            Err(OpenError::Io { .. }) => {
-                unsure.insert(copy.asset_id);
-                None
+        match look(root, &copy) {
+            Look::Same(facts) => {
+                found.insert(copy.asset_id, facts);
             }
-            // Gone, a link or a folder now, or something not a file: not this copy any more.
-            Err(_) => None,
-        };
-        if now == Some((copy.facts.size, copy.facts.mtime)) {
-            let facts = FileFacts { display_path: display(&copy.facts.file_path), ..copy.facts };
-            found.insert(copy.asset_id, facts);
+            Look::Unsure => {
+                unsure.insert(copy.asset_id);
+            }
+            Look::Gone => {}
         }
     }
     (found, unsure)
+}
+
+/// Looks at the copies of the assets `unseen` holds (copies under folders the walk did not walk), in path order:
+/// an asset moves to the first still there as recorded; one with a copy that could not be looked at stays held
+/// (kept as it is, and weighed as vanished by the guard); one whose copies are all gone vanishes. A copy found
+/// gone is dropped (a loop's stale copy of a file deleted since).
+pub(super) async fn look_at_held(root: &std::sync::Arc<RootFolder>, unseen: &mut Unseen) -> Result<(), HandlerError> {
+    if unseen.held.is_empty() {
+        return Ok(());
+    }
+    let (root, held) = (root.clone(), std::mem::take(&mut unseen.held));
+    let looked = tokio::task::spawn_blocking(move || {
+        almanac_media::gently(|| {
+            held.into_iter()
+                .map(|(asset, copies)| {
+                    let mut gone = Vec::new();
+                    let mut unsure = false;
+                    for copy in copies {
+                        match look(&root, &copy) {
+                            Look::Same(facts) => return (asset, Some(facts), gone, false),
+                            Look::Gone => gone.push(copy.facts.file_path.clone()),
+                            Look::Unsure => unsure = true,
+                        }
+                    }
+                    (asset, None, gone, unsure)
+                })
+                .collect::<Vec<_>>()
+        })
+    })
+    .await
+    .map_err(|e| HandlerError::retryable(format!("looking at the copies ended abnormally: {e}")))?;
+    for (asset, found, gone, unsure) in looked {
+        unseen.extra_paths.extend(gone);
+        match found {
+            Some(facts) => unseen.promotions.push((asset, facts)),
+            None if unsure => unseen.held.push((asset, Vec::new())),
+            None => unseen.assets.push(asset),
+        }
+    }
+    Ok(())
 }

@@ -176,8 +176,9 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         report_progress(&ctx.progress, &run.counts());
 
         let settle = Settle { catalogue: &*self.catalogue, fence: ctx.fence, storage: &storage, cancel: &ctx.cancel };
-        // Every file was listed and processed (or the crawl ended above); only a folder that could not be read
-        // leaves the walk incomplete, there: what the catalogue knows under it is kept as it is.
+        // Every file was listed and processed (or the crawl ended above); only a folder the walk did not walk (one
+        // it could not read, or a loop) leaves it incomplete, there: what the catalogue knows under it is kept as
+        // it is, and the copies there of assets that vanished elsewhere are looked at one by one.
         if !walk.unreadable.is_empty() {
             warn!(
                 event = "soft_delete_skipped",
@@ -188,6 +189,7 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         let listed = leftover.active;
         let not_walked: Vec<_> = walk.unreadable.iter().chain(&walk.folder_loops).collect();
         let mut unseen = settle::unseen(leftover, &run.seen.lock().expect("poisoned"), &not_walked);
+        copies::look_at_held(&run.root, &mut unseen).await?;
         if !scope.is_whole_root() {
             copies::outside_the_folders(&*self.catalogue, config, &run.root, &scope, &mut unseen).await?;
         }

@@ -35,7 +35,13 @@ impl Default for MassDeletionGuard {
 impl MassDeletionGuard {
     /// Whether soft-deleting `unseen` of `active` assets needs the operator's confirmation.
     pub fn refuses(&self, active: u64, unseen: u64) -> bool {
-        active >= self.min_assets && unseen * 100 > active * u64::from(self.max_percent)
+        self.refuses_of(active, active, unseen)
+    }
+
+    /// [`Self::refuses`] for a walk that looked for `looked_for` of a library of `library` active assets (the rest
+    /// lie under folders it did not walk): the minimum is the library's, the share is of those looked for.
+    pub fn refuses_of(&self, library: u64, looked_for: u64, unseen: u64) -> bool {
+        library >= self.min_assets && unseen * 100 > looked_for * u64::from(self.max_percent)
     }
 
     /// The rule in words, for the refusal's message.
@@ -128,6 +134,16 @@ fn split_stem(path: &[u8]) -> (&[u8], &[u8]) {
 
 #[cfg(test)]
 mod tests {
+    /// The guard's minimum is the library's, its share of the assets the walk looked for.
+    #[test]
+    fn the_guard_weighs_the_share_of_what_was_looked_for_in_a_library_of_its_size() {
+        let guard = MassDeletionGuard::default();
+        assert!(guard.refuses_of(14, 9, 8), "8 of the 9 looked for, in a library of 14");
+        assert!(!guard.refuses_of(14, 9, 4), "4 of 9 is under half");
+        assert!(!guard.refuses_of(9, 9, 8), "a library under the minimum");
+        assert_eq!(guard.refuses(20, 11), guard.refuses_of(20, 20, 11));
+    }
+
     use super::*;
     use chrono::{TimeZone, Utc};
 

@@ -19,7 +19,7 @@ use almanac_executor::HandlerError;
 use almanac_media::{OpenError, RootFolder};
 
 use super::rules::is_skipped_name;
-use super::settle::Unseen;
+use super::settle::{Unseen, Weighed};
 use super::walk::{WalkEntry, WalkReport, passed_over_proxy_root};
 
 /// What one crawl covers: the whole root, or some folders with everything below them.
@@ -115,10 +115,11 @@ impl CrawlScope {
         true
     }
 
-    /// How many active assets what vanished is weighed against: the known files the walk passed (`listed`) for
-    /// the whole root, less those under folders it did not walk, the config's whole library for some folders (read only when an asset vanished). A crawl
-    /// of some folders that would soft-delete every active asset of the config is refused unless confirmed,
-    /// as the whole root's empty walk is: a share not mounted must never look like a deleted library.
+    /// What vanished is weighed against ([`Weighed`]): for the whole root, the known files the walk passed
+    /// (`listed`), of which those under folders it did not walk were not looked for; for some folders, the
+    /// config's whole library (read only when an asset vanished). A crawl of some folders that would soft-delete
+    /// every active asset of the config is refused unless confirmed, as the whole root's empty walk is: a share not
+    /// mounted must never look like a deleted library.
     pub async fn active_for_guard<C: CatalogueStore>(
         &self,
         catalogue: &C,
@@ -126,16 +127,16 @@ impl CrawlScope {
         args: &CrawlArgs,
         listed: usize,
         unseen: &Unseen,
-    ) -> Result<usize, HandlerError> {
+    ) -> Result<Weighed, HandlerError> {
         if self.is_whole_root() {
-            // What the walk did not walk was not looked for: weighed against what was.
-            return Ok(listed.saturating_sub(unseen.kept));
+            return Ok(Weighed { library: listed, looked_for: listed.saturating_sub(unseen.kept) });
         }
-        if unseen.assets.is_empty() {
-            return Ok(0);
+        let gone = unseen.assets.len() + unseen.held.len();
+        if gone == 0 {
+            return Ok(Weighed { library: 0, looked_for: 0 });
         }
         let library = catalogue.active_assets(storage.id).await.map_err(super::catalogue_error)?;
-        if unseen.assets.len() as u64 >= library && !args.allow_mass_deletion {
+        if gone as u64 >= library && !args.allow_mass_deletion {
             return Err(HandlerError::retryable(format!(
                 "refusing to soft-delete all {library} active assets under {}: every one of them was in the \
                  folders this crawl looked at and none was found, which usually means a share is not mounted. \
@@ -145,7 +146,8 @@ impl CrawlScope {
                 storage.id
             )));
         }
-        Ok(usize::try_from(library).unwrap_or(usize::MAX))
+        let library = usize::try_from(library).unwrap_or(usize::MAX);
+        Ok(Weighed { library, looked_for: library })
     }
 
     /// The crawl asked for again once the files still being written may have settled. For the whole root, a

@@ -28,6 +28,10 @@ pub(super) struct Unseen {
     /// Active assets whose own path lies under a folder the walk did not walk: kept, and not weighed by the
     /// mass-deletion guard.
     pub kept: usize,
+    /// Assets whose own path vanished with no copy found where the walk looked, but with copies under folders it
+    /// did not walk: each is looked at (`copies::look_at_held`), and the asset moves to the first still there as
+    /// recorded, is kept while one cannot be looked at, or vanishes when all are gone.
+    pub held: Vec<(AssetId, Vec<KnownFile>)>,
 }
 
 /// What the catalogue knew that the crawl did not find: of the known files the walk did not find unchanged
@@ -36,15 +40,18 @@ pub(super) struct Unseen {
 /// Only a copy processing found to be the same asset's counts: one whose content now belongs to another asset
 /// is that asset's path, never a survivor of the first. No extra path processing found, for any asset, is
 /// dropped. What lies under a folder the walk did not walk (`not_walked`: one it could not read, or one it passed
-/// over as a folder above it again) was not looked for: it is kept as it is, and so is an asset with a copy there
-/// (the copy may be all that is left of it).
+/// over as a folder above it again) was not looked for: it is kept as it is. An asset that vanished with no copy
+/// surviving where the walk looked, but with copies there, is `held` until they are looked at one by one.
 pub(super) fn unseen(leftover: Leftover, seen: &HashSet<Seen>, not_walked: &[&UnreadableFolder]) -> Unseen {
     let mut out = Unseen::default();
     let Leftover { not_unchanged, unchanged_extras, .. } = leftover;
     let not_looked_for = |k: &KnownFile| not_walked.iter().any(|u| u.holds(&k.facts.file_path));
     let (unsure, not_unchanged): (Vec<KnownFile>, Vec<KnownFile>) = not_unchanged.into_iter().partition(not_looked_for);
-    let held: HashSet<AssetId> = unsure.iter().map(|k| k.asset_id).collect();
     out.kept = unsure.iter().filter(|k| !k.extra).count();
+    let mut copies_not_looked_at: HashMap<AssetId, Vec<KnownFile>> = HashMap::new();
+    for copy in unsure.into_iter().filter(|k| k.extra) {
+        copies_not_looked_at.entry(copy.asset_id).or_default().push(copy);
+    }
     let (extras, own): (Vec<KnownFile>, Vec<KnownFile>) = not_unchanged.into_iter().partition(|k| k.extra);
     let seen_extras: HashSet<&[u8]> = seen
         .iter()
@@ -66,16 +73,28 @@ pub(super) fn unseen(leftover: Leftover, seen: &HashSet<Seen>, not_walked: &[&Un
             out.extra_paths.push(k.facts.file_path);
         }
     }
-    for k in own.into_iter().filter(|k| !seen.contains(&Seen::Asset(k.asset_id)) && !held.contains(&k.asset_id)) {
-        match surviving_copies.get(&k.asset_id) {
-            Some(copy) => {
+    for k in own.into_iter().filter(|k| !seen.contains(&Seen::Asset(k.asset_id))) {
+        match (surviving_copies.get(&k.asset_id), copies_not_looked_at.remove(&k.asset_id)) {
+            (Some(copy), _) => {
                 let facts = FileFacts { display_path: display(&copy.facts.file_path), ..copy.facts.clone() };
                 out.promotions.push((k.asset_id, facts));
             }
-            None => out.assets.push(k.asset_id),
+            (None, Some(mut copies)) => {
+                copies.sort_by(|a, b| a.facts.file_path.cmp(&b.facts.file_path));
+                out.held.push((k.asset_id, copies));
+            }
+            (None, None) => out.assets.push(k.asset_id),
         }
     }
     out
+}
+
+/// What the mass-deletion guard weighs what vanished against: the library's active assets (its minimum), and of
+/// them those the walk looked for (the share that may vanish).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Weighed {
+    pub library: usize,
+    pub looked_for: usize,
 }
 
 /// Where the settling writes, and what it answers to.
@@ -94,14 +113,16 @@ impl<C: CatalogueStore> Settle<'_, C> {
     pub async fn vanished(
         &self,
         unseen: Unseen,
-        active: usize,
+        active: Weighed,
         guard: &MassDeletionGuard,
         args: &CrawlArgs,
         is_mount_point: Option<bool>,
         counters: &Counters,
     ) -> Result<u64, HandlerError> {
-        let (active, gone) = (active as u64, unseen.assets.len() as u64);
-        if !args.allow_mass_deletion && guard.refuses(active, gone) {
+        // An asset kept only because a copy could not be looked at counts as vanished for the guard.
+        let (library, active) = (active.library as u64, active.looked_for as u64);
+        let gone = (unseen.assets.len() + unseen.held.len()) as u64;
+        if !args.allow_mass_deletion && guard.refuses_of(library, active, gone) {
             return Err(HandlerError::retryable(format!(
                 "refusing to soft-delete {gone} of {active} assets under {}: {} vanished at once, which usually \
                  means a share is only partly mounted. Nothing was deleted. If the files really are gone, confirm \
@@ -235,10 +256,12 @@ mod tests {
         let root = unseen(leftover(), &seen, &[&everything]);
         assert!(root.assets.is_empty() && root.extra_paths.is_empty(), "nothing when the root could not be read");
         assert_eq!(root.kept, 4);
-        // `a`'s own path vanished where the walk looked, its only copy lies where it could not: kept, not promoted.
+        // `a`'s own path vanished where the walk looked, its only copy lies where it could not: held, to be looked at.
         let copy = unreadable("nas/copy");
         let held = unseen(leftover(), &seen, &[&copy]);
-        assert_eq!(held.assets, vec![b, c, d], "`a` kept for its copy");
+        assert_eq!(held.assets, vec![b, c, d], "`a` held for its copy");
+        let paths: Vec<_> = held.held.iter().map(|(a, copies)| (*a, copies[0].facts.file_path.clone())).collect();
+        assert_eq!(paths, [(a, b"nas/copy/x.jpg".to_vec())]);
         assert!(held.promotions.is_empty() && held.extra_paths.is_empty());
     }
 }
