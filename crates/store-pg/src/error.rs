@@ -186,12 +186,18 @@ pub(crate) fn path_held(path: &[u8]) -> Result<(), CatalogueError> {
         return Ok(());
     }
     Err(CatalogueError::Refused(Cause::new(format!(
-        "its path is {} bytes long, and the catalogue holds none past {NO_PATH_PAST} bytes ({} whatever its names, \
-         more only when they repeat). Shorten the names of its folders or its own, or move it nearer the library's \
-         folder",
+        "its path is {} bytes long, and the catalogue holds none past {NO_PATH_PAST} bytes ({}). {SHORTEN_THE_PATH}",
         path.len(),
-        almanac_domain::ports::LONGEST_PATH
+        paths_held()
     ))))
+}
+
+/// What to do about a path the catalogue cannot hold, said with each refusal of one.
+const SHORTEN_THE_PATH: &str = "Shorten the names of its folders or its own, or move it nearer the library's folder";
+
+/// The paths the catalogue holds, in words ([`almanac_domain::ports::LONGEST_PATH`]).
+fn paths_held() -> String {
+    format!("{} bytes whatever its names, more only when they repeat", almanac_domain::ports::LONGEST_PATH)
 }
 
 /// What of a write's values its error refuses, if that is what it does: a check (a table's or a domain's) or a
@@ -209,9 +215,8 @@ pub(crate) fn refused_values(e: &DieselError) -> Option<String> {
         }
         DatabaseErrorKind::Unknown => info.constraint_name().filter(|c| PATH_INDEXES.contains(c)).map(|index| {
             format!(
-                "its path is longer than the catalogue's index of paths ({index}) holds: {} bytes, more only when its \
-                 names repeat. Shorten the names of its folders or its own, or move it nearer the library's folder",
-                almanac_domain::ports::LONGEST_PATH
+                "its path is longer than the catalogue's index of paths ({index}) holds: {}. {SHORTEN_THE_PATH}",
+                paths_held()
             )
         }),
         _ => None,

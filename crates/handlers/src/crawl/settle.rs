@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::merge::Leftover;
 use super::report::{Counters, bump};
 use super::rules::{LIVE_PHOTO_MAX_GAP, MassDeletionGuard, pair_live_photos};
-use super::walk::{Seen, UnreadableFolder};
+use super::walk::{FolderNotWalked, Seen};
 use super::{catalogue_error, display};
 
 /// What a complete walk did not find.
@@ -42,7 +42,7 @@ pub(super) struct Unseen {
 /// dropped. What lies under a folder the walk did not walk (`not_walked`: one it could not read, or one it passed
 /// over as a folder above it again) was not looked for: it is kept as it is. An asset that vanished with no copy
 /// surviving where the walk looked, but with copies there, is `held` until they are looked at one by one.
-pub(super) fn unseen(leftover: Leftover, seen: &HashSet<Seen>, not_walked: &[&UnreadableFolder]) -> Unseen {
+pub(super) fn unseen(leftover: Leftover, seen: &HashSet<Seen>, not_walked: &[&FolderNotWalked]) -> Unseen {
     let mut out = Unseen::default();
     let Leftover { not_unchanged, unchanged_extras, .. } = leftover;
     let not_looked_for = |k: &KnownFile| not_walked.iter().any(|u| u.holds(&k.facts.file_path));
@@ -223,8 +223,8 @@ mod tests {
         assert!(unseen.extra_paths.is_empty(), "the path is the other asset's now, and kept");
     }
 
-    fn unreadable(rel: &str) -> UnreadableFolder {
-        UnreadableFolder { rel: rel.as_bytes().to_vec(), path: format!("/lib/{rel}"), reason: "EIO".into() }
+    fn unreadable(rel: &str) -> FolderNotWalked {
+        FolderNotWalked { rel: rel.as_bytes().to_vec(), path: format!("/lib/{rel}"), reason: "EIO".into() }
     }
 
     /// What lies under a folder the walk could not read is kept: the folder's own files and copies, and those of

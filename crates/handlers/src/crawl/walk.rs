@@ -53,7 +53,7 @@ pub struct WalkEntry {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WalkReport {
     /// Folders that could not be read, with the reason. Nothing the catalogue knows under them is soft-deleted.
-    pub unreadable: Vec<UnreadableFolder>,
+    pub unreadable: Vec<FolderNotWalked>,
     /// Symbolic links passed over (never followed).
     pub links: u64,
     /// Files that are not of a media type by name, and FIFOs, sockets and devices.
@@ -63,14 +63,14 @@ pub struct WalkReport {
     /// Folders passed over because each is one of the folders above it again (a bind mount of a parent, a loop of
     /// the file system): walking them would walk the same files again without end. Nothing the catalogue knows
     /// under them is soft-deleted (an identity can repeat on a file system whose inode numbers are not unique).
-    pub folder_loops: Vec<UnreadableFolder>,
+    pub folder_loops: Vec<FolderNotWalked>,
     /// True when the walk stopped early (cancelled): the crawl then ends without settling anything.
     pub stopped: bool,
 }
 
-/// A folder the walk could not read.
+/// A folder the walk did not walk: one it could not read, or one it passed over as a folder above it again.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnreadableFolder {
+pub struct FolderNotWalked {
     /// Its path beneath the root, as the exact bytes: what the catalogue knows under it is kept as it is.
     pub rel: Vec<u8>,
     /// Its absolute path, for people.
@@ -79,7 +79,12 @@ pub struct UnreadableFolder {
     pub reason: String,
 }
 
-impl UnreadableFolder {
+impl FolderNotWalked {
+    /// The folder at `rel` beneath `root`, not walked for `reason`.
+    fn new(root: &RootFolder, rel: &[u8], reason: String) -> Self {
+        Self { rel: rel.to_vec(), path: display_of(root, rel), reason }
+    }
+
     /// Whether `path` (beneath the root) is this folder or lies under it.
     pub fn holds(&self, path: &[u8]) -> bool {
         self.rel.is_empty()
@@ -90,7 +95,7 @@ impl UnreadableFolder {
 impl WalkReport {
     /// Records that the folder at `rel` could not be read, and why.
     pub(super) fn unreadable_folder(&mut self, root: &RootFolder, rel: &[u8], reason: String) {
-        self.unreadable.push(UnreadableFolder { rel: rel.to_vec(), path: display_of(root, rel), reason });
+        self.unreadable.push(FolderNotWalked::new(root, rel, reason));
     }
 }
 
@@ -170,7 +175,8 @@ fn walk_below(
                     stack.push((sort_folder(root, &rel_dir, entries, avoid, report).into_iter(), own));
                 }
                 // Gone since its parent was listed: deleted, or renamed to a name the walk has passed (its files are
-                // somewhere this walk will not look). Either way the walk is not complete there: nothing under it is soft-deleted.
+                // somewhere this walk will not look). Either way the walk is not complete there: nothing under it is
+                // soft-deleted.
                 Err(OpenError::Vanished(_)) => report.unreadable_folder(
                     root,
                     &rel_dir,
@@ -302,18 +308,14 @@ pub(super) fn passed_over_proxy_root(root: &RootFolder, rel: &[u8], report: &mut
 
 /// Reports a folder passed over because it is one of the folders above it again.
 fn passed_over_loop(root: &RootFolder, rel: &[u8], report: &mut WalkReport) {
-    let folder = display_of(root, rel);
+    let passed = FolderNotWalked::new(root, rel, "one of the folders above it again".into());
     tracing::warn!(
         event = "folder_loop_passed_over",
-        folder,
+        folder = passed.path,
         "this folder is one of the folders above it again (a bind mount of a parent, a loop of the file system); it \
          was passed over, as walking it would walk the same files again without end"
     );
-    report.folder_loops.push(UnreadableFolder {
-        rel: rel.to_vec(),
-        path: folder,
-        reason: "one of the folders above it again".into(),
-    });
+    report.folder_loops.push(passed);
 }
 
 /// A path beneath the root, for people.

@@ -219,8 +219,8 @@ pub(super) async fn complete_many_and_claim(
     claim: usize,
 ) -> Result<CompletedMany, QueueError> {
     let results: Vec<_> = done.iter().map(|(_, result)| result.map(storable::json)).collect();
-    let storable: Vec<Completion<'_>> = done.iter().zip(&results).map(|((f, _), r)| (*f, r.as_deref())).collect();
-    let binds = completion_binds(&storable);
+    let done: Vec<Completion<'_>> = done.iter().zip(&results).map(|((f, _), r)| (*f, r.as_deref())).collect();
+    let binds = completion_binds(&done);
     let (written, next) = if claim == 0 {
         // Completions alone: one statement sent alone, in one round trip (a second try of a batch whose answer
         // was lost finds its items succeeded under their claims; `succeeded_under`).
