@@ -26,6 +26,7 @@ mod read;
 mod still;
 mod text;
 mod tool;
+mod tool_output;
 mod video;
 mod writers;
 mod xmp;

@@ -9,11 +9,11 @@ use std::sync::{OnceLock, mpsc};
 use std::time::Duration;
 
 use process_wrap::tokio::{ChildWrapper, CommandWrap, KillOnDrop, ProcessGroup};
-use tokio::io::AsyncReadExt;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::MediaError;
+use crate::tool_output::{ERROR_TAIL, MOST_TOOL_OUTPUT, Unread, read_at_most, read_tail};
 
 /// Time limits for external tools.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,12 +71,29 @@ pub(crate) async fn run_tool(
     let mut out = Vec::new();
     let mut err = Vec::new();
     let ended = {
+        // Reading ends early, and stops the tool, when the pipe fails or the tool writes too much to its output.
         let run = async {
-            let (o, e, status) = tokio::join!(stdout.read_to_end(&mut out), stderr.read_to_end(&mut err), child.wait());
-            o.and(e).and(status)
+            let (_, _, status) = tokio::try_join!(
+                read_at_most(&mut stdout, &mut out, MOST_TOOL_OUTPUT),
+                read_tail(&mut stderr, &mut err, ERROR_TAIL),
+                async { child.wait().await.map_err(Unread::Io) },
+            )
+            .map_err(|unread| match unread {
+                Unread::Io(e) => MediaError::io(path, e),
+                Unread::TooMuch => MediaError::Tool {
+                    tool,
+                    path: path.to_owned(),
+                    message: format!(
+                        "it wrote more than {} MiB of output, more than any file's description takes, and was \
+                         stopped; the file is damaged or not a photo or video",
+                        MOST_TOOL_OUTPUT >> 20
+                    ),
+                },
+            })?;
+            Ok(status)
         };
         tokio::select! {
-            status = run => Ok(status),
+            status = run => status,
             () = cancel.cancelled() => Err(MediaError::Cancelled),
             () = tokio::time::sleep(limit) => {
                 Err(MediaError::TimedOut { tool, path: path.to_owned(), seconds: limit.as_secs() })
@@ -84,7 +101,7 @@ pub(crate) async fn run_tool(
         }
     };
     let status = match ended {
-        Ok(status) => status.map_err(|e| MediaError::io(path, e))?,
+        Ok(status) => status,
         Err(stopped) => {
             // Kill the whole group (ffmpeg and anything it started) and reap it before returning.
             let _ = Box::into_pin(child.kill()).await;
@@ -360,6 +377,41 @@ mod tests {
         let err = run_tool("sh", "dash", hanging_tool(&marker), None, Path::new("x.heic"), limit, &cancel).await;
         assert!(matches!(err, Err(MediaError::TimedOut { tool: "sh", .. })), "{err:?}");
         tree_gone(&marker);
+    }
+
+    /// A tool that writes without end to its output (a crafted file's description, a tool gone wrong) is stopped
+    /// with its tree once it has written more than the Worker keeps, and the file fails saying so; it does not
+    /// run on to its time limit with the Worker's memory growing.
+    #[tokio::test]
+    async fn a_tool_that_floods_its_output_is_stopped_with_its_tree() {
+        let marker = format!("almanac-flooding-tool-{}", std::process::id());
+        let script = format!("yes {marker}; true {marker}");
+        let (cancel, limit) = (CancellationToken::new(), Duration::from_secs(3600));
+        let err = run_tool("sh", "dash", vec!["-c".into(), script.into()], None, Path::new("x.mp4"), limit, &cancel);
+        match err.await {
+            Err(MediaError::Tool { tool: "sh", message, .. }) => {
+                assert!(message.contains("more than 16 MiB of output"), "{message}");
+            }
+            other => panic!("a flooding tool: {other:?}"),
+        }
+        tree_gone(&marker);
+    }
+
+    /// A tool that writes far more to its standard error than the Worker keeps (ffmpeg reporting every damaged
+    /// frame of a long video) runs to its end, and its last words are still what the failure says.
+    #[tokio::test]
+    async fn a_tool_that_floods_its_errors_runs_to_its_end_and_its_last_words_are_kept() {
+        let script = "yes '[h264 @ 0x1] error while decoding MB 12 7' | head -c 50000000 >&2; \
+                      echo 'Conversion failed!' >&2; exit 3";
+        let (cancel, limit) = (CancellationToken::new(), Duration::from_secs(3600));
+        let err = run_tool("sh", "dash", vec!["-c".into(), script.into()], None, Path::new("x.mp4"), limit, &cancel);
+        match err.await {
+            Err(MediaError::Tool { tool: "sh", message, .. }) => {
+                assert!(message.ends_with("Conversion failed!"), "{message}");
+                assert!(message.contains("3"), "the exit status is said: {message}");
+            }
+            other => panic!("a tool flooding its errors: {other:?}"),
+        }
     }
 
     /// A stand-in tool that prints its own /proc stat line and its I/O priority as `ionice` reads it: the tools

@@ -1,0 +1,114 @@
+//! What a tool writes, read with a bound: a damaged or crafted file can make ffmpeg report an error for every
+//! frame, or ffprobe describe a million tags, for as long as the tool's time limit lets it run, and a NAS
+//! with a gigabyte of memory must not keep all of it. The standard output, which the Worker parses, is read up
+//! to [`MOST_TOOL_OUTPUT`]; past it, the tool is stopped. Of the standard error, which the Worker reads only
+//! for the tool's last words, the end is kept ([`ERROR_TAIL`]), and the rest is read and dropped, so the tool
+//! never waits on a full pipe.
+
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+/// The most a tool may write to its standard output: far more than any file's description takes (ffprobe's
+/// JSON of a file's streams and tags, heif-info's list of images, a few kilobytes for a camera's file).
+/// docs/media.md gives it (checked by a test).
+pub(crate) const MOST_TOOL_OUTPUT: usize = 16 << 20;
+
+/// How much of the end of a tool's standard error is kept. docs/media.md gives it (checked by a test).
+pub(crate) const ERROR_TAIL: usize = 64 << 10;
+
+/// How a read of a tool's output ended early.
+#[derive(Debug)]
+pub(crate) enum Unread {
+    /// The pipe could not be read.
+    Io(std::io::Error),
+    /// The tool wrote more than [`MOST_TOOL_OUTPUT`].
+    TooMuch,
+}
+
+/// Reads `from` to its end into `out`, or stops once more than `most` bytes came.
+pub(crate) async fn read_at_most(
+    from: &mut (impl AsyncRead + Unpin),
+    out: &mut Vec<u8>,
+    most: usize,
+) -> Result<(), Unread> {
+    let read = from.take(most as u64 + 1).read_to_end(out).await.map_err(Unread::Io)?;
+    if read > most { Err(Unread::TooMuch) } else { Ok(()) }
+}
+
+/// Reads `from` to its end, keeping in `tail` at most its last `keep` bytes (cut at a line's start when one is
+/// within them, so the first line kept is whole).
+pub(crate) async fn read_tail(
+    from: &mut (impl AsyncRead + Unpin),
+    tail: &mut Vec<u8>,
+    keep: usize,
+) -> Result<(), Unread> {
+    let mut chunk = vec![0; 8192];
+    let mut cut = false;
+    loop {
+        let n = from.read(&mut chunk).await.map_err(Unread::Io)?;
+        if n == 0 {
+            break;
+        }
+        tail.extend_from_slice(&chunk[..n]);
+        if tail.len() > 2 * keep {
+            tail.drain(..tail.len() - keep);
+            cut = true;
+        }
+    }
+    if cut || tail.len() > keep {
+        let over = tail.len().saturating_sub(keep);
+        let start = tail[over..].iter().position(|&b| b == b'\n').map_or(over, |at| over + at + 1);
+        tail.drain(..start);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reader of `total` bytes of `line` over and over, then `last`.
+    fn flood(line: &[u8], total: usize, last: &[u8]) -> std::io::Cursor<Vec<u8>> {
+        let mut bytes: Vec<u8> = line.iter().copied().cycle().take(total).collect();
+        bytes.extend_from_slice(last);
+        std::io::Cursor::new(bytes)
+    }
+
+    /// docs/media.md gives both bounds as they are.
+    #[test]
+    fn the_docs_give_the_bounds_as_they_are() {
+        let docs = include_str!("../../../docs/media.md").split_whitespace().collect::<Vec<_>>().join(" ");
+        let output = format!("up to {} MiB, past which the tool is stopped", MOST_TOOL_OUTPUT >> 20);
+        let errors = format!("only the last {} KiB are kept", ERROR_TAIL >> 10);
+        assert!(docs.contains(&output), "docs/media.md should say a tool's output is read {output}");
+        assert!(docs.contains(&errors), "docs/media.md should say of a tool's errors {errors}");
+    }
+
+    #[tokio::test]
+    async fn the_tail_keeps_the_last_words_of_a_flood_within_its_bound() {
+        let mut from = flood(b"[h264 @ 0x1] error while decoding MB 12 7\n", 5 << 20, b"last words\n");
+        let mut tail = Vec::new();
+        read_tail(&mut from, &mut tail, 1024).await.unwrap();
+        assert!(tail.len() <= 1024, "{} bytes kept", tail.len());
+        assert!(tail.ends_with(b"last words\n"));
+        assert!(tail.starts_with(b"[h264"), "the first line kept is whole: {:?}", String::from_utf8_lossy(&tail));
+    }
+
+    #[tokio::test]
+    async fn the_tail_of_a_short_error_is_all_of_it() {
+        let mut from = flood(b"", 0, b"one line\ntwo lines\n");
+        let mut tail = Vec::new();
+        read_tail(&mut from, &mut tail, 1024).await.unwrap();
+        assert_eq!(tail, b"one line\ntwo lines\n");
+    }
+
+    #[tokio::test]
+    async fn an_output_of_the_bound_is_read_and_one_byte_more_is_too_much() {
+        let mut out = Vec::new();
+        read_at_most(&mut flood(b"x", 100, b""), &mut out, 100).await.unwrap();
+        assert_eq!(out.len(), 100);
+        let mut out = Vec::new();
+        let over = read_at_most(&mut flood(b"x", 101, b""), &mut out, 100).await;
+        assert!(matches!(over, Err(Unread::TooMuch)), "{over:?}");
+        assert!(out.len() <= 101);
+    }
+}
