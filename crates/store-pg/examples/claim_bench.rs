@@ -324,32 +324,37 @@ struct AutovacuumCounts {
     vacuums: i64,
     #[diesel(sql_type = BigInt)]
     analyzes: i64,
+    #[diesel(sql_type = BigInt)]
+    heads_vacuums: i64,
 }
 
-/// How many times autovacuum has vacuumed and analysed the queue's two tables so far. An analyse of a table
-/// invalidates every plan that reads it, on every connection, so the claims after it are planned again.
-async fn autovacuum_counts(conn: &mut AsyncPgConnection) -> (i64, i64) {
+/// How many times autovacuum has vacuumed and analysed the queue's two tables so far, and how many times sessions
+/// (the stores' upkeep, the rounds' setup) have vacuumed `queue_heads`. An analyse of a table invalidates every
+/// plan that reads it, on every connection, so the claims after it are planned again.
+async fn autovacuum_counts(conn: &mut AsyncPgConnection) -> (i64, i64, i64) {
     let counts: AutovacuumCounts = sql_query(
         "SELECT coalesce(sum(autovacuum_count), 0)::bigint AS vacuums,
-                coalesce(sum(autoanalyze_count), 0)::bigint AS analyzes
+                coalesce(sum(autoanalyze_count), 0)::bigint AS analyzes,
+                coalesce(sum(vacuum_count) FILTER (WHERE relname = 'queue_heads'), 0)::bigint AS heads_vacuums
            FROM pg_stat_user_tables WHERE relname IN ('work_items', 'queue_heads')",
     )
     .get_result(conn)
     .await
     .unwrap();
-    (counts.vacuums, counts.analyzes)
+    (counts.vacuums, counts.analyzes, counts.heads_vacuums)
 }
 
-/// Notes in `report` how many autovacuums and autoanalyses of the queue's tables ran since `before`; the counts
-/// now.
+/// Notes in `report` how many autovacuums and autoanalyses of the queue's tables, and vacuums of the heads by the
+/// stores, ran since `before`; the counts now.
 async fn note_autovacuum(
     conn: &mut AsyncPgConnection,
     report: &mut serde_json::Value,
-    before: (i64, i64),
-) -> (i64, i64) {
+    before: (i64, i64, i64),
+) -> (i64, i64, i64) {
     let now = autovacuum_counts(conn).await;
     report["autovacuums_of_the_queue_tables"] = serde_json::json!(now.0 - before.0);
     report["autoanalyzes_of_the_queue_tables"] = serde_json::json!(now.1 - before.1);
+    report["store_vacuums_of_the_heads"] = serde_json::json!(now.2 - before.2);
     now
 }
 
