@@ -35,7 +35,8 @@ pub use ids::{AssetId, BurstId, HolderId, StorageConfigId, UserId, WorkItemId};
 pub use progress::ProgressEstimate;
 pub use queue::{CancelOutcome, Enqueued, QueueError, WorkQueue};
 pub use results::{
-    BurstReport, CrawlCounts, CrawlReport, DeletionReport, PathProblem, ProxySweepReport, PurgeReport, SweptProxyRoot,
+    BurstReport, CrawlCounts, CrawlReport, DeletionReport, MOST_LISTED, PathProblem, ProxySweepReport, PurgeReport,
+    SweptProxyRoot, list_one,
 };
 pub use roots::{check_canonical_root, roots_overlap};
 pub use work::{DedupKey, DomainError, NewWorkItem, Scope, ScopeRule, Status, WorkItem, WorkKind, WorkerId};

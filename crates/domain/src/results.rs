@@ -5,6 +5,22 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The most entries a list of a work item's result names (files that failed, folders not read, files not
+/// deleted): the first so many, and a count beside the list says how many there were in all. A library or a proxy
+/// root failing everywhere (a share mounted without rights, a proxy volume gone read-only) so makes a result of
+/// kilobytes, not megabytes, in the queue, on the page and in the log. docs/operations.md gives it (checked by a
+/// test).
+pub const MOST_LISTED: usize = 200;
+
+/// Adds `entry` to `list`, a list of a work item's result, while it holds fewer than [`MOST_LISTED`]; `total`
+/// counts every entry either way.
+pub fn list_one<T>(list: &mut Vec<T>, total: &mut u64, entry: T) {
+    *total += 1;
+    if list.len() < MOST_LISTED {
+        list.push(entry);
+    }
+}
+
 /// A file the crawl passed over or a folder it could not read, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PathProblem {
@@ -12,6 +28,10 @@ pub struct PathProblem {
     pub path: String,
     /// What went wrong.
     pub reason: String,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl PathProblem {
@@ -83,12 +103,18 @@ pub struct CrawlReport {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub proxy_root_inside: Vec<String>,
     /// Folders passed over because each is one of the folders above it again (a bind mount of a parent, a loop of
-    /// the file system).
+    /// the file system): the first [`MOST_LISTED`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub folder_loops: Vec<String>,
-    /// Folders that could not be read (nothing the catalogue knows under them is soft-deleted).
+    /// How many folders were passed over as loops.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub folder_loops_total: u64,
+    /// Folders that could not be read (nothing the catalogue knows under them is soft-deleted): the first
+    /// [`MOST_LISTED`].
     pub unreadable_folders: Vec<PathProblem>,
-    /// Files that failed, and why (at most a few hundred; `counts.failed` counts them all).
+    /// How many folders could not be read.
+    pub unreadable_folders_total: u64,
+    /// Files that failed, and why: the first [`MOST_LISTED`] (`counts.failed` counts them all).
     pub failures: Vec<PathProblem>,
 }
 
@@ -119,14 +145,18 @@ impl BurstReport {
 pub struct PurgeReport {
     /// Soft-deleted assets purged (files, then rows).
     pub purged: u64,
-    /// Proxy files that could not be deleted, with why; their assets stay soft-deleted until the next purge.
+    /// Proxy files that could not be deleted, with why (the first [`MOST_LISTED`]); their assets stay soft-deleted
+    /// until the next purge.
     pub not_deleted: Vec<String>,
+    /// How many proxy files could not be deleted.
+    pub not_deleted_total: u64,
 }
 
 impl PurgeReport {
-    /// `purged` assets gone; the files in `not_deleted` kept theirs.
-    pub fn new(purged: u64, not_deleted: Vec<String>) -> Self {
-        Self { purged, not_deleted }
+    /// `purged` assets gone; the files in `not_deleted` (the first [`MOST_LISTED`] of `not_deleted_total`) kept
+    /// theirs.
+    pub fn new(purged: u64, not_deleted: Vec<String>, not_deleted_total: u64) -> Self {
+        Self { purged, not_deleted, not_deleted_total }
     }
 }
 
@@ -178,14 +208,20 @@ impl ProxySweepReport {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct SweptProxyRoot {
-    /// Orphans that could not be deleted, with why.
+    /// Orphans that could not be deleted, with why: the first [`MOST_LISTED`].
     pub not_deleted: Vec<String>,
+    /// How many orphans could not be deleted.
+    #[serde(default)]
+    pub not_deleted_total: u64,
     /// Files that are not in the proxy layout, or of a config that does not exist: never deleted.
     pub left_alone: u64,
     /// The first few of those.
     pub left_alone_examples: Vec<String>,
-    /// Folders that could not be read.
+    /// Folders that could not be read: the first [`MOST_LISTED`].
     pub unreadable_folders: Vec<String>,
+    /// How many folders could not be read.
+    #[serde(default)]
+    pub unreadable_folders_total: u64,
     /// Active assets found with a proxy file missing, not a regular file, or not of its recorded size (confirmed
     /// right before acting), in configs the guard did not refuse.
     #[serde(default)]
@@ -225,8 +261,8 @@ mod tests {
             serde_json::json!({"stills": 5, "bursts": 1, "frames_in_bursts": 3})
         );
         assert_eq!(
-            json(&PurgeReport::new(2, vec!["a: gone".into()])),
-            serde_json::json!({"purged": 2, "not_deleted": ["a: gone"]})
+            json(&PurgeReport::new(2, vec!["a: gone".into()], 1)),
+            serde_json::json!({"purged": 2, "not_deleted": ["a: gone"], "not_deleted_total": 1})
         );
         assert_eq!(json(&DeletionReport::new(7)), serde_json::json!({"deleted": 7}));
         assert_eq!(
@@ -238,12 +274,46 @@ mod tests {
         assert_eq!(
             json(&report),
             serde_json::json!({
-                "deleted": 3, "not_deleted": [], "left_alone": 1, "left_alone_examples": ["x"], "unreadable_folders": [],
-                "broken_assets": 0, "repairs_queued": 0, "refused_configs": []
+                "deleted": 3, "not_deleted": [], "not_deleted_total": 0, "left_alone": 1, "left_alone_examples": ["x"],
+                "unreadable_folders": [], "unreadable_folders_total": 0, "broken_assets": 0, "repairs_queued": 0,
+                "refused_configs": []
             })
         );
         assert_eq!(serde_json::from_value::<ProxySweepReport>(json(&report)).unwrap(), report);
         let none = serde_json::from_value::<ProxySweepReport>(json(&ProxySweepReport::no_proxy_root())).unwrap();
         assert_eq!(none, ProxySweepReport::no_proxy_root());
+    }
+
+    #[test]
+    fn a_list_names_the_first_entries_and_counts_them_all() {
+        let (mut list, mut total) = (Vec::new(), 0);
+        for i in 0..MOST_LISTED + 7 {
+            list_one(&mut list, &mut total, i);
+        }
+        assert_eq!(list, (0..MOST_LISTED).collect::<Vec<_>>());
+        assert_eq!(total, MOST_LISTED as u64 + 7);
+    }
+
+    /// A result an older Worker wrote, without the counts beside its lists, still reads (each count then 0).
+    #[test]
+    fn a_result_written_before_the_counts_reads() {
+        let crawl: CrawlReport =
+            serde_json::from_value(serde_json::json!({"found": 1, "unreadable_folders": [], "failures": []})).unwrap();
+        assert_eq!((crawl.counts.found, crawl.unreadable_folders_total), (1, 0));
+        let purge: PurgeReport = serde_json::from_value(serde_json::json!({"purged": 1, "not_deleted": []})).unwrap();
+        assert_eq!(purge.not_deleted_total, 0);
+        let sweep: ProxySweepReport =
+            serde_json::from_value(serde_json::json!({"deleted": 1, "not_deleted": [], "left_alone": 0,
+                "left_alone_examples": [], "unreadable_folders": []}))
+            .unwrap();
+        assert_eq!(sweep.swept.map(|s| (s.not_deleted_total, s.unreadable_folders_total)), Some((0, 0)));
+    }
+
+    /// docs/operations.md gives the number of entries a list names as it is.
+    #[test]
+    fn the_docs_give_the_most_listed_as_it_is() {
+        let docs = include_str!("../../../docs/operations.md").split_whitespace().collect::<Vec<_>>().join(" ");
+        let said = format!("name the first {MOST_LISTED} only");
+        assert!(docs.contains(&said), "docs/operations.md should say a result's lists {said}");
     }
 }

@@ -3,14 +3,11 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use almanac_domain::{CrawlCounts, CrawlReport, PathProblem};
+use almanac_domain::{CrawlCounts, CrawlReport, MOST_LISTED, PathProblem, list_one};
 use tracing::info;
 
 use super::scope::SettlingFolders;
 use super::walk::WalkReport;
-
-/// Most files whose failure is listed in a crawl's report (the count is always complete).
-const MAX_LISTED_FAILURES: usize = 200;
 
 /// The crawl's counters, bumped by the files processed side by side.
 #[derive(Default)]
@@ -35,7 +32,7 @@ pub(super) struct Counters {
     /// The folders they are in, for the crawl of some folders asked for again.
     pub settling_in: Mutex<SettlingFolders>,
     pub bytes_hashed: AtomicU64,
-    /// The files that failed, and why (the first [`MAX_LISTED_FAILURES`]).
+    /// The files that failed, and why (the first [`MOST_LISTED`]).
     failures: Mutex<Vec<PathProblem>>,
 }
 
@@ -49,7 +46,7 @@ impl Counters {
     pub fn failed(&self, path: String, reason: String) {
         bump(&self.failed);
         let mut failures = self.failures.lock().expect("poisoned");
-        if failures.len() < MAX_LISTED_FAILURES {
+        if failures.len() < MOST_LISTED {
             failures.push(PathProblem::new(path, reason));
         }
     }
@@ -105,9 +102,13 @@ impl Counters {
         report.links_skipped = walk.links;
         report.unsupported = walk.unsupported;
         report.proxy_root_inside = walk.proxy_root_inside.clone();
-        report.folder_loops = walk.folder_loops.iter().map(|l| l.path.clone()).collect();
-        report.unreadable_folders =
-            walk.unreadable.iter().map(|u| PathProblem::new(u.path.clone(), u.reason.clone())).collect();
+        for passed in &walk.folder_loops {
+            list_one(&mut report.folder_loops, &mut report.folder_loops_total, passed.path.clone());
+        }
+        for u in &walk.unreadable {
+            let problem = PathProblem::new(u.path.clone(), u.reason.clone());
+            list_one(&mut report.unreadable_folders, &mut report.unreadable_folders_total, problem);
+        }
         report.failures = self.failures.lock().expect("poisoned").clone();
         info!(
             event = "crawl_finished",
@@ -130,13 +131,32 @@ mod tests {
     #[test]
     fn failures_are_all_counted_and_the_first_two_hundred_listed() {
         let counters = Counters::default();
-        for i in 0..(MAX_LISTED_FAILURES + 5) {
+        for i in 0..(MOST_LISTED + 5) {
             counters.failed(format!("f{i}.jpg"), "broken".into());
         }
         let report = counters.report(counters.counts(std::time::Instant::now()), &WalkReport::default(), 0, 0);
-        assert_eq!(report.counts.failed, MAX_LISTED_FAILURES as u64 + 5);
-        assert_eq!(report.failures.len(), MAX_LISTED_FAILURES);
+        assert_eq!(report.counts.failed, MOST_LISTED as u64 + 5);
+        assert_eq!(report.failures.len(), MOST_LISTED);
         assert_eq!(report.failures[0], PathProblem { path: "f0.jpg".into(), reason: "broken".into() });
+    }
+
+    /// A library whose folders cannot be read by the thousand (a share copied with another owner's rights) names the
+    /// first folders not walked and counts them all, for unreadable folders and loops alike.
+    #[test]
+    fn folders_not_walked_are_all_counted_and_the_first_two_hundred_listed() {
+        let counters = Counters::default();
+        let mut walk = WalkReport::default();
+        let folder = |i: usize| super::super::walk::FolderNotWalked {
+            rel: format!("{i}").into_bytes(),
+            path: format!("/photos/{i}"),
+            reason: "Permission denied".into(),
+        };
+        walk.unreadable.extend((0..MOST_LISTED + 3).map(folder));
+        walk.folder_loops.extend((0..MOST_LISTED + 1).map(folder));
+        let report = counters.report(counters.counts(std::time::Instant::now()), &walk, 0, 0);
+        assert_eq!((report.unreadable_folders.len(), report.unreadable_folders_total), (MOST_LISTED, 203));
+        assert_eq!(report.unreadable_folders[0], PathProblem::new("/photos/0", "Permission denied"));
+        assert_eq!((report.folder_loops.len(), report.folder_loops_total), (MOST_LISTED, 201));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use almanac_domain::{
-    ProxySweepArgs, ProxySweepReport, StorageConfigId, SweptProxyRoot,
+    ProxySweepArgs, ProxySweepReport, StorageConfigId, SweptProxyRoot, list_one,
     ports::{MaintenanceStore, ServedConfigs},
 };
 use almanac_executor::{BoxFuture, HandlerContext, HandlerError, WorkHandler};
@@ -115,6 +115,13 @@ impl Sweep {
             keep_example(&mut self.report.left_alone_examples, rel);
         }
     }
+
+    /// Folders that could not be read: the first few named, all counted.
+    fn folders_not_read(&mut self, folders: Vec<String>) {
+        for folder in folders {
+            list_one(&mut self.report.unreadable_folders, &mut self.report.unreadable_folders_total, folder);
+        }
+    }
 }
 
 /// Files found that are not ours: how many, and the first few.
@@ -176,7 +183,7 @@ impl<M: MaintenanceStore + 'static> WorkHandler for ProxySweepHandler<M> {
             info!(
                 event = "proxies_swept",
                 deleted = sweep.deleted,
-                not_deleted = r.not_deleted.len(),
+                not_deleted = r.not_deleted_total,
                 broken_assets = r.broken_assets,
                 repairs_queued = r.repairs_queued,
                 refused_configs = r.refused_configs.len(),
@@ -218,7 +225,7 @@ impl<M: MaintenanceStore + 'static> ProxySweepHandler<M> {
         })
         .await?;
         sweep.not_ours(not_ours);
-        sweep.report.unreadable_folders.extend(unreadable);
+        sweep.folders_not_read(unreadable);
         Ok(found)
     }
 
@@ -292,7 +299,7 @@ impl<M: MaintenanceStore + 'static> ProxySweepHandler<M> {
         })
         .await?;
         sweep.not_ours(not_ours);
-        sweep.report.unreadable_folders.extend(unreadable);
+        sweep.folders_not_read(unreadable);
         Ok(prefixes)
     }
 
@@ -315,7 +322,7 @@ impl<M: MaintenanceStore + 'static> ProxySweepHandler<M> {
             None => Vec::new(),
         };
         let (files, listed_whole, unreadable) = self.list(root, format!("{config}/{prefix}"), ctx).await?;
-        sweep.report.unreadable_folders.extend(unreadable);
+        sweep.folders_not_read(unreadable);
         let verdict = judge(&referenced, &to_check, &files, sweep.floor);
         let witness = to_check.iter().filter(|r| !verdict.suspects.contains(&r.asset_id)).find_map(|r| {
             let path = r.relative_path.as_ref()?;
@@ -345,7 +352,7 @@ impl<M: MaintenanceStore + 'static> ProxySweepHandler<M> {
         let rows = self.store.proxies_to_check_of(config, &suspects).await.map_err(store_error)?;
         let (root, floor) = (root.clone(), sweep.floor);
         let confirmed = blocking(move || confirm(&root, &rows, floor)).await?;
-        sweep.report.unreadable_folders.extend(confirmed.unreadable);
+        sweep.folders_not_read(confirmed.unreadable);
         if vanished && !confirmed.broken.is_empty() {
             check.vanished(prefix);
         }
@@ -392,7 +399,7 @@ impl<M: MaintenanceStore + 'static> ProxySweepHandler<M> {
         match removed {
             Ok(Removal::Removed) => sweep.deleted += 1,
             Ok(Removal::Gone | Removal::Kept) => {}
-            Err(e) => sweep.report.not_deleted.push(e),
+            Err(e) => list_one(&mut sweep.report.not_deleted, &mut sweep.report.not_deleted_total, e),
         }
         Ok(())
     }

@@ -44,7 +44,7 @@ impl PurgeSettings {
 #[derive(Serialize)]
 struct PurgeProgress {
     purged: usize,
-    kept: usize,
+    kept: u64,
 }
 
 /// The purge handler (kind `purge`): proxy files first, then rows, each batch's rows in one transaction that
@@ -69,7 +69,8 @@ impl<M: MaintenanceStore + 'static> WorkHandler for PurgeHandler<M> {
         Box::pin(async move {
             let config = ctx.config()?;
             let cutoff = self.store.db_now().await.map_err(store_error)? - chrono_duration(self.settings.purge_after);
-            let (mut purged, mut files_kept) = (0usize, Vec::new());
+            // The files that keep their assets: the first few named, all counted.
+            let (mut purged, mut files_kept, mut kept) = (0usize, Vec::new(), 0u64);
             let limit = self.settings.batch.max(1);
             let mut after = None;
             loop {
@@ -105,23 +106,25 @@ impl<M: MaintenanceStore + 'static> WorkHandler for PurgeHandler<M> {
                     if blocked.is_empty() {
                         to_delete.push(candidate.asset_id);
                     } else {
-                        files_kept.extend(problems);
+                        for problem in problems {
+                            almanac_domain::list_one(&mut files_kept, &mut kept, problem);
+                        }
                     }
                 }
                 let deleted =
                     self.store.purge_rows(ctx.fence, config, &to_delete, cutoff).await.map_err(store_error)?;
                 purged += deleted.len();
-                report_progress(&ctx.progress, &PurgeProgress { purged, kept: files_kept.len() });
+                report_progress(&ctx.progress, &PurgeProgress { purged, kept });
                 // The next batch starts after this one's last asset, so assets that stay (their files cannot be
                 // deleted; retried next time) never hold back the ones after them.
                 after = batch.pop();
             }
-            info!(event = "purged", purged, kept = files_kept.len(), "purge finished");
+            info!(event = "purged", purged, kept, "purge finished");
             if !files_kept.is_empty() {
                 warn!(event = "purge_incomplete", files = ?files_kept.iter().take(20).collect::<Vec<_>>(),
                       "some proxy files could not be deleted; their assets stay soft-deleted and are retried next time");
             }
-            Ok(PurgeReport::new(purged as u64, files_kept))
+            Ok(PurgeReport::new(purged as u64, files_kept, kept))
         })
     }
 }
