@@ -71,7 +71,12 @@ impl ScratchVolume {
 impl Drop for ScratchVolume {
     fn drop(&mut self) {
         if self.mounted {
-            let _ = Command::new("umount").arg("-l").arg(&self.path).status();
+            let unmounted = Command::new("umount").arg("-l").arg(&self.path).status();
+            // The mount point, empty once the volume is gone, is not left behind in the temporary folder (the
+            // full-disk tests make one per database); a folder that holds anything stays.
+            if unmounted.is_ok_and(|s| s.success()) {
+                let _ = std::fs::remove_dir(&self.path);
+            }
         } else {
             let _ = std::fs::set_permissions(&self.path, std::fs::Permissions::from_mode(0o755));
         }
