@@ -9,6 +9,7 @@ use std::ffi::OsString;
 use tokio_util::sync::CancellationToken;
 
 use crate::detect::MediaFormat;
+use crate::jpeg_scans::{self, MOST_JPEG_SCANS};
 use crate::tool::{OPEN_ORIGINAL, run_tool};
 use crate::video::tool_input;
 use crate::{MediaError, Original, ToolLimits, write_all_atomically};
@@ -224,6 +225,15 @@ fn decode_jpeg_for(
     let header = decompressor.read_header(content).map_err(|e| MediaError::corrupt(path, e))?;
     let (full_w, full_h) = (header.width as u32, header.height as u32);
     check_pixels(path, full_w, full_h, max_pixels)?;
+    if jpeg_scans::scans(content, MOST_JPEG_SCANS) > MOST_JPEG_SCANS {
+        return Err(MediaError::corrupt(
+            path,
+            format!(
+                "it is a JPEG drawn in more than {MOST_JPEG_SCANS} scans, far more than any camera or program writes; \
+                 its decode could take minutes, so it was not decoded"
+            ),
+        ));
+    }
     let (w, h) = jpeg_scale(full_w, full_h, long_side);
     let pixels = decode_rgb(&mut decompressor, content, w, h).map_err(|e| MediaError::corrupt(path, e))?;
     let image = RgbImage::from_raw(w, h, pixels).ok_or_else(|| MediaError::corrupt(path, "short pixel buffer"))?;

@@ -1,0 +1,142 @@
+//! How many scans a JPEG has, counted before it is decoded. A progressive JPEG is drawn in scans, each over the
+//! whole image, and nothing in the format bounds their number: a crafted file of a few hundred kilobytes can hold
+//! thousands of scans that each cost the decoder a pass over every block of a large image, minutes of CPU on a
+//! thread nothing can stop (libjpeg-turbo's own guard, `TJFLAG_LIMITSCANS`, stops at 500). Cameras write one scan,
+//! progressive encoders about ten, mozjpeg a few dozen at most, so a JPEG with more than [`MOST_JPEG_SCANS`] is
+//! refused before its decode starts.
+
+/// The most scans a JPEG may have to be decoded: libjpeg-turbo's own limit. docs/media.md gives it (checked by a
+/// test).
+pub(crate) const MOST_JPEG_SCANS: usize = 500;
+
+/// The number of scans (start-of-scan markers) of the JPEG `content`, counting up to `most + 1` at most: a linear
+/// pass over its markers and entropy-coded data, which decodes nothing. A file cut short counts what it holds.
+pub(crate) fn scans(content: &[u8], most: usize) -> usize {
+    let mut count = 0;
+    let mut at = 2;
+    while count <= most {
+        let (Some(0xFF), Some(&marker)) = (content.get(at), content.get(at + 1)) else { return count };
+        match marker {
+            // Fill bytes before a marker.
+            0xFF => at += 1,
+            // Markers without a length; the end of the image.
+            0x01 | 0xD0..=0xD8 => at += 2,
+            0xD9 => return count,
+            _ => {
+                let Some(len) = content.get(at + 2..at + 4) else { return count };
+                at += 2 + usize::from(u16::from_be_bytes([len[0], len[1]]));
+                if marker == 0xDA {
+                    count += 1;
+                    at = after_entropy_coded_data(content, at);
+                }
+            }
+        }
+    }
+    count
+}
+
+/// Where the marker after the entropy-coded data starting at `at` begins: the first 0xFF followed by neither a
+/// stuffed zero, a restart marker nor another 0xFF.
+fn after_entropy_coded_data(content: &[u8], mut at: usize) -> usize {
+    while let Some(found) = content.get(at..).and_then(|rest| memchr::memchr(0xFF, rest)) {
+        at += found;
+        match content.get(at + 1) {
+            Some(0x00 | 0xD0..=0xD7) => at += 2,
+            Some(0xFF) => at += 1,
+            _ => return at,
+        }
+    }
+    content.len()
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A progressive JPEG of `width`×`height` (libjpeg-turbo's lossless transform of a sequential one, with its
+    /// standard progression of ten scans at 4:2:0).
+    pub(crate) fn progressive_jpeg(width: usize, height: usize) -> Vec<u8> {
+        let pixels: Vec<u8> = (0..width * height * 3).map(|i| (i * 7 % 251) as u8).collect();
+        let image = turbojpeg::Image {
+            pixels: pixels.as_slice(),
+            width,
+            pitch: 3 * width,
+            height,
+            format: turbojpeg::PixelFormat::RGB,
+        };
+        let sequential = turbojpeg::compress(image, 90, turbojpeg::Subsamp::Sub2x2).unwrap();
+        let transform = turbojpeg::Transform { progressive: true, ..Default::default() };
+        turbojpeg::Transformer::new().unwrap().transform_to_vec(&transform, &sequential).unwrap()
+    }
+
+    /// `jpeg` with its last scan written `times` more times before its end: a progression that goes on.
+    pub(crate) fn with_last_scan_again(jpeg: &[u8], times: usize) -> Vec<u8> {
+        let last = jpeg.windows(2).rposition(|w| w == [0xFF, 0xDA]).expect("a scan");
+        let end = jpeg.len() - 2;
+        assert_eq!(&jpeg[end..], [0xFF, 0xD9]);
+        let mut out = jpeg[..end].to_vec();
+        for _ in 0..times {
+            out.extend_from_slice(&jpeg[last..end]);
+        }
+        out.extend_from_slice(&[0xFF, 0xD9]);
+        out
+    }
+
+    #[test]
+    fn a_jpegs_scans_are_counted_and_the_count_stops_past_the_most() {
+        let progressive = progressive_jpeg(64, 48);
+        let ten = scans(&progressive, MOST_JPEG_SCANS);
+        assert!((2..=12).contains(&ten), "a standard progression: {ten} scans");
+        let many = with_last_scan_again(&progressive, 600);
+        assert_eq!(scans(&many, MOST_JPEG_SCANS), MOST_JPEG_SCANS + 1, "counted up to one past the most");
+        assert_eq!(scans(&many, 10_000), ten + 600);
+        let cut = scans(&many[..many.len() / 2], 10_000);
+        assert!(cut > ten && cut < ten + 600, "a file cut short counts what it holds: {cut}");
+    }
+
+    #[test]
+    fn a_sequential_jpeg_has_one_scan_whatever_its_data_holds() {
+        // Data full of 0xFF: each is stuffed (0xFF 0x00) in the entropy-coded data, and restart markers stand in it.
+        let pixels = vec![255u8; 32 * 32 * 3];
+        let image = turbojpeg::Image {
+            pixels: pixels.as_slice(),
+            width: 32,
+            pitch: 96,
+            height: 32,
+            format: turbojpeg::PixelFormat::RGB,
+        };
+        let jpeg = turbojpeg::compress(image, 100, turbojpeg::Subsamp::None).unwrap();
+        assert_eq!(scans(&jpeg, MOST_JPEG_SCANS), 1);
+        assert_eq!(scans(b"\xFF\xD8", MOST_JPEG_SCANS), 0);
+        assert_eq!(scans(b"", MOST_JPEG_SCANS), 0);
+    }
+
+    /// A photo drawn in more scans than the most is refused before its decode, saying why, and nothing is written;
+    /// the same photo in its ten scans makes its proxies.
+    #[test]
+    fn a_photo_of_too_many_scans_is_refused_before_it_is_decoded() {
+        let dir = tempfile::tempdir().unwrap();
+        let make = |content: &[u8]| {
+            let path = dir.path().join("a.jpg");
+            crate::still::make_still_proxies(&path, content, crate::MediaFormat::Jpeg, 1, u64::MAX, dir.path())
+        };
+        let progressive = progressive_jpeg(640, 480);
+        make(&progressive).expect("a standard progressive JPEG makes its proxies");
+        std::fs::remove_file(dir.path().join("preview.jpg")).unwrap();
+        match make(&with_last_scan_again(&progressive, MOST_JPEG_SCANS)) {
+            Err(crate::MediaError::Corrupt { reason, .. }) => {
+                assert!(reason.contains(&format!("more than {MOST_JPEG_SCANS} scans")), "{reason}");
+            }
+            other => panic!("a JPEG of too many scans: {other:?}"),
+        }
+        assert!(!dir.path().join("preview.jpg").exists(), "nothing written for it");
+    }
+
+    /// docs/media.md gives the most scans as it is.
+    #[test]
+    fn the_docs_give_the_most_scans_as_it_is() {
+        let docs = include_str!("../../../docs/media.md").split_whitespace().collect::<Vec<_>>().join(" ");
+        let said = format!("more than {MOST_JPEG_SCANS} scans");
+        assert!(docs.contains(&said), "docs/media.md should say a JPEG with {said} is refused");
+    }
+}
