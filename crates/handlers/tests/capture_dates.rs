@@ -145,6 +145,15 @@ async fn a_mixed_library_gets_the_right_day_for_every_file() {
     lib.write("bad/cut.nef", &nef[..nef.len() - preview.len() / 2]);
     let avif = std::fs::read(lib.root.join("formats/IMG_20150313_120000.avif")).unwrap();
     lib.write("bad/cut.avif", &avif[..avif.len() / 2]);
+    // An AVIF whose image claims 60,000 × 60,000 (its `ispe`: version and flags, then width and height), which
+    // heif-convert would decode whole; a JPEG drawn in 600 scans more than its ten.
+    let mut bomb = avif.clone();
+    let ispe = bomb.windows(4).position(|w| w == b"ispe").expect("an ispe box");
+    for at in [ispe + 8, ispe + 12] {
+        bomb[at..at + 4].copy_from_slice(&60_000u32.to_be_bytes());
+    }
+    lib.write("bad/bomb.avif", &bomb);
+    lib.write("bad/scans.jpg", &fixtures::with_last_scan_again(&fixtures::progressive_jpeg(64, 48), 600));
 
     let result = lib.crawl().await;
     let rows = lib.dated().await;
@@ -196,14 +205,15 @@ async fn a_mixed_library_gets_the_right_day_for_every_file() {
             .unwrap()
             .to_owned()
     };
-    for bomb in ["bomb.png", "bomb.jpg"] {
+    for bomb in ["bomb.png", "bomb.jpg", "bomb.avif"] {
         let why = reason(bomb);
         assert!(why.contains("60000x60000") && why.contains("max_image_megapixels"), "{bomb}: {why}");
     }
     for cut in ["cut.tif", "cut.gif", "cut.webp", "cut.nef", "cut.avif"] {
         assert!(!reason(cut).is_empty());
     }
-    assert_eq!(result["failed"], 7, "{result}");
+    assert!(reason("scans.jpg").contains("more than 500 scans"), "{}", reason("scans.jpg"));
+    assert_eq!(result["failed"], 9, "{result}");
     assert_eq!(rows.len(), 25, "{rows:#?}");
 }
 

@@ -397,7 +397,7 @@ async fn the_start_up_clean_up_removes_only_old_temporary_files_in_our_layout() 
         CancellationToken::new(),
     );
     let (lines, report) = support::logs::capture(removing).await;
-    assert_eq!(report, almanac_handlers::maintenance::DebrisReport { removed: 3, problems: vec![] });
+    assert_eq!(report, almanac_handlers::maintenance::DebrisReport { removed: 3, problems: vec![], problems_total: 0 });
     let removed = |lines: &[serde_json::Value]| -> Vec<serde_json::Value> {
         support::logs::events(lines, "temporary_debris_removed").into_iter().cloned().collect()
     };

@@ -59,12 +59,16 @@ impl PixelBudget {
 }
 
 /// The pixels a still's decoder holds at full size: what its header claims for PNG, WebP, TIFF and GIF (read
-/// from the header only), and for a progressive JPEG ([`progressive_jpeg_pixels`]); zero for formats that decode
-/// scaled (a sequential JPEG) or through a tool (HEIC, AVIF), for RAW previews (JPEGs) and for anything whose
-/// header cannot be read (the decoder then refuses it).
+/// from the header only), for a progressive JPEG ([`progressive_jpeg_pixels`]), and for HEIC and AVIF its largest
+/// image (`heif-convert` decodes them whole); zero for a sequential JPEG (decoded scaled), for RAW previews
+/// (JPEGs) and for anything whose header cannot be read (the decoder then refuses it).
 pub fn full_decode_pixels(content: &[u8], format: MediaFormat) -> u64 {
     let format = match format {
         MediaFormat::Jpeg => return progressive_jpeg_pixels(content),
+        // Decoded whole by heif-convert, in a process of its own but in the same machine's memory.
+        MediaFormat::Heic | MediaFormat::Avif => {
+            return crate::heif_size::largest_image(content).map_or(0, |(w, h)| u64::from(w) * u64::from(h));
+        }
         MediaFormat::Png => image::ImageFormat::Png,
         MediaFormat::WebP => image::ImageFormat::WebP,
         MediaFormat::Tiff => image::ImageFormat::Tiff,

@@ -339,6 +339,35 @@ pub fn heic_of_several(path: &Path, sizes: &[(u32, u32)], seed: u32) {
     assert!(output.status.success(), "heif-enc failed: {}", String::from_utf8_lossy(&output.stderr));
 }
 
+/// A progressive JPEG of `width`×`height` (libjpeg-turbo's lossless transform of a sequential one, with its
+/// standard progression of ten scans at 4:2:0).
+pub fn progressive_jpeg(width: usize, height: usize) -> Vec<u8> {
+    let pixels: Vec<u8> = (0..width * height * 3).map(|i| (i * 7 % 251) as u8).collect();
+    let image = turbojpeg::Image {
+        pixels: pixels.as_slice(),
+        width,
+        pitch: 3 * width,
+        height,
+        format: turbojpeg::PixelFormat::RGB,
+    };
+    let sequential = turbojpeg::compress(image, 90, turbojpeg::Subsamp::Sub2x2).unwrap();
+    let transform = turbojpeg::Transform { progressive: true, ..Default::default() };
+    turbojpeg::Transformer::new().unwrap().transform_to_vec(&transform, &sequential).unwrap()
+}
+
+/// `jpeg` with its last scan written `times` more times before its end: a progression that goes on.
+pub fn with_last_scan_again(jpeg: &[u8], times: usize) -> Vec<u8> {
+    let last = jpeg.windows(2).rposition(|w| w == [0xFF, 0xDA]).expect("a scan");
+    let end = jpeg.len() - 2;
+    assert_eq!(&jpeg[end..], [0xFF, 0xD9]);
+    let mut out = jpeg[..end].to_vec();
+    for _ in 0..times {
+        out.extend_from_slice(&jpeg[last..end]);
+    }
+    out.extend_from_slice(&[0xFF, 0xD9]);
+    out
+}
+
 /// EXIF blocks built byte by byte, so that tests can damage them exactly the way real writers do.
 pub mod exif_block;
 

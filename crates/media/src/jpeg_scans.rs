@@ -10,21 +10,24 @@
 pub(crate) const MOST_JPEG_SCANS: usize = 500;
 
 /// The number of scans (start-of-scan markers) of the JPEG `content`, counting up to `most + 1` at most: a linear
-/// pass over its markers and entropy-coded data, which decodes nothing. A file cut short counts what it holds.
+/// pass over its markers and entropy-coded data, which decodes nothing. A marker is looked for as libjpeg looks for
+/// it (`next_marker`): whatever lies between a segment's end and the next 0xFF (bytes of junk, a stuffed zero) is
+/// passed over, as the decoder passes it over with a warning and goes on, so junk cannot hide the scans after it.
+/// A file cut short counts what it holds.
 pub(crate) fn scans(content: &[u8], most: usize) -> usize {
     let mut count = 0;
     let mut at = 2;
     while count <= most {
-        let (Some(0xFF), Some(&marker)) = (content.get(at), content.get(at + 1)) else { return count };
+        let Some(marker_at) = next_marker(content, at) else { return count };
+        let marker = content[marker_at + 1];
+        at = marker_at + 2;
         match marker {
-            // Fill bytes before a marker.
-            0xFF => at += 1,
             // Markers without a length; the end of the image.
-            0x01 | 0xD0..=0xD8 => at += 2,
+            0x01 | 0xD0..=0xD8 => {}
             0xD9 => return count,
             _ => {
-                let Some(len) = content.get(at + 2..at + 4) else { return count };
-                at += 2 + usize::from(u16::from_be_bytes([len[0], len[1]]));
+                let Some(len) = content.get(at..at + 2) else { return count };
+                at += usize::from(u16::from_be_bytes([len[0], len[1]]));
                 if marker == 0xDA {
                     count += 1;
                     at = after_entropy_coded_data(content, at);
@@ -33,6 +36,21 @@ pub(crate) fn scans(content: &[u8], most: usize) -> usize {
         }
     }
     count
+}
+
+/// Where the next marker at or after `at` begins (its 0xFF, the last of any fill bytes), passing over junk and
+/// stuffed zeros as libjpeg does; `None` when the content ends first.
+fn next_marker(content: &[u8], mut at: usize) -> Option<usize> {
+    loop {
+        at += memchr::memchr(0xFF, content.get(at..)?)?;
+        while content.get(at + 1) == Some(&0xFF) {
+            at += 1;
+        }
+        match content.get(at + 1)? {
+            0x00 => at += 2,
+            _ => return Some(at),
+        }
+    }
 }
 
 /// Where the marker after the entropy-coded data starting at `at` begins: the first 0xFF followed by neither a
@@ -50,37 +68,9 @@ fn after_entropy_coded_data(content: &[u8], mut at: usize) -> usize {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-
-    /// A progressive JPEG of `width`×`height` (libjpeg-turbo's lossless transform of a sequential one, with its
-    /// standard progression of ten scans at 4:2:0).
-    pub(crate) fn progressive_jpeg(width: usize, height: usize) -> Vec<u8> {
-        let pixels: Vec<u8> = (0..width * height * 3).map(|i| (i * 7 % 251) as u8).collect();
-        let image = turbojpeg::Image {
-            pixels: pixels.as_slice(),
-            width,
-            pitch: 3 * width,
-            height,
-            format: turbojpeg::PixelFormat::RGB,
-        };
-        let sequential = turbojpeg::compress(image, 90, turbojpeg::Subsamp::Sub2x2).unwrap();
-        let transform = turbojpeg::Transform { progressive: true, ..Default::default() };
-        turbojpeg::Transformer::new().unwrap().transform_to_vec(&transform, &sequential).unwrap()
-    }
-
-    /// `jpeg` with its last scan written `times` more times before its end: a progression that goes on.
-    pub(crate) fn with_last_scan_again(jpeg: &[u8], times: usize) -> Vec<u8> {
-        let last = jpeg.windows(2).rposition(|w| w == [0xFF, 0xDA]).expect("a scan");
-        let end = jpeg.len() - 2;
-        assert_eq!(&jpeg[end..], [0xFF, 0xD9]);
-        let mut out = jpeg[..end].to_vec();
-        for _ in 0..times {
-            out.extend_from_slice(&jpeg[last..end]);
-        }
-        out.extend_from_slice(&[0xFF, 0xD9]);
-        out
-    }
+    use crate::fixtures::{progressive_jpeg, with_last_scan_again};
 
     #[test]
     fn a_jpegs_scans_are_counted_and_the_count_stops_past_the_most() {
@@ -92,6 +82,23 @@ pub(crate) mod tests {
         assert_eq!(scans(&many, 10_000), ten + 600);
         let cut = scans(&many[..many.len() / 2], 10_000);
         assert!(cut > ten && cut < ten + 600, "a file cut short counts what it holds: {cut}");
+    }
+
+    /// Bytes of junk before a marker (after a segment, between scans) do not end the count: libjpeg passes over
+    /// them with a warning and decodes the scans after them.
+    #[test]
+    fn junk_between_segments_does_not_hide_the_scans_after_it() {
+        let progressive = progressive_jpeg(64, 48);
+        let ten = scans(&progressive, MOST_JPEG_SCANS);
+        let first_scan = progressive.windows(2).position(|w| w == [0xFF, 0xDA]).unwrap();
+        for junk in [&[0x00][..], &[0x12, 0x34], &[0xFF, 0x00, 0x55], &[0xFF, 0xFF]] {
+            let mut hidden = progressive[..first_scan].to_vec();
+            hidden.extend_from_slice(junk);
+            hidden.extend_from_slice(&progressive[first_scan..]);
+            assert_eq!(scans(&hidden, MOST_JPEG_SCANS), ten, "junk {junk:02X?} before the first scan");
+            let many = with_last_scan_again(&hidden, 600);
+            assert_eq!(scans(&many, MOST_JPEG_SCANS), MOST_JPEG_SCANS + 1, "junk {junk:02X?}");
+        }
     }
 
     #[test]

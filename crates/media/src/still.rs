@@ -291,13 +291,21 @@ fn blurhash_of(path: &Path, tiny: &RgbImage) -> Result<String, MediaError> {
 /// `heif-convert` tool, which reads the open original (never its path) and writes a temporary JPEG into
 /// `scratch_dir` (removed afterwards). Like ffmpeg, it runs in a process group of its own with a time limit
 /// and is killed with its tree on cancellation. Returns the JPEG, for [`make_still_proxies`].
+///
+/// `content` is the file's content, from which the size its images claim is read first: a file with an image
+/// of more than `max_pixels` is refused before `heif-convert` runs, as any still is before it is decoded.
 pub async fn heic_to_jpeg(
     original: &Original,
+    content: &[u8],
+    max_pixels: u64,
     scratch_dir: &Path,
     limits: ToolLimits,
     cancel: &CancellationToken,
 ) -> Result<Vec<u8>, MediaError> {
     let path = original.path();
+    if let Some((width, height)) = crate::heif_size::largest_image(content) {
+        check_pixels(path, width, height, max_pixels)?;
+    }
     std::fs::create_dir_all(scratch_dir).map_err(|e| MediaError::write(scratch_dir, e))?;
     let tmp = scratch_dir.join(HEIC_SCRATCH);
     let args = vec![OsString::from("-q"), OsString::from("95"), OsString::from(OPEN_ORIGINAL), tmp.clone().into()];

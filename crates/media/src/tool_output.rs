@@ -35,14 +35,13 @@ pub(crate) async fn read_at_most(
 }
 
 /// Reads `from` to its end, keeping in `tail` at most its last `keep` bytes (cut at a line's start when one is
-/// within them, so the first line kept is whole).
+/// within them and a line follows it, so the first line kept is whole and the last is never lost).
 pub(crate) async fn read_tail(
     from: &mut (impl AsyncRead + Unpin),
     tail: &mut Vec<u8>,
     keep: usize,
 ) -> Result<(), Unread> {
     let mut chunk = vec![0; 8192];
-    let mut cut = false;
     loop {
         let n = from.read(&mut chunk).await.map_err(Unread::Io)?;
         if n == 0 {
@@ -51,12 +50,18 @@ pub(crate) async fn read_tail(
         tail.extend_from_slice(&chunk[..n]);
         if tail.len() > 2 * keep {
             tail.drain(..tail.len() - keep);
-            cut = true;
         }
     }
-    if cut || tail.len() > keep {
-        let over = tail.len().saturating_sub(keep);
-        let start = tail[over..].iter().position(|&b| b == b'\n').map_or(over, |at| over + at + 1);
+    if tail.len() > keep {
+        let over = tail.len() - keep;
+        let start = if tail[over - 1] == b'\n' {
+            over
+        } else {
+            match tail[over..].iter().position(|&b| b == b'\n') {
+                Some(at) if over + at + 1 < tail.len() => over + at + 1,
+                _ => over,
+            }
+        };
         tail.drain(..start);
     }
     Ok(())
@@ -91,6 +96,23 @@ mod tests {
         assert!(tail.len() <= 1024, "{} bytes kept", tail.len());
         assert!(tail.ends_with(b"last words\n"));
         assert!(tail.starts_with(b"[h264"), "the first line kept is whole: {:?}", String::from_utf8_lossy(&tail));
+    }
+
+    /// A last line longer than what is kept, or the only newline at the very end: its end is kept, never nothing.
+    #[tokio::test]
+    async fn a_last_line_longer_than_the_tail_keeps_its_end() {
+        for last in [&b"\n"[..], b""] {
+            let mut from = flood(b"x", 5000, &[&b"the end"[..], last].concat());
+            let mut tail = Vec::new();
+            read_tail(&mut from, &mut tail, 1024).await.unwrap();
+            assert_eq!(tail.len(), 1024);
+            assert!(tail.starts_with(b"x") && tail.ends_with(&[&b"the end"[..], last].concat()));
+        }
+        // A first line that is whole where the cut falls is kept whole.
+        let mut from = flood(b"", 0, &[vec![b'a'; 2000], b"\n".to_vec(), vec![b'b'; 1023], b"\n".to_vec()].concat());
+        let mut tail = Vec::new();
+        read_tail(&mut from, &mut tail, 1024).await.unwrap();
+        assert_eq!(tail, [vec![b'b'; 1023], b"\n".to_vec()].concat());
     }
 
     #[tokio::test]

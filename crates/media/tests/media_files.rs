@@ -202,13 +202,51 @@ async fn heic_goes_through_libheif_and_leaves_nothing_behind() {
     let content = std::fs::read(&src).unwrap();
     assert_eq!(almanac_media::detect_format(&src, &content[..16]), Some(MediaFormat::Heic));
     let out = dir.path().join("proxies");
-    let jpeg = heic_to_jpeg(&open(&src), &out, ToolLimits::default(), &CancellationToken::new()).await.unwrap();
+    let jpeg = heic_to_jpeg(
+        &open(&src),
+        &std::fs::read(&src).unwrap(),
+        DEFAULT_MAX_PIXELS,
+        &out,
+        ToolLimits::default(),
+        &CancellationToken::new(),
+    )
+    .await
+    .unwrap();
     let made = make_still_proxies(&src, &jpeg, MediaFormat::Jpeg, 1, DEFAULT_MAX_PIXELS, &out).unwrap();
     assert_eq!((made.width, made.height), (640, 480));
     assert_eq!(dims(&out.join("thumbnail.jpg")), (300, 225));
     let mut names: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).collect();
     names.sort();
     assert_eq!(names, ["preview.jpg", "thumbnail.jpg"]);
+}
+
+/// A HEIF is held to the pixel limit before `heif-convert` runs, as every still is before it is decoded: the
+/// sizes its images claim are read from its boxes (a real HEIC's, as heif-enc wrote them, which the pixel budget is
+/// charged), and a file whose image claims more than the limit is refused, saying so, with nothing written.
+#[tokio::test]
+async fn a_heic_claiming_too_many_pixels_is_refused_before_heif_convert_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("IMG_0003.HEIC");
+    fixtures::heic(&src, 640, 480, 6);
+    let mut content = std::fs::read(&src).unwrap();
+    assert_eq!(almanac_media::full_decode_pixels(&content, MediaFormat::Heic), 640 * 480);
+    // Its image's `ispe` (a full box: version and flags, then width and height) made to claim 30,000 × 30,000, as a
+    // crafted file would; libheif decodes up to 32,768 × 32,768.
+    let at = content.windows(4).position(|w| w == b"ispe").expect("an ispe box");
+    content[at + 8..at + 12].copy_from_slice(&30_000u32.to_be_bytes());
+    content[at + 12..at + 16].copy_from_slice(&30_000u32.to_be_bytes());
+    std::fs::write(&src, &content).unwrap();
+    assert_eq!(almanac_media::full_decode_pixels(&content, MediaFormat::Heic), 900_000_000);
+    let out = dir.path().join("proxies");
+    let (limits, cancel) = (ToolLimits::default(), CancellationToken::new());
+    match heic_to_jpeg(&open(&src), &content, DEFAULT_MAX_PIXELS, &out, limits, &cancel).await {
+        Err(MediaError::Corrupt { reason, .. }) => {
+            assert!(reason.contains("claims 30000x30000 pixels"), "{reason}");
+            assert!(reason.contains("storage.max_image_megapixels"), "{reason}");
+        }
+        other => panic!("a HEIC claiming 900 megapixels: {other:?}"),
+    }
+    assert!(!out.exists(), "heif-convert never ran: its scratch folder was not made");
 }
 
 /// A HEIF of several images (heif-convert writes one JPEG for each, numbered): the primary's is taken, and
@@ -219,7 +257,16 @@ async fn a_heic_of_several_images_gives_its_primary_and_leaves_nothing_behind() 
     let src = dir.path().join("IMG_0002.HEIC");
     fixtures::heic_of_several(&src, &[(640, 480), (320, 200), (100, 80)], 5);
     let out = dir.path().join("proxies");
-    let jpeg = heic_to_jpeg(&open(&src), &out, ToolLimits::default(), &CancellationToken::new()).await.unwrap();
+    let jpeg = heic_to_jpeg(
+        &open(&src),
+        &std::fs::read(&src).unwrap(),
+        DEFAULT_MAX_PIXELS,
+        &out,
+        ToolLimits::default(),
+        &CancellationToken::new(),
+    )
+    .await
+    .unwrap();
     let made = make_still_proxies(&src, &jpeg, MediaFormat::Jpeg, 1, DEFAULT_MAX_PIXELS, &out).unwrap();
     assert_eq!((made.width, made.height), (640, 480), "the primary image");
     let mut names: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).collect();

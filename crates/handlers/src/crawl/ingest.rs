@@ -336,16 +336,18 @@ impl<C: CatalogueStore> Run<'_, C> {
         hash: &ContentHash,
     ) -> Result<Made, FileProblem> {
         let (dir, rel_file) = self.proxy_dir(hash);
+        let (abs, max_pixels) = (self.abs(entry), self.settings.max_image_pixels);
+        // Held while the pixels are decoded and scaled (large PNGs and TIFFs decode at full size, and heif-convert
+        // decodes a HEIF whole).
+        let _pixels =
+            self.pixel_budget.reserve(almanac_media::full_decode_pixels(&content, format), &self.cancel).await?;
         let converted = match format {
             MediaFormat::Heic | MediaFormat::Avif => {
-                Some(almanac_media::heic_to_jpeg(original, &dir, self.settings.tool_limits, &self.cancel).await?)
+                let limits = self.settings.tool_limits;
+                Some(almanac_media::heic_to_jpeg(original, &content, max_pixels, &dir, limits, &self.cancel).await?)
             }
             _ => None,
         };
-        let (abs, max_pixels) = (self.abs(entry), self.settings.max_image_pixels);
-        // Held while the pixels are decoded and scaled (large PNGs and TIFFs decode at full size).
-        let _pixels =
-            self.pixel_budget.reserve(almanac_media::full_decode_pixels(&content, format), &self.cancel).await?;
         let (facts, made) = tokio::task::spawn_blocking(move || {
             // A RAW's preview is found once: its pixels, and its EXIF when the RAW keeps none.
             let preview = matches!(format, MediaFormat::Raw(_)).then(|| almanac_media::raw_preview(&abs, &content));

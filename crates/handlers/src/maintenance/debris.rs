@@ -20,8 +20,19 @@ use super::proxy_files::{AgeFloor, open_proxy_root, remove_old_file, walk};
 pub struct DebrisReport {
     /// Temporary files removed.
     pub removed: u64,
-    /// Files that could not be removed, or folders that could not be read, with why.
+    /// Files that could not be removed, or folders that could not be read, with why: the first
+    /// [`almanac_domain::MOST_LISTED`].
     pub problems: Vec<String>,
+    /// How many problems there were.
+    pub problems_total: u64,
+}
+
+impl DebrisReport {
+    /// Counts a problem, and names it while fewer than [`almanac_domain::MOST_LISTED`] are (a proxy volume gone
+    /// read-only fails every removal, and the log line names them).
+    fn problem(&mut self, problem: String) {
+        almanac_domain::list_one(&mut self.problems, &mut self.problems_total, problem);
+    }
 }
 
 /// At a Worker's start: removes the temporary files that a Worker killed while writing (`kill -9`, a power cut)
@@ -60,7 +71,9 @@ pub async fn remove_temporary_debris<M: MaintenanceStore + 'static>(
     };
     match listed.await {
         Ok(Some((root, floor, (candidates, unreadable)))) => {
-            report.problems.extend(unreadable);
+            for problem in unreadable {
+                report.problem(problem);
+            }
             for rel in &candidates {
                 if stop.is_cancelled() {
                     break;
@@ -72,12 +85,12 @@ pub async fn remove_temporary_debris<M: MaintenanceStore + 'static>(
                 match removed {
                     Ok(Removal::Removed) => report.removed += 1,
                     Ok(Removal::Gone | Removal::Kept) => {}
-                    Err(e) => report.problems.push(e),
+                    Err(e) => report.problem(e),
                 }
             }
         }
         Ok(None) => {}
-        Err(e) => report.problems.push(e),
+        Err(e) => report.problem(e),
     }
     if report.removed > 0 {
         info!(
@@ -89,6 +102,7 @@ pub async fn remove_temporary_debris<M: MaintenanceStore + 'static>(
     if !report.problems.is_empty() {
         warn!(
             event = "temporary_debris_not_removed",
+            count = report.problems_total,
             problems = ?report.problems,
             "temporary files a killed Worker left under the proxy root could not all be looked for or removed; \
              check the proxy root's permissions (the proxy sweep tries again)"
