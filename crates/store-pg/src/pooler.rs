@@ -11,7 +11,8 @@
 //!   transaction ([`crate::PgStore::read`] too), so the prepare, the execution and the close of a statement
 //!   reach one server session;
 //! - the safety limits (`idle_in_transaction_session_timeout`, `statement_timeout`) and the time zone are set
-//!   for each transaction (`SET LOCAL`, in the round trip of its `BEGIN`), never for a session;
+//!   for each transaction (`SET LOCAL`, in the round trip of its `BEGIN`), never for a session, and the
+//!   transaction is begun at READ COMMITTED (see [`ISOLATION`]);
 //! - diesel-async's own set-up of a new connection (`SET TIME ZONE`, `SET CLIENT_ENCODING`, prepared statements
 //!   outside a transaction) runs inside a transaction that is rolled back: it leaves nothing behind;
 //! - the pool checks a connection it takes back with a simple query (one round trip, no named statement).
@@ -66,6 +67,14 @@ impl std::fmt::Display for PoolerMode {
     }
 }
 
+/// The isolation every transaction of the store runs at, whatever the server, the database or the role defaults
+/// to (`default_transaction_isolation`). The queue's rules are written for READ COMMITTED (ADR 0008): a claim's
+/// `SKIP LOCKED` and the heads' refresh (lock, then compute in a new statement that sees what it waited for) rely on
+/// each statement's own snapshot. At REPEATABLE READ or SERIALIZABLE, a database a DBA set so for its other
+/// clients, a completion that waited for an enqueue's lock on its head failed with a serialization error, and
+/// claims beside other Workers failed the same way.
+pub(crate) const ISOLATION: &str = "read committed";
+
 /// What the server ends on our behalf: a transaction of ours left idle longer than `idle`, and a statement
 /// running longer than `statement` when given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,15 +91,16 @@ impl Limits {
         settings
     }
 
-    /// Once per server session (session mode).
+    /// Once per server session (session mode): the isolation of its transactions, and the limits.
     pub(crate) fn for_session(&self) -> String {
-        self.settings().iter().map(|(name, ms)| format!("SET {name} = {ms}")).collect::<Vec<_>>().join("; ")
+        let limits = self.settings().into_iter().map(|(name, ms)| format!("; SET {name} = {ms}"));
+        std::iter::once(format!("SET default_transaction_isolation = '{ISOLATION}'")).chain(limits).collect()
     }
 
-    /// What opens a transaction in transaction mode: `BEGIN`, then the limits and the time zone diesel-async
-    /// gives its sessions, for this transaction only, all in one round trip.
+    /// What opens a transaction in transaction mode: `BEGIN` at [`ISOLATION`], then the limits and the time zone
+    /// diesel-async gives its sessions, for this transaction only, all in one round trip.
     pub(crate) fn begin_transaction(&self) -> String {
-        let mut sql = String::from("BEGIN; SET LOCAL TimeZone = 'UTC'");
+        let mut sql = format!("BEGIN ISOLATION LEVEL {}; SET LOCAL TimeZone = 'UTC'", ISOLATION.to_uppercase());
         for (name, ms) in self.settings() {
             sql.push_str(&format!("; SET LOCAL {name} = {ms}"));
         }
@@ -185,14 +195,18 @@ mod tests {
         let limits = Limits { idle: Duration::from_secs(15), statement: Some(Duration::from_secs(30)) };
         assert_eq!(
             limits.for_session(),
-            "SET idle_in_transaction_session_timeout = 15000; SET statement_timeout = 30000"
+            "SET default_transaction_isolation = 'read committed'; SET idle_in_transaction_session_timeout = 15000; \
+             SET statement_timeout = 30000"
         );
         assert_eq!(
             limits.begin_transaction(),
-            "BEGIN; SET LOCAL TimeZone = 'UTC'; SET LOCAL idle_in_transaction_session_timeout = 15000; \
-             SET LOCAL statement_timeout = 30000"
+            "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL TimeZone = 'UTC'; \
+             SET LOCAL idle_in_transaction_session_timeout = 15000; SET LOCAL statement_timeout = 30000"
         );
         let no_statement_limit = Limits { idle: Duration::ZERO, statement: None };
-        assert_eq!(no_statement_limit.for_session(), "SET idle_in_transaction_session_timeout = 1");
+        assert_eq!(
+            no_statement_limit.for_session(),
+            "SET default_transaction_isolation = 'read committed'; SET idle_in_transaction_session_timeout = 1"
+        );
     }
 }

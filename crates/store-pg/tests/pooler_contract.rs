@@ -173,13 +173,16 @@ async fn eight_clients_share_two_server_sessions_for_the_queue_and_the_catalogue
 #[tokio::test]
 async fn our_limits_hold_in_our_transactions_and_none_is_left_on_the_shared_session() {
     let db = TestDatabase::create().await;
+    // A database whose transactions default to SERIALIZABLE: ours run at READ COMMITTED, others at its default.
+    let default = format!("ALTER DATABASE {} SET default_transaction_isolation = 'serializable'", db.name());
+    plain(db.url()).await.batch_execute(&default).await.unwrap();
     let bouncer = PgBouncer::start(1).unwrap();
     let url = bouncer.url_of(&db);
     let lease = Duration::from_secs(2);
     let store = PgStore::for_worker_in_mode(&url, connections(2, lease), PoolerMode::Transaction).unwrap();
-    let names = ["statement_timeout", "idle_in_transaction_session_timeout", "TimeZone"];
+    let names = ["statement_timeout", "idle_in_transaction_session_timeout", "TimeZone", "transaction_isolation"];
     let ours = store.settings_in_transaction(&names).await.unwrap();
-    assert_eq!(ours, ["2s", "1s", "UTC"]);
+    assert_eq!(ours, ["2s", "1s", "UTC", "read committed"]);
     let direct = plain(db.url()).await;
     let other = plain(&url).await;
     for name in names {
@@ -199,6 +202,7 @@ async fn our_limits_hold_in_our_transactions_and_none_is_left_on_the_shared_sess
 
     let session = PgStore::for_worker_in_mode(&url, connections(2, lease), PoolerMode::Session).unwrap();
     session.enqueue(&item).await.unwrap();
+    assert_eq!(session.settings_in_transaction(&["transaction_isolation"]).await.unwrap(), ["read committed"]);
     assert_eq!(show(&other, "statement_timeout").await, "2s", "session mode sets its limits on the session");
     assert_ne!(first(&other, prepared).await, "0", "session mode keeps its statements on the session");
 }

@@ -765,11 +765,47 @@ async fn candidates_computed(conn: &mut AsyncPgConnection) -> i64 {
 #[tokio::test]
 async fn a_head_refreshed_under_a_concurrent_enqueue_leaves_the_new_item_claimable() {
     let (db, store) = setup().await;
-    let c = config(&store, "ann", "/c").await;
-    enqueue(&store, WorkKind::Crawl, Scope::Config(c.id)).await;
+    head_refreshed_under_a_concurrent_enqueue(&db, &store).await;
+}
+
+/// The same on a database whose default isolation is SERIALIZABLE (a DBA's choice for its other clients, or a
+/// role's): the store's transactions run at READ COMMITTED all the same, so the completion that waited for the
+/// enqueue's lock on its head computes it from what the enqueue committed. At the database's default it failed
+/// with a serialization error (checked by leaving the isolation to the server).
+#[tokio::test]
+async fn the_queue_keeps_its_rules_on_a_database_that_defaults_to_serializable() {
+    let db = TestDatabase::create().await;
+    raw(&db)
+        .await
+        .batch_execute(&format!("ALTER DATABASE {} SET default_transaction_isolation = 'serializable'", db.name()))
+        .await
+        .unwrap();
+    let store = PgStore::new(db.url(), 4, Duration::from_secs(10)).expect("store");
+    let seen = store.settings_in_transaction(&["transaction_isolation"]).await.unwrap();
+    assert_eq!(seen, ["read committed"]);
+    let mut plain = raw(&db).await;
+    plain.batch_execute("BEGIN").await.unwrap();
+    let default: Setting =
+        sql_query("SELECT current_setting('transaction_isolation') AS value").get_result(&mut plain).await.unwrap();
+    assert_eq!(default.value, "serializable", "the database's own default, for every other client");
+    head_refreshed_under_a_concurrent_enqueue(&db, &store).await;
+}
+
+#[derive(diesel::QueryableByName)]
+struct Setting {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    value: String,
+}
+
+/// A config's item runs; an enqueue into the config holds its head's lock while the item's completion refreshes
+/// the head (it waits for the lock); once the enqueue commits, the completion's refresh sees the new item, and
+/// the new item is claimed next.
+async fn head_refreshed_under_a_concurrent_enqueue(db: &TestDatabase, store: &PgStore) {
+    let c = config(store, "ann", "/c").await;
+    enqueue(store, WorkKind::Crawl, Scope::Config(c.id)).await;
     let running = store.claim(&all_kinds("w1")).await.unwrap().expect("claimed");
 
-    let mut enqueuer = raw(&db).await;
+    let mut enqueuer = raw(db).await;
     enqueuer.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED").await.unwrap();
     let late = WorkItemId::new();
     sql_query("INSERT INTO work_items (id, kind, storage_config_id) VALUES ($1, 'burst_detection', $2)")
