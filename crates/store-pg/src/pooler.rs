@@ -75,6 +75,12 @@ impl std::fmt::Display for PoolerMode {
 /// claims beside other Workers failed the same way.
 pub(crate) const ISOLATION: &str = "read committed";
 
+/// No limit on a wait for a lock, whatever the database or the role sets (`lock_timeout`, a DBA's guard against
+/// pile-ups behind migrations): the store's waits are bounded by its statement limit, a lease, and a completion
+/// that waited for an enqueue into its config past the database's limit failed. The chained claim sets its own,
+/// shorter, for itself (`queue::outcome`).
+const NO_LOCK_TIMEOUT: &str = "lock_timeout = 0";
+
 /// What the server ends on our behalf: a transaction of ours left idle longer than `idle`, and a statement
 /// running longer than `statement` when given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,13 +100,18 @@ impl Limits {
     /// Once per server session (session mode): the isolation of its transactions, and the limits.
     pub(crate) fn for_session(&self) -> String {
         let limits = self.settings().into_iter().map(|(name, ms)| format!("; SET {name} = {ms}"));
-        std::iter::once(format!("SET default_transaction_isolation = '{ISOLATION}'")).chain(limits).collect()
+        std::iter::once(format!("SET default_transaction_isolation = '{ISOLATION}'; SET {NO_LOCK_TIMEOUT}"))
+            .chain(limits)
+            .collect()
     }
 
     /// What opens a transaction in transaction mode: `BEGIN` at [`ISOLATION`], then the limits and the time zone
     /// diesel-async gives its sessions, for this transaction only, all in one round trip.
     pub(crate) fn begin_transaction(&self) -> String {
-        let mut sql = format!("BEGIN ISOLATION LEVEL {}; SET LOCAL TimeZone = 'UTC'", ISOLATION.to_uppercase());
+        let mut sql = format!(
+            "BEGIN ISOLATION LEVEL {}; SET LOCAL TimeZone = 'UTC'; SET LOCAL {NO_LOCK_TIMEOUT}",
+            ISOLATION.to_uppercase()
+        );
         for (name, ms) in self.settings() {
             sql.push_str(&format!("; SET LOCAL {name} = {ms}"));
         }
@@ -195,18 +206,19 @@ mod tests {
         let limits = Limits { idle: Duration::from_secs(15), statement: Some(Duration::from_secs(30)) };
         assert_eq!(
             limits.for_session(),
-            "SET default_transaction_isolation = 'read committed'; SET idle_in_transaction_session_timeout = 15000; \
-             SET statement_timeout = 30000"
+            "SET default_transaction_isolation = 'read committed'; SET lock_timeout = 0; \
+             SET idle_in_transaction_session_timeout = 15000; SET statement_timeout = 30000"
         );
         assert_eq!(
             limits.begin_transaction(),
-            "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL TimeZone = 'UTC'; \
+            "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL TimeZone = 'UTC'; SET LOCAL lock_timeout = 0; \
              SET LOCAL idle_in_transaction_session_timeout = 15000; SET LOCAL statement_timeout = 30000"
         );
         let no_statement_limit = Limits { idle: Duration::ZERO, statement: None };
         assert_eq!(
             no_statement_limit.for_session(),
-            "SET default_transaction_isolation = 'read committed'; SET idle_in_transaction_session_timeout = 1"
+            "SET default_transaction_isolation = 'read committed'; SET lock_timeout = 0; \
+             SET idle_in_transaction_session_timeout = 1"
         );
     }
 }

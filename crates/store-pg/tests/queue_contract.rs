@@ -768,21 +768,26 @@ async fn a_head_refreshed_under_a_concurrent_enqueue_leaves_the_new_item_claimab
     head_refreshed_under_a_concurrent_enqueue(&db, &store).await;
 }
 
-/// The same on a database whose default isolation is SERIALIZABLE (a DBA's choice for its other clients, or a
-/// role's): the store's transactions run at READ COMMITTED all the same, so the completion that waited for the
-/// enqueue's lock on its head computes it from what the enqueue committed. At the database's default it failed
-/// with a serialization error (checked by leaving the isolation to the server).
+/// The same on a database whose defaults a DBA set for its other clients: SERIALIZABLE, and a lock timeout of a
+/// millisecond. The store's transactions run at READ COMMITTED and wait for locks all the same, so the completion
+/// that waited for the enqueue's lock on its head computes it from what the enqueue committed. At the database's
+/// defaults it failed, with a serialization error (checked by leaving the isolation to the server) and with a
+/// lock timeout.
 #[tokio::test]
-async fn the_queue_keeps_its_rules_on_a_database_that_defaults_to_serializable() {
+async fn the_queue_keeps_its_rules_on_a_database_that_defaults_to_serializable_and_a_lock_timeout() {
     let db = TestDatabase::create().await;
     raw(&db)
         .await
-        .batch_execute(&format!("ALTER DATABASE {} SET default_transaction_isolation = 'serializable'", db.name()))
+        .batch_execute(&format!(
+            "ALTER DATABASE {0} SET default_transaction_isolation = 'serializable';
+             ALTER DATABASE {0} SET lock_timeout = '1ms'",
+            db.name()
+        ))
         .await
         .unwrap();
     let store = PgStore::new(db.url(), 4, Duration::from_secs(10)).expect("store");
-    let seen = store.settings_in_transaction(&["transaction_isolation"]).await.unwrap();
-    assert_eq!(seen, ["read committed"]);
+    let seen = store.settings_in_transaction(&["transaction_isolation", "lock_timeout"]).await.unwrap();
+    assert_eq!(seen, ["read committed", "0"]);
     let mut plain = raw(&db).await;
     plain.batch_execute("BEGIN").await.unwrap();
     let default: Setting =
