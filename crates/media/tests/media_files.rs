@@ -194,6 +194,13 @@ async fn cancellation_stops_ffmpeg_within_a_second_and_leaves_no_process() {
     assert!(!out.join(".web.tmp.mp4").exists(), "the partial transcode is removed");
 }
 
+/// The JPEG `heic_to_jpeg` makes of the HEIF at `src`, with the default limits, its scratch files in `out`.
+async fn converted(src: &Path, out: &Path) -> Vec<u8> {
+    let content = std::fs::read(src).unwrap();
+    let (limits, cancel) = (ToolLimits::default(), CancellationToken::new());
+    heic_to_jpeg(&open(src), &content, DEFAULT_MAX_PIXELS, out, limits, &cancel).await.unwrap()
+}
+
 #[tokio::test]
 async fn heic_goes_through_libheif_and_leaves_nothing_behind() {
     let dir = tempfile::tempdir().unwrap();
@@ -202,16 +209,7 @@ async fn heic_goes_through_libheif_and_leaves_nothing_behind() {
     let content = std::fs::read(&src).unwrap();
     assert_eq!(almanac_media::detect_format(&src, &content[..16]), Some(MediaFormat::Heic));
     let out = dir.path().join("proxies");
-    let jpeg = heic_to_jpeg(
-        &open(&src),
-        &std::fs::read(&src).unwrap(),
-        DEFAULT_MAX_PIXELS,
-        &out,
-        ToolLimits::default(),
-        &CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let jpeg = converted(&src, &out).await;
     let made = make_still_proxies(&src, &jpeg, MediaFormat::Jpeg, 1, DEFAULT_MAX_PIXELS, &out).unwrap();
     assert_eq!((made.width, made.height), (640, 480));
     assert_eq!(dims(&out.join("thumbnail.jpg")), (300, 225));
@@ -257,16 +255,7 @@ async fn a_heic_of_several_images_gives_its_primary_and_leaves_nothing_behind() 
     let src = dir.path().join("IMG_0002.HEIC");
     fixtures::heic_of_several(&src, &[(640, 480), (320, 200), (100, 80)], 5);
     let out = dir.path().join("proxies");
-    let jpeg = heic_to_jpeg(
-        &open(&src),
-        &std::fs::read(&src).unwrap(),
-        DEFAULT_MAX_PIXELS,
-        &out,
-        ToolLimits::default(),
-        &CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let jpeg = converted(&src, &out).await;
     let made = make_still_proxies(&src, &jpeg, MediaFormat::Jpeg, 1, DEFAULT_MAX_PIXELS, &out).unwrap();
     assert_eq!((made.width, made.height), (640, 480), "the primary image");
     let mut names: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).collect();
