@@ -6,8 +6,17 @@ use std::time::Duration;
 use almanac_domain::{AssetId, MediaType, ports::PairingCandidate};
 
 /// Folders NAS systems and desktops keep beside the originals, never media of the user's.
-const SYSTEM_FOLDERS: [&[u8]; 7] =
-    [b"@eaDir", b"#recycle", b"#snapshot", b".thumbnails", b"lost+found", b"@Recycle", b"$RECYCLE.BIN"];
+const SYSTEM_FOLDERS: [&[u8]; 8] = [
+    b"@eaDir",
+    b"#recycle",
+    b"#snapshot",
+    b".thumbnails",
+    b"lost+found",
+    b"@Recycle",
+    b"$RECYCLE.BIN",
+    // QNAP's snapshots of a share, when shown in it: every photo again, once for each snapshot.
+    b"@Recently-Snapshot",
+];
 
 /// Whether a directory entry is skipped: hidden names (which covers `.Trash-1000`, `.DS_Store`, and our own
 /// temporary files) and NAS system folders.
@@ -147,11 +156,22 @@ mod tests {
     use super::*;
     use chrono::{TimeZone, Utc};
 
+    /// docs/media.md names every system folder the walk passes over, as the list has them.
+    #[test]
+    fn the_docs_name_every_system_folder_passed_over() {
+        let docs = include_str!("../../../../docs/media.md");
+        for name in SYSTEM_FOLDERS {
+            let name = std::str::from_utf8(name).unwrap();
+            assert!(docs.contains(&format!("`{name}`")), "docs/media.md should name `{name}`");
+        }
+    }
+
     #[test]
     fn hidden_names_and_nas_folders_are_skipped() {
         for name in [".Trash-1000", ".thumbnails", "@eaDir", "#recycle", ".DS_Store", ".preview.jpg.tmp", "#snapshot"] {
             assert!(is_skipped_name(name.as_bytes()), "{name}");
         }
+        assert!(is_skipped_name(b"@Recently-Snapshot"), "QNAP's snapshots");
         for name in ["IMG_0001.JPG", "eaDir", "recycle", "2019", "a.thumbnails"] {
             assert!(!is_skipped_name(name.as_bytes()), "{name}");
         }

@@ -308,3 +308,14 @@ fn the_transcode_limit_set_is_the_crawls_and_the_sweeps_floor_follows_it() {
     assert!(floor > limits.longest_proxy_write(), "{floor:?}");
     assert_eq!(Settings::default().tool_limits(), almanac_media::ToolLimits::default(), "shipped: the media crate's");
 }
+
+/// A file saved by an editor on Windows (Notepad's byte order mark, CRLF line ends), as an operator copying the
+/// packaged file through a share may save it, reads as the same file saved on Linux.
+#[test]
+fn a_file_saved_with_a_byte_order_mark_and_crlf_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("almanac.toml");
+    std::fs::write(&file, "\u{feff}[queue]\r\nlease = \"2m\"\r\n[worker]\r\nslots = 3\r\n").unwrap();
+    let s = Settings::load_from(Some(&file), env(&[("DATABASE_URL", "postgres://a:b@h/d")])).unwrap();
+    assert_eq!((s.queue.lease, s.worker.slots), (Duration::from_secs(120), 3));
+}
