@@ -228,6 +228,34 @@ async fn a_missing_or_emptied_root_is_refused_and_nothing_is_soft_deleted() {
     assert_eq!(lib.active().await.len(), 1, "nothing soft-deleted");
 }
 
+/// The proxy volume not mounted while the catalogue has proxies of the config: the proxy root missing (the crawl
+/// would make it on the system disk) or an empty mount point. The crawl is refused before it reads or writes
+/// anything, saying so, and once the volume is back it crawls what came meanwhile. A config that never had
+/// proxies crawls into a proxy root not made yet, as the first crawl here does.
+#[tokio::test]
+async fn a_proxy_volume_that_is_not_mounted_is_refused_and_nothing_is_written_beside_it() {
+    let lib = library().await;
+    lib.write("IMG.jpg", &photo(1));
+    lib.crawl().await;
+    let volume = lib.proxies.with_file_name("proxy-volume");
+    std::fs::rename(&lib.proxies, &volume).unwrap();
+    lib.write("NEW.jpg", &photo(2));
+    for mount_point_left in [false, true] {
+        if mount_point_left {
+            std::fs::create_dir_all(&lib.proxies).unwrap();
+        }
+        let err = lib.crawl_with(serde_json::json!({}), CancellationToken::new()).await.unwrap_err();
+        assert!(err.retryable && err.message.contains("the proxy volume is not mounted"), "{err:?}");
+        let written = std::fs::read_dir(&lib.proxies).map(|d| d.count()).unwrap_or(0);
+        assert_eq!((lib.proxies.exists(), written), (mount_point_left, 0), "nothing made or written beside it");
+    }
+    assert_eq!(lib.active().await.len(), 1, "nothing ingested meanwhile");
+    std::fs::remove_dir(&lib.proxies).unwrap();
+    std::fs::rename(&volume, &lib.proxies).unwrap();
+    let result = lib.crawl().await;
+    assert_eq!(result["ingested"], 1, "{result}");
+}
+
 #[tokio::test]
 async fn mass_deletion_is_refused_until_confirmed() {
     let lib = library().await;

@@ -148,6 +148,7 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
             .map_err(catalogue_error)?
             .ok_or_else(|| HandlerError::permanent(format!("storage config {config} does not exist")))?;
         root::check_roots_apart(&*self.catalogue, &storage, &self.settings.proxy_root).await?;
+        root::check_proxies_in_place(&*self.catalogue, &storage, &self.settings.proxy_root).await?;
         // A proxy root that can take no file would fail every file one by one: one clear error instead.
         root::check_proxy_root(&self.settings.proxy_root)
             .await

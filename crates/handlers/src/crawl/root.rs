@@ -67,6 +67,36 @@ pub(super) async fn check_proxy_root(proxy_root: &Path) -> Result<(), almanac_me
     })
 }
 
+/// Refuses a crawl of a config whose proxies the catalogue has under the proxy root when their folder
+/// (`<proxy root>/<config id>`) is not there: the proxy volume is not mounted (its mount point is an empty folder of
+/// the system disk, or the proxy root a folder the crawl would make there), or the folder was removed by hand.
+/// Writing on would put every new photo's proxies, and every web video, on whatever disk holds the empty mount
+/// point (a NAS's small system partition), hidden again once the volume is mounted. Checked before the proxy root
+/// is made or written to.
+pub(super) async fn check_proxies_in_place<C: CatalogueStore>(
+    catalogue: &C,
+    storage: &StorageConfig,
+    proxy_root: &Path,
+) -> Result<(), HandlerError> {
+    if !catalogue.has_proxy_files(storage.id).await.map_err(catalogue_error)? {
+        return Ok(());
+    }
+    let folder = proxy_root.join(storage.id.to_string());
+    let found = match std::fs::symlink_metadata(&folder) {
+        Ok(meta) if meta.is_dir() => return Ok(()),
+        Ok(_) => "something other than a folder is there".to_owned(),
+        Err(e) => e.to_string(),
+    };
+    Err(HandlerError::retryable(format!(
+        "the catalogue has proxies of this config under the proxy root (storage.proxy_root), but their folder {} is \
+         not there ({found}): the proxy volume is not mounted, or the folder was removed. Nothing was read or \
+         written; the crawl will be retried. Mount the proxy volume; if its proxies are really gone, \
+         `almanac-worker regenerate --config {}` makes them again",
+        folder.display(),
+        storage.root_path.display()
+    )))
+}
+
 /// A crawl that cannot write proxies: one retryable error naming `storage.proxy_root` and the cause, then what
 /// became of the crawl (`then`).
 pub(super) fn proxy_root_unwritable(e: almanac_media::MediaError, then: &str) -> HandlerError {

@@ -109,6 +109,7 @@ twist! {
     CatalogueTwist => CatalogueStore {
         fn storage_config(id: StorageConfigId) -> Option<StorageConfig>;
         fn overlapping_roots(config: StorageConfigId) -> Vec<StorageConfig>;
+        fn has_proxy_files(config: StorageConfigId) -> bool;
         fn record_root_identity(fence: Fence, config: StorageConfigId, is_mount_point: bool) -> ();
         fn known_files(
             config: StorageConfigId,

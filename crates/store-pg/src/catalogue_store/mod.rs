@@ -35,6 +35,26 @@ impl CatalogueStore for PgStore {
     }
 
     #[mutants::skip]
+    async fn has_proxy_files(&self, config: StorageConfigId) -> Result<bool, CatalogueError> {
+        // A range of paths on the proxy files' index: `<config id>/` up to `<config id>0`, '0' following '/'.
+        let found: rows::YesRow = self
+            .read(async |conn| {
+                sql_query(
+                    "SELECT EXISTS (SELECT 1 FROM proxy_files
+                                     WHERE relative_path IS NOT NULL
+                                       AND relative_path COLLATE \"C\" >= $1 AND relative_path COLLATE \"C\" < $2) AS yes",
+                )
+                .bind::<Text, _>(format!("{config}/"))
+                .bind::<Text, _>(format!("{config}0"))
+                .get_result(conn)
+                .await
+            })
+            .await
+            .map_err(CatalogueError::from)?;
+        Ok(found.yes)
+    }
+
+    #[mutants::skip]
     async fn record_root_identity(
         &self,
         fence: Fence,

@@ -149,6 +149,13 @@ pub(super) struct CandidateRow {
     pub(super) live_photo_content_id: Option<String>,
 }
 
+/// A yes or no.
+#[derive(QueryableByName)]
+pub(super) struct YesRow {
+    #[diesel(sql_type = diesel::sql_types::Bool)]
+    pub(super) yes: bool,
+}
+
 /// A count.
 #[derive(QueryableByName)]
 pub(super) struct CountRow {
