@@ -28,7 +28,7 @@ fn main() -> ExitCode {
     let settings = match cli.settings() {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("almanac-worker: {e:#}");
+            eprintln!("almanac-worker: {}", observe::shown(&format!("{e:#}")));
             return Exit::Usage.into();
         }
     };
@@ -42,7 +42,7 @@ fn main() -> ExitCode {
     match runtime.block_on(commands::dispatch(cli.command, settings)) {
         Ok(exit) => exit.into(),
         Err(failure) => {
-            eprintln!("almanac-worker: {failure}");
+            eprintln!("almanac-worker: {}", observe::shown(&failure.to_string()));
             failure.exit().into()
         }
     }

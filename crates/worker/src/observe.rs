@@ -266,7 +266,7 @@ impl EscapingVisitor<'_> {
             "message" => write!(self.writer, "{separator}"),
             name => write!(self.writer, "{separator}{}=", name.strip_prefix("r#").unwrap_or(name)),
         }
-        .and_then(|()| Escaping(&mut self.writer).write_fmt(value));
+        .and_then(|()| Escaping { inner: &mut self.writer, keep_layout: false }.write_fmt(value));
     }
 }
 
@@ -285,24 +285,40 @@ impl Visit for EscapingVisitor<'_> {
     }
 }
 
-/// Writes through to the inner writer with every control character (C0, DEL, C1) escaped.
-struct Escaping<'a, W>(&'a mut W);
+/// `text` as the command line prints it: every control character escaped as the logs escape it, but the line
+/// ends and tabs the command line lays its output out with. Every line a command prints, and the error it ends
+/// with, goes through it (`say!`), so a file name or an error holding a terminal escape sequence (a library's
+/// owner can name files anything) cannot drive the operator's terminal.
+pub fn shown(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let _ = std::fmt::Write::write_str(&mut Escaping { inner: &mut out, keep_layout: true }, text);
+    out
+}
+
+/// Writes through to the inner writer with every control character (C0, DEL, C1) escaped; with `keep_layout`,
+/// line ends and tabs pass as they are.
+struct Escaping<'a, W> {
+    inner: &'a mut W,
+    keep_layout: bool,
+}
 
 impl<W: std::fmt::Write> std::fmt::Write for Escaping<'_, W> {
     fn write_str(&mut self, text: &str) -> std::fmt::Result {
+        let keep_layout = self.keep_layout;
+        let escaped = |c: char| c.is_control() && !(keep_layout && matches!(c, '\n' | '\t'));
         let mut rest = text;
-        while let Some(at) = rest.find(char::is_control) {
-            self.0.write_str(&rest[..at])?;
+        while let Some(at) = rest.find(escaped) {
+            self.inner.write_str(&rest[..at])?;
             let c = rest[at..].chars().next().expect("found at this index");
             match c {
-                '\n' => self.0.write_str("\\n")?,
-                '\r' => self.0.write_str("\\r")?,
-                '\t' => self.0.write_str("\\t")?,
-                c => write!(self.0, "\\u{{{:x}}}", u32::from(c))?,
+                '\n' => self.inner.write_str("\\n")?,
+                '\r' => self.inner.write_str("\\r")?,
+                '\t' => self.inner.write_str("\\t")?,
+                c => write!(self.inner, "\\u{{{:x}}}", u32::from(c))?,
             }
             rest = &rest[at + c.len_utf8()..];
         }
-        self.0.write_str(rest)
+        self.inner.write_str(rest)
     }
 }
 

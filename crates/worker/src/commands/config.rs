@@ -16,27 +16,27 @@ pub async fn on_the_database(command: ConfigCommand, settings: &Settings, store:
     match command {
         ConfigCommand::Add { user, root } => {
             let (user, config) = ops::add_config(store, proxy_root, user, &root).await?;
-            println!("{}\t{}\t{}", config.id, user.username, config.root_path.display());
+            say!("{}\t{}\t{}", config.id, user.username, config.root_path.display());
         }
         ConfigCommand::List => {
-            println!("ID\tACTIVE\tROOT");
+            say!("ID\tACTIVE\tROOT");
             for c in store.list_storage_configs().await? {
-                println!("{}\t{}\t{}", c.id, if c.is_active { "yes" } else { "no" }, c.root_path.display());
+                say!("{}\t{}\t{}", c.id, if c.is_active { "yes" } else { "no" }, c.root_path.display());
             }
         }
         ConfigCommand::Remove { config, confirm } => return remove(store, proxy_root, &config, confirm).await,
         ConfigCommand::Activate { config } => match ops::activate_config(store, proxy_root, &config).await? {
-            Activation::AlreadyActive(c) => println!("{} ({}) is active already", c.id, c.root_path.display()),
+            Activation::AlreadyActive(c) => say!("{} ({}) is active already", c.id, c.root_path.display()),
             Activation::Activated(c) => {
-                println!("activated {} ({}): its work is scheduled again", c.id, c.root_path.display());
+                say!("activated {} ({}): its work is scheduled again", c.id, c.root_path.display());
             }
         },
         ConfigCommand::Deactivate { config } => {
             let c = ops::deactivate_config(store, &config).await?;
-            println!("deactivated {} ({})", c.id, c.root_path.display());
+            say!("deactivated {} ({})", c.id, c.root_path.display());
         }
         ConfigCommand::Watch { config, choice } => {
-            println!("{}", ops::set_watch(store, &config, &choice).await?.describe())
+            say!("{}", ops::set_watch(store, &config, &choice).await?.describe())
         }
         ConfigCommand::Check => unreachable!("needs no database"),
     }
@@ -47,23 +47,23 @@ pub async fn on_the_database(command: ConfigCommand, settings: &Settings, store:
 async fn remove(store: &PgStore, proxy_root: &Path, config: &str, confirm: bool) -> Result<Exit, Failure> {
     let removal = ops::plan_removal(store, proxy_root, config).await?;
     if !confirm {
-        println!("would remove {}.\nRun again with --confirm to remove it.", removal.describe());
+        say!("would remove {}.\nRun again with --confirm to remove it.", removal.describe());
         return Ok(Exit::Usage);
     }
     let folder = ops::remove_config(store, &removal).await?;
     if let Some(note) = folder.note(&removal) {
-        eprintln!("almanac-worker: {note}");
+        esay!("almanac-worker: {note}");
     }
-    println!("removed {}.", removal.describe());
+    say!("removed {}.", removal.describe());
     Ok(Exit::Success)
 }
 
 /// `config check`: the effective settings, secrets masked, and whether the proxy root takes files.
 pub fn check(settings: &Settings) -> Result<Exit, Failure> {
-    print!("{}", settings.masked_toml());
+    say!("{}", settings.masked_toml().trim_end_matches('\n'));
     match proxy_root_takes_files(&ops::roots::resolved(&settings.storage.proxy_root)) {
         Ok(note) => {
-            eprintln!("almanac-worker: {note}");
+            esay!("almanac-worker: {note}");
             Ok(Exit::Success)
         }
         Err(problem) => Err(Failure::usage(problem)),
@@ -126,7 +126,7 @@ mod tests {
             .status()
             .is_ok_and(|s| s.success());
         if !mounted {
-            eprintln!("SKIPPED: cannot mount a read-only tmpfs here");
+            esay!("SKIPPED: cannot mount a read-only tmpfs here");
             return;
         }
         let problem = proxy_root_takes_files(&proxies);

@@ -33,7 +33,7 @@ pub async fn follow(store: &PgStore, id: WorkItemId) -> Result<Exit, Failure> {
             if let Some(bar) = &bar {
                 bar.finish_and_clear();
             }
-            println!("{id} {}", outcome(&item));
+            say!("{id} {}", outcome(&item));
             return Ok(if item.status == Status::Succeeded { Exit::Success } else { Exit::Failure });
         }
         let line = state_line(&item, bar.as_ref());
@@ -59,7 +59,7 @@ impl Lines {
     /// Prints `line`, the state in words of item `id` with `status`, when it is due now.
     fn print(&mut self, id: WorkItemId, line: String, status: Status) {
         if self.due(&line, status, Instant::now()) {
-            println!("{id} {line}");
+            say!("{id} {line}");
         }
     }
 

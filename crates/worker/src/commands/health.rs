@@ -15,7 +15,7 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 /// ready, 1 otherwise, and a line saying which.
 pub fn health(http: &Http) -> Exit {
     if !http.enabled {
-        println!("not ready: http.enabled is false, so there is nothing to ask; enable it for health checks");
+        say!("not ready: http.enabled is false, so there is nothing to ask; enable it for health checks");
         return Exit::Failure;
     }
     let mut address = http.address;
@@ -24,15 +24,15 @@ pub fn health(http: &Http) -> Exit {
     }
     match readyz(address) {
         Ok(reply) if reply.starts_with("HTTP/1.1 200") || reply.starts_with("HTTP/1.0 200") => {
-            println!("ready");
+            say!("ready");
             Exit::Success
         }
         Ok(reply) => {
-            println!("not ready: {}", reply.lines().next().unwrap_or("no answer"));
+            say!("not ready: {}", reply.lines().next().unwrap_or("no answer"));
             Exit::Failure
         }
         Err(e) => {
-            println!("not ready: no Worker answers on {address} ({e})");
+            say!("not ready: no Worker answers on {address} ({e})");
             Exit::Failure
         }
     }

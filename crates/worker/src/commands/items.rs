@@ -18,7 +18,7 @@ pub async fn enqueue(
 ) -> Result<Exit, Failure> {
     let kind = ops::parse_kind(kind)?;
     let enqueued = ops::enqueue(store, kind, config, payload, dedup_key).await?;
-    println!("{}\t{}", enqueued.item.id, if enqueued.created { "queued" } else { "already queued" });
+    say!("{}\t{}", enqueued.item.id, if enqueued.created { "queued" } else { "already queued" });
     if wait {
         return follow(store, enqueued.item.id).await;
     }
@@ -27,7 +27,7 @@ pub async fn enqueue(
 
 /// `cancel ID`.
 pub async fn cancel(store: &PgStore, id: &str) -> Result<Exit, Failure> {
-    println!("{}", ops::cancel_item(store, ops::parse_item_id(id)?).await?);
+    say!("{}", ops::cancel_item(store, ops::parse_item_id(id)?).await?);
     Ok(Exit::Success)
 }
 
@@ -40,9 +40,9 @@ pub async fn list(
     limit: i64,
 ) -> Result<Exit, Failure> {
     let filter = ops::item_filter(store, status, kind, config).await?;
-    println!("ID\tKIND\tSTATUS\tCONFIG\tREQUESTED\tATTEMPT\tLAST ERROR");
+    say!("ID\tKIND\tSTATUS\tCONFIG\tREQUESTED\tATTEMPT\tLAST ERROR");
     for i in store.find_items(&filter, limit.max(1)).await? {
-        println!(
+        say!(
             "{}\t{}\t{}\t{}\t{}\t{}\t{}",
             i.id,
             i.kind,
@@ -62,27 +62,27 @@ pub async fn show(store: &PgStore, id: &str) -> Result<Exit, Failure> {
     let at = |t: Option<chrono::DateTime<chrono::Utc>>| {
         t.map_or("-".into(), |t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
     };
-    println!("id           {}", i.id);
-    println!("kind         {}", i.kind);
-    println!("config       {}", i.scope.storage_config().map_or("- (unscoped)".into(), |c| c.to_string()));
-    println!("status       {}", i.status);
-    println!("attempt      {} (failures {} of {}, stalls {})", i.attempt, i.failures, i.max_attempts, i.stalls);
-    println!("requested    {}", at(Some(i.requested_at)));
-    println!("run after    {}", at(Some(i.run_after)));
-    println!("started      {}", at(i.started_at));
-    println!("finished     {}", at(i.finished_at));
-    println!("worker       {}", i.worker_id.as_deref().unwrap_or("-"));
-    println!("dedup key    {}", i.dedup_key.as_deref().unwrap_or("-"));
+    say!("id           {}", i.id);
+    say!("kind         {}", i.kind);
+    say!("config       {}", i.scope.storage_config().map_or("- (unscoped)".into(), |c| c.to_string()));
+    say!("status       {}", i.status);
+    say!("attempt      {} (failures {} of {}, stalls {})", i.attempt, i.failures, i.max_attempts, i.stalls);
+    say!("requested    {}", at(Some(i.requested_at)));
+    say!("run after    {}", at(Some(i.run_after)));
+    say!("started      {}", at(i.started_at));
+    say!("finished     {}", at(i.finished_at));
+    say!("worker       {}", i.worker_id.as_deref().unwrap_or("-"));
+    say!("dedup key    {}", i.dedup_key.as_deref().unwrap_or("-"));
     if i.cancel_requested_at.is_some() {
-        println!("cancel asked {}", at(i.cancel_requested_at));
+        say!("cancel asked {}", at(i.cancel_requested_at));
     }
-    println!("last error   {}", i.last_error.as_deref().unwrap_or("-"));
-    println!("payload      {}", i.payload);
+    say!("last error   {}", i.last_error.as_deref().unwrap_or("-"));
+    say!("payload      {}", i.payload);
     if i.progress.is_some() {
-        println!("progress     {}", ops::progress_text(&i));
+        say!("progress     {}", ops::progress_text(&i));
     }
     if let Some(result) = &i.result {
-        println!("result       {result}");
+        say!("result       {result}");
         print_failed_files(&i);
     }
     Ok(Exit::Success)
@@ -94,13 +94,13 @@ fn print_failed_files(item: &WorkItem) {
     if failed.listed.is_empty() {
         return;
     }
-    println!(
+    say!(
         "failed files ({}{}):",
         failed.total,
         if failed.total > failed.listed.len() as u64 { ", the first listed" } else { "" }
     );
     for (path, reason) in &failed.listed {
-        println!("  {path}: {reason}");
+        say!("  {path}: {reason}");
     }
 }
 
@@ -113,7 +113,7 @@ pub async fn retry(
     config: Option<&str>,
 ) -> Result<Exit, Failure> {
     if let Some(id) = id {
-        println!("{}\n1 item(s) queued again", ops::retry_item(store, ops::parse_item_id(id)?).await?);
+        say!("{}\n1 item(s) queued again", ops::retry_item(store, ops::parse_item_id(id)?).await?);
         return Ok(Exit::Success);
     }
     if !failed {
@@ -122,9 +122,9 @@ pub async fn retry(
     let filter = ops::item_filter(store, None, kind, config).await?;
     let retried = ops::retry_failed(store, filter).await?;
     for id in &retried {
-        println!("{id}\tqueued again");
+        say!("{id}\tqueued again");
     }
-    println!("{} item(s) queued again", retried.len());
+    say!("{} item(s) queued again", retried.len());
     Ok(Exit::Success)
 }
 
@@ -132,7 +132,7 @@ pub async fn retry(
 /// does not succeed is the outcome.
 pub async fn regenerate(store: &PgStore, config: &str, wait: bool) -> Result<Exit, Failure> {
     let r = ops::regenerate(store, config).await?;
-    println!(
+    say!(
         "{} proxy deletion item(s) for {} assets, then crawl {}, queued for {} ({})",
         r.items.len() - 1,
         r.assets,
@@ -158,6 +158,6 @@ pub async fn set_paused(
     kind: Option<&str>,
     pause: bool,
 ) -> Result<Exit, Failure> {
-    println!("{}", ops::set_paused(store, PauseTarget::from_options(config, kind)?, pause).await?);
+    say!("{}", ops::set_paused(store, PauseTarget::from_options(config, kind)?, pause).await?);
     Ok(Exit::Success)
 }

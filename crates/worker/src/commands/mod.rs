@@ -1,6 +1,21 @@
 //! What each verb of the command line does, one file per group of verbs: reading the settings and the
 //! database, calling [`crate::ops`] and printing what it returns (text beside its command, JSON where asked).
 
+/// Prints a line of a command's output, its control characters escaped but line ends and tabs
+/// ([`crate::observe::shown`]): the only way a command prints (a test holds the commands to it).
+macro_rules! say {
+    ($($arg:tt)*) => {
+        println!("{}", crate::observe::shown(&format!($($arg)*)))
+    };
+}
+
+/// As [`say!`], on the standard error.
+macro_rules! esay {
+    ($($arg:tt)*) => {
+        eprintln!("{}", crate::observe::shown(&format!($($arg)*)))
+    };
+}
+
 mod config;
 mod exit;
 mod follow;
@@ -63,9 +78,9 @@ async fn on_the_database(command: Command, settings: &Settings, url: &str, store
 async fn migrate(url: &str) -> Result<Exit, Failure> {
     let applied = almanac_store_pg::migrate(url).await?;
     if applied.is_empty() {
-        println!("the database is up to date");
+        say!("the database is up to date");
     } else {
-        println!("applied {} migration(s): {}", applied.len(), applied.join(", "));
+        say!("applied {} migration(s): {}", applied.len(), applied.join(", "));
     }
     Ok(Exit::Success)
 }

@@ -272,3 +272,43 @@ fn each_config_s_watch_mode_is_one_gauge_set_and_its_pending_files_another() {
     let gone = render_watch_states(&states[1..]);
     assert!(!gone.contains(&polled.to_string()), "a config removed has no series left: {gone}");
 }
+
+/// What the command line prints keeps its own layout (line ends, tabs) and escapes every other control character
+/// as the logs do: an escape sequence, a bell, a carriage return, an 8-bit CSI, DEL.
+#[test]
+fn the_command_line_shows_control_characters_escaped_but_its_layout() {
+    let path = "2019/\u{1b}]52;c;cHduZWQ=\u{7}x\u{1b}[2J\r\u{9b}31m\u{7f}.jpg";
+    let shown = shown(&format!("FAILED\t{path}: truncated\nnext line"));
+    assert_eq!(
+        shown,
+        "FAILED\t2019/\\u{1b}]52;c;cHduZWQ=\\u{7}x\\u{1b}[2J\\r\\u{9b}31m\\u{7f}.jpg: truncated\nnext line"
+    );
+    assert!(!shown.chars().any(|c| c.is_control() && c != '\n' && c != '\t'), "{shown:?}");
+}
+
+/// Every command prints through `say!` or `esay!` (which escape control characters), never straight to the
+/// terminal: a new command cannot forget to.
+#[test]
+fn every_command_prints_through_say() {
+    fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                rust_files(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    rust_files(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/commands"), &mut files);
+    assert!(files.len() > 5, "{files:?}");
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            let printing = ["println!(", "print!(", "eprintln!(", "eprint!("].iter().any(|m| line.contains(m));
+            let the_macros = line.contains("crate::observe::shown(");
+            assert!(!printing || the_macros, "{}:{}: print with say! or esay!: {line}", file.display(), n + 1);
+        }
+    }
+}
