@@ -250,6 +250,8 @@ impl Settings {
     pub fn load_from(file: Option<&Path>, env: impl IntoIterator<Item = (String, String)>) -> Result<Self> {
         let mut builder = config::Config::builder()
             .add_source(config::Config::try_from(&Settings::default()).context("built-in defaults")?);
+        // The settings' shape, to tell the list settings (an empty list is no value to the `config` crate).
+        let shape = serde_json::to_value(Settings::default()).context("built-in defaults")?;
         // A file that cannot be parsed is reported with the offending line: secrets in it are hidden first.
         let file_text = file
             .map(Path::to_path_buf)
@@ -276,7 +278,17 @@ impl Settings {
             }
         }
         for (key, value) in map {
-            builder = builder.set_override(key.as_str(), value).with_context(|| format!("setting {key}"))?;
+            // A list setting (`http.allowed_hosts`) given in the environment: its items, comma-separated.
+            let pointer = format!("/{}", key.replace('.', "/"));
+            builder = match shape.pointer(&pointer) {
+                Some(serde_json::Value::Array(_)) => {
+                    let items: Vec<String> =
+                        value.split(',').map(str::trim).filter(|i| !i.is_empty()).map(str::to_owned).collect();
+                    builder.set_override(key.as_str(), items)
+                }
+                _ => builder.set_override(key.as_str(), value),
+            }
+            .with_context(|| format!("setting {key}"))?;
         }
         if let Some((_, url)) = env.iter().find(|(k, _)| k == "DATABASE_URL") {
             builder = builder.set_override("database.url", url.clone())?;

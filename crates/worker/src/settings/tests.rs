@@ -319,3 +319,22 @@ fn a_file_saved_with_a_byte_order_mark_and_crlf_reads() {
     let s = Settings::load_from(Some(&file), env(&[("DATABASE_URL", "postgres://a:b@h/d")])).unwrap();
     assert_eq!((s.queue.lease, s.worker.slots), (Duration::from_secs(120), 3));
 }
+
+/// A list setting given in the environment (a Docker deployment configured by environment alone) is read as its
+/// comma-separated items; in the file it stays a TOML list.
+#[test]
+fn a_list_setting_is_read_from_the_environment_as_comma_separated_items() {
+    let s = Settings::load_from(
+        None,
+        env(&[
+            ("ALMANAC__HTTP__ALLOWED_HOSTS", "almanac.example, nas.local:9464"),
+            ("DATABASE_URL", "postgres://a@h/d"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(s.http.allowed_hosts, ["almanac.example", "nas.local:9464"]);
+    let one = Settings::load_from(None, env(&[("ALMANAC__HTTP__ALLOWED_HOSTS", "almanac.example")])).unwrap();
+    assert_eq!(one.http.allowed_hosts, ["almanac.example"]);
+    let none = Settings::load_from(None, env(&[("ALMANAC__HTTP__ALLOWED_HOSTS", "")])).unwrap();
+    assert!(none.http.allowed_hosts.is_empty());
+}
