@@ -27,7 +27,9 @@ impl Stamp {
     }
 }
 
-/// Years a capture date may have. Earlier "dates" are unset clocks (`1970:01:01`, `0000:00:00`) or noise.
+/// Years a capture date may have. Outside them a "date" is noise (`0000:00:00` and the like). An unset camera clock's
+/// `1970:01:01` is inside and read as a date: scans of old photos carry real dates as early, which a narrower range
+/// would lose (videos, which have no such scans, drop dates before 1980).
 const YEARS: std::ops::RangeInclusive<i32> = 1900..=2200;
 
 /// Reads a date as EXIF or XMP writes it: `YYYY:MM:DD HH:MM:SS`, `YYYY-MM-DDTHH:MM:SS`, with optional
