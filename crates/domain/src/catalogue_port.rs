@@ -182,8 +182,9 @@ pub trait CatalogueStore: Send + Sync {
         config: StorageConfigId,
     ) -> impl Future<Output = Result<Vec<StorageConfig>, CatalogueError>> + Send;
 
-    /// Whether the catalogue holds a proxy file of the config (one beneath `<proxy root>/<config id>/`): a crawl
-    /// then expects that folder under the proxy root, and does not write beside a proxy volume that is not mounted.
+    /// Whether the catalogue holds a proxy file of an active asset of the config (one beneath `<proxy
+    /// root>/<config id>/`): a crawl then expects that folder under the proxy root, and does not write beside a proxy
+    /// volume that is not mounted.
     fn has_proxy_files(&self, config: StorageConfigId) -> impl Future<Output = Result<bool, CatalogueError>> + Send;
 
     /// Records whether the config's root is a mount point (after a complete walk), so a later crawl can tell

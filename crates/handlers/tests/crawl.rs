@@ -256,6 +256,26 @@ async fn a_proxy_volume_that_is_not_mounted_is_refused_and_nothing_is_written_be
     assert_eq!(result["ingested"], 1, "{result}");
 }
 
+/// Proxies to be made again elsewhere (the proxy root moved on purpose, its old files left behind): once the
+/// active assets' proxy rows are gone, as `regenerate` removes them, a crawl runs under the new root, though a
+/// soft-deleted asset keeps its rows (and its old files) until the purge. It was refused for those rows.
+#[tokio::test]
+async fn a_soft_deleted_assets_proxies_do_not_hold_up_a_crawl_after_regenerate() {
+    let lib = library().await;
+    lib.write("a/1.jpg", &photo(1));
+    lib.write("a/2.jpg", &photo(2));
+    lib.crawl().await;
+    std::fs::remove_file(lib.root.join("a/2.jpg")).unwrap();
+    assert_eq!(lib.crawl().await["soft_deleted"], 1);
+    std::fs::rename(&lib.proxies, lib.proxies.with_file_name("old-proxy-root")).unwrap();
+    let regenerate =
+        "DELETE FROM proxy_files WHERE asset_id IN (SELECT id FROM media_assets WHERE NOT is_soft_deleted)";
+    diesel_async::SimpleAsyncConnection::batch_execute(&mut lib.conn().await, regenerate).await.unwrap();
+    // Not refused for the soft-deleted asset's rows: the crawl runs.
+    let result = lib.crawl().await;
+    assert_eq!((result["found"].as_u64(), result["soft_deleted"].as_u64()), (Some(1), Some(0)), "{result}");
+}
+
 #[tokio::test]
 async fn mass_deletion_is_refused_until_confirmed() {
     let lib = library().await;

@@ -76,9 +76,9 @@ impl std::fmt::Display for PoolerMode {
 pub(crate) const ISOLATION: &str = "read committed";
 
 /// No limit on a wait for a lock, whatever the database or the role sets (`lock_timeout`, a DBA's guard against
-/// pile-ups behind migrations): the store's waits are bounded by its statement limit, a lease, and a completion
-/// that waited for an enqueue into its config past the database's limit failed. The chained claim sets its own,
-/// shorter, for itself (`queue::outcome`).
+/// pile-ups behind migrations), for a store whose statements have a limit (a Worker's: the lease bounds its waits);
+/// a completion that waited for an enqueue into its config past the database's limit failed. The chained claim
+/// sets its own, shorter, for itself (`queue::outcome`).
 const NO_LOCK_TIMEOUT: &str = "lock_timeout = 0";
 
 /// What the server ends on our behalf: a transaction of ours left idle longer than `idle`, and a statement
@@ -100,18 +100,24 @@ impl Limits {
     /// Once per server session (session mode): the isolation of its transactions, and the limits.
     pub(crate) fn for_session(&self) -> String {
         let limits = self.settings().into_iter().map(|(name, ms)| format!("; SET {name} = {ms}"));
-        std::iter::once(format!("SET default_transaction_isolation = '{ISOLATION}'; SET {NO_LOCK_TIMEOUT}"))
-            .chain(limits)
-            .collect()
+        let waits = self.waits().map(|w| format!("; SET {w}")).unwrap_or_default();
+        std::iter::once(format!("SET default_transaction_isolation = '{ISOLATION}'{waits}")).chain(limits).collect()
+    }
+
+    /// [`NO_LOCK_TIMEOUT`], for a store whose statements have a limit of their own (a Worker's, a lease), which
+    /// then bounds every wait; a store without one (the command line's, the page's) keeps the database's
+    /// `lock_timeout`, so that none of its waits is without a bound.
+    fn waits(&self) -> Option<&'static str> {
+        self.statement.map(|_| NO_LOCK_TIMEOUT)
     }
 
     /// What opens a transaction in transaction mode: `BEGIN` at [`ISOLATION`], then the limits and the time zone
     /// diesel-async gives its sessions, for this transaction only, all in one round trip.
     pub(crate) fn begin_transaction(&self) -> String {
-        let mut sql = format!(
-            "BEGIN ISOLATION LEVEL {}; SET LOCAL TimeZone = 'UTC'; SET LOCAL {NO_LOCK_TIMEOUT}",
-            ISOLATION.to_uppercase()
-        );
+        let mut sql = format!("BEGIN ISOLATION LEVEL {}; SET LOCAL TimeZone = 'UTC'", ISOLATION.to_uppercase());
+        if let Some(waits) = self.waits() {
+            sql.push_str(&format!("; SET LOCAL {waits}"));
+        }
         for (name, ms) in self.settings() {
             sql.push_str(&format!("; SET LOCAL {name} = {ms}"));
         }
@@ -215,10 +221,15 @@ mod tests {
              SET LOCAL idle_in_transaction_session_timeout = 15000; SET LOCAL statement_timeout = 30000"
         );
         let no_statement_limit = Limits { idle: Duration::ZERO, statement: None };
+        // Without a statement limit, the database's lock_timeout is kept: no wait goes unbounded.
         assert_eq!(
             no_statement_limit.for_session(),
-            "SET default_transaction_isolation = 'read committed'; SET lock_timeout = 0; \
-             SET idle_in_transaction_session_timeout = 1"
+            "SET default_transaction_isolation = 'read committed'; SET idle_in_transaction_session_timeout = 1"
+        );
+        assert_eq!(
+            no_statement_limit.begin_transaction(),
+            "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL TimeZone = 'UTC'; \
+             SET LOCAL idle_in_transaction_session_timeout = 1"
         );
     }
 }

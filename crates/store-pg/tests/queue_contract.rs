@@ -16,7 +16,7 @@ use almanac_domain::{
         WriteOutcome,
     },
 };
-use almanac_store_pg::{PgStore, claim_with, configs_taken};
+use almanac_store_pg::{PgStore, WorkerConnections, claim_with, configs_taken};
 use almanac_testdb::TestDatabase;
 use diesel::sql_query;
 use diesel::sql_types::Uuid;
@@ -785,9 +785,20 @@ async fn the_queue_keeps_its_rules_on_a_database_that_defaults_to_serializable_a
         ))
         .await
         .unwrap();
-    let store = PgStore::new(db.url(), 4, Duration::from_secs(10)).expect("store");
+    // A Worker's store (its statements limited to a lease, which bounds its waits).
+    let connections = WorkerConnections {
+        shared: 4,
+        reserved: 2,
+        acquire_timeout: Duration::from_secs(10),
+        lease: Duration::from_secs(60),
+    };
+    let store = PgStore::for_worker(db.url(), connections).expect("store");
     let seen = store.settings_in_transaction(&["transaction_isolation", "lock_timeout"]).await.unwrap();
     assert_eq!(seen, ["read committed", "0"]);
+    // The command line's and the page's store (no statement limit) keeps the database's lock timeout.
+    let cli = PgStore::new(db.url(), 2, Duration::from_secs(10)).expect("store");
+    let seen = cli.settings_in_transaction(&["transaction_isolation", "lock_timeout"]).await.unwrap();
+    assert_eq!(seen, ["read committed", "1ms"]);
     let mut plain = raw(&db).await;
     plain.batch_execute("BEGIN").await.unwrap();
     let default: Setting =

@@ -295,6 +295,29 @@ pub fn shown(text: &str) -> String {
     out
 }
 
+/// A value the command line prints inside its own layout (a path, an error, a root): every control character
+/// escaped, line ends and tabs too, so a value cannot start a row or a column of its own.
+pub fn value_shown(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let _ = std::fmt::Write::write_str(&mut Escaping { inner: &mut out, keep_layout: false }, text);
+    out
+}
+
+/// JSON the command line prints: serde_json escapes C0 control characters in strings but leaves DEL and C1 as
+/// they are; here they are written as JSON's own escapes (`\u0085`), so the text stays valid JSON for a script and
+/// drives no terminal. Outside strings, JSON holds no control character but the pretty format's line ends.
+pub fn json_shown(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() && c != '\n' {
+            out.push_str(&format!("\\u{:04x}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// Writes through to the inner writer with every control character (C0, DEL, C1) escaped; with `keep_layout`,
 /// line ends and tabs pass as they are.
 struct Escaping<'a, W> {

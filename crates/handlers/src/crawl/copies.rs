@@ -60,8 +60,13 @@ enum Look {
     Unsure,
 }
 
-/// Looks at `copy` beneath the root, no link followed (blocking).
+/// Looks at `copy` beneath the root, no link followed (blocking). A copy recorded under a folder the walk passes
+/// over (recorded before its name joined the list, as QNAP's `@Recently-Snapshot` did) is no place for an asset:
+/// gone, whatever is there.
 fn look(root: &RootFolder, copy: &KnownFile) -> Look {
+    if copy.facts.file_path.split(|b| *b == b'/').any(super::is_skipped_name) {
+        return Look::Gone;
+    }
     let now = match root.open_file(&copy.facts.file_path) {
         Ok(open) => open.size_and_mtime().ok(),
         Err(OpenError::Io { .. }) => return Look::Unsure,
@@ -138,4 +143,40 @@ pub(super) async fn look_at_held(root: &std::sync::Arc<RootFolder>, unseen: &mut
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use almanac_domain::AssetId;
+
+    use super::*;
+
+    /// A copy still there as recorded is the same; one under a folder the walk passes over is gone, though it is
+    /// there too.
+    #[test]
+    fn a_copy_under_a_folder_the_walk_passes_over_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut copies = Vec::new();
+        for rel in ["2019/a.jpg", "@Recently-Snapshot/GMT+01_2024-01-01/2019/a.jpg"] {
+            let path = dir.path().join(rel);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, b"photo").unwrap();
+            let meta = std::fs::metadata(&path).unwrap();
+            // As the catalogue keeps it: to the microsecond.
+            let mtime = chrono::DateTime::<chrono::Utc>::from(meta.modified().unwrap());
+            let mtime = chrono::DateTime::from_timestamp_micros(mtime.timestamp_micros()).unwrap();
+            let facts =
+                FileFacts { file_path: rel.as_bytes().to_vec(), display_path: rel.into(), size: meta.len(), mtime };
+            copies.push(KnownFile {
+                asset_id: AssetId::new(),
+                facts,
+                extra: true,
+                proxies_complete: true,
+                sidecar: None,
+            });
+        }
+        let root = RootFolder::open(dir.path()).unwrap();
+        assert!(matches!(look(&root, &copies[0]), Look::Same(_)), "the copy in the library is there as recorded");
+        assert!(matches!(look(&root, &copies[1]), Look::Gone));
+    }
 }

@@ -82,10 +82,14 @@ pub(super) async fn check_proxies_in_place<C: CatalogueStore>(
         return Ok(());
     }
     let folder = proxy_root.join(storage.id.to_string());
-    let found = match std::fs::symlink_metadata(&folder) {
-        Ok(meta) if meta.is_dir() => return Ok(()),
-        Ok(_) => "something other than a folder is there".to_owned(),
-        Err(e) => e.to_string(),
+    // On a blocking thread: a proxy volume on a hung NFS server must not hold up the runtime.
+    let looked = folder.clone();
+    let found = tokio::task::spawn_blocking(move || std::fs::symlink_metadata(looked)).await;
+    let found = match found {
+        Ok(Ok(meta)) if meta.is_dir() => return Ok(()),
+        Ok(Ok(_)) => "something other than a folder is there".to_owned(),
+        Ok(Err(e)) => e.to_string(),
+        Err(e) => format!("looking at it ended abnormally: {e}"),
     };
     Err(HandlerError::retryable(format!(
         "the catalogue has proxies of this config under the proxy root (storage.proxy_root), but their folder {} is \

@@ -36,13 +36,16 @@ impl CatalogueStore for PgStore {
 
     #[mutants::skip]
     async fn has_proxy_files(&self, config: StorageConfigId) -> Result<bool, CatalogueError> {
-        // A range of paths on the proxy files' index: `<config id>/` up to `<config id>0`, '0' following '/'.
+        // A range of paths on the proxy files' index: `<config id>/` up to `<config id>0`, '0' following '/'. Only
+        // active assets' count: a soft-deleted one keeps its rows until the purge, and `regenerate` (the way to
+        // have proxies made again) leaves it alone.
         let found: rows::YesRow = self
             .read(async |conn| {
                 sql_query(
-                    "SELECT EXISTS (SELECT 1 FROM proxy_files
-                                     WHERE relative_path IS NOT NULL
-                                       AND relative_path COLLATE \"C\" >= $1 AND relative_path COLLATE \"C\" < $2) AS yes",
+                    "SELECT EXISTS (SELECT 1 FROM proxy_files AS p JOIN media_assets AS a ON a.id = p.asset_id
+                                     WHERE p.relative_path IS NOT NULL AND NOT a.is_soft_deleted
+                                       AND p.relative_path COLLATE \"C\" >= $1
+                                       AND p.relative_path COLLATE \"C\" < $2) AS yes",
                 )
                 .bind::<Text, _>(format!("{config}/"))
                 .bind::<Text, _>(format!("{config}0"))

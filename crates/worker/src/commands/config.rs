@@ -21,7 +21,8 @@ pub async fn on_the_database(command: ConfigCommand, settings: &Settings, store:
         ConfigCommand::List => {
             say!("ID\tACTIVE\tROOT");
             for c in store.list_storage_configs().await? {
-                say!("{}\t{}\t{}", c.id, if c.is_active { "yes" } else { "no" }, c.root_path.display());
+                let root = crate::observe::value_shown(&c.root_path.display().to_string());
+                say!("{}\t{}\t{root}", c.id, if c.is_active { "yes" } else { "no" });
             }
         }
         ConfigCommand::Remove { config, confirm } => return remove(store, proxy_root, &config, confirm).await,

@@ -38,7 +38,7 @@ pub async fn follow(store: &PgStore, id: WorkItemId) -> Result<Exit, Failure> {
         }
         let line = state_line(&item, bar.as_ref());
         match &bar {
-            Some(bar) => bar.set_message(line),
+            Some(bar) => bar.set_message(crate::observe::value_shown(&line)),
             None => lines.print(id, line, item.status),
         }
         tokio::time::sleep(EVERY).await;

@@ -1,5 +1,6 @@
 //! The verbs on work items: `enqueue`, `cancel`, `list`, `show`, `retry`, `regenerate`, `pause` and `resume`.
 
+use crate::observe::value_shown;
 use almanac_domain::WorkItem;
 use almanac_store_pg::PgStore;
 
@@ -50,7 +51,7 @@ pub async fn list(
             i.scope.storage_config().map_or("-".into(), |c| c.to_string()),
             i.requested_at.format("%Y-%m-%d %H:%M:%S"),
             i.attempt,
-            i.last_error.as_deref().map_or("-".into(), |e| e.chars().take(120).collect::<String>())
+            i.last_error.as_deref().map_or("-".into(), |e| value_shown(&e.chars().take(120).collect::<String>()))
         );
     }
     Ok(Exit::Success)
@@ -76,7 +77,7 @@ pub async fn show(store: &PgStore, id: &str) -> Result<Exit, Failure> {
     if i.cancel_requested_at.is_some() {
         say!("cancel asked {}", at(i.cancel_requested_at));
     }
-    say!("last error   {}", i.last_error.as_deref().unwrap_or("-"));
+    say!("last error   {}", i.last_error.as_deref().map_or("-".into(), value_shown));
     say!("payload      {}", i.payload);
     if i.progress.is_some() {
         say!("progress     {}", ops::progress_text(&i));
@@ -100,7 +101,7 @@ fn print_failed_files(item: &WorkItem) {
         if failed.total > failed.listed.len() as u64 { ", the first listed" } else { "" }
     );
     for (path, reason) in &failed.listed {
-        say!("  {path}: {reason}");
+        say!("  {}: {}", value_shown(path), value_shown(reason));
     }
 }
 

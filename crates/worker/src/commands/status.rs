@@ -36,7 +36,7 @@ pub async fn status(store: &PgStore, settings: &Settings, json: bool) -> Result<
     let overview = Overview { summary, running, failed, problems, paused_kinds, paused_configs, watches };
     if json {
         let text = serde_json::to_string_pretty(&as_json(&overview)).map_err(Failure::failed)?;
-        say!("{text}");
+        println!("{}", crate::observe::json_shown(&text));
     } else {
         table(&overview).iter().for_each(|line| say!("{line}"));
     }

@@ -307,8 +307,19 @@ fn every_command_prints_through_say() {
         let text = std::fs::read_to_string(&file).unwrap();
         for (n, line) in text.lines().enumerate() {
             let printing = ["println!(", "print!(", "eprintln!(", "eprint!("].iter().any(|m| line.contains(m));
-            let the_macros = line.contains("crate::observe::shown(");
+            let the_macros = line.contains("crate::observe::shown(") || line.contains("crate::observe::json_shown(");
             assert!(!printing || the_macros, "{}:{}: print with say! or esay!: {line}", file.display(), n + 1);
         }
     }
+}
+
+/// A value inside the command line's layout has its line ends and tabs escaped too; JSON keeps valid escapes for
+/// DEL and C1, which serde_json leaves raw.
+#[test]
+fn values_and_json_are_shown_without_control_characters() {
+    assert_eq!(value_shown("a\tb\nc\u{1b}"), "a\\tb\\nc\\u{1b}");
+    let json = serde_json::to_string_pretty(&serde_json::json!({"error": "x\u{85}\u{7f}\u{1b}y"})).unwrap();
+    let shown = json_shown(&json);
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&shown).unwrap()["error"], "x\u{85}\u{7f}\u{1b}y");
+    assert!(!shown.chars().any(|c| c.is_control() && c != '\n'), "{shown:?}");
 }
