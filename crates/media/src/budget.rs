@@ -89,30 +89,23 @@ fn progressive_jpeg_pixels(content: &[u8]) -> u64 {
     if !content.starts_with(&[0xFF, 0xD8]) {
         return 0;
     }
-    let mut at = 2;
-    loop {
-        let (Some(0xFF), Some(&marker)) = (content.get(at), content.get(at + 1)) else { return 0 };
+    for (marker, segment) in crate::jpeg_scans::markers(content) {
         match marker {
-            // Fill bytes before a marker.
-            0xFF => at += 1,
-            // Markers without a length.
-            0x01 | 0xD0..=0xD8 => at += 2,
             // The scans begin (or the image ends) with no frame header read: not one this reads.
             0xD9 | 0xDA => return 0,
-            // A frame header: progressive (SOF2, 6, 10, 14) or not; height then width after its precision.
+            // A frame header: progressive (SOF2, 6, 10, 14) or not; height then width after its length and
+            // precision.
             0xC0..=0xCF if !matches!(marker, 0xC4 | 0xC8 | 0xCC) => {
                 let progressive = matches!(marker, 0xC2 | 0xC6 | 0xCA | 0xCE);
-                let Some(frame) = content.get(at + 5..at + 9) else { return 0 };
+                let Some(frame) = segment.get(3..7) else { return 0 };
                 let (height, width) =
                     (u16::from_be_bytes([frame[0], frame[1]]), u16::from_be_bytes([frame[2], frame[3]]));
                 return if progressive { u64::from(width) * u64::from(height) } else { 0 };
             }
-            _ => {
-                let Some(len) = content.get(at + 2..at + 4) else { return 0 };
-                at += 2 + usize::from(u16::from_be_bytes([len[0], len[1]]));
-            }
+            _ => {}
         }
     }
+    0
 }
 
 #[cfg(test)]
@@ -184,6 +177,9 @@ mod tests {
         progressive[sof + 1] = 0xC2;
         assert_eq!(full_decode_pixels(&progressive, MediaFormat::Jpeg), 640 * 480);
         assert_eq!(full_decode_pixels(&progressive[..sof + 6], MediaFormat::Jpeg), 0, "a header cut short");
+        // A byte of junk before the frame header, which libjpeg passes over: the header is read all the same.
+        let junk = [&progressive[..sof], &[0x00][..], &progressive[sof..]].concat();
+        assert_eq!(full_decode_pixels(&junk, MediaFormat::Jpeg), 640 * 480, "junk hides no frame header");
         assert_eq!(full_decode_pixels(b"not a jpeg", MediaFormat::Jpeg), 0);
     }
 }

@@ -3,39 +3,42 @@
 //! thousands of scans that each cost the decoder a pass over every block of a large image, minutes of CPU on a
 //! thread nothing can stop (libjpeg-turbo's own guard, `TJFLAG_LIMITSCANS`, stops at 500). Cameras write one scan,
 //! progressive encoders about ten, mozjpeg a few dozen at most, so a JPEG with more than [`MOST_JPEG_SCANS`] is
-//! refused before its decode starts.
+//! refused before its decode starts. Its walk of a JPEG's markers ([`markers`]) is the crate's one.
 
 /// The most scans a JPEG may have to be decoded: libjpeg-turbo's own limit. docs/media.md gives it (checked by a
 /// test).
 pub(crate) const MOST_JPEG_SCANS: usize = 500;
 
 /// The number of scans (start-of-scan markers) of the JPEG `content`, counting up to `most + 1` at most: a linear
-/// pass over its markers and entropy-coded data, which decodes nothing. A marker is looked for as libjpeg looks for
-/// it (`next_marker`): whatever lies between a segment's end and the next 0xFF (bytes of junk, a stuffed zero) is
-/// passed over, as the decoder passes it over with a warning and goes on, so junk cannot hide the scans after it.
-/// A file cut short counts what it holds.
+/// pass over its markers and entropy-coded data ([`markers`]), which decodes nothing. A file cut short counts what
+/// it holds.
 pub(crate) fn scans(content: &[u8], most: usize) -> usize {
-    let mut count = 0;
-    let mut at = 2;
-    while count <= most {
-        let Some(marker_at) = next_marker(content, at) else { return count };
+    markers(content).filter(|(marker, _)| *marker == 0xDA).take(most.saturating_add(1)).count()
+}
+
+/// The markers of the JPEG `content` after its start, in order, each with what follows it (a segment's length and
+/// body), up to its end of image or the content's end: the one walk of a JPEG's markers (the pixel budget reads the
+/// frame header with it too). A marker is looked for as libjpeg looks for it (`next_marker`): whatever lies between
+/// a segment's end and the next 0xFF (bytes of junk, a stuffed zero) is passed over, as the decoder passes it over
+/// with a warning and goes on, so junk cannot hide what follows it. After a start of scan, its entropy-coded data is
+/// passed over.
+pub(crate) fn markers(content: &[u8]) -> impl Iterator<Item = (u8, &[u8])> {
+    let mut at = Some(2);
+    std::iter::from_fn(move || {
+        let marker_at = next_marker(content, at?)?;
         let marker = content[marker_at + 1];
-        at = marker_at + 2;
-        match marker {
+        let after = marker_at + 2;
+        at = match marker {
             // Markers without a length; the end of the image.
-            0x01 | 0xD0..=0xD8 => {}
-            0xD9 => return count,
-            _ => {
-                let Some(len) = content.get(at..at + 2) else { return count };
-                at += usize::from(u16::from_be_bytes([len[0], len[1]]));
-                if marker == 0xDA {
-                    count += 1;
-                    at = after_entropy_coded_data(content, at);
-                }
-            }
-        }
-    }
-    count
+            0x01 | 0xD0..=0xD8 => Some(after),
+            0xD9 => None,
+            _ => content.get(after..after + 2).map(|len| {
+                let end = after + usize::from(u16::from_be_bytes([len[0], len[1]]));
+                if marker == 0xDA { after_entropy_coded_data(content, end) } else { end }
+            }),
+        };
+        Some((marker, &content[after..]))
+    })
 }
 
 /// Where the next marker at or after `at` begins (its 0xFF, the last of any fill bytes), passing over junk and
