@@ -290,16 +290,19 @@ impl Visit for EscapingVisitor<'_> {
 /// with, goes through it (`say!`), so a file name or an error holding a terminal escape sequence (a library's
 /// owner can name files anything) cannot drive the operator's terminal.
 pub fn shown(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let _ = std::fmt::Write::write_str(&mut Escaping { inner: &mut out, keep_layout: true }, text);
-    out
+    escaped(text, true)
 }
 
 /// A value the command line prints inside its own layout (a path, an error, a root): every control character
 /// escaped, line ends and tabs too, so a value cannot start a row or a column of its own.
 pub fn value_shown(text: &str) -> String {
+    escaped(text, false)
+}
+
+/// `text` through [`Escaping`].
+fn escaped(text: &str, keep_layout: bool) -> String {
     let mut out = String::with_capacity(text.len());
-    let _ = std::fmt::Write::write_str(&mut Escaping { inner: &mut out, keep_layout: false }, text);
+    let _ = std::fmt::Write::write_str(&mut Escaping { inner: &mut out, keep_layout }, text);
     out
 }
 

@@ -64,7 +64,7 @@ enum Look {
 /// over (recorded before its name joined the list, as QNAP's `@Recently-Snapshot` did) is no place for an asset:
 /// gone, whatever is there.
 fn look(root: &RootFolder, copy: &KnownFile) -> Look {
-    if copy.facts.file_path.split(|b| *b == b'/').any(super::is_skipped_name) {
+    if super::rules::passes_over(&copy.facts.file_path) {
         return Look::Gone;
     }
     let now = match root.open_file(&copy.facts.file_path) {
@@ -147,8 +147,6 @@ pub(super) async fn look_at_held(root: &std::sync::Arc<RootFolder>, unseen: &mut
 
 #[cfg(test)]
 mod tests {
-    use almanac_domain::AssetId;
-
     use super::*;
 
     /// A copy still there as recorded is the same; one under a folder the walk passes over is gone, though it is

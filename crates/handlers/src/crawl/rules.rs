@@ -24,6 +24,12 @@ pub fn is_skipped_name(name: &[u8]) -> bool {
     name.first() == Some(&b'.') || SYSTEM_FOLDERS.contains(&name)
 }
 
+/// Whether a path beneath the root (its names joined by `/`) has a name the walk skips: it lies where the walk
+/// never goes.
+pub fn passes_over(path: &[u8]) -> bool {
+    path.split(|b| *b == b'/').any(is_skipped_name)
+}
+
 /// The mass-deletion guard: in a library of `min_assets` or more active assets, a crawl refuses to soft-delete
 /// more than `max_percent` of them at once, unless the operator confirmed it. (A smaller library may lose most
 /// of its files; losing all of them is refused by the crawl's empty-walk check.)
@@ -172,6 +178,7 @@ mod tests {
             assert!(is_skipped_name(name.as_bytes()), "{name}");
         }
         assert!(is_skipped_name(b"@Recently-Snapshot"), "QNAP's snapshots");
+        assert!(passes_over(b"2019/@eaDir/a.jpg") && passes_over(b".hidden") && !passes_over(b"2019/a.jpg"));
         for name in ["IMG_0001.JPG", "eaDir", "recycle", "2019", "a.thumbnails"] {
             assert!(!is_skipped_name(name.as_bytes()), "{name}");
         }

@@ -18,7 +18,7 @@ use almanac_domain::{
 use almanac_executor::HandlerError;
 use almanac_media::{OpenError, RootFolder};
 
-use super::rules::is_skipped_name;
+use super::rules::passes_over;
 use super::settle::{Unseen, Weighed};
 use super::walk::{WalkEntry, WalkReport, passed_over_proxy_root};
 
@@ -84,7 +84,7 @@ impl CrawlScope {
         if folder.is_empty() {
             return true;
         }
-        if folder.split(|b| *b == b'/').any(is_skipped_name) {
+        if passes_over(folder) {
             return false;
         }
         match root.open_folder(folder) {
