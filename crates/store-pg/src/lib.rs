@@ -74,7 +74,9 @@ pub struct PgStore {
     pool: ConnPool,
     attempts: Option<ConnPool>,
     /// How a transaction is opened on this store's connections: a plain `BEGIN` (`None`: session mode, the
-    /// limits set once per session), or `BEGIN` with the limits for that transaction only (transaction mode).
+    /// limits and the isolation set once per session), or a `BEGIN` of its own, which then opens every statement's
+    /// transaction, reads and single statements too: with the isolation and the limits for that transaction only
+    /// (transaction mode), or with the isolation only (a pool of the caller's, whose sessions are not ours to set).
     begin: Option<Arc<str>>,
     /// The hand-backs of claims given up on, still running (see [`PgStore::hand_backs_settled`]).
     hand_backs: TaskTracker,
@@ -100,7 +102,7 @@ impl std::fmt::Debug for PgStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PgStore")
             .field("pool", &self.pool.status())
-            .field("transaction_mode", &self.begin.is_some())
+            .field("begin", &self.begin.as_deref().unwrap_or("BEGIN"))
             .finish()
     }
 }
@@ -171,12 +173,16 @@ impl PgStore {
 
     /// A store over a pool of the caller's (the web backend's own diesel-async deadpool): the backend's
     /// connections serve the queue and catalogue statements too. Its connection settings are the caller's (see
-    /// [`PgStore::with_idle_transaction_limit`] for the idle-transaction limit a store of ours sets).
+    /// [`PgStore::with_idle_transaction_limit`] for the idle-transaction limit a store of ours sets), except the
+    /// isolation: the store sets none on the caller's sessions, and runs each of its statements in a transaction
+    /// it begins at READ COMMITTED, which the queue's rules need whatever the database defaults to (see
+    /// `pooler::ISOLATION`). A statement the caller runs in a transaction of its own (`enqueue_in`) runs at the
+    /// caller's isolation.
     pub fn from_pool(pool: Pool<AsyncPgConnection>) -> Self {
         Self {
             pool: ConnPool::Theirs(pool),
             attempts: None,
-            begin: None,
+            begin: Some(pooler::begin_at_isolation().into()),
             hand_backs: TaskTracker::new(),
             heads: Arc::default(),
         }
@@ -259,8 +265,9 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    /// What opens a transaction on it in transaction mode (`None`: a plain `BEGIN`, session mode); shared, so
-    /// each transaction takes it without a copy.
+    /// What opens a transaction on it when the store opens each statement's transaction itself (transaction mode,
+    /// a pool of the caller's; `None`: a plain `BEGIN`, session mode); shared, so each transaction takes it
+    /// without a copy.
     pub(crate) fn begin_sql(&self) -> Option<Arc<str>> {
         self.begin.clone()
     }
@@ -347,10 +354,10 @@ mod tests {
         let url = "postgres://almanac:hunter2-secret@db.example/almanac";
         let session = format!("{:?}", PgStore::new(url, 3, Duration::from_secs(1)).unwrap());
         assert!(session.starts_with("PgStore {"), "{session}");
-        assert!(session.contains("max_size: 3") && session.contains("transaction_mode: false"), "{session}");
+        assert!(session.contains("max_size: 3") && session.contains(r#"begin: "BEGIN""#), "{session}");
         let limits = Duration::from_secs(60);
         let pooled = format!("{:?}", PgStore::in_mode(url, 2, limits, limits, PoolerMode::Transaction).unwrap());
-        assert!(pooled.contains("transaction_mode: true"), "{pooled}");
+        assert!(pooled.contains("begin: \"BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL"), "{pooled}");
         for shown in [&session, &pooled] {
             assert!(!shown.contains("hunter2") && !shown.contains("db.example"), "{shown}");
         }

@@ -75,6 +75,13 @@ impl std::fmt::Display for PoolerMode {
 /// claims beside other Workers failed the same way.
 pub(crate) const ISOLATION: &str = "read committed";
 
+/// `BEGIN` at [`ISOLATION`]: how a transaction of a store over a pool of the caller's opens (the caller's sessions
+/// keep their own defaults, which a store must not change), and the first statement of a transaction in
+/// transaction mode.
+pub(crate) fn begin_at_isolation() -> String {
+    format!("BEGIN ISOLATION LEVEL {}", ISOLATION.to_uppercase())
+}
+
 /// No limit on a wait for a lock, whatever the database or the role sets (`lock_timeout`, a DBA's guard against
 /// pile-ups behind migrations), for a store whose statements have a limit (a Worker's: the lease bounds its waits);
 /// a completion that waited for an enqueue into its config past the database's limit failed. The chained claim
@@ -114,7 +121,7 @@ impl Limits {
     /// What opens a transaction in transaction mode: `BEGIN` at [`ISOLATION`], then the limits and the time zone
     /// diesel-async gives its sessions, for this transaction only, all in one round trip.
     pub(crate) fn begin_transaction(&self) -> String {
-        let mut sql = format!("BEGIN ISOLATION LEVEL {}; SET LOCAL TimeZone = 'UTC'", ISOLATION.to_uppercase());
+        let mut sql = format!("{}; SET LOCAL TimeZone = 'UTC'", begin_at_isolation());
         if let Some(waits) = self.waits() {
             sql.push_str(&format!("; SET LOCAL {waits}"));
         }

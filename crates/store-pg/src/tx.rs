@@ -253,7 +253,8 @@ impl PgStore {
 
     /// Runs `body` on a shared connection outside a transaction (reads, and single statements that are their
     /// own transaction), its error placed. In transaction mode it runs in a transaction: a statement is
-    /// prepared and executed in two round trips, which only a transaction keeps on one server session.
+    /// prepared and executed in two round trips, which only a transaction keeps on one server session. Over a
+    /// pool of the caller's, in a transaction too, at the store's isolation (see `PgStore::from_pool`).
     pub(crate) async fn read<T, F>(&self, body: F) -> Result<T, StoreError>
     where
         T: Send,

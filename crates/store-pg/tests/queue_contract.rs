@@ -807,6 +807,49 @@ async fn the_queue_keeps_its_rules_on_a_database_that_defaults_to_serializable_a
     head_refreshed_under_a_concurrent_enqueue(&db, &store).await;
 }
 
+/// A store over a pool of the caller's (a web backend's), on a database that defaults to SERIALIZABLE: the caller's
+/// sessions keep their default, and the store's own transactions and single statements run at READ COMMITTED. Its
+/// completion that waited for an enqueue's lock on the config's head computes the head from what the enqueue
+/// committed, and its enqueue that waited for a Worker's change of the head goes in. Both failed with a
+/// serialization error when the store left the isolation to the caller's sessions.
+#[tokio::test]
+async fn a_store_over_a_callers_pool_keeps_the_queues_rules_on_a_database_that_defaults_to_serializable() {
+    let db = TestDatabase::create().await;
+    let default = format!("ALTER DATABASE {} SET default_transaction_isolation = 'serializable'", db.name());
+    raw(&db).await.batch_execute(&default).await.unwrap();
+    let manager = diesel_async::pooled_connection::AsyncDieselConnectionManager::<AsyncPgConnection>::new(db.url());
+    let pool = diesel_async::pooled_connection::deadpool::Pool::builder(manager).max_size(3).build().unwrap();
+    let mut theirs = pool.get().await.unwrap();
+    let seen: Setting =
+        sql_query("SELECT current_setting('transaction_isolation') AS value").get_result(&mut theirs).await.unwrap();
+    assert_eq!(seen.value, "serializable", "the caller's own session keeps its default");
+    drop(theirs);
+    let store = PgStore::from_pool(pool);
+    let seen = store.settings_in_transaction(&["transaction_isolation"]).await.unwrap();
+    assert_eq!(seen, ["read committed"]);
+    head_refreshed_under_a_concurrent_enqueue(&db, &store).await;
+
+    // The store's enqueue waits for a change of the head that another session commits meanwhile.
+    let c = config(&store, "bob", "/bob").await;
+    enqueue(&store, WorkKind::Crawl, Scope::Config(c.id)).await;
+    let mut worker = raw(&db).await;
+    worker.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED").await.unwrap();
+    sql_query("UPDATE queue_heads SET earliest_run_after = earliest_run_after WHERE storage_config_id = $1")
+        .bind::<Uuid, _>(c.id.as_uuid())
+        .execute(&mut worker)
+        .await
+        .unwrap();
+    let enqueuer = store.clone();
+    let (config_id, late) = (c.id, NewWorkItem::new(WorkKind::Purge, Scope::Config(c.id)).unwrap());
+    let enqueued = tokio::spawn(async move { enqueuer.enqueue(&late).await });
+    assert_eq!(db.sessions_waiting_on_locks(1).await, 1, "the enqueue never waited for the config's head");
+    worker.batch_execute("COMMIT").await.unwrap();
+    let late = enqueued.await.unwrap().expect("the enqueue went in after the head's change");
+    let claimed = store.claim(&all_kinds("w4")).await.unwrap().expect("bob's crawl");
+    assert_eq!(claimed.item.scope, Scope::Config(config_id));
+    assert_ne!(claimed.item.id, late.item.id, "the crawl came first");
+}
+
 #[derive(diesel::QueryableByName)]
 struct Setting {
     #[diesel(sql_type = diesel::sql_types::Text)]
