@@ -94,8 +94,8 @@ pub(super) async fn check_proxies_in_place<C: CatalogueStore>(
     Err(HandlerError::retryable(format!(
         "the catalogue has proxies of this config under the proxy root (storage.proxy_root), but their folder {} is \
          not there ({found}): the proxy volume is not mounted, or the folder was removed. Nothing was read or \
-         written; the crawl will be retried. Mount the proxy volume; if its proxies are really gone, \
-         `almanac-worker regenerate --config {}` makes them again",
+         written; the crawl is tried again while it has attempts left. Mount the proxy volume; if its proxies are \
+         really gone, `almanac-worker regenerate --config {}` makes them again",
         folder.display(),
         storage.root_path.display()
     )))
@@ -104,7 +104,7 @@ pub(super) async fn check_proxies_in_place<C: CatalogueStore>(
 /// A crawl that cannot write proxies: one retryable error naming `storage.proxy_root` and the cause, then what
 /// became of the crawl (`then`).
 pub(super) fn proxy_root_unwritable(e: almanac_media::MediaError, then: &str) -> HandlerError {
-    HandlerError::retryable(format!("{e}. {then}; the crawl will be retried"))
+    HandlerError::retryable(format!("{e}. {then}; the crawl is tried again while it has attempts left"))
 }
 
 /// Opens the root (reached without any link, a folder, readable) and tells whether it is a mount point now.
@@ -168,7 +168,8 @@ pub(super) fn check_not_emptied(
 /// A root that looks unavailable: retryable, and nothing was soft-deleted.
 fn root_unavailable(root: &Path, what: &str) -> HandlerError {
     HandlerError::retryable(format!(
-        "the storage root {} {what}; is the share mounted? Nothing was soft-deleted; the crawl will be retried",
+        "the storage root {} {what}; is the share mounted? Nothing was soft-deleted; the crawl is tried again while \
+         it has attempts left",
         root.display()
     ))
 }
