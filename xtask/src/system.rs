@@ -6,7 +6,7 @@ use std::process::Command;
 use anyhow::{Result, bail};
 
 /// (what is checked, how, the Debian package that provides it)
-const NEEDS: [(&str, &[&str], &str); 11] = [
+const NEEDS: [(&str, &[&str], &str); 12] = [
     (
         "PostgreSQL server binaries",
         &["sh", "-c", "ls /usr/lib/postgresql/*/bin/initdb || command -v initdb"],
@@ -20,6 +20,16 @@ const NEEDS: [(&str, &[&str], &str); 11] = [
     ("ffmpeg", &["sh", "-c", "command -v ffmpeg && command -v ffprobe"], "ffmpeg"),
     ("heif-convert and heif-enc", &["sh", "-c", "command -v heif-convert && command -v heif-enc"], "libheif-examples"),
     ("pgrep and kill", &["sh", "-c", "command -v pgrep && command -v kill"], "procps"),
+    // The tests of a disk with a damaged inode make an ext4 image and damage it (Debian puts both in /usr/sbin).
+    (
+        "mkfs.ext4 and debugfs (a disk with a damaged inode)",
+        &[
+            "sh",
+            "-c",
+            "test -x /usr/sbin/mkfs.ext4 -a -x /usr/sbin/debugfs || (command -v mkfs.ext4 && command -v debugfs)",
+        ],
+        "e2fsprogs",
+    ),
     ("promtool (checks /metrics)", &["sh", "-c", "command -v promtool"], "prometheus"),
     ("chromium (the operator's page test)", &["sh", "-c", "command -v chromium"], "chromium"),
     // The package brings the definitions; the locale itself is made by `make_locales` (Debian makes none).

@@ -119,6 +119,26 @@ pub enum OpenError {
     },
 }
 
+/// A folder's entries as [`RootFolder::list_each`] found them.
+#[derive(Debug, Default)]
+pub struct Listing {
+    /// Each entry looked up (`lstat`), in the folder's own order.
+    pub entries: Vec<Entry>,
+    /// The entries the folder lists whose own `lstat` failed.
+    pub unexamined: Vec<Unexamined>,
+}
+
+/// An entry a folder lists whose own `lstat` failed.
+#[derive(Debug)]
+pub struct Unexamined {
+    /// Its name in the folder.
+    pub name: OsString,
+    /// What the folder's listing says it is, when the file system says (`d_type`): not looked up, so a hint only.
+    pub listed_as: Option<EntryKind>,
+    /// Why it could not be looked up.
+    pub error: std::io::Error,
+}
+
 impl RootFolder {
     /// Opens a root folder by its absolute path, no link followed at any component: a root registered
     /// canonical has none, and one swapped for a link since (by a user who can write to the folder above it)
@@ -176,10 +196,24 @@ impl RootFolder {
     }
 
     /// Lists a folder opened with [`Self::open_folder`]: every entry but `.` and `..`, each with its `lstat`.
-    /// An entry that vanished between listing and looking is left out.
+    /// An entry that vanished between listing and looking is left out; one that cannot be looked up fails the
+    /// listing (for callers that must know the whole folder or nothing of it: the proxy sweep deletes by it).
     pub fn list(&self, folder: &OwnedFd, rel: &[u8]) -> Result<Vec<Entry>, OpenError> {
+        let listing = self.list_each(folder, rel)?;
+        match listing.unexamined.into_iter().next() {
+            Some(bad) => Err(OpenError::Io { path: self.display(&join(rel, bad.name.as_bytes())), source: bad.error }),
+            None => Ok(listing.entries),
+        }
+    }
+
+    /// [`RootFolder::list`], going on past an entry whose own `lstat` fails (a damaged inode: "Structure needs
+    /// cleaning", an I/O error of the disk under it, a name a network share lists but cannot look up): such an
+    /// entry is neither a file nor a folder the caller can tell, and is handed back with why, beside the others.
+    /// A folder that cannot be read, or whose entries cannot be looked up at all (it may be listed but not
+    /// searched: `EACCES`), is an error as for `list`.
+    pub fn list_each(&self, folder: &OwnedFd, rel: &[u8]) -> Result<Listing, OpenError> {
         let dir = rustix::fs::Dir::read_from(folder).map_err(|e| self.open_error(rel, e))?;
-        let mut out = Vec::new();
+        let mut out = Listing::default();
         for entry in dir {
             let entry = entry.map_err(|e| self.open_error(rel, e))?;
             let name = entry.file_name();
@@ -188,9 +222,14 @@ impl RootFolder {
             }
             // The listed name as it came, already NUL-terminated: no copy made for the call.
             match rustix::fs::statat(folder, name, AtFlags::SYMLINK_NOFOLLOW) {
-                Ok(stat) => out.push(entry_of(OsStr::from_bytes(name.to_bytes()).to_owned(), &stat)),
+                Ok(stat) => out.entries.push(entry_of(OsStr::from_bytes(name.to_bytes()).to_owned(), &stat)),
                 Err(Errno::NOENT) => continue,
-                Err(e) => return Err(self.open_error(&join(rel, name.to_bytes()), e)),
+                Err(e @ (Errno::ACCESS | Errno::PERM)) => return Err(self.open_error(rel, e)),
+                Err(e) => out.unexamined.push(Unexamined {
+                    name: OsStr::from_bytes(name.to_bytes()).to_owned(),
+                    listed_as: kind_of(entry.file_type()),
+                    error: e.into(),
+                }),
             }
         }
         Ok(out)
@@ -363,15 +402,21 @@ pub(crate) fn open_component_by_component(root: &OwnedFd, rel: &[u8], flags: OFl
 // `st_mtime` is 32-bit on some 32-bit targets (older ARM NAS boxes), so the conversion is not useless there.
 #[allow(clippy::useless_conversion)]
 fn entry_of(name: OsString, stat: &rustix::fs::Stat) -> Entry {
-    let kind = match FileType::from_raw_mode(stat.st_mode) {
-        FileType::RegularFile => EntryKind::File,
-        FileType::Directory => EntryKind::Folder,
-        FileType::Symlink => EntryKind::Link,
-        _ => EntryKind::Other,
-    };
+    let kind = kind_of(FileType::from_raw_mode(stat.st_mode)).unwrap_or(EntryKind::Other);
     let mtime = mtime_of(i64::from(stat.st_mtime), stat.st_mtime_nsec as u32);
     let identity = (u64::from(stat.st_dev), u64::from(stat.st_ino));
     Entry { name, kind, size: u64::try_from(stat.st_size).unwrap_or(0), mtime, identity }
+}
+
+/// What a file type is to the walk; `None` for a type the file system did not give (`d_type` unknown).
+fn kind_of(file_type: FileType) -> Option<EntryKind> {
+    match file_type {
+        FileType::RegularFile => Some(EntryKind::File),
+        FileType::Directory => Some(EntryKind::Folder),
+        FileType::Symlink => Some(EntryKind::Link),
+        FileType::Unknown => None,
+        _ => Some(EntryKind::Other),
+    }
 }
 
 /// A file's mtime from its seconds and nanoseconds, to the microsecond. One the catalogue cannot hold (before

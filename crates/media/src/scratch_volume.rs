@@ -1,6 +1,8 @@
 //! Small volumes for tests of a proxy root that is full or cannot be written: a tmpfs of a few KiB mounted on a
 //! folder (root only: tests skip, saying so, where mounting is not permitted), or a folder whose mode refuses
-//! writes (enough for a user other than root). Unmounted, or given its mode back, when dropped.
+//! writes (enough for a user other than root). Unmounted, or given its mode back, when dropped. And a disk whose
+//! inode table took a bad write: an ext4 file system in an image file, one of whose entries the kernel then refuses
+//! to look up.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -11,6 +13,8 @@ use std::process::Command;
 pub struct ScratchVolume {
     path: PathBuf,
     mounted: bool,
+    /// The image file of an ext4 volume (removed when dropped).
+    image: Option<PathBuf>,
 }
 
 impl ScratchVolume {
@@ -43,7 +47,56 @@ impl ScratchVolume {
             return Self::mount(path, "ro,size=64k");
         }
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o555)).expect("set the folder's mode");
-        Some(Self { path: path.to_owned(), mounted: false })
+        Some(Self { path: path.to_owned(), mounted: false, image: None })
+    }
+
+    /// An ext4 file system of 8 MiB in an image file beside `path` (`<path>.img`), mounted on `path` (created).
+    /// `None`, after printing why, where it cannot be made or mounted (not root, no loop devices, no e2fsprogs): the
+    /// caller skips its test.
+    pub fn ext4(path: &Path) -> Option<Self> {
+        std::fs::create_dir_all(path).expect("create the mount point");
+        let image = path.with_extension("img");
+        std::fs::File::create(&image).and_then(|f| f.set_len(8 << 20)).expect("make the image file");
+        let made = Command::new(sbin("mkfs.ext4")).args(["-q", "-F"]).arg(&image).output();
+        let mut volume = Self { path: path.to_owned(), mounted: false, image: Some(image) };
+        match made {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => return skipped("cannot make an ext4 file system", &o.stderr),
+            Err(e) => return skipped("cannot run mkfs.ext4", e.to_string().as_bytes()),
+        }
+        if volume.mount_image() { Some(volume) } else { None }
+    }
+
+    /// Gives the entry at `rel` beneath the mount point an inode of no type the kernel knows, as a bad write to
+    /// the inode table leaves one: its folder still lists its name, and looking it up fails with "Structure needs
+    /// cleaning". The volume is unmounted for it (`debugfs`) and mounted again.
+    pub fn damage_inode(&mut self, rel: &str) {
+        let image = self.image.clone().expect("an ext4 volume");
+        let unmounted = Command::new("umount").arg(&self.path).status().expect("run umount");
+        assert!(unmounted.success(), "unmount the volume to damage it");
+        self.mounted = false;
+        let request = format!("set_inode_field /{rel} mode 0170644");
+        let out = Command::new(sbin("debugfs")).args(["-w", "-R", &request]).arg(&image).output().expect("run debugfs");
+        assert!(out.status.success(), "debugfs: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(self.mount_image(), "mount the volume again");
+    }
+
+    fn mount_image(&mut self) -> bool {
+        let image = self.image.as_ref().expect("an ext4 volume");
+        match Command::new("mount").args(["-t", "ext4", "-o", "loop"]).arg(image).arg(&self.path).output() {
+            Ok(o) if o.status.success() => {
+                self.mounted = true;
+                true
+            }
+            Ok(o) => {
+                skipped::<()>("cannot mount an ext4 image here", &o.stderr);
+                false
+            }
+            Err(e) => {
+                skipped::<()>("cannot run mount", e.to_string().as_bytes());
+                false
+            }
+        }
     }
 
     /// The folder.
@@ -55,15 +108,9 @@ impl ScratchVolume {
         std::fs::create_dir_all(path).expect("create the mount point");
         let out = Command::new("mount").args(["-t", "tmpfs", "-o", options, "tmpfs"]).arg(path).output();
         match out {
-            Ok(o) if o.status.success() => Some(Self { path: path.to_owned(), mounted: true }),
-            Ok(o) => {
-                eprintln!("SKIPPED: cannot mount a tmpfs here: {}", String::from_utf8_lossy(&o.stderr).trim());
-                None
-            }
-            Err(e) => {
-                eprintln!("SKIPPED: cannot run mount: {e}");
-                None
-            }
+            Ok(o) if o.status.success() => Some(Self { path: path.to_owned(), mounted: true, image: None }),
+            Ok(o) => skipped("cannot mount a tmpfs here", &o.stderr),
+            Err(e) => skipped("cannot run mount", e.to_string().as_bytes()),
         }
     }
 }
@@ -77,10 +124,26 @@ impl Drop for ScratchVolume {
             if unmounted.is_ok_and(|s| s.success()) {
                 let _ = std::fs::remove_dir(&self.path);
             }
-        } else {
+        } else if self.image.is_none() {
             let _ = std::fs::set_permissions(&self.path, std::fs::Permissions::from_mode(0o755));
         }
+        if let Some(image) = &self.image {
+            // A lazy unmount detaches the loop device once the volume is unused; the file's space goes with it.
+            let _ = std::fs::remove_file(image);
+        }
     }
+}
+
+/// Says why a test is skipped; `None`.
+fn skipped<T>(what: &str, said: &[u8]) -> Option<T> {
+    eprintln!("SKIPPED: {what}: {}", String::from_utf8_lossy(said).trim());
+    None
+}
+
+/// A tool of e2fsprogs, in /usr/sbin (Debian's place, outside a plain user's `PATH`) or else on the `PATH`.
+fn sbin(tool: &str) -> PathBuf {
+    let placed = Path::new("/usr/sbin").join(tool);
+    if placed.exists() { placed } else { PathBuf::from(tool) }
 }
 
 /// Whether this process runs as root: a file it makes belongs to uid 0.

@@ -172,7 +172,7 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         };
         let (walk, leftover) = self.walk_and_process(&run, &scope, &ctx.progress).await?;
         if scope.is_whole_root() {
-            root::check_not_emptied(&storage, &args, leftover.active, run.counters.listed())?;
+            root::check_not_emptied(&storage, &args, leftover.active, run.counters.listed(), &walk.unreadable)?;
         }
         report_progress(&ctx.progress, &run.counts());
 

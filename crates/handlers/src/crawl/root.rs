@@ -9,6 +9,7 @@ use almanac_executor::HandlerError;
 use almanac_media::RootFolder;
 
 use super::catalogue_error;
+use super::walk::FolderNotWalked;
 
 /// Refuses a root that overlaps the proxy root or another config's root (an older catalogue may hold such
 /// roots; new ones are refused when registered): the sweep could delete originals, the crawl could ingest
@@ -145,18 +146,30 @@ pub(super) fn open_root(storage: &StorageConfig, args: &CrawlArgs) -> Result<(Ro
 /// Refuses a root in which the walk found no media while the catalogue has `active` assets for it, unless
 /// `args.allow_mass_deletion` confirms the library really is empty. Decided on what the walk found, not on
 /// raw entries: a mount point left with `.DS_Store`, `@eaDir` or `lost+found` holds no media.
+/// When the walk could not read some folders (`not_walked`), the refusal names the first: what the catalogue has
+/// under them is kept whatever is confirmed, so they, not an unmounted share, may be why nothing was found.
 pub(super) fn check_not_emptied(
     storage: &StorageConfig,
     args: &CrawlArgs,
     active: usize,
     media_found: u64,
+    not_walked: &[FolderNotWalked],
 ) -> Result<(), HandlerError> {
     if active > 0 && media_found == 0 && !args.allow_mass_deletion {
+        let unread = match not_walked {
+            [] => String::new(),
+            [first, ..] => format!(
+                " ({} of its folders or entries could not be read, e.g. {}: {}; what the catalogue has there is kept)",
+                not_walked.len(),
+                first.path,
+                first.reason
+            ),
+        };
         return Err(root_unavailable(
             &storage.root_path,
             &format!(
-                "holds no photos or videos while the catalogue has {active} active assets for it. If the library \
-                 really is empty now, confirm with: almanac-worker enqueue crawl --config {} --payload \
+                "holds no photos or videos while the catalogue has {active} active assets for it{unread}. If the \
+                 library really is empty now, confirm with: almanac-worker enqueue crawl --config {} --payload \
                  '{{\"allow_mass_deletion\": true}}'",
                 storage.id
             ),

@@ -6,7 +6,9 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 
 use almanac_domain::ports::{KnownFile, Sidecar};
-use almanac_media::{Entry, EntryKind, OpenError, RootFolder, is_media_name, is_sidecar_name, sidecar_names};
+use almanac_media::{
+    Entry, EntryKind, OpenError, RootFolder, Unexamined, is_media_name, is_sidecar_name, sidecar_names,
+};
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
@@ -166,13 +168,14 @@ fn walk_below(
             } else {
                 root.open_folder(&rel_dir).and_then(|folder| {
                     let own = identity.or_else(|| almanac_media::folder_identity(&folder));
-                    root.list(&folder, &rel_dir).map(|entries| Some((entries, own)))
+                    root.list_each(&folder, &rel_dir).map(|listing| Some((listing, own)))
                 })
             };
             match listed {
                 Ok(None) => {}
-                Ok(Some((entries, own))) => {
-                    stack.push((sort_folder(root, &rel_dir, entries, avoid, report).into_iter(), own));
+                Ok(Some((listing, own))) => {
+                    not_examined(root, &rel_dir, listing.unexamined, report);
+                    stack.push((sort_folder(root, &rel_dir, listing.entries, avoid, report).into_iter(), own));
                 }
                 // Gone since its parent was listed: deleted, or renamed to a name the walk has passed (its files are
                 // somewhere this walk will not look). Either way the walk is not complete there: nothing under it is
@@ -198,6 +201,28 @@ fn walk_below(
                 }
             }
         }
+    }
+}
+
+/// Records each entry of the folder at `rel_dir` that could not be looked up as a path the walk did not walk: it may
+/// be a photo or a whole folder of them, so what the catalogue has there is kept as it is, and the rest of the
+/// folder is walked (before, one damaged entry left every new photo beside it out, at every crawl).
+/// An entry the listing says is a file of no kind the crawl takes (a `.txt`, a sidecar: a sidecar's photo is read
+/// without it) is left out as it would be if it could be looked up.
+fn not_examined(root: &RootFolder, rel_dir: &[u8], entries: Vec<Unexamined>, report: &mut WalkReport) {
+    for entry in entries {
+        let name = entry.name.as_bytes();
+        let ignored = entry.listed_as == Some(EntryKind::File) && !is_media_name(OsStr::from_bytes(name));
+        if is_skipped_name(name) || ignored {
+            continue;
+        }
+        let mut rel = rel_dir.to_vec();
+        if !rel.is_empty() {
+            rel.push(b'/');
+        }
+        rel.extend_from_slice(name);
+        let why = format!("it could not be looked at ({}); what the catalogue has there is kept", entry.error);
+        report.unreadable_folder(root, &rel, why);
     }
 }
 
