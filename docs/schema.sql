@@ -685,6 +685,7 @@ CREATE TABLE public.media_assets (
     sidecar_path bytea,
     sidecar_size bigint,
     sidecar_modified_at public.almanac_time,
+    date_outdated boolean DEFAULT false NOT NULL,
     CONSTRAINT ck_media_assets_capture_day CHECK (((capture_day >= 1) AND (capture_day <= 31))),
     CONSTRAINT ck_media_assets_capture_month CHECK (((capture_month >= 1) AND (capture_month <= 12))),
     CONSTRAINT ck_media_assets_captured_at_source CHECK ((captured_at_source = ANY (ARRAY['exif_original'::text, 'exif_digitized'::text, 'xmp_embedded'::text, 'xmp_sidecar'::text, 'container'::text, 'file_name'::text, 'exif_modified'::text, 'file_mtime'::text]))),
@@ -799,6 +800,13 @@ COMMENT ON COLUMN public.media_assets.proxies_missing IS 'Some proxies were dele
 --
 
 COMMENT ON COLUMN public.media_assets.sidecar_path IS 'The XMP sidecar (relative to the root, exact bytes) present when the capture time was last read; with its size and mtime, a crawl sees a sidecar that appeared, changed or vanished and reads the date again. NULL when there was none.';
+
+
+--
+-- Name: COLUMN media_assets.date_outdated; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.media_assets.date_outdated IS 'The capture date was read with a rule since corrected: the next crawl that lists the file reads its date again (and clears this). Migration 000038.';
 
 
 --

@@ -86,6 +86,9 @@ pub struct KnownFile {
     /// next crawl makes them again; the proxy sweep asks for one when it finds a proxy file gone or of another
     /// size).
     pub proxies_complete: bool,
+    /// Whether the asset's capture date was read with the rules as they are (always true for an extra path): false
+    /// when a rule it was read with has since been corrected, so that the next crawl reads the date again.
+    pub date_current: bool,
 }
 
 /// An asset of the config with a given content hash.

@@ -129,6 +129,13 @@ async fn a_mixed_library_gets_the_right_day_for_every_file() {
     fixtures::video_in(&lib.root.join("video/VID_20130406_101112.3gp"), 0.6, 64, 48, None);
     fixtures::video_in(&lib.root.join("video/00001.MTS"), 0.6, 64, 48, None);
     fixtures::video_in(&lib.root.join("video/MVI_20130407.mpg"), 0.6, 64, 48, None);
+    // iPhone videos: the local time with its offset (no colon) beside the UTC instant, on either side of midnight.
+    let iphone = |name: &str, local: &str, utc: &str| {
+        let path = lib.root.join("video").join(name);
+        fixtures::quicktime_video(&path, utc, &[("com.apple.quicktime.creationdate", local)]);
+    };
+    iphone("IMG_0001.MOV", "2024-01-01T00:05:00+0100", "2023-12-31T23:05:00Z");
+    iphone("IMG_0002.MOV", "2023-12-24T20:15:00-0500", "2023-12-25T01:15:00Z");
     // Hostile and damaged files.
     lib.write("bad/bomb.png", &fixtures::png_claiming(60_000, 60_000));
     lib.write("bad/bomb.jpg", &fixtures::jpeg_claiming(60_000, 60_000));
@@ -184,6 +191,8 @@ async fn a_mixed_library_gets_the_right_day_for_every_file() {
     expect("video/VID_20130405_101112.avi", "file_name", "04-05");
     expect("video/VID_20130406_101112.3gp", "file_name", "04-06");
     expect("video/MVI_20130407.mpg", "file_name", "04-07");
+    expect("video/IMG_0001.MOV", "container", "01-01");
+    expect("video/IMG_0002.MOV", "container", "12-24");
     let mts = find(&rows, "video/00001.MTS");
     assert_eq!((mts.source.as_str(), mts.media_type.as_str()), ("file_mtime", "video"));
 
@@ -214,7 +223,7 @@ async fn a_mixed_library_gets_the_right_day_for_every_file() {
     }
     assert!(reason("scans.jpg").contains("more than 500 scans"), "{}", reason("scans.jpg"));
     assert_eq!(result["failed"], 9, "{result}");
-    assert_eq!(rows.len(), 25, "{rows:#?}");
+    assert_eq!(rows.len(), 27, "{rows:#?}");
 }
 
 #[tokio::test]
@@ -324,4 +333,47 @@ async fn stills_that_fill_the_pixel_budget_are_all_crawled() {
     assert_eq!(estimate.percent, Some(100.0));
     let reason = result["failures"][0]["reason"].as_str().unwrap();
     assert!(reason.contains("1001x1000") && reason.contains("max_image_megapixels"), "{reason}");
+}
+
+const DATES_READ_AGAIN_UP: &str = include_str!("../../../migrations/2026-12-06-000038_dates_read_again/up.sql");
+const DATES_READ_AGAIN_DOWN: &str = include_str!("../../../migrations/2026-12-06-000038_dates_read_again/down.sql");
+
+/// iPhone videos catalogued before migration 000038 were put on the day of their UTC `creation_time`. The
+/// migration asks for their dates again (and those of every other video dated by its container without an offset),
+/// and the next crawl reads them: the day is set right, and nothing else is made again. A still and a video whose
+/// offset was known are not read again.
+#[tokio::test]
+async fn videos_dated_before_the_offsets_were_read_get_their_day_at_the_next_crawl() {
+    let lib = library().await;
+    let video = lib.root.join("IMG_0001.MOV");
+    fixtures::quicktime_video(
+        &video,
+        "2023-12-31T23:05:00Z",
+        &[("com.apple.quicktime.creationdate", "2024-01-01T00:05:00+0100")],
+    );
+    lib.write("photo.jpg", &fixtures::jpeg(64, 48, 1, false, &FixtureExif::camera("2019:07:04 18:30:05", "+02:00")));
+    lib.crawl().await;
+    let mut conn = lib.conn().await;
+    diesel_async::SimpleAsyncConnection::batch_execute(&mut conn, DATES_READ_AGAIN_DOWN).await.unwrap();
+    // As the crawl before the fix dated the video: its UTC creation time, no offset, the UTC day.
+    sql_query(
+        "UPDATE media_assets SET captured_at = '2023-12-31T23:05:00Z', captured_offset_minutes = NULL,
+                capture_month = 12, capture_day = 31
+          WHERE display_path = 'IMG_0001.MOV'",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    diesel_async::SimpleAsyncConnection::batch_execute(&mut conn, DATES_READ_AGAIN_UP).await.unwrap();
+    let outdated = lib.count("SELECT count(*) AS n FROM media_assets WHERE date_outdated").await;
+    assert_eq!(outdated, 1, "the video dated by its container without an offset, not the photo");
+
+    let result = lib.crawl().await;
+    let rows = lib.dated().await;
+    assert_eq!(find(&rows, "IMG_0001.MOV").day, "01-01", "{result}");
+    assert_eq!(find(&rows, "photo.jpg").day, "07-04");
+    assert_eq!(result["redated"], 1, "{result}");
+    assert_eq!(lib.count("SELECT count(*) AS n FROM media_assets WHERE date_outdated").await, 0);
+    let again = lib.crawl().await;
+    assert_eq!(again["redated"].as_u64().unwrap_or(0), 0, "read once: {again}");
 }

@@ -291,6 +291,21 @@ pub fn video_in(path: &Path, seconds: f32, width: u32, height: u32, creation_tim
     assert!(status.success(), "ffmpeg could not make {}", path.display());
 }
 
+/// A QuickTime video (`.mov`) with the metadata `tags` as the QuickTime keys an iPhone writes them
+/// (`com.apple.quicktime.creationdate`), beside `creation_time`.
+pub fn quicktime_video(path: &Path, creation_time: &str, tags: &[(&str, &str)]) {
+    let mut command = Command::new("ffmpeg");
+    command
+        .args(["-nostdin", "-y", "-v", "error", "-f", "lavfi", "-i", "testsrc=duration=0.5:size=64x48:rate=25"])
+        .args(["-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p", "-movflags", "use_metadata_tags"])
+        .args(["-metadata", &format!("creation_time={creation_time}")]);
+    for (key, value) in tags {
+        command.args(["-metadata", &format!("{key}={value}")]);
+    }
+    let status = command.arg(path).status().expect("run ffmpeg");
+    assert!(status.success(), "ffmpeg could not make {}", path.display());
+}
+
 /// Whether ffmpeg is installed (video fixtures and video proxies need it).
 pub fn have_ffmpeg() -> bool {
     Command::new("ffmpeg").arg("-version").output().is_ok_and(|o| o.status.success())

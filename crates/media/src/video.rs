@@ -83,13 +83,11 @@ pub async fn probe_video(
         .find_map(|d| d.get("rotation").and_then(serde_json::Value::as_i64))
         .or_else(|| tag("rotate").and_then(|r| r.parse().ok()))
         .unwrap_or(0);
+    // An iPhone writes its local time with the offset, which holds the day the video was taken: `+0100`, with no
+    // colon, which RFC 3339 (and chrono's parser of it) refuses, so it is read as EXIF dates are.
     let created = tag("com.apple.quicktime.creationdate")
-        .and_then(|t| DateTime::parse_from_rfc3339(&t).ok())
-        .map(|t| CaptureTime {
-            at: t.with_timezone(&Utc),
-            offset_minutes: Some(t.offset().local_minus_utc() / 60),
-            source: CaptureSource::Container,
-        })
+        .and_then(|t| crate::dates::parse_date_text(&t))
+        .map(|stamp| stamp.capture(CaptureSource::Container))
         .or_else(|| {
             tag("creation_time").and_then(|t| DateTime::parse_from_rfc3339(&t).ok()).map(|t| CaptureTime {
                 at: t.with_timezone(&Utc),

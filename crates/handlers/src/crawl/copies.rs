@@ -170,6 +170,7 @@ mod tests {
                 facts,
                 extra: true,
                 proxies_complete: true,
+                date_current: true,
                 sidecar: None,
             });
         }

@@ -204,7 +204,7 @@ impl<C: CatalogueStore> Run<'_, C> {
     }
 
     /// The same content at the same path with another size or time: its missing proxies made again, its date
-    /// read again when its sidecar changed, its facts recorded.
+    /// read again when its sidecar changed or its date was read with a rule since corrected, its facts recorded.
     async fn touched(
         &self,
         entry: &WalkEntry,
@@ -216,16 +216,16 @@ impl<C: CatalogueStore> Run<'_, C> {
         // An asset found at a path the crawl did not know it at when it started got there during this crawl:
         // an earlier try of this very file relocated it, and the try's answer (or its redate) was lost with its
         // connection. Its date is read again, as that try would have.
-        let sidecar_changed = known.is_none_or(|k| k.sidecar != entry.sidecar);
+        let date_to_read = known.is_none_or(|k| k.sidecar != entry.sidecar || !k.date_current);
         if known.is_some_and(|k| !k.proxies_complete) {
             let made = self.make(entry, read).await?;
             self.still_wanted()?;
             self.catalogue.put_proxies(self.fence, id, &made.proxies).await?;
-            if sidecar_changed {
+            if date_to_read {
                 self.catalogue.redate(self.fence, id, &made.capture, entry.sidecar.as_ref()).await?;
             }
             bump(&self.counters.regenerated);
-        } else if sidecar_changed {
+        } else if date_to_read {
             let capture = self.capture_again(entry, read).await?;
             self.still_wanted()?;
             self.catalogue.redate(self.fence, id, &capture, entry.sidecar.as_ref()).await?;

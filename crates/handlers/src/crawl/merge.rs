@@ -171,13 +171,14 @@ impl<P: FnMut() -> Result<Vec<KnownFile>, CatalogueError>> Merge<P> {
 }
 
 /// Unchanged means the same size and mtime at the same path, the same sidecar (an asset's date is read again
-/// when its sidecar appears, changes or vanishes), and no proxy missing (an asset whose proxies were deleted is
-/// read again and its proxies made again).
+/// when its sidecar appears, changes or vanishes), a date read with the rules as they are (one read with a rule
+/// since corrected is read again), and no proxy missing (an asset whose proxies were deleted is read again and its
+/// proxies made again).
 fn unchanged(k: &KnownFile, entry: &WalkEntry) -> bool {
     k.facts.size == entry.size
         && k.facts.mtime == entry.mtime
         && k.proxies_complete
-        && (k.extra || k.sidecar == entry.sidecar)
+        && (k.extra || (k.sidecar == entry.sidecar && k.date_current))
 }
 
 #[cfg(test)]
@@ -199,6 +200,7 @@ mod tests {
             extra,
             sidecar: None,
             proxies_complete: true,
+            date_current: true,
         }
     }
 
@@ -220,12 +222,15 @@ mod tests {
     fn each_listed_file_meets_what_the_catalogue_knew_at_its_path_across_pages() {
         let mut broken = known("c.jpg", false);
         broken.proxies_complete = false;
+        let mut outdated = known("d.jpg", false);
+        outdated.date_current = false;
         let catalogue = vec![
             known("a.jpg", false),
             known("a/b.jpg", true),
             known("a/gone.jpg", false),
             known("b.jpg", false),
             broken,
+            outdated,
             known("copy/x.jpg", true),
             known("z.jpg", false),
         ];
@@ -237,11 +242,13 @@ mod tests {
             let Matched::Changed(Some(k)) = merge.file(&entry("b.jpg", 11)).unwrap() else { panic!("b changed") };
             assert_eq!(k.facts.file_path, b"b.jpg");
             assert!(matches!(merge.file(&entry("c.jpg", 10)).unwrap(), Matched::Changed(Some(_))), "proxies missing");
+            assert!(matches!(merge.file(&entry("d.jpg", 10)).unwrap(), Matched::Changed(Some(_))), "date outdated");
             assert_eq!(merge.file(&entry("copy/x.jpg", 10)).unwrap(), Matched::Unchanged);
             let left = merge.finish().unwrap();
-            assert_eq!(paths(&left.not_unchanged), ["a/gone.jpg", "b.jpg", "c.jpg", "z.jpg"], "page of {page}");
+            let not_unchanged = ["a/gone.jpg", "b.jpg", "c.jpg", "d.jpg", "z.jpg"];
+            assert_eq!(paths(&left.not_unchanged), not_unchanged, "page of {page}");
             assert_eq!(paths(&left.unchanged_extras), ["a/b.jpg", "copy/x.jpg"]);
-            assert_eq!(left.active, 5, "own paths only");
+            assert_eq!(left.active, 6, "own paths only");
         }
     }
 

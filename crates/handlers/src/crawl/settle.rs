@@ -176,7 +176,7 @@ mod tests {
             size: 3,
             mtime: chrono::DateTime::UNIX_EPOCH,
         };
-        KnownFile { asset_id: asset, facts, extra, proxies_complete: true, sidecar: None }
+        KnownFile { asset_id: asset, facts, extra, proxies_complete: true, date_current: true, sidecar: None }
     }
 
     #[test]

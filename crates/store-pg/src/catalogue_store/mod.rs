@@ -103,14 +103,14 @@ impl CatalogueStore for PgStore {
         };
         let statement = format!(
             "(SELECT a.id AS asset_id, a.file_path, a.size_bytes, a.file_modified_at,
-                    false AS extra, NOT a.proxies_missing AS proxies_complete,
+                    false AS extra, NOT a.proxies_missing AS proxies_complete, NOT a.date_outdated AS date_current,
                     a.sidecar_path, a.sidecar_size, a.sidecar_modified_at
                FROM media_assets a
               WHERE a.storage_config_id = $1 AND NOT a.is_soft_deleted AND a.file_path > $2 {own_below}
               ORDER BY a.file_path
               LIMIT $4)
              UNION ALL
-             (SELECT e.asset_id, e.file_path, e.size_bytes, e.file_modified_at, true, true,
+             (SELECT e.asset_id, e.file_path, e.size_bytes, e.file_modified_at, true, true, true,
                      NULL, NULL, NULL
                 FROM asset_extra_paths e JOIN media_assets a ON a.id = e.asset_id
                WHERE e.storage_config_id = $1 AND NOT a.is_soft_deleted
@@ -149,7 +149,7 @@ impl CatalogueStore for PgStore {
                 .read(async |conn| {
                     sql_query(
                         "SELECT e.asset_id, e.file_path, e.size_bytes, e.file_modified_at,
-                                true AS extra, true AS proxies_complete,
+                                true AS extra, true AS proxies_complete, true AS date_current,
                                 NULL AS sidecar_path, NULL AS sidecar_size, NULL AS sidecar_modified_at
                            FROM asset_extra_paths e
                           WHERE e.storage_config_id = $1 AND e.asset_id = ANY($2)
@@ -278,7 +278,7 @@ impl CatalogueStore for PgStore {
                 "UPDATE media_assets
                     SET captured_at = $2, captured_offset_minutes = $3, captured_at_source = $4,
                         capture_month = $5, capture_day = $6,
-                        sidecar_path = $7, sidecar_size = $8, sidecar_modified_at = $9
+                        sidecar_path = $7, sidecar_size = $8, sidecar_modified_at = $9, date_outdated = false
                   WHERE id = $1",
             )
             .bind::<Uuid, _>(asset.as_uuid())

@@ -42,6 +42,7 @@ pub(super) struct KnownRow {
     pub(super) file_modified_at: DateTime<Utc>,
     pub(super) extra: bool,
     pub(super) proxies_complete: bool,
+    pub(super) date_current: bool,
     pub(super) sidecar_path: Option<Vec<u8>>,
     pub(super) sidecar_size: Option<i64>,
     pub(super) sidecar_modified_at: Option<DateTime<Utc>>,
@@ -51,13 +52,14 @@ impl KnownRow {
     /// The select list of the statements that read known files, in the order [`QueryableByName::build`] reads
     /// it: each row is checked against it by name in debug builds, so every test that reads a known file checks
     /// the statement that read it.
-    pub(super) const COLUMNS: [&str; 9] = [
+    pub(super) const COLUMNS: [&str; 10] = [
         "asset_id",
         "file_path",
         "size_bytes",
         "file_modified_at",
         "extra",
         "proxies_complete",
+        "date_current",
         "sidecar_path",
         "sidecar_size",
         "sidecar_modified_at",
@@ -82,9 +84,10 @@ impl QueryableByName<Pg> for KnownRow {
             file_modified_at: row.get_value::<Timestamptz, _, _>(3)?,
             extra: row.get_value::<Bool, _, _>(4)?,
             proxies_complete: row.get_value::<Bool, _, _>(5)?,
-            sidecar_path: row.get_value::<Nullable<Binary>, _, _>(6)?,
-            sidecar_size: row.get_value::<Nullable<BigInt>, _, _>(7)?,
-            sidecar_modified_at: row.get_value::<Nullable<Timestamptz>, _, _>(8)?,
+            date_current: row.get_value::<Bool, _, _>(6)?,
+            sidecar_path: row.get_value::<Nullable<Binary>, _, _>(7)?,
+            sidecar_size: row.get_value::<Nullable<BigInt>, _, _>(8)?,
+            sidecar_modified_at: row.get_value::<Nullable<Timestamptz>, _, _>(9)?,
         })
     }
 }
@@ -109,6 +112,7 @@ impl KnownRow {
                 _ => None,
             },
             proxies_complete: self.proxies_complete,
+            date_current: self.date_current,
         }
     }
 }
@@ -257,6 +261,7 @@ mod tests {
             extra,
             sidecar: None,
             proxies_complete: true,
+            date_current: true,
         }
     }
 

@@ -1,0 +1,1 @@
+ALTER TABLE media_assets DROP COLUMN date_outdated;
