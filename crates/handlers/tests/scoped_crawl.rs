@@ -228,6 +228,36 @@ async fn a_folder_that_could_not_be_read_keeps_only_what_lies_under_it() {
     assert_eq!(lib.active_paths().await, ["w/3.jpg", "x/2.jpg", "x/y/1.jpg", "z.jpg"], "x/y's kept, w/gone.jpg gone");
 }
 
+/// A photo rewritten in place with its size and mtime put back (`exiftool -P` correcting a date of the same length)
+/// looks unchanged by its facts: once a watcher saw it closed as it is, the crawl reads it, and the new date is
+/// taken. Before, it was counted unchanged and the catalogue kept the old date and hash for as long as the file
+/// stayed so.
+#[tokio::test]
+async fn a_file_rewritten_with_its_size_and_mtime_put_back_is_read_when_seen_closed() {
+    let lib = library().await;
+    let handler = crawler(&lib, MassDeletionGuard::default(), Duration::ZERO);
+    let dated = |date: &str| fixtures::jpeg(16, 16, 0, false, &FixtureExif::camera(date, "+02:00"));
+    let path = lib.write("phone/a.jpg", &dated("2019:07:04 18:30:05"));
+    let mtime = std::fs::metadata(&path).unwrap().modified().unwrap();
+    lib.crawl_folders(&handler, json!({"folders": ["phone"]})).await.unwrap();
+    let day = async || lib.count("SELECT capture_day::bigint AS n FROM media_assets WHERE NOT is_soft_deleted").await;
+    assert_eq!(day().await, 4);
+
+    let fixed = dated("2019:07:05 18:30:05");
+    assert_eq!(fixed.len(), std::fs::metadata(&path).unwrap().len() as usize, "a date of the same length");
+    std::fs::write(&path, &fixed).unwrap();
+    std::fs::File::options().write(true).open(&path).unwrap().set_modified(mtime).unwrap();
+    let unseen = lib.crawl_folders(&handler, json!({"folders": ["phone"]})).await.unwrap();
+    assert_eq!(day().await, 4, "by its facts alone the file is unchanged: {unseen}");
+
+    let m = std::fs::metadata(&path).unwrap();
+    let closed =
+        json!({"path": "phone/a.jpg", "size": m.size(), "mtime_ns": m.mtime() * 1_000_000_000 + m.mtime_nsec()});
+    let result = lib.crawl_folders(&handler, json!({"folders": ["phone"], "closed": [closed]})).await.unwrap();
+    assert_eq!(day().await, 5, "{result}");
+    assert_eq!(lib.active_paths().await, ["phone/a.jpg"], "{result}");
+}
+
 #[tokio::test]
 async fn a_closed_file_is_read_at_once_while_the_others_settle_in_their_folder() {
     let lib = library().await;

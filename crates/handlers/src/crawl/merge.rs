@@ -40,7 +40,10 @@ pub(super) fn walk_beside(
             return false;
         }
         counters.listed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        match merge.file(&entry) {
+        // A file a watcher saw closed after writing is read whatever its size and mtime say: a tool that rewrites a
+        // photo and puts its mtime back (`exiftool -P` fixing a date, of the same length) leaves both as they were.
+        let closed = scope.closed_as_listed(root, &entry);
+        match merge.file(&entry, closed) {
             Err(e) => {
                 failed = Some(e);
                 false
@@ -50,7 +53,7 @@ pub(super) fn walk_beside(
                 unchanged < UNCHANGED_BATCH || files.send(Walked::Unchanged(std::mem::take(&mut unchanged))).is_ok()
             }
             Ok(Matched::Changed(known)) => {
-                entry.closed = scope.closed_as_listed(root, &entry);
+                entry.closed = closed;
                 files.send(Walked::File(Box::new((entry, known)))).is_ok()
             }
         }
@@ -106,8 +109,9 @@ impl<P: FnMut() -> Result<Vec<KnownFile>, CatalogueError>> Merge<P> {
     }
 
     /// The next listed file (paths come in increasing byte order): whether it is unchanged, or what the
-    /// catalogue knew at its path. Known files passed over on the way were not found.
-    pub fn file(&mut self, entry: &WalkEntry) -> Result<Matched, CatalogueError> {
+    /// catalogue knew at its path; never unchanged when it is to be `read` whatever its facts say. Known files
+    /// passed over on the way were not found.
+    pub fn file(&mut self, entry: &WalkEntry, read: bool) -> Result<Matched, CatalogueError> {
         while self.peek()?.is_some_and(|k| k.facts.file_path < entry.rel) {
             let gone = self.take();
             self.leftover.not_unchanged.push(gone);
@@ -123,7 +127,7 @@ impl<P: FnMut() -> Result<Vec<KnownFile>, CatalogueError>> Merge<P> {
             }
         }
         Ok(match here {
-            Some(k) if unchanged(&k, entry) => {
+            Some(k) if !read && unchanged(&k, entry) => {
                 if k.extra {
                     self.leftover.unchanged_extras.push(k);
                 }
@@ -236,14 +240,24 @@ mod tests {
         ];
         for page in [1, 2, 3, 100] {
             let mut merge = Merge::new(pages(catalogue.clone(), page));
-            assert_eq!(merge.file(&entry("a.jpg", 10)).unwrap(), Matched::Unchanged);
-            assert_eq!(merge.file(&entry("a/b.jpg", 10)).unwrap(), Matched::Unchanged);
-            assert_eq!(merge.file(&entry("a/new.jpg", 10)).unwrap(), Matched::Changed(None));
-            let Matched::Changed(Some(k)) = merge.file(&entry("b.jpg", 11)).unwrap() else { panic!("b changed") };
+            assert_eq!(merge.file(&entry("a.jpg", 10), false).unwrap(), Matched::Unchanged);
+            assert_eq!(merge.file(&entry("a/b.jpg", 10), false).unwrap(), Matched::Unchanged);
+            assert_eq!(merge.file(&entry("a/new.jpg", 10), false).unwrap(), Matched::Changed(None));
+            let Matched::Changed(Some(k)) = merge.file(&entry("b.jpg", 11), false).unwrap() else {
+                panic!("b changed")
+            };
             assert_eq!(k.facts.file_path, b"b.jpg");
-            assert!(matches!(merge.file(&entry("c.jpg", 10)).unwrap(), Matched::Changed(Some(_))), "proxies missing");
-            assert!(matches!(merge.file(&entry("d.jpg", 10)).unwrap(), Matched::Changed(Some(_))), "date outdated");
-            assert_eq!(merge.file(&entry("copy/x.jpg", 10)).unwrap(), Matched::Unchanged);
+            assert!(
+                matches!(merge.file(&entry("c.jpg", 10), false).unwrap(), Matched::Changed(Some(_))),
+                "proxies missing"
+            );
+            assert!(
+                matches!(merge.file(&entry("d.jpg", 10), false).unwrap(), Matched::Changed(Some(_))),
+                "date outdated"
+            );
+            assert_eq!(merge.file(&entry("copy/x.jpg", 10), false).unwrap(), Matched::Unchanged);
+            let Matched::Changed(Some(k)) = merge.file(&entry("z.jpg", 10), true).unwrap() else { panic!("read") };
+            assert_eq!(k.facts.file_path, b"z.jpg", "unchanged by its facts, read all the same");
             let left = merge.finish().unwrap();
             let not_unchanged = ["a/gone.jpg", "b.jpg", "c.jpg", "d.jpg", "z.jpg"];
             assert_eq!(paths(&left.not_unchanged), not_unchanged, "page of {page}");
@@ -256,7 +270,7 @@ mod tests {
     fn an_own_path_and_an_extra_path_at_the_same_bytes_match_the_own_one() {
         let own = known("a.jpg", false);
         let mut merge = Merge::new(pages(vec![own.clone(), known("a.jpg", true)], 1));
-        assert_eq!(merge.file(&entry("a.jpg", 10)).unwrap(), Matched::Unchanged);
+        assert_eq!(merge.file(&entry("a.jpg", 10), false).unwrap(), Matched::Unchanged);
         let left = merge.finish().unwrap();
         assert_eq!((left.not_unchanged.len(), left.not_unchanged[0].extra), (1, true));
         assert!(left.unchanged_extras.is_empty());
@@ -273,11 +287,11 @@ mod tests {
                 Err(CatalogueError::Unavailable(Cause::new("connection closed")))
             }
         });
-        assert_eq!(merge.file(&entry("a.jpg", 10)).unwrap(), Matched::Unchanged);
-        assert_eq!(merge.file(&entry("b.jpg", 10)).unwrap(), Matched::Changed(None));
+        assert_eq!(merge.file(&entry("a.jpg", 10), false).unwrap(), Matched::Unchanged);
+        assert_eq!(merge.file(&entry("b.jpg", 10), false).unwrap(), Matched::Changed(None));
         // Past the first page: the next one is needed, and its error ends the merge (nothing after it may look
         // vanished).
-        assert!(matches!(merge.file(&entry("e.jpg", 10)), Err(CatalogueError::Unavailable(_))));
+        assert!(matches!(merge.file(&entry("e.jpg", 10), false), Err(CatalogueError::Unavailable(_))));
     }
 
     /// The whole walk beside the known files `catalogue` (one page, then the end): what it sent, in order.
