@@ -436,7 +436,8 @@ impl<C: CatalogueStore> Run<'_, C> {
     }
 
     /// The best capture time of a file: its own dates (EXIF, embedded XMP, the container's), its sidecar's, a
-    /// date in its name, and at last its mtime, ranked by [`CaptureSource::rank`].
+    /// date in its name, and at last its mtime, ranked by [`CaptureSource::rank`]. A container's UTC time with no
+    /// offset takes the offset the name's local time says ([`CaptureTime::with_offset_from_name`]).
     async fn best_capture(&self, entry: &WalkEntry, own: impl IntoIterator<Item = CaptureTime>) -> CaptureTime {
         let sidecar = match &entry.sidecar {
             Some(sidecar) => self.sidecar_date(sidecar).await,
@@ -445,7 +446,7 @@ impl<C: CatalogueStore> Run<'_, C> {
         let name = entry.rel.rsplit(|c| *c == b'/').next().unwrap_or(&entry.rel);
         let from_name = almanac_media::date_in_file_name(&String::from_utf8_lossy(name));
         CaptureTime::best(own.into_iter().chain(sidecar).chain(from_name))
-            .unwrap_or(CaptureTime::file_mtime(entry.mtime))
+            .map_or(CaptureTime::file_mtime(entry.mtime), |best| best.with_offset_from_name(from_name))
     }
 
     /// The date in a sidecar, read beneath the root like an original. A sidecar that cannot be read or parsed
