@@ -7,9 +7,10 @@
 -- 31 December, one at 20:15 on Christmas Eve in New York on 25 December). Every video dated by its container without
 -- an offset is read again once: the iPhone's among them get their day, and so does another phone's whose file name
 -- holds the local time it was taken (`20231224_201500.mp4` beside a UTC `creation_time`: the offset is the two
--- apart); the others read the same.
+-- apart); the others read the same. An AVI's or an AVCHD camcorder's date (read from the file, a local time with no
+-- offset) is left: read again, it would read the same.
 ALTER TABLE media_assets ADD COLUMN date_outdated boolean NOT NULL DEFAULT false;
 COMMENT ON COLUMN media_assets.date_outdated IS 'The capture date was read with a rule since corrected: the next crawl that lists the file reads its date again (and clears this). Migration 000038.';
 UPDATE media_assets SET date_outdated = true
  WHERE media_type = 'video' AND captured_at_source = 'container' AND captured_offset_minutes IS NULL
-   AND NOT is_soft_deleted;
+   AND NOT is_soft_deleted AND lower(display_path) !~ '\.(avi|mts|m2ts)$';

@@ -210,9 +210,9 @@ mod tests {
         let utc = |d, h, m, s| chrono::Utc.with_ymd_and_hms(2023, 12, d, h, m, s).unwrap();
         let container = CaptureTime { at: utc(25, 1, 15, 0), offset_minutes: None, source: CaptureSource::Container };
         let named = |at| Some(CaptureTime { at, offset_minutes: None, source: CaptureSource::FileName });
-        let offset = |name| container.with_offset_from_name(name).offset_minutes;
+        let offset = |name| container.with_offset_from_local(name).offset_minutes;
         // New York, the name written a second before the container.
-        let dated = container.with_offset_from_name(named(utc(24, 20, 14, 59)));
+        let dated = container.with_offset_from_local(named(utc(24, 20, 14, 59)));
         assert_eq!((dated.offset_minutes, dated.at, dated.local_month_day()), (Some(-300), container.at, (12, 24)));
         assert_eq!(offset(named(utc(25, 6, 45, 0))), Some(330), "India, half an hour");
         assert_eq!(offset(named(utc(25, 7, 0, 0))), Some(345), "Nepal, a quarter");
@@ -223,9 +223,9 @@ mod tests {
         assert_eq!(offset(named(utc(25, 0, 0, 0))), None, "midnight: a name with a date alone");
         assert_eq!(offset(None), None);
         let with_own = CaptureTime { offset_minutes: Some(60), ..container };
-        assert_eq!(with_own.with_offset_from_name(named(utc(24, 20, 15, 0))), with_own, "an offset of its own");
+        assert_eq!(with_own.with_offset_from_local(named(utc(24, 20, 15, 0))), with_own, "an offset of its own");
         let exif = CaptureTime { source: CaptureSource::ExifOriginal, ..container };
-        assert_eq!(exif.with_offset_from_name(named(utc(24, 20, 15, 0))), exif, "a camera's own clock");
+        assert_eq!(exif.with_offset_from_local(named(utc(24, 20, 15, 0))), exif, "a camera's own clock");
     }
 
     #[test]
@@ -321,23 +321,24 @@ impl CaptureTime {
         })
     }
 
-    /// This time, a container's UTC instant given without an offset, with the offset a date in the file name says:
-    /// phones name a video by the local time it started (`20231224_201500.mp4`) and write its `creation_time` in
-    /// UTC (`2023-12-25T01:15:00Z`), so the two apart are the offset (−5 h), which puts the video on the day it was
-    /// taken. Taken only when they are a whole quarter of an hour apart, give or take two minutes (the name and the
-    /// container may be written moments apart), within ±14 hours, and not zero; and only from a name with a time
-    /// (one that is exactly midnight is taken for a date alone, `VID-20231224-WA0001.mp4`). Anything else (a camera
-    /// that writes its local time as UTC, whose name then agrees with it; a name with no date) leaves it as it was.
-    pub fn with_offset_from_name(self, name: Option<CaptureTime>) -> CaptureTime {
+    /// This time, a container's UTC instant given without an offset, with the offset that `local`, the same moment
+    /// as a local clock wrote it with no offset (read as UTC), says: phones name a video by the local time it
+    /// started (`20231224_201500.mp4`) and write its `creation_time` in UTC (`2023-12-25T01:15:00Z`), so the two
+    /// apart are the offset (−5 h), which puts the video on the day it was taken. Taken only when they are a whole
+    /// quarter of an hour apart, give or take two minutes (the two may be written moments apart), within ±14
+    /// hours, and not zero; and only from a local time that has one (exactly midnight is taken for a date alone,
+    /// `VID-20231224-WA0001.mp4`). Anything else (a camera that writes its local time as UTC, whose name then
+    /// agrees with it; no local time) leaves it as it was.
+    pub fn with_offset_from_local(self, local: Option<CaptureTime>) -> CaptureTime {
         const QUARTER: i64 = 15 * 60;
-        let Some(name) = name.filter(|_| self.source == CaptureSource::Container && self.offset_minutes.is_none())
+        let Some(local) = local.filter(|_| self.source == CaptureSource::Container && self.offset_minutes.is_none())
         else {
             return self;
         };
-        if name.at.time() == chrono::NaiveTime::MIN {
+        if local.at.time() == chrono::NaiveTime::MIN {
             return self;
         }
-        let apart = (name.at - self.at).num_seconds();
+        let apart = (local.at - self.at).num_seconds();
         let quarters = (apart + apart.signum() * QUARTER / 2) / QUARTER;
         let offset = quarters * QUARTER;
         if offset == 0 || (apart - offset).abs() > 120 || offset.abs() > 14 * 3600 {

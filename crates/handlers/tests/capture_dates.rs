@@ -136,6 +136,10 @@ async fn a_mixed_library_gets_the_right_day_for_every_file() {
     };
     iphone("IMG_0001.MOV", "2024-01-01T00:05:00+0100", "2023-12-31T23:05:00Z");
     iphone("IMG_0002.MOV", "2023-12-24T20:15:00-0500", "2023-12-25T01:15:00Z");
+    // The key without an offset (an editor's): the UTC time, with the offset the two are apart. An unset clock in
+    // the key: the UTC time alone.
+    iphone("IMG_0003.MOV", "2024-01-01T00:05:00", "2023-12-31T23:05:00Z");
+    iphone("IMG_0004.MOV", "1904-01-01T00:00:00+0000", "2022-03-04T10:00:00Z");
     // An Android phone's: named by the local time it started, its creation time in UTC.
     fixtures::video_in(&lib.root.join("video/20231224_201500.mp4"), 0.6, 64, 48, Some("2023-12-25T01:15:00Z"));
     // Hostile and damaged files.
@@ -195,6 +199,8 @@ async fn a_mixed_library_gets_the_right_day_for_every_file() {
     expect("video/MVI_20130407.mpg", "file_name", "04-07");
     expect("video/IMG_0001.MOV", "container", "01-01");
     expect("video/IMG_0002.MOV", "container", "12-24");
+    expect("video/IMG_0003.MOV", "container", "01-01");
+    expect("video/IMG_0004.MOV", "container", "03-04");
     expect("video/20231224_201500.mp4", "container", "12-24");
     let mts = find(&rows, "video/00001.MTS");
     assert_eq!((mts.source.as_str(), mts.media_type.as_str()), ("file_mtime", "video"));
@@ -226,7 +232,7 @@ async fn a_mixed_library_gets_the_right_day_for_every_file() {
     }
     assert!(reason("scans.jpg").contains("more than 500 scans"), "{}", reason("scans.jpg"));
     assert_eq!(result["failed"], 9, "{result}");
-    assert_eq!(rows.len(), 28, "{rows:#?}");
+    assert_eq!(rows.len(), 30, "{rows:#?}");
 }
 
 #[tokio::test]

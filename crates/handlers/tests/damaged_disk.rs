@@ -81,3 +81,48 @@ async fn a_damaged_folder_holding_every_photo_is_named_when_the_crawl_is_refused
     let result = confirmed.expect("a confirmed crawl");
     assert_eq!(active_paths(&lib).await, ["trip/a.jpg", "trip/b.jpg"], "kept: {result}");
 }
+
+/// A damaged sidecar would leave its photo read without it, and dated again without the date the sidecar holds:
+/// its folder is not walked at all, and the photo keeps its date.
+#[tokio::test]
+async fn a_damaged_sidecar_keeps_its_folder_as_it_was() {
+    let lib = library().await;
+    let Some(mut volume) = ScratchVolume::ext4(&lib.root) else { return };
+    // No date of its own: the sidecar's wins.
+    lib.write("raw/a.jpg", &fixtures::jpeg(64, 48, 1, false, &FixtureExif::default()));
+    let xmp = r#"<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#">
+        <rdf:Description xmlns:exif="http://ns.adobe.com/exif/1.0/" exif:DateTimeOriginal="2001-02-03T04:05:06"/>
+        </rdf:RDF></x:xmpmeta>"#;
+    lib.write("raw/a.jpg.xmp", xmp.as_bytes());
+    lib.write("other/c.jpg", &photo(3));
+    lib.crawl().await;
+    let sql =
+        "SELECT (capture_month * 100 + capture_day)::bigint AS n FROM media_assets WHERE display_path = 'raw/a.jpg'";
+    let day = async || lib.count(sql).await;
+    assert_eq!(day().await, 203, "the sidecar's date");
+
+    volume.damage_inode("raw/a.jpg.xmp");
+    lib.write("raw/b.jpg", &photo(2));
+    let result = lib.crawl().await;
+    assert_eq!(active_paths(&lib).await, ["other/c.jpg", "raw/a.jpg"], "the folder not walked: {result}");
+    assert_eq!(day().await, 203, "the sidecar's date kept: {result}");
+    let not_walked = result["unreadable_folders"].as_array().cloned().unwrap_or_default();
+    let reason = not_walked[0]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("a.jpg.xmp") && reason.contains("Structure needs cleaning"), "{result}");
+}
+
+/// An asset whose own path is damaged, with the same photo beside it under another name: in doubt whether its own
+/// path is there, the asset stays where it is and the other file is recorded as its copy (before, the asset moved
+/// to the copy, its own path dropped from the catalogue).
+#[tokio::test]
+async fn an_asset_whose_own_path_is_damaged_stays_there_and_a_duplicate_is_its_copy() {
+    let lib = library().await;
+    let Some(mut volume) = ScratchVolume::ext4(&lib.root) else { return };
+    lib.write("trip/a.jpg", &photo(1));
+    lib.crawl().await;
+    volume.damage_inode("trip/a.jpg");
+    lib.write("trip/a (1).jpg", &photo(1));
+    let result = lib.crawl().await;
+    assert_eq!(active_paths(&lib).await, ["trip/a.jpg"], "{result}");
+    assert_eq!(lib.count("SELECT count(*) AS n FROM asset_extra_paths").await, 1, "{result}");
+}

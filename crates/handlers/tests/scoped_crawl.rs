@@ -253,9 +253,13 @@ async fn a_file_rewritten_with_its_size_and_mtime_put_back_is_read_when_seen_clo
     let m = std::fs::metadata(&path).unwrap();
     let closed =
         json!({"path": "phone/a.jpg", "size": m.size(), "mtime_ns": m.mtime() * 1_000_000_000 + m.mtime_nsec()});
-    let result = lib.crawl_folders(&handler, json!({"folders": ["phone"], "closed": [closed]})).await.unwrap();
+    let payload = json!({"folders": ["phone"], "closed": [closed]});
+    let result = lib.crawl_folders(&handler, payload.clone()).await.unwrap();
     assert_eq!(day().await, 5, "{result}");
     assert_eq!(lib.active_paths().await, ["phone/a.jpg"], "{result}");
+    // Seen closed again as it is: read, found to hold what it held, and counted unchanged; nothing written.
+    let again = lib.crawl_folders(&handler, payload).await.unwrap();
+    assert_eq!((count(&again, "unchanged"), count(&again, "touched")), (1, 0), "{again}");
 }
 
 #[tokio::test]

@@ -255,11 +255,21 @@ impl RootFolder {
         Ok(Original { file: File::from(fd), path: self.display(rel) })
     }
 
-    /// Whether something (not following a link) exists at `rel` beneath the root.
+    /// Whether something (not following a link) exists at `rel` beneath the root. Only what is known to be gone
+    /// is not: a path whose folder, or which itself, cannot be looked up for another reason (a damaged inode, an
+    /// I/O error, no rights) may be there, and is taken to be (the crawl then keeps an asset where it is).
     pub fn exists(&self, rel: &[u8]) -> bool {
         let (parent, name) = split_parent(rel);
-        let Ok(folder) = self.open_folder(parent) else { return false };
-        rustix::fs::statat(&folder, OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW).is_ok()
+        let folder = match self.open_folder(parent) {
+            Ok(folder) => folder,
+            Err(OpenError::Vanished(_) | OpenError::Escapes(_) | OpenError::NotAFile(_)) => return false,
+            Err(OpenError::Io { .. }) => return true,
+        };
+        match rustix::fs::statat(&folder, OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(_) => true,
+            Err(Errno::NOENT | Errno::NOTDIR) => false,
+            Err(_) => true,
+        }
     }
 
     /// Removes the file (or link: never its target) at `rel` beneath the root when `confirm`, given its

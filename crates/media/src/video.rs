@@ -54,6 +54,33 @@ struct Format {
     tags: std::collections::HashMap<String, String>,
 }
 
+/// A video's time from its container's tags, the first of these that is plausible:
+/// - an iPhone's local time with its offset (`com.apple.quicktime.creationdate`), which holds the day the video was
+///   taken: written `+0100`, with no colon, which RFC 3339 (and chrono's parser of it) refuses, so it is read as
+///   EXIF dates are;
+/// - the UTC `creation_time`, with the offset the Apple key says when that key has none
+///   ([`CaptureTime::with_offset_from_local`]);
+/// - the Apple key's local time, with no offset, when there is no UTC time.
+fn container_time(tag: &impl Fn(&str) -> Option<String>) -> Option<CaptureTime> {
+    let apple = tag("com.apple.quicktime.creationdate").and_then(|t| crate::dates::parse_date_text(&t));
+    let local = apple.map(|stamp| stamp.capture(CaptureSource::Container));
+    let utc = tag("creation_time").and_then(|t| DateTime::parse_from_rfc3339(&t).ok()).map(|t| CaptureTime {
+        at: t.with_timezone(&Utc),
+        offset_minutes: None,
+        source: CaptureSource::Container,
+    });
+    let with_offset = local.filter(|l| l.offset_minutes.is_some());
+    let utc = utc.map(|u| u.with_offset_from_local(local.filter(plausible)));
+    [with_offset, utc, local].into_iter().flatten().find(plausible)
+}
+
+/// An unset clock (the Unix or QuickTime epoch) or a date in the future is no capture time: the file name or the
+/// mtime then decide.
+fn plausible(c: &CaptureTime) -> bool {
+    use chrono::Datelike;
+    c.at.year() >= 1980 && c.at <= Utc::now() + chrono::Duration::days(1)
+}
+
 /// Reads a video's dimensions, duration, rotation, creation time and Apple content identifier with ffprobe,
 /// which reads the open original (never its path).
 pub async fn probe_video(
@@ -83,29 +110,11 @@ pub async fn probe_video(
         .find_map(|d| d.get("rotation").and_then(serde_json::Value::as_i64))
         .or_else(|| tag("rotate").and_then(|r| r.parse().ok()))
         .unwrap_or(0);
-    // An iPhone writes its local time with the offset, which holds the day the video was taken: `+0100`, with no
-    // colon, which RFC 3339 (and chrono's parser of it) refuses, so it is read as EXIF dates are.
-    let created = tag("com.apple.quicktime.creationdate")
-        .and_then(|t| crate::dates::parse_date_text(&t))
-        .map(|stamp| stamp.capture(CaptureSource::Container))
-        .or_else(|| {
-            tag("creation_time").and_then(|t| DateTime::parse_from_rfc3339(&t).ok()).map(|t| CaptureTime {
-                at: t.with_timezone(&Utc),
-                offset_minutes: None,
-                source: CaptureSource::Container,
-            })
-        });
-    // An AVI's IDIT chunk and an AVCHD camcorder's date are not among ffprobe's tags: read from the open file.
-    let created = match created {
+    let created = match container_time(&tag) {
         Some(created) => Some(created),
-        None => crate::dates::read_embedded_video_date(original).await,
+        // An AVI's IDIT chunk and an AVCHD camcorder's date are not among ffprobe's tags: read from the open file.
+        None => crate::dates::read_embedded_video_date(original).await.filter(plausible),
     };
-    // An unset clock (the Unix or QuickTime epoch) or a date in the future is no capture time: the file name
-    // or the mtime then decide.
-    let created = created.filter(|c| {
-        use chrono::Datelike;
-        c.at.year() >= 1980 && c.at <= Utc::now() + chrono::Duration::days(1)
-    });
     let duration_ms = format
         .and_then(|f| f.duration.as_deref())
         .and_then(|d| d.parse::<f64>().ok())

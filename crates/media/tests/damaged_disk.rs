@@ -31,6 +31,9 @@ fn a_damaged_entry_is_handed_back_beside_the_others_and_fails_a_whole_listing() 
     assert_eq!(damaged.listed_as, Some(EntryKind::File), "ext4 gives each name's type in its folder");
     assert_eq!(damaged.error.raw_os_error(), Some(117));
 
+    // A damaged entry may be there: only what is known to be gone is not.
+    assert!(root.exists(b"trip/b.jpg") && root.exists(b"trip/a.jpg") && !root.exists(b"trip/gone.jpg"));
+
     // The listing that must know the whole folder or nothing of it fails, naming the entry.
     match root.list(&folder, b"trip") {
         Err(OpenError::Io { path, source }) => {

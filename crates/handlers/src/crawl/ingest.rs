@@ -139,9 +139,18 @@ impl<C: CatalogueStore> Run<'_, C> {
             self.mark(Seen::Asset(k.asset_id));
         }
         let done = self.settled_file(entry, known).await;
-        if let (Err(FileProblem::Settling), Some(k)) = (&done, known.filter(|k| k.extra)) {
-            // A copy being written over keeps its place until it has settled.
-            self.mark(Seen::Extra(k.facts.file_path.clone(), k.asset_id));
+        if let Some(k) = known.filter(|k| k.extra) {
+            let keeps_its_place = match &done {
+                // A copy being written over keeps its place until it has settled.
+                Err(FileProblem::Settling) => true,
+                // A copy read only because a watcher saw it closed, its facts those the catalogue has, keeps its place
+                // when it cannot be read, as it would have unread.
+                Err(FileProblem::Failed(_)) => same_facts(k, entry),
+                _ => false,
+            };
+            if keeps_its_place {
+                self.mark(Seen::Extra(k.facts.file_path.clone(), k.asset_id));
+            }
         }
         done
     }
@@ -230,6 +239,10 @@ impl<C: CatalogueStore> Run<'_, C> {
             self.still_wanted()?;
             self.catalogue.redate(self.fence, id, &capture, entry.sidecar.as_ref()).await?;
             bump(&self.counters.redated);
+        } else if known.is_some_and(|k| same_facts(k, entry)) {
+            // Read only because a watcher saw it closed, and it holds what it held: nothing to write.
+            bump(&self.counters.unchanged);
+            return Ok(());
         } else {
             bump(&self.counters.touched);
         }
@@ -437,7 +450,7 @@ impl<C: CatalogueStore> Run<'_, C> {
 
     /// The best capture time of a file: its own dates (EXIF, embedded XMP, the container's), its sidecar's, a
     /// date in its name, and at last its mtime, ranked by [`CaptureSource::rank`]. A container's UTC time with no
-    /// offset takes the offset the name's local time says ([`CaptureTime::with_offset_from_name`]).
+    /// offset takes the offset the name's local time says ([`CaptureTime::with_offset_from_local`]).
     async fn best_capture(&self, entry: &WalkEntry, own: impl IntoIterator<Item = CaptureTime>) -> CaptureTime {
         let sidecar = match &entry.sidecar {
             Some(sidecar) => self.sidecar_date(sidecar).await,
@@ -446,7 +459,7 @@ impl<C: CatalogueStore> Run<'_, C> {
         let name = entry.rel.rsplit(|c| *c == b'/').next().unwrap_or(&entry.rel);
         let from_name = almanac_media::date_in_file_name(&String::from_utf8_lossy(name));
         CaptureTime::best(own.into_iter().chain(sidecar).chain(from_name))
-            .map_or(CaptureTime::file_mtime(entry.mtime), |best| best.with_offset_from_name(from_name))
+            .map_or(CaptureTime::file_mtime(entry.mtime), |best| best.with_offset_from_local(from_name))
     }
 
     /// The date in a sidecar, read beneath the root like an original. A sidecar that cannot be read or parsed
@@ -473,6 +486,11 @@ impl<C: CatalogueStore> Run<'_, C> {
 }
 
 /// A file's facts as the walk found them.
+/// Whether the file has the size and mtime the catalogue has for this path.
+fn same_facts(known: &KnownFile, entry: &WalkEntry) -> bool {
+    known.facts.size == entry.size && known.facts.mtime == entry.mtime
+}
+
 fn facts(entry: &WalkEntry) -> FileFacts {
     FileFacts { file_path: entry.rel.clone(), display_path: display(&entry.rel), size: entry.size, mtime: entry.mtime }
 }

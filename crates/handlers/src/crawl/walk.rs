@@ -173,6 +173,17 @@ fn walk_below(
             };
             match listed {
                 Ok(None) => {}
+                // A sidecar that cannot be looked up would leave its photo read without it (and dated again without
+                // the date it holds): the folder is not walked at all, as one that cannot be read.
+                Ok(Some((listing, _))) if listing.unexamined.iter().any(is_sidecar) => {
+                    let sidecar = listing.unexamined.iter().find(|u| is_sidecar(u)).expect("one is");
+                    let why = format!(
+                        "its sidecar {} could not be looked at ({}); what the catalogue has in the folder is kept",
+                        sidecar.name.display(),
+                        sidecar.error
+                    );
+                    report.unreadable_folder(root, &rel_dir, why);
+                }
                 Ok(Some((listing, own))) => {
                     not_examined(root, &rel_dir, listing.unexamined, report);
                     stack.push((sort_folder(root, &rel_dir, listing.entries, avoid, report).into_iter(), own));
@@ -207,8 +218,8 @@ fn walk_below(
 /// Records each entry of the folder at `rel_dir` that could not be looked up as a path the walk did not walk: it may
 /// be a photo or a whole folder of them, so what the catalogue has there is kept as it is, and the rest of the
 /// folder is walked (before, one damaged entry left every new photo beside it out, at every crawl).
-/// An entry the listing says is a file of no kind the crawl takes (a `.txt`, a sidecar: a sidecar's photo is read
-/// without it) is left out as it would be if it could be looked up.
+/// An entry the listing says is a file of no kind the crawl takes (a `.txt`) is left out as it would be if it could
+/// be looked up. (A sidecar that cannot be looked up keeps its whole folder from being walked: see `walk_below`.)
 fn not_examined(root: &RootFolder, rel_dir: &[u8], entries: Vec<Unexamined>, report: &mut WalkReport) {
     for entry in entries {
         let name = entry.name.as_bytes();
@@ -224,6 +235,11 @@ fn not_examined(root: &RootFolder, rel_dir: &[u8], entries: Vec<Unexamined>, rep
         let why = format!("it could not be looked at ({}); what the catalogue has there is kept", entry.error);
         report.unreadable_folder(root, &rel, why);
     }
+}
+
+/// Whether an entry that could not be looked up is named as an XMP sidecar is (whatever its folder says it is).
+fn is_sidecar(entry: &Unexamined) -> bool {
+    !is_skipped_name(entry.name.as_bytes()) && is_sidecar_name(entry.name.as_bytes())
 }
 
 /// Lists the candidate files under the root, in the walk's order ([`walk_tree`]), into memory: for tests and
