@@ -384,6 +384,31 @@ async fn a_crawl_into_a_proxy_root_that_cannot_be_written_fails_with_one_error_n
     assert_crawl_refused(&lib, &["mounted read-only", "the Worker's user may not write there"]).await;
 }
 
+/// One of the config's proxy folders that the Worker's user may not write (a Worker run once as root left it, or
+/// it sits on a read-only mount; here the latter, which the test's user, root or not, cannot write either): the
+/// crawl fails at once with one error naming the folder, nothing read, where every new photo whose proxies belong
+/// there failed one by one while the proxy root's own check passed. Once the folder can be written, the crawl
+/// catalogues what came meanwhile.
+#[tokio::test]
+async fn a_proxy_folder_the_workers_user_may_not_write_fails_the_crawl_naming_it() {
+    let lib = library().await;
+    lib.write("0.jpg", &photo(0));
+    lib.crawl().await;
+    let config_dir = lib.proxies.join(lib.config.to_string());
+    let prefix = std::fs::read_dir(&config_dir).unwrap().next().unwrap().unwrap().path();
+    let Some(volume) = ScratchVolume::read_only(&prefix) else { return };
+    lib.write("1.jpg", &photo(1));
+    let err = lib.crawl_with(serde_json::json!({}), CancellationToken::new()).await.unwrap_err();
+    assert!(err.retryable, "{err:?}");
+    assert!(err.message.contains("cannot be written by the Worker's user"), "{}", err.message);
+    assert!(err.message.contains(&prefix.display().to_string()), "{}", err.message);
+    assert!(err.message.contains("Nothing was read"), "{}", err.message);
+    assert_eq!(lib.active_count().await, 1);
+    drop(volume);
+    lib.crawl().await;
+    assert_eq!(lib.active_count().await, 2);
+}
+
 #[tokio::test]
 async fn a_crawl_into_a_full_proxy_volume_fails_with_one_error_naming_it() {
     let lib = library().await;

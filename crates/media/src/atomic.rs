@@ -85,6 +85,52 @@ pub fn check_proxy_root(root: &Path) -> Result<(), MediaError> {
     written.and(std::fs::remove_file(&probe)).map_err(unwritable)
 }
 
+/// Checks that this process may write the folders of one config's proxies: `config_dir` (`<proxy root>/<config>`)
+/// and each folder in it, the two levels of the proxy layout where every new photo's folder is made. A Worker run
+/// once as another user (root, from a shell on the NAS) leaves folders its service user may not write, and every
+/// new photo's proxies then failed one by one while every check of the proxy root passed. Nothing to check before
+/// the folder is made. Reads one folder, whatever the library's size. Blocking.
+pub fn check_proxy_folders(config_dir: &Path) -> Result<(), MediaError> {
+    let folders = match std::fs::read_dir(config_dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(folder_unwritable(config_dir, config_dir, e)),
+    };
+    writable(config_dir, config_dir)?;
+    for entry in folders {
+        let entry = entry.map_err(|e| folder_unwritable(config_dir, config_dir, e))?;
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            writable(config_dir, &entry.path())?;
+        }
+    }
+    Ok(())
+}
+
+/// This process's effective user id (0: root).
+pub fn effective_user() -> u32 {
+    rustix::process::geteuid().as_raw()
+}
+
+/// Whether this process (its effective user) may make and remove entries in `folder`.
+fn writable(config_dir: &Path, folder: &Path) -> Result<(), MediaError> {
+    use rustix::fs::{Access, AtFlags, CWD, accessat};
+    accessat(CWD, folder, Access::WRITE_OK | Access::EXEC_OK, AtFlags::EACCESS)
+        .map_err(|e| folder_unwritable(config_dir, folder, e.into()))
+}
+
+fn folder_unwritable(config_dir: &Path, folder: &Path, source: std::io::Error) -> MediaError {
+    use std::os::unix::fs::MetadataExt;
+    let user = effective_user();
+    let owner = std::fs::symlink_metadata(folder).map_or(user, |m| m.uid());
+    MediaError::ProxyFolderUnwritable {
+        folder: folder.to_owned(),
+        config_dir: config_dir.to_owned(),
+        owner,
+        user,
+        source,
+    }
+}
+
 /// The temporary name used for `dest` while it is being written: hidden, in the same folder.
 pub(crate) fn temporary_name(dest: &Path) -> std::path::PathBuf {
     let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();

@@ -98,6 +98,24 @@ pub enum MediaError {
         /// Why a file could not be written there.
         source: std::io::Error,
     },
+    /// A folder of one config's proxies that this process may not write ([`crate::check_proxy_folders`]): no proxy
+    /// that belongs in it can be written.
+    #[error(
+        "the proxy folder {folder} cannot be written by the Worker's user (uid {user}): {source}. {}",
+        folder_remedy(*.owner, *.user, .config_dir, .source)
+    )]
+    ProxyFolderUnwritable {
+        /// The folder.
+        folder: PathBuf,
+        /// The folder of the config's proxies it lies in (or is).
+        config_dir: PathBuf,
+        /// Its owner's uid.
+        owner: u32,
+        /// This process's effective uid.
+        user: u32,
+        /// What the check said.
+        source: std::io::Error,
+    },
     /// The work was cancelled.
     #[error("cancelled")]
     Cancelled,
@@ -116,6 +134,32 @@ fn remedy(e: &std::io::Error) -> &'static str {
         ErrorKind::NotADirectory => "it is not a folder; point storage.proxy_root at a folder",
         _ => "check the folder and the volume it is on",
     }
+}
+
+/// What to do about a proxy folder the Worker's user may not write: one another user made (a Worker run once as
+/// root from a shell) is given back; otherwise as for the proxy root.
+fn folder_remedy(owner: u32, user: u32, config_dir: &std::path::Path, e: &std::io::Error) -> String {
+    if owner != user {
+        format!(
+            "It belongs to uid {owner}: a Worker (or a command) run once as another user, root from a shell say, \
+             made it. Give the config's proxy folders back to the Worker's user (`chown -R {user} {}`), and run the \
+             Worker as that user only. No proxy of this config can be written there until then",
+            config_dir.display()
+        )
+    } else {
+        format!("{}. No proxy of this config can be written there until then", remedy(e))
+    }
+}
+
+#[cfg(test)]
+#[test]
+fn a_proxy_folder_of_another_user_is_given_back_and_one_of_ours_is_looked_at_as_the_proxy_root() {
+    let dir = std::path::Path::new("/proxies/c0ffee");
+    let denied = || std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+    let theirs = folder_remedy(0, 999, dir, &denied());
+    assert!(theirs.contains("belongs to uid 0") && theirs.contains("chown -R 999 /proxies/c0ffee"), "{theirs}");
+    let ours = folder_remedy(999, 999, dir, &std::io::Error::from(std::io::ErrorKind::ReadOnlyFilesystem));
+    assert!(ours.contains("mounted read-only") && !ours.contains("chown"), "{ours}");
 }
 
 impl MediaError {

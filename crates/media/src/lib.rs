@@ -39,7 +39,9 @@ pub mod fixtures;
 pub mod scratch_volume;
 
 pub use apple::{AppleNote, apple_note, read_apple_note};
-pub use atomic::{check_proxy_root, sync_folder, write_all_atomically, write_atomically};
+pub use atomic::{
+    check_proxy_folders, check_proxy_root, effective_user, sync_folder, write_all_atomically, write_atomically,
+};
 pub use budget::{PixelBudget, PixelReservation, full_decode_pixels};
 pub use dates::date_in_file_name;
 pub use detect::{EXTENSIONS, MAGIC_LEN, MediaFormat, RawFormat, detect_format, is_media_name};

@@ -153,6 +153,9 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         root::check_proxy_root(&self.settings.proxy_root)
             .await
             .map_err(|e| root::proxy_root_unwritable(e, "Nothing was read"))?;
+        root::check_proxy_folders(&self.settings.proxy_root, &storage)
+            .await
+            .map_err(|e| root::proxy_root_unwritable(e, "Nothing was read"))?;
         let (root, is_mount_point) = root::open_root(&storage, &args)?;
         let clock = settling::CrawlClock::new(self.catalogue.db_now().await.map_err(catalogue_error)?);
         let run = Run {

@@ -102,6 +102,22 @@ pub(super) async fn check_proxies_in_place<C: CatalogueStore>(
     )))
 }
 
+/// Checks that the Worker's user may write the config's proxy folders ([`almanac_media::check_proxy_folders`], on a
+/// blocking thread).
+pub(super) async fn check_proxy_folders(
+    proxy_root: &Path,
+    storage: &StorageConfig,
+) -> Result<(), almanac_media::MediaError> {
+    let folder = proxy_root.join(storage.id.to_string());
+    let looked = folder.clone();
+    tokio::task::spawn_blocking(move || almanac_media::check_proxy_folders(&looked)).await.unwrap_or_else(|e| {
+        Err(almanac_media::MediaError::ProxyRootUnwritable {
+            root: folder,
+            source: std::io::Error::other(format!("the check ended abnormally: {e}")),
+        })
+    })
+}
+
 /// A crawl that cannot write proxies: one retryable error naming `storage.proxy_root` and the cause, then what
 /// became of the crawl (`then`).
 pub(super) fn proxy_root_unwritable(e: almanac_media::MediaError, then: &str) -> HandlerError {

@@ -228,6 +228,15 @@ async fn proxy_root(settings: &Settings, url: &str, store: &PgStore) -> Result<P
     let proxy_root = roots::prepare_proxy_root(&settings.storage.proxy_root, &configs).map_err(Failure::usage)?;
     almanac_media::check_proxy_root(&proxy_root)
         .map_err(|e| Failure::usage(format!("{e}. Fix it, then start the Worker again")))?;
+    if almanac_media::effective_user() == 0 {
+        tracing::warn!(
+            event = "running_as_root",
+            proxy_root = %proxy_root.display(),
+            "this Worker runs as root: the proxy folders it makes belong to root, and a Worker run later as the \
+             service's user cannot write them (its crawls of those configs then stop, naming the folder). Run the \
+             Worker as the service's user (the package's systemd unit runs it as almanac)"
+        );
+    }
     Ok(proxy_root)
 }
 

@@ -243,6 +243,11 @@ runtime was left to run it, or the Worker stopped first); whatever it took runs 
     event("http_listening", "the HTTP server (page, probes, metrics) listens (with `address`)"),
     event("http_failed", "the HTTP server stopped with an error; the Worker goes on"),
     event("worker_started", "the executor runs"),
+    event(
+        "running_as_root",
+        "the Worker runs as root (`proxy_root`): the proxy folders it makes belong to root, and a Worker run later as \
+         the service's user cannot write them; run it as that user",
+    ),
     event("signal", "SIGTERM or SIGINT arrived (with `signal`)"),
     event("shutdown_started", "no more claims; running handlers get `queue.shutdown_grace`"),
     event("shutdown_grace_over", "the shutdown grace is over: a handler still running is cancelled and released"),
