@@ -18,12 +18,12 @@ fn kinds_help() -> String {
 #[command(
     version,
     about = "The Almanac Worker: crawls folders of originals, builds proxies, groups bursts and keeps the catalogue.",
-    after_help = "Configuration: almanac.toml (or --config-file), then ALMANAC__SECTION__KEY \
-environment variables (e.g. ALMANAC__QUEUE__LEASE=30s) and DATABASE_URL.\nExit codes: 0 ok, 1 failure, 2 bad \
+    after_help = "Configuration: --config-file, else almanac.toml here, else /etc/almanac/worker.toml; then \
+ALMANAC__SECTION__KEY environment variables (e.g. ALMANAC__QUEUE__LEASE=30s) and DATABASE_URL.\nExit codes: 0 ok, 1 failure, 2 bad \
 usage or configuration, 3 database unavailable, 4 unclean shutdown."
 )]
 pub struct Cli {
-    /// Configuration file (default: ./almanac.toml when present).
+    /// Configuration file (default: ./almanac.toml, else /etc/almanac/worker.toml, when present).
     #[arg(long, global = true)]
     pub config_file: Option<PathBuf>,
     /// Log format: human or json (overrides log.format).
@@ -223,6 +223,15 @@ mod tests {
     use clap::CommandFactory;
 
     use super::*;
+
+    /// The help names the settings file the package installs, and the package's unit runs the Worker with it.
+    #[test]
+    fn the_installed_settings_file_is_the_one_the_help_and_the_unit_name() {
+        let help = Cli::command().render_long_help().to_string();
+        assert!(help.contains(settings::INSTALLED_FILE), "{help}");
+        let unit = include_str!("../../../packaging/almanac-worker.service");
+        assert!(unit.contains(&format!("--config-file {}", settings::INSTALLED_FILE)), "{unit}");
+    }
 
     #[test]
     fn the_help_of_a_kind_names_every_kind() {

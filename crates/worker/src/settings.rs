@@ -240,35 +240,50 @@ impl Default for Log {
     }
 }
 
+/// Where the package puts the settings, and its systemd unit runs the Worker with (`--config-file`, checked by a
+/// test against `packaging/almanac-worker.service`).
+pub const INSTALLED_FILE: &str = "/etc/almanac/worker.toml";
+
+/// The settings file a command reads when none is named (`--config-file`): `almanac.toml` in the current folder,
+/// else the installed one ([`INSTALLED_FILE`]), when present. An operator's `almanac-worker config add …` in a shell
+/// on the NAS then reads the service's settings (its database, its proxy root), not the defaults.
+pub fn default_file() -> Option<PathBuf> {
+    first_file(&[Path::new("almanac.toml"), Path::new(INSTALLED_FILE)])
+}
+
+/// The first of `candidates` that is a file.
+fn first_file(candidates: &[&Path]) -> Option<PathBuf> {
+    candidates.iter().find(|p| p.is_file()).map(|p| p.to_path_buf())
+}
+
 impl Settings {
-    /// Loads the settings: defaults, then `file` (or `almanac.toml` when present), then the environment.
+    /// Loads the settings: defaults, then `file` (or [`default_file`]), then the environment.
     pub fn load(file: Option<&Path>) -> Result<Self> {
-        Self::load_from(file, std::env::vars())
+        let file = file.map(Path::to_path_buf).or_else(default_file);
+        Self::load_from(file.as_deref(), std::env::vars())
     }
 
-    /// As [`Settings::load`], with the environment given (for tests).
+    /// As [`Settings::load`], the file (if any) and the environment given.
     pub fn load_from(file: Option<&Path>, env: impl IntoIterator<Item = (String, String)>) -> Result<Self> {
         let mut builder = config::Config::builder()
             .add_source(config::Config::try_from(&Settings::default()).context("built-in defaults")?);
         // The settings' shape, to tell the list settings (an empty list is no value to the `config` crate).
         let shape = serde_json::to_value(Settings::default()).context("built-in defaults")?;
         // A file that cannot be parsed is reported with the offending line: secrets in it are hidden first.
-        let file_text = file
-            .map(Path::to_path_buf)
-            .or_else(|| Path::new("almanac.toml").is_file().then(|| "almanac.toml".into()))
-            .and_then(|p| std::fs::read_to_string(p).ok())
-            .unwrap_or_default();
-        match file {
-            Some(path) => {
-                if !path.is_file() {
-                    bail!("the configuration file {} does not exist", path.display());
-                }
-                builder = builder.add_source(config::File::from(path).format(config::FileFormat::Toml));
+        let mut file_text = String::new();
+        if let Some(path) = file {
+            if !path.is_file() {
+                bail!("the configuration file {} does not exist", path.display());
             }
-            None if Path::new("almanac.toml").is_file() => {
-                builder = builder.add_source(config::File::with_name("almanac.toml").format(config::FileFormat::Toml));
-            }
-            None => {}
+            file_text = std::fs::read_to_string(path).map_err(|e| {
+                anyhow::anyhow!(
+                    "the configuration file {} cannot be read by this user ({e}): run the command as the service's \
+                     user or root (the package's file belongs to root and the group almanac), or name another with \
+                     --config-file",
+                    path.display()
+                )
+            })?;
+            builder = builder.add_source(config::File::from(path).format(config::FileFormat::Toml));
         }
         let env: Vec<(String, String)> = env.into_iter().collect();
         let mut map = config::Map::new();
@@ -350,10 +365,12 @@ impl Settings {
 
     /// The database URL, or an error saying how to give one.
     pub fn database_url(&self) -> Result<&str> {
-        self.database
-            .url
-            .as_deref()
-            .context("no database: set DATABASE_URL (or database.url in almanac.toml, or ALMANAC__DATABASE__URL)")
+        self.database.url.as_deref().with_context(|| {
+            format!(
+                "no database: set DATABASE_URL (or ALMANAC__DATABASE__URL), or database.url in the settings file \
+                     (almanac.toml here, else {INSTALLED_FILE}, or the one --config-file names)"
+            )
+        })
     }
 
     /// How the Worker's connections reach PostgreSQL (`database.pooler_mode`, checked when loaded).

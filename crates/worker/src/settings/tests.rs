@@ -338,3 +338,18 @@ fn a_list_setting_is_read_from_the_environment_as_comma_separated_items() {
     let none = Settings::load_from(None, env(&[("ALMANAC__HTTP__ALLOWED_HOSTS", "")])).unwrap();
     assert!(none.http.allowed_hosts.is_empty());
 }
+
+/// Without `--config-file`, a command reads `almanac.toml` in the current folder, else the installed file: the
+/// first of the two that is there.
+#[test]
+fn the_settings_file_is_the_local_one_else_the_installed_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (local, installed) = (dir.path().join("almanac.toml"), dir.path().join("worker.toml"));
+    assert_eq!(first_file(&[&local, &installed]), None);
+    std::fs::write(&installed, "").unwrap();
+    assert_eq!(first_file(&[&local, &installed]), Some(installed.clone()));
+    std::fs::write(&local, "").unwrap();
+    assert_eq!(first_file(&[&local, &installed]), Some(local));
+    std::fs::create_dir(dir.path().join("folder.toml")).unwrap();
+    assert_eq!(first_file(&[&dir.path().join("folder.toml"), &installed]), Some(installed), "a folder is no file");
+}
