@@ -125,7 +125,8 @@ pub enum ProxyFolder {
     Deleted,
     /// There was none here (the Workers may use another proxy root).
     Missing,
-    /// It could not be deleted: left for the proxy sweep.
+    /// It could not be deleted: left for the operator (the proxy sweep passes over folders of configs it does not
+    /// know).
     Left(std::io::Error),
 }
 
@@ -136,13 +137,14 @@ impl ProxyFolder {
         match self {
             ProxyFolder::Deleted => None,
             ProxyFolder::Missing => Some(format!(
-                "there is no {proxies}: if the Workers use another storage.proxy_root, delete the folder {} there \
-                 (or let the proxy sweep do it)",
+                "there is no {proxies}: if the Workers use another storage.proxy_root (is this the service's \
+                 settings file? see --config-file), delete the folder {} there by hand; the proxy sweep passes over \
+                 the folders of configs it does not know",
                 removal.config.id
             )),
             ProxyFolder::Left(e) => Some(format!(
-                "the catalogue is removed, but {proxies} could not be deleted ({e}); the proxy sweep deletes such \
-                 files later, or delete the folder by hand"
+                "the catalogue is removed, but {proxies} could not be deleted ({e}): delete it by hand as a user who \
+                 may (the Worker's, or root); the proxy sweep passes over the folders of configs it does not know"
             )),
         }
     }

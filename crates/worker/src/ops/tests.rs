@@ -94,7 +94,11 @@ async fn a_removal_says_what_goes_and_what_became_of_the_proxy_folder() {
         let noted = became.note(&removal);
         match note {
             None => assert!(matches!(became, ProxyFolder::Deleted) && noted.is_none() && !proxies.exists()),
-            Some(words) => assert!(noted.as_deref().is_some_and(|n| n.contains(words)), "{folder}: {noted:?}"),
+            // What is left is the operator's to delete: the proxy sweep passes over a config it does not know.
+            Some(words) => assert!(
+                noted.as_deref().is_some_and(|n| n.contains(words) && n.contains("by hand") && !n.contains("sweep do")),
+                "{folder}: {noted:?}"
+            ),
         }
         assert!(store.list_storage_configs().await.unwrap().is_empty(), "{folder}: the config is gone");
     }
