@@ -78,6 +78,10 @@ pub fn handle(root: &Path, event: notify::Result<Event>, window: &mut Window, at
             EventKind::Modify(ModifyKind::Name(RenameMode::Both)) if i == 1 => arrived(path, rel, window, at),
             // Gone: a file or a folder, no telling which now; its parent holds either.
             EventKind::Modify(ModifyKind::Name(_)) => window.folder(rel.parent(), at),
+            // A folder's attributes (one not watched until now, which may be readable now): the folder itself.
+            EventKind::Modify(ModifyKind::Metadata(_)) if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) => {
+                window.folder(rel.path, at)
+            }
             EventKind::Create(_) | EventKind::Remove(_) | EventKind::Modify(_) => {
                 window.folder(rel.parent(), at);
                 window.file(rel.path, at);

@@ -24,6 +24,9 @@ pub struct WatchedTree {
     watcher: notify::RecommendedWatcher,
     /// Folders watched since the start (a folder gone gives its watch back on its own: this only grows).
     added: usize,
+    /// Folders whose watch could not be set (not readable when they were walked, say): a change of their attributes
+    /// is looked at as a folder that appeared, since it may have made them readable.
+    unwatched: std::collections::HashSet<PathBuf>,
     /// The proxy root's identity, passed over.
     avoid: Option<(u64, u64)>,
 }
@@ -102,7 +105,7 @@ impl WatchedTree {
         // Links are never followed, as the crawl never follows them.
         let config = notify::Config::default().with_follow_symlinks(false);
         let watcher = notify::RecommendedWatcher::new(handler, config)?;
-        let mut tree = Self { watcher, added: 0, avoid };
+        let mut tree = Self { watcher, added: 0, avoid, unwatched: std::collections::HashSet::new() };
         tree.watch_subtree(root, stop, |_| {})?;
         Ok(tree)
     }
@@ -110,6 +113,11 @@ impl WatchedTree {
     /// How many folders were watched.
     pub fn added(&self) -> usize {
         self.added
+    }
+
+    /// Whether `folder` was walked and its watch could not be set.
+    pub fn unwatched(&self, folder: &Path) -> bool {
+        self.unwatched.contains(folder)
     }
 
     /// Watches a folder that appeared beneath the root and every folder beneath it; answers the files found in
@@ -131,6 +139,11 @@ impl WatchedTree {
         let watch = |folder: &Path| {
             let watched = watched(self.watcher.watch(folder, RecursiveMode::NonRecursive))?;
             self.added += usize::from(watched);
+            if watched {
+                self.unwatched.remove(folder);
+            } else {
+                self.unwatched.insert(folder.to_path_buf());
+            }
             Ok(watched)
         };
         walk(top, self.avoid, stop, watch, files)

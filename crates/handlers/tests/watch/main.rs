@@ -894,3 +894,33 @@ async fn a_change_held_behind_a_queued_crawl_is_looked_at_again_once_a_debounce(
     assert!(took >= 2 * settings().debounce, "three looks in {took:?}: the watcher looked in a loop");
     assert_eq!(crawls(&lib).await.len(), 1, "and enqueued when the watcher stops");
 }
+
+/// A folder's attributes changing (`chmod`, `chown`, a NAS's permission editor applying an ACL to every folder of a
+/// share) changes nothing in the library: no folder is listed again, no file asked about, no crawl asked for.
+/// Before, each was a folder that appeared: its files were read again and its parent crawled, the whole library for
+/// a folder at the top.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_folders_attributes_changing_asks_for_no_crawl() {
+    use std::os::unix::fs::PermissionsExt;
+    let lib = library().await;
+    std::fs::create_dir_all(lib.root.join("2019/trip")).unwrap();
+    for i in 0..5 {
+        std::fs::write(lib.root.join(format!("2019/trip/{i}.jpg")), photo(i)).unwrap();
+    }
+    std::fs::create_dir_all(lib.root.join("2020")).unwrap();
+    let (watching, _) = watching(&lib, "w1", settings()).await;
+    let before = all_crawls(&lib).await.len();
+    for folder in ["2019", "2019/trip"] {
+        std::fs::set_permissions(lib.root.join(folder), std::fs::Permissions::from_mode(0o750)).unwrap();
+    }
+    // A change after them, so that they were taken first.
+    std::fs::write(lib.root.join("2020/a.jpg"), photo(9)).unwrap();
+    until_closed(&lib, "2020/a.jpg").await;
+    let after: Vec<CrawlArgs> = all_crawls(&lib).await.iter().skip(before).map(args).collect();
+    assert!(!after.is_empty());
+    for crawl in &after {
+        assert!(!crawl.is_whole_root() && crawl.folders.iter().all(|f| f == "2020"), "{after:?}");
+        assert!(crawl.closed.iter().all(|c| c.path == "2020/a.jpg"), "{after:?}");
+    }
+    drop(watching);
+}
