@@ -16,7 +16,6 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::routing::get;
 use axum_extra::extract::cookie::CookieJar;
 use chrono::{DateTime, Utc};
-use futures_util::Stream;
 
 use super::answer::{Problem, take_flash};
 use super::{Page, view};
@@ -101,10 +100,7 @@ async fn running_fragment(State(page): State<Arc<Page>>, headers: HeaderMap) -> 
 }
 
 /// The running items' section every two seconds, as server-sent events.
-async fn events(
-    State(page): State<Arc<Page>>,
-    headers: HeaderMap,
-) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+async fn events(State(page): State<Arc<Page>>, headers: HeaderMap) -> impl axum::response::IntoResponse {
     let viewer = viewer(&page, &headers);
     let stream = futures_util::stream::unfold((page.clone(), viewer, true), |(page, viewer, first)| async move {
         if !first {
@@ -114,10 +110,13 @@ async fn events(
             Ok(running) => view::running(&page, &running, &viewer).into_string(),
             Err(e) => view::unavailable(&e.to_string()).into_string(),
         };
-        Some((Ok(Event::default().event("running").data(html)), (page, viewer, false)))
+        Some((Ok::<_, Infallible>(Event::default().event("running").data(html)), (page, viewer, false)))
     });
     let stop = page.stop.clone().cancelled_owned();
-    Sse::new(futures_util::StreamExt::take_until(stream, stop)).keep_alive(KeepAlive::default())
+    // nginx holds a proxied answer back until its buffer fills, unless the answer says not to: each update would
+    // reach the page late, several at once.
+    let unbuffered = [(axum::http::HeaderName::from_static("x-accel-buffering"), "no")];
+    (unbuffered, Sse::new(futures_util::StreamExt::take_until(stream, stop)).keep_alive(KeepAlive::default()))
 }
 
 /// One item's page.

@@ -158,6 +158,7 @@ async fn the_page_shows_the_queue_configs_running_items_and_failures() {
     assert!(status == StatusCode::OK && html.contains("5 of 10 units"), "{html}");
     let response = router(w.page.clone()).oneshot(get("/events")).await.unwrap();
     assert_eq!(response.headers()[header::CONTENT_TYPE], "text/event-stream");
+    assert_eq!(response.headers()["x-accel-buffering"], "no", "nginx passes each event on at once");
     let mut body = response.into_body();
     let frame = body.frame().await.unwrap().unwrap().into_data().unwrap();
     let event = String::from_utf8_lossy(&frame);
