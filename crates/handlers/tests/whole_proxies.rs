@@ -396,6 +396,10 @@ async fn a_proxy_folder_the_workers_user_may_not_write_fails_the_crawl_naming_it
     lib.crawl().await;
     let config_dir = lib.proxies.join(lib.config.to_string());
     let prefix = std::fs::read_dir(&config_dir).unwrap().next().unwrap().unwrap().path();
+    // A folder someone keeps there that is not of the layout (a NAS's recycle bin) holds no proxy: no refusal.
+    let Some(recycle) = ScratchVolume::read_only(&config_dir.join("#recycle")) else { return };
+    lib.crawl().await;
+    drop(recycle);
     let Some(volume) = ScratchVolume::read_only(&prefix) else { return };
     lib.write("1.jpg", &photo(1));
     let err = lib.crawl_with(serde_json::json!({}), CancellationToken::new()).await.unwrap_err();

@@ -98,8 +98,14 @@ pub fn check_proxy_folders(config_dir: &Path) -> Result<(), MediaError> {
     };
     writable(config_dir, config_dir)?;
     for entry in folders {
-        let entry = entry.map_err(|e| folder_unwritable(config_dir, config_dir, e))?;
-        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+        let entry = match entry {
+            Ok(entry) => entry,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(folder_unwritable(config_dir, config_dir, e)),
+        };
+        // Only the layout's own folders (`<2 lower-case hex>`): another folder someone keeps there (a NAS's
+        // `#recycle`, a backup) holds no proxy.
+        if is_prefix_name(entry.file_name().as_encoded_bytes()) && entry.file_type().is_ok_and(|t| t.is_dir()) {
             writable(config_dir, &entry.path())?;
         }
     }
@@ -111,11 +117,21 @@ pub fn effective_user() -> u32 {
     rustix::process::geteuid().as_raw()
 }
 
-/// Whether this process (its effective user) may make and remove entries in `folder`.
+/// Whether `name` is a folder name of the proxy layout's second level: two lower-case hex digits.
+fn is_prefix_name(name: &[u8]) -> bool {
+    name.len() == 2 && name.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// Whether this process may make and remove entries in `folder`; one gone meanwhile (the proxy sweep removes a
+/// folder it emptied) is no refusal. `access` asks for the real user, which is the effective one: the Worker is
+/// never set-id, and the variant that asks for the effective user (`faccessat2`) is refused by sandboxes older
+/// than Linux 5.8.
 fn writable(config_dir: &Path, folder: &Path) -> Result<(), MediaError> {
     use rustix::fs::{Access, AtFlags, CWD, accessat};
-    accessat(CWD, folder, Access::WRITE_OK | Access::EXEC_OK, AtFlags::EACCESS)
-        .map_err(|e| folder_unwritable(config_dir, folder, e.into()))
+    match accessat(CWD, folder, Access::WRITE_OK | Access::EXEC_OK, AtFlags::empty()) {
+        Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
+        Err(e) => Err(folder_unwritable(config_dir, folder, e.into())),
+    }
 }
 
 fn folder_unwritable(config_dir: &Path, folder: &Path, source: std::io::Error) -> MediaError {

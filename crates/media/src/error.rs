@@ -139,7 +139,14 @@ fn remedy(e: &std::io::Error) -> &'static str {
 /// What to do about a proxy folder the Worker's user may not write: one another user made (a Worker run once as
 /// root from a shell) is given back; otherwise as for the proxy root.
 fn folder_remedy(owner: u32, user: u32, config_dir: &std::path::Path, e: &std::io::Error) -> String {
-    if owner != user {
+    let denied = e.kind() == std::io::ErrorKind::PermissionDenied;
+    if denied && user == 0 {
+        // Root refused (a share that maps root to nobody): the folder is for the user who owns it.
+        format!(
+            "It belongs to uid {owner}, and root may not write it here (a share that maps root to another user): run \
+             the Worker as uid {owner}, the service's user. No proxy of this config can be written there until then"
+        )
+    } else if denied && owner != user {
         format!(
             "It belongs to uid {owner}: a Worker (or a command) run once as another user, root from a shell say, \
              made it. Give the config's proxy folders back to the Worker's user (`chown -R {user} {}`), and run the \
@@ -160,6 +167,10 @@ fn a_proxy_folder_of_another_user_is_given_back_and_one_of_ours_is_looked_at_as_
     assert!(theirs.contains("belongs to uid 0") && theirs.contains("chown -R 999 /proxies/c0ffee"), "{theirs}");
     let ours = folder_remedy(999, 999, dir, &std::io::Error::from(std::io::ErrorKind::ReadOnlyFilesystem));
     assert!(ours.contains("mounted read-only") && !ours.contains("chown"), "{ours}");
+    let read_only = folder_remedy(0, 999, dir, &std::io::Error::from(std::io::ErrorKind::ReadOnlyFilesystem));
+    assert!(read_only.contains("mounted read-only") && !read_only.contains("chown"), "{read_only}");
+    let squashed = folder_remedy(999, 0, dir, &denied());
+    assert!(squashed.contains("run the Worker as uid 999") && !squashed.contains("chown"), "{squashed}");
 }
 
 impl MediaError {

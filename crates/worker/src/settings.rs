@@ -1,4 +1,5 @@
-//! The Worker's configuration: built-in defaults < `almanac.toml` (or `--config-file`) < environment
+//! The Worker's configuration: built-in defaults < the settings file (`--config-file`, else `almanac.toml` here, else
+//! the package's `/etc/almanac/worker.toml`) < environment
 //! (`ALMANAC__SECTION__KEY`, e.g. `ALMANAC__QUEUE__LEASE=30s`), and `DATABASE_URL`. Unknown keys and bad
 //! values are errors that name the key.
 
@@ -240,22 +241,6 @@ impl Default for Log {
     }
 }
 
-/// Where the package puts the settings, and its systemd unit runs the Worker with (`--config-file`, checked by a
-/// test against `packaging/almanac-worker.service`).
-pub const INSTALLED_FILE: &str = "/etc/almanac/worker.toml";
-
-/// The settings file a command reads when none is named (`--config-file`): `almanac.toml` in the current folder,
-/// else the installed one ([`INSTALLED_FILE`]), when present. An operator's `almanac-worker config add …` in a shell
-/// on the NAS then reads the service's settings (its database, its proxy root), not the defaults.
-pub fn default_file() -> Option<PathBuf> {
-    first_file(&[Path::new("almanac.toml"), Path::new(INSTALLED_FILE)])
-}
-
-/// The first of `candidates` that is a file.
-fn first_file(candidates: &[&Path]) -> Option<PathBuf> {
-    candidates.iter().find(|p| p.is_file()).map(|p| p.to_path_buf())
-}
-
 impl Settings {
     /// Loads the settings: defaults, then `file` (or [`default_file`]), then the environment.
     pub fn load(file: Option<&Path>) -> Result<Self> {
@@ -272,17 +257,7 @@ impl Settings {
         // A file that cannot be parsed is reported with the offending line: secrets in it are hidden first.
         let mut file_text = String::new();
         if let Some(path) = file {
-            if !path.is_file() {
-                bail!("the configuration file {} does not exist", path.display());
-            }
-            file_text = std::fs::read_to_string(path).map_err(|e| {
-                anyhow::anyhow!(
-                    "the configuration file {} cannot be read by this user ({e}): run the command as the service's \
-                     user or root (the package's file belongs to root and the group almanac), or name another with \
-                     --config-file",
-                    path.display()
-                )
-            })?;
+            file_text = files::read(path)?;
             builder = builder.add_source(config::File::from(path).format(config::FileFormat::Toml));
         }
         let env: Vec<(String, String)> = env.into_iter().collect();
@@ -489,9 +464,14 @@ fn check_database_url(key: &str, url: &str) -> Result<()> {
     })
 }
 
+mod files;
 mod storage;
 mod watch;
 mod work;
+
+#[cfg(test)]
+use files::first_file;
+pub use files::{INSTALLED_FILE, default_file};
 
 pub use watch::Watch;
 

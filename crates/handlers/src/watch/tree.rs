@@ -115,9 +115,16 @@ impl WatchedTree {
         self.added
     }
 
-    /// Whether `folder` was walked and its watch could not be set.
-    pub fn unwatched(&self, folder: &Path) -> bool {
-        self.unwatched.contains(folder)
+    /// Whether `event` is a change of the attributes of a folder that is watched (`chmod`, `chown`, a folder's
+    /// times set by `rsync -a`, an ACL a NAS's permission editor applies to every folder of a share): nothing in
+    /// the library changed. Before, each was taken for a folder that appeared: its whole subtree was watched and
+    /// listed again, every file in it asked about, and its parent crawled (the whole library, for a folder at the
+    /// top). Only a folder whose watch could not be set, or beneath which nothing could be, is looked at again.
+    pub fn attributes_of_a_watched_folder(&self, event: &notify::Event) -> bool {
+        matches!(event.kind, notify::EventKind::Modify(notify::event::ModifyKind::Metadata(_)))
+            && event.paths.iter().all(|p| {
+                std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir()) && !self.unwatched.contains(p.as_path())
+            })
     }
 
     /// Watches a folder that appeared beneath the root and every folder beneath it; answers the files found in
@@ -139,7 +146,10 @@ impl WatchedTree {
         let watch = |folder: &Path| {
             let watched = watched(self.watcher.watch(folder, RecursiveMode::NonRecursive))?;
             self.added += usize::from(watched);
-            if watched {
+            // A folder that can be listed but not entered (no search right: `chmod -R 644` by mistake) is watched,
+            // but nothing beneath it can be: once its rights are given back, its attributes' change walks it again.
+            let enterable = std::fs::symlink_metadata(folder.join(".")).is_ok();
+            if watched && enterable {
                 self.unwatched.remove(folder);
             } else {
                 self.unwatched.insert(folder.to_path_buf());

@@ -216,17 +216,6 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
         }
     }
 
-    /// Whether `event` is a change of the attributes of a folder that is watched (`chmod`, `chown`, a folder's
-    /// times set by `rsync -a`, an ACL a NAS's permission editor applies to every folder of a share): nothing in
-    /// the library changed. Before, each was taken for a folder that appeared: its whole subtree was watched and
-    /// listed again, every file in it asked about, and its parent crawled (the whole library, for a folder at the
-    /// top). Only a folder whose watch could not be set is looked at again (it may be readable now).
-    fn attributes_of_a_watched_folder(&self, event: &notify::Event) -> bool {
-        let Some(tree) = &self.tree else { return false };
-        matches!(event.kind, notify::EventKind::Modify(notify::event::ModifyKind::Metadata(_)))
-            && event.paths.iter().all(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir()) && !tree.unwatched(p))
-    }
-
     /// Handles one event and those already waiting behind it (a flood is taken a few thousand at a time, between
     /// looks at the window's clock); `Some` when events can no longer be trusted.
     fn take_event(
@@ -237,15 +226,11 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
     ) -> Option<Ended> {
         for event in one_turn(first, events) {
             let now = Instant::now();
-            if let Ok(e) = &event
-                && self.attributes_of_a_watched_folder(e)
-            {
-                continue;
-            }
-            if let Ok(e) = &event
-                && let Some(folder) = appeared_folder(&self.root, e)
-            {
-                self.appeared.push(folder);
+            if let Ok(e) = &event {
+                if self.tree.as_ref().is_some_and(|t| t.attributes_of_a_watched_folder(e)) {
+                    continue;
+                }
+                self.appeared.extend(appeared_folder(&self.root, e));
             }
             match handle(&self.root, event, window, now) {
                 Handled::Ignored => {}

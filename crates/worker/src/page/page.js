@@ -12,7 +12,7 @@ if (window.EventSource) {
         stream.close();
         stream = null;
       }
-    } else if (!stream) {
+    } else if (!stream || stream.readyState === EventSource.CLOSED) {
       stream = new EventSource('/events');
       stream.addEventListener('running', (e) => {
         // The server renders the section (maud escapes every value); scripts in it would not run.
