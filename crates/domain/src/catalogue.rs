@@ -137,6 +137,12 @@ impl ContentHash {
     pub fn proxy_dir(&self, config: StorageConfigId) -> PathBuf {
         Path::new(&config.to_string()).join(&self.0[..2]).join(&self.0)
     }
+
+    /// Whether a folder name is one of the `<hash[0..2]>` folders of [`ContentHash::proxy_dir`]'s layout: two hex
+    /// digits in lower case, as the hash is written.
+    pub fn is_prefix_folder(name: &[u8]) -> bool {
+        name.len() == 2 && name.iter().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
+    }
 }
 
 impl fmt::Display for ContentHash {
@@ -235,6 +241,10 @@ mod tests {
         let dir = hash.proxy_dir(config);
         assert_eq!(dir, Path::new(&config.to_string()).join("0f").join("0f".repeat(32)));
         assert_eq!(dir, hash.clone().proxy_dir(config));
+        assert!(ContentHash::is_prefix_folder(b"0f"), "the layout's own");
+        for other in [&b"AB"[..], b"abc", b"g0", b"0", b"#recycle"] {
+            assert!(!ContentHash::is_prefix_folder(other), "{other:?}");
+        }
     }
 }
 

@@ -105,7 +105,8 @@ pub fn check_proxy_folders(config_dir: &Path) -> Result<(), MediaError> {
         };
         // Only the layout's own folders (`<2 lower-case hex>`): another folder someone keeps there (a NAS's
         // `#recycle`, a backup) holds no proxy.
-        if is_prefix_name(entry.file_name().as_encoded_bytes()) && entry.file_type().is_ok_and(|t| t.is_dir()) {
+        let ours = almanac_domain::ContentHash::is_prefix_folder(entry.file_name().as_encoded_bytes());
+        if ours && entry.file_type().is_ok_and(|t| t.is_dir()) {
             writable(config_dir, &entry.path())?;
         }
     }
@@ -115,11 +116,6 @@ pub fn check_proxy_folders(config_dir: &Path) -> Result<(), MediaError> {
 /// This process's effective user id (0: root).
 pub fn effective_user() -> u32 {
     rustix::process::geteuid().as_raw()
-}
-
-/// Whether `name` is a folder name of the proxy layout's second level: two lower-case hex digits.
-fn is_prefix_name(name: &[u8]) -> bool {
-    name.len() == 2 && name.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// Whether this process may make and remove entries in `folder`; one gone meanwhile (the proxy sweep removes a

@@ -201,7 +201,9 @@ impl RootFolder {
     pub fn list(&self, folder: &OwnedFd, rel: &[u8]) -> Result<Vec<Entry>, OpenError> {
         let listing = self.list_each(folder, rel)?;
         match listing.unexamined.into_iter().next() {
-            Some(bad) => Err(OpenError::Io { path: self.display(&join(rel, bad.name.as_bytes())), source: bad.error }),
+            Some(bad) => {
+                Err(OpenError::Io { path: self.display(&join_beneath(rel, bad.name.as_bytes())), source: bad.error })
+            }
             None => Ok(listing.entries),
         }
     }
@@ -437,8 +439,10 @@ pub(crate) fn mtime_of(seconds: i64, nanoseconds: u32) -> DateTime<Utc> {
     DateTime::from_timestamp_micros(micros).filter(|t| *t >= EARLIEST_TIME).unwrap_or(DateTime::<Utc>::UNIX_EPOCH)
 }
 
-fn join(rel: &[u8], name: &[u8]) -> Vec<u8> {
-    let mut out = rel.to_vec();
+/// `dir/name` beneath a root, or `name` beneath the root itself (`dir` empty): how every path beneath a root is
+/// made from its folder's path and a listed name.
+pub fn join_beneath(dir: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut out = dir.to_vec();
     if !out.is_empty() {
         out.push(b'/');
     }

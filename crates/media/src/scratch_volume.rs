@@ -4,7 +4,7 @@
 //! inode table took a bad write: an ext4 file system in an image file, one of whose entries the kernel then refuses
 //! to look up.
 
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -43,7 +43,7 @@ impl ScratchVolume {
     /// writes through any mode), its mode 0555 otherwise. `None`, after printing why, when neither works.
     pub fn read_only(path: &Path) -> Option<Self> {
         std::fs::create_dir_all(path).expect("create the folder");
-        if is_root(path) {
+        if crate::effective_user() == 0 {
             return Self::mount(path, "ro,size=64k");
         }
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o555)).expect("set the folder's mode");
@@ -144,13 +144,4 @@ fn skipped<T>(what: &str, said: &[u8]) -> Option<T> {
 fn sbin(tool: &str) -> PathBuf {
     let placed = Path::new("/usr/sbin").join(tool);
     if placed.exists() { placed } else { PathBuf::from(tool) }
-}
-
-/// Whether this process runs as root: a file it makes belongs to uid 0.
-fn is_root(beside: &Path) -> bool {
-    let probe = beside.with_extension("uid-probe");
-    std::fs::write(&probe, b"").expect("write a probe file");
-    let uid = std::fs::metadata(&probe).expect("read the probe file").uid();
-    let _ = std::fs::remove_file(&probe);
-    uid == 0
 }

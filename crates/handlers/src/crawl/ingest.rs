@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::CrawlSettings;
 use super::display;
+use super::merge::same_facts;
 use super::report::{Counters, bump};
 use super::rules::{Placement, place};
 use super::settling::{self, CrawlClock};
@@ -486,11 +487,6 @@ impl<C: CatalogueStore> Run<'_, C> {
 }
 
 /// A file's facts as the walk found them.
-/// Whether the file has the size and mtime the catalogue has for this path.
-fn same_facts(known: &KnownFile, entry: &WalkEntry) -> bool {
-    known.facts.size == entry.size && known.facts.mtime == entry.mtime
-}
-
 fn facts(entry: &WalkEntry) -> FileFacts {
     FileFacts { file_path: entry.rel.clone(), display_path: display(&entry.rel), size: entry.size, mtime: entry.mtime }
 }

@@ -179,10 +179,12 @@ impl<P: FnMut() -> Result<Vec<KnownFile>, CatalogueError>> Merge<P> {
 /// since corrected is read again), and no proxy missing (an asset whose proxies were deleted is read again and its
 /// proxies made again).
 fn unchanged(k: &KnownFile, entry: &WalkEntry) -> bool {
-    k.facts.size == entry.size
-        && k.facts.mtime == entry.mtime
-        && k.proxies_complete
-        && (k.extra || (k.sidecar == entry.sidecar && k.date_current))
+    same_facts(k, entry) && k.proxies_complete && (k.extra || (k.sidecar == entry.sidecar && k.date_current))
+}
+
+/// Whether the file has the size and mtime the catalogue has for its path.
+pub(super) fn same_facts(k: &KnownFile, entry: &WalkEntry) -> bool {
+    k.facts.size == entry.size && k.facts.mtime == entry.mtime
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::os::unix::ffi::OsStrExt;
 
 use almanac_domain::ports::{KnownFile, Sidecar};
 use almanac_media::{
-    Entry, EntryKind, OpenError, RootFolder, Unexamined, is_media_name, is_sidecar_name, sidecar_names,
+    Entry, EntryKind, OpenError, RootFolder, Unexamined, is_media_name, is_sidecar_name, join_beneath, sidecar_names,
 };
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
@@ -175,19 +175,20 @@ fn walk_below(
                 Ok(None) => {}
                 // A sidecar that cannot be looked up would leave its photo read without it (and dated again without
                 // the date it holds): the folder is not walked at all, as one that cannot be read.
-                Ok(Some((listing, _))) if listing.unexamined.iter().any(is_sidecar) => {
-                    let sidecar = listing.unexamined.iter().find(|u| is_sidecar(u)).expect("one is");
-                    let why = format!(
-                        "its sidecar {} could not be looked at ({}); what the catalogue has in the folder is kept",
-                        sidecar.name.display(),
-                        sidecar.error
-                    );
-                    report.unreadable_folder(root, &rel_dir, why);
-                }
-                Ok(Some((listing, own))) => {
-                    not_examined(root, &rel_dir, listing.unexamined, report);
-                    stack.push((sort_folder(root, &rel_dir, listing.entries, avoid, report).into_iter(), own));
-                }
+                Ok(Some((listing, own))) => match listing.unexamined.iter().find(|u| is_sidecar(u)) {
+                    Some(sidecar) => {
+                        let why = format!(
+                            "its sidecar {} could not be looked at ({}); what the catalogue has in the folder is kept",
+                            sidecar.name.display(),
+                            sidecar.error
+                        );
+                        report.unreadable_folder(root, &rel_dir, why);
+                    }
+                    None => {
+                        not_examined(root, &rel_dir, listing.unexamined, report);
+                        stack.push((sort_folder(root, &rel_dir, listing.entries, avoid, report).into_iter(), own));
+                    }
+                },
                 // Gone since its parent was listed: deleted, or renamed to a name the walk has passed (its files are
                 // somewhere this walk will not look). Either way the walk is not complete there: nothing under it is
                 // soft-deleted.
@@ -227,13 +228,8 @@ fn not_examined(root: &RootFolder, rel_dir: &[u8], entries: Vec<Unexamined>, rep
         if is_skipped_name(name) || ignored {
             continue;
         }
-        let mut rel = rel_dir.to_vec();
-        if !rel.is_empty() {
-            rel.push(b'/');
-        }
-        rel.extend_from_slice(name);
         let why = format!("it could not be looked at ({}); what the catalogue has there is kept", entry.error);
-        report.unreadable_folder(root, &rel, why);
+        report.unreadable_folder(root, &join_beneath(rel_dir, name), why);
     }
 }
 

@@ -11,7 +11,7 @@ use almanac_domain::{
     ports::{ProxyPath, StoredProxy},
 };
 use almanac_executor::HandlerError;
-use almanac_media::{Entry, EntryKind, OpenError, Removal, RootFolder};
+use almanac_media::{Entry, EntryKind, OpenError, Removal, RootFolder, join_beneath};
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
@@ -128,16 +128,6 @@ pub(super) fn list_folder(root: &RootFolder, rel: &[u8]) -> Result<Option<Vec<En
     }
 }
 
-/// `dir/name`, or `name` beneath the root itself.
-pub(super) fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
-    let mut rel = dir.to_vec();
-    if !rel.is_empty() {
-        rel.push(b'/');
-    }
-    rel.extend_from_slice(name);
-    rel
-}
-
 /// Calls `visit` with the path and `lstat` of every entry beneath the folder `start` that is not a folder,
 /// depth first and no link followed, holding only the folders still to visit (never a list of the files). A
 /// folder that vanished is empty; one that cannot be read is told to `unreadable`. Answers whether every folder
@@ -164,7 +154,7 @@ pub(super) fn walk(
             }
         };
         for entry in entries {
-            let rel = join(&dir, entry.name.as_bytes());
+            let rel = join_beneath(&dir, entry.name.as_bytes());
             if entry.kind == EntryKind::Folder {
                 stack.push(rel);
             } else {
@@ -175,22 +165,11 @@ pub(super) fn walk(
     complete
 }
 
-/// Whether a folder name is one of the `<2 hex>` folders of the proxy layout (lower case, as we write them).
-pub(super) fn is_prefix_folder(name: &[u8]) -> bool {
-    name.len() == 2 && name.iter().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
-}
-
 #[cfg(test)]
 mod tests {
     use almanac_domain::ContentHash;
 
     use super::*;
-
-    #[test]
-    fn a_name_joins_its_folder_with_one_slash_and_the_root_with_none() {
-        assert_eq!(join(b"", b"ab"), b"ab");
-        assert_eq!(join(b"cfg/ab", b"x.jpg"), b"cfg/ab/x.jpg");
-    }
 
     #[test]
     fn the_walk_visits_every_file_beneath_its_folder_once() {
@@ -275,12 +254,6 @@ mod tests {
             &mut |e| panic!("{e}")
         ));
         assert_eq!(nothing, 0, "a folder that is not there is empty");
-        assert!(
-            is_prefix_folder(b"0f")
-                && !is_prefix_folder(b"AB")
-                && !is_prefix_folder(b"abc")
-                && !is_prefix_folder(b"g0")
-        );
     }
 
     #[test]

@@ -10,18 +10,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use almanac_domain::{
-    ProxySweepArgs, ProxySweepReport, StorageConfigId, SweptProxyRoot, list_one,
+    ContentHash, ProxySweepArgs, ProxySweepReport, StorageConfigId, SweptProxyRoot, list_one,
     ports::{MaintenanceStore, ServedConfigs},
 };
 use almanac_executor::{BoxFuture, HandlerContext, HandlerError, WorkHandler};
-use almanac_media::{Entry, EntryKind, Removal, RootFolder};
+use almanac_media::{Entry, EntryKind, Removal, RootFolder, join_beneath};
 use serde::Serialize;
 use tracing::{info, warn};
 
 use super::proxy_check::{Found, confirm, judge};
-use super::proxy_files::{
-    AgeFloor, NOT_OURS_LISTED, is_prefix_folder, join, list_folder, open_proxy_root, remove_old_file, walk,
-};
+use super::proxy_files::{AgeFloor, NOT_OURS_LISTED, list_folder, open_proxy_root, remove_old_file, walk};
 use super::proxy_repair::ConfigCheck;
 use super::root_watch::{RootAtStart, folder_gone};
 use crate::{MassDeletionGuard, report_progress, store_error};
@@ -246,7 +244,7 @@ impl<M: MaintenanceStore + 'static> ProxySweepHandler<M> {
             prefixes.extend(self.store.proxy_folders(config).await.map_err(store_error)?);
         }
         let mut check = ConfigCheck::new(config);
-        for prefix in prefixes.iter().filter(|p| is_prefix_folder(p.as_bytes())) {
+        for prefix in prefixes.iter().filter(|p| ContentHash::is_prefix_folder(p.as_bytes())) {
             if ctx.cancel.is_cancelled() {
                 return Err(HandlerError::cancelled());
             }
@@ -289,10 +287,10 @@ impl<M: MaintenanceStore + 'static> ProxySweepHandler<M> {
             };
             for entry in entries {
                 let name = entry.name.as_bytes();
-                if entry.kind == EntryKind::Folder && is_prefix_folder(name) {
+                if entry.kind == EntryKind::Folder && ContentHash::is_prefix_folder(name) {
                     prefixes.insert(String::from_utf8_lossy(name).into_owned());
                 } else {
-                    not_ours_beneath(&root, &join(&dir, name), &entry, &stop, &mut not_ours, &mut unreadable);
+                    not_ours_beneath(&root, &join_beneath(&dir, name), &entry, &stop, &mut not_ours, &mut unreadable);
                 }
             }
             (prefixes, not_ours, unreadable)

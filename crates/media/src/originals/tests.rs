@@ -154,3 +154,9 @@ fn an_mtime_the_catalogue_cannot_hold_is_taken_as_unknown() {
     assert_eq!(mtime_of(i64::MIN, 999_999_999), epoch);
     assert_eq!(mtime_of(i64::MAX, 999_999_999), epoch, "past chrono's last year, and no overflow");
 }
+
+#[test]
+fn a_name_joins_its_folder_with_one_slash_and_the_root_with_none() {
+    assert_eq!(join_beneath(b"", b"ab"), b"ab");
+    assert_eq!(join_beneath(b"cfg/ab", b"x.jpg"), b"cfg/ab/x.jpg");
+}

@@ -15,23 +15,23 @@ pub fn default_file() -> Option<PathBuf> {
     first_file(&[Path::new("almanac.toml"), Path::new(INSTALLED_FILE)])
 }
 
-/// The first of `candidates` that is a file, or that may be one: a path this user cannot look at (the package's
-/// folder closed to others) is taken, so that reading it says why, rather than the defaults being read silently.
+/// The first of `candidates` that is a file, or may be one ([`may_be_a_file`]).
 pub(super) fn first_file(candidates: &[&Path]) -> Option<PathBuf> {
-    let present = |p: &&&Path| match std::fs::metadata(p) {
+    candidates.iter().find(|p| may_be_a_file(p)).map(|p| p.to_path_buf())
+}
+
+/// Whether `path` is a file, or may be one: a path this user cannot look at (the package's folder closed to
+/// others) may, so that reading it says why, rather than the defaults being read silently.
+fn may_be_a_file(path: &Path) -> bool {
+    match std::fs::metadata(path) {
         Ok(m) => m.is_file(),
         Err(e) => e.kind() != std::io::ErrorKind::NotFound,
-    };
-    candidates.iter().find(present).map(|p| p.to_path_buf())
+    }
 }
 
 /// The text of the settings file at `path`, or why it cannot be read (named, with what to do).
 pub(super) fn read(path: &Path) -> Result<String> {
-    let missing = match std::fs::metadata(path) {
-        Ok(m) => !m.is_file(),
-        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
-    };
-    if missing {
+    if !may_be_a_file(path) {
         bail!("the configuration file {} does not exist", path.display());
     }
     std::fs::read_to_string(path).map_err(|e| {
