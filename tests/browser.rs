@@ -16,7 +16,7 @@ use support::browser::Browser;
 const TOKEN: &str = "browser-test-token-0123456789";
 
 fn cli(url: &str, args: &[&str]) -> String {
-    let out = Command::new(support::worker_bin()).args(args).env("DATABASE_URL", url).output().unwrap();
+    let out = support::worker().args(args).env("DATABASE_URL", url).output().unwrap();
     assert!(out.status.success(), "almanac-worker {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
@@ -36,7 +36,7 @@ fn start_worker(url: &str, proxies: &Path, env: &[(&str, &str)]) -> (Worker, Str
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let address = format!("127.0.0.1:{port}");
     let worker = Worker(
-        Command::new(support::worker_bin())
+        support::worker()
             .args(["run"])
             .env("DATABASE_URL", url)
             .env("ALMANAC__STORAGE__PROXY_ROOT", proxies)

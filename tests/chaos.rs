@@ -285,7 +285,7 @@ impl Trial {
     }
 
     fn cli(&self, args: &[&str]) -> Option<String> {
-        let out = Command::new(support::worker_bin()).args(args).env("DATABASE_URL", &self.url).output().ok()?;
+        let out = support::worker().args(args).env("DATABASE_URL", &self.url).output().ok()?;
         out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
@@ -301,7 +301,7 @@ impl Trial {
 
     fn start_worker(&mut self, name: &str, url: &str, extra: &[(&str, &str)]) {
         let log = std::fs::File::create(self.dir.path().join(format!("{name}.log"))).unwrap();
-        let mut command = Command::new(support::worker_bin());
+        let mut command = support::worker();
         command
             .args(["run", "--log-format", "json"])
             .env("DATABASE_URL", format!("{url}&application_name={name}"))
@@ -779,7 +779,7 @@ impl Trial {
             self.wrong.push(format!("an enqueue on the standby was not refused as an outage: {refused:?}"));
         }
         let root = self.dir.path().join("ann");
-        let cli = Command::new(support::worker_bin())
+        let cli = support::worker()
             .args(["enqueue", "crawl", "--config", root.to_str().unwrap()])
             .env("DATABASE_URL", &standby)
             .output()

@@ -32,14 +32,14 @@ fn setup(photos: u32) -> Setup {
 
 impl Setup {
     fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new(support::worker_bin()).args(args).env("DATABASE_URL", self.db.url()).output().unwrap();
+        let out = support::worker().args(args).env("DATABASE_URL", self.db.url()).output().unwrap();
         assert!(out.status.success(), "almanac-worker {args:?}: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     /// Runs the CLI with extra environment and returns its exit code, standard output and standard error.
     fn cli_exit(&self, args: &[&str], env: &[(&str, &Path)]) -> (i32, String, String) {
-        let mut command = Command::new(support::worker_bin());
+        let mut command = support::worker();
         command.args(args).env("DATABASE_URL", self.db.url());
         for (k, v) in env {
             command.env(k, v);
@@ -51,7 +51,7 @@ impl Setup {
 
     fn worker(&self, name: &str, url: &str, extra: &[(&str, &str)]) -> Worker {
         let log = self.dir.path().join(format!("{name}.log"));
-        let mut command = Command::new(support::worker_bin());
+        let mut command = support::worker();
         command
             .args(["run", "--log-format", "json"])
             .env("DATABASE_URL", url)
@@ -325,18 +325,46 @@ fn a_bind_mount_of_a_library_is_refused_as_a_second_root_and_as_the_proxy_root()
         eprintln!("SKIPPED: cannot bind-mount here: {}", String::from_utf8_lossy(&probe.stderr));
         return;
     }
-    let bin = support::worker_bin();
-    let out = in_namespace(&format!("'{bin}' config add --user eve --root '{}'", alias.display()));
+    let bin = format!("'{}' --config-file '{}'", support::worker_bin(), support::empty_settings().display());
+    let out = in_namespace(&format!("{bin} config add --user eve --root '{}'", alias.display()));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("same tree") && err.contains(library.to_str().unwrap()), "{err}");
     let out =
-        in_namespace(&format!("env ALMANAC__STORAGE__PROXY_ROOT='{}' '{bin}' run", alias.join("proxies").display()));
+        in_namespace(&format!("env ALMANAC__STORAGE__PROXY_ROOT='{}' {bin} run", alias.join("proxies").display()));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("lies inside") && err.contains(library.to_str().unwrap()), "{err}");
     assert!(!library.join("proxies").exists(), "nothing was created inside the library");
     assert_eq!(s.cli(&["config", "list"]).lines().count(), 2);
+}
+
+/// A command says which settings it used: `config check` names the file it read, and every other command warns
+/// when the environment replaces a value of that file (a `DATABASE_URL` left in an operator's shell would otherwise
+/// send `config add` to another database without a word).
+#[test]
+fn a_command_says_when_the_environment_replaces_a_value_of_its_settings_file() {
+    let s = setup(0);
+    s.cli(&["migrate"]);
+    let file = s.dir.path().join("worker.toml");
+    std::fs::write(&file, format!("[database]\nurl = \"{}\"\n", s.db.url())).unwrap();
+    let run = |args: &[&str], database_url: Option<&str>| {
+        let mut command = Command::new(support::worker_bin());
+        command.arg("--config-file").arg(&file).args(args).env_remove("DATABASE_URL");
+        if let Some(url) = database_url {
+            command.env("DATABASE_URL", url);
+        }
+        let out = command.output().unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let quiet = run(&["config", "list"], None);
+    assert!(!quiet.contains("environment"), "the file alone: nothing to say: {quiet}");
+    let warned = run(&["config", "list"], Some(s.db.url()));
+    let expected = format!("DATABASE_URL in the environment sets database.url, not the value in {}", file.display());
+    assert!(warned.contains(&expected), "{warned}");
+    let checked = run(&["config", "check"], None);
+    assert!(checked.contains(&format!("settings read from {}", file.display())), "{checked}");
 }
 
 /// A TCP proxy to the cluster's Unix socket that can be cut: it stops forwarding without closing the sockets,
@@ -605,7 +633,7 @@ fn enqueue_wait_follows_the_item_and_exits_with_its_outcome() {
     s.cli(&["config", "add", "--user", "ann", "--root", root]);
 
     // Nobody runs it: it waits queued until cancelled, once the follower has said it is queued.
-    let mut waiter = Command::new(support::worker_bin())
+    let mut waiter = support::worker()
         .args(["enqueue", "token-cleanup", "--wait"])
         .env("DATABASE_URL", s.db.url())
         .stdout(Stdio::piped())

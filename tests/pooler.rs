@@ -4,7 +4,7 @@
 
 use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use almanac_media::fixtures::{self, FixtureExif};
@@ -41,7 +41,7 @@ impl Setup {
 
     /// The CLI through PgBouncer, in transaction mode; its standard output.
     fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new(support::worker_bin())
+        let out = support::worker()
             .args(args)
             .env("DATABASE_URL", self.pooled_url())
             .env("ALMANAC__DATABASE__POOLER_MODE", "transaction")
@@ -55,7 +55,7 @@ impl Setup {
 
     fn worker(&self, name: &str, extra: &[(&str, &str)]) -> Worker {
         let log = self.dir.path().join(format!("{name}.log"));
-        let mut command = Command::new(support::worker_bin());
+        let mut command = support::worker();
         command
             .args(["run", "--log-format", "json"])
             .env("DATABASE_URL", self.pooled_url())

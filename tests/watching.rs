@@ -3,7 +3,7 @@
 //! how long after each copy finished (p50, p95: a figure for docs/media.md, never an assertion).
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use almanac_media::fixtures::{self, FixtureExif};
@@ -40,14 +40,14 @@ fn setup() -> Setup {
 
 impl Setup {
     fn cli(&self, args: &[&str]) {
-        let out = Command::new(support::worker_bin()).args(args).env("DATABASE_URL", self.db.url()).output().unwrap();
+        let out = support::worker().args(args).env("DATABASE_URL", self.db.url()).output().unwrap();
         assert!(out.status.success(), "almanac-worker {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     }
 
     /// A Worker with the default settle time: a photo is read at once only because it was seen closed.
     fn worker(&self) -> Worker {
         let log = self.dir.path().join("worker.log");
-        let child = Command::new(support::worker_bin())
+        let child = support::worker()
             .args(["run", "--log-format", "json"])
             .env("DATABASE_URL", self.db.url())
             .env("ALMANAC__WORKER__ID", "watcher")

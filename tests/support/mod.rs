@@ -34,6 +34,32 @@ pub fn worker_bin() -> &'static str {
     })
 }
 
+/// A command that runs the `almanac-worker` binary with only the settings its test gives: an empty settings file
+/// ([`empty_settings`]), not an `almanac.toml` in the current folder nor the package's `/etc/almanac/worker.toml` on a
+/// machine where it is installed, and none of the `ALMANAC__*` variables or `DATABASE_URL` of the shell that runs
+/// the tests.
+pub fn worker() -> std::process::Command {
+    let mut command = std::process::Command::new(worker_bin());
+    command.arg("--config-file").arg(empty_settings());
+    for (variable, _) in std::env::vars_os() {
+        if variable.to_str().is_some_and(|v| v.starts_with("ALMANAC__") || v == "DATABASE_URL") {
+            command.env_remove(variable);
+        }
+    }
+    command
+}
+
+/// An empty settings file beside the binary (the built-in defaults, then what a test sets in the environment).
+pub fn empty_settings() -> &'static std::path::Path {
+    static FILE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    FILE.get_or_init(|| {
+        let file = std::path::Path::new(worker_bin()).with_file_name("system-tests-settings.toml");
+        std::fs::write(&file, "# Empty: the black-box tests give every setting in the environment.\n")
+            .expect("writing the tests' settings file");
+        file
+    })
+}
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::net::UnixStream;

@@ -31,6 +31,35 @@ fn build_worker(workspace: &Path, cargo: &str) -> Result<PathBuf> {
         .context("cargo built almanac-worker but named no binary of it")
 }
 
+/// The demo Worker's settings file: its database, proxy root and page, and what makes a demo quick.
+fn demo_settings(url: &str, proxies: &Path, port: u16) -> String {
+    let proxies = proxies.to_string_lossy();
+    format!(
+        "# The settings of `cargo xtask demo`: almanac-worker --config-file <this file> status\n\
+         [database]\nurl = {}\n\n[queue]\npoll_interval = \"500ms\"\n\n[worker]\nid = \"demo-worker\"\n\n\
+         [storage]\nproxy_root = {}\n\
+         # Its photos were made moments ago and nothing writes them: none is left to settle.\n\
+         settle_time = \"0s\"\n\n[http]\naddress = \"127.0.0.1:{port}\"\n",
+        toml_string(url),
+        toml_string(&proxies),
+    )
+}
+
+/// `text` as a TOML basic string.
+fn toml_string(text: &str) -> String {
+    let mut quoted = String::from("\"");
+    for c in text.chars() {
+        match c {
+            '"' => quoted.push_str("\\\""),
+            '\\' => quoted.push_str("\\\\"),
+            c if c.is_control() => quoted.push_str(&format!("\\u{:04X}", c as u32)),
+            c => quoted.push(c),
+        }
+    }
+    quoted.push('"');
+    quoted
+}
+
 pub fn run(workspace: &Path, cargo: &str) -> Result<()> {
     let cluster = almanac_testdb::Cluster::private()?;
     cluster.ensure_running().context("starting the private PostgreSQL cluster")?;
@@ -61,8 +90,23 @@ pub fn run(workspace: &Path, cargo: &str) -> Result<()> {
     }
     print!("    {}", String::from_utf8_lossy(&out.stdout));
 
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let settings = demo.join("almanac.toml");
+    std::fs::write(&settings, demo_settings(&url, &proxies, port))?;
+    // The demo's settings only: not an `almanac.toml` here or an installed `/etc/almanac/worker.toml`, and none of
+    // the shell's `ALMANAC__*` or `DATABASE_URL`.
+    let worker_command = || {
+        let mut command = Command::new(&worker);
+        command.arg("--config-file").arg(&settings);
+        for (variable, _) in std::env::vars_os() {
+            if variable.to_str().is_some_and(|v| v.starts_with("ALMANAC__") || v == "DATABASE_URL") {
+                command.env_remove(variable);
+            }
+        }
+        command
+    };
     let cli = |args: &[&str]| -> Result<String> {
-        let out = Command::new(&worker).args(args).env("DATABASE_URL", &url).output()?;
+        let out = worker_command().args(args).output()?;
         if !out.status.success() {
             bail!("almanac-worker {} failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
         }
@@ -80,22 +124,11 @@ pub fn run(workspace: &Path, cargo: &str) -> Result<()> {
     let key = DedupKey::for_work(WorkKind::Crawl, Scope::Config(config));
     print!("    crawl {}", cli(&["enqueue", "crawl", "--config", root, "--dedup-key", key.as_str()])?);
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     step(&format!("starting a Worker (its page on http://127.0.0.1:{port}/, metrics on /metrics)"));
+    println!("    its settings: {}", settings.display());
     let log_path = demo.join("worker.log");
     let log = std::fs::File::create(&log_path)?;
-    let mut child = Command::new(&worker)
-        .arg("run")
-        .env("DATABASE_URL", &url)
-        .env("ALMANAC__STORAGE__PROXY_ROOT", &proxies)
-        .env("ALMANAC__QUEUE__POLL_INTERVAL", "500ms")
-        .env("ALMANAC__HTTP__ADDRESS", format!("127.0.0.1:{port}"))
-        .env("ALMANAC__WORKER__ID", "demo-worker")
-        // Its photos were made moments ago and nothing writes them: none is left to settle.
-        .env("ALMANAC__STORAGE__SETTLE_TIME", "0s")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()?;
+    let mut child = worker_command().arg("run").stdout(Stdio::null()).stderr(log).spawn()?;
     let outcome = rt.block_on(wait_for_crawl_and_bursts(&url, &mut child));
     let report = rt.block_on(report(&url, &proxies));
     let metrics = fetch(port, "/metrics").unwrap_or_default();
@@ -227,4 +260,22 @@ fn fetch(port: u16, path: &str) -> Result<String> {
     let mut body = String::new();
     stream.read_to_string(&mut body)?;
     Ok(body.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The demo's settings file reads back as written, whatever its paths hold (quotes, backslashes, controls).
+    #[test]
+    fn the_demo_settings_file_reads_back_whatever_its_paths_hold() {
+        let proxies = Path::new("/tmp/a \"quoted\" \\ folder\u{7}/proxies");
+        let text = demo_settings("postgres://u@%2Ftmp/db", proxies, 8080);
+        let source = config::File::from_str(&text, config::FileFormat::Toml);
+        let read = config::Config::builder().add_source(source).build().unwrap();
+        assert_eq!(read.get_string("storage.proxy_root").unwrap(), proxies.to_str().unwrap());
+        assert_eq!(read.get_string("database.url").unwrap(), "postgres://u@%2Ftmp/db");
+        assert_eq!(read.get_string("http.address").unwrap(), "127.0.0.1:8080");
+        assert_eq!(read.get_string("storage.settle_time").unwrap(), "0s");
+    }
 }

@@ -30,6 +30,9 @@ pub struct Settings {
     pub watch: Watch,
     pub http: Http,
     pub log: Log,
+    /// Where these settings came from (not a setting).
+    #[serde(skip)]
+    pub origin: Origin,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -262,12 +265,14 @@ impl Settings {
         }
         let env: Vec<(String, String)> = env.into_iter().collect();
         let mut map = config::Map::new();
-        for (key, value) in &env {
-            if let Some(rest) = key.strip_prefix("ALMANAC__") {
-                map.insert(rest.to_ascii_lowercase().replace("__", "."), value.clone());
+        for (variable, value) in &env {
+            if let Some(rest) = variable.strip_prefix("ALMANAC__") {
+                map.insert(rest.to_ascii_lowercase().replace("__", "."), (variable.clone(), value.clone()));
             }
         }
-        for (key, value) in map {
+        let mut variables: Vec<(String, String)> = Vec::new();
+        for (key, (variable, value)) in map {
+            variables.push((variable, key.clone()));
             // A list setting (`http.allowed_hosts`) given in the environment: its items, comma-separated.
             let pointer = format!("/{}", key.replace('.', "/"));
             builder = match shape.pointer(&pointer) {
@@ -280,15 +285,23 @@ impl Settings {
             }
             .with_context(|| format!("setting {key}"))?;
         }
-        if let Some((_, url)) = env.iter().find(|(k, _)| k == "DATABASE_URL") {
+        if let Some((variable, url)) = env.iter().find(|(k, _)| k == "DATABASE_URL") {
             builder = builder.set_override("database.url", url.clone())?;
+            variables.push((variable.clone(), "database.url".into()));
         }
-        let settings: Settings = builder
+        let mut settings: Settings = builder
             .build()
             .map_err(|e| anyhow::anyhow!("reading the configuration: {}", hide_secrets(&e.to_string(), &file_text)))?
             .try_deserialize()
             .map_err(|e| anyhow::anyhow!("bad configuration: {}", hide_secrets(&e.to_string(), &file_text)))?;
         settings.validate()?;
+        // The file alone, to tell which of its settings the environment replaced (it parsed above).
+        let in_file = file.and_then(|_| {
+            let text = config::File::from_str(&file_text, config::FileFormat::Toml);
+            config::Config::builder().add_source(text).build().ok()
+        });
+        let in_file = |key: &str| in_file.as_ref().is_some_and(|c| c.get::<config::Value>(key).is_ok());
+        settings.origin = Origin::new(file, variables, in_file);
         Ok(settings)
     }
 
@@ -465,6 +478,7 @@ fn check_database_url(key: &str, url: &str) -> Result<()> {
 }
 
 mod files;
+mod origin;
 mod storage;
 mod watch;
 mod work;
@@ -472,6 +486,7 @@ mod work;
 #[cfg(test)]
 use files::first_file;
 pub use files::{INSTALLED_FILE, default_file};
+pub use origin::Origin;
 
 pub use watch::Watch;
 

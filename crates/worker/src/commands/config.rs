@@ -61,6 +61,9 @@ async fn remove(store: &PgStore, proxy_root: &Path, config: &str, confirm: bool)
 
 /// `config check`: the effective settings, secrets masked, and whether the proxy root takes files.
 pub fn check(settings: &Settings) -> Result<Exit, Failure> {
+    for line in settings.origin.described() {
+        esay!("almanac-worker: {line}");
+    }
     say!("{}", settings.masked_toml().trim_end_matches('\n'));
     match proxy_root_takes_files(&ops::roots::resolved(&settings.storage.proxy_root)) {
         Ok(note) => {

@@ -33,6 +33,12 @@ use crate::settings::{Settings, mask_password};
 
 /// Runs `command` with `settings`: how the process ends.
 pub async fn dispatch(command: Command, settings: Settings) -> Result<Exit, Failure> {
+    // `run` logs where its settings came from (`worker_starting`); `config check` prints it whole.
+    if !matches!(command, Command::Run { .. } | Command::Config(ConfigCommand::Check)) {
+        for line in settings.origin.overriding_the_file() {
+            esay!("almanac-worker: {line}");
+        }
+    }
     match command {
         Command::Run { migrate } => run::run(settings, migrate).await,
         Command::Config(ConfigCommand::Check) => config::check(&settings),

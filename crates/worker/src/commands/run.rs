@@ -85,8 +85,11 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<Exit, Failure> {
     tokio::spawn(signals(shutdown.clone()));
     let tls = tls(&store).await;
     let pooler_mode = settings.pooler_mode();
+    let settings_file = settings.origin.file.as_deref().map(|f| f.display().to_string());
     info!(event = "worker_starting", database = %mask_password(&url), pooler_mode = %pooler_mode, tls = %tls,
-          served = ?served, connections = most_connections(&settings), "starting");
+          served = ?served, connections = most_connections(&settings),
+          settings_file = settings_file.as_deref().unwrap_or("none"),
+          environment = %settings.origin.environment_summary(), "starting");
 
     let report = executor.run(shutdown).await;
     // Claims given up on (timed out) are handed back by tasks of the store's: they finish before the process ends.

@@ -237,8 +237,9 @@ runtime was left to run it, or the Worker stopped first); whatever it took runs 
     event("migrated", "`run --migrate` applied pending migrations (with `applied`)"),
     event(
         "worker_starting",
-        "the settings are read and the database answers (with the masked `database` URL, `tls`, what is served \
-         and `connections`, the most this Worker opens: see \"Sizing\")",
+        "the settings are read and the database answers (with the masked `database` URL, `tls`, what is served, \
+         `connections`, the most this Worker opens: see \"Sizing\", the `settings_file` read, and the \
+         `environment` variables that set a value, marked where they replace the file's)",
     ),
     event("http_listening", "the HTTP server (page, probes, metrics) listens (with `address`)"),
     event("http_failed", "the HTTP server stopped with an error; the Worker goes on"),

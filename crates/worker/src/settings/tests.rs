@@ -43,6 +43,33 @@ fn the_packaged_settings_file_is_accepted() {
     assert_eq!(s.storage.proxy_root, Path::new("/var/lib/almanac/proxies"));
 }
 
+/// An operator can tell which file was read and which of its values the environment replaced: a `DATABASE_URL` left
+/// in a shell would otherwise send `config add` to another database silently.
+#[test]
+fn the_settings_say_which_file_they_came_from_and_what_the_environment_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("worker.toml");
+    std::fs::write(&file, "[database]\nurl = \"postgres://almanac@nas/almanac\"\n[queue]\nlease = \"90s\"\n").unwrap();
+    let shell = env(&[("DATABASE_URL", "postgres://dev@laptop/other"), ("ALMANAC__WORKER__SLOTS", "2"), ("HOME", "/")]);
+    let s = Settings::load_from(Some(&file), shell).unwrap();
+    assert_eq!(s.database.url.as_deref(), Some("postgres://dev@laptop/other"), "the environment wins, as documented");
+    assert_eq!(s.origin.file.as_deref(), Some(file.as_path()));
+    let set: Vec<_> = s.origin.environment.iter().map(|e| (e.variable.as_str(), e.over_the_file)).collect();
+    assert_eq!(set, [("DATABASE_URL", true), ("ALMANAC__WORKER__SLOTS", false)]);
+    let warnings = s.origin.overriding_the_file();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].contains("DATABASE_URL") && warnings[0].contains(&file.display().to_string()), "{warnings:?}");
+    let described = s.origin.described();
+    assert_eq!(described[0], format!("settings read from {}", file.display()));
+    assert_eq!(described.len(), 3, "{described:?}");
+    assert_eq!(s.origin.environment_summary(), "DATABASE_URL (over the file), ALMANAC__WORKER__SLOTS");
+
+    let none = Settings::load_from(None, env(&[("ALMANAC__QUEUE__LEASE", "90s")])).unwrap();
+    assert!(none.origin.described()[0].starts_with("no settings file"), "{:?}", none.origin.described());
+    assert!(none.origin.overriding_the_file().is_empty(), "no file, nothing replaced");
+    assert_eq!(Settings::load_from(None, env(&[])).unwrap().origin.environment_summary(), "none");
+}
+
 #[test]
 fn defaults_match_the_spec() {
     let s = Settings::load_from(None, env(&[])).unwrap();
