@@ -413,6 +413,33 @@ async fn a_proxy_folder_the_workers_user_may_not_write_fails_the_crawl_naming_it
     assert_eq!(lib.active_count().await, 2);
 }
 
+/// A folder deeper than the crawl's first check reads (`<hh>/<hash>`, one file's) that the Worker's user may not
+/// write: a Worker run once as root leaves one wherever a prefix folder already existed. Making that file's proxies
+/// again (here a video's, after a repair marked them missing; ffmpeg writes into the folder itself) stops the crawl
+/// with one error naming the folder, where before the file failed at every crawl and each crawl ended `succeeded`.
+/// Here the folder is on a read-only mount, which the test's user, root or not, cannot write either.
+#[tokio::test]
+async fn a_files_own_proxy_folder_the_workers_user_may_not_write_stops_the_crawl_naming_it() {
+    let lib = library().await;
+    fixtures::video_in(&lib.root.join("clip.mp4"), 0.6, 64, 48, None);
+    lib.crawl().await;
+    let rows = lib.proxy_rows().await;
+    let poster = rows.iter().find(|r| r.proxy_type == "poster").expect("the video's poster");
+    let folder = lib.proxies.join(&poster.relative_path).parent().unwrap().to_owned();
+    // What a repair does (`proxy_deletion`): the rows go and the asset is read again at the next crawl.
+    sql_query("DELETE FROM proxy_files").execute(&mut lib.conn().await).await.unwrap();
+    sql_query("UPDATE media_assets SET proxies_missing = true").execute(&mut lib.conn().await).await.unwrap();
+    let Some(volume) = ScratchVolume::read_only(&folder) else { return };
+    let err = lib.crawl_with(serde_json::json!({}), CancellationToken::new()).await.unwrap_err();
+    assert!(err.retryable, "{err:?}");
+    assert!(err.message.contains("cannot be written by the Worker's user"), "{}", err.message);
+    assert!(err.message.contains(&folder.display().to_string()), "{}", err.message);
+    assert!(err.message.contains("The crawl stopped before its end"), "{}", err.message);
+    drop(volume);
+    lib.crawl().await;
+    assert!(lib.proxy_rows().await.iter().any(|r| r.proxy_type == "web_video"), "made again once writable");
+}
+
 #[tokio::test]
 async fn a_crawl_into_a_full_proxy_volume_fails_with_one_error_naming_it() {
     let lib = library().await;

@@ -113,6 +113,25 @@ pub fn check_proxy_folders(config_dir: &Path) -> Result<(), MediaError> {
     Ok(())
 }
 
+/// Checks the folders from `config_dir` (one config's proxies) down to `path` (a proxy that could not be written,
+/// its temporary file or its folder), those that exist, as [`check_proxy_folders`] checks the top two levels: the
+/// first one the Worker's user may not write is refused, naming it and its owner. Asked after a proxy could not be
+/// made: a folder deeper than that check reads (`<hh>/<hash>`), left by a Worker run once as root, refuses every
+/// proxy of its file again at each crawl, and the crawl would otherwise end `succeeded` with the file failed.
+pub fn check_proxy_path(config_dir: &Path, path: &Path) -> Result<(), MediaError> {
+    let Ok(beneath) = path.strip_prefix(config_dir) else { return Ok(()) };
+    let mut folder = config_dir.to_path_buf();
+    writable(config_dir, &folder)?;
+    for part in beneath.components() {
+        folder.push(part);
+        if !std::fs::symlink_metadata(&folder).is_ok_and(|m| m.is_dir()) {
+            break;
+        }
+        writable(config_dir, &folder)?;
+    }
+    Ok(())
+}
+
 /// This process's effective user id (0: root).
 pub fn effective_user() -> u32 {
     rustix::process::geteuid().as_raw()

@@ -28,9 +28,13 @@ pub(super) enum FileProblem {
     Skipped(String),
     /// Broken or unreadable: recorded with its reason; the crawl goes on.
     Failed(String),
-    /// A proxy could not be written, or what was made is not whole: recorded like `Failed`, unless the proxy
-    /// root can take no file at all, which stops the crawl.
-    ProxyNotWritten(String),
+    /// A proxy could not be written, or what was made is not whole (`at`: the proxy or its folder): recorded like
+    /// `Failed`, unless the proxy root can take no file at all, or a folder on the way to the proxy may not be
+    /// written by the Worker's user, which stop the crawl.
+    ProxyNotWritten {
+        reason: String,
+        at: Option<PathBuf>,
+    },
     /// The proxy volume refused a write (full, read-only, over its quota): no later file can fare better, so
     /// the crawl stops with one error naming `storage.proxy_root`, however much room a small check still finds.
     ProxyVolume(MediaError),
@@ -54,9 +58,10 @@ impl From<MediaError> for FileProblem {
         match e {
             MediaError::Cancelled => FileProblem::Cancelled,
             MediaError::ProxyWrite { ref source, .. } if refused_by_the_volume(source) => FileProblem::ProxyVolume(e),
-            MediaError::ProxyWrite { .. }
-            | MediaError::ProxyNotMade { .. }
-            | MediaError::ProxyRootUnwritable { .. } => FileProblem::ProxyNotWritten(e.to_string()),
+            MediaError::ProxyWrite { ref path, .. } | MediaError::ProxyNotMade { dir: ref path, .. } => {
+                FileProblem::ProxyNotWritten { at: Some(path.clone()), reason: e.to_string() }
+            }
+            MediaError::ProxyRootUnwritable { .. } => FileProblem::ProxyNotWritten { reason: e.to_string(), at: None },
             other => FileProblem::Failed(other.to_string()),
         }
     }

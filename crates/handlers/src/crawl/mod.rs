@@ -361,17 +361,22 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
                 run.counters.failed(display(&entry.rel), reason);
                 None
             }
-            FileProblem::ProxyNotWritten(reason) => {
+            FileProblem::ProxyNotWritten { reason, at } => {
                 // One file's trouble, unless the proxy root can take no file now (the volume filled up, went
-                // read-only): then the crawl stops with that one error.
-                match root::check_proxy_root(&self.settings.proxy_root).await {
-                    Ok(()) => {
-                        warn!(event = "file_failed", path = %run.abs(entry).display(), reason, "file skipped");
-                        run.counters.failed(display(&entry.rel), reason);
-                        None
-                    }
-                    Err(e) => Some(root::proxy_root_unwritable(e, "The crawl stopped before its end")),
+                // read-only), or a folder on the way to this file's proxies refuses the Worker's user (one a Worker
+                // run once as root left): then the crawl stops with that one error.
+                let proxy_root = &self.settings.proxy_root;
+                let refused = match (root::check_proxy_root(proxy_root).await, at) {
+                    (Ok(()), Some(at)) => root::check_proxy_path(proxy_root, run.config, at).await.err(),
+                    (Ok(()), None) => None,
+                    (Err(e), _) => Some(e),
+                };
+                if let Some(e) = refused {
+                    return Some(root::proxy_root_unwritable(e, "The crawl stopped before its end"));
                 }
+                warn!(event = "file_failed", path = %run.abs(entry).display(), reason, "file skipped");
+                run.counters.failed(display(&entry.rel), reason);
+                None
             }
             FileProblem::ProxyVolume(e) => Some(root::proxy_root_unwritable(e, "The crawl stopped before its end")),
             // This file's values, refused by the catalogue: they would be refused again; the others may be taken.

@@ -118,6 +118,23 @@ pub(super) async fn check_proxy_folders(
     })
 }
 
+/// Checks the folders from the config's proxy folder down to `at` ([`almanac_media::check_proxy_path`], on a
+/// blocking thread), after a proxy there could not be made.
+pub(super) async fn check_proxy_path(
+    proxy_root: &Path,
+    config: almanac_domain::StorageConfigId,
+    at: std::path::PathBuf,
+) -> Result<(), almanac_media::MediaError> {
+    let config_dir = proxy_root.join(config.to_string());
+    let check = move || almanac_media::check_proxy_path(&config_dir, &at);
+    tokio::task::spawn_blocking(check).await.unwrap_or_else(|e| {
+        Err(almanac_media::MediaError::ProxyRootUnwritable {
+            root: proxy_root.to_owned(),
+            source: std::io::Error::other(format!("the check ended abnormally: {e}")),
+        })
+    })
+}
+
 /// A crawl that cannot write proxies: one retryable error naming `storage.proxy_root` and the cause, then what
 /// became of the crawl (`then`).
 pub(super) fn proxy_root_unwritable(e: almanac_media::MediaError, then: &str) -> HandlerError {
