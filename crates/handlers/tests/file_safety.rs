@@ -156,6 +156,35 @@ async fn mass_deletion_is_proportional_in_libraries_of_ten_or_more() {
     assert_eq!(lib.crawl().await["soft_deleted"], 8);
 }
 
+/// A confirmation holds for the first attempt of its crawl: the operator confirmed what a refusal described, and a
+/// later attempt of that item (after a retry, an outage, a lost lease, a shutdown) may meet a share gone meanwhile.
+/// Here the confirmed crawl's first attempt ended before settling; by its second the share is unmounted, and the
+/// second is refused like an unconfirmed crawl, nothing soft-deleted. Before, it soft-deleted the whole library.
+#[tokio::test]
+async fn a_confirmation_of_deletions_holds_for_the_first_attempt_of_its_crawl_only() {
+    let lib = library().await;
+    lib.with_photos(20).await;
+    for i in 0..11 {
+        std::fs::remove_file(lib.root.join(format!("{}/IMG_{i:04}.jpg", 2019 + i % 3))).unwrap();
+    }
+    let confirmed = lib.item(serde_json::json!({"allow_mass_deletion": true})).await;
+    // Its first attempt ended before it settled anything (a retryable error, an outage, a shutdown).
+    sql_query("UPDATE work_items SET attempt = 1 WHERE id = $1")
+        .bind::<Uuid, _>(confirmed.id.as_uuid())
+        .execute(&mut lib.conn().await)
+        .await
+        .unwrap();
+    let away = lib.unmount_leaving(&["@eaDir/"]);
+    let err = lib.run_in(&lib.handler(), confirmed, CancellationToken::new()).await.unwrap_err();
+    assert!(err.retryable, "{err:?}");
+    assert!(err.message.contains("holds for the first attempt of its crawl"), "{}", err.message);
+    assert_eq!(lib.active_count().await, 20, "nothing soft-deleted");
+    lib.remount(&away);
+    // A crawl confirmed again runs its first attempt on what the operator now sees.
+    let result = lib.crawl_with(serde_json::json!({"allow_mass_deletion": true}), CancellationToken::new()).await;
+    assert_eq!(result.unwrap()["soft_deleted"], 11);
+}
+
 #[tokio::test]
 async fn a_root_overlapping_the_proxy_root_is_refused_by_the_crawl() {
     let lib = library().await;

@@ -134,12 +134,27 @@ impl<C: CatalogueStore + DatabaseClock + 'static> WorkHandler for CrawlHandler<C
     }
 }
 
+/// The arguments this attempt runs with ([`rules::confirmation_for_this_attempt`]), saying so when a confirmation
+/// is not carried over.
+fn confirmation_for_this_attempt(args: CrawlArgs, attempt: almanac_domain::ports::Attempt) -> CrawlArgs {
+    let now = rules::confirmation_for_this_attempt(args.clone(), attempt);
+    if now.allow_mass_deletion != args.allow_mass_deletion {
+        warn!(
+            event = "confirmation_not_carried_over",
+            attempt = attempt.get(),
+            "this crawl's confirmation of deletions held for its first attempt only: this one is guarded"
+        );
+    }
+    now
+}
+
 impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
     /// A crawl's steps: check and open the root, list it (or the folders it is asked for) beside the
     /// catalogue's known files, process what changed, settle what vanished, pair Live Photos, and ask for burst
     /// detection (and for a crawl again when files were still being written).
     async fn crawl(&self, args: CrawlArgs, ctx: HandlerContext) -> Result<CrawlReport, HandlerError> {
         let config = ctx.config()?;
+        let args = confirmation_for_this_attempt(args, ctx.fence.attempt);
         let scope = Arc::new(CrawlScope::of(&args)?);
         let storage = self
             .catalogue

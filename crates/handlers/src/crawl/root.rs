@@ -202,9 +202,8 @@ pub(super) fn check_not_emptied(
             &storage.root_path,
             &format!(
                 "holds no photos or videos while the catalogue has {active} active assets for it{unread}. If the \
-                 library really is empty now, confirm with: almanac-worker enqueue crawl --config {} --payload \
-                 '{{\"allow_mass_deletion\": true}}'",
-                storage.id
+                 library really is empty now, {}",
+                super::rules::how_to_confirm(storage.id)
             ),
         ));
     }

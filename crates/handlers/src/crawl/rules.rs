@@ -3,7 +3,10 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use almanac_domain::{AssetId, MediaType, ports::PairingCandidate};
+use almanac_domain::{
+    AssetId, CrawlArgs, MediaType,
+    ports::{Attempt, PairingCandidate},
+};
 
 /// Folders NAS systems and desktops keep beside the originals, never media of the user's.
 const SYSTEM_FOLDERS: [&[u8]; 8] = [
@@ -147,8 +150,38 @@ fn split_stem(path: &[u8]) -> (&[u8], &[u8]) {
     (dir, stem)
 }
 
+/// How an operator confirms deletions a crawl of `config` refused, for its refusals: a new crawl, confirmed.
+pub fn how_to_confirm(config: almanac_domain::StorageConfigId) -> String {
+    format!(
+        "confirm with: almanac-worker enqueue crawl --config {config} --payload '{{\"allow_mass_deletion\": true}}' \
+         (a confirmation holds for the first attempt of its crawl)"
+    )
+}
+
+/// An operator's confirmation of deletions (`allow_mass_deletion`) holds for the first attempt of its crawl only:
+/// that one runs on the library the operator was told about. A later attempt of the same item (after a retry, an
+/// outage, a lost lease or a shutdown) may meet another library, a share gone meanwhile, so it is guarded as if
+/// unconfirmed, and a refusal says how to confirm again (a new crawl).
+pub fn confirmation_for_this_attempt(mut args: CrawlArgs, attempt: Attempt) -> CrawlArgs {
+    if attempt.get() > 1 {
+        args.allow_mass_deletion = false;
+    }
+    args
+}
+
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    #[test]
+    fn a_confirmation_holds_for_the_first_attempt_of_its_crawl_only() {
+        let confirmed = CrawlArgs { allow_mass_deletion: true, root_moved: true, ..CrawlArgs::default() };
+        let first = confirmation_for_this_attempt(confirmed.clone(), Attempt::new(1).unwrap());
+        assert_eq!(first, confirmed);
+        let later = confirmation_for_this_attempt(confirmed.clone(), Attempt::new(2).unwrap());
+        assert!(!later.allow_mass_deletion && later.root_moved, "{later:?}");
+    }
+
     /// The guard's minimum is the library's, its share of the assets the walk looked for.
     #[test]
     fn the_guard_weighs_the_share_of_what_was_looked_for_in_a_library_of_its_size() {
@@ -159,7 +192,6 @@ mod tests {
         assert_eq!(guard.refuses(20, 11), guard.refuses_of(20, 20, 11));
     }
 
-    use super::*;
     use chrono::{TimeZone, Utc};
 
     /// docs/media.md names every system folder the walk passes over, as the list has them.

@@ -140,10 +140,9 @@ impl CrawlScope {
             return Err(HandlerError::retryable(format!(
                 "refusing to soft-delete all {library} active assets under {}: every one of them was in the \
                  folders this crawl looked at and none was found, which usually means a share is not mounted. \
-                 Nothing was deleted. If the files really are gone, confirm with: almanac-worker enqueue crawl \
-                 --config {} --payload '{{\"allow_mass_deletion\": true}}'",
+                 Nothing was deleted. If the files really are gone, {}",
                 storage.root_path.display(),
-                storage.id
+                super::rules::how_to_confirm(storage.id)
             )));
         }
         let library = usize::try_from(library).unwrap_or(usize::MAX);

@@ -125,11 +125,10 @@ impl<C: CatalogueStore> Settle<'_, C> {
         if !args.allow_mass_deletion && guard.refuses_of(library, active, gone) {
             return Err(HandlerError::retryable(format!(
                 "refusing to soft-delete {gone} of {active} assets under {}: {} vanished at once, which usually \
-                 means a share is only partly mounted. Nothing was deleted. If the files really are gone, confirm \
-                 with: almanac-worker enqueue crawl --config {} --payload '{{\"allow_mass_deletion\": true}}'",
+                 means a share is only partly mounted. Nothing was deleted. If the files really are gone, {}",
                 self.storage.root_path.display(),
                 guard.describe(),
-                self.storage.id,
+                super::rules::how_to_confirm(self.storage.id),
             )));
         }
         if self.cancel.is_cancelled() {

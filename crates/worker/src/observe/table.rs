@@ -175,6 +175,11 @@ runtime was left to run it, or the Worker stopped first); whatever it took runs 
     event("crawl_finished", "a crawl's result (files found, ingested, failed, settling; bytes hashed)"),
     event("file_failed", "a file that could not be ingested (with the reason); the crawl goes on"),
     event(
+        "confirmation_not_carried_over",
+        "a crawl confirmed with `allow_mass_deletion` runs again (`attempt` 2 or later, after a retry, an outage or a \
+         shutdown): the confirmation held for its first attempt only, and this one is guarded as if unconfirmed",
+    ),
+    event(
         "soft_delete_skipped",
         "folders that could not be read (`unreadable`: how many), so nothing under them was soft-deleted",
     ),
