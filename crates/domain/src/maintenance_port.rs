@@ -132,6 +132,12 @@ pub trait MaintenanceStore: DatabaseClock {
     /// exist).
     fn storage_config_ids(&self) -> impl Future<Output = Result<Vec<StorageConfigId>, CatalogueError>> + Send;
 
+    /// Answers [`CatalogueError::Lost`] unless the attempt `fence` names still holds its item (a fenced transaction
+    /// that writes nothing). Asked right before a file side effect no fenced write can carry, an unlink: an
+    /// attempt whose host slept (suspended, or its VM paused) past its lease, the executor's clock stopped with it,
+    /// would otherwise delete files a newer attempt of the config made meanwhile, before its next fenced write.
+    fn still_holds(&self, fence: Fence) -> impl Future<Output = Result<(), CatalogueError>> + Send;
+
     /// Deletes these proxy rows.
     fn delete_proxy_rows(
         &self,

@@ -11,6 +11,7 @@ use almanac_domain::{
     WorkKind, WorkQueue, WorkerId,
     ports::{CatalogueStore, ClaimRequest, FileFacts, IngestOutcome, LeaseDuration, NewAsset, NewProxy, ServedConfigs},
 };
+use almanac_executor::{Handler, HandlerContext};
 use almanac_handlers::{
     BurstDetectionHandler, BurstSettings, ProxyDeletionHandler, ProxySweepHandler, PurgeHandler, PurgeSettings,
     RetentionSettings, ScheduleSettings, Scheduler, TokenCleanupHandler, WorkItemRetentionHandler,
@@ -309,6 +310,37 @@ async fn proxy_deletion_removes_the_chosen_proxies_and_rejects_a_bad_payload() {
         .await
         .unwrap_err();
     assert!(!err.retryable && err.message.contains("asset_ids"));
+}
+
+/// An attempt that no longer holds its item deletes no file: its host slept (suspended, its VM paused) past its
+/// lease with the executor's clock stopped, so nothing cancelled it, and another attempt took the item over. Forced
+/// here by taking the item again under the first attempt's feet; both the proxy deletion and the purge are run with
+/// the first attempt's fence and a token nothing cancels. Before, each deleted the files, and only its fenced row
+/// write after them was refused: the files of a newer attempt (a crawl's remade proxies) were gone.
+#[tokio::test]
+async fn an_attempt_that_lost_its_item_deletes_no_proxy_file() {
+    let env = env().await;
+    let (id, hash) = env.asset(1, "X", 0, 1).await;
+    let dir = env.proxies.join(hash.proxy_dir(env.config));
+    let stale = async |handler: &dyn Handler, kind, payload| {
+        let item = env.work_item(kind, Scope::Config(env.config), payload).await;
+        let fence = env.start(item.id).await;
+        let newer = env.start(item.id).await;
+        let ctx = HandlerContext { item, fence, cancel: CancellationToken::new(), progress: Default::default() };
+        let err = handler.run(ctx).await.unwrap_err();
+        env.finish(newer).await;
+        err
+    };
+    let deletion = ProxyDeletionHandler::new(env.store.clone(), env.proxies.clone());
+    let err = stale(&deletion, WorkKind::ProxyDeletion, serde_json::json!({"asset_ids": [id]})).await;
+    assert!(err.message.contains("no longer holds its work item"), "{}", err.message);
+    assert!(dir.join("preview.jpg").exists() && dir.join("thumbnail.jpg").exists(), "nothing deleted");
+
+    env.soft_delete(id, 31).await;
+    let err = stale(&purge_handler(&env), WorkKind::Purge, serde_json::json!({})).await;
+    assert!(err.message.contains("no longer holds its work item"), "{}", err.message);
+    assert!(dir.join("preview.jpg").exists() && dir.join("thumbnail.jpg").exists(), "nothing purged");
+    assert_eq!(env.count("SELECT count(*) AS n FROM media_assets").await, 1);
 }
 
 fn age(path: &std::path::Path, secs: u64) {

@@ -114,6 +114,10 @@ impl MaintenanceStore for PgStore {
             .collect())
     }
 
+    async fn still_holds(&self, fence: Fence) -> Result<(), CatalogueError> {
+        self.fenced(fence, async |_| Ok(())).await
+    }
+
     #[mutants::skip]
     async fn replace_bursts(
         &self,

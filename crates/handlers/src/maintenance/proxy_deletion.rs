@@ -27,6 +27,10 @@ impl<M> ProxyDeletionHandler<M> {
     }
 }
 
+/// The assets whose files one check that the attempt holds its item covers: what an attempt that lost its item
+/// while asleep may still delete once it wakes is at most their files.
+const ASSETS_PER_CHECK: usize = 100;
+
 impl<M: MaintenanceStore + 'static> WorkHandler for ProxyDeletionHandler<M> {
     type Args = ProxyDeletionArgs;
 
@@ -53,10 +57,13 @@ impl<M: MaintenanceStore + 'static> WorkHandler for ProxyDeletionHandler<M> {
             }
             let mut deleted = 0u64;
             let mut problems = Vec::new();
-            for chunk in assets.chunks(500) {
+            for chunk in assets.chunks(ASSETS_PER_CHECK) {
                 if ctx.cancel.is_cancelled() {
                     return Err(HandlerError::cancelled());
                 }
+                // The attempt must still hold its item before it unlinks: one whose host slept past its lease,
+                // its clock stopped, would delete files a newer attempt of the config made meanwhile.
+                self.store.still_holds(ctx.fence).await.map_err(store_error)?;
                 let proxies = self.store.proxies_of(chunk, types.as_deref()).await.map_err(store_error)?;
                 let (root, files) = (self.proxy_root.clone(), proxies.clone());
                 let scope = ctx.item.scope.storage_config();

@@ -95,6 +95,9 @@ impl<M: MaintenanceStore + 'static> WorkHandler for PurgeHandler<M> {
                     let (blocked, problems) = if candidate.content_still_active {
                         (HashSet::new(), Vec::new())
                     } else {
+                        // And the attempt must still hold its item: one whose host slept past its lease, its
+                        // clock stopped, would delete what a newer attempt made meanwhile.
+                        self.store.still_holds(ctx.fence).await.map_err(store_error)?;
                         let root = self.settings.proxy_root.clone();
                         let proxies = candidate.proxies.clone();
                         tokio::task::spawn_blocking(move || delete_files(&root, &proxies, Some(config)))
