@@ -30,6 +30,21 @@ pub(crate) fn store_error(e: CatalogueError) -> HandlerError {
     store_error_while("", e)
 }
 
+/// The refusal of work on a config whose proxies the catalogue has under the proxy root when their folder is not
+/// there (`found`: what is there instead): the proxy volume is not mounted, or the folder was removed. `then`
+/// leads what became of the work ("Nothing was deleted; the proxy deletion"). The one home of what to do: a crawl
+/// would write every proxy onto the disk beneath an empty mount point, and a deletion would take the rows that
+/// make the crawl look (as if their files were deleted), so the operator confirms by making the folder again.
+pub(crate) fn proxy_folder_missing(folder: &std::path::Path, found: &str, then: &str) -> HandlerError {
+    HandlerError::retryable(format!(
+        "the catalogue has proxies of this config under the proxy root (storage.proxy_root), but their folder {} is \
+         not there ({found}): the proxy volume is not mounted, or the folder was removed. {then} is tried again \
+         while it has attempts left. Mount the proxy volume; if its proxies are really gone, make that folder again \
+         (empty, writable by the Worker's user) and `almanac-worker regenerate --config <root>` makes them again",
+        folder.display()
+    ))
+}
+
 /// [`store_error`], its message led by what the handler was doing (`"could not enqueue burst detection: "`).
 pub(crate) fn store_error_while(doing: &str, e: CatalogueError) -> HandlerError {
     let message = format!("{doing}{e}");

@@ -343,6 +343,43 @@ async fn an_attempt_that_lost_its_item_deletes_no_proxy_file() {
     assert_eq!(env.count("SELECT count(*) AS n FROM media_assets").await, 1);
 }
 
+/// A proxy deletion or a purge on a host whose proxy volume is not mounted (its proxy root an empty mount point)
+/// deletes nothing: each file would count as already deleted and its row would go, and without rows a crawl writes
+/// every proxy onto the disk beneath the mount point (`regenerate` queues exactly that deletion and a crawl). Once
+/// the volume is back, both run. A deletion keeps the config's own folder, so a retry after it emptied it runs too.
+#[tokio::test]
+async fn a_deletion_on_an_unmounted_proxy_volume_deletes_no_row() {
+    let env = env().await;
+    let (id, hash) = env.asset(1, "X", 0, 1).await;
+    let (old, _) = env.asset(2, "X", 0, 1).await;
+    env.soft_delete(old, 31).await;
+    let away = env.proxies.with_file_name("proxy-volume-unmounted");
+    std::fs::rename(&env.proxies, &away).unwrap();
+    std::fs::create_dir_all(&env.proxies).unwrap();
+    let deletion = ProxyDeletionHandler::new(env.store.clone(), env.proxies.clone());
+    let payload = serde_json::json!({"asset_ids": [id]});
+    let item = env.work_item(WorkKind::ProxyDeletion, Scope::Config(env.config), payload.clone()).await;
+    let err = env.run_handler(&deletion, item).await.unwrap_err();
+    assert!(err.retryable && err.message.contains("is not there"), "{}", err.message);
+    assert!(err.message.contains("Nothing was deleted"), "{}", err.message);
+    let purge = env.work_item(WorkKind::Purge, Scope::Config(env.config), serde_json::json!({})).await;
+    let err = env.run_handler(&purge_handler(&env), purge).await.unwrap_err();
+    assert!(err.retryable && err.message.contains("Nothing was purged"), "{}", err.message);
+    assert_eq!(env.count("SELECT count(*) AS n FROM proxy_files").await, 6, "every row kept");
+
+    std::fs::remove_dir(&env.proxies).unwrap();
+    std::fs::rename(&away, &env.proxies).unwrap();
+    let item = env.work_item(WorkKind::ProxyDeletion, Scope::Config(env.config), payload).await;
+    assert_eq!(env.run_handler(&deletion, item).await.unwrap()["deleted"], 3);
+    assert!(!env.proxies.join(hash.proxy_dir(env.config)).exists());
+    let purge = env.work_item(WorkKind::Purge, Scope::Config(env.config), serde_json::json!({})).await;
+    assert_eq!(env.run_handler(&purge_handler(&env), purge).await.unwrap()["purged"], 1);
+    assert!(env.proxies.join(env.config.to_string()).is_dir(), "the config's folder stays, emptied");
+    let again = serde_json::json!({"asset_ids": [id]});
+    let item = env.work_item(WorkKind::ProxyDeletion, Scope::Config(env.config), again).await;
+    assert_eq!(env.run_handler(&deletion, item).await.unwrap()["deleted"], 0, "nothing left, and no refusal");
+}
+
 fn age(path: &std::path::Path, secs: u64) {
     let f = std::fs::File::options().write(true).open(path).unwrap();
     f.set_modified(SystemTime::now() - Duration::from_secs(secs)).unwrap();

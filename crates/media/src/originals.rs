@@ -303,14 +303,17 @@ impl RootFolder {
     /// empty. No link is followed.
     pub fn remove_empty_folders(&self, rel: &[u8]) {
         let mut rel = rel;
-        while !rel.is_empty() {
-            let (parent, name) = split_parent(rel);
-            let Ok(folder) = self.open_folder(parent) else { return };
-            if rustix::fs::unlinkat(&folder, OsStr::from_bytes(name), AtFlags::REMOVEDIR).is_err() {
-                return;
-            }
-            rel = parent;
+        while !rel.is_empty() && self.remove_empty_folder(rel) {
+            rel = split_parent(rel).0;
         }
+    }
+
+    /// Removes the folder at `rel` beneath the root if it is empty (never the root itself); answers whether it did.
+    /// No link is followed.
+    pub fn remove_empty_folder(&self, rel: &[u8]) -> bool {
+        let (parent, name) = split_parent(rel);
+        let Ok(folder) = self.open_folder(parent) else { return false };
+        !rel.is_empty() && rustix::fs::unlinkat(&folder, OsStr::from_bytes(name), AtFlags::REMOVEDIR).is_ok()
     }
 
     fn open_beneath(&self, rel: &[u8], flags: OFlags) -> Result<OwnedFd, OpenError> {

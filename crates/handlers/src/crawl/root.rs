@@ -92,14 +92,7 @@ pub(super) async fn check_proxies_in_place<C: CatalogueStore>(
         Ok(Err(e)) => e.to_string(),
         Err(e) => format!("looking at it ended abnormally: {e}"),
     };
-    Err(HandlerError::retryable(format!(
-        "the catalogue has proxies of this config under the proxy root (storage.proxy_root), but their folder {} is \
-         not there ({found}): the proxy volume is not mounted, or the folder was removed. Nothing was read or \
-         written; the crawl is tried again while it has attempts left. Mount the proxy volume; if its proxies are \
-         really gone, `almanac-worker regenerate --config {}` makes them again",
-        folder.display(),
-        storage.root_path.display()
-    )))
+    Err(crate::proxy_folder_missing(&folder, &found, "Nothing was read or written; the crawl"))
 }
 
 /// Checks that the Worker's user may write the config's proxy folders ([`almanac_media::check_proxy_folders`], on a

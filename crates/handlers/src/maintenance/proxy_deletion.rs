@@ -10,7 +10,7 @@ use almanac_domain::{
 use almanac_executor::{BoxFuture, HandlerContext, HandlerError, WorkHandler};
 use tracing::info;
 
-use super::proxy_files::delete_files;
+use super::proxy_files::{check_folders_in_place, delete_files};
 use crate::{report_progress, store_error};
 
 /// The proxy deletion handler (kind `proxy_deletion`, arguments [`ProxyDeletionArgs`]: the assets, and
@@ -67,7 +67,15 @@ impl<M: MaintenanceStore + 'static> WorkHandler for ProxyDeletionHandler<M> {
                 let proxies = self.store.proxies_of(chunk, types.as_deref()).await.map_err(store_error)?;
                 let (root, files) = (self.proxy_root.clone(), proxies.clone());
                 let scope = ctx.item.scope.storage_config();
-                let (blocked, p) = tokio::task::spawn_blocking(move || delete_files(&root, &files, scope))
+                // Before its first file: the folders of the proxies' configs are there (a proxy volume mounted).
+                let first = deleted == 0 && problems.is_empty();
+                let delete = move || {
+                    if first {
+                        check_folders_in_place(&root, &files, "Nothing was deleted; the proxy deletion")?;
+                    }
+                    delete_files(&root, &files, scope)
+                };
+                let (blocked, p) = tokio::task::spawn_blocking(delete)
                     .await
                     .map_err(|e| HandlerError::retryable(format!("deleting proxy files ended abnormally: {e}")))??;
                 problems.extend(p);

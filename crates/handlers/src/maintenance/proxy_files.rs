@@ -51,10 +51,16 @@ pub(super) fn remove_old_file(proxy_root: &RootFolder, relative: &str, floor: Ag
     removed.map_err(|e| e.to_string())
 }
 
-/// Removes the now empty folders above a deleted proxy file, up to (not including) the proxy root.
+/// Removes the now empty folders above a deleted proxy file, up to (not including) its config's folder
+/// (`<config>`), which stays: its presence is how a crawl and a deletion tell that the proxy volume is mounted
+/// ([`check_folders_in_place`]).
 pub(super) fn remove_parents(proxy_root: &RootFolder, relative: &str) {
-    if let Some(parent) = Path::new(relative).parent() {
-        proxy_root.remove_empty_folders(parent.as_os_str().as_bytes());
+    let mut folder = Path::new(relative).parent();
+    while let Some(f) = folder.filter(|f| f.components().count() > 1) {
+        if !proxy_root.remove_empty_folder(f.as_os_str().as_bytes()) {
+            return;
+        }
+        folder = f.parent();
     }
 }
 
@@ -88,6 +94,29 @@ pub(super) fn delete_files(
         }
     }
     Ok((blocked, problems))
+}
+
+/// Refuses to delete these proxies when the proxy root, or the folder of a config they belong to, is not there
+/// ([`crate::proxy_folder_missing`]): every file would count as already deleted and its row would go, and without
+/// rows a crawl writes the config's proxies onto the disk beneath an unmounted proxy volume. Asked before a
+/// deletion's first file (its own deletions may then empty and remove a config's folder). Blocking.
+pub(super) fn check_folders_in_place(
+    proxy_root: &Path,
+    proxies: &[StoredProxy],
+    then: &str,
+) -> Result<(), HandlerError> {
+    let configs: std::collections::BTreeSet<StorageConfigId> =
+        proxies.iter().filter_map(|p| ProxyPath::parse(p.relative_path.as_deref()?).map(|p| p.config)).collect();
+    for config in configs {
+        let folder = proxy_root.join(config.to_string());
+        let found = match std::fs::symlink_metadata(&folder) {
+            Ok(meta) if meta.is_dir() => continue,
+            Ok(_) => "something other than a folder is there".to_owned(),
+            Err(e) => e.to_string(),
+        };
+        return Err(crate::proxy_folder_missing(&folder, &found, then));
+    }
+    Ok(())
 }
 
 /// How many paths that are not ours a sweep names in its report (the count is always complete).
@@ -257,7 +286,7 @@ mod tests {
     }
 
     #[test]
-    fn empty_folders_are_removed_up_to_the_root_only() {
+    fn empty_folders_are_removed_up_to_the_configs_folder_only() {
         let dir = tempfile::tempdir().unwrap();
         let root_path = dir.path().join("proxies");
         let config = StorageConfigId::new();
@@ -271,6 +300,7 @@ mod tests {
         assert!(!root_path.join(config.to_string()).join("ab").exists());
         assert!(sibling.exists(), "a non-empty parent stops the walk up");
         remove_parents(&root, &format!("{config}/cd/x.jpg"));
-        assert!(root_path.exists() && !root_path.join(config.to_string()).exists(), "the root itself stays");
+        assert!(!sibling.exists(), "an emptied prefix folder goes");
+        assert!(root_path.join(config.to_string()).is_dir(), "the config's folder stays, and the root");
     }
 }

@@ -11,7 +11,7 @@ use serde::Serialize;
 use tracing::{info, warn};
 
 use super::chrono_duration;
-use super::proxy_files::delete_files;
+use super::proxy_files::{check_folders_in_place, delete_files};
 use crate::{report_progress, store_error};
 
 /// Purge's settings.
@@ -100,11 +100,17 @@ impl<M: MaintenanceStore + 'static> WorkHandler for PurgeHandler<M> {
                         self.store.still_holds(ctx.fence).await.map_err(store_error)?;
                         let root = self.settings.proxy_root.clone();
                         let proxies = candidate.proxies.clone();
-                        tokio::task::spawn_blocking(move || delete_files(&root, &proxies, Some(config)))
-                            .await
-                            .map_err(|e| {
-                                HandlerError::retryable(format!("deleting proxy files ended abnormally: {e}"))
-                            })??
+                        // Before its first file: the config's proxy folder is there (a proxy volume mounted).
+                        let first = purged == 0 && to_delete.is_empty() && kept == 0;
+                        let delete = move || {
+                            if first {
+                                check_folders_in_place(&root, &proxies, "Nothing was purged; the purge")?;
+                            }
+                            delete_files(&root, &proxies, Some(config))
+                        };
+                        tokio::task::spawn_blocking(delete).await.map_err(|e| {
+                            HandlerError::retryable(format!("deleting proxy files ended abnormally: {e}"))
+                        })??
                     };
                     if blocked.is_empty() {
                         to_delete.push(candidate.asset_id);
