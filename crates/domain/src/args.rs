@@ -32,11 +32,18 @@ pub trait WorkArgs: Serialize + DeserializeOwned {
             other => return Err(reason(format!("it must be a JSON object, not {other}"))),
         };
         // With the path to the value at fault (`asset_ids[2]: …`): serde's own message does not name it.
-        let args: Self =
-            serde_path_to_error::deserialize(payload).map_err(|e| match e.path().to_string().as_str() {
-                "." => reason(e.inner().to_string()),
-                path => reason(format!("{path}: {}", e.inner())),
-            })?;
+        let args: Self = serde_path_to_error::deserialize(payload).map_err(|e| {
+            let said = match e.path().to_string().as_str() {
+                "." => e.inner().to_string(),
+                path => format!("{path}: {}", e.inner()),
+            };
+            // serde says so in these words only (`de::Error::unknown_field`); its error has no kind for it.
+            if e.inner().to_string().starts_with("unknown field") {
+                DomainError::UnknownField { kind: Self::KIND, reason: said }
+            } else {
+                reason(said)
+            }
+        })?;
         args.check()?;
         Ok(args)
     }

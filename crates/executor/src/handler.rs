@@ -87,10 +87,18 @@ impl HandlerContext {
         })
     }
 
-    /// The item's arguments, read from its payload. A payload that is not those arguments (a misspelt or
-    /// mistyped field) is a permanent error that names what is wrong.
+    /// The item's arguments, read from its payload. A payload that is not those arguments (a mistyped field) is a
+    /// permanent error that names what is wrong. A field this build does not know is retryable: the command line
+    /// and typed arguments refuse a misspelt one before it is queued, so it is most likely an item of a newer
+    /// version (queued by a web backend or Worker upgraded first), which a newer Worker may take on a retry.
     pub fn args<A: WorkArgs>(&self) -> Result<A, HandlerError> {
-        A::from_payload(&self.item.payload).map_err(|e| HandlerError::permanent(e.to_string()))
+        A::from_payload(&self.item.payload).map_err(|e| match e {
+            almanac_domain::DomainError::UnknownField { .. } => HandlerError::retryable(format!(
+                "{e}. It is tried again while it has attempts left, so that a newer Worker may take it: upgrade this \
+                 Worker to the version that queued it"
+            )),
+            other => HandlerError::permanent(other.to_string()),
+        })
     }
 }
 
@@ -239,7 +247,7 @@ mod tests {
     }
 
     #[test]
-    fn the_context_gives_the_item_s_config_and_arguments_or_a_permanent_error_saying_why() {
+    fn the_context_gives_the_item_s_config_and_arguments_or_an_error_saying_why() {
         let config = StorageConfigId::new();
         let scoped = context(WorkKind::Crawl, almanac_domain::Scope::Config(config), serde_json::json!({}));
         assert_eq!(scoped.config(), Ok(config));
@@ -256,7 +264,12 @@ mod tests {
         let misspelt =
             context(WorkKind::Crawl, almanac_domain::Scope::Config(config), serde_json::json!({"allow": true}));
         let e = misspelt.args::<almanac_domain::CrawlArgs>().unwrap_err();
-        assert!(!e.retryable && e.message.contains("unknown field `allow`"), "{e}");
+        assert!(e.retryable && e.message.contains("unknown field `allow`"), "a newer version's field, maybe: {e}");
+        assert!(e.message.contains("upgrade this Worker"), "{e}");
+        let mistyped =
+            context(WorkKind::Crawl, almanac_domain::Scope::Config(config), serde_json::json!({"root_moved": 3}));
+        let e = mistyped.args::<almanac_domain::CrawlArgs>().unwrap_err();
+        assert!(!e.retryable && e.message.contains("root_moved"), "{e}");
     }
 
     /// Counts the assets of its arguments as deleted.
@@ -281,9 +294,10 @@ mod tests {
         let ctx =
             context(WorkKind::ProxyDeletion, almanac_domain::Scope::Unscoped, serde_json::json!({"asset_ids": ids}));
         assert_eq!(Deleter.run(ctx).await, Ok(Some(serde_json::json!({"deleted": 2}))));
-        let ctx = context(WorkKind::ProxyDeletion, almanac_domain::Scope::Unscoped, serde_json::json!({"asset": []}));
+        let ctx =
+            context(WorkKind::ProxyDeletion, almanac_domain::Scope::Unscoped, serde_json::json!({"asset_ids": 7}));
         let e = Deleter.run(ctx).await.unwrap_err();
-        assert!(!e.retryable && e.message.contains("proxy_deletion") && e.message.contains("asset"), "{e}");
+        assert!(!e.retryable && e.message.contains("proxy_deletion") && e.message.contains("asset_ids"), "{e}");
     }
 
     #[test]

@@ -49,6 +49,18 @@ pub enum DomainError {
         /// What is wrong with it (serde's words: the field, and what was expected).
         reason: String,
     },
+    /// A work item's payload with a field this build's arguments of its kind do not have: a typo, or an item
+    /// queued by a newer version of Almanac (a web backend or Worker upgraded first), which a newer Worker runs.
+    #[error(
+        "the payload of a {kind} work item has a field this build does not know ({reason}): a typo, or an item \
+         queued by a newer version of Almanac"
+    )]
+    UnknownField {
+        /// The kind.
+        kind: WorkKind,
+        /// serde's words: the field, and the fields expected.
+        reason: String,
+    },
 }
 /// A request to enqueue work: a kind's typed arguments on a scope ([`NewWorkItem::from_args`], or
 /// [`WorkArgs::into_item`]), which checks the kind against the scope.
