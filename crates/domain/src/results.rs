@@ -64,6 +64,9 @@ pub struct CrawlCounts {
     pub proxies_regenerated: u64,
     /// Assets whose capture time was read again (a sidecar appeared, changed or vanished).
     pub redated: u64,
+    /// Assets whose own path a file of other content took (written over them): each is soft-deleted, or moved to
+    /// a copy of it elsewhere. Weighed by the mass-deletion guard with what vanished.
+    pub replaced: u64,
     /// Files passed over (empty, vanished, not media by their content).
     pub skipped: u64,
     /// Files that could not be ingested.

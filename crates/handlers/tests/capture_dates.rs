@@ -116,6 +116,10 @@ async fn a_mixed_library_gets_the_right_day_for_every_file() {
     fixtures::avif(&lib.root.join("formats/IMG_20150313_120000.avif"), 40, 30, 13);
     // RAW: TIFF-based with its own EXIF, RAF and CR3 whose EXIF sits elsewhere.
     lib.write("raw/DSC_0001.NEF", &fixtures::tiff_raw(&broken_block(true), &bare_jpeg(14)));
+    // An iPhone's portrait photo: stored sideways with an `irot` that libheif applies, and EXIF orientation 6 too.
+    let iphone = FixtureExif { orientation: Some(6), ..FixtureExif::camera("2019:07:04 18:30:05", "+02:00") };
+    std::fs::create_dir_all(lib.root.join("heic")).unwrap();
+    fixtures::heic_transformed(&lib.root.join("heic/IMG_0005.HEIC"), 64, 48, 15, &iphone, &[fixtures::irot(3)]);
     lib.write("raw/IMG_0002.CR2", &fixtures::tiff_raw(&broken_block(true), &bare_jpeg(15)));
     lib.write("raw/DSCF0003.RAF", &fixtures::raf(&preview_with_exif(16)));
     let camera = Block::camera(true);
@@ -206,8 +210,14 @@ async fn a_mixed_library_gets_the_right_day_for_every_file() {
     assert_eq!((mts.source.as_str(), mts.media_type.as_str()), ("file_mtime", "video"));
 
     // Every rotated photo has an upright preview, RAW previews included.
-    for path in ["exif/broken_le.jpg", "exif/broken_be.jpg", "raw/DSC_0001.NEF", "raw/IMG_0002.CR2", "raw/DSCF0003.RAF"]
-    {
+    for path in [
+        "exif/broken_le.jpg",
+        "exif/broken_be.jpg",
+        "raw/DSC_0001.NEF",
+        "raw/IMG_0002.CR2",
+        "raw/DSCF0003.RAF",
+        "heic/IMG_0005.HEIC",
+    ] {
         assert_upright(&lib, find(&rows, path));
     }
 
@@ -232,7 +242,7 @@ async fn a_mixed_library_gets_the_right_day_for_every_file() {
     }
     assert!(reason("scans.jpg").contains("more than 500 scans"), "{}", reason("scans.jpg"));
     assert_eq!(result["failed"], 9, "{result}");
-    assert_eq!(rows.len(), 30, "{rows:#?}");
+    assert_eq!(rows.len(), 31, "{rows:#?}");
 }
 
 #[tokio::test]
@@ -385,4 +395,33 @@ async fn videos_dated_before_the_offsets_were_read_get_their_day_at_the_next_cra
     assert_eq!(lib.count("SELECT count(*) AS n FROM media_assets WHERE date_outdated").await, 0);
     let again = lib.crawl().await;
     assert_eq!(again["redated"].as_u64().unwrap_or(0), 0, "read once: {again}");
+}
+
+const HEIF_TURNED_TWICE_UP: &str = include_str!("../../../migrations/2026-12-06-000039_heif_turned_twice/up.sql");
+
+/// iPhone portrait photos catalogued before migration 000039 had proxies turned twice (on their side). The migration
+/// asks for the proxies of every HEIF photo recorded as turned, and the next crawl makes them again, upright; a JPEG
+/// turned by its EXIF, whose proxies were right, is not read again.
+#[tokio::test]
+async fn heif_photos_turned_twice_before_get_upright_proxies_at_the_next_crawl() {
+    let lib = library().await;
+    let iphone = FixtureExif { orientation: Some(6), ..FixtureExif::camera("2019:07:04 18:30:05", "+02:00") };
+    fixtures::heic_transformed(&lib.root.join("IMG_0005.HEIC"), 64, 48, 15, &iphone, &[fixtures::irot(3)]);
+    lib.write("turned.jpg", &fixtures::jpeg(64, 48, 16, false, &iphone));
+    lib.crawl().await;
+    let rows = lib.dated().await;
+    let heic = find(&rows, "IMG_0005.HEIC");
+    // As the crawl before the fix left it: the preview on its side.
+    let sideways = fixtures::jpeg(64, 48, 17, false, &FixtureExif::default());
+    std::fs::write(lib.preview_of(&heic.content_hash), &sideways).unwrap();
+    let mut conn = lib.conn().await;
+    diesel_async::SimpleAsyncConnection::batch_execute(&mut conn, HEIF_TURNED_TWICE_UP).await.unwrap();
+    let asked = lib.count("SELECT count(*) AS n FROM media_assets WHERE proxies_missing").await;
+    assert_eq!(asked, 1, "the HEIF, not the JPEG");
+
+    let result = lib.crawl().await;
+    assert_eq!(result["proxies_regenerated"], 1, "{result}");
+    assert_upright(&lib, find(&lib.dated().await, "IMG_0005.HEIC"));
+    assert_upright(&lib, find(&lib.dated().await, "turned.jpg"));
+    assert_eq!(lib.count("SELECT count(*) AS n FROM media_assets WHERE proxies_missing").await, 0);
 }

@@ -1,4 +1,4 @@
-use std::io::{Read, Write};
+use std::io::{Read, Seek, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -34,14 +34,22 @@ pub fn write_all_atomically(dir: &Path, files: &[(&Path, &[u8])]) -> Result<(), 
 }
 
 /// Writes `bytes` to `tmp`, flushes them to disk and reads them back: a short write, an error of the disk or a
-/// file system that drops data is an error here, not a proxy cut short later.
+/// file system that drops data is an error here, not a proxy cut short later. The file is made anew, never
+/// opened through what was at `tmp` ([`clear_temporary`], then `O_EXCL`, which refuses a link at the name rather
+/// than follow it), and read back through the same handle.
 fn write_whole(tmp: &Path, bytes: &[u8]) -> Result<(), MediaError> {
-    let mut file = std::fs::File::create(tmp).map_err(|e| MediaError::write(tmp, e))?;
+    clear_temporary(tmp)?;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(tmp)
+        .map_err(|e| MediaError::write(tmp, e))?;
     file.write_all(bytes).map_err(|e| MediaError::write(tmp, e))?;
     file.sync_data().map_err(|e| MediaError::write(tmp, e))?;
     let mut back = Vec::with_capacity(bytes.len() + 1);
-    std::fs::File::open(tmp)
-        .and_then(|f| f.take(bytes.len() as u64 + 1).read_to_end(&mut back))
+    file.rewind()
+        .and_then(|()| (&file).take(bytes.len() as u64 + 1).read_to_end(&mut back))
         .map_err(|e| MediaError::write(tmp, e))?;
     if back != bytes {
         let e = std::io::Error::other(format!(
@@ -52,6 +60,16 @@ fn write_whole(tmp: &Path, bytes: &[u8]) -> Result<(), MediaError> {
         return Err(MediaError::write(tmp, e));
     }
     Ok(())
+}
+
+/// Removes whatever is at the temporary name `tmp` before a proxy is written there: debris of an earlier attempt,
+/// or a link someone placed in the proxy tree, which a writer opening the name would follow and write through to
+/// its target, outside the proxy folder. The link itself goes, never its target; nothing there is no error.
+pub(crate) fn clear_temporary(tmp: &Path) -> Result<(), MediaError> {
+    match std::fs::remove_file(tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(MediaError::write(tmp, e)),
+        _ => Ok(()),
+    }
 }
 
 /// Makes a folder's entries durable (after a rename into it), so a power cut cannot leave a proxy row
@@ -184,6 +202,29 @@ mod tests {
         assert!(!temporary_name(&dest).exists());
         let expected = almanac_domain::ProxyType::Preview.temporary_file_name().unwrap();
         assert_eq!(temporary_name(&dest).file_name().unwrap(), expected, "the name the proxy sweep knows as ours");
+    }
+
+    /// A link placed at a proxy's temporary name (by anyone who can write the proxy tree) is removed, never
+    /// written through: the file it points to, outside, is left as it was, and the proxy is a file of its own.
+    #[test]
+    fn a_link_at_the_temporary_name_is_never_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = dir.path().join("outside.txt");
+        std::fs::write(&outside, b"someone else's file").unwrap();
+        let folder = dir.path().join("proxies/ab/abcdef");
+        std::fs::create_dir_all(&folder).unwrap();
+        let (preview, thumbnail) = (folder.join("preview.jpg"), folder.join("thumbnail.jpg"));
+        std::os::unix::fs::symlink(&outside, temporary_name(&preview)).unwrap();
+        std::os::unix::fs::symlink("../../../outside.txt", temporary_name(&thumbnail)).unwrap();
+        let (preview_bytes, thumbnail_bytes) = (&b"preview"[..], &b"thumb"[..]);
+        let files = [(Path::new("preview.jpg"), preview_bytes), (Path::new("thumbnail.jpg"), thumbnail_bytes)];
+        write_all_atomically(&folder, &files).unwrap();
+        assert_eq!(std::fs::read(&outside).unwrap(), b"someone else's file");
+        for (dest, bytes) in [(&preview, preview_bytes), (&thumbnail, thumbnail_bytes)] {
+            assert!(std::fs::symlink_metadata(dest).unwrap().is_file(), "{} is a file, not the link", dest.display());
+            assert_eq!(std::fs::read(dest).unwrap(), bytes);
+            assert!(std::fs::symlink_metadata(temporary_name(dest)).is_err(), "nothing left at the temporary name");
+        }
     }
 
     #[test]

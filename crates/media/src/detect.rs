@@ -132,7 +132,7 @@ impl MediaFormat {
         match self {
             MediaFormat::Jpeg => at(0, &[0xFF, 0xD8, 0xFF]),
             MediaFormat::Png => at(0, b"\x89PNG\r\n\x1a\n"),
-            MediaFormat::Heic | MediaFormat::Avif => matches!(ftyp_brand(head), Some(b) if HEIF_BRANDS.contains(&b)),
+            MediaFormat::Heic | MediaFormat::Avif => is_heif(head),
             MediaFormat::WebP => riff(b"WEBP"),
             MediaFormat::Tiff => tiff,
             MediaFormat::Gif => at(0, b"GIF87a") || at(0, b"GIF89a"),
@@ -167,6 +167,11 @@ const HEIF_BRANDS: [[u8; 4]; 12] = [
 
 fn ftyp_brand(head: &[u8]) -> Option<[u8; 4]> {
     (head.get(4..8) == Some(b"ftyp")).then(|| head.get(8..12)?.try_into().ok()).flatten()
+}
+
+/// Whether a file starting with `head` is a HEIF (HEIC or AVIF) by its signature, whatever its name.
+pub(crate) fn is_heif(head: &[u8]) -> bool {
+    matches!(ftyp_brand(head), Some(brand) if HEIF_BRANDS.contains(&brand))
 }
 
 /// Bytes needed from the start of a file for [`detect_format`] (a transport stream's second packet).

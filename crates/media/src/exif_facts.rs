@@ -9,7 +9,10 @@ use crate::dates::{fraction_nanos, parse_date_text, parse_offset};
 pub struct ExifFacts {
     /// Capture-time candidates, best first (original, digitized, modified), each already an instant.
     pub dates: Vec<CaptureTime>,
-    /// EXIF orientation, 1 to 8 (1 = upright).
+    /// The orientation that turns the stored pixels upright, numbered as EXIF numbers them, 1 to 8 (1 = upright):
+    /// EXIF's `Orientation`, except in a HEIF (HEIC, AVIF), where it is what the primary image's transformative
+    /// properties (`irot`, `imir`) say and EXIF's is ignored, as the HEIF specification asks of readers that apply
+    /// them (libheif applies them when it decodes).
     pub orientation: u16,
     /// Metadata for the catalogue (dimensions are filled from the decoder).
     pub metadata: AssetMetadata,
@@ -24,7 +27,9 @@ impl ExifFacts {
 
 /// Everything a still's own bytes say: its EXIF (for a RAW whose container keeps none, the EXIF of its
 /// embedded `preview`, which the caller found with [`crate::raw_preview`]), plus the date of an XMP packet
-/// embedded anywhere in it, as one more candidate in `dates`.
+/// embedded anywhere in it, as one more candidate in `dates`. A HEIF's orientation (`orientation` and
+/// `metadata.orientation_degrees`) is its primary image's `irot` and `imir`, whatever its EXIF says: an iPhone's
+/// portrait photo is stored landscape with both saying a quarter turn, and libheif shows it turned once.
 pub fn read_still_facts(content: &[u8], preview: Option<&[u8]>) -> ExifFacts {
     let mut facts = read_exif(content);
     if (facts.dates.is_empty() || facts.metadata.camera_make.is_none())
@@ -38,6 +43,10 @@ pub fn read_still_facts(content: &[u8], preview: Option<&[u8]>) -> ExifFacts {
             facts.metadata = from_preview.metadata;
             facts.orientation = from_preview.orientation;
         }
+    }
+    if crate::detect::is_heif(content) {
+        facts.orientation = crate::heif_orientation::primary_orientation(content);
+        facts.metadata.orientation_degrees = orientation_degrees(facts.orientation);
     }
     facts.dates.extend(crate::embedded_xmp_date(content));
     facts

@@ -326,6 +326,31 @@ pub fn video(path: &Path, seconds: f32, width: u32, height: u32, creation_time: 
     assert!(status.success(), "ffmpeg could not make {}", path.display());
 }
 
+/// Writes a short H.264 video of `width` × `height` whose container says to show it turned by `rotate` degrees (the
+/// `rotate` tag, kept as the track's display matrix), as a phone stores a portrait video: landscape pixels, shown
+/// portrait. ffmpeg 5.1 keeps that tag only on a stream it copies (6.0 added `-display_rotation`), so the video is
+/// encoded first, then copied with it. Ten frames a second, no sound: few frames to encode, even when large.
+pub fn rotated_video(path: &Path, seconds: f32, width: u32, height: u32, rotate: u16) {
+    let plain = path.with_extension("fixture.mp4");
+    let encoded = Command::new("ffmpeg")
+        .args(["-nostdin", "-y", "-v", "error", "-f", "lavfi", "-i"])
+        .arg(format!("testsrc=duration={seconds}:size={width}x{height}:rate=10"))
+        .args(["-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p"])
+        .arg(&plain)
+        .status()
+        .expect("run ffmpeg");
+    assert!(encoded.success(), "ffmpeg could not make {}", plain.display());
+    let turned = Command::new("ffmpeg")
+        .args(["-nostdin", "-y", "-v", "error", "-i"])
+        .arg(&plain)
+        .args(["-c", "copy", "-metadata:s:v:0", &format!("rotate={rotate}")])
+        .arg(path)
+        .status()
+        .expect("run ffmpeg");
+    let _ = std::fs::remove_file(&plain);
+    assert!(turned.success(), "ffmpeg could not turn {}", path.display());
+}
+
 /// Writes a HEIC of `picture(width, height, seed, false)` through libheif's `heif-enc`.
 pub fn heic(path: &Path, width: u32, height: u32, seed: u32) {
     let png = path.with_extension("fixture.png");
@@ -385,6 +410,9 @@ pub fn with_last_scan_again(jpeg: &[u8], times: usize) -> Vec<u8> {
 
 /// EXIF blocks built byte by byte, so that tests can damage them exactly the way real writers do.
 pub mod exif_block;
+
+mod heif_transforms;
+pub use heif_transforms::{heic_transformed, imir, irot, with_heif_properties};
 
 /// Drops `CAP_LEASE` from the calling thread's effective capabilities (they are per thread), as on a Worker not
 /// given it: the thread may then take no lease on another user's file ([`crate::writers`]). Call it on a thread

@@ -22,12 +22,12 @@ pub(crate) fn largest_image(content: &[u8]) -> Option<(u32, u32)> {
 }
 
 /// The body of the first box of `kind` among the boxes in `content`.
-fn child(content: &[u8], kind: [u8; 4]) -> Option<&[u8]> {
+pub(crate) fn child(content: &[u8], kind: [u8; 4]) -> Option<&[u8]> {
     boxes(content).find(|(k, _)| *k == kind).map(|(_, body)| body)
 }
 
 /// The boxes one after the other in `content`, each as its type and body, until one that does not fit.
-fn boxes(content: &[u8]) -> impl Iterator<Item = ([u8; 4], &[u8])> {
+pub(crate) fn boxes(content: &[u8]) -> impl Iterator<Item = ([u8; 4], &[u8])> {
     let mut at = 0usize;
     std::iter::from_fn(move || {
         let header = content.get(at..at + 8)?;

@@ -19,6 +19,7 @@ mod detect;
 mod error;
 mod exif_facts;
 mod hash;
+mod heif_orientation;
 mod heif_size;
 mod jpeg_scans;
 mod originals;

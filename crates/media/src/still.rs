@@ -9,6 +9,7 @@ use std::ffi::OsString;
 use tokio_util::sync::CancellationToken;
 
 use crate::detect::MediaFormat;
+use crate::exif_facts::orientation_degrees;
 use crate::jpeg_scans::{self, MOST_JPEG_SCANS};
 use crate::tool::{OPEN_ORIGINAL, run_tool};
 use crate::video::tool_input;
@@ -41,11 +42,16 @@ pub struct StillProxies {
 /// sensor, far below a decompression bomb's 60,000 × 60,000.
 pub const DEFAULT_MAX_PIXELS: u64 = 250_000_000;
 
-/// Decodes a still once (downscaled during decode for JPEG; a HEIC or AVIF arrives as the JPEG [`heic_to_jpeg`]
-/// made of it, a RAW as its embedded preview), turns it upright per EXIF `orientation`, and writes
+/// Decodes a still once (downscaled during decode for JPEG; a RAW arrives as its embedded preview, a JPEG),
+/// turns it upright per `orientation` (the original's, [`crate::ExifFacts::orientation`]), and writes
 /// `preview.jpg` and `thumbnail.jpg` (the thumbnail made from the preview) into `dest_dir`. Returns the
-/// dimensions and the BlurHash. A header claiming more than `max_pixels` pixels is refused before anything
-/// is decoded. At the Worker's low priority ([`crate::gently`]). Blocking: call it from a blocking thread.
+/// original's stored dimensions and the BlurHash. A header claiming more than `max_pixels` pixels is refused
+/// before anything is decoded. At the Worker's low priority ([`crate::gently`]). Blocking: call it from a
+/// blocking thread.
+///
+/// A HEIC or AVIF arrives as the JPEG [`heic_to_jpeg`] made of it, with its own `format` ([`MediaFormat::Heic`],
+/// [`MediaFormat::Avif`]): libheif turned that JPEG upright as it decoded, so `orientation` is not applied to it
+/// again, only used to give back the stored dimensions (the JPEG's, exchanged for a quarter turn).
 pub fn make_still_proxies(
     path: &Path,
     content: &[u8],
@@ -72,7 +78,9 @@ fn make_still_proxies_now(
         MediaFormat::Tiff => decode_with_image(path, content, image::ImageFormat::Tiff, max_pixels)?,
         MediaFormat::Gif => decode_with_image(path, content, image::ImageFormat::Gif, max_pixels)?,
         MediaFormat::Heic | MediaFormat::Avif => {
-            return Err(MediaError::corrupt(path, "HEIF is converted by heic_to_jpeg first, then passed as a JPEG"));
+            let (upright, w, h) = decode_jpeg_for(path, content, PREVIEW_LONG_SIDE, max_pixels)?;
+            // The stored sides, as every still's are recorded: exchanged back when the turn was a quarter turn.
+            if orientation_degrees(orientation) % 180 == 90 { (upright, h, w) } else { (upright, w, h) }
         }
         MediaFormat::Raw(_) => {
             return Err(MediaError::corrupt(path, "a RAW file passes its embedded preview (raw_preview), as a JPEG"));
@@ -87,7 +95,7 @@ fn make_still_proxies_now(
         }
     };
     // Scaled first, then turned: the long side is the same either way, and turning the smaller image is cheaper.
-    let preview = apply_orientation(fit_owned(decoded, PREVIEW_LONG_SIDE), orientation);
+    let preview = apply_orientation(fit_owned(decoded, PREVIEW_LONG_SIDE), left_to_turn(format, orientation));
     let preview_jpeg = encode_jpeg(path, &preview, PREVIEW_QUALITY)?;
     let thumbnail = fit(&preview, THUMBNAIL_LONG_SIDE);
     let thumbnail_jpeg = encode_jpeg(path, &thumbnail, THUMBNAIL_QUALITY)?;
@@ -100,6 +108,14 @@ fn make_still_proxies_now(
         thumbnail_bytes: thumbnail_jpeg.len() as u64,
         blurhash,
     })
+}
+
+/// The turn still to give the pixels [`make_still_proxies`] decodes of a still of `format` whose orientation is
+/// `orientation`: none for a HEIC or AVIF, whose JPEG libheif turned upright already (it applies `irot` and `imir`
+/// as it decodes; turning it again by the same orientation turned iPhone portraits on their side), the whole
+/// `orientation` for every other still.
+fn left_to_turn(format: MediaFormat, orientation: u16) -> u16 {
+    if matches!(format, MediaFormat::Heic | MediaFormat::Avif) { 1 } else { orientation }
 }
 
 /// Refuses dimensions that are empty or larger than the limit, before any pixel is decoded.
@@ -290,7 +306,8 @@ fn blurhash_of(path: &Path, tiny: &RgbImage) -> Result<String, MediaError> {
 /// libheif's Rust bindings need libheif 1.17 or newer and Debian has 1.15, so HEIC goes through libheif's own
 /// `heif-convert` tool, which reads the open original (never its path) and writes a temporary JPEG into
 /// `scratch_dir` (removed afterwards). Like ffmpeg, it runs in a process group of its own with a time limit
-/// and is killed with its tree on cancellation. Returns the JPEG, for [`make_still_proxies`].
+/// and is killed with its tree on cancellation. Returns the JPEG of the file's primary image, upright (libheif
+/// applies its `irot` and `imir` as it decodes), for [`make_still_proxies`] with the file's own format.
 ///
 /// `content` is the file's content, from which the size its images claim is read first: a file with an image
 /// of more than `max_pixels` is refused before `heif-convert` runs, as any still is before it is decoded.
@@ -308,6 +325,9 @@ pub async fn heic_to_jpeg(
     }
     std::fs::create_dir_all(scratch_dir).map_err(|e| MediaError::write(scratch_dir, e))?;
     let tmp = scratch_dir.join(HEIC_SCRATCH);
+    // heif-convert writes through a link at its output's name: whatever an earlier run or anyone left goes first.
+    remove_scratch(scratch_dir);
+    crate::atomic::clear_temporary(&tmp)?;
     let args = vec![OsString::from("-q"), OsString::from("95"), OsString::from(OPEN_ORIGINAL), tmp.clone().into()];
     let converted =
         run_tool("heif-convert", "libheif-examples", args, Some(tool_input(original)?), path, limits.quick, cancel)
@@ -317,15 +337,18 @@ pub async fn heic_to_jpeg(
         Err(MediaError::Tool { message, .. }) => Err(MediaError::corrupt(path, message)),
         Err(e) => Err(e),
     };
-    // heif-convert may write auxiliary images (depth, alpha) beside the output; do not leave them behind.
-    if let Ok(entries) = std::fs::read_dir(scratch_dir) {
-        for e in entries.flatten() {
-            if e.file_name().to_string_lossy().starts_with(HEIC_SCRATCH_PREFIX) {
-                let _ = std::fs::remove_file(e.path());
-            }
+    remove_scratch(scratch_dir);
+    result
+}
+
+/// Removes what `heif-convert` writes into `scratch_dir`: its JPEG, or one for each image of a file of several, and
+/// the auxiliary images (depth, alpha) it may write beside them.
+fn remove_scratch(scratch_dir: &Path) {
+    for e in std::fs::read_dir(scratch_dir).into_iter().flatten().flatten() {
+        if e.file_name().to_string_lossy().starts_with(HEIC_SCRATCH_PREFIX) {
+            let _ = std::fs::remove_file(e.path());
         }
     }
-    result
 }
 
 /// The JPEG `heif-convert` wrote of the file's primary image. For a file of one image it is `tmp`; for a file of

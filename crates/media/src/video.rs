@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::atomic::{sync_file, sync_folder};
+use crate::atomic::{clear_temporary, sync_file, sync_folder};
 use crate::still::{check_jpeg, file_name};
 use crate::tool::{OPEN_ORIGINAL, run_tool};
 use crate::{MediaError, Original, ToolLimits};
@@ -142,9 +142,10 @@ fn clockwise_degrees(counter_clockwise: i64) -> u16 {
     (((clockwise + 45) / 90 * 90) % 360) as u16
 }
 
-/// Writes `poster.jpg` (a frame near the start, upright, at most 1920 px) and `web.mp4` (H.264, at most 720
-/// lines, AAC, fast start) into `dest_dir`, each through a temporary name, flushed to disk before it is
-/// renamed into place. ffmpeg reads the open original, never its path.
+/// Writes `poster.jpg` (a frame near the start, upright, at most 1920 px on its longest side) and `web.mp4`
+/// (H.264, at most 720 lines, AAC, fast start) into `dest_dir`, each through a temporary name (whatever was there
+/// removed first, a link too), flushed to disk before it is renamed into place. ffmpeg reads the open original,
+/// never its path.
 ///
 /// A proxy takes its name only when whole: ffmpeg ended with success, and the file checks out (the poster
 /// decodes to its end; the web video probes with a video stream and a duration, and every packet its index
@@ -216,8 +217,8 @@ impl Making<'_> {
     async fn poster(&self) -> Result<std::path::PathBuf, MediaError> {
         let poster = self.dest_dir.join(file_name(ProxyType::Poster));
         let poster_tmp = self.dest_dir.join(ProxyType::Poster.temporary_file_name().expect("a file proxy"));
-        // Debris of an earlier attempt must never pass for this attempt's poster.
-        let _ = std::fs::remove_file(&poster_tmp);
+        // Debris of an earlier attempt must never pass for this attempt's poster, nor a link there be written through.
+        clear_temporary(&poster_tmp)?;
         self.poster_frame(&poster_tmp).await?;
         let checked = std::fs::read(&poster_tmp)
             .map_err(|e| MediaError::write(&poster_tmp, e))
@@ -247,7 +248,7 @@ impl Making<'_> {
                 .chain(args(seek))
                 .chain(args(&["-i"]))
                 .chain([self.input.clone()])
-                .chain(args(&["-frames:v", "1", "-vf", "scale='min(1920,iw)':-2", "-q:v", "3", "-update", "1"]))
+                .chain(args(&["-frames:v", "1", "-vf", &poster_scale(), "-q:v", "3", "-update", "1"]))
                 .chain([poster_tmp.as_os_str().to_owned()])
                 .collect()
         };
@@ -279,6 +280,8 @@ impl Making<'_> {
     async fn web_video(&self) -> Result<std::path::PathBuf, MediaError> {
         let web = self.dest_dir.join(file_name(ProxyType::WebVideo));
         let web_tmp = self.dest_dir.join(ProxyType::WebVideo.temporary_file_name().expect("a file proxy"));
+        // ffmpeg writes through a link at its output's name: whatever is there goes first.
+        clear_temporary(&web_tmp)?;
         let web_args = args(&["-nostdin", "-y", "-v", "error", "-i"])
             .into_iter()
             .chain([self.input.clone()])
@@ -288,6 +291,7 @@ impl Making<'_> {
                 "-map",
                 "0:a:0?",
                 "-vf",
+                // At most 720 lines, of the picture upright: ffmpeg turns it (its display matrix) before this filter.
                 "scale=-2:'min(720,ih)'",
                 "-c:v",
                 "libx264",
@@ -392,6 +396,19 @@ async fn check_web_video(
         }
     }
     Ok(Ok(()))
+}
+
+/// The poster's longest side at most, in pixels.
+const POSTER_LONG_SIDE: u32 = 1920;
+
+/// ffmpeg's filter for the poster: both sides at most [`POSTER_LONG_SIDE`], the aspect kept, the sides even. ffmpeg
+/// turns the frame upright (its display matrix) before this filter, so a portrait video's long side is its height
+/// here: capping the width alone left a phone's 1440 × 2560 portrait poster at 2560.
+fn poster_scale() -> String {
+    format!(
+        "scale='min({POSTER_LONG_SIDE},iw)':'min({POSTER_LONG_SIDE},ih)':force_original_aspect_ratio=decrease:\
+         force_divisible_by=2"
+    )
 }
 
 fn is_non_empty(path: &Path) -> bool {

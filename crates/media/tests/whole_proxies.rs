@@ -1,6 +1,7 @@
 //! A proxy is whole or absent: on a proxy volume that fills up or cannot be written, nothing cut short takes a
 //! proxy's name, the error says so, and the proxy root's check names the setting and the cause. The volumes
-//! are small tmpfs mounts; where mounting is not permitted the tests say SKIPPED and pass.
+//! are small tmpfs mounts; where mounting is not permitted the tests say SKIPPED and pass. A proxy is written where
+//! it belongs and nowhere else: a link at its temporary name is not followed.
 
 use std::path::Path;
 
@@ -71,4 +72,31 @@ fn the_proxy_root_check_names_a_folder_that_cannot_be_written() {
             || message.contains("the Worker's user may not write there"),
         "{message}"
     );
+}
+
+/// Links placed at the poster's and the web video's temporary names (by anyone who can write the proxy tree) are
+/// removed before ffmpeg writes there, never written through: the files they point to, outside, are left as they
+/// were, and the proxies are files of their own.
+#[tokio::test]
+async fn links_at_the_temporary_names_of_a_video_s_proxies_are_never_written_through() {
+    let dir = tempfile::tempdir().unwrap();
+    fixtures::video(&dir.path().join("clip.mp4"), 1.0, 320, 240, "2021-06-01T10:00:00Z");
+    let out = dir.path().join("proxies");
+    std::fs::create_dir_all(&out).unwrap();
+    let mut outside = Vec::new();
+    for (proxy, name) in [(ProxyType::Poster, "poster"), (ProxyType::WebVideo, "web")] {
+        let target = dir.path().join(format!("outside-{name}"));
+        std::fs::write(&target, b"someone else's file").unwrap();
+        std::os::unix::fs::symlink(&target, out.join(proxy.temporary_file_name().unwrap())).unwrap();
+        outside.push(target);
+    }
+    let clip = RootFolder::open(dir.path()).unwrap().open_file(b"clip.mp4").unwrap();
+    make_video_proxies(&clip, &out, ToolLimits::default(), &CancellationToken::new()).await.unwrap();
+    for target in &outside {
+        assert_eq!(std::fs::read(target).unwrap(), b"someone else's file", "{}", target.display());
+    }
+    for proxy in ["poster.jpg", "web.mp4"] {
+        assert!(std::fs::symlink_metadata(out.join(proxy)).unwrap().is_file(), "{proxy} is a file, not the link");
+    }
+    assert_eq!(names(&out), ["poster.jpg", "web.mp4"]);
 }

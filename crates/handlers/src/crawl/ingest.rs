@@ -9,80 +9,19 @@ use std::sync::{Arc, Mutex};
 
 use almanac_domain::{
     AssetId, CaptureSource, CaptureTime, ContentHash, MediaType, ProxyType, StorageConfigId,
-    ports::{CatalogueError, CatalogueStore, Fence, FileFacts, IngestOutcome, KnownFile, NewAsset, NewProxy, Sidecar},
+    ports::{CatalogueStore, Fence, FileFacts, IngestOutcome, KnownFile, NewAsset, NewProxy, Sidecar},
 };
-use almanac_media::{Content, MediaError, MediaFormat, Original, PixelBudget, ReadError, ReadOriginal, RootFolder};
+use almanac_media::{Content, MediaFormat, Original, PixelBudget, ReadError, ReadOriginal, RootFolder};
 use tokio_util::sync::CancellationToken;
 
 use super::CrawlSettings;
 use super::display;
 use super::merge::same_facts;
+use super::problems::FileProblem;
 use super::report::{Counters, bump};
 use super::rules::{Placement, place};
 use super::settling::{self, CrawlClock};
 use super::walk::{Seen, WalkEntry};
-
-/// Why one file was not ingested.
-pub(super) enum FileProblem {
-    /// Not media after all, or empty: passed over.
-    Skipped(String),
-    /// Broken or unreadable: recorded with its reason; the crawl goes on.
-    Failed(String),
-    /// A proxy could not be written, or what was made is not whole (`at`: the proxy or its folder): recorded like
-    /// `Failed`, unless the proxy root can take no file at all, or a folder on the way to the proxy may not be
-    /// written by the Worker's user, which stop the crawl.
-    ProxyNotWritten {
-        reason: String,
-        at: Option<PathBuf>,
-    },
-    /// The proxy volume refused a write (full, read-only, over its quota): no later file can fare better, so
-    /// the crawl stops with one error naming `storage.proxy_root`, however much room a small check still finds.
-    ProxyVolume(MediaError),
-    /// The catalogue did not answer, or failed: the crawl stops (retryable), naming the file. A refusal of the
-    /// file's values ([`CatalogueError::Refused`]) fails that file only.
-    Catalogue(CatalogueError),
-    /// Still being written: modified within the settle time, or changed between the walk and the end of its
-    /// hashing. Nothing is written for it; a crawl later reads it.
-    Settling,
-    Cancelled,
-}
-
-impl From<CatalogueError> for FileProblem {
-    fn from(e: CatalogueError) -> Self {
-        FileProblem::Catalogue(e)
-    }
-}
-
-impl From<MediaError> for FileProblem {
-    fn from(e: MediaError) -> Self {
-        match e {
-            MediaError::Cancelled => FileProblem::Cancelled,
-            MediaError::ProxyWrite { ref source, .. } if refused_by_the_volume(source) => FileProblem::ProxyVolume(e),
-            MediaError::ProxyWrite { ref path, .. } | MediaError::ProxyNotMade { dir: ref path, .. } => {
-                FileProblem::ProxyNotWritten { at: Some(path.clone()), reason: e.to_string() }
-            }
-            MediaError::ProxyRootUnwritable { .. } => FileProblem::ProxyNotWritten { reason: e.to_string(), at: None },
-            other => FileProblem::Failed(other.to_string()),
-        }
-    }
-}
-
-/// Whether a write was refused by the volume itself rather than for one file: it is full, read-only or over
-/// its quota.
-fn refused_by_the_volume(e: &std::io::Error) -> bool {
-    use std::io::ErrorKind::{QuotaExceeded, ReadOnlyFilesystem, StorageFull};
-    matches!(e.kind(), StorageFull | ReadOnlyFilesystem | QuotaExceeded)
-}
-
-impl From<ReadError> for FileProblem {
-    fn from(e: ReadError) -> Self {
-        match e {
-            ReadError::Vanished | ReadError::NotMedia => FileProblem::Skipped(e.to_string()),
-            ReadError::Unreadable(reason) => FileProblem::Failed(reason),
-            ReadError::Cancelled => FileProblem::Cancelled,
-        }
-    }
-}
 
 /// A file's metadata and freshly made proxies.
 struct Made {
@@ -104,6 +43,10 @@ pub(super) struct Run<'a, C> {
     pub counters: Arc<Counters>,
     /// When the crawl's processing began.
     pub since: std::time::Instant,
+    /// The config's active assets when the crawl began, which the paths taken are weighed against.
+    pub library: u64,
+    /// Whether an operator confirmed deletions for this attempt (`allow_mass_deletion`).
+    pub confirmed: bool,
     /// The time mtimes are judged by (the database's).
     pub clock: CrawlClock,
     /// The known files processing found (a move, a copy, a touched file): what the walk found unchanged is
@@ -177,7 +120,9 @@ impl<C: CatalogueStore> Run<'_, C> {
         let _guard = lock.lock().await;
         // Waiting for the lock can take a whole transcode of the same content.
         self.still_wanted()?;
-        match self.placement(entry, &read.hash).await? {
+        let placement = self.placement(entry, &read.hash).await?;
+        self.take_over(known, placement)?;
+        match placement {
             Placement::Touched(id) => self.touched(entry, known, read, id).await?,
             Placement::Moved(id) => {
                 self.mark(Seen::Asset(id));
@@ -202,6 +147,35 @@ impl<C: CatalogueStore> Run<'_, C> {
             }
         }
         Ok(())
+    }
+
+    /// Counts the path this file takes from another asset, when it was that asset's own path and now holds other
+    /// content: the write soft-deletes that asset (or moves it to a copy). Weighed before the write, as the guard
+    /// weighs what vanished: a crawl taking more paths than the guard lets go at once (another disk or card
+    /// mounted where the library was, its files under the same names) stops before this one, unless confirmed.
+    fn take_over(&self, known: Option<&KnownFile>, placement: Placement) -> Result<(), FileProblem> {
+        let taker = match placement {
+            Placement::Touched(id) | Placement::Moved(id) | Placement::Copy(id) | Placement::Revived(id) => Some(id),
+            Placement::New => None,
+        };
+        if known.is_none_or(|k| k.extra || Some(k.asset_id) == taker) {
+            return Ok(());
+        }
+        let taken = self.counters.replaced.fetch_add(1, Ordering::Relaxed) + 1;
+        if self.confirmed || !self.settings.mass_deletion.refuses_of(self.library, self.library, taken) {
+            return Ok(());
+        }
+        self.counters.replaced.fetch_sub(1, Ordering::Relaxed);
+        Err(FileProblem::Replacing(format!(
+            "refusing to go on: {taken} files under {} hold other content than the assets whose paths they have, \
+             {} at once: another disk or card mounted where the library was, its files under the same names? The \
+             crawl stopped before the next; the {} assets replaced so far are soft-deleted (or moved to a copy) and \
+             come back, with their ids, when their files do. If the files really were replaced (edited in place), {}",
+            self.root.path().display(),
+            self.settings.mass_deletion.describe(),
+            taken - 1,
+            super::rules::how_to_confirm(self.config)
+        )))
     }
 
     /// Who has this content: the asset at this very path (only size or mtime changed), another active asset (a
@@ -373,7 +347,9 @@ impl<C: CatalogueStore> Run<'_, C> {
             let facts =
                 almanac_media::read_still_facts(&content, preview.as_ref().and_then(|p| p.as_ref().ok().copied()));
             let made = match (&converted, preview) {
-                (Some(jpeg), _) => Ok((jpeg.as_slice(), MediaFormat::Jpeg)),
+                // heic_to_jpeg's JPEG is upright already: with the HEIF's own format it is not turned again by
+                // `facts.orientation`, which then only gives back the stored size.
+                (Some(jpeg), _) => Ok((jpeg.as_slice(), format)),
                 (None, Some(preview)) => preview.map(|p| (p, MediaFormat::Jpeg)),
                 (None, None) => Ok((content.as_slice(), format)),
             }

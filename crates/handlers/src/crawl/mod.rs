@@ -14,6 +14,7 @@
 mod copies;
 mod ingest;
 mod merge;
+mod problems;
 mod report;
 mod root;
 mod rules;
@@ -28,7 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use almanac_domain::{
-    BurstDetectionArgs, CrawlArgs, CrawlReport, DedupKey, NewWorkItem, Scope, StorageConfigId, WorkKind,
+    BurstDetectionArgs, CrawlArgs, CrawlReport, DedupKey, NewWorkItem, Scope, StorageConfig, StorageConfigId, WorkKind,
     ports::{CatalogueError, CatalogueStore, DatabaseClock, KnownFile},
 };
 use almanac_executor::{BoxFuture, HandlerContext, HandlerError, ProgressReporter, WorkHandler};
@@ -36,8 +37,9 @@ use almanac_media::{PixelBudget, ToolLimits};
 use futures_util::StreamExt;
 use tracing::warn;
 
-use ingest::{FileProblem, Run};
+use ingest::Run;
 use merge::{Leftover, walk_beside};
+use problems::FileProblem;
 use report::bump;
 use scope::CrawlScope;
 use settle::Settle;
@@ -149,6 +151,20 @@ fn confirmation_for_this_attempt(args: CrawlArgs, attempt: almanac_domain::ports
 }
 
 impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
+    /// What is checked before anything is read: roots apart, the proxies' folder in place, the proxy root and the
+    /// config's proxy folders writable.
+    async fn check_before_reading(&self, storage: &StorageConfig) -> Result<(), HandlerError> {
+        root::check_roots_apart(&*self.catalogue, storage, &self.settings.proxy_root).await?;
+        root::check_proxies_in_place(&*self.catalogue, storage, &self.settings.proxy_root).await?;
+        // A proxy root that can take no file would fail every file one by one: one clear error instead.
+        root::check_proxy_root(&self.settings.proxy_root)
+            .await
+            .map_err(|e| root::proxy_root_unwritable(e, "Nothing was read"))?;
+        root::check_proxy_folders(&self.settings.proxy_root, storage)
+            .await
+            .map_err(|e| root::proxy_root_unwritable(e, "Nothing was read"))
+    }
+
     /// A crawl's steps: check and open the root, list it (or the folders it is asked for) beside the
     /// catalogue's known files, process what changed, settle what vanished, pair Live Photos, and ask for burst
     /// detection (and for a crawl again when files were still being written).
@@ -162,17 +178,10 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
             .await
             .map_err(catalogue_error)?
             .ok_or_else(|| HandlerError::permanent(format!("storage config {config} does not exist")))?;
-        root::check_roots_apart(&*self.catalogue, &storage, &self.settings.proxy_root).await?;
-        root::check_proxies_in_place(&*self.catalogue, &storage, &self.settings.proxy_root).await?;
-        // A proxy root that can take no file would fail every file one by one: one clear error instead.
-        root::check_proxy_root(&self.settings.proxy_root)
-            .await
-            .map_err(|e| root::proxy_root_unwritable(e, "Nothing was read"))?;
-        root::check_proxy_folders(&self.settings.proxy_root, &storage)
-            .await
-            .map_err(|e| root::proxy_root_unwritable(e, "Nothing was read"))?;
+        self.check_before_reading(&storage).await?;
         let (root, is_mount_point) = root::open_root(&storage, &args)?;
         let clock = settling::CrawlClock::new(self.catalogue.db_now().await.map_err(catalogue_error)?);
+        let library = self.catalogue.active_assets(config).await.map_err(catalogue_error)?;
         let run = Run {
             catalogue: &*self.catalogue,
             settings: &self.settings,
@@ -182,6 +191,8 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
             root: Arc::new(root),
             counters: Arc::default(),
             since: std::time::Instant::now(),
+            library,
+            confirmed: args.allow_mass_deletion,
             clock,
             seen: Mutex::default(),
             hash_locks: Mutex::default(),
@@ -356,6 +367,18 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         }
     }
 
+    /// The error that stops a crawl whose proxy write the volume refused (full, read-only): a folder on the way that
+    /// the Worker's user may not write is named rather than the volume ([`root::check_proxy_path`]).
+    async fn proxy_volume_refused(&self, config: StorageConfigId, e: almanac_media::MediaError) -> HandlerError {
+        let folder = match &e {
+            almanac_media::MediaError::ProxyWrite { path, .. } => {
+                root::check_proxy_path(&self.settings.proxy_root, config, path.clone()).await.err()
+            }
+            _ => None,
+        };
+        root::proxy_root_unwritable(folder.unwrap_or(e), "The crawl stopped before its end")
+    }
+
     /// What a file's problem comes to: counted against the file (the crawl goes on), or the error that stops
     /// the crawl.
     async fn file_problem(&self, run: &Run<'_, C>, entry: &WalkEntry, problem: FileProblem) -> Option<HandlerError> {
@@ -393,7 +416,8 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
                 run.counters.failed(display(&entry.rel), reason);
                 None
             }
-            FileProblem::ProxyVolume(e) => Some(root::proxy_root_unwritable(e, "The crawl stopped before its end")),
+            FileProblem::ProxyVolume(e) => Some(self.proxy_volume_refused(run.config, e).await),
+            FileProblem::Replacing(reason) => Some(HandlerError::retryable(reason)),
             // This file's values, refused by the catalogue: they would be refused again; the others may be taken.
             FileProblem::Catalogue(e @ CatalogueError::Refused(_)) => {
                 let reason = format!("{}: {e}", run.abs(entry).display());

@@ -25,6 +25,8 @@ pub(super) struct Counters {
     pub touched: AtomicU64,
     pub regenerated: AtomicU64,
     pub redated: AtomicU64,
+    /// Assets whose own path a file of other content took ([`CrawlCounts::replaced`]).
+    pub replaced: AtomicU64,
     pub skipped: AtomicU64,
     pub failed: AtomicU64,
     /// Files still being written: left for a crawl later.
@@ -82,6 +84,7 @@ impl Counters {
         counts.touched = get(&self.touched);
         counts.proxies_regenerated = get(&self.regenerated);
         counts.redated = get(&self.redated);
+        counts.replaced = get(&self.replaced);
         counts.skipped = get(&self.skipped);
         counts.failed = get(&self.failed);
         counts.settling = get(&self.settling);

@@ -122,10 +122,16 @@ impl<C: CatalogueStore> Settle<'_, C> {
         // An asset kept only because a copy could not be looked at counts as vanished for the guard.
         let (library, active) = (active.library as u64, active.looked_for as u64);
         let gone = (unseen.assets.len() + unseen.held.len()) as u64;
-        if !args.allow_mass_deletion && guard.refuses_of(library, active, gone) {
+        // Assets whose paths files of other content took during this crawl are gone as well.
+        let replaced = counters.replaced.load(std::sync::atomic::Ordering::Relaxed);
+        if !args.allow_mass_deletion && guard.refuses_of(library, active, gone + replaced) {
+            let and_replaced = match replaced {
+                0 => String::new(),
+                n => format!(" ({n} more lost their paths to files of other content during this crawl)"),
+            };
             return Err(HandlerError::retryable(format!(
-                "refusing to soft-delete {gone} of {active} assets under {}: {} vanished at once, which usually \
-                 means a share is only partly mounted. Nothing was deleted. If the files really are gone, {}",
+                "refusing to soft-delete {gone} of {active} assets under {}{and_replaced}: {} vanished at once, which \
+                 usually means a share is only partly mounted. Nothing was deleted. If the files really are gone, {}",
                 self.storage.root_path.display(),
                 guard.describe(),
                 super::rules::how_to_confirm(self.storage.id),
