@@ -75,7 +75,10 @@ pub fn full_decode_pixels(content: &[u8], format: MediaFormat) -> u64 {
         MediaFormat::Gif => image::ImageFormat::Gif,
         _ => return 0,
     };
-    image::ImageReader::with_format(std::io::Cursor::new(content), format)
+    // As the decoder will see it: a PNG's header read without its colour profile inflated, a GIF whose frame lies
+    // outside its screen refused (so charged nothing).
+    let Ok(content) = crate::decode_guard::bounded(std::path::Path::new(""), content, format) else { return 0 };
+    image::ImageReader::with_format(std::io::Cursor::new(content.as_ref()), format)
         .into_dimensions()
         .map_or(0, |(w, h)| u64::from(w) * u64::from(h))
 }

@@ -15,6 +15,7 @@ mod apple;
 mod atomic;
 mod budget;
 mod dates;
+mod decode_guard;
 mod detect;
 mod error;
 mod exif_facts;

@@ -8,6 +8,7 @@ use std::ffi::OsString;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::decode_guard;
 use crate::detect::MediaFormat;
 use crate::exif_facts::orientation_degrees;
 use crate::jpeg_scans::{self, MOST_JPEG_SCANS};
@@ -147,7 +148,8 @@ fn decode_with_image(
     format: image::ImageFormat,
     max_pixels: u64,
 ) -> Result<(RgbImage, u32, u32), MediaError> {
-    let reader = || image::ImageReader::with_format(std::io::Cursor::new(content), format);
+    let content = decode_guard::bounded(path, content, format)?;
+    let reader = || image::ImageReader::with_format(std::io::Cursor::new(content.as_ref()), format);
     let (w, h) = reader().into_dimensions().map_err(|e| MediaError::corrupt(path, e))?;
     check_pixels(path, w, h, max_pixels)?;
     let mut limits = image::Limits::default();

@@ -99,6 +99,23 @@ fn small_png_is_not_upscaled() {
     assert_eq!(dims(&dir.path().join("thumbnail.jpg")), (200, 100));
 }
 
+/// A GIF whose first frame lies outside its 1 x 1 screen (a 4000 x 4000 frame here; 20,000 x 20,000 in 180 KB of
+/// LZW made the decoder in the Worker's own process allocate 1.6 GB) is refused before it is decoded, saying why,
+/// and nothing is written.
+#[test]
+fn a_gif_whose_frame_lies_outside_its_screen_is_refused_before_it_is_decoded() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut gif = b"GIF89a".to_vec();
+    gif.extend_from_slice(&[1, 0, 1, 0, 0, 0, 0, 0x2C, 0, 0, 0, 0]);
+    gif.extend_from_slice(&4000u16.to_le_bytes());
+    gif.extend_from_slice(&4000u16.to_le_bytes());
+    gif.extend_from_slice(&[0, 8, 2, 0x4C, 0x01, 0, 0x3B]);
+    let path = dir.path().join("bomb.gif");
+    let err = make_still_proxies(&path, &gif, MediaFormat::Gif, 1, DEFAULT_MAX_PIXELS, dir.path()).unwrap_err();
+    assert!(err.to_string().contains("lies outside its 1x1 screen"), "{err}");
+    assert!(!dir.path().join("preview.jpg").exists());
+}
+
 #[test]
 fn truncated_or_fake_jpeg_is_a_clear_error_and_writes_no_proxy() {
     let dir = tempfile::tempdir().unwrap();
