@@ -271,12 +271,15 @@ pub trait CatalogueStore: Send + Sync {
         facts: &FileFacts,
     ) -> impl Future<Output = Result<(), CatalogueError>> + Send;
 
-    /// Stores (or replaces) proxy rows of an existing asset, e.g. proxies made again after a deletion.
+    /// Stores (or replaces) proxy rows of an existing asset, e.g. proxies made again after a deletion, with the
+    /// `metadata` read again from its file as they were made (the rules that read it may have been corrected since:
+    /// a HEIF's orientation, migration 000039).
     fn put_proxies(
         &self,
         fence: Fence,
         asset: AssetId,
         proxies: &[NewProxy],
+        metadata: &AssetMetadata,
     ) -> impl Future<Output = Result<(), CatalogueError>> + Send;
 
     /// Stores a new asset with its metadata and proxies in one transaction.

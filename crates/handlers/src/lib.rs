@@ -35,12 +35,17 @@ pub(crate) fn store_error(e: CatalogueError) -> HandlerError {
 /// leads what became of the work ("Nothing was deleted; the proxy deletion"). The one home of what to do: a crawl
 /// would write every proxy onto the disk beneath an empty mount point, and a deletion would take the rows that
 /// make the crawl look (as if their files were deleted), so the operator confirms by making the folder again.
-pub(crate) fn proxy_folder_missing(folder: &std::path::Path, found: &str, then: &str) -> HandlerError {
+pub(crate) fn proxy_folder_missing(
+    folder: &std::path::Path,
+    found: &str,
+    then: &str,
+    config: almanac_domain::StorageConfigId,
+) -> HandlerError {
     HandlerError::retryable(format!(
         "the catalogue has proxies of this config under the proxy root (storage.proxy_root), but their folder {} is \
          not there ({found}): the proxy volume is not mounted, or the folder was removed. {then} is tried again \
          while it has attempts left. Mount the proxy volume; if its proxies are really gone, make that folder again \
-         (empty, writable by the Worker's user) and `almanac-worker regenerate --config <root>` makes them again",
+         (empty, writable by the Worker's user) and `almanac-worker regenerate --config {config}` makes them again",
         folder.display()
     ))
 }

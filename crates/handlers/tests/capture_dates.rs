@@ -414,7 +414,18 @@ async fn heif_photos_turned_twice_before_get_upright_proxies_at_the_next_crawl()
     // As the crawl before the fix left it: the preview on its side.
     let sideways = fixtures::jpeg(64, 48, 17, false, &FixtureExif::default());
     std::fs::write(lib.preview_of(&heic.content_hash), &sideways).unwrap();
+    // And its sides as the upright picture's, with the quarter turn on top.
+    let sides = "SELECT (m.width * 100000 + m.height)::bigint AS n FROM asset_metadata m JOIN media_assets a \
+                 ON a.id = m.asset_id WHERE a.display_path = 'IMG_0005.HEIC'";
+    assert_eq!(lib.count(sides).await, 64 * 100_000 + 48, "the stored sides");
     let mut conn = lib.conn().await;
+    sql_query(
+        "UPDATE asset_metadata SET width = 48, height = 64
+          WHERE asset_id = (SELECT id FROM media_assets WHERE display_path = 'IMG_0005.HEIC')",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
     diesel_async::SimpleAsyncConnection::batch_execute(&mut conn, HEIF_TURNED_TWICE_UP).await.unwrap();
     let asked = lib.count("SELECT count(*) AS n FROM media_assets WHERE proxies_missing").await;
     assert_eq!(asked, 1, "the HEIF, not the JPEG");
@@ -424,4 +435,5 @@ async fn heif_photos_turned_twice_before_get_upright_proxies_at_the_next_crawl()
     assert_upright(&lib, find(&lib.dated().await, "IMG_0005.HEIC"));
     assert_upright(&lib, find(&lib.dated().await, "turned.jpg"));
     assert_eq!(lib.count("SELECT count(*) AS n FROM media_assets WHERE proxies_missing").await, 0);
+    assert_eq!(lib.count(sides).await, 64 * 100_000 + 48, "the stored sides, read again");
 }

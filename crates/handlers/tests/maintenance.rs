@@ -361,10 +361,11 @@ async fn a_deletion_on_an_unmounted_proxy_volume_deletes_no_row() {
     let item = env.work_item(WorkKind::ProxyDeletion, Scope::Config(env.config), payload.clone()).await;
     let err = env.run_handler(&deletion, item).await.unwrap_err();
     assert!(err.retryable && err.message.contains("is not there"), "{}", err.message);
-    assert!(err.message.contains("Nothing was deleted"), "{}", err.message);
+    assert!(err.message.contains("Nothing more was deleted"), "{}", err.message);
+    assert!(err.message.contains(&format!("regenerate --config {}", env.config)), "{}", err.message);
     let purge = env.work_item(WorkKind::Purge, Scope::Config(env.config), serde_json::json!({})).await;
     let err = env.run_handler(&purge_handler(&env), purge).await.unwrap_err();
-    assert!(err.retryable && err.message.contains("Nothing was purged"), "{}", err.message);
+    assert!(err.retryable && err.message.contains("Nothing more was purged"), "{}", err.message);
     assert_eq!(env.count("SELECT count(*) AS n FROM proxy_files").await, 6, "every row kept");
 
     std::fs::remove_dir(&env.proxies).unwrap();

@@ -118,7 +118,7 @@ async fn every_write_is_lost(s: &Setup, stale: Fence, live_asset: AssetId, gone_
     assert_lost("relocate", store.relocate(stale, live_asset, &facts).await);
     assert_lost("record_extra_path", store.record_extra_path(stale, s.config, live_asset, &facts).await);
     let proxy = NewProxy { proxy_type: ProxyType::Preview, relative_path: None, inline_value: None, size_bytes: 1 };
-    assert_lost("put_proxies", store.put_proxies(stale, live_asset, &[proxy]).await);
+    assert_lost("put_proxies", store.put_proxies(stale, live_asset, &[proxy], &Default::default()).await);
     assert_lost("soft_delete", store.soft_delete(stale, s.config, &[live_asset], &[]).await);
     assert_lost("pair", store.pair(stale, live_asset, gone_asset).await);
     assert_lost("record_root_identity", store.record_root_identity(stale, s.config, true).await);

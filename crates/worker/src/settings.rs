@@ -287,6 +287,8 @@ impl Settings {
         }
         if let Some((variable, url)) = env.iter().find(|(k, _)| k == "DATABASE_URL") {
             builder = builder.set_override("database.url", url.clone())?;
+            // It wins over ALMANAC__DATABASE__URL too, which then sets nothing.
+            variables.retain(|(_, setting)| setting != "database.url");
             variables.push((variable.clone(), "database.url".into()));
         }
         let mut settings: Settings = builder

@@ -45,6 +45,9 @@ pub(super) struct Run<'a, C> {
     pub since: std::time::Instant,
     /// The config's active assets when the crawl began, which the paths taken are weighed against.
     pub library: u64,
+    /// Files that would take another asset's own path, held back until the guard has weighed them
+    /// ([`Run::hold_back`]).
+    pub held_back: Mutex<Vec<(WalkEntry, KnownFile)>>,
     /// Whether an operator confirmed deletions for this attempt (`allow_mass_deletion`).
     pub confirmed: bool,
     /// The time mtimes are judged by (the database's).
@@ -83,11 +86,13 @@ impl<C: CatalogueStore> Run<'_, C> {
     /// Reads, places and writes one changed or new file. Unchanged files never get here: the walk reports them
     /// without opening them. A known path that changed is handled here (re-read, replaced or relocated), so it
     /// does not count as vanished; nor does one still being written, which is left as the catalogue knows it.
-    pub async fn file(&self, entry: &WalkEntry, known: Option<&KnownFile>) -> Result<(), FileProblem> {
+    /// A file that would take another asset's own path is held back ([`Run::hold_back`]) unless `held_back` says it
+    /// is one the guard has let through.
+    pub async fn file(&self, entry: &WalkEntry, known: Option<&KnownFile>, held_back: bool) -> Result<(), FileProblem> {
         if let Some(k) = known.filter(|k| !k.extra) {
             self.mark(Seen::Asset(k.asset_id));
         }
-        let done = self.settled_file(entry, known).await;
+        let done = self.settled_file(entry, known, held_back).await;
         if let Some(k) = known.filter(|k| k.extra) {
             let keeps_its_place = match &done {
                 // A copy being written over keeps its place until it has settled.
@@ -106,7 +111,12 @@ impl<C: CatalogueStore> Run<'_, C> {
 
     /// [`Run::file`], once the file is known to be no longer written: modified within the settle time, it is
     /// not read; changed while it was read, nothing is written for it.
-    async fn settled_file(&self, entry: &WalkEntry, known: Option<&KnownFile>) -> Result<(), FileProblem> {
+    async fn settled_file(
+        &self,
+        entry: &WalkEntry,
+        known: Option<&KnownFile>,
+        held_back: bool,
+    ) -> Result<(), FileProblem> {
         // Before the size: a file being written may be empty yet. One a watcher saw closed, as it is now, is not.
         if !entry.closed && settling::modified_recently(entry.mtime, self.clock.now(), self.settings.settle_time) {
             return Err(FileProblem::Settling);
@@ -121,7 +131,10 @@ impl<C: CatalogueStore> Run<'_, C> {
         // Waiting for the lock can take a whole transcode of the same content.
         self.still_wanted()?;
         let placement = self.placement(entry, &read.hash).await?;
-        self.take_over(known, placement)?;
+        let takes_a_path = takes_a_path(known, placement);
+        if takes_a_path && !held_back && !self.confirmed {
+            return self.hold_back(entry, known, placement);
+        }
         match placement {
             Placement::Touched(id) => self.touched(entry, known, read, id).await?,
             Placement::Moved(id) => {
@@ -146,34 +159,37 @@ impl<C: CatalogueStore> Run<'_, C> {
                 }
             }
         }
+        if takes_a_path {
+            bump(&self.counters.replaced);
+        }
         Ok(())
     }
 
-    /// Counts the path this file takes from another asset, when it was that asset's own path and now holds other
-    /// content: the write soft-deletes that asset (or moves it to a copy). Weighed before the write, as the guard
-    /// weighs what vanished: a crawl taking more paths than the guard lets go at once (another disk or card
-    /// mounted where the library was, its files under the same names) stops before this one, unless confirmed.
-    fn take_over(&self, known: Option<&KnownFile>, placement: Placement) -> Result<(), FileProblem> {
-        let taker = match placement {
-            Placement::Touched(id) | Placement::Moved(id) | Placement::Copy(id) | Placement::Revived(id) => Some(id),
-            Placement::New => None,
-        };
-        if known.is_none_or(|k| k.extra || Some(k.asset_id) == taker) {
+    /// Holds back a file that would take another asset's own path (that asset soft-deleted, or moved to a copy, by
+    /// its write): written only after the walk, once the guard has weighed all of them with what vanished
+    /// ([`super::CrawlHandler::replace_held_back`]), so a refused crawl replaces nothing, and its next attempt meets
+    /// the library as this one did. Marks what its write would have marked, so the asset it places here is not taken
+    /// for vanished. More held back than the guard lets go at once (another disk or card mounted where the library
+    /// was, its files under the same names) stops the crawl at once.
+    fn hold_back(&self, entry: &WalkEntry, known: Option<&KnownFile>, placement: Placement) -> Result<(), FileProblem> {
+        match placement {
+            Placement::Moved(id) | Placement::Revived(id) => self.mark(Seen::Asset(id)),
+            Placement::Copy(id) => self.mark(Seen::Extra(entry.rel.clone(), id)),
+            Placement::Touched(_) | Placement::New => {}
+        }
+        let Some(known) = known.cloned() else { return Ok(()) };
+        let mut held = self.held_back.lock().expect("poisoned");
+        held.push((entry.clone(), known));
+        let n = held.len() as u64;
+        if !self.settings.mass_deletion.refuses_of(self.library, self.library, n) {
             return Ok(());
         }
-        let taken = self.counters.replaced.fetch_add(1, Ordering::Relaxed) + 1;
-        if self.confirmed || !self.settings.mass_deletion.refuses_of(self.library, self.library, taken) {
-            return Ok(());
-        }
-        self.counters.replaced.fetch_sub(1, Ordering::Relaxed);
         Err(FileProblem::Replacing(format!(
-            "refusing to go on: {taken} files under {} hold other content than the assets whose paths they have, \
-             {} at once: another disk or card mounted where the library was, its files under the same names? The \
-             crawl stopped before the next; the {} assets replaced so far are soft-deleted (or moved to a copy) and \
-             come back, with their ids, when their files do. If the files really were replaced (edited in place), {}",
+            "refusing to go on: {n} files under {} hold other content than the assets whose paths they have, {} at \
+             once: another disk or card mounted where the library was, its files under the same names? Nothing was \
+             replaced or deleted. If the files really were replaced (edited in place), {}",
             self.root.path().display(),
             self.settings.mass_deletion.describe(),
-            taken - 1,
             super::rules::how_to_confirm(self.config)
         )))
     }
@@ -209,7 +225,7 @@ impl<C: CatalogueStore> Run<'_, C> {
         if known.is_some_and(|k| !k.proxies_complete) {
             let made = self.make(entry, read).await?;
             self.still_wanted()?;
-            self.catalogue.put_proxies(self.fence, id, &made.proxies).await?;
+            self.catalogue.put_proxies(self.fence, id, &made.proxies, &made.metadata).await?;
             if date_to_read {
                 self.catalogue.redate(self.fence, id, &made.capture, entry.sidecar.as_ref()).await?;
             }
@@ -470,4 +486,14 @@ impl<C: CatalogueStore> Run<'_, C> {
 /// A file's facts as the walk found them.
 fn facts(entry: &WalkEntry) -> FileFacts {
     FileFacts { file_path: entry.rel.clone(), display_path: display(&entry.rel), size: entry.size, mtime: entry.mtime }
+}
+
+/// Whether the file at a known path takes it from another asset: it was that asset's own path and now holds other
+/// content (a new asset, or another asset's moved, copied or revived).
+fn takes_a_path(known: Option<&KnownFile>, placement: Placement) -> bool {
+    let taker = match placement {
+        Placement::Touched(id) | Placement::Moved(id) | Placement::Copy(id) | Placement::Revived(id) => Some(id),
+        Placement::New => None,
+    };
+    known.is_some_and(|k| !k.extra && Some(k.asset_id) != taker)
 }

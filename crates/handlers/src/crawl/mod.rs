@@ -14,6 +14,7 @@
 mod copies;
 mod ingest;
 mod merge;
+mod outcomes;
 mod problems;
 mod report;
 mod root;
@@ -39,8 +40,6 @@ use tracing::warn;
 
 use ingest::Run;
 use merge::{Leftover, walk_beside};
-use problems::FileProblem;
-use report::bump;
 use scope::CrawlScope;
 use settle::Settle;
 
@@ -192,6 +191,7 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
             counters: Arc::default(),
             since: std::time::Instant::now(),
             library,
+            held_back: Mutex::default(),
             confirmed: args.allow_mass_deletion,
             clock,
             seen: Mutex::default(),
@@ -224,6 +224,7 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
             copies::outside_the_folders(&*self.catalogue, config, &run.root, &scope, &mut unseen).await?;
         }
         let active = scope.active_for_guard(&*self.catalogue, &storage, &args, listed, &unseen).await?;
+        self.replace_held_back(&run, &storage, &unseen, active).await?;
         let guard = &self.settings.mass_deletion;
         // Only a walk of the whole root tells what the root is now.
         let mount_point = scope.is_whole_root().then_some(is_mount_point);
@@ -355,7 +356,7 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         }
         // Progress goes out at the first file and at every PROGRESS_EVERY after it.
         let found_before = run.counters.found.fetch_add(1, Ordering::Relaxed);
-        if let Err(problem) = run.file_through_outages(&entry, known.as_ref()).await
+        if let Err(problem) = run.file_through_outages(&entry, known.as_ref(), false).await
             && let Some(e) = self.file_problem(run, &entry, problem).await
         {
             fatal.lock().expect("poisoned").get_or_insert(e);
@@ -364,70 +365,6 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         }
         if found_before.is_multiple_of(PROGRESS_EVERY) {
             report_progress(progress, &run.counts());
-        }
-    }
-
-    /// The error that stops a crawl whose proxy write the volume refused (full, read-only): a folder on the way that
-    /// the Worker's user may not write is named rather than the volume ([`root::check_proxy_path`]).
-    async fn proxy_volume_refused(&self, config: StorageConfigId, e: almanac_media::MediaError) -> HandlerError {
-        let folder = match &e {
-            almanac_media::MediaError::ProxyWrite { path, .. } => {
-                root::check_proxy_path(&self.settings.proxy_root, config, path.clone()).await.err()
-            }
-            _ => None,
-        };
-        root::proxy_root_unwritable(folder.unwrap_or(e), "The crawl stopped before its end")
-    }
-
-    /// What a file's problem comes to: counted against the file (the crawl goes on), or the error that stops
-    /// the crawl.
-    async fn file_problem(&self, run: &Run<'_, C>, entry: &WalkEntry, problem: FileProblem) -> Option<HandlerError> {
-        match problem {
-            FileProblem::Cancelled => None,
-            FileProblem::Settling => {
-                run.counters.settling(&entry.rel);
-                tracing::debug!(path = %run.abs(entry).display(), "still being written; left for a crawl later");
-                None
-            }
-            FileProblem::Skipped(reason) => {
-                bump(&run.counters.skipped);
-                tracing::debug!(path = %run.abs(entry).display(), reason, "skipped");
-                None
-            }
-            FileProblem::Failed(reason) => {
-                warn!(event = "file_failed", path = %run.abs(entry).display(), reason, "file skipped");
-                run.counters.failed(display(&entry.rel), reason);
-                None
-            }
-            FileProblem::ProxyNotWritten { reason, at } => {
-                // One file's trouble, unless the proxy root can take no file now (the volume filled up, went
-                // read-only), or a folder on the way to this file's proxies refuses the Worker's user (one a Worker
-                // run once as root left): then the crawl stops with that one error.
-                let proxy_root = &self.settings.proxy_root;
-                let refused = match (root::check_proxy_root(proxy_root).await, at) {
-                    (Ok(()), Some(at)) => root::check_proxy_path(proxy_root, run.config, at).await.err(),
-                    (Ok(()), None) => None,
-                    (Err(e), _) => Some(e),
-                };
-                if let Some(e) = refused {
-                    return Some(root::proxy_root_unwritable(e, "The crawl stopped before its end"));
-                }
-                warn!(event = "file_failed", path = %run.abs(entry).display(), reason, "file skipped");
-                run.counters.failed(display(&entry.rel), reason);
-                None
-            }
-            FileProblem::ProxyVolume(e) => Some(self.proxy_volume_refused(run.config, e).await),
-            FileProblem::Replacing(reason) => Some(HandlerError::retryable(reason)),
-            // This file's values, refused by the catalogue: they would be refused again; the others may be taken.
-            FileProblem::Catalogue(e @ CatalogueError::Refused(_)) => {
-                let reason = format!("{}: {e}", run.abs(entry).display());
-                warn!(event = "file_failed", path = %run.abs(entry).display(), reason, "file skipped");
-                run.counters.failed(display(&entry.rel), reason);
-                None
-            }
-            FileProblem::Catalogue(e) => {
-                Some(crate::store_error_while(&format!("the crawl stopped at {}: ", run.abs(entry).display()), e))
-            }
         }
     }
 
@@ -469,26 +406,4 @@ fn catalogue_error(e: CatalogueError) -> HandlerError {
 /// A path beneath the root, for people (lossy UTF-8).
 fn display(rel: &[u8]) -> String {
     String::from_utf8_lossy(rel).into_owned()
-}
-
-impl<C: CatalogueStore> Run<'_, C> {
-    /// One file's journey, tried again while the catalogue is unavailable (see [`FILE_OUTAGE_RETRIES`]).
-    async fn file_through_outages(&self, entry: &WalkEntry, known: Option<&KnownFile>) -> Result<(), FileProblem> {
-        let mut wait = std::time::Duration::from_millis(100);
-        for _ in 0..FILE_OUTAGE_RETRIES {
-            match self.file(entry, known).await {
-                Err(FileProblem::Catalogue(CatalogueError::Unavailable(e))) => {
-                    tracing::info!(event = "catalogue_retry", path = %self.abs(entry).display(), error = %e,
-                        retry_in_ms = wait.as_millis() as u64, "the catalogue was unavailable; trying the file again");
-                }
-                other => return other,
-            }
-            tokio::select! {
-                () = tokio::time::sleep(wait) => {}
-                () = self.cancel.cancelled() => return Err(FileProblem::Cancelled),
-            }
-            wait = (wait * 2).min(std::time::Duration::from_secs(2));
-        }
-        self.file(entry, known).await
-    }
 }

@@ -92,7 +92,7 @@ pub(super) async fn check_proxies_in_place<C: CatalogueStore>(
         Ok(Err(e)) => e.to_string(),
         Err(e) => format!("looking at it ended abnormally: {e}"),
     };
-    Err(crate::proxy_folder_missing(&folder, &found, "Nothing was read or written; the crawl"))
+    Err(crate::proxy_folder_missing(&folder, &found, "Nothing was read or written; the crawl", storage.id))
 }
 
 /// Checks that the Worker's user may write the config's proxy folders ([`almanac_media::check_proxy_folders`], on a

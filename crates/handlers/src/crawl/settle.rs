@@ -125,13 +125,16 @@ impl<C: CatalogueStore> Settle<'_, C> {
         // Assets whose paths files of other content took during this crawl are gone as well.
         let replaced = counters.replaced.load(std::sync::atomic::Ordering::Relaxed);
         if !args.allow_mass_deletion && guard.refuses_of(library, active, gone + replaced) {
-            let and_replaced = match replaced {
-                0 => String::new(),
-                n => format!(" ({n} more lost their paths to files of other content during this crawl)"),
+            let (and_replaced, nothing) = match replaced {
+                0 => (String::new(), "Nothing was deleted"),
+                n => (
+                    format!(" ({n} more lost their paths to files of other content during this crawl)"),
+                    "Nothing more was deleted",
+                ),
             };
             return Err(HandlerError::retryable(format!(
                 "refusing to soft-delete {gone} of {active} assets under {}{and_replaced}: {} vanished at once, which \
-                 usually means a share is only partly mounted. Nothing was deleted. If the files really are gone, {}",
+                 usually means a share is only partly mounted. {nothing}. If the files really are gone, {}",
                 self.storage.root_path.display(),
                 guard.describe(),
                 super::rules::how_to_confirm(self.storage.id),

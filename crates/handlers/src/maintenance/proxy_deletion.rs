@@ -67,12 +67,9 @@ impl<M: MaintenanceStore + 'static> WorkHandler for ProxyDeletionHandler<M> {
                 let proxies = self.store.proxies_of(chunk, types.as_deref()).await.map_err(store_error)?;
                 let (root, files) = (self.proxy_root.clone(), proxies.clone());
                 let scope = ctx.item.scope.storage_config();
-                // Before its first file: the folders of the proxies' configs are there (a proxy volume mounted).
-                let first = deleted == 0 && problems.is_empty();
+                // The folders of the proxies' configs are there (a proxy volume mounted): a deletion keeps them.
                 let delete = move || {
-                    if first {
-                        check_folders_in_place(&root, &files, "Nothing was deleted; the proxy deletion")?;
-                    }
+                    check_folders_in_place(&root, &files, "Nothing more was deleted; the proxy deletion")?;
                     delete_files(&root, &files, scope)
                 };
                 let (blocked, p) = tokio::task::spawn_blocking(delete)

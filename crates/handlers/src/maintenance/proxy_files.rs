@@ -98,8 +98,8 @@ pub(super) fn delete_files(
 
 /// Refuses to delete these proxies when the proxy root, or the folder of a config they belong to, is not there
 /// ([`crate::proxy_folder_missing`]): every file would count as already deleted and its row would go, and without
-/// rows a crawl writes the config's proxies onto the disk beneath an unmounted proxy volume. Asked before a
-/// deletion's first file (its own deletions may then empty and remove a config's folder). Blocking.
+/// rows a crawl writes the config's proxies onto the disk beneath an unmounted proxy volume. Asked before each
+/// batch of files (a deletion keeps the config's folder, [`remove_parents`]). Blocking.
 pub(super) fn check_folders_in_place(
     proxy_root: &Path,
     proxies: &[StoredProxy],
@@ -114,7 +114,7 @@ pub(super) fn check_folders_in_place(
             Ok(_) => "something other than a folder is there".to_owned(),
             Err(e) => e.to_string(),
         };
-        return Err(crate::proxy_folder_missing(&folder, &found, then));
+        return Err(crate::proxy_folder_missing(&folder, &found, then, config));
     }
     Ok(())
 }

@@ -100,12 +100,9 @@ impl<M: MaintenanceStore + 'static> WorkHandler for PurgeHandler<M> {
                         self.store.still_holds(ctx.fence).await.map_err(store_error)?;
                         let root = self.settings.proxy_root.clone();
                         let proxies = candidate.proxies.clone();
-                        // Before its first file: the config's proxy folder is there (a proxy volume mounted).
-                        let first = purged == 0 && to_delete.is_empty() && kept == 0;
+                        // The config's proxy folder is there (a proxy volume mounted): a deletion keeps it.
                         let delete = move || {
-                            if first {
-                                check_folders_in_place(&root, &proxies, "Nothing was purged; the purge")?;
-                            }
+                            check_folders_in_place(&root, &proxies, "Nothing more was purged; the purge")?;
                             delete_files(&root, &proxies, Some(config))
                         };
                         tokio::task::spawn_blocking(delete).await.map_err(|e| {

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use almanac_domain::{
-    AssetId, CaptureTime, ContentHash, NewWorkItem, ProxyType, StorageConfig, StorageConfigId,
+    AssetId, AssetMetadata, CaptureTime, ContentHash, NewWorkItem, ProxyType, StorageConfig, StorageConfigId,
     ports::{
         BurstFrame, BurstGroup, CatalogueError, CatalogueStore, DatabaseClock, Fence, FileFacts, HashMatch,
         IngestOutcome, KnownFile, MaintenanceStore, NewAsset, NewProxy, PairingCandidate, PurgeCandidate,
@@ -124,7 +124,7 @@ twist! {
         fn relocate(fence: Fence, asset: AssetId, facts: &FileFacts) -> ();
         fn redate(fence: Fence, asset: AssetId, capture: &CaptureTime, sidecar: Option<&Sidecar>) -> ();
         fn record_extra_path(fence: Fence, config: StorageConfigId, asset: AssetId, facts: &FileFacts) -> ();
-        fn put_proxies(fence: Fence, asset: AssetId, proxies: &[NewProxy]) -> ();
+        fn put_proxies(fence: Fence, asset: AssetId, proxies: &[NewProxy], metadata: &AssetMetadata) -> ();
         fn ingest(fence: Fence, asset: &NewAsset) -> IngestOutcome;
         fn soft_delete(fence: Fence, config: StorageConfigId, assets: &[AssetId], extra_paths: &[Vec<u8>]) -> u64;
         fn pairing_candidates(config: StorageConfigId) -> Vec<PairingCandidate>;

@@ -1,7 +1,7 @@
 //! The catalogue statements the crawl needs ([`CatalogueStore`]).
 
 use almanac_domain::{
-    AssetId, CaptureTime, ContentHash, NewWorkItem, StorageConfig, StorageConfigId,
+    AssetId, AssetMetadata, CaptureTime, ContentHash, NewWorkItem, StorageConfig, StorageConfigId,
     ports::{
         CatalogueError, CatalogueStore, Fence, FileFacts, HashMatch, IngestOutcome, KnownFile, NewAsset, NewProxy,
         PairingCandidate, Sidecar,
@@ -250,11 +250,18 @@ impl CatalogueStore for PgStore {
     }
 
     #[mutants::skip]
-    async fn put_proxies(&self, fence: Fence, asset: AssetId, proxies: &[NewProxy]) -> Result<(), CatalogueError> {
+    async fn put_proxies(
+        &self,
+        fence: Fence,
+        asset: AssetId,
+        proxies: &[NewProxy],
+        metadata: &AssetMetadata,
+    ) -> Result<(), CatalogueError> {
         self.fenced(fence, async |conn| {
             for p in proxies {
                 insert_proxy(asset, p).execute(conn).await?;
             }
+            insert_metadata(asset, metadata).execute(conn).await?;
             sql_query("UPDATE media_assets SET proxies_missing = false WHERE id = $1")
                 .bind::<Uuid, _>(asset.as_uuid())
                 .execute(conn)

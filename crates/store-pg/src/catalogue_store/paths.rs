@@ -44,6 +44,9 @@ pub(super) async fn take_path(
                    e.file_modified_at
               FROM asset_extra_paths e JOIN lost ON e.asset_id = lost.id
              WHERE e.storage_config_id = $1 AND e.file_path <> $2
+               -- Not a copy written over since with other content, now another asset's own path.
+               AND NOT EXISTS (SELECT 1 FROM media_assets o
+                                WHERE o.storage_config_id = $1 AND o.file_path = e.file_path AND NOT o.is_soft_deleted)
              ORDER BY e.asset_id, e.file_path
          ), moved AS (
             UPDATE media_assets a

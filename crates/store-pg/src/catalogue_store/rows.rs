@@ -231,7 +231,14 @@ pub(super) fn insert_metadata(id: AssetId, m: &AssetMetadata) -> BoxedSqlQuery<'
         "INSERT INTO asset_metadata (asset_id, width, height, orientation_degrees, duration_ms,
                  gps_latitude, gps_longitude, gps_altitude_m, camera_make, camera_model, lens_model,
                  camera_burst_id, live_photo_content_id)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+             ON CONFLICT (asset_id) DO UPDATE
+                SET width = excluded.width, height = excluded.height,
+                    orientation_degrees = excluded.orientation_degrees, duration_ms = excluded.duration_ms,
+                    gps_latitude = excluded.gps_latitude, gps_longitude = excluded.gps_longitude,
+                    gps_altitude_m = excluded.gps_altitude_m, camera_make = excluded.camera_make,
+                    camera_model = excluded.camera_model, lens_model = excluded.lens_model,
+                    camera_burst_id = excluded.camera_burst_id, live_photo_content_id = excluded.live_photo_content_id",
     )
     .into_boxed()
     .bind::<Uuid, _>(id.as_uuid())

@@ -64,6 +64,12 @@ fn the_settings_say_which_file_they_came_from_and_what_the_environment_replaced(
     assert_eq!(described.len(), 3, "{described:?}");
     assert_eq!(s.origin.environment_summary(), "DATABASE_URL (over the file), ALMANAC__WORKER__SLOTS");
 
+    // DATABASE_URL wins over ALMANAC__DATABASE__URL, which then sets nothing.
+    let both = env(&[("ALMANAC__DATABASE__URL", "postgres://a@h/x"), ("DATABASE_URL", "postgres://b@h/y")]);
+    let s = Settings::load_from(Some(&file), both).unwrap();
+    assert_eq!(s.database.url.as_deref(), Some("postgres://b@h/y"));
+    assert_eq!(s.origin.environment_summary(), "DATABASE_URL (over the file)");
+
     let none = Settings::load_from(None, env(&[("ALMANAC__QUEUE__LEASE", "90s")])).unwrap();
     assert!(none.origin.described()[0].starts_with("no settings file"), "{:?}", none.origin.described());
     assert!(none.origin.overriding_the_file().is_empty(), "no file, nothing replaced");
