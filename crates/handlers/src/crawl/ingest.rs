@@ -19,7 +19,7 @@ use super::display;
 use super::merge::same_facts;
 use super::problems::FileProblem;
 use super::report::{Counters, bump};
-use super::rules::{Placement, place};
+use super::rules::{Placement, place, takes_a_path};
 use super::settling::{self, CrawlClock};
 use super::walk::{Seen, WalkEntry};
 
@@ -218,6 +218,9 @@ impl<C: CatalogueStore> Run<'_, C> {
         id: AssetId,
     ) -> Result<(), FileProblem> {
         self.mark(Seen::Asset(id));
+        // What the catalogue knew at this path is this asset's only if it is this asset (a held-back replacement
+        // tried again after an outage finds its own write done, where another asset was known).
+        let known = known.filter(|k| k.asset_id == id);
         // An asset found at a path the crawl did not know it at when it started got there during this crawl:
         // an earlier try of this very file relocated it, and the try's answer (or its redate) was lost with its
         // connection. Its date is read again, as that try would have.
@@ -486,14 +489,4 @@ impl<C: CatalogueStore> Run<'_, C> {
 /// A file's facts as the walk found them.
 fn facts(entry: &WalkEntry) -> FileFacts {
     FileFacts { file_path: entry.rel.clone(), display_path: display(&entry.rel), size: entry.size, mtime: entry.mtime }
-}
-
-/// Whether the file at a known path takes it from another asset: it was that asset's own path and now holds other
-/// content (a new asset, or another asset's moved, copied or revived).
-fn takes_a_path(known: Option<&KnownFile>, placement: Placement) -> bool {
-    let taker = match placement {
-        Placement::Touched(id) | Placement::Moved(id) | Placement::Copy(id) | Placement::Revived(id) => Some(id),
-        Placement::New => None,
-    };
-    known.is_some_and(|k| !k.extra && Some(k.asset_id) != taker)
 }

@@ -224,7 +224,8 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
             copies::outside_the_folders(&*self.catalogue, config, &run.root, &scope, &mut unseen).await?;
         }
         let active = scope.active_for_guard(&*self.catalogue, &storage, &args, listed, &unseen).await?;
-        self.replace_held_back(&run, &storage, &unseen, active).await?;
+        self.replace_held_back(&run, &storage, &unseen, active, &ctx.progress).await?;
+        unseen.forget_seen(&run.seen.lock().expect("poisoned"));
         let guard = &self.settings.mass_deletion;
         // Only a walk of the whole root tells what the root is now.
         let mount_point = scope.is_whole_root().then_some(is_mount_point);

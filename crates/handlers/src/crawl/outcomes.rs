@@ -7,7 +7,7 @@ use almanac_domain::{
     StorageConfig, StorageConfigId,
     ports::{CatalogueError, CatalogueStore, DatabaseClock, KnownFile},
 };
-use almanac_executor::HandlerError;
+use almanac_executor::{HandlerError, ProgressReporter};
 use futures_util::StreamExt;
 use tracing::warn;
 
@@ -39,6 +39,7 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         storage: &StorageConfig,
         unseen: &settle::Unseen,
         active: settle::Weighed,
+        progress: &ProgressReporter,
     ) -> Result<(), HandlerError> {
         let held = std::mem::take(&mut *run.held_back.lock().expect("poisoned"));
         if held.is_empty() {
@@ -59,9 +60,11 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
             )));
         }
         let fatal: Mutex<Option<HandlerError>> = Mutex::default();
+        // Progress goes on while they are written (the walk's files are all counted done by then).
+        let replayed = std::sync::atomic::AtomicU64::new(0);
         futures_util::stream::iter(held)
             .for_each_concurrent(self.settings.max_concurrent_files.max(1), |(entry, known)| {
-                let fatal = &fatal;
+                let (fatal, replayed) = (&fatal, &replayed);
                 async move {
                     if run.cancel.is_cancelled() || fatal.lock().expect("poisoned").is_some() {
                         return;
@@ -70,6 +73,10 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
                         && let Some(e) = self.file_problem(run, &entry, problem).await
                     {
                         fatal.lock().expect("poisoned").get_or_insert(e);
+                    }
+                    let n = replayed.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                    if n.is_multiple_of(super::PROGRESS_EVERY) {
+                        crate::report_progress(progress, &run.counts());
                     }
                 }
             })

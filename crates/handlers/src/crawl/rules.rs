@@ -169,6 +169,16 @@ pub fn confirmation_for_this_attempt(mut args: CrawlArgs, attempt: Attempt) -> C
     args
 }
 
+/// Whether the file at a known path takes it from another asset: it was that asset's own path and now holds other
+/// content (a new asset, or another asset's moved, copied or revived).
+pub(super) fn takes_a_path(known: Option<&almanac_domain::ports::KnownFile>, placement: Placement) -> bool {
+    let taker = match placement {
+        Placement::Touched(id) | Placement::Moved(id) | Placement::Copy(id) | Placement::Revived(id) => Some(id),
+        Placement::New => None,
+    };
+    known.is_some_and(|k| !k.extra && Some(k.asset_id) != taker)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

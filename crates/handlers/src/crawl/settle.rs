@@ -42,6 +42,18 @@ pub(super) struct Unseen {
 /// dropped. What lies under a folder the walk did not walk (`not_walked`: one it could not read, or one it passed
 /// over as a folder above it again) was not looked for: it is kept as it is. An asset that vanished with no copy
 /// surviving where the walk looked, but with copies there, is `held` until they are looked at one by one.
+impl Unseen {
+    /// Forgets the assets marked `seen` since this was made: the held-back replacements, written after it, may
+    /// have placed an asset it counted as vanished (a file moved onto another asset's path, its old path gone
+    /// meanwhile). The guard weighed the larger count.
+    pub(super) fn forget_seen(&mut self, seen: &HashSet<Seen>) {
+        let seen_asset = |a: &AssetId| seen.contains(&Seen::Asset(*a));
+        self.assets.retain(|a| !seen_asset(a));
+        self.promotions.retain(|(a, _)| !seen_asset(a));
+        self.held.retain(|(a, _)| !seen_asset(a));
+    }
+}
+
 pub(super) fn unseen(leftover: Leftover, seen: &HashSet<Seen>, not_walked: &[&FolderNotWalked]) -> Unseen {
     let mut out = Unseen::default();
     let Leftover { not_unchanged, unchanged_extras, .. } = leftover;
