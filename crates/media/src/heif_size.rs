@@ -7,10 +7,16 @@
 /// The largest width × height any image of the HEIF `content` claims (the `ispe` properties in its top-level
 /// `meta` box), or `None` when there is none to read (the file is then left to libheif, which refuses an image
 /// without one).
+///
+/// A grid image (how an iPhone stores every photo: tiles put together) is as large as its own data says, which
+/// libheif reads and decodes to, whatever its `ispe` claims: so the sizes of the grids are read too
+/// ([`grid_sizes`]). A 632-byte file whose `ispe` said 64 × 48 and whose grid said 16,384 × 16,384 had heif-convert
+/// use 1.1 GB.
 pub(crate) fn largest_image(content: &[u8]) -> Option<(u32, u32)> {
     let meta = child(content, *b"meta")?;
     // `meta` is a full box: a version and flags before its children.
-    let ipco = child(child(meta.get(4..)?, *b"iprp")?, *b"ipco")?;
+    let children = meta.get(4..)?;
+    let ipco = child(child(children, *b"iprp")?, *b"ipco")?;
     boxes(ipco)
         .filter(|(kind, _)| kind == b"ispe")
         .filter_map(|(_, body)| {
@@ -18,7 +24,82 @@ pub(crate) fn largest_image(content: &[u8]) -> Option<(u32, u32)> {
             let size = body.get(4..12)?;
             Some((u32::from_be_bytes(size[..4].try_into().ok()?), u32::from_be_bytes(size[4..].try_into().ok()?)))
         })
+        .chain(grid_sizes(content, children))
         .max_by_key(|(w, h)| u64::from(*w) * u64::from(*h))
+}
+
+/// The output sizes of the grid items (`grid` in `iinf`) of a HEIF whose `meta` box holds `children`: each read
+/// from the item's data (ISO/IEC 23008-12 `ImageGrid`), which `iloc` places in the file or in `idat`. A grid whose
+/// data cannot be found or read claims nothing.
+fn grid_sizes<'a>(content: &'a [u8], children: &'a [u8]) -> impl Iterator<Item = (u32, u32)> + 'a {
+    let grids = child(children, *b"iinf").map(grid_items).unwrap_or_default();
+    let locations = child(children, *b"iloc").map(item_locations).unwrap_or_default();
+    let idat = child(children, *b"idat").unwrap_or_default();
+    locations.into_iter().filter(move |(id, ..)| grids.contains(id)).filter_map(move |(_, in_idat, at)| {
+        let data = if in_idat { idat } else { content };
+        let (flags, sizes) = (*data.get(at.checked_add(1)?)?, data.get(at.checked_add(4)?..)?);
+        if flags & 1 == 1 {
+            let size = sizes.get(..8)?;
+            Some((u32::from_be_bytes(size[..4].try_into().ok()?), u32::from_be_bytes(size[4..].try_into().ok()?)))
+        } else {
+            let size = sizes.get(..4)?;
+            Some((u32::from(u16::from_be_bytes([size[0], size[1]])), u32::from(u16::from_be_bytes([size[2], size[3]]))))
+        }
+    })
+}
+
+/// The ids of the `grid` items an `iinf` body lists (its `infe` boxes of version 2 or 3).
+fn grid_items(iinf: &[u8]) -> Vec<u32> {
+    let entries_at = if iinf.first() == Some(&0) { 6 } else { 8 };
+    let Some(entries) = iinf.get(entries_at..) else { return Vec::new() };
+    boxes(entries)
+        .filter(|(kind, _)| kind == b"infe")
+        .filter_map(|(_, infe)| {
+            let (id, kind_at) = match *infe.first()? {
+                2 => (u32::from(u16::from_be_bytes(infe.get(4..6)?.try_into().ok()?)), 8),
+                3 => (u32::from_be_bytes(infe.get(4..8)?.try_into().ok()?), 10),
+                _ => return None,
+            };
+            (infe.get(kind_at..kind_at + 4)? == b"grid").then_some(id)
+        })
+        .collect()
+}
+
+/// Each item of an `iloc` body with where its first extent begins: its id, whether that is in `idat` (construction
+/// method 1) rather than the file (0), and the offset.
+fn item_locations(iloc: &[u8]) -> Vec<(u32, bool, usize)> {
+    let mut at = 0usize;
+    let mut read = |n: usize| -> Option<u64> {
+        let bytes = iloc.get(at..at.checked_add(n)?)?;
+        at += n;
+        Some(bytes.iter().fold(0u64, |v, b| v << 8 | u64::from(*b)))
+    };
+    let mut items = Vec::new();
+    let Some(version) = read(4).map(|v| v >> 24) else { return items };
+    let (Some(sizes), Some(more)) = (read(1), read(1)) else { return items };
+    let (offset_size, length_size, base_size) = ((sizes >> 4) as usize, (sizes & 15) as usize, (more >> 4) as usize);
+    let index_size = if version >= 1 { (more & 15) as usize } else { 0 };
+    let wide = if version >= 2 { 4 } else { 2 };
+    let Some(count) = read(wide) else { return items };
+    for _ in 0..count {
+        let Some(id) = read(wide) else { break };
+        let method = if version >= 1 { read(2).map(|m| m & 15) } else { Some(0) };
+        let (Some(method), Some(_), Some(base), Some(extents)) = (method, read(2), read(base_size), read(2)) else {
+            break;
+        };
+        let mut first = None;
+        for _ in 0..extents {
+            let (Some(_), Some(offset), Some(_)) = (read(index_size), read(offset_size), read(length_size)) else {
+                return items;
+            };
+            first.get_or_insert(offset);
+        }
+        let start = first.and_then(|offset| usize::try_from(base.checked_add(offset)?).ok());
+        if let (Some(start), 0 | 1) = (start, method) {
+            items.push((id as u32, method == 1, start));
+        }
+    }
+    items
 }
 
 /// The body of the first box of `kind` among the boxes in `content`.
@@ -81,6 +162,31 @@ mod tests {
         let mut mdat_first = boxed(b"mdat", &[0xAB; 100]);
         mdat_first.extend(heif(&[ispe(640, 480)], false));
         assert_eq!(largest_image(&mdat_first), Some((640, 480)), "the image data before the boxes that describe it");
+    }
+
+    /// A HEIC as heif-enc writes it holds its image as a grid of one tile, its size in `idat` (as an iPhone's holds
+    /// 48 tiles): read, and a grid claiming more than its `ispe` claims that.
+    #[test]
+    fn a_grids_own_size_is_read_whatever_its_ispe_says() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.heic");
+        crate::fixtures::heic(&path, 64, 48, 1);
+        let heic = std::fs::read(&path).unwrap();
+        let meta = child(&heic, *b"meta").unwrap();
+        let grids: Vec<_> = grid_sizes(&heic, &meta[4..]).collect();
+        assert_eq!(grids, [(64, 48)], "heif-enc writes a grid");
+        // The grid's data: version 0, flags 0 (16-bit sizes), one row and one column, then 64 and 48.
+        let at = heic.windows(8).position(|w| w == [0, 0, 0, 0, 0, 64, 0, 48]).expect("the grid's data");
+        let mut bomb = heic.clone();
+        bomb[at + 1] = 1;
+        bomb.splice(at + 4..at + 8, [16_384u32.to_be_bytes(), 16_384u32.to_be_bytes()].concat());
+        // `idat` grew by four bytes: its box and `meta`'s are four longer (offsets before it are unchanged).
+        for kind in [b"meta", b"idat"] {
+            let head = bomb.windows(4).position(|w| w == kind).unwrap() - 4;
+            let size = u32::from_be_bytes(bomb[head..head + 4].try_into().unwrap()) + 4;
+            bomb[head..head + 4].copy_from_slice(&size.to_be_bytes());
+        }
+        assert_eq!(largest_image(&bomb), Some((16_384, 16_384)));
     }
 
     #[test]
