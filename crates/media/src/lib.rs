@@ -14,6 +14,7 @@
 mod apple;
 mod atomic;
 mod budget;
+mod cmyk;
 mod dates;
 mod decode_guard;
 mod detect;

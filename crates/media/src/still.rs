@@ -253,7 +253,12 @@ fn decode_jpeg_for(
         ));
     }
     let (w, h) = jpeg_scale(full_w, full_h, long_side);
-    let pixels = decode_rgb(&mut decompressor, content, w, h).map_err(|e| MediaError::corrupt(path, e))?;
+    let pixels = if crate::cmyk::is_cmyk(header.colorspace) {
+        crate::cmyk::decode_as_rgb(&mut decompressor, content, w, h)
+    } else {
+        decode_rgb(&mut decompressor, content, w, h)
+    };
+    let pixels = pixels.map_err(|e| MediaError::corrupt(path, e))?;
     let image = RgbImage::from_raw(w, h, pixels).ok_or_else(|| MediaError::corrupt(path, "short pixel buffer"))?;
     Ok((image, full_w, full_h))
 }

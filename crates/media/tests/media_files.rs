@@ -116,6 +116,37 @@ fn a_gif_whose_frame_lies_outside_its_screen_is_refused_before_it_is_decoded() {
     assert!(!dir.path().join("preview.jpg").exists());
 }
 
+/// A CMYK JPEG, as Photoshop, print and scanner exports write it (YCCK, its inks stored inverted, an `Adobe`
+/// segment saying so), gets proxies in its colours: TurboJPEG decodes it only to CMYK, and it failed with
+/// "Unsupported color conversion request".
+#[test]
+fn a_cmyk_jpeg_gets_proxies_in_its_colours() {
+    let dir = tempfile::tempdir().unwrap();
+    // Red on the left half (no cyan, full magenta and yellow, no black), blue on the right; inverted as Adobe does.
+    let (w, h) = (64usize, 48usize);
+    let pixels: Vec<u8> = (0..w * h)
+        .flat_map(|i| if i % w < w / 2 { [0u8, 255, 255, 0] } else { [255, 255, 0, 0] })
+        .map(|ink| 255 - ink)
+        .collect();
+    let image = turbojpeg::Image {
+        pixels: pixels.as_slice(),
+        width: w,
+        pitch: 4 * w,
+        height: h,
+        format: turbojpeg::PixelFormat::CMYK,
+    };
+    let jpeg = turbojpeg::compress(image, 95, turbojpeg::Subsamp::None).unwrap().to_vec();
+    let made =
+        make_still_proxies(&dir.path().join("print.jpg"), &jpeg, MediaFormat::Jpeg, 1, DEFAULT_MAX_PIXELS, dir.path())
+            .unwrap();
+    assert_eq!((made.width, made.height), (64, 48));
+    let preview = image::open(dir.path().join("preview.jpg")).unwrap().to_rgb8();
+    let [r, g, b] = preview.get_pixel(8, 24).0;
+    assert!(r > 200 && g < 60 && b < 60, "red on the left: {:?}", (r, g, b));
+    let [r, g, b] = preview.get_pixel(56, 24).0;
+    assert!(r < 60 && g < 60 && b > 200, "blue on the right: {:?}", (r, g, b));
+}
+
 #[test]
 fn truncated_or_fake_jpeg_is_a_clear_error_and_writes_no_proxy() {
     let dir = tempfile::tempdir().unwrap();
