@@ -249,12 +249,13 @@ pub trait CatalogueStore: Send + Sync {
     ) -> impl Future<Output = Result<(), CatalogueError>> + Send;
 
     /// Sets an asset's capture time (and its "on this day" index) read again because its sidecar appeared,
-    /// changed or vanished, and remembers the sidecar it was read with.
+    /// changed or vanished, or it moved, and remembers the sidecar it was read with. `None` keeps the date it has
+    /// (a moved asset whose only date would be the file time its copy was given) and remembers the sidecar.
     fn redate(
         &self,
         fence: Fence,
         asset: AssetId,
-        capture: &CaptureTime,
+        capture: Option<&CaptureTime>,
         sidecar: Option<&Sidecar>,
     ) -> impl Future<Output = Result<(), CatalogueError>> + Send;
 

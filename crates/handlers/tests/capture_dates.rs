@@ -317,6 +317,42 @@ async fn a_photo_moved_with_its_sidecar_keeps_the_sidecar_date_at_once() {
     assert_eq!((again["unchanged"].as_u64(), again["redated"].as_u64()), (Some(1), Some(0)), "{again}");
 }
 
+/// A photo with no date but its file's time keeps that date when a tool that does not keep times copies it
+/// elsewhere (`cp` without `-p`) or a backup brings it back after it was deleted: the file time of the copy or the
+/// restore is not the day it was taken. Before, the moved or revived asset took the new file's time.
+#[tokio::test]
+async fn a_photo_dated_by_its_file_time_keeps_its_day_when_copied_away_or_restored() {
+    let lib = library().await;
+    let at = |y: i32, m: u32, d: u32| {
+        let t = chrono::NaiveDate::from_ymd_opt(y, m, d).unwrap().and_hms_opt(12, 0, 0).unwrap().and_utc();
+        std::time::SystemTime::from(t)
+    };
+    let put = |rel: &str, when| {
+        let path = lib.write(rel, &bare_jpeg(7));
+        std::fs::File::options().write(true).open(&path).unwrap().set_modified(when).unwrap();
+    };
+    put("inbox/scan.jpg", at(2015, 6, 1));
+    lib.crawl().await;
+    let row = find(&lib.dated().await, "inbox/scan.jpg").clone();
+    assert_eq!((row.source.as_str(), row.day.as_str()), ("file_mtime", "06-01"));
+
+    put("2015/scan.jpg", at(2020, 1, 1));
+    std::fs::remove_file(lib.root.join("inbox/scan.jpg")).unwrap();
+    let moved = lib.crawl().await;
+    assert_eq!(moved["moved"], 1, "{moved}");
+    assert_eq!(find(&lib.dated().await, "2015/scan.jpg").day, "06-01", "the copy's time is not the day");
+
+    std::fs::remove_file(lib.root.join("2015/scan.jpg")).unwrap();
+    lib.write("other.jpg", &bare_jpeg(8));
+    lib.crawl().await;
+    put("restored/scan.jpg", at(2021, 3, 3));
+    let revived = lib.crawl().await;
+    assert_eq!(revived["revived"], 1, "{revived}");
+    assert_eq!(find(&lib.dated().await, "restored/scan.jpg").day, "06-01", "nor the restore's");
+    let again = lib.crawl().await;
+    assert_eq!(again["redated"].as_u64().unwrap_or(0), 0, "read once: {again}");
+}
+
 /// Large stills decoded side by side share one pixel budget (the largest image allowed): four files that each
 /// take the whole budget, and smaller ones, all get through one at a time instead of all at once (the budget's
 /// own test shows the waiting), and one over the limit is refused, not decoded.

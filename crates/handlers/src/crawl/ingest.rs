@@ -230,13 +230,13 @@ impl<C: CatalogueStore> Run<'_, C> {
             self.still_wanted()?;
             self.catalogue.put_proxies(self.fence, id, &made.proxies, &made.metadata).await?;
             if date_to_read {
-                self.catalogue.redate(self.fence, id, &made.capture, entry.sidecar.as_ref()).await?;
+                self.catalogue.redate(self.fence, id, Some(&made.capture), entry.sidecar.as_ref()).await?;
             }
             bump(&self.counters.regenerated);
         } else if date_to_read {
             let capture = self.capture_again(entry, read).await?;
             self.still_wanted()?;
-            self.catalogue.redate(self.fence, id, &capture, entry.sidecar.as_ref()).await?;
+            self.catalogue.redate(self.fence, id, Some(&capture), entry.sidecar.as_ref()).await?;
             bump(&self.counters.redated);
         } else if known.is_some_and(|k| same_facts(k, entry)) {
             // Read only because a watcher saw it closed, and it holds what it held: nothing to write.
@@ -254,7 +254,9 @@ impl<C: CatalogueStore> Run<'_, C> {
         let capture = self.capture_again(entry, read).await?;
         self.still_wanted()?;
         self.catalogue.relocate(self.fence, id, &facts(entry)).await?;
-        self.catalogue.redate(self.fence, id, &capture, entry.sidecar.as_ref()).await?;
+        // A file's time is the last guess, and a copy or a restore sets it anew: the asset keeps the date it has.
+        let capture = Some(&capture).filter(|c| c.source != CaptureSource::FileMtime);
+        self.catalogue.redate(self.fence, id, capture, entry.sidecar.as_ref()).await?;
         Ok(())
     }
 

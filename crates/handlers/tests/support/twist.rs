@@ -122,7 +122,7 @@ twist! {
         fn active_assets(config: StorageConfigId) -> u64;
         fn find_by_hash(config: StorageConfigId, hash: &ContentHash) -> Vec<HashMatch>;
         fn relocate(fence: Fence, asset: AssetId, facts: &FileFacts) -> ();
-        fn redate(fence: Fence, asset: AssetId, capture: &CaptureTime, sidecar: Option<&Sidecar>) -> ();
+        fn redate(fence: Fence, asset: AssetId, capture: Option<&CaptureTime>, sidecar: Option<&Sidecar>) -> ();
         fn record_extra_path(fence: Fence, config: StorageConfigId, asset: AssetId, facts: &FileFacts) -> ();
         fn put_proxies(fence: Fence, asset: AssetId, proxies: &[NewProxy], metadata: &AssetMetadata) -> ();
         fn ingest(fence: Fence, asset: &NewAsset) -> IngestOutcome;

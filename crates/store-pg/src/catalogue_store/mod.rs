@@ -276,9 +276,27 @@ impl CatalogueStore for PgStore {
         &self,
         fence: Fence,
         asset: AssetId,
-        capture: &CaptureTime,
+        capture: Option<&CaptureTime>,
         sidecar: Option<&Sidecar>,
     ) -> Result<(), CatalogueError> {
+        let Some(capture) = capture else {
+            return self
+                .fenced(fence, async |conn| {
+                    sql_query(
+                        "UPDATE media_assets SET sidecar_path = $2, sidecar_size = $3, sidecar_modified_at = $4,
+                                date_outdated = false
+                          WHERE id = $1",
+                    )
+                    .bind::<Uuid, _>(asset.as_uuid())
+                    .bind::<Nullable<Binary>, _>(sidecar.map(|s| s.path.as_slice()))
+                    .bind::<Nullable<BigInt>, _>(sidecar.map(|s| size(s.size)))
+                    .bind::<Nullable<Timestamptz>, _>(sidecar.map(|s| s.mtime))
+                    .execute(conn)
+                    .await?;
+                    Ok(())
+                })
+                .await;
+        };
         let (month, day) = capture.local_month_day();
         self.fenced(fence, async |conn| {
             sql_query(
