@@ -16,15 +16,7 @@ pub(crate) fn decode_as_rgb(
     w: u32,
     h: u32,
 ) -> Result<Vec<u8>, turbojpeg::Error> {
-    let mut cmyk = vec![0u8; 4 * w as usize * h as usize];
-    let image = turbojpeg::Image {
-        pixels: cmyk.as_mut_slice(),
-        width: w as usize,
-        pitch: 4 * w as usize,
-        height: h as usize,
-        format: turbojpeg::PixelFormat::CMYK,
-    };
-    decompressor.decompress(bytes, image)?;
+    let cmyk = crate::still::decode_pixels(decompressor, bytes, w, h, turbojpeg::PixelFormat::CMYK)?;
     let inverted = crate::jpeg_scans::markers(bytes).any(|(marker, s)| marker == 0xEE && s.get(2..7) == Some(b"Adobe"));
     let ink = |v: u8| u32::from(if inverted { v } else { 255 - v });
     Ok(cmyk

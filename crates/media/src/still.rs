@@ -206,13 +206,24 @@ fn decode_rgb(
     w: u32,
     h: u32,
 ) -> Result<Vec<u8>, turbojpeg::Error> {
-    let mut pixels = vec![0u8; 3 * w as usize * h as usize];
+    decode_pixels(decompressor, bytes, w, h, turbojpeg::PixelFormat::RGB)
+}
+
+/// Decodes `bytes` into pixels of `format` of `w`×`h`, a size [`jpeg_scale`] gave for this JPEG.
+pub(crate) fn decode_pixels(
+    decompressor: &mut turbojpeg::Decompressor,
+    bytes: &[u8],
+    w: u32,
+    h: u32,
+    format: turbojpeg::PixelFormat,
+) -> Result<Vec<u8>, turbojpeg::Error> {
+    let mut pixels = vec![0u8; format.size() * w as usize * h as usize];
     let image = turbojpeg::Image {
         pixels: pixels.as_mut_slice(),
         width: w as usize,
-        pitch: 3 * w as usize,
+        pitch: format.size() * w as usize,
         height: h as usize,
-        format: turbojpeg::PixelFormat::RGB,
+        format,
     };
     decompressor.decompress(bytes, image)?;
     Ok(pixels)

@@ -43,8 +43,9 @@ pub(super) struct Run<'a, C> {
     pub counters: Arc<Counters>,
     /// When the crawl's processing began.
     pub since: std::time::Instant,
-    /// The config's active assets when the crawl began, which the paths taken are weighed against.
-    pub library: u64,
+    /// The config's active assets when the first file was held back ([`Run::hold_back`]): asked only then, so a
+    /// crawl that replaces nothing (a watcher's crawl of a folder) does not count the library.
+    pub library: tokio::sync::OnceCell<u64>,
     /// Files that would take another asset's own path, held back until the guard has weighed them
     /// ([`Run::hold_back`]).
     pub held_back: Mutex<Vec<(WalkEntry, KnownFile)>>,
@@ -133,7 +134,7 @@ impl<C: CatalogueStore> Run<'_, C> {
         let placement = self.placement(entry, &read.hash).await?;
         let takes_a_path = takes_a_path(known, placement);
         if takes_a_path && !held_back && !self.confirmed {
-            return self.hold_back(entry, known, placement);
+            return self.hold_back(entry, known, placement).await;
         }
         match placement {
             Placement::Touched(id) => self.touched(entry, known, read, id).await?,
@@ -171,27 +172,29 @@ impl<C: CatalogueStore> Run<'_, C> {
     /// the library as this one did. Marks what its write would have marked, so the asset it places here is not taken
     /// for vanished. More held back than the guard lets go at once (another disk or card mounted where the library
     /// was, its files under the same names) stops the crawl at once.
-    fn hold_back(&self, entry: &WalkEntry, known: Option<&KnownFile>, placement: Placement) -> Result<(), FileProblem> {
+    async fn hold_back(
+        &self,
+        entry: &WalkEntry,
+        known: Option<&KnownFile>,
+        placement: Placement,
+    ) -> Result<(), FileProblem> {
         match placement {
             Placement::Moved(id) | Placement::Revived(id) => self.mark(Seen::Asset(id)),
             Placement::Copy(id) => self.mark(Seen::Extra(entry.rel.clone(), id)),
             Placement::Touched(_) | Placement::New => {}
         }
         let Some(known) = known.cloned() else { return Ok(()) };
-        let mut held = self.held_back.lock().expect("poisoned");
-        held.push((entry.clone(), known));
-        let n = held.len() as u64;
-        if !self.settings.mass_deletion.refuses_of(self.library, self.library, n) {
+        let n = {
+            let mut held = self.held_back.lock().expect("poisoned");
+            held.push((entry.clone(), known));
+            held.len() as u64
+        };
+        let library = *self.library.get_or_try_init(|| self.catalogue.active_assets(self.config)).await?;
+        let guard = &self.settings.mass_deletion;
+        if !guard.refuses_of(library, library, n) {
             return Ok(());
         }
-        Err(FileProblem::Replacing(format!(
-            "refusing to go on: {n} files under {} hold other content than the assets whose paths they have, {} at \
-             once: another disk or card mounted where the library was, its files under the same names? Nothing was \
-             replaced or deleted. If the files really were replaced (edited in place), {}",
-            self.root.path().display(),
-            self.settings.mass_deletion.describe(),
-            super::rules::how_to_confirm(self.config)
-        )))
+        Err(FileProblem::Replacing(super::rules::too_many_replaced(n, self.root.path(), guard, self.config)))
     }
 
     /// Who has this content: the asset at this very path (only size or mtime changed), another active asset (a

@@ -180,7 +180,6 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         self.check_before_reading(&storage).await?;
         let (root, is_mount_point) = root::open_root(&storage, &args)?;
         let clock = settling::CrawlClock::new(self.catalogue.db_now().await.map_err(catalogue_error)?);
-        let library = self.catalogue.active_assets(config).await.map_err(catalogue_error)?;
         let run = Run {
             catalogue: &*self.catalogue,
             settings: &self.settings,
@@ -190,7 +189,7 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
             root: Arc::new(root),
             counters: Arc::default(),
             since: std::time::Instant::now(),
-            library,
+            library: tokio::sync::OnceCell::new(),
             held_back: Mutex::default(),
             confirmed: args.allow_mass_deletion,
             clock,
@@ -357,13 +356,7 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         }
         // Progress goes out at the first file and at every PROGRESS_EVERY after it.
         let found_before = run.counters.found.fetch_add(1, Ordering::Relaxed);
-        if let Err(problem) = run.file_through_outages(&entry, known.as_ref(), false).await
-            && let Some(e) = self.file_problem(run, &entry, problem).await
-        {
-            fatal.lock().expect("poisoned").get_or_insert(e);
-            // Nothing more is wanted from the walk.
-            run.halt.cancel();
-        }
+        self.one_file(run, &entry, known.as_ref(), false, fatal).await;
         if found_before.is_multiple_of(PROGRESS_EVERY) {
             report_progress(progress, &run.counts());
         }

@@ -69,11 +69,7 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
                     if run.cancel.is_cancelled() || fatal.lock().expect("poisoned").is_some() {
                         return;
                     }
-                    if let Err(problem) = run.file_through_outages(&entry, Some(&known), true).await
-                        && let Some(e) = self.file_problem(run, &entry, problem).await
-                    {
-                        fatal.lock().expect("poisoned").get_or_insert(e);
-                    }
+                    self.one_file(run, &entry, Some(&known), true, fatal).await;
                     let n = replayed.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
                     if n.is_multiple_of(super::PROGRESS_EVERY) {
                         crate::report_progress(progress, &run.counts());
@@ -85,6 +81,24 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
             return Err(HandlerError::cancelled());
         }
         fatal.into_inner().expect("poisoned").map_or(Ok(()), Err)
+    }
+
+    /// One file's journey ([`Run::file_through_outages`]) and what its problem comes to: one that stops the crawl
+    /// is kept in `fatal` (the first only), and nothing more is wanted from the walk.
+    pub(super) async fn one_file(
+        &self,
+        run: &Run<'_, C>,
+        entry: &WalkEntry,
+        known: Option<&KnownFile>,
+        held_back: bool,
+        fatal: &Mutex<Option<HandlerError>>,
+    ) {
+        if let Err(problem) = run.file_through_outages(entry, known, held_back).await
+            && let Some(e) = self.file_problem(run, entry, problem).await
+        {
+            fatal.lock().expect("poisoned").get_or_insert(e);
+            run.halt.cancel();
+        }
     }
 
     /// What a file's problem comes to: counted against the file (the crawl goes on), or the error that stops

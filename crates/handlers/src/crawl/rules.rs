@@ -158,6 +158,24 @@ pub fn how_to_confirm(config: almanac_domain::StorageConfigId) -> String {
     )
 }
 
+/// Why a crawl stops holding back files that would replace assets ([`super::ingest::Run::hold_back`]): `n` of them
+/// under `root`, more than `guard` lets go at once.
+pub(super) fn too_many_replaced(
+    n: u64,
+    root: &std::path::Path,
+    guard: &MassDeletionGuard,
+    config: almanac_domain::StorageConfigId,
+) -> String {
+    format!(
+        "refusing to go on: {n} files under {} hold other content than the assets whose paths they have, {} at \
+         once: another disk or card mounted where the library was, its files under the same names? Nothing was \
+         replaced or deleted. If the files really were replaced (edited in place), {}",
+        root.display(),
+        guard.describe(),
+        how_to_confirm(config)
+    )
+}
+
 /// An operator's confirmation of deletions (`allow_mass_deletion`) holds for the first attempt of its crawl only:
 /// that one runs on the library the operator was told about. A later attempt of the same item (after a retry, an
 /// outage, a lost lease or a shutdown) may meet another library, a share gone meanwhile, so it is guarded as if

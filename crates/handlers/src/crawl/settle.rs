@@ -34,14 +34,6 @@ pub(super) struct Unseen {
     pub held: Vec<(AssetId, Vec<KnownFile>)>,
 }
 
-/// What the catalogue knew that the crawl did not find: of the known files the walk did not find unchanged
-/// (`leftover`), those processing did not find either (`seen`). An asset whose own path vanished while one of
-/// its copies is still there is not vanished: it moves to the copy (a promotion; the first copy in path order).
-/// Only a copy processing found to be the same asset's counts: one whose content now belongs to another asset
-/// is that asset's path, never a survivor of the first. No extra path processing found, for any asset, is
-/// dropped. What lies under a folder the walk did not walk (`not_walked`: one it could not read, or one it passed
-/// over as a folder above it again) was not looked for: it is kept as it is. An asset that vanished with no copy
-/// surviving where the walk looked, but with copies there, is `held` until they are looked at one by one.
 impl Unseen {
     /// Forgets the assets marked `seen` since this was made: the held-back replacements, written after it, may
     /// have placed an asset it counted as vanished (a file moved onto another asset's path, its old path gone
@@ -54,6 +46,14 @@ impl Unseen {
     }
 }
 
+/// What the catalogue knew that the crawl did not find: of the known files the walk did not find unchanged
+/// (`leftover`), those processing did not find either (`seen`). An asset whose own path vanished while one of
+/// its copies is still there is not vanished: it moves to the copy (a promotion; the first copy in path order).
+/// Only a copy processing found to be the same asset's counts: one whose content now belongs to another asset
+/// is that asset's path, never a survivor of the first. No extra path processing found, for any asset, is
+/// dropped. What lies under a folder the walk did not walk (`not_walked`: one it could not read, or one it passed
+/// over as a folder above it again) was not looked for: it is kept as it is. An asset that vanished with no copy
+/// surviving where the walk looked, but with copies there, is `held` until they are looked at one by one.
 pub(super) fn unseen(leftover: Leftover, seen: &HashSet<Seen>, not_walked: &[&FolderNotWalked]) -> Unseen {
     let mut out = Unseen::default();
     let Leftover { not_unchanged, unchanged_extras, .. } = leftover;
@@ -134,19 +134,11 @@ impl<C: CatalogueStore> Settle<'_, C> {
         // An asset kept only because a copy could not be looked at counts as vanished for the guard.
         let (library, active) = (active.library as u64, active.looked_for as u64);
         let gone = (unseen.assets.len() + unseen.held.len()) as u64;
-        // Assets whose paths files of other content took during this crawl are gone as well.
-        let replaced = counters.replaced.load(std::sync::atomic::Ordering::Relaxed);
-        if !args.allow_mass_deletion && guard.refuses_of(library, active, gone + replaced) {
-            let (and_replaced, nothing) = match replaced {
-                0 => (String::new(), "Nothing was deleted"),
-                n => (
-                    format!(" ({n} more lost their paths to files of other content during this crawl)"),
-                    "Nothing more was deleted",
-                ),
-            };
+        // Replacements were weighed with what vanished before any was written (`replace_held_back`).
+        if !args.allow_mass_deletion && guard.refuses_of(library, active, gone) {
             return Err(HandlerError::retryable(format!(
-                "refusing to soft-delete {gone} of {active} assets under {}{and_replaced}: {} vanished at once, which \
-                 usually means a share is only partly mounted. {nothing}. If the files really are gone, {}",
+                "refusing to soft-delete {gone} of {active} assets under {}: {} vanished at once, which usually \
+                 means a share is only partly mounted. Nothing was deleted. If the files really are gone, {}",
                 self.storage.root_path.display(),
                 guard.describe(),
                 super::rules::how_to_confirm(self.storage.id),
