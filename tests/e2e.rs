@@ -603,6 +603,101 @@ fn a_schema_newer_than_this_binary_is_refused_with_exit_2() {
     s.cli(&["status"]); // succeeds again
 }
 
+/// A newer Worker migrates the database while this older one runs a crawl (its writes wait for the migration's
+/// lock): within the schema check's period the older one stops claiming, releases the crawl (queued again, nothing
+/// failed) and exits 2 naming the migration it does not know, as it would refuse the schema at start.
+#[test]
+fn a_running_worker_stops_with_exit_2_when_a_newer_one_migrates_the_database() {
+    let s = setup(3);
+    s.cli(&["migrate"]);
+    let root = s.library.to_str().unwrap();
+    s.cli(&["config", "add", "--user", "ann", "--root", root]);
+    // The crawl's first write of an asset waits behind this lock (a migration's) while the test needs it running.
+    let writes_held = hold_writes(s.db.url(), "media_assets");
+    let id = s.cli(&["enqueue", "crawl", "--config", root]).split_whitespace().next().unwrap().to_owned();
+    let mut w = s.worker("older", s.db.url(), &[("ALMANAC__QUEUE__SHUTDOWN_GRACE", "500ms")]);
+    s.wait_for(
+        "the crawl to wait for its first write",
+        "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' \
+         AND query ILIKE '%media_assets%'",
+        Duration::from_secs(30),
+    );
+    s.query("INSERT INTO __diesel_schema_migrations (version) VALUES ('20991231000001')");
+    let stopped = w.wait_for_event("schema_newer_than_this_worker", Duration::from_secs(30));
+    // The migration's locks go once the shutdown's grace has stopped the crawl: it ends at its next file.
+    w.wait_for_event("shutdown_grace_over", Duration::from_secs(10));
+    drop(writes_held);
+    assert_eq!(stopped["fields"]["unknown"], "[\"20991231000001\"]", "{stopped}");
+    let exit = almanac_testdb::patience::wait_for(
+        "the Worker to exit",
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        || w.child.try_wait().unwrap(),
+    );
+    assert_eq!(exit.code(), Some(2), "{exit}");
+    let lines = log_lines(&w.log);
+    assert_eq!(events(&lines, "released").len(), 1, "the running crawl was released");
+    let refused = std::fs::read_to_string(&w.log).unwrap();
+    assert!(refused.contains("newer than this almanac-worker") && refused.contains("20991231000001"), "{refused}");
+    assert!(refused.contains("this Worker stopped: the database was migrated while it ran"), "{refused}");
+    let row = s.query(&format!("SELECT status, attempt, failures FROM work_items WHERE id = '{id}'"));
+    assert_eq!(row[0], ["queued", "1", "0"], "released for a Worker that knows the schema");
+}
+
+/// A Worker killed while its statements wait for a lock (a migration's, a DBA's): the server ends them within about
+/// a second of their connections closing (`client_connection_check_interval`), and their transactions' locks with
+/// them. Without it they wait until their own limit: a lease, an hour here.
+#[test]
+fn statements_of_a_killed_worker_that_wait_for_a_lock_end_with_it() {
+    let s = setup(3);
+    s.cli(&["migrate"]);
+    let root = s.library.to_str().unwrap();
+    s.cli(&["config", "add", "--user", "ann", "--root", root]);
+    let writes_held = hold_writes(s.db.url(), "media_assets");
+    s.cli(&["enqueue", "crawl", "--config", root]);
+    let mut w = s.worker("killed", s.db.url(), &[("ALMANAC__QUEUE__LEASE", "1h")]);
+    let waiting = "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' \
+                   AND query ILIKE '%media_assets%'";
+    s.wait_for("the crawl to wait for its first write", waiting, Duration::from_secs(30));
+    w.child.kill().unwrap();
+    w.child.wait().unwrap();
+    s.wait_for(
+        "the killed Worker's waiting statements to end",
+        &format!("SELECT 1 WHERE NOT EXISTS ({waiting})"),
+        Duration::from_secs(5),
+    );
+    drop(writes_held);
+    let none = "SELECT count(*) FROM media_assets";
+    s.wait_for(
+        "the lock to be released",
+        "SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM pg_locks AS l JOIN pg_database AS d ON d.oid = l.database \
+          WHERE d.datname = current_database() AND l.relation = 'media_assets'::regclass AND l.granted)",
+        Duration::from_secs(5),
+    );
+    assert_eq!(s.query(none)[0], ["0"], "nothing written by the killed Worker");
+}
+
+/// Holds `LOCK TABLE <table> IN EXCLUSIVE MODE` (reads pass, writes wait) on a connection of its own until the
+/// returned sender is dropped.
+fn hold_writes(url: &str, table: &str) -> std::sync::mpsc::Sender<()> {
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let (held, is_held) = std::sync::mpsc::channel::<()>();
+    let (url, lock) = (url.to_owned(), format!("BEGIN; LOCK TABLE {table} IN EXCLUSIVE MODE"));
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+            tokio::spawn(conn);
+            client.batch_execute(&lock).await.unwrap();
+            held.send(()).unwrap();
+            let _ = tokio::task::spawn_blocking(move || released.recv()).await;
+            client.batch_execute("COMMIT").await.unwrap();
+        });
+    });
+    is_held.recv().unwrap();
+    release
+}
+
 /// `status` turns a running crawl's progress into done of total, percent, rate and time left (and `--json`
 /// gives the same as numbers).
 #[test]

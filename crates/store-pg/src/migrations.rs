@@ -67,9 +67,8 @@ pub struct SchemaState {
 /// first, before anything is created in it ([`refuse_other_encodings`]): every verb that uses the database, `run`
 /// included, reads this before anything else.
 pub async fn schema_state(database_url: &str) -> Result<SchemaState, StoreError> {
-    let (known, applied) = with_harness(database_url, |h| {
-        let known: Vec<String> =
-            MigrationSource::<Pg>::migrations(&MIGRATIONS)?.iter().map(|m| m.name().version().to_string()).collect();
+    let (known, applied): (Vec<String>, Vec<String>) = with_harness(database_url, |h| {
+        let known = known_versions()?;
         // In a transaction: through a pooler in transaction mode, a statement is prepared and executed on one
         // server session only inside one. Under the migration lock: diesel creates its table of applied
         // migrations if it is missing, and a `migrate` running meanwhile has created it in its own transaction,
@@ -87,13 +86,49 @@ pub async fn schema_state(database_url: &str) -> Result<SchemaState, StoreError>
         Ok((known, applied))
     })
     .await?;
+    Ok(compared(&known, &applied))
+}
+
+/// The versions of the migrations this build carries.
+fn known_versions() -> diesel::migration::Result<Vec<String>> {
+    Ok(MigrationSource::<Pg>::migrations(&MIGRATIONS)?.iter().map(|m| m.name().version().to_string()).collect())
+}
+
+/// This build's migrations (`known`) against those the database has (`applied`).
+fn compared(known: &[String], applied: &[String]) -> SchemaState {
     let mut unknown: Vec<String> = applied.iter().filter(|v| !known.contains(v)).cloned().collect();
     unknown.sort();
-    Ok(SchemaState {
+    SchemaState {
         pending: known.iter().filter(|v| !applied.contains(v)).cloned().collect(),
         unknown,
         newest_known: known.iter().max().cloned().unwrap_or_default(),
-    })
+    }
+}
+
+impl crate::PgStore {
+    /// Where the schema stands, read through the store's own connections: nothing is created and no lock is
+    /// taken, so it is cheap to ask now and then. A running Worker asks it to stop when a newer Worker migrates
+    /// the database under it (the migrations a `migrate` applies appear together, at its commit).
+    pub async fn schema_state(&self) -> Result<SchemaState, StoreError> {
+        #[derive(QueryableByName)]
+        struct Applied {
+            #[diesel(sql_type = diesel::sql_types::Text)]
+            version: String,
+        }
+        let applied: Vec<Applied> = self
+            .read(async |conn| {
+                diesel_async::RunQueryDsl::load(
+                    diesel::sql_query("SELECT version FROM __diesel_schema_migrations"),
+                    conn,
+                )
+                .await
+            })
+            .await?;
+        let known = known_versions()
+            .map_err(|e| StoreError::Migration(format!("listing this build's migrations: {e}").into()))?;
+        let applied: Vec<String> = applied.into_iter().map(|a| a.version).collect();
+        Ok(compared(&known, &applied))
+    }
 }
 
 type Harness = AsyncConnectionWrapper<AsyncPgConnection>;

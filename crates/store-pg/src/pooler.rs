@@ -88,6 +88,12 @@ pub(crate) fn begin_at_isolation() -> String {
 /// sets its own, shorter, for itself (`queue::outcome`).
 const NO_LOCK_TIMEOUT: &str = "lock_timeout = 0";
 
+/// How often the server looks, while a statement of ours runs or waits, whether we are still connected
+/// (`client_connection_check_interval`). A statement whose caller went away (a handler stopped at shutdown, an
+/// attempt given up on, a Worker killed) is otherwise carried on to its end, waits for a lock included, and its
+/// transaction keeps the rows it locked (the item's among them) until its statement limit, a lease.
+const CLIENT_CHECK: Duration = Duration::from_secs(1);
+
 /// What the server ends on our behalf: a transaction of ours left idle longer than `idle`, and a statement
 /// running longer than `statement` when given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,6 +107,7 @@ impl Limits {
     fn settings(&self) -> Vec<(&'static str, u128)> {
         let mut settings = vec![("idle_in_transaction_session_timeout", self.idle.as_millis().max(1))];
         settings.extend(self.statement.map(|s| ("statement_timeout", s.as_millis().max(1))));
+        settings.push(("client_connection_check_interval", CLIENT_CHECK.as_millis()));
         settings
     }
 
@@ -220,23 +227,26 @@ mod tests {
         assert_eq!(
             limits.for_session(),
             "SET default_transaction_isolation = 'read committed'; SET lock_timeout = 0; \
-             SET idle_in_transaction_session_timeout = 15000; SET statement_timeout = 30000"
+             SET idle_in_transaction_session_timeout = 15000; SET statement_timeout = 30000; \
+             SET client_connection_check_interval = 1000"
         );
         assert_eq!(
             limits.begin_transaction(),
             "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL TimeZone = 'UTC'; SET LOCAL lock_timeout = 0; \
-             SET LOCAL idle_in_transaction_session_timeout = 15000; SET LOCAL statement_timeout = 30000"
+             SET LOCAL idle_in_transaction_session_timeout = 15000; SET LOCAL statement_timeout = 30000; \
+             SET LOCAL client_connection_check_interval = 1000"
         );
         let no_statement_limit = Limits { idle: Duration::ZERO, statement: None };
         // Without a statement limit, the database's lock_timeout is kept: no wait goes unbounded.
         assert_eq!(
             no_statement_limit.for_session(),
-            "SET default_transaction_isolation = 'read committed'; SET idle_in_transaction_session_timeout = 1"
+            "SET default_transaction_isolation = 'read committed'; SET idle_in_transaction_session_timeout = 1; \
+             SET client_connection_check_interval = 1000"
         );
         assert_eq!(
             no_statement_limit.begin_transaction(),
             "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL TimeZone = 'UTC'; \
-             SET LOCAL idle_in_transaction_session_timeout = 1"
+             SET LOCAL idle_in_transaction_session_timeout = 1; SET LOCAL client_connection_check_interval = 1000"
         );
     }
 }

@@ -28,7 +28,8 @@ use crate::settings::{Settings, mask_password};
 /// How often, and how long, `run` tries to reach the database before giving up.
 const CONNECT_ATTEMPTS: u32 = 5;
 
-/// Connections of the probes' and metrics' pool: a flood of scrapes cannot take the Worker's.
+/// Connections of the pool of the probes, the metrics and the schema's watch: a flood of scrapes cannot take the
+/// Worker's, nor a busy crawl theirs.
 pub(crate) const PROBE_CONNECTIONS: usize = 2;
 /// Connections of the operator page's pool: open tabs cannot take the probes'.
 pub(crate) const PAGE_CONNECTIONS: usize = 2;
@@ -71,7 +72,11 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<Exit, Failure> {
     tokio::spawn(debris(store.clone(), proxy_root.clone(), settings.tool_limits(), stop.clone()));
     let running = Arc::new(AtomicBool::new(true));
     let listener = wake_ups(&settings, &url, executor.waker(), &stop);
-    let http = serve_http(&settings, &url, recent, &metrics, &running, &stop).await?;
+    // The Worker's own checks of the database (probes, metrics, the schema's) have a small pool of their own: a
+    // flood of scrapes cannot take the Worker's connections, nor a busy crawl theirs.
+    let (timeout, lease, mode) = (settings.database.connect_timeout, settings.queue.lease, settings.pooler_mode());
+    let probes = PgStore::in_mode(&url, PROBE_CONNECTIONS, timeout, lease, mode)?;
+    let http = serve_http(&settings, &url, probes.clone(), recent, &metrics, &running, &stop).await?;
     let upkeep = tokio::spawn(metrics_upkeep(metrics, stop.clone()));
     let schedule = settings.schedule_settings().map_err(Failure::failed)?;
     let scheduling = tokio::spawn(Scheduler::new(store.clone(), served, schedule).run(stop.clone()));
@@ -83,6 +88,7 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<Exit, Failure> {
     let watching = tokio::spawn(watch.run(stop.clone()));
     let shutdown = CancellationToken::new();
     tokio::spawn(signals(shutdown.clone()));
+    let schema = tokio::spawn(watch_schema(probes, running.clone(), shutdown.clone(), stop.clone()));
     let tls = tls(&store).await;
     let pooler_mode = settings.pooler_mode();
     let settings_file = settings.origin.file.as_deref().map(|f| f.display().to_string());
@@ -102,19 +108,67 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<Exit, Failure> {
     let _ = scheduling.await;
     let _ = watching.await;
     let _ = upkeep.await;
+    let newer_schema = schema.await.ok().flatten();
     if let Some(h) = http {
         // Open connections get a moment to finish (the live streams end with `stop`); then the server goes.
         let _ = tokio::time::timeout(Duration::from_secs(5), h).await;
     }
-    if report.is_clean() {
-        return Ok(Exit::Success);
+    if !report.is_clean() {
+        error!(
+            event = "unclean_shutdown",
+            unwritten = report.unwritten.len(),
+            "could not release every running item; lease recovery will requeue them"
+        );
     }
-    error!(
-        event = "unclean_shutdown",
-        unwritten = report.unwritten.len(),
-        "could not release every running item; lease recovery will requeue them"
-    );
-    Ok(Exit::Unclean)
+    match newer_schema {
+        // Exit 2 whatever the release did: restarted, this binary would only refuse the schema at start.
+        Some(schema) => refuse_newer_schema(&schema).map(|()| Exit::Success).map_err(|refused| {
+            refused
+                .context("this Worker stopped: the database was migrated while it ran. Its running items were released")
+        }),
+        None if report.is_clean() => Ok(Exit::Success),
+        None => Ok(Exit::Unclean),
+    }
+}
+
+/// How often a running Worker reads which migrations the database has: a newer Worker that migrates the database
+/// stops this one within about this long (docs/operations.md, "Upgrading").
+pub(crate) const SCHEMA_CHECK_EVERY: Duration = Duration::from_secs(10);
+
+/// Reads the database's migrations every [`SCHEMA_CHECK_EVERY`] until `stop`. One this build does not know (a
+/// newer Worker migrated the database while this one ran) makes this Worker not ready and starts its shutdown: it
+/// claims nothing more, its running items are released, and it exits 2, as it would refuse the schema at start
+/// (the package's unit does not restart it after exit 2). A read that fails is tried at the next turn: outages are
+/// the store's to report.
+async fn watch_schema(
+    store: PgStore,
+    running: Arc<AtomicBool>,
+    shutdown: CancellationToken,
+    stop: CancellationToken,
+) -> Option<SchemaState> {
+    let mut every = tokio::time::interval(SCHEMA_CHECK_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    every.tick().await; // at once: the schema was read at start
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return None,
+            _ = every.tick() => {}
+        }
+        let Ok(schema) = store.schema_state().await else { continue };
+        if schema.unknown.is_empty() {
+            continue;
+        }
+        running.store(false, Ordering::Relaxed);
+        error!(
+            event = "schema_newer_than_this_worker",
+            unknown = ?schema.unknown,
+            newest_known = %schema.newest_known,
+            "a newer almanac-worker migrated the database while this one ran: this Worker claims nothing more, \
+             releases its running items and exits 2. Run the newer version here too"
+        );
+        shutdown.cancel();
+        return Some(schema);
+    }
 }
 
 /// Refuses a schema newer than this build, and applies pending migrations when `migrate` (refusing to start
@@ -272,6 +326,7 @@ fn handlers(settings: &Settings, store: &Arc<PgStore>, proxy_root: &Path, served
 async fn serve_http(
     settings: &Settings,
     url: &str,
+    probes: PgStore,
     recent: Recent,
     metrics: &PrometheusHandle,
     running: &Arc<AtomicBool>,
@@ -282,10 +337,7 @@ async fn serve_http(
     }
     let bound = http::bind(settings.http.address).await.map_err(Failure::failed)?;
     info!(event = "http_listening", address = %settings.http.address, "serving the operator's page at /, and /healthz, /readyz and /metrics");
-    // Probes and metrics get a small budget of their own: a flood of scrapes cannot take the Worker's.
-    let (timeout, lease) = (settings.database.connect_timeout, settings.queue.lease);
-    let mode = settings.pooler_mode();
-    let probes = PgStore::in_mode(url, PROBE_CONNECTIONS, timeout, lease, mode)?;
+    let (timeout, lease, mode) = (settings.database.connect_timeout, settings.queue.lease, settings.pooler_mode());
     let process = Arc::new(metrics_process::Collector::default());
     process.describe();
     // The page has connections of its own: open tabs cannot take the probes'.

@@ -255,6 +255,11 @@ runtime was left to run it, or the Worker stopped first); whatever it took runs 
          the service's user cannot write them; run it as that user",
     ),
     event("signal", "SIGTERM or SIGINT arrived (with `signal`)"),
+    event(
+        "schema_newer_than_this_worker",
+        "a newer Worker migrated the database while this one ran (with the `unknown` migrations and the \
+         `newest_known`): this Worker is no longer ready, claims nothing more, releases its running items and exits 2",
+    ),
     event("shutdown_started", "no more claims; running handlers get `queue.shutdown_grace`"),
     event("shutdown_grace_over", "the shutdown grace is over: a handler still running is cancelled and released"),
     event("worker_stopped", "the executor has ended"),

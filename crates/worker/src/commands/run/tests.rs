@@ -21,6 +21,15 @@ fn sizing() -> (Vec<(String, String)>, String) {
     (rows, total)
 }
 
+/// The guide says how soon a running Worker notices a schema a newer one migrated: the period it reads it at.
+#[test]
+fn the_guide_states_how_often_a_running_worker_reads_the_schema() {
+    let guide = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/operations.md"))
+        .expect("docs/operations.md");
+    let said = format!("notices within {} seconds", SCHEMA_CHECK_EVERY.as_secs());
+    assert!(guide.contains(&said), "docs/operations.md, \"Upgrading\", should say {said:?}");
+}
+
 /// The number after the last `+ ` of a cell, or the whole cell as a number.
 fn added(cell: &str) -> usize {
     let tail = cell.rsplit("+ ").next().unwrap_or(cell);
