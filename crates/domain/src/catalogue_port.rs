@@ -300,10 +300,14 @@ pub trait CatalogueStore: Send + Sync {
         extra_paths: &[Vec<u8>],
     ) -> impl Future<Output = Result<u64, CatalogueError>> + Send;
 
-    /// Active assets of the config that are not paired yet.
+    /// Active assets of the config that are not paired with an active asset paired with them (never paired, or
+    /// whose other half was soft-deleted: a Live Photo's still written over in place), in the folders `under`
+    /// (each with everything below it; paths relative to the root, without a trailing `/`), or in the whole
+    /// config when `None`.
     fn pairing_candidates(
         &self,
         config: StorageConfigId,
+        under: Option<&[Vec<u8>]>,
     ) -> impl Future<Output = Result<Vec<PairingCandidate>, CatalogueError>> + Send;
 
     /// Pairs a Live Photo's still and motion halves.

@@ -400,3 +400,53 @@ async fn a_copy_inside_the_folders_that_the_walk_passes_over_is_never_where_an_a
     assert_eq!((count(&result, "moved"), count(&result, "soft_deleted")), (0, 1), "{result}");
     assert!(!lib.active_paths().await.iter().any(|p| p.starts_with("P/")), "x vanished, not moved to the bin");
 }
+
+/// A Live Photo's still written over in place (edited and exported again): the write soft-deletes the old still,
+/// and the video, paired with it, pairs again with the new one in the same crawl; before, it stayed paired with
+/// the soft-deleted still (shown as a memory of its own) until the purge. A crawl of one folder looks for pairs
+/// only there: a pair left unformed elsewhere (as an interrupted crawl leaves one) waits for a crawl of its folder.
+#[tokio::test]
+async fn a_live_photo_s_still_written_over_pairs_again_and_a_folder_s_crawl_pairs_only_there() {
+    assert!(fixtures::have_ffmpeg(), "ffmpeg is required (apt-get install -y ffmpeg)");
+    let lib = library().await;
+    let exif = FixtureExif::camera("2021:06:01 10:00:00", "+00:00");
+    // Each video of its own content (one of the same would be a copy of the other).
+    for (folder, seed, seconds) in [("live", 1, 1.0), ("other", 9, 1.5)] {
+        lib.write(&format!("{folder}/IMG_0001.JPG"), &fixtures::jpeg(320, 240, seed, false, &exif));
+        let video = lib.root.join(format!("{folder}/IMG_0001.MOV"));
+        fixtures::video(&video, seconds, 320, 240, "2021-06-01T10:00:02Z");
+    }
+    assert_eq!(count(&lib.crawl().await, "live_photos_paired"), 2);
+    let mut conn = lib.conn().await;
+    sql_query("UPDATE media_assets SET paired_asset_id = NULL WHERE display_path LIKE 'other/%'")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+
+    lib.write("live/IMG_0001.JPG", &fixtures::jpeg(320, 240, 2, false, &exif));
+    let result = lib.crawl_folders(&lib.handler(), json!({"folders": ["live"]})).await.unwrap();
+    assert_eq!((count(&result, "replaced"), count(&result, "live_photos_paired")), (1, 1), "{result}");
+    let pairs = |folder: &'static str| {
+        let lib = &lib;
+        async move {
+            let rows: Vec<Active> = sql_query(
+                "SELECT a.id, coalesce(p.display_path, '') AS display_path FROM media_assets AS a
+                   LEFT JOIN media_assets AS p ON p.id = a.paired_asset_id AND NOT p.is_soft_deleted
+                                              AND p.paired_asset_id = a.id
+                  WHERE NOT a.is_soft_deleted AND a.display_path LIKE $1 ORDER BY a.file_path",
+            )
+            .bind::<Text, _>(format!("{folder}/%"))
+            .load(&mut lib.conn().await)
+            .await
+            .unwrap();
+            rows.into_iter().map(|r| r.display_path).collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(pairs("live").await, ["live/IMG_0001.MOV", "live/IMG_0001.JPG"], "the new still and the video pair");
+    assert_eq!(pairs("other").await, ["", ""], "another folder's candidates are not read");
+    let whole = lib.crawl_with(json!({}), Default::default()).await.unwrap();
+    assert_eq!(count(&whole, "live_photos_paired"), 0, "nothing changed: no pairs looked for: {whole}");
+    lib.write("other/new.jpg", &photo(3));
+    assert_eq!(count(&lib.crawl().await, "live_photos_paired"), 1, "a whole crawl with a change looks everywhere");
+    assert_eq!(pairs("other").await, ["other/IMG_0001.MOV", "other/IMG_0001.JPG", ""]);
+}

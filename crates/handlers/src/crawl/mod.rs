@@ -232,8 +232,10 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         if ctx.cancel.is_cancelled() {
             return Err(HandlerError::cancelled());
         }
-        // Pairs can only form where this crawl ingested, moved or revived something.
-        let paired = if run.counters.changed_assets() { settle.pair_live_photos().await? } else { 0 };
+        // Pairs can only form where this crawl ingested, moved or revived something, and so inside its folders
+        // (a Live Photo's halves lie in one folder).
+        let under = (!scope.is_whole_root()).then(|| scope.folders());
+        let paired = if run.counters.changed_assets() { settle.pair_live_photos(under).await? } else { 0 };
         if ctx.cancel.is_cancelled() {
             return Err(HandlerError::cancelled());
         }

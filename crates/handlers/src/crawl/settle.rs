@@ -163,12 +163,13 @@ impl<C: CatalogueStore> Settle<'_, C> {
         Ok(soft_deleted)
     }
 
-    /// Pairs Live Photos among the config's candidates; answers how many pairs were made.
-    pub async fn pair_live_photos(&self) -> Result<usize, HandlerError> {
+    /// Pairs Live Photos among the config's candidates in the folders `under` (each with everything below it;
+    /// `None`: the whole config); answers how many pairs were made.
+    pub async fn pair_live_photos(&self, under: Option<&[Vec<u8>]>) -> Result<usize, HandlerError> {
         if self.cancel.is_cancelled() {
             return Err(HandlerError::cancelled());
         }
-        let candidates = self.catalogue.pairing_candidates(self.storage.id).await.map_err(catalogue_error)?;
+        let candidates = self.catalogue.pairing_candidates(self.storage.id, under).await.map_err(catalogue_error)?;
         let pairs = pair_live_photos(&candidates, LIVE_PHOTO_MAX_GAP);
         for (still, motion) in &pairs {
             self.catalogue.pair(self.fence, *still, *motion).await.map_err(catalogue_error)?;

@@ -127,7 +127,7 @@ twist! {
         fn put_proxies(fence: Fence, asset: AssetId, proxies: &[NewProxy], metadata: &AssetMetadata) -> ();
         fn ingest(fence: Fence, asset: &NewAsset) -> IngestOutcome;
         fn soft_delete(fence: Fence, config: StorageConfigId, assets: &[AssetId], extra_paths: &[Vec<u8>]) -> u64;
-        fn pairing_candidates(config: StorageConfigId) -> Vec<PairingCandidate>;
+        fn pairing_candidates(config: StorageConfigId, under: Option<&[Vec<u8>]>) -> Vec<PairingCandidate>;
         fn pair(fence: Fence, still: AssetId, motion: AssetId) -> ();
         fn enqueue_follow_up(fence: Fence, item: &NewWorkItem) -> ();
     }

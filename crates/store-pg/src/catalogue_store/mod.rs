@@ -387,15 +387,38 @@ impl CatalogueStore for PgStore {
     }
 
     #[mutants::skip]
-    async fn pairing_candidates(&self, config: StorageConfigId) -> Result<Vec<PairingCandidate>, CatalogueError> {
+    async fn pairing_candidates(
+        &self,
+        config: StorageConfigId,
+        under: Option<&[Vec<u8>]>,
+    ) -> Result<Vec<PairingCandidate>, CatalogueError> {
+        // A folder's files are those from `folder/` to just before `folder0` ('0' follows '/'): a range of the
+        // index by path, so a watcher's crawl of one folder reads that folder's assets, not the library's.
+        let (whole, folders) = match under {
+            None => (true, Vec::new()),
+            Some(folders) => (false, folders.to_vec()),
+        };
         let rows: Vec<CandidateRow> = self
             .read(async |conn| {
                 sql_query(
-                    "SELECT a.id, a.file_path, a.media_type, a.captured_at, m.live_photo_content_id
-               FROM media_assets a LEFT JOIN asset_metadata m ON m.asset_id = a.id
-              WHERE a.storage_config_id = $1 AND NOT a.is_soft_deleted AND a.paired_asset_id IS NULL",
+                    "WITH c AS (
+                  SELECT a.id FROM media_assets AS a
+                   WHERE $2 AND a.storage_config_id = $1 AND NOT a.is_soft_deleted
+                  UNION ALL
+                  SELECT a.id FROM unnest($3::bytea[]) AS f (folder)
+                    JOIN media_assets AS a
+                      ON a.storage_config_id = $1 AND NOT a.is_soft_deleted
+                     AND a.file_path >= f.folder || '\\x2f'::bytea AND a.file_path < f.folder || '\\x30'::bytea)
+                  SELECT a.id, a.file_path, a.media_type, a.captured_at, m.live_photo_content_id
+                    FROM c JOIN media_assets AS a ON a.id = c.id
+                    LEFT JOIN asset_metadata AS m ON m.asset_id = a.id
+                   WHERE NOT EXISTS (SELECT 1 FROM media_assets AS p
+                                      WHERE p.id = a.paired_asset_id AND NOT p.is_soft_deleted
+                                        AND p.paired_asset_id = a.id)",
                 )
                 .bind::<Uuid, _>(config.as_uuid())
+                .bind::<diesel::sql_types::Bool, _>(whole)
+                .bind::<Array<Binary>, _>(&folders)
                 .load(conn)
                 .await
             })
