@@ -639,7 +639,10 @@ fn a_running_worker_stops_with_exit_2_when_a_newer_one_migrates_the_database() {
     assert_eq!(events(&lines, "released").len(), 1, "the running crawl was released");
     let refused = std::fs::read_to_string(&w.log).unwrap();
     assert!(refused.contains("newer than this almanac-worker") && refused.contains("20991231000001"), "{refused}");
-    assert!(refused.contains("this Worker stopped: the database was migrated while it ran"), "{refused}");
+    assert!(
+        refused.contains("this Worker stopped: the database was migrated while it ran, and its running items were"),
+        "{refused}"
+    );
     let row = s.query(&format!("SELECT status, attempt, failures FROM work_items WHERE id = '{id}'"));
     assert_eq!(row[0], ["queued", "1", "0"], "released for a Worker that knows the schema");
 }
@@ -654,7 +657,7 @@ fn statements_of_a_killed_worker_that_wait_for_a_lock_end_with_it() {
     let root = s.library.to_str().unwrap();
     s.cli(&["config", "add", "--user", "ann", "--root", root]);
     let writes_held = hold_writes(s.db.url(), "media_assets");
-    s.cli(&["enqueue", "crawl", "--config", root]);
+    let id = s.cli(&["enqueue", "crawl", "--config", root]).split_whitespace().next().unwrap().to_owned();
     let mut w = s.worker("killed", s.db.url(), &[("ALMANAC__QUEUE__LEASE", "1h")]);
     let waiting = "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' \
                    AND query ILIKE '%media_assets%'";
@@ -666,6 +669,10 @@ fn statements_of_a_killed_worker_that_wait_for_a_lock_end_with_it() {
         &format!("SELECT 1 WHERE NOT EXISTS ({waiting})"),
         Duration::from_secs(5),
     );
+    // Their transactions' locks went with them (the item's row is free: NOWAIT fails on a row still locked), while
+    // the lock they waited for is still held.
+    let free = format!("SELECT status FROM work_items WHERE id = '{id}' FOR UPDATE NOWAIT");
+    assert_eq!(s.query(&free)[0], ["running"], "recovered only once its lease has expired");
     drop(writes_held);
     let none = "SELECT count(*) FROM media_assets";
     s.wait_for(

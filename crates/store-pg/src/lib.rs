@@ -129,10 +129,12 @@ impl PgStore {
         // An attempt's last statement comes at most half a lease after its last good heartbeat (then it
         // self-stops): a transaction it left open ends by the time its lease expires. A statement gets a
         // whole lease: while one holds the item's row, recovery passes the item over.
-        let limits = Limits { idle: lease / 2, statement: Some(lease) };
+        let limits = Limits { idle: lease / 2, statement: Some(lease), check_client: true };
+        // Heartbeats and outcomes go on without us: a completion given up on commits (ADR 0008).
+        let outcomes = Limits { check_client: false, ..limits };
         Ok(Self {
             pool: pool(database_url, shared, acquire_timeout, limits, mode)?,
-            attempts: Some(pool(database_url, reserved, acquire_timeout, limits, mode)?),
+            attempts: Some(pool(database_url, reserved, acquire_timeout, outcomes, mode)?),
             begin: begin(limits, mode),
             hand_backs: TaskTracker::new(),
             heads: Arc::default(),
@@ -161,7 +163,7 @@ impl PgStore {
         idle_limit: Duration,
         mode: PoolerMode,
     ) -> Result<Self, StoreError> {
-        let limits = Limits { idle: idle_limit, statement: None };
+        let limits = Limits { idle: idle_limit, statement: None, check_client: true };
         Ok(Self {
             pool: pool(database_url, max_connections, acquire_timeout, limits, mode)?,
             attempts: None,

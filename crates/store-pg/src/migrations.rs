@@ -26,7 +26,13 @@ pub async fn migrate(database_url: &str) -> Result<Vec<String>, StoreError> {
     with_harness(database_url, |h| {
         h.transaction(|h| {
             refuse_other_encodings(h)?;
-            h.batch_execute(&format!("SET LOCAL TimeZone = 'UTC'; SELECT pg_advisory_xact_lock({MIGRATION_LOCK})"))?;
+            // A `migrate` killed while a migration waits for a table's lock must not leave its request queued,
+            // every statement on that table waiting behind it. For this transaction only: through a pooler in
+            // transaction mode, the server session is another client's after it.
+            let check = crate::pooler::client_check(true);
+            h.batch_execute(&format!(
+                "SET LOCAL TimeZone = 'UTC'; {check}; SELECT pg_advisory_xact_lock({MIGRATION_LOCK})"
+            ))?;
             h.run_pending_migrations(MIGRATIONS).map(|vs| vs.iter().map(ToString::to_string).collect())
         })
     })

@@ -89,10 +89,25 @@ pub(crate) fn begin_at_isolation() -> String {
 const NO_LOCK_TIMEOUT: &str = "lock_timeout = 0";
 
 /// How often the server looks, while a statement of ours runs or waits, whether we are still connected
-/// (`client_connection_check_interval`). A statement whose caller went away (a handler stopped at shutdown, an
-/// attempt given up on, a Worker killed) is otherwise carried on to its end, waits for a lock included, and its
-/// transaction keeps the rows it locked (the item's among them) until its statement limit, a lease.
+/// (`client_connection_check_interval`). A statement whose caller went away (a Worker killed, a handler's
+/// statement dropped) is otherwise carried on to its end, waits for a lock included, and its transaction keeps the
+/// rows it locked (the item's among them) until its statement limit, a lease.
+///
+/// Set once per session, where the server can tell a closed connection (not on Windows, which refuses any value
+/// but 0: the session then goes without). Not behind a pooler in transaction mode, where the pooler, not we, is
+/// the server's client, and not on the connections of heartbeats and outcomes ([`Limits::check_client`]): a
+/// completion sent alone and given up on commits (ADR 0008).
 const CLIENT_CHECK: Duration = Duration::from_secs(1);
+
+/// [`CLIENT_CHECK`] for this session, or for this transaction only when `local`, unless the server refuses the
+/// value (a platform that cannot tell).
+pub(crate) fn client_check(local: bool) -> String {
+    format!(
+        "DO $$ BEGIN PERFORM set_config('client_connection_check_interval', '{}', {local}); \
+         EXCEPTION WHEN invalid_parameter_value THEN NULL; END $$",
+        CLIENT_CHECK.as_millis()
+    )
+}
 
 /// What the server ends on our behalf: a transaction of ours left idle longer than `idle`, and a statement
 /// running longer than `statement` when given.
@@ -100,6 +115,8 @@ const CLIENT_CHECK: Duration = Duration::from_secs(1);
 pub(crate) struct Limits {
     pub(crate) idle: Duration,
     pub(crate) statement: Option<Duration>,
+    /// Whether the server ends a statement of ours once our connection is gone ([`CLIENT_CHECK`]).
+    pub(crate) check_client: bool,
 }
 
 impl Limits {
@@ -107,7 +124,6 @@ impl Limits {
     fn settings(&self) -> Vec<(&'static str, u128)> {
         let mut settings = vec![("idle_in_transaction_session_timeout", self.idle.as_millis().max(1))];
         settings.extend(self.statement.map(|s| ("statement_timeout", s.as_millis().max(1))));
-        settings.push(("client_connection_check_interval", CLIENT_CHECK.as_millis()));
         settings
     }
 
@@ -115,7 +131,11 @@ impl Limits {
     pub(crate) fn for_session(&self) -> String {
         let limits = self.settings().into_iter().map(|(name, ms)| format!("; SET {name} = {ms}"));
         let waits = self.waits().map(|w| format!("; SET {w}")).unwrap_or_default();
-        std::iter::once(format!("SET default_transaction_isolation = '{ISOLATION}'{waits}")).chain(limits).collect()
+        let check = self.check_client.then(|| format!("; {}", client_check(false)));
+        std::iter::once(format!("SET default_transaction_isolation = '{ISOLATION}'{waits}"))
+            .chain(limits)
+            .chain(check)
+            .collect()
     }
 
     /// [`NO_LOCK_TIMEOUT`], for a store whose statements have a limit of their own (a Worker's, a lease), which
@@ -223,30 +243,32 @@ mod tests {
 
     #[test]
     fn limits_are_set_per_session_or_per_transaction() {
-        let limits = Limits { idle: Duration::from_secs(15), statement: Some(Duration::from_secs(30)) };
+        let limits =
+            Limits { idle: Duration::from_secs(15), statement: Some(Duration::from_secs(30)), check_client: false };
         assert_eq!(
             limits.for_session(),
             "SET default_transaction_isolation = 'read committed'; SET lock_timeout = 0; \
-             SET idle_in_transaction_session_timeout = 15000; SET statement_timeout = 30000; \
-             SET client_connection_check_interval = 1000"
+             SET idle_in_transaction_session_timeout = 15000; SET statement_timeout = 30000"
         );
         assert_eq!(
             limits.begin_transaction(),
             "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL TimeZone = 'UTC'; SET LOCAL lock_timeout = 0; \
-             SET LOCAL idle_in_transaction_session_timeout = 15000; SET LOCAL statement_timeout = 30000; \
-             SET LOCAL client_connection_check_interval = 1000"
+             SET LOCAL idle_in_transaction_session_timeout = 15000; SET LOCAL statement_timeout = 30000"
         );
-        let no_statement_limit = Limits { idle: Duration::ZERO, statement: None };
+        let no_statement_limit = Limits { idle: Duration::ZERO, statement: None, check_client: true };
         // Without a statement limit, the database's lock_timeout is kept: no wait goes unbounded.
         assert_eq!(
             no_statement_limit.for_session(),
-            "SET default_transaction_isolation = 'read committed'; SET idle_in_transaction_session_timeout = 1; \
-             SET client_connection_check_interval = 1000"
+            format!(
+                "SET default_transaction_isolation = 'read committed'; SET idle_in_transaction_session_timeout = 1; \
+                 {}",
+                client_check(false)
+            )
         );
         assert_eq!(
             no_statement_limit.begin_transaction(),
             "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL TimeZone = 'UTC'; \
-             SET LOCAL idle_in_transaction_session_timeout = 1; SET LOCAL client_connection_check_interval = 1000"
+             SET LOCAL idle_in_transaction_session_timeout = 1"
         );
     }
 }

@@ -113,6 +113,13 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<Exit, Failure> {
         // Open connections get a moment to finish (the live streams end with `stop`); then the server goes.
         let _ = tokio::time::timeout(Duration::from_secs(5), h).await;
     }
+    ended(&report, newer_schema)
+}
+
+/// How `run` ends: exit 2 when a newer Worker migrated the database meanwhile, whatever the release did
+/// (restarted, this binary would only refuse the schema at start); else 0, or 4 when not every running item was
+/// released.
+fn ended(report: &almanac_executor::ShutdownReport, newer_schema: Option<SchemaState>) -> Result<Exit, Failure> {
     if !report.is_clean() {
         error!(
             event = "unclean_shutdown",
@@ -121,10 +128,13 @@ pub async fn run(settings: Settings, migrate: bool) -> Result<Exit, Failure> {
         );
     }
     match newer_schema {
-        // Exit 2 whatever the release did: restarted, this binary would only refuse the schema at start.
         Some(schema) => refuse_newer_schema(&schema).map(|()| Exit::Success).map_err(|refused| {
-            refused
-                .context("this Worker stopped: the database was migrated while it ran. Its running items were released")
+            let items = if report.is_clean() {
+                "its running items were released"
+            } else {
+                "some of its running items could not be released: lease recovery requeues them"
+            };
+            refused.context(format!("this Worker stopped: the database was migrated while it ran, and {items}"))
         }),
         None if report.is_clean() => Ok(Exit::Success),
         None => Ok(Exit::Unclean),
@@ -137,9 +147,9 @@ pub(crate) const SCHEMA_CHECK_EVERY: Duration = Duration::from_secs(10);
 
 /// Reads the database's migrations every [`SCHEMA_CHECK_EVERY`] until `stop`. One this build does not know (a
 /// newer Worker migrated the database while this one ran) makes this Worker not ready and starts its shutdown: it
-/// claims nothing more, its running items are released, and it exits 2, as it would refuse the schema at start
-/// (the package's unit does not restart it after exit 2). A read that fails is tried at the next turn: outages are
-/// the store's to report.
+/// claims nothing more, its running items get the shutdown's grace and are released, and it exits 2, as it would
+/// refuse the schema at start (the package's unit does not restart it after exit 2). A read that fails is tried at
+/// the next turn, and said once until one succeeds again.
 async fn watch_schema(
     store: PgStore,
     running: Arc<AtomicBool>,
@@ -149,12 +159,28 @@ async fn watch_schema(
     let mut every = tokio::time::interval(SCHEMA_CHECK_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     every.tick().await; // at once: the schema was read at start
+    let mut failing = false;
     loop {
         tokio::select! {
             () = stop.cancelled() => return None,
             _ = every.tick() => {}
         }
-        let Ok(schema) = store.schema_state().await else { continue };
+        let schema = match store.schema_state().await {
+            Ok(schema) => schema,
+            Err(e) => {
+                if !failing {
+                    warn!(
+                        event = "schema_check_failed",
+                        error = %e,
+                        "could not read the database's migrations; tried again every {} s until it answers",
+                        SCHEMA_CHECK_EVERY.as_secs()
+                    );
+                }
+                failing = true;
+                continue;
+            }
+        };
+        failing = false;
         if schema.unknown.is_empty() {
             continue;
         }

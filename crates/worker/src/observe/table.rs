@@ -255,6 +255,10 @@ runtime was left to run it, or the Worker stopped first); whatever it took runs 
          the service's user cannot write them; run it as that user",
     ),
     event("signal", "SIGTERM or SIGINT arrived (with `signal`)"),
+    outage(
+        "schema_check_failed",
+        "a running Worker could not read the database's migrations (with `error`); said once until a read succeeds",
+    ),
     event(
         "schema_newer_than_this_worker",
         "a newer Worker migrated the database while this one ran (with the `unknown` migrations and the \

@@ -231,6 +231,7 @@ fn the_events_kept_for_the_page_are_the_outage_events() {
             "recovery_failed",
             "listener_disconnected",
             "database_unavailable",
+            "schema_check_failed",
             "unclean_shutdown",
         ]
     );
