@@ -393,34 +393,34 @@ impl CatalogueStore for PgStore {
         under: Option<&[Vec<u8>]>,
     ) -> Result<Vec<PairingCandidate>, CatalogueError> {
         // A folder's files are those from `folder/` to just before `folder0` ('0' follows '/'): a range of the
-        // index by path, so a watcher's crawl of one folder reads that folder's assets, not the library's.
-        let (whole, folders) = match under {
-            None => (true, Vec::new()),
-            Some(folders) => (false, folders.to_vec()),
+        // index by path, one statement a folder with its bounds bound, so that each is planned as the range it
+        // is and a watcher's crawl of one folder reads that folder's assets, not the library's.
+        let ranges: Vec<Option<(Vec<u8>, Vec<u8>)>> = match under {
+            None => vec![None],
+            Some(folders) => folders.iter().map(|f| Some(([f, &b"/"[..]].concat(), [f, &b"0"[..]].concat()))).collect(),
         };
         let rows: Vec<CandidateRow> = self
             .read(async |conn| {
-                sql_query(
-                    "WITH c AS (
-                  SELECT a.id FROM media_assets AS a
-                   WHERE $2 AND a.storage_config_id = $1 AND NOT a.is_soft_deleted
-                  UNION ALL
-                  SELECT a.id FROM unnest($3::bytea[]) AS f (folder)
-                    JOIN media_assets AS a
-                      ON a.storage_config_id = $1 AND NOT a.is_soft_deleted
-                     AND a.file_path >= f.folder || '\\x2f'::bytea AND a.file_path < f.folder || '\\x30'::bytea)
-                  SELECT a.id, a.file_path, a.media_type, a.captured_at, m.live_photo_content_id
-                    FROM c JOIN media_assets AS a ON a.id = c.id
-                    LEFT JOIN asset_metadata AS m ON m.asset_id = a.id
-                   WHERE NOT EXISTS (SELECT 1 FROM media_assets AS p
-                                      WHERE p.id = a.paired_asset_id AND NOT p.is_soft_deleted
-                                        AND p.paired_asset_id = a.id)",
-                )
-                .bind::<Uuid, _>(config.as_uuid())
-                .bind::<diesel::sql_types::Bool, _>(whole)
-                .bind::<Array<Binary>, _>(&folders)
-                .load(conn)
-                .await
+                let mut rows = Vec::new();
+                for range in &ranges {
+                    let (from, to) = range.clone().unzip();
+                    let found: Vec<CandidateRow> = sql_query(
+                        "SELECT a.id, a.file_path, a.media_type, a.captured_at, m.live_photo_content_id
+                           FROM media_assets AS a LEFT JOIN asset_metadata AS m ON m.asset_id = a.id
+                          WHERE a.storage_config_id = $1 AND NOT a.is_soft_deleted
+                            AND ($2::bytea IS NULL OR a.file_path >= $2) AND ($3::bytea IS NULL OR a.file_path < $3)
+                            AND NOT EXISTS (SELECT 1 FROM media_assets AS p
+                                             WHERE p.id = a.paired_asset_id AND NOT p.is_soft_deleted
+                                               AND p.paired_asset_id = a.id)",
+                    )
+                    .bind::<Uuid, _>(config.as_uuid())
+                    .bind::<Nullable<Binary>, _>(from)
+                    .bind::<Nullable<Binary>, _>(to)
+                    .load(conn)
+                    .await?;
+                    rows.extend(found);
+                }
+                Ok(rows)
             })
             .await
             .map_err(CatalogueError::from)?;
