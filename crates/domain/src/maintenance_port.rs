@@ -138,6 +138,12 @@ pub trait MaintenanceStore: DatabaseClock {
     /// would otherwise delete files a newer attempt of the config made meanwhile, before its next fenced write.
     fn still_holds(&self, fence: Fence) -> impl Future<Output = Result<(), CatalogueError>> + Send;
 
+    /// Marks the asset `proxies_missing`, in a fenced write, before its proxy files are deleted: like
+    /// [`Self::still_holds`], the attempt must still hold its item; and a purge stopped after the files went but
+    /// before the rows did (an outage, a shutdown) leaves an asset whose next crawl makes its proxies again,
+    /// should its file come back and revive it, instead of rows naming files that are gone.
+    fn proxies_going(&self, fence: Fence, asset: AssetId) -> impl Future<Output = Result<(), CatalogueError>> + Send;
+
     /// Deletes these proxy rows.
     fn delete_proxy_rows(
         &self,

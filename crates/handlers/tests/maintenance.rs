@@ -208,6 +208,62 @@ async fn purge_keeps_an_asset_whose_proxy_file_cannot_be_deleted_and_retries_it_
     assert_eq!(env.count("SELECT count(*) AS n FROM media_assets").await, 0);
 }
 
+/// The real store, except that the purge's deletion of rows fails (the database goes away right after the files).
+struct RowsNeverDeleted {
+    inner: PgStore,
+}
+
+impl support::twist::RealStore for RowsNeverDeleted {
+    fn store(&self) -> &PgStore {
+        &self.inner
+    }
+}
+
+impl support::twist::MaintenanceTwist for RowsNeverDeleted {
+    async fn purge_rows(
+        &self,
+        _: almanac_domain::ports::Fence,
+        _: StorageConfigId,
+        _: &[AssetId],
+        _: chrono::DateTime<Utc>,
+    ) -> Result<Vec<AssetId>, almanac_domain::ports::CatalogueError> {
+        Err(almanac_domain::ports::CatalogueError::Unavailable("the database went away".into()))
+    }
+}
+
+/// A purge stopped after an asset's proxy files went but before its rows did, then the photo comes back (restored
+/// from a backup): the revived asset gets its proxies again at the crawl after, where before its rows named files
+/// that were gone until the daily sweep found them.
+#[tokio::test]
+async fn a_purge_stopped_before_its_rows_went_leaves_an_asset_that_gets_its_proxies_again_if_revived() {
+    let lib = library().await;
+    let photo = almanac_media::fixtures::jpeg(64, 48, 7, false, &almanac_media::fixtures::FixtureExif::default());
+    let path = lib.write("IMG_7.jpg", &photo);
+    // Another that stays: a root left empty is refused as a share not mounted.
+    let other = almanac_media::fixtures::jpeg(64, 48, 8, false, &almanac_media::fixtures::FixtureExif::default());
+    lib.write("IMG_8.jpg", &other);
+    lib.crawl().await;
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(lib.crawl().await["soft_deleted"], 1);
+    let aged = "UPDATE media_assets SET soft_deleted_at = now() - interval '40 days' WHERE is_soft_deleted";
+    lib.conn().await.batch_execute(aged).await.unwrap();
+    let preview = || lib.proxies.join(almanac_media::hash_bytes(&photo).hash.proxy_dir(lib.config)).join("preview.jpg");
+    assert!(preview().is_file());
+    let store = Arc::new(support::twist::Twisted(RowsNeverDeleted { inner: (*lib.store).clone() }));
+    let settings =
+        PurgeSettings { proxy_root: lib.proxies.clone(), purge_after: Duration::from_secs(30 * 86_400), batch: 10 };
+    let item = lib.work_item(WorkKind::Purge, Scope::Config(lib.config), serde_json::json!({})).await;
+    lib.run_handler(&PurgeHandler::new(store, settings), item).await.expect_err("the rows' deletion fails");
+    assert!(!preview().exists(), "the files went first");
+
+    lib.write("IMG_7.jpg", &photo);
+    assert_eq!(lib.crawl().await["revived"], 1);
+    lib.crawl().await;
+    assert!(preview().is_file(), "the revived asset's preview is made again");
+    let missing = "SELECT count(*) AS n FROM media_assets WHERE proxies_missing OR is_soft_deleted";
+    assert_eq!(lib.count(missing).await, 0);
+}
+
 #[tokio::test]
 async fn assets_whose_files_stay_never_hold_back_the_purge_of_the_ones_after_them() {
     let env = env().await;

@@ -96,8 +96,10 @@ impl<M: MaintenanceStore + 'static> WorkHandler for PurgeHandler<M> {
                         (HashSet::new(), Vec::new())
                     } else {
                         // And the attempt must still hold its item: one whose host slept past its lease, its
-                        // clock stopped, would delete what a newer attempt made meanwhile.
-                        self.store.still_holds(ctx.fence).await.map_err(store_error)?;
+                        // clock stopped, would delete what a newer attempt made meanwhile. The asset is marked as
+                        // losing its proxies first: stopped before its rows go, it gets them again if revived.
+                        let asset = candidate.asset_id;
+                        self.store.proxies_going(ctx.fence, asset).await.map_err(store_error)?;
                         let root = self.settings.proxy_root.clone();
                         let proxies = candidate.proxies.clone();
                         // The config's proxy folder is there (a proxy volume mounted): a deletion keeps it.

@@ -82,6 +82,7 @@ twist! {
         fn assets_of_other_configs(config: StorageConfigId, assets: &[AssetId]) -> Vec<AssetId>;
         fn storage_config_ids() -> Vec<StorageConfigId>;
         fn still_holds(fence: Fence) -> ();
+        fn proxies_going(fence: Fence, asset: AssetId) -> ();
         fn delete_proxy_rows(fence: Fence, proxies: &[StoredProxy]) -> u64;
         fn referenced_proxy_paths(paths: &[String]) -> Vec<String>;
         fn configs_to_check(served: ServedConfigs) -> Vec<StorageConfigId>;
