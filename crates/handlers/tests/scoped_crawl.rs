@@ -411,14 +411,15 @@ async fn a_live_photo_s_still_written_over_pairs_again_and_a_folder_s_crawl_pair
     let lib = library().await;
     let exif = FixtureExif::camera("2021:06:01 10:00:00", "+00:00");
     // Each video of its own content (one of the same would be a copy of the other).
-    for (folder, seed, seconds) in [("live", 1, 1.0), ("other", 9, 1.5)] {
+    for (folder, seed, seconds) in [("live", 1, 1.0), ("other", 9, 1.5), ("live-x", 5, 2.0)] {
         lib.write(&format!("{folder}/IMG_0001.JPG"), &fixtures::jpeg(320, 240, seed, false, &exif));
         let video = lib.root.join(format!("{folder}/IMG_0001.MOV"));
         fixtures::video(&video, seconds, 320, 240, "2021-06-01T10:00:02Z");
     }
-    assert_eq!(count(&lib.crawl().await, "live_photos_paired"), 2);
+    assert_eq!(count(&lib.crawl().await, "live_photos_paired"), 3);
     let mut conn = lib.conn().await;
-    sql_query("UPDATE media_assets SET paired_asset_id = NULL WHERE display_path LIKE 'other/%'")
+    // `live-x` sorts right after `live/`'s files: the folder's range must end before it.
+    sql_query("UPDATE media_assets SET paired_asset_id = NULL WHERE display_path NOT LIKE 'live/%'")
         .execute(&mut conn)
         .await
         .unwrap();
@@ -444,9 +445,10 @@ async fn a_live_photo_s_still_written_over_pairs_again_and_a_folder_s_crawl_pair
     };
     assert_eq!(pairs("live").await, ["live/IMG_0001.MOV", "live/IMG_0001.JPG"], "the new still and the video pair");
     assert_eq!(pairs("other").await, ["", ""], "another folder's candidates are not read");
+    assert_eq!(pairs("live-x").await, ["", ""], "nor those of a folder whose name starts with the crawl's");
     let whole = lib.crawl_with(json!({}), Default::default()).await.unwrap();
     assert_eq!(count(&whole, "live_photos_paired"), 0, "nothing changed: no pairs looked for: {whole}");
     lib.write("other/new.jpg", &photo(3));
-    assert_eq!(count(&lib.crawl().await, "live_photos_paired"), 1, "a whole crawl with a change looks everywhere");
+    assert_eq!(count(&lib.crawl().await, "live_photos_paired"), 2, "a whole crawl with a change looks everywhere");
     assert_eq!(pairs("other").await, ["other/IMG_0001.MOV", "other/IMG_0001.JPG", ""]);
 }

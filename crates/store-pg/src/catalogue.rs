@@ -321,7 +321,8 @@ impl PgStore {
               WHERE c.user_id = $1 AND NOT a.is_soft_deleted
                 AND a.capture_month = $2 AND a.capture_day = $3
                 AND (b.id IS NULL OR b.primary_asset_id = a.id)
-                AND NOT (a.media_type = 'video' AND p.media_type = 'image' AND NOT p.is_soft_deleted)
+                AND NOT (a.media_type = 'video' AND p.media_type = 'image' AND NOT p.is_soft_deleted
+                         AND p.paired_asset_id = a.id)
               ORDER BY a.captured_at DESC, a.id
               LIMIT $4",
                 )

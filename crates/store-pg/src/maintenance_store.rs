@@ -118,16 +118,8 @@ impl MaintenanceStore for PgStore {
         self.fenced(fence, async |_| Ok(())).await
     }
 
-    #[mutants::skip]
     async fn proxies_going(&self, fence: Fence, asset: AssetId) -> Result<(), CatalogueError> {
-        self.fenced(fence, async |conn| {
-            sql_query("UPDATE media_assets SET proxies_missing = true WHERE id = $1 AND NOT proxies_missing")
-                .bind::<Uuid, _>(asset.as_uuid())
-                .execute(conn)
-                .await?;
-            Ok(())
-        })
-        .await
+        proxy_rows::going(self, fence, asset).await
     }
 
     #[mutants::skip]

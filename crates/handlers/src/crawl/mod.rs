@@ -228,13 +228,12 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         let guard = &self.settings.mass_deletion;
         // Only a walk of the whole root tells what the root is now.
         let mount_point = scope.is_whole_root().then_some(is_mount_point);
+        let under = scope.pairs_under(&unseen);
         let soft_deleted = settle.vanished(unseen, active, guard, &args, mount_point, &run.counters).await?;
         if ctx.cancel.is_cancelled() {
             return Err(HandlerError::cancelled());
         }
-        // Pairs can only form where this crawl ingested, moved or revived something, and so inside its folders
-        // (a Live Photo's halves lie in one folder).
-        let under = (!scope.is_whole_root()).then(|| scope.folders());
+        // Pairs can only form where this crawl ingested, moved or revived something.
         let paired = if run.counters.changed_assets() { settle.pair_live_photos(under).await? } else { 0 };
         if ctx.cancel.is_cancelled() {
             return Err(HandlerError::cancelled());

@@ -54,6 +54,14 @@ impl CrawlScope {
         &self.folders
     }
 
+    /// Where this crawl's Live Photo pairs may form (a pair's halves lie in one folder): in its folders, or in the
+    /// whole config (`None`) for a crawl of the whole root, or one that moves an asset to a surviving copy outside
+    /// its folders (it may pair there).
+    pub fn pairs_under(&self, unseen: &Unseen) -> Option<&[Vec<u8>]> {
+        let moved_out = unseen.promotions.iter().any(|(_, copy)| !self.contains(&copy.file_path));
+        (!self.is_whole_root() && !moved_out).then_some(&self.folders[..])
+    }
+
     /// Whether the path (relative to the root) lies in one of the folders, everything below them included.
     pub fn contains(&self, path: &[u8]) -> bool {
         self.folders.iter().any(|f| f.is_empty() || (path.starts_with(f) && path.get(f.len()) == Some(&b'/')))

@@ -409,9 +409,10 @@ impl CatalogueStore for PgStore {
                            FROM media_assets AS a LEFT JOIN asset_metadata AS m ON m.asset_id = a.id
                           WHERE a.storage_config_id = $1 AND NOT a.is_soft_deleted
                             AND ($2::bytea IS NULL OR a.file_path >= $2) AND ($3::bytea IS NULL OR a.file_path < $3)
-                            AND NOT EXISTS (SELECT 1 FROM media_assets AS p
-                                             WHERE p.id = a.paired_asset_id AND NOT p.is_soft_deleted
-                                               AND p.paired_asset_id = a.id)",
+                            AND (a.paired_asset_id IS NULL
+                                 OR NOT EXISTS (SELECT 1 FROM media_assets AS p
+                                                 WHERE p.id = a.paired_asset_id AND p.storage_config_id = $1
+                                                   AND NOT p.is_soft_deleted AND p.paired_asset_id = a.id))",
                     )
                     .bind::<Uuid, _>(config.as_uuid())
                     .bind::<Nullable<Binary>, _>(from)
@@ -440,8 +441,11 @@ impl CatalogueStore for PgStore {
     #[mutants::skip]
     async fn pair(&self, fence: Fence, still: AssetId, motion: AssetId) -> Result<(), CatalogueError> {
         self.fenced(fence, async |conn| {
+            // Whatever else pointed at either half (a half revived, or left behind by a move) no longer does.
             sql_query(
-                "UPDATE media_assets SET paired_asset_id = CASE WHEN id = $1 THEN $2 ELSE $1 END WHERE id IN ($1, $2)",
+                "UPDATE media_assets
+                    SET paired_asset_id = CASE WHEN id = $1 THEN $2 WHEN id = $2 THEN $1 END
+                  WHERE id IN ($1, $2) OR paired_asset_id IN ($1, $2)",
             )
             .bind::<Uuid, _>(still.as_uuid())
             .bind::<Uuid, _>(motion.as_uuid())

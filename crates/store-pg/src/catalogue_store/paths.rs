@@ -51,8 +51,12 @@ pub(super) async fn take_path(
          ), moved AS (
             UPDATE media_assets a
                SET file_path = c.file_path, display_path = c.display_path, size_bytes = c.size_bytes,
-                   file_modified_at = c.file_modified_at, last_seen_at = now()
+                   file_modified_at = c.file_modified_at, last_seen_at = now(), paired_asset_id = NULL
               FROM copy c WHERE a.id = c.asset_id
+         ), unpaired AS (
+            -- A Live Photo's halves share a folder and a name: a half that moves is paired again by the crawl's
+            -- pairing, where it now lies, if it still matches there.
+            UPDATE media_assets p SET paired_asset_id = NULL FROM copy c WHERE p.paired_asset_id = c.asset_id
          ), dropped AS (
             DELETE FROM asset_extra_paths e USING copy c
              WHERE e.storage_config_id = $1 AND e.file_path = c.file_path
@@ -69,8 +73,14 @@ pub(super) async fn take_path(
 }
 
 /// Points `asset` at the file `facts` describe and makes it active; the path is no longer an extra path of
-/// any asset. After [`take_path`] of the same path in the same transaction.
+/// any asset. After [`take_path`] of the same path in the same transaction. The asset leaves its Live Photo
+/// pair, if it had one (a pair's halves share a folder and a name): the crawl's pairing pairs it again where it
+/// now lies, if it still matches there.
 pub(super) async fn place_at(conn: &mut AsyncPgConnection, asset: AssetId, facts: &FileFacts) -> QueryResult<()> {
+    sql_query("UPDATE media_assets SET paired_asset_id = NULL WHERE paired_asset_id = $1")
+        .bind::<Uuid, _>(asset.as_uuid())
+        .execute(conn)
+        .await?;
     sql_query(
         "DELETE FROM asset_extra_paths e USING media_assets a
           WHERE a.id = $1 AND e.storage_config_id = a.storage_config_id AND e.file_path = $2",
@@ -82,7 +92,7 @@ pub(super) async fn place_at(conn: &mut AsyncPgConnection, asset: AssetId, facts
     sql_query(
         "UPDATE media_assets
             SET file_path = $2, display_path = $3, size_bytes = $4, file_modified_at = $5,
-                is_soft_deleted = false, soft_deleted_at = NULL, last_seen_at = now()
+                is_soft_deleted = false, soft_deleted_at = NULL, last_seen_at = now(), paired_asset_id = NULL
           WHERE id = $1",
     )
     .bind::<Uuid, _>(asset.as_uuid())

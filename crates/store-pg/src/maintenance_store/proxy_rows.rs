@@ -38,6 +38,20 @@ pub(super) async fn of(
         .map_err(CatalogueError::from)
 }
 
+/// [`almanac_domain::ports::MaintenanceStore::proxies_going`].
+#[mutants::skip]
+pub(super) async fn going(store: &PgStore, fence: Fence, asset: AssetId) -> Result<(), CatalogueError> {
+    store
+        .fenced(fence, async |conn| {
+            sql_query("UPDATE media_assets SET proxies_missing = true WHERE id = $1 AND NOT proxies_missing")
+                .bind::<Uuid, _>(asset.as_uuid())
+                .execute(conn)
+                .await?;
+            Ok(())
+        })
+        .await
+}
+
 /// [`almanac_domain::ports::MaintenanceStore::delete_proxy_rows`]: the rows go and the assets are marked
 /// `proxies_missing`, so the next crawl reads them again and makes their proxies again (it would otherwise skip
 /// the unchanged file).
