@@ -189,6 +189,7 @@ impl<C: CatalogueStore> Run<'_, C> {
             held.push((entry.clone(), known));
             held.len() as u64
         };
+        bump(&self.counters.held_back);
         let library = *self.library.get_or_try_init(|| self.catalogue.active_assets(self.config)).await?;
         let guard = &self.settings.mass_deletion;
         if !guard.refuses_of(library, library, n) {

@@ -60,7 +60,7 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
             )));
         }
         let fatal: Mutex<Option<HandlerError>> = Mutex::default();
-        // Progress goes on while they are written (the walk's files are all counted done by then).
+        // Progress goes on while they are written: each is done once written (the walk's are all done by then).
         let replayed = std::sync::atomic::AtomicU64::new(0);
         futures_util::stream::iter(held)
             .for_each_concurrent(self.settings.max_concurrent_files.max(1), |(entry, known)| {
@@ -70,6 +70,7 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
                         return;
                     }
                     self.one_file(run, &entry, Some(&known), true, fatal).await;
+                    run.counters.held_back.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
                     let n = replayed.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
                     if n.is_multiple_of(super::PROGRESS_EVERY) {
                         crate::report_progress(progress, &run.counts());

@@ -31,6 +31,9 @@ pub(super) struct Counters {
     pub failed: AtomicU64,
     /// Files still being written: left for a crawl later.
     pub settling: AtomicU64,
+    /// Files held back until the guard has weighed them ([`super::Run::hold_back`]) and not written yet: found, but
+    /// not done.
+    pub held_back: AtomicU64,
     /// The folders they are in, for the crawl of some folders asked for again.
     pub settling_in: Mutex<SettlingFolders>,
     pub bytes_hashed: AtomicU64,
@@ -89,7 +92,7 @@ impl Counters {
         counts.failed = get(&self.failed);
         counts.settling = get(&self.settling);
         counts.bytes_hashed = get(&self.bytes_hashed);
-        counts.done = get(&self.found);
+        counts.done = get(&self.found).saturating_sub(get(&self.held_back));
         counts.total = self.listing_done.load(Ordering::Relaxed).then(|| self.listed());
         counts.seconds = (since.elapsed().as_secs_f64() * 10.0).round() / 10.0;
         counts
@@ -130,6 +133,19 @@ impl Counters {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Files held back are found but not done until they are written: the progress moves on during their replay
+    /// instead of standing at its total.
+    #[test]
+    fn files_held_back_are_done_once_written() {
+        let counters = Counters::default();
+        counters.found.store(10, Ordering::Relaxed);
+        counters.held_back.store(3, Ordering::Relaxed);
+        let counts = counters.counts(std::time::Instant::now());
+        assert_eq!((counts.found, counts.done), (10, 7));
+        counters.held_back.fetch_sub(3, Ordering::Relaxed);
+        assert_eq!(counters.counts(std::time::Instant::now()).done, 10);
+    }
 
     #[test]
     fn failures_are_all_counted_and_the_first_two_hundred_listed() {
