@@ -609,19 +609,7 @@ fn a_schema_newer_than_this_binary_is_refused_with_exit_2() {
 #[test]
 fn a_running_worker_stops_with_exit_2_when_a_newer_one_migrates_the_database() {
     let s = setup(3);
-    s.cli(&["migrate"]);
-    let root = s.library.to_str().unwrap();
-    s.cli(&["config", "add", "--user", "ann", "--root", root]);
-    // The crawl's first write of an asset waits behind this lock (a migration's) while the test needs it running.
-    let writes_held = hold_writes(s.db.url(), "media_assets");
-    let id = s.cli(&["enqueue", "crawl", "--config", root]).split_whitespace().next().unwrap().to_owned();
-    let mut w = s.worker("older", s.db.url(), &[("ALMANAC__QUEUE__SHUTDOWN_GRACE", "500ms")]);
-    s.wait_for(
-        "the crawl to wait for its first write",
-        "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' \
-         AND query ILIKE '%media_assets%'",
-        Duration::from_secs(30),
-    );
+    let (writes_held, id, mut w) = s.crawl_waiting_for_a_lock("older", &[("ALMANAC__QUEUE__SHUTDOWN_GRACE", "500ms")]);
     s.query("INSERT INTO __diesel_schema_migrations (version) VALUES ('20991231000001')");
     let stopped = w.wait_for_event("schema_newer_than_this_worker", Duration::from_secs(30));
     // The migration's locks go once the shutdown's grace has stopped the crawl: it ends at its next file.
@@ -653,20 +641,12 @@ fn a_running_worker_stops_with_exit_2_when_a_newer_one_migrates_the_database() {
 #[test]
 fn statements_of_a_killed_worker_that_wait_for_a_lock_end_with_it() {
     let s = setup(3);
-    s.cli(&["migrate"]);
-    let root = s.library.to_str().unwrap();
-    s.cli(&["config", "add", "--user", "ann", "--root", root]);
-    let writes_held = hold_writes(s.db.url(), "media_assets");
-    let id = s.cli(&["enqueue", "crawl", "--config", root]).split_whitespace().next().unwrap().to_owned();
-    let mut w = s.worker("killed", s.db.url(), &[("ALMANAC__QUEUE__LEASE", "1h")]);
-    let waiting = "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' \
-                   AND query ILIKE '%media_assets%'";
-    s.wait_for("the crawl to wait for its first write", waiting, Duration::from_secs(30));
+    let (writes_held, id, mut w) = s.crawl_waiting_for_a_lock("killed", &[("ALMANAC__QUEUE__LEASE", "1h")]);
     w.child.kill().unwrap();
     w.child.wait().unwrap();
     s.wait_for(
         "the killed Worker's waiting statements to end",
-        &format!("SELECT 1 WHERE NOT EXISTS ({waiting})"),
+        &format!("SELECT 1 WHERE NOT EXISTS ({WAITING_FOR_ASSETS})"),
         Duration::from_secs(5),
     );
     // Their transactions' locks went with them (the item's row is free: NOWAIT fails on a row still locked), while
@@ -682,6 +662,29 @@ fn statements_of_a_killed_worker_that_wait_for_a_lock_end_with_it() {
         Duration::from_secs(5),
     );
     assert_eq!(s.query(none)[0], ["0"], "nothing written by the killed Worker");
+}
+
+/// A statement of this test's database waiting for a lock on the assets.
+const WAITING_FOR_ASSETS: &str = "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() \
+                                  AND wait_event_type = 'Lock' AND query ILIKE '%media_assets%'";
+
+impl Setup {
+    /// A Worker `name` (with `env`) running a crawl of the library whose first write of an asset waits behind a
+    /// lock this test holds (a migration's, say) until the returned sender is dropped; and the crawl's id.
+    fn crawl_waiting_for_a_lock(
+        &self,
+        name: &str,
+        env: &[(&str, &str)],
+    ) -> (std::sync::mpsc::Sender<()>, String, Worker) {
+        self.cli(&["migrate"]);
+        let root = self.library.to_str().unwrap();
+        self.cli(&["config", "add", "--user", "ann", "--root", root]);
+        let writes_held = hold_writes(self.db.url(), "media_assets");
+        let id = self.cli(&["enqueue", "crawl", "--config", root]).split_whitespace().next().unwrap().to_owned();
+        let w = self.worker(name, self.db.url(), env);
+        self.wait_for("the crawl to wait for its first write", WAITING_FOR_ASSETS, Duration::from_secs(30));
+        (writes_held, id, w)
+    }
 }
 
 /// Holds `LOCK TABLE <table> IN EXCLUSIVE MODE` (reads pass, writes wait) on a connection of its own until the
