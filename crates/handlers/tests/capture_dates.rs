@@ -390,6 +390,52 @@ async fn stills_that_fill_the_pixel_budget_are_all_crawled() {
     assert!(reason.contains("1001x1000") && reason.contains("max_image_megapixels"), "{reason}");
 }
 
+/// Every file under `dir` named `name`, at any depth.
+fn files_named(dir: &std::path::Path, name: &str) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .map(|e| e.unwrap().path())
+        .map(|p| if p.is_dir() { files_named(&p, name) } else { usize::from(p.file_name().unwrap() == name) })
+        .sum()
+}
+
+/// A video's frames are held to the pixel limit a still is, in every container and codec a camera writes (H.264
+/// in MP4, MPEG-2 in a DVD camcorder's MPG, VP8 in WebM): each over it fails with its frame's size and the setting
+/// to raise, no proxy of it is left, and the rest of the library is crawled.
+#[tokio::test]
+async fn videos_whose_frames_are_over_the_pixel_limit_fail_and_the_rest_is_crawled() {
+    use almanac_handlers::{CrawlHandler, CrawlSettings, MassDeletionGuard};
+    let lib = library().await;
+    for name in ["VID_20190720_120000.mp4", "MOV_0001.mpg", "clip.webm"] {
+        fixtures::video_in(&lib.root.join("over").join(name), 0.5, 640, 480, None);
+    }
+    fixtures::video_in(&lib.root.join("within/VID_20190721_120000.mp4"), 0.5, 320, 240, None);
+    lib.write("within/IMG_20190721_120001.jpg", &fixtures::jpeg(64, 48, 1, true, &FixtureExif::default()));
+    let handler = CrawlHandler::new(
+        lib.store.clone(),
+        CrawlSettings {
+            proxy_root: lib.proxies.clone(),
+            max_concurrent_files: 4,
+            tool_limits: almanac_media::ToolLimits::default(),
+            mass_deletion: MassDeletionGuard::default(),
+            // 320 x 240 is 76,800 pixels, 640 x 480 is 307,200.
+            max_image_pixels: 100_000,
+            settle_time: std::time::Duration::ZERO,
+        },
+    );
+    let item = lib.item(serde_json::json!({})).await;
+    let result = lib.run_handler(&handler, item).await.expect("the crawl succeeds");
+    assert_eq!((result["ingested"].as_u64(), result["failed"].as_u64()), (Some(2), Some(3)), "{result}");
+    for failure in result["failures"].as_array().unwrap() {
+        let (path, reason) = (failure["path"].as_str().unwrap(), failure["reason"].as_str().unwrap());
+        assert!(path.starts_with("over/"), "{path}: {reason}");
+        assert!(reason.contains("a frame of the video claims 640x480 pixels"), "{path}: {reason}");
+        assert!(reason.contains("storage.max_image_megapixels"), "{path}: {reason}");
+    }
+    assert_eq!(files_named(&lib.proxies, "poster.jpg"), 1, "only the video within the limit has a poster");
+    assert_eq!(files_named(&lib.proxies, "web.mp4"), 1, "and a web video");
+}
+
 const DATES_READ_AGAIN_UP: &str = include_str!("../../../migrations/2026-12-06-000038_dates_read_again/up.sql");
 const DATES_READ_AGAIN_DOWN: &str = include_str!("../../../migrations/2026-12-06-000038_dates_read_again/down.sql");
 

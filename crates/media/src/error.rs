@@ -186,4 +186,49 @@ impl MediaError {
     pub(crate) fn corrupt(path: impl Into<PathBuf>, reason: impl ToString) -> Self {
         MediaError::Corrupt { path: path.into(), reason: reason.to_string() }
     }
+
+    /// A picture of `width` × `height`, more pixels than `max_pixels` (setting `storage.max_image_megapixels`): a
+    /// decompression bomb, or a genuine giant. The one wording of that refusal, for a still's header and for a
+    /// video's frame.
+    pub(crate) fn too_many_pixels(
+        path: impl Into<PathBuf>,
+        picture: Picture,
+        width: u32,
+        height: u32,
+        max_pixels: u64,
+    ) -> Self {
+        let (claims, file) = match picture {
+            Picture::Image => ("the image claims", "image"),
+            Picture::VideoFrame => ("a frame of the video claims", "video"),
+        };
+        let pixels = u64::from(width) * u64::from(height);
+        Self::corrupt(
+            path,
+            format!(
+                "{claims} {width}x{height} pixels ({} megapixels), more than the limit of {} (setting \
+                 storage.max_image_megapixels); refused before decoding. Raise the limit if the {file} is genuine",
+                megapixels(pixels),
+                megapixels(max_pixels)
+            ),
+        )
+    }
+}
+
+/// What a refusal for its pixels is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Picture {
+    /// A still.
+    Image,
+    /// A frame of a video.
+    VideoFrame,
+}
+
+/// Pixels as megapixels for a message: whole, or with one decimal below ten (a small limit set for a test, or
+/// a 1.3 MP frame over a 1 MP limit, reads as what it is rather than as "1").
+fn megapixels(pixels: u64) -> String {
+    if pixels >= 10_000_000 || pixels.is_multiple_of(1_000_000) {
+        (pixels / 1_000_000).to_string()
+    } else {
+        format!("{:.1}", pixels as f64 / 1_000_000.0)
+    }
 }

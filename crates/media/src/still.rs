@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::decode_guard;
 use crate::detect::MediaFormat;
+use crate::error::Picture;
 use crate::exif_facts::orientation_degrees;
 use crate::jpeg_scans::{self, MOST_JPEG_SCANS};
 use crate::tool::{OPEN_ORIGINAL, run_tool};
@@ -126,16 +127,7 @@ fn check_pixels(path: &Path, width: u32, height: u32, max_pixels: u64) -> Result
         return Err(MediaError::corrupt(path, format!("the image claims {width}x{height} pixels")));
     }
     if pixels > max_pixels {
-        return Err(MediaError::corrupt(
-            path,
-            format!(
-                "the image claims {width}x{height} pixels ({} megapixels), more than the limit of {} \
-                 (setting storage.max_image_megapixels); refused before decoding. Raise the limit if the \
-                 image is genuine",
-                pixels / 1_000_000,
-                max_pixels / 1_000_000
-            ),
-        ));
+        return Err(MediaError::too_many_pixels(path, Picture::Image, width, height, max_pixels));
     }
     Ok(())
 }

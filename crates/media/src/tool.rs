@@ -13,6 +13,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::MediaError;
+use crate::error::Picture;
 use crate::tool_output::{ERROR_TAIL, MOST_TOOL_OUTPUT, Unread, read_at_most, read_tail};
 
 /// Time limits for external tools.
@@ -108,6 +109,14 @@ pub(crate) async fn run_tool(
             return Err(stopped);
         }
     };
+    if package == "ffmpeg"
+        && let Some((width, height, limit)) = crate::tool_output::pixel_limit_refusal(&err)
+    {
+        // A picture over the limit ffmpeg or ffprobe was given: refused however the tool ended. ffmpeg fails when
+        // the stream's first picture is over it, but ends with success on a stream that grows past it midway,
+        // having left out every picture from there (a web video cut short).
+        return Err(MediaError::too_many_pixels(path, Picture::VideoFrame, width, height, limit));
+    }
     if status.success() {
         Ok(out)
     } else {

@@ -67,9 +67,35 @@ pub(crate) async fn read_tail(
     Ok(())
 }
 
+/// What libavcodec writes when a picture is larger than the decoder was told to allow (its option `max_pixels`,
+/// which the Worker gives ffmpeg and ffprobe from `storage.max_image_megapixels`): "Picture size 16384x8192
+/// exceeds specified max pixel count 100000000, see the documentation if you wish to increase it". Its
+/// width, height and the limit, from the last such line of `log`; `None` when there is none.
+pub(crate) fn pixel_limit_refusal(log: &[u8]) -> Option<(u32, u32, u64)> {
+    let text = String::from_utf8_lossy(log);
+    text.lines().rev().find_map(|line| {
+        let (_, size) = line.split_once("Picture size ")?;
+        let (size, rest) = size.split_once(" exceeds specified max pixel count ")?;
+        let (width, height) = size.split_once('x')?;
+        let limit: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        Some((width.parse().ok()?, height.parse().ok()?, limit.parse().ok()?))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn libavcodecs_refusal_of_a_picture_gives_its_size_and_the_limit() {
+        let log = b"[h264 @ 0x55e6] [IMGUTILS @ 0x7ffe] Picture size 16384x8192 exceeds specified max pixel count \
+                    100000000, see the documentation if you wish to increase it\n[h264 @ 0x55e6] no frame!\n\
+                    Error while decoding stream #0:0: Invalid data found when processing input\n";
+        assert_eq!(pixel_limit_refusal(log), Some((16384, 8192, 100_000_000)));
+        let other = b"[h264 @ 0x1] error while decoding MB 12 7\nPicture size is what it is\n";
+        assert_eq!(pixel_limit_refusal(other), None);
+        assert_eq!(pixel_limit_refusal(b""), None);
+    }
 
     /// A reader of `total` bytes of `line` over and over, then `last`.
     fn flood(line: &[u8], total: usize, last: &[u8]) -> std::io::Cursor<Vec<u8>> {

@@ -82,14 +82,20 @@ fn plausible(c: &CaptureTime) -> bool {
 }
 
 /// Reads a video's dimensions, duration, rotation, creation time and Apple content identifier with ffprobe,
-/// which reads the open original (never its path).
+/// which reads the open original (never its path). ffprobe decodes a picture or two to describe the streams: one
+/// larger than `max_pixels` is refused before it is decoded ([`decoder_limit`]).
 pub async fn probe_video(
     original: &Original,
     limits: ToolLimits,
+    max_pixels: u64,
     cancel: &CancellationToken,
 ) -> Result<VideoFacts, MediaError> {
     let path = original.path();
-    let args = args(&["-v", "error", "-print_format", "json", "-show_format", "-show_streams", OPEN_ORIGINAL]);
+    let args = args(&["-v", "error"])
+        .into_iter()
+        .chain(decoder_limit(max_pixels))
+        .chain(args(&["-print_format", "json", "-show_format", "-show_streams", OPEN_ORIGINAL]))
+        .collect();
     let out = run_tool("ffprobe", "ffmpeg", args, Some(tool_input(original)?), path, limits.quick, cancel).await?;
     let probe: Probe = serde_json::from_slice(&out).map_err(|e| MediaError::corrupt(path, e))?;
     let video = probe
@@ -145,7 +151,8 @@ fn clockwise_degrees(counter_clockwise: i64) -> u16 {
 /// Writes `poster.jpg` (a frame near the start, upright, at most 1920 px on its longest side) and `web.mp4`
 /// (H.264, at most 720 lines, AAC, fast start) into `dest_dir`, each through a temporary name (whatever was there
 /// removed first, a link too), flushed to disk before it is renamed into place. ffmpeg reads the open original,
-/// never its path.
+/// never its path, and decodes no picture larger than `max_pixels` ([`decoder_limit`]): a video with one is
+/// refused, and neither proxy takes its name.
 ///
 /// A proxy takes its name only when whole: ffmpeg ended with success, and the file checks out (the poster
 /// decodes to its end; the web video probes with a video stream and a duration, and every packet its index
@@ -156,9 +163,10 @@ pub async fn make_video_proxies(
     original: &Original,
     dest_dir: &Path,
     limits: ToolLimits,
+    max_pixels: u64,
     cancel: &CancellationToken,
 ) -> Result<VideoProxies, MediaError> {
-    make_video_proxies_with("ffmpeg", original, dest_dir, limits, cancel).await
+    make_video_proxies_with("ffmpeg", original, dest_dir, limits, max_pixels, cancel).await
 }
 
 /// [`make_video_proxies`] with the ffmpeg program named (tests give a stand-in that fails as a full disk does).
@@ -167,10 +175,12 @@ pub(crate) async fn make_video_proxies_with(
     original: &Original,
     dest_dir: &Path,
     limits: ToolLimits,
+    max_pixels: u64,
     cancel: &CancellationToken,
 ) -> Result<VideoProxies, MediaError> {
     std::fs::create_dir_all(dest_dir).map_err(|e| MediaError::write(dest_dir, e))?;
-    let making = Making { ffmpeg, original, input: OsString::from(OPEN_ORIGINAL), dest_dir, limits, cancel };
+    let input = OsString::from(OPEN_ORIGINAL);
+    let making = Making { ffmpeg, original, input, dest_dir, limits, max_pixels, cancel };
     let poster = making.poster().await?;
     let web = making.web_video().await?;
     sync_folder(dest_dir)?;
@@ -186,6 +196,8 @@ struct Making<'a> {
     input: OsString,
     dest_dir: &'a Path,
     limits: ToolLimits,
+    /// The most pixels a picture ffmpeg decodes may have.
+    max_pixels: u64,
     cancel: &'a CancellationToken,
 }
 
@@ -245,6 +257,7 @@ impl Making<'_> {
         let poster_args = |seek: &[&str]| -> Vec<OsString> {
             args(&["-nostdin", "-y", "-v", "error"])
                 .into_iter()
+                .chain(decoder_limit(self.max_pixels))
                 .chain(args(seek))
                 .chain(args(&["-i"]))
                 .chain([self.input.clone()])
@@ -282,8 +295,10 @@ impl Making<'_> {
         let web_tmp = self.dest_dir.join(ProxyType::WebVideo.temporary_file_name().expect("a file proxy"));
         // ffmpeg writes through a link at its output's name: whatever is there goes first.
         clear_temporary(&web_tmp)?;
-        let web_args = args(&["-nostdin", "-y", "-v", "error", "-i"])
+        let web_args = args(&["-nostdin", "-y", "-v", "error"])
             .into_iter()
+            .chain(decoder_limit(self.max_pixels))
+            .chain(args(&["-i"]))
             .chain([self.input.clone()])
             .chain(args(&[
                 "-map",
@@ -409,6 +424,16 @@ fn poster_scale() -> String {
         "scale='min({POSTER_LONG_SIDE},iw)':'min({POSTER_LONG_SIDE},ih)':force_original_aspect_ratio=decrease:\
          force_divisible_by=2"
     )
+}
+
+/// The input option that makes ffmpeg's and ffprobe's decoders refuse a picture of more than `max_pixels` before
+/// decoding it (libavcodec's `max_pixels`, which takes at most `i32::MAX`). A video's frames are held to
+/// `storage.max_image_megapixels` as a still is: a crafted video of a few hundred kilobytes can hold frames of
+/// hundreds of megapixels (black, compressed to almost nothing), and ffmpeg takes about 4 bytes a pixel to decode
+/// and scale them (500 MB for 16,384 × 8,192), more with every frame it decodes ahead. [`crate::tool`] turns the
+/// decoder's refusal into the same error a still gets.
+fn decoder_limit(max_pixels: u64) -> [OsString; 2] {
+    ["-max_pixels".into(), max_pixels.min(i32::MAX as u64).to_string().into()]
 }
 
 fn is_non_empty(path: &Path) -> bool {

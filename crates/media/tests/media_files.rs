@@ -175,7 +175,7 @@ async fn video_is_probed_and_gets_a_poster_and_a_720p_web_video() {
     let src = dir.path().join("clip.mov");
     fixtures::video(&src, 1.5, 1280, 960, "2021-06-01T10:00:00Z");
     let cancel = CancellationToken::new();
-    let facts = probe_video(&open(&src), ToolLimits::default(), &cancel).await.unwrap();
+    let facts = probe_video(&open(&src), ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel).await.unwrap();
     assert_eq!((facts.metadata.width, facts.metadata.height), (Some(1280), Some(960)));
     let duration = facts.metadata.duration_ms.unwrap();
     assert!((1400..=1700).contains(&duration), "{duration}");
@@ -183,10 +183,11 @@ async fn video_is_probed_and_gets_a_poster_and_a_720p_web_video() {
     assert_eq!(facts.created.unwrap().source, CaptureSource::Container);
 
     let out = dir.path().join("proxies");
-    let made = make_video_proxies(&open(&src), &out, ToolLimits::default(), &cancel).await.unwrap();
+    let made = make_video_proxies(&open(&src), &out, ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel).await.unwrap();
     assert!(made.poster_bytes > 0 && made.web_video_bytes > 0);
     assert_eq!(dims(&out.join("poster.jpg")), (1280, 960));
-    let web = probe_video(&open(&out.join("web.mp4")), ToolLimits::default(), &cancel).await.unwrap();
+    let web =
+        probe_video(&open(&out.join("web.mp4")), ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel).await.unwrap();
     assert_eq!((web.metadata.width, web.metadata.height), (Some(960), Some(720)));
     let mut names: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).collect();
     names.sort();
@@ -202,13 +203,14 @@ async fn a_portrait_video_s_poster_is_at_most_1920_on_its_longest_side() {
     let src = dir.path().join("portrait.mov");
     fixtures::rotated_video(&src, 0.6, 2560, 1440, 90);
     let cancel = CancellationToken::new();
-    let facts = probe_video(&open(&src), ToolLimits::default(), &cancel).await.unwrap();
+    let facts = probe_video(&open(&src), ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel).await.unwrap();
     assert_eq!((facts.metadata.width, facts.metadata.height), (Some(2560), Some(1440)), "stored landscape");
     assert_eq!(facts.metadata.orientation_degrees % 180, 90, "shown a quarter turn round");
     let out = dir.path().join("proxies");
-    make_video_proxies(&open(&src), &out, ToolLimits::default(), &cancel).await.unwrap();
+    make_video_proxies(&open(&src), &out, ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel).await.unwrap();
     assert_eq!(dims(&out.join("poster.jpg")), (1080, 1920));
-    let web = probe_video(&open(&out.join("web.mp4")), ToolLimits::default(), &cancel).await.unwrap();
+    let web =
+        probe_video(&open(&out.join("web.mp4")), ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel).await.unwrap();
     let upright = (web.metadata.width, web.metadata.height, web.metadata.orientation_degrees);
     assert_eq!(upright, (Some(406), Some(720), 0));
 }
@@ -222,7 +224,10 @@ async fn a_short_clip_gets_its_first_frame_and_never_an_earlier_attempts_debris(
     std::fs::create_dir_all(&out).unwrap();
     // A killed attempt left half a poster behind.
     std::fs::write(out.join(".poster.tmp.jpg"), b"\xff\xd8\xff half a jpeg").unwrap();
-    let made = make_video_proxies(&open(&src), &out, ToolLimits::default(), &CancellationToken::new()).await.unwrap();
+    let made =
+        make_video_proxies(&open(&src), &out, ToolLimits::default(), DEFAULT_MAX_PIXELS, &CancellationToken::new())
+            .await
+            .unwrap();
     assert_eq!(dims(&out.join("poster.jpg")), (320, 240), "a real frame, not the debris");
     assert!(made.poster_bytes > 100);
 }
@@ -232,7 +237,9 @@ async fn a_video_that_is_not_one_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("broken.mp4");
     std::fs::write(&src, b"\0\0\0\x18ftypisom\0\0\0\0 and then garbage").unwrap();
-    let err = probe_video(&open(&src), ToolLimits::default(), &CancellationToken::new()).await.unwrap_err();
+    let err = probe_video(&open(&src), ToolLimits::default(), DEFAULT_MAX_PIXELS, &CancellationToken::new())
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("broken.mp4"), "{err}");
 }
 
@@ -249,7 +256,8 @@ async fn cancellation_stops_ffmpeg_within_a_second_and_leaves_no_process() {
         trigger.cancel();
     });
     let started = Instant::now();
-    let err = make_video_proxies(&open(&src), &out, ToolLimits::default(), &cancel).await.unwrap_err();
+    let err =
+        make_video_proxies(&open(&src), &out, ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel).await.unwrap_err();
     let stopped_after = started.elapsed();
     assert!(matches!(err, MediaError::Cancelled), "{err:?}");
     // The transcode alone takes several times longer than this: returning here means it was killed, not

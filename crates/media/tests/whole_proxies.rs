@@ -29,7 +29,8 @@ async fn a_proxy_volume_that_fills_up_under_ffmpeg_leaves_no_poster_cut_short() 
     let Some(volume) = ScratchVolume::small(&dir.path().join("proxies"), 16, false) else { return };
     let clip = RootFolder::open(dir.path()).unwrap().open_file(b"clip.mov").unwrap();
     let cancel = CancellationToken::new();
-    let err = make_video_proxies(&clip, volume.path(), ToolLimits::default(), &cancel).await.unwrap_err();
+    let err =
+        make_video_proxies(&clip, volume.path(), ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel).await.unwrap_err();
     assert!(matches!(&err, MediaError::ProxyNotMade { proxy: ProxyType::Poster, .. }), "{err:?}");
     let message = err.to_string();
     assert!(message.contains("No space left on device"), "ffmpeg's own words: {message}");
@@ -91,7 +92,9 @@ async fn links_at_the_temporary_names_of_a_video_s_proxies_are_never_written_thr
         outside.push(target);
     }
     let clip = RootFolder::open(dir.path()).unwrap().open_file(b"clip.mp4").unwrap();
-    make_video_proxies(&clip, &out, ToolLimits::default(), &CancellationToken::new()).await.unwrap();
+    make_video_proxies(&clip, &out, ToolLimits::default(), DEFAULT_MAX_PIXELS, &CancellationToken::new())
+        .await
+        .unwrap();
     for target in &outside {
         assert_eq!(std::fs::read(target).unwrap(), b"someone else's file", "{}", target.display());
     }

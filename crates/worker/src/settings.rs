@@ -93,8 +93,8 @@ pub struct Storage {
     pub mass_deletion_min_assets: u64,
     /// See `mass_deletion_min_assets`; 1 to 100.
     pub mass_deletion_max_percent: u8,
-    /// Stills whose header claims more megapixels than this are refused before decoding (a decompression
-    /// bomb), recorded as failed files with the reason.
+    /// Stills whose header claims more megapixels than this, and videos with a frame of more, are refused before
+    /// decoding (a decompression bomb), recorded as failed files with the reason.
     pub max_image_megapixels: u64,
     /// A file is read only once its size and mtime have stayed the same this long (a copy or a sync still
     /// writing it is left for a crawl that much later); 0 to 1 h.

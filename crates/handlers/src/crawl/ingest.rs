@@ -417,9 +417,9 @@ impl<C: CatalogueStore> Run<'_, C> {
         hash: &ContentHash,
     ) -> Result<Made, FileProblem> {
         let (dir, rel_file) = self.proxy_dir(hash);
-        let limits = self.settings.tool_limits;
-        let probed = almanac_media::probe_video(original, limits, &self.cancel).await?;
-        let made = almanac_media::make_video_proxies(original, &dir, limits, &self.cancel).await?;
+        let (limits, max_pixels) = (self.settings.tool_limits, self.settings.max_image_pixels);
+        let probed = almanac_media::probe_video(original, limits, max_pixels, &self.cancel).await?;
+        let made = almanac_media::make_video_proxies(original, &dir, limits, max_pixels, &self.cancel).await?;
         let capture = self.best_capture(entry, probed.created).await;
         let file = |proxy_type, size_bytes| NewProxy {
             proxy_type,
@@ -447,8 +447,8 @@ impl<C: CatalogueStore> Run<'_, C> {
                 .map_err(|e| FileProblem::Failed(format!("reading metadata ended abnormally: {e}")))?
             }
             Content::Video => {
-                let probed =
-                    almanac_media::probe_video(&read.original, self.settings.tool_limits, &self.cancel).await?;
+                let (limits, max_pixels) = (self.settings.tool_limits, self.settings.max_image_pixels);
+                let probed = almanac_media::probe_video(&read.original, limits, max_pixels, &self.cancel).await?;
                 probed.created.into_iter().collect()
             }
         };

@@ -2,8 +2,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::*;
-use crate::RootFolder;
+use crate::fixtures::video_in;
 use crate::fixtures::{self, FixtureExif};
+use crate::{DEFAULT_MAX_PIXELS, RootFolder};
 
 /// A stand-in for ffmpeg, written by a shell of its own (so no file handle of ours is open on it when it
 /// runs), doing `poster` when asked for the poster and `web` for the web video; its output is its last
@@ -61,7 +62,9 @@ async fn a_poster_cut_short_by_a_failing_ffmpeg_never_takes_its_name_and_the_err
     );
     let ffmpeg = fake_ffmpeg(s.dir.path(), &cut, "exit 1");
     let cancel = CancellationToken::new();
-    let err = make_video_proxies_with(ffmpeg, &s.clip, &s.out, ToolLimits::default(), &cancel).await.unwrap_err();
+    let err = make_video_proxies_with(ffmpeg, &s.clip, &s.out, ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel)
+        .await
+        .unwrap_err();
     assert!(
         matches!(&err, MediaError::ProxyNotMade { proxy: ProxyType::Poster, .. }),
         "a failed tool is an error: {err:?}"
@@ -77,7 +80,9 @@ async fn a_poster_cut_short_is_refused_even_when_ffmpeg_says_it_succeeded() {
     let cut = format!("head -c 8192 '{}' > \"$last\"", s.whole_jpeg.display());
     let ffmpeg = fake_ffmpeg(s.dir.path(), &cut, "exit 1");
     let cancel = CancellationToken::new();
-    let err = make_video_proxies_with(ffmpeg, &s.clip, &s.out, ToolLimits::default(), &cancel).await.unwrap_err();
+    let err = make_video_proxies_with(ffmpeg, &s.clip, &s.out, ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel)
+        .await
+        .unwrap_err();
     assert!(matches!(&err, MediaError::ProxyNotMade { proxy: ProxyType::Poster, .. }), "{err:?}");
     assert!(err.to_string().contains("cut short"), "{err}");
     assert_eq!(names(&s.out), Vec::<String>::new());
@@ -101,7 +106,9 @@ async fn a_web_video_cut_short_is_refused_even_when_ffmpeg_says_it_succeeded() {
     let cut = format!("head -c {keep} '{}' > \"$last\"", web.display());
     let ffmpeg = fake_ffmpeg(s.dir.path(), &poster, &cut);
     let cancel = CancellationToken::new();
-    let err = make_video_proxies_with(ffmpeg, &s.clip, &s.out, ToolLimits::default(), &cancel).await.unwrap_err();
+    let err = make_video_proxies_with(ffmpeg, &s.clip, &s.out, ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel)
+        .await
+        .unwrap_err();
     assert!(matches!(&err, MediaError::ProxyNotMade { proxy: ProxyType::WebVideo, .. }), "{err:?}");
     assert!(err.to_string().contains("cut short"), "{err}");
     assert_eq!(names(&s.out), ["poster.jpg"], "the whole poster stays; no part of the web video does");
@@ -114,10 +121,76 @@ async fn a_failing_transcode_is_an_error_and_leaves_no_web_video() {
     let poster = format!("cp '{}' \"$last\"", s.whole_jpeg.display());
     let ffmpeg = fake_ffmpeg(s.dir.path(), &poster, "echo partial > \"$last\"; echo 'Conversion failed!' >&2; exit 1");
     let cancel = CancellationToken::new();
-    let err = make_video_proxies_with(ffmpeg, &s.clip, &s.out, ToolLimits::default(), &cancel).await.unwrap_err();
+    let err = make_video_proxies_with(ffmpeg, &s.clip, &s.out, ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel)
+        .await
+        .unwrap_err();
     assert!(matches!(&err, MediaError::ProxyNotMade { proxy: ProxyType::WebVideo, .. }), "{err:?}");
     assert!(err.to_string().contains("Conversion failed!"), "{err}");
     assert_eq!(names(&s.out), ["poster.jpg"]);
+}
+
+/// What a refusal for a video's frames must say: the frame's size and the setting to raise.
+fn assert_refused_for_its_frames(err: &MediaError, size: &str) {
+    assert!(matches!(err, MediaError::Corrupt { .. }), "{err:?}");
+    let message = err.to_string();
+    assert!(message.contains(&format!("a frame of the video claims {size} pixels")), "{message}");
+    assert!(message.contains("storage.max_image_megapixels") && message.contains("refused"), "{message}");
+}
+
+/// A video's frames are held to the stills' pixel limit: ffprobe and ffmpeg refuse a picture over it before
+/// decoding it, and the refusal names the frame's size and the setting. Neither proxy is left.
+#[tokio::test]
+async fn a_video_whose_frames_are_over_the_pixel_limit_is_refused_by_the_probe_and_by_ffmpeg() {
+    let s = setup();
+    let cancel = CancellationToken::new();
+    // 320 x 240 is 76,800 pixels.
+    let probed = probe_video(&s.clip, ToolLimits::default(), 50_000, &cancel).await;
+    assert_refused_for_its_frames(&probed.unwrap_err(), "320x240");
+    let made = make_video_proxies(&s.clip, &s.out, ToolLimits::default(), 50_000, &cancel).await;
+    assert_refused_for_its_frames(&made.unwrap_err(), "320x240");
+    assert_eq!(names(&s.out), Vec::<String>::new(), "no proxy, no temporary file");
+    // At the limit, the same clip is read and its proxies made.
+    let facts = probe_video(&s.clip, ToolLimits::default(), 76_800, &cancel).await.unwrap();
+    assert_eq!((facts.metadata.width, facts.metadata.height), (Some(320), Some(240)));
+    make_video_proxies(&s.clip, &s.out, ToolLimits::default(), 76_800, &cancel).await.unwrap();
+    assert_eq!(names(&s.out), ["poster.jpg", "web.mp4"]);
+}
+
+/// A stream that grows past the limit midway (here a camera's transport stream of 320 x 240, then 640 x 480):
+/// ffprobe and the poster see only its start, and ffmpeg's transcode, which leaves out every picture over the
+/// limit, ends with success. The web video it wrote, cut short, is refused for the frames it left out.
+#[tokio::test]
+async fn a_video_that_grows_past_the_pixel_limit_midway_gets_no_web_video() {
+    let s = setup();
+    let (small, large) = (s.dir.path().join("small.mts"), s.dir.path().join("large.mts"));
+    video_in(&small, 2.0, 320, 240, None);
+    video_in(&large, 1.0, 640, 480, None);
+    let joined = [std::fs::read(&small).unwrap(), std::fs::read(&large).unwrap()].concat();
+    std::fs::write(s.dir.path().join("joined.mts"), joined).unwrap();
+    let joined = RootFolder::open(s.dir.path()).unwrap().open_file(b"joined.mts").unwrap();
+    let cancel = CancellationToken::new();
+    let facts = probe_video(&joined, ToolLimits::default(), 100_000, &cancel).await.unwrap();
+    assert_eq!((facts.metadata.width, facts.metadata.height), (Some(320), Some(240)), "the probe sees the start");
+    let err = make_video_proxies(&joined, &s.out, ToolLimits::default(), 100_000, &cancel).await.unwrap_err();
+    assert_refused_for_its_frames(&err, "640x480");
+    assert!(!names(&s.out).iter().any(|n| n.contains("web")), "no web video, whole or not: {:?}", names(&s.out));
+}
+
+/// However ffmpeg ends, its decoder's refusal of a picture over the limit is the answer: here a stand-in that
+/// writes a web video, says what libavcodec says of a picture over the limit, and ends with success.
+#[tokio::test]
+async fn ffmpegs_refusal_of_a_picture_over_the_limit_is_the_answer_even_when_it_ends_with_success() {
+    let s = setup();
+    let poster = format!("cp '{}' \"$last\"", s.whole_jpeg.display());
+    let web = "echo partial > \"$last\"; echo '[h264 @ 0x1] [IMGUTILS @ 0x2] Picture size 7680x4320 exceeds specified \
+               max pixel count 1000000, see the documentation if you wish to increase it' >&2; exit 0";
+    let ffmpeg = fake_ffmpeg(s.dir.path(), &poster, web);
+    let cancel = CancellationToken::new();
+    let err = make_video_proxies_with(ffmpeg, &s.clip, &s.out, ToolLimits::default(), 1_000_000, &cancel).await;
+    let err = err.unwrap_err();
+    assert_refused_for_its_frames(&err, "7680x4320");
+    assert!(err.to_string().contains("(33 megapixels), more than the limit of 1 "), "{err}");
+    assert_eq!(names(&s.out), ["poster.jpg"], "the web video is not left");
 }
 
 /// The poster is taken from half a second in; only when that gives nothing is it tried again from the start.
@@ -136,7 +209,7 @@ async fn a_poster_is_tried_again_from_the_start_only_when_the_first_try_gave_not
 
     let whole = format!("{count}; cp '{}' \"$last\"", s.whole_jpeg.display());
     let ffmpeg = fake_ffmpeg(s.dir.path(), &whole, "exit 1");
-    let _ = make_video_proxies_with(ffmpeg, &s.clip, &s.out, ToolLimits::default(), &cancel).await;
+    let _ = make_video_proxies_with(ffmpeg, &s.clip, &s.out, ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel).await;
     assert_eq!(tries_of(&tries), ["half a second in"], "a whole poster at the first try");
 
     std::fs::remove_file(&tries).unwrap();
@@ -145,14 +218,14 @@ async fn a_poster_is_tried_again_from_the_start_only_when_the_first_try_gave_not
         s.whole_jpeg.display()
     );
     let ffmpeg = fake_ffmpeg(s.dir.path(), &empty_then_whole, "exit 1");
-    let _ = make_video_proxies_with(ffmpeg, &s.clip, &s.out, ToolLimits::default(), &cancel).await;
+    let _ = make_video_proxies_with(ffmpeg, &s.clip, &s.out, ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel).await;
     assert_eq!(tries_of(&tries), ["half a second in", "the start"], "nothing half a second in");
 
     std::fs::remove_file(&tries).unwrap();
     let hung = format!("{count}; exec sleep 60");
     let ffmpeg = fake_ffmpeg(s.dir.path(), &hung, "exit 1");
     let limits = ToolLimits { quick: Duration::from_secs(1), ..ToolLimits::default() };
-    let err = make_video_proxies_with(ffmpeg, &s.clip, &s.out, limits, &cancel).await.unwrap_err();
+    let err = make_video_proxies_with(ffmpeg, &s.clip, &s.out, limits, DEFAULT_MAX_PIXELS, &cancel).await.unwrap_err();
     assert!(matches!(err, MediaError::TimedOut { .. }), "{err:?}");
     assert_eq!(tries_of(&tries), ["half a second in"], "a hung first try is not followed by a second");
 }

@@ -4,7 +4,7 @@ use std::process::Command;
 use chrono::{NaiveDate, NaiveDateTime};
 
 use super::*;
-use crate::{RootFolder, ToolLimits};
+use crate::{DEFAULT_MAX_PIXELS, RootFolder, ToolLimits};
 
 fn local(y: i32, mo: u32, d: u32, h: u32, mi: u32, s: u32) -> NaiveDateTime {
     NaiveDate::from_ymd_opt(y, mo, d).unwrap().and_hms_opt(h, mi, s).unwrap()
@@ -247,7 +247,7 @@ async fn probe_video_gives_an_avis_idit_date_and_an_avchd_date() {
     let cancel = tokio_util::sync::CancellationToken::new();
     for (name, at) in [("a.avi", local(2010, 10, 28, 11, 22, 33)), ("b.mts", local(2010, 10, 28, 10, 22, 33))] {
         let original = root.open_file(name.as_bytes()).unwrap();
-        let facts = crate::probe_video(&original, ToolLimits::default(), &cancel).await.unwrap();
+        let facts = crate::probe_video(&original, ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel).await.unwrap();
         let created = facts.created.unwrap_or_else(|| panic!("{name}: no capture time"));
         assert_eq!((created.at.naive_utc(), created.source), (at, CaptureSource::Container), "{name}");
     }
