@@ -6,7 +6,7 @@ use std::process::Command;
 use anyhow::{Result, bail};
 
 /// (what is checked, how, the Debian package that provides it)
-const NEEDS: [(&str, &[&str], &str); 12] = [
+const NEEDS: [(&str, &[&str], &str); 13] = [
     (
         "PostgreSQL server binaries",
         &["sh", "-c", "ls /usr/lib/postgresql/*/bin/initdb || command -v initdb"],
@@ -20,6 +20,8 @@ const NEEDS: [(&str, &[&str], &str); 12] = [
     ("ffmpeg", &["sh", "-c", "command -v ffmpeg && command -v ffprobe"], "ffmpeg"),
     ("heif-convert and heif-enc", &["sh", "-c", "command -v heif-convert && command -v heif-enc"], "libheif-examples"),
     ("pgrep and kill", &["sh", "-c", "command -v pgrep && command -v kill"], "procps"),
+    // The Worker reads the household's zone (`TZ`, else /etc/localtime) for quiet hours and phone videos' days.
+    ("the time zone database", &["sh", "-c", "test -e /usr/share/zoneinfo/Europe/Berlin"], "tzdata"),
     // The tests of a disk with a damaged inode make an ext4 image and damage it (Debian puts both in /usr/sbin).
     (
         "mkfs.ext4 and debugfs (a disk with a damaged inode)",
@@ -99,7 +101,7 @@ mod tests {
     /// Packages a release build of the Worker needs (the image's build stage installs these).
     const BUILD_PACKAGES: [&str; 2] = ["pkg-config", "libturbojpeg0-dev"];
     /// Packages the Worker needs to run (the image's runtime stage installs these).
-    const RUNTIME_PACKAGES: [&str; 3] = ["ffmpeg", "libheif-examples", "libturbojpeg0"];
+    const RUNTIME_PACKAGES: [&str; 4] = ["ffmpeg", "libheif-examples", "libturbojpeg0", "tzdata"];
 
     fn packaging(file: &str) -> PathBuf {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../packaging").join(file)

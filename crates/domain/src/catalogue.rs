@@ -305,6 +305,27 @@ impl CaptureSource {
     }
 }
 
+/// A zone local times are read in: the Worker's own, or a fixed offset from UTC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Zone {
+    /// The Worker's local time zone, daylight saving included (`TZ`, else `/etc/localtime`, as `date` shows).
+    Local,
+    /// A fixed offset from UTC (`UTC`, `+01:00`): no daylight saving.
+    Fixed(chrono::FixedOffset),
+}
+
+impl Zone {
+    /// The zone's offset from UTC at the instant `at`, in minutes.
+    pub fn offset_minutes_at(self, at: chrono::DateTime<chrono::Utc>) -> i32 {
+        use chrono::{Offset, TimeZone};
+        let offset = match self {
+            Zone::Local => chrono::Local.offset_from_utc_datetime(&at.naive_utc()).fix(),
+            Zone::Fixed(offset) => offset,
+        };
+        offset.local_minus_utc() / 60
+    }
+}
+
 /// When a shot was taken: an instant, the camera's UTC offset when known, and where it came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct CaptureTime {
@@ -355,6 +376,17 @@ impl CaptureTime {
             return self;
         }
         CaptureTime { offset_minutes: i32::try_from(offset / 60).ok(), ..self }
+    }
+
+    /// This time, a true UTC instant whose offset is not known (a phone's video dated by its container alone:
+    /// a Pixel names its videos by the UTC time, `PXL_20231225_011500123.mp4`, so the name says no offset), with
+    /// the offset `zone` has at that instant: the household's, the Worker's own zone, puts the video on the day it
+    /// was taken there rather than on the UTC day. An offset already known is kept.
+    pub fn in_zone_when_unknown(self, zone: Zone) -> CaptureTime {
+        match self.offset_minutes {
+            Some(_) => self,
+            None => CaptureTime { offset_minutes: Some(zone.offset_minutes_at(self.at)), ..self },
+        }
     }
 
     /// The local (month, day) of capture for the "on this day" index: in the camera's offset when known,

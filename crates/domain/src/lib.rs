@@ -28,7 +28,7 @@ pub use args::{
     WorkArgs, WorkItemRetentionArgs,
 };
 pub use catalogue::{
-    AssetMetadata, CaptureSource, CaptureTime, ContentHash, MediaType, ProxyType, StorageConfig, User,
+    AssetMetadata, CaptureSource, CaptureTime, ContentHash, MediaType, ProxyType, StorageConfig, User, Zone,
 };
 pub use cause::Cause;
 pub use ids::{AssetId, BurstId, HolderId, StorageConfigId, UserId, WorkItemId};

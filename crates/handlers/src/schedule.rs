@@ -5,7 +5,7 @@
 
 mod quiet;
 
-pub use quiet::{QuietHours, QuietZone};
+pub use quiet::QuietHours;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -376,6 +376,7 @@ async fn stills_that_fill_the_pixel_budget_are_all_crawled() {
             mass_deletion: MassDeletionGuard::default(),
             max_image_pixels: 1_000_000,
             settle_time: std::time::Duration::ZERO,
+            zone: almanac_domain::Zone::Fixed(chrono::FixedOffset::east_opt(0).unwrap()),
         },
     );
     let item = lib.item(serde_json::json!({})).await;
@@ -388,6 +389,53 @@ async fn stills_that_fill_the_pixel_budget_are_all_crawled() {
     assert_eq!(estimate.percent, Some(100.0));
     let reason = result["failures"][0]["reason"].as_str().unwrap();
     assert!(reason.contains("1001x1000") && reason.contains("max_image_megapixels"), "{reason}");
+}
+
+/// A phone's video dated by its UTC `creation_time` alone is put on the day it was taken in the household's zone
+/// (the Worker's): a Pixel names its videos by the UTC time, so the name gives no offset, and the UTC day is the
+/// next day in New York for a video taken on Christmas Eve at 20:15. An Android phone that names its videos by the
+/// local time keeps the offset the name says (a traveller's), and a camera that writes its local clock as UTC
+/// (no phone's keys in its container: a GoPro) is left as it reads.
+#[tokio::test]
+async fn a_phones_video_dated_in_utc_alone_is_on_its_day_in_the_households_zone() {
+    use almanac_handlers::{CrawlHandler, CrawlSettings};
+    let lib = library().await;
+    let android = [("com.android.version", "13")];
+    fixtures::quicktime_video(&lib.root.join("PXL_20231225_011500123.mp4"), "2023-12-25T01:15:00Z", &android);
+    // Another content than the Pixel's (a copy would be one asset).
+    let samsung = [("com.android.version", "14")];
+    fixtures::quicktime_video(&lib.root.join("20231224_231500.mp4"), "2023-12-25T01:15:00Z", &samsung);
+    fixtures::quicktime_video(&lib.root.join("GX010001.MP4"), "2023-12-25T01:15:00Z", &[]);
+    // An iPhone's video edited elsewhere: Apple's keys, its local time gone, only the UTC instant left.
+    fixtures::quicktime_video(
+        &lib.root.join("IMG_0001.MOV"),
+        "2023-12-25T01:15:00Z",
+        &[("com.apple.quicktime.make", "Apple")],
+    );
+    let new_york = chrono::FixedOffset::west_opt(5 * 3600).unwrap();
+    let settings = CrawlSettings {
+        settle_time: std::time::Duration::ZERO,
+        zone: almanac_domain::Zone::Fixed(new_york),
+        ..CrawlSettings::new(lib.proxies.clone())
+    };
+    let handler = CrawlHandler::new(lib.store.clone(), settings);
+    let result = lib.run_handler(&handler, lib.item(serde_json::json!({})).await).await.expect("the crawl succeeds");
+    assert_eq!(result["ingested"], 4, "{result}");
+    let offset = |path: &str| {
+        format!("SELECT captured_offset_minutes::bigint AS n FROM media_assets WHERE display_path = '{path}'")
+    };
+    let rows = lib.dated().await;
+    for (path, day, minutes) in [
+        ("PXL_20231225_011500123.mp4", "12-24", -300),
+        ("IMG_0001.MOV", "12-24", -300),
+        ("20231224_231500.mp4", "12-24", -120),
+    ] {
+        assert_eq!((find(&rows, path).source.as_str(), find(&rows, path).day.as_str()), ("container", day), "{path}");
+        assert_eq!(lib.count(&offset(path)).await, minutes, "{path}");
+    }
+    assert_eq!(find(&rows, "GX010001.MP4").day, "12-25", "a camera's time is left as it reads");
+    let camera = "SELECT count(*) AS n FROM media_assets WHERE display_path = 'GX010001.MP4' AND captured_offset_minutes IS NULL";
+    assert_eq!(lib.count(camera).await, 1);
 }
 
 /// Every file under `dir` named `name`, at any depth.
@@ -421,6 +469,7 @@ async fn videos_whose_frames_are_over_the_pixel_limit_fail_and_the_rest_is_crawl
             // 320 x 240 is 76,800 pixels, 640 x 480 is 307,200.
             max_image_pixels: 100_000,
             settle_time: std::time::Duration::ZERO,
+            zone: almanac_domain::Zone::Fixed(chrono::FixedOffset::east_opt(0).unwrap()),
         },
     );
     let item = lib.item(serde_json::json!({})).await;
@@ -477,6 +526,51 @@ async fn videos_dated_before_the_offsets_were_read_get_their_day_at_the_next_cra
     assert_eq!(lib.count("SELECT count(*) AS n FROM media_assets WHERE date_outdated").await, 0);
     let again = lib.crawl().await;
     assert_eq!(again["redated"].as_u64().unwrap_or(0), 0, "read once: {again}");
+}
+
+const PHONE_VIDEOS_UP: &str =
+    include_str!("../../../migrations/2026-12-07-000040_phone_videos_in_the_households_zone/up.sql");
+
+/// Pixel videos catalogued before migration 000040 were on the UTC day. The migration asks for the dates of the
+/// videos dated by their container without an offset, and the next crawl puts the phone's on its day in the
+/// household's zone; a camera's reads the same and keeps its day.
+#[tokio::test]
+async fn phone_videos_dated_in_utc_before_get_their_households_day_at_the_next_crawl() {
+    use almanac_handlers::{CrawlHandler, CrawlSettings};
+    let lib = library().await;
+    fixtures::quicktime_video(
+        &lib.root.join("PXL_20231225_011500123.mp4"),
+        "2023-12-25T01:15:00Z",
+        &[("com.android.version", "13")],
+    );
+    fixtures::quicktime_video(&lib.root.join("GX010001.MP4"), "2023-12-25T01:15:00Z", &[]);
+    let new_york = chrono::FixedOffset::west_opt(5 * 3600).unwrap();
+    let settings = CrawlSettings {
+        settle_time: std::time::Duration::ZERO,
+        zone: almanac_domain::Zone::Fixed(new_york),
+        ..CrawlSettings::new(lib.proxies.clone())
+    };
+    let handler = CrawlHandler::new(lib.store.clone(), settings);
+    let crawl = async || lib.run_handler(&handler, lib.item(serde_json::json!({})).await).await.unwrap();
+    crawl().await;
+    let mut conn = lib.conn().await;
+    // As the crawl before the fix dated the Pixel's video: its UTC creation time, no offset, the UTC day.
+    sql_query(
+        "UPDATE media_assets SET captured_offset_minutes = NULL, capture_month = 12, capture_day = 25
+          WHERE display_path = 'PXL_20231225_011500123.mp4'",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    diesel_async::SimpleAsyncConnection::batch_execute(&mut conn, PHONE_VIDEOS_UP).await.unwrap();
+    assert_eq!(lib.count("SELECT count(*) AS n FROM media_assets WHERE date_outdated").await, 2, "both videos");
+
+    let result = crawl().await;
+    let rows = lib.dated().await;
+    assert_eq!(find(&rows, "PXL_20231225_011500123.mp4").day, "12-24", "{result}");
+    assert_eq!(find(&rows, "GX010001.MP4").day, "12-25");
+    assert_eq!(result["redated"], 2, "both read again: {result}");
+    assert_eq!(lib.count("SELECT count(*) AS n FROM media_assets WHERE date_outdated").await, 0);
 }
 
 const HEIF_TURNED_TWICE_UP: &str = include_str!("../../../migrations/2026-12-06-000039_heif_turned_twice/up.sql");

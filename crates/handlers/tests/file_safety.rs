@@ -250,6 +250,7 @@ async fn a_root_overlapping_the_proxy_root_is_refused_by_the_crawl() {
             mass_deletion: MassDeletionGuard::default(),
             max_image_pixels: almanac_media::DEFAULT_MAX_PIXELS,
             settle_time: Duration::ZERO,
+            zone: almanac_domain::Zone::Fixed(chrono::FixedOffset::east_opt(0).unwrap()),
         };
         let handler = CrawlHandler::new(lib.store.clone(), settings);
         let item = lib.item(serde_json::json!({})).await;
@@ -371,6 +372,7 @@ async fn a_file_or_folder_swapped_for_a_link_after_listing_is_never_read() {
         mass_deletion: MassDeletionGuard::default(),
         max_image_pixels: almanac_media::DEFAULT_MAX_PIXELS,
         settle_time: Duration::ZERO,
+        zone: almanac_domain::Zone::Fixed(chrono::FixedOffset::east_opt(0).unwrap()),
     };
     let handler = CrawlHandler::new(Arc::new(catalogue), settings);
     let item = lib.item(serde_json::json!({})).await;

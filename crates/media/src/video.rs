@@ -18,6 +18,11 @@ pub struct VideoFacts {
     pub metadata: AssetMetadata,
     /// The container's creation time, if any.
     pub created: Option<CaptureTime>,
+    /// Whether a creation time there with no offset is a true UTC instant: the file was written by a phone
+    /// (its container carries Android's `com.android.*` or Apple's `com.apple.quicktime.*` keys), whose
+    /// `creation_time` is UTC. Cameras that write their local clock as UTC (GoPro, DJI) carry neither, and their
+    /// time is left as it reads.
+    pub created_in_utc: bool,
 }
 
 /// What making a video's proxies produced.
@@ -136,7 +141,15 @@ pub async fn probe_video(
         live_photo_content_id: tag("com.apple.quicktime.content.identifier"),
         ..AssetMetadata::default()
     };
-    Ok(VideoFacts { metadata, created })
+    let phone = |tags: &std::collections::HashMap<String, String>| {
+        tags.keys()
+            .any(|k| ["com.android.", "com.apple.quicktime."].iter().any(|p| k.to_ascii_lowercase().starts_with(p)))
+    };
+    // The UTC `creation_time` itself, not the Apple key's local time without an offset taken when there is none.
+    let utc = tag("creation_time").and_then(|t| DateTime::parse_from_rfc3339(&t).ok());
+    let taken_from_utc = created.is_some_and(|c| utc.is_some_and(|u| u == c.at));
+    let created_in_utc = taken_from_utc && (format.is_some_and(|f| phone(&f.tags)) || phone(&video.tags));
+    Ok(VideoFacts { metadata, created, created_in_utc })
 }
 
 /// The clockwise turn that makes a video upright, from ffprobe's counter-clockwise rotation in degrees. The

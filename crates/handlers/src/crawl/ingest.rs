@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use almanac_domain::{
     AssetId, CaptureSource, CaptureTime, ContentHash, MediaType, ProxyType, StorageConfigId,
-    ports::{CatalogueStore, Fence, FileFacts, IngestOutcome, KnownFile, NewAsset, NewProxy, Sidecar},
+    ports::{CatalogueStore, Fence, FileFacts, IngestOutcome, KnownFile, NewAsset, NewProxy},
 };
 use almanac_media::{Content, MediaFormat, Original, PixelBudget, ReadError, ReadOriginal, RootFolder};
 use tokio_util::sync::CancellationToken;
@@ -420,7 +420,7 @@ impl<C: CatalogueStore> Run<'_, C> {
         let (limits, max_pixels) = (self.settings.tool_limits, self.settings.max_image_pixels);
         let probed = almanac_media::probe_video(original, limits, max_pixels, &self.cancel).await?;
         let made = almanac_media::make_video_proxies(original, &dir, limits, max_pixels, &self.cancel).await?;
-        let capture = self.best_capture(entry, probed.created).await;
+        let capture = self.video_capture(entry, &probed).await;
         let file = |proxy_type, size_bytes| NewProxy {
             proxy_type,
             relative_path: Some(rel_file(proxy_type)),
@@ -429,66 +429,6 @@ impl<C: CatalogueStore> Run<'_, C> {
         };
         let proxies = vec![file(ProxyType::Poster, made.poster_bytes), file(ProxyType::WebVideo, made.web_video_bytes)];
         Ok(Made { media_type: MediaType::Video, capture, metadata: probed.metadata, proxies })
-    }
-
-    /// The capture time of a known asset found with another sidecar, at another path, or back from deletion:
-    /// its own dates read again (no proxies made), ranked with the sidecar's and the file name's.
-    async fn capture_again(&self, entry: &WalkEntry, read: ReadOriginal) -> Result<CaptureTime, FileProblem> {
-        let own: Vec<CaptureTime> = match read.content {
-            Content::Still(content) => {
-                let format = read.format;
-                tokio::task::spawn_blocking(move || {
-                    let preview = matches!(format, MediaFormat::Raw(_))
-                        .then(|| almanac_media::raw_preview(std::path::Path::new(""), &content).ok())
-                        .flatten();
-                    almanac_media::read_still_facts(&content, preview).dates
-                })
-                .await
-                .map_err(|e| FileProblem::Failed(format!("reading metadata ended abnormally: {e}")))?
-            }
-            Content::Video => {
-                let (limits, max_pixels) = (self.settings.tool_limits, self.settings.max_image_pixels);
-                let probed = almanac_media::probe_video(&read.original, limits, max_pixels, &self.cancel).await?;
-                probed.created.into_iter().collect()
-            }
-        };
-        Ok(self.best_capture(entry, own).await)
-    }
-
-    /// The best capture time of a file: its own dates (EXIF, embedded XMP, the container's), its sidecar's, a
-    /// date in its name, and at last its mtime, ranked by [`CaptureSource::rank`]. A container's UTC time with no
-    /// offset takes the offset the name's local time says ([`CaptureTime::with_offset_from_local`]).
-    async fn best_capture(&self, entry: &WalkEntry, own: impl IntoIterator<Item = CaptureTime>) -> CaptureTime {
-        let sidecar = match &entry.sidecar {
-            Some(sidecar) => self.sidecar_date(sidecar).await,
-            None => None,
-        };
-        let name = entry.rel.rsplit(|c| *c == b'/').next().unwrap_or(&entry.rel);
-        let from_name = almanac_media::date_in_file_name(&String::from_utf8_lossy(name));
-        CaptureTime::best(own.into_iter().chain(sidecar).chain(from_name))
-            .map_or(CaptureTime::file_mtime(entry.mtime), |best| best.with_offset_from_local(from_name))
-    }
-
-    /// The date in a sidecar, read beneath the root like an original. A sidecar that cannot be read or parsed
-    /// gives no date; the others still count.
-    async fn sidecar_date(&self, sidecar: &Sidecar) -> Option<CaptureTime> {
-        let (root, path) = (self.root.clone(), sidecar.path.clone());
-        // Read and parsed on a blocking thread: parsing a large packet takes a while.
-        let read = tokio::task::spawn_blocking(move || {
-            almanac_media::read_sidecar(&root, &path)
-                .map(|bytes| almanac_media::xmp_date(&bytes, CaptureSource::XmpSidecar))
-        })
-        .await
-        .map_err(|e| e.to_string())
-        .and_then(|r| r.map_err(|e| e.to_string()));
-        match read {
-            Ok(date) => date,
-            Err(reason) => {
-                let path = display(&sidecar.path);
-                tracing::warn!(sidecar = %path, %reason, "an XMP sidecar could not be read; its date is not used");
-                None
-            }
-        }
     }
 }
 

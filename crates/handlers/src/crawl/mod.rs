@@ -12,6 +12,7 @@
 //! decisions (placement, the deletion guard, pairing).
 
 mod copies;
+mod dating;
 mod ingest;
 mod merge;
 mod outcomes;
@@ -31,6 +32,7 @@ use std::time::Duration;
 
 use almanac_domain::{
     BurstDetectionArgs, CrawlArgs, CrawlReport, DedupKey, NewWorkItem, Scope, StorageConfig, StorageConfigId, WorkKind,
+    Zone,
     ports::{CatalogueError, CatalogueStore, DatabaseClock, KnownFile},
 };
 use almanac_executor::{BoxFuture, HandlerContext, HandlerError, ProgressReporter, WorkHandler};
@@ -84,6 +86,9 @@ pub struct CrawlSettings {
     /// A file is read only once its size and mtime have stayed the same this long: one modified more recently
     /// is still being written (a phone syncing, a copy in progress), and is left for a crawl this much later.
     pub settle_time: Duration,
+    /// The household's zone: a phone's video dated by its UTC container time alone is put on the day it was
+    /// taken there. The Worker's own zone (`TZ`, else `/etc/localtime`).
+    pub zone: Zone,
 }
 
 impl CrawlSettings {
@@ -96,7 +101,8 @@ impl CrawlSettings {
     pub const DEFAULT_SETTLE_TIME: Duration = Duration::from_secs(10);
 
     /// The defaults, writing proxies under `proxy_root`: four files at once, the tools' default time limits,
-    /// the default mass-deletion guard, stills of up to 250 megapixels, and the default settle time.
+    /// the default mass-deletion guard, stills of up to 250 megapixels, the default settle time, and the
+    /// Worker's own zone.
     pub fn new(proxy_root: PathBuf) -> Self {
         Self {
             proxy_root,
@@ -105,6 +111,7 @@ impl CrawlSettings {
             mass_deletion: MassDeletionGuard::default(),
             max_image_pixels: almanac_media::DEFAULT_MAX_PIXELS,
             settle_time: Self::DEFAULT_SETTLE_TIME,
+            zone: Zone::Local,
         }
     }
 }

@@ -1,23 +1,15 @@
 //! Quiet hours: a daily window of a Worker's local time (or a fixed offset) in which no scheduled work starts
 //! (`schedule.quiet_hours`, see docs/operations.md, "A NAS left to rest"). Pure decisions: the time comes in.
 
+use almanac_domain::Zone;
 use chrono::{DateTime, Days, FixedOffset, Local, NaiveDate, NaiveTime, TimeZone, Utc};
-
-/// The zone a window's times are read in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum QuietZone {
-    /// The Worker's local time zone, daylight saving included (`TZ`, else `/etc/localtime`, as `date` shows).
-    Local,
-    /// A fixed offset from UTC (`UTC`, `+01:00`): no daylight saving.
-    Fixed(FixedOffset),
-}
 
 /// A daily window, `start` included, `end` excluded; it crosses midnight when `end` is before `start`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QuietHours {
     start: NaiveTime,
     end: NaiveTime,
-    zone: QuietZone,
+    zone: Zone,
 }
 
 impl QuietHours {
@@ -36,9 +28,9 @@ impl QuietHours {
             None => (text, None),
         };
         let zone = match zone {
-            None => QuietZone::Local,
-            Some(z) if z.eq_ignore_ascii_case("utc") => QuietZone::Fixed(FixedOffset::east_opt(0).expect("zero")),
-            Some(z) => QuietZone::Fixed(
+            None => Zone::Local,
+            Some(z) if z.eq_ignore_ascii_case("utc") => Zone::Fixed(FixedOffset::east_opt(0).expect("zero")),
+            Some(z) => Zone::Fixed(
                 DateTime::parse_from_str(&format!("2000-01-01 00:00 {z}"), "%Y-%m-%d %H:%M %:z")
                     .map(|d| *d.offset())
                     .map_err(|_| format!("{z:?} is not a zone this Worker reads: {example}"))?,
@@ -60,16 +52,16 @@ impl QuietHours {
     /// When the window that holds `now` ends; `None` when `now` is outside the window.
     pub fn ends(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
         match self.zone {
-            QuietZone::Local => self.ends_in(&Local, now),
-            QuietZone::Fixed(offset) => self.ends_in(&offset, now),
+            Zone::Local => self.ends_in(&Local, now),
+            Zone::Fixed(offset) => self.ends_in(&offset, now),
         }
     }
 
     /// When the next window starts after `now` (later than `now`, even inside a window).
     pub fn next_start(&self, now: DateTime<Utc>) -> DateTime<Utc> {
         match self.zone {
-            QuietZone::Local => next(&Local, now, self.start),
-            QuietZone::Fixed(offset) => next(&offset, now, self.start),
+            Zone::Local => next(&Local, now, self.start),
+            Zone::Fixed(offset) => next(&offset, now, self.start),
         }
     }
 
@@ -194,7 +186,7 @@ mod tests {
         assert_eq!(w.ends(utc(0, 30)), Some(utc(1, 0)));
         assert_eq!(w.ends(utc(1, 30)), None);
         let local = window("01:00-02:00");
-        assert_eq!(local.zone, QuietZone::Local);
+        assert_eq!(local.zone, Zone::Local);
     }
 
     #[test]

@@ -168,6 +168,7 @@ impl Library {
             max_image_pixels: almanac_media::DEFAULT_MAX_PIXELS,
             // The tests write their files moments before they crawl: none is being written any more.
             settle_time: Duration::ZERO,
+            zone: almanac_domain::Zone::Fixed(chrono::FixedOffset::east_opt(0).unwrap()),
         };
         CrawlHandler::new(self.store.clone(), settings)
     }

@@ -252,3 +252,26 @@ fn a_rotation_becomes_the_nearest_clockwise_quarter_turn() {
         assert_eq!(clockwise_degrees(counter_clockwise), clockwise, "{counter_clockwise}");
     }
 }
+
+/// A container time is known to be a true UTC instant when a phone wrote the file (Android's or Apple's keys),
+/// and only when it is the UTC `creation_time` that dates it; a camera's (no such keys) is not.
+#[tokio::test]
+async fn a_phones_creation_time_is_known_as_utc_and_a_cameras_is_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let utc = "2023-12-25T01:15:00Z";
+    fixtures::quicktime_video(&dir.path().join("pixel.mp4"), utc, &[("com.android.version", "13")]);
+    fixtures::quicktime_video(&dir.path().join("gopro.mp4"), utc, &[]);
+    let apple_local = [("com.apple.quicktime.creationdate", "2023-12-24T20:15:00-0500")];
+    fixtures::quicktime_video(&dir.path().join("iphone.mov"), utc, &apple_local);
+    let root = RootFolder::open(dir.path()).unwrap();
+    let cancel = CancellationToken::new();
+    for (name, in_utc, offset) in
+        [("pixel.mp4", true, None), ("gopro.mp4", false, None), ("iphone.mov", true, Some(-300))]
+    {
+        let clip = root.open_file(name.as_bytes()).unwrap();
+        let facts = probe_video(&clip, ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel).await.unwrap();
+        let created = facts.created.expect("a creation time");
+        assert_eq!(created.at.to_rfc3339(), "2023-12-25T01:15:00+00:00", "{name}");
+        assert_eq!((facts.created_in_utc, created.offset_minutes), (in_utc, offset), "{name}");
+    }
+}
