@@ -234,6 +234,23 @@ mod tests {
         assert_eq!(exif.with_offset_from_local(named(utc(24, 20, 15, 0))), exif, "a camera's own clock");
     }
 
+    /// A time whose offset is unknown takes the zone's at that instant, unless the zone is at UTC then (the same
+    /// day, and the offset left for a reading in a zone set right); an offset known is kept.
+    #[test]
+    fn a_time_without_an_offset_takes_the_zones_unless_it_is_utc() {
+        use chrono::TimeZone;
+        let at = chrono::Utc.with_ymd_and_hms(2023, 12, 25, 1, 15, 0).unwrap();
+        let container = CaptureTime { at, offset_minutes: None, source: CaptureSource::Container };
+        let fixed = |minutes: i32| Zone::Fixed(chrono::FixedOffset::east_opt(minutes * 60).unwrap());
+        let in_new_york = container.in_zone_when_unknown(fixed(-300));
+        assert_eq!((in_new_york.offset_minutes, in_new_york.at), (Some(-300), at));
+        assert_eq!(in_new_york.local_month_day(), (12, 24));
+        assert_eq!(container.in_zone_when_unknown(fixed(0)), container, "UTC says nothing more");
+        let with_own = CaptureTime { offset_minutes: Some(60), ..container };
+        assert_eq!(with_own.in_zone_when_unknown(fixed(-300)), with_own, "an offset known is kept");
+        assert_eq!(fixed(330).offset_minutes_at(at), 330);
+    }
+
     #[test]
     fn proxy_dir_derives_from_config_and_hash_only() {
         let config = StorageConfigId::new();
@@ -381,11 +398,13 @@ impl CaptureTime {
     /// This time, a true UTC instant whose offset is not known (a phone's video dated by its container alone:
     /// a Pixel names its videos by the UTC time, `PXL_20231225_011500123.mp4`, so the name says no offset), with
     /// the offset `zone` has at that instant: the household's, the Worker's own zone, puts the video on the day it
-    /// was taken there rather than on the UTC day. An offset already known is kept.
+    /// was taken there rather than on the UTC day. An offset already known is kept. A zone at UTC then (a
+    /// container's unless told its zone, London in winter) says nothing the UTC day does not: the offset stays
+    /// unknown, so a later reading in a zone set right can still give it.
     pub fn in_zone_when_unknown(self, zone: Zone) -> CaptureTime {
-        match self.offset_minutes {
-            Some(_) => self,
-            None => CaptureTime { offset_minutes: Some(zone.offset_minutes_at(self.at)), ..self },
+        match (self.offset_minutes, zone.offset_minutes_at(self.at)) {
+            (None, offset) if offset != 0 => CaptureTime { offset_minutes: Some(offset), ..self },
+            _ => self,
         }
     }
 

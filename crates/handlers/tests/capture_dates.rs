@@ -406,6 +406,9 @@ async fn a_phones_video_dated_in_utc_alone_is_on_its_day_in_the_households_zone(
     let samsung = [("com.android.version", "14")];
     fixtures::quicktime_video(&lib.root.join("20231224_231500.mp4"), "2023-12-25T01:15:00Z", &samsung);
     fixtures::quicktime_video(&lib.root.join("GX010001.MP4"), "2023-12-25T01:15:00Z", &[]);
+    // Named by the local time in London in winter, UTC itself: the name says the offset is zero.
+    let london = [("com.android.version", "15")];
+    fixtures::quicktime_video(&lib.root.join("20231225_011500.mp4"), "2023-12-25T01:15:00Z", &london);
     // An iPhone's video edited elsewhere: Apple's keys, its local time gone, only the UTC instant left.
     fixtures::quicktime_video(
         &lib.root.join("IMG_0001.MOV"),
@@ -420,7 +423,7 @@ async fn a_phones_video_dated_in_utc_alone_is_on_its_day_in_the_households_zone(
     };
     let handler = CrawlHandler::new(lib.store.clone(), settings);
     let result = lib.run_handler(&handler, lib.item(serde_json::json!({})).await).await.expect("the crawl succeeds");
-    assert_eq!(result["ingested"], 4, "{result}");
+    assert_eq!(result["ingested"], 5, "{result}");
     let offset = |path: &str| {
         format!("SELECT captured_offset_minutes::bigint AS n FROM media_assets WHERE display_path = '{path}'")
     };
@@ -434,8 +437,37 @@ async fn a_phones_video_dated_in_utc_alone_is_on_its_day_in_the_households_zone(
         assert_eq!(lib.count(&offset(path)).await, minutes, "{path}");
     }
     assert_eq!(find(&rows, "GX010001.MP4").day, "12-25", "a camera's time is left as it reads");
-    let camera = "SELECT count(*) AS n FROM media_assets WHERE display_path = 'GX010001.MP4' AND captured_offset_minutes IS NULL";
-    assert_eq!(lib.count(camera).await, 1);
+    assert_eq!(find(&rows, "20231225_011500.mp4").day, "12-25", "a name at UTC keeps the UTC day");
+    let unknown = "SELECT count(*) AS n FROM media_assets WHERE captured_offset_minutes IS NULL
+                     AND display_path IN ('GX010001.MP4', '20231225_011500.mp4')";
+    assert_eq!(lib.count(unknown).await, 2);
+}
+
+/// A known video moved after the pixel limit was lowered below its frames keeps its date and its proxies: its
+/// content was read when the limit allowed it, so the move is recorded rather than failed at the reading of its
+/// date.
+#[tokio::test]
+async fn a_known_video_moved_after_the_limit_was_lowered_below_it_is_moved_and_keeps_its_date() {
+    use almanac_handlers::{CrawlHandler, CrawlSettings};
+    let lib = library().await;
+    let name = "VID_20190720_120000.mp4";
+    fixtures::video_in(&lib.root.join("a").join(name), 0.5, 640, 480, Some("2019-07-20T10:00:00Z"));
+    lib.crawl().await;
+    std::fs::create_dir_all(lib.root.join("b")).unwrap();
+    std::fs::rename(lib.root.join("a").join(name), lib.root.join("b").join(name)).unwrap();
+    let settings = CrawlSettings {
+        settle_time: std::time::Duration::ZERO,
+        max_image_pixels: 100_000,
+        ..CrawlSettings::new(lib.proxies.clone())
+    };
+    let handler = CrawlHandler::new(lib.store.clone(), settings);
+    let result = lib.run_handler(&handler, lib.item(serde_json::json!({})).await).await.expect("the crawl succeeds");
+    assert_eq!((result["moved"].as_u64(), result["failed"].as_u64()), (Some(1), Some(0)), "{result}");
+    let rows = lib.dated().await;
+    assert_eq!(
+        (find(&rows, &format!("b/{name}")).source.as_str(), find(&rows, &format!("b/{name}")).day.as_str()),
+        ("container", "07-20")
+    );
 }
 
 /// Every file under `dir` named `name`, at any depth.
@@ -448,7 +480,7 @@ fn files_named(dir: &std::path::Path, name: &str) -> usize {
 }
 
 /// A video's frames are held to the pixel limit a still is, in every container and codec a camera writes (H.264
-/// in MP4, MPEG-2 in a DVD camcorder's MPG, VP8 in WebM): each over it fails with its frame's size and the setting
+/// in MP4, MPEG-2 in a DVD camcorder's MPG, VP8 in WebM, AV1 through dav1d): each over it fails with its frame's size and the setting
 /// to raise, no proxy of it is left, and the rest of the library is crawled.
 #[tokio::test]
 async fn videos_whose_frames_are_over_the_pixel_limit_fail_and_the_rest_is_crawled() {
@@ -457,6 +489,7 @@ async fn videos_whose_frames_are_over_the_pixel_limit_fail_and_the_rest_is_crawl
     for name in ["VID_20190720_120000.mp4", "MOV_0001.mpg", "clip.webm"] {
         fixtures::video_in(&lib.root.join("over").join(name), 0.5, 640, 480, None);
     }
+    fixtures::av1_video(&lib.root.join("over/av1.mp4"), 0.5, 640, 480);
     fixtures::video_in(&lib.root.join("within/VID_20190721_120000.mp4"), 0.5, 320, 240, None);
     lib.write("within/IMG_20190721_120001.jpg", &fixtures::jpeg(64, 48, 1, true, &FixtureExif::default()));
     let handler = CrawlHandler::new(
@@ -474,7 +507,7 @@ async fn videos_whose_frames_are_over_the_pixel_limit_fail_and_the_rest_is_crawl
     );
     let item = lib.item(serde_json::json!({})).await;
     let result = lib.run_handler(&handler, item).await.expect("the crawl succeeds");
-    assert_eq!((result["ingested"].as_u64(), result["failed"].as_u64()), (Some(2), Some(3)), "{result}");
+    assert_eq!((result["ingested"].as_u64(), result["failed"].as_u64()), (Some(2), Some(4)), "{result}");
     for failure in result["failures"].as_array().unwrap() {
         let (path, reason) = (failure["path"].as_str().unwrap(), failure["reason"].as_str().unwrap());
         assert!(path.starts_with("over/"), "{path}: {reason}");

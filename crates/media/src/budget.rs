@@ -1,8 +1,9 @@
 //! How many pixels full-size decoders may hold at once: a process-wide budget, so that several large PNG, WebP,
 //! TIFF or GIF files decoded side by side (one per concurrent file, in every running crawl) cannot add up past
-//! the memory of a small NAS. Sequential JPEGs (and the JPEGs that HEIC, AVIF and RAW files pass on) decode scaled
-//! and are not charged; a progressive JPEG is held whole while it decodes, and is. First come, first served: small
-//! images do not starve a large one.
+//! the memory of a small NAS. JPEGs of one scan (and the JPEG heif-convert makes of a HEIC or AVIF) decode scaled
+//! and are not charged; a JPEG drawn in several scans (progressive, or one scan a component), a RAW's preview
+//! among them, is held whole while it decodes, and is. First come, first served: small images do not starve a
+//! large one.
 
 use std::sync::Arc;
 
@@ -59,12 +60,17 @@ impl PixelBudget {
 }
 
 /// The pixels a still's decoder holds at full size: what its header claims for PNG, WebP, TIFF and GIF (read
-/// from the header only), for a progressive JPEG ([`progressive_jpeg_pixels`]), and for HEIC and AVIF its largest
-/// image (`heif-convert` decodes them whole); zero for a sequential JPEG (decoded scaled), for RAW previews
-/// (JPEGs) and for anything whose header cannot be read (the decoder then refuses it).
+/// from the header only), for a JPEG or a RAW's JPEG preview drawn in several scans ([`buffered_jpeg_pixels`]),
+/// and for HEIC and AVIF its largest image (`heif-convert` decodes them whole); zero for a JPEG of one scan
+/// (decoded scaled, a few rows at a time) and for anything whose header cannot be read (the decoder then refuses
+/// it).
 pub fn full_decode_pixels(content: &[u8], format: MediaFormat) -> u64 {
     let format = match format {
-        MediaFormat::Jpeg => return progressive_jpeg_pixels(content),
+        MediaFormat::Jpeg => return buffered_jpeg_pixels(content),
+        // A RAW passes on its preview, a JPEG decoded as one.
+        MediaFormat::Raw(_) => {
+            return crate::raw::raw_preview(std::path::Path::new(""), content).map_or(0, buffered_jpeg_pixels);
+        }
         // Decoded whole by heif-convert, in a process of its own but in the same machine's memory.
         MediaFormat::Heic | MediaFormat::Avif => {
             return crate::heif_size::largest_image(content).map_or(0, |(w, h)| u64::from(w) * u64::from(h));
@@ -83,27 +89,42 @@ pub fn full_decode_pixels(content: &[u8], format: MediaFormat) -> u64 {
         .map_or(0, |(w, h)| u64::from(w) * u64::from(h))
 }
 
-/// A progressive JPEG's pixels, as its frame header claims them; zero for a sequential one, or a header that
-/// cannot be read. libjpeg-turbo decodes a sequential JPEG scaled, a few rows at a time, but must hold a
-/// progressive one whole, as coefficients (two bytes each, of every component), even to decode it scaled: about 3
-/// bytes a pixel at 4:2:0 and 6 at 4:4:4 (a 36 MP progressive panorama took 100 MB more, its sequential twin
-/// nothing). So it is charged as a full-size decoder is.
-fn progressive_jpeg_pixels(content: &[u8]) -> u64 {
+/// The pixels of a JPEG that libjpeg-turbo must hold whole while it decodes, as its frame header claims them; zero
+/// for one it decodes a few rows at a time, or a header that cannot be read. A JPEG drawn in several scans is held
+/// whole, as coefficients (two bytes each, of every component), even to decode it scaled: about 3 bytes a pixel at
+/// 4:2:0 and 6 at 4:4:4 (a 36 MP progressive panorama took 100 MB more, its sequential twin nothing). libjpeg
+/// decides it as its `has_multiple_scans` does (`jdinput.c`): a progressive frame, or a sequential one whose first
+/// scan does not carry every component (a baseline JPEG of one scan per component, which cameras do not write but
+/// a crafted file can). So it is charged as a full-size decoder is.
+fn buffered_jpeg_pixels(content: &[u8]) -> u64 {
     if !content.starts_with(&[0xFF, 0xD8]) {
         return 0;
     }
+    // The frame header's pixels and components, once read.
+    let mut frame: Option<(u64, u8)> = None;
     for (marker, segment) in crate::jpeg_scans::markers(content) {
         match marker {
-            // The scans begin (or the image ends) with no frame header read: not one this reads.
-            0xD9 | 0xDA => return 0,
-            // A frame header: progressive (SOF2, 6, 10, 14) or not; height then width after its length and
-            // precision.
-            0xC0..=0xCF if !matches!(marker, 0xC4 | 0xC8 | 0xCC) => {
+            0xD9 => return 0,
+            // The first scan: sequential, it is held whole when it does not carry every component (its count
+            // after the segment's length).
+            0xDA => {
+                return match (frame, segment.get(2)) {
+                    (Some((pixels, components)), Some(&in_scan)) if in_scan < components => pixels,
+                    _ => 0,
+                };
+            }
+            // A frame header: progressive (SOF2, 6, 10, 14) or not; height, width and the number of components
+            // after its length and precision.
+            0xC0..=0xCF if !matches!(marker, 0xC4 | 0xC8 | 0xCC) && frame.is_none() => {
                 let progressive = matches!(marker, 0xC2 | 0xC6 | 0xCA | 0xCE);
-                let Some(frame) = segment.get(3..7) else { return 0 };
+                let Some(header) = segment.get(3..8) else { return 0 };
                 let (height, width) =
-                    (u16::from_be_bytes([frame[0], frame[1]]), u16::from_be_bytes([frame[2], frame[3]]));
-                return if progressive { u64::from(width) * u64::from(height) } else { 0 };
+                    (u16::from_be_bytes([header[0], header[1]]), u16::from_be_bytes([header[2], header[3]]));
+                let pixels = u64::from(width) * u64::from(height);
+                if progressive {
+                    return pixels;
+                }
+                frame = Some((pixels, header[4]));
             }
             _ => {}
         }
@@ -184,5 +205,32 @@ mod tests {
         let junk = [&progressive[..sof], &[0x00][..], &progressive[sof..]].concat();
         assert_eq!(full_decode_pixels(&junk, MediaFormat::Jpeg), 640 * 480, "junk hides no frame header");
         assert_eq!(full_decode_pixels(b"not a jpeg", MediaFormat::Jpeg), 0);
+    }
+
+    /// A sequential JPEG whose first scan carries one component of its three (one scan a component) is held whole
+    /// by libjpeg as a progressive one is, and charged so; a scan cut short before its count is not read.
+    #[test]
+    fn a_sequential_jpeg_of_one_scan_a_component_is_charged_its_pixels() {
+        let exif = crate::fixtures::FixtureExif::default();
+        let interleaved = crate::fixtures::jpeg(640, 480, 3, true, &exif);
+        let sos = interleaved.windows(2).position(|w| w == [0xFF, 0xDA]).expect("a scan");
+        assert_eq!(interleaved[sos + 4], 3, "the fixture's scan carries its three components");
+        let mut one_a_scan = interleaved.clone();
+        one_a_scan[sos + 4] = 1;
+        assert_eq!(full_decode_pixels(&one_a_scan, MediaFormat::Jpeg), 640 * 480);
+        assert_eq!(full_decode_pixels(&one_a_scan[..sos + 4], MediaFormat::Jpeg), 0, "a scan header cut short");
+    }
+
+    /// A RAW is charged what its preview, the JPEG it passes on, is: a progressive preview its pixels, a sequential
+    /// one nothing.
+    #[test]
+    fn a_raw_is_charged_as_its_preview_is() {
+        let block = crate::fixtures::exif_block::Block::camera(true).bytes();
+        let nef = MediaFormat::Raw(crate::detect::RawFormat::Nef);
+        let progressive = crate::fixtures::tiff_raw(&block, &crate::fixtures::progressive_jpeg(320, 240));
+        assert_eq!(full_decode_pixels(&progressive, nef), 320 * 240);
+        let exif = crate::fixtures::FixtureExif::default();
+        let sequential = crate::fixtures::tiff_raw(&block, &crate::fixtures::jpeg(320, 240, 4, true, &exif));
+        assert_eq!(full_decode_pixels(&sequential, nef), 0);
     }
 }

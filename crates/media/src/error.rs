@@ -23,6 +23,15 @@ pub enum MediaError {
         /// What the decoder said.
         reason: String,
     },
+    /// A picture larger than `storage.max_image_megapixels` allows (a still's header, a video's frame): refused
+    /// before it is decoded ([`MediaError::too_many_pixels`] words it).
+    #[error("{path}: {reason}. The file is skipped, and read again at each crawl")]
+    TooManyPixels {
+        /// The file.
+        path: PathBuf,
+        /// The picture's size, the limit and what to do.
+        reason: String,
+    },
     /// An external tool (ffmpeg, ffprobe, heif-convert) failed.
     #[error("{tool} failed on {path}: {message}")]
     Tool {
@@ -202,15 +211,15 @@ impl MediaError {
             Picture::VideoFrame => ("a frame of the video claims", "video"),
         };
         let pixels = u64::from(width) * u64::from(height);
-        Self::corrupt(
-            path,
-            format!(
+        MediaError::TooManyPixels {
+            path: path.into(),
+            reason: format!(
                 "{claims} {width}x{height} pixels ({} megapixels), more than the limit of {} (setting \
                  storage.max_image_megapixels); refused before decoding. Raise the limit if the {file} is genuine",
                 megapixels(pixels),
                 megapixels(max_pixels)
             ),
-        )
+        }
     }
 }
 

@@ -291,6 +291,19 @@ pub fn video_in(path: &Path, seconds: f32, width: u32, height: u32, creation_tim
     assert!(status.success(), "ffmpeg could not make {}", path.display());
 }
 
+/// An AV1 video in MP4 (SVT-AV1, its fastest preset), no sound: ffmpeg decodes AV1 with dav1d, not libavcodec.
+pub fn av1_video(path: &Path, seconds: f32, width: u32, height: u32) {
+    std::fs::create_dir_all(path.parent().expect("a file in a folder")).expect("create the folder");
+    let status = Command::new("ffmpeg")
+        .args(["-nostdin", "-y", "-v", "error", "-f", "lavfi", "-i"])
+        .arg(format!("testsrc=duration={seconds}:size={width}x{height}:rate=10"))
+        .args(["-c:v", "libsvtav1", "-preset", "12", "-svtav1-params", "lp=1"])
+        .arg(path)
+        .status()
+        .expect("run ffmpeg");
+    assert!(status.success(), "ffmpeg could not make {}", path.display());
+}
+
 /// A QuickTime video (`.mov`) with the metadata `tags` as the QuickTime keys an iPhone writes them
 /// (`com.apple.quicktime.creationdate`), beside `creation_time`.
 pub fn quicktime_video(path: &Path, creation_time: &str, tags: &[(&str, &str)]) {

@@ -67,18 +67,24 @@ pub(crate) async fn read_tail(
     Ok(())
 }
 
-/// What libavcodec writes when a picture is larger than the decoder was told to allow (its option `max_pixels`,
-/// which the Worker gives ffmpeg and ffprobe from `storage.max_image_megapixels`): "Picture size 16384x8192
-/// exceeds specified max pixel count 100000000, see the documentation if you wish to increase it". Its
-/// width, height and the limit, from the last such line of `log`; `None` when there is none.
+/// What a decoder writes when a picture is larger than it was told to allow (libavcodec's option `max_pixels`,
+/// which the Worker gives ffmpeg and ffprobe from `storage.max_image_megapixels`), in either wording:
+/// libavutil's, for every decoder of libavcodec ("Picture size 16384x8192 exceeds specified max pixel count
+/// 100000000, see the documentation if you wish to increase it"), and dav1d's, the AV1 decoder ffmpeg prefers,
+/// which is given the same limit ("Frame size 16384x8192 exceeds limit 100000000"). Its width, height and the
+/// limit, from the last such line of `log`; `None` when there is none.
 pub(crate) fn pixel_limit_refusal(log: &[u8]) -> Option<(u32, u32, u64)> {
+    const WORDINGS: [(&str, &str); 2] =
+        [("Picture size ", " exceeds specified max pixel count "), ("Frame size ", " exceeds limit ")];
     let text = String::from_utf8_lossy(log);
     text.lines().rev().find_map(|line| {
-        let (_, size) = line.split_once("Picture size ")?;
-        let (size, rest) = size.split_once(" exceeds specified max pixel count ")?;
-        let (width, height) = size.split_once('x')?;
-        let limit: String = rest.chars().take_while(char::is_ascii_digit).collect();
-        Some((width.parse().ok()?, height.parse().ok()?, limit.parse().ok()?))
+        WORDINGS.iter().find_map(|(before, between)| {
+            let (_, size) = line.split_once(before)?;
+            let (size, rest) = size.split_once(between)?;
+            let (width, height) = size.split_once('x')?;
+            let limit: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            Some((width.parse().ok()?, height.parse().ok()?, limit.parse().ok()?))
+        })
     })
 }
 
@@ -92,7 +98,9 @@ mod tests {
                     100000000, see the documentation if you wish to increase it\n[h264 @ 0x55e6] no frame!\n\
                     Error while decoding stream #0:0: Invalid data found when processing input\n";
         assert_eq!(pixel_limit_refusal(log), Some((16384, 8192, 100_000_000)));
-        let other = b"[h264 @ 0x1] error while decoding MB 12 7\nPicture size is what it is\n";
+        let dav1d = b"[libdav1d @ 0x55] Frame size 7680x4320 exceeds limit 1000000\n[libdav1d @ 0x55] Error\n";
+        assert_eq!(pixel_limit_refusal(dav1d), Some((7680, 4320, 1_000_000)));
+        let other = b"[h264 @ 0x1] error while decoding MB 12 7\nPicture size is what it is\nFrame size exceeds\n";
         assert_eq!(pixel_limit_refusal(other), None);
         assert_eq!(pixel_limit_refusal(b""), None);
     }

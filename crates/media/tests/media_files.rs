@@ -314,7 +314,7 @@ async fn a_heic_claiming_too_many_pixels_is_refused_before_heif_convert_runs() {
     let out = dir.path().join("proxies");
     let (limits, cancel) = (ToolLimits::default(), CancellationToken::new());
     match heic_to_jpeg(&open(&src), &content, DEFAULT_MAX_PIXELS, &out, limits, &cancel).await {
-        Err(MediaError::Corrupt { reason, .. }) => {
+        Err(MediaError::TooManyPixels { reason, .. }) => {
             assert!(reason.contains("claims 30000x30000 pixels"), "{reason}");
             assert!(reason.contains("storage.max_image_megapixels"), "{reason}");
         }

@@ -14,12 +14,14 @@ use super::walk::WalkEntry;
 
 impl<C: CatalogueStore> Run<'_, C> {
     /// The capture time of a known asset found with another sidecar, at another path, or back from deletion:
-    /// its own dates read again (no proxies made), ranked with the sidecar's and the file name's.
+    /// its own dates read again (no proxies made), ranked with the sidecar's and the file name's. `None` for a
+    /// video whose frames are over the pixel limit (lowered since it was catalogued): its content is the asset's,
+    /// read when the limit allowed it, and it keeps its date rather than failing its move or revival.
     pub(super) async fn capture_again(
         &self,
         entry: &WalkEntry,
         read: ReadOriginal,
-    ) -> Result<CaptureTime, FileProblem> {
+    ) -> Result<Option<CaptureTime>, FileProblem> {
         let own: Vec<CaptureTime> = match read.content {
             Content::Still(content) => {
                 let format = read.format;
@@ -34,11 +36,18 @@ impl<C: CatalogueStore> Run<'_, C> {
             }
             Content::Video => {
                 let (limits, max_pixels) = (self.settings.tool_limits, self.settings.max_image_pixels);
-                let probed = almanac_media::probe_video(&read.original, limits, max_pixels, &self.cancel).await?;
-                return Ok(self.video_capture(entry, &probed).await);
+                return match almanac_media::probe_video(&read.original, limits, max_pixels, &self.cancel).await {
+                    Ok(probed) => Ok(Some(self.video_capture(entry, &probed).await)),
+                    Err(almanac_media::MediaError::TooManyPixels { reason, .. }) => {
+                        let path = display(&entry.rel);
+                        tracing::info!(%path, %reason, "a known video's date is kept: its frames are over the limit");
+                        Ok(None)
+                    }
+                    Err(e) => Err(e.into()),
+                };
             }
         };
-        Ok(self.best_capture(entry, own).await)
+        Ok(Some(self.best_capture(entry, own).await))
     }
 
     /// The best capture time of a file: its own dates (EXIF, embedded XMP, the container's), its sidecar's, a
@@ -53,8 +62,7 @@ impl<C: CatalogueStore> Run<'_, C> {
             Some(sidecar) => self.sidecar_date(sidecar).await,
             None => None,
         };
-        let name = entry.rel.rsplit(|c| *c == b'/').next().unwrap_or(&entry.rel);
-        let from_name = almanac_media::date_in_file_name(&String::from_utf8_lossy(name));
+        let from_name = name_date(entry);
         CaptureTime::best(own.into_iter().chain(sidecar).chain(from_name))
             .map_or(CaptureTime::file_mtime(entry.mtime), |best| best.with_offset_from_local(from_name))
     }
@@ -82,16 +90,31 @@ impl<C: CatalogueStore> Run<'_, C> {
     }
 
     /// A video's capture time from what ffprobe read ([`Self::best_capture`]). A phone's UTC `creation_time` whose
-    /// offset neither the container nor the file name says (a Pixel's `PXL_` names are UTC) takes the offset of
-    /// the household's zone, the Worker's (`CrawlSettings::zone`), at that instant: the video is on the day it
-    /// was taken there, not on the UTC day. A camera's container time (GoPro, DJI: their local clock written as
-    /// UTC) is left as it reads.
+    /// offset neither the container nor the file name says takes the offset of the household's zone, the
+    /// Worker's (`CrawlSettings::zone`), at that instant: the video is on the day it was taken there, not on the
+    /// UTC day. A Pixel names its videos by the UTC time (`PXL_`), which says no offset; any other name whose time
+    /// is the UTC time says the offset is zero (a phone naming by local time, in London in winter), and the video
+    /// stays on the UTC day. A camera's container time (GoPro, DJI: their local clock written as UTC) is left as
+    /// it reads.
     pub(super) async fn video_capture(&self, entry: &WalkEntry, probed: &VideoFacts) -> CaptureTime {
         let best = self.best_capture(entry, probed.created).await;
-        if probed.created_in_utc && best.source == CaptureSource::Container {
+        let local_is_utc = name_date(entry)
+            .is_some_and(|n| n.at.time() != chrono::NaiveTime::MIN && (n.at - best.at).num_seconds().abs() <= 120)
+            && !file_name(entry).starts_with(b"PXL_");
+        if probed.created_in_utc && best.source == CaptureSource::Container && !local_is_utc {
             best.in_zone_when_unknown(self.settings.zone)
         } else {
             best
         }
     }
+}
+
+/// The file's own name (the last part of its path).
+fn file_name(entry: &WalkEntry) -> &[u8] {
+    entry.rel.rsplit(|c| *c == b'/').next().unwrap_or(&entry.rel)
+}
+
+/// The date in the file's name, a local time read as UTC ([`almanac_media::date_in_file_name`]).
+fn name_date(entry: &WalkEntry) -> Option<CaptureTime> {
+    almanac_media::date_in_file_name(&String::from_utf8_lossy(file_name(entry)))
 }

@@ -240,7 +240,7 @@ impl<C: CatalogueStore> Run<'_, C> {
         } else if date_to_read {
             let capture = self.capture_again(entry, read).await?;
             self.still_wanted()?;
-            self.catalogue.redate(self.fence, id, Some(&capture), entry.sidecar.as_ref()).await?;
+            self.catalogue.redate(self.fence, id, capture.as_ref(), entry.sidecar.as_ref()).await?;
             bump(&self.counters.redated);
         } else if known.is_some_and(|k| same_facts(k, entry)) {
             // Read only because a watcher saw it closed, and it holds what it held: nothing to write.
@@ -259,7 +259,7 @@ impl<C: CatalogueStore> Run<'_, C> {
         self.still_wanted()?;
         self.catalogue.relocate(self.fence, id, &facts(entry)).await?;
         // A file's time is the last guess, and a copy or a restore sets it anew: the asset keeps the date it has.
-        let capture = Some(&capture).filter(|c| c.source != CaptureSource::FileMtime);
+        let capture = capture.as_ref().filter(|c| c.source != CaptureSource::FileMtime);
         self.catalogue.redate(self.fence, id, capture, entry.sidecar.as_ref()).await?;
         Ok(())
     }
