@@ -279,39 +279,24 @@ impl CatalogueStore for PgStore {
         capture: Option<&CaptureTime>,
         sidecar: Option<&Sidecar>,
     ) -> Result<(), CatalogueError> {
-        let Some(capture) = capture else {
-            return self
-                .fenced(fence, async |conn| {
-                    sql_query(
-                        "UPDATE media_assets SET sidecar_path = $2, sidecar_size = $3, sidecar_modified_at = $4,
-                                date_outdated = false
-                          WHERE id = $1",
-                    )
-                    .bind::<Uuid, _>(asset.as_uuid())
-                    .bind::<Nullable<Binary>, _>(sidecar.map(|s| s.path.as_slice()))
-                    .bind::<Nullable<BigInt>, _>(sidecar.map(|s| size(s.size)))
-                    .bind::<Nullable<Timestamptz>, _>(sidecar.map(|s| s.mtime))
-                    .execute(conn)
-                    .await?;
-                    Ok(())
-                })
-                .await;
-        };
-        let (month, day) = capture.local_month_day();
+        // One statement either way: a capture replaces the date (its offset too, unknown included); none keeps it.
+        let month_day = capture.map(CaptureTime::local_month_day);
         self.fenced(fence, async |conn| {
             sql_query(
                 "UPDATE media_assets
-                    SET captured_at = $2, captured_offset_minutes = $3, captured_at_source = $4,
-                        capture_month = $5, capture_day = $6,
+                    SET captured_at = coalesce($2, captured_at),
+                        captured_offset_minutes = CASE WHEN $2 IS NULL THEN captured_offset_minutes ELSE $3 END,
+                        captured_at_source = coalesce($4, captured_at_source),
+                        capture_month = coalesce($5, capture_month), capture_day = coalesce($6, capture_day),
                         sidecar_path = $7, sidecar_size = $8, sidecar_modified_at = $9, date_outdated = false
                   WHERE id = $1",
             )
             .bind::<Uuid, _>(asset.as_uuid())
-            .bind::<Timestamptz, _>(capture.at)
-            .bind::<Nullable<Integer>, _>(capture.offset_minutes)
-            .bind::<Text, _>(capture.source.as_str())
-            .bind::<SmallInt, _>(month as i16)
-            .bind::<SmallInt, _>(day as i16)
+            .bind::<Nullable<Timestamptz>, _>(capture.map(|c| c.at))
+            .bind::<Nullable<Integer>, _>(capture.and_then(|c| c.offset_minutes))
+            .bind::<Nullable<Text>, _>(capture.map(|c| c.source.as_str()))
+            .bind::<Nullable<SmallInt>, _>(month_day.map(|(month, _)| month as i16))
+            .bind::<Nullable<SmallInt>, _>(month_day.map(|(_, day)| day as i16))
             .bind::<Nullable<Binary>, _>(sidecar.map(|s| s.path.as_slice()))
             .bind::<Nullable<BigInt>, _>(sidecar.map(|s| size(s.size)))
             .bind::<Nullable<Timestamptz>, _>(sidecar.map(|s| s.mtime))
