@@ -122,7 +122,20 @@ pub(crate) async fn run_tool(
     } else {
         let text = String::from_utf8_lossy(&err);
         let last = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no message").trim().to_owned();
-        Err(MediaError::Tool { tool, path: path.to_owned(), message: format!("{status}: {last}") })
+        Err(MediaError::Tool { tool, path: path.to_owned(), message: format!("{status}: {last}{}", killed(status)) })
+    }
+}
+
+/// What to say of a tool killed by SIGKILL that the Worker did not kill (it kills only on a cancel or a time limit,
+/// which answer otherwise): most often the kernel's out-of-memory killer, on a machine short of memory for the file.
+fn killed(status: std::process::ExitStatus) -> &'static str {
+    use std::os::unix::process::ExitStatusExt;
+    if status.signal() == Some(9) {
+        ". It was killed by something other than the Worker: most often the kernel's out-of-memory killer (see \
+         `journalctl -k` or `dmesg`), the machine short of memory for this file beside the others being read. \
+         Lower worker.max_concurrent_files or storage.max_image_megapixels, or give the machine more memory"
+    } else {
+        ""
     }
 }
 

@@ -193,6 +193,27 @@ async fn ffmpegs_refusal_of_a_picture_over_the_limit_is_the_answer_even_when_it_
     assert_eq!(names(&s.out), ["poster.jpg"], "the web video is not left");
 }
 
+/// A tool killed by SIGKILL that the Worker did not kill (the kernel's out-of-memory killer, most often) fails the
+/// file with what to look at and what to lower.
+#[tokio::test]
+async fn a_tool_killed_from_outside_says_it_may_have_been_the_out_of_memory_killer() {
+    let s = setup();
+    let ffmpeg = fake_ffmpeg(s.dir.path(), "echo decoding >&2; kill -9 $$", "exit 1");
+    let cancel = CancellationToken::new();
+    let err = make_video_proxies_with(ffmpeg, &s.clip, &s.out, ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel)
+        .await
+        .unwrap_err();
+    let message = err.to_string();
+    assert!(message.contains("out-of-memory killer") && message.contains("worker.max_concurrent_files"), "{message}");
+    // A tool that fails of its own accord says only what it said.
+    let ffmpeg = fake_ffmpeg(s.dir.path(), "echo 'Invalid data found' >&2; exit 1", "exit 1");
+    let err = make_video_proxies_with(ffmpeg, &s.clip, &s.out, ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel)
+        .await
+        .unwrap_err();
+    assert!(!err.to_string().contains("out-of-memory"), "{err}");
+    assert_eq!(names(&s.out), Vec::<String>::new());
+}
+
 /// The poster is taken from half a second in; only when that gives nothing is it tried again from the start.
 /// A first try that gave a whole poster is the answer (ffmpeg run once for it), and a first try stopped by its
 /// time limit is the answer too: a hung ffmpeg is not waited for a second time.
