@@ -658,6 +658,29 @@ COMMENT ON COLUMN public.config_watches.holder IS 'The token of the Worker proce
 
 
 --
+-- Name: failed_files; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.failed_files (
+    storage_config_id uuid NOT NULL,
+    file_path bytea NOT NULL,
+    size bigint NOT NULL,
+    modified_at public.almanac_time NOT NULL,
+    reason text NOT NULL,
+    read_by text NOT NULL,
+    failed_at public.almanac_time DEFAULT now() NOT NULL,
+    CONSTRAINT failed_files_size_check CHECK ((size >= 0))
+);
+
+
+--
+-- Name: TABLE failed_files; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.failed_files IS 'Files a crawl failed for their content, not read again while unchanged and read by the same rules (read_by). Migration 000041.';
+
+
+--
 -- Name: media_assets; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -1272,6 +1295,14 @@ ALTER TABLE ONLY public.config_watches
 
 
 --
+-- Name: failed_files failed_files_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.failed_files
+    ADD CONSTRAINT failed_files_pkey PRIMARY KEY (storage_config_id, file_path);
+
+
+--
 -- Name: media_assets media_assets_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -1659,6 +1690,14 @@ ALTER TABLE ONLY public.bursts
 
 ALTER TABLE ONLY public.config_watches
     ADD CONSTRAINT config_watches_storage_config_id_fkey FOREIGN KEY (storage_config_id) REFERENCES public.storage_configs(id) ON DELETE CASCADE;
+
+
+--
+-- Name: failed_files failed_files_storage_config_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.failed_files
+    ADD CONSTRAINT failed_files_storage_config_id_fkey FOREIGN KEY (storage_config_id) REFERENCES public.storage_configs(id) ON DELETE CASCADE;
 
 
 --

@@ -164,6 +164,25 @@ pub struct PairingCandidate {
     pub content_id: Option<String>,
 }
 
+/// A file that failed for its content (damaged, not what its name says, over the pixel limit), remembered so that
+/// later crawls do not read it again while it is the same file read by the same rules.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailedFile {
+    /// Its path, relative to the root.
+    pub file_path: Vec<u8>,
+    /// Its size when it failed.
+    pub size: u64,
+    /// Its mtime when it failed.
+    pub mtime: DateTime<Utc>,
+    /// Why it failed.
+    pub reason: String,
+    /// The rules it was read by (the Worker's version, the settings that decide a file's fate): read by other
+    /// rules, it is read again.
+    pub read_by: String,
+    /// When it failed.
+    pub failed_at: DateTime<Utc>,
+}
+
 /// The catalogue as the crawl sees it.
 ///
 /// Every write takes the attempt's [`Fence`] and is fenced (ADR 0008 rule 5, docs/safety.md invariant 1): it runs in a
@@ -309,6 +328,31 @@ pub trait CatalogueStore: Send + Sync {
         config: StorageConfigId,
         under: Option<&[Vec<u8>]>,
     ) -> impl Future<Output = Result<Vec<PairingCandidate>, CatalogueError>> + Send;
+
+    /// The files of the config remembered as failed for their content, in the folders `under` (as for
+    /// [`CatalogueStore::pairing_candidates`]), or in the whole config when `None`.
+    fn failed_files(
+        &self,
+        config: StorageConfigId,
+        under: Option<&[Vec<u8>]>,
+    ) -> impl Future<Output = Result<Vec<FailedFile>, CatalogueError>> + Send;
+
+    /// Remembers a file of the config as failed for its content (replacing what was remembered at its path).
+    /// `failed_at` is the database's time of the write, whatever `file` says.
+    fn remember_failed_file(
+        &self,
+        fence: Fence,
+        config: StorageConfigId,
+        file: &FailedFile,
+    ) -> impl Future<Output = Result<(), CatalogueError>> + Send;
+
+    /// Forgets the failures remembered at `paths` of the config (files read well since, or gone).
+    fn forget_failed_files(
+        &self,
+        fence: Fence,
+        config: StorageConfigId,
+        paths: &[Vec<u8>],
+    ) -> impl Future<Output = Result<(), CatalogueError>> + Send;
 
     /// Pairs a Live Photo's still and motion halves.
     fn pair(

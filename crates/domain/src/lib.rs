@@ -48,8 +48,8 @@ pub use work::{DedupKey, DomainError, NewWorkItem, Scope, ScopeRule, Status, Wor
 /// its enqueue, cancel and read methods.)
 pub mod ports {
     pub use crate::catalogue_port::{
-        CatalogueError, CatalogueStore, EARLIEST_TIME, FileFacts, HashMatch, IngestOutcome, KnownFile, LONGEST_PATH,
-        NewAsset, NewProxy, PairingCandidate, Sidecar,
+        CatalogueError, CatalogueStore, EARLIEST_TIME, FailedFile, FileFacts, HashMatch, IngestOutcome, KnownFile,
+        LONGEST_PATH, NewAsset, NewProxy, PairingCandidate, Sidecar,
     };
     pub use crate::maintenance_port::{
         BurstFrame, BurstGroup, DatabaseClock, MaintenanceStore, PurgeCandidate, QueueMaintenance, StoredProxy,

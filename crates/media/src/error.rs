@@ -15,7 +15,7 @@ pub enum MediaError {
     },
     /// The file's content is broken (truncated, not what its name says).
     #[error(
-        "{path}: the file is damaged or not a supported image or video ({reason}); it is skipped, and tried again at the next crawl"
+        "{path}: the file is damaged or not a supported image or video ({reason}); it is skipped, and read again once it changes"
     )]
     Corrupt {
         /// The file.
@@ -25,7 +25,7 @@ pub enum MediaError {
     },
     /// A picture larger than `storage.max_image_megapixels` allows (a still's header, a video's frame): refused
     /// before it is decoded ([`MediaError::too_many_pixels`] words it).
-    #[error("{path}: {reason}. The file is skipped, and read again at each crawl")]
+    #[error("{path}: {reason}. The file is skipped, and read again once it changes or the limit does")]
     TooManyPixels {
         /// The file.
         path: PathBuf,

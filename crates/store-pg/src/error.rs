@@ -173,7 +173,8 @@ pub(crate) async fn placed(conn: &mut crate::Conn, e: DieselError) -> StoreError
 }
 
 /// The indexes that hold a file's path beside its config's id ([`almanac_domain::ports::LONGEST_PATH`]).
-pub(crate) const PATH_INDEXES: [&str; 2] = ["ix_media_assets_active_path", "asset_extra_paths_pkey"];
+pub(crate) const PATH_INDEXES: [&str; 3] =
+    ["ix_media_assets_active_path", "asset_extra_paths_pkey", "failed_files_pkey"];
 
 /// Past this many bytes no path is held, whatever its names: an index entry of PostgreSQL is at most 8,191 bytes
 /// however it compresses, and past it the server's error names no index, so it could not be told from a failure

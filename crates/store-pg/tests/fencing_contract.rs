@@ -10,8 +10,8 @@ use almanac_domain::{
     AssetId, AssetMetadata, CaptureSource, CaptureTime, ContentHash, MediaType, NewWorkItem, ProxyType, Scope, Status,
     StorageConfigId, WorkKind, WorkQueue,
     ports::{
-        BurstGroup, CatalogueError, CatalogueStore, Fence, FileFacts, IngestOutcome, LeaseDuration, MaintenanceStore,
-        NewAsset, NewProxy, ServedConfigs, StoredProxy,
+        BurstGroup, CatalogueError, CatalogueStore, FailedFile, Fence, FileFacts, IngestOutcome, LeaseDuration,
+        MaintenanceStore, NewAsset, NewProxy, ServedConfigs, StoredProxy,
     },
 };
 use almanac_store_pg::{NewStorageConfig, PgStore};
@@ -63,7 +63,15 @@ impl Setup {
             #[diesel(sql_type = Text)]
             state: String,
         }
-        let tables = ["media_assets", "asset_metadata", "proxy_files", "asset_extra_paths", "bursts", "refresh_tokens"];
+        let tables = [
+            "media_assets",
+            "asset_metadata",
+            "proxy_files",
+            "asset_extra_paths",
+            "bursts",
+            "refresh_tokens",
+            "failed_files",
+        ];
         let parts: Vec<String> = tables
             .iter()
             .map(|t| format!("(SELECT coalesce(string_agg(x::text, ';' ORDER BY x::text), '') FROM {t} x)"))
@@ -124,6 +132,8 @@ async fn every_write_is_lost(s: &Setup, stale: Fence, live_asset: AssetId, gone_
     assert_lost("record_root_identity", store.record_root_identity(stale, s.config, true).await);
     let follow_up = NewWorkItem::new(WorkKind::BurstDetection, Scope::Config(s.config)).unwrap();
     assert_lost("enqueue_follow_up", store.enqueue_follow_up(stale, &follow_up).await);
+    assert_lost("remember_failed_file", store.remember_failed_file(stale, s.config, &failed(b"dcim/cut.jpg")).await);
+    assert_lost("forget_failed_files", store.forget_failed_files(stale, s.config, &[b"kept.jpg".to_vec()]).await);
     let group = BurstGroup {
         id: live_asset,
         primary: live_asset,
@@ -143,6 +153,47 @@ async fn every_write_is_lost(s: &Setup, stale: Fence, live_asset: AssetId, gone_
     assert_lost("delete_refresh_tokens", store.delete_refresh_tokens(stale, future, future, 100).await);
     assert_lost("delete_finished_work", store.delete_finished_work(stale, future, future, 100).await);
     assert_eq!(s.state().await, before, "a stale attempt committed something");
+}
+
+/// A failure remembered at `path`.
+fn failed(path: &[u8]) -> FailedFile {
+    FailedFile {
+        file_path: path.to_vec(),
+        size: 7,
+        mtime: Utc.with_ymd_and_hms(2024, 5, 6, 7, 8, 9).unwrap(),
+        reason: "damaged".into(),
+        read_by: "rules 1".into(),
+        failed_at: Utc::now(),
+    }
+}
+
+/// Failures are remembered per config and path (again: replaced), read for the whole config or for folders (each
+/// with everything below it, not a sibling whose name starts alike), and forgotten by path.
+#[tokio::test]
+async fn failed_files_are_remembered_read_by_folder_and_forgotten() {
+    let s = setup().await;
+    s.store.enqueue(&NewWorkItem::new(WorkKind::Crawl, Scope::Config(s.config)).unwrap()).await.unwrap();
+    let fence = s.claim("w1").await;
+    for path in [&b"dcim/cut.jpg"[..], b"dcim/sub/clip.mp4", b"dcim-x/cut.jpg", b"top.jpg"] {
+        s.store.remember_failed_file(fence, s.config, &failed(path)).await.unwrap();
+    }
+    let again = FailedFile { size: 8, reason: "damaged again".into(), read_by: "rules 2".into(), ..failed(b"top.jpg") };
+    s.store.remember_failed_file(fence, s.config, &again).await.unwrap();
+    let paths = |files: Vec<FailedFile>| {
+        let mut p: Vec<Vec<u8>> = files.into_iter().map(|f| f.file_path).collect();
+        p.sort();
+        p
+    };
+    let all = s.store.failed_files(s.config, None).await.unwrap();
+    let top = all.iter().find(|f| f.file_path == b"top.jpg").unwrap();
+    assert_eq!((top.size, top.reason.as_str(), top.read_by.as_str()), (8, "damaged again", "rules 2"));
+    assert_eq!(top.mtime, again.mtime);
+    assert_eq!(paths(all).len(), 4, "one row a path");
+    let dcim = s.store.failed_files(s.config, Some(&[b"dcim".to_vec()])).await.unwrap();
+    assert_eq!(paths(dcim), [b"dcim/cut.jpg".to_vec(), b"dcim/sub/clip.mp4".to_vec()]);
+    s.store.forget_failed_files(fence, s.config, &[b"dcim/cut.jpg".to_vec(), b"nowhere".to_vec()]).await.unwrap();
+    let left = paths(s.store.failed_files(s.config, None).await.unwrap());
+    assert_eq!(left, [b"dcim-x/cut.jpg".to_vec(), b"dcim/sub/clip.mp4".to_vec(), b"top.jpg".to_vec()]);
 }
 
 /// The crawl merges its walk with the known files, both in the byte order of paths: pages of any size come in

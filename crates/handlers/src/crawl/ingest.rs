@@ -61,6 +61,8 @@ pub(super) struct Run<'a, C> {
     pub cancel: CancellationToken,
     /// Stops the walk (a child of `cancel`): cancelled too when a problem stops the crawl.
     pub halt: CancellationToken,
+    /// The files remembered as failed for their content under the crawl's scope.
+    pub failures: super::failed::Remembered,
 }
 
 impl<C: CatalogueStore> Run<'_, C> {
@@ -93,14 +95,19 @@ impl<C: CatalogueStore> Run<'_, C> {
         if let Some(k) = known.filter(|k| !k.extra) {
             self.mark(Seen::Asset(k.asset_id));
         }
-        let done = self.settled_file(entry, known, held_back).await;
+        let done = match self.failures.unchanged(entry) {
+            Some(reason) => Err(FileProblem::FailedBefore(reason)),
+            None => self.settled_file(entry, known, held_back).await,
+        };
         if let Some(k) = known.filter(|k| k.extra) {
             let keeps_its_place = match &done {
                 // A copy being written over keeps its place until it has settled.
                 Err(FileProblem::Settling) => true,
                 // A copy read only because a watcher saw it closed, its facts those the catalogue has, keeps its place
                 // when it cannot be read, as it would have unread.
-                Err(FileProblem::Failed(_)) => same_facts(k, entry),
+                Err(FileProblem::Failed(_) | FileProblem::Damaged(_) | FileProblem::FailedBefore(_)) => {
+                    same_facts(k, entry)
+                }
                 _ => false,
             };
             if keeps_its_place {

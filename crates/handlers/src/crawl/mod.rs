@@ -13,6 +13,7 @@
 
 mod copies;
 mod dating;
+mod failed;
 mod ingest;
 mod merge;
 mod outcomes;
@@ -187,24 +188,9 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         self.check_before_reading(&storage).await?;
         let (root, is_mount_point) = root::open_root(&storage, &args)?;
         let clock = settling::CrawlClock::new(self.catalogue.db_now().await.map_err(catalogue_error)?);
-        let run = Run {
-            catalogue: &*self.catalogue,
-            settings: &self.settings,
-            pixel_budget: &self.pixel_budget,
-            config,
-            fence: ctx.fence,
-            root: Arc::new(root),
-            counters: Arc::default(),
-            since: std::time::Instant::now(),
-            library: tokio::sync::OnceCell::new(),
-            held_back: Mutex::default(),
-            confirmed: args.allow_mass_deletion,
-            clock,
-            seen: Mutex::default(),
-            hash_locks: Mutex::default(),
-            cancel: ctx.cancel.clone(),
-            halt: ctx.cancel.child_token(),
-        };
+        let under = (!scope.is_whole_root()).then(|| scope.folders());
+        let failures = failed::Remembered::load(&*self.catalogue, config, under, &self.settings).await;
+        let run = self.run(&ctx, config, root, clock, args.allow_mass_deletion, failures.map_err(catalogue_error)?);
         let (walk, leftover) = self.walk_and_process(&run, &scope, &ctx.progress).await?;
         if scope.is_whole_root() {
             root::check_not_emptied(&storage, &args, leftover.active, run.counters.listed(), &walk.unreadable)?;
@@ -250,7 +236,39 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
             let again = scope.again(config, &run.counters.settling_in.lock().expect("poisoned"))?;
             self.ask_again(&ctx, again, &run.clock).await?;
         }
+        run.failures.forget_recovered(&*self.catalogue, ctx.fence, config).await;
         Ok(run.counters.report(run.counts(), &walk, soft_deleted, paired))
+    }
+
+    /// A crawl's shared state, for the files processed side by side.
+    fn run(
+        &self,
+        ctx: &HandlerContext,
+        config: StorageConfigId,
+        root: almanac_media::RootFolder,
+        clock: settling::CrawlClock,
+        confirmed: bool,
+        failures: failed::Remembered,
+    ) -> Run<'_, C> {
+        Run {
+            catalogue: &*self.catalogue,
+            settings: &self.settings,
+            pixel_budget: &self.pixel_budget,
+            config,
+            fence: ctx.fence,
+            root: Arc::new(root),
+            counters: Arc::default(),
+            since: std::time::Instant::now(),
+            library: tokio::sync::OnceCell::new(),
+            held_back: Mutex::default(),
+            confirmed,
+            clock,
+            seen: Mutex::default(),
+            hash_locks: Mutex::default(),
+            cancel: ctx.cancel.clone(),
+            halt: ctx.cancel.child_token(),
+            failures,
+        }
     }
 
     /// Walks the scope's folders beside their known files, both in path order (on a blocking thread, the known

@@ -127,6 +127,21 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
                 run.counters.failed(display(&entry.rel), reason);
                 None
             }
+            FileProblem::Damaged(reason) => {
+                warn!(event = "file_failed", path = %run.abs(entry).display(), reason, "file skipped");
+                let failed = run.failures.failed(entry, &reason);
+                run.counters.failed(display(&entry.rel), reason);
+                // Not remembered (an outage, the attempt lost): read again at the next crawl, as before.
+                if let Err(e) = run.catalogue.remember_failed_file(run.fence, run.config, &failed).await {
+                    tracing::info!(path = %run.abs(entry).display(), error = %e, "a failed file is not remembered");
+                }
+                None
+            }
+            FileProblem::FailedBefore(reason) => {
+                tracing::debug!(path = %run.abs(entry).display(), reason, "failed before and unchanged: not read");
+                run.counters.failed(display(&entry.rel), reason);
+                None
+            }
             FileProblem::ProxyNotWritten { reason, at } => {
                 // One file's trouble, unless the proxy root can take no file now (the volume filled up, went
                 // read-only), or a folder on the way to this file's proxies refuses the Worker's user (one a Worker

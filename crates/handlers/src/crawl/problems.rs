@@ -10,8 +10,13 @@ use almanac_media::{MediaError, ReadError};
 pub(super) enum FileProblem {
     /// Not media after all, or empty: passed over.
     Skipped(String),
-    /// Broken or unreadable: recorded with its reason; the crawl goes on.
+    /// Unreadable, or failed for a reason that is not its content: recorded with its reason; the crawl goes on.
     Failed(String),
+    /// Failed for its content (damaged, not what its name says, over the pixel limit): recorded like `Failed`,
+    /// and remembered, so that it is not read again while unchanged ([`super::failed`]).
+    Damaged(String),
+    /// Remembered as failed for its content and unchanged since: not read again; recorded like `Failed`.
+    FailedBefore(String),
     /// A proxy could not be written, or what was made is not whole (`at`: the proxy or its folder): recorded like
     /// `Failed`, unless the proxy root can take no file at all, or a folder on the way to the proxy may not be
     /// written by the Worker's user, which stop the crawl.
@@ -49,6 +54,12 @@ impl From<MediaError> for FileProblem {
                 FileProblem::ProxyNotWritten { at: Some(path.clone()), reason: e.to_string() }
             }
             MediaError::ProxyRootUnwritable { .. } => FileProblem::ProxyNotWritten { reason: e.to_string(), at: None },
+            // What the file holds decided it: a tool that ended of its own accord with an error (not one killed by a
+            // signal: the out-of-memory killer's say nothing of the file).
+            MediaError::Corrupt { .. } | MediaError::TooManyPixels { .. } => FileProblem::Damaged(e.to_string()),
+            MediaError::Tool { ref message, .. } if !message.starts_with("signal") => {
+                FileProblem::Damaged(e.to_string())
+            }
             other => FileProblem::Failed(other.to_string()),
         }
     }

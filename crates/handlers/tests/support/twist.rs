@@ -16,7 +16,7 @@ use std::sync::Mutex;
 use almanac_domain::{
     AssetId, AssetMetadata, CaptureTime, ContentHash, NewWorkItem, ProxyType, StorageConfig, StorageConfigId,
     ports::{
-        BurstFrame, BurstGroup, CatalogueError, CatalogueStore, DatabaseClock, Fence, FileFacts, HashMatch,
+        BurstFrame, BurstGroup, CatalogueError, CatalogueStore, DatabaseClock, FailedFile, Fence, FileFacts, HashMatch,
         IngestOutcome, KnownFile, MaintenanceStore, NewAsset, NewProxy, PairingCandidate, PurgeCandidate,
         ServedConfigs, Sidecar, StoredProxy,
     },
@@ -129,6 +129,9 @@ twist! {
         fn ingest(fence: Fence, asset: &NewAsset) -> IngestOutcome;
         fn soft_delete(fence: Fence, config: StorageConfigId, assets: &[AssetId], extra_paths: &[Vec<u8>]) -> u64;
         fn pairing_candidates(config: StorageConfigId, under: Option<&[Vec<u8>]>) -> Vec<PairingCandidate>;
+        fn failed_files(config: StorageConfigId, under: Option<&[Vec<u8>]>) -> Vec<FailedFile>;
+        fn remember_failed_file(fence: Fence, config: StorageConfigId, file: &FailedFile) -> ();
+        fn forget_failed_files(fence: Fence, config: StorageConfigId, paths: &[Vec<u8>]) -> ();
         fn pair(fence: Fence, still: AssetId, motion: AssetId) -> ();
         fn enqueue_follow_up(fence: Fence, item: &NewWorkItem) -> ();
     }

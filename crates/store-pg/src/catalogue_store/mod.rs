@@ -3,8 +3,8 @@
 use almanac_domain::{
     AssetId, AssetMetadata, CaptureTime, ContentHash, NewWorkItem, StorageConfig, StorageConfigId,
     ports::{
-        CatalogueError, CatalogueStore, Fence, FileFacts, HashMatch, IngestOutcome, KnownFile, NewAsset, NewProxy,
-        PairingCandidate, Sidecar,
+        CatalogueError, CatalogueStore, FailedFile, Fence, FileFacts, HashMatch, IngestOutcome, KnownFile, NewAsset,
+        NewProxy, PairingCandidate, Sidecar,
     },
 };
 use diesel::sql_query;
@@ -15,9 +15,11 @@ use crate::PgStore;
 use crate::error;
 use crate::tx::{Refused, fenced_within};
 
+mod failed_files;
 mod paths;
 mod rows;
 
+use paths::folder_ranges;
 use rows::{
     ACTIVE_CONTENT_INDEX, CandidateRow, HashRow, IdRow, KnownRow, first_page, insert_asset, insert_metadata,
     insert_proxy, media_type, size,
@@ -377,13 +379,7 @@ impl CatalogueStore for PgStore {
         config: StorageConfigId,
         under: Option<&[Vec<u8>]>,
     ) -> Result<Vec<PairingCandidate>, CatalogueError> {
-        // A folder's files are those from `folder/` to just before `folder0` ('0' follows '/'): a range of the
-        // index by path, one statement a folder with its bounds bound, so that each is planned as the range it
-        // is and a watcher's crawl of one folder reads that folder's assets, not the library's.
-        let ranges: Vec<Option<(Vec<u8>, Vec<u8>)>> = match under {
-            None => vec![None],
-            Some(folders) => folders.iter().map(|f| Some(([f, &b"/"[..]].concat(), [f, &b"0"[..]].concat()))).collect(),
-        };
+        let ranges = folder_ranges(under);
         let rows: Vec<CandidateRow> = self
             .read(async |conn| {
                 let mut rows = Vec::new();
@@ -421,6 +417,32 @@ impl CatalogueStore for PgStore {
                 })
             })
             .collect()
+    }
+
+    async fn failed_files(
+        &self,
+        config: StorageConfigId,
+        under: Option<&[Vec<u8>]>,
+    ) -> Result<Vec<FailedFile>, CatalogueError> {
+        failed_files::read(self, config, under).await
+    }
+
+    async fn remember_failed_file(
+        &self,
+        fence: Fence,
+        config: StorageConfigId,
+        file: &FailedFile,
+    ) -> Result<(), CatalogueError> {
+        failed_files::remember(self, fence, config, file).await
+    }
+
+    async fn forget_failed_files(
+        &self,
+        fence: Fence,
+        config: StorageConfigId,
+        paths: &[Vec<u8>],
+    ) -> Result<(), CatalogueError> {
+        failed_files::forget(self, fence, config, paths).await
     }
 
     #[mutants::skip]

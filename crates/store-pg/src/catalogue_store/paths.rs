@@ -133,3 +133,14 @@ pub(super) async fn add_copy(
     .await?;
     Ok(added > 0)
 }
+
+/// The index ranges of the folders `under` (all of the config: one range without bounds). A folder's files are
+/// those from `folder/` to just before `folder0` ('0' follows '/'): one statement a folder with its bounds bound,
+/// so that each is planned as the range it is and a watcher's crawl of one folder reads that folder's rows, not
+/// the library's.
+pub(super) fn folder_ranges(under: Option<&[Vec<u8>]>) -> Vec<Option<(Vec<u8>, Vec<u8>)>> {
+    match under {
+        None => vec![None],
+        Some(folders) => folders.iter().map(|f| Some(([f, &b"/"[..]].concat(), [f, &b"0"[..]].concat()))).collect(),
+    }
+}

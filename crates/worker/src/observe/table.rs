@@ -173,7 +173,11 @@ runtime was left to run it, or the Worker stopped first); whatever it took runs 
          next poll (`queue.poll_interval`)",
     ),
     event("crawl_finished", "a crawl's result (files found, ingested, failed, settling; bytes hashed)"),
-    event("file_failed", "a file that could not be ingested (with the reason); the crawl goes on"),
+    event(
+        "file_failed",
+        "a file that could not be ingested (with the reason); the crawl goes on. One that failed for its content is \
+         logged once: later crawls report it failed without reading it while it is unchanged",
+    ),
     event(
         "confirmation_not_carried_over",
         "a crawl confirmed with `allow_mass_deletion` runs again (`attempt` 2 or later, after a retry, an outage or a \

@@ -1,0 +1,1 @@
+DROP TABLE failed_files;
