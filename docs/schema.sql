@@ -666,6 +666,8 @@ CREATE TABLE public.failed_files (
     file_path bytea NOT NULL,
     size bigint NOT NULL,
     modified_at public.almanac_time NOT NULL,
+    inode bigint NOT NULL,
+    inode_changed_at public.almanac_time NOT NULL,
     reason text NOT NULL,
     read_by text NOT NULL,
     failed_at public.almanac_time DEFAULT now() NOT NULL,

@@ -174,6 +174,9 @@ pub struct FailedFile {
     pub size: u64,
     /// Its mtime when it failed.
     pub mtime: DateTime<Utc>,
+    /// Its inode number and when the inode last changed (`st_ctime`) when it failed: a file written over (even
+    /// with its size and mtime put back) or another file moved to its path has other ones.
+    pub inode: (u64, DateTime<Utc>),
     /// Why it failed.
     pub reason: String,
     /// The rules it was read by (the Worker's version, the settings that decide a file's fate): read by other

@@ -130,3 +130,30 @@ async fn a_known_photo_written_over_with_damaged_bytes_keeps_its_asset_while_rem
     }
     assert_eq!(lib.remembered().await, 1);
 }
+
+/// A good file moved onto the path of a damaged copy remembered as failed, with the same size and mtime (a copy
+/// that kept its times, `cp -p`, from a failing card): it is another file (its inode and the inode's change time),
+/// read, and found to be the asset moved, never passed over with the asset then taken for gone.
+#[tokio::test]
+async fn a_good_file_moved_onto_a_remembered_damaged_copy_of_the_same_size_and_time_is_read() {
+    let lib = library().await;
+    let good = fixtures::png(640, 480, 6);
+    let mut damaged = fixtures::png_claiming(60_000, 60_000);
+    assert!(damaged.len() < good.len());
+    damaged.resize(good.len(), 0);
+    let original = lib.write("a/x.png", &good);
+    lib.crawl().await;
+    let copy = lib.write("b/x.png", &damaged);
+    let mtime = std::fs::metadata(&original).unwrap().modified().unwrap();
+    std::fs::File::options().write(true).open(&copy).unwrap().set_modified(mtime).unwrap();
+    let failed = lib.crawl().await;
+    assert_eq!(count(&failed, "failed"), 1, "{failed}");
+    assert_eq!(lib.remembered().await, 1);
+
+    std::fs::rename(&original, &copy).unwrap();
+    let moved = lib.crawl().await;
+    assert_eq!((count(&moved, "moved"), count(&moved, "soft_deleted"), count(&moved, "failed")), (1, 0, 0), "{moved}");
+    let active = lib.count("SELECT count(*) AS n FROM media_assets WHERE NOT is_soft_deleted").await;
+    assert_eq!(active, 1);
+    assert_eq!(lib.remembered().await, 0, "read well: forgotten");
+}

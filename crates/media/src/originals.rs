@@ -35,6 +35,9 @@ pub struct Entry {
     pub mtime: DateTime<Utc>,
     /// Its file-system identity (device, inode), which tells a folder mounted in a second place.
     pub identity: (u64, u64),
+    /// When its inode last changed (`st_ctime`, truncated to microseconds): any write, rename or change of its
+    /// times sets it, and nothing sets it back.
+    pub changed: DateTime<Utc>,
 }
 
 /// The kinds of entry the walk tells apart.
@@ -420,7 +423,8 @@ fn entry_of(name: OsString, stat: &rustix::fs::Stat) -> Entry {
     let kind = kind_of(FileType::from_raw_mode(stat.st_mode)).unwrap_or(EntryKind::Other);
     let mtime = mtime_of(i64::from(stat.st_mtime), stat.st_mtime_nsec as u32);
     let identity = (u64::from(stat.st_dev), u64::from(stat.st_ino));
-    Entry { name, kind, size: u64::try_from(stat.st_size).unwrap_or(0), mtime, identity }
+    let changed = mtime_of(i64::from(stat.st_ctime), stat.st_ctime_nsec as u32);
+    Entry { name, kind, size: u64::try_from(stat.st_size).unwrap_or(0), mtime, identity, changed }
 }
 
 /// What a file type is to the walk; `None` for a type the file system did not give (`d_type` unknown).

@@ -344,7 +344,8 @@ pub async fn heic_to_jpeg(
             .await;
     let result = match converted {
         Ok(_) => converted_primary(&tmp, original, limits, cancel).await,
-        Err(MediaError::Tool { message, .. }) => Err(MediaError::corrupt(path, message)),
+        // As heif-convert said it: it writes into the proxy volume, so its failure may be the volume's (full) or
+        // the machine's (killed for memory), not the file's.
         Err(e) => Err(e),
     };
     remove_scratch(scratch_dir);

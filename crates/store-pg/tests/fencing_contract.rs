@@ -161,6 +161,7 @@ fn failed(path: &[u8]) -> FailedFile {
         file_path: path.to_vec(),
         size: 7,
         mtime: Utc.with_ymd_and_hms(2024, 5, 6, 7, 8, 9).unwrap(),
+        inode: (u64::MAX - 1, Utc.with_ymd_and_hms(2024, 5, 6, 7, 8, 10).unwrap()),
         reason: "damaged".into(),
         read_by: "rules 1".into(),
         failed_at: Utc::now(),
@@ -187,7 +188,7 @@ async fn failed_files_are_remembered_read_by_folder_and_forgotten() {
     let all = s.store.failed_files(s.config, None).await.unwrap();
     let top = all.iter().find(|f| f.file_path == b"top.jpg").unwrap();
     assert_eq!((top.size, top.reason.as_str(), top.read_by.as_str()), (8, "damaged again", "rules 2"));
-    assert_eq!(top.mtime, again.mtime);
+    assert_eq!((top.mtime, top.inode), (again.mtime, again.inode), "an inode number past i64::MAX too");
     assert_eq!(paths(all).len(), 4, "one row a path");
     let dcim = s.store.failed_files(s.config, Some(&[b"dcim".to_vec()])).await.unwrap();
     assert_eq!(paths(dcim), [b"dcim/cut.jpg".to_vec(), b"dcim/sub/clip.mp4".to_vec()]);

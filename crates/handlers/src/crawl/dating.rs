@@ -43,7 +43,7 @@ impl<C: CatalogueStore> Run<'_, C> {
                         tracing::info!(%path, %reason, "a known video's date is kept: its frames are over the limit");
                         Ok(None)
                     }
-                    Err(e) => Err(e.into()),
+                    Err(e) => Err(FileProblem::from(e).of_known_content()),
                 };
             }
         };

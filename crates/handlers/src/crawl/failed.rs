@@ -1,6 +1,6 @@
 //! Files that failed for their content (damaged, not what their name says, over the pixel limit), remembered in the
-//! catalogue (`failed_files`) so that a later crawl does not read them again while each is the same file (its size
-//! and mtime) read by the same rules ([`read_by`]). A watcher crawls a folder at each change in it: a phone syncing
+//! catalogue (`failed_files`) so that a later crawl does not read them again while each is the same file (its size,
+//! mtime, inode and the inode's change time) read by the same rules ([`read_by`]). A watcher crawls a folder at each change in it: a phone syncing
 //! into a folder all day made every one of those crawls hash and decode its damaged files again. Each is still
 //! reported as failed, with its reason. A failure is forgotten when its file is read well, or gone from the scope of
 //! a crawl that ended ([`Remembered::forget_recovered`]); read by other rules (a new Worker, another
@@ -15,12 +15,18 @@ use almanac_domain::{
 };
 
 use super::CrawlSettings;
-use super::walk::WalkEntry;
+use super::walk::{FolderNotWalked, WalkEntry};
 
-/// The rules a file is read by, as far as they decide its fate: the Worker's version (its decoders and checks) and
-/// the pixel limit. A failure remembered under other rules is read again.
+/// The rules a file is read by, as far as they decide its fate: the Worker's build (a digest of the sources of its
+/// readers, decoders and crawl, `build.rs`) and the pixel limit. A failure remembered under other rules is read
+/// again. The system's ffmpeg and libheif are not in it: after upgrading them, `touch` a file to have it read again.
 pub(super) fn read_by(settings: &CrawlSettings) -> String {
-    format!("almanac-worker {}, storage.max_image_megapixels {}", env!("CARGO_PKG_VERSION"), settings.max_image_pixels)
+    format!(
+        "almanac-worker {} (sources {}), pixel limit {}",
+        env!("CARGO_PKG_VERSION"),
+        env!("ALMANAC_READING_DIGEST"),
+        settings.max_image_pixels
+    )
 }
 
 /// The failures remembered under a crawl's scope, and those of this crawl.
@@ -52,7 +58,8 @@ impl Remembered {
     /// again, and the reason says so.
     pub(super) fn unchanged(&self, entry: &WalkEntry) -> Option<String> {
         let failed = self.known.get(&entry.rel)?;
-        if failed.size != entry.size || failed.mtime != entry.mtime || failed.read_by != self.read_by {
+        let same = (failed.size, failed.mtime, failed.inode) == (entry.size, entry.mtime, entry.inode);
+        if !same || failed.read_by != self.read_by {
             return None;
         }
         self.failing.lock().expect("poisoned").insert(entry.rel.clone());
@@ -70,23 +77,29 @@ impl Remembered {
             file_path: entry.rel.clone(),
             size: entry.size,
             mtime: entry.mtime,
+            inode: entry.inode,
             reason: reason.to_owned(),
             read_by: self.read_by.clone(),
+            // The store writes its own time.
             failed_at: entry.mtime,
         }
     }
 
-    /// Forgets, at the end of a crawl that walked its scope, the failures remembered there whose file did not fail
-    /// for its content this time: read well, changed and not read yet, or gone. A write refused (an outage, the
-    /// attempt lost) forgets nothing, and the next crawl reads those files again.
+    /// Forgets, at the end of a crawl, the failures remembered in its scope whose file did not fail for its content
+    /// this time: read well, changed and not read yet, or gone. Those under a folder the walk did not walk (one it
+    /// could not read, a loop) are kept. A write refused (an outage, the attempt lost) forgets nothing, and the next
+    /// crawl reads those files again.
     pub(super) async fn forget_recovered(
         &self,
         catalogue: &impl CatalogueStore,
         fence: Fence,
         config: StorageConfigId,
+        not_walked: &[&FolderNotWalked],
     ) {
         let failing = self.failing.lock().expect("poisoned").clone();
-        let recovered: Vec<Vec<u8>> = self.known.keys().filter(|p| !failing.contains(*p)).cloned().collect();
+        let looked_at = |p: &Vec<u8>| !not_walked.iter().any(|f| f.holds(p));
+        let recovered: Vec<Vec<u8>> =
+            self.known.keys().filter(|p| !failing.contains(*p) && looked_at(p)).cloned().collect();
         if let Err(e) = catalogue.forget_failed_files(fence, config, &recovered).await {
             tracing::info!(error = %e, files = recovered.len(), "remembered failures could not be forgotten now");
         }

@@ -211,7 +211,7 @@ mod tests {
     }
 
     fn entry(path: &str, size: u64) -> WalkEntry {
-        WalkEntry { rel: path.into(), size, mtime: at(1), sidecar: None, closed: false }
+        WalkEntry { rel: path.into(), size, mtime: at(1), inode: (1, at(1)), sidecar: None, closed: false }
     }
 
     /// Pages of `size` known files out of `all`, as the store hands them out, counting the calls.

@@ -236,7 +236,7 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
             let again = scope.again(config, &run.counters.settling_in.lock().expect("poisoned"))?;
             self.ask_again(&ctx, again, &run.clock).await?;
         }
-        run.failures.forget_recovered(&*self.catalogue, ctx.fence, config).await;
+        run.failures.forget_recovered(&*self.catalogue, ctx.fence, config, &not_walked).await;
         Ok(run.counters.report(run.counts(), &walk, soft_deleted, paired))
     }
 

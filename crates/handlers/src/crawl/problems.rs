@@ -39,6 +39,18 @@ pub(super) enum FileProblem {
     Cancelled,
 }
 
+impl FileProblem {
+    /// This problem, met reading a file whose content is a known asset's (moved, revived, dated again): never
+    /// remembered as damaged. A file passed over is not hashed, so a remembered failure would hide the asset's
+    /// file from later crawls, which would then take the asset for gone.
+    pub(super) fn of_known_content(self) -> Self {
+        match self {
+            FileProblem::Damaged(reason) => FileProblem::Failed(reason),
+            other => other,
+        }
+    }
+}
+
 impl From<CatalogueError> for FileProblem {
     fn from(e: CatalogueError) -> Self {
         FileProblem::Catalogue(e)
@@ -54,10 +66,13 @@ impl From<MediaError> for FileProblem {
                 FileProblem::ProxyNotWritten { at: Some(path.clone()), reason: e.to_string() }
             }
             MediaError::ProxyRootUnwritable { .. } => FileProblem::ProxyNotWritten { reason: e.to_string(), at: None },
-            // What the file holds decided it: a tool that ended of its own accord with an error (not one killed by a
-            // signal: the out-of-memory killer's say nothing of the file).
+            // What the file holds decided it: a decoder's refusal, or a reader's that ended of its own accord with an
+            // error (not one killed by a signal: the out-of-memory killer says nothing of the file). heif-convert
+            // and ffmpeg write into the proxy volume: their failures may be the volume's, and are not remembered.
             MediaError::Corrupt { .. } | MediaError::TooManyPixels { .. } => FileProblem::Damaged(e.to_string()),
-            MediaError::Tool { ref message, .. } if !message.starts_with("signal") => {
+            MediaError::Tool { tool: "ffprobe" | "libjpeg-turbo", ref message, .. }
+                if !message.starts_with("signal") =>
+            {
                 FileProblem::Damaged(e.to_string())
             }
             other => FileProblem::Failed(other.to_string()),
@@ -79,5 +94,29 @@ impl From<ReadError> for FileProblem {
             ReadError::Unreadable(reason) => FileProblem::Failed(reason),
             ReadError::Cancelled => FileProblem::Cancelled,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tool(tool: &'static str, message: &str) -> FileProblem {
+        FileProblem::from(MediaError::Tool { tool, path: "/lib/a.mp4".into(), message: message.into() })
+    }
+
+    /// Only what the file holds makes a failure one to remember; met reading a known asset's content, never.
+    #[test]
+    fn only_failures_decided_by_a_new_files_content_are_remembered() {
+        let corrupt = FileProblem::from(MediaError::Corrupt { path: "/lib/a.jpg".into(), reason: "cut".into() });
+        assert!(matches!(corrupt, FileProblem::Damaged(_)));
+        assert!(matches!(corrupt.of_known_content(), FileProblem::Failed(_)), "a moved asset's file");
+        assert!(matches!(tool("ffprobe", "exit status: 1: Invalid data found"), FileProblem::Damaged(_)));
+        assert!(matches!(tool("ffprobe", "signal: 9 (SIGKILL): probing"), FileProblem::Failed(_)), "killed");
+        assert!(matches!(tool("heif-convert", "exit status: 1: could not write"), FileProblem::Failed(_)));
+        assert!(matches!(tool("ffmpeg", "exit status: 1: Conversion failed!"), FileProblem::Failed(_)));
+        let timed_out = FileProblem::from(MediaError::TimedOut { tool: "ffprobe", path: "/a".into(), seconds: 1 });
+        assert!(matches!(timed_out, FileProblem::Failed(_)));
+        assert!(matches!(FileProblem::from(ReadError::Unreadable("EIO".into())), FileProblem::Failed(_)));
     }
 }

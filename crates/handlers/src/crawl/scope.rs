@@ -312,6 +312,7 @@ mod tests {
             rel: b"a.jpg".to_vec(),
             size: 5,
             mtime: chrono::DateTime::from_timestamp_micros(mtime_ns.div_euclid(1000)).unwrap(),
+            inode: (1, chrono::DateTime::UNIX_EPOCH),
             sidecar: None,
             closed: false,
         };

@@ -90,7 +90,14 @@ mod tests {
 
     #[test]
     fn another_size_or_mtime_than_the_walk_listed_is_a_change() {
-        let entry = WalkEntry { rel: b"a.jpg".to_vec(), size: 10, mtime: at(5), sidecar: None, closed: false };
+        let entry = WalkEntry {
+            rel: b"a.jpg".to_vec(),
+            size: 10,
+            mtime: at(5),
+            inode: (1, at(5)),
+            sidecar: None,
+            closed: false,
+        };
         assert!(!changed_since_listed(&entry, (10, at(5))));
         assert!(changed_since_listed(&entry, (11, at(5))), "grew");
         assert!(changed_since_listed(&entry, (10, at(6))), "written again, same size");

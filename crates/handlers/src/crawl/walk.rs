@@ -44,6 +44,9 @@ pub struct WalkEntry {
     pub size: u64,
     /// Modification time, truncated to microseconds (what the database keeps).
     pub mtime: DateTime<Utc>,
+    /// Its inode number and when the inode last changed (`st_ctime`): with the size and mtime, what tells that a
+    /// file remembered as failed is still the same file ([`super::failed`]).
+    pub inode: (u64, DateTime<Utc>),
     /// Its XMP sidecar in the same folder, if there is one (`NAME.EXT.xmp` before `NAME.xmp`, any case).
     pub sidecar: Option<Sidecar>,
     /// A watcher saw it closed after writing, and it still has the size and mtime it had then: it is read at
@@ -316,6 +319,7 @@ fn sort_folder(
                 rel: rel.clone(),
                 size: entry.size,
                 mtime: entry.mtime,
+                inode: (entry.identity.1, entry.changed),
                 // Most folders hold no sidecar: no names are made for them.
                 sidecar: if sidecars.is_empty() {
                     None

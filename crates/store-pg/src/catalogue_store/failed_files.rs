@@ -22,6 +22,10 @@ struct FailedRow {
     size: i64,
     #[diesel(sql_type = Timestamptz)]
     modified_at: DateTime<Utc>,
+    #[diesel(sql_type = BigInt)]
+    inode: i64,
+    #[diesel(sql_type = Timestamptz)]
+    inode_changed_at: DateTime<Utc>,
     #[diesel(sql_type = Text)]
     reason: String,
     #[diesel(sql_type = Text)]
@@ -43,7 +47,8 @@ pub(super) async fn read(
             for range in &ranges {
                 let (from, to) = range.clone().unzip();
                 let found: Vec<FailedRow> = sql_query(
-                    "SELECT file_path, size, modified_at, reason, read_by, failed_at FROM failed_files
+                    "SELECT file_path, size, modified_at, inode, inode_changed_at, reason, read_by, failed_at
+                       FROM failed_files
                       WHERE storage_config_id = $1
                         AND ($2::bytea IS NULL OR file_path >= $2) AND ($3::bytea IS NULL OR file_path < $3)",
                 )
@@ -64,6 +69,8 @@ pub(super) async fn read(
             file_path: r.file_path,
             size: u64::try_from(r.size).unwrap_or(0),
             mtime: r.modified_at,
+            // Stored as its bits: an inode number past i64::MAX reads back as itself.
+            inode: (r.inode as u64, r.inode_changed_at),
             reason: r.reason,
             read_by: r.read_by,
             failed_at: r.failed_at,
@@ -82,16 +89,20 @@ pub(super) async fn remember(
     store
         .fenced(fence, async |conn| {
             sql_query(
-                "INSERT INTO failed_files (storage_config_id, file_path, size, modified_at, reason, read_by)
-                 VALUES ($1, $2, $3, $4, $5, $6)
+                "INSERT INTO failed_files
+                        (storage_config_id, file_path, size, modified_at, inode, inode_changed_at, reason, read_by)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
                  ON CONFLICT (storage_config_id, file_path) DO UPDATE
-                    SET size = excluded.size, modified_at = excluded.modified_at, reason = excluded.reason,
+                    SET size = excluded.size, modified_at = excluded.modified_at, inode = excluded.inode,
+                        inode_changed_at = excluded.inode_changed_at, reason = excluded.reason,
                         read_by = excluded.read_by, failed_at = now()",
             )
             .bind::<Uuid, _>(config.as_uuid())
             .bind::<Binary, _>(file.file_path.as_slice())
             .bind::<BigInt, _>(size(file.size))
             .bind::<Timestamptz, _>(file.mtime)
+            .bind::<BigInt, _>(file.inode.0 as i64)
+            .bind::<Timestamptz, _>(file.inode.1)
             .bind::<Text, _>(&file.reason)
             .bind::<Text, _>(&file.read_by)
             .execute(conn)

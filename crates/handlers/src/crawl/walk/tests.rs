@@ -82,6 +82,7 @@ fn a_folder_sorts_as_its_name_and_a_slash() {
         size: 0,
         mtime: DateTime::<Utc>::UNIX_EPOCH,
         identity: (0, 0),
+        changed: DateTime::<Utc>::UNIX_EPOCH,
     };
     let (folder, file) = (EntryKind::Folder, EntryKind::File);
     use std::cmp::Ordering::{Equal, Greater, Less};
