@@ -358,7 +358,7 @@ async fn a_photo_dated_by_its_file_time_keeps_its_day_when_copied_away_or_restor
 /// own test shows the waiting), and one over the limit is refused, not decoded.
 #[tokio::test]
 async fn stills_that_fill_the_pixel_budget_are_all_crawled() {
-    use almanac_handlers::{CrawlHandler, CrawlSettings, MassDeletionGuard};
+    use almanac_handlers::CrawlSettings;
     let lib = library().await;
     for i in 0..4 {
         lib.write(&format!("big/IMG_2019070{i}_120000.png"), &fixtures::png(1000, 1000, i));
@@ -367,18 +367,7 @@ async fn stills_that_fill_the_pixel_budget_are_all_crawled() {
         lib.write(&format!("small/IMG_2019071{i}_120000.png"), &fixtures::png(800, 600, 10 + i));
     }
     lib.write("over/IMG_20190720_120000.png", &fixtures::png(1001, 1000, 20));
-    let handler = CrawlHandler::new(
-        lib.store.clone(),
-        CrawlSettings {
-            proxy_root: lib.proxies.clone(),
-            max_concurrent_files: 8,
-            tool_limits: almanac_media::ToolLimits::default(),
-            mass_deletion: MassDeletionGuard::default(),
-            max_image_pixels: 1_000_000,
-            settle_time: std::time::Duration::ZERO,
-            zone: almanac_domain::Zone::Fixed(chrono::FixedOffset::east_opt(0).unwrap()),
-        },
-    );
+    let handler = lib.crawler(CrawlSettings { max_concurrent_files: 8, max_image_pixels: 1_000_000, ..lib.settings() });
     let item = lib.item(serde_json::json!({})).await;
     let result = lib.run_handler(&handler, item).await.expect("the crawl succeeds");
     assert_eq!(result["ingested"], 7, "{result}");
@@ -398,7 +387,7 @@ async fn stills_that_fill_the_pixel_budget_are_all_crawled() {
 /// (no phone's keys in its container: a GoPro) is left as it reads.
 #[tokio::test]
 async fn a_phones_video_dated_in_utc_alone_is_on_its_day_in_the_households_zone() {
-    use almanac_handlers::{CrawlHandler, CrawlSettings};
+    use almanac_handlers::CrawlSettings;
     let lib = library().await;
     let android = [("com.android.version", "13")];
     fixtures::quicktime_video(&lib.root.join("PXL_20231225_011500123.mp4"), "2023-12-25T01:15:00Z", &android);
@@ -416,12 +405,7 @@ async fn a_phones_video_dated_in_utc_alone_is_on_its_day_in_the_households_zone(
         &[("com.apple.quicktime.make", "Apple")],
     );
     let new_york = chrono::FixedOffset::west_opt(5 * 3600).unwrap();
-    let settings = CrawlSettings {
-        settle_time: std::time::Duration::ZERO,
-        zone: almanac_domain::Zone::Fixed(new_york),
-        ..CrawlSettings::new(lib.proxies.clone())
-    };
-    let handler = CrawlHandler::new(lib.store.clone(), settings);
+    let handler = lib.crawler(CrawlSettings { zone: almanac_domain::Zone::Fixed(new_york), ..lib.settings() });
     let result = lib.run_handler(&handler, lib.item(serde_json::json!({})).await).await.expect("the crawl succeeds");
     assert_eq!(result["ingested"], 5, "{result}");
     let offset = |path: &str| {
@@ -448,19 +432,14 @@ async fn a_phones_video_dated_in_utc_alone_is_on_its_day_in_the_households_zone(
 /// date.
 #[tokio::test]
 async fn a_known_video_moved_after_the_limit_was_lowered_below_it_is_moved_and_keeps_its_date() {
-    use almanac_handlers::{CrawlHandler, CrawlSettings};
+    use almanac_handlers::CrawlSettings;
     let lib = library().await;
     let name = "VID_20190720_120000.mp4";
     fixtures::video_in(&lib.root.join("a").join(name), 0.5, 640, 480, Some("2019-07-20T10:00:00Z"));
     lib.crawl().await;
     std::fs::create_dir_all(lib.root.join("b")).unwrap();
     std::fs::rename(lib.root.join("a").join(name), lib.root.join("b").join(name)).unwrap();
-    let settings = CrawlSettings {
-        settle_time: std::time::Duration::ZERO,
-        max_image_pixels: 100_000,
-        ..CrawlSettings::new(lib.proxies.clone())
-    };
-    let handler = CrawlHandler::new(lib.store.clone(), settings);
+    let handler = lib.crawler(CrawlSettings { max_image_pixels: 100_000, ..lib.settings() });
     let result = lib.run_handler(&handler, lib.item(serde_json::json!({})).await).await.expect("the crawl succeeds");
     assert_eq!((result["moved"].as_u64(), result["failed"].as_u64()), (Some(1), Some(0)), "{result}");
     let rows = lib.dated().await;
@@ -484,7 +463,7 @@ fn files_named(dir: &std::path::Path, name: &str) -> usize {
 /// to raise, no proxy of it is left, and the rest of the library is crawled.
 #[tokio::test]
 async fn videos_whose_frames_are_over_the_pixel_limit_fail_and_the_rest_is_crawled() {
-    use almanac_handlers::{CrawlHandler, CrawlSettings, MassDeletionGuard};
+    use almanac_handlers::CrawlSettings;
     let lib = library().await;
     for name in ["VID_20190720_120000.mp4", "MOV_0001.mpg", "clip.webm"] {
         fixtures::video_in(&lib.root.join("over").join(name), 0.5, 640, 480, None);
@@ -492,19 +471,8 @@ async fn videos_whose_frames_are_over_the_pixel_limit_fail_and_the_rest_is_crawl
     fixtures::av1_video(&lib.root.join("over/av1.mp4"), 0.5, 640, 480);
     fixtures::video_in(&lib.root.join("within/VID_20190721_120000.mp4"), 0.5, 320, 240, None);
     lib.write("within/IMG_20190721_120001.jpg", &fixtures::jpeg(64, 48, 1, true, &FixtureExif::default()));
-    let handler = CrawlHandler::new(
-        lib.store.clone(),
-        CrawlSettings {
-            proxy_root: lib.proxies.clone(),
-            max_concurrent_files: 4,
-            tool_limits: almanac_media::ToolLimits::default(),
-            mass_deletion: MassDeletionGuard::default(),
-            // 320 x 240 is 76,800 pixels, 640 x 480 is 307,200.
-            max_image_pixels: 100_000,
-            settle_time: std::time::Duration::ZERO,
-            zone: almanac_domain::Zone::Fixed(chrono::FixedOffset::east_opt(0).unwrap()),
-        },
-    );
+    // 320 x 240 is 76,800 pixels, 640 x 480 is 307,200.
+    let handler = lib.crawler(CrawlSettings { max_image_pixels: 100_000, ..lib.settings() });
     let item = lib.item(serde_json::json!({})).await;
     let result = lib.run_handler(&handler, item).await.expect("the crawl succeeds");
     assert_eq!((result["ingested"].as_u64(), result["failed"].as_u64()), (Some(2), Some(4)), "{result}");
@@ -569,7 +537,7 @@ const PHONE_VIDEOS_UP: &str =
 /// household's zone; a camera's reads the same and keeps its day.
 #[tokio::test]
 async fn phone_videos_dated_in_utc_before_get_their_households_day_at_the_next_crawl() {
-    use almanac_handlers::{CrawlHandler, CrawlSettings};
+    use almanac_handlers::CrawlSettings;
     let lib = library().await;
     fixtures::quicktime_video(
         &lib.root.join("PXL_20231225_011500123.mp4"),
@@ -578,12 +546,7 @@ async fn phone_videos_dated_in_utc_before_get_their_households_day_at_the_next_c
     );
     fixtures::quicktime_video(&lib.root.join("GX010001.MP4"), "2023-12-25T01:15:00Z", &[]);
     let new_york = chrono::FixedOffset::west_opt(5 * 3600).unwrap();
-    let settings = CrawlSettings {
-        settle_time: std::time::Duration::ZERO,
-        zone: almanac_domain::Zone::Fixed(new_york),
-        ..CrawlSettings::new(lib.proxies.clone())
-    };
-    let handler = CrawlHandler::new(lib.store.clone(), settings);
+    let handler = lib.crawler(CrawlSettings { zone: almanac_domain::Zone::Fixed(new_york), ..lib.settings() });
     let crawl = async || lib.run_handler(&handler, lib.item(serde_json::json!({})).await).await.unwrap();
     crawl().await;
     let mut conn = lib.conn().await;

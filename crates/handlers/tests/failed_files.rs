@@ -96,14 +96,7 @@ async fn a_file_that_failed_for_its_content_is_not_read_again_until_it_changes()
 async fn a_file_remembered_as_failed_is_read_again_when_the_limit_is_raised() {
     let lib = library().await;
     lib.write("big.png", &fixtures::png(1100, 1000, 3));
-    let low = CrawlHandler::new(
-        lib.store.clone(),
-        CrawlSettings {
-            settle_time: std::time::Duration::ZERO,
-            max_image_pixels: 1_000_000,
-            ..CrawlSettings::new(lib.proxies.clone())
-        },
-    );
+    let low = lib.crawler(CrawlSettings { max_image_pixels: 1_000_000, ..lib.settings() });
     let refused = lib.crawl_by(&low, json!({})).await;
     assert_eq!(count(&refused, "failed"), 1, "{refused}");
     let again = lib.crawl_by(&low, json!({})).await;

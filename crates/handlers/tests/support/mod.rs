@@ -160,16 +160,26 @@ impl Library {
     }
 
     pub fn handler_with(&self, max_concurrent_files: usize) -> CrawlHandler<PgStore> {
-        let settings = CrawlSettings {
+        self.crawler(CrawlSettings { max_concurrent_files, ..self.settings() })
+    }
+
+    /// The crawl's settings as these tests run it: the shipped ones but for no settle time (the tests write their
+    /// files moments before they crawl: none is being written any more) and the household's zone at UTC (so no
+    /// test depends on the machine's).
+    pub fn settings(&self) -> CrawlSettings {
+        CrawlSettings {
             proxy_root: self.proxies.clone(),
-            max_concurrent_files,
+            max_concurrent_files: 4,
             tool_limits: ToolLimits::default(),
             mass_deletion: MassDeletionGuard::default(),
             max_image_pixels: almanac_media::DEFAULT_MAX_PIXELS,
-            // The tests write their files moments before they crawl: none is being written any more.
             settle_time: Duration::ZERO,
             zone: almanac_domain::Zone::Fixed(chrono::FixedOffset::east_opt(0).unwrap()),
-        };
+        }
+    }
+
+    /// A crawl with `settings` (these tests' own, [`Library::settings`], with what a test changes).
+    pub fn crawler(&self, settings: CrawlSettings) -> CrawlHandler<PgStore> {
         CrawlHandler::new(self.store.clone(), settings)
     }
 
