@@ -7,10 +7,10 @@ use almanac_domain::{
 };
 use chrono::{DateTime, Utc};
 use diesel::sql_query;
-use diesel::sql_types::{Array, BigInt, Binary, Nullable, Text, Timestamptz, Uuid};
+use diesel::sql_types::{Array, BigInt, Binary, Text, Timestamptz, Uuid};
 use diesel_async::RunQueryDsl;
 
-use super::paths::folder_ranges;
+use super::paths::load_in_folders;
 use super::rows::size;
 use crate::PgStore;
 
@@ -40,29 +40,15 @@ pub(super) async fn read(
     config: StorageConfigId,
     under: Option<&[Vec<u8>]>,
 ) -> Result<Vec<FailedFile>, CatalogueError> {
-    let ranges = folder_ranges(under);
-    let rows: Vec<FailedRow> = store
-        .read(async |conn| {
-            let mut rows = Vec::new();
-            for range in &ranges {
-                let (from, to) = range.clone().unzip();
-                let found: Vec<FailedRow> = sql_query(
-                    "SELECT file_path, size, modified_at, inode, inode_changed_at, reason, read_by, failed_at
-                       FROM failed_files
-                      WHERE storage_config_id = $1
-                        AND ($2::bytea IS NULL OR file_path >= $2) AND ($3::bytea IS NULL OR file_path < $3)",
-                )
-                .bind::<Uuid, _>(config.as_uuid())
-                .bind::<Nullable<Binary>, _>(from)
-                .bind::<Nullable<Binary>, _>(to)
-                .load(conn)
-                .await?;
-                rows.extend(found);
-            }
-            Ok(rows)
-        })
-        .await
-        .map_err(CatalogueError::from)?;
+    let rows: Vec<FailedRow> = load_in_folders(
+        store,
+        "SELECT file_path, size, modified_at, inode, inode_changed_at, reason, read_by, failed_at FROM failed_files
+          WHERE storage_config_id = $1
+            AND ($2::bytea IS NULL OR file_path >= $2) AND ($3::bytea IS NULL OR file_path < $3)",
+        config,
+        under,
+    )
+    .await?;
     Ok(rows
         .into_iter()
         .map(|r| FailedFile {

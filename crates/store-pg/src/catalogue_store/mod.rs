@@ -19,7 +19,7 @@ mod failed_files;
 mod paths;
 mod rows;
 
-use paths::folder_ranges;
+use paths::load_in_folders;
 use rows::{
     ACTIVE_CONTENT_INDEX, CandidateRow, HashRow, IdRow, KnownRow, first_page, insert_asset, insert_metadata,
     insert_proxy, media_type, size,
@@ -379,14 +379,9 @@ impl CatalogueStore for PgStore {
         config: StorageConfigId,
         under: Option<&[Vec<u8>]>,
     ) -> Result<Vec<PairingCandidate>, CatalogueError> {
-        let ranges = folder_ranges(under);
-        let rows: Vec<CandidateRow> = self
-            .read(async |conn| {
-                let mut rows = Vec::new();
-                for range in &ranges {
-                    let (from, to) = range.clone().unzip();
-                    let found: Vec<CandidateRow> = sql_query(
-                        "SELECT a.id, a.file_path, a.media_type, a.captured_at, m.live_photo_content_id
+        let rows: Vec<CandidateRow> = load_in_folders(
+            self,
+            "SELECT a.id, a.file_path, a.media_type, a.captured_at, m.live_photo_content_id
                            FROM media_assets AS a LEFT JOIN asset_metadata AS m ON m.asset_id = a.id
                           WHERE a.storage_config_id = $1 AND NOT a.is_soft_deleted
                             AND ($2::bytea IS NULL OR a.file_path >= $2) AND ($3::bytea IS NULL OR a.file_path < $3)
@@ -394,18 +389,10 @@ impl CatalogueStore for PgStore {
                                  OR NOT EXISTS (SELECT 1 FROM media_assets AS p
                                                  WHERE p.id = a.paired_asset_id AND p.storage_config_id = $1
                                                    AND NOT p.is_soft_deleted AND p.paired_asset_id = a.id))",
-                    )
-                    .bind::<Uuid, _>(config.as_uuid())
-                    .bind::<Nullable<Binary>, _>(from)
-                    .bind::<Nullable<Binary>, _>(to)
-                    .load(conn)
-                    .await?;
-                    rows.extend(found);
-                }
-                Ok(rows)
-            })
-            .await
-            .map_err(CatalogueError::from)?;
+            config,
+            under,
+        )
+        .await?;
         rows.into_iter()
             .map(|r| {
                 Ok(PairingCandidate {

@@ -1,6 +1,7 @@
-//! A path changing hands, written once for the three writes that give an asset a path (`relocate`,
+//! Paths: a path changing hands, written once for the three writes that give an asset a path (`relocate`,
 //! `record_extra_path`, `ingest`): the active asset whose own path it was loses it, to its first copy or to
-//! the bin, in the same fenced transaction.
+//! the bin, in the same fenced transaction; and the reads of a config's rows by folder ([`load_in_folders`]: the
+//! pairing candidates, the remembered failures).
 //!
 //! The files of one crawl are written side by side, and two of them can decide on what the other is about to
 //! change (a swap of two files: each is first found to be a copy of the other's asset). So each of these writes
@@ -143,4 +144,35 @@ pub(super) fn folder_ranges(under: Option<&[Vec<u8>]>) -> Vec<Option<(Vec<u8>, V
         None => vec![None],
         Some(folders) => folders.iter().map(|f| Some(([f, &b"/"[..]].concat(), [f, &b"0"[..]].concat()))).collect(),
     }
+}
+
+/// The rows `sql` reads in the config's folders `under` (all of the config: `None`), one statement a folder
+/// ([`folder_ranges`]): `sql` binds the config's id as `$1` and a folder's range as `$2` and `$3` (NULL for none).
+pub(super) async fn load_in_folders<R>(
+    store: &crate::PgStore,
+    sql: &'static str,
+    config: StorageConfigId,
+    under: Option<&[Vec<u8>]>,
+) -> Result<Vec<R>, almanac_domain::ports::CatalogueError>
+where
+    R: diesel::QueryableByName<diesel::pg::Pg> + Send + 'static,
+{
+    let ranges = folder_ranges(under);
+    store
+        .read(async |conn| {
+            let mut rows = Vec::new();
+            for range in &ranges {
+                let (from, to) = range.clone().unzip();
+                let found: Vec<R> = sql_query(sql)
+                    .bind::<Uuid, _>(config.as_uuid())
+                    .bind::<diesel::sql_types::Nullable<Binary>, _>(from)
+                    .bind::<diesel::sql_types::Nullable<Binary>, _>(to)
+                    .load(conn)
+                    .await?;
+                rows.extend(found);
+            }
+            Ok(rows)
+        })
+        .await
+        .map_err(almanac_domain::ports::CatalogueError::from)
 }
