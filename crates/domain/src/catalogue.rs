@@ -232,6 +232,12 @@ mod tests {
         assert_eq!(with_own.with_offset_from_local(named(utc(24, 20, 15, 0))), with_own, "an offset of its own");
         let exif = CaptureTime { source: CaptureSource::ExifOriginal, ..container };
         assert_eq!(exif.with_offset_from_local(named(utc(24, 20, 15, 0))), exif, "a camera's own clock");
+        // The same reading says when the local clock was at UTC: within two minutes, with a time, no offset known.
+        assert!(container.local_says_utc(named(utc(25, 1, 16, 59))), "London in winter, written moments apart");
+        assert!(!container.local_says_utc(named(utc(25, 1, 17, 1))), "more than two minutes off");
+        assert!(!container.local_says_utc(named(utc(24, 20, 15, 0))), "New York");
+        assert!(!container.local_says_utc(named(utc(25, 0, 0, 0))), "midnight: a date alone");
+        assert!(!with_own.local_says_utc(named(utc(25, 1, 15, 0))), "an offset of its own");
     }
 
     /// A time whose offset is unknown takes the zone's at that instant, unless the zone is at UTC then (the same
@@ -378,21 +384,31 @@ impl CaptureTime {
     /// `VID-20231224-WA0001.mp4`). Anything else (a camera that writes its local time as UTC, whose name then
     /// agrees with it; no local time) leaves it as it was.
     pub fn with_offset_from_local(self, local: Option<CaptureTime>) -> CaptureTime {
+        match self.offset_said_by(local) {
+            Some(offset) if offset != 0 => CaptureTime { offset_minutes: i32::try_from(offset / 60).ok(), ..self },
+            _ => self,
+        }
+    }
+
+    /// Whether `local`, the same moment as a local clock wrote it, says this container time's offset is zero, as
+    /// [`CaptureTime::with_offset_from_local`] reads the two: the local clock was at UTC (a phone naming its videos
+    /// by local time, in London in winter).
+    pub fn local_says_utc(self, local: Option<CaptureTime>) -> bool {
+        self.offset_said_by(local) == Some(0)
+    }
+
+    /// The offset, in seconds, that `local` says this container time without one has: the two apart, when that is
+    /// a whole quarter of an hour give or take two minutes and within ±14 hours, from a local time that has one
+    /// (exactly midnight is a date alone); zero included.
+    fn offset_said_by(self, local: Option<CaptureTime>) -> Option<i64> {
         const QUARTER: i64 = 15 * 60;
-        let Some(local) = local.filter(|_| self.source == CaptureSource::Container && self.offset_minutes.is_none())
-        else {
-            return self;
-        };
+        let local = local.filter(|_| self.source == CaptureSource::Container && self.offset_minutes.is_none())?;
         if local.at.time() == chrono::NaiveTime::MIN {
-            return self;
+            return None;
         }
         let apart = (local.at - self.at).num_seconds();
-        let quarters = (apart + apart.signum() * QUARTER / 2) / QUARTER;
-        let offset = quarters * QUARTER;
-        if offset == 0 || (apart - offset).abs() > 120 || offset.abs() > 14 * 3600 {
-            return self;
-        }
-        CaptureTime { offset_minutes: i32::try_from(offset / 60).ok(), ..self }
+        let offset = (apart + apart.signum() * QUARTER / 2) / QUARTER * QUARTER;
+        ((apart - offset).abs() <= 120 && offset.abs() <= 14 * 3600).then_some(offset)
     }
 
     /// This time, a true UTC instant whose offset is not known (a phone's video dated by its container alone:

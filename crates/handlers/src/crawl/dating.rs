@@ -98,9 +98,7 @@ impl<C: CatalogueStore> Run<'_, C> {
     /// it reads.
     pub(super) async fn video_capture(&self, entry: &WalkEntry, probed: &VideoFacts) -> CaptureTime {
         let best = self.best_capture(entry, probed.created).await;
-        let local_is_utc = name_date(entry)
-            .is_some_and(|n| n.at.time() != chrono::NaiveTime::MIN && (n.at - best.at).num_seconds().abs() <= 120)
-            && !file_name(entry).starts_with(b"PXL_");
+        let local_is_utc = best.local_says_utc(name_date(entry)) && !file_name(entry).starts_with(b"PXL_");
         if probed.created_in_utc && best.source == CaptureSource::Container && !local_is_utc {
             best.in_zone_when_unknown(self.settings.zone)
         } else {
