@@ -41,6 +41,9 @@ pub enum MediaError {
         path: PathBuf,
         /// Its last words.
         message: String,
+        /// The signal that ended it, when one did (not the Worker's: a cancel or a time limit answers otherwise):
+        /// then its failure says nothing of the file.
+        signal: Option<i32>,
     },
     /// An external tool is not installed.
     #[error(

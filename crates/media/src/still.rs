@@ -303,8 +303,9 @@ fn fit(image: &RgbImage, long_side: u32) -> RgbImage {
 }
 
 fn encode_jpeg(path: &Path, image: &RgbImage, quality: i32) -> Result<Vec<u8>, MediaError> {
-    let bytes = turbojpeg::compress_image(image, quality, turbojpeg::Subsamp::Sub2x2)
-        .map_err(|e| MediaError::Tool { tool: "libjpeg-turbo", path: path.to_owned(), message: e.to_string() })?;
+    let bytes = turbojpeg::compress_image(image, quality, turbojpeg::Subsamp::Sub2x2).map_err(|e| {
+        MediaError::Tool { tool: "libjpeg-turbo", path: path.to_owned(), message: e.to_string(), signal: None }
+    })?;
     Ok(bytes.to_vec())
 }
 

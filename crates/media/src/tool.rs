@@ -3,6 +3,7 @@
 //! `kill -9`). Every external tool the Worker runs is started here, by [`run_tool`].
 
 use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::{OnceLock, mpsc};
@@ -89,6 +90,7 @@ pub(crate) async fn run_tool(
                          stopped; the file is damaged or not a photo or video",
                         MOST_TOOL_OUTPUT >> 20
                     ),
+                    signal: None,
                 },
             })?;
             Ok(status)
@@ -122,14 +124,14 @@ pub(crate) async fn run_tool(
     } else {
         let text = String::from_utf8_lossy(&err);
         let last = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no message").trim().to_owned();
-        Err(MediaError::Tool { tool, path: path.to_owned(), message: format!("{status}: {last}{}", killed(status)) })
+        let (message, signal) = (format!("{status}: {last}{}", killed(status)), status.signal());
+        Err(MediaError::Tool { tool, path: path.to_owned(), message, signal })
     }
 }
 
 /// What to say of a tool killed by SIGKILL that the Worker did not kill (it kills only on a cancel or a time limit,
 /// which answer otherwise): most often the kernel's out-of-memory killer, on a machine short of memory for the file.
 fn killed(status: std::process::ExitStatus) -> &'static str {
-    use std::os::unix::process::ExitStatusExt;
     if status.signal() == Some(9) {
         ". It was killed by something other than the Worker: most often the kernel's out-of-memory killer (see \
          `journalctl -k` or `dmesg`), the machine short of memory for this file beside the others being read. \

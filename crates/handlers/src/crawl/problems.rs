@@ -70,9 +70,7 @@ impl From<MediaError> for FileProblem {
             // error (not one killed by a signal: the out-of-memory killer says nothing of the file). heif-convert
             // and ffmpeg write into the proxy volume: their failures may be the volume's, and are not remembered.
             MediaError::Corrupt { .. } | MediaError::TooManyPixels { .. } => FileProblem::Damaged(e.to_string()),
-            MediaError::Tool { tool: "ffprobe" | "libjpeg-turbo", ref message, .. }
-                if !message.starts_with("signal") =>
-            {
+            MediaError::Tool { tool: "ffprobe" | "libjpeg-turbo", signal: None, .. } => {
                 FileProblem::Damaged(e.to_string())
             }
             other => FileProblem::Failed(other.to_string()),
@@ -102,7 +100,8 @@ mod tests {
     use super::*;
 
     fn tool(tool: &'static str, message: &str) -> FileProblem {
-        FileProblem::from(MediaError::Tool { tool, path: "/lib/a.mp4".into(), message: message.into() })
+        let signal = message.starts_with("signal: 9").then_some(9);
+        FileProblem::from(MediaError::Tool { tool, path: "/lib/a.mp4".into(), message: message.into(), signal })
     }
 
     /// Only what the file holds makes a failure one to remember; met reading a known asset's content, never.
