@@ -27,6 +27,13 @@ pub fn is_skipped_name(name: &[u8]) -> bool {
     name.first() == Some(&b'.') || SYSTEM_FOLDERS.contains(&name)
 }
 
+/// Whether the crawl reads a file of this name: a media file, or an XMP sidecar beside one. Whatever happens to
+/// any other file (an app's database or its journal beside the photos, a text, a temporary file) changes nothing
+/// the catalogue holds: the walk passes it over, and the watchers ask for no crawl for it.
+pub fn reads_file_named(name: &[u8]) -> bool {
+    almanac_media::is_sidecar_name(name) || almanac_media::is_media_name(std::os::unix::ffi::OsStrExt::from_bytes(name))
+}
+
 /// Whether a path beneath the root (its names joined by `/`) has a name the walk skips: it lies where the walk
 /// never goes.
 pub fn passes_over(path: &[u8]) -> bool {

@@ -12,7 +12,7 @@ use almanac_media::{
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
-use super::rules::is_skipped_name;
+use super::rules::{is_skipped_name, reads_file_named};
 use super::scope::CrawlScope;
 
 /// What the walk hands to the crawl.
@@ -313,8 +313,8 @@ fn sort_folder(
             EntryKind::Folder if Some(entry.identity) == avoid => passed_over_proxy_root(root, &rel, report),
             EntryKind::Folder => items.push(Item::Folder(rel.clone(), entry.identity)),
             EntryKind::Other => report.unsupported += 1,
+            EntryKind::File if !reads_file_named(entry.name.as_bytes()) => report.unsupported += 1,
             EntryKind::File if is_sidecar_name(entry.name.as_bytes()) => {}
-            EntryKind::File if !is_media_name(&entry.name) => report.unsupported += 1,
             EntryKind::File => items.push(Item::File(WalkEntry {
                 rel: rel.clone(),
                 size: entry.size,

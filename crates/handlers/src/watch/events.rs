@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use super::watcher::Events;
 use super::window::Window;
-use crate::crawl::is_skipped_name;
+use crate::crawl::{is_skipped_name, reads_file_named};
 
 /// How many events a watcher takes at once before it looks at its window's clock (and at being stopped) again.
 const EVENTS_PER_TURN: usize = 4096;
@@ -61,6 +61,9 @@ pub fn handle(root: &Path, event: notify::Result<Event>, window: &mut Window, at
     let mut changed = false;
     for (i, path) in event.paths.iter().enumerate() {
         let Some(rel) = Rel::of(root, path) else { continue };
+        if a_file_not_read(path, event.kind, i) {
+            continue;
+        }
         changed = true;
         match event.kind {
             EventKind::Access(AccessKind::Close(AccessMode::Write)) => {
@@ -93,6 +96,28 @@ pub fn handle(root: &Path, event: notify::Result<Event>, window: &mut Window, at
         window.closed(closed, at);
     }
     if changed { Handled::Changed } else { Handled::Ignored }
+}
+
+/// Whether the `i`th path of an event of `kind` is a file the crawl does not read ([`reads_file_named`]): an app's
+/// database beside the photos (digiKam's, Lightroom's catalogue and its journal), written all day while the app
+/// is open, would otherwise have its folder crawled at every window, the whole library when it lies in the root.
+/// A path that is a folder, or may be one (gone, and the event does not say which), is never passed over.
+fn a_file_not_read(path: &Path, kind: EventKind, i: usize) -> bool {
+    if path.file_name().is_none_or(|name| reads_file_named(name.as_bytes())) {
+        return false;
+    }
+    match kind {
+        EventKind::Create(CreateKind::File)
+        | EventKind::Remove(RemoveKind::File)
+        | EventKind::Modify(ModifyKind::Data(_))
+        | EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Create(CreateKind::Folder) | EventKind::Remove(RemoveKind::Folder) => false,
+        // Where a rename's file was: gone, a file or a folder, no telling which.
+        EventKind::Modify(ModifyKind::Name(RenameMode::From)) => false,
+        EventKind::Modify(ModifyKind::Name(RenameMode::Both)) if i == 0 => false,
+        // Anything else is looked at: there now, and not a folder.
+        _ => std::fs::symlink_metadata(path).is_ok_and(|m| !m.is_dir()),
+    }
 }
 
 /// Sync tools (rsync, Syncthing, Nextcloud, …) write a file under a hidden or temporary name, close it, then
@@ -156,9 +181,10 @@ pub struct Found {
 
 impl Found {
     /// The file at `path` found in a folder that appeared beneath `root` (see [`appeared_folder`]); `None` for
-    /// a name the crawl skips. Blocking: it looks at the file.
+    /// a name the crawl skips or a file it does not read. Blocking: it looks at the file.
     pub fn in_root(root: &Path, path: &Path) -> Option<Found> {
-        Some(Self::of(path, Rel::of(root, path)?))
+        let rel = Rel::of(root, path)?;
+        reads_file_named(path.file_name()?.as_bytes()).then(|| Self::of(path, rel))
     }
 
     fn of(path: &Path, rel: Rel) -> Found {

@@ -1,6 +1,8 @@
 //! Polling (ADR 0014, decision 3): where the file system raises no event for what other machines write, the
 //! folders' mtimes and ctimes say where to look. Only folders are stat'ed, never every file; a folder whose
-//! stamp changed is listed again, which finds the folders made in it. The proxy root, when it is mounted inside
+//! stamp changed is listed again, which finds the folders made in it, and it is a change only when what the
+//! crawl would look at in it changed (an app's database journal made and removed beside the photos at every
+//! write is not one). The proxy root, when it is mounted inside
 //! the library, is passed over with everything beneath it, as the crawl passes it over (`avoid`, its identity).
 //! Blocking: run it on a blocking thread, at the Worker's low priority.
 
@@ -13,15 +15,16 @@ use tokio_util::sync::CancellationToken;
 
 use almanac_domain::ClosedFile;
 
-use super::tree::list;
+use super::tree::{Listing, list};
 
 /// A folder's mtime and ctime, in nanoseconds (a file made, removed or renamed in it changes them).
 type Stamp = (i64, i64);
 
-/// The folders of a root as the last pass found them.
+/// The folders of a root as the last pass found them: each one's stamp, and the digest of what the crawl would
+/// look at in it (`Listing::read`).
 #[derive(Debug, Default)]
 pub struct FolderTree {
-    folders: HashMap<PathBuf, Stamp>,
+    folders: HashMap<PathBuf, (Stamp, u64)>,
 }
 
 impl FolderTree {
@@ -44,8 +47,8 @@ impl FolderTree {
     }
 
     /// A pass: stats the folders known, lists again those whose stamp changed (finding new folders), forgets
-    /// those gone. Answers the folders that changed, came or went (relative to the root, as the crawl names
-    /// them). A root that cannot be read changes nothing (an unmounted share is no change: the crawl judges it).
+    /// those gone. Answers the folders that came or went, and those in which what the crawl would look at changed
+    /// (relative to the root, as the crawl names them). A root that cannot be read changes nothing (an unmounted share is no change: the crawl judges it).
     pub fn pass(&mut self, root: &Path, avoid: Option<(u64, u64)>, stop: &CancellationToken) -> Vec<String> {
         if self.is_empty() {
             // The root could not be read at the baseline: this pass is the baseline.
@@ -63,13 +66,16 @@ impl FolderTree {
             if stop.is_cancelled() {
                 break;
             }
-            let Some(old) = self.folders.get(&rel).copied() else { continue };
+            let Some((old, read)) = self.folders.get(&rel).copied() else { continue };
             match stamp(&root.join(&rel)) {
                 Ok(Some((now, _))) if now == old => {}
                 Ok(Some((now, _))) => {
-                    self.folders.insert(rel.clone(), now);
-                    self.list_again(root, &rel, avoid, stop);
-                    changed.push(crawl_folder(&rel));
+                    let listing = list(&root.join(&rel));
+                    self.folders.insert(rel.clone(), (now, listing.read));
+                    self.add_new_subfolders(root, &rel, &listing, avoid, stop);
+                    if listing.read != read {
+                        changed.push(crawl_folder(&rel));
+                    }
                 }
                 // Gone (or no longer a folder): it and everything beneath it.
                 Ok(None) => {
@@ -83,9 +89,16 @@ impl FolderTree {
         changed
     }
 
-    /// Lists a changed folder: the folders in it not known yet are added with their subtrees.
-    fn list_again(&mut self, root: &Path, rel: &Path, avoid: Option<(u64, u64)>, stop: &CancellationToken) {
-        for sub in subfolders(&root.join(rel)) {
+    /// Of a changed folder's listing, the folders not known yet are added with their subtrees.
+    fn add_new_subfolders(
+        &mut self,
+        root: &Path,
+        rel: &Path,
+        listing: &Listing,
+        avoid: Option<(u64, u64)>,
+        stop: &CancellationToken,
+    ) {
+        for sub in subfolders(listing) {
             let sub = rel.join(sub);
             if !self.folders.contains_key(&sub) {
                 self.add_subtree(root, sub, avoid, stop);
@@ -105,8 +118,9 @@ impl FolderTree {
             if Some(identity) == avoid {
                 continue;
             }
-            todo.extend(subfolders(&path).into_iter().map(|name| rel.join(name)));
-            self.folders.insert(rel, stamp);
+            let listing = list(&path);
+            todo.extend(subfolders(&listing).into_iter().map(|name| rel.join(name)));
+            self.folders.insert(rel, (stamp, listing.read));
         }
     }
 }
@@ -125,11 +139,11 @@ fn stamp(path: &Path) -> std::io::Result<Option<(Stamp, (u64, u64))>> {
     }
 }
 
-/// The names of the folders in a folder (by the entry's type, links not followed), the crawl's skipped names
-/// passed over. An unreadable folder has none.
-fn subfolders(path: &Path) -> Vec<std::ffi::OsString> {
+/// The names of the folders in a folder's listing (by the entry's type, links not followed), the crawl's skipped
+/// names passed over. An unreadable folder has none.
+fn subfolders(listing: &Listing) -> Vec<std::ffi::OsString> {
     let mut seen = HashSet::new();
-    let folders = list(path).folders.into_iter().filter_map(|p| p.file_name().map(ToOwned::to_owned));
+    let folders = listing.folders.iter().filter_map(|p| p.file_name().map(ToOwned::to_owned));
     folders.filter(|name| seen.insert(name.clone())).collect()
 }
 
@@ -172,10 +186,10 @@ mod tests {
         }
         std::fs::write(d.join("photo.jpg"), b"x").unwrap();
         std::os::unix::fs::symlink(d.join("a"), d.join("link")).unwrap();
-        let mut names = subfolders(d);
+        let mut names = subfolders(&list(d));
         names.sort();
         assert_eq!(names, ["a", "b"]);
-        assert!(subfolders(&d.join("missing")).is_empty());
+        assert!(subfolders(&list(&d.join("missing"))).is_empty());
     }
 
     #[test]
@@ -197,6 +211,52 @@ mod tests {
         std::fs::remove_dir_all(root.join("c")).unwrap();
         assert_eq!(sorted(tree.pass(root, None, &stop)), ["", "c"], "what was beneath a folder gone goes with it");
         assert_eq!(tree.len(), 3);
+    }
+
+    /// A folder whose stamp changed for a file the crawl does not read (a journal made and removed, a text saved
+    /// under a new name) is no change; one in which a photo or a sidecar came, went, or was replaced by a rename
+    /// is, and so is a subfolder made or removed.
+    #[test]
+    fn a_pass_passes_over_folders_changed_only_in_files_the_crawl_does_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("a")).unwrap();
+        std::fs::write(root.join("a/IMG_1.jpg"), b"x").unwrap();
+        std::fs::write(root.join("digikam4.db"), b"x").unwrap();
+        let stop = CancellationToken::new();
+        let mut tree = FolderTree::baseline(root, None, &stop);
+        // Each step changes the folders' stamps; the ones after the first three change what the crawl reads.
+        let steps: [Step; 9] = [
+            ("a journal made", |r| std::fs::write(r.join("digikam4.db-journal"), b"j").unwrap(), &[]),
+            ("a journal removed", |r| std::fs::remove_file(r.join("digikam4.db-journal")).unwrap(), &[]),
+            ("a text renamed", |r| rename(r, "digikam4.db", "a/notes.txt"), &[]),
+            ("a photo made", |r| std::fs::write(r.join("a/IMG_2.jpg"), b"y").unwrap(), &["a"]),
+            (
+                "a photo replaced by a rename",
+                |r| {
+                    std::fs::write(r.join("a/.IMG_1.jpg.tmp"), b"z").unwrap();
+                    rename(r, "a/.IMG_1.jpg.tmp", "a/IMG_1.jpg");
+                },
+                &["a"],
+            ),
+            ("a sidecar made", |r| std::fs::write(r.join("a/IMG_1.xmp"), b"<x/>").unwrap(), &["a"]),
+            ("a text renamed to a photo's name", |r| rename(r, "a/notes.txt", "a/IMG_3.JPG"), &["a"]),
+            ("a subfolder made", |r| std::fs::create_dir(r.join("a.db")).unwrap(), &[""]),
+            ("a photo removed", |r| std::fs::remove_file(r.join("a/IMG_2.jpg")).unwrap(), &["a"]),
+        ];
+        for (what, step, changed) in steps {
+            // A stamp is the folders' time to the nanosecond, whatever the file system keeps: some keep less.
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            step(root);
+            assert_eq!(sorted(tree.pass(root, None, &stop)), changed, "{what}");
+        }
+    }
+
+    /// What a step is, what it does to the library, and the folders a pass then finds changed.
+    type Step = (&'static str, fn(&Path), &'static [&'static str]);
+
+    fn rename(root: &Path, from: &str, to: &str) {
+        std::fs::rename(root.join(from), root.join(to)).unwrap();
     }
 
     #[test]

@@ -11,13 +11,13 @@
 //! Blocking: run on a blocking thread.
 
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{DirEntryExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use notify::{RecursiveMode, Watcher as _};
 use tokio_util::sync::CancellationToken;
 
-use crate::crawl::is_skipped_name;
+use crate::crawl::{is_skipped_name, reads_file_named};
 
 /// The watches of one root's folders.
 pub struct WatchedTree {
@@ -36,6 +36,10 @@ pub struct WatchedTree {
 pub(super) struct Listing {
     pub folders: Vec<PathBuf>,
     pub files: Vec<PathBuf>,
+    /// A digest of what in the folder the crawl would look at: its subfolders' names, and the names and inodes
+    /// of the files it reads ([`reads_file_named`]). The same whatever order the entries are listed in; another
+    /// when one of those is made, removed, renamed or replaced by a rename, and not when another file is.
+    pub read: u64,
 }
 
 /// Lists a folder, by each entry's type (a link is not followed); nothing when it cannot be read (the crawl
@@ -44,12 +48,27 @@ pub(super) fn list(folder: &Path) -> Listing {
     let mut listing = Listing::default();
     let Ok(entries) = std::fs::read_dir(folder) else { return listing };
     for entry in entries.filter_map(Result::ok) {
-        if is_skipped_name(entry.file_name().as_bytes()) {
+        let name = entry.file_name();
+        if is_skipped_name(name.as_bytes()) {
             continue;
         }
+        // Entries' digests are added, so the listing's order does not matter (names are unique in a folder).
+        let digest = |inode: Option<u64>| {
+            let mut hasher = std::hash::DefaultHasher::new();
+            std::hash::Hash::hash(&(name.as_bytes(), inode), &mut hasher);
+            std::hash::Hasher::finish(&hasher)
+        };
         match entry.file_type() {
-            Ok(t) if t.is_dir() => listing.folders.push(entry.path()),
-            Ok(t) if t.is_file() => listing.files.push(entry.path()),
+            Ok(t) if t.is_dir() => {
+                listing.read = listing.read.wrapping_add(digest(None));
+                listing.folders.push(entry.path());
+            }
+            Ok(t) if t.is_file() => {
+                if reads_file_named(name.as_bytes()) {
+                    listing.read = listing.read.wrapping_add(digest(Some(entry.ino())));
+                }
+                listing.files.push(entry.path());
+            }
             _ => {}
         }
     }

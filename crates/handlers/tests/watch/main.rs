@@ -225,6 +225,53 @@ async fn proxies_written_into_a_proxy_root_mounted_inside_the_library_are_no_cha
     drop(watching);
 }
 
+/// An app that keeps its database beside the photos (digiKam's in the library's root, Lightroom's catalogue
+/// and its journal in a folder), writing it for as long as it is open, and a text file saved in another folder:
+/// none of it is anything the crawl reads, so none of it asks for a crawl, whether the library is watched for
+/// events or polled. Before, each window of it was a crawl of its folder: the whole library, for the root.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_apps_database_written_beside_the_photos_asks_for_no_crawl_watched_or_polled() {
+    for choice in [WatchChoice::Events, WatchChoice::Polling] {
+        let lib = library().await;
+        for folder in ["2026/12", "lightroom", "notes"] {
+            std::fs::create_dir_all(lib.root.join(folder)).unwrap();
+        }
+        std::fs::write(lib.root.join("digikam4.db"), b"SQLite format 3\0").unwrap();
+        lib.store.set_storage_config_watch(lib.config, choice).await.unwrap();
+        let (watching, status) = watching(&lib, "w1", settings()).await;
+        let mode = status.unwrap().mode();
+        assert_eq!(mode == WatchMode::Polling, choice == WatchChoice::Polling, "{choice:?}");
+        // Several polling passes long, so that a pass sees the journals there and one sees them gone.
+        for round in 0..12u8 {
+            let mut db = std::fs::OpenOptions::new().append(true).open(lib.root.join("digikam4.db")).unwrap();
+            std::io::Write::write_all(&mut db, &[round; 512]).unwrap();
+            drop(db);
+            for journal in ["digikam4.db-journal", "lightroom/Catalog.lrcat-wal"] {
+                std::fs::write(lib.root.join(journal), [round; 64]).unwrap();
+            }
+            std::fs::write(lib.root.join("notes/todo.txt"), format!("round {round}")).unwrap();
+            tokio::time::sleep(settings().poll_interval / 2).await;
+            for journal in ["digikam4.db-journal", "lightroom/Catalog.lrcat-wal"] {
+                std::fs::remove_file(lib.root.join(journal)).unwrap();
+            }
+            tokio::time::sleep(settings().poll_interval / 2).await;
+        }
+        // Then a photo: the first crawl after the start's is the photo's folder's alone (a crawl of the root, or
+        // of the app's folders, would come first or take the photo's folder in).
+        copy_in(&lib, "2026/12/beach.jpg", &photo(1));
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        let mut all = all_crawls(&lib).await;
+        while all.len() < 2 {
+            assert!(tokio::time::Instant::now() < deadline, "{choice:?}: no crawl within {PATIENCE:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            all = all_crawls(&lib).await;
+        }
+        assert!(args(&all[0]).is_whole_root(), "the start's crawl");
+        assert_eq!(args(&all[1]).folders, ["2026/12"], "{choice:?}: only the photo's folder");
+        drop(watching);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_photos_created_at_once_are_a_handful_of_crawls_and_all_are_catalogued() {
     const FLOOD: u32 = 10_000;

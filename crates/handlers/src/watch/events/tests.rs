@@ -56,6 +56,50 @@ async fn reads_hidden_and_temporary_files_and_nas_folders_are_ignored() {
     assert!(w.is_empty());
 }
 
+/// A file the crawl does not read (an app's database and its journal, a text) asks for no crawl however it
+/// changes; a sidecar does, and so does a folder of any name, and a path gone that may have been a folder.
+#[tokio::test(start_paused = true)]
+async fn changes_of_files_the_crawl_does_not_read_ask_for_nothing_and_folders_of_any_name_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("a/trip.db")).unwrap();
+    std::fs::write(root.join("a/notes.txt"), b"x").unwrap();
+    let data = EventKind::Modify(ModifyKind::Data(notify::event::DataChange::Any));
+    let closed = EventKind::Access(AccessKind::Close(AccessMode::Write));
+    let (at, mut w) = (Instant::now(), Window::default());
+    let ignored = [
+        (EventKind::Create(CreateKind::File), "digikam4.db-journal"),
+        (data, "digikam4.db"),
+        (closed, "digikam4.db"),
+        (EventKind::Remove(RemoveKind::File), "digikam4.db-journal"),
+        (data, "a/Lightroom Catalog.lrcat-wal"),
+        (EventKind::Modify(ModifyKind::Metadata(notify::event::MetadataKind::Any)), "a/notes.txt"),
+        (EventKind::Modify(ModifyKind::Name(RenameMode::To)), "a/notes.txt"),
+        (EventKind::Modify(ModifyKind::Any), "a/notes.txt"),
+    ];
+    for (kind, path) in ignored {
+        assert_eq!(handle(root, event(kind, &[&root.join(path)]), &mut w, at), Handled::Ignored, "{kind:?} {path}");
+    }
+    assert!(w.is_empty());
+    let rename = EventKind::Modify(ModifyKind::Name(RenameMode::Both));
+    let asked = [
+        (event(EventKind::Create(CreateKind::File), &[&root.join("a/IMG_1.JPG")]), vec!["a"]),
+        (event(data, &[&root.join("a/IMG_1.xmp")]), vec!["a"]),
+        (event(EventKind::Remove(RemoveKind::Folder), &[&root.join("b/2019.01 Trip")]), vec!["b/2019.01 Trip"]),
+        (event(EventKind::Create(CreateKind::Folder), &[&root.join("a/trip.db")]), vec!["a/trip.db"]),
+        // Renamed to a name the crawl skips, or gone: a file or a folder, no telling which.
+        (event(EventKind::Modify(ModifyKind::Name(RenameMode::From)), &[&root.join("c/old.db")]), vec!["c"]),
+        (event(EventKind::Remove(RemoveKind::Any), &[&root.join("c/gone.db")]), vec!["c"]),
+        (event(rename, &[&root.join("d/x.db"), &root.join("a/notes.txt")]), vec!["d"]),
+        (event(EventKind::Modify(ModifyKind::Name(RenameMode::To)), &[&root.join("a/trip.db")]), vec!["a/trip.db"]),
+    ];
+    for (event, folders) in asked {
+        let what = format!("{event:?}");
+        assert_eq!(handle(root, event, &mut w, at), Handled::Changed, "{what}");
+        assert_eq!(folders_of(&mut w), folders, "{what}");
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_watch_limit_reached_says_which_limit_and_other_errors_say_events_were_lost() {
     let root = PathBuf::from("/lib");
