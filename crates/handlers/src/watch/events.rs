@@ -85,6 +85,11 @@ pub fn handle(root: &Path, event: notify::Result<Event>, window: &mut Window, at
             EventKind::Modify(ModifyKind::Metadata(_)) if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) => {
                 window.folder(rel.path, at)
             }
+            // Being written: its folder is crawled once it is closed or has settled.
+            EventKind::Create(CreateKind::File) | EventKind::Modify(ModifyKind::Data(_)) if rel.whole => {
+                let folder = rel.parent();
+                window.written(rel.path, folder, at);
+            }
             EventKind::Create(_) | EventKind::Remove(_) | EventKind::Modify(_) => {
                 window.folder(rel.parent(), at);
                 window.file(rel.path, at);

@@ -11,6 +11,7 @@ mod events;
 mod exports;
 mod mode;
 mod poll;
+mod status;
 mod supervisor;
 mod tree;
 mod watcher;
@@ -20,9 +21,10 @@ pub use events::{Found, Handled, appeared_folder, handle};
 pub use exports::{EXPORT_LISTS, export_over, exported, exported_paths};
 pub use mode::{decide, fs_type, mountinfo, polled_fs};
 pub use poll::FolderTree;
+pub use status::WatchStatus;
 pub use supervisor::Watching;
 pub use tree::WatchedTree;
-pub use watcher::{ConfigWatcher, Events, WatchStatus};
+pub use watcher::{ConfigWatcher, Events};
 pub use window::{Batch, MAX_CLOSED, Window};
 
 use std::path::{Path, PathBuf};
@@ -80,6 +82,9 @@ pub struct WatchSettings {
     pub trust_closed_files: bool,
     /// The Worker's quiet hours (`schedule.quiet_hours`).
     pub quiet_hours: Option<QuietHours>,
+    /// The crawl's settle time (`storage.settle_time`): a file seen being written has its folder crawled once no
+    /// write came for this long (and the debounce), or when it is seen closed.
+    pub settle_time: Duration,
 }
 
 impl WatchSettings {
@@ -103,6 +108,7 @@ impl Default for WatchSettings {
             in_quiet_hours: InQuietHours::default(),
             trust_closed_files: true,
             quiet_hours: None,
+            settle_time: crate::CrawlSettings::DEFAULT_SETTLE_TIME,
         }
     }
 }

@@ -3,8 +3,9 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use almanac_domain::ports::{DatabaseClock, WatchMode, WatchReport};
+use almanac_domain::ports::{DatabaseClock, WatchMode};
 use almanac_domain::{Status as ItemStatus, StorageConfigId, WorkItemId, WorkQueue};
 use chrono::{DateTime, Utc};
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -14,54 +15,10 @@ use tracing::{info, warn};
 
 use super::events::{Found, Handled, appeared_folder, handle, one_turn, still_written};
 use super::poll::FolderTree;
+use super::status::{Status, WatchStatus};
 use super::tree::{WatchedTree, files_beneath};
 use super::window::Window;
 use super::{InQuietHours, WatchIo, WatchSettings};
-
-/// What a watcher is doing, for its Worker's reports.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Status {
-    mode: WatchMode,
-    /// Why the mode is not the one chosen, if it is not.
-    note: Option<String>,
-    /// When it last saw a change (tokio's clock).
-    last_change: Option<Instant>,
-    /// Files seen changing and not yet handed to a crawl.
-    pending_files: u64,
-    /// Whether it watches: every folder's watch is set, or the polling baseline taken.
-    ready: bool,
-}
-
-/// A watcher's status, as its Worker reports it.
-#[derive(Debug, Clone)]
-pub struct WatchStatus(Arc<Mutex<Status>>);
-
-impl WatchStatus {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Status> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// What the watcher is doing now.
-    pub fn mode(&self) -> WatchMode {
-        self.lock().mode
-    }
-
-    /// Whether it watches now: every folder's watch is set, or the polling baseline taken (a change made before
-    /// may be missed, and is left to the scheduled crawl).
-    pub fn is_ready(&self) -> bool {
-        self.lock().ready
-    }
-
-    /// The report its Worker stores, the last change dated by the database's clock `now` (`None`: not dated).
-    pub fn report(&self, now: Option<DateTime<Utc>>) -> WatchReport {
-        let status = self.lock().clone();
-        let last_change_at = status
-            .last_change
-            .zip(now)
-            .map(|(at, now)| now - chrono::Duration::from_std(at.elapsed()).unwrap_or(chrono::Duration::zero()));
-        WatchReport { mode: status.mode, last_change_at, pending_files: status.pending_files, note: status.note }
-    }
-}
 
 /// Why following events ended.
 enum Ended {
@@ -182,7 +139,14 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
             WatchMode::Off => stop.cancelled().await,
             WatchMode::Events => {}
         }
+        window.settle_written(Instant::now(), Duration::ZERO);
         self.flush(&mut window).await;
+    }
+
+    /// How long after its last write seen a file being written has its folder crawled: the settle time, and the
+    /// debounce on top, so that the crawl, which judges by the file's mtime and another clock, finds it settled.
+    fn written_wait(&self) -> Duration {
+        self.settings.settle_time + self.settings.debounce
     }
 
     fn mode(&self) -> WatchMode {
@@ -195,9 +159,10 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
 
     /// Follows the events, coalesced into windows, each enqueued as it closes.
     async fn follow(&mut self, events: &mut Events, window: &mut Window, stop: &CancellationToken) -> Ended {
-        let (debounce, max_delay) = (self.settings.debounce, self.settings.max_delay);
+        let (debounce, max_delay, wait) = (self.settings.debounce, self.settings.max_delay, self.written_wait());
         loop {
             let closes = window.closes_at(debounce, max_delay).map(|at| self.held_until.map_or(at, |h| h.max(at)));
+            let wakes = closes.into_iter().chain(window.written_settles_at(wait)).min();
             tokio::select! {
                 () = stop.cancelled() => return Ended::Stopped,
                 event = events.recv() => {
@@ -209,8 +174,11 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
                         return ended;
                     }
                 }
-                () = tokio::time::sleep_until(closes.unwrap_or_else(Instant::now)), if closes.is_some() => {
-                    self.flush_when_free(window).await;
+                () = tokio::time::sleep_until(wakes.unwrap_or_else(Instant::now)), if wakes.is_some() => {
+                    window.settle_written(Instant::now(), wait);
+                    if closes.is_some_and(|at| at <= Instant::now()) {
+                        self.flush_when_free(window).await;
+                    }
                 }
             }
         }
@@ -374,6 +342,8 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
             for folder in next.1 {
                 window.folder(folder, now);
             }
+            // Files seen being written before a fall-back to polling.
+            window.settle_written(now, self.written_wait());
             self.flush_when_free(window).await;
         }
     }

@@ -11,6 +11,10 @@ use tokio::time::Instant;
 /// At most this many files closed under temporary names are remembered until renamed.
 const MAX_ASIDE: usize = 10_000;
 
+/// At most this many files being written are followed until they settle; the folder of one more is crawled at
+/// once, as every file's was before.
+const MAX_WRITTEN: usize = 10_000;
+
 /// At most this many files seen closed go with one crawl (the item's payload stays small when thousands are
 /// dropped at once); the others are read once they have settled, like any file.
 pub const MAX_CLOSED: usize = 1000;
@@ -35,6 +39,9 @@ pub struct Window {
     /// Files seen closed wait for the settle time like any other (the library is exported over NFS, whose
     /// server closes a file while its writer pauses); kept across windows.
     settle_closed: bool,
+    /// Files seen being written (made, or their data changed) and neither closed nor settled since, each with
+    /// its folder and the last write seen (see [`Window::written`]); kept across windows.
+    written: HashMap<String, (String, Instant)>,
 }
 
 /// What one window asks to crawl.
@@ -58,8 +65,42 @@ impl Window {
     pub fn file(&mut self, path: String, at: Instant) {
         self.closed.remove(&path);
         self.arrived.remove(&path);
+        self.written.remove(&path);
         self.files.insert(path);
         self.touch(at);
+    }
+
+    /// A file (relative to the root, in `folder`) made or written at `at`: its folder is crawled when the file is
+    /// seen closed, or once no write came for the settle time ([`Window::settle_written`]), and not at every
+    /// window while it is written. A copy that takes minutes, or a camera recording into the library all day,
+    /// had its folder crawled every `max_delay`, each crawl finding the file still settling.
+    pub fn written(&mut self, path: String, folder: String, at: Instant) {
+        self.closed.remove(&path);
+        self.arrived.remove(&path);
+        if self.written.len() >= MAX_WRITTEN && !self.written.contains_key(&path) {
+            self.folder(folder, at);
+            return self.file(path, at);
+        }
+        self.written.insert(path, (folder, at));
+    }
+
+    /// When the first file being written settles: `wait` after its last write seen.
+    pub fn written_settles_at(&self, wait: Duration) -> Option<Instant> {
+        self.written.values().map(|(_, at)| *at + wait).min()
+    }
+
+    /// The files being written whose last write seen is `wait` or more before `now` join this window, as changes
+    /// of their folders seen `now`: the crawl finds them settled. A `wait` of zero takes them all (a watcher that
+    /// stops or falls back leaves none behind).
+    pub fn settle_written(&mut self, now: Instant, wait: Duration) {
+        let settled: Vec<String> =
+            self.written.iter().filter(|(_, (_, at))| *at + wait <= now).map(|(path, _)| path.clone()).collect();
+        for path in settled {
+            if let Some((folder, _)) = self.written.remove(&path) {
+                self.folder(folder, now);
+                self.files.insert(path);
+            }
+        }
     }
 
     /// Files seen closed wait for the settle time from now on, like any other (see [`Window::closed`]), those
@@ -73,8 +114,10 @@ impl Window {
     /// A file seen closed after writing at `at`, as it was then: read at once, unless closed files settle.
     pub fn closed(&mut self, file: ClosedFile, at: Instant) {
         if self.settle_closed {
-            return self.file(file.path, at);
+            let folder = file.path.rsplit_once('/').map_or_else(String::new, |(folder, _)| folder.to_owned());
+            return self.written(file.path, folder, at);
         }
+        self.written.remove(&file.path);
         self.files.insert(file.path.clone());
         self.arrived.remove(&file.path);
         self.closed.insert(file.path.clone(), file);
@@ -134,9 +177,9 @@ impl Window {
         self.first.is_none()
     }
 
-    /// Files seen changing and not yet handed to a crawl.
+    /// Files seen changing and not yet handed to a crawl (those being written too).
     pub fn pending_files(&self) -> u64 {
-        self.files.len() as u64
+        (self.files.len() + self.written.keys().filter(|p| !self.files.contains(*p)).count()) as u64
     }
 
     /// When the window closes: `debounce` after its last change, or `max_delay` after its first, whichever
@@ -150,9 +193,9 @@ impl Window {
         if self.is_empty() {
             return None;
         }
-        let aside = std::mem::take(&mut self.aside);
+        let (aside, written) = (std::mem::take(&mut self.aside), std::mem::take(&mut self.written));
         let window = std::mem::take(self);
-        (self.aside, self.settle_closed) = (aside, window.settle_closed);
+        (self.aside, self.written, self.settle_closed) = (aside, written, window.settle_closed);
         let mut folders = outermost(window.folders);
         if window.whole_root || folders.len() > CrawlArgs::MAX_FOLDERS || folders.iter().any(String::is_empty) {
             folders.clear();
@@ -323,5 +366,56 @@ mod tests {
             let batch = w.take().unwrap();
             assert_eq!((batch.folders.as_slice(), batch.closed.len()), (["a".to_owned()].as_slice(), 0), "{window}");
         }
+    }
+
+    /// A file being written asks for no crawl while writes come; its folder joins the window once none came for
+    /// the wait, or when it is seen closed (read at once), or when the watcher stops. So does a file seen closed
+    /// where closed files settle (a library exported over NFS).
+    #[tokio::test(start_paused = true)]
+    async fn a_file_being_written_asks_for_its_folder_once_it_settles_or_closes_not_at_each_window() {
+        let (mut w, t0, wait) = (Window::default(), Instant::now(), Duration::from_secs(11));
+        for second in 0..60 {
+            w.written("cam/rec.mp4".into(), "cam".into(), t0 + Duration::from_secs(second));
+            w.settle_written(t0 + Duration::from_secs(second), wait);
+            assert!(w.take().is_none(), "written for {second} s");
+        }
+        assert_eq!(w.pending_files(), 1, "it is pending meanwhile");
+        let last = t0 + Duration::from_secs(59);
+        assert_eq!(w.written_settles_at(wait), Some(last + wait));
+        w.settle_written(last + wait - Duration::from_millis(1), wait);
+        assert!(w.is_empty(), "a millisecond early");
+        w.settle_written(last + wait, wait);
+        assert_eq!(w.closes_at(Duration::from_secs(1), wait), Some(last + wait + Duration::from_secs(1)));
+        assert_eq!(w.take().unwrap().folders, ["cam"]);
+        assert_eq!((w.written_settles_at(wait), w.pending_files()), (None, 0), "once");
+
+        w.written("cam/a.jpg".into(), "cam".into(), t0);
+        w.closed(closed("cam/a.jpg"), t0);
+        assert_eq!(w.written_settles_at(wait), None, "closed: no longer waited for");
+        assert_eq!(w.take().unwrap().closed, [closed("cam/a.jpg")]);
+
+        w.written("x/b.mov".into(), "x".into(), t0);
+        w.written("y/c.mov".into(), "y".into(), t0);
+        w.settle_written(t0, Duration::ZERO);
+        assert_eq!(w.take().unwrap().folders, ["x", "y"], "a watcher that stops takes them all");
+
+        w.settle_closed_files();
+        w.closed(closed("nfs/d.jpg"), t0);
+        assert!(w.is_empty(), "closed files settle: it waits");
+        w.settle_written(t0 + wait, wait);
+        assert_eq!(w.take().unwrap().folders, ["nfs"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn beyond_ten_thousand_files_being_written_one_more_is_a_change_of_its_folder_at_once() {
+        let (mut w, at) = (Window::default(), Instant::now());
+        for i in 0..MAX_WRITTEN {
+            w.written(format!("a/{i}.jpg"), "a".into(), at);
+        }
+        assert!(w.is_empty());
+        w.written("a/0.jpg".into(), "a".into(), at);
+        assert!(w.is_empty(), "one already followed is followed still");
+        w.written("b/one too many.jpg".into(), "b".into(), at);
+        assert_eq!(w.take().unwrap().folders, ["b"]);
     }
 }

@@ -272,6 +272,39 @@ async fn an_apps_database_written_beside_the_photos_asks_for_no_crawl_watched_or
     }
 }
 
+/// A file written for longer than a window (a long copy, a camera recording into the library) asks for no crawl
+/// while it is written: one crawl once it is closed, which reads it at once. Before, each window of its writes
+/// was a crawl of its folder, each finding it still settling. A file written and then left open has its folder
+/// crawled once no write came for the settle time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_written_for_longer_than_a_window_asks_for_one_crawl_once_closed_or_settled() {
+    use std::io::Write;
+    let lib = library().await;
+    std::fs::create_dir_all(lib.root.join("cam")).unwrap();
+    let settle_time = Duration::from_secs(2);
+    let (watching, _) = watching(&lib, "w1", WatchSettings { settle_time, ..settings() }).await;
+    let content = photo(1);
+    let mut file = std::fs::File::create(lib.root.join("cam/clip.jpg")).unwrap();
+    // Forty writes 200 ms apart: longer than `max_delay` (5 s), each within the debounce of the last.
+    for chunk in content.chunks(content.len().div_ceil(40)) {
+        file.write_all(chunk).unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(all_crawls(&lib).await.len(), 1, "no crawl while it is written (the start's only)");
+    drop(file);
+    let items = crawls_until(&lib, "crawl with the closed clip", |i| has_closed(i, "cam/clip.jpg")).await;
+    assert_eq!(items.len(), 1, "one crawl");
+    assert_eq!(args(&items[0]).folders, ["cam"]);
+
+    let mut open = std::fs::File::create(lib.root.join("cam/left open.jpg")).unwrap();
+    open.write_all(&content).unwrap();
+    let written = tokio::time::Instant::now();
+    let items = crawls_until(&lib, "crawl of the folder of the file left open", |i| i.len() == 2).await;
+    assert!(written.elapsed() >= settle_time, "not before it settled: {:?}", written.elapsed());
+    assert_eq!((args(&items[1]).folders, args(&items[1]).closed), (vec!["cam".to_owned()], vec![]));
+    drop((open, watching));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_photos_created_at_once_are_a_handful_of_crawls_and_all_are_catalogued() {
     const FLOOD: u32 = 10_000;

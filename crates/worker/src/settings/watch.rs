@@ -81,6 +81,7 @@ impl Settings {
             in_quiet_hours,
             trust_closed_files: w.trust_closed_files,
             quiet_hours: self.schedule_settings()?.quiet_hours,
+            settle_time: self.storage.settle_time,
         })
     }
 }

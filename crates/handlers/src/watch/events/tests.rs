@@ -23,6 +23,9 @@ async fn a_file_counts_for_its_folder_and_a_folder_for_itself() {
     let create = event(EventKind::Create(CreateKind::File), &[&root.join("2026/a.jpg")]);
     assert_eq!(handle(&root, create, &mut w, at), Handled::Changed);
     assert_eq!(w.pending_files(), 1);
+    assert_eq!(folders_of(&mut w), [] as [&str; 0], "being written: not before it is closed or settles");
+    let closed = EventKind::Access(AccessKind::Close(AccessMode::Write));
+    handle(&root, event(closed, &[&root.join("2026/a.jpg")]), &mut w, at);
     assert_eq!(folders_of(&mut w), ["2026"]);
     let made = event(EventKind::Create(CreateKind::Folder), &[&root.join("2026/trip")]);
     handle(&root, made, &mut w, at);
@@ -83,8 +86,9 @@ async fn changes_of_files_the_crawl_does_not_read_ask_for_nothing_and_folders_of
     assert!(w.is_empty());
     let rename = EventKind::Modify(ModifyKind::Name(RenameMode::Both));
     let asked = [
-        (event(EventKind::Create(CreateKind::File), &[&root.join("a/IMG_1.JPG")]), vec!["a"]),
-        (event(data, &[&root.join("a/IMG_1.xmp")]), vec!["a"]),
+        (event(closed, &[&root.join("a/IMG_1.JPG")]), vec!["a"]),
+        (event(closed, &[&root.join("a/IMG_1.xmp")]), vec!["a"]),
+        (event(EventKind::Remove(RemoveKind::File), &[&root.join("e/IMG_2.jpg")]), vec!["e"]),
         (event(EventKind::Remove(RemoveKind::Folder), &[&root.join("b/2019.01 Trip")]), vec!["b/2019.01 Trip"]),
         (event(EventKind::Create(CreateKind::Folder), &[&root.join("a/trip.db")]), vec!["a/trip.db"]),
         // Renamed to a name the crawl skips, or gone: a file or a folder, no telling which.
