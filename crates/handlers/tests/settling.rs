@@ -176,6 +176,53 @@ async fn a_file_written_slowly_is_ingested_once_complete_by_the_crawl_asked_for_
     assert!(crawls >= 3, "the writing outlasted at least two settle times ({crawls} crawls)");
 }
 
+/// A file written for much longer than the settle time (a recording, a copy of hours) has its folder asked for
+/// again less and less often: each crawl asked for waits half as long as the file has been found being written
+/// (the settle time at least), not the settle time again and again. Once written, it is read.
+#[tokio::test]
+async fn a_file_written_for_long_is_asked_for_again_less_and_less_often_then_read() {
+    let lib = library().await;
+    let content = photo(8, 1600);
+    let path = lib.root.join("cam/clip.jpg");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let settle = Duration::from_secs(1);
+    // Written a little every quarter of a second, for eight settle times.
+    let (first_step, started) = std::sync::mpsc::channel();
+    let writer = {
+        let (content, path) = (content.clone(), path.clone());
+        std::thread::spawn(move || {
+            let mut file = std::fs::File::create(&path).unwrap();
+            for (i, chunk) in content.chunks(content.len().div_ceil(32)).enumerate() {
+                file.write_all(chunk).unwrap();
+                if i == 0 {
+                    first_step.send(()).unwrap();
+                }
+                std::thread::sleep(Duration::from_millis(250));
+            }
+        })
+    };
+    started.recv().unwrap();
+    let handler = crawler(&lib, lib.store.clone(), settle);
+    let mut result = lib.run_handler(&handler, lib.item(serde_json::json!({})).await).await.unwrap();
+    // Each crawl asked for runs once due; how long after its asker's end each was due.
+    let mut waits = Vec::new();
+    while counts(&result) == (0, 1, 0, 0) {
+        let asked_at = lib.store.db_now().await.unwrap();
+        let queued = lib.queued_crawls().await;
+        assert_eq!(queued.len(), 1, "{queued:?}");
+        waits.push((queued[0].run_after - asked_at).to_std().unwrap_or_default());
+        result = lib.run_handler(&handler, lib.due_crawl().await).await.unwrap();
+        assert!(waits.len() < 12, "the file never settled: waits {waits:?}");
+    }
+    writer.join().unwrap();
+    assert_eq!(counts(&result), (1, 0, 0, 0), "read once written: {result}");
+    assert_eq!(lib.assets_at("cam/clip.jpg").await[0].content_hash, hash_of(&content));
+    // Each wait is at least the one before (less a little for the time between the crawl's end and `asked_at`).
+    let slack = Duration::from_millis(500);
+    assert!(waits.windows(2).all(|w| w[1] + slack >= w[0]), "the waits shrank: {waits:?}");
+    assert!(waits.iter().any(|w| *w >= settle * 2), "never longer than the settle time: {waits:?}");
+}
+
 #[tokio::test]
 async fn a_fresh_file_is_settling_not_failed_and_a_crawl_is_asked_for_after_the_settle_time() {
     let lib = library().await;

@@ -126,6 +126,8 @@ pub struct CrawlHandler<C> {
     /// Shared by every crawl this handler runs (the Worker makes one handler for all its slots), so that large
     /// stills decoded side by side stay within `max_image_pixels` in all.
     pixel_budget: PixelBudget,
+    /// Since when files have been found still being written, for every crawl this handler runs.
+    still_written: settling::StillWritten,
 }
 
 impl<C> CrawlHandler<C> {
@@ -133,7 +135,7 @@ impl<C> CrawlHandler<C> {
     /// the database's clock (which judges whether a file is still being written).
     pub fn new(catalogue: Arc<C>, settings: CrawlSettings) -> Self {
         let pixel_budget = PixelBudget::new(settings.max_image_pixels);
-        Self { catalogue, settings, pixel_budget }
+        Self { catalogue, settings, pixel_budget, still_written: settling::StillWritten::default() }
     }
 }
 
@@ -235,8 +237,8 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         }
         self.ask_for_bursts(&ctx, config).await?;
         if run.counters.settling.load(Ordering::Relaxed) > 0 {
-            let again = scope.again(config, &run.counters.settling_in.lock().expect("poisoned"))?;
-            self.ask_again(&ctx, again, &run.clock).await?;
+            let (again, due) = self.again(config, &scope, &run.counters.settling_in, &run.clock)?;
+            self.ask_again(&ctx, again, due).await?;
         }
         run.failures.forget_recovered(&*self.catalogue, ctx.fence, config, &not_walked).await;
         Ok(run.counters.report(run.counts(), &walk, soft_deleted, paired))
@@ -403,17 +405,32 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         Ok(())
     }
 
+    /// The crawl asked for again for the files still being written ([`CrawlScope::again`]), and when it is due
+    /// ([`settling::StillWritten::wait`]).
+    fn again(
+        &self,
+        config: StorageConfigId,
+        scope: &CrawlScope,
+        settling: &std::sync::Mutex<scope::SettlingFolders>,
+        clock: &settling::CrawlClock,
+    ) -> Result<(NewWorkItem, chrono::DateTime<chrono::Utc>), HandlerError> {
+        let settling = settling.lock().expect("poisoned");
+        let files = settling.files.as_deref();
+        let wait = self.still_written.wait(config, scope, files, clock.now(), self.settings.settle_time);
+        Ok((scope.again(config, &settling)?, clock.after(wait)))
+    }
+
     /// Enqueues `again` (a crawl of the config, or of the folders of the files still being written:
-    /// [`CrawlScope::again`]) due once those files may have settled (the settle time from now), fenced like
+    /// [`CrawlScope::again`]) due once those files may have settled (`due`: [`settling::StillWritten`]), fenced like
     /// every write. It joins a crawl already queued under its key, which then finds them; it carries no
     /// confirmation of this one.
     async fn ask_again(
         &self,
         ctx: &HandlerContext,
         again: NewWorkItem,
-        clock: &settling::CrawlClock,
+        due: chrono::DateTime<chrono::Utc>,
     ) -> Result<(), HandlerError> {
-        let again = again.with_run_after(clock.after(self.settings.settle_time));
+        let again = again.with_run_after(due);
         self.catalogue
             .enqueue_follow_up(ctx.fence, &again)
             .await

@@ -224,22 +224,30 @@ fn still_listed(folder: &std::os::fd::OwnedFd, name: &[u8]) -> bool {
     false
 }
 
-/// The folders of the files still being written, for the crawl asked for again: `None` once more than
-/// [`CrawlArgs::MAX_FOLDERS`].
+/// The files still being written, and their folders for the crawl asked for again: `folders` is `None` once more
+/// than [`CrawlArgs::MAX_FOLDERS`], `files` once more than [`SettlingFolders::MAX_FILES`].
 #[derive(Debug)]
 pub(super) struct SettlingFolders {
     folders: Option<BTreeSet<Vec<u8>>>,
+    pub files: Option<Vec<Vec<u8>>>,
 }
 
 impl Default for SettlingFolders {
     fn default() -> Self {
-        Self { folders: Some(BTreeSet::new()) }
+        Self { folders: Some(BTreeSet::new()), files: Some(Vec::new()) }
     }
 }
 
 impl SettlingFolders {
-    /// Notes the folder of the file at `rel`.
+    /// The most files still being written that one crawl names.
+    pub const MAX_FILES: usize = 1024;
+
+    /// Notes the file at `rel`, and its folder.
     pub fn add(&mut self, rel: &[u8]) {
+        if let Some(files) = &mut self.files {
+            files.push(rel.to_vec());
+        }
+        self.files = self.files.take().filter(|files| files.len() <= Self::MAX_FILES);
         let Some(folders) = &mut self.folders else { return };
         let folder = rel.iter().rposition(|b| *b == b'/').map_or(&rel[..0], |i| &rel[..i]);
         if !folders.contains(folder) {

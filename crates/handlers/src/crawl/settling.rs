@@ -11,10 +11,14 @@
 //! look fresh for as long as the clocks disagree, and a crawl would be asked for again and again: it is read, and
 //! only the look after its hashing tells whether it was still being written.
 
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
+use almanac_domain::StorageConfigId;
+
+use super::scope::CrawlScope;
 use super::walk::WalkEntry;
 
 /// The time a crawl judges mtimes by: the database's at the crawl's start, advanced by the monotonic clock.
@@ -38,6 +42,53 @@ impl CrawlClock {
     /// When a crawl asked for again finds every file that settles now settled: the settle time from now.
     pub fn after(&self, settle: Duration) -> DateTime<Utc> {
         self.now() + chrono_duration(settle)
+    }
+}
+
+/// Since when each file a crawl found still being written has been found so, by config and path, for every
+/// crawl a Worker runs. A crawl that found files still being written asks for itself again once they may have
+/// settled: the settle time after it, at first. A file written for a long time (a camera recording into the
+/// library, a copy of hours over a slow link, one file after the other) made that a crawl of its folder every
+/// settle time for as long as it was written. Now the crawl asked for again waits half as long as the file that
+/// started last among them has been found being written, [`StillWritten::MAX_WAIT`] at most: a file that was
+/// written for an hour is read at most that long after it settles (at once when a watcher sees it closed).
+/// Kept in memory only: a Worker that restarts, or another Worker's crawl, starts again from the settle time.
+#[derive(Debug, Default)]
+pub(super) struct StillWritten {
+    since: std::sync::Mutex<HashMap<(StorageConfigId, Vec<u8>), Since>>,
+}
+
+/// When a file was first found still being written, by the crawl's clock.
+type Since = DateTime<Utc>;
+
+impl StillWritten {
+    /// The longest a crawl asked for again for files still being written waits.
+    pub const MAX_WAIT: Duration = Duration::from_secs(5 * 60);
+    /// The most files remembered; beyond, all are forgotten (each waits the settle time again, as before).
+    const MAX_REMEMBERED: usize = 10_000;
+
+    /// Notes that a crawl of `config` covering `scope` found `files` still being written at `now` (`None`: more
+    /// than it names), forgets the files in its scope it did not find so, and answers how long the crawl it asks
+    /// for again waits: `settle`, or half as long as the file that started last has been found being written,
+    /// up to [`StillWritten::MAX_WAIT`] (never less than `settle`).
+    pub fn wait(
+        &self,
+        config: StorageConfigId,
+        scope: &CrawlScope,
+        files: Option<&[Vec<u8>]>,
+        now: DateTime<Utc>,
+        settle: Duration,
+    ) -> Duration {
+        let Some(files) = files.filter(|f| !f.is_empty()) else { return settle };
+        let mut since = self.since.lock().unwrap_or_else(|e| e.into_inner());
+        let found: HashSet<&[u8]> = files.iter().map(Vec::as_slice).collect();
+        since.retain(|(c, path), _| *c != config || !scope.contains(path) || found.contains(path.as_slice()));
+        if since.len() + files.len() > Self::MAX_REMEMBERED {
+            since.clear();
+        }
+        let started_last = files.iter().map(|f| *since.entry((config, f.clone())).or_insert(now)).max();
+        let written_for = started_last.map_or(Duration::ZERO, |at| (now - at).to_std().unwrap_or_default());
+        (written_for / 2).clamp(settle, Self::MAX_WAIT.max(settle))
     }
 }
 
@@ -78,6 +129,46 @@ mod tests {
         assert!(!modified_recently(at(1_000_010), now, settle), "10 s ahead or more: not judged by age");
         assert!(!modified_recently(at(4_000_000_000), now, settle), "a camera set to 2096");
         assert!(!modified_recently(now, now, Duration::ZERO), "a settle time of zero judges nothing by age");
+    }
+
+    /// A file found still being written crawl after crawl has its folder asked for again less and less often,
+    /// five minutes apart at most; a file that arrives beside it brings that back to the settle time; one no
+    /// longer found so in the crawl's scope is forgotten, one outside it, or another config's, is not.
+    #[test]
+    fn a_file_still_being_written_crawl_after_crawl_is_asked_for_less_and_less_often() {
+        let (still, settle, config) = (StillWritten::default(), Duration::from_secs(10), StorageConfigId::new());
+        let whole = CrawlScope::of(&almanac_domain::CrawlArgs::default()).unwrap();
+        let cam = CrawlScope::of(&almanac_domain::CrawlArgs::of_folders(vec!["cam".into()], vec![])).unwrap();
+        let rec = vec![b"cam/rec.mp4".to_vec()];
+        let mut waits = Vec::new();
+        let mut t = at(1_000_000);
+        for _ in 0..10 {
+            let wait = still.wait(config, &cam, Some(&rec), t, settle);
+            waits.push(wait.as_secs());
+            t += chrono_duration(wait);
+        }
+        assert_eq!(waits, [10, 10, 10, 15, 22, 33, 50, 75, 113, 170]);
+        for _ in 0..5 {
+            let wait = still.wait(config, &cam, Some(&rec), t, settle);
+            t += chrono_duration(wait);
+        }
+        assert_eq!(still.wait(config, &cam, Some(&rec), t, settle), StillWritten::MAX_WAIT);
+        let both = [rec[0].clone(), b"cam/new.jpg".to_vec()];
+        assert_eq!(still.wait(config, &cam, Some(&both), t, settle), settle, "a file that just arrived");
+        assert_eq!(still.wait(config, &cam, None, t, settle), settle, "more than a crawl names");
+        assert_eq!(still.wait(config, &cam, Some(&[]), t, settle), settle);
+        let other = StorageConfigId::new();
+        assert_eq!(still.wait(other, &whole, Some(&[b"x.jpg".to_vec()]), t, settle), settle);
+        let elsewhere = CrawlScope::of(&almanac_domain::CrawlArgs::of_folders(vec!["b".into()], vec![])).unwrap();
+        still.wait(config, &elsewhere, Some(&[b"b/x.jpg".to_vec()]), t, settle);
+        assert_eq!(still.wait(config, &cam, Some(&rec), t, settle), StillWritten::MAX_WAIT, "kept outside its scope");
+        still.wait(config, &whole, Some(&[b"b/x.jpg".to_vec()]), t, settle);
+        assert_eq!(still.wait(config, &cam, Some(&rec), t, settle), settle, "settled, then written again");
+        let long = Duration::from_secs(3600);
+        assert_eq!(still.wait(config, &cam, Some(&rec), t, long), long, "never less than the settle time");
+        let guide = include_str!("../../../../docs/operations.md");
+        let said = format!("`settle_time` at least and {} minutes at most", StillWritten::MAX_WAIT.as_secs() / 60);
+        assert!(guide.contains(&said), "docs/operations.md says how long at most: {said}");
     }
 
     #[test]
