@@ -66,24 +66,34 @@ pub fn handle(root: &Path, event: notify::Result<Event>, window: &mut Window, at
         }
         changed = true;
         match event.kind {
-            EventKind::Access(AccessKind::Close(AccessMode::Write)) => {
-                window.folder(rel.parent(), at);
-                match stamped(path, &rel) {
-                    Some(closed) => window.closed(closed, at),
-                    None => window.file(rel.path, at),
+            // Its folder with it (unless closed files settle, when a close is a write).
+            EventKind::Access(AccessKind::Close(AccessMode::Write)) => match stamped(path, &rel) {
+                Some(closed) => window.closed(closed, at),
+                None => {
+                    window.folder(rel.parent(), at);
+                    window.file(rel.path, at);
                 }
-            }
-            EventKind::Create(CreateKind::Folder) | EventKind::Remove(RemoveKind::Folder) => {
+            },
+            EventKind::Create(CreateKind::Folder) => window.folder(rel.path, at),
+            EventKind::Remove(RemoveKind::Folder) => {
+                window.gone(&rel.path);
                 window.folder(rel.path, at);
             }
             // Both ends of a rename: the first path is where it was, the second where it is.
             EventKind::Modify(ModifyKind::Name(RenameMode::To)) => arrived(path, rel, window, at),
             EventKind::Modify(ModifyKind::Name(RenameMode::Both)) if i == 1 => arrived(path, rel, window, at),
             // Gone: a file or a folder, no telling which now; its parent holds either.
-            EventKind::Modify(ModifyKind::Name(_)) => window.folder(rel.parent(), at),
+            EventKind::Modify(ModifyKind::Name(_)) => {
+                window.gone(&rel.path);
+                window.folder(rel.parent(), at);
+            }
             // A folder's attributes (one not watched until now, which may be readable now): the folder itself.
             EventKind::Modify(ModifyKind::Metadata(_)) if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) => {
                 window.folder(rel.path, at)
+            }
+            // Another name for a file there already (a hard link: `cp -l`, `rsync --link-dest`): complete.
+            EventKind::Create(CreateKind::File) if std::fs::symlink_metadata(path).is_ok_and(|m| m.nlink() > 1) => {
+                arrived(path, rel, window, at)
             }
             // Being written: its folder is crawled once it is closed or has settled.
             EventKind::Create(CreateKind::File) | EventKind::Modify(ModifyKind::Data(_)) if rel.whole => {
@@ -91,6 +101,7 @@ pub fn handle(root: &Path, event: notify::Result<Event>, window: &mut Window, at
                 window.written(rel.path, folder, at);
             }
             EventKind::Create(_) | EventKind::Remove(_) | EventKind::Modify(_) => {
+                window.gone(&rel.path);
                 window.folder(rel.parent(), at);
                 window.file(rel.path, at);
             }
@@ -127,7 +138,8 @@ fn a_file_not_read(path: &Path, kind: EventKind, i: usize) -> bool {
 
 /// Sync tools (rsync, Syncthing, Nextcloud, …) write a file under a hidden or temporary name, close it, then
 /// rename it: a file closed under such a name is remembered, and renamed unchanged to a name the crawl reads it
-/// is as closed after writing under that name (answered, to be recorded after the rename itself).
+/// is as closed after writing under that name (answered, to be recorded after the rename itself). Renamed to a
+/// name the crawl does not read (an app's database synced in), it is nothing.
 fn written_aside(root: &Path, event: &Event, window: &mut Window) -> Option<ClosedFile> {
     match event.kind {
         EventKind::Access(AccessKind::Close(AccessMode::Write)) => {
@@ -141,6 +153,9 @@ fn written_aside(root: &Path, event: &Event, window: &mut Window) -> Option<Clos
         EventKind::Modify(ModifyKind::Name(RenameMode::Both)) => {
             let [from, to] = event.paths.as_slice() else { return None };
             let written = window.take_aside(from)?;
+            if !reads_file_named(to.file_name()?.as_bytes()) {
+                return None;
+            }
             let closed = stamped(to, &Rel::of(root, to)?)?;
             ((closed.size, closed.mtime_ns) == written).then_some(closed)
         }

@@ -8,6 +8,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::io::ErrorKind;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -16,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use almanac_domain::ClosedFile;
 
 use super::tree::{Listing, list};
+use crate::crawl::reads_file_named;
 
 /// A folder's mtime and ctime, in nanoseconds (a file made, removed or renamed in it changes them).
 type Stamp = (i64, i64);
@@ -73,7 +75,7 @@ impl FolderTree {
                     let listing = list(&root.join(&rel));
                     self.folders.insert(rel.clone(), (now, listing.read));
                     self.add_new_subfolders(root, &rel, &listing, avoid, stop);
-                    if listing.read != read {
+                    if listing.read != read || read_file_changed_since(&listing, old.0.max(old.1)) {
                         changed.push(crawl_folder(&rel));
                     }
                 }
@@ -145,6 +147,21 @@ fn subfolders(listing: &Listing) -> Vec<std::ffi::OsString> {
     let mut seen = HashSet::new();
     let folders = listing.folders.iter().filter_map(|p| p.file_name().map(ToOwned::to_owned));
     folders.filter(|name| seen.insert(name.clone())).collect()
+}
+
+/// Whether a file the crawl reads in a listed folder changed (written, or renamed there: its ctime) since `since`,
+/// the folder's last change as its file system dated it (nanoseconds), less two seconds for file systems that
+/// keep coarse times (FAT). The digest misses a photo rewritten in place beside a temporary file (`exiftool
+/// -overwrite_original_in_place`), or renamed over one of the same name where the file system gives every entry
+/// the same inode number (FUSE: sshfs); the folder's stamp changed, and so did that file's. Only the read files
+/// of a folder whose stamp changed are stat'ed.
+fn read_file_changed_since(listing: &Listing, since: i64) -> bool {
+    let since = since.saturating_sub(2_000_000_000);
+    let read = listing.files.iter().filter(|f| f.file_name().is_some_and(|n| reads_file_named(n.as_bytes())));
+    read.filter_map(|f| std::fs::symlink_metadata(f).ok()).any(|m| {
+        let written = ClosedFile::stat_nanos(m.mtime(), m.mtime_nsec());
+        written.max(ClosedFile::stat_nanos(m.ctime(), m.ctime_nsec())) >= since
+    })
 }
 
 /// A folder as the crawl names it (a folder that holds it when a name is not UTF-8).
@@ -223,10 +240,14 @@ mod tests {
         std::fs::create_dir_all(root.join("a")).unwrap();
         std::fs::write(root.join("a/IMG_1.jpg"), b"x").unwrap();
         std::fs::write(root.join("digikam4.db"), b"x").unwrap();
+        // Every read file changed two seconds or more before its folder's last change (see the in-place step).
+        std::thread::sleep(std::time::Duration::from_millis(2100));
+        std::fs::write(root.join("a/.lock"), b"l").unwrap();
+        std::fs::remove_file(root.join("a/.lock")).unwrap();
         let stop = CancellationToken::new();
         let mut tree = FolderTree::baseline(root, None, &stop);
         // Each step changes the folders' stamps; the ones after the first three change what the crawl reads.
-        let steps: [Step; 9] = [
+        let steps: [Step; 10] = [
             ("a journal made", |r| std::fs::write(r.join("digikam4.db-journal"), b"j").unwrap(), &[]),
             ("a journal removed", |r| std::fs::remove_file(r.join("digikam4.db-journal")).unwrap(), &[]),
             ("a text renamed", |r| rename(r, "digikam4.db", "a/notes.txt"), &[]),
@@ -240,6 +261,15 @@ mod tests {
                 &["a"],
             ),
             ("a sidecar made", |r| std::fs::write(r.join("a/IMG_1.xmp"), b"<x/>").unwrap(), &["a"]),
+            (
+                "a photo rewritten in place beside a temporary file",
+                |r| {
+                    std::fs::write(r.join("a/IMG_1.jpg_exiftool_tmp"), b"w").unwrap();
+                    std::fs::write(r.join("a/IMG_1.jpg"), b"w").unwrap();
+                    std::fs::remove_file(r.join("a/IMG_1.jpg_exiftool_tmp")).unwrap();
+                },
+                &["a"],
+            ),
             ("a text renamed to a photo's name", |r| rename(r, "a/notes.txt", "a/IMG_3.JPG"), &["a"]),
             ("a subfolder made", |r| std::fs::create_dir(r.join("a.db")).unwrap(), &[""]),
             ("a photo removed", |r| std::fs::remove_file(r.join("a/IMG_2.jpg")).unwrap(), &["a"]),

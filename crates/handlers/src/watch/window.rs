@@ -84,6 +84,12 @@ impl Window {
         self.written.insert(path, (folder, at));
     }
 
+    /// What was at `path` (a file or a folder) is gone, or went elsewhere: the files being written there, or
+    /// beneath it, are no longer followed (their folder has its change already).
+    pub fn gone(&mut self, path: &str) {
+        self.written.retain(|written, _| !inside(written, path));
+    }
+
     /// When the first file being written settles: `wait` after its last write seen.
     pub fn written_settles_at(&self, wait: Duration) -> Option<Instant> {
         self.written.values().map(|(_, at)| *at + wait).min()
@@ -114,10 +120,11 @@ impl Window {
     /// A file seen closed after writing at `at`, as it was then: read at once, unless closed files settle.
     pub fn closed(&mut self, file: ClosedFile, at: Instant) {
         if self.settle_closed {
-            let folder = file.path.rsplit_once('/').map_or_else(String::new, |(folder, _)| folder.to_owned());
+            let folder = parent(&file.path);
             return self.written(file.path, folder, at);
         }
         self.written.remove(&file.path);
+        self.folder(parent(&file.path), at);
         self.files.insert(file.path.clone());
         self.arrived.remove(&file.path);
         self.closed.insert(file.path.clone(), file);
@@ -233,6 +240,11 @@ impl Batch {
         let item = NewWorkItem::from_args(&args, scope).expect("a crawl takes a config's scope");
         if args.is_whole_root() { item.with_dedup_key(DedupKey::for_work(WorkKind::Crawl, scope)) } else { item }
     }
+}
+
+/// The folder holding a file's path (`""`: the root).
+fn parent(path: &str) -> String {
+    path.rsplit_once('/').map_or_else(String::new, |(folder, _)| folder.to_owned())
 }
 
 /// Whether `path` is `folder` or beneath it (`""` is the root, above everything).
@@ -404,6 +416,18 @@ mod tests {
         assert!(w.is_empty(), "closed files settle: it waits");
         w.settle_written(t0 + wait, wait);
         assert_eq!(w.take().unwrap().folders, ["nfs"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_file_being_written_that_goes_elsewhere_is_no_longer_followed() {
+        let (mut w, at, wait) = (Window::default(), Instant::now(), Duration::from_secs(11));
+        for path in ["a/x.mov", "a/b/y.mov", "ab/z.mov"] {
+            w.written(path.into(), parent(path), at);
+        }
+        w.gone("a/x.mov");
+        w.gone("a/b");
+        w.settle_written(at + wait, wait);
+        assert_eq!(w.take().unwrap().folders, ["ab"], "a folder gone takes what is beneath it, and only that");
     }
 
     #[tokio::test(start_paused = true)]

@@ -104,6 +104,44 @@ async fn changes_of_files_the_crawl_does_not_read_ask_for_nothing_and_folders_of
     }
 }
 
+/// A sync tool's file closed under a temporary name and renamed to a name the crawl does not read is nothing
+/// (before, the window held it as closed with no folder: a crawl of the whole root); renamed to a photo's name, it
+/// is read at once with its folder. A hard link made is complete at once. Where closed files settle, a close
+/// asks for nothing until the file settles.
+#[tokio::test(start_paused = true)]
+async fn a_synced_file_the_crawl_does_not_read_a_hard_link_and_a_settling_close_ask_for_what_they_should() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("a")).unwrap();
+    let (at, mut w) = (Instant::now(), Window::default());
+    let closed = EventKind::Access(AccessKind::Close(AccessMode::Write));
+    let rename = EventKind::Modify(ModifyKind::Name(RenameMode::Both));
+    for (tmp, to, asked) in
+        [(".syncthing.digikam4.db.tmp", "digikam4.db", None), (".IMG_1.jpg.x1", "a/IMG_1.jpg", Some("a"))]
+    {
+        std::fs::write(root.join(tmp), b"synced").unwrap();
+        assert_eq!(handle(root, event(closed, &[&root.join(tmp)]), &mut w, at), Handled::Ignored, "{tmp}");
+        std::fs::rename(root.join(tmp), root.join(to)).unwrap();
+        handle(root, event(rename, &[&root.join(tmp), &root.join(to)]), &mut w, at);
+        match asked {
+            None => assert!(w.is_empty(), "{to}: nothing"),
+            Some(folder) => {
+                let batch = w.take().unwrap();
+                assert_eq!((batch.folders, batch.closed.len()), (vec![folder.to_owned()], 1), "{to}");
+            }
+        }
+    }
+    std::fs::hard_link(root.join("a/IMG_1.jpg"), root.join("a/IMG_1 copy.jpg")).unwrap();
+    handle(root, event(EventKind::Create(CreateKind::File), &[&root.join("a/IMG_1 copy.jpg")]), &mut w, at);
+    let batch = w.take().unwrap();
+    assert_eq!((batch.folders, batch.closed.len()), (vec!["a".to_owned()], 1), "a hard link is complete");
+    w.settle_closed_files();
+    assert_eq!(handle(root, event(closed, &[&root.join("a/IMG_1.jpg")]), &mut w, at), Handled::Changed);
+    assert!(w.is_empty(), "where closed files settle, a close is a write");
+    w.settle_written(at, std::time::Duration::ZERO);
+    assert_eq!(folders_of(&mut w), ["a"]);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_watch_limit_reached_says_which_limit_and_other_errors_say_events_were_lost() {
     let root = PathBuf::from("/lib");
