@@ -185,8 +185,8 @@ async fn a_file_written_for_long_is_asked_for_again_less_and_less_often_then_rea
     let content = photo(8, 1600);
     let path = lib.root.join("cam/clip.jpg");
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    let settle = Duration::from_secs(1);
-    // Written a little every quarter of a second, for eight settle times.
+    let settle = Duration::from_secs(2);
+    // Written a little every 400 ms, for about six settle times.
     let (first_step, started) = std::sync::mpsc::channel();
     let writer = {
         let (content, path) = (content.clone(), path.clone());
@@ -197,30 +197,37 @@ async fn a_file_written_for_long_is_asked_for_again_less_and_less_often_then_rea
                 if i == 0 {
                     first_step.send(()).unwrap();
                 }
-                std::thread::sleep(Duration::from_millis(250));
+                std::thread::sleep(Duration::from_millis(400));
             }
         })
     };
     started.recv().unwrap();
     let handler = crawler(&lib, lib.store.clone(), settle);
-    let mut result = lib.run_handler(&handler, lib.item(serde_json::json!({})).await).await.unwrap();
-    // Each crawl asked for runs once due; how long after its asker's end each was due.
+    let first = lib.item(serde_json::json!({})).await;
+    let mut started = lib.store.db_now().await.unwrap();
+    let mut result = lib.run_handler(&handler, first).await.unwrap();
+    // Each crawl asked for runs once due. How long each waited after the crawl that asked for it ended lies
+    // between its due time less the database's time once that crawl had returned (a lower bound: it ended
+    // before), and its due time less the time before that crawl started (an upper bound).
     let mut waits = Vec::new();
     while counts(&result) == (0, 1, 0, 0) {
-        let asked_at = lib.store.db_now().await.unwrap();
+        let ended = lib.store.db_now().await.unwrap();
         let queued = lib.queued_crawls().await;
         assert_eq!(queued.len(), 1, "{queued:?}");
-        waits.push((queued[0].run_after - asked_at).to_std().unwrap_or_default());
-        result = lib.run_handler(&handler, lib.due_crawl().await).await.unwrap();
+        let bound = |from: DateTime<Utc>| (queued[0].run_after - from).to_std().unwrap_or_default();
+        waits.push(bound(ended)..=bound(started));
+        let item = lib.due_crawl().await;
+        started = lib.store.db_now().await.unwrap();
+        result = lib.run_handler(&handler, item).await.unwrap();
         assert!(waits.len() < 12, "the file never settled: waits {waits:?}");
     }
     writer.join().unwrap();
     assert_eq!(counts(&result), (1, 0, 0, 0), "read once written: {result}");
     assert_eq!(lib.assets_at("cam/clip.jpg").await[0].content_hash, hash_of(&content));
-    // Each wait is at least the one before (less a little for the time between the crawl's end and `asked_at`).
-    let slack = Duration::from_millis(500);
-    assert!(waits.windows(2).all(|w| w[1] + slack >= w[0]), "the waits shrank: {waits:?}");
-    assert!(waits.iter().any(|w| *w >= settle * 2), "never longer than the settle time: {waits:?}");
+    // None waited less than the settle time, and one at least half as long again (the file was written for
+    // about six settle times; at the settle time alone, every wait's lower bound is at most the settle time).
+    assert!(waits.iter().all(|w| *w.end() >= settle), "sooner than the settle time: {waits:?}");
+    assert!(waits.iter().any(|w| *w.start() >= settle + settle / 2), "never longer than the settle time: {waits:?}");
 }
 
 #[tokio::test]
@@ -263,8 +270,11 @@ async fn a_fresh_file_is_settling_not_failed_and_a_crawl_is_asked_for_after_the_
 
     let queued = lib.queued_crawls().await;
     assert_eq!(queued.len(), 1, "{queued:?}");
-    let crawl_key = format!("crawl:{}", lib.config);
-    assert_eq!(queued[0].dedup_key.as_deref(), Some(crawl_key.as_str()), "the key the scheduler and the page use");
+    // a.jpg and c.jpg are in the root: the whole root, under a key of its own, which neither the scheduler's crawl
+    // nor a watcher's joins (they would wait for it).
+    let settling_key = format!("crawl:{}:settling", lib.config);
+    assert_eq!(queued[0].dedup_key.as_deref(), Some(settling_key.as_str()));
+    assert_eq!(queued[0].payload.get("folders"), None, "the whole root");
     assert_eq!(queued[0].payload["allow_mass_deletion"], false, "no confirmation carried over");
     let settle_chrono = chrono::Duration::from_std(settle).unwrap();
     let done_at = lib.store.db_now().await.unwrap();

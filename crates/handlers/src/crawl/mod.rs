@@ -236,8 +236,7 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
             return Err(HandlerError::cancelled());
         }
         self.ask_for_bursts(&ctx, config).await?;
-        if run.counters.settling.load(Ordering::Relaxed) > 0 {
-            let (again, due) = self.again(config, &scope, &run.counters.settling_in, &run.clock)?;
+        if let Some((again, due)) = self.again(config, &scope, &run.counters.settling_in, &run.clock)? {
             self.ask_again(&ctx, again, due).await?;
         }
         run.failures.forget_recovered(&*self.catalogue, ctx.fence, config, &not_walked).await;
@@ -405,19 +404,22 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         Ok(())
     }
 
-    /// The crawl asked for again for the files still being written ([`CrawlScope::again`]), and when it is due
-    /// ([`settling::StillWritten::wait`]).
+    /// The crawl asked for again for the files still being written, if any ([`CrawlScope::again`]), and when it
+    /// is due ([`settling::StillWritten::wait`], told what this crawl found whatever it found).
     fn again(
         &self,
         config: StorageConfigId,
         scope: &CrawlScope,
         settling: &std::sync::Mutex<scope::SettlingFolders>,
         clock: &settling::CrawlClock,
-    ) -> Result<(NewWorkItem, chrono::DateTime<chrono::Utc>), HandlerError> {
+    ) -> Result<Option<(NewWorkItem, chrono::DateTime<chrono::Utc>)>, HandlerError> {
         let settling = settling.lock().expect("poisoned");
         let files = settling.files.as_deref();
         let wait = self.still_written.wait(config, scope, files, clock.now(), self.settings.settle_time);
-        Ok((scope.again(config, &settling)?, clock.after(wait)))
+        if files.is_some_and(<[_]>::is_empty) {
+            return Ok(None);
+        }
+        Ok(Some((scope.again(config, &settling)?, clock.after(wait))))
     }
 
     /// Enqueues `again` (a crawl of the config, or of the folders of the files still being written:

@@ -157,27 +157,28 @@ impl CrawlScope {
         Ok(Weighed { library, looked_for: library })
     }
 
-    /// The crawl asked for again once the files still being written may have settled. For the whole root, a
-    /// crawl of it under the key the scheduler and the page use (`crawl:<config>`), joining one queued. For
-    /// some folders, a crawl of the folders those files are in (of this crawl's folders when they are more
-    /// than [`CrawlArgs::MAX_FOLDERS`] or not all named in UTF-8), under a key of its folders: never the whole
-    /// root's key, which a scheduled crawl would then join, and shrink to these folders.
+    /// The crawl asked for again once the files still being written may have settled: a crawl of the folders
+    /// those files are in (of this crawl's own when they are more than [`CrawlArgs::MAX_FOLDERS`] or not all
+    /// named in UTF-8; the whole root when one is the root), under a key of its folders, or for the whole root
+    /// `crawl:<config>:settling`. Never the key the scheduler, the page and the watchers use for the whole root
+    /// (`crawl:<config>`): one of theirs would join it and wait for it ([`super::settling::StillWritten`] may
+    /// make it wait minutes), or shrink to these folders. A crawl of the whole root that found a file being
+    /// written asks again for that file's folder, not for the whole library.
     pub fn again(&self, config: StorageConfigId, settling: &SettlingFolders) -> Result<NewWorkItem, HandlerError> {
         let scope = Scope::Config(config);
         let permanent = |e: almanac_domain::DomainError| HandlerError::permanent(e.to_string());
         let named: Option<Vec<String>> = match &settling.folders {
-            _ if self.is_whole_root() => Some(Vec::new()),
             Some(folders) => folders.iter().map(|f| String::from_utf8(f.clone()).ok()).collect(),
             _ => None,
         };
         let own = || self.folders.iter().map(|f| String::from_utf8_lossy(f).into_owned()).collect();
         let folders =
             CrawlArgs::of_folders(named.unwrap_or_else(own), Vec::new()).checked_folders().map_err(permanent)?;
+        let whole = DedupKey::for_work(WorkKind::Crawl, scope);
         let key = match folders.is_empty() {
-            true => DedupKey::for_work(WorkKind::Crawl, scope),
+            true => DedupKey::new(format!("{whole}:settling")).map_err(permanent)?,
             false => {
                 let hash = almanac_media::hash_bytes(folders.join("\0").as_bytes()).hash;
-                let whole = DedupKey::for_work(WorkKind::Crawl, scope);
                 DedupKey::new(format!("{whole}:folders:{}", &hash.as_hex()[..16])).map_err(permanent)?
             }
         };
@@ -277,8 +278,13 @@ mod tests {
     fn a_crawl_is_asked_for_again_in_the_settling_files_folders_or_its_own_or_the_whole_root() {
         let config = StorageConfigId::new();
         let whole_key = DedupKey::for_work(WorkKind::Crawl, Scope::Config(config));
+        // The whole root's crawl asks for the folder of its file being written, or for the whole root when that
+        // folder is the root; never under the key the scheduler and the watchers use.
         let again = scope(&[]).again(config, &settling(&[b"a/1.jpg"])).unwrap();
-        assert_eq!((again.payload().get("folders"), again.dedup_key.as_ref()), (None, Some(&whole_key)));
+        assert_eq!(again.payload()["folders"], serde_json::json!(["a"]));
+        let again = scope(&[]).again(config, &settling(&[b"a/1.jpg", b"2.jpg"])).unwrap();
+        let settling_key = DedupKey::new(format!("{whole_key}:settling")).unwrap();
+        assert_eq!((again.payload().get("folders"), again.dedup_key.as_ref()), (None, Some(&settling_key)));
         assert!(scope(&[""]).is_whole_root() && scope(&["x", ""]).folders() == [Vec::<u8>::new()]);
 
         let some = scope(&["a", "c"]);

@@ -50,27 +50,33 @@ impl CrawlClock {
 /// settled: the settle time after it, at first. A file written for a long time (a camera recording into the
 /// library, a copy of hours over a slow link, one file after the other) made that a crawl of its folder every
 /// settle time for as long as it was written. Now the crawl asked for again waits half as long as the file that
-/// started last among them has been found being written, [`StillWritten::MAX_WAIT`] at most: a file that was
-/// written for an hour is read at most that long after it settles (at once when a watcher sees it closed).
+/// started last among them has been found being written, [`StillWritten::MAX_WAIT`] at most.
 /// Kept in memory only: a Worker that restarts, or another Worker's crawl, starts again from the settle time.
 #[derive(Debug, Default)]
 pub(super) struct StillWritten {
-    since: std::sync::Mutex<HashMap<(StorageConfigId, Vec<u8>), Since>>,
+    seen: std::sync::Mutex<HashMap<(StorageConfigId, Vec<u8>), Seen>>,
 }
 
-/// When a file was first found still being written, by the crawl's clock.
-type Since = DateTime<Utc>;
+/// When a file was first found still being written, and when last, by the crawls' clock.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    first: DateTime<Utc>,
+    last: DateTime<Utc>,
+}
 
 impl StillWritten {
     /// The longest a crawl asked for again for files still being written waits.
     pub const MAX_WAIT: Duration = Duration::from_secs(5 * 60);
+    /// A file not found being written for this long is forgotten (its config deleted, its crawls run elsewhere).
+    const FORGET_AFTER: Duration = Duration::from_secs(3600);
     /// The most files remembered; beyond, all are forgotten (each waits the settle time again, as before).
     const MAX_REMEMBERED: usize = 10_000;
 
-    /// Notes that a crawl of `config` covering `scope` found `files` still being written at `now` (`None`: more
-    /// than it names), forgets the files in its scope it did not find so, and answers how long the crawl it asks
-    /// for again waits: `settle`, or half as long as the file that started last has been found being written,
-    /// up to [`StillWritten::MAX_WAIT`] (never less than `settle`).
+    /// Notes what a crawl of `config` covering `scope` found at its end (`now`): the files still being written
+    /// (`None`: more than it names), so that those in its scope it did not find so are forgotten (read, or gone),
+    /// and answers how long the crawl it asks for again waits: `settle`, or half as long as the file that started
+    /// last has been found being written, up to [`StillWritten::MAX_WAIT`] (never less than `settle`). Called at
+    /// the end of every crawl, whatever it found.
     pub fn wait(
         &self,
         config: StorageConfigId,
@@ -79,14 +85,21 @@ impl StillWritten {
         now: DateTime<Utc>,
         settle: Duration,
     ) -> Duration {
-        let Some(files) = files.filter(|f| !f.is_empty()) else { return settle };
-        let mut since = self.since.lock().unwrap_or_else(|e| e.into_inner());
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let forgotten = now - chrono_duration(Self::FORGET_AFTER);
+        seen.retain(|_, s| s.last >= forgotten);
+        let Some(files) = files else { return settle };
         let found: HashSet<&[u8]> = files.iter().map(Vec::as_slice).collect();
-        since.retain(|(c, path), _| *c != config || !scope.contains(path) || found.contains(path.as_slice()));
-        if since.len() + files.len() > Self::MAX_REMEMBERED {
-            since.clear();
+        seen.retain(|(c, path), _| *c != config || !scope.contains(path) || found.contains(path.as_slice()));
+        if seen.len() + files.len() > Self::MAX_REMEMBERED {
+            seen.clear();
         }
-        let started_last = files.iter().map(|f| *since.entry((config, f.clone())).or_insert(now)).max();
+        let mut started_last = None;
+        for file in files {
+            let s = seen.entry((config, file.clone())).or_insert(Seen { first: now, last: now });
+            s.last = now;
+            started_last = started_last.max(Some(s.first));
+        }
         let written_for = started_last.map_or(Duration::ZERO, |at| (now - at).to_std().unwrap_or_default());
         (written_for / 2).clamp(settle, Self::MAX_WAIT.max(settle))
     }
@@ -156,7 +169,6 @@ mod tests {
         let both = [rec[0].clone(), b"cam/new.jpg".to_vec()];
         assert_eq!(still.wait(config, &cam, Some(&both), t, settle), settle, "a file that just arrived");
         assert_eq!(still.wait(config, &cam, None, t, settle), settle, "more than a crawl names");
-        assert_eq!(still.wait(config, &cam, Some(&[]), t, settle), settle);
         let other = StorageConfigId::new();
         assert_eq!(still.wait(other, &whole, Some(&[b"x.jpg".to_vec()]), t, settle), settle);
         let elsewhere = CrawlScope::of(&almanac_domain::CrawlArgs::of_folders(vec!["b".into()], vec![])).unwrap();
@@ -164,6 +176,18 @@ mod tests {
         assert_eq!(still.wait(config, &cam, Some(&rec), t, settle), StillWritten::MAX_WAIT, "kept outside its scope");
         still.wait(config, &whole, Some(&[b"b/x.jpg".to_vec()]), t, settle);
         assert_eq!(still.wait(config, &cam, Some(&rec), t, settle), settle, "settled, then written again");
+        for _ in 0..5 {
+            let wait = still.wait(config, &cam, Some(&rec), t, settle);
+            t += chrono_duration(wait);
+        }
+        assert_eq!(still.wait(config, &cam, Some(&[]), t, settle), settle, "none found");
+        assert_eq!(still.wait(config, &cam, Some(&rec), t, settle), settle, "read by a crawl that found none");
+        for _ in 0..5 {
+            let wait = still.wait(config, &cam, Some(&rec), t, settle);
+            t += chrono_duration(wait);
+        }
+        let later = t + chrono_duration(StillWritten::FORGET_AFTER);
+        assert_eq!(still.wait(config, &cam, Some(&rec), later, settle), settle, "not seen for an hour");
         let long = Duration::from_secs(3600);
         assert_eq!(still.wait(config, &cam, Some(&rec), t, long), long, "never less than the settle time");
         let guide = include_str!("../../../../docs/operations.md");
