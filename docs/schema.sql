@@ -1013,6 +1013,7 @@ CREATE TABLE public.storage_configs (
     root_is_mount_point boolean,
     paused_at public.almanac_time,
     watch text DEFAULT 'auto'::text NOT NULL,
+    mounts_below bytea[] DEFAULT '{}'::bytea[] NOT NULL,
     CONSTRAINT ck_storage_configs_root_path_absolute CHECK (("left"(root_path, 1) = '/'::text)),
     CONSTRAINT ck_storage_configs_watch CHECK ((watch = ANY (ARRAY['auto'::text, 'events'::text, 'polling'::text, 'off'::text])))
 );
@@ -1058,6 +1059,13 @@ COMMENT ON COLUMN public.storage_configs.paused_at IS 'Set while the config is p
 --
 
 COMMENT ON COLUMN public.storage_configs.watch IS 'How the operator chose to watch the root (almanac-worker config watch): auto (events, or polling on a network file system), events, polling or off.';
+
+
+--
+-- Name: COLUMN storage_configs.mounts_below; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.storage_configs.mounts_below IS 'Folders beneath the root (paths relative to it, as the file system gave their bytes) that were mount points at the last crawl of the whole root: one that is not a mount point now is not walked, and what the catalogue has under it is kept, unless the crawl is confirmed with root_moved.';
 
 
 --

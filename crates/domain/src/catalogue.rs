@@ -32,6 +32,17 @@ pub struct StorageConfig {
     /// Whether the root was a mount point when registered or last crawled in full (`None`: not known yet). A
     /// crawl refuses when a root that was one no longer is: the share is not mounted.
     pub root_is_mount_point: Option<bool>,
+    /// The folders beneath the root (relative paths, as the file system gave their bytes) that were mount points
+    /// at the last crawl of the whole root: another disk or share mounted inside the library. A crawl does not
+    /// walk one that is no longer a mount point (a disk not mounted leaves an empty folder behind). Serialized as
+    /// text (lossy UTF-8), as paths are shown.
+    #[serde(serialize_with = "paths_as_text")]
+    pub mounts_below: Vec<Vec<u8>>,
+}
+
+/// Paths beneath a root as text, for people and for JSON (lossy UTF-8).
+fn paths_as_text<S: serde::Serializer>(paths: &[Vec<u8>], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(paths.iter().map(|p| String::from_utf8_lossy(p)))
 }
 
 /// Whether an asset is a still or a moving picture.

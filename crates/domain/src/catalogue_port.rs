@@ -212,13 +212,14 @@ pub trait CatalogueStore: Send + Sync {
     /// volume that is not mounted.
     fn has_proxy_files(&self, config: StorageConfigId) -> impl Future<Output = Result<bool, CatalogueError>> + Send;
 
-    /// Records whether the config's root is a mount point (after a complete walk), so a later crawl can tell
-    /// a share that is no longer mounted.
+    /// Records whether the config's root is a mount point, and which folders beneath it are (after a walk of the
+    /// whole root), so a later crawl can tell a share or a disk that is no longer mounted.
     fn record_root_identity(
         &self,
         fence: Fence,
         config: StorageConfigId,
         is_mount_point: bool,
+        mounts_below: &[Vec<u8>],
     ) -> impl Future<Output = Result<(), CatalogueError>> + Send;
 
     /// Up to `limit` of the paths the catalogue knows for the config's active assets (own and extra paths), in

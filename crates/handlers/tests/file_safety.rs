@@ -136,6 +136,54 @@ async fn a_root_that_stopped_being_a_mount_point_is_refused_until_confirmed() {
     assert_eq!(lib.crawl().await["unchanged"], 3, "and accepted from then on");
 }
 
+/// A disk mounted beneath the library (a NAS's USB disk of old photos at `usb`) that is not mounted any more
+/// leaves an empty folder: not a folder whose photos were deleted. Whole-root crawls and crawls of folders (a
+/// watcher's) keep what the catalogue has under it and say why; mounted again, everything is there; confirmed
+/// (`root_moved`), it is walked as it is. A share of a fifth of the library: the mass-deletion guard would let it go.
+#[tokio::test]
+async fn a_disk_not_mounted_beneath_the_root_is_not_taken_for_deleted_photos() {
+    let lib = library().await;
+    lib.with_photos(12).await;
+    let usb = lib.root.join("usb");
+    let Some(volume) = almanac_media::scratch_volume::ScratchVolume::small(&usb, 4096, false) else { return };
+    let old: Vec<Vec<u8>> = (0..3).map(|i| photo(100 + i)).collect();
+    let put_back = |lib: &Library| {
+        for (i, content) in old.iter().enumerate() {
+            lib.write(&format!("usb/old/IMG_{i}.jpg"), content);
+        }
+    };
+    put_back(&lib);
+    assert_eq!(lib.crawl().await["ingested"], 3);
+    let recorded = async |lib: &Library| lib.store.storage_config(lib.config).await.unwrap().unwrap().mounts_below;
+    assert_eq!(recorded(&lib).await, [b"usb".to_vec()], "the mount point beneath the root is recorded");
+
+    drop(volume);
+    std::fs::create_dir(&usb).unwrap();
+    let whole = lib.crawl().await;
+    assert_eq!((whole["soft_deleted"].as_u64(), lib.active_count().await), (Some(0), 15), "{whole}");
+    let said = whole["unreadable_folders"][0]["reason"].as_str().unwrap_or_default();
+    assert!(said.contains("was a mount point") && said.contains("root_moved"), "{whole}");
+    for folders in [serde_json::json!(["usb"]), serde_json::json!(["usb/old"]), serde_json::json!(["usb", "2019"])] {
+        let result = lib.crawl_with(serde_json::json!({"folders": folders}), CancellationToken::new()).await.unwrap();
+        assert_eq!((result["soft_deleted"].as_u64(), lib.active_count().await), (Some(0), 15), "{folders}: {result}");
+    }
+    assert_eq!(recorded(&lib).await, [b"usb".to_vec()], "kept while not mounted");
+
+    let volume = almanac_media::scratch_volume::ScratchVolume::small(&usb, 4096, false).unwrap();
+    put_back(&lib);
+    let back = lib.crawl().await;
+    assert_eq!(
+        (back["soft_deleted"].as_u64(), back["ingested"].as_u64(), lib.active_count().await),
+        (Some(0), Some(0), 15)
+    );
+
+    drop(volume);
+    std::fs::create_dir(&usb).unwrap();
+    let confirmed = lib.crawl_with(serde_json::json!({"root_moved": true}), CancellationToken::new()).await.unwrap();
+    assert_eq!((confirmed["soft_deleted"].as_u64(), lib.active_count().await), (Some(3), 12), "{confirmed}");
+    assert!(recorded(&lib).await.is_empty(), "an ordinary folder now");
+}
+
 #[tokio::test]
 async fn mass_deletion_is_proportional_in_libraries_of_ten_or_more() {
     let lib = library().await;

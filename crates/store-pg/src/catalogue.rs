@@ -71,10 +71,12 @@ struct ConfigRow {
     is_active: bool,
     #[diesel(sql_type = diesel::sql_types::Nullable<Bool>)]
     root_is_mount_point: Option<bool>,
+    #[diesel(sql_type = diesel::sql_types::Array<diesel::sql_types::Bytea>)]
+    mounts_below: Vec<Vec<u8>>,
 }
 
 /// The columns a [`ConfigRow`] reads.
-pub(crate) const CONFIG_COLUMNS: &str = "id, user_id, root_path, is_active, root_is_mount_point";
+pub(crate) const CONFIG_COLUMNS: &str = "id, user_id, root_path, is_active, root_is_mount_point, mounts_below";
 
 impl From<ConfigRow> for StorageConfig {
     fn from(r: ConfigRow) -> Self {
@@ -84,6 +86,7 @@ impl From<ConfigRow> for StorageConfig {
             root_path: PathBuf::from(r.root_path),
             is_active: r.is_active,
             root_is_mount_point: r.root_is_mount_point,
+            mounts_below: r.mounts_below,
         }
     }
 }
@@ -182,10 +185,9 @@ impl PgStore {
             .bind::<Text, _>(username)
             .get_result(conn)
             .await?;
-            let config: ConfigRow = sql_query(
-                "INSERT INTO storage_configs (id, user_id, root_path) VALUES ($1, $2, $3)
-                     RETURNING id, user_id, root_path, is_active, root_is_mount_point",
-            )
+            let config: ConfigRow = sql_query(format!(
+                "INSERT INTO storage_configs (id, user_id, root_path) VALUES ($1, $2, $3) RETURNING {CONFIG_COLUMNS}"
+            ))
             .bind::<Uuid, _>(StorageConfigId::new().as_uuid())
             .bind::<Uuid, _>(user.id)
             .bind::<Text, _>(root)
@@ -262,7 +264,7 @@ impl PgStore {
         let rows: Vec<ConfigRow> = self
             .read(async |conn| {
                 sql_query(format!(
-                    "SELECT b.id, b.user_id, b.root_path, b.is_active, b.root_is_mount_point
+                    "SELECT b.id, b.user_id, b.root_path, b.is_active, b.root_is_mount_point, b.mounts_below
                FROM storage_configs a JOIN storage_configs b ON b.id <> a.id AND {ROOTS_OVERLAP}
               WHERE a.id = $1
               ORDER BY b.created_at, b.id"

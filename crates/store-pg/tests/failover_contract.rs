@@ -37,7 +37,7 @@ async fn every_write_of_the_lost_claim_is_lost(store: &PgStore, lost: &ClaimedIt
     let progress = serde_json::json!({"done": 7});
     let beat = store.heartbeat(fence, lease(), Some(&progress)).await;
     assert_eq!(beat, Ok(Heartbeat::Lost), "worker A's lost claim renewed worker B's attempt");
-    let write = store.record_root_identity(fence, config, true).await;
+    let write = store.record_root_identity(fence, config, true, &[]).await;
     assert!(matches!(write, Err(CatalogueError::Lost)), "worker A's catalogue write passed the fence: {write:?}");
     let batch = store.complete_many_and_claim(&[(fence, None)], &request("worker-a"), 0).await.unwrap();
     assert_eq!(batch.written, [WriteOutcome::Lost], "worker A's batched completion completed worker B's attempt");
@@ -91,7 +91,7 @@ async fn a_claim_lost_in_a_failover_holds_nothing_after_it() {
 
     // B's claim holds its item: its writes go through.
     assert_eq!(b.heartbeat(again.fence, lease(), None).await, Ok(Heartbeat::Renewed { cancel_requested: false }));
-    b.record_root_identity(again.fence, config, false).await.unwrap();
+    b.record_root_identity(again.fence, config, false, &[]).await.unwrap();
     assert_eq!(root_identity(&b, config).await, Some(false));
     let batch = b.complete_many_and_claim(&[(again.fence, None)], &request("worker-b"), 0).await.unwrap();
     assert_eq!(batch.written, [WriteOutcome::Written]);

@@ -76,7 +76,8 @@ impl Setup {
             .iter()
             .map(|t| format!("(SELECT coalesce(string_agg(x::text, ';' ORDER BY x::text), '') FROM {t} x)"))
             .chain([
-                "(SELECT string_agg(root_path || coalesce(root_is_mount_point::text, '-'), ';') FROM storage_configs)"
+                "(SELECT string_agg(root_path || coalesce(root_is_mount_point::text, '-') || mounts_below::text, ';') \
+                  FROM storage_configs)"
                     .into(),
                 "(SELECT string_agg(id::text || status || coalesce(dedup_key, ''), ';' ORDER BY id) FROM work_items)"
                     .into(),
@@ -129,7 +130,7 @@ async fn every_write_is_lost(s: &Setup, stale: Fence, live_asset: AssetId, gone_
     assert_lost("put_proxies", store.put_proxies(stale, live_asset, &[proxy], &Default::default()).await);
     assert_lost("soft_delete", store.soft_delete(stale, s.config, &[live_asset], &[]).await);
     assert_lost("pair", store.pair(stale, live_asset, gone_asset).await);
-    assert_lost("record_root_identity", store.record_root_identity(stale, s.config, true).await);
+    assert_lost("record_root_identity", store.record_root_identity(stale, s.config, true, &[b"usb".to_vec()]).await);
     let follow_up = NewWorkItem::new(WorkKind::BurstDetection, Scope::Config(s.config)).unwrap();
     assert_lost("enqueue_follow_up", store.enqueue_follow_up(stale, &follow_up).await);
     assert_lost("remember_failed_file", store.remember_failed_file(stale, s.config, &failed(b"dcim/cut.jpg")).await);

@@ -128,7 +128,7 @@ async fn call(store: PgStore, surface: &'static str, config: StorageConfigId, fe
     match surface {
         "list_storage_configs" => store_answer(store.list_storage_configs().await),
         "known_files" => catalogue_answer(store.known_files(config, b"", None, 100).await),
-        "record_root_identity" => catalogue_answer(store.record_root_identity(fence, config, true).await),
+        "record_root_identity" => catalogue_answer(store.record_root_identity(fence, config, true, &[]).await),
         "heartbeat" => {
             queue_answer(store.heartbeat(fence, LeaseDuration::new(Duration::from_secs(60)).unwrap(), None).await)
         }

@@ -34,7 +34,7 @@ pub(super) fn walk_beside(
         pages.blocking_recv().ok_or_else(|| CatalogueError::Unexpected(Cause::new("the known files stopped loading")))
     });
     let (mut failed, mut unchanged) = (None, 0);
-    let report = walk_folders(root, scope.folders(), avoid, halt, |mut entry| {
+    let report = walk_folders(root, scope.folders(), avoid, scope.mounts(), halt, |mut entry| {
         // A problem that stops the crawl halts the walk at once, not at the next folder.
         if halt.is_cancelled() {
             return false;

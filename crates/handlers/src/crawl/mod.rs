@@ -16,6 +16,7 @@ mod dating;
 mod failed;
 mod ingest;
 mod merge;
+mod mounts;
 mod outcomes;
 mod problems;
 mod report;
@@ -182,13 +183,15 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
     async fn crawl(&self, args: CrawlArgs, ctx: HandlerContext) -> Result<CrawlReport, HandlerError> {
         let config = ctx.config()?;
         let args = confirmation_for_this_attempt(args, ctx.fence.attempt);
-        let scope = Arc::new(CrawlScope::of(&args)?);
+        let scope = CrawlScope::of(&args)?;
         let storage = self
             .catalogue
             .storage_config(config)
             .await
             .map_err(catalogue_error)?
             .ok_or_else(|| HandlerError::permanent(format!("storage config {config} does not exist")))?;
+        let mounts = mounts::Mounts::new(config, storage.mounts_below.clone(), args.root_moved);
+        let scope = Arc::new(scope.with_mounts(mounts));
         self.check_before_reading(&storage).await?;
         let (root, is_mount_point) = root::open_root(&storage, &args)?;
         let clock = settling::CrawlClock::new(self.catalogue.db_now().await.map_err(catalogue_error)?);
@@ -223,10 +226,11 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         self.replace_held_back(&run, &storage, &unseen, active, &ctx.progress).await?;
         unseen.forget_seen(&run.seen.lock().expect("poisoned"));
         let guard = &self.settings.mass_deletion;
-        // Only a walk of the whole root tells what the root is now.
-        let mount_point = scope.is_whole_root().then_some(is_mount_point);
+        // Only a walk of the whole root tells what the root is now, and what is mounted beneath it.
+        let mounts = scope.mounts().to_record(&walk.mounts_below, &not_walked);
+        let identity = scope.is_whole_root().then_some((is_mount_point, mounts));
         let under = scope.pairs_under(&unseen);
-        let soft_deleted = settle.vanished(unseen, active, guard, &args, mount_point, &run.counters).await?;
+        let soft_deleted = settle.vanished(unseen, active, guard, &args, identity, &run.counters).await?;
         if ctx.cancel.is_cancelled() {
             return Err(HandlerError::cancelled());
         }

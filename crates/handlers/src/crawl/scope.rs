@@ -18,6 +18,7 @@ use almanac_domain::{
 use almanac_executor::HandlerError;
 use almanac_media::{OpenError, RootFolder};
 
+use super::mounts::Mounts;
 use super::rules::passes_over;
 use super::settle::{Unseen, Weighed};
 use super::walk::{WalkEntry, WalkReport, passed_over_proxy_root};
@@ -30,6 +31,8 @@ pub(super) struct CrawlScope {
     folders: Vec<Vec<u8>>,
     /// The files a watcher saw closed after writing: their size and mtime (in nanoseconds) then.
     closed: HashMap<Vec<u8>, (u64, i64)>,
+    /// The folders beneath the root recorded as mount points.
+    mounts: Mounts,
 }
 
 impl CrawlScope {
@@ -41,7 +44,17 @@ impl CrawlScope {
         let folders =
             if folders.is_empty() { vec![Vec::new()] } else { folders.into_iter().map(String::into_bytes).collect() };
         let closed = args.closed.iter().map(|c| (c.path.as_bytes().to_vec(), (c.size, c.mtime_ns))).collect();
-        Ok(Self { folders, closed })
+        Ok(Self { folders, closed, mounts: Mounts::default() })
+    }
+
+    /// This scope, with the mount points recorded beneath the root.
+    pub fn with_mounts(self, mounts: Mounts) -> Self {
+        Self { mounts, ..self }
+    }
+
+    /// The mount points recorded beneath the root.
+    pub fn mounts(&self) -> &Mounts {
+        &self.mounts
     }
 
     /// Whether this is the whole root.
@@ -88,11 +101,22 @@ impl CrawlScope {
     /// walk's rules (a skipped name, the proxy root mounted inside the library): the whole crawl would not see
     /// what is in it either. A folder that is gone while its parent is there is not walked, so its known files
     /// are not found; one that cannot be opened for another reason is reported unreadable.
-    pub fn enter(root: &RootFolder, folder: &[u8], avoid: Option<(u64, u64)>, report: &mut WalkReport) -> bool {
+    pub fn enter(
+        root: &RootFolder,
+        folder: &[u8],
+        avoid: Option<(u64, u64)>,
+        mounts: &Mounts,
+        report: &mut WalkReport,
+    ) -> bool {
         if folder.is_empty() {
             return true;
         }
         if passes_over(folder) {
+            return false;
+        }
+        // The folder, or one above it, a disk that was mounted there and is not now: not walked, kept.
+        if let Some(why) = not_mounted_on_the_way(root, folder, mounts) {
+            report.unreadable_folder(root, folder, why);
             return false;
         }
         match root.open_folder(folder) {
@@ -185,6 +209,25 @@ impl CrawlScope {
         let item = NewWorkItem::from_args(&CrawlArgs::of_folders(folders, Vec::new()), scope).map_err(permanent)?;
         Ok(item.with_dedup_key(key))
     }
+}
+
+/// Why the folder at `folder` is not walked when it, or a folder above it, was recorded as a mount point and is
+/// on the device of the folder above it now (blocking). A folder that cannot be opened is left to the caller.
+fn not_mounted_on_the_way(root: &RootFolder, folder: &[u8], mounts: &Mounts) -> Option<String> {
+    let ends = folder.iter().enumerate().filter(|(_, b)| **b == b'/').map(|(i, _)| i).chain([folder.len()]);
+    for end in ends.filter(|end| mounts.was_mounted(&folder[..*end])) {
+        let (here, above) = (&folder[..end], &folder[..folder[..end].iter().rposition(|b| *b == b'/').unwrap_or(0)]);
+        let device =
+            |rel: &[u8]| root.open_folder(rel).ok().and_then(|f| almanac_media::folder_identity(&f)).map(|i| i.0);
+        if let (Some(own), Some(parent)) = (device(here), device(above))
+            && own == parent
+            && let Some(why) = mounts.not_mounted(here)
+        {
+            let shown = String::from_utf8_lossy(here);
+            return Some(if here == folder { why } else { format!("the folder {shown} above it: {why}") });
+        }
+    }
+    None
 }
 
 /// Why a folder of the scope that is not there to open (`vanished`: no such entry; otherwise a file or a link
@@ -356,7 +399,8 @@ mod tests {
         let root = RootFolder::open(dir.path()).unwrap();
         let avoid = almanac_media::identity(&dir.path().join("proxies"));
         let mut report = WalkReport::default();
-        let mut enter = |folder: &str| CrawlScope::enter(&root, folder.as_bytes(), avoid, &mut report);
+        let mut enter =
+            |folder: &str| CrawlScope::enter(&root, folder.as_bytes(), avoid, &Mounts::default(), &mut report);
         assert!(enter("") && enter("2019") && enter("2019/trip"));
         assert!(!enter("proxies/ab"), "inside the proxy root mounted in the library");
         assert!(enter("proxies-old/2019"), "beside the proxy root, under a name that begins with its name");

@@ -119,7 +119,7 @@ pub(super) struct Settle<'a, C> {
 
 impl<C: CatalogueStore> Settle<'_, C> {
     /// Moves assets to their surviving copies and soft-deletes what vanished, then records whether the root is
-    /// a mount point (`None`: not walked whole, so not known). Refused as a whole, before anything is written,
+    /// a mount point and which folders beneath it are (`None`: not walked whole, so not known). Refused as a whole, before anything is written,
     /// when more vanished than `guard` allows of `active` assets and `args` does not confirm it: a refused crawl
     /// changes nothing at all. Answers how many assets were soft-deleted.
     pub async fn vanished(
@@ -128,7 +128,7 @@ impl<C: CatalogueStore> Settle<'_, C> {
         active: Weighed,
         guard: &MassDeletionGuard,
         args: &CrawlArgs,
-        is_mount_point: Option<bool>,
+        root_identity: Option<(bool, Vec<Vec<u8>>)>,
         counters: &Counters,
     ) -> Result<u64, HandlerError> {
         // An asset kept only because a copy could not be looked at counts as vanished for the guard.
@@ -157,8 +157,10 @@ impl<C: CatalogueStore> Settle<'_, C> {
             .soft_delete(self.fence, config, &unseen.assets, &unseen.extra_paths)
             .await
             .map_err(catalogue_error)?;
-        if let Some(is_mount_point) = is_mount_point.filter(|m| self.storage.root_is_mount_point != Some(*m)) {
-            self.catalogue.record_root_identity(self.fence, config, is_mount_point).await.map_err(catalogue_error)?;
+        let recorded = (self.storage.root_is_mount_point, &self.storage.mounts_below);
+        if let Some((is_mount_point, mounts)) = root_identity.filter(|(m, b)| recorded != (Some(*m), b)) {
+            let record = self.catalogue.record_root_identity(self.fence, config, is_mount_point, &mounts);
+            record.await.map_err(catalogue_error)?;
         }
         Ok(soft_deleted)
     }

@@ -12,6 +12,7 @@ use almanac_media::{
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
+use super::mounts::Mounts;
 use super::rules::{is_skipped_name, reads_file_named};
 use super::scope::CrawlScope;
 
@@ -71,6 +72,8 @@ pub struct WalkReport {
     pub folder_loops: Vec<FolderNotWalked>,
     /// True when the walk stopped early (cancelled): the crawl then ends without settling anything.
     pub stopped: bool,
+    /// Folders beneath the root found to be mount points (on another device than the folder above them).
+    pub mounts_below: Vec<Vec<u8>>,
 }
 
 /// A folder the walk did not walk: one it could not read, or one it passed over as a folder above it again.
@@ -120,24 +123,27 @@ pub fn walk_tree(
     cancel: &CancellationToken,
     on_file: impl FnMut(WalkEntry) -> bool,
 ) -> WalkReport {
-    walk_folders(root, &[Vec::new()], avoid, cancel, on_file)
+    walk_folders(root, &[Vec::new()], avoid, &Mounts::default(), cancel, on_file)
 }
 
 /// [`walk_tree`] of some folders beneath the root, each with everything below it, one after the other: given in
 /// the walk's order and none inside another ([`super::scope::CrawlScope::folders`]), their paths come out in
 /// byte order too. `[""]` is the whole root. Whether a folder is walked at all is
-/// [`super::scope::CrawlScope::enter`]'s decision.
+/// [`super::scope::CrawlScope::enter`]'s decision. A folder beneath them recorded as a mount point (`mounts`) and
+/// on the device of the folder above it now is not walked ([`Mounts`]); the mount points found are reported.
 pub(super) fn walk_folders(
     root: &RootFolder,
     folders: &[Vec<u8>],
     avoid: Option<(u64, u64)>,
+    mounts: &Mounts,
     cancel: &CancellationToken,
     mut on_file: impl FnMut(WalkEntry) -> bool,
 ) -> WalkReport {
     let mut report = WalkReport::default();
     for folder in folders {
-        if CrawlScope::enter(root, folder, avoid, &mut report) {
-            walk_below(root, folder.clone(), avoid, cancel, &mut on_file, &mut report);
+        if CrawlScope::enter(root, folder, avoid, mounts, &mut report) {
+            let walk = Walk { root, avoid, mounts, cancel };
+            walk.below(folder.clone(), &mut on_file, &mut report);
         }
         if report.stopped {
             break;
@@ -146,15 +152,41 @@ pub(super) fn walk_folders(
     report
 }
 
-/// Walks one folder and everything below it (see [`walk_tree`]).
-fn walk_below(
-    root: &RootFolder,
-    folder: Vec<u8>,
+/// What one walk goes by.
+struct Walk<'a> {
+    root: &'a RootFolder,
     avoid: Option<(u64, u64)>,
-    cancel: &CancellationToken,
-    on_file: &mut impl FnMut(WalkEntry) -> bool,
-    report: &mut WalkReport,
-) {
+    mounts: &'a Mounts,
+    cancel: &'a CancellationToken,
+}
+
+impl Walk<'_> {
+    /// Walks one folder and everything below it (see [`walk_tree`]).
+    fn below(&self, folder: Vec<u8>, on_file: &mut impl FnMut(WalkEntry) -> bool, report: &mut WalkReport) {
+        walk_below(self, folder, on_file, report);
+    }
+
+    /// Whether the folder at `rel` (identity `own`), entered from the folder whose identity is `parent`, is a mount
+    /// point (reported), or one recorded as a mount point that is not one now (not walked: answers why).
+    fn mount(
+        &self,
+        rel: &[u8],
+        own: Option<Identity>,
+        parent: Option<Identity>,
+        report: &mut WalkReport,
+    ) -> Option<String> {
+        let (own, parent) = (own?, parent?);
+        if own.0 != parent.0 {
+            report.mounts_below.push(rel.to_vec());
+            return None;
+        }
+        self.mounts.not_mounted(rel)
+    }
+}
+
+/// Walks one folder and everything below it (see [`walk_tree`]).
+fn walk_below(walk: &Walk<'_>, folder: Vec<u8>, on_file: &mut impl FnMut(WalkEntry) -> bool, report: &mut WalkReport) {
+    let (root, avoid, cancel) = (walk.root, walk.avoid, walk.cancel);
     // Each listed folder's items still to walk, with the folder's identity: a folder that is one of those above it
     // again (a bind mount of a parent, a loop of the file system) is passed over, never walked into for ever.
     let mut stack: Vec<(std::vec::IntoIter<Item>, Option<Identity>)> = Vec::new();
@@ -165,8 +197,12 @@ fn walk_below(
                 report.stopped = true;
                 return;
             }
+            let parent = stack.last().and_then(|(_, above)| *above);
             let listed = if identity.is_some() && stack.iter().any(|(_, above)| *above == identity) {
                 passed_over_loop(root, &rel_dir, report);
+                Ok(None)
+            } else if let Some(why) = walk.mount(&rel_dir, identity, parent, report) {
+                report.unreadable_folder(root, &rel_dir, why);
                 Ok(None)
             } else {
                 root.open_folder(&rel_dir).and_then(|folder| {

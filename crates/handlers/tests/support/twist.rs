@@ -112,7 +112,7 @@ twist! {
         fn storage_config(id: StorageConfigId) -> Option<StorageConfig>;
         fn overlapping_roots(config: StorageConfigId) -> Vec<StorageConfig>;
         fn has_proxy_files(config: StorageConfigId) -> bool;
-        fn record_root_identity(fence: Fence, config: StorageConfigId, is_mount_point: bool) -> ();
+        fn record_root_identity(fence: Fence, config: StorageConfigId, is_mount_point: bool, mounts_below: &[Vec<u8>]) -> ();
         fn known_files(
             config: StorageConfigId,
             folder: &[u8],

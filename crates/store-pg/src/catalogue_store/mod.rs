@@ -65,11 +65,13 @@ impl CatalogueStore for PgStore {
         fence: Fence,
         config: StorageConfigId,
         is_mount_point: bool,
+        mounts_below: &[Vec<u8>],
     ) -> Result<(), CatalogueError> {
         self.fenced(fence, async |conn| {
-            sql_query("UPDATE storage_configs SET root_is_mount_point = $2 WHERE id = $1")
+            sql_query("UPDATE storage_configs SET root_is_mount_point = $2, mounts_below = $3 WHERE id = $1")
                 .bind::<Uuid, _>(config.as_uuid())
                 .bind::<Bool, _>(is_mount_point)
+                .bind::<diesel::sql_types::Array<diesel::sql_types::Bytea>, _>(mounts_below)
                 .execute(conn)
                 .await?;
             Ok(())

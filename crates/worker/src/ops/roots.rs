@@ -210,6 +210,7 @@ mod tests {
             root_path: root.into(),
             is_active: false,
             root_is_mount_point: None,
+            mounts_below: Vec::new(),
         }
     }
 

@@ -112,6 +112,7 @@ fn a_regeneration_s_crawl_is_its_last_item() {
         root_path: "/photos".into(),
         is_active: true,
         root_is_mount_point: None,
+        mounts_below: Vec::new(),
     };
     let (deletion, crawl) = (WorkItemId::new(), WorkItemId::new());
     let regeneration = work::Regeneration { config, assets: 1, items: vec![deletion, crawl] };

@@ -1,0 +1,1 @@
+ALTER TABLE storage_configs DROP COLUMN mounts_below;
