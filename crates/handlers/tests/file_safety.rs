@@ -136,46 +136,63 @@ async fn a_root_that_stopped_being_a_mount_point_is_refused_until_confirmed() {
     assert_eq!(lib.crawl().await["unchanged"], 3, "and accepted from then on");
 }
 
-/// A disk mounted beneath the library (a NAS's USB disk of old photos at `usb`) that is not mounted any more
-/// leaves an empty folder: not a folder whose photos were deleted. Whole-root crawls and crawls of folders (a
-/// watcher's) keep what the catalogue has under it and say why; mounted again, everything is there; confirmed
-/// (`root_moved`), it is walked as it is. A share of a fifth of the library: the mass-deletion guard would let it go.
+/// A disk mounted beneath the library (a NAS's USB disk of old photos at `usb`, and a backup copy of a photo of the
+/// main disk) that is not mounted any more is not a folder whose photos were deleted, whether its mount point was
+/// removed (as udisks does) or is left empty. Whole-root crawls and crawls of folders (a watcher's) keep what the
+/// catalogue has under it, and an asset whose only file left is its copy there; mounted again, everything is there;
+/// confirmed (`root_moved`), it is walked as it is. A fifth of the library: the mass-deletion guard would let it go.
 #[tokio::test]
 async fn a_disk_not_mounted_beneath_the_root_is_not_taken_for_deleted_photos() {
+    use almanac_media::scratch_volume::ScratchVolume;
     let lib = library().await;
     lib.with_photos(12).await;
     let usb = lib.root.join("usb");
-    let Some(volume) = almanac_media::scratch_volume::ScratchVolume::small(&usb, 4096, false) else { return };
+    let Some(volume) = ScratchVolume::small(&usb, 4096, false) else { return };
     let old: Vec<Vec<u8>> = (0..3).map(|i| photo(100 + i)).collect();
     let put_back = |lib: &Library| {
         for (i, content) in old.iter().enumerate() {
             lib.write(&format!("usb/old/IMG_{i}.jpg"), content);
         }
+        lib.write("usb/backup/IMG_0000.jpg", &photo(0));
     };
     put_back(&lib);
-    assert_eq!(lib.crawl().await["ingested"], 3);
+    let first = lib.crawl().await;
+    assert_eq!((first["ingested"].as_u64(), first["copies"].as_u64()), (Some(3), Some(1)), "{first}");
     let recorded = async |lib: &Library| lib.store.storage_config(lib.config).await.unwrap().unwrap().mounts_below;
     assert_eq!(recorded(&lib).await, [b"usb".to_vec()], "the mount point beneath the root is recorded");
 
+    // Not mounted, its mount point removed; the original of the copy on it deleted from the main disk.
     drop(volume);
-    std::fs::create_dir(&usb).unwrap();
-    let whole = lib.crawl().await;
-    assert_eq!((whole["soft_deleted"].as_u64(), lib.active_count().await), (Some(0), 15), "{whole}");
-    let said = whole["unreadable_folders"][0]["reason"].as_str().unwrap_or_default();
-    assert!(said.contains("was a mount point") && said.contains("root_moved"), "{whole}");
-    for folders in [serde_json::json!(["usb"]), serde_json::json!(["usb/old"]), serde_json::json!(["usb", "2019"])] {
-        let result = lib.crawl_with(serde_json::json!({"folders": folders}), CancellationToken::new()).await.unwrap();
-        assert_eq!((result["soft_deleted"].as_u64(), lib.active_count().await), (Some(0), 15), "{folders}: {result}");
+    assert!(!usb.exists());
+    std::fs::remove_file(lib.root.join("2019/IMG_0000.jpg")).unwrap();
+    let kept_by = async |lib: &Library, payload: serde_json::Value, said: &str| {
+        let result = lib.crawl_with(payload.clone(), CancellationToken::new()).await.unwrap();
+        assert_eq!((result["soft_deleted"].as_u64(), lib.active_count().await), (Some(0), 15), "{payload}: {result}");
+        let reasons = result["unreadable_folders"].to_string();
+        assert!(reasons.contains(said) && reasons.contains("root_moved"), "{payload}: {result}");
+    };
+    for payload in [
+        serde_json::json!({}),
+        serde_json::json!({"folders": ["usb"]}),
+        serde_json::json!({"folders": ["usb/old"]}),
+        serde_json::json!({"folders": ["2019", "usb"]}),
+    ] {
+        kept_by(&lib, payload, "is not there now").await;
     }
+    let main_disk = lib.crawl_with(serde_json::json!({"folders": ["2019"]}), CancellationToken::new()).await.unwrap();
+    assert_eq!((main_disk["soft_deleted"].as_u64(), lib.active_count().await), (Some(0), 15), "its copy: {main_disk}");
+    // Its empty mount point left instead.
+    std::fs::create_dir(&usb).unwrap();
+    kept_by(&lib, serde_json::json!({}), "is not one now").await;
+    kept_by(&lib, serde_json::json!({"folders": ["usb/old"]}), "is not one now").await;
     assert_eq!(recorded(&lib).await, [b"usb".to_vec()], "kept while not mounted");
 
-    let volume = almanac_media::scratch_volume::ScratchVolume::small(&usb, 4096, false).unwrap();
+    let volume = ScratchVolume::small(&usb, 4096, false).unwrap();
     put_back(&lib);
+    lib.write("2019/IMG_0000.jpg", &photo(0));
     let back = lib.crawl().await;
-    assert_eq!(
-        (back["soft_deleted"].as_u64(), back["ingested"].as_u64(), lib.active_count().await),
-        (Some(0), Some(0), 15)
-    );
+    let counts = (back["soft_deleted"].as_u64(), back["ingested"].as_u64(), lib.active_count().await);
+    assert_eq!(counts, (Some(0), Some(0), 15), "{back}");
 
     drop(volume);
     std::fs::create_dir(&usb).unwrap();

@@ -12,7 +12,8 @@ use almanac_domain::{
 use almanac_executor::HandlerError;
 use almanac_media::{OpenError, RootFolder};
 
-use super::scope::CrawlScope;
+use super::mounts::Mounts;
+use super::scope::{CrawlScope, not_mounted_on_the_way};
 use super::settle::Unseen;
 use super::{catalogue_error, display};
 
@@ -63,9 +64,15 @@ enum Look {
 /// Looks at `copy` beneath the root, no link followed (blocking). A copy recorded under a folder the walk passes
 /// over (recorded before its name joined the list, as QNAP's `@Recently-Snapshot` did) is no place for an asset:
 /// gone, whatever is there.
-fn look(root: &RootFolder, copy: &KnownFile) -> Look {
+fn look(root: &RootFolder, mounts: &Mounts, copy: &KnownFile) -> Look {
     if super::rules::passes_over(&copy.facts.file_path) {
         return Look::Gone;
+    }
+    // On a disk that is not mounted now: not known to be gone.
+    let path = &copy.facts.file_path;
+    let folder = &path[..path.iter().rposition(|b| *b == b'/').unwrap_or(0)];
+    if not_mounted_on_the_way(root, folder, mounts).is_some() {
+        return Look::Unsure;
     }
     let now = match root.open_file(&copy.facts.file_path) {
         Ok(open) => open.size_and_mtime().ok(),
@@ -92,7 +99,7 @@ fn first_still_there(
         if found.contains_key(&copy.asset_id) || scope.contains(&copy.facts.file_path) {
             continue;
         }
-        match look(root, &copy) {
+        match look(root, scope.mounts(), &copy) {
             Look::Same(facts) => {
                 found.insert(copy.asset_id, facts);
             }
@@ -109,11 +116,15 @@ fn first_still_there(
 /// an asset moves to the first still there as recorded; one with a copy that could not be looked at stays held
 /// (kept as it is, and weighed as vanished by the guard); one whose copies are all gone vanishes. A copy found
 /// gone is dropped (a loop's stale copy of a file deleted since).
-pub(super) async fn look_at_held(root: &std::sync::Arc<RootFolder>, unseen: &mut Unseen) -> Result<(), HandlerError> {
+pub(super) async fn look_at_held(
+    root: &std::sync::Arc<RootFolder>,
+    scope: &std::sync::Arc<CrawlScope>,
+    unseen: &mut Unseen,
+) -> Result<(), HandlerError> {
     if unseen.held.is_empty() {
         return Ok(());
     }
-    let (root, held) = (root.clone(), std::mem::take(&mut unseen.held));
+    let (root, scope, held) = (root.clone(), scope.clone(), std::mem::take(&mut unseen.held));
     let looked = tokio::task::spawn_blocking(move || {
         almanac_media::gently(|| {
             held.into_iter()
@@ -121,7 +132,7 @@ pub(super) async fn look_at_held(root: &std::sync::Arc<RootFolder>, unseen: &mut
                     let mut gone = Vec::new();
                     let mut unsure = false;
                     for copy in copies {
-                        match look(&root, &copy) {
+                        match look(&root, scope.mounts(), &copy) {
                             Look::Same(facts) => return (asset, Some(facts), gone, false),
                             Look::Gone => gone.push(copy.facts.file_path.clone()),
                             Look::Unsure => unsure = true,
@@ -175,7 +186,8 @@ mod tests {
             });
         }
         let root = RootFolder::open(dir.path()).unwrap();
-        assert!(matches!(look(&root, &copies[0]), Look::Same(_)), "the copy in the library is there as recorded");
-        assert!(matches!(look(&root, &copies[1]), Look::Gone));
+        let mounts = Mounts::default();
+        assert!(matches!(look(&root, &mounts, &copies[0]), Look::Same(_)), "the copy in the library is there");
+        assert!(matches!(look(&root, &mounts, &copies[1]), Look::Gone));
     }
 }

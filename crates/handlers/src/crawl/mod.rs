@@ -218,7 +218,7 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         let listed = leftover.active;
         let not_walked: Vec<_> = walk.unreadable.iter().chain(&walk.folder_loops).collect();
         let mut unseen = settle::unseen(leftover, &run.seen.lock().expect("poisoned"), &not_walked);
-        copies::look_at_held(&run.root, &mut unseen).await?;
+        copies::look_at_held(&run.root, &scope, &mut unseen).await?;
         if !scope.is_whole_root() {
             copies::outside_the_folders(&*self.catalogue, config, &run.root, &scope, &mut unseen).await?;
         }

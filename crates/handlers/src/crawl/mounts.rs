@@ -31,14 +31,31 @@ impl Mounts {
     /// Why the folder at `rel`, found on the same device as the folder above it, is not walked: it was a mount
     /// point (`None`: it was not, or the crawl is confirmed).
     pub fn not_mounted(&self, rel: &[u8]) -> Option<String> {
+        self.refusal(rel, "is not one now (a disk or share that is not mounted leaves an empty folder behind)")
+    }
+
+    /// Why the folder at `rel` is not walked although it is not there at all: it was a mount point (`None`: it was
+    /// not, or the crawl is confirmed).
+    pub fn gone(&self, rel: &[u8]) -> Option<String> {
+        self.refusal(rel, "is not there now (a disk unmounted whose mount point was removed, as udisks does)")
+    }
+
+    fn refusal(&self, rel: &[u8], now: &str) -> Option<String> {
         (!self.confirmed && self.was_mounted(rel)).then(|| {
             let config = self.config.map_or_else(|| "<config>".to_owned(), |c| c.to_string());
             format!(
-                "it was a mount point at the last crawl and is not one now (a disk or share that is not mounted \
-                 leaves an empty folder behind); what the catalogue has under it is kept. Mount it again; if it \
-                 really is an ordinary folder now, confirm with: almanac-worker enqueue crawl --config {config} \
-                 --payload '{{\"root_moved\": true}}'"
+                "it was a mount point at the last crawl and {now}; what the catalogue has under it is kept. Mount it \
+                 again; if it really is an ordinary folder now, or gone, confirm with: almanac-worker enqueue crawl \
+                 --config {config} --payload '{{\"root_moved\": true}}'"
             )
+        })
+    }
+
+    /// The recorded mount points whose folder is right beneath `folder` (`""`: the root), with their names there.
+    pub fn right_beneath<'a>(&'a self, folder: &'a [u8]) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
+        self.recorded.iter().filter_map(move |r| {
+            let name = if folder.is_empty() { r.as_slice() } else { r.strip_prefix(folder)?.strip_prefix(b"/")? };
+            (!name.is_empty() && !name.contains(&b'/')).then_some((r.as_slice(), name))
         })
     }
 
@@ -76,5 +93,11 @@ mod tests {
         let (old, phone) = (not_walked("old"), not_walked("phone"));
         assert_eq!(mounts.to_record(&[], &[&old, &phone]), [b"old".to_vec(), b"phone/sd".to_vec()], "not walked: kept");
         assert_eq!(Mounts::default().to_record(&[], &[&old]), Vec::<Vec<u8>>::new());
+        assert!(mounts.gone(b"old").unwrap().contains("is not there now"));
+        let beneath = |folder: &[u8]| mounts.right_beneath(folder).map(|(_, n)| n.to_vec()).collect::<Vec<_>>();
+        assert_eq!(
+            (beneath(b""), beneath(b"phone"), beneath(b"ph")),
+            (vec![b"old".to_vec()], vec![b"sd".to_vec()], vec![])
+        );
     }
 }

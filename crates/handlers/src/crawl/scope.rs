@@ -211,18 +211,21 @@ impl CrawlScope {
     }
 }
 
-/// Why the folder at `folder` is not walked when it, or a folder above it, was recorded as a mount point and is
-/// on the device of the folder above it now (blocking). A folder that cannot be opened is left to the caller.
-fn not_mounted_on_the_way(root: &RootFolder, folder: &[u8], mounts: &Mounts) -> Option<String> {
+/// Why the folder at `folder` (a folder crawl's, or a copy's) is not to be walked or looked in, when it, or a
+/// folder above it, was recorded as a mount point and is on the device of the folder above it now, or is not
+/// there while the folder above it is (blocking). Any other folder that cannot be opened is left to the caller.
+pub(super) fn not_mounted_on_the_way(root: &RootFolder, folder: &[u8], mounts: &Mounts) -> Option<String> {
     let ends = folder.iter().enumerate().filter(|(_, b)| **b == b'/').map(|(i, _)| i).chain([folder.len()]);
     for end in ends.filter(|end| mounts.was_mounted(&folder[..*end])) {
         let (here, above) = (&folder[..end], &folder[..folder[..end].iter().rposition(|b| *b == b'/').unwrap_or(0)]);
         let device =
             |rel: &[u8]| root.open_folder(rel).ok().and_then(|f| almanac_media::folder_identity(&f)).map(|i| i.0);
-        if let (Some(own), Some(parent)) = (device(here), device(above))
-            && own == parent
-            && let Some(why) = mounts.not_mounted(here)
-        {
+        let why = match (device(here), device(above)) {
+            (Some(own), Some(parent)) if own == parent => mounts.not_mounted(here),
+            (None, Some(_)) => mounts.gone(here),
+            _ => None,
+        };
+        if let Some(why) = why {
             let shown = String::from_utf8_lossy(here);
             return Some(if here == folder { why } else { format!("the folder {shown} above it: {why}") });
         }

@@ -131,6 +131,13 @@ impl<C: CatalogueStore> Settle<'_, C> {
         root_identity: Option<(bool, Vec<Vec<u8>>)>,
         counters: &Counters,
     ) -> Result<u64, HandlerError> {
+        // What the walk of the whole root found the root and the folders mounted beneath it to be, recorded even if
+        // the guard refuses below: the record only grows unless the crawl is confirmed (`Mounts::to_record`).
+        let recorded = (self.storage.root_is_mount_point, &self.storage.mounts_below);
+        if let Some((is_mount_point, mounts)) = root_identity.filter(|(m, b)| recorded != (Some(*m), b)) {
+            let record = self.catalogue.record_root_identity(self.fence, self.storage.id, is_mount_point, &mounts);
+            record.await.map_err(catalogue_error)?;
+        }
         // An asset kept only because a copy could not be looked at counts as vanished for the guard.
         let (library, active) = (active.library as u64, active.looked_for as u64);
         let gone = (unseen.assets.len() + unseen.held.len()) as u64;
@@ -157,11 +164,6 @@ impl<C: CatalogueStore> Settle<'_, C> {
             .soft_delete(self.fence, config, &unseen.assets, &unseen.extra_paths)
             .await
             .map_err(catalogue_error)?;
-        let recorded = (self.storage.root_is_mount_point, &self.storage.mounts_below);
-        if let Some((is_mount_point, mounts)) = root_identity.filter(|(m, b)| recorded != (Some(*m), b)) {
-            let record = self.catalogue.record_root_identity(self.fence, config, is_mount_point, &mounts);
-            record.await.map_err(catalogue_error)?;
-        }
         Ok(soft_deleted)
     }
 

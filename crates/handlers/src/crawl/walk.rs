@@ -176,11 +176,30 @@ impl Walk<'_> {
         report: &mut WalkReport,
     ) -> Option<String> {
         let (own, parent) = (own?, parent?);
-        if own.0 != parent.0 {
+        // The listing's look does not trigger an automount (an NFSv4 submount, autofs): the folder opened does.
+        let mounted = || self.root.open_folder(rel).ok().and_then(|f| almanac_media::folder_identity(&f));
+        if own.0 != parent.0 || (self.mounts.was_mounted(rel) && mounted().is_some_and(|m| m.0 != parent.0)) {
             report.mounts_below.push(rel.to_vec());
             return None;
         }
         self.mounts.not_mounted(rel)
+    }
+
+    /// The recorded mount points right beneath the listed folder `rel_dir` that it does not list at all (a disk
+    /// unmounted whose mount point was removed, as udisks does): not walked, so what the catalogue has under them
+    /// is kept, unless the crawl is confirmed.
+    fn missing_mounts(&self, rel_dir: &[u8], listing: &almanac_media::Listing, report: &mut WalkReport) {
+        let listed = |name: &[u8]| {
+            listing.entries.iter().any(|e| e.name.as_bytes() == name)
+                || listing.unexamined.iter().any(|u| u.name.as_bytes() == name)
+        };
+        for (rel, name) in self.mounts.right_beneath(rel_dir) {
+            if !listed(name)
+                && let Some(why) = self.mounts.gone(rel)
+            {
+                report.unreadable_folder(self.root, rel, why);
+            }
+        }
     }
 }
 
@@ -224,6 +243,7 @@ fn walk_below(walk: &Walk<'_>, folder: Vec<u8>, on_file: &mut impl FnMut(WalkEnt
                         report.unreadable_folder(root, &rel_dir, why);
                     }
                     None => {
+                        walk.missing_mounts(&rel_dir, &listing, report);
                         not_examined(root, &rel_dir, listing.unexamined, report);
                         stack.push((sort_folder(root, &rel_dir, listing.entries, avoid, report).into_iter(), own));
                     }
