@@ -177,10 +177,16 @@ async fn a_disk_not_mounted_beneath_the_root_is_not_taken_for_deleted_photos() {
         serde_json::json!({"folders": ["usb/old"]}),
         serde_json::json!({"folders": ["2019", "usb"]}),
     ] {
-        kept_by(&lib, payload, "is not there now").await;
+        kept_by(&lib, payload, "is not there now as a folder").await;
     }
     let main_disk = lib.crawl_with(serde_json::json!({"folders": ["2019"]}), CancellationToken::new()).await.unwrap();
     assert_eq!((main_disk["soft_deleted"].as_u64(), lib.active_count().await), (Some(0), 15), "its copy: {main_disk}");
+    // A link where its mount point was (to where the disk is mounted now, say): not the disk's folder.
+    let elsewhere = lib.dir.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &usb).unwrap();
+    kept_by(&lib, serde_json::json!({}), "is not there now as a folder").await;
+    std::fs::remove_file(&usb).unwrap();
     // Its empty mount point left instead.
     std::fs::create_dir(&usb).unwrap();
     kept_by(&lib, serde_json::json!({}), "is not one now").await;

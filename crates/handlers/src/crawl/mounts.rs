@@ -34,10 +34,13 @@ impl Mounts {
         self.refusal(rel, "is not one now (a disk or share that is not mounted leaves an empty folder behind)")
     }
 
-    /// Why the folder at `rel` is not walked although it is not there at all: it was a mount point (`None`: it was
+    /// Why the folder at `rel` is not walked although it is not there as a folder: it was a mount point (`None`: it was
     /// not, or the crawl is confirmed).
     pub fn gone(&self, rel: &[u8]) -> Option<String> {
-        self.refusal(rel, "is not there now (a disk unmounted whose mount point was removed, as udisks does)")
+        self.refusal(
+            rel,
+            "is not there now as a folder (a disk unmounted whose mount point was removed, as udisks does)",
+        )
     }
 
     fn refusal(&self, rel: &[u8], now: &str) -> Option<String> {

@@ -118,10 +118,11 @@ pub(super) struct Settle<'a, C> {
 }
 
 impl<C: CatalogueStore> Settle<'_, C> {
-    /// Moves assets to their surviving copies and soft-deletes what vanished, then records whether the root is
-    /// a mount point and which folders beneath it are (`None`: not walked whole, so not known). Refused as a whole, before anything is written,
-    /// when more vanished than `guard` allows of `active` assets and `args` does not confirm it: a refused crawl
-    /// changes nothing at all. Answers how many assets were soft-deleted.
+    /// Records whether the root is a mount point and which folders beneath it are (`root_identity`; `None`: not
+    /// walked whole, so not known), then moves assets to their surviving copies and soft-deletes what vanished.
+    /// Refused as a whole, before any asset is written, when more vanished than `guard` allows of `active` assets
+    /// and `args` does not confirm it: a refused crawl changes no asset (the record is written all the same).
+    /// Answers how many assets were soft-deleted.
     pub async fn vanished(
         &self,
         unseen: Unseen,
@@ -132,7 +133,8 @@ impl<C: CatalogueStore> Settle<'_, C> {
         counters: &Counters,
     ) -> Result<u64, HandlerError> {
         // What the walk of the whole root found the root and the folders mounted beneath it to be, recorded even if
-        // the guard refuses below: the record only grows unless the crawl is confirmed (`Mounts::to_record`).
+        // the guard refuses below: a recorded folder leaves the record only once a walk saw it as an ordinary folder
+        // with the crawl confirmed, or its parent gone (`Mounts::to_record`).
         let recorded = (self.storage.root_is_mount_point, &self.storage.mounts_below);
         if let Some((is_mount_point, mounts)) = root_identity.filter(|(m, b)| recorded != (Some(*m), b)) {
             let record = self.catalogue.record_root_identity(self.fence, self.storage.id, is_mount_point, &mounts);

@@ -185,13 +185,15 @@ impl Walk<'_> {
         self.mounts.not_mounted(rel)
     }
 
-    /// The recorded mount points right beneath the listed folder `rel_dir` that it does not list at all (a disk
-    /// unmounted whose mount point was removed, as udisks does): not walked, so what the catalogue has under them
-    /// is kept, unless the crawl is confirmed.
+    /// The recorded mount points right beneath the listed folder `rel_dir` that it does not list as folders (a disk
+    /// unmounted whose mount point was removed, as udisks does, or a link or a file there now): not walked, so what
+    /// the catalogue has under them is kept, unless the crawl is confirmed.
     fn missing_mounts(&self, rel_dir: &[u8], listing: &almanac_media::Listing, report: &mut WalkReport) {
+        // A folder there, or an entry that could not be looked at (reported as such unless listed as a file); a
+        // link or a file there now is no folder of the disk.
         let listed = |name: &[u8]| {
-            listing.entries.iter().any(|e| e.name.as_bytes() == name)
-                || listing.unexamined.iter().any(|u| u.name.as_bytes() == name)
+            listing.entries.iter().any(|e| e.name.as_bytes() == name && e.kind == EntryKind::Folder)
+                || listing.unexamined.iter().any(|u| u.name.as_bytes() == name && u.listed_as != Some(EntryKind::File))
         };
         for (rel, name) in self.mounts.right_beneath(rel_dir) {
             if !listed(name)
@@ -225,7 +227,8 @@ fn walk_below(walk: &Walk<'_>, folder: Vec<u8>, on_file: &mut impl FnMut(WalkEnt
                 Ok(None)
             } else {
                 root.open_folder(&rel_dir).and_then(|folder| {
-                    let own = identity.or_else(|| almanac_media::folder_identity(&folder));
+                    // The folder opened, not the listing's look at it: opening may have mounted it (an automount).
+                    let own = almanac_media::folder_identity(&folder).or(identity);
                     root.list_each(&folder, &rel_dir).map(|listing| Some((listing, own)))
                 })
             };
