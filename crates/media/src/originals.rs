@@ -457,7 +457,8 @@ pub fn join_beneath(dir: &[u8], name: &[u8]) -> Vec<u8> {
     out
 }
 
-fn split_parent(rel: &[u8]) -> (&[u8], &[u8]) {
+/// A path beneath a root (`/`-separated bytes) split into the folder holding it (`""`: the root) and its last name.
+pub fn split_parent(rel: &[u8]) -> (&[u8], &[u8]) {
     match rel.iter().rposition(|b| *b == b'/') {
         Some(i) => (&rel[..i], &rel[i + 1..]),
         None => (&rel[..0], rel),

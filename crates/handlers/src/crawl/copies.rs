@@ -10,7 +10,7 @@ use almanac_domain::{
     ports::{CatalogueStore, FileFacts, KnownFile},
 };
 use almanac_executor::HandlerError;
-use almanac_media::{OpenError, RootFolder};
+use almanac_media::{OpenError, RootFolder, split_parent};
 
 use super::mounts::Mounts;
 use super::scope::{CrawlScope, not_mounted_on_the_way};
@@ -69,9 +69,7 @@ fn look(root: &RootFolder, mounts: &Mounts, copy: &KnownFile) -> Look {
         return Look::Gone;
     }
     // On a disk that is not mounted now: not known to be gone.
-    let path = &copy.facts.file_path;
-    let folder = &path[..path.iter().rposition(|b| *b == b'/').unwrap_or(0)];
-    if not_mounted_on_the_way(root, folder, mounts).is_some() {
+    if not_mounted_on_the_way(root, split_parent(&copy.facts.file_path).0, mounts).is_some() {
         return Look::Unsure;
     }
     let now = match root.open_file(&copy.facts.file_path) {

@@ -146,10 +146,7 @@ pub fn pair_live_photos(candidates: &[PairingCandidate], max_gap: Duration) -> V
 
 /// Splits a relative path into its folder and its file name without extension.
 fn split_stem(path: &[u8]) -> (&[u8], &[u8]) {
-    let (dir, name) = match path.iter().rposition(|b| *b == b'/') {
-        Some(i) => (&path[..i], &path[i + 1..]),
-        None => (&path[..0], path),
-    };
+    let (dir, name) = almanac_media::split_parent(path);
     let stem = match name.iter().rposition(|b| *b == b'.') {
         Some(0) | None => name,
         Some(i) => &name[..i],

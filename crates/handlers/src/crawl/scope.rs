@@ -16,7 +16,7 @@ use almanac_domain::{
     ports::CatalogueStore,
 };
 use almanac_executor::HandlerError;
-use almanac_media::{OpenError, RootFolder};
+use almanac_media::{OpenError, RootFolder, split_parent};
 
 use super::mounts::Mounts;
 use super::rules::passes_over;
@@ -217,7 +217,8 @@ impl CrawlScope {
 pub(super) fn not_mounted_on_the_way(root: &RootFolder, folder: &[u8], mounts: &Mounts) -> Option<String> {
     let ends = folder.iter().enumerate().filter(|(_, b)| **b == b'/').map(|(i, _)| i).chain([folder.len()]);
     for end in ends.filter(|end| mounts.was_mounted(&folder[..*end])) {
-        let (here, above) = (&folder[..end], &folder[..folder[..end].iter().rposition(|b| *b == b'/').unwrap_or(0)]);
+        let here = &folder[..end];
+        let above = split_parent(here).0;
         let device =
             |rel: &[u8]| root.open_folder(rel).ok().and_then(|f| almanac_media::folder_identity(&f)).map(|i| i.0);
         let why = match (device(here), device(above)) {
@@ -239,10 +240,7 @@ pub(super) fn not_mounted_on_the_way(root: &RootFolder, folder: &[u8], mounts: &
 /// although opening it found no such entry (a mount that failed, or a race): the whole root's walk, listing
 /// that folder, would find it unreadable too, never gone.
 fn not_there(root: &RootFolder, folder: &[u8], vanished: bool) -> Option<String> {
-    let (parent, name) = match folder.iter().rposition(|b| *b == b'/') {
-        Some(i) => (&folder[..i], &folder[i + 1..]),
-        None => (&folder[..0], folder),
-    };
+    let (parent, name) = split_parent(folder);
     let Ok(above) = root.open_folder(parent) else {
         return Some(
             "neither it nor the folder it was in can be opened now (deleted, or a link on the way); the next crawl \
@@ -296,7 +294,7 @@ impl SettlingFolders {
         }
         self.files = self.files.take().filter(|files| files.len() <= Self::MAX_FILES);
         let Some(folders) = &mut self.folders else { return };
-        let folder = rel.iter().rposition(|b| *b == b'/').map_or(&rel[..0], |i| &rel[..i]);
+        let folder = split_parent(rel).0;
         if !folders.contains(folder) {
             folders.insert(folder.to_vec());
         }

@@ -97,8 +97,7 @@ pub fn handle(root: &Path, event: notify::Result<Event>, window: &mut Window, at
             }
             // Being written: its folder is crawled once it is closed or has settled.
             EventKind::Create(CreateKind::File) | EventKind::Modify(ModifyKind::Data(_)) if rel.whole => {
-                let folder = rel.parent();
-                window.written(rel.path, folder, at);
+                window.written(rel.path, at);
             }
             EventKind::Create(_) | EventKind::Remove(_) | EventKind::Modify(_) => {
                 window.gone(&rel.path);
@@ -303,7 +302,7 @@ impl Rel {
         if !self.whole {
             return self.path.clone();
         }
-        self.path.rsplit_once('/').map_or_else(String::new, |(parent, _)| parent.to_owned())
+        super::window::parent(&self.path)
     }
 }
 

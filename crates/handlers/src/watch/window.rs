@@ -40,8 +40,8 @@ pub struct Window {
     /// server closes a file while its writer pauses); kept across windows.
     settle_closed: bool,
     /// Files seen being written (made, or their data changed) and neither closed nor settled since, each with
-    /// its folder and the last write seen (see [`Window::written`]); kept across windows.
-    written: HashMap<String, (String, Instant)>,
+    /// the last write seen (see [`Window::written`]); kept across windows.
+    written: HashMap<String, Instant>,
 }
 
 /// What one window asks to crawl.
@@ -70,18 +70,18 @@ impl Window {
         self.touch(at);
     }
 
-    /// A file (relative to the root, in `folder`) made or written at `at`: its folder is crawled when the file is
+    /// A file (relative to the root, its path whole) made or written at `at`: its folder is crawled when the file is
     /// seen closed, or once no write came for the settle time ([`Window::settle_written`]), and not at every
     /// window while it is written. A copy that takes minutes, or a camera recording into the library all day,
     /// had its folder crawled every `max_delay`, each crawl finding the file still settling.
-    pub fn written(&mut self, path: String, folder: String, at: Instant) {
+    pub fn written(&mut self, path: String, at: Instant) {
         self.closed.remove(&path);
         self.arrived.remove(&path);
         if self.written.len() >= MAX_WRITTEN && !self.written.contains_key(&path) {
-            self.folder(folder, at);
+            self.folder(parent(&path), at);
             return self.file(path, at);
         }
-        self.written.insert(path, (folder, at));
+        self.written.insert(path, at);
     }
 
     /// What was at `path` (a file or a folder) is gone, or went elsewhere: the files being written there, or
@@ -92,7 +92,7 @@ impl Window {
 
     /// When the first file being written settles: `wait` after its last write seen.
     pub fn written_settles_at(&self, wait: Duration) -> Option<Instant> {
-        self.written.values().map(|(_, at)| *at + wait).min()
+        self.written.values().map(|at| *at + wait).min()
     }
 
     /// The files being written whose last write seen is `wait` or more before `now` join this window, as changes
@@ -100,12 +100,11 @@ impl Window {
     /// stops or falls back leaves none behind).
     pub fn settle_written(&mut self, now: Instant, wait: Duration) {
         let settled: Vec<String> =
-            self.written.iter().filter(|(_, (_, at))| *at + wait <= now).map(|(path, _)| path.clone()).collect();
+            self.written.iter().filter(|(_, at)| **at + wait <= now).map(|(path, _)| path.clone()).collect();
         for path in settled {
-            if let Some((folder, _)) = self.written.remove(&path) {
-                self.folder(folder, now);
-                self.files.insert(path);
-            }
+            self.written.remove(&path);
+            self.folder(parent(&path), now);
+            self.files.insert(path);
         }
     }
 
@@ -120,8 +119,7 @@ impl Window {
     /// A file seen closed after writing at `at`, as it was then: read at once, unless closed files settle.
     pub fn closed(&mut self, file: ClosedFile, at: Instant) {
         if self.settle_closed {
-            let folder = parent(&file.path);
-            return self.written(file.path, folder, at);
+            return self.written(file.path, at);
         }
         self.written.remove(&file.path);
         self.folder(parent(&file.path), at);
@@ -243,7 +241,7 @@ impl Batch {
 }
 
 /// The folder holding a file's path (`""`: the root).
-fn parent(path: &str) -> String {
+pub(super) fn parent(path: &str) -> String {
     path.rsplit_once('/').map_or_else(String::new, |(folder, _)| folder.to_owned())
 }
 
@@ -387,7 +385,7 @@ mod tests {
     async fn a_file_being_written_asks_for_its_folder_once_it_settles_or_closes_not_at_each_window() {
         let (mut w, t0, wait) = (Window::default(), Instant::now(), Duration::from_secs(11));
         for second in 0..60 {
-            w.written("cam/rec.mp4".into(), "cam".into(), t0 + Duration::from_secs(second));
+            w.written("cam/rec.mp4".into(), t0 + Duration::from_secs(second));
             w.settle_written(t0 + Duration::from_secs(second), wait);
             assert!(w.take().is_none(), "written for {second} s");
         }
@@ -401,13 +399,13 @@ mod tests {
         assert_eq!(w.take().unwrap().folders, ["cam"]);
         assert_eq!((w.written_settles_at(wait), w.pending_files()), (None, 0), "once");
 
-        w.written("cam/a.jpg".into(), "cam".into(), t0);
+        w.written("cam/a.jpg".into(), t0);
         w.closed(closed("cam/a.jpg"), t0);
         assert_eq!(w.written_settles_at(wait), None, "closed: no longer waited for");
         assert_eq!(w.take().unwrap().closed, [closed("cam/a.jpg")]);
 
-        w.written("x/b.mov".into(), "x".into(), t0);
-        w.written("y/c.mov".into(), "y".into(), t0);
+        w.written("x/b.mov".into(), t0);
+        w.written("y/c.mov".into(), t0);
         w.settle_written(t0, Duration::ZERO);
         assert_eq!(w.take().unwrap().folders, ["x", "y"], "a watcher that stops takes them all");
 
@@ -422,7 +420,7 @@ mod tests {
     async fn a_file_being_written_that_goes_elsewhere_is_no_longer_followed() {
         let (mut w, at, wait) = (Window::default(), Instant::now(), Duration::from_secs(11));
         for path in ["a/x.mov", "a/b/y.mov", "ab/z.mov"] {
-            w.written(path.into(), parent(path), at);
+            w.written(path.into(), at);
         }
         w.gone("a/x.mov");
         w.gone("a/b");
@@ -434,12 +432,12 @@ mod tests {
     async fn beyond_ten_thousand_files_being_written_one_more_is_a_change_of_its_folder_at_once() {
         let (mut w, at) = (Window::default(), Instant::now());
         for i in 0..MAX_WRITTEN {
-            w.written(format!("a/{i}.jpg"), "a".into(), at);
+            w.written(format!("a/{i}.jpg"), at);
         }
         assert!(w.is_empty());
-        w.written("a/0.jpg".into(), "a".into(), at);
+        w.written("a/0.jpg".into(), at);
         assert!(w.is_empty(), "one already followed is followed still");
-        w.written("b/one too many.jpg".into(), "b".into(), at);
+        w.written("b/one too many.jpg".into(), at);
         assert_eq!(w.take().unwrap().folders, ["b"]);
     }
 }
