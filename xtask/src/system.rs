@@ -76,21 +76,48 @@ pub fn ensure(also: &[&'static str]) -> Result<()> {
         bail!("missing system packages; install them with: sudo apt-get install -y {}", packages.join(" "));
     }
     println!("==> installing {}", packages.join(" "));
-    let update = Command::new("apt-get").args(["update", "-qq"]).status()?;
-    let install = Command::new("apt-get")
-        .args(["install", "-y", "-qq", "--no-install-recommends"])
-        .args(&packages)
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .status()?;
-    if !update.success() || !install.success() {
-        bail!("apt-get could not install {}", packages.join(" "));
-    }
+    install(&packages)?;
     make_locales();
     let still = missing();
     if !still.is_empty() {
         bail!("still missing after installing: {}", still.join(" "));
     }
     Ok(())
+}
+
+/// How many times the update and the install are tried before `deps` gives up: a fresh machine's mirror may fail a
+/// download for a moment, and its own first `apt-get` (a boot-time upgrade) may hold dpkg's lock for minutes.
+const APT_TRIES: u32 = 3;
+
+/// apt-get's own patience: it waits for dpkg's lock instead of failing at once, and retries a failed download.
+const APT_OPTIONS: [&str; 4] = ["-o", "DPkg::Lock::Timeout=600", "-o", "Acquire::Retries=5"];
+
+/// `apt-get update` then `install` of the packages, tried again after a pause when either fails.
+fn install(packages: &[&str]) -> Result<()> {
+    let apt = |args: &[&str]| {
+        Command::new("apt-get")
+            .args(APT_OPTIONS)
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    for attempt in 1..=APT_TRIES {
+        let done = apt(&["update", "-qq"])
+            && apt(&[&["install", "-y", "-qq", "--no-install-recommends"][..], packages].concat());
+        if done {
+            return Ok(());
+        }
+        if attempt < APT_TRIES {
+            eprintln!("==> apt-get failed (attempt {attempt} of {APT_TRIES}); trying again in 20 s");
+            std::thread::sleep(std::time::Duration::from_secs(20));
+        }
+    }
+    bail!(
+        "apt-get could not install {} after {APT_TRIES} attempts (its messages are above): check the machine's \
+         network, its Debian mirror and its free disk space, then run `cargo xtask deps` again",
+        packages.join(" ")
+    )
 }
 
 #[cfg(test)]
