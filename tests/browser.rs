@@ -2,7 +2,8 @@
 //! page shows the crawl's progress moving, a failed item and its reason, and a crawl's failed file; without
 //! the token an action is refused; signed in with it, a retry and a pause work; the browser reports no
 //! violation of the page's Content-Security-Policy. A page on another port of the same host that frames the
-//! signed-in page gets nothing. Screenshots are saved under `target/browser-test/`.
+//! signed-in page gets nothing. Behind nginx, under a path of another site's, the page works and sends that site
+//! nothing. Screenshots are saved under `target/browser-test/`.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -93,7 +94,7 @@ fn serve_html(html: String) -> String {
 /// Signs the browser in on the page with the token.
 fn sign_in(browser: &mut Browser) {
     browser.eval(&format!(
-        "document.getElementById('token').value = '{TOKEN}'; document.querySelector('form[action=\"/login\"] button').click(); true"
+        "document.getElementById('token').value = '{TOKEN}'; document.querySelector('form[action$=\"login\"] button').click(); true"
     ));
     browser.wait_for(
         "signing in",
@@ -192,7 +193,7 @@ fn the_page_shows_a_live_crawl_and_its_failures_and_acts_only_with_the_token() {
     // Signed in with the token: retry the failure, pause the config.
     sign_in(&mut browser);
     // Pause the config first: the retried item then stays queued for us to see (one item per config runs).
-    browser.eval("document.querySelector('form[action$=\"/pause\"][action^=\"/configs/\"] button').click(); true");
+    browser.eval("document.querySelector('form[action$=\"/pause\"][action*=\"configs/\"] button').click(); true");
     browser.wait_for(
         "the pause",
         "document.querySelector('.flash')?.textContent.includes('paused')",
@@ -200,7 +201,7 @@ fn the_page_shows_a_live_crawl_and_its_failures_and_acts_only_with_the_token() {
     );
     let paused = support::query(&url, "SELECT count(*) FROM storage_configs WHERE paused_at IS NOT NULL");
     assert_eq!(paused[0][0], "1");
-    browser.eval(&format!("document.querySelector('form[action=\"/items/{failed}/retry\"] button').click(); true"));
+    browser.eval(&format!("document.querySelector('form[action$=\"items/{failed}/retry\"] button').click(); true"));
     browser.wait_for(
         "the retry",
         "document.querySelector('.flash')?.textContent.includes('queued again')",
@@ -356,5 +357,120 @@ fn a_page_on_another_port_cannot_frame_the_signed_in_page() {
         "{log:?}"
     );
     browser.screenshot(&shots().join("page-framed.png"));
+    drop(db);
+}
+
+/// nginx in front of the Worker, serving the page under a path of another site's (`/almanac/`, stripped before
+/// the Worker sees the request) and the other site at every other path, as on a NAS that serves several
+/// services on one host name. Stopped with the test.
+struct Proxy {
+    child: Child,
+    /// What reached the other site: one request line a line (its access log).
+    other_site_log: PathBuf,
+    /// The page's address under the proxy.
+    page: String,
+}
+
+impl Proxy {
+    fn start(dir: &Path, worker: &str) -> Self {
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let d = dir.display();
+        let config = format!(
+            "daemon off; master_process off; worker_processes 1; pid {d}/nginx.pid; error_log {d}/error.log;
+             events {{ worker_connections 64; }}
+             http {{
+                 access_log off;
+                 client_body_temp_path {d}/body; proxy_temp_path {d}/proxy; fastcgi_temp_path {d}/fastcgi;
+                 uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;
+                 server {{
+                     listen 127.0.0.1:{port};
+                     location /almanac/ {{ proxy_pass http://{worker}/; }}
+                     location / {{ access_log {d}/other-site.log; return 200 \"the other site\\n\"; }}
+                 }}
+             }}"
+        );
+        std::fs::write(dir.join("nginx.conf"), config).unwrap();
+        let child = Command::new("/usr/sbin/nginx")
+            .args(["-p", &d.to_string(), "-c", &dir.join("nginx.conf").display().to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nginx (Debian package nginx; `cargo xtask deps` installs it)");
+        let address = format!("127.0.0.1:{port}");
+        almanac_testdb::patience::wait_for(
+            "nginx to answer",
+            Duration::from_secs(30),
+            Duration::from_millis(50),
+            || std::net::TcpStream::connect(&address).is_ok().then_some(()),
+        );
+        Self { child, other_site_log: dir.join("other-site.log"), page: format!("http://{address}/almanac/") }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Whether the page's own style sheet loaded (another site's answer in its place has no rules the page may read).
+const STYLED: &str = "document.styleSheets.length === 1 && document.styleSheets[0].cssRules.length > 0";
+
+#[test]
+fn behind_a_proxy_under_a_path_of_another_site_the_page_works_and_sends_the_other_site_nothing() {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let db = rt.block_on(TestDatabase::create());
+    let url = db.url().to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("library")).unwrap();
+    cli(&url, &["migrate"]);
+    cli(&url, &["config", "add", "--user", "ann", "--root", dir.path().join("library").to_str().unwrap()]);
+    let (_worker, address) = start_worker(&url, &dir.path().join("proxies"), &[]);
+    let proxy = Proxy::start(dir.path(), &address);
+    let page = proxy.page.clone();
+
+    let mut browser = Browser::launch(1000, 800);
+    browser.navigate(&page);
+    // Its style sheet applies and its live stream answers, both through the proxy.
+    assert_eq!(browser.eval("getComputedStyle(document.querySelector('header')).display"), "flex");
+    browser.eval(RECORD_RUNNING);
+    browser.wait_for("the live stream to answer", "window.shown.length > 0", Duration::from_secs(30));
+    sign_in(&mut browser);
+    // The session is the page's: kept for its path, not sent to the other site's.
+    let cookies = browser.call("Network.getAllCookies", serde_json::json!({}));
+    let session = cookies["cookies"].as_array().unwrap().iter().find(|c| c["name"] == "almanac_session").cloned();
+    assert_eq!(session.as_ref().map(|c| c["path"].clone()), Some("/almanac".into()), "{cookies}");
+
+    browser.eval("document.querySelector('form[action$=\"/pause\"][action*=\"configs/\"] button').click(); true");
+    browser.wait_for(
+        "the pause",
+        "document.querySelector('.flash')?.textContent.includes('paused')",
+        Duration::from_secs(30),
+    );
+    assert_eq!(browser.eval("location.href"), page.as_str(), "back on the page after the action");
+    let paused = support::query(&url, "SELECT count(*) FROM storage_configs WHERE paused_at IS NOT NULL");
+    assert_eq!(paused[0][0], "1");
+    // A problem page, styled, and its way back.
+    browser.navigate(&format!("{page}items/not-an-id"));
+    assert_eq!(browser.eval(STYLED), true, "the problem page has its style sheet");
+    browser.eval("document.querySelector('a').click(); true");
+    browser.wait_for(
+        "the way back",
+        &format!("location.href === '{page}' && document.readyState === 'complete'"),
+        Duration::from_secs(30),
+    );
+    browser.eval("document.querySelector('form[action$=\"logout\"] button').click(); true");
+    browser.wait_for(
+        "signing out",
+        "document.querySelector('.flash')?.textContent.includes('signed out')",
+        Duration::from_secs(30),
+    );
+    assert_eq!(browser.csp_violations(), Vec::<String>::new());
+
+    // Nothing reached the other site (but the icon a browser asks every host's root for).
+    let log = std::fs::read_to_string(&proxy.other_site_log).unwrap_or_default();
+    let reached: Vec<&str> = log.lines().filter(|l| !l.contains("GET /favicon.ico ")).collect();
+    assert!(reached.is_empty(), "the page sent the other site: {reached:#?}");
     drop(db);
 }

@@ -12,9 +12,9 @@ use axum::{Form, Router};
 use axum_extra::extract::cookie::CookieJar;
 use serde::Deserialize;
 
-use super::Page;
 use super::answer::{Done, Failed, Problem, back_with, cleared, page_cookie};
 use super::auth::{Peer, Refusal, SESSION_COOKIE, Via};
+use super::{Page, Root};
 use crate::ops::{self, OpError, PauseTarget};
 
 /// The routes of the actions and of signing in and out.
@@ -47,6 +47,7 @@ struct ActionForm {
 pub struct Actor {
     via: Via,
     jar: CookieJar,
+    root: Root,
 }
 
 impl FromRequest<Arc<Page>> for Actor {
@@ -56,12 +57,13 @@ impl FromRequest<Arc<Page>> for Actor {
         let (mut parts, body) = request.into_parts();
         let Ok(peer) = Peer::from_request_parts(&mut parts, page).await;
         let Ok(jar) = CookieJar::from_request_parts(&mut parts, page).await;
+        let Ok(root) = Root::from_request_parts(&mut parts, page).await;
         let headers = parts.headers.clone();
         // A script's request may have no form at all: only the session needs the field.
         let form = Form::<ActionForm>::from_request(Request::from_parts(parts, body), page).await;
         let csrf = form.ok().and_then(|Form(f)| f.csrf);
         match page.auth.check(peer, &headers, csrf.as_deref()) {
-            Ok(via) => Ok(Actor { via, jar }),
+            Ok(via) => Ok(Actor { via, jar, root }),
             Err(refusal) => Err(Problem::refused(refusal, page.auth.paused_for(peer))),
         }
     }
@@ -71,7 +73,7 @@ impl Actor {
     /// The answer to the action, as the one who asked reads it.
     fn answer(self, outcome: Result<String, OpError>) -> Result<Done, Failed> {
         match outcome {
-            Ok(message) => Ok(Done { via: self.via, message, jar: self.jar }),
+            Ok(message) => Ok(Done { via: self.via, message, jar: self.jar, root: self.root }),
             Err(error) => Err(Failed { via: self.via, error }),
         }
     }
@@ -164,10 +166,11 @@ async fn login(
     peer: Peer,
     headers: HeaderMap,
     jar: CookieJar,
+    root: Root,
     Form(form): Form<Login>,
 ) -> Response {
     match page.auth.sign_in(peer, &headers, &form.token) {
-        Ok(session) => back_with(jar.add(page_cookie(SESSION_COOKIE, session)), "signed in").into_response(),
+        Ok(session) => back_with(jar.add(page_cookie(SESSION_COOKIE, session)), "signed in", &root).into_response(),
         Err(Refusal::WrongToken) => {
             Problem::new(StatusCode::UNAUTHORIZED, "that is not this Worker's token; you are not signed in")
                 .into_response()
@@ -177,8 +180,8 @@ async fn login(
 }
 
 /// Signs a browser out: its session cookie is cleared.
-async fn logout(jar: CookieJar) -> (CookieJar, Redirect) {
-    back_with(jar.add(cleared(SESSION_COOKIE)), "signed out")
+async fn logout(jar: CookieJar, root: Root) -> (CookieJar, Redirect) {
+    back_with(jar.add(cleared(SESSION_COOKIE)), "signed out", &root)
 }
 
 #[cfg(test)]

@@ -2,12 +2,14 @@
 //! action's outcome as the one who asked reads it ([`Done`], [`Failed`]): a redirect back to the page with a
 //! message in a cookie (a browser), or the message as text (a script).
 
+use axum::extract::Request;
 use axum::http::{StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
 
 use super::auth::{Refusal, Via};
-use super::view;
+use super::{Root, view};
 use crate::ops::OpError;
 
 /// The cookie that carries the outcome of an action to the page it redirects to (the page itself never takes
@@ -17,29 +19,46 @@ pub const FLASH_COOKIE: &str = "almanac_flash";
 /// How long an outcome waits for the page to show it.
 const FLASH_SECONDS: i64 = 60;
 
-/// A cookie of the page's: for its own paths, out of scripts' reach, never sent by another site's request.
+/// A cookie of the page's: out of scripts' reach, never sent by another site's request, and with no `Path`, so a
+/// browser keeps it for the folder of the URL that set it. The session is set and cleared by the sign-in and
+/// sign-out forms, which post to the page's root (`login`, `logout`), so it goes to the page's paths only: all of
+/// them at the root of a host name, and only the page's under a path a reverse proxy strips (`/almanac`), not to
+/// the other site's paths beside it.
 pub fn page_cookie(name: &'static str, value: String) -> Cookie<'static> {
-    Cookie::build((name, value)).path("/").http_only(true).same_site(SameSite::Strict).build()
+    Cookie::build((name, value)).http_only(true).same_site(SameSite::Strict).build()
 }
 
-/// The cookie that clears the page's cookie `name`.
+/// The cookie that clears the page's cookie `name` (set by [`page_cookie`] from the same folder).
 pub fn cleared(name: &'static str) -> Cookie<'static> {
     let mut cookie = page_cookie(name, String::new());
     cookie.make_removal();
     cookie
 }
 
-/// Back to the page, with a message for it.
-pub fn back_with(jar: CookieJar, message: &str) -> (CookieJar, Redirect) {
-    let mut flash = page_cookie(FLASH_COOKIE, encode(message));
+/// The outcome's cookie: set by an action, whose URL's folder is not the page's (`/almanac/items/…/retry`), for
+/// the page it redirects to, whose full path the Worker is not told. So it is for every path of the host (`/`):
+/// it carries only an outcome's words, for a minute, and the page clears it once shown.
+fn flash_cookie(value: String) -> Cookie<'static> {
+    let mut cookie = page_cookie(FLASH_COOKIE, value);
+    cookie.set_path("/");
+    cookie
+}
+
+/// Back to the page (`root`: from the action's path), with a message for it.
+pub fn back_with(jar: CookieJar, message: &str, root: &Root) -> (CookieJar, Redirect) {
+    let mut flash = flash_cookie(encode(message));
     flash.set_max_age(time::Duration::seconds(FLASH_SECONDS));
-    (jar.add(flash), Redirect::to("/"))
+    (jar.add(flash), Redirect::to(&root.link("/")))
 }
 
 /// The message an action left for the page, if any: shown once, then cleared.
 pub fn take_flash(jar: CookieJar) -> (CookieJar, Option<String>) {
     match jar.get(FLASH_COOKIE).map(|c| decode(c.value())).filter(|m| !m.is_empty()) {
-        Some(message) => (jar.add(cleared(FLASH_COOKIE)), Some(message)),
+        Some(message) => {
+            let mut clear = flash_cookie(String::new());
+            clear.make_removal();
+            (jar.add(clear), Some(message))
+        }
         None => (jar, None),
     }
 }
@@ -66,15 +85,35 @@ impl Problem {
     }
 }
 
+/// A problem page to render once the request's [`Root`] is known ([`render_problems`]): a rejection or an
+/// `OpError` becomes a response where nothing knows the request.
+#[derive(Clone)]
+struct Unrendered {
+    status: StatusCode,
+    message: String,
+}
+
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
-        let html = Html(view::problem(self.status, &self.message).into_string());
-        let mut response = (self.status, html).into_response();
+        let mut response = self.status.into_response();
+        response.extensions_mut().insert(Unrendered { status: self.status, message: self.message });
         if let Some(seconds) = self.retry_after {
             response.headers_mut().insert(header::RETRY_AFTER, seconds.into());
         }
         response
     }
+}
+
+/// Renders the problem pages of the page's answers, with links back to the page from the request's path.
+pub async fn render_problems(root: Root, request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    if let Some(problem) = response.extensions_mut().remove::<Unrendered>() {
+        let html = Html(view::problem(&root, problem.status, &problem.message).into_string()).into_response();
+        let (parts, body) = html.into_parts();
+        *response.body_mut() = body;
+        response.headers_mut().extend(parts.headers);
+    }
+    response
 }
 
 /// The status that answers an action that failed with `e`.
@@ -103,13 +142,15 @@ pub struct Done {
     pub message: String,
     /// The request's cookies, for the message (a browser).
     pub jar: CookieJar,
+    /// The way back to the page from the action's path.
+    pub root: Root,
 }
 
 impl IntoResponse for Done {
     fn into_response(self) -> Response {
         match self.via {
             Via::Bearer => (StatusCode::OK, format!("{}\n", self.message)).into_response(),
-            Via::Session => back_with(self.jar, &self.message).into_response(),
+            Via::Session => back_with(self.jar, &self.message, &self.root).into_response(),
         }
     }
 }

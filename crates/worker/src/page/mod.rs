@@ -49,14 +49,16 @@ pub struct Page {
 }
 
 /// The page's style sheet and script, served from the binary (the page's Content-Security-Policy allows its own
-/// resources only, nothing inline).
+/// resources only, nothing inline). Routes, as every path the page's router knows; the page links to them through
+/// [`Root::link`].
 pub const STYLESHEET: &str = "/page.css";
 /// See [`STYLESHEET`].
 pub const SCRIPT: &str = "/page.js";
 const PAGE_CSS: &str = include_str!("page.css");
 const PAGE_JS: &str = include_str!("page.js");
 
-/// The page's routes.
+/// The page's routes. Problem pages are rendered last, when the request's [`Root`] is known
+/// ([`answer::render_problems`]).
 pub fn router(page: Arc<Page>) -> Router {
     Router::new()
         .route(STYLESHEET, get(|| async { ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], PAGE_CSS) }))
@@ -64,6 +66,39 @@ pub fn router(page: Arc<Page>) -> Router {
         .merge(read::routes())
         .merge(actions::routes())
         .with_state(page)
+        .layer(axum::middleware::from_fn(answer::render_problems))
+}
+
+/// The way from the path a request names back to the page's root, as a relative reference (`./`, `../`, …).
+///
+/// Every link, form, script, style sheet, stream and redirect of the page goes through it, so the page works
+/// where it is served: at the root of a host name of its own (`almanac.nas.lan/`), and under a path of another
+/// site's that a reverse proxy strips (`nas.lan/almanac/` passed on as `/`), which the Worker is never told. A path
+/// from the root (`/items/…`) would reach the other site there, and the sign-in form would post the token to it.
+/// The path counted is the one the request names after any prefix was stripped; a browser resolves the reference
+/// against the full one, so each `/` after the prefix is one step back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Root(String);
+
+impl Root {
+    /// The root as seen from `path` (a request's path, `/` first).
+    pub fn of(path: &str) -> Self {
+        let steps = path.matches('/').count().saturating_sub(1);
+        Self(if steps == 0 { "./".to_owned() } else { "../".repeat(steps) })
+    }
+
+    /// The reference to the page's `route` (a path of its router, `/` first) from here.
+    pub fn link(&self, route: &str) -> String {
+        format!("{}{}", self.0, route.trim_start_matches('/'))
+    }
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Root {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(Self::of(parts.uri.path()))
+    }
 }
 
 impl Page {
@@ -95,5 +130,7 @@ pub async fn sample(page: Arc<Page>, stop: CancellationToken) {
     }
 }
 
+#[cfg(test)]
+mod proxied;
 #[cfg(test)]
 mod tests;

@@ -18,7 +18,7 @@ use axum_extra::extract::cookie::CookieJar;
 use chrono::{DateTime, Utc};
 
 use super::answer::{Problem, take_flash};
-use super::{Page, view};
+use super::{Page, Root, view};
 use crate::ops::{self, OpError};
 
 /// The reading routes.
@@ -68,11 +68,12 @@ async fn snapshot(page: &Page) -> Result<Snapshot, OpError> {
     })
 }
 
-/// Who is looking: the CSRF field when signed in.
-fn viewer(page: &Page, headers: &HeaderMap) -> view::Viewer {
+/// Who is looking, and from where: the CSRF field when signed in, the way back to the page's root.
+fn viewer(page: &Page, headers: &HeaderMap, root: Root) -> view::Viewer {
     view::Viewer {
         actions_enabled: page.auth.enabled(),
         csrf: if page.auth.signed_in(headers) { page.auth.csrf() } else { None },
+        root,
     }
 }
 
@@ -80,9 +81,10 @@ fn viewer(page: &Page, headers: &HeaderMap) -> view::Viewer {
 async fn index(
     State(page): State<Arc<Page>>,
     headers: HeaderMap,
+    root: Root,
     jar: CookieJar,
 ) -> Result<(CookieJar, Html<String>), Problem> {
-    let viewer = viewer(&page, &headers);
+    let viewer = viewer(&page, &headers, root);
     let (jar, flash) = take_flash(jar);
     match snapshot(&page).await {
         Ok(s) => Ok((jar, Html(view::index(&page, &s, &viewer, flash.as_deref()).into_string()))),
@@ -91,8 +93,12 @@ async fn index(
 }
 
 /// The running items' section.
-async fn running_fragment(State(page): State<Arc<Page>>, headers: HeaderMap) -> Result<Html<String>, Problem> {
-    let viewer = viewer(&page, &headers);
+async fn running_fragment(
+    State(page): State<Arc<Page>>,
+    headers: HeaderMap,
+    root: Root,
+) -> Result<Html<String>, Problem> {
+    let viewer = viewer(&page, &headers, root);
     match page.running_items().await {
         Ok(running) => Ok(Html(view::running(&page, &running, &viewer).into_string())),
         Err(e) => Err(Problem::new(StatusCode::SERVICE_UNAVAILABLE, format!("the database does not answer: {e}"))),
@@ -100,8 +106,8 @@ async fn running_fragment(State(page): State<Arc<Page>>, headers: HeaderMap) -> 
 }
 
 /// The running items' section every two seconds, as server-sent events.
-async fn events(State(page): State<Arc<Page>>, headers: HeaderMap) -> impl axum::response::IntoResponse {
-    let viewer = viewer(&page, &headers);
+async fn events(State(page): State<Arc<Page>>, headers: HeaderMap, root: Root) -> impl axum::response::IntoResponse {
+    let viewer = viewer(&page, &headers, root);
     let stream = futures_util::stream::unfold((page.clone(), viewer, true), |(page, viewer, first)| async move {
         if !first {
             tokio::time::sleep(Duration::from_secs(2)).await;
@@ -123,9 +129,10 @@ async fn events(State(page): State<Arc<Page>>, headers: HeaderMap) -> impl axum:
 async fn item(
     State(page): State<Arc<Page>>,
     headers: HeaderMap,
+    root: Root,
     Path(id): Path<String>,
 ) -> Result<Html<String>, OpError> {
-    let viewer = viewer(&page, &headers);
+    let viewer = viewer(&page, &headers, root);
     let item = ops::find_item(&page.store, ops::parse_item_id(&id)?).await?;
     Ok(Html(view::item(&page, &item, &viewer).into_string()))
 }

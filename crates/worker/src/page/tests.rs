@@ -18,21 +18,21 @@ use super::{Page, SCRIPT, STYLESHEET, Samples, router};
 use crate::observe::Recent;
 use crate::tests::sql;
 
-const TOKEN: &str = "a-token-of-24-characters";
+pub(super) const TOKEN: &str = "a-token-of-24-characters";
 
-struct World {
+pub(super) struct World {
     db: TestDatabase,
-    page: Arc<Page>,
+    pub(super) page: Arc<Page>,
     config: almanac_domain::StorageConfigId,
     failed: WorkItemId,
     queued: WorkItemId,
-    running: WorkItemId,
+    pub(super) running: WorkItemId,
     crawl_with_failures: WorkItemId,
 }
 
 /// A config with a failed proxy deletion, a queued crawl, a running burst detection with progress, and a
 /// finished crawl whose result lists two failed files.
-async fn world(token: Option<&str>) -> World {
+pub(super) async fn world(token: Option<&str>) -> World {
     let db = TestDatabase::create().await;
     let store = PgStore::connect(db.url()).unwrap();
     let new = NewStorageConfig { username: "ann".into(), root_path: "/srv/photos/ann".into() };
@@ -71,18 +71,18 @@ async fn world(token: Option<&str>) -> World {
     World { db, page, config, failed, queued, running, crawl_with_failures: done }
 }
 
-async fn send(page: &Arc<Page>, request: Request<Body>) -> (StatusCode, HeaderMap, String) {
+pub(super) async fn send(page: &Arc<Page>, request: Request<Body>) -> (StatusCode, HeaderMap, String) {
     let response = router(page.clone()).oneshot(request).await.unwrap();
     let (parts, body) = response.into_parts();
     let bytes = body.collect().await.unwrap().to_bytes();
     (parts.status, parts.headers, String::from_utf8_lossy(&bytes).into_owned())
 }
 
-fn get(path: &str) -> Request<Body> {
+pub(super) fn get(path: &str) -> Request<Body> {
     Request::get(path).body(Body::empty()).unwrap()
 }
 
-fn post(path: &str, headers: &[(&str, &str)], body: &str) -> Request<Body> {
+pub(super) fn post(path: &str, headers: &[(&str, &str)], body: &str) -> Request<Body> {
     let mut r = Request::post(path).header("content-type", "application/x-www-form-urlencoded");
     for (k, v) in headers {
         r = r.header(*k, *v);
@@ -118,7 +118,7 @@ async fn the_page_shows_the_queue_configs_running_items_and_failures() {
     ] {
         assert!(html.contains(shown), "{shown} is not on the page:\n{html}");
     }
-    assert!(!html.contains("method=\"post\" action=\"/items/"), "no action buttons without a session");
+    assert!(!html.contains("method=\"post\" action=\"./items/"), "no action buttons without a session");
     // The queue counts each kind's items per status; a failed item and a crawl with failures name their config's
     // root.
     let counts = |kind: WorkKind, of: &[(Status, u32)]| {
@@ -137,10 +137,10 @@ async fn the_page_shows_the_queue_configs_running_items_and_failures() {
         assert!(html.contains(&row), "{row} is not on the page:\n{html}");
     }
     let running =
-        format!("<a href=\"/items/{}\">burst_detection</a></strong> · Worker <code>worker-a</code>", w.running);
+        format!("<a href=\"./items/{}\">burst_detection</a></strong> · Worker <code>worker-a</code>", w.running);
     assert!(html.contains(&running), "{running} is not on the page:\n{html}");
     for (id, kind) in [(w.failed, "proxy_deletion"), (w.crawl_with_failures, "crawl")] {
-        let named = format!("<a href=\"/items/{id}\">{kind}</a> of <code>/srv/photos/ann</code>");
+        let named = format!("<a href=\"./items/{id}\">{kind}</a> of <code>/srv/photos/ann</code>");
         assert!(html.contains(&named), "{named} is not on the page:\n{html}");
     }
     // The item's own page, and bad ids.
@@ -181,7 +181,7 @@ async fn the_page_shows_each_config_s_watch() {
     let session = format!("{SESSION_COOKIE}={}", w.page.auth.session_value().unwrap());
     let signed_in = Request::get("/").header("cookie", session).body(Body::empty()).unwrap();
     let (_, _, html) = send(&w.page, signed_in).await;
-    let choice = |c: &str| format!("formaction=\"/configs/{}/watch/{c}\"", w.config);
+    let choice = |c: &str| format!("formaction=\"./configs/{}/watch/{c}\"", w.config);
     assert!(html.contains(&choice("events")) && html.contains(&choice("off")), "{html}");
     assert!(!html.contains(&choice("auto")), "the current choice is not offered: {html}");
     sql(
@@ -394,20 +394,23 @@ async fn the_style_sheet_and_the_script_are_served_and_the_page_has_nothing_inli
     let w = world(None).await;
     for (path, content_type, holds) in [
         (STYLESHEET, "text/css; charset=utf-8", "box-sizing"),
-        (SCRIPT, "text/javascript; charset=utf-8", "EventSource('/events')"),
+        (SCRIPT, "text/javascript; charset=utf-8", "new URL('events', document.currentScript.src)"),
     ] {
         let (status, headers, text) = send(&w.page, get(path)).await;
         assert_eq!(status, StatusCode::OK, "{path}");
         assert_eq!(headers[header::CONTENT_TYPE], content_type, "{path}");
         assert!(text.contains(holds), "{path}: {text}");
     }
-    for path in ["/".to_owned(), format!("/items/{}", w.failed), "/items/nope".to_owned()] {
+    // Linked from the page's root, wherever that is (`Root`): `./` from the page, `../` from an item's.
+    for (path, root) in
+        [("/".to_owned(), "."), (format!("/items/{}", w.failed), ".."), ("/items/nope".to_owned(), "..")]
+    {
         let (_, _, html) = send(&w.page, get(&path)).await;
-        assert!(html.contains(&format!("<link rel=\"stylesheet\" href=\"{STYLESHEET}\">")), "{path}: {html}");
+        assert!(html.contains(&format!("<link rel=\"stylesheet\" href=\"{root}{STYLESHEET}\">")), "{path}: {html}");
         assert!(!html.contains("<style") && !html.contains(" style=") && !html.contains("<script>"), "{html}");
     }
     let (_, _, html) = send(&w.page, get("/")).await;
-    assert!(html.contains(&format!("<script src=\"{SCRIPT}\"></script>")), "{html}");
+    assert!(html.contains(&format!("<script src=\".{SCRIPT}\"></script>")), "{html}");
 }
 
 #[tokio::test]
@@ -422,16 +425,18 @@ async fn a_browser_signs_in_with_the_token_and_acts_with_its_session_and_csrf_fi
         .find(|c| c.starts_with(SESSION_COOKIE))
         .expect("a session cookie");
     assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict") && !cookie.contains(TOKEN), "{cookie}");
+    // For the folder of the sign-in's URL (the page's root, wherever a proxy serves it), not the host's every path.
+    assert!(!cookie.contains("Path="), "{cookie}");
     let session = cookie.split(';').next().unwrap().to_owned();
     let signed_in = Request::get("/").header("cookie", &session).body(Body::empty()).unwrap();
     let (_, _, html) = send(&w.page, signed_in).await;
     let csrf = w.page.auth.csrf().unwrap();
     assert!(html.contains(&format!("value=\"{csrf}\"")) && html.contains("sign out"), "{html}");
-    assert!(html.contains(&format!("action=\"/items/{}/retry\"", w.failed)), "{html}");
+    assert!(html.contains(&format!("action=\"./items/{}/retry\"", w.failed)), "{html}");
     let request = post(&format!("/items/{}/retry", w.failed), &[("cookie", &session)], &format!("csrf={csrf}"));
     let (status, headers, _) = send(&w.page, request).await;
     assert_eq!(status, StatusCode::SEE_OTHER);
-    assert_eq!(headers[header::LOCATION], "/");
+    assert_eq!(headers[header::LOCATION], "../../", "back to the page, from /items/{{id}}/retry");
     let flash = headers
         .get_all(header::SET_COOKIE)
         .iter()

@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use maud::{DOCTYPE, Markup, html};
 
 use super::read::Snapshot;
-use super::{Page, charts};
+use super::{Page, Root, charts};
 use crate::ops::FailedFiles;
 
 /// Who is looking.
@@ -15,9 +15,11 @@ pub struct Viewer {
     pub actions_enabled: bool,
     /// The CSRF field, when signed in.
     pub csrf: Option<String>,
+    /// The way back to the page's root from the path asked for: every link goes through it.
+    pub root: Root,
 }
 
-fn layout(title: &str, body: Markup) -> Markup {
+fn layout(title: &str, root: &Root, body: Markup) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -25,7 +27,7 @@ fn layout(title: &str, body: Markup) -> Markup {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) }
-                link rel="stylesheet" href=(super::STYLESHEET);
+                link rel="stylesheet" href=(root.link(super::STYLESHEET));
             }
             body { (body) }
         }
@@ -36,7 +38,7 @@ fn layout(title: &str, body: Markup) -> Markup {
 fn button(viewer: &Viewer, action: &str, label: &str) -> Markup {
     html! {
         @if let Some(csrf) = &viewer.csrf {
-            form.inline method="post" action=(action) {
+            form.inline method="post" action=(viewer.root.link(action)) {
                 input type="hidden" name="csrf" value=(csrf);
                 button type="submit" { (label) }
             }
@@ -51,7 +53,7 @@ fn when(t: Option<chrono::DateTime<chrono::Utc>>) -> String {
 /// Failed files listed per item on the main page.
 const FILES_SHOWN: usize = 10;
 
-fn files(item: &WorkItem, all: bool) -> Markup {
+fn files(item: &WorkItem, all: bool, root: &Root) -> Markup {
     let FailedFiles { total, listed: failed } = crate::ops::failed_files(item);
     let shown = if all { failed.len() } else { FILES_SHOWN };
     html! {
@@ -64,7 +66,7 @@ fn files(item: &WorkItem, all: bool) -> Markup {
                 ul.files {
                     @for (path, reason) in failed.iter().take(shown) { li { code { (path) } ": " (reason) } }
                     @if failed.len() > shown { li { "and " (failed.len() - shown) " more (on the item's page: "
-                        a href=(format!("/items/{}", item.id)) { "all of them" } ")" } }
+                        a href=(root.link(&format!("/items/{}", item.id))) { "all of them" } ")" } }
                 }
             }
         }
@@ -75,6 +77,7 @@ fn files(item: &WorkItem, all: bool) -> Markup {
 pub fn index(page: &Page, s: &Snapshot, viewer: &Viewer, done: Option<&str>) -> Markup {
     layout(
         "Almanac Worker",
+        &viewer.root,
         html! {
             header {
                 h1 { "Almanac Worker" }
@@ -98,11 +101,11 @@ pub fn index(page: &Page, s: &Snapshot, viewer: &Viewer, done: Option<&str>) -> 
 
             h2 { "Recent failures" }
             (failures(s, viewer))
-            (crawls_with_failures(s))
+            (crawls_with_failures(s, &viewer.root))
 
             h2 { "This Worker's outage events" }
             (outages(page))
-            script src=(super::SCRIPT) {}
+            script src=(viewer.root.link(super::SCRIPT)) {}
         },
     )
 }
@@ -207,11 +210,11 @@ fn watch(s: &Snapshot, config: almanac_domain::StorageConfigId, viewer: &Viewer)
         }
         @if let Some(csrf) = &viewer.csrf {
             br;
-            form.inline method="post" action=(format!("/configs/{config}/watch/{}", state.choice)) {
+            form.inline method="post" action=(viewer.root.link(&format!("/configs/{config}/watch/{}", state.choice))) {
                 input type="hidden" name="csrf" value=(csrf);
                 "watch by "
                 @for choice in WatchChoice::ALL.into_iter().filter(|c| *c != state.choice) {
-                    button type="submit" formaction=(format!("/configs/{config}/watch/{choice}")) { (choice.as_str()) } " "
+                    button type="submit" formaction=(viewer.root.link(&format!("/configs/{config}/watch/{choice}"))) { (choice.as_str()) } " "
                 }
             }
         }
@@ -226,11 +229,11 @@ fn failures(s: &Snapshot, viewer: &Viewer) -> Markup {
             ul {
                 @for i in &s.failed {
                     li {
-                        a href=(format!("/items/{}", i.id)) { (i.kind.as_str()) } " of " code { (config_root(s, i)) }
+                        a href=(viewer.root.link(&format!("/items/{}", i.id))) { (i.kind.as_str()) } " of " code { (config_root(s, i)) }
                         ", failed " (when(i.finished_at)) " after " (i.failures) " failure(s): "
                         span.error { (i.last_error.as_deref().unwrap_or("(no error recorded)")) }
                         " " (button(viewer, &format!("/items/{}/retry", i.id), "retry"))
-                        (files(i, false))
+                        (files(i, false, &viewer.root))
                     }
                 }
             }
@@ -239,13 +242,13 @@ fn failures(s: &Snapshot, viewer: &Viewer) -> Markup {
 }
 
 /// Recent crawls that succeeded with files they could not read.
-fn crawls_with_failures(s: &Snapshot) -> Markup {
+fn crawls_with_failures(s: &Snapshot, root: &Root) -> Markup {
     html! {
         @if !s.crawls_with_failures.is_empty() {
             h2 { "Crawls with files that failed" }
             ul {
                 @for i in &s.crawls_with_failures {
-                    li { a href=(format!("/items/{}", i.id)) { "crawl" } " of " code { (config_root(s, i)) } " finished " (when(i.finished_at)) (files(i, false)) }
+                    li { a href=(root.link(&format!("/items/{}", i.id))) { "crawl" } " of " code { (config_root(s, i)) } " finished " (when(i.finished_at)) (files(i, false, root)) }
                 }
             }
         }
@@ -270,9 +273,9 @@ fn outages(page: &Page) -> Markup {
 fn sign_in(viewer: &Viewer) -> Markup {
     html! {
         @if viewer.csrf.is_some() {
-            form.inline method="post" action="/logout" { span.note { "signed in for actions " } button type="submit" { "sign out" } }
+            form.inline method="post" action=(viewer.root.link("/logout")) { span.note { "signed in for actions " } button type="submit" { "sign out" } }
         } @else if viewer.actions_enabled {
-            form.inline method="post" action="/login" {
+            form.inline method="post" action=(viewer.root.link("/login")) {
                 label for="token" { "Token for actions " }
                 input #token type="password" name="token" autocomplete="current-password" required;
                 " " button type="submit" { "sign in" }
@@ -291,7 +294,7 @@ pub fn running(page: &Page, running: &[WorkItem], viewer: &Viewer) -> Markup {
             @let estimate = i.progress.as_ref().and_then(ProgressEstimate::from_progress);
             article.item {
                 p {
-                    strong { a href=(format!("/items/{}", i.id)) { (i.kind.as_str()) } }
+                    strong { a href=(viewer.root.link(&format!("/items/{}", i.id))) { (i.kind.as_str()) } }
                     " · Worker " code { (i.worker_id.as_deref().unwrap_or("-")) }
                     " · attempt " (i.attempt) " · since " (when(i.started_at))
                     " " (button(viewer, &format!("/items/{}/cancel", i.id), "cancel"))
@@ -321,8 +324,9 @@ pub fn item(page: &Page, i: &WorkItem, viewer: &Viewer) -> Markup {
     let _ = page;
     layout(
         &format!("{} {}", i.kind.as_str(), i.id),
+        &viewer.root,
         html! {
-            header { h1 { (i.kind.as_str()) " " code { (i.id) } } a href="/" { "← the queue" } }
+            header { h1 { (i.kind.as_str()) " " code { (i.id) } } a href=(viewer.root.link("/")) { "← the queue" } }
             div.scroll {
                 table {
                     tbody {
@@ -342,7 +346,7 @@ pub fn item(page: &Page, i: &WorkItem, viewer: &Viewer) -> Markup {
                 @if matches!(i.status, Status::Failed | Status::Cancelled) { (button(viewer, &format!("/items/{}/retry", i.id), "retry")) }
                 @if matches!(i.status, Status::Queued | Status::Running) { (button(viewer, &format!("/items/{}/cancel", i.id), "cancel")) }
             }
-            (files(i, true))
+            (files(i, true, &viewer.root))
             h2 { "payload" }
             pre { (serde_json::to_string_pretty(&i.payload).unwrap_or_default()) }
             @if let Some(result) = &i.result {
@@ -353,13 +357,14 @@ pub fn item(page: &Page, i: &WorkItem, viewer: &Viewer) -> Markup {
     )
 }
 
-pub fn problem(status: StatusCode, message: &str) -> Markup {
+pub fn problem(root: &Root, status: StatusCode, message: &str) -> Markup {
     layout(
         status.canonical_reason().unwrap_or("error"),
+        root,
         html! {
             h1 { (status.as_u16()) " " (status.canonical_reason().unwrap_or("")) }
             p.error role="alert" { (message) }
-            p { a href="/" { "back to the page" } }
+            p { a href=(root.link("/")) { "back to the page" } }
         },
     )
 }
