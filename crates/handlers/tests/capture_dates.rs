@@ -609,3 +609,74 @@ async fn heif_photos_turned_twice_before_get_upright_proxies_at_the_next_crawl()
     assert_eq!(lib.count("SELECT count(*) AS n FROM media_assets WHERE proxies_missing").await, 0);
     assert_eq!(lib.count(sides).await, 64 * 100_000 + 48, "the stored sides, read again");
 }
+
+/// `path`'s mtime set to `at` (UTC).
+fn set_mtime(path: &std::path::Path, at: &str) {
+    let at: chrono::DateTime<chrono::Utc> = at.parse().unwrap();
+    std::fs::File::options().write(true).open(path).unwrap().set_modified(at.into()).unwrap();
+}
+
+/// A file with no date but its mtime is on the mtime's day in the household's zone: a scan made at 20:15 on
+/// Christmas Eve in New York (01:15 UTC on the 25th) is on the 24th, one made at noon on its UTC day, and a
+/// household in Tokyo puts the same instant on the 25th. Before, every such file was on the UTC day.
+#[tokio::test]
+async fn a_file_dated_by_its_mtime_is_on_its_day_in_the_households_zone() {
+    use almanac_handlers::CrawlSettings;
+    let lib = library().await;
+    set_mtime(&lib.write("scans/evening.jpg", &bare_jpeg(21)), "2023-12-25T01:15:00Z");
+    set_mtime(&lib.write("scans/noon.jpg", &bare_jpeg(22)), "2023-12-25T17:00:00Z");
+    let in_zone = |hours: i32| {
+        let zone = almanac_domain::Zone::Fixed(chrono::FixedOffset::east_opt(hours * 3600).unwrap());
+        lib.crawler(CrawlSettings { zone, ..lib.settings() })
+    };
+    let new_york = in_zone(-5);
+    lib.run_handler(&new_york, lib.item(serde_json::json!({})).await).await.expect("the crawl succeeds");
+    let rows = lib.dated().await;
+    for (path, day) in [("scans/evening.jpg", "12-24"), ("scans/noon.jpg", "12-25")] {
+        assert_eq!((find(&rows, path).source.as_str(), find(&rows, path).day.as_str()), ("file_mtime", day), "{path}");
+    }
+    let offsets = "SELECT count(*) AS n FROM media_assets WHERE captured_offset_minutes = -300";
+    assert_eq!(lib.count(offsets).await, 2, "the household's offset at that instant is kept with the date");
+
+    // The same instant in Tokyo (+09:00): 10:15 on the 25th.
+    set_mtime(&lib.write("tokyo/evening.jpg", &bare_jpeg(23)), "2023-12-25T01:15:00Z");
+    lib.run_handler(&in_zone(9), lib.item(serde_json::json!({})).await).await.expect("the crawl succeeds");
+    assert_eq!(find(&lib.dated().await, "tokyo/evening.jpg").day, "12-25");
+}
+
+const FILE_TIMES_UP: &str =
+    include_str!("../../../migrations/2026-12-07-000043_file_times_in_the_households_zone/up.sql");
+
+/// Files dated by their mtime before migration 000043 were on the UTC day. The migration asks for the date of each
+/// whose date is still its file's time, and the next crawl puts it on its day in the household's zone. One that kept
+/// an earlier file's date when it moved (its new file's time is not the day it was taken) is not read again, so it
+/// does not take the new file's time.
+#[tokio::test]
+async fn files_dated_by_their_mtime_before_get_their_households_day_at_the_next_crawl() {
+    use almanac_handlers::CrawlSettings;
+    let lib = library().await;
+    set_mtime(&lib.write("scan.jpg", &bare_jpeg(31)), "2023-12-25T01:15:00Z");
+    set_mtime(&lib.write("moved.jpg", &bare_jpeg(32)), "2023-12-25T01:15:00Z");
+    let new_york = chrono::FixedOffset::west_opt(5 * 3600).unwrap();
+    let handler = lib.crawler(CrawlSettings { zone: almanac_domain::Zone::Fixed(new_york), ..lib.settings() });
+    let crawl = async || lib.run_handler(&handler, lib.item(serde_json::json!({})).await).await.unwrap();
+    crawl().await;
+    let mut conn = lib.conn().await;
+    // As the crawl before the fix dated both (the mtime's UTC day, no offset); `moved.jpg` as an asset that kept
+    // the date of the file it was before a copy without its times (2020-06-01) put it here.
+    let before = "UPDATE media_assets SET captured_offset_minutes = NULL, capture_month = 12, capture_day = 25
+                   WHERE display_path = 'scan.jpg';
+                  UPDATE media_assets SET captured_offset_minutes = NULL, captured_at = '2020-06-01T03:00:00Z',
+                         capture_month = 6, capture_day = 1
+                   WHERE display_path = 'moved.jpg'";
+    diesel_async::SimpleAsyncConnection::batch_execute(&mut conn, before).await.unwrap();
+    diesel_async::SimpleAsyncConnection::batch_execute(&mut conn, FILE_TIMES_UP).await.unwrap();
+    assert_eq!(lib.count("SELECT count(*) AS n FROM media_assets WHERE date_outdated").await, 1, "the scan only");
+
+    let result = crawl().await;
+    let rows = lib.dated().await;
+    assert_eq!(find(&rows, "scan.jpg").day, "12-24", "{result}");
+    assert_eq!(find(&rows, "moved.jpg").day, "06-01", "the date it kept");
+    assert_eq!(result["redated"], 1, "{result}");
+    assert_eq!(lib.count("SELECT count(*) AS n FROM media_assets WHERE date_outdated").await, 0);
+}

@@ -52,7 +52,10 @@ impl<C: CatalogueStore> Run<'_, C> {
 
     /// The best capture time of a file: its own dates (EXIF, embedded XMP, the container's), its sidecar's, a
     /// date in its name, and at last its mtime, ranked by [`CaptureSource::rank`]. A container's UTC time with no
-    /// offset takes the offset the name's local time says ([`CaptureTime::with_offset_from_local`]).
+    /// offset takes the offset the name's local time says ([`CaptureTime::with_offset_from_local`]). The mtime is
+    /// a true instant, taken where the household lives: it takes the offset of the household's zone at that
+    /// instant (`CrawlSettings::zone`), so a scan made at 21:00 in New York is on its day there, not the next UTC
+    /// day.
     pub(super) async fn best_capture(
         &self,
         entry: &WalkEntry,
@@ -63,8 +66,10 @@ impl<C: CatalogueStore> Run<'_, C> {
             None => None,
         };
         let from_name = name_date(entry);
-        CaptureTime::best(own.into_iter().chain(sidecar).chain(from_name))
-            .map_or(CaptureTime::file_mtime(entry.mtime), |best| best.with_offset_from_local(from_name))
+        CaptureTime::best(own.into_iter().chain(sidecar).chain(from_name)).map_or_else(
+            || CaptureTime::file_mtime(entry.mtime).in_zone_when_unknown(self.settings.zone),
+            |best| best.with_offset_from_local(from_name),
+        )
     }
 
     /// The date in a sidecar, read beneath the root like an original. A sidecar that cannot be read or parsed

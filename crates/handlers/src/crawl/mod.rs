@@ -90,8 +90,8 @@ pub struct CrawlSettings {
     /// A file is read only once its size and mtime have stayed the same this long: one modified more recently
     /// is still being written (a phone syncing, a copy in progress), and is left for a crawl this much later.
     pub settle_time: Duration,
-    /// The household's zone: a phone's video dated by its UTC container time alone is put on the day it was
-    /// taken there. The Worker's own zone (`TZ`, else `/etc/localtime`).
+    /// The household's zone: a phone's video dated by its UTC container time alone, and a file dated by its
+    /// mtime, are put on the day they were taken there. The Worker's own zone (`TZ`, else `/etc/localtime`).
     pub zone: Zone,
 }
 
