@@ -170,7 +170,9 @@ async fn login(
     Form(form): Form<Login>,
 ) -> Response {
     match page.auth.sign_in(peer, &headers, &form.token) {
-        Ok(session) => back_with(jar.add(page_cookie(SESSION_COOKIE, session)), "signed in", &root).into_response(),
+        Ok(session) => {
+            back_with(jar.add(page_cookie(SESSION_COOKIE, session, &root)), "signed in", &root).into_response()
+        }
         Err(Refusal::WrongToken) => {
             Problem::new(StatusCode::UNAUTHORIZED, "that is not this Worker's token; you are not signed in")
                 .into_response()
@@ -181,7 +183,7 @@ async fn login(
 
 /// Signs a browser out: its session cookie is cleared.
 async fn logout(jar: CookieJar, root: Root) -> (CookieJar, Redirect) {
-    back_with(jar.add(cleared(SESSION_COOKIE)), "signed out", &root)
+    back_with(jar.add(cleared(SESSION_COOKIE, &root)), "signed out", &root)
 }
 
 #[cfg(test)]

@@ -19,43 +19,50 @@ pub const FLASH_COOKIE: &str = "almanac_flash";
 /// How long an outcome waits for the page to show it.
 const FLASH_SECONDS: i64 = 60;
 
-/// A cookie of the page's: out of scripts' reach, never sent by another site's request, and with no `Path`, so a
-/// browser keeps it for the folder of the URL that set it. The session is set and cleared by the sign-in and
-/// sign-out forms, which post to the page's root (`login`, `logout`), so it goes to the page's paths only: all of
-/// them at the root of a host name, and only the page's under a path a reverse proxy strips (`/almanac`), not to
-/// the other site's paths beside it.
-pub fn page_cookie(name: &'static str, value: String) -> Cookie<'static> {
-    Cookie::build((name, value)).http_only(true).same_site(SameSite::Strict).build()
+/// A cookie of the page's: out of scripts' reach, never sent by another site's request, for the page's path when
+/// the proxy names it ([`Root::cookie_path`]). Otherwise with no `Path`, so a browser keeps it for the folder of
+/// the URL that set it: the session is set and cleared by the sign-in and sign-out forms, which post to the page's
+/// root (`login`, `logout`), so it goes to the page's paths only (all of them at the root of a host name, only the
+/// page's under a path a proxy strips, `/almanac`), not to the other site's paths beside it.
+pub fn page_cookie(name: &'static str, value: String, root: &Root) -> Cookie<'static> {
+    let mut cookie = Cookie::build((name, value)).http_only(true).same_site(SameSite::Strict).build();
+    if let Some(path) = root.cookie_path() {
+        cookie.set_path(path.to_owned());
+    }
+    cookie
 }
 
 /// The cookie that clears the page's cookie `name` (set by [`page_cookie`] from the same folder).
-pub fn cleared(name: &'static str) -> Cookie<'static> {
-    let mut cookie = page_cookie(name, String::new());
+pub fn cleared(name: &'static str, root: &Root) -> Cookie<'static> {
+    let mut cookie = page_cookie(name, String::new(), root);
     cookie.make_removal();
     cookie
 }
 
-/// The outcome's cookie: set by an action, whose URL's folder is not the page's (`/almanac/items/…/retry`), for
-/// the page it redirects to, whose full path the Worker is not told. So it is for every path of the host (`/`):
-/// it carries only an outcome's words, for a minute, and the page clears it once shown.
-fn flash_cookie(value: String) -> Cookie<'static> {
-    let mut cookie = page_cookie(FLASH_COOKIE, value);
-    cookie.set_path("/");
+/// The outcome's cookie: set by an action, for the page it redirects to. For the page's path when the proxy names
+/// it; otherwise the action's URL's folder is not the page's (`/almanac/items/…/retry`) and the page's full path is
+/// not known, so it is for every path of the host (`/`): it carries only an outcome's words, for a minute, and the
+/// page clears it once shown.
+fn flash_cookie(value: String, root: &Root) -> Cookie<'static> {
+    let mut cookie = page_cookie(FLASH_COOKIE, value, root);
+    if root.cookie_path().is_none() {
+        cookie.set_path("/");
+    }
     cookie
 }
 
 /// Back to the page (`root`: from the action's path), with a message for it.
 pub fn back_with(jar: CookieJar, message: &str, root: &Root) -> (CookieJar, Redirect) {
-    let mut flash = flash_cookie(encode(message));
+    let mut flash = flash_cookie(encode(message), root);
     flash.set_max_age(time::Duration::seconds(FLASH_SECONDS));
     (jar.add(flash), Redirect::to(&root.link("/")))
 }
 
 /// The message an action left for the page, if any: shown once, then cleared.
-pub fn take_flash(jar: CookieJar) -> (CookieJar, Option<String>) {
+pub fn take_flash(jar: CookieJar, root: &Root) -> (CookieJar, Option<String>) {
     match jar.get(FLASH_COOKIE).map(|c| decode(c.value())).filter(|m| !m.is_empty()) {
         Some(message) => {
-            let mut clear = flash_cookie(String::new());
+            let mut clear = flash_cookie(String::new(), root);
             clear.make_removal();
             (jar.add(clear), Some(message))
         }

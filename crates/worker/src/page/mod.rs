@@ -11,6 +11,7 @@ mod answer;
 pub mod auth;
 pub mod charts;
 mod read;
+mod root;
 mod samples;
 mod view;
 
@@ -26,6 +27,7 @@ use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
 use self::auth::Auth;
+pub use self::root::Root;
 pub use self::samples::Samples;
 use crate::observe::Recent;
 
@@ -67,38 +69,6 @@ pub fn router(page: Arc<Page>) -> Router {
         .merge(actions::routes())
         .with_state(page)
         .layer(axum::middleware::from_fn(answer::render_problems))
-}
-
-/// The way from the path a request names back to the page's root, as a relative reference (`./`, `../`, …).
-///
-/// Every link, form, script, style sheet, stream and redirect of the page goes through it, so the page works
-/// where it is served: at the root of a host name of its own (`almanac.nas.lan/`), and under a path of another
-/// site's that a reverse proxy strips (`nas.lan/almanac/` passed on as `/`), which the Worker is never told. A path
-/// from the root (`/items/…`) would reach the other site there, and the sign-in form would post the token to it.
-/// The path counted is the one the request names after any prefix was stripped; a browser resolves the reference
-/// against the full one, so each `/` after the prefix is one step back.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Root(String);
-
-impl Root {
-    /// The root as seen from `path` (a request's path, `/` first).
-    pub fn of(path: &str) -> Self {
-        let steps = path.matches('/').count().saturating_sub(1);
-        Self(if steps == 0 { "./".to_owned() } else { "../".repeat(steps) })
-    }
-
-    /// The reference to the page's `route` (a path of its router, `/` first) from here.
-    pub fn link(&self, route: &str) -> String {
-        format!("{}{}", self.0, route.trim_start_matches('/'))
-    }
-}
-
-impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Root {
-    type Rejection = std::convert::Infallible;
-
-    async fn from_request_parts(parts: &mut axum::http::request::Parts, _: &S) -> Result<Self, Self::Rejection> {
-        Ok(Self::of(parts.uri.path()))
-    }
 }
 
 impl Page {

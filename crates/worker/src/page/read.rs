@@ -84,8 +84,8 @@ async fn index(
     root: Root,
     jar: CookieJar,
 ) -> Result<(CookieJar, Html<String>), Problem> {
+    let (jar, flash) = take_flash(jar, &root);
     let viewer = viewer(&page, &headers, root);
-    let (jar, flash) = take_flash(jar);
     match snapshot(&page).await {
         Ok(s) => Ok((jar, Html(view::index(&page, &s, &viewer, flash.as_deref()).into_string()))),
         Err(e) => Err(Problem::new(super::answer::status_of(&e), format!("the page cannot be shown: {e}"))),

@@ -26,7 +26,6 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use axum::http::{HeaderMap, StatusCode, header};
-use axum_extra::extract::cookie::CookieJar;
 use tokio::time::Instant;
 
 use self::guesses::Guesses;
@@ -193,10 +192,10 @@ impl Auth {
 
     /// Whether the request carries this Worker's session cookie.
     pub fn signed_in(&self, headers: &HeaderMap) -> bool {
-        let (Some(expected), Some(given)) = (self.derived("session"), session_cookie(headers)) else {
+        let Some(expected) = self.derived("session") else {
             return false;
         };
-        blake3::Hash::from_hex(given).is_ok_and(|h| h == expected)
+        session_cookies(headers).iter().any(|given| blake3::Hash::from_hex(given).is_ok_and(|h| h == expected))
     }
 
     /// Whether the request from `peer` may act, and how.
@@ -210,7 +209,7 @@ impl Auth {
         {
             return self.try_token(peer, given.trim()).map(|()| Via::Bearer);
         }
-        if session_cookie(headers).is_none() {
+        if session_cookies(headers).is_empty() {
             return Err(Refusal::NotSignedIn);
         }
         if !self.signed_in(headers) {
@@ -227,9 +226,19 @@ impl Auth {
     }
 }
 
-/// The session cookie's value, when the request carries one.
-fn session_cookie(headers: &HeaderMap) -> Option<String> {
-    CookieJar::from_headers(headers).get(SESSION_COOKIE).map(|c| c.value().to_owned())
+/// The values of every session cookie the request carries. A browser sends one for each path it keeps one for: a
+/// Worker reached at the root of a host (`Path=/`) and another under a path of the same host name (`/almanac`, any
+/// port: cookies do not look at ports) both send theirs to the second, and either may come last.
+fn session_cookies(headers: &HeaderMap) -> Vec<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .filter(|(name, _)| *name == SESSION_COOKIE)
+        .map(|(_, value)| value.trim_matches('"').to_owned())
+        .collect()
 }
 
 /// Whether a browser's request comes from this page itself (a form posted from another site, or from another

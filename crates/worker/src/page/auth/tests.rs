@@ -203,3 +203,29 @@ async fn the_addresses_remembered_stay_bounded_under_a_flood_of_them() {
     assert_eq!(auth.paused_for(nth(1)), None);
     assert_eq!(auth.remembered(), ADDRESSES_REMEMBERED);
 }
+
+/// A browser that keeps another Worker's session for the host's root (`Path=/`) sends it beside this one's, in
+/// either order, in one `Cookie` header or two: this Worker's session counts wherever it comes.
+#[test]
+fn another_workers_session_beside_this_ones_does_not_hide_it() {
+    let auth = Auth::new(Some("a-token-of-24-characters".into()));
+    let other = Auth::new(Some("another-token-of-24-chars".into()));
+    let (ours, theirs) = (auth.session_value().unwrap(), other.session_value().unwrap());
+    let csrf = auth.csrf().unwrap();
+    for cookies in [
+        vec![format!("{SESSION_COOKIE}={ours}; {SESSION_COOKIE}={theirs}")],
+        vec![format!("{SESSION_COOKIE}={theirs}; almanac_flash=00; {SESSION_COOKIE}={ours}")],
+        vec![format!("{SESSION_COOKIE}={theirs}"), format!("x=1; {SESSION_COOKIE}={ours}")],
+    ] {
+        let mut h = headers(&[(header::HOST, "127.0.0.1:9464")]);
+        for c in &cookies {
+            h.append(header::COOKIE, HeaderValue::from_str(c).unwrap());
+        }
+        assert!(auth.signed_in(&h), "{cookies:?}");
+        assert_eq!(auth.check(HERE, &h, Some(&csrf)), Ok(Via::Session), "{cookies:?}");
+    }
+    let only_theirs =
+        headers(&[(header::COOKIE, &format!("{SESSION_COOKIE}={theirs}")), (header::HOST, "127.0.0.1:9464")]);
+    assert!(!auth.signed_in(&only_theirs));
+    assert_eq!(auth.check(HERE, &only_theirs, Some(&csrf)), Err(Refusal::WrongToken));
+}
