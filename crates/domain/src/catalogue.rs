@@ -166,6 +166,20 @@ impl fmt::Display for ContentHash {
 mod tests {
     use super::*;
 
+    /// A file's mtime can be chrono's last instant (a crafted file on a file system with 64-bit times): its day in a
+    /// zone east of UTC is past that, and is read in UTC rather than overflow.
+    #[test]
+    fn the_day_of_the_last_instant_east_of_utc_is_its_utc_day() {
+        let last = chrono::DateTime::<chrono::Utc>::MAX_UTC;
+        let berlin = crate::Zone::Fixed(chrono::FixedOffset::east_opt(3600).unwrap());
+        let capture = CaptureTime::file_mtime(last).in_zone_when_unknown(berlin);
+        assert_eq!(capture.offset_minutes, Some(60));
+        assert_eq!(capture.local_month_day(), (12, 31));
+        let new_year = "2024-01-01T03:00:00Z".parse().unwrap();
+        let new_york = crate::Zone::Fixed(chrono::FixedOffset::west_opt(5 * 3600).unwrap());
+        assert_eq!(CaptureTime::file_mtime(new_year).in_zone_when_unknown(new_york).local_month_day(), (12, 31));
+    }
+
     #[test]
     fn proxy_types_round_trip_and_only_blurhash_is_inline() {
         for t in ProxyType::ALL {
@@ -365,7 +379,8 @@ impl Zone {
 pub struct CaptureTime {
     /// The instant.
     pub at: chrono::DateTime<chrono::Utc>,
-    /// The camera's UTC offset in minutes, when known.
+    /// The UTC offset in minutes of the local time it was taken at, when known: the camera's, or the household
+    /// zone's for a phone's video dated by its UTC time alone and for a file's mtime.
     pub offset_minutes: Option<i32>,
     /// Where it came from.
     pub source: CaptureSource,
@@ -435,11 +450,12 @@ impl CaptureTime {
         }
     }
 
-    /// The local (month, day) of capture for the "on this day" index: in the camera's offset when known,
-    /// else in UTC.
+    /// The local (month, day) of capture for the "on this day" index: at its offset when known, else in UTC. An
+    /// instant whose local time is past chrono's last one (a crafted mtime) is read in UTC.
     pub fn local_month_day(&self) -> (u32, u32) {
         use chrono::Datelike;
-        let local = self.at + chrono::Duration::minutes(i64::from(self.offset_minutes.unwrap_or(0)));
+        let offset = chrono::Duration::minutes(i64::from(self.offset_minutes.unwrap_or(0)));
+        let local = self.at.checked_add_signed(offset).unwrap_or(self.at);
         (local.month(), local.day())
     }
 }

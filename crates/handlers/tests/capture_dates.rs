@@ -638,45 +638,15 @@ async fn a_file_dated_by_its_mtime_is_on_its_day_in_the_households_zone() {
     let offsets = "SELECT count(*) AS n FROM media_assets WHERE captured_offset_minutes = -300";
     assert_eq!(lib.count(offsets).await, 2, "the household's offset at that instant is kept with the date");
 
+    // An mtime the catalogue cannot hold is read as unknown (the epoch): no instant, so no offset either.
+    let unknown = lib.write("scans/unknown.jpg", &bare_jpeg(24));
+    std::fs::File::options().write(true).open(&unknown).unwrap().set_modified(std::time::UNIX_EPOCH).unwrap();
+    lib.run_handler(&new_york, lib.item(serde_json::json!({})).await).await.expect("the crawl succeeds");
+    assert_eq!(find(&lib.dated().await, "scans/unknown.jpg").day, "01-01");
+    assert_eq!(lib.count(offsets).await, 2, "not the unknown time's");
+
     // The same instant in Tokyo (+09:00): 10:15 on the 25th.
     set_mtime(&lib.write("tokyo/evening.jpg", &bare_jpeg(23)), "2023-12-25T01:15:00Z");
     lib.run_handler(&in_zone(9), lib.item(serde_json::json!({})).await).await.expect("the crawl succeeds");
     assert_eq!(find(&lib.dated().await, "tokyo/evening.jpg").day, "12-25");
-}
-
-const FILE_TIMES_UP: &str =
-    include_str!("../../../migrations/2026-12-07-000043_file_times_in_the_households_zone/up.sql");
-
-/// Files dated by their mtime before migration 000043 were on the UTC day. The migration asks for the date of each
-/// whose date is still its file's time, and the next crawl puts it on its day in the household's zone. One that kept
-/// an earlier file's date when it moved (its new file's time is not the day it was taken) is not read again, so it
-/// does not take the new file's time.
-#[tokio::test]
-async fn files_dated_by_their_mtime_before_get_their_households_day_at_the_next_crawl() {
-    use almanac_handlers::CrawlSettings;
-    let lib = library().await;
-    set_mtime(&lib.write("scan.jpg", &bare_jpeg(31)), "2023-12-25T01:15:00Z");
-    set_mtime(&lib.write("moved.jpg", &bare_jpeg(32)), "2023-12-25T01:15:00Z");
-    let new_york = chrono::FixedOffset::west_opt(5 * 3600).unwrap();
-    let handler = lib.crawler(CrawlSettings { zone: almanac_domain::Zone::Fixed(new_york), ..lib.settings() });
-    let crawl = async || lib.run_handler(&handler, lib.item(serde_json::json!({})).await).await.unwrap();
-    crawl().await;
-    let mut conn = lib.conn().await;
-    // As the crawl before the fix dated both (the mtime's UTC day, no offset); `moved.jpg` as an asset that kept
-    // the date of the file it was before a copy without its times (2020-06-01) put it here.
-    let before = "UPDATE media_assets SET captured_offset_minutes = NULL, capture_month = 12, capture_day = 25
-                   WHERE display_path = 'scan.jpg';
-                  UPDATE media_assets SET captured_offset_minutes = NULL, captured_at = '2020-06-01T03:00:00Z',
-                         capture_month = 6, capture_day = 1
-                   WHERE display_path = 'moved.jpg'";
-    diesel_async::SimpleAsyncConnection::batch_execute(&mut conn, before).await.unwrap();
-    diesel_async::SimpleAsyncConnection::batch_execute(&mut conn, FILE_TIMES_UP).await.unwrap();
-    assert_eq!(lib.count("SELECT count(*) AS n FROM media_assets WHERE date_outdated").await, 1, "the scan only");
-
-    let result = crawl().await;
-    let rows = lib.dated().await;
-    assert_eq!(find(&rows, "scan.jpg").day, "12-24", "{result}");
-    assert_eq!(find(&rows, "moved.jpg").day, "06-01", "the date it kept");
-    assert_eq!(result["redated"], 1, "{result}");
-    assert_eq!(lib.count("SELECT count(*) AS n FROM media_assets WHERE date_outdated").await, 0);
 }

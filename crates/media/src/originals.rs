@@ -438,12 +438,15 @@ fn kind_of(file_type: FileType) -> Option<EntryKind> {
     }
 }
 
+/// The mtime of a file whose own the catalogue cannot hold ([`mtime_of`]): a time no one dates a photo by.
+pub const UNKNOWN_MTIME: DateTime<Utc> = DateTime::<Utc>::UNIX_EPOCH;
+
 /// A file's mtime from its seconds and nanoseconds, to the microsecond. One the catalogue cannot hold (before
 /// [`EARLIEST_TIME`], as a file system with 64-bit times allows, or past chrono's last year) is taken as unknown:
-/// the Unix epoch, as it is on every crawl, so the file is neither failed for it nor seen as changed.
+/// [`UNKNOWN_MTIME`], as it is on every crawl, so the file is neither failed for it nor seen as changed.
 pub(crate) fn mtime_of(seconds: i64, nanoseconds: u32) -> DateTime<Utc> {
     let micros = seconds.saturating_mul(1_000_000).saturating_add(i64::from(nanoseconds / 1000));
-    DateTime::from_timestamp_micros(micros).filter(|t| *t >= EARLIEST_TIME).unwrap_or(DateTime::<Utc>::UNIX_EPOCH)
+    DateTime::from_timestamp_micros(micros).filter(|t| *t >= EARLIEST_TIME).unwrap_or(UNKNOWN_MTIME)
 }
 
 /// `dir/name` beneath a root, or `name` beneath the root itself (`dir` empty): how every path beneath a root is

@@ -55,7 +55,7 @@ impl<C: CatalogueStore> Run<'_, C> {
     /// offset takes the offset the name's local time says ([`CaptureTime::with_offset_from_local`]). The mtime is
     /// a true instant, taken where the household lives: it takes the offset of the household's zone at that
     /// instant (`CrawlSettings::zone`), so a scan made at 21:00 in New York is on its day there, not the next UTC
-    /// day.
+    /// day. An mtime the catalogue cannot hold ([`almanac_media::UNKNOWN_MTIME`]) is no instant and takes none.
     pub(super) async fn best_capture(
         &self,
         entry: &WalkEntry,
@@ -67,7 +67,14 @@ impl<C: CatalogueStore> Run<'_, C> {
         };
         let from_name = name_date(entry);
         CaptureTime::best(own.into_iter().chain(sidecar).chain(from_name)).map_or_else(
-            || CaptureTime::file_mtime(entry.mtime).in_zone_when_unknown(self.settings.zone),
+            || {
+                let mtime = CaptureTime::file_mtime(entry.mtime);
+                if entry.mtime == almanac_media::UNKNOWN_MTIME {
+                    mtime
+                } else {
+                    mtime.in_zone_when_unknown(self.settings.zone)
+                }
+            },
             |best| best.with_offset_from_local(from_name),
         )
     }
