@@ -3,9 +3,10 @@
 //! the memory of a small NAS. JPEGs of one scan (and the JPEG heif-convert makes of a HEIC or AVIF) decode scaled
 //! and are not charged; a JPEG drawn in several scans (progressive, or one scan a component), a RAW's preview
 //! among them, is held whole while it decodes, and is. First come, first served: small images do not starve a
-//! large one.
+//! large one. A video is charged too, while ffmpeg decodes it for its proxies ([`video_decode_pixels`]).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -20,6 +21,8 @@ const PIXELS_PER_PERMIT: u64 = 1_000_000;
 pub struct PixelBudget {
     permits: Arc<Semaphore>,
     megapixels: u32,
+    /// Reservations waiting for pixels to be given back.
+    waiting: Arc<AtomicUsize>,
 }
 
 /// Pixels reserved from a [`PixelBudget`], given back when dropped.
@@ -34,7 +37,12 @@ impl PixelBudget {
     pub fn new(pixels: u64) -> Self {
         let megapixels = u32::try_from(pixels.div_ceil(PIXELS_PER_PERMIT)).unwrap_or(u32::MAX).max(1);
         let megapixels = megapixels.min(Semaphore::MAX_PERMITS as u32);
-        Self { permits: Arc::new(Semaphore::new(megapixels as usize)), megapixels }
+        Self { permits: Arc::new(Semaphore::new(megapixels as usize)), megapixels, waiting: Arc::default() }
+    }
+
+    /// How many reservations wait for pixels now (what an operator's metric, or a test, can watch).
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::SeqCst)
     }
 
     /// The whole budget, in megapixels.
@@ -49,6 +57,7 @@ impl PixelBudget {
             return Ok(PixelReservation { _permit: None });
         }
         let wanted = u32::try_from(pixels.div_ceil(PIXELS_PER_PERMIT)).unwrap_or(u32::MAX).min(self.megapixels);
+        let _waiting = Waiting::enter(&self.waiting);
         tokio::select! {
             biased;
             () = cancel.cancelled() => Err(MediaError::Cancelled),
@@ -57,6 +66,41 @@ impl PixelBudget {
             }
         }
     }
+}
+
+/// A reservation counted as waiting until it is granted, cancelled or dropped.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn enter(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::SeqCst);
+        Self(count)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// What ffmpeg holds, beside its frames, while it decodes a video and encodes its web copy (libx264 and the
+/// libraries loaded), in the budget's units.
+const VIDEO_BASE_PIXELS: u64 = 20_000_000;
+
+/// How many of a video's frames ffmpeg's decoding and encoding hold at once, in the budget's units.
+const VIDEO_FRAMES_HELD: u64 = 3;
+
+/// The pixels a video is charged while ffmpeg makes its proxies, from its frames' size: a base and a few frames,
+/// in the units a still is charged in (a pixel of a full-size decoder, about 7 bytes at its peak). Measured
+/// (ffmpeg 5.1, 2 cores, the web copy's transcode, the heavier of the two proxies): 185 MB for 1920x1080 H.264,
+/// 255 MB for 3840x2160 H.264, 315 MB for 3840x2160 HEVC; this charges 26 and 45 megapixels, about 180 and
+/// 315 MB. So the default budget (250 megapixels) holds more 4K videos than a crawl makes at once, and a budget
+/// lowered for a small machine (`storage.max_image_megapixels`) holds back videos as it does stills. Frames of
+/// unknown size are charged the base alone.
+pub fn video_decode_pixels(width: Option<u32>, height: Option<u32>) -> u64 {
+    let frame = u64::from(width.unwrap_or(0)) * u64::from(height.unwrap_or(0));
+    VIDEO_BASE_PIXELS.saturating_add(frame.saturating_mul(VIDEO_FRAMES_HELD))
 }
 
 /// The pixels a still's decoder holds at full size: what its header claims for PNG, WebP, TIFF and GIF (read
@@ -171,6 +215,33 @@ mod tests {
         let waiting = budget.reserve(1, &cancel);
         cancel.cancel();
         assert!(matches!(waiting.await, Err(MediaError::Cancelled)));
+    }
+
+    #[tokio::test]
+    async fn a_waiting_reservation_is_counted_until_granted_or_given_up() {
+        let budget = PixelBudget::new(10_000_000);
+        let cancel = CancellationToken::new();
+        let held = budget.reserve(10_000_000, &cancel).await.unwrap();
+        assert_eq!(budget.waiting(), 0, "a reservation granted at once never waits");
+        let mut first = Box::pin(budget.reserve(1, &cancel));
+        let second = Box::pin(budget.reserve(1, &cancel));
+        assert!((&mut first).now_or_never().is_none());
+        let mut second = second;
+        assert!((&mut second).now_or_never().is_none());
+        assert_eq!(budget.waiting(), 2);
+        drop(second);
+        assert_eq!(budget.waiting(), 1, "given up");
+        drop(held);
+        let _granted = first.now_or_never().expect("the pixels are back").unwrap();
+        assert_eq!(budget.waiting(), 0);
+    }
+
+    #[test]
+    fn a_video_is_charged_a_base_and_a_few_of_its_frames() {
+        assert_eq!(video_decode_pixels(Some(1920), Some(1080)), 20_000_000 + 3 * 1920 * 1080);
+        assert!(video_decode_pixels(Some(3840), Some(2160)) > 44_000_000);
+        assert_eq!(video_decode_pixels(None, Some(1080)), 20_000_000, "frames of unknown size");
+        assert_eq!(video_decode_pixels(Some(u32::MAX), Some(u32::MAX)), u64::MAX, "no overflow");
     }
 
     #[test]

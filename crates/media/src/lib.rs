@@ -46,7 +46,7 @@ pub use atomic::{
     check_proxy_folders, check_proxy_path, check_proxy_root, effective_user, sync_folder, write_all_atomically,
     write_atomically,
 };
-pub use budget::{PixelBudget, PixelReservation, full_decode_pixels};
+pub use budget::{PixelBudget, PixelReservation, full_decode_pixels, video_decode_pixels};
 pub use dates::date_in_file_name;
 pub use detect::{EXTENSIONS, MAGIC_LEN, MediaFormat, RawFormat, detect_format, is_media_name};
 pub use error::MediaError;

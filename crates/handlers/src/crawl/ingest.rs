@@ -426,6 +426,10 @@ impl<C: CatalogueStore> Run<'_, C> {
         let (dir, rel_file) = self.proxy_dir(hash);
         let (limits, max_pixels) = (self.settings.tool_limits, self.settings.max_image_pixels);
         let probed = almanac_media::probe_video(original, limits, max_pixels, &self.cancel).await?;
+        // Held while ffmpeg decodes it for its proxies, as a still's decoder holds its share (on a small machine, a
+        // few 4K videos made at once beside large stills would not fit in memory).
+        let charge = almanac_media::video_decode_pixels(probed.metadata.width, probed.metadata.height);
+        let _pixels = self.pixel_budget.reserve(charge, &self.cancel).await?;
         let made = almanac_media::make_video_proxies(original, &dir, limits, max_pixels, &self.cancel).await?;
         let capture = self.video_capture(entry, &probed).await;
         let file = |proxy_type, size_bytes| NewProxy {

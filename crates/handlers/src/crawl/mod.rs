@@ -138,6 +138,12 @@ impl<C> CrawlHandler<C> {
         let pixel_budget = PixelBudget::new(settings.max_image_pixels);
         Self { catalogue, settings, pixel_budget, still_written: settling::StillWritten::default() }
     }
+
+    /// The pixels its crawls' decoders may hold at once (stills decoded at full size, videos made into proxies),
+    /// shared by every crawl this handler runs.
+    pub fn pixel_budget(&self) -> &PixelBudget {
+        &self.pixel_budget
+    }
 }
 
 impl<C: CatalogueStore + DatabaseClock + 'static> WorkHandler for CrawlHandler<C> {
