@@ -363,9 +363,9 @@ impl<C: CatalogueStore> Run<'_, C> {
         let (dir, rel_file) = self.proxy_dir(hash);
         let (abs, max_pixels) = (self.abs(entry), self.settings.max_image_pixels);
         // Held while the pixels are decoded and scaled (large PNGs and TIFFs decode at full size, and heif-convert
-        // decodes a HEIF whole).
+        // decodes a HEIF whole). A crawl stopped by a problem (`halt`) waits for no pixels.
         let _pixels =
-            self.pixel_budget.reserve(almanac_media::full_decode_pixels(&content, format), &self.cancel).await?;
+            self.pixel_budget.reserve(almanac_media::full_decode_pixels(&content, format), &self.halt).await?;
         let converted = match format {
             MediaFormat::Heic | MediaFormat::Avif => {
                 let limits = self.settings.tool_limits;
@@ -429,7 +429,7 @@ impl<C: CatalogueStore> Run<'_, C> {
         // Held while ffmpeg decodes it for its proxies, as a still's decoder holds its share (on a small machine, a
         // few 4K videos made at once beside large stills would not fit in memory).
         let charge = almanac_media::video_decode_pixels(probed.metadata.width, probed.metadata.height);
-        let _pixels = self.pixel_budget.reserve(charge, &self.cancel).await?;
+        let _pixels = self.pixel_budget.reserve(charge, &self.halt).await?;
         let made = almanac_media::make_video_proxies(original, &dir, limits, max_pixels, &self.cancel).await?;
         let capture = self.video_capture(entry, &probed).await;
         let file = |proxy_type, size_bytes| NewProxy {
