@@ -62,6 +62,20 @@ fn start_worker(url: &str, proxies: &Path, env: &[(&str, &str)]) -> (Worker, Str
     (worker, address)
 }
 
+/// A database with one config whose library is empty, and a Worker on it (with the token), answering at the
+/// address returned; the folder holds the library, the proxies and whatever else the test puts there.
+fn a_worker_of_an_empty_library() -> (TestDatabase, tempfile::TempDir, Worker, String) {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let db = rt.block_on(TestDatabase::create());
+    let url = db.url().to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("library")).unwrap();
+    cli(&url, &["migrate"]);
+    cli(&url, &["config", "add", "--user", "ann", "--root", dir.path().join("library").to_str().unwrap()]);
+    let (worker, address) = start_worker(&url, &dir.path().join("proxies"), &[]);
+    (db, dir, worker, address)
+}
+
 /// Serves `html` to every request on a free port of 127.0.0.1 (another origin of the same site as the
 /// Worker's page), until the test process ends; its URL.
 fn serve_html(html: String) -> String {
@@ -280,14 +294,7 @@ fn the_page_shows_a_live_crawl_and_its_failures_and_acts_only_with_the_token() {
 /// clicked through a disguise. A frame of a third port beside it shows that a frame that loads is readable.
 #[test]
 fn a_page_on_another_port_cannot_frame_the_signed_in_page() {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let db = rt.block_on(TestDatabase::create());
-    let url = db.url().to_owned();
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("library")).unwrap();
-    cli(&url, &["migrate"]);
-    cli(&url, &["config", "add", "--user", "ann", "--root", dir.path().join("library").to_str().unwrap()]);
-    let (_worker, address) = start_worker(&url, &dir.path().join("proxies"), &[]);
+    let (db, _dir, _worker, address) = a_worker_of_an_empty_library();
     let page = format!("http://{address}/");
 
     let mut browser = Browser::launch(1000, 800);
@@ -423,14 +430,8 @@ const STYLED: &str = "document.styleSheets.length === 1 && document.styleSheets[
 
 #[test]
 fn behind_a_proxy_under_a_path_of_another_site_the_page_works_and_sends_the_other_site_nothing() {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let db = rt.block_on(TestDatabase::create());
+    let (db, dir, _worker, address) = a_worker_of_an_empty_library();
     let url = db.url().to_owned();
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("library")).unwrap();
-    cli(&url, &["migrate"]);
-    cli(&url, &["config", "add", "--user", "ann", "--root", dir.path().join("library").to_str().unwrap()]);
-    let (_worker, address) = start_worker(&url, &dir.path().join("proxies"), &[]);
     let proxy = Proxy::start(dir.path(), &address);
 
     let mut browser = Browser::launch(1000, 800);
