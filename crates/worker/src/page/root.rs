@@ -43,9 +43,11 @@ impl Root {
         let prefix = prefix.trim();
         let trimmed = prefix.strip_prefix('/').unwrap_or(prefix).trim_end_matches('/');
         let plain = |segment: &str| {
+            // A browser reads `%2e` as a dot in a segment of dots (`%2e%2e` is `..`), as the URL standard says.
+            let dots = segment.to_ascii_lowercase().replace("%2e", ".");
             !segment.is_empty()
-                && segment != "."
-                && segment != ".."
+                && dots != "."
+                && dots != ".."
                 && segment.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._~%".contains(&b))
         };
         if trimmed.is_empty() {
@@ -100,7 +102,20 @@ mod tests {
             let root = Root::under(given).unwrap_or_else(|| panic!("{given:?} is a plain path"));
             assert_eq!((root.link("/"), root.cookie_path()), (base.to_owned(), Some(path)), "{given:?}");
         }
-        for refused in ["//evil.example", "/a//b", "/a/../b", "/./a", "/a, /b", "/a;b", "/a\"b", "/a b", "/ü"] {
+        for refused in [
+            "//evil.example",
+            "/a//b",
+            "/a/../b",
+            "/./a",
+            "/%2e%2e",
+            "/a/.%2E",
+            "/%2e",
+            "/a, /b",
+            "/a;b",
+            "/a\"b",
+            "/a b",
+            "/ü",
+        ] {
             assert_eq!(Root::under(refused), None, "{refused:?}");
         }
     }
