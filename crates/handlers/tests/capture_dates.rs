@@ -639,8 +639,7 @@ async fn a_file_dated_by_its_mtime_is_on_its_day_in_the_households_zone() {
     assert_eq!(lib.count(offsets).await, 2, "the household's offset at that instant is kept with the date");
 
     // An mtime the catalogue cannot hold is read as unknown (the epoch): no instant, so no offset either.
-    let unknown = lib.write("scans/unknown.jpg", &bare_jpeg(24));
-    std::fs::File::options().write(true).open(&unknown).unwrap().set_modified(std::time::UNIX_EPOCH).unwrap();
+    set_mtime(&lib.write("scans/unknown.jpg", &bare_jpeg(24)), "1970-01-01T00:00:00Z");
     lib.run_handler(&new_york, lib.item(serde_json::json!({})).await).await.expect("the crawl succeeds");
     assert_eq!(find(&lib.dated().await, "scans/unknown.jpg").day, "01-01");
     assert_eq!(lib.count(offsets).await, 2, "not the unknown time's");

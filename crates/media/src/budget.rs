@@ -224,9 +224,8 @@ mod tests {
         let held = budget.reserve(10_000_000, &cancel).await.unwrap();
         assert_eq!(budget.waiting(), 0, "a reservation granted at once never waits");
         let mut first = Box::pin(budget.reserve(1, &cancel));
-        let second = Box::pin(budget.reserve(1, &cancel));
+        let mut second = Box::pin(budget.reserve(1, &cancel));
         assert!((&mut first).now_or_never().is_none());
-        let mut second = second;
         assert!((&mut second).now_or_never().is_none());
         assert_eq!(budget.waiting(), 2);
         drop(second);

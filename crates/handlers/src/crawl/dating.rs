@@ -121,7 +121,7 @@ impl<C: CatalogueStore> Run<'_, C> {
 
 /// The file's own name (the last part of its path).
 fn file_name(entry: &WalkEntry) -> &[u8] {
-    entry.rel.rsplit(|c| *c == b'/').next().unwrap_or(&entry.rel)
+    almanac_media::split_parent(&entry.rel).1
 }
 
 /// The date in the file's name, a local time read as UTC ([`almanac_media::date_in_file_name`]).

@@ -233,8 +233,8 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         unseen.forget_seen(&run.seen.lock().expect("poisoned"));
         let guard = &self.settings.mass_deletion;
         // Only a walk of the whole root tells what the root is now, and what is mounted beneath it.
-        let mounts = scope.mounts().to_record(&walk.mounts_below, &not_walked);
-        let identity = scope.is_whole_root().then_some((is_mount_point, mounts));
+        let identity =
+            scope.is_whole_root().then(|| (is_mount_point, scope.mounts().to_record(&walk.mounts_below, &not_walked)));
         let under = scope.pairs_under(&unseen);
         let soft_deleted = settle.vanished(unseen, active, guard, &args, identity, &run.counters).await?;
         if ctx.cancel.is_cancelled() {

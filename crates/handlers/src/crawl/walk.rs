@@ -142,8 +142,7 @@ pub(super) fn walk_folders(
     let mut report = WalkReport::default();
     for folder in folders {
         if CrawlScope::enter(root, folder, avoid, mounts, &mut report) {
-            let walk = Walk { root, avoid, mounts, cancel };
-            walk.below(folder.clone(), &mut on_file, &mut report);
+            walk_below(&Walk { root, avoid, mounts, cancel }, folder.clone(), &mut on_file, &mut report);
         }
         if report.stopped {
             break;
@@ -161,11 +160,6 @@ struct Walk<'a> {
 }
 
 impl Walk<'_> {
-    /// Walks one folder and everything below it (see [`walk_tree`]).
-    fn below(&self, folder: Vec<u8>, on_file: &mut impl FnMut(WalkEntry) -> bool, report: &mut WalkReport) {
-        walk_below(self, folder, on_file, report);
-    }
-
     /// Whether the folder at `rel` (identity `own`), entered from the folder whose identity is `parent`, is a mount
     /// point (reported), or one recorded as a mount point that is not one now (not walked: answers why).
     fn mount(

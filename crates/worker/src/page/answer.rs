@@ -34,7 +34,11 @@ pub fn page_cookie(name: &'static str, value: String, root: &Root) -> Cookie<'st
 
 /// The cookie that clears the page's cookie `name` (set by [`page_cookie`] from the same folder).
 pub fn cleared(name: &'static str, root: &Root) -> Cookie<'static> {
-    let mut cookie = page_cookie(name, String::new(), root);
+    removal(page_cookie(name, String::new(), root))
+}
+
+/// `cookie` as the cookie that clears it: the same name and path, expired.
+fn removal(mut cookie: Cookie<'static>) -> Cookie<'static> {
     cookie.make_removal();
     cookie
 }
@@ -61,11 +65,7 @@ pub fn back_with(jar: CookieJar, message: &str, root: &Root) -> (CookieJar, Redi
 /// The message an action left for the page, if any: shown once, then cleared.
 pub fn take_flash(jar: CookieJar, root: &Root) -> (CookieJar, Option<String>) {
     match jar.get(FLASH_COOKIE).map(|c| decode(c.value())).filter(|m| !m.is_empty()) {
-        Some(message) => {
-            let mut clear = flash_cookie(String::new(), root);
-            clear.make_removal();
-            (jar.add(clear), Some(message))
-        }
+        Some(message) => (jar.add(removal(flash_cookie(String::new(), root))), Some(message)),
         None => (jar, None),
     }
 }

@@ -37,8 +37,8 @@ impl Root {
     }
 
     /// The root under `prefix`, the path a proxy strips, when it is a plain path: segments of letters, digits and
-    /// `-._~%`, none of them empty, `.` or `..` (a missing leading `/` is added, a trailing one dropped). Anything else (a list of
-    /// several, `//elsewhere`, a quote) is not taken.
+    /// `-._~%`, none of them empty, `.` or `..` (a missing leading `/` is added, a trailing one dropped). Anything
+    /// else (a list of several, `//elsewhere`, a quote) is not taken.
     pub fn under(prefix: &str) -> Option<Self> {
         let prefix = prefix.trim();
         let trimmed = prefix.strip_prefix('/').unwrap_or(prefix).trim_end_matches('/');

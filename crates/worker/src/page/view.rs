@@ -53,6 +53,11 @@ fn when(t: Option<chrono::DateTime<chrono::Utc>>) -> String {
 /// Failed files listed per item on the main page.
 const FILES_SHOWN: usize = 10;
 
+/// The link to an item's own page (the route `/items/{id}`, `read::routes`).
+fn item_link(root: &Root, item: &WorkItem) -> String {
+    root.link(&format!("/items/{}", item.id))
+}
+
 fn files(item: &WorkItem, all: bool, root: &Root) -> Markup {
     let FailedFiles { total, listed: failed } = crate::ops::failed_files(item);
     let shown = if all { failed.len() } else { FILES_SHOWN };
@@ -66,7 +71,7 @@ fn files(item: &WorkItem, all: bool, root: &Root) -> Markup {
                 ul.files {
                     @for (path, reason) in failed.iter().take(shown) { li { code { (path) } ": " (reason) } }
                     @if failed.len() > shown { li { "and " (failed.len() - shown) " more (on the item's page: "
-                        a href=(root.link(&format!("/items/{}", item.id))) { "all of them" } ")" } }
+                        a href=(item_link(root, item)) { "all of them" } ")" } }
                 }
             }
         }
@@ -229,7 +234,7 @@ fn failures(s: &Snapshot, viewer: &Viewer) -> Markup {
             ul {
                 @for i in &s.failed {
                     li {
-                        a href=(viewer.root.link(&format!("/items/{}", i.id))) { (i.kind.as_str()) } " of " code { (config_root(s, i)) }
+                        a href=(item_link(&viewer.root, i)) { (i.kind.as_str()) } " of " code { (config_root(s, i)) }
                         ", failed " (when(i.finished_at)) " after " (i.failures) " failure(s): "
                         span.error { (i.last_error.as_deref().unwrap_or("(no error recorded)")) }
                         " " (button(viewer, &format!("/items/{}/retry", i.id), "retry"))
@@ -248,7 +253,7 @@ fn crawls_with_failures(s: &Snapshot, root: &Root) -> Markup {
             h2 { "Crawls with files that failed" }
             ul {
                 @for i in &s.crawls_with_failures {
-                    li { a href=(root.link(&format!("/items/{}", i.id))) { "crawl" } " of " code { (config_root(s, i)) } " finished " (when(i.finished_at)) (files(i, false, root)) }
+                    li { a href=(item_link(root, i)) { "crawl" } " of " code { (config_root(s, i)) } " finished " (when(i.finished_at)) (files(i, false, root)) }
                 }
             }
         }
@@ -294,7 +299,7 @@ pub fn running(page: &Page, running: &[WorkItem], viewer: &Viewer) -> Markup {
             @let estimate = i.progress.as_ref().and_then(ProgressEstimate::from_progress);
             article.item {
                 p {
-                    strong { a href=(viewer.root.link(&format!("/items/{}", i.id))) { (i.kind.as_str()) } }
+                    strong { a href=(item_link(&viewer.root, i)) { (i.kind.as_str()) } }
                     " · Worker " code { (i.worker_id.as_deref().unwrap_or("-")) }
                     " · attempt " (i.attempt) " · since " (when(i.started_at))
                     " " (button(viewer, &format!("/items/{}/cancel", i.id), "cancel"))

@@ -192,10 +192,15 @@ impl Auth {
 
     /// Whether the request carries this Worker's session cookie.
     pub fn signed_in(&self, headers: &HeaderMap) -> bool {
+        self.holds_session(&session_cookies(headers))
+    }
+
+    /// Whether one of the session cookies `given` is this Worker's.
+    fn holds_session(&self, given: &[String]) -> bool {
         let Some(expected) = self.derived("session") else {
             return false;
         };
-        session_cookies(headers).iter().any(|given| blake3::Hash::from_hex(given).is_ok_and(|h| h == expected))
+        given.iter().any(|given| blake3::Hash::from_hex(given).is_ok_and(|h| h == expected))
     }
 
     /// Whether the request from `peer` may act, and how.
@@ -209,10 +214,11 @@ impl Auth {
         {
             return self.try_token(peer, given.trim()).map(|()| Via::Bearer);
         }
-        if session_cookies(headers).is_empty() {
+        let sessions = session_cookies(headers);
+        if sessions.is_empty() {
             return Err(Refusal::NotSignedIn);
         }
-        if !self.signed_in(headers) {
+        if !self.holds_session(&sessions) {
             return Err(Refusal::WrongToken);
         }
         if !same_origin(headers) {
