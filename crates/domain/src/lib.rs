@@ -52,7 +52,8 @@ pub mod ports {
         LONGEST_PATH, NewAsset, NewProxy, PairingCandidate, Sidecar,
     };
     pub use crate::maintenance_port::{
-        BurstFrame, BurstGroup, DatabaseClock, MaintenanceStore, PurgeCandidate, QueueMaintenance, StoredProxy,
+        BurstFrame, BurstGroup, DatabaseClock, FailingCrawl, MaintenanceStore, PurgeCandidate, QueueMaintenance,
+        StoredProxy,
     };
     pub use crate::queue::{
         ClaimRequest, ClaimedItem, Completed, CompletedMany, Completion, FailOutcome, Failure, Fence, Heartbeat,

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 
 use crate::catalogue::ProxyType;
 use crate::catalogue_port::CatalogueError;
-use crate::ids::{AssetId, StorageConfigId};
+use crate::ids::{AssetId, StorageConfigId, WorkItemId};
 use crate::queue::{Fence, QueueError};
 use crate::work::NewWorkItem;
 
@@ -73,6 +73,19 @@ pub struct PurgeCandidate {
     pub soft_deleted_at: DateTime<Utc>,
 }
 
+/// A crawl of a config that leaves the library's state unknown: its last attempt failed, and no crawl of the
+/// config has succeeded since. While there is one, the config's purge deletes nothing
+/// ([`MaintenanceStore::failing_crawl`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailingCrawl {
+    /// The crawl.
+    pub item: WorkItemId,
+    /// Why its last attempt failed (`last_error`).
+    pub error: String,
+    /// Whether it is to be tried again (else it failed for good).
+    pub retrying: bool,
+}
+
 /// The statements of burst detection, purge, proxy deletion and sweep, token cleanup and retention. Their writes
 /// take the attempt's [`Fence`] and are fenced as in [`crate::CatalogueStore`]. The scheduler's statements are
 /// [`QueueMaintenance`].
@@ -102,6 +115,16 @@ pub trait MaintenanceStore: DatabaseClock {
         after: Option<&PurgeCandidate>,
         limit: i64,
     ) -> impl Future<Output = Result<Vec<PurgeCandidate>, CatalogueError>> + Send;
+
+    /// The config's crawl that leaves its library's state unknown, if there is one: a crawl to be tried again after
+    /// a failure, or else the config's crawl that ended last, when it failed (a crawl that failed for good before
+    /// another succeeded leaves nothing unknown). Soft-deleted assets are then not known to be gone for good: a
+    /// share that went away, or a disk that dropped out beneath the root, may bring their files back, and only a
+    /// crawl that succeeds revives them. Cancelled crawls and crawls never tried are not counted.
+    fn failing_crawl(
+        &self,
+        config: StorageConfigId,
+    ) -> impl Future<Output = Result<Option<FailingCrawl>, CatalogueError>> + Send;
 
     /// Deletes the rows (asset, metadata, proxies, extra paths) of those assets that are still soft-deleted
     /// since before `before`, re-checked in the same transaction; returns the ones deleted.

@@ -153,13 +153,22 @@ pub struct PurgeReport {
     pub not_deleted: Vec<String>,
     /// How many proxy files could not be deleted.
     pub not_deleted_total: u64,
+    /// The config's crawl whose failure held the purge back, when one did: nothing was purged
+    /// ([`crate::ports::MaintenanceStore::failing_crawl`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_by_crawl: Option<crate::WorkItemId>,
 }
 
 impl PurgeReport {
     /// `purged` assets gone; the files in `not_deleted` (the first [`MOST_LISTED`] of `not_deleted_total`) kept
     /// theirs.
     pub fn new(purged: u64, not_deleted: Vec<String>, not_deleted_total: u64) -> Self {
-        Self { purged, not_deleted, not_deleted_total }
+        Self { purged, not_deleted, not_deleted_total, held_by_crawl: None }
+    }
+
+    /// Nothing purged: the crawl `crawl` of the config failed last.
+    pub fn held_by(crawl: crate::WorkItemId) -> Self {
+        Self { held_by_crawl: Some(crawl), ..Self::default() }
     }
 }
 

@@ -8,15 +8,19 @@ use std::time::{Duration, SystemTime};
 
 use almanac_domain::{
     AssetId, AssetMetadata, CaptureSource, CaptureTime, ContentHash, MediaType, ProxyType, Scope, StorageConfigId,
-    WorkKind, WorkQueue, WorkerId,
-    ports::{CatalogueStore, ClaimRequest, FileFacts, IngestOutcome, LeaseDuration, NewAsset, NewProxy, ServedConfigs},
+    WorkItem, WorkKind, WorkQueue, WorkerId,
+    ports::{
+        CatalogueStore, ClaimRequest, Failure, FileFacts, IngestOutcome, LeaseDuration, NewAsset, NewProxy,
+        ServedConfigs,
+    },
 };
-use almanac_executor::{Handler, HandlerContext};
+use almanac_executor::{Handler, HandlerContext, HandlerError};
 use almanac_handlers::{
     BurstDetectionHandler, BurstSettings, ProxyDeletionHandler, ProxySweepHandler, PurgeHandler, PurgeSettings,
     RetentionSettings, ScheduleSettings, Scheduler, TokenCleanupHandler, WorkItemRetentionHandler,
 };
 use almanac_media::ToolLimits;
+use almanac_media::fixtures::{self, FixtureExif};
 use almanac_store_pg::{NewStorageConfig, PgStore};
 use chrono::{TimeZone, Utc};
 use diesel::sql_query;
@@ -736,4 +740,151 @@ async fn on_this_day_shows_one_memory_per_burst() {
     assert_eq!(shown, [alone, primary], "newest first; the burst shows once, by its primary frame");
     assert_eq!(memories[1].burst_id.map(|b| b.as_uuid()), Some(first.as_uuid()));
     assert!(env.store.on_this_day(user, 1, 2, 50).await.unwrap().is_empty());
+}
+
+fn photo(seed: u32) -> Vec<u8> {
+    fixtures::jpeg(320, 240, seed, true, &FixtureExif::camera("2019:07:04 18:30:05", "+02:00"))
+}
+
+/// An attempt at `item` run as the executor ends one: taken as a claim takes it, then completed, or failed as the
+/// queue records a failure (queued again while the handler says it may be and attempts are left, else failed).
+async fn attempt(env: &Env, handler: &impl Handler, item: WorkItem) -> Result<serde_json::Value, HandlerError> {
+    let fence = env.start(item.id).await;
+    let ctx = HandlerContext { item, fence, cancel: CancellationToken::new(), progress: Default::default() };
+    let answer = handler.run(ctx).await;
+    match &answer {
+        Ok(_) => env.finish(fence).await,
+        Err(e) => {
+            let failure = Failure { error: e.message.clone(), retryable: e.retryable, retry_delay: Duration::ZERO };
+            env.store.fail(fence, &failure).await.unwrap();
+        }
+    }
+    answer.map(|r| r.unwrap_or_default())
+}
+
+/// A purge run alone: its result and the `purge_held` events it logged.
+async fn purge_logged(env: &Env) -> (serde_json::Value, usize) {
+    let item = env.work_item(WorkKind::Purge, Scope::Config(env.config), serde_json::json!({})).await;
+    let (lines, result) = support::logs::capture(env.run_handler(&purge_handler(env), item)).await;
+    (result.unwrap(), support::logs::events(&lines, "purge_held").len())
+}
+
+/// Deletion is for good, and a soft-deleted photo is known gone only as of the last crawl that read the library. A
+/// photo that went from a disk that dropped out beneath the root, then the whole share gone for longer than
+/// `purge_after`: while the config's crawls fail (to be tried again, then failed for good) the purge deletes nothing
+/// and says why; once the share is back, the crawl revives the photo that came back with it, and the purge after it
+/// purges only what is still gone. Without the hold the first purge purged both photos.
+#[tokio::test]
+async fn a_purge_deletes_nothing_while_the_configs_crawls_fail_and_a_photo_back_with_the_share_keeps_its_asset() {
+    let env = env().await;
+    env.write("keep.jpg", &photo(1));
+    let back = env.write("disk/back.jpg", &photo(2));
+    let gone = env.write("disk/gone.jpg", &photo(3));
+    env.crawl().await;
+    let content = std::fs::read(&back).unwrap();
+    std::fs::remove_file(&back).unwrap();
+    std::fs::remove_file(&gone).unwrap();
+    assert_eq!(env.crawl().await["soft_deleted"], 2);
+    let soft_deleted = "SELECT count(*) AS n FROM media_assets WHERE is_soft_deleted";
+    sql_query("UPDATE media_assets SET soft_deleted_at = now() - interval '31 days' WHERE is_soft_deleted")
+        .execute(&mut env.conn().await)
+        .await
+        .unwrap();
+    let proxies_before = env.count("SELECT count(*) AS n FROM proxy_files").await;
+    let away = env.root.with_file_name("share-away");
+    std::fs::rename(&env.root, &away).unwrap();
+    let crawl = env.item(serde_json::json!({})).await;
+    let err = attempt(&env, &env.handler(), crawl.clone()).await.unwrap_err();
+    assert!(err.retryable, "{err:?}");
+    let failed = format!("SELECT count(*) AS n FROM work_items WHERE id = '{}' AND status = 'failed'", crawl.id);
+    for to_be_tried_again in [true, false] {
+        if !to_be_tried_again {
+            // Its attempts run out: failed for good, and still the config's last crawl.
+            while env.count(&failed).await == 0 {
+                attempt(&env, &env.handler(), crawl.clone()).await.unwrap_err();
+            }
+        }
+        let (result, held) = purge_logged(&env).await;
+        assert_eq!((result["purged"].as_u64(), held), (Some(0), 1), "{result}");
+        assert_eq!(result["held_by_crawl"], crawl.id.to_string(), "{result}");
+        assert_eq!(env.count(soft_deleted).await, 2, "nothing purged");
+        assert_eq!(env.count("SELECT count(*) AS n FROM proxy_files").await, proxies_before);
+    }
+    std::fs::rename(&away, &env.root).unwrap();
+    std::fs::write(&back, &content).unwrap();
+    let item = env.item(serde_json::json!({})).await;
+    assert_eq!(attempt(&env, &env.handler(), item).await.unwrap()["revived"], 1);
+    let (result, held) = purge_logged(&env).await;
+    assert_eq!((result["purged"].as_u64(), held), (Some(1), 0), "only the photo still gone: {result}");
+    assert!(result.get("held_by_crawl").is_none(), "{result}");
+    assert_eq!(env.count(soft_deleted).await, 0);
+    let kept = "SELECT count(*) AS n FROM media_assets WHERE display_path = 'disk/back.jpg' AND NOT is_soft_deleted";
+    assert_eq!(env.count(kept).await, 1, "the photo that came back kept its asset");
+}
+
+/// Which crawls hold a config's purge, each history on a config of its own: a crawl to be tried again after a
+/// failure, or a failure that is the config's last ended crawl; not a crawl never tried, a failure a success came
+/// after, another kind's failure, another config's. A cancelled crawl says nothing of the library: a failure before
+/// it still holds, and so does one before another kind's item.
+#[tokio::test]
+async fn a_configs_purge_is_held_by_a_failing_crawl_of_that_config_only() {
+    use almanac_domain::ports::MaintenanceStore;
+    #[derive(Clone, Copy, Debug)]
+    enum End {
+        Succeeded,
+        Retrying,
+        Failed,
+        Cancelled,
+        NeverTried,
+        PurgeFailed,
+    }
+    use End::*;
+    let env = env().await;
+    let cases: [(&[End], Option<bool>); 10] = [
+        (&[], None),
+        (&[NeverTried], None),
+        (&[Succeeded, NeverTried], None),
+        (&[Retrying], Some(true)),
+        (&[Succeeded, Failed], Some(false)),
+        (&[Failed, Succeeded], None),
+        (&[Failed, Cancelled], Some(false)),
+        (&[Succeeded, PurgeFailed], None),
+        (&[Failed, PurgeFailed], Some(false)),
+        (&[Failed, Retrying], Some(true)),
+    ];
+    let mut configs = Vec::new();
+    for (n, (history, _)) in cases.iter().enumerate() {
+        let root = env.dir.path().join(format!("library-{n}"));
+        std::fs::create_dir_all(&root).unwrap();
+        let new = NewStorageConfig { username: "ann".into(), root_path: root };
+        let config = env.store.add_storage_config(&new).await.unwrap().1.id;
+        let mut failing = None;
+        for end in *history {
+            let kind = if matches!(end, PurgeFailed) { WorkKind::Purge } else { WorkKind::Crawl };
+            let item = env.work_item(kind, Scope::Config(config), serde_json::json!({})).await;
+            if matches!(end, Retrying | Failed) {
+                failing = Some(item.id);
+            }
+            let fail = |retryable| Failure { error: format!("{end:?}"), retryable, retry_delay: Duration::ZERO };
+            match end {
+                NeverTried => {}
+                Cancelled => {
+                    env.store.request_cancel(item.id).await.unwrap();
+                }
+                Succeeded => env.finish(env.start(item.id).await).await,
+                Retrying => drop(env.store.fail(env.start(item.id).await, &fail(true)).await.unwrap()),
+                Failed | PurgeFailed => drop(env.store.fail(env.start(item.id).await, &fail(false)).await.unwrap()),
+            }
+        }
+        configs.push((config, failing));
+    }
+    // Another config's failure holds none of these: the failing config above each is its own.
+    for ((config, failing), (history, expected)) in configs.iter().zip(cases) {
+        let found = env.store.failing_crawl(*config).await.unwrap();
+        assert_eq!(found.as_ref().map(|f| f.retrying), expected, "{history:?}: {found:?}");
+        if let Some(found) = found {
+            assert_eq!(Some(found.item), *failing, "{history:?}");
+            assert!(found.error.contains("Retrying") || found.error.contains("Failed"), "{found:?}");
+        }
+    }
 }

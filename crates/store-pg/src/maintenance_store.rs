@@ -7,7 +7,7 @@ use std::str::FromStr;
 use almanac_domain::{
     AssetId, NewWorkItem, ProxyType, QueueError, StorageConfigId, WorkItemId,
     ports::{
-        BurstFrame, BurstGroup, CatalogueError, DatabaseClock, Fence, MaintenanceStore, PurgeCandidate,
+        BurstFrame, BurstGroup, CatalogueError, DatabaseClock, FailingCrawl, Fence, MaintenanceStore, PurgeCandidate,
         QueueMaintenance, ServedConfigs, StoredProxy,
     },
 };
@@ -19,6 +19,7 @@ use diesel_async::RunQueryDsl;
 use crate::PgStore;
 use crate::tx::Lane;
 
+mod failing_crawl;
 mod proxy_rows;
 
 fn uuids(ids: &[AssetId]) -> Vec<uuid::Uuid> {
@@ -222,6 +223,10 @@ impl MaintenanceStore for PgStore {
                 }
             })
             .collect())
+    }
+
+    async fn failing_crawl(&self, config: StorageConfigId) -> Result<Option<FailingCrawl>, CatalogueError> {
+        failing_crawl::of(self, config).await
     }
 
     #[mutants::skip]

@@ -48,7 +48,8 @@ struct PurgeProgress {
 }
 
 /// The purge handler (kind `purge`): proxy files first, then rows, each batch's rows in one transaction that
-/// re-checks every asset is still soft-deleted. Safe beside a crawl only because no crawl of the same config
+/// re-checks every asset is still soft-deleted. Nothing is purged while a crawl of the config is failing
+/// ([`MaintenanceStore::failing_crawl`]). Safe beside a crawl only because no crawl of the same config
 /// runs meanwhile (ADR 0008). Originals are never touched.
 pub struct PurgeHandler<M> {
     store: Arc<M>,
@@ -68,6 +69,15 @@ impl<M: MaintenanceStore + 'static> WorkHandler for PurgeHandler<M> {
     fn work(&self, _: PurgeArgs, ctx: HandlerContext) -> BoxFuture<'_, Result<PurgeReport, HandlerError>> {
         Box::pin(async move {
             let config = ctx.config()?;
+            // Deleting is for good, and a soft-deleted asset is known gone only as of the last crawl that read the
+            // library: while the config's crawls fail, a share that went away may bring its files back.
+            if let Some(crawl) = self.store.failing_crawl(config).await.map_err(store_error)? {
+                warn!(event = "purge_held", crawl = %crawl.item, retrying = crawl.retrying, error = %crawl.error,
+                      "nothing was purged: the config's last crawl failed, so whether its soft-deleted photos and \
+                       videos are gone for good is not known (a share or disk that went away may bring them back). \
+                       The purge runs again once a crawl of the config succeeds; mend what the crawl's error names");
+                return Ok(PurgeReport::held_by(crawl.item));
+            }
             let cutoff = self.store.db_now().await.map_err(store_error)? - chrono_duration(self.settings.purge_after);
             // The files that keep their assets: the first few named, all counted.
             let (mut purged, mut files_kept, mut kept) = (0usize, Vec::new(), 0u64);

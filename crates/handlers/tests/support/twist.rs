@@ -16,9 +16,9 @@ use std::sync::Mutex;
 use almanac_domain::{
     AssetId, AssetMetadata, CaptureTime, ContentHash, NewWorkItem, ProxyType, StorageConfig, StorageConfigId,
     ports::{
-        BurstFrame, BurstGroup, CatalogueError, CatalogueStore, DatabaseClock, FailedFile, Fence, FileFacts, HashMatch,
-        IngestOutcome, KnownFile, MaintenanceStore, NewAsset, NewProxy, PairingCandidate, PurgeCandidate,
-        ServedConfigs, Sidecar, StoredProxy,
+        BurstFrame, BurstGroup, CatalogueError, CatalogueStore, DatabaseClock, FailedFile, FailingCrawl, Fence,
+        FileFacts, HashMatch, IngestOutcome, KnownFile, MaintenanceStore, NewAsset, NewProxy, PairingCandidate,
+        PurgeCandidate, ServedConfigs, Sidecar, StoredProxy,
     },
 };
 use almanac_store_pg::PgStore;
@@ -72,6 +72,7 @@ twist! {
             after: Option<&PurgeCandidate>,
             limit: i64,
         ) -> Vec<PurgeCandidate>;
+        fn failing_crawl(config: StorageConfigId) -> Option<FailingCrawl>;
         fn purge_rows(
             fence: Fence,
             config: StorageConfigId,

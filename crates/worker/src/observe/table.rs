@@ -199,6 +199,11 @@ runtime was left to run it, or the Worker stopped first); whatever it took runs 
     event("bursts_detected", "burst detection's result"),
     event("purged", "purge's result"),
     event(
+        "purge_held",
+        "a purge deleted nothing because a crawl of its config is failing (`crawl`, `retrying`, `error`): its \
+         soft-deleted assets are not known to be gone for good until a crawl reads the library again",
+    ),
+    event(
         "purge_incomplete",
         "some proxy files could not be deleted; their assets stay soft-deleted and are tried again next time",
     ),
