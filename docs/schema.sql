@@ -768,7 +768,7 @@ COMMENT ON COLUMN public.media_assets.captured_at IS 'When the shot was taken, a
 -- Name: COLUMN media_assets.captured_offset_minutes; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.media_assets.captured_offset_minutes IS 'UTC offset of the camera at capture, when known; capture_month/day use the local date it gives.';
+COMMENT ON COLUMN public.media_assets.captured_offset_minutes IS 'UTC offset of the local time at capture, when known: the camera''s own, or the household zone''s at that instant for a time read as an instant (a phone''s video in UTC, a file''s mtime); capture_month/day use the local date it gives.';
 
 
 --
