@@ -73,8 +73,8 @@ pub struct PurgeCandidate {
     pub soft_deleted_at: DateTime<Utc>,
 }
 
-/// A crawl of a config that leaves the library's state unknown: its last attempt failed, and no crawl of the
-/// config has succeeded since. While there is one, the config's purge deletes nothing
+/// A crawl of a config that leaves the library's state unknown: it failed (or stalled) after the config's last
+/// crawl of the whole root that succeeded. While there is one, the config's purge deletes nothing
 /// ([`MaintenanceStore::failing_crawl`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FailingCrawl {
@@ -82,7 +82,7 @@ pub struct FailingCrawl {
     pub item: WorkItemId,
     /// Why its last attempt failed (`last_error`).
     pub error: String,
-    /// Whether it is to be tried again (else it failed for good).
+    /// Whether it is queued to be tried again (else it failed for good, or was cancelled).
     pub retrying: bool,
 }
 
@@ -116,11 +116,12 @@ pub trait MaintenanceStore: DatabaseClock {
         limit: i64,
     ) -> impl Future<Output = Result<Vec<PurgeCandidate>, CatalogueError>> + Send;
 
-    /// The config's crawl that leaves its library's state unknown, if there is one: a crawl to be tried again after
-    /// a failure, or else the config's crawl that ended last, when it failed (a crawl that failed for good before
-    /// another succeeded leaves nothing unknown). Soft-deleted assets are then not known to be gone for good: a
-    /// share that went away, or a disk that dropped out beneath the root, may bring their files back, and only a
-    /// crawl that succeeds revives them. Cancelled crawls and crawls never tried are not counted.
+    /// The config's crawl that leaves its library's state unknown, if there is one: the latest crawl, of any
+    /// scope, that failed or stalled since the config's last crawl of the whole root that succeeded, whether it is
+    /// to be tried again, failed for good, cancelled or put back by the operator. Soft-deleted assets are then not
+    /// known to be gone for good: a share that went away, or a disk that dropped out beneath the root, may bring
+    /// their files back, and only a crawl that reads the library revives them. A crawl of some folders reads only
+    /// those, so its success clears nothing.
     fn failing_crawl(
         &self,
         config: StorageConfigId,

@@ -681,3 +681,61 @@ async fn a_video_waits_for_the_pixel_budget_before_its_proxies_are_made() {
     assert_eq!(result["ingested"], 1, "{result}");
     assert_eq!(files_named(&lib.proxies, "poster.jpg"), 1);
 }
+
+/// The catalogue as the crawl sees it, except that the first relocation's answer is lost: the relocation is
+/// written, then the connection goes (an outage), so the crawl tries the file again and finds the asset already at
+/// the file's path.
+struct RelocationAnswerLost {
+    inner: std::sync::Arc<almanac_store_pg::PgStore>,
+    lost: std::sync::atomic::AtomicBool,
+}
+
+impl support::twist::RealStore for RelocationAnswerLost {
+    fn store(&self) -> &almanac_store_pg::PgStore {
+        &self.inner
+    }
+}
+
+impl support::twist::CatalogueTwist for RelocationAnswerLost {
+    async fn relocate(
+        &self,
+        fence: almanac_domain::ports::Fence,
+        asset: almanac_domain::AssetId,
+        facts: &almanac_domain::ports::FileFacts,
+    ) -> Result<(), almanac_domain::ports::CatalogueError> {
+        use almanac_domain::ports::CatalogueStore;
+        self.inner.relocate(fence, asset, facts).await?;
+        if self.lost.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            let gone = almanac_domain::Cause::new("the connection went before the answer");
+            return Err(almanac_domain::ports::CatalogueError::Unavailable(gone));
+        }
+        Ok(())
+    }
+}
+
+/// The same photo dated by its file's time, copied away without its time, when the answer of its move is lost:
+/// the crawl tries the file again and finds the asset already moved there, and it keeps its day as a move whose
+/// answer came does. Before, the second try dated it again by the copy's time.
+#[tokio::test]
+async fn a_photo_dated_by_its_file_time_keeps_its_day_when_the_answer_of_its_move_is_lost() {
+    let lib = library().await;
+    let put = |rel: &str, at: &str| {
+        let path = lib.write(rel, &bare_jpeg(9));
+        let at: chrono::DateTime<chrono::Utc> = at.parse().unwrap();
+        std::fs::File::options().write(true).open(&path).unwrap().set_modified(at.into()).unwrap();
+    };
+    put("inbox/scan.jpg", "2015-06-01T12:00:00Z");
+    lib.crawl().await;
+    assert_eq!(find(&lib.dated().await, "inbox/scan.jpg").day, "06-01");
+
+    put("2015/scan.jpg", "2020-01-01T12:00:00Z");
+    std::fs::remove_file(lib.root.join("inbox/scan.jpg")).unwrap();
+    let twisted = RelocationAnswerLost { inner: lib.store.clone(), lost: true.into() };
+    let crawl =
+        almanac_handlers::CrawlHandler::new(std::sync::Arc::new(support::twist::Twisted(twisted)), lib.settings());
+    let (lines, result) = support::logs::capture(lib.run_handler(&crawl, lib.item(serde_json::json!({})).await)).await;
+    let result = result.expect("the crawl succeeds");
+    assert_eq!(support::logs::events(&lines, "catalogue_retry").len(), 1, "the file tried again: {result}");
+    let row = find(&lib.dated().await, "2015/scan.jpg").clone();
+    assert_eq!((row.source.as_str(), row.day.as_str()), ("file_mtime", "06-01"), "not the copy's day: {result}");
+}

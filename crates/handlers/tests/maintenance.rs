@@ -822,36 +822,51 @@ async fn a_purge_deletes_nothing_while_the_configs_crawls_fail_and_a_photo_back_
     assert_eq!(env.count(kept).await, 1, "the photo that came back kept its asset");
 }
 
-/// Which crawls hold a config's purge, each history on a config of its own: a crawl to be tried again after a
-/// failure, or a failure that is the config's last ended crawl; not a crawl never tried, a failure a success came
-/// after, another kind's failure, another config's. A cancelled crawl says nothing of the library: a failure before
-/// it still holds, and so does one before another kind's item.
+/// Which crawls hold a config's purge, each history on a config of its own, written through the queue's own
+/// statements: the latest crawl that failed or stalled since the last crawl of the whole root that succeeded,
+/// whether it is to be tried again, failed for good, cancelled (by the operator, while retrying) or put back by
+/// `retry`. Not a crawl never tried or cancelled before it ran, a failure that a success of the whole root came
+/// after, another kind's failure, or another config's; and a crawl of some folders reads only those, so its success
+/// clears nothing.
 #[tokio::test]
 async fn a_configs_purge_is_held_by_a_failing_crawl_of_that_config_only() {
     use almanac_domain::ports::MaintenanceStore;
     #[derive(Clone, Copy, Debug)]
     enum End {
         Succeeded,
+        FoldersSucceeded,
+        RootListedSucceeded,
         Retrying,
         Failed,
         Cancelled,
+        RetryingThenCancelled,
+        FailedThenRetried,
+        Stalled,
         NeverTried,
         PurgeFailed,
     }
     use End::*;
     let env = env().await;
-    let cases: [(&[End], Option<bool>); 10] = [
+    let cases: [(&[End], Option<bool>); 17] = [
         (&[], None),
         (&[NeverTried], None),
         (&[Succeeded, NeverTried], None),
+        (&[Cancelled], None),
         (&[Retrying], Some(true)),
         (&[Succeeded, Failed], Some(false)),
         (&[Failed, Succeeded], None),
+        (&[Retrying, Succeeded], None),
         (&[Failed, Cancelled], Some(false)),
         (&[Succeeded, PurgeFailed], None),
         (&[Failed, PurgeFailed], Some(false)),
         (&[Failed, Retrying], Some(true)),
+        (&[Succeeded, RetryingThenCancelled], Some(false)),
+        (&[Succeeded, FailedThenRetried], Some(true)),
+        (&[Succeeded, Stalled], Some(true)),
+        (&[Failed, FoldersSucceeded], Some(false)),
+        (&[Failed, RootListedSucceeded], None),
     ];
+    let stalled = "its last attempt ended without an answer";
     let mut configs = Vec::new();
     for (n, (history, _)) in cases.iter().enumerate() {
         let root = env.dir.path().join(format!("library-{n}"));
@@ -859,32 +874,51 @@ async fn a_configs_purge_is_held_by_a_failing_crawl_of_that_config_only() {
         let new = NewStorageConfig { username: "ann".into(), root_path: root };
         let config = env.store.add_storage_config(&new).await.unwrap().1.id;
         let mut failing = None;
-        for end in *history {
+        for (step, end) in history.iter().enumerate() {
             let kind = if matches!(end, PurgeFailed) { WorkKind::Purge } else { WorkKind::Crawl };
-            let item = env.work_item(kind, Scope::Config(config), serde_json::json!({})).await;
-            if matches!(end, Retrying | Failed) {
-                failing = Some(item.id);
-            }
-            let fail = |retryable| Failure { error: format!("{end:?}"), retryable, retry_delay: Duration::ZERO };
+            let payload = match end {
+                FoldersSucceeded => serde_json::json!({"folders": ["2024/phone"]}),
+                RootListedSucceeded => serde_json::json!({"folders": ["2024/phone", ""]}),
+                _ => serde_json::json!({}),
+            };
+            let item = env.work_item(kind, Scope::Config(config), payload).await;
+            let error = format!("{end:?} at step {step}");
+            let fail = |retryable| Failure { error: error.clone(), retryable, retry_delay: Duration::ZERO };
             match end {
                 NeverTried => {}
-                Cancelled => {
-                    env.store.request_cancel(item.id).await.unwrap();
-                }
-                Succeeded => env.finish(env.start(item.id).await).await,
+                Cancelled => drop(env.store.request_cancel(item.id).await.unwrap()),
+                Succeeded | FoldersSucceeded | RootListedSucceeded => env.finish(env.start(item.id).await).await,
                 Retrying => drop(env.store.fail(env.start(item.id).await, &fail(true)).await.unwrap()),
                 Failed | PurgeFailed => drop(env.store.fail(env.start(item.id).await, &fail(false)).await.unwrap()),
+                RetryingThenCancelled => {
+                    env.store.fail(env.start(item.id).await, &fail(true)).await.unwrap();
+                    env.store.request_cancel(item.id).await.unwrap();
+                }
+                FailedThenRetried => {
+                    env.store.fail(env.start(item.id).await, &fail(false)).await.unwrap();
+                    env.store.retry_items(&Default::default(), Some(&[item.id])).await.unwrap();
+                }
+                Stalled => {
+                    env.start(item.id).await;
+                    let expire = "UPDATE work_items SET lease_expires_at = now() - interval '1 second' WHERE id = $1";
+                    sql_query(expire).bind::<Uuid, _>(item.id.as_uuid()).execute(&mut env.conn().await).await.unwrap();
+                    assert_eq!(env.store.recover_expired_leases(5).await.unwrap().len(), 1);
+                }
+            }
+            if !matches!(end, NeverTried | Cancelled | PurgeFailed) && !format!("{end:?}").ends_with("Succeeded") {
+                failing = Some((item.id, if matches!(end, Stalled) { stalled.to_owned() } else { error }));
             }
         }
         configs.push((config, failing));
     }
-    // Another config's failure holds none of these: the failing config above each is its own.
+    // Each config's answer is its own history's, whatever the other configs' hold.
     for ((config, failing), (history, expected)) in configs.iter().zip(cases) {
         let found = env.store.failing_crawl(*config).await.unwrap();
         assert_eq!(found.as_ref().map(|f| f.retrying), expected, "{history:?}: {found:?}");
         if let Some(found) = found {
-            assert_eq!(Some(found.item), *failing, "{history:?}");
-            assert!(found.error.contains("Retrying") || found.error.contains("Failed"), "{found:?}");
+            let (item, error) = failing.as_ref().expect("a failing crawl in the history");
+            assert_eq!(found.item, *item, "{history:?}");
+            assert!(found.error.starts_with(error.as_str()), "{history:?}: {found:?}");
         }
     }
 }

@@ -247,7 +247,9 @@ impl<C: CatalogueStore> Run<'_, C> {
         } else if date_to_read {
             let capture = self.capture_again(entry, read).await?;
             self.still_wanted()?;
-            self.catalogue.redate(self.fence, id, capture.as_ref(), entry.sidecar.as_ref()).await?;
+            // Moved here by the earlier try: dated as a move is ([`Self::relocate_and_redate`]).
+            let capture = if known.is_none() { moved_keeping_its_date(capture.as_ref()) } else { capture.as_ref() };
+            self.catalogue.redate(self.fence, id, capture, entry.sidecar.as_ref()).await?;
             bump(&self.counters.redated);
         } else if known.is_some_and(|k| same_facts(k, entry)) {
             // Read only because a watcher saw it closed, and it holds what it held: nothing to write.
@@ -265,9 +267,7 @@ impl<C: CatalogueStore> Run<'_, C> {
         let capture = self.capture_again(entry, read).await?;
         self.still_wanted()?;
         self.catalogue.relocate(self.fence, id, &facts(entry)).await?;
-        // A file's time is the last guess, and a copy or a restore sets it anew: the asset keeps the date it has.
-        let capture = capture.as_ref().filter(|c| c.source != CaptureSource::FileMtime);
-        self.catalogue.redate(self.fence, id, capture, entry.sidecar.as_ref()).await?;
+        self.catalogue.redate(self.fence, id, moved_keeping_its_date(capture.as_ref()), entry.sidecar.as_ref()).await?;
         Ok(())
     }
 
@@ -446,4 +446,10 @@ impl<C: CatalogueStore> Run<'_, C> {
 /// A file's facts as the walk found them.
 fn facts(entry: &WalkEntry) -> FileFacts {
     FileFacts { file_path: entry.rel.clone(), display_path: display(&entry.rel), size: entry.size, mtime: entry.mtime }
+}
+
+/// The date read again of an asset found at another path than it was (moved, revived): a file's time is the last
+/// guess, and a copy or a restore sets it anew, so such an asset keeps the date it has instead (`None`).
+fn moved_keeping_its_date(capture: Option<&CaptureTime>) -> Option<&CaptureTime> {
+    capture.filter(|c| c.source != CaptureSource::FileMtime)
 }

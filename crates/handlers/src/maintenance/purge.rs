@@ -73,9 +73,10 @@ impl<M: MaintenanceStore + 'static> WorkHandler for PurgeHandler<M> {
             // library: while the config's crawls fail, a share that went away may bring its files back.
             if let Some(crawl) = self.store.failing_crawl(config).await.map_err(store_error)? {
                 warn!(event = "purge_held", crawl = %crawl.item, retrying = crawl.retrying, error = %crawl.error,
-                      "nothing was purged: the config's last crawl failed, so whether its soft-deleted photos and \
-                       videos are gone for good is not known (a share or disk that went away may bring them back). \
-                       The purge runs again once a crawl of the config succeeds; mend what the crawl's error names");
+                      "nothing was purged: a crawl of the config failed since the library was last read whole, so \
+                       whether its soft-deleted photos and videos are gone for good is not known (a share or disk \
+                       that went away may bring them back). Mend what the crawl's error names; the first purge after \
+                       a crawl of the whole library succeeds deletes as usual");
                 return Ok(PurgeReport::held_by(crawl.item));
             }
             let cutoff = self.store.db_now().await.map_err(store_error)? - chrono_duration(self.settings.purge_after);

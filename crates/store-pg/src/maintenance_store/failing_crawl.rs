@@ -11,20 +11,28 @@ use diesel_async::RunQueryDsl;
 
 use crate::PgStore;
 
-/// A crawl to be tried again after a failure (queued, or running: never beside the purge, which holds the config),
-/// else the config's crawl that ended last (succeeded or failed; a cancelled one says nothing of the library) when it
-/// failed. A failed crawl's `last_error` is always written (a failure, or the stalls the recovery gave up on).
+/// The config's latest crawl with a failure on it since its last crawl of the whole root that succeeded (`r`): one
+/// failed for good; or one not ended (queued again; running is never seen beside the purge, which holds the
+/// config), cancelled (by the operator, by deactivation, or while failing) or put back by `retry`, that failed or
+/// stalled before (`last_error`, `failures`, `stalls`). Its time is its end, or its last attempt's start. A crawl of
+/// some folders (`folders` in its payload, as `CrawlArgs` writes it, without the root's `""`) reads only those, so
+/// its success clears nothing.
 const FAILING: &str = "
-SELECT w.id, coalesce(w.last_error, 'no error was recorded') AS error, w.status <> 'failed' AS retrying
-  FROM work_items AS w
+WITH r AS (SELECT max(s.finished_at) AS read_at
+             FROM work_items AS s
+            WHERE s.storage_config_id = $1 AND s.kind = $2 AND s.status = 'succeeded'
+              AND (coalesce(s.payload -> 'folders', '[]') IN ('[]', 'null') OR s.payload -> 'folders' ? ''))
+SELECT w.id, coalesce(w.last_error, $3) AS error, w.status IN ('queued', 'running') AS retrying
+  FROM work_items AS w, r
  WHERE w.storage_config_id = $1 AND w.kind = $2
-   AND (w.status IN ('queued', 'running') AND w.failures > 0
-        OR w.status = 'failed'
-           AND w.finished_at = (SELECT max(e.finished_at) FROM work_items AS e
-                                 WHERE e.storage_config_id = $1 AND e.kind = $2
-                                   AND e.status IN ('succeeded', 'failed')))
- ORDER BY w.status = 'failed', w.id
+   AND (w.status = 'failed'
+        OR w.status <> 'succeeded' AND (w.last_error IS NOT NULL OR w.failures > 0 OR w.stalls > 0))
+   AND (r.read_at IS NULL OR coalesce(w.finished_at, w.started_at, w.requested_at) > r.read_at)
+ ORDER BY coalesce(w.finished_at, w.started_at, w.requested_at) DESC, w.id
  LIMIT 1";
+
+/// What a failing crawl that recorded no error (its attempts stalled) is said to have failed with.
+const STALLED: &str = "its last attempt ended without an answer: the Worker running it stopped, or lost its lease";
 
 #[derive(QueryableByName)]
 struct FailingRow {
@@ -43,6 +51,7 @@ pub(super) async fn of(store: &PgStore, config: StorageConfigId) -> Result<Optio
             sql_query(FAILING)
                 .bind::<Uuid, _>(config.as_uuid())
                 .bind::<Text, _>(WorkKind::Crawl.as_str())
+                .bind::<Text, _>(STALLED)
                 .load(conn)
                 .await
         })
