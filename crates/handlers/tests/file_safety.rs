@@ -337,11 +337,13 @@ async fn a_root_overlapping_the_proxy_root_is_refused_by_the_crawl() {
 async fn roots_of_an_older_catalogue_that_overlap_are_refused_by_the_crawl_and_reported() {
     let lib = library().await;
     lib.write("bob/IMG.jpg", &photo(1));
-    // An older catalogue, from before roots were checked: eve's root inside ann's.
+    // An older catalogue, from before roots were checked: eve's root inside ann's, its config's id the lowest there
+    // is (so ordered by id, eve's would come first: the pair is reported outer root first, whatever the ids).
     let eve_root = lib.root.join("bob");
     sql_query(
         "WITH u AS (INSERT INTO users (id, username) VALUES (gen_random_uuid(), 'eve') RETURNING id)
-         INSERT INTO storage_configs (id, user_id, root_path) SELECT gen_random_uuid(), u.id, $1 FROM u",
+         INSERT INTO storage_configs (id, user_id, root_path)
+         SELECT '00000000-0000-4000-8000-000000000000', u.id, $1 FROM u",
     )
     .bind::<Text, _>(eve_root.to_str().unwrap())
     .execute(&mut lib.conn().await)
@@ -352,7 +354,7 @@ async fn roots_of_an_older_catalogue_that_overlap_are_refused_by_the_crawl_and_r
     assert!(err.message.contains(eve_root.to_str().unwrap()) && err.message.contains("config deactivate"));
     let overlaps = lib.store.root_overlaps().await.unwrap();
     assert_eq!(overlaps.len(), 1);
-    assert_eq!((overlaps[0].first.2.as_str(), overlaps[0].second.2.as_str()), ("ann", "eve"));
+    assert_eq!((overlaps[0].first.2.as_str(), overlaps[0].second.2.as_str()), ("ann", "eve"), "the outer root first");
     assert_eq!(lib.active_count().await, 0);
 }
 

@@ -111,9 +111,9 @@ struct OverlapRow {
 /// older than the canonical-root rule, ADR 0009).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RootOverlap {
-    /// One config, its root and its owner's name.
+    /// One config, its root and its owner's name: the root that holds the other's.
     pub first: (StorageConfigId, PathBuf, String),
-    /// The other.
+    /// The other, whose root is inside the first's (or is the same).
     pub second: (StorageConfigId, PathBuf, String),
 }
 
@@ -237,8 +237,9 @@ impl PgStore {
         Ok(())
     }
 
-    /// Every pair of storage configs whose roots overlap (same tree, or one inside the other). Empty in a
-    /// catalogue made since ADR 0009; an older one may have some, which `status` reports.
+    /// Every pair of storage configs whose roots overlap (same tree, or one inside the other), once each, the
+    /// root that holds the other first (two equal roots by id). Empty in a catalogue made since ADR 0009; an older
+    /// one may have some, which `status` reports.
     #[mutants::skip]
     pub async fn root_overlaps(&self) -> Result<Vec<RootOverlap>, StoreError> {
         let rows: Vec<OverlapRow> = self
@@ -246,7 +247,9 @@ impl PgStore {
                 sql_query(format!(
                     "SELECT a.id AS a_id, a.root_path AS a_root, ua.username AS a_user,
                     b.id AS b_id, b.root_path AS b_root, ub.username AS b_user
-               FROM storage_configs a JOIN storage_configs b ON a.id < b.id AND {ROOTS_OVERLAP}
+               FROM storage_configs a
+               JOIN storage_configs b
+                 ON (octet_length(a.root_path), a.id) < (octet_length(b.root_path), b.id) AND {ROOTS_OVERLAP}
                JOIN users ua ON ua.id = a.user_id JOIN users ub ON ub.id = b.user_id
               ORDER BY a.root_path, b.root_path"
                 ))
