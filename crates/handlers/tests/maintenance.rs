@@ -637,6 +637,55 @@ async fn retention_deletes_finished_items_past_retention_only() {
     assert!(env.store.get(recent_failed.id).await.unwrap().is_some(), "a failed item within its retention is kept");
 }
 
+/// Retention keeps each config's newest crawl of the whole root that succeeded, however old: the purge reads it
+/// to know the library was read since a crawl failed, and a failure is kept 30 days where a success is kept 7. An
+/// older success of the whole root, and a newer success of some folders, go as before. Without it, a config
+/// crawled less often than weekly had its purge held by a failure its last whole crawl had answered.
+#[tokio::test]
+async fn retention_keeps_each_configs_newest_crawl_of_the_whole_root_that_the_purge_reads() {
+    use almanac_domain::ports::MaintenanceStore;
+    let env = env().await;
+    let root = env.dir.path().join("other-library");
+    std::fs::create_dir_all(&root).unwrap();
+    let new = NewStorageConfig { username: "ann".into(), root_path: root };
+    let other = env.store.add_storage_config(&new).await.unwrap().1.id;
+    let ended = |config: StorageConfigId, payload: serde_json::Value, status: &'static str, days: i32| {
+        let env = &env;
+        async move {
+            let item = env.work_item(WorkKind::Crawl, Scope::Config(config), payload).await;
+            sql_query(
+                "UPDATE work_items SET status = $2, finished_at = now() - make_interval(days => $3), attempt = 1,
+                        failures = CASE WHEN $2 = 'failed' THEN 1 ELSE 0 END,
+                        last_error = CASE WHEN $2 = 'failed' THEN 'the share was gone' END
+                  WHERE id = $1",
+            )
+            .bind::<Uuid, _>(item.id.as_uuid())
+            .bind::<diesel::sql_types::Text, _>(status)
+            .bind::<diesel::sql_types::Integer, _>(days)
+            .execute(&mut env.conn().await)
+            .await
+            .unwrap();
+            item.id
+        }
+    };
+    let whole = serde_json::json!({});
+    let older_whole = ended(env.config, whole.clone(), "succeeded", 20).await;
+    let failure = ended(env.config, whole.clone(), "failed", 15).await;
+    let newest_whole = ended(env.config, whole.clone(), "succeeded", 10).await;
+    let folders = ended(env.config, serde_json::json!({"folders": ["2024"]}), "succeeded", 9).await;
+    let others_whole = ended(other, whole.clone(), "succeeded", 12).await;
+    let handler = WorkItemRetentionHandler::new(env.store.clone(), RetentionSettings::default());
+    let item = env.work_item(WorkKind::WorkItemRetention, Scope::Unscoped, serde_json::json!({})).await;
+    let result = env.run_handler(&handler, item).await.unwrap();
+    assert_eq!(result["deleted"], 2, "{result}");
+    for (id, kept) in
+        [(older_whole, false), (failure, true), (newest_whole, true), (folders, false), (others_whole, true)]
+    {
+        assert_eq!(env.store.get(id).await.unwrap().is_some(), kept, "{id}");
+    }
+    assert_eq!(env.store.failing_crawl(env.config).await.unwrap(), None, "the failure was answered");
+}
+
 /// Retention deletes in batches (of 1,000) until none is left: 2,500 items past their retention take three.
 #[tokio::test]
 async fn retention_deletes_every_item_past_its_retention_whatever_the_number_of_batches() {

@@ -19,7 +19,7 @@ use diesel_async::RunQueryDsl;
 use crate::PgStore;
 use crate::tx::Lane;
 
-mod failing_crawl;
+pub(crate) mod failing_crawl;
 mod proxy_rows;
 
 fn uuids(ids: &[AssetId]) -> Vec<uuid::Uuid> {

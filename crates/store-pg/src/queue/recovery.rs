@@ -54,25 +54,35 @@ pub(super) async fn cancel_on(
 }
 
 /// Deletes up to `batch` finished items: succeeded or cancelled before `done_before`, failed before
-/// `failed_before`; never a queued or running one.
+/// `failed_before`; never a queued or running one, nor a config's newest crawl of the whole root that succeeded,
+/// however old: the purge reads it to know its library was read since a crawl failed
+/// (`MaintenanceStore::failing_crawl`), and a failure is kept longer than a success.
 pub(crate) fn delete_finished_query(
     done_before: DateTime<Utc>,
     failed_before: DateTime<Utc>,
     batch: i64,
 ) -> BoxedSqlQuery<'static, Pg, SqlQuery> {
-    sql_query(
+    let whole = |t| crate::maintenance_store::failing_crawl::whole_root(t);
+    sql_query(format!(
         "DELETE FROM work_items WHERE id IN (
-            SELECT id FROM work_items
-             WHERE (status IN ('succeeded', 'cancelled') AND finished_at < $1)
-                OR (status = 'failed' AND finished_at < $2)
-             ORDER BY finished_at
+            SELECT d.id FROM work_items AS d
+             WHERE ((d.status IN ('succeeded', 'cancelled') AND d.finished_at < $1)
+                    OR (d.status = 'failed' AND d.finished_at < $2))
+               AND NOT (d.kind = $4 AND d.status = 'succeeded' AND {}
+                        AND NOT EXISTS (SELECT 1 FROM work_items AS n
+                                         WHERE n.storage_config_id = d.storage_config_id AND n.kind = $4
+                                           AND n.status = 'succeeded' AND n.finished_at > d.finished_at AND {}))
+             ORDER BY d.finished_at
              LIMIT $3
                FOR UPDATE SKIP LOCKED)",
-    )
+        whole("d"),
+        whole("n")
+    ))
     .into_boxed()
     .bind::<Timestamptz, _>(done_before)
     .bind::<Timestamptz, _>(failed_before)
     .bind::<BigInt, _>(batch)
+    .bind::<Text, _>(almanac_domain::WorkKind::Crawl.as_str())
 }
 
 /// [`almanac_domain::WorkQueue::recover_expired_leases`].
