@@ -475,6 +475,30 @@ async fn a_proxy_volume_that_fills_during_the_crawl_stops_it_with_one_error_and_
     drop(volume);
 }
 
+/// A HEIC met by a proxy volume that fills up while heif-convert writes its JPEG (heif-convert then ends with
+/// success, its JPEG cut short): the photo is not remembered as damaged, so the crawl after room is made reads it
+/// again and catalogues it. Before, it was remembered as corrupt and passed over by every later crawl while the file
+/// stayed unchanged.
+#[tokio::test]
+async fn a_heic_met_by_a_proxy_volume_that_fills_up_is_catalogued_once_there_is_room() {
+    let lib = library().await;
+    almanac_media::fixtures::heic(&lib.root.join("IMG_0001.HEIC"), 1600, 1200, 3);
+    let Some(volume) = ScratchVolume::small(&lib.proxies, 96, false) else { return };
+    match lib.crawl_with(serde_json::json!({}), CancellationToken::new()).await {
+        Err(e) => assert!(e.retryable && e.message.contains("storage.proxy_root"), "{e:?}"),
+        Ok(result) => {
+            let reason = result["failures"][0]["reason"].as_str().unwrap_or_default().to_owned();
+            assert!(reason.contains("cut short") && reason.contains("storage.proxy_root"), "{result}");
+        }
+    }
+    assert_eq!(lib.active_count().await, 0);
+    assert_eq!(lib.count("SELECT count(*) AS n FROM failed_files").await, 0, "not remembered as damaged");
+    drop(volume);
+    let result = lib.crawl().await;
+    assert_eq!((result["ingested"].as_u64(), lib.active_count().await), (Some(1), 1), "{result}");
+    assert_rows_point_at_whole_files(&lib).await;
+}
+
 /// The maintenance statements, with one twist: when the sweep comes to the folder `at` (reading its rows), that
 /// folder and every later one of the config are removed, as a proxy volume lost part-way through the sweep.
 struct FoldersVanishAt {

@@ -9,8 +9,8 @@ use almanac_domain::ProxyType;
 use almanac_media::fixtures::{self, FixtureExif};
 use almanac_media::scratch_volume::ScratchVolume;
 use almanac_media::{
-    DEFAULT_MAX_PIXELS, MediaError, MediaFormat, RootFolder, ToolLimits, check_proxy_root, make_still_proxies,
-    make_video_proxies,
+    DEFAULT_MAX_PIXELS, MediaError, MediaFormat, RootFolder, ToolLimits, check_proxy_root, heic_to_jpeg,
+    make_still_proxies, make_video_proxies,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -36,6 +36,35 @@ async fn a_proxy_volume_that_fills_up_under_ffmpeg_leaves_no_poster_cut_short() 
     assert!(message.contains("No space left on device"), "ffmpeg's own words: {message}");
     assert!(message.contains("storage.proxy_root") && message.contains("full"), "what to do: {message}");
     assert_eq!(names(volume.path()), Vec::<String>::new(), "no poster, no temporary file");
+}
+
+/// heif-convert writes its JPEG of a HEIC into the proxy volume, and when the volume fills up part-way it says "could
+/// not write image" and ends with success, leaving the JPEG cut short. That is the volume's failure: a write error
+/// naming `storage.proxy_root`, not a damaged photo (which the crawl would remember and not read again once there
+/// is room), and no scratch file is left. Before, the JPEG cut short was handed on and the photo failed as corrupt.
+#[tokio::test]
+async fn a_proxy_volume_that_fills_up_under_heif_convert_is_the_volumes_failure_not_the_photos() {
+    let dir = tempfile::tempdir().unwrap();
+    fixtures::heic(&dir.path().join("IMG_0001.HEIC"), 1600, 1200, 3);
+    let content = std::fs::read(dir.path().join("IMG_0001.HEIC")).unwrap();
+    // Room for 16 KiB: heif-convert's JPEG of this photo is larger.
+    let Some(volume) = ScratchVolume::small(&dir.path().join("proxies"), 16, false) else { return };
+    let photo = RootFolder::open(dir.path()).unwrap().open_file(b"IMG_0001.HEIC").unwrap();
+    let cancel = CancellationToken::new();
+    let limits = ToolLimits::default();
+    let Err(err) = heic_to_jpeg(&photo, &content, DEFAULT_MAX_PIXELS, volume.path(), limits, &cancel).await else {
+        panic!("heif-convert's JPEG cut short was handed on as whole");
+    };
+    assert!(matches!(&err, MediaError::ProxyWrite { .. }), "{err:?}");
+    let message = err.to_string();
+    assert!(message.contains("cut short") && message.contains("storage.proxy_root"), "{message}");
+    assert_eq!(names(volume.path()), Vec::<String>::new(), "no scratch JPEG is left");
+
+    // With room, the same photo converts whole.
+    drop(volume);
+    let room = dir.path().join("room");
+    let jpeg = heic_to_jpeg(&photo, &content, DEFAULT_MAX_PIXELS, &room, limits, &cancel).await.unwrap();
+    assert!(jpeg.ends_with(&[0xFF, 0xD9]));
 }
 
 #[test]
