@@ -390,12 +390,24 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
         if let Some(id) = self.in_flight
             && let Ok(Some(item)) = self.store.get(id).await
             && item.status == ItemStatus::Queued
+            && self.waits_for(item.run_after).await
         {
             self.held_until = Some(Instant::now() + self.settings.debounce);
             return;
         }
         self.held_until = None;
         self.flush(window).await;
+    }
+
+    /// Whether what the window saw waits for the crawl enqueued last, still queued, due at `run_after`: not when that
+    /// crawl is not due yet (a scheduled crawl held to the end of the quiet hours, a crawl waiting out a retry's
+    /// backoff, for up to an hour), unless watched changes wait for the quiet hours too (`watch.in_quiet_hours =
+    /// "wait"`, inside them). Changes that ingest now then go as a crawl of their own.
+    async fn waits_for(&self, run_after: DateTime<Utc>) -> bool {
+        match self.store.db_now().await {
+            Ok(now) if run_after > now => self.quiet_until().await.is_some(),
+            _ => true,
+        }
     }
 
     /// Enqueues what the window saw as one crawl (waiting for the end of the quiet hours if so set); puts it

@@ -975,6 +975,37 @@ async fn a_change_held_behind_a_queued_crawl_is_looked_at_again_once_a_debounce(
     assert_eq!(crawls(&lib).await.len(), 1, "and enqueued when the watcher stops");
 }
 
+/// A change seen while the crawl before it is queued but not due (a scheduled crawl held to the end of the quiet
+/// hours, a crawl waiting out a retry's backoff) is not held behind it: it goes at once as a crawl of its own, due
+/// now. Before, a NAS whose watcher started at night, a scheduled crawl queued, held every photo synced until the
+/// quiet hours ended, though watched changes ingest in them by default.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_is_not_held_behind_a_queued_crawl_that_is_not_due() {
+    let lib = library().await;
+    let (events, stop, run) = following(&lib);
+    let first = first_crawl(&lib).await;
+    assert!(args(&first).is_whole_root());
+    sql_query("UPDATE work_items SET run_after = now() + interval '1 hour' WHERE id = $1")
+        .bind::<Uuid, _>(first.id.as_uuid())
+        .execute(&mut lib.conn().await)
+        .await
+        .unwrap();
+    events.send(created(&lib, "Holiday")).unwrap();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let holiday = loop {
+        if let Some(item) = crawls(&lib).await.into_iter().find(|i| args(i).folders == ["Holiday"]) {
+            break item;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the change was held behind a crawl not due for an hour");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let due = "SELECT count(*) AS n FROM work_items WHERE id = '{id}' AND run_after <= now()";
+    assert_eq!(lib.count(&due.replace("{id}", &holiday.id.to_string())).await, 1, "due now");
+    assert_eq!(lib.store.get(first.id).await.unwrap().unwrap().status, Status::Queued, "the first is left as it was");
+    stop.cancel();
+    run.await.unwrap();
+}
+
 /// A folder's attributes changing (`chmod`, `chown`, a NAS's permission editor applying an ACL to every folder of a
 /// share) changes nothing in the library: no folder is listed again, no file asked about, no crawl asked for.
 /// Before, each was a folder that appeared: its files were read again and its parent crawled, the whole library for
