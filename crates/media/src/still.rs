@@ -344,12 +344,7 @@ pub async fn heic_to_jpeg(
         run_tool("heif-convert", "libheif-examples", args, Some(tool_input(original)?), path, limits.quick, cancel)
             .await;
     let result = match converted {
-        // heif-convert ends with success when its write failed (a full volume: "could not write image"), leaving
-        // the JPEG cut short: that is the proxy volume's failure, not the file's.
-        Ok(_) => converted_primary(&tmp, original, limits, cancel).await.and_then(|jpeg| match check_jpeg(&jpeg) {
-            Ok(()) => Ok(jpeg),
-            Err(why) => Err(MediaError::write(&tmp, std::io::Error::other(format!("heif-convert's JPEG: {why}")))),
-        }),
+        Ok(_) => converted_primary(&tmp, original, limits, cancel).await,
         // As heif-convert said it: it writes into the proxy volume, so its failure may be the volume's (full) or
         // the machine's (killed for memory), not the file's.
         Err(e) => Err(e),

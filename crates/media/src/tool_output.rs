@@ -88,9 +88,32 @@ pub(crate) fn pixel_limit_refusal(log: &[u8]) -> Option<(u32, u32, u64)> {
     })
 }
 
+/// What libheif's `heif-convert` writes when it could not write its output ("could not write image", after the
+/// writer's own words: libjpeg's "Output file write error --- out of disk space?" for any failed write): it then ends
+/// with success all the same, its output cut short. Its words, the lines from the writer's on; `None` when it wrote
+/// its output.
+pub(crate) fn write_refusal(log: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(log);
+    let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let at = lines.iter().rposition(|l| *l == "could not write image")?;
+    Some(lines[at.saturating_sub(1)..=at].join(": "))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn heif_converts_refusal_to_write_is_read_with_the_writers_words() {
+        let full = b"Output file write error --- out of disk space?\ncould not write image\n";
+        assert_eq!(
+            write_refusal(full).as_deref(),
+            Some("Output file write error --- out of disk space?: could not write image")
+        );
+        assert_eq!(write_refusal(b"could not write image\n").as_deref(), Some("could not write image"));
+        assert_eq!(write_refusal(b"File contains 1 image\nWritten to out.jpg\n"), None);
+        assert_eq!(write_refusal(b""), None);
+    }
 
     #[test]
     fn libavcodecs_refusal_of_a_picture_gives_its_size_and_the_limit() {

@@ -39,9 +39,10 @@ async fn a_proxy_volume_that_fills_up_under_ffmpeg_leaves_no_poster_cut_short() 
 }
 
 /// heif-convert writes its JPEG of a HEIC into the proxy volume, and when the volume fills up part-way it says "could
-/// not write image" and ends with success, leaving the JPEG cut short. That is the volume's failure: a write error
-/// naming `storage.proxy_root`, not a damaged photo (which the crawl would remember and not read again once there
-/// is room), and no scratch file is left. Before, the JPEG cut short was handed on and the photo failed as corrupt.
+/// not write image" and ends with success, leaving the JPEG cut short. That is the volume's failure, read from its
+/// words: a write error naming `storage.proxy_root`, not a damaged photo (which the crawl would remember and not read
+/// again once there is room), and no scratch file is left. Before, the JPEG cut short was handed on and the photo
+/// failed as corrupt.
 #[tokio::test]
 async fn a_proxy_volume_that_fills_up_under_heif_convert_is_the_volumes_failure_not_the_photos() {
     let dir = tempfile::tempdir().unwrap();
@@ -57,7 +58,8 @@ async fn a_proxy_volume_that_fills_up_under_heif_convert_is_the_volumes_failure_
     };
     assert!(matches!(&err, MediaError::ProxyWrite { .. }), "{err:?}");
     let message = err.to_string();
-    assert!(message.contains("cut short") && message.contains("storage.proxy_root"), "{message}");
+    assert!(message.contains("could not write image") && message.contains("out of disk space"), "{message}");
+    assert!(message.contains("storage.proxy_root"), "{message}");
     assert_eq!(names(volume.path()), Vec::<String>::new(), "no scratch JPEG is left");
 
     // With room, the same photo converts whole.

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use almanac_domain::ports::{DatabaseClock, WatchMode};
-use almanac_domain::{Status as ItemStatus, StorageConfigId, WorkItemId, WorkQueue};
+use almanac_domain::{Status as ItemStatus, StorageConfigId, WorkItem, WorkItemId, WorkQueue};
 use chrono::{DateTime, Utc};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::Instant;
@@ -390,7 +390,7 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
         if let Some(id) = self.in_flight
             && let Ok(Some(item)) = self.store.get(id).await
             && item.status == ItemStatus::Queued
-            && self.waits_for(item.run_after).await
+            && self.waits_for(&item).await
         {
             self.held_until = Some(Instant::now() + self.settings.debounce);
             return;
@@ -399,13 +399,17 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
         self.flush(window).await;
     }
 
-    /// Whether what the window saw waits for the crawl enqueued last, still queued, due at `run_after`: not when that
-    /// crawl is not due yet (a scheduled crawl held to the end of the quiet hours, a crawl waiting out a retry's
-    /// backoff, for up to an hour), unless watched changes wait for the quiet hours too (`watch.in_quiet_hours =
-    /// "wait"`, inside them). Changes that ingest now then go as a crawl of their own.
-    async fn waits_for(&self, run_after: DateTime<Utc>) -> bool {
+    /// Whether what the window saw waits for `queued`, the crawl enqueued last, still queued: it will walk after
+    /// those changes. Not when it was never tried and is not due yet (a scheduled crawl held to the end of the quiet
+    /// hours, which a watcher's start joins), unless watched changes wait for the quiet hours too
+    /// (`watch.in_quiet_hours = "wait"`, inside them): changes that ingest now then go as a crawl of their own. One
+    /// tried before (waiting out a retry's backoff) is waited for: a crawl of each window would fail as it did.
+    async fn waits_for(&self, queued: &WorkItem) -> bool {
+        if queued.attempt > 0 {
+            return true;
+        }
         match self.store.db_now().await {
-            Ok(now) if run_after > now => self.quiet_until().await.is_some(),
+            Ok(now) if queued.run_after > now => self.quiet_until().await.is_some(),
             _ => true,
         }
     }

@@ -975,21 +975,25 @@ async fn a_change_held_behind_a_queued_crawl_is_looked_at_again_once_a_debounce(
     assert_eq!(crawls(&lib).await.len(), 1, "and enqueued when the watcher stops");
 }
 
-/// A change seen while the crawl before it is queued but not due (a scheduled crawl held to the end of the quiet
-/// hours, a crawl waiting out a retry's backoff) is not held behind it: it goes at once as a crawl of its own, due
+/// A change seen while the crawl before it is queued, never tried and not due (a scheduled crawl held to the end of
+/// the quiet hours, which a watcher's start joins) is not held behind it: it goes at once as a crawl of its own, due
 /// now. Before, a NAS whose watcher started at night, a scheduled crawl queued, held every photo synced until the
-/// quiet hours ended, though watched changes ingest in them by default.
+/// quiet hours ended, though watched changes ingest in them by default. A crawl that failed and waits out its retry's
+/// backoff still holds what comes next: a crawl of each window would fail as it did, one more every few seconds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_is_not_held_behind_a_queued_crawl_that_is_not_due() {
     let lib = library().await;
-    let (events, stop, run) = following(&lib);
+    let store = Arc::new(CountingGets { store: lib.store.clone(), gets: AtomicUsize::new(0) });
+    let (events, stop, run) = following_on(&lib, store.clone());
     let first = first_crawl(&lib).await;
     assert!(args(&first).is_whole_root());
-    sql_query("UPDATE work_items SET run_after = now() + interval '1 hour' WHERE id = $1")
-        .bind::<Uuid, _>(first.id.as_uuid())
-        .execute(&mut lib.conn().await)
-        .await
-        .unwrap();
+    let later =
+        "UPDATE work_items SET run_after = now() + interval '1 hour', attempt = $2, failures = $2 WHERE id = $1";
+    let not_due = async |id: WorkItemId, tried: i32| {
+        let update = sql_query(later).bind::<Uuid, _>(id.as_uuid()).bind::<diesel::sql_types::Integer, _>(tried);
+        update.execute(&mut lib.conn().await).await.unwrap();
+    };
+    not_due(first.id, 0).await;
     events.send(created(&lib, "Holiday")).unwrap();
     let deadline = tokio::time::Instant::now() + PATIENCE;
     let holiday = loop {
@@ -999,9 +1003,19 @@ async fn a_change_is_not_held_behind_a_queued_crawl_that_is_not_due() {
         assert!(tokio::time::Instant::now() < deadline, "the change was held behind a crawl not due for an hour");
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    let due = "SELECT count(*) AS n FROM work_items WHERE id = '{id}' AND run_after <= now()";
-    assert_eq!(lib.count(&due.replace("{id}", &holiday.id.to_string())).await, 1, "due now");
+    let due = format!("SELECT count(*) AS n FROM work_items WHERE id = '{}' AND run_after <= now()", holiday.id);
+    assert_eq!(lib.count(&due).await, 1, "due now");
     assert_eq!(lib.store.get(first.id).await.unwrap().unwrap().status, Status::Queued, "the first is left as it was");
+
+    // The crawl of Holiday failed and waits out its backoff: the next change is held behind it.
+    not_due(holiday.id, 1).await;
+    let before = store.gets();
+    events.send(created(&lib, "Trip")).unwrap();
+    while store.gets() < before + 3 && crawls(&lib).await.len() == 1 {
+        assert!(tokio::time::Instant::now() < deadline, "the held change not looked at within {PATIENCE:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(crawls(&lib).await.len(), 1, "held behind the crawl that failed, not a crawl of its own");
     stop.cancel();
     run.await.unwrap();
 }
