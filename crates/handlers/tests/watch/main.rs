@@ -1020,6 +1020,35 @@ async fn a_change_is_not_held_behind_a_queued_crawl_that_is_not_due() {
     run.await.unwrap();
 }
 
+/// With watched changes set to wait for the end of the quiet hours (`in_quiet_hours = "wait"`), inside them, a change
+/// is held behind the watcher's own crawl, which is not due until the window ends: it joins what goes then, rather
+/// than each window becoming a crawl of its own held to the same end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_quiet_hours_set_to_wait_a_change_is_held_behind_the_crawl_waiting_for_the_windows_end() {
+    let lib = library().await;
+    let now = chrono::Utc::now();
+    let (start, end) = (now - chrono::Duration::minutes(1), now - chrono::Duration::minutes(2));
+    let window = format!("{}-{} UTC", start.format("%H:%M"), end.format("%H:%M"));
+    let quiet = almanac_handlers::QuietHours::parse(&window).unwrap();
+    let settings = WatchSettings { in_quiet_hours: InQuietHours::Wait, quiet_hours: quiet, ..settings() };
+    let store = Arc::new(CountingGets { store: lib.store.clone(), gets: AtomicUsize::new(0) });
+    let watcher = ConfigWatcher::new(store.clone(), lib.config, lib.root.clone(), settings, (WatchMode::Events, None));
+    let (events, rx) = tokio::sync::mpsc::unbounded_channel();
+    let stop = CancellationToken::new();
+    let run = tokio::spawn(watcher.run_on(rx, stop.clone()));
+    let first = first_crawl(&lib).await;
+    assert!(first.run_after > first.requested_at + chrono::Duration::minutes(60), "the start's crawl waits too");
+    let (from, before) = (tokio::time::Instant::now(), store.gets());
+    events.send(created(&lib, "Holiday")).unwrap();
+    while store.gets() < before + 3 && crawls(&lib).await.is_empty() {
+        assert!(tokio::time::Instant::now() < from + PATIENCE, "the held change not looked at within {PATIENCE:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(crawls(&lib).await, [], "held behind the crawl that waits for the window's end");
+    stop.cancel();
+    run.await.unwrap();
+}
+
 /// A folder's attributes changing (`chmod`, `chown`, a NAS's permission editor applying an ACL to every folder of a
 /// share) changes nothing in the library: no folder is listed again, no file asked about, no crawl asked for.
 /// Before, each was a folder that appeared: its files were read again and its parent crawled, the whole library for
