@@ -105,9 +105,9 @@ impl CrawlArgs {
         Self { folders, closed, ..Self::default() }
     }
 
-    /// Whether this crawl covers the whole root.
+    /// Whether this crawl covers the whole root: it names no folder, or the root's own `""` among them.
     pub fn is_whole_root(&self) -> bool {
-        self.folders.is_empty()
+        self.folders.is_empty() || self.folders.iter().any(String::is_empty)
     }
 
     /// The folders this crawl covers, in the order it walks them: the byte order of their paths, each taken

@@ -237,7 +237,9 @@ pub trait MaintenanceStore: DatabaseClock {
     ) -> impl Future<Output = Result<u64, CatalogueError>> + Send;
 
     /// Deletes up to `limit` finished work items (succeeded or cancelled before `done_before`, failed before
-    /// `failed_before`) and schedule records older than `failed_before`.
+    /// `failed_before`) and schedule records older than `failed_before`. Kept however old: what
+    /// [`Self::failing_crawl`] reads (each config's newest crawl of the whole root that succeeded, and a crawl with a
+    /// failure on it that no such success answered).
     fn delete_finished_work(
         &self,
         fence: Fence,

@@ -166,7 +166,8 @@ impl PurgeReport {
         Self { purged, not_deleted, not_deleted_total, held_by_crawl: None }
     }
 
-    /// Nothing purged: the crawl `crawl` of the config failed last.
+    /// Nothing purged: the crawl `crawl` of the config failed since the config's last crawl of the whole root that
+    /// succeeded.
     pub fn held_by(crawl: crate::WorkItemId) -> Self {
         Self { held_by_crawl: Some(crawl), ..Self::default() }
     }

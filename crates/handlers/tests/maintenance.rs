@@ -637,10 +637,11 @@ async fn retention_deletes_finished_items_past_retention_only() {
     assert!(env.store.get(recent_failed.id).await.unwrap().is_some(), "a failed item within its retention is kept");
 }
 
-/// Retention keeps each config's newest crawl of the whole root that succeeded, however old: the purge reads it
-/// to know the library was read since a crawl failed, and a failure is kept 30 days where a success is kept 7. An
-/// older success of the whole root, and a newer success of some folders, go as before. Without it, a config
-/// crawled less often than weekly had its purge held by a failure its last whole crawl had answered.
+/// Retention keeps what the purge reads, however old: each config's newest crawl of the whole root that succeeded
+/// (a failure is kept 30 days where a success is kept 7, so a config crawled less often than weekly had its purge
+/// held by a failure its last whole crawl had answered), and a failed crawl no such success answered (else the
+/// purge went on after 30 days of failures). An older success of the whole root, a newer success of some folders and
+/// a failure answered long ago go as before.
 #[tokio::test]
 async fn retention_keeps_each_configs_newest_crawl_of_the_whole_root_that_the_purge_reads() {
     use almanac_domain::ports::MaintenanceStore;
@@ -655,6 +656,7 @@ async fn retention_keeps_each_configs_newest_crawl_of_the_whole_root_that_the_pu
             let item = env.work_item(WorkKind::Crawl, Scope::Config(config), payload).await;
             sql_query(
                 "UPDATE work_items SET status = $2, finished_at = now() - make_interval(days => $3), attempt = 1,
+                        started_at = now() - make_interval(days => $3),
                         failures = CASE WHEN $2 = 'failed' THEN 1 ELSE 0 END,
                         last_error = CASE WHEN $2 = 'failed' THEN 'the share was gone' END
                   WHERE id = $1",
@@ -669,21 +671,34 @@ async fn retention_keeps_each_configs_newest_crawl_of_the_whole_root_that_the_pu
         }
     };
     let whole = serde_json::json!({});
+    let answered_long_ago = ended(env.config, whole.clone(), "failed", 35).await;
     let older_whole = ended(env.config, whole.clone(), "succeeded", 20).await;
     let failure = ended(env.config, whole.clone(), "failed", 15).await;
     let newest_whole = ended(env.config, whole.clone(), "succeeded", 10).await;
     let folders = ended(env.config, serde_json::json!({"folders": ["2024"]}), "succeeded", 9).await;
-    let others_whole = ended(other, whole.clone(), "succeeded", 12).await;
+    // The other config's crawls have failed for 40 days since its last whole success: the purge is held, and the
+    // failure that holds it stays however long the retention of failures.
+    let others_whole = ended(other, whole.clone(), "succeeded", 50).await;
+    let others_failure = ended(other, whole.clone(), "failed", 40).await;
     let handler = WorkItemRetentionHandler::new(env.store.clone(), RetentionSettings::default());
     let item = env.work_item(WorkKind::WorkItemRetention, Scope::Unscoped, serde_json::json!({})).await;
     let result = env.run_handler(&handler, item).await.unwrap();
-    assert_eq!(result["deleted"], 2, "{result}");
-    for (id, kept) in
-        [(older_whole, false), (failure, true), (newest_whole, true), (folders, false), (others_whole, true)]
-    {
+    assert_eq!(result["deleted"], 3, "{result}");
+    let expected = [
+        (answered_long_ago, false),
+        (older_whole, false),
+        (failure, true),
+        (newest_whole, true),
+        (folders, false),
+        (others_whole, true),
+        (others_failure, true),
+    ];
+    for (id, kept) in expected {
         assert_eq!(env.store.get(id).await.unwrap().is_some(), kept, "{id}");
     }
     assert_eq!(env.store.failing_crawl(env.config).await.unwrap(), None, "the failure was answered");
+    let holding = env.store.failing_crawl(other).await.unwrap().map(|f| f.item);
+    assert_eq!(holding, Some(others_failure), "still held by the failure kept");
 }
 
 /// Retention deletes in batches (of 1,000) until none is left: 2,500 items past their retention take three.
@@ -875,8 +890,9 @@ async fn a_purge_deletes_nothing_while_the_configs_crawls_fail_and_a_photo_back_
 /// statements: the latest crawl that failed or stalled since the last crawl of the whole root that succeeded,
 /// whether it is to be tried again, failed for good, cancelled (by the operator, while retrying) or put back by
 /// `retry`. Not a crawl never tried or cancelled before it ran, a failure that a success of the whole root came
-/// after, another kind's failure, or another config's; and a crawl of some folders reads only those, so its success
-/// clears nothing.
+/// after (even when the failed crawl is cancelled later: its attempt's start dates it), a crawl that failed and then
+/// succeeded, another kind's failure, or another config's; and a crawl of some folders reads only those, so its
+/// success clears no other crawl's failure.
 #[tokio::test]
 async fn a_configs_purge_is_held_by_a_failing_crawl_of_that_config_only() {
     use almanac_domain::ports::MaintenanceStore;
@@ -893,10 +909,12 @@ async fn a_configs_purge_is_held_by_a_failing_crawl_of_that_config_only() {
         Stalled,
         NeverTried,
         PurgeFailed,
+        RetriedThenSucceeded,
+        CancelTheFirst,
     }
     use End::*;
     let env = env().await;
-    let cases: [(&[End], Option<bool>); 17] = [
+    let cases: [(&[End], Option<bool>); 19] = [
         (&[], None),
         (&[NeverTried], None),
         (&[Succeeded, NeverTried], None),
@@ -914,6 +932,9 @@ async fn a_configs_purge_is_held_by_a_failing_crawl_of_that_config_only() {
         (&[Succeeded, Stalled], Some(true)),
         (&[Failed, FoldersSucceeded], Some(false)),
         (&[Failed, RootListedSucceeded], None),
+        (&[RetriedThenSucceeded], None),
+        // Its failure was answered by the success after it, whenever it is cancelled.
+        (&[Retrying, Succeeded, CancelTheFirst], None),
     ];
     let stalled = "its last attempt ended without an answer";
     let mut configs = Vec::new();
@@ -922,8 +943,12 @@ async fn a_configs_purge_is_held_by_a_failing_crawl_of_that_config_only() {
         std::fs::create_dir_all(&root).unwrap();
         let new = NewStorageConfig { username: "ann".into(), root_path: root };
         let config = env.store.add_storage_config(&new).await.unwrap().1.id;
-        let mut failing = None;
+        let (mut failing, mut first) = (None, None);
         for (step, end) in history.iter().enumerate() {
+            if let (CancelTheFirst, Some(first)) = (end, first) {
+                env.store.request_cancel(first).await.unwrap();
+                continue;
+            }
             let kind = if matches!(end, PurgeFailed) { WorkKind::Purge } else { WorkKind::Crawl };
             let payload = match end {
                 FoldersSucceeded => serde_json::json!({"folders": ["2024/phone"]}),
@@ -931,10 +956,15 @@ async fn a_configs_purge_is_held_by_a_failing_crawl_of_that_config_only() {
                 _ => serde_json::json!({}),
             };
             let item = env.work_item(kind, Scope::Config(config), payload).await;
+            first = first.or(Some(item.id));
             let error = format!("{end:?} at step {step}");
             let fail = |retryable| Failure { error: error.clone(), retryable, retry_delay: Duration::ZERO };
             match end {
-                NeverTried => {}
+                NeverTried | CancelTheFirst => {}
+                RetriedThenSucceeded => {
+                    env.store.fail(env.start(item.id).await, &fail(true)).await.unwrap();
+                    env.finish(env.start(item.id).await).await;
+                }
                 Cancelled => drop(env.store.request_cancel(item.id).await.unwrap()),
                 Succeeded | FoldersSucceeded | RootListedSucceeded => env.finish(env.start(item.id).await).await,
                 Retrying => drop(env.store.fail(env.start(item.id).await, &fail(true)).await.unwrap()),
@@ -954,7 +984,9 @@ async fn a_configs_purge_is_held_by_a_failing_crawl_of_that_config_only() {
                     assert_eq!(env.store.recover_expired_leases(5).await.unwrap().len(), 1);
                 }
             }
-            if !matches!(end, NeverTried | Cancelled | PurgeFailed) && !format!("{end:?}").ends_with("Succeeded") {
+            if !matches!(end, NeverTried | Cancelled | PurgeFailed | CancelTheFirst)
+                && !format!("{end:?}").ends_with("Succeeded")
+            {
                 failing = Some((item.id, if matches!(end, Stalled) { stalled.to_owned() } else { error }));
             }
         }

@@ -4,7 +4,7 @@
 
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::sync::{OnceLock, mpsc};
 use std::time::Duration;
@@ -14,7 +14,6 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::MediaError;
-use crate::error::Picture;
 use crate::tool_output::{ERROR_TAIL, MOST_TOOL_OUTPUT, Unread, read_at_most, read_tail};
 
 /// Time limits for external tools.
@@ -111,7 +110,7 @@ pub(crate) async fn run_tool(
             return Err(stopped);
         }
     };
-    if let Some(refusal) = refused_however_it_ended(package, &args, path, &err) {
+    if let Some(refusal) = crate::tool_output::refused_however_it_ended(tool, package, &args, path, &err) {
         return Err(refusal);
     }
     if status.success() {
@@ -122,22 +121,6 @@ pub(crate) async fn run_tool(
         let (message, signal) = (format!("{status}: {last}{}", killed(status)), status.signal());
         Err(MediaError::Tool { tool, path: path.to_owned(), message, signal })
     }
-}
-
-/// What a tool's messages (`log`) say it refused, however it ended: ffmpeg or ffprobe refusing a picture over the
-/// limit it was given (it fails when the stream's first picture is over it, but ends with success on a stream that
-/// grows past it midway, having left out every picture from there: a web video cut short); heif-convert unable to
-/// write its output (a full volume), which ends with success all the same, leaving its output cut short: the proxy
-/// volume's failure, at the output it was given last (`args`), not the file's.
-fn refused_however_it_ended(package: &str, args: &[OsString], path: &Path, log: &[u8]) -> Option<MediaError> {
-    if package == "ffmpeg"
-        && let Some((width, height, limit)) = crate::tool_output::pixel_limit_refusal(log)
-    {
-        return Some(MediaError::too_many_pixels(path, Picture::VideoFrame, width, height, limit));
-    }
-    let said = crate::tool_output::write_refusal(log).filter(|_| package == "libheif-examples")?;
-    let output = args.last().map_or_else(|| path.to_owned(), PathBuf::from);
-    Some(MediaError::write(output, std::io::Error::other(said)))
 }
 
 /// What to say of a tool killed by SIGKILL that the Worker did not kill (it kills only on a cancel or a time limit,

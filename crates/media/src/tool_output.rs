@@ -5,7 +5,13 @@
 //! for the tool's last words, the end is kept ([`ERROR_TAIL`]), and the rest is read and dropped, so the tool
 //! never waits on a full pipe.
 
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
 use tokio::io::{AsyncRead, AsyncReadExt};
+
+use crate::MediaError;
+use crate::error::Picture;
 
 /// The most a tool may write to its standard output: far more than any file's description takes (ffprobe's
 /// JSON of a file's streams and tags, heif-info's list of images, a few kilobytes for a camera's file).
@@ -97,6 +103,28 @@ pub(crate) fn write_refusal(log: &[u8]) -> Option<String> {
     let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
     let at = lines.iter().rposition(|l| *l == "could not write image")?;
     Some(lines[at.saturating_sub(1)..=at].join(": "))
+}
+
+/// What a tool's messages (`log`) say it refused, however it ended: ffmpeg or ffprobe refusing a picture over the
+/// limit it was given (it fails when the stream's first picture is over it, but ends with success on a stream that
+/// grows past it midway, having left out every picture from there: a web video cut short); heif-convert unable to
+/// write its output (a full volume), which ends with success all the same, leaving its output cut short: the proxy
+/// volume's failure, at the output it was given last (`args`), not the file's.
+pub(crate) fn refused_however_it_ended(
+    tool: &str,
+    package: &str,
+    args: &[OsString],
+    path: &Path,
+    log: &[u8],
+) -> Option<MediaError> {
+    if package == "ffmpeg"
+        && let Some((width, height, limit)) = pixel_limit_refusal(log)
+    {
+        return Some(MediaError::too_many_pixels(path, Picture::VideoFrame, width, height, limit));
+    }
+    let said = write_refusal(log).filter(|_| tool == "heif-convert")?;
+    let output = args.last().map_or_else(|| path.to_owned(), PathBuf::from);
+    Some(MediaError::write(output, std::io::Error::other(said)))
 }
 
 #[cfg(test)]

@@ -249,7 +249,8 @@ impl PgStore {
                     b.id AS b_id, b.root_path AS b_root, ub.username AS b_user
                FROM storage_configs a
                JOIN storage_configs b
-                 ON (octet_length(a.root_path), a.id) < (octet_length(b.root_path), b.id) AND {ROOTS_OVERLAP}
+                 ON (octet_length(rtrim(a.root_path, '/')), a.id) < (octet_length(rtrim(b.root_path, '/')), b.id)
+                AND {ROOTS_OVERLAP}
                JOIN users ua ON ua.id = a.user_id JOIN users ub ON ub.id = b.user_id
               ORDER BY a.root_path, b.root_path"
                 ))

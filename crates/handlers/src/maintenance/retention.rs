@@ -1,4 +1,5 @@
-//! Work item retention: finished items past retention go, in batches; never a queued or running one.
+//! Work item retention: finished items past retention go, in batches; never a queued or running one, nor what the
+//! purge reads of a config's crawls (`MaintenanceStore::delete_finished_work`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,7 +27,7 @@ impl Default for RetentionSettings {
 }
 
 /// The retention handler (kind `work_item_retention`): deletes finished items past retention, in batches;
-/// never a queued or running one.
+/// never a queued or running one, nor what the purge reads of a config's crawls.
 pub struct WorkItemRetentionHandler<M> {
     store: Arc<M>,
     settings: RetentionSettings,

@@ -383,8 +383,9 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
         }
     }
 
-    /// Enqueues what the window saw unless the crawl enqueued last is still queued: then the window stays open
-    /// (it is looked at again a debounce later, or at the next pass), and what it saw joins what comes next.
+    /// Enqueues what the window saw unless the crawl enqueued last is still queued and waited for
+    /// ([`Self::waits_for`]): then the window stays open (it is looked at again a debounce later, or at the next
+    /// pass), and what it saw joins what comes next.
     /// A crawl that has started walks after the changes it was enqueued for, so the next one is enqueued then.
     async fn flush_when_free(&mut self, window: &mut Window) {
         if let Some(id) = self.in_flight

@@ -12,31 +12,47 @@ use diesel_async::RunQueryDsl;
 use crate::PgStore;
 
 /// Whether the crawl `t` (a `work_items` alias) read the whole root: no `folders` in its payload (as `CrawlArgs`
-/// writes it, the field left out when empty), or among them the root's own `""`. A crawl of some folders reads only
-/// those. Its one home: the purge's question below, and retention, which keeps each config's newest such success.
+/// writes it, the field left out when empty), or among them the root's own `""` (`CrawlArgs::is_whole_root`). A
+/// crawl of some folders reads only those.
 pub(crate) fn whole_root(t: &str) -> String {
     format!("(coalesce({t}.payload -> 'folders', '[]') IN ('[]', 'null') OR {t}.payload -> 'folders' ? '')")
 }
 
-/// The config's latest crawl with a failure on it since its last crawl of the whole root that succeeded (`r`): one
-/// failed for good; or one not ended (queued again; running is never seen beside the purge, which holds the
-/// config), cancelled (by the operator, by deactivation, or while failing) or put back by `retry`, that failed or
-/// stalled before (`last_error`, `failures`, `stalls`). Its time is its end, or its last attempt's start.
+/// Whether the crawl `t` has a failure on it that no crawl of the whole root of its config answered (`s`, the alias
+/// of the success looked for): it failed for good, or it is not a success and failed or stalled before
+/// (`last_error`, `failures`, `stalls`: queued again, cancelled by the operator or by deactivation, put back by
+/// `retry`, which keeps the last error), and no success of the whole root ended after its last attempt started.
+/// A crawl of the config runs alone, so its attempt's start orders it against another crawl's end; a cancel's or a
+/// retry's own time says nothing of the library. The one home of the rule: the purge's question below, and
+/// retention, which keeps such a crawl and each config's newest success of the whole root.
+pub(crate) fn unanswered_failure(t: &str, s: &str) -> String {
+    format!(
+        "(({t}.status = 'failed'
+           OR {t}.status <> 'succeeded' AND ({t}.last_error IS NOT NULL OR {t}.failures > 0 OR {t}.stalls > 0))
+          AND NOT EXISTS (SELECT 1 FROM work_items AS {s}
+                           WHERE {s}.storage_config_id = {t}.storage_config_id AND {s}.kind = {t}.kind
+                             AND {s}.status = 'succeeded' AND {whole} AND {s}.finished_at > {at}))",
+        whole = whole_root(s),
+        at = attempted_at(t)
+    )
+}
+
+/// When the crawl `t`'s last attempt started (one never tried: when it was asked for).
+fn attempted_at(t: &str) -> String {
+    format!("coalesce({t}.started_at, {t}.requested_at)")
+}
+
+/// The config's latest crawl with a failure on it no crawl of the whole root answered ([`unanswered_failure`]).
 fn failing() -> String {
     format!(
         "
-WITH r AS (SELECT max(s.finished_at) AS read_at
-             FROM work_items AS s
-            WHERE s.storage_config_id = $1 AND s.kind = $2 AND s.status = 'succeeded' AND {whole})
 SELECT w.id, coalesce(w.last_error, $3) AS error, w.status IN ('queued', 'running') AS retrying
-  FROM work_items AS w, r
- WHERE w.storage_config_id = $1 AND w.kind = $2
-   AND (w.status = 'failed'
-        OR w.status <> 'succeeded' AND (w.last_error IS NOT NULL OR w.failures > 0 OR w.stalls > 0))
-   AND (r.read_at IS NULL OR coalesce(w.finished_at, w.started_at, w.requested_at) > r.read_at)
- ORDER BY coalesce(w.finished_at, w.started_at, w.requested_at) DESC, w.id
+  FROM work_items AS w
+ WHERE w.storage_config_id = $1 AND w.kind = $2 AND {unanswered}
+ ORDER BY {at} DESC, w.id
  LIMIT 1",
-        whole = whole_root("s")
+        unanswered = unanswered_failure("w", "s"),
+        at = attempted_at("w")
     )
 }
 
@@ -71,4 +87,33 @@ pub(super) async fn of(store: &PgStore, config: StorageConfigId) -> Result<Optio
         error: r.error,
         retrying: r.retrying,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use almanac_domain::{CrawlArgs, WorkArgs};
+    use almanac_testdb::TestDatabase;
+    use diesel::sql_types::{Bool, Jsonb};
+    use diesel::{QueryableByName, sql_query};
+    use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+
+    #[derive(QueryableByName)]
+    struct Whole {
+        #[diesel(sql_type = Bool)]
+        whole: bool,
+    }
+
+    /// The statements' test of a crawl of the whole root says what the crawl's own arguments say of the payloads
+    /// `CrawlArgs` writes: none, some folders, and some folders among which the root's own `""`.
+    #[tokio::test]
+    async fn the_statements_whole_root_is_the_crawl_arguments() {
+        let db = TestDatabase::create().await;
+        let mut conn = AsyncPgConnection::establish(db.url()).await.unwrap();
+        let sql = format!("SELECT {} AS whole FROM (SELECT $1::jsonb AS payload) AS t", super::whole_root("t"));
+        for folders in [vec![], vec!["2024"], vec!["2024/phone", ""], vec![""]] {
+            let args = CrawlArgs::of_folders(folders.iter().map(|f| (*f).to_owned()).collect(), Vec::new());
+            let row: Whole = sql_query(&sql).bind::<Jsonb, _>(args.to_payload()).get_result(&mut conn).await.unwrap();
+            assert_eq!(row.whole, args.is_whole_root(), "{folders:?}");
+        }
+    }
 }

@@ -54,15 +54,15 @@ pub(super) async fn cancel_on(
 }
 
 /// Deletes up to `batch` finished items: succeeded or cancelled before `done_before`, failed before
-/// `failed_before`; never a queued or running one, nor a config's newest crawl of the whole root that succeeded,
-/// however old: the purge reads it to know its library was read since a crawl failed
-/// (`MaintenanceStore::failing_crawl`), and a failure is kept longer than a success.
+/// `failed_before`; never a queued or running one, however old, nor what the purge reads
+/// (`MaintenanceStore::failing_crawl`): a config's newest crawl of the whole root that succeeded, and a crawl with a
+/// failure on it that no such success answered (`failing_crawl::unanswered_failure`).
 pub(crate) fn delete_finished_query(
     done_before: DateTime<Utc>,
     failed_before: DateTime<Utc>,
     batch: i64,
 ) -> BoxedSqlQuery<'static, Pg, SqlQuery> {
-    let whole = |t| crate::maintenance_store::failing_crawl::whole_root(t);
+    use crate::maintenance_store::failing_crawl::{unanswered_failure, whole_root as whole};
     sql_query(format!(
         "DELETE FROM work_items WHERE id IN (
             SELECT d.id FROM work_items AS d
@@ -72,11 +72,13 @@ pub(crate) fn delete_finished_query(
                         AND NOT EXISTS (SELECT 1 FROM work_items AS n
                                          WHERE n.storage_config_id = d.storage_config_id AND n.kind = $4
                                            AND n.status = 'succeeded' AND n.finished_at > d.finished_at AND {}))
+               AND NOT (d.kind = $4 AND {})
              ORDER BY d.finished_at
              LIMIT $3
                FOR UPDATE SKIP LOCKED)",
         whole("d"),
-        whole("n")
+        whole("n"),
+        unanswered_failure("d", "a")
     ))
     .into_boxed()
     .bind::<Timestamptz, _>(done_before)
