@@ -85,6 +85,14 @@ impl Library {
         }
     }
 
+    /// Another storage config of ann's, at the folder `name` (made) beside the library's.
+    async fn another_config(&self, name: &str) -> StorageConfigId {
+        let root = self.dir.path().join(name);
+        std::fs::create_dir_all(&root).unwrap();
+        let new = NewStorageConfig { username: "ann".into(), root_path: root };
+        self.store.add_storage_config(&new).await.unwrap().1.id
+    }
+
     async fn soft_delete(&self, id: AssetId, days_ago: i64) {
         sql_query("UPDATE media_assets SET is_soft_deleted = true, soft_deleted_at = now() - make_interval(days => $2::int) WHERE id = $1")
             .bind::<Uuid, _>(id.as_uuid())
@@ -646,10 +654,7 @@ async fn retention_deletes_finished_items_past_retention_only() {
 async fn retention_keeps_each_configs_newest_crawl_of_the_whole_root_that_the_purge_reads() {
     use almanac_domain::ports::MaintenanceStore;
     let env = env().await;
-    let root = env.dir.path().join("other-library");
-    std::fs::create_dir_all(&root).unwrap();
-    let new = NewStorageConfig { username: "ann".into(), root_path: root };
-    let other = env.store.add_storage_config(&new).await.unwrap().1.id;
+    let other = env.another_config("other-library").await;
     let ended = |config: StorageConfigId, payload: serde_json::Value, status: &'static str, days: i32| {
         let env = &env;
         async move {
@@ -939,10 +944,7 @@ async fn a_configs_purge_is_held_by_a_failing_crawl_of_that_config_only() {
     let stalled = "its last attempt ended without an answer";
     let mut configs = Vec::new();
     for (n, (history, _)) in cases.iter().enumerate() {
-        let root = env.dir.path().join(format!("library-{n}"));
-        std::fs::create_dir_all(&root).unwrap();
-        let new = NewStorageConfig { username: "ann".into(), root_path: root };
-        let config = env.store.add_storage_config(&new).await.unwrap().1.id;
+        let config = env.another_config(&format!("library-{n}")).await;
         let (mut failing, mut first) = (None, None);
         for (step, end) in history.iter().enumerate() {
             if let (CancelTheFirst, Some(first)) = (end, first) {

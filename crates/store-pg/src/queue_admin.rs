@@ -268,9 +268,9 @@ impl PgStore {
     }
 
     /// Deletes at most `batch` finished items: succeeded or cancelled ones finished before `done_before`,
-    /// failed ones finished before `failed_before`. Never touches a queued or running item, nor a config's newest
-    /// crawl of the whole root that succeeded (the purge reads it). Returns how many were deleted; call again until
-    /// it returns less than `batch`.
+    /// failed ones finished before `failed_before`. Never touches a queued or running item, nor what the purge reads
+    /// of a config's crawls (see `MaintenanceStore::delete_finished_work`). Returns how many were deleted; call again
+    /// until it returns less than `batch`.
     #[mutants::skip]
     pub async fn delete_finished(
         &self,

@@ -410,7 +410,7 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
             return true;
         }
         match self.store.db_now().await {
-            Ok(now) if queued.run_after > now => self.quiet_until().await.is_some(),
+            Ok(now) if queued.run_after > now => self.quiet_until_at(now).is_some(),
             _ => true,
         }
     }
@@ -475,8 +475,12 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
 
     /// When the quiet hours end, if the watched changes wait for that and now is inside them.
     async fn quiet_until(&self) -> Option<DateTime<Utc>> {
+        self.quiet_until_at(self.store.db_now().await.ok()?)
+    }
+
+    /// When the quiet hours end, if the watched changes wait for that and `now` is inside them.
+    fn quiet_until_at(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let quiet = self.settings.quiet_hours.filter(|_| self.settings.in_quiet_hours == InQuietHours::Wait)?;
-        let now = self.store.db_now().await.ok()?;
         quiet.ends(now)
     }
 }

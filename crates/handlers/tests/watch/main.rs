@@ -512,11 +512,7 @@ async fn the_operators_choice_restarts_or_stops_the_watcher_and_an_inactive_conf
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_quiet_hours_watched_changes_ingest_or_wait_for_the_window_to_end_as_set() {
     let lib = library().await;
-    // A window that holds now, whatever the time: from a minute ago to a minute before that, UTC.
-    let now = chrono::Utc::now();
-    let (start, end) = (now - chrono::Duration::minutes(1), now - chrono::Duration::minutes(2));
-    let window = format!("{}-{} UTC", start.format("%H:%M"), end.format("%H:%M"));
-    let quiet = almanac_handlers::QuietHours::parse(&window).unwrap();
+    let quiet = quiet_now();
     for (policy, waits) in [(InQuietHours::Ingest, false), (InQuietHours::Wait, true)] {
         let settings = WatchSettings { in_quiet_hours: policy, quiet_hours: quiet, ..settings() };
         let watcher =
@@ -533,6 +529,13 @@ async fn in_quiet_hours_watched_changes_ingest_or_wait_for_the_window_to_end_as_
         let held = item.run_after > item.requested_at + chrono::Duration::minutes(60);
         assert_eq!(held, waits, "{policy:?}: run_after {} requested {}", item.run_after, item.requested_at);
     }
+}
+
+/// Quiet hours that hold now, whatever the time: from a minute ago to a minute before that, UTC.
+fn quiet_now() -> Option<almanac_handlers::QuietHours> {
+    let now = chrono::Utc::now();
+    let (start, end) = (now - chrono::Duration::minutes(1), now - chrono::Duration::minutes(2));
+    almanac_handlers::QuietHours::parse(&format!("{}-{} UTC", start.format("%H:%M"), end.format("%H:%M"))).unwrap()
 }
 
 /// What [`following`] answers: where the test sends the events, what stops the watcher, and its task (which
@@ -1026,10 +1029,7 @@ async fn a_change_is_not_held_behind_a_queued_crawl_that_is_not_due() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_quiet_hours_set_to_wait_a_change_is_held_behind_the_crawl_waiting_for_the_windows_end() {
     let lib = library().await;
-    let now = chrono::Utc::now();
-    let (start, end) = (now - chrono::Duration::minutes(1), now - chrono::Duration::minutes(2));
-    let window = format!("{}-{} UTC", start.format("%H:%M"), end.format("%H:%M"));
-    let quiet = almanac_handlers::QuietHours::parse(&window).unwrap();
+    let quiet = quiet_now();
     let settings = WatchSettings { in_quiet_hours: InQuietHours::Wait, quiet_hours: quiet, ..settings() };
     let store = Arc::new(CountingGets { store: lib.store.clone(), gets: AtomicUsize::new(0) });
     let watcher = ConfigWatcher::new(store.clone(), lib.config, lib.root.clone(), settings, (WatchMode::Events, None));

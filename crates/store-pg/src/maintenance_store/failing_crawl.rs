@@ -29,11 +29,18 @@ pub(crate) fn unanswered_failure(t: &str, s: &str) -> String {
     format!(
         "(({t}.status = 'failed'
            OR {t}.status <> 'succeeded' AND ({t}.last_error IS NOT NULL OR {t}.failures > 0 OR {t}.stalls > 0))
-          AND NOT EXISTS (SELECT 1 FROM work_items AS {s}
-                           WHERE {s}.storage_config_id = {t}.storage_config_id AND {s}.kind = {t}.kind
-                             AND {s}.status = 'succeeded' AND {whole} AND {s}.finished_at > {at}))",
-        whole = whole_root(s),
-        at = attempted_at(t)
+          AND NOT {answered})",
+        answered = read_whole_after(s, t, &attempted_at(t))
+    )
+}
+
+/// Whether a crawl of the whole root (`s`) of the same config and kind as `t` succeeded and ended after `after`.
+pub(crate) fn read_whole_after(s: &str, t: &str, after: &str) -> String {
+    format!(
+        "EXISTS (SELECT 1 FROM work_items AS {s}
+                  WHERE {s}.storage_config_id = {t}.storage_config_id AND {s}.kind = {t}.kind
+                    AND {s}.status = 'succeeded' AND {whole} AND {s}.finished_at > {after})",
+        whole = whole_root(s)
     )
 }
 

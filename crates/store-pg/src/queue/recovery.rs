@@ -62,22 +62,19 @@ pub(crate) fn delete_finished_query(
     failed_before: DateTime<Utc>,
     batch: i64,
 ) -> BoxedSqlQuery<'static, Pg, SqlQuery> {
-    use crate::maintenance_store::failing_crawl::{unanswered_failure, whole_root as whole};
+    use crate::maintenance_store::failing_crawl::{read_whole_after, unanswered_failure, whole_root};
     sql_query(format!(
         "DELETE FROM work_items WHERE id IN (
             SELECT d.id FROM work_items AS d
              WHERE ((d.status IN ('succeeded', 'cancelled') AND d.finished_at < $1)
                     OR (d.status = 'failed' AND d.finished_at < $2))
-               AND NOT (d.kind = $4 AND d.status = 'succeeded' AND {}
-                        AND NOT EXISTS (SELECT 1 FROM work_items AS n
-                                         WHERE n.storage_config_id = d.storage_config_id AND n.kind = $4
-                                           AND n.status = 'succeeded' AND n.finished_at > d.finished_at AND {}))
+               AND NOT (d.kind = $4 AND d.status = 'succeeded' AND {} AND NOT {})
                AND NOT (d.kind = $4 AND {})
              ORDER BY d.finished_at
              LIMIT $3
                FOR UPDATE SKIP LOCKED)",
-        whole("d"),
-        whole("n"),
+        whole_root("d"),
+        read_whole_after("n", "d", "d.finished_at"),
         unanswered_failure("d", "a")
     ))
     .into_boxed()
