@@ -72,13 +72,33 @@ impl ScratchVolume {
     /// cleaning". The volume is unmounted for it (`debugfs`) and mounted again.
     pub fn damage_inode(&mut self, rel: &str) {
         let image = self.image.clone().expect("an ext4 volume");
-        let unmounted = Command::new("umount").arg(&self.path).status().expect("run umount");
-        assert!(unmounted.success(), "unmount the volume to damage it");
-        self.mounted = false;
+        self.unmount();
         let request = format!("set_inode_field /{rel} mode 0170644");
         let out = Command::new(sbin("debugfs")).args(["-w", "-R", &request]).arg(&image).output().expect("run debugfs");
         assert!(out.status.success(), "debugfs: {}", String::from_utf8_lossy(&out.stderr));
         assert!(self.mount_image(), "mount the volume again");
+    }
+
+    /// Unmounts the ext4 volume and mounts it again, its files kept: a disk unplugged and plugged in again.
+    pub fn remount(&mut self) {
+        self.unmount();
+        assert!(self.mount_image(), "mount the volume again");
+    }
+
+    /// Unmounts the volume now (not lazily: its file system is gone when this returns). One busy for a moment (a
+    /// reader of it) is tried again, for ten seconds at most.
+    fn unmount(&mut self) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let out = Command::new("umount").arg(&self.path).output().expect("run umount");
+            if out.status.success() {
+                break;
+            }
+            let said = String::from_utf8_lossy(&out.stderr);
+            assert!(said.contains("busy") && std::time::Instant::now() < deadline, "unmount the volume: {said}");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        self.mounted = false;
     }
 
     fn mount_image(&mut self) -> bool {

@@ -5,12 +5,14 @@
 //!
 //! `mode.rs` decides events or polling, `tree.rs` sets the watches, `events.rs` reads an event, `exports.rs`
 //! tells whether a file seen closed may be read at once, `poll.rs` polls, `window.rs` coalesces, `watcher.rs`
-//! is one config's watcher, and `supervisor.rs` the Worker's supervisor of its watchers.
+//! is one config's watcher, `sentinel.rs` hears a watched file system unmounted, and `supervisor.rs` the
+//! Worker's supervisor of its watchers.
 
 mod events;
 mod exports;
 mod mode;
 mod poll;
+mod sentinel;
 mod status;
 mod supervisor;
 mod tree;

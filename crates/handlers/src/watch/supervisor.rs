@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::mode::{decide_below, mounts, polled_mount_below, touches};
+use super::sentinel::Sentinel;
 use super::{ConfigWatcher, WatchIo, WatchSettings, WatchStatus, decide};
 
 /// How long a look waits for the `statfs` calls it started (a local disk answers at once); one that takes longer
@@ -73,6 +74,8 @@ pub struct Watching<S> {
     mounts: Option<HashSet<(PathBuf, String)>>,
     /// The Worker's proxy root, which its watchers pass over.
     proxy_root: Option<Arc<Path>>,
+    /// Hears a watched file system unmounted (`None` when the kernel refused it one).
+    sentinel: Option<Arc<Sentinel>>,
 }
 
 /// Whether a watcher whose watch was last renewed `elapsed` ago must stop: at two thirds of the lease, so that
@@ -92,7 +95,15 @@ impl<S: WatchStore + WorkQueue + 'static> Watching<S> {
         let (running, idle, deciding, decided, mounts) = Default::default();
         let holder = WatchHolder::new(worker);
         let (io, proxy_root) = (WatchIo::default(), None);
-        Self { store, holder, served, settings, io, running, idle, deciding, decided, mounts, proxy_root }
+        let sentinel = Sentinel::new()
+            .map_err(|e| {
+                warn!(event = "watch_sentinel_refused", error = %e,
+                      "the kernel refused an inotify instance to hear watched file systems unmounted: a disk unmounted \
+                       and mounted again between two looks (10 s) goes unseen until the next whole crawl; raise \
+                       fs.inotify.max_user_instances")
+            })
+            .ok();
+        Self { store, holder, served, settings, io, running, idle, deciding, decided, mounts, proxy_root, sentinel }
     }
 
     /// The same, making `io`'s calls on the file system (a test's, to make one hang or fail).
@@ -258,7 +269,8 @@ impl<S: WatchStore + WorkQueue + 'static> Watching<S> {
         let watch =
             ConfigWatcher::new(self.store.clone(), target.config, target.root.clone(), self.settings, (mode, note))
                 .with_io(self.io.clone())
-                .avoiding(self.proxy_root.clone());
+                .avoiding(self.proxy_root.clone())
+                .guarded_by(self.sentinel.clone());
         let (status, stop) = (watch.status_handle(), CancellationToken::new());
         let task = tokio::spawn(watch.run(stop.clone()));
         self.idle.remove(&target.config);
@@ -287,27 +299,18 @@ impl<S: WatchStore + WorkQueue + 'static> Watching<S> {
     }
 
     /// Stops the watchers of the roots that a file system mounted or unmounted since the last look touches (on
-    /// the root, beneath it, or on a folder holding it), and forgets what `auto` decided for them: the watches of
-    /// a folder a share was mounted over see nothing written to the share, and a share mounted beneath a root
-    /// raises no event for other machines' writes. Their watches stay held; the look decides their mode again and
-    /// starts them anew (a whole-root crawl catches up).
+    /// the root, beneath it, or on a folder holding it), and of those whose file system (or one beneath) the
+    /// sentinel heard unmounted, and forgets what `auto` decided for them: the watches of a folder a share was
+    /// mounted over see nothing written to the share, a share mounted beneath a root raises no event for other
+    /// machines' writes, and the watches on a file system unmounted are gone, even if it was mounted again before
+    /// this look. Their watches stay held; the look decides their mode again and starts them anew (a whole-root
+    /// crawl catches up).
     async fn end_remounted(&mut self) {
-        // `/proc/self/mountinfo` never waits on a mount.
-        let points = |text: String| mounts(&text).into_iter().map(|m| (m.point, m.fs_type)).collect::<HashSet<_>>();
-        let Some(now) = (self.io.mountinfo)().map(points) else {
-            return;
-        };
-        let Some(before) = self.mounts.replace(now.clone()) else { return };
-        let changed: Vec<&PathBuf> = now.symmetric_difference(&before).map(|(point, _)| point).collect();
-        if changed.is_empty() {
-            return;
+        let mut touched = self.mount_table_changes();
+        let unmounted = self.sentinel.as_ref().map(|s| s.unmounted()).unwrap_or_default();
+        for (config, folder) in unmounted.into_iter().filter(|(c, _)| self.running.contains_key(c)) {
+            touched.entry(config).or_insert(folder);
         }
-        let roots = self.running.iter().map(|(c, r)| (*c, r.target.root.clone()));
-        let decided = self.decided.keys().cloned();
-        let touched: HashMap<StorageConfigId, PathBuf> = roots
-            .chain(decided)
-            .filter_map(|(config, root)| changed.iter().find(|p| touches(p, &root)).map(|p| (config, (*p).clone())))
-            .collect();
         for (config, point) in touched {
             info!(event = "watch_remounted", config = %config, mount = %point.display(),
                   "a file system was mounted or unmounted on, above or beneath the root: watching it anew");
@@ -317,6 +320,27 @@ impl<S: WatchStore + WorkQueue + 'static> Watching<S> {
                 self.end(config, false).await;
             }
         }
+    }
+
+    /// The configs (running, or whose mode `auto` decided) whose root a mount made or gone since the last look
+    /// touches, each with that mount's point.
+    fn mount_table_changes(&mut self) -> HashMap<StorageConfigId, PathBuf> {
+        // `/proc/self/mountinfo` never waits on a mount.
+        let points = |text: String| mounts(&text).into_iter().map(|m| (m.point, m.fs_type)).collect::<HashSet<_>>();
+        let Some(now) = (self.io.mountinfo)().map(points) else {
+            return HashMap::new();
+        };
+        let Some(before) = self.mounts.replace(now.clone()) else { return HashMap::new() };
+        let changed: Vec<&PathBuf> = now.symmetric_difference(&before).map(|(point, _)| point).collect();
+        if changed.is_empty() {
+            return HashMap::new();
+        }
+        let roots = self.running.iter().map(|(c, r)| (*c, r.target.root.clone()));
+        let decided = self.decided.keys().cloned();
+        roots
+            .chain(decided)
+            .filter_map(|(config, root)| changed.iter().find(|p| touches(p, &root)).map(|p| (config, (*p).clone())))
+            .collect()
     }
 
     /// Ends the watchers that ended on their own (a polling pass that failed) and gives their watches up, to be

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use notify::{RecursiveMode, Watcher as _};
 use tokio_util::sync::CancellationToken;
 
+use super::sentinel::Guard;
 use crate::crawl::{is_skipped_name, reads_file_named};
 
 /// The watches of one root's folders.
@@ -29,6 +30,8 @@ pub struct WatchedTree {
     unwatched: std::collections::HashSet<PathBuf>,
     /// The proxy root's identity, passed over.
     avoid: Option<(u64, u64)>,
+    /// The sentinel's watches of the root and the mounts beneath it, given back with these.
+    _guard: Option<Guard>,
 }
 
 /// What is in a folder: its subfolders and its files, the crawl's skipped names passed over (links are neither).
@@ -124,9 +127,15 @@ impl WatchedTree {
         // Links are never followed, as the crawl never follows them.
         let config = notify::Config::default().with_follow_symlinks(false);
         let watcher = notify::RecommendedWatcher::new(handler, config)?;
-        let mut tree = Self { watcher, added: 0, avoid, unwatched: std::collections::HashSet::new() };
+        let unwatched = std::collections::HashSet::new();
+        let mut tree = Self { watcher, added: 0, avoid, unwatched, _guard: None };
         tree.watch_subtree(root, stop, |_| {})?;
         Ok(tree)
+    }
+
+    /// The same, holding `guard` (the sentinel's watches set for it) while it watches.
+    pub(super) fn guarded(self, guard: Option<Guard>) -> Self {
+        Self { _guard: guard, ..self }
     }
 
     /// How many folders were watched.

@@ -15,6 +15,7 @@ use tracing::{info, warn};
 
 use super::events::{Found, Handled, appeared_folder, handle, one_turn, still_written};
 use super::poll::FolderTree;
+use super::sentinel::Sentinel;
 use super::status::{Status, WatchStatus};
 use super::tree::{WatchedTree, files_beneath};
 use super::window::Window;
@@ -59,6 +60,8 @@ pub struct ConfigWatcher<S> {
     /// The Worker's proxy root: passed over, with everything beneath it, when it is mounted inside the library.
     /// Its identity is read where it is used (it may be mounted after the Worker started).
     proxy_root: Option<Arc<Path>>,
+    /// The supervisor's sentinel, which hears the root's file system (or one mounted beneath it) unmounted.
+    sentinel: Option<Arc<Sentinel>>,
 }
 
 impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
@@ -90,6 +93,7 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
             said_leases_refused: false,
             closed_settle,
             proxy_root: None,
+            sentinel: None,
         }
     }
 
@@ -102,6 +106,12 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
     /// library, as the crawl does.
     pub fn avoiding(self, proxy_root: Option<Arc<Path>>) -> Self {
         Self { proxy_root, ..self }
+    }
+
+    /// The same, its watches guarded by the supervisor's `sentinel` (set before them): a file system they are on
+    /// that is unmounted, which removes them, is heard there.
+    pub(super) fn guarded_by(self, sentinel: Option<Arc<Sentinel>>) -> Self {
+        Self { sentinel, ..self }
     }
 
     /// Its status, as it changes.
@@ -219,13 +229,17 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
     async fn start_watch(&mut self, stop: &CancellationToken) -> Events {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let (root, failed, token, exports) = (self.root.clone(), tx.clone(), stop.clone(), self.io.exports.clone());
-        let proxy_root = self.proxy_root.clone();
+        let (proxy_root, sentinel, mountinfo, config) =
+            (self.proxy_root.clone(), self.sentinel.clone(), self.io.mountinfo.clone(), self.config);
         let started = tokio::task::spawn_blocking(move || {
             let handler = move |event| {
                 let _ = tx.send(event);
             };
             let avoid = proxy_root.as_deref().and_then(almanac_media::identity);
-            (WatchedTree::start(&root, avoid, handler, &token), exports(&root))
+            // The sentinel's watches first: a file system unmounted after they are set is heard, whichever of the
+            // watcher's own watches it took.
+            let guard = sentinel.map(|s| s.guard_root(config, &root, mountinfo().as_deref(), avoid));
+            (WatchedTree::start(&root, avoid, handler, &token).map(|tree| tree.guarded(guard)), exports(&root))
         })
         .await;
         let error = match started {

@@ -3,7 +3,7 @@
 //! polling pass that never returns holds up no shutdown; a shutdown or a look that stops a watcher waits for it
 //! to enqueue what it saw; a watch that cannot be renewed is given up before its lease runs out; the operator's
 //! mode is used without reading the root's file system; a root that cannot be read is held off; a failing
-//! polling pass gives its watch up.
+//! polling pass gives its watch up; a disk unmounted and mounted again between two looks is watched anew.
 
 use super::*;
 
@@ -327,4 +327,44 @@ async fn a_watcher_whose_polling_pass_fails_gives_its_watch_up_and_is_started_ag
     assert!(AtomicUsize::load(&calls, Ordering::SeqCst) >= 2);
     assert_eq!(watching.status(lib.config).unwrap().mode(), WatchMode::Polling);
     assert_eq!(AtomicUsize::load(&reads, Ordering::SeqCst), 1, "what auto decided is kept for the root");
+}
+
+/// A disk mounted on `disk` (the root, or a folder beneath it) with the folder `folder` of the library on it, watched
+/// by events, then unmounted and mounted again between two looks: the mount table reads the same at both, and every
+/// watch on the disk is gone. The watcher is started again at the look (its whole-root crawl catches up), and a photo
+/// copied in afterwards is crawled. Skipped, saying so, where an ext4 image cannot be mounted.
+async fn watched_anew_after_a_remount_between_two_looks(lib: &Library, disk: &Path, folder: &str) {
+    let Some(mut volume) = almanac_media::scratch_volume::ScratchVolume::ext4(disk) else { return };
+    std::fs::create_dir_all(lib.root.join(folder)).unwrap();
+    let (mut watching, status) = started(lib, watchers(lib, settings(), WatchIo::default())).await;
+    assert_eq!(status.unwrap().mode(), WatchMode::Events, "a local disk gets events");
+    let (before, after) = (format!("{folder}/before.jpg"), format!("{folder}/after.jpg"));
+    copy_in(lib, &before, &photo(1));
+    crawls_until(lib, "crawl of the photo copied before", |items| has_closed(items, &before)).await;
+
+    let (lines, ()) = support::logs::capture(async {
+        volume.remount();
+        watching.look().await.unwrap();
+        until_ready(&watching.status(lib.config).expect("watched again at once")).await;
+        copy_in(lib, &after, &photo(2));
+        crawls_until(lib, "crawl of the photo copied once the disk was back", |items| has_closed(items, &after)).await;
+    })
+    .await;
+    let remounted = support::logs::events(&lines, "watch_remounted");
+    assert_eq!(remounted.len(), 1, "{remounted:?}");
+    assert_eq!(remounted[0]["fields"]["mount"], disk.display().to_string());
+    drop(watching);
+    drop(volume);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disk_holding_the_root_unmounted_and_mounted_again_between_two_looks_is_watched_anew() {
+    let lib = library().await;
+    watched_anew_after_a_remount_between_two_looks(&lib, &lib.root.clone(), "trip").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disk_mounted_beneath_the_root_unmounted_and_mounted_again_between_two_looks_is_watched_anew() {
+    let lib = library().await;
+    watched_anew_after_a_remount_between_two_looks(&lib, &lib.root.join("usb"), "usb/trip").await;
 }

@@ -142,8 +142,15 @@ runtime was left to run it, or the Worker stopped first); whatever it took runs 
     ),
     event(
         "watch_remounted",
-        "a file system was mounted or unmounted on, above or beneath a watched root (`mount`): the config's watcher \
-         starts again, its mode decided anew (a share mounted over the root is polled, not watched)",
+        "a file system was mounted or unmounted on, above or beneath a watched root (`mount`), or unmounted and \
+         mounted again between two looks (which removes the watches on it): the config's watcher starts again, its \
+         mode decided anew (a share mounted over the root is polled, not watched)",
+    ),
+    event(
+        "watch_sentinel_refused",
+        "the kernel refused the inotify instance that hears watched file systems unmounted (`error`; \
+         fs.inotify.max_user_instances): a disk unmounted and mounted again between two looks goes unseen until \
+         the next whole crawl",
     ),
     event(
         "watch_fell_back_to_polling",
