@@ -8,6 +8,13 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// A directory block as it was before [`ScratchVolume::damage_folder`] wrote over it: where it is in the image.
+#[derive(Debug)]
+pub struct DamagedBlock {
+    at: u64,
+    bytes: Vec<u8>,
+}
+
 /// A folder that is a small volume, or a folder made unwritable, until dropped.
 #[derive(Debug)]
 pub struct ScratchVolume {
@@ -76,6 +83,38 @@ impl ScratchVolume {
         let request = format!("set_inode_field /{rel} mode 0170644");
         let out = Command::new(sbin("debugfs")).args(["-w", "-R", &request]).arg(&image).output().expect("run debugfs");
         assert!(out.status.success(), "debugfs: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(self.mount_image(), "mount the volume again");
+    }
+
+    /// Gives the folder at `rel` beneath the mount point a first directory block that took a bad write: the folder
+    /// can still be looked up and stat'ed, and listing it fails ("Bad message"). The volume is unmounted for it
+    /// (`debugfs`) and mounted again. Answers the block as it was, which [`ScratchVolume::mend_folder`] puts back.
+    pub fn damage_folder(&mut self, rel: &str) -> DamagedBlock {
+        let image = self.image.clone().expect("an ext4 volume");
+        self.unmount();
+        let debugfs = |request: &str| {
+            let out = Command::new(sbin("debugfs")).args(["-w", "-R", request]).arg(&image).output().expect("debugfs");
+            assert!(out.status.success(), "debugfs: {}", String::from_utf8_lossy(&out.stderr));
+            String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        };
+        let block: u64 = debugfs(&format!("bmap /{rel} 0")).parse().expect("the folder's first block");
+        let stats = debugfs("stats");
+        let size = stats.lines().find_map(|l| l.strip_prefix("Block size:")).expect("the volume's block size");
+        let size: u64 = size.trim().parse().expect("the volume's block size");
+        let mut bytes = vec![0; usize::try_from(size).expect("a block's size")];
+        let file = std::fs::File::open(&image).expect("open the image");
+        std::os::unix::fs::FileExt::read_exact_at(&file, &mut bytes, block * size).expect("read the block");
+        debugfs(&format!("zap_block -f /{rel} -p 255 0"));
+        assert!(self.mount_image(), "mount the volume again");
+        DamagedBlock { at: block * size, bytes }
+    }
+
+    /// Puts back the block [`ScratchVolume::damage_folder`] damaged: the folder can be listed again, as it was.
+    pub fn mend_folder(&mut self, damaged: DamagedBlock) {
+        let image = self.image.clone().expect("an ext4 volume");
+        self.unmount();
+        let file = std::fs::OpenOptions::new().write(true).open(&image).expect("open the image");
+        std::os::unix::fs::FileExt::write_all_at(&file, &damaged.bytes, damaged.at).expect("write the block back");
         assert!(self.mount_image(), "mount the volume again");
     }
 

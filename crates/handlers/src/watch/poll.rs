@@ -22,11 +22,23 @@ use crate::crawl::reads_file_named;
 /// A folder's mtime and ctime, in nanoseconds (a file made, removed or renamed in it changes them).
 type Stamp = (i64, i64);
 
-/// The folders of a root as the last pass found them: each one's stamp, and the digest of what the crawl would
-/// look at in it (`Listing::read`).
+/// The folders of a root as the last pass found them.
 #[derive(Debug, Default)]
 pub struct FolderTree {
-    folders: HashMap<PathBuf, (Stamp, u64)>,
+    folders: HashMap<PathBuf, Known>,
+}
+
+/// A folder as the last pass found it.
+#[derive(Debug, Clone, Copy)]
+struct Known {
+    /// Its stamp when it was last listed whole.
+    stamp: Stamp,
+    /// The digest of what the crawl would look at in it then (`Listing::read`).
+    read: u64,
+    /// The stamp it had when its listing last failed, if the last one did: it is listed again at each pass until
+    /// it can be (its stamp kept until then, so nothing made in it meanwhile is missed), and the crawl is asked to
+    /// judge it once a stamp.
+    unlisted: Option<Stamp>,
 }
 
 impl FolderTree {
@@ -48,9 +60,11 @@ impl FolderTree {
         self.folders.is_empty()
     }
 
-    /// A pass: stats the folders known, lists again those whose stamp changed (finding new folders), forgets
-    /// those gone. Answers the folders that came or went, and those in which what the crawl would look at changed
-    /// (relative to the root, as the crawl names them). A root that cannot be read changes nothing (an unmounted share is no change: the crawl judges it).
+    /// A pass: stats the folders known, lists again those whose stamp changed (finding new folders) and those that
+    /// could not be listed whole last time, forgets those gone. Answers the folders that came or went, those in
+    /// which what the crawl would look at changed, and those that changed and cannot be listed (relative to the
+    /// root, as the crawl names them). A root that cannot be read changes nothing (an unmounted share is no change:
+    /// the crawl judges it).
     pub fn pass(&mut self, root: &Path, avoid: Option<(u64, u64)>, stop: &CancellationToken) -> Vec<String> {
         if self.is_empty() {
             // The root could not be read at the baseline: this pass is the baseline.
@@ -68,15 +82,23 @@ impl FolderTree {
             if stop.is_cancelled() {
                 break;
             }
-            let Some((old, read)) = self.folders.get(&rel).copied() else { continue };
+            let Some(known) = self.folders.get(&rel).copied() else { continue };
             match stamp(&root.join(&rel)) {
-                Ok(Some((now, _))) if now == old => {}
+                Ok(Some((now, _))) if now == known.stamp && known.unlisted.is_none() => {}
                 Ok(Some((now, _))) => {
                     let listing = list(&root.join(&rel));
-                    self.folders.insert(rel.clone(), (now, listing.read));
                     self.add_new_subfolders(root, &rel, &listing, avoid, stop);
-                    if listing.read != read || read_file_changed_since(&listing, old.0.max(old.1)) {
-                        changed.push(crawl_folder(&rel));
+                    if listing.complete {
+                        self.folders.insert(rel.clone(), Known { stamp: now, read: listing.read, unlisted: None });
+                        let since = known.stamp.0.max(known.stamp.1);
+                        if listing.read != known.read || read_file_changed_since(&listing, since) {
+                            changed.push(crawl_folder(&rel));
+                        }
+                    } else {
+                        self.folders.insert(rel.clone(), Known { unlisted: Some(now), ..known });
+                        if known.unlisted != Some(now) {
+                            changed.push(crawl_folder(&rel));
+                        }
                     }
                 }
                 // Gone (or no longer a folder): it and everything beneath it.
@@ -122,7 +144,8 @@ impl FolderTree {
             }
             let listing = list(&path);
             todo.extend(subfolders(&listing).into_iter().map(|name| rel.join(name)));
-            self.folders.insert(rel, (stamp, listing.read));
+            let unlisted = (!listing.complete).then_some(stamp);
+            self.folders.insert(rel, Known { stamp, read: listing.read, unlisted });
         }
     }
 }
@@ -302,6 +325,35 @@ mod tests {
         std::fs::rename(&root, dir.path().join("away")).unwrap();
         assert!(tree.pass(&root, None, &stop).is_empty(), "a missing root is not a deleted library");
         assert_eq!(tree.len(), 2);
+    }
+
+    /// A folder that changed when it could not be listed (a directory block that took a bad write here; a
+    /// network share's hiccup elsewhere) is the crawl's to judge, once; it is listed again at each pass until it
+    /// can be, and what was made in it meanwhile is polled from then on. Before, its new stamp was kept with the
+    /// empty listing, and a folder made in it then was never polled. Skipped, saying so, where an ext4 image
+    /// cannot be mounted.
+    #[test]
+    fn a_folder_that_cannot_be_listed_is_listed_again_until_it_can_and_what_was_made_in_it_is_then_polled() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("disk");
+        let Some(mut volume) = almanac_media::scratch_volume::ScratchVolume::ext4(&root) else { return };
+        std::fs::create_dir_all(root.join("a")).unwrap();
+        std::fs::write(root.join("a/IMG_1.jpg"), b"x").unwrap();
+        let stop = CancellationToken::new();
+        let mut tree = FolderTree::baseline(&root, None, &stop);
+        assert_eq!(tree.len(), 2);
+        std::fs::create_dir(root.join("a/new")).unwrap();
+        std::fs::write(root.join("a/new/IMG_2.jpg"), b"y").unwrap();
+        let damaged = volume.damage_folder("a");
+        assert!(std::fs::read_dir(root.join("a")).unwrap().any(|e| e.is_err()), "the folder cannot be listed");
+        assert_eq!(tree.pass(&root, None, &stop), ["a"], "changed, and the crawl's to judge");
+        assert!(tree.pass(&root, None, &stop).is_empty(), "said once while it stays as it is");
+        volume.mend_folder(damaged);
+        assert_eq!(tree.pass(&root, None, &stop), ["a"], "listed at last: a folder came");
+        assert_eq!(tree.len(), 3, "the folder made while it could not be listed is polled");
+        std::fs::write(root.join("a/new/IMG_3.jpg"), b"z").unwrap();
+        assert_eq!(tree.pass(&root, None, &stop), ["a/new"]);
+        assert!(tree.pass(&root, None, &stop).is_empty());
     }
 
     #[test]

@@ -43,14 +43,22 @@ pub(super) struct Listing {
     /// of the files it reads ([`reads_file_named`]). The same whatever order the entries are listed in; another
     /// when one of those is made, removed, renamed or replaced by a rename, and not when another file is.
     pub read: u64,
+    /// Whether the folder was read to its end: not when it could not be opened, or its listing broke off (a
+    /// directory block that took a bad write, a network share's hiccup). Then what was read is all there is.
+    pub complete: bool,
 }
 
-/// Lists a folder, by each entry's type (a link is not followed); nothing when it cannot be read (the crawl
-/// judges it). Polling and the watches list folders by it.
+/// Lists a folder, by each entry's type (a link is not followed); what could be read when it cannot be read
+/// whole (the crawl judges it), saying so. Polling and the watches list folders by it.
 pub(super) fn list(folder: &Path) -> Listing {
     let mut listing = Listing::default();
     let Ok(entries) = std::fs::read_dir(folder) else { return listing };
-    for entry in entries.filter_map(Result::ok) {
+    listing.complete = true;
+    for entry in entries {
+        let Ok(entry) = entry else {
+            listing.complete = false;
+            break;
+        };
         let name = entry.file_name();
         if is_skipped_name(name.as_bytes()) {
             continue;
