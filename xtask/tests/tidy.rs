@@ -28,6 +28,7 @@ const WALL_CLOCK_READERS: &[&str] = &[
     "crates/store-pg/src/catalogue_store/rows.rs",
     "crates/media/src/dates/file_name.rs",
     "crates/media/src/video.rs",
+    "crates/handlers/src/watch/poll.rs",
     "crates/worker/src/page/mod.rs",
     "crates/worker/src/observe.rs",
 ];

@@ -61,10 +61,20 @@ impl ScratchVolume {
     /// `None`, after printing why, where it cannot be made or mounted (not root, no loop devices, no e2fsprogs): the
     /// caller skips its test.
     pub fn ext4(path: &Path) -> Option<Self> {
+        Self::ext4_made_with(path, &[])
+    }
+
+    /// [`ScratchVolume::ext4`] whose files' and folders' times are kept to the second, as on ext3, FAT, and the
+    /// NFS or SMB servers that store on them (inodes of 128 bytes, which have no room for nanoseconds).
+    pub fn ext4_to_the_second(path: &Path) -> Option<Self> {
+        Self::ext4_made_with(path, &["-I", "128"])
+    }
+
+    fn ext4_made_with(path: &Path, options: &[&str]) -> Option<Self> {
         std::fs::create_dir_all(path).expect("create the mount point");
         let image = path.with_extension("img");
         std::fs::File::create(&image).and_then(|f| f.set_len(8 << 20)).expect("make the image file");
-        let made = Command::new(sbin("mkfs.ext4")).args(["-q", "-F"]).arg(&image).output();
+        let made = Command::new(sbin("mkfs.ext4")).args(["-q", "-F"]).args(options).arg(&image).output();
         let mut volume = Self { path: path.to_owned(), mounted: false, image: Some(image) };
         match made {
             Ok(o) if o.status.success() => {}

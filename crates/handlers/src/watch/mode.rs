@@ -51,6 +51,15 @@ pub struct Mount {
     pub fs_type: String,
 }
 
+/// A mount as the supervisor compares mount tables: its point, file system type and device. The device tells a
+/// disk plugged in again (a new device number) from the one it replaced at the same point.
+pub type MountKey = (PathBuf, String, String);
+
+/// The mounts a `/proc/self/mountinfo` text lists, as [`MountKey`]s.
+pub fn mount_keys(mountinfo: &str) -> std::collections::HashSet<MountKey> {
+    mounts(mountinfo).into_iter().map(|m| (m.point, m.fs_type, m.device)).collect()
+}
+
 /// The mounts a `/proc/self/mountinfo` text lists (their paths' escaped characters, `\040` for a space, read
 /// back).
 pub fn mounts(mountinfo: &str) -> Vec<Mount> {

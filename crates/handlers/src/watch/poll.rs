@@ -28,6 +28,12 @@ pub struct FolderTree {
     folders: HashMap<PathBuf, Known>,
 }
 
+/// How close to the clock a folder's stamp is when it was listed for it to be listed again at the next pass even if
+/// it stays the same (nanoseconds): file systems that keep times to the second or two (ext3, FAT, and the NFS or SMB
+/// servers that store on them) give a second change made within that time the stamp of the first. As git treats an
+/// index entry "racily clean".
+const RACY: i64 = 2_000_000_000;
+
 /// A folder as the last pass found it.
 #[derive(Debug, Clone, Copy)]
 struct Known {
@@ -39,6 +45,16 @@ struct Known {
     /// it can be (its stamp kept until then, so nothing made in it meanwhile is missed), and the crawl is asked to
     /// judge it once a stamp.
     unlisted: Option<Stamp>,
+    /// Whether its stamp was within [`RACY`] of the clock when it was listed: it is listed again at the next pass.
+    racy: bool,
+}
+
+/// Whether a folder's stamp is so close to the clock (or after it: another machine's) that a change made since may
+/// have left it as it is.
+fn racy((mtime, ctime): Stamp) -> bool {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let now = i64::try_from(now.as_nanos()).unwrap_or(i64::MAX);
+    mtime.max(ctime) > now.saturating_sub(RACY)
 }
 
 impl FolderTree {
@@ -60,8 +76,8 @@ impl FolderTree {
         self.folders.is_empty()
     }
 
-    /// A pass: stats the folders known, lists again those whose stamp changed (finding new folders) and those that
-    /// could not be listed whole last time, forgets those gone. Answers the folders that came or went, those in
+    /// A pass: stats the folders known, lists again those whose stamp changed (finding new folders), those that
+    /// could not be listed whole last time and those whose stamp was [`RACY`], forgets those gone. Answers the folders that came or went, those in
     /// which what the crawl would look at changed, and those that changed and cannot be listed (relative to the
     /// root, as the crawl names them). A root that cannot be read changes nothing (an unmounted share is no change:
     /// the crawl judges it).
@@ -84,14 +100,18 @@ impl FolderTree {
             }
             let Some(known) = self.folders.get(&rel).copied() else { continue };
             match stamp(&root.join(&rel)) {
-                Ok(Some((now, _))) if now == known.stamp && known.unlisted.is_none() => {}
+                Ok(Some((now, _))) if now == known.stamp && known.unlisted.is_none() && !known.racy => {}
                 Ok(Some((now, _))) => {
                     let listing = list(&root.join(&rel));
                     self.add_new_subfolders(root, &rel, &listing, avoid, stop);
                     if listing.complete {
-                        self.folders.insert(rel.clone(), Known { stamp: now, read: listing.read, unlisted: None });
+                        let racy = racy(now);
+                        self.folders
+                            .insert(rel.clone(), Known { stamp: now, read: listing.read, unlisted: None, racy });
+                        // Listed again for a stamp that stayed: only what the listing says can have changed.
+                        let restamped = now != known.stamp;
                         let since = known.stamp.0.max(known.stamp.1);
-                        if listing.read != known.read || read_file_changed_since(&listing, since) {
+                        if listing.read != known.read || (restamped && read_file_changed_since(&listing, since)) {
                             changed.push(crawl_folder(&rel));
                         }
                     } else {
@@ -145,7 +165,7 @@ impl FolderTree {
             let listing = list(&path);
             todo.extend(subfolders(&listing).into_iter().map(|name| rel.join(name)));
             let unlisted = (!listing.complete).then_some(stamp);
-            self.folders.insert(rel, Known { stamp, read: listing.read, unlisted });
+            self.folders.insert(rel, Known { stamp, read: listing.read, unlisted, racy: racy(stamp) });
         }
     }
 }
@@ -354,6 +374,40 @@ mod tests {
         std::fs::write(root.join("a/new/IMG_3.jpg"), b"z").unwrap();
         assert_eq!(tree.pass(&root, None, &stop), ["a/new"]);
         assert!(tree.pass(&root, None, &stop).is_empty());
+    }
+
+    /// Where times are kept to the second (ext3, FAT, the NFS or SMB servers that store on them), a photo made in a
+    /// folder within the second it was listed in leaves the folder's stamp as it was: the folder is listed again at
+    /// the next pass and found changed. Before, that photo waited for the folder's next change. Skipped, saying so,
+    /// where an ext4 image cannot be mounted.
+    #[test]
+    fn a_photo_made_within_the_second_its_folder_was_listed_in_is_found_where_times_are_kept_to_the_second() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("disk");
+        let Some(_volume) = almanac_media::scratch_volume::ScratchVolume::ext4_to_the_second(&root) else { return };
+        std::fs::create_dir(root.join("a")).unwrap();
+        let stop = CancellationToken::new();
+        let mut tree = FolderTree::baseline(&root, None, &stop);
+        let folder_stamp = || stamp(&root.join("a")).unwrap().unwrap().0;
+        for attempt in 0.. {
+            // Just after the second turns, so that what follows falls within it.
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+            std::thread::sleep(std::time::Duration::from_nanos(
+                u64::from(1_000_000_000 - now.subsec_nanos()) + 5_000_000,
+            ));
+            std::fs::write(root.join(format!("a/IMG_{attempt}_1.jpg")), b"x").unwrap();
+            let listed = tree.pass(&root, None, &stop);
+            let (listed_at, second) = (folder_stamp(), root.join(format!("a/IMG_{attempt}_2.jpg")));
+            std::fs::write(second, b"y").unwrap();
+            if folder_stamp() != listed_at {
+                assert!(attempt < 5, "the second photo never fell within the second of the first");
+                continue;
+            }
+            assert_eq!(listed, ["a"], "the first photo");
+            assert_eq!(tree.pass(&root, None, &stop), ["a"], "the second photo, the folder's stamp as it was");
+            assert!(tree.pass(&root, None, &stop).is_empty(), "listed again, nothing more changed");
+            break;
+        }
     }
 
     #[test]

@@ -1,106 +1,159 @@
 //! The watches' sentinel (ADR 0014, amendment "a file system unmounted under its watches"): when a file system is
-//! unmounted, the kernel removes every inotify watch on it and says so with `IN_UNMOUNT`, which notify passes over.
-//! A disk unmounted and mounted again between two looks (a USB disk plugged in again, a NAS volume remounted after a
-//! check) leaves the mount table as it was, and its watcher hearing nothing from then on, with no error. So the
-//! supervisor keeps one inotify instance of its own, holding a watch on each watched root and on each mount point
-//! beneath it, set before the watcher's own: it asks for no event that happens in a library (only the folder's
-//! deletion), and reads at each look whether one of those file systems was unmounted since.
+//! unmounted, the kernel removes every inotify watch on it and says so with `IN_UNMOUNT` and `IN_IGNORED`, which
+//! notify passes over. A disk unmounted and mounted again between two looks (a USB disk plugged in again, a NAS
+//! volume remounted after a check) leaves the mount table as it was, and its watcher hearing nothing from then on,
+//! with no error. So the supervisor keeps one inotify instance of its own, holding a watch on each watched root and
+//! on each mount point beneath it that the watcher walks, set before the watcher's own: it asks for no event that
+//! happens in a library (only the folder's deletion), and reads at each look whether one of those watches was lost.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::mem::MaybeUninit;
 use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use almanac_domain::StorageConfigId;
 use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
 
-use super::mode::{Mount, mounts};
+use super::mode::{Mount, MountKey, mount_keys, mounts, touches};
+use crate::crawl::is_skipped_name;
+
+/// The watches of one folder, by the configs whose watchers set them: the folder, and how many guards of that
+/// config hold it (a folder watched twice in one instance is one watch: a watcher started again before the last
+/// one ended, or one folder bound beneath two roots).
+type Holders = HashMap<StorageConfigId, (PathBuf, usize)>;
 
 /// One inotify instance watching the folders whose file system the supervisor's watchers depend on.
 pub struct Sentinel {
     fd: OwnedFd,
-    /// Each watch set: the config whose watcher set it, the folder, and how many guards hold it (a folder watched
-    /// twice in one instance is one watch: a watcher started again before the last one ended).
-    watches: Mutex<HashMap<i32, (StorageConfigId, PathBuf, usize)>>,
+    watches: Mutex<HashMap<i32, Holders>>,
+    /// Configs whose watcher found the mounts touching its root changed since its look read them: a file system
+    /// unmounted before its guard was set went unheard.
+    suspected: Mutex<HashMap<StorageConfigId, PathBuf>>,
+}
+
+/// What a watcher is given to guard its watches: the sentinel, and the mounts its look read.
+#[derive(Clone)]
+pub struct Guarding {
+    sentinel: Arc<Sentinel>,
+    seen: Option<Arc<HashSet<MountKey>>>,
 }
 
 /// A watcher's watches in the sentinel, given back when it is dropped (its watcher ended, or fell back to polling).
 pub struct Guard {
     sentinel: Arc<Sentinel>,
+    config: StorageConfigId,
     watches: Vec<i32>,
+}
+
+fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Sentinel {
     /// A sentinel, or why the kernel refused one (the user's inotify instances used up, say).
     pub fn new() -> std::io::Result<Arc<Self>> {
         let fd = inotify::init(CreateFlags::NONBLOCK | CreateFlags::CLOEXEC)?;
-        Ok(Arc::new(Self { fd, watches: Mutex::new(HashMap::new()) }))
+        Ok(Arc::new(Self { fd, watches: Mutex::default(), suspected: Mutex::default() }))
     }
 
     /// Watches `folders` (a root and the mount points beneath it) for `config`'s watcher; a folder that cannot be
-    /// watched (gone, not readable, a link) is passed over. Blocking: resolves the paths.
+    /// watched (gone, not readable, a link) is passed over. Blocking: resolves the paths. Not `IN_ONLYDIR`, which
+    /// would mount an automounted folder.
     pub fn guard(self: &Arc<Self>, config: StorageConfigId, folders: &[PathBuf]) -> Guard {
-        let flags = WatchFlags::DELETE_SELF | WatchFlags::ONLYDIR | WatchFlags::DONT_FOLLOW;
+        let flags = WatchFlags::DELETE_SELF | WatchFlags::DONT_FOLLOW;
         let mut set = Vec::new();
         for folder in folders {
             let Ok(wd) = inotify::add_watch(&self.fd, folder.as_path(), flags) else { continue };
-            let mut watches = self.watches.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            watches.entry(wd).or_insert_with(|| (config, folder.clone(), 0)).2 += 1;
+            locked(&self.watches).entry(wd).or_default().entry(config).or_insert_with(|| (folder.clone(), 0)).1 += 1;
             set.push(wd);
         }
-        Guard { sentinel: self.clone(), watches: set }
+        Guard { sentinel: self.clone(), config, watches: set }
     }
 
-    /// [`Sentinel::guard`] of `root` and the mount points beneath it (among `mountinfo`'s), but the one whose
-    /// identity is `avoid` (the proxy root). Blocking.
-    pub fn guard_root(
-        self: &Arc<Self>,
-        config: StorageConfigId,
-        root: &Path,
-        mountinfo: Option<&str>,
-        avoid: Option<(u64, u64)>,
-    ) -> Guard {
-        let resolved = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
-        self.guard(config, &guarded_folders(&resolved, &mounts(mountinfo.unwrap_or_default()), avoid))
-    }
-
-    /// The configs (with the folder) one of whose watched folders' file system was unmounted since the last call.
-    /// Never waits.
-    pub fn unmounted(&self) -> HashMap<StorageConfigId, PathBuf> {
-        let mut unmounted = HashMap::new();
+    /// The configs (with a folder) one of whose watches was lost since the last call, and those suspected. A watch
+    /// is lost when its file system is unmounted (`IN_UNMOUNT`), or it is gone for any other reason (`IN_IGNORED`:
+    /// the folder deleted; a guard given back while another took the same watch); every config when the instance's
+    /// queue overflowed. Never waits.
+    pub fn lost(&self) -> HashMap<StorageConfigId, PathBuf> {
+        let mut lost = std::mem::take(&mut *locked(&self.suspected));
         let mut buffer = [MaybeUninit::<u8>::uninit(); 4096];
         let mut reader = inotify::Reader::new(&self.fd, &mut buffer);
         loop {
-            match reader.next() {
-                Ok(event) if event.events().contains(ReadFlags::UNMOUNT) => {
-                    let watches = self.watches.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                    if let Some((config, folder, _)) = watches.get(&event.wd()) {
-                        unmounted.entry(*config).or_insert_with(|| folder.clone());
-                    }
-                }
-                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            let flags = match reader.next() {
+                Ok(event) => (event.events(), event.wd()),
+                Err(rustix::io::Errno::INTR) => continue,
                 // Nothing more to read (`EAGAIN`), or the instance is broken: nothing to learn from it.
-                Err(_) => return unmounted,
+                Err(_) => return lost,
+            };
+            let watches = locked(&self.watches);
+            let holders: Vec<&Holders> = match flags {
+                (f, _) if f.contains(ReadFlags::QUEUE_OVERFLOW) => watches.values().collect(),
+                (f, wd) if f.intersects(ReadFlags::UNMOUNT | ReadFlags::IGNORED) => {
+                    watches.get(&wd).into_iter().collect()
+                }
+                _ => Vec::new(),
+            };
+            for (config, (folder, _)) in holders.into_iter().flatten() {
+                lost.entry(*config).or_insert_with(|| folder.clone());
             }
         }
     }
 
     /// The configs whose watches it holds.
     #[cfg(test)]
-    fn configs(&self) -> std::collections::HashSet<StorageConfigId> {
-        let watches = self.watches.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        watches.values().map(|(config, _, _)| *config).collect()
+    fn configs(&self) -> HashSet<StorageConfigId> {
+        locked(&self.watches).values().flat_map(HashMap::keys).copied().collect()
+    }
+}
+
+impl Guarding {
+    /// `sentinel`, for a watcher started by a look that read the mounts `seen` (`None` when they could not be read).
+    pub fn new(sentinel: Arc<Sentinel>, seen: Option<Arc<HashSet<MountKey>>>) -> Self {
+        Self { sentinel, seen }
+    }
+
+    /// [`Sentinel::guard`] of `root` and the mount points beneath it that the watcher walks, as `mountinfo` lists
+    /// them, but the proxy root's (its identity `avoid`) and those beneath it. When the mounts touching the root
+    /// read before or after the guard is set are not those the look read, the config is suspected: something was
+    /// unmounted or mounted before the guard could hear it. Blocking.
+    pub fn guard_root(
+        &self,
+        config: StorageConfigId,
+        root: &Path,
+        mountinfo: &dyn Fn() -> Option<String>,
+        avoid: Option<(u64, u64)>,
+    ) -> Guard {
+        let resolved = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+        let before = mountinfo().unwrap_or_default();
+        let guard = self.sentinel.guard(config, &guarded_folders(&resolved, &mounts(&before), avoid));
+        let touching = |keys: &HashSet<MountKey>| -> HashSet<MountKey> {
+            keys.iter().filter(|(point, _, _)| touches(point, &resolved)).cloned().collect()
+        };
+        if let Some(seen) = &self.seen {
+            let seen = touching(seen);
+            let after = mountinfo().unwrap_or_default();
+            if [before, after].iter().any(|text| touching(&mount_keys(text)) != seen) {
+                locked(&self.sentinel.suspected).entry(config).or_insert(resolved);
+            }
+        }
+        guard
     }
 }
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        let mut watches = self.sentinel.watches.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut watches = locked(&self.sentinel.watches);
         for wd in self.watches.drain(..) {
-            let Some(held) = watches.get_mut(&wd) else { continue };
-            held.2 -= 1;
-            if held.2 == 0 {
+            let Some(holders) = watches.get_mut(&wd) else { continue };
+            if let Some(held) = holders.get_mut(&self.config) {
+                held.1 -= 1;
+                if held.1 == 0 {
+                    holders.remove(&self.config);
+                }
+            }
+            if holders.is_empty() {
                 watches.remove(&wd);
                 // A watch the kernel removed already (its file system unmounted) is refused: nothing to do.
                 let _ = inotify::remove_watch(&self.sentinel.fd, wd);
@@ -110,23 +163,20 @@ impl Drop for Guard {
 }
 
 /// The folders a root's watcher depends on: the root, and every mount point strictly beneath it among `mounts`
-/// (`root` as `mounts` spell paths: resolved), but `avoid`'s (the proxy root's identity, which the watcher passes
-/// over) and those beneath it.
+/// (`root` as `mounts` spell paths: resolved) that the watcher walks: not an automount point (`autofs`, which looking
+/// at would mount), not beneath a name the crawl skips, not the proxy root (its identity `avoid`) nor beneath it.
 pub fn guarded_folders(root: &Path, mounts: &[Mount], avoid: Option<(u64, u64)>) -> Vec<PathBuf> {
+    let walked = |point: &Path| {
+        let rel = point.strip_prefix(root).unwrap_or(point);
+        let skipped = rel.components().any(|c| is_skipped_name(c.as_os_str().as_bytes()));
+        let avoided =
+            || rel.ancestors().any(|a| !a.as_os_str().is_empty() && almanac_media::identity(&root.join(a)) == avoid);
+        !(skipped || avoid.is_some() && avoided())
+    };
     let mut folders = vec![root.to_path_buf()];
-    let mut avoided: Vec<&Path> = Vec::new();
-    let mut beneath: Vec<&Mount> = mounts.iter().filter(|m| m.point != root && m.point.starts_with(root)).collect();
-    // Outer mount points first, so that one beneath an avoided one is seen to be.
-    beneath.sort_by_key(|m| m.point.components().count());
-    for mount in beneath {
-        if avoided.iter().any(|a| mount.point.starts_with(a)) {
-            continue;
-        }
-        if avoid.is_some() && almanac_media::identity(&mount.point) == avoid {
-            avoided.push(&mount.point);
-            continue;
-        }
-        if !folders.contains(&mount.point) {
+    for mount in mounts {
+        let beneath = mount.point != root && mount.point.starts_with(root);
+        if beneath && mount.fs_type != "autofs" && walked(&mount.point) && !folders.contains(&mount.point) {
             folders.push(mount.point.clone());
         }
     }
@@ -136,29 +186,42 @@ pub fn guarded_folders(root: &Path, mounts: &[Mount], avoid: Option<(u64, u64)>)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashSet;
 
     #[test]
-    fn a_root_is_guarded_with_the_mount_points_beneath_it_but_not_the_proxy_roots() {
+    fn a_root_is_guarded_with_the_mount_points_the_watcher_walks_beneath_it() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("photos");
-        let proxies = root.join("proxies");
+        let (proxies, plain) = (root.join("proxies"), root.join("cache"));
         std::fs::create_dir_all(proxies.join("cache")).unwrap();
+        std::fs::create_dir_all(plain.join("tmp")).unwrap();
+        let r = root.display();
         let table = [
             "22 1 8:1 / / rw - ext4 /dev/sda1 rw".to_owned(),
-            format!("40 22 8:17 / {} rw - ext4 /dev/sdb1 rw", root.display()),
-            format!("41 40 8:33 / {}/usb rw - vfat /dev/sdc1 rw", root.display()),
-            format!("42 40 8:49 / {} rw - ext4 /dev/sdd1 rw", proxies.display()),
-            format!("43 42 0:50 / {}/cache rw - tmpfs tmpfs rw", proxies.display()),
-            format!("44 22 8:65 / {}2 rw - ext4 /dev/sde1 rw", root.display()),
-            format!("45 41 8:81 / {}/usb/inner rw - ext4 /dev/sdf1 rw", root.display()),
+            format!("40 22 8:17 / {r} rw - ext4 /dev/sdb1 rw"),
+            format!("41 40 8:33 / {r}/usb rw - vfat /dev/sdc1 rw"),
+            format!("42 40 8:49 / {r}/proxies rw - ext4 /dev/sdd1 rw"),
+            format!("43 42 0:50 / {r}/proxies/cache rw - tmpfs tmpfs rw"),
+            format!("44 22 8:65 / {r}2 rw - ext4 /dev/sde1 rw"),
+            format!("45 41 8:81 / {r}/usb/inner rw - ext4 /dev/sdf1 rw"),
+            format!("46 40 0:51 / {r}/.snapshots rw - btrfs /dev/sdb1 rw"),
+            format!("47 40 0:52 / {r}/@eaDir/x rw - tmpfs tmpfs rw"),
+            format!("48 40 0:53 / {r}/nas rw - autofs systemd-1 rw"),
+            format!("49 40 0:54 / {r}/cache/tmp rw - tmpfs tmpfs rw"),
         ]
         .join("\n");
-        let avoid = almanac_media::identity(&proxies);
-        let folders = guarded_folders(&root, &mounts(&table), avoid);
-        assert_eq!(folders, [root.clone(), root.join("usb"), root.join("usb/inner")]);
-        let folders = guarded_folders(&root, &mounts(&table), None);
-        assert_eq!(folders.len(), 5, "{folders:?}");
+        let guarded = |avoid: &Path| {
+            let mut folders = guarded_folders(&root, &mounts(&table), almanac_media::identity(avoid));
+            folders.sort();
+            folders
+        };
+        let walked = [root.clone(), root.join("usb"), root.join("usb/inner")];
+        // The proxy root a mount of its own, or a plain folder with a mount beneath it.
+        let mut expected = [walked.as_slice(), &[plain.join("tmp")]].concat();
+        expected.sort();
+        assert_eq!(guarded(&proxies), expected);
+        let mut expected = [walked.as_slice(), &[proxies.clone(), proxies.join("cache")]].concat();
+        expected.sort();
+        assert_eq!(guarded(&plain), expected);
     }
 
     #[test]
@@ -170,13 +233,57 @@ mod tests {
         assert_eq!(first.watches.len(), 1, "a folder that does not exist is passed over");
         let again = sentinel.guard(a, &[dir.path().to_path_buf()]);
         assert_eq!(again.watches, first.watches, "one folder is one watch");
-        drop(first);
-        assert_eq!(sentinel.configs(), HashSet::from([a]), "still held by the second guard");
-        drop(again);
-        assert!(sentinel.configs().is_empty());
         let other = sentinel.guard(b, &[dir.path().to_path_buf()]);
+        assert_eq!(sentinel.configs(), HashSet::from([a, b]), "one folder beneath two roots");
+        drop(first);
+        assert_eq!(sentinel.configs(), HashSet::from([a, b]), "still held by the second guard");
+        drop(again);
         assert_eq!(sentinel.configs(), HashSet::from([b]));
-        assert!(sentinel.unmounted().is_empty(), "nothing was unmounted");
         drop(other);
+        assert!(sentinel.configs().is_empty());
+        assert!(sentinel.lost().is_empty(), "watches given back are not lost");
+    }
+
+    /// A watch the kernel takes away (here its folder deleted; an unmount does the same) is lost, for every config
+    /// holding it.
+    #[test]
+    fn a_watch_the_kernel_removes_is_lost_for_every_config_that_held_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (folder, kept) = (dir.path().join("root"), dir.path().join("kept"));
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::create_dir_all(&kept).unwrap();
+        let sentinel = Sentinel::new().unwrap();
+        let (a, b, c) = (StorageConfigId::new(), StorageConfigId::new(), StorageConfigId::new());
+        let guards =
+            [sentinel.guard(a, std::slice::from_ref(&folder)), sentinel.guard(b, std::slice::from_ref(&folder))];
+        let _kept = sentinel.guard(c, &[kept]);
+        assert!(sentinel.lost().is_empty());
+        std::fs::remove_dir(&folder).unwrap();
+        assert_eq!(sentinel.lost(), HashMap::from([(a, folder.clone()), (b, folder)]));
+        assert!(sentinel.lost().is_empty(), "said once");
+        drop(guards);
+    }
+
+    /// A watcher whose mounts, read as its guard is set, are not those its look read is suspected: what changed in
+    /// between was not heard.
+    #[test]
+    fn a_watcher_whose_mounts_changed_since_its_look_is_suspected() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("photos");
+        std::fs::create_dir_all(&root).unwrap();
+        let (sentinel, config) = (Sentinel::new().unwrap(), StorageConfigId::new());
+        let line = format!("40 22 8:17 / {} rw - ext4 /dev/sdb1 rw\n", root.display());
+        let elsewhere = "41 22 8:33 / /mnt/usb rw - vfat /dev/sdc1 rw\n";
+        let looked = Some(Arc::new(mount_keys(&line)));
+        let guarding = Guarding::new(sentinel.clone(), looked);
+        let same = || Some(format!("{line}{elsewhere}"));
+        let _guard = guarding.guard_root(config, &root, &same, None);
+        assert!(sentinel.lost().is_empty(), "a mount elsewhere changes nothing");
+        let gone = || Some(elsewhere.to_owned());
+        let _guard = guarding.guard_root(config, &root, &gone, None);
+        assert_eq!(sentinel.lost(), HashMap::from([(config, root.clone())]));
+        let replugged = line.replace("8:17", "8:65");
+        let _guard = guarding.guard_root(config, &root, &|| Some(replugged.clone()), None);
+        assert_eq!(sentinel.lost().len(), 1, "the disk at the root is another device");
     }
 }

@@ -16,8 +16,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::mode::{decide_below, mounts, polled_mount_below, touches};
-use super::sentinel::Sentinel;
+use super::mode::{MountKey, decide_below, mount_keys, polled_mount_below, touches};
+use super::sentinel::{Guarding, Sentinel};
 use super::{ConfigWatcher, WatchIo, WatchSettings, WatchStatus, decide};
 
 /// How long a look waits for the `statfs` calls it started (a local disk answers at once); one that takes longer
@@ -71,7 +71,7 @@ pub struct Watching<S> {
     decided: HashMap<(StorageConfigId, PathBuf), Decision>,
     /// The mounts (mount point, file system type) seen at the last look, to see what was mounted or unmounted
     /// since; `None` before the first look, or while they cannot be read.
-    mounts: Option<HashSet<(PathBuf, String)>>,
+    mounts: Option<Arc<HashSet<MountKey>>>,
     /// The Worker's proxy root, which its watchers pass over.
     proxy_root: Option<Arc<Path>>,
     /// Hears a watched file system unmounted (`None` when the kernel refused it one).
@@ -99,7 +99,7 @@ impl<S: WatchStore + WorkQueue + 'static> Watching<S> {
             .map_err(|e| {
                 warn!(event = "watch_sentinel_refused", error = %e,
                       "the kernel refused an inotify instance to hear watched file systems unmounted: a disk unmounted \
-                       and mounted again between two looks (10 s) goes unseen until the next whole crawl; raise \
+                       and mounted again between two looks goes unseen until the next whole crawl; raise \
                        fs.inotify.max_user_instances")
             })
             .ok();
@@ -270,7 +270,7 @@ impl<S: WatchStore + WorkQueue + 'static> Watching<S> {
             ConfigWatcher::new(self.store.clone(), target.config, target.root.clone(), self.settings, (mode, note))
                 .with_io(self.io.clone())
                 .avoiding(self.proxy_root.clone())
-                .guarded_by(self.sentinel.clone());
+                .guarded_by(self.sentinel.clone().map(|s| Guarding::new(s, self.mounts.clone())));
         let (status, stop) = (watch.status_handle(), CancellationToken::new());
         let task = tokio::spawn(watch.run(stop.clone()));
         self.idle.remove(&target.config);
@@ -306,14 +306,21 @@ impl<S: WatchStore + WorkQueue + 'static> Watching<S> {
     /// this look. Their watches stay held; the look decides their mode again and starts them anew (a whole-root
     /// crawl catches up).
     async fn end_remounted(&mut self) {
-        let mut touched = self.mount_table_changes();
-        let unmounted = self.sentinel.as_ref().map(|s| s.unmounted()).unwrap_or_default();
-        for (config, folder) in unmounted.into_iter().filter(|(c, _)| self.running.contains_key(c)) {
-            touched.entry(config).or_insert(folder);
+        let mut touched: HashMap<StorageConfigId, (PathBuf, bool)> =
+            self.mount_table_changes().into_iter().map(|(config, point)| (config, (point, false))).collect();
+        let lost = self.sentinel.as_ref().map(|s| s.lost()).unwrap_or_default();
+        for (config, folder) in lost.into_iter().filter(|(c, _)| self.running.contains_key(c)) {
+            touched.entry(config).or_insert((folder, true));
         }
-        for (config, point) in touched {
-            info!(event = "watch_remounted", config = %config, mount = %point.display(),
-                  "a file system was mounted or unmounted on, above or beneath the root: watching it anew");
+        for (config, (point, heard)) in touched {
+            if heard {
+                info!(event = "watch_remounted", config = %config, mount = %point.display(),
+                      "the watches on the root's file system (or one beneath it) were lost, as an unmount removes \
+                       them: watching it anew");
+            } else {
+                info!(event = "watch_remounted", config = %config, mount = %point.display(),
+                      "a file system was mounted or unmounted on, above or beneath the root: watching it anew");
+            }
             self.decided.retain(|(c, _), _| *c != config);
             self.deciding.remove(&config);
             if self.running.contains_key(&config) {
@@ -326,12 +333,11 @@ impl<S: WatchStore + WorkQueue + 'static> Watching<S> {
     /// touches, each with that mount's point.
     fn mount_table_changes(&mut self) -> HashMap<StorageConfigId, PathBuf> {
         // `/proc/self/mountinfo` never waits on a mount.
-        let points = |text: String| mounts(&text).into_iter().map(|m| (m.point, m.fs_type)).collect::<HashSet<_>>();
-        let Some(now) = (self.io.mountinfo)().map(points) else {
+        let Some(now) = (self.io.mountinfo)().map(|text| Arc::new(mount_keys(&text))) else {
             return HashMap::new();
         };
         let Some(before) = self.mounts.replace(now.clone()) else { return HashMap::new() };
-        let changed: Vec<&PathBuf> = now.symmetric_difference(&before).map(|(point, _)| point).collect();
+        let changed: Vec<&PathBuf> = now.symmetric_difference(&before).map(|(point, _, _)| point).collect();
         if changed.is_empty() {
             return HashMap::new();
         }

@@ -15,7 +15,7 @@ use tracing::{info, warn};
 
 use super::events::{Found, Handled, appeared_folder, handle, one_turn, still_written};
 use super::poll::FolderTree;
-use super::sentinel::Sentinel;
+use super::sentinel::Guarding;
 use super::status::{Status, WatchStatus};
 use super::tree::{WatchedTree, files_beneath};
 use super::window::Window;
@@ -61,7 +61,7 @@ pub struct ConfigWatcher<S> {
     /// Its identity is read where it is used (it may be mounted after the Worker started).
     proxy_root: Option<Arc<Path>>,
     /// The supervisor's sentinel, which hears the root's file system (or one mounted beneath it) unmounted.
-    sentinel: Option<Arc<Sentinel>>,
+    sentinel: Option<Guarding>,
 }
 
 impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
@@ -110,7 +110,7 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
 
     /// The same, its watches guarded by the supervisor's `sentinel` (set before them): a file system they are on
     /// that is unmounted, which removes them, is heard there.
-    pub(super) fn guarded_by(self, sentinel: Option<Arc<Sentinel>>) -> Self {
+    pub(super) fn guarded_by(self, sentinel: Option<Guarding>) -> Self {
         Self { sentinel, ..self }
     }
 
@@ -238,7 +238,7 @@ impl<S: WorkQueue + DatabaseClock + 'static> ConfigWatcher<S> {
             let avoid = proxy_root.as_deref().and_then(almanac_media::identity);
             // The sentinel's watches first: a file system unmounted after they are set is heard, whichever of the
             // watcher's own watches it took.
-            let guard = sentinel.map(|s| s.guard_root(config, &root, mountinfo().as_deref(), avoid));
+            let guard = sentinel.map(|s| s.guard_root(config, &root, &*mountinfo, avoid));
             (WatchedTree::start(&root, avoid, handler, &token).map(|tree| tree.guarded(guard)), exports(&root))
         })
         .await;
