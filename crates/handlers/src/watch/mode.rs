@@ -113,6 +113,14 @@ pub fn polled_mount_below(root: &Path, mountinfo: Option<&str>) -> Option<(PathB
     polled_below(&mounts(mountinfo?), &root)
 }
 
+/// Whether `point` lies beneath `root` under a name the crawl skips (a snapshot folder such as `.zfs`, a NAS's own
+/// folder): the watcher never walks there, so nothing mounted there changes what it watches.
+pub fn beneath_a_skipped_name(point: &Path, root: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let rel = point.strip_prefix(root);
+    rel.is_ok_and(|rel| rel.components().any(|c| crate::crawl::is_skipped_name(c.as_os_str().as_bytes())))
+}
+
 /// Whether a mount at `point` (made or gone) changes what is seen at or beneath `root`: it is on the root, beneath
 /// it, or on a folder that holds it.
 pub fn touches(point: &Path, root: &Path) -> bool {

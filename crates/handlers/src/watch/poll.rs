@@ -28,8 +28,8 @@ pub struct FolderTree {
     folders: HashMap<PathBuf, Known>,
 }
 
-/// How close to the clock a folder's stamp is when it was listed for it to be listed again at the next pass even if
-/// it stays the same (nanoseconds): file systems that keep times to the second or two (ext3, FAT, and the NFS or SMB
+/// How close to the clock a folder's ctime is when it was listed for it to be listed again at the next pass even if
+/// its stamp stays the same (nanoseconds): file systems that keep times to the second or two (ext3, FAT, and the NFS or SMB
 /// servers that store on them) give a second change made within that time the stamp of the first. As git treats an
 /// index entry "racily clean".
 const RACY: i64 = 2_000_000_000;
@@ -41,20 +41,23 @@ struct Known {
     stamp: Stamp,
     /// The digest of what the crawl would look at in it then (`Listing::read`).
     read: u64,
-    /// The stamp it had when its listing last failed, if the last one did: it is listed again at each pass until
-    /// it can be (its stamp kept until then, so nothing made in it meanwhile is missed), and the crawl is asked to
-    /// judge it once a stamp.
-    unlisted: Option<Stamp>,
-    /// Whether its stamp was within [`RACY`] of the clock when it was listed: it is listed again at the next pass.
+    /// Whether its last listing failed: it is listed again at each pass until it can be (its stamp kept until then,
+    /// so nothing made in it meanwhile is missed). The crawl is asked to judge it when it fails, not at each change
+    /// while it stays unlistable: the listing that works again finds what changed meanwhile.
+    unlisted: bool,
+    /// Whether a change since it was listed may have left its stamp as it was ([`racy`]): it is listed again at the
+    /// next pass.
     racy: bool,
 }
 
-/// Whether a folder's stamp is so close to the clock (or after it: another machine's) that a change made since may
-/// have left it as it is.
-fn racy((mtime, ctime): Stamp) -> bool {
+/// Whether a change made in a folder since it was listed at `stamp` may have left the stamp as it is: its ctime
+/// (its file system's clock: an mtime may be set to anything) is so close to the clock, or after it (another
+/// machine's), or, when the listing was for a new stamp, holds no fraction of a second (a file system that keeps
+/// whole seconds, whatever its server's clock says).
+fn racy((_, ctime): Stamp, restamped: bool) -> bool {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     let now = i64::try_from(now.as_nanos()).unwrap_or(i64::MAX);
-    mtime.max(ctime) > now.saturating_sub(RACY)
+    (restamped && ctime.rem_euclid(1_000_000_000) == 0) || ctime > now.saturating_sub(RACY)
 }
 
 impl FolderTree {
@@ -100,23 +103,23 @@ impl FolderTree {
             }
             let Some(known) = self.folders.get(&rel).copied() else { continue };
             match stamp(&root.join(&rel)) {
-                Ok(Some((now, _))) if now == known.stamp && known.unlisted.is_none() && !known.racy => {}
+                Ok(Some((now, _))) if now == known.stamp && !known.unlisted && !known.racy => {}
                 Ok(Some((now, _))) => {
                     let listing = list(&root.join(&rel));
                     self.add_new_subfolders(root, &rel, &listing, avoid, stop);
                     if listing.complete {
-                        let racy = racy(now);
-                        self.folders
-                            .insert(rel.clone(), Known { stamp: now, read: listing.read, unlisted: None, racy });
                         // Listed again for a stamp that stayed: only what the listing says can have changed.
                         let restamped = now != known.stamp;
+                        let racy = racy(now, restamped);
+                        self.folders
+                            .insert(rel.clone(), Known { stamp: now, read: listing.read, unlisted: false, racy });
                         let since = known.stamp.0.max(known.stamp.1);
                         if listing.read != known.read || (restamped && read_file_changed_since(&listing, since)) {
                             changed.push(crawl_folder(&rel));
                         }
                     } else {
-                        self.folders.insert(rel.clone(), Known { unlisted: Some(now), ..known });
-                        if known.unlisted != Some(now) {
+                        self.folders.insert(rel.clone(), Known { unlisted: true, ..known });
+                        if !known.unlisted {
                             changed.push(crawl_folder(&rel));
                         }
                     }
@@ -164,8 +167,8 @@ impl FolderTree {
             }
             let listing = list(&path);
             todo.extend(subfolders(&listing).into_iter().map(|name| rel.join(name)));
-            let unlisted = (!listing.complete).then_some(stamp);
-            self.folders.insert(rel, Known { stamp, read: listing.read, unlisted, racy: racy(stamp) });
+            let known = Known { stamp, read: listing.read, unlisted: !listing.complete, racy: racy(stamp, false) };
+            self.folders.insert(rel, known);
         }
     }
 }
@@ -367,7 +370,10 @@ mod tests {
         let damaged = volume.damage_folder("a");
         assert!(std::fs::read_dir(root.join("a")).unwrap().any(|e| e.is_err()), "the folder cannot be listed");
         assert_eq!(tree.pass(&root, None, &stop), ["a"], "changed, and the crawl's to judge");
-        assert!(tree.pass(&root, None, &stop).is_empty(), "said once while it stays as it is");
+        assert!(tree.pass(&root, None, &stop).is_empty(), "said once");
+        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
+        std::fs::File::open(root.join("a")).unwrap().set_modified(later).unwrap();
+        assert!(tree.pass(&root, None, &stop).is_empty(), "not again at each change while it cannot be listed");
         volume.mend_folder(damaged);
         assert_eq!(tree.pass(&root, None, &stop), ["a"], "listed at last: a folder came");
         assert_eq!(tree.len(), 3, "the folder made while it could not be listed is polled");
@@ -393,7 +399,7 @@ mod tests {
             // Just after the second turns, so that what follows falls within it.
             let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
             std::thread::sleep(std::time::Duration::from_nanos(
-                u64::from(1_000_000_000 - now.subsec_nanos()) + 5_000_000,
+                u64::from(1_000_000_000 - now.subsec_nanos()) + 50_000_000,
             ));
             std::fs::write(root.join(format!("a/IMG_{attempt}_1.jpg")), b"x").unwrap();
             let listed = tree.pass(&root, None, &stop);

@@ -9,15 +9,13 @@
 use std::collections::{HashMap, HashSet};
 use std::mem::MaybeUninit;
 use std::os::fd::OwnedFd;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use almanac_domain::StorageConfigId;
 use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
 
-use super::mode::{Mount, MountKey, mount_keys, mounts, touches};
-use crate::crawl::is_skipped_name;
+use super::mode::{Mount, MountKey, beneath_a_skipped_name, mount_keys, mounts, touches};
 
 /// The watches of one folder, by the configs whose watchers set them: the folder, and how many guards of that
 /// config hold it (a folder watched twice in one instance is one watch: a watcher started again before the last
@@ -28,9 +26,13 @@ type Holders = HashMap<StorageConfigId, (PathBuf, usize)>;
 pub struct Sentinel {
     fd: OwnedFd,
     watches: Mutex<HashMap<i32, Holders>>,
-    /// Configs whose watcher found the mounts touching its root changed since its look read them: a file system
-    /// unmounted before its guard was set went unheard.
+    /// Configs whose watcher found the mounts touching its root changed since its look read them (a file system
+    /// unmounted before its guard was set went unheard), or whose guard took a watch already gone.
     suspected: Mutex<HashMap<StorageConfigId, PathBuf>>,
+    /// The watches the kernel said are gone (`IN_IGNORED`): a guard whose `add_watch` answered one of them just
+    /// before another guard gave it back holds nothing. The kernel hands watch numbers out in turn, so one is not
+    /// answered again for a very long time.
+    gone: Mutex<HashSet<i32>>,
 }
 
 /// What a watcher is given to guard its watches: the sentinel, and the mounts its look read.
@@ -55,7 +57,8 @@ impl Sentinel {
     /// A sentinel, or why the kernel refused one (the user's inotify instances used up, say).
     pub fn new() -> std::io::Result<Arc<Self>> {
         let fd = inotify::init(CreateFlags::NONBLOCK | CreateFlags::CLOEXEC)?;
-        Ok(Arc::new(Self { fd, watches: Mutex::default(), suspected: Mutex::default() }))
+        let (watches, suspected, gone) = Default::default();
+        Ok(Arc::new(Self { fd, watches, suspected, gone }))
     }
 
     /// Watches `folders` (a root and the mount points beneath it) for `config`'s watcher; a folder that cannot be
@@ -66,10 +69,19 @@ impl Sentinel {
         let mut set = Vec::new();
         for folder in folders {
             let Ok(wd) = inotify::add_watch(&self.fd, folder.as_path(), flags) else { continue };
-            locked(&self.watches).entry(wd).or_default().entry(config).or_insert_with(|| (folder.clone(), 0)).1 += 1;
+            self.hold(wd, config, folder);
             set.push(wd);
         }
         Guard { sentinel: self.clone(), config, watches: set }
+    }
+
+    /// Records that `config`'s guard holds watch `wd`, of `folder`.
+    fn hold(&self, wd: i32, config: StorageConfigId, folder: &Path) {
+        let mut watches = locked(&self.watches);
+        watches.entry(wd).or_default().entry(config).or_insert_with(|| (folder.to_path_buf(), 0)).1 += 1;
+        if locked(&self.gone).contains(&wd) {
+            locked(&self.suspected).entry(config).or_insert_with(|| folder.to_path_buf());
+        }
     }
 
     /// The configs (with a folder) one of whose watches was lost since the last call, and those suspected. A watch
@@ -87,7 +99,7 @@ impl Sentinel {
                 // Nothing more to read (`EAGAIN`), or the instance is broken: nothing to learn from it.
                 Err(_) => return lost,
             };
-            let watches = locked(&self.watches);
+            let mut watches = locked(&self.watches);
             let holders: Vec<&Holders> = match flags {
                 (f, _) if f.contains(ReadFlags::QUEUE_OVERFLOW) => watches.values().collect(),
                 (f, wd) if f.intersects(ReadFlags::UNMOUNT | ReadFlags::IGNORED) => {
@@ -97,6 +109,10 @@ impl Sentinel {
             };
             for (config, (folder, _)) in holders.into_iter().flatten() {
                 lost.entry(*config).or_insert_with(|| folder.clone());
+            }
+            if flags.0.contains(ReadFlags::IGNORED) {
+                watches.remove(&flags.1);
+                locked(&self.gone).insert(flags.1);
             }
         }
     }
@@ -126,14 +142,16 @@ impl Guarding {
         avoid: Option<(u64, u64)>,
     ) -> Guard {
         let resolved = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
-        let before = mountinfo().unwrap_or_default();
-        let guard = self.sentinel.guard(config, &guarded_folders(&resolved, &mounts(&before), avoid));
+        let before = mountinfo();
+        let table = mounts(before.as_deref().unwrap_or_default());
+        let guard = self.sentinel.guard(config, &guarded_folders(&resolved, &table, avoid));
         let touching = |keys: &HashSet<MountKey>| -> HashSet<MountKey> {
-            keys.iter().filter(|(point, _, _)| touches(point, &resolved)).cloned().collect()
+            let walked = |point: &Path| touches(point, &resolved) && !beneath_a_skipped_name(point, &resolved);
+            keys.iter().filter(|(point, _, _)| walked(point)).cloned().collect()
         };
-        if let Some(seen) = &self.seen {
+        // A table that could not be read says nothing.
+        if let (Some(seen), Some(before), Some(after)) = (&self.seen, before, mountinfo()) {
             let seen = touching(seen);
-            let after = mountinfo().unwrap_or_default();
             if [before, after].iter().any(|text| touching(&mount_keys(text)) != seen) {
                 locked(&self.sentinel.suspected).entry(config).or_insert(resolved);
             }
@@ -168,7 +186,7 @@ impl Drop for Guard {
 pub fn guarded_folders(root: &Path, mounts: &[Mount], avoid: Option<(u64, u64)>) -> Vec<PathBuf> {
     let walked = |point: &Path| {
         let rel = point.strip_prefix(root).unwrap_or(point);
-        let skipped = rel.components().any(|c| is_skipped_name(c.as_os_str().as_bytes()));
+        let skipped = beneath_a_skipped_name(point, root);
         let avoided =
             || rel.ancestors().any(|a| !a.as_os_str().is_empty() && almanac_media::identity(&root.join(a)) == avoid);
         !(skipped || avoid.is_some() && avoided())
@@ -262,6 +280,28 @@ mod tests {
         assert_eq!(sentinel.lost(), HashMap::from([(a, folder.clone()), (b, folder)]));
         assert!(sentinel.lost().is_empty(), "said once");
         drop(guards);
+    }
+
+    /// A guard whose `add_watch` answered a watch just before another guard gave it back holds nothing: it is told
+    /// it lost it, whether it records the watch before or after the kernel's word that the watch is gone is read.
+    #[test]
+    fn a_watch_taken_as_another_guard_gives_it_back_is_lost_for_the_taker() {
+        let dir = tempfile::tempdir().unwrap();
+        let sentinel = Sentinel::new().unwrap();
+        let (a, b) = (StorageConfigId::new(), StorageConfigId::new());
+        let flags = WatchFlags::DELETE_SELF | WatchFlags::DONT_FOLLOW;
+        for read_first in [false, true] {
+            let first = sentinel.guard(a, &[dir.path().to_path_buf()]);
+            let wd = inotify::add_watch(&sentinel.fd, dir.path(), flags).unwrap();
+            assert_eq!(first.watches, [wd], "the same watch");
+            drop(first);
+            if read_first {
+                assert!(sentinel.lost().is_empty(), "a watch given back is not lost");
+            }
+            sentinel.hold(wd, b, dir.path());
+            assert_eq!(sentinel.lost(), HashMap::from([(b, dir.path().to_path_buf())]), "read first: {read_first}");
+            locked(&sentinel.watches).clear();
+        }
     }
 
     /// A watcher whose mounts, read as its guard is set, are not those its look read is suspected: what changed in

@@ -867,9 +867,11 @@ async fn a_share_mounted_over_a_watched_root_restarts_its_watcher_which_then_pol
     let (lines, ()) = support::logs::capture(async {
         watching.look().await.unwrap();
         assert_eq!(watching.status(lib.config).unwrap().mode(), WatchMode::Events);
-        // A USB disk mounted elsewhere, and one beside the root with a name that only begins the same.
+        // A USB disk mounted elsewhere, one beside the root with a name that only begins the same, and a snapshot
+        // shown beneath the root under a name the crawl skips.
         mount("40 22 0:50 / /mnt/usb rw - vfat /dev/sdc1 rw\n".into());
         mount(format!("41 22 0:51 / {}2 rw - ext4 /dev/sdd1 rw\n", lib.root.display()));
+        mount(format!("44 22 0:55 / {}/.zfs/snapshot/daily rw - zfs tank@daily rw\n", lib.root.display()));
         watching.look().await.unwrap();
         assert_eq!(watching.status(lib.config).unwrap().mode(), WatchMode::Events);
         // The NAS's share comes up after the Worker started, mounted over the root's folder.
