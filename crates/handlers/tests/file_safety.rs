@@ -467,6 +467,34 @@ async fn a_file_or_folder_swapped_for_a_link_after_listing_is_never_read() {
     assert_eq!(lib.active_count().await, 1);
 }
 
+/// A link planted in the proxy root where a photo's proxy folder goes (by anyone who may write there: the proxy
+/// root may lie inside a library) is never written through: the photo fails, saying so, and is catalogued once the
+/// link is gone. Before, its proxies were written wherever the link pointed.
+#[tokio::test]
+async fn a_link_where_a_photos_proxy_folder_goes_is_never_written_through() {
+    let lib = library().await;
+    let content = photo(7);
+    lib.write("2019/IMG_7.jpg", &content);
+    let hash = hash_of(&content);
+    let elsewhere = lib.dir.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let prefix = lib.proxies.join(lib.config.to_string()).join(&hash[..2]);
+    std::fs::create_dir_all(&prefix).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, prefix.join(&hash)).unwrap();
+
+    let result = lib.crawl().await;
+    assert_eq!((result["ingested"].as_u64(), result["failed"].as_u64()), (Some(0), Some(1)), "{result}");
+    let reason = result["failures"][0]["reason"].as_str().unwrap().to_owned();
+    assert!(reason.contains("a link stands where the proxy folder") && reason.contains(&hash), "{reason}");
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0, "nothing written through the link");
+
+    std::fs::remove_file(prefix.join(&hash)).unwrap();
+    let result = lib.crawl().await;
+    assert_eq!(result["ingested"].as_u64(), Some(1), "{result}");
+    assert!(prefix.join(&hash).join("thumbnail.jpg").is_file());
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+}
+
 #[tokio::test]
 async fn a_scoped_proxy_deletion_refuses_another_configs_assets_and_deletes_nothing() {
     let lib = library().await;

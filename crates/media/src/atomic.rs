@@ -4,6 +4,37 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::MediaError;
 
+/// Makes the folders of one file's proxies, `relative` beneath `proxy_root` (`<config>/<prefix>/<hash>`), one at a
+/// time and never through a link: a link (or a file) where one of them should be is refused, and nothing is made
+/// beneath it. `create_dir_all` followed a link planted there (by anyone who may write the proxy root, which may lie
+/// inside a library) and the proxies were written wherever it pointed. The proxy root itself may be a link (the
+/// operator's choice). Answers the folder. Blocking.
+pub fn make_proxy_folder(proxy_root: &Path, relative: &Path) -> Result<std::path::PathBuf, MediaError> {
+    use rustix::fs::{CWD, Mode, OFlags, mkdirat, openat};
+    use rustix::io::Errno;
+    let flags = OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC;
+    let mut dir = openat(CWD, proxy_root, flags, Mode::empty()).map_err(|e| MediaError::write(proxy_root, e.into()))?;
+    let mut path = proxy_root.to_path_buf();
+    for part in relative.components() {
+        let name = part.as_os_str();
+        path.push(name);
+        match mkdirat(&dir, name, Mode::from_raw_mode(0o777)) {
+            Ok(()) | Err(Errno::EXIST) => {}
+            Err(e) => return Err(MediaError::write(&path, e.into())),
+        }
+        dir = match openat(&dir, name, flags | OFlags::NOFOLLOW, Mode::empty()) {
+            Ok(next) => next,
+            // A link: ENOTDIR (O_DIRECTORY is checked first) or ELOOP; a file: ENOTDIR.
+            Err(Errno::LOOP | Errno::NOTDIR) => {
+                let link = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_symlink());
+                return Err(MediaError::ProxyFolderNotAFolder { path, what: if link { "a link" } else { "a file" } });
+            }
+            Err(e) => return Err(MediaError::write(&path, e.into())),
+        };
+    }
+    Ok(path)
+}
+
 /// Writes `bytes` to `dest` so that `dest` only ever holds a complete file: write a temporary file beside it,
 /// flush, then rename over `dest`. A retry overwrites its own debris.
 pub fn write_atomically(dest: &Path, bytes: &[u8]) -> Result<(), MediaError> {
@@ -189,6 +220,30 @@ pub(crate) fn temporary_name(dest: &Path) -> std::path::PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A proxy's folders are made one at a time; a link or a file where one should be is refused, and nothing is
+    /// made through the link; the proxy root itself may be a link.
+    #[test]
+    fn a_proxys_folders_are_made_without_following_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let (disk, outside) = (dir.path().join("disk"), dir.path().join("outside"));
+        std::fs::create_dir_all(&disk).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        let root = dir.path().join("proxies");
+        std::os::unix::fs::symlink(&disk, &root).unwrap();
+        let made = make_proxy_folder(&root, Path::new("c1/ab/abcd")).unwrap();
+        assert_eq!(made, root.join("c1/ab/abcd"));
+        assert!(disk.join("c1/ab/abcd").is_dir(), "made through the proxy root's own link");
+        std::os::unix::fs::symlink(&outside, disk.join("c1/cd")).unwrap();
+        std::fs::write(disk.join("c1/ef"), b"x").unwrap();
+        for (at, what) in [("c1/cd", "a link"), ("c1/ef", "a file")] {
+            let refused = make_proxy_folder(&root, &Path::new(at).join("cdef")).unwrap_err();
+            let MediaError::ProxyFolderNotAFolder { path, what: found } = &refused else { panic!("{refused}") };
+            assert_eq!((path, *found), (&root.join(at), what), "{refused}");
+            assert!(refused.to_string().contains("storage.proxy_root"), "{refused}");
+        }
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0, "nothing made through the link");
+    }
 
     #[test]
     fn writes_through_a_temporary_name_and_replaces_debris() {

@@ -83,6 +83,19 @@ pub enum MediaError {
         /// The cause.
         source: std::io::Error,
     },
+    /// A link (or a file) stands where one of the folders of a file's proxies should be: nothing is written through
+    /// it.
+    #[error(
+        "{what} stands where the proxy folder {path} should be: the Worker writes proxies only into folders beneath \
+         storage.proxy_root, never through a link, and wrote nothing. Remove it (to keep proxies on another disk, \
+         mount that disk at storage.proxy_root instead); the file is tried again at the next crawl"
+    )]
+    ProxyFolderNotAFolder {
+        /// The path where the folder should be.
+        path: PathBuf,
+        /// What stands there: "a link" or "a file".
+        what: &'static str,
+    },
     /// A tool failed while making a proxy, or what it (or we) made is not whole: nothing took the proxy's name.
     #[error(
         "the {proxy} of {path} was not made: {reason}. Nothing took its name in {dir}. If the file opens \

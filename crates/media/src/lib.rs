@@ -43,8 +43,8 @@ pub mod scratch_volume;
 
 pub use apple::{AppleNote, apple_note, read_apple_note};
 pub use atomic::{
-    check_proxy_folders, check_proxy_path, check_proxy_root, effective_user, sync_folder, write_all_atomically,
-    write_atomically,
+    check_proxy_folders, check_proxy_path, check_proxy_root, effective_user, make_proxy_folder, sync_folder,
+    write_all_atomically, write_atomically,
 };
 pub use budget::{PixelBudget, PixelReservation, full_decode_pixels, video_decode_pixels};
 pub use dates::date_in_file_name;

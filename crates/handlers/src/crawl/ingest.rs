@@ -337,6 +337,11 @@ impl<C: CatalogueStore> Run<'_, C> {
     async fn make(&self, entry: &WalkEntry, read: ReadOriginal) -> Result<Made, FileProblem> {
         self.still_wanted()?;
         let ReadOriginal { original, format, content, hash, .. } = read;
+        // The proxies' folders made first, no link followed: the tools then write into real folders.
+        let (root, relative) = (self.settings.proxy_root.clone(), hash.proxy_dir(self.config));
+        tokio::task::spawn_blocking(move || almanac_media::make_proxy_folder(&root, &relative))
+            .await
+            .map_err(|e| FileProblem::Failed(format!("making the proxies' folder ended abnormally: {e}")))??;
         match content {
             Content::Still(bytes) => self.make_still(entry, &original, format, bytes, &hash).await,
             Content::Video => self.make_video(entry, &original, &hash).await,
