@@ -467,9 +467,9 @@ async fn a_file_or_folder_swapped_for_a_link_after_listing_is_never_read() {
     assert_eq!(lib.active_count().await, 1);
 }
 
-/// A link planted in the proxy root where a photo's proxy folder goes (by anyone who may write there: the proxy
-/// root may lie inside a library) is never written through: the photo fails, saying so, and is catalogued once the
-/// link is gone. Before, its proxies were written wherever the link pointed.
+/// A link planted in the proxy root where a photo's proxy folder goes (by anyone else who may write the proxy volume:
+/// a share that exposes it, a bind mount of it) is never written through: the photo fails, saying so, and is
+/// catalogued once the link is gone. Before, its proxies were written wherever the link pointed.
 #[tokio::test]
 async fn a_link_where_a_photos_proxy_folder_goes_is_never_written_through() {
     let lib = library().await;
@@ -493,6 +493,37 @@ async fn a_link_where_a_photos_proxy_folder_goes_is_never_written_through() {
     assert_eq!(result["ingested"].as_u64(), Some(1), "{result}");
     assert!(prefix.join(&hash).join("thumbnail.jpg").is_file());
     assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+}
+
+/// A link where the config's own proxy folder goes refuses the crawl at once with one error naming it, whether the
+/// config has proxies yet or not: before, a new config's crawl followed it (every proxy written where it pointed),
+/// and one with proxies was told its proxy volume was not mounted.
+#[tokio::test]
+async fn a_link_where_the_configs_proxy_folder_goes_refuses_the_crawl_naming_it() {
+    let lib = library().await;
+    lib.write("2019/IMG_1.jpg", &photo(1));
+    let (config_dir, elsewhere) = (lib.proxies.join(lib.config.to_string()), lib.dir.path().join("elsewhere"));
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::fs::create_dir_all(&lib.proxies).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &config_dir).unwrap();
+    let refused = async || {
+        let err = lib.crawl_with(serde_json::json!({}), CancellationToken::new()).await.unwrap_err();
+        assert!(err.retryable, "{err:?}");
+        let said = format!("a link stands where the proxy folder {} should be", config_dir.display());
+        assert!(err.message.contains(&said) && err.message.contains("Nothing was read"), "{}", err.message);
+    };
+    refused().await;
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0, "nothing written through the link");
+    std::fs::remove_file(&config_dir).unwrap();
+    lib.crawl().await;
+    assert_eq!(lib.active_count().await, 1);
+    // The config's proxies moved to another disk and linked there, as a way to keep them elsewhere.
+    std::fs::remove_dir(&elsewhere).unwrap();
+    std::fs::rename(&config_dir, &elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &config_dir).unwrap();
+    lib.write("2019/IMG_2.jpg", &photo(2));
+    refused().await;
+    assert_eq!(lib.active_count().await, 1);
 }
 
 #[tokio::test]

@@ -6,17 +6,21 @@ use crate::MediaError;
 
 /// Makes the folders of one file's proxies, `relative` beneath `proxy_root` (`<config>/<prefix>/<hash>`), one at a
 /// time and never through a link: a link (or a file) where one of them should be is refused, and nothing is made
-/// beneath it. `create_dir_all` followed a link planted there (by anyone who may write the proxy root, which may lie
-/// inside a library) and the proxies were written wherever it pointed. The proxy root itself may be a link (the
-/// operator's choice). Answers the folder. Blocking.
+/// beneath it. `create_dir_all` followed a link planted there (by anyone else who may write the proxy volume) and the
+/// proxies were written wherever it pointed. The proxy root itself may be a link (the operator's choice). Answers the
+/// folder. Blocking.
 pub fn make_proxy_folder(proxy_root: &Path, relative: &Path) -> Result<std::path::PathBuf, MediaError> {
     use rustix::fs::{CWD, Mode, OFlags, mkdirat, openat};
     use rustix::io::Errno;
-    let flags = OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC;
+    // Handles for finding only (`O_PATH`): a folder the Worker may write and search but not list is no refusal.
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
     let mut dir = openat(CWD, proxy_root, flags, Mode::empty()).map_err(|e| MediaError::write(proxy_root, e.into()))?;
     let mut path = proxy_root.to_path_buf();
     for part in relative.components() {
-        let name = part.as_os_str();
+        let std::path::Component::Normal(name) = part else {
+            let e = std::io::Error::other(format!("{} is not a path beneath the proxy root", relative.display()));
+            return Err(MediaError::write(proxy_root.join(relative), e));
+        };
         path.push(name);
         match mkdirat(&dir, name, Mode::from_raw_mode(0o777)) {
             Ok(()) | Err(Errno::EXIST) => {}
@@ -25,14 +29,17 @@ pub fn make_proxy_folder(proxy_root: &Path, relative: &Path) -> Result<std::path
         dir = match openat(&dir, name, flags | OFlags::NOFOLLOW, Mode::empty()) {
             Ok(next) => next,
             // A link: ENOTDIR (O_DIRECTORY is checked first) or ELOOP; a file: ENOTDIR.
-            Err(Errno::LOOP | Errno::NOTDIR) => {
-                let link = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_symlink());
-                return Err(MediaError::ProxyFolderNotAFolder { path, what: if link { "a link" } else { "a file" } });
-            }
+            Err(Errno::LOOP | Errno::NOTDIR) => return Err(not_a_folder(path)),
             Err(e) => return Err(MediaError::write(&path, e.into())),
         };
     }
     Ok(path)
+}
+
+/// The refusal of what stands at `path`, where a proxy folder should be: a link, or a file.
+fn not_a_folder(path: std::path::PathBuf) -> MediaError {
+    let link = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_symlink());
+    MediaError::ProxyFolderNotAFolder { path, what: if link { "a link" } else { "a file" } }
 }
 
 /// Writes `bytes` to `dest` so that `dest` only ever holds a complete file: write a temporary file beside it,
@@ -140,6 +147,10 @@ pub fn check_proxy_root(root: &Path) -> Result<(), MediaError> {
 /// new photo's proxies then failed one by one while every check of the proxy root passed. Nothing to check before
 /// the folder is made. Reads one folder, whatever the library's size. Blocking.
 pub fn check_proxy_folders(config_dir: &Path) -> Result<(), MediaError> {
+    // A link or a file in the config's folder's place would fail every file: one refusal instead.
+    if std::fs::symlink_metadata(config_dir).is_ok_and(|m| !m.is_dir()) {
+        return Err(not_a_folder(config_dir.to_path_buf()));
+    }
     let folders = match std::fs::read_dir(config_dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),

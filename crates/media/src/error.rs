@@ -86,9 +86,10 @@ pub enum MediaError {
     /// A link (or a file) stands where one of the folders of a file's proxies should be: nothing is written through
     /// it.
     #[error(
-        "{what} stands where the proxy folder {path} should be: the Worker writes proxies only into folders beneath \
-         storage.proxy_root, never through a link, and wrote nothing. Remove it (to keep proxies on another disk, \
-         mount that disk at storage.proxy_root instead); the file is tried again at the next crawl"
+        "{what} stands where the proxy folder {path} should be: the Worker writes proxies only into real folders \
+         beneath storage.proxy_root, never through a link, and wrote nothing there. Remove it (a link: `rm` the link \
+         itself, without -r; the Worker makes the folder again); to keep proxies on another disk, mount that disk \
+         at storage.proxy_root instead of linking to it"
     )]
     ProxyFolderNotAFolder {
         /// The path where the folder should be.
