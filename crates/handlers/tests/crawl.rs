@@ -369,6 +369,10 @@ async fn a_damaged_file_is_recorded_and_the_crawl_goes_on() {
     assert!(reason.contains("damaged"), "{failure}");
     // The reason names the file where the operator finds it.
     assert!(reason.starts_with(&lib.root.join("cut.jpg").display().to_string()), "{failure}");
+    // Its proxies' folder, made before its decoder failed, is not left behind empty.
+    let cut = almanac_media::hash_bytes(&photo(2)[..2000]).hash.as_hex().to_owned();
+    assert!(!proxy_dir(&lib, &cut).exists(), "no folder left for the proxies not made");
+    assert!(proxy_dir(&lib, &cut).parent().unwrap().parent().unwrap().is_dir());
 }
 
 #[tokio::test]

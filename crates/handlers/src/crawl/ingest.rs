@@ -342,10 +342,18 @@ impl<C: CatalogueStore> Run<'_, C> {
         tokio::task::spawn_blocking(move || almanac_media::make_proxy_folder(&root, &relative))
             .await
             .map_err(|e| FileProblem::Failed(format!("making the proxies' folder ended abnormally: {e}")))??;
-        match content {
+        let made = match content {
             Content::Still(bytes) => self.make_still(entry, &original, format, bytes, &hash).await,
             Content::Video => self.make_video(entry, &original, &hash).await,
+        };
+        if made.is_err() {
+            // No empty folder is left for a file whose proxies were not made (the sweep removes a folder only once
+            // it deleted a file in it); one that holds anything stays. Under the content's lock: nothing else makes
+            // this folder now.
+            let dir = self.settings.proxy_root.join(hash.proxy_dir(self.config));
+            let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir(dir)).await;
         }
+        made
     }
 
     /// Where a file's proxies go: their folder, and the path of each file relative to the proxy root.
