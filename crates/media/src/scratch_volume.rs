@@ -90,9 +90,7 @@ impl ScratchVolume {
     pub fn damage_inode(&mut self, rel: &str) {
         let image = self.image.clone().expect("an ext4 volume");
         self.unmount();
-        let request = format!("set_inode_field /{rel} mode 0170644");
-        let out = Command::new(sbin("debugfs")).args(["-w", "-R", &request]).arg(&image).output().expect("run debugfs");
-        assert!(out.status.success(), "debugfs: {}", String::from_utf8_lossy(&out.stderr));
+        debugfs(&image, &format!("set_inode_field /{rel} mode 0170644"));
         assert!(self.mount_image(), "mount the volume again");
     }
 
@@ -102,19 +100,14 @@ impl ScratchVolume {
     pub fn damage_folder(&mut self, rel: &str) -> DamagedBlock {
         let image = self.image.clone().expect("an ext4 volume");
         self.unmount();
-        let debugfs = |request: &str| {
-            let out = Command::new(sbin("debugfs")).args(["-w", "-R", request]).arg(&image).output().expect("debugfs");
-            assert!(out.status.success(), "debugfs: {}", String::from_utf8_lossy(&out.stderr));
-            String::from_utf8_lossy(&out.stdout).trim().to_owned()
-        };
-        let block: u64 = debugfs(&format!("bmap /{rel} 0")).parse().expect("the folder's first block");
-        let stats = debugfs("stats");
+        let block: u64 = debugfs(&image, &format!("bmap /{rel} 0")).parse().expect("the folder's first block");
+        let stats = debugfs(&image, "stats");
         let size = stats.lines().find_map(|l| l.strip_prefix("Block size:")).expect("the volume's block size");
         let size: u64 = size.trim().parse().expect("the volume's block size");
         let mut bytes = vec![0; usize::try_from(size).expect("a block's size")];
         let file = std::fs::File::open(&image).expect("open the image");
         std::os::unix::fs::FileExt::read_exact_at(&file, &mut bytes, block * size).expect("read the block");
-        debugfs(&format!("zap_block -f /{rel} -p 255 0"));
+        debugfs(&image, &format!("zap_block -f /{rel} -p 255 0"));
         assert!(self.mount_image(), "mount the volume again");
         DamagedBlock { at: block * size, bytes }
     }
@@ -201,6 +194,13 @@ impl Drop for ScratchVolume {
             let _ = std::fs::remove_file(image);
         }
     }
+}
+
+/// Runs `debugfs` on an unmounted image, writing (`-w`) as `request` asks; answers what it printed.
+fn debugfs(image: &Path, request: &str) -> String {
+    let out = Command::new(sbin("debugfs")).args(["-w", "-R", request]).arg(image).output().expect("run debugfs");
+    assert!(out.status.success(), "debugfs: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
 /// Says why a test is skipped; `None`.

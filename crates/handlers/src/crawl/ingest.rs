@@ -339,7 +339,7 @@ impl<C: CatalogueStore> Run<'_, C> {
         let ReadOriginal { original, format, content, hash, .. } = read;
         // The proxies' folders made first, no link followed: the tools then write into real folders.
         let (root, relative) = (self.settings.proxy_root.clone(), hash.proxy_dir(self.config));
-        tokio::task::spawn_blocking(move || almanac_media::make_proxy_folder(&root, &relative))
+        let dir = tokio::task::spawn_blocking(move || almanac_media::make_proxy_folder(&root, &relative))
             .await
             .map_err(|e| FileProblem::Failed(format!("making the proxies' folder ended abnormally: {e}")))??;
         let made = match content {
@@ -350,7 +350,6 @@ impl<C: CatalogueStore> Run<'_, C> {
             // No empty folder is left for a file whose proxies were not made (the sweep removes a folder only once
             // it deleted a file in it); one that holds anything stays. Under the content's lock: nothing else makes
             // this folder now.
-            let dir = self.settings.proxy_root.join(hash.proxy_dir(self.config));
             let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir(dir)).await;
         }
         made

@@ -50,7 +50,8 @@ use settle::Settle;
 use crate::report_progress;
 
 pub use rules::{
-    LIVE_PHOTO_MAX_GAP, MassDeletionGuard, Placement, is_skipped_name, pair_live_photos, place, reads_file_named,
+    LIVE_PHOTO_MAX_GAP, MassDeletionGuard, Placement, is_skipped_name, pair_live_photos, passes_over, place,
+    reads_file_named,
 };
 use walk::Walked;
 pub use walk::{WalkEntry, WalkReport, list_tree, walk_tree};

@@ -87,12 +87,8 @@ pub(super) async fn check_proxies_in_place<C: CatalogueStore>(
     let looked = folder.clone();
     let found = tokio::task::spawn_blocking(move || std::fs::symlink_metadata(looked)).await;
     let found = match found {
-        Ok(Ok(meta)) if meta.is_dir() => return Ok(()),
-        // Never followed: that would write every new proxy wherever it points.
-        Ok(Ok(meta)) if meta.is_symlink() => {
-            let refused = almanac_media::MediaError::ProxyFolderNotAFolder { path: folder, what: "a link" };
-            return Err(proxy_root_unwritable(refused, "Nothing was read or written"));
-        }
+        // A link is there, not missing: `check_proxy_folders` refuses it next, as it does a new config's.
+        Ok(Ok(meta)) if meta.is_dir() || meta.is_symlink() => return Ok(()),
         Ok(Ok(_)) => "something other than a folder is there".to_owned(),
         Ok(Err(e)) => e.to_string(),
         Err(e) => format!("looking at it ended abnormally: {e}"),

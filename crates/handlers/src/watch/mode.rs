@@ -117,14 +117,14 @@ pub fn polled_mount_below(root: &Path, mountinfo: Option<&str>) -> Option<(PathB
 /// folder): the watcher never walks there, so nothing mounted there changes what it watches.
 pub fn beneath_a_skipped_name(point: &Path, root: &Path) -> bool {
     use std::os::unix::ffi::OsStrExt;
-    let rel = point.strip_prefix(root);
-    rel.is_ok_and(|rel| rel.components().any(|c| crate::crawl::is_skipped_name(c.as_os_str().as_bytes())))
+    point.strip_prefix(root).is_ok_and(|rel| crate::crawl::passes_over(rel.as_os_str().as_bytes()))
 }
 
 /// Whether a mount at `point` (made or gone) changes what is seen at or beneath `root`: it is on the root, beneath
-/// it, or on a folder that holds it.
+/// it (but not [`beneath_a_skipped_name`]: a ZFS snapshot shown under `.zfs` while someone browses it would have
+/// restarted the watcher and crawled the whole root), or on a folder that holds it.
 pub fn touches(point: &Path, root: &Path) -> bool {
-    point.starts_with(root) || root.starts_with(point)
+    (point.starts_with(root) && !beneath_a_skipped_name(point, root)) || root.starts_with(point)
 }
 
 /// [`decide`], and for `auto` on a file system that gets events, polling when a polled file system is mounted
@@ -270,6 +270,7 @@ mod tests {
         let root = Path::new("/srv/photos");
         assert!(touches(root, root) && touches(Path::new("/srv/photos/usb"), root) && touches(Path::new("/srv"), root));
         assert!(!touches(Path::new("/srv/photos2"), root) && !touches(Path::new("/mnt/usb"), root));
+        assert!(!touches(Path::new("/srv/photos/.zfs/snapshot/daily"), root), "beneath a name the crawl skips");
     }
 
     #[test]

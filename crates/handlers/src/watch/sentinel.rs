@@ -146,8 +146,7 @@ impl Guarding {
         let table = mounts(before.as_deref().unwrap_or_default());
         let guard = self.sentinel.guard(config, &guarded_folders(&resolved, &table, avoid));
         let touching = |keys: &HashSet<MountKey>| -> HashSet<MountKey> {
-            let walked = |point: &Path| touches(point, &resolved) && !beneath_a_skipped_name(point, &resolved);
-            keys.iter().filter(|(point, _, _)| walked(point)).cloned().collect()
+            keys.iter().filter(|(point, _, _)| touches(point, &resolved)).cloned().collect()
         };
         // A table that could not be read says nothing.
         if let (Some(seen), Some(before), Some(after)) = (&self.seen, before, mountinfo()) {

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::mode::{MountKey, beneath_a_skipped_name, decide_below, mount_keys, polled_mount_below, touches};
+use super::mode::{MountKey, decide_below, mount_keys, polled_mount_below, touches};
 use super::sentinel::{Guarding, Sentinel};
 use super::{ConfigWatcher, WatchIo, WatchSettings, WatchStatus, decide};
 
@@ -345,10 +345,7 @@ impl<S: WatchStore + WorkQueue + 'static> Watching<S> {
         let decided = self.decided.keys().cloned();
         roots
             .chain(decided)
-            .filter_map(|(config, root)| {
-                let touched = changed.iter().find(|p| touches(p, &root) && !beneath_a_skipped_name(p, &root));
-                touched.map(|p| (config, (*p).clone()))
-            })
+            .filter_map(|(config, root)| changed.iter().find(|p| touches(p, &root)).map(|p| (config, (*p).clone())))
             .collect()
     }
 
