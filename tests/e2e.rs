@@ -1025,9 +1025,9 @@ fn a_worker_killed_with_sigkill_mid_transcode_leaves_no_tool_running() {
     assert!(!tools.is_empty());
     worker.child.kill().unwrap();
     assert_eq!(worker.child.wait().unwrap().signal(), Some(9), "the Worker was killed by SIGKILL");
-    let proxies = s.dir.path().join("proxies").display().to_string();
+    let proxies = s.dir.path().join("proxies");
     procs::wait_for("the killed Worker's tools to die with it", Duration::from_secs(10), || {
-        let writing = procs::processes().into_iter().filter(|p| p.args.iter().any(|a| a.contains(&proxies)));
-        (tools.iter().all(procs::has_ended) && writing.count() == 0).then_some(())
+        let writing = fixtures::processes_holding_open_beneath(&proxies);
+        (tools.iter().all(procs::has_ended) && writing.is_empty()).then_some(())
     });
 }

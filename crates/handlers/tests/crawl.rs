@@ -430,9 +430,8 @@ async fn a_cancelled_crawl_soft_deletes_nothing_and_stops_ffmpeg() {
     let err = lib.crawl_with(serde_json::json!({}), cancel).await.unwrap_err();
     assert!(err.message.contains("cancelled"), "{err:?}");
     assert_eq!(lib.active().await.len(), 1, "the vanished file is not soft-deleted by a cancelled crawl");
-    let marker = lib.proxies.display().to_string();
-    let survivors = std::process::Command::new("pgrep").args(["-f", &marker]).output().unwrap();
-    assert!(survivors.stdout.is_empty(), "ffmpeg still running");
+    let survivors = fixtures::processes_holding_open_beneath(&lib.proxies);
+    assert!(survivors.is_empty(), "ffmpeg still running: {survivors:?}");
 }
 
 /// A problem that stops the crawl (here the catalogue refusing its first file) starts no other file, although the
@@ -476,23 +475,19 @@ async fn a_crawl_of_a_missing_config_is_a_permanent_error() {
 }
 
 /// Whether an ffmpeg of this test's crawl is running: one started by this process that writes under `proxies`
-/// (this test's own proxy root). Under `cargo test` the tests of this file share one process, so a tool of
-/// another test's crawl must not count: it could run before this crawl's walk has listed anything.
+/// (this test's own proxy root: it holds a folder there open, through which it is given its output). Under
+/// `cargo test` the tests of this file share one process, so a tool of another test's crawl must not count: it could
+/// run before this crawl's walk has listed anything.
 fn a_tool_of_this_crawl_runs(proxies: &std::path::Path) -> bool {
     let me = std::process::id().to_string();
-    let proxies = proxies.to_string_lossy().into_owned();
-    let mut pids =
-        std::fs::read_dir("/proc").unwrap().filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok());
-    pids.any(|pid| {
+    fixtures::processes_holding_open_beneath(proxies).into_iter().any(|pid| {
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
         // `pid (comm) state ppid …`
         let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else { return false };
         let comm = &stat[open + 1..close];
         let mut rest = stat[close + 1..].split_whitespace();
         let (state, parent) = (rest.next(), rest.next());
-        let writes_here = std::fs::read(format!("/proc/{pid}/cmdline"))
-            .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains(&proxies));
-        comm == "ffmpeg" && state != Some("Z") && parent == Some(me.as_str()) && writes_here
+        comm == "ffmpeg" && state != Some("Z") && parent == Some(me.as_str())
     })
 }
 

@@ -495,6 +495,62 @@ async fn a_link_where_a_photos_proxy_folder_goes_is_never_written_through() {
     assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
 }
 
+/// A file's proxy folder swapped for a link after the crawl made it, while the file waits for the pixel budget (as
+/// someone who may write the proxy volume can: the folder's name is the content's hash), for a still and a video:
+/// the proxies are written into the folder the crawl made, never through the link; the file is not recorded at a path
+/// that now leads through the link; it fails for this crawl, naming the folder; and with the link gone the next crawl
+/// ingests it. Before, every proxy was written by the folder's path, through whatever stood there by then.
+#[tokio::test]
+async fn a_proxy_folder_swapped_for_a_link_while_its_file_waits_is_never_written_through() {
+    // A PNG is decoded whole, so it takes its share of the budget (a baseline JPEG is decoded in strips).
+    for (file, proxy) in [("2019/IMG_7.png", "thumbnail.jpg"), ("2019/clip.mp4", "poster.jpg")] {
+        let lib = library().await;
+        if file.ends_with(".png") {
+            lib.write(file, &fixtures::png(64, 48, 7));
+        } else {
+            std::fs::create_dir_all(lib.root.join("2019")).unwrap();
+            fixtures::quicktime_video(&lib.root.join(file), "2023-12-25T01:15:00Z", &[]);
+        }
+        let hash = hash_of(&std::fs::read(lib.root.join(file)).unwrap());
+        let folder = lib.proxies.join(lib.config.to_string()).join(&hash[..2]).join(&hash);
+        let (elsewhere, moved) = (lib.dir.path().join("elsewhere"), lib.dir.path().join("moved"));
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        let handler = lib.crawler(lib.settings());
+        let cancel = CancellationToken::new();
+        let held = handler.pixel_budget().reserve(u64::MAX, &cancel).await.unwrap();
+        let crawl = lib.run_handler(&handler, lib.item(serde_json::json!({})).await);
+        tokio::pin!(crawl);
+        let waits = async {
+            let deadline = almanac_testdb::Deadline::after(Duration::from_secs(30));
+            while handler.pixel_budget().waiting() == 0 {
+                deadline.check("the file to wait for the pixel budget");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::select! {
+            result = &mut crawl => panic!("{file}: the proxies were made with the budget held: {result:?}"),
+            () = waits => {}
+        }
+        assert!(folder.is_dir(), "{file}: the folder is made before the file waits");
+        std::fs::rename(&folder, &moved).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &folder).unwrap();
+        drop(held);
+        let result = crawl.await.expect("the crawl succeeds");
+        assert_eq!((result["ingested"].as_u64(), result["failed"].as_u64()), (Some(0), Some(1)), "{result}");
+        let reason = result["failures"][0]["reason"].as_str().unwrap().to_owned();
+        assert!(reason.contains("was moved, removed or replaced") && reason.contains(&hash), "{reason}");
+        assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0, "{file}: nothing written through the link");
+        assert!(moved.join(proxy).is_file(), "{file}: written into the folder the crawl made");
+        assert_eq!(lib.active_count().await, 0, "{file}: not recorded");
+
+        std::fs::remove_file(&folder).unwrap();
+        let result = lib.crawl().await;
+        assert_eq!(result["ingested"].as_u64(), Some(1), "{result}");
+        assert!(folder.join(proxy).is_file(), "{file}");
+        assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0, "{file}");
+    }
+}
+
 /// A link where the config's own proxy folder goes refuses the crawl at once with one error naming it, whether the
 /// config has proxies yet or not: before, a new config's crawl followed it (every proxy written where it pointed),
 /// and one with proxies was told its proxy volume was not mounted.

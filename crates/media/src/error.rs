@@ -97,6 +97,18 @@ pub enum MediaError {
         /// What stands there: "a link" or "a file".
         what: &'static str,
     },
+    /// The folder of a file's proxies (or one above it) was moved, removed or swapped for a link while they were made:
+    /// they went into the folder itself, wherever it is now, and nothing was written through what stands there.
+    #[error(
+        "the proxy folder {path} was moved, removed or replaced (by a link or another folder) while this file's \
+         proxies were made: they were written into the folder the Worker had made, not through what stands there \
+         now, and the file was not recorded; it is tried again at the next crawl. Something other than the Worker \
+         changes storage.proxy_root: it must be the Worker's alone"
+    )]
+    ProxyFolderMoved {
+        /// Where the folder was made.
+        path: PathBuf,
+    },
     /// A tool failed while making a proxy, or what it (or we) made is not whole: nothing took the proxy's name.
     #[error(
         "the {proxy} of {path} was not made: {reason}. Nothing took its name in {dir}. If the file opens \

@@ -43,6 +43,28 @@ impl FixtureExif {
     }
 }
 
+/// The processes other than this one that hold a file or folder beneath `dir` open (their ids): a tool writing
+/// proxies there, which is given its output through an open handle on the proxy folder, never by the folder's path
+/// (so its command line does not name it).
+pub fn processes_holding_open_beneath(dir: &Path) -> Vec<u32> {
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_owned());
+    let me = std::process::id();
+    let pids = std::fs::read_dir("/proc").into_iter().flatten().flatten();
+    let pids = pids.filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok()).filter(|pid| *pid != me);
+    pids.filter(|pid| {
+        let open = std::fs::read_dir(format!("/proc/{pid}/fd")).into_iter().flatten().flatten();
+        open.filter_map(|fd| std::fs::read_link(fd.path()).ok()).any(|at| at.starts_with(&dir))
+    })
+    .collect()
+}
+
+/// The folder at `path` (made if it is not there), open for proxies to be written into, as the crawl opens each
+/// file's folder beneath the proxy root ([`crate::make_proxy_folder`]).
+pub fn proxy_folder(path: &Path) -> crate::ProxyFolder {
+    let (parent, name) = (path.parent().expect("a folder in a folder"), path.file_name().expect("a named folder"));
+    crate::make_proxy_folder(parent, Path::new(name)).expect("the proxy folder is made")
+}
+
 /// An RGB picture with some structure: a gradient, a marker block in the top-left corner (red) so that tests
 /// can check orientation, and, with `detail`, high-frequency texture so that JPEG sizes are realistic.
 pub fn picture(width: u32, height: u32, seed: u32, detail: bool) -> RgbImage {

@@ -128,7 +128,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let make = |content: &[u8]| {
             let path = dir.path().join("a.jpg");
-            crate::still::make_still_proxies(&path, content, crate::MediaFormat::Jpeg, 1, u64::MAX, dir.path())
+            crate::still::make_still_proxies(
+                &path,
+                content,
+                crate::MediaFormat::Jpeg,
+                1,
+                u64::MAX,
+                &crate::fixtures::proxy_folder(dir.path()),
+            )
         };
         let progressive = progressive_jpeg(640, 480);
         make(&progressive).expect("a standard progressive JPEG makes its proxies");

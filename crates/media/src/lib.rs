@@ -12,7 +12,6 @@
 //! only read.
 
 mod apple;
-mod atomic;
 mod budget;
 mod cmyk;
 mod dates;
@@ -26,6 +25,8 @@ mod heif_size;
 mod jpeg_scans;
 mod originals;
 pub mod priority;
+mod proxy_folder;
+mod proxy_root;
 mod raw;
 mod read;
 mod still;
@@ -42,10 +43,6 @@ pub mod fixtures;
 pub mod scratch_volume;
 
 pub use apple::{AppleNote, apple_note, read_apple_note};
-pub use atomic::{
-    check_proxy_folders, check_proxy_path, check_proxy_root, effective_user, make_proxy_folder, sync_folder,
-    write_all_atomically, write_atomically,
-};
 pub use budget::{PixelBudget, PixelReservation, full_decode_pixels, video_decode_pixels};
 pub use dates::date_in_file_name;
 pub use detect::{EXTENSIONS, MAGIC_LEN, MediaFormat, RawFormat, detect_format, is_media_name};
@@ -58,6 +55,8 @@ pub use originals::{
     trees_overlap,
 };
 pub use priority::{IoPriority, Priority, gently, set_priority};
+pub use proxy_folder::{ProxyFolder, make_proxy_folder};
+pub use proxy_root::{check_proxy_folders, check_proxy_path, check_proxy_root, effective_user};
 pub use raw::raw_preview;
 pub use read::{Content, MAX_STILL_BYTES, ReadError, ReadOriginal, read_original, read_sidecar};
 pub use still::{

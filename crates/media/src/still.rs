@@ -13,9 +13,11 @@ use crate::detect::MediaFormat;
 use crate::error::Picture;
 use crate::exif_facts::orientation_degrees;
 use crate::jpeg_scans::{self, MOST_JPEG_SCANS};
+use crate::proxy_folder::ProxyFolder;
+use crate::tool::Given;
 use crate::tool::{OPEN_ORIGINAL, run_tool};
 use crate::video::tool_input;
-use crate::{MediaError, Original, ToolLimits, write_all_atomically};
+use crate::{MediaError, Original, ToolLimits};
 
 /// Long side of the preview, in pixels.
 pub const PREVIEW_LONG_SIDE: u32 = 1920;
@@ -46,7 +48,7 @@ pub const DEFAULT_MAX_PIXELS: u64 = 250_000_000;
 
 /// Decodes a still once (downscaled during decode for JPEG; a RAW arrives as its embedded preview, a JPEG),
 /// turns it upright per `orientation` (the original's, [`crate::ExifFacts::orientation`]), and writes
-/// `preview.jpg` and `thumbnail.jpg` (the thumbnail made from the preview) into `dest_dir`. Returns the
+/// `preview.jpg` and `thumbnail.jpg` (the thumbnail made from the preview) into `folder`. Returns the
 /// original's stored dimensions and the BlurHash. A header claiming more than `max_pixels` pixels is refused
 /// before anything is decoded. At the Worker's low priority ([`crate::gently`]). Blocking: call it from a
 /// blocking thread.
@@ -60,9 +62,9 @@ pub fn make_still_proxies(
     format: MediaFormat,
     orientation: u16,
     max_pixels: u64,
-    dest_dir: &Path,
+    folder: &ProxyFolder,
 ) -> Result<StillProxies, MediaError> {
-    crate::gently(|| make_still_proxies_now(path, content, format, orientation, max_pixels, dest_dir))
+    crate::gently(|| make_still_proxies_now(path, content, format, orientation, max_pixels, folder))
 }
 
 fn make_still_proxies_now(
@@ -71,7 +73,7 @@ fn make_still_proxies_now(
     format: MediaFormat,
     orientation: u16,
     max_pixels: u64,
-    dest_dir: &Path,
+    folder: &ProxyFolder,
 ) -> Result<StillProxies, MediaError> {
     let (decoded, width, height) = match format {
         MediaFormat::Jpeg => decode_jpeg_for(path, content, PREVIEW_LONG_SIDE, max_pixels)?,
@@ -102,7 +104,7 @@ fn make_still_proxies_now(
     let thumbnail = fit(&preview, THUMBNAIL_LONG_SIDE);
     let thumbnail_jpeg = encode_jpeg(path, &thumbnail, THUMBNAIL_QUALITY)?;
     let blurhash = blurhash_of(path, &fit(&thumbnail, BLURHASH_SIDE))?;
-    write_proxy_jpegs(path, dest_dir, &[(ProxyType::Preview, &preview_jpeg), (ProxyType::Thumbnail, &thumbnail_jpeg)])?;
+    write_proxy_jpegs(path, folder, &[(ProxyType::Preview, &preview_jpeg), (ProxyType::Thumbnail, &thumbnail_jpeg)])?;
     Ok(StillProxies {
         width,
         height,
@@ -155,21 +157,23 @@ fn decode_with_image(
     Ok((image, w, h))
 }
 
-/// Writes a still's JPEG proxies into `dest_dir` (for the original `path`), each only if it is a whole JPEG
-/// ([`check_jpeg`]) and then through [`write_all_atomically`] (written, flushed, read back, renamed): a JPEG
+/// Writes a still's JPEG proxies into `folder` (for the original `path`), each only if it is a whole JPEG
+/// ([`check_jpeg`]) and then through [`ProxyFolder::write_proxies`] (written, flushed, read back, renamed): a JPEG
 /// cut short never takes a proxy's name, and when one is refused none is written.
-pub(crate) fn write_proxy_jpegs(path: &Path, dest_dir: &Path, jpegs: &[(ProxyType, &[u8])]) -> Result<(), MediaError> {
+pub(crate) fn write_proxy_jpegs(
+    path: &Path,
+    folder: &ProxyFolder,
+    jpegs: &[(ProxyType, &[u8])],
+) -> Result<(), MediaError> {
     for (proxy, bytes) in jpegs {
         check_jpeg(bytes).map_err(|reason| MediaError::ProxyNotMade {
             path: path.to_owned(),
             proxy: *proxy,
-            dir: dest_dir.to_owned(),
+            dir: folder.path().to_owned(),
             reason: format!("the JPEG made of it is not whole ({reason})"),
         })?;
     }
-    let files: Vec<(&Path, &[u8])> =
-        jpegs.iter().map(|(proxy, bytes)| (Path::new(file_name(*proxy)), *bytes)).collect();
-    write_all_atomically(dest_dir, &files)
+    folder.write_proxies(jpegs)
 }
 
 /// Whether `bytes` are a whole JPEG: the start and end markers are there, and it decodes to its end without
@@ -315,10 +319,11 @@ fn blurhash_of(path: &Path, tiny: &RgbImage) -> Result<String, MediaError> {
 }
 
 /// libheif's Rust bindings need libheif 1.17 or newer and Debian has 1.15, so HEIC goes through libheif's own
-/// `heif-convert` tool, which reads the open original (never its path) and writes a temporary JPEG into
-/// `scratch_dir` (removed afterwards). Like ffmpeg, it runs in a process group of its own with a time limit
-/// and is killed with its tree on cancellation. Returns the JPEG of the file's primary image, upright (libheif
-/// applies its `irot` and `imir` as it decodes), for [`make_still_proxies`] with the file's own format.
+/// `heif-convert` tool, which reads the open original (never its path) and writes a temporary JPEG into `folder`
+/// (through its handle, never its path: [`ProxyFolder::for_tool`]), removed afterwards. Like ffmpeg, it runs in a
+/// process group of its own with a time limit and is killed with its tree on cancellation. Returns the JPEG of the
+/// file's primary image, upright (libheif applies its `irot` and `imir` as it decodes), for [`make_still_proxies`]
+/// with the file's own format.
 ///
 /// `content` is the file's content, from which the size its images claim is read first: a file with an image
 /// of more than `max_pixels` is refused before `heif-convert` runs, as any still is before it is decoded.
@@ -326,7 +331,7 @@ pub async fn heic_to_jpeg(
     original: &Original,
     content: &[u8],
     max_pixels: u64,
-    scratch_dir: &Path,
+    folder: &ProxyFolder,
     limits: ToolLimits,
     cancel: &CancellationToken,
 ) -> Result<Vec<u8>, MediaError> {
@@ -334,57 +339,54 @@ pub async fn heic_to_jpeg(
     if let Some((width, height)) = crate::heif_size::largest_image(content) {
         check_pixels(path, width, height, max_pixels)?;
     }
-    std::fs::create_dir_all(scratch_dir).map_err(|e| MediaError::write(scratch_dir, e))?;
-    let tmp = scratch_dir.join(HEIC_SCRATCH);
     // heif-convert writes through a link at its output's name: whatever an earlier run or anyone left goes first.
-    remove_scratch(scratch_dir);
-    crate::atomic::clear_temporary(&tmp)?;
-    let args = vec![OsString::from("-q"), OsString::from("95"), OsString::from(OPEN_ORIGINAL), tmp.clone().into()];
-    let converted =
-        run_tool("heif-convert", "libheif-examples", args, Some(tool_input(original)?), path, limits.quick, cancel)
-            .await;
+    remove_scratch(folder);
+    folder.clear(HEIC_SCRATCH)?;
+    let args = vec!["-q".into(), "95".into(), OsString::from(OPEN_ORIGINAL), folder.for_tool(HEIC_SCRATCH)];
+    let given = Given { stdin: Some(tool_input(original)?), folder: Some(folder) };
+    let converted = run_tool("heif-convert", "libheif-examples", args, given, path, limits.quick, cancel).await;
     let result = match converted {
-        Ok(_) => converted_primary(&tmp, original, limits, cancel).await,
+        Ok(_) => converted_primary(folder, original, limits, cancel).await,
         // As heif-convert said it: it writes into the proxy volume, so its failure may be the volume's (full) or
         // the machine's (killed for memory), not the file's.
         Err(e) => Err(e),
     };
-    remove_scratch(scratch_dir);
+    remove_scratch(folder);
     result
 }
 
-/// Removes what `heif-convert` writes into `scratch_dir`: its JPEG, or one for each image of a file of several, and
-/// the auxiliary images (depth, alpha) it may write beside them.
-fn remove_scratch(scratch_dir: &Path) {
-    for e in std::fs::read_dir(scratch_dir).into_iter().flatten().flatten() {
-        if e.file_name().to_string_lossy().starts_with(HEIC_SCRATCH_PREFIX) {
-            let _ = std::fs::remove_file(e.path());
+/// Removes what `heif-convert` writes into `folder`: its JPEG, or one for each image of a file of several, and the
+/// auxiliary images (depth, alpha) it may write beside them.
+fn remove_scratch(folder: &ProxyFolder) {
+    for name in folder.names() {
+        if let Some(name) = name.to_str().filter(|n| n.starts_with(HEIC_SCRATCH_PREFIX)) {
+            folder.remove(name);
         }
     }
 }
 
-/// The JPEG `heif-convert` wrote of the file's primary image. For a file of one image it is `tmp`; for a file of
-/// several (a burst, a bracket, an image kept with its edit) it writes one for each, numbered in the file's order
-/// (`.heic-decode-1.jpg`, …), and the primary is the one `heif-info` marks so, listing them in that same order.
+/// The JPEG `heif-convert` wrote of the file's primary image. For a file of one image it is [`HEIC_SCRATCH`]; for a
+/// file of several (a burst, a bracket, an image kept with its edit) it writes one for each, numbered in the file's
+/// order (`.heic-decode-1.jpg`, …), and the primary is the one `heif-info` marks so, listing them in that same order.
 async fn converted_primary(
-    tmp: &Path,
+    folder: &ProxyFolder,
     original: &Original,
     limits: ToolLimits,
     cancel: &CancellationToken,
 ) -> Result<Vec<u8>, MediaError> {
-    match std::fs::read(tmp) {
+    match folder.read(HEIC_SCRATCH) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        read => return read.map_err(|e| MediaError::io(tmp, e)),
+        read => return read.map_err(|e| MediaError::io(folder.join(HEIC_SCRATCH), e)),
     }
     let path = original.path();
     let args = vec![OsString::from(OPEN_ORIGINAL)];
-    let info = run_tool("heif-info", "libheif-examples", args, Some(tool_input(original)?), path, limits.quick, cancel)
-        .await?;
+    let given = Given::input(tool_input(original)?);
+    let info = run_tool("heif-info", "libheif-examples", args, given, path, limits.quick, cancel).await?;
     let n = primary_position(&String::from_utf8_lossy(&info)).ok_or_else(|| {
         MediaError::corrupt(path, "heif-convert wrote no image of it, and heif-info names none of its images primary")
     })?;
-    let numbered = tmp.with_file_name(format!("{HEIC_SCRATCH_PREFIX}-{n}.jpg"));
-    std::fs::read(&numbered).map_err(|e| MediaError::io(&numbered, e))
+    let numbered = format!("{HEIC_SCRATCH_PREFIX}-{n}.jpg");
+    folder.read(&numbered).map_err(|e| MediaError::io(folder.join(&numbered), e))
 }
 
 /// Where `heif-info` lists the primary image among the file's top-level images, counting from 1.
@@ -429,17 +431,18 @@ mod tests {
     #[test]
     fn a_still_proxy_that_is_not_a_whole_jpeg_never_takes_its_name_nor_does_its_sibling() {
         let dir = tempfile::tempdir().unwrap();
+        let folder = crate::fixtures::proxy_folder(dir.path());
         let preview = crate::fixtures::jpeg(640, 480, 3, true, &crate::fixtures::FixtureExif::default());
         let thumbnail = crate::fixtures::jpeg(300, 225, 3, true, &crate::fixtures::FixtureExif::default());
         let cut = &preview[..preview.len() - 100];
         let jpegs = [(ProxyType::Preview, cut), (ProxyType::Thumbnail, thumbnail.as_slice())];
-        let err = write_proxy_jpegs(Path::new("IMG_1.jpg"), dir.path(), &jpegs).unwrap_err();
+        let err = write_proxy_jpegs(Path::new("IMG_1.jpg"), &folder, &jpegs).unwrap_err();
         assert!(matches!(err, MediaError::ProxyNotMade { proxy: ProxyType::Preview, .. }), "{err:?}");
         assert!(err.to_string().contains("IMG_1.jpg") && err.to_string().contains("cut short"), "{err}");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "nothing written, not even a temporary file");
 
         let whole = [(ProxyType::Preview, preview.as_slice()), (ProxyType::Thumbnail, thumbnail.as_slice())];
-        write_proxy_jpegs(Path::new("IMG_1.jpg"), dir.path(), &whole).unwrap();
+        write_proxy_jpegs(Path::new("IMG_1.jpg"), &folder, &whole).unwrap();
         assert_eq!(std::fs::read(dir.path().join("preview.jpg")).unwrap(), preview);
         assert_eq!(std::fs::read(dir.path().join("thumbnail.jpg")).unwrap(), thumbnail);
     }

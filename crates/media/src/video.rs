@@ -6,8 +6,9 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::atomic::{clear_temporary, sync_file, sync_folder};
+use crate::proxy_folder::ProxyFolder;
 use crate::still::{check_jpeg, file_name};
+use crate::tool::Given;
 use crate::tool::{OPEN_ORIGINAL, run_tool};
 use crate::{MediaError, Original, ToolLimits};
 
@@ -101,7 +102,8 @@ pub async fn probe_video(
         .chain(decoder_limit(max_pixels))
         .chain(args(&["-print_format", "json", "-show_format", "-show_streams", OPEN_ORIGINAL]))
         .collect();
-    let out = run_tool("ffprobe", "ffmpeg", args, Some(tool_input(original)?), path, limits.quick, cancel).await?;
+    let out =
+        run_tool("ffprobe", "ffmpeg", args, Given::input(tool_input(original)?), path, limits.quick, cancel).await?;
     let probe: Probe = serde_json::from_slice(&out).map_err(|e| MediaError::corrupt(path, e))?;
     let video = probe
         .streams
@@ -162,8 +164,9 @@ fn clockwise_degrees(counter_clockwise: i64) -> u16 {
 }
 
 /// Writes `poster.jpg` (a frame near the start, upright, at most 1920 px on its longest side) and `web.mp4`
-/// (H.264, at most 720 lines, AAC, fast start) into `dest_dir`, each through a temporary name (whatever was there
-/// removed first, a link too), flushed to disk before it is renamed into place. ffmpeg reads the open original,
+/// (H.264, at most 720 lines, AAC, fast start) into `folder`, each through a temporary name (whatever was there
+/// removed first, a link too), flushed to disk before it is renamed into place. ffmpeg writes into the folder
+/// through its handle, never its path ([`ProxyFolder::for_tool`]), and reads the open original,
 /// never its path, and decodes no picture larger than `max_pixels` ([`decoder_limit`]): a video with one is
 /// refused, and neither proxy takes its name.
 ///
@@ -174,40 +177,38 @@ fn clockwise_degrees(counter_clockwise: i64) -> u16 {
 /// here: ffmpeg stops writing and fails).
 pub async fn make_video_proxies(
     original: &Original,
-    dest_dir: &Path,
+    folder: &ProxyFolder,
     limits: ToolLimits,
     max_pixels: u64,
     cancel: &CancellationToken,
 ) -> Result<VideoProxies, MediaError> {
-    make_video_proxies_with("ffmpeg", original, dest_dir, limits, max_pixels, cancel).await
+    make_video_proxies_with("ffmpeg", original, folder, limits, max_pixels, cancel).await
 }
 
 /// [`make_video_proxies`] with the ffmpeg program named (tests give a stand-in that fails as a full disk does).
 pub(crate) async fn make_video_proxies_with(
     ffmpeg: &'static str,
     original: &Original,
-    dest_dir: &Path,
+    folder: &ProxyFolder,
     limits: ToolLimits,
     max_pixels: u64,
     cancel: &CancellationToken,
 ) -> Result<VideoProxies, MediaError> {
-    std::fs::create_dir_all(dest_dir).map_err(|e| MediaError::write(dest_dir, e))?;
     let input = OsString::from(OPEN_ORIGINAL);
-    let making = Making { ffmpeg, original, input, dest_dir, limits, max_pixels, cancel };
+    let making = Making { ffmpeg, original, input, folder, limits, max_pixels, cancel };
     let poster = making.poster().await?;
     let web = making.web_video().await?;
-    sync_folder(dest_dir)?;
-    let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).map_err(|e| MediaError::write(p, e));
-    Ok(VideoProxies { poster_bytes: size(&poster)?, web_video_bytes: size(&web)? })
+    folder.sync()?;
+    Ok(VideoProxies { poster_bytes: folder.size(poster)?, web_video_bytes: folder.size(web)? })
 }
 
-/// One video's proxies being made: ffmpeg run on the open original, writing into `dest_dir`.
+/// One video's proxies being made: ffmpeg run on the open original, writing into `folder`.
 struct Making<'a> {
     ffmpeg: &'static str,
     original: &'a Original,
     /// The original as ffmpeg is told to read it (its standard input).
     input: OsString,
-    dest_dir: &'a Path,
+    folder: &'a ProxyFolder,
     limits: ToolLimits,
     /// The most pixels a picture ffmpeg decodes may have.
     max_pixels: u64,
@@ -217,7 +218,12 @@ struct Making<'a> {
 impl Making<'_> {
     /// A proxy that is not whole, or that ffmpeg could not make: why.
     fn not_made(&self, proxy: ProxyType, reason: String) -> MediaError {
-        MediaError::ProxyNotMade { path: self.original.path().to_owned(), proxy, dir: self.dest_dir.to_owned(), reason }
+        MediaError::ProxyNotMade {
+            path: self.original.path().to_owned(),
+            proxy,
+            dir: self.folder.path().to_owned(),
+            reason,
+        }
     }
 
     /// A tool that fails while making a proxy: stopped (cancel, time limit) and missing stay what they are.
@@ -228,36 +234,40 @@ impl Making<'_> {
         }
     }
 
-    /// Runs ffmpeg with `args` within `limit`, reading `input` (the original, opened again for the tool).
+    /// Runs ffmpeg with `args` within `limit`, reading `input` (the original, opened again for the tool) and writing
+    /// into the folder.
     async fn ffmpeg(
         &self,
         args: Vec<OsString>,
         input: std::fs::File,
         limit: std::time::Duration,
     ) -> Result<(), MediaError> {
-        run_tool(self.ffmpeg, "ffmpeg", args, Some(input), self.original.path(), limit, self.cancel).await.map(drop)
+        let given = Given { stdin: Some(input), folder: Some(self.folder) };
+        run_tool(self.ffmpeg, "ffmpeg", args, given, self.original.path(), limit, self.cancel).await.map(drop)
     }
 
-    /// `poster.jpg`, checked whole and flushed, then renamed into place; its path.
-    async fn poster(&self) -> Result<std::path::PathBuf, MediaError> {
-        let poster = self.dest_dir.join(file_name(ProxyType::Poster));
-        let poster_tmp = self.dest_dir.join(ProxyType::Poster.temporary_file_name().expect("a file proxy"));
+    /// `poster.jpg`, checked whole and flushed, then renamed into place; its name.
+    async fn poster(&self) -> Result<&'static str, MediaError> {
+        let poster = file_name(ProxyType::Poster);
+        let poster_tmp = ProxyType::Poster.temporary_file_name().expect("a file proxy");
         // Debris of an earlier attempt must never pass for this attempt's poster, nor a link there be written through.
-        clear_temporary(&poster_tmp)?;
-        self.poster_frame(&poster_tmp).await?;
-        let checked = std::fs::read(&poster_tmp)
-            .map_err(|e| MediaError::write(&poster_tmp, e))
+        self.folder.clear(poster_tmp)?;
+        self.poster_frame(poster_tmp).await?;
+        let checked = self
+            .folder
+            .read(poster_tmp)
+            .map_err(|e| MediaError::write(self.folder.join(poster_tmp), e))
             .and_then(|jpeg| {
                 check_jpeg(&jpeg).map_err(|reason| {
                     self.not_made(ProxyType::Poster, format!("the JPEG ffmpeg wrote is not whole ({reason})"))
                 })
             })
-            .and_then(|()| sync_file(&poster_tmp));
+            .and_then(|()| self.folder.sync_file(poster_tmp));
         if let Err(e) = checked {
-            let _ = std::fs::remove_file(&poster_tmp);
+            self.folder.remove(poster_tmp);
             return Err(e);
         }
-        std::fs::rename(&poster_tmp, &poster).map_err(|e| MediaError::write(&poster, e))?;
+        self.folder.rename(poster_tmp, poster)?;
         Ok(poster)
     }
 
@@ -266,7 +276,7 @@ impl Making<'_> {
     /// A clip shorter than half a second has no frame there (ffmpeg then succeeds and writes nothing, or
     /// fails): that case is tried again from the start, and only that second try's failure is the answer. A
     /// cancel or a time limit ends it at the first try.
-    async fn poster_frame(&self, poster_tmp: &Path) -> Result<(), MediaError> {
+    async fn poster_frame(&self, poster_tmp: &str) -> Result<(), MediaError> {
         let poster_args = |seek: &[&str]| -> Vec<OsString> {
             args(&["-nostdin", "-y", "-v", "error"])
                 .into_iter()
@@ -275,26 +285,26 @@ impl Making<'_> {
                 .chain(args(&["-i"]))
                 .chain([self.input.clone()])
                 .chain(args(&["-frames:v", "1", "-vf", &poster_scale(), "-q:v", "3", "-update", "1"]))
-                .chain([poster_tmp.as_os_str().to_owned()])
+                .chain([self.folder.for_tool(poster_tmp)])
                 .collect()
         };
         let first_try = self.ffmpeg(poster_args(&["-ss", "0.5"]), tool_input(self.original)?, self.limits.quick);
         match first_try.await {
             Err(stopped @ (MediaError::Cancelled | MediaError::TimedOut { .. } | MediaError::ToolMissing { .. })) => {
-                let _ = std::fs::remove_file(poster_tmp);
+                self.folder.remove(poster_tmp);
                 Err(stopped)
             }
-            Ok(()) if is_non_empty(poster_tmp) => Ok(()),
+            Ok(()) if self.folder.is_non_empty(poster_tmp) => Ok(()),
             _ => {
-                let _ = std::fs::remove_file(poster_tmp);
+                self.folder.remove(poster_tmp);
                 // Shorter than half a second: take the very first frame.
                 let first_frame = self.ffmpeg(poster_args(&[]), tool_input(self.original)?, self.limits.quick);
                 if let Err(e) = first_frame.await {
-                    let _ = std::fs::remove_file(poster_tmp);
+                    self.folder.remove(poster_tmp);
                     return Err(self.failed(ProxyType::Poster, e));
                 }
-                if !is_non_empty(poster_tmp) {
-                    let _ = std::fs::remove_file(poster_tmp);
+                if !self.folder.is_non_empty(poster_tmp) {
+                    self.folder.remove(poster_tmp);
                     return Err(MediaError::corrupt(self.original.path(), "ffmpeg found no frame for a poster"));
                 }
                 Ok(())
@@ -302,12 +312,12 @@ impl Making<'_> {
         }
     }
 
-    /// `web.mp4`, transcoded, checked whole and flushed, then renamed into place; its path.
-    async fn web_video(&self) -> Result<std::path::PathBuf, MediaError> {
-        let web = self.dest_dir.join(file_name(ProxyType::WebVideo));
-        let web_tmp = self.dest_dir.join(ProxyType::WebVideo.temporary_file_name().expect("a file proxy"));
+    /// `web.mp4`, transcoded, checked whole and flushed, then renamed into place; its name.
+    async fn web_video(&self) -> Result<&'static str, MediaError> {
+        let web = file_name(ProxyType::WebVideo);
+        let web_tmp = ProxyType::WebVideo.temporary_file_name().expect("a file proxy");
         // ffmpeg writes through a link at its output's name: whatever is there goes first.
-        clear_temporary(&web_tmp)?;
+        self.folder.clear(web_tmp)?;
         let web_args = args(&["-nostdin", "-y", "-v", "error"])
             .into_iter()
             .chain(decoder_limit(self.max_pixels))
@@ -338,24 +348,24 @@ impl Making<'_> {
                 "-f",
                 "mp4",
             ]))
-            .chain([web_tmp.as_os_str().to_owned()])
+            .chain([self.folder.for_tool(web_tmp)])
             .collect();
         let transcoded = self
             .ffmpeg(web_args, tool_input(self.original)?, self.limits.transcode)
             .await
             .map_err(|e| self.failed(ProxyType::WebVideo, e));
         let checked = match transcoded {
-            Ok(()) => check_web_video(&web_tmp, self.original.path(), self.limits, self.cancel)
+            Ok(()) => check_web_video(self.folder, web_tmp, self.original.path(), self.limits, self.cancel)
                 .await
                 .and_then(|checked| checked.map_err(|reason| self.not_made(ProxyType::WebVideo, reason)))
-                .and_then(|()| sync_file(&web_tmp)),
+                .and_then(|()| self.folder.sync_file(web_tmp)),
             Err(e) => Err(e),
         };
         if let Err(e) = checked {
-            let _ = std::fs::remove_file(&web_tmp);
+            self.folder.remove(web_tmp);
             return Err(e);
         }
-        std::fs::rename(&web_tmp, &web).map_err(|e| MediaError::write(&web, e))?;
+        self.folder.rename(web_tmp, web)?;
         Ok(web)
     }
 }
@@ -376,11 +386,12 @@ struct WebStream {
     nb_read_packets: Option<String>,
 }
 
-/// Checks a web video ffmpeg wrote (our own file, read by its path): ffprobe reads every packet (no
-/// decoding), and it must have a video stream, a duration above zero, and every packet its index lists. The
-/// outer error is ffprobe's own trouble (cancelled, missing); the inner one what is wrong with the file.
+/// Checks the web video ffmpeg wrote as `file` in `folder` (read through the folder's handle): ffprobe reads every
+/// packet (no decoding), and it must have a video stream, a duration above zero, and every packet its index lists.
+/// The outer error is ffprobe's own trouble (cancelled, missing); the inner one what is wrong with the file.
 async fn check_web_video(
-    file: &Path,
+    folder: &ProxyFolder,
+    file: &str,
     original: &Path,
     limits: ToolLimits,
     cancel: &CancellationToken,
@@ -394,8 +405,9 @@ async fn check_web_video(
         "-of",
         "json",
     ]);
-    probe_args.push(file.as_os_str().to_owned());
-    let out = match run_tool("ffprobe", "ffmpeg", probe_args, None, original, limits.quick, cancel).await {
+    probe_args.push(folder.for_tool(file));
+    let given = Given { stdin: None, folder: Some(folder) };
+    let out = match run_tool("ffprobe", "ffmpeg", probe_args, given, original, limits.quick, cancel).await {
         Ok(out) => out,
         Err(MediaError::Tool { message, .. }) => {
             return Ok(Err(format!("ffprobe cannot read what ffmpeg wrote ({message})")));
@@ -447,10 +459,6 @@ fn poster_scale() -> String {
 /// decoder's refusal into the same error a still gets.
 fn decoder_limit(max_pixels: u64) -> [OsString; 2] {
     ["-max_pixels".into(), max_pixels.min(i32::MAX as u64).to_string().into()]
-}
-
-fn is_non_empty(path: &Path) -> bool {
-    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() > 0)
 }
 
 /// A handle on the open original for a tool's standard input.

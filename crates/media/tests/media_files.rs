@@ -68,7 +68,9 @@ fn a_twelve_megapixel_jpeg_gives_an_upright_preview_thumbnail_and_blurhash() {
     let src = dir.path().join("IMG.jpg");
     std::fs::write(&src, &content).unwrap();
     let out = dir.path().join("proxies");
-    let made = make_still_proxies(&src, &content, MediaFormat::Jpeg, 6, DEFAULT_MAX_PIXELS, &out).unwrap();
+    let made =
+        make_still_proxies(&src, &content, MediaFormat::Jpeg, 6, DEFAULT_MAX_PIXELS, &fixtures::proxy_folder(&out))
+            .unwrap();
     assert_eq!((made.width, made.height), (4000, 3000));
     // Orientation 6: the stored landscape is upright as portrait.
     assert_eq!(dims(&out.join("preview.jpg")), (1440, 1920));
@@ -91,9 +93,15 @@ fn a_twelve_megapixel_jpeg_gives_an_upright_preview_thumbnail_and_blurhash() {
 fn small_png_is_not_upscaled() {
     let dir = tempfile::tempdir().unwrap();
     let content = fixtures::png(200, 100, 3);
-    let made =
-        make_still_proxies(&dir.path().join("a.png"), &content, MediaFormat::Png, 1, DEFAULT_MAX_PIXELS, dir.path())
-            .unwrap();
+    let made = make_still_proxies(
+        &dir.path().join("a.png"),
+        &content,
+        MediaFormat::Png,
+        1,
+        DEFAULT_MAX_PIXELS,
+        &fixtures::proxy_folder(dir.path()),
+    )
+    .unwrap();
     assert_eq!((made.width, made.height), (200, 100));
     assert_eq!(dims(&dir.path().join("preview.jpg")), (200, 100));
     assert_eq!(dims(&dir.path().join("thumbnail.jpg")), (200, 100));
@@ -111,7 +119,9 @@ fn a_gif_whose_frame_lies_outside_its_screen_is_refused_before_it_is_decoded() {
     gif.extend_from_slice(&4000u16.to_le_bytes());
     gif.extend_from_slice(&[0, 8, 2, 0x4C, 0x01, 0, 0x3B]);
     let path = dir.path().join("bomb.gif");
-    let err = make_still_proxies(&path, &gif, MediaFormat::Gif, 1, DEFAULT_MAX_PIXELS, dir.path()).unwrap_err();
+    let err =
+        make_still_proxies(&path, &gif, MediaFormat::Gif, 1, DEFAULT_MAX_PIXELS, &fixtures::proxy_folder(dir.path()))
+            .unwrap_err();
     assert!(err.to_string().contains("lies outside its 1x1 screen"), "{err}");
     assert!(!dir.path().join("preview.jpg").exists());
 }
@@ -136,9 +146,15 @@ fn a_cmyk_jpeg_gets_proxies_in_its_colours() {
         format: turbojpeg::PixelFormat::CMYK,
     };
     let jpeg = turbojpeg::compress(image, 95, turbojpeg::Subsamp::None).unwrap().to_vec();
-    let made =
-        make_still_proxies(&dir.path().join("print.jpg"), &jpeg, MediaFormat::Jpeg, 1, DEFAULT_MAX_PIXELS, dir.path())
-            .unwrap();
+    let made = make_still_proxies(
+        &dir.path().join("print.jpg"),
+        &jpeg,
+        MediaFormat::Jpeg,
+        1,
+        DEFAULT_MAX_PIXELS,
+        &fixtures::proxy_folder(dir.path()),
+    )
+    .unwrap();
     assert_eq!((made.width, made.height), (64, 48));
     let preview = image::open(dir.path().join("preview.jpg")).unwrap().to_rgb8();
     let [r, g, b] = preview.get_pixel(8, 24).0;
@@ -153,8 +169,15 @@ fn truncated_or_fake_jpeg_is_a_clear_error_and_writes_no_proxy() {
     let content = fixtures::jpeg(800, 600, 1, true, &FixtureExif::default());
     let truncated = &content[..content.len() / 3];
     let out = dir.path().join("out");
-    let err = make_still_proxies(Path::new("/lib/cut.jpg"), truncated, MediaFormat::Jpeg, 1, DEFAULT_MAX_PIXELS, &out)
-        .unwrap_err();
+    let err = make_still_proxies(
+        Path::new("/lib/cut.jpg"),
+        truncated,
+        MediaFormat::Jpeg,
+        1,
+        DEFAULT_MAX_PIXELS,
+        &fixtures::proxy_folder(&out),
+    )
+    .unwrap_err();
     assert!(matches!(err, MediaError::Corrupt { .. }), "{err:?}");
     assert!(err.to_string().contains("/lib/cut.jpg"));
     assert!(!out.join("preview.jpg").exists());
@@ -164,7 +187,7 @@ fn truncated_or_fake_jpeg_is_a_clear_error_and_writes_no_proxy() {
         MediaFormat::Jpeg,
         1,
         DEFAULT_MAX_PIXELS,
-        &out,
+        &fixtures::proxy_folder(&out),
     );
     assert!(matches!(err, Err(MediaError::Corrupt { .. })));
 }
@@ -183,7 +206,15 @@ async fn video_is_probed_and_gets_a_poster_and_a_720p_web_video() {
     assert_eq!(facts.created.unwrap().source, CaptureSource::Container);
 
     let out = dir.path().join("proxies");
-    let made = make_video_proxies(&open(&src), &out, ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel).await.unwrap();
+    let made = make_video_proxies(
+        &open(&src),
+        &fixtures::proxy_folder(&out),
+        ToolLimits::default(),
+        DEFAULT_MAX_PIXELS,
+        &cancel,
+    )
+    .await
+    .unwrap();
     assert!(made.poster_bytes > 0 && made.web_video_bytes > 0);
     assert_eq!(dims(&out.join("poster.jpg")), (1280, 960));
     let web =
@@ -207,7 +238,9 @@ async fn a_portrait_video_s_poster_is_at_most_1920_on_its_longest_side() {
     assert_eq!((facts.metadata.width, facts.metadata.height), (Some(2560), Some(1440)), "stored landscape");
     assert_eq!(facts.metadata.orientation_degrees % 180, 90, "shown a quarter turn round");
     let out = dir.path().join("proxies");
-    make_video_proxies(&open(&src), &out, ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel).await.unwrap();
+    make_video_proxies(&open(&src), &fixtures::proxy_folder(&out), ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel)
+        .await
+        .unwrap();
     assert_eq!(dims(&out.join("poster.jpg")), (1080, 1920));
     let web =
         probe_video(&open(&out.join("web.mp4")), ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel).await.unwrap();
@@ -224,10 +257,15 @@ async fn a_short_clip_gets_its_first_frame_and_never_an_earlier_attempts_debris(
     std::fs::create_dir_all(&out).unwrap();
     // A killed attempt left half a poster behind.
     std::fs::write(out.join(".poster.tmp.jpg"), b"\xff\xd8\xff half a jpeg").unwrap();
-    let made =
-        make_video_proxies(&open(&src), &out, ToolLimits::default(), DEFAULT_MAX_PIXELS, &CancellationToken::new())
-            .await
-            .unwrap();
+    let made = make_video_proxies(
+        &open(&src),
+        &fixtures::proxy_folder(&out),
+        ToolLimits::default(),
+        DEFAULT_MAX_PIXELS,
+        &CancellationToken::new(),
+    )
+    .await
+    .unwrap();
     assert_eq!(dims(&out.join("poster.jpg")), (320, 240), "a real frame, not the debris");
     assert!(made.poster_bytes > 100);
 }
@@ -256,16 +294,22 @@ async fn cancellation_stops_ffmpeg_within_a_second_and_leaves_no_process() {
         trigger.cancel();
     });
     let started = Instant::now();
-    let err =
-        make_video_proxies(&open(&src), &out, ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel).await.unwrap_err();
+    let err = make_video_proxies(
+        &open(&src),
+        &fixtures::proxy_folder(&out),
+        ToolLimits::default(),
+        DEFAULT_MAX_PIXELS,
+        &cancel,
+    )
+    .await
+    .unwrap_err();
     let stopped_after = started.elapsed();
     assert!(matches!(err, MediaError::Cancelled), "{err:?}");
     // The transcode alone takes several times longer than this: returning here means it was killed, not
     // waited for (a generous bound, so a loaded CI machine does not make it flaky).
     assert!(stopped_after < Duration::from_millis(4500), "stopped {stopped_after:?} after start");
-    let marker = out.to_string_lossy().into_owned();
-    let survivors = std::process::Command::new("pgrep").args(["-f", &marker]).output().unwrap();
-    assert!(survivors.stdout.is_empty(), "ffmpeg still running: {}", String::from_utf8_lossy(&survivors.stdout));
+    let survivors = fixtures::processes_holding_open_beneath(&out);
+    assert!(survivors.is_empty(), "ffmpeg still running: {survivors:?}");
     assert!(!out.join("web.mp4").exists());
     assert!(!out.join(".web.tmp.mp4").exists(), "the partial transcode is removed");
 }
@@ -274,7 +318,7 @@ async fn cancellation_stops_ffmpeg_within_a_second_and_leaves_no_process() {
 async fn converted(src: &Path, out: &Path) -> Vec<u8> {
     let content = std::fs::read(src).unwrap();
     let (limits, cancel) = (ToolLimits::default(), CancellationToken::new());
-    heic_to_jpeg(&open(src), &content, DEFAULT_MAX_PIXELS, out, limits, &cancel).await.unwrap()
+    heic_to_jpeg(&open(src), &content, DEFAULT_MAX_PIXELS, &fixtures::proxy_folder(out), limits, &cancel).await.unwrap()
 }
 
 #[tokio::test]
@@ -286,7 +330,8 @@ async fn heic_goes_through_libheif_and_leaves_nothing_behind() {
     assert_eq!(almanac_media::detect_format(&src, &content[..16]), Some(MediaFormat::Heic));
     let out = dir.path().join("proxies");
     let jpeg = converted(&src, &out).await;
-    let made = make_still_proxies(&src, &jpeg, MediaFormat::Heic, 1, DEFAULT_MAX_PIXELS, &out).unwrap();
+    let made = make_still_proxies(&src, &jpeg, MediaFormat::Heic, 1, DEFAULT_MAX_PIXELS, &fixtures::proxy_folder(&out))
+        .unwrap();
     assert_eq!((made.width, made.height), (640, 480));
     assert_eq!(dims(&out.join("thumbnail.jpg")), (300, 225));
     let mut names: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).collect();
@@ -313,14 +358,16 @@ async fn a_heic_claiming_too_many_pixels_is_refused_before_heif_convert_runs() {
     assert_eq!(almanac_media::full_decode_pixels(&content, MediaFormat::Heic), 900_000_000);
     let out = dir.path().join("proxies");
     let (limits, cancel) = (ToolLimits::default(), CancellationToken::new());
-    match heic_to_jpeg(&open(&src), &content, DEFAULT_MAX_PIXELS, &out, limits, &cancel).await {
+    match heic_to_jpeg(&open(&src), &content, DEFAULT_MAX_PIXELS, &fixtures::proxy_folder(&out), limits, &cancel).await
+    {
         Err(MediaError::TooManyPixels { reason, .. }) => {
             assert!(reason.contains("claims 30000x30000 pixels"), "{reason}");
             assert!(reason.contains("storage.max_image_megapixels"), "{reason}");
         }
         other => panic!("a HEIC claiming 900 megapixels: {other:?}"),
     }
-    assert!(!out.exists(), "heif-convert never ran: its scratch folder was not made");
+    // The reason is the size check's own words (heif-convert's refusal reads otherwise), and nothing was written.
+    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0, "heif-convert never ran");
 }
 
 /// A HEIF of several images (heif-convert writes one JPEG for each, numbered): the primary's is taken, and
@@ -332,7 +379,8 @@ async fn a_heic_of_several_images_gives_its_primary_and_leaves_nothing_behind() 
     fixtures::heic_of_several(&src, &[(640, 480), (320, 200), (100, 80)], 5);
     let out = dir.path().join("proxies");
     let jpeg = converted(&src, &out).await;
-    let made = make_still_proxies(&src, &jpeg, MediaFormat::Heic, 1, DEFAULT_MAX_PIXELS, &out).unwrap();
+    let made = make_still_proxies(&src, &jpeg, MediaFormat::Heic, 1, DEFAULT_MAX_PIXELS, &fixtures::proxy_folder(&out))
+        .unwrap();
     assert_eq!((made.width, made.height), (640, 480), "the primary image");
     let mut names: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).collect();
     names.sort();
@@ -392,7 +440,15 @@ async fn a_heic_turned_by_its_irot_is_turned_once_whatever_its_exif_says() {
     assert_eq!((facts.orientation, facts.metadata.orientation_degrees), (6, 90));
     let out = dir.path().join("proxies");
     let jpeg = converted(&src, &out).await;
-    let made = make_still_proxies(&src, &jpeg, MediaFormat::Heic, facts.orientation, DEFAULT_MAX_PIXELS, &out).unwrap();
+    let made = make_still_proxies(
+        &src,
+        &jpeg,
+        MediaFormat::Heic,
+        facts.orientation,
+        DEFAULT_MAX_PIXELS,
+        &fixtures::proxy_folder(&out),
+    )
+    .unwrap();
     assert_eq!((made.width, made.height), (640, 480), "the stored size, before the turn");
     assert_eq!(dims(&out.join("preview.jpg")), (480, 640), "upright: taller than wide");
     assert_eq!(dims(&out.join("thumbnail.jpg")), (225, 300));

@@ -10,7 +10,7 @@ use almanac_media::fixtures::{self, FixtureExif};
 use almanac_media::scratch_volume::ScratchVolume;
 use almanac_media::{
     DEFAULT_MAX_PIXELS, MediaError, MediaFormat, RootFolder, ToolLimits, check_proxy_root, heic_to_jpeg,
-    make_still_proxies, make_video_proxies,
+    make_proxy_folder, make_still_proxies, make_video_proxies,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -29,8 +29,15 @@ async fn a_proxy_volume_that_fills_up_under_ffmpeg_leaves_no_poster_cut_short() 
     let Some(volume) = ScratchVolume::small(&dir.path().join("proxies"), 16, false) else { return };
     let clip = RootFolder::open(dir.path()).unwrap().open_file(b"clip.mov").unwrap();
     let cancel = CancellationToken::new();
-    let err =
-        make_video_proxies(&clip, volume.path(), ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel).await.unwrap_err();
+    let err = make_video_proxies(
+        &clip,
+        &fixtures::proxy_folder(volume.path()),
+        ToolLimits::default(),
+        DEFAULT_MAX_PIXELS,
+        &cancel,
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(&err, MediaError::ProxyNotMade { proxy: ProxyType::Poster, .. }), "{err:?}");
     let message = err.to_string();
     assert!(message.contains("No space left on device"), "ffmpeg's own words: {message}");
@@ -53,7 +60,10 @@ async fn a_proxy_volume_that_fills_up_under_heif_convert_is_the_volumes_failure_
     let photo = RootFolder::open(dir.path()).unwrap().open_file(b"IMG_0001.HEIC").unwrap();
     let cancel = CancellationToken::new();
     let limits = ToolLimits::default();
-    let Err(err) = heic_to_jpeg(&photo, &content, DEFAULT_MAX_PIXELS, volume.path(), limits, &cancel).await else {
+    let Err(err) =
+        heic_to_jpeg(&photo, &content, DEFAULT_MAX_PIXELS, &fixtures::proxy_folder(volume.path()), limits, &cancel)
+            .await
+    else {
         panic!("heif-convert's JPEG cut short was handed on as whole");
     };
     assert!(matches!(&err, MediaError::ProxyWrite { .. }), "{err:?}");
@@ -65,7 +75,9 @@ async fn a_proxy_volume_that_fills_up_under_heif_convert_is_the_volumes_failure_
     // With room, the same photo converts whole.
     drop(volume);
     let room = dir.path().join("room");
-    let jpeg = heic_to_jpeg(&photo, &content, DEFAULT_MAX_PIXELS, &room, limits, &cancel).await.unwrap();
+    let jpeg = heic_to_jpeg(&photo, &content, DEFAULT_MAX_PIXELS, &fixtures::proxy_folder(&room), limits, &cancel)
+        .await
+        .unwrap();
     assert!(jpeg.ends_with(&[0xFF, 0xD9]));
 }
 
@@ -75,7 +87,15 @@ fn a_full_proxy_volume_fails_a_still_and_leaves_nothing() {
     let Some(volume) = ScratchVolume::small(&dir.path().join("proxies"), 64, true) else { return };
     let jpeg = fixtures::jpeg(1600, 1200, 5, true, &FixtureExif::default());
     let path = Path::new("IMG_0005.JPG");
-    let err = make_still_proxies(path, &jpeg, MediaFormat::Jpeg, 1, DEFAULT_MAX_PIXELS, volume.path()).unwrap_err();
+    let err = make_still_proxies(
+        path,
+        &jpeg,
+        MediaFormat::Jpeg,
+        1,
+        DEFAULT_MAX_PIXELS,
+        &fixtures::proxy_folder(volume.path()),
+    )
+    .unwrap_err();
     assert!(matches!(&err, MediaError::ProxyWrite { .. }), "{err:?}");
     assert!(err.to_string().contains("storage.proxy_root"), "{err}");
     assert_eq!(names(volume.path()), ["filler"], "neither a proxy nor a temporary file is left");
@@ -123,9 +143,15 @@ async fn links_at_the_temporary_names_of_a_video_s_proxies_are_never_written_thr
         outside.push(target);
     }
     let clip = RootFolder::open(dir.path()).unwrap().open_file(b"clip.mp4").unwrap();
-    make_video_proxies(&clip, &out, ToolLimits::default(), DEFAULT_MAX_PIXELS, &CancellationToken::new())
-        .await
-        .unwrap();
+    make_video_proxies(
+        &clip,
+        &fixtures::proxy_folder(&out),
+        ToolLimits::default(),
+        DEFAULT_MAX_PIXELS,
+        &CancellationToken::new(),
+    )
+    .await
+    .unwrap();
     for target in &outside {
         assert_eq!(std::fs::read(target).unwrap(), b"someone else's file", "{}", target.display());
     }
@@ -133,4 +159,43 @@ async fn links_at_the_temporary_names_of_a_video_s_proxies_are_never_written_thr
         assert!(std::fs::symlink_metadata(out.join(proxy)).unwrap().is_file(), "{proxy} is a file, not the link");
     }
     assert_eq!(names(&out), ["poster.jpg", "web.mp4"]);
+}
+
+/// The folder of a file's proxies swapped for a link to a folder outside after it was made, before the proxies are
+/// written (as someone who may write the proxy volume can while a still waits for the pixel budget or a video for its
+/// transcode; the folder's name is the content's hash, which anyone can work out): ffmpeg's poster and web video,
+/// ffprobe's check of it, heif-convert's JPEG and heif-info, and our own JPEG writes all reach the folder that was
+/// made, never the link's target. Before, each of them wrote by the folder's path.
+#[tokio::test]
+async fn a_proxy_folder_swapped_for_a_link_redirects_no_tool_and_no_write() {
+    let dir = tempfile::tempdir().unwrap();
+    fixtures::video(&dir.path().join("clip.mp4"), 1.0, 320, 240, "2021-06-01T10:00:00Z");
+    fixtures::heic(&dir.path().join("IMG_0001.HEIC"), 640, 480, 3);
+    let library = RootFolder::open(dir.path()).unwrap();
+    let (root, outside) = (dir.path().join("proxies"), dir.path().join("outside"));
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    let cancel = CancellationToken::new();
+    for (n, file) in ["clip.mp4", "IMG_0001.HEIC"].into_iter().enumerate() {
+        let folder = make_proxy_folder(&root, Path::new(&format!("c1/ab/hash{n}"))).unwrap();
+        let moved = dir.path().join(format!("moved{n}"));
+        std::fs::rename(folder.path(), &moved).unwrap();
+        std::os::unix::fs::symlink(&outside, folder.path()).unwrap();
+        let original = library.open_file(file.as_bytes()).unwrap();
+        if file.ends_with(".mp4") {
+            let limits = ToolLimits::default();
+            make_video_proxies(&original, &folder, limits, DEFAULT_MAX_PIXELS, &cancel).await.unwrap();
+            assert_eq!(names(&moved), ["poster.jpg", "web.mp4"]);
+        } else {
+            let content = std::fs::read(dir.path().join(file)).unwrap();
+            let limits = ToolLimits::default();
+            let jpeg = heic_to_jpeg(&original, &content, DEFAULT_MAX_PIXELS, &folder, limits, &cancel).await.unwrap();
+            let path = dir.path().join(file);
+            make_still_proxies(&path, &jpeg, MediaFormat::Heic, 1, DEFAULT_MAX_PIXELS, &folder).unwrap();
+            assert_eq!(names(&moved), ["preview.jpg", "thumbnail.jpg"], "heif-convert's JPEG removed");
+        }
+        assert_eq!(names(&outside), Vec::<String>::new(), "{file}: nothing written through the link");
+        let refused = folder.still_in_place().unwrap_err();
+        assert!(matches!(refused, MediaError::ProxyFolderMoved { .. }), "{file}: {refused}");
+    }
 }

@@ -11,7 +11,7 @@ use almanac_domain::{
     AssetId, CaptureSource, CaptureTime, ContentHash, MediaType, ProxyType, StorageConfigId,
     ports::{CatalogueStore, Fence, FileFacts, IngestOutcome, KnownFile, NewAsset, NewProxy},
 };
-use almanac_media::{Content, MediaFormat, Original, PixelBudget, ReadError, ReadOriginal, RootFolder};
+use almanac_media::{Content, MediaFormat, Original, PixelBudget, ProxyFolder, ReadError, ReadOriginal, RootFolder};
 use tokio_util::sync::CancellationToken;
 
 use super::CrawlSettings;
@@ -337,29 +337,34 @@ impl<C: CatalogueStore> Run<'_, C> {
     async fn make(&self, entry: &WalkEntry, read: ReadOriginal) -> Result<Made, FileProblem> {
         self.still_wanted()?;
         let ReadOriginal { original, format, content, hash, .. } = read;
-        // The proxies' folders made first, no link followed: the tools then write into real folders.
+        // The proxies' folders made first, no link followed, and held open: every proxy is written through the
+        // folder's handle, so a link swapped in meanwhile redirects nothing.
         let (root, relative) = (self.settings.proxy_root.clone(), hash.proxy_dir(self.config));
-        let dir = tokio::task::spawn_blocking(move || almanac_media::make_proxy_folder(&root, &relative))
+        let folder = tokio::task::spawn_blocking(move || almanac_media::make_proxy_folder(&root, &relative))
             .await
             .map_err(|e| FileProblem::Failed(format!("making the proxies' folder ended abnormally: {e}")))??;
+        let folder = Arc::new(folder);
         let made = match content {
-            Content::Still(bytes) => self.make_still(entry, &original, format, bytes, &hash).await,
-            Content::Video => self.make_video(entry, &original, &hash).await,
+            Content::Still(bytes) => self.make_still(entry, &original, format, bytes, &hash, &folder).await,
+            Content::Video => self.make_video(entry, &original, &hash, &folder).await,
+        };
+        let made = match made {
+            Ok(made) => still_in_place(&folder).await.map(|()| made),
+            Err(e) => Err(e),
         };
         if made.is_err() {
             // No empty folder is left for a file whose proxies were not made (the sweep removes a folder only once
             // it deleted a file in it); one that holds anything stays. Under the content's lock: nothing else makes
             // this folder now.
-            let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir(dir)).await;
+            let _ = tokio::task::spawn_blocking(move || folder.remove_if_empty()).await;
         }
         made
     }
 
-    /// Where a file's proxies go: their folder, and the path of each file relative to the proxy root.
-    fn proxy_dir(&self, hash: &ContentHash) -> (PathBuf, impl Fn(ProxyType) -> String) {
+    /// The path of each of a file's proxies relative to the proxy root.
+    fn proxy_file(&self, hash: &ContentHash) -> impl Fn(ProxyType) -> String {
         let relative_dir = hash.proxy_dir(self.config);
-        let dir = self.settings.proxy_root.join(&relative_dir);
-        (dir, move |t: ProxyType| relative_dir.join(t.file_name().expect("file proxy")).display().to_string())
+        move |t: ProxyType| relative_dir.join(t.file_name().expect("file proxy")).display().to_string()
     }
 
     /// A still's proxies (preview, thumbnail, BlurHash) and metadata. HEIC and AVIF are turned into a JPEG
@@ -371,8 +376,9 @@ impl<C: CatalogueStore> Run<'_, C> {
         format: MediaFormat,
         content: Vec<u8>,
         hash: &ContentHash,
+        folder: &Arc<ProxyFolder>,
     ) -> Result<Made, FileProblem> {
-        let (dir, rel_file) = self.proxy_dir(hash);
+        let (rel_file, proxies) = (self.proxy_file(hash), folder.clone());
         let (abs, max_pixels) = (self.abs(entry), self.settings.max_image_pixels);
         // Held while the pixels are decoded and scaled (large PNGs and TIFFs decode at full size, and heif-convert
         // decodes a HEIF whole). A crawl stopped by a problem (`halt`) waits for no pixels.
@@ -381,7 +387,7 @@ impl<C: CatalogueStore> Run<'_, C> {
         let converted = match format {
             MediaFormat::Heic | MediaFormat::Avif => {
                 let limits = self.settings.tool_limits;
-                Some(almanac_media::heic_to_jpeg(original, &content, max_pixels, &dir, limits, &self.cancel).await?)
+                Some(almanac_media::heic_to_jpeg(original, &content, max_pixels, folder, limits, &self.cancel).await?)
             }
             _ => None,
         };
@@ -398,7 +404,7 @@ impl<C: CatalogueStore> Run<'_, C> {
                 (None, None) => Ok((content.as_slice(), format)),
             }
             .and_then(|(pixels, pixels_format)| {
-                almanac_media::make_still_proxies(&abs, pixels, pixels_format, facts.orientation, max_pixels, &dir)
+                almanac_media::make_still_proxies(&abs, pixels, pixels_format, facts.orientation, max_pixels, &proxies)
             });
             (facts, made)
         })
@@ -434,15 +440,16 @@ impl<C: CatalogueStore> Run<'_, C> {
         entry: &WalkEntry,
         original: &Original,
         hash: &ContentHash,
+        folder: &ProxyFolder,
     ) -> Result<Made, FileProblem> {
-        let (dir, rel_file) = self.proxy_dir(hash);
+        let rel_file = self.proxy_file(hash);
         let (limits, max_pixels) = (self.settings.tool_limits, self.settings.max_image_pixels);
         let probed = almanac_media::probe_video(original, limits, max_pixels, &self.cancel).await?;
         // Held while ffmpeg decodes it for its proxies, as a still's decoder holds its share (on a small machine, a
         // few 4K videos made at once beside large stills would not fit in memory).
         let charge = almanac_media::video_decode_pixels(probed.metadata.width, probed.metadata.height);
         let _pixels = self.pixel_budget.reserve(charge, &self.halt).await?;
-        let made = almanac_media::make_video_proxies(original, &dir, limits, max_pixels, &self.cancel).await?;
+        let made = almanac_media::make_video_proxies(original, folder, limits, max_pixels, &self.cancel).await?;
         let capture = self.video_capture(entry, &probed).await;
         let file = |proxy_type, size_bytes| NewProxy {
             proxy_type,
@@ -452,6 +459,16 @@ impl<C: CatalogueStore> Run<'_, C> {
         };
         let proxies = vec![file(ProxyType::Poster, made.poster_bytes), file(ProxyType::WebVideo, made.web_video_bytes)];
         Ok(Made { media_type: MediaType::Video, capture, metadata: probed.metadata, proxies })
+    }
+}
+
+/// Whether the folder the proxies were written into is still at its path: nothing is recorded at a path that leads
+/// elsewhere now (a proxy would be read through whatever stands there).
+async fn still_in_place(folder: &Arc<ProxyFolder>) -> Result<(), FileProblem> {
+    let folder = folder.clone();
+    match tokio::task::spawn_blocking(move || folder.still_in_place()).await {
+        Ok(in_place) => Ok(in_place?),
+        Err(e) => Err(FileProblem::Failed(format!("checking the proxies' folder ended abnormally: {e}"))),
     }
 }
 

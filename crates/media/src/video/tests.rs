@@ -62,9 +62,16 @@ async fn a_poster_cut_short_by_a_failing_ffmpeg_never_takes_its_name_and_the_err
     );
     let ffmpeg = fake_ffmpeg(s.dir.path(), &cut, "exit 1");
     let cancel = CancellationToken::new();
-    let err = make_video_proxies_with(ffmpeg, &s.clip, &s.out, ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel)
-        .await
-        .unwrap_err();
+    let err = make_video_proxies_with(
+        ffmpeg,
+        &s.clip,
+        &fixtures::proxy_folder(&s.out),
+        ToolLimits::default(),
+        DEFAULT_MAX_PIXELS,
+        &cancel,
+    )
+    .await
+    .unwrap_err();
     assert!(
         matches!(&err, MediaError::ProxyNotMade { proxy: ProxyType::Poster, .. }),
         "a failed tool is an error: {err:?}"
@@ -80,9 +87,16 @@ async fn a_poster_cut_short_is_refused_even_when_ffmpeg_says_it_succeeded() {
     let cut = format!("head -c 8192 '{}' > \"$last\"", s.whole_jpeg.display());
     let ffmpeg = fake_ffmpeg(s.dir.path(), &cut, "exit 1");
     let cancel = CancellationToken::new();
-    let err = make_video_proxies_with(ffmpeg, &s.clip, &s.out, ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel)
-        .await
-        .unwrap_err();
+    let err = make_video_proxies_with(
+        ffmpeg,
+        &s.clip,
+        &fixtures::proxy_folder(&s.out),
+        ToolLimits::default(),
+        DEFAULT_MAX_PIXELS,
+        &cancel,
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(&err, MediaError::ProxyNotMade { proxy: ProxyType::Poster, .. }), "{err:?}");
     assert!(err.to_string().contains("cut short"), "{err}");
     assert_eq!(names(&s.out), Vec::<String>::new());
@@ -106,9 +120,16 @@ async fn a_web_video_cut_short_is_refused_even_when_ffmpeg_says_it_succeeded() {
     let cut = format!("head -c {keep} '{}' > \"$last\"", web.display());
     let ffmpeg = fake_ffmpeg(s.dir.path(), &poster, &cut);
     let cancel = CancellationToken::new();
-    let err = make_video_proxies_with(ffmpeg, &s.clip, &s.out, ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel)
-        .await
-        .unwrap_err();
+    let err = make_video_proxies_with(
+        ffmpeg,
+        &s.clip,
+        &fixtures::proxy_folder(&s.out),
+        ToolLimits::default(),
+        DEFAULT_MAX_PIXELS,
+        &cancel,
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(&err, MediaError::ProxyNotMade { proxy: ProxyType::WebVideo, .. }), "{err:?}");
     assert!(err.to_string().contains("cut short"), "{err}");
     assert_eq!(names(&s.out), ["poster.jpg"], "the whole poster stays; no part of the web video does");
@@ -121,9 +142,16 @@ async fn a_failing_transcode_is_an_error_and_leaves_no_web_video() {
     let poster = format!("cp '{}' \"$last\"", s.whole_jpeg.display());
     let ffmpeg = fake_ffmpeg(s.dir.path(), &poster, "echo partial > \"$last\"; echo 'Conversion failed!' >&2; exit 1");
     let cancel = CancellationToken::new();
-    let err = make_video_proxies_with(ffmpeg, &s.clip, &s.out, ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel)
-        .await
-        .unwrap_err();
+    let err = make_video_proxies_with(
+        ffmpeg,
+        &s.clip,
+        &fixtures::proxy_folder(&s.out),
+        ToolLimits::default(),
+        DEFAULT_MAX_PIXELS,
+        &cancel,
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(&err, MediaError::ProxyNotMade { proxy: ProxyType::WebVideo, .. }), "{err:?}");
     assert!(err.to_string().contains("Conversion failed!"), "{err}");
     assert_eq!(names(&s.out), ["poster.jpg"]);
@@ -146,13 +174,14 @@ async fn a_video_whose_frames_are_over_the_pixel_limit_is_refused_by_the_probe_a
     // 320 x 240 is 76,800 pixels.
     let probed = probe_video(&s.clip, ToolLimits::default(), 50_000, &cancel).await;
     assert_refused_for_its_frames(&probed.unwrap_err(), "320x240");
-    let made = make_video_proxies(&s.clip, &s.out, ToolLimits::default(), 50_000, &cancel).await;
+    let made =
+        make_video_proxies(&s.clip, &fixtures::proxy_folder(&s.out), ToolLimits::default(), 50_000, &cancel).await;
     assert_refused_for_its_frames(&made.unwrap_err(), "320x240");
     assert_eq!(names(&s.out), Vec::<String>::new(), "no proxy, no temporary file");
     // At the limit, the same clip is read and its proxies made.
     let facts = probe_video(&s.clip, ToolLimits::default(), 76_800, &cancel).await.unwrap();
     assert_eq!((facts.metadata.width, facts.metadata.height), (Some(320), Some(240)));
-    make_video_proxies(&s.clip, &s.out, ToolLimits::default(), 76_800, &cancel).await.unwrap();
+    make_video_proxies(&s.clip, &fixtures::proxy_folder(&s.out), ToolLimits::default(), 76_800, &cancel).await.unwrap();
     assert_eq!(names(&s.out), ["poster.jpg", "web.mp4"]);
 }
 
@@ -171,7 +200,9 @@ async fn a_video_that_grows_past_the_pixel_limit_midway_gets_no_web_video() {
     let cancel = CancellationToken::new();
     let facts = probe_video(&joined, ToolLimits::default(), 100_000, &cancel).await.unwrap();
     assert_eq!((facts.metadata.width, facts.metadata.height), (Some(320), Some(240)), "the probe sees the start");
-    let err = make_video_proxies(&joined, &s.out, ToolLimits::default(), 100_000, &cancel).await.unwrap_err();
+    let err = make_video_proxies(&joined, &fixtures::proxy_folder(&s.out), ToolLimits::default(), 100_000, &cancel)
+        .await
+        .unwrap_err();
     assert_refused_for_its_frames(&err, "640x480");
     assert!(!names(&s.out).iter().any(|n| n.contains("web")), "no web video, whole or not: {:?}", names(&s.out));
 }
@@ -186,7 +217,15 @@ async fn ffmpegs_refusal_of_a_picture_over_the_limit_is_the_answer_even_when_it_
                max pixel count 1000000, see the documentation if you wish to increase it' >&2; exit 0";
     let ffmpeg = fake_ffmpeg(s.dir.path(), &poster, web);
     let cancel = CancellationToken::new();
-    let err = make_video_proxies_with(ffmpeg, &s.clip, &s.out, ToolLimits::default(), 1_000_000, &cancel).await;
+    let err = make_video_proxies_with(
+        ffmpeg,
+        &s.clip,
+        &fixtures::proxy_folder(&s.out),
+        ToolLimits::default(),
+        1_000_000,
+        &cancel,
+    )
+    .await;
     let err = err.unwrap_err();
     assert_refused_for_its_frames(&err, "7680x4320");
     assert!(err.to_string().contains("(33 megapixels), more than the limit of 1 "), "{err}");
@@ -200,16 +239,30 @@ async fn a_tool_killed_from_outside_says_it_may_have_been_the_out_of_memory_kill
     let s = setup();
     let ffmpeg = fake_ffmpeg(s.dir.path(), "echo decoding >&2; kill -9 $$", "exit 1");
     let cancel = CancellationToken::new();
-    let err = make_video_proxies_with(ffmpeg, &s.clip, &s.out, ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel)
-        .await
-        .unwrap_err();
+    let err = make_video_proxies_with(
+        ffmpeg,
+        &s.clip,
+        &fixtures::proxy_folder(&s.out),
+        ToolLimits::default(),
+        DEFAULT_MAX_PIXELS,
+        &cancel,
+    )
+    .await
+    .unwrap_err();
     let message = err.to_string();
     assert!(message.contains("out-of-memory killer") && message.contains("worker.max_concurrent_files"), "{message}");
     // A tool that fails of its own accord says only what it said.
     let ffmpeg = fake_ffmpeg(s.dir.path(), "echo 'Invalid data found' >&2; exit 1", "exit 1");
-    let err = make_video_proxies_with(ffmpeg, &s.clip, &s.out, ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel)
-        .await
-        .unwrap_err();
+    let err = make_video_proxies_with(
+        ffmpeg,
+        &s.clip,
+        &fixtures::proxy_folder(&s.out),
+        ToolLimits::default(),
+        DEFAULT_MAX_PIXELS,
+        &cancel,
+    )
+    .await
+    .unwrap_err();
     assert!(!err.to_string().contains("out-of-memory"), "{err}");
     assert_eq!(names(&s.out), Vec::<String>::new());
 }
@@ -230,7 +283,15 @@ async fn a_poster_is_tried_again_from_the_start_only_when_the_first_try_gave_not
 
     let whole = format!("{count}; cp '{}' \"$last\"", s.whole_jpeg.display());
     let ffmpeg = fake_ffmpeg(s.dir.path(), &whole, "exit 1");
-    let _ = make_video_proxies_with(ffmpeg, &s.clip, &s.out, ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel).await;
+    let _ = make_video_proxies_with(
+        ffmpeg,
+        &s.clip,
+        &fixtures::proxy_folder(&s.out),
+        ToolLimits::default(),
+        DEFAULT_MAX_PIXELS,
+        &cancel,
+    )
+    .await;
     assert_eq!(tries_of(&tries), ["half a second in"], "a whole poster at the first try");
 
     std::fs::remove_file(&tries).unwrap();
@@ -239,14 +300,25 @@ async fn a_poster_is_tried_again_from_the_start_only_when_the_first_try_gave_not
         s.whole_jpeg.display()
     );
     let ffmpeg = fake_ffmpeg(s.dir.path(), &empty_then_whole, "exit 1");
-    let _ = make_video_proxies_with(ffmpeg, &s.clip, &s.out, ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel).await;
+    let _ = make_video_proxies_with(
+        ffmpeg,
+        &s.clip,
+        &fixtures::proxy_folder(&s.out),
+        ToolLimits::default(),
+        DEFAULT_MAX_PIXELS,
+        &cancel,
+    )
+    .await;
     assert_eq!(tries_of(&tries), ["half a second in", "the start"], "nothing half a second in");
 
     std::fs::remove_file(&tries).unwrap();
     let hung = format!("{count}; exec sleep 60");
     let ffmpeg = fake_ffmpeg(s.dir.path(), &hung, "exit 1");
     let limits = ToolLimits { quick: Duration::from_secs(1), ..ToolLimits::default() };
-    let err = make_video_proxies_with(ffmpeg, &s.clip, &s.out, limits, DEFAULT_MAX_PIXELS, &cancel).await.unwrap_err();
+    let err =
+        make_video_proxies_with(ffmpeg, &s.clip, &fixtures::proxy_folder(&s.out), limits, DEFAULT_MAX_PIXELS, &cancel)
+            .await
+            .unwrap_err();
     assert!(matches!(err, MediaError::TimedOut { .. }), "{err:?}");
     assert_eq!(tries_of(&tries), ["half a second in"], "a hung first try is not followed by a second");
 }

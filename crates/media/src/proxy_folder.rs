@@ -1,0 +1,259 @@
+//! One file's proxy folder, held open while its proxies are made. It is made one level at a time from the proxy
+//! root's handle, never through a link ([`make_proxy_folder`]), and then every write, rename, read, flush and removal
+//! in it goes through the folder's own handle, and every tool is given its output's name through that handle
+//! ([`ProxyFolder::for_tool`]). A link swapped in for the folder (or for a folder above it) while the proxies are made
+//! (seconds to minutes: a still waits for the pixel budget, a video for its transcode) therefore redirects nothing;
+//! [`ProxyFolder::still_in_place`] tells the caller, before it records anything, that what stands at the folder's
+//! path is no longer the folder that was written.
+
+use std::ffi::{OsStr, OsString};
+use std::io::{Read, Seek, Write};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+use almanac_domain::ProxyType;
+use rustix::fs::{AtFlags, CWD, Mode, OFlags};
+use rustix::io::Errno;
+
+use crate::MediaError;
+
+/// Handles for finding only (`O_PATH`): a folder the Worker may write and search but not list is no refusal.
+const FIND: OFlags = OFlags::PATH.union(OFlags::DIRECTORY).union(OFlags::CLOEXEC);
+
+/// The folder of one file's proxies (`<config>/<prefix>/<hash>` beneath the proxy root), open. See the module.
+#[derive(Debug)]
+pub struct ProxyFolder {
+    /// Where it was made: for messages, and to tell whether it is still there.
+    path: PathBuf,
+    /// The folder itself, open for reading: its flush and its listing need more than a handle for finding.
+    dir: OwnedFd,
+    /// The folder it is in, and its name there: to remove it again when nothing was made in it.
+    parent: OwnedFd,
+    name: OsString,
+    /// The proxy root and the folder's path beneath it, as given.
+    root: PathBuf,
+    relative: PathBuf,
+}
+
+/// Makes the folders of one file's proxies, `relative` beneath `proxy_root` (`<config>/<prefix>/<hash>`), one at a
+/// time and never through a link: a link (or a file) where one of them should be is refused, and nothing is made
+/// beneath it. `create_dir_all` followed a link planted there (by anyone else who may write the proxy volume) and the
+/// proxies were written wherever it pointed. The proxy root itself may be a link (the operator's choice). Answers the
+/// folder, open. Blocking.
+pub fn make_proxy_folder(proxy_root: &Path, relative: &Path) -> Result<ProxyFolder, MediaError> {
+    let names = plain_names(proxy_root, relative)?;
+    let (last, above) = names.split_last().ok_or_else(|| beneath_the_root(proxy_root, relative))?;
+    let mut parent = rustix::fs::openat(CWD, proxy_root, FIND, Mode::empty())
+        .map_err(|e| MediaError::write(proxy_root, e.into()))?;
+    let mut path = proxy_root.to_path_buf();
+    for name in above {
+        path.push(name);
+        parent = make_one(&parent, name, &path, FIND)?;
+    }
+    path.push(last);
+    let dir = make_one(&parent, last, &path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC)?;
+    let (root, relative) = (proxy_root.to_owned(), relative.to_owned());
+    Ok(ProxyFolder { path, dir, parent, name: last.to_os_string(), root, relative })
+}
+
+/// The names of `relative`, each a plain name: anything else (`..`, `/`) is refused.
+fn plain_names<'a>(proxy_root: &Path, relative: &'a Path) -> Result<Vec<&'a OsStr>, MediaError> {
+    relative
+        .components()
+        .map(|part| match part {
+            Component::Normal(name) => Ok(name),
+            _ => Err(beneath_the_root(proxy_root, relative)),
+        })
+        .collect()
+}
+
+fn beneath_the_root(proxy_root: &Path, relative: &Path) -> MediaError {
+    let e = std::io::Error::other(format!("{} is not a folder beneath the proxy root", relative.display()));
+    MediaError::write(proxy_root.join(relative), e)
+}
+
+/// Makes the folder `name` in `parent` if it is not there, and opens it with `flags`, never through a link.
+fn make_one(parent: &OwnedFd, name: &OsStr, path: &Path, flags: OFlags) -> Result<OwnedFd, MediaError> {
+    match rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(0o777)) {
+        Ok(()) | Err(Errno::EXIST) => {}
+        Err(e) => return Err(MediaError::write(path, e.into())),
+    }
+    rustix::fs::openat(parent, name, flags | OFlags::NOFOLLOW, Mode::empty()).map_err(|e| match e {
+        // A link: ENOTDIR (O_DIRECTORY is checked first) or ELOOP; a file: ENOTDIR.
+        Errno::LOOP | Errno::NOTDIR => not_a_folder(path.to_owned()),
+        e => MediaError::write(path, e.into()),
+    })
+}
+
+/// The refusal of what stands at `path`, where a proxy folder should be: a link, or a file.
+pub(crate) fn not_a_folder(path: PathBuf) -> MediaError {
+    let link = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_symlink());
+    MediaError::ProxyFolderNotAFolder { path, what: if link { "a link" } else { "a file" } }
+}
+
+impl ProxyFolder {
+    /// Where the folder was made (for messages: nothing is reached through it).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether what stands at the folder's path now is the folder this handle holds: a [`MediaError::ProxyFolderMoved`]
+    /// when the folder, or one above it beneath the proxy root, was moved, removed or swapped for a link since it was
+    /// made. Its proxies were then written into the folder itself, wherever it went, and a proxy recorded at the path
+    /// would be read through whatever stands there now. Blocking.
+    pub fn still_in_place(&self) -> Result<(), MediaError> {
+        let moved = || MediaError::ProxyFolderMoved { path: self.path.clone() };
+        let mut at = rustix::fs::openat(CWD, &self.root, FIND, Mode::empty())
+            .map_err(|e| MediaError::write(&self.root, e.into()))?;
+        for name in plain_names(&self.root, &self.relative)? {
+            at = rustix::fs::openat(&at, name, FIND | OFlags::NOFOLLOW, Mode::empty()).map_err(|_| moved())?;
+        }
+        let (there, ours) = (rustix::fs::fstat(&at), rustix::fs::fstat(&self.dir));
+        match (there, ours) {
+            (Ok(there), Ok(ours)) if (there.st_dev, there.st_ino) == (ours.st_dev, ours.st_ino) => Ok(()),
+            (_, Err(e)) => Err(MediaError::write(&self.path, e.into())),
+            _ => Err(moved()),
+        }
+    }
+
+    /// Removes the folder when it is empty (a file whose proxies were not made), through its parent's handle: a link
+    /// swapped in at its name is left alone. Best effort.
+    pub fn remove_if_empty(&self) {
+        let _ = rustix::fs::unlinkat(&self.parent, &self.name, AtFlags::REMOVEDIR);
+    }
+
+    /// The path of `name` in this folder for messages.
+    pub(crate) fn join(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+
+    /// The name a tool is given for `name` in this folder: the kernel resolves it through this handle, whatever
+    /// stands at the folder's path. Valid only in a tool started with [`ProxyFolder::handle`] handed down to it
+    /// ([`crate::tool::run_tool`]).
+    pub(crate) fn for_tool(&self, name: &str) -> OsString {
+        format!("/proc/self/fd/{}/{name}", self.dir.as_raw_fd()).into()
+    }
+
+    /// The handle a tool writing here inherits (see [`ProxyFolder::for_tool`]).
+    pub(crate) fn handle(&self) -> BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.dir.as_fd()
+    }
+
+    /// Writes a still's proxies, each under its temporary name, flushed and read back (it must hold exactly the bytes
+    /// given: a write cut short is never renamed), then renames all of them into place and flushes the folder once.
+    /// On any error nothing takes its final name and the temporary files are removed. Every error is a
+    /// [`MediaError::ProxyWrite`].
+    pub(crate) fn write_proxies(&self, files: &[(ProxyType, &[u8])]) -> Result<(), MediaError> {
+        let names: Vec<(&str, &str)> = files
+            .iter()
+            .map(|(proxy, _)| (crate::still::file_name(*proxy), proxy.temporary_file_name().expect("a file proxy")))
+            .collect();
+        let written = files.iter().zip(&names).try_for_each(|((_, bytes), (_, tmp))| self.write_whole(tmp, bytes));
+        if let Err(e) = written {
+            names.iter().for_each(|(_, tmp)| self.remove(tmp));
+            return Err(e);
+        }
+        for (name, tmp) in &names {
+            self.rename(tmp, name)?;
+        }
+        self.sync()
+    }
+
+    /// Writes `bytes` to `tmp`, flushes them to disk and reads them back: a short write, an error of the disk or a
+    /// file system that drops data is an error here, not a proxy cut short later. The file is made anew
+    /// ([`ProxyFolder::clear`], then `O_EXCL`, which refuses a link at the name rather than follow it), and read back
+    /// through the same handle.
+    fn write_whole(&self, tmp: &str, bytes: &[u8]) -> Result<(), MediaError> {
+        self.clear(tmp)?;
+        let flags = OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat(&self.dir, tmp, flags, Mode::from_raw_mode(0o666))
+            .map_err(|e| MediaError::write(self.join(tmp), e.into()))?;
+        let mut file = std::fs::File::from(fd);
+        let failed = |e| MediaError::write(self.join(tmp), e);
+        file.write_all(bytes).map_err(failed)?;
+        file.sync_data().map_err(failed)?;
+        let mut back = Vec::with_capacity(bytes.len() + 1);
+        file.rewind().and_then(|()| (&file).take(bytes.len() as u64 + 1).read_to_end(&mut back)).map_err(failed)?;
+        if back != bytes {
+            let e = std::io::Error::other(format!(
+                "{} bytes were written but {} other bytes were read back (the file system lost data)",
+                bytes.len(),
+                back.len()
+            ));
+            return Err(failed(e));
+        }
+        Ok(())
+    }
+
+    /// Removes whatever is at `name` before a proxy is written there: debris of an earlier attempt, or a link someone
+    /// placed in the proxy tree, which a writer opening the name would follow and write through to its target,
+    /// outside the proxy folder. The link itself goes, never its target; nothing there is no error.
+    pub(crate) fn clear(&self, name: &str) -> Result<(), MediaError> {
+        match rustix::fs::unlinkat(&self.dir, name, AtFlags::empty()) {
+            Ok(()) | Err(Errno::NOENT) => Ok(()),
+            Err(e) => Err(MediaError::write(self.join(name), e.into())),
+        }
+    }
+
+    /// Removes `name` (a file of ours that did not take its name). Best effort.
+    pub(crate) fn remove(&self, name: &str) {
+        let _ = rustix::fs::unlinkat(&self.dir, name, AtFlags::empty());
+    }
+
+    /// Renames `from` to `to`, both in this folder.
+    pub(crate) fn rename(&self, from: &str, to: &str) -> Result<(), MediaError> {
+        rustix::fs::renameat(&self.dir, from, &self.dir, to).map_err(|e| MediaError::write(self.join(to), e.into()))
+    }
+
+    /// Opens the file `name` for reading, never through a link.
+    pub(crate) fn open(&self, name: &str) -> std::io::Result<std::fs::File> {
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        Ok(rustix::fs::openat(&self.dir, name, flags, Mode::empty())?.into())
+    }
+
+    /// The content of the file `name`.
+    pub(crate) fn read(&self, name: &str) -> std::io::Result<Vec<u8>> {
+        let mut bytes = Vec::new();
+        self.open(name)?.read_to_end(&mut bytes)?;
+        Ok(bytes)
+    }
+
+    /// The size of the file `name` (a link or anything else that is not a file is an error).
+    pub(crate) fn size(&self, name: &str) -> Result<u64, MediaError> {
+        let file = self.open(name).and_then(|f| f.metadata()).map_err(|e| MediaError::write(self.join(name), e))?;
+        if !file.is_file() {
+            return Err(MediaError::write(self.join(name), std::io::Error::other("it is not a file")));
+        }
+        Ok(file.len())
+    }
+
+    /// Whether `name` is a file with something in it.
+    pub(crate) fn is_non_empty(&self, name: &str) -> bool {
+        self.size(name).is_ok_and(|n| n > 0)
+    }
+
+    /// Flushes the finished file `name` to disk before it is renamed into place.
+    pub(crate) fn sync_file(&self, name: &str) -> Result<(), MediaError> {
+        self.open(name).and_then(|f| f.sync_all()).map_err(|e| MediaError::write(self.join(name), e))
+    }
+
+    /// Makes the folder's entries durable (after a rename into it), so a power cut cannot leave a proxy row pointing
+    /// at a name that never reached the disk.
+    pub(crate) fn sync(&self) -> Result<(), MediaError> {
+        rustix::fs::fsync(&self.dir).map_err(|e| MediaError::write(&self.path, e.into()))
+    }
+
+    /// The names in the folder (those that cannot be read are left out).
+    pub(crate) fn names(&self) -> Vec<OsString> {
+        let Ok(dir) = rustix::fs::Dir::read_from(&self.dir) else { return Vec::new() };
+        dir.flatten()
+            .map(|e| OsStr::from_bytes(e.file_name().to_bytes()).to_os_string())
+            .filter(|n| n != "." && n != "..")
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;
