@@ -74,6 +74,8 @@ pub(crate) async fn run_tool(
     limit: Duration,
     cancel: &CancellationToken,
 ) -> Result<Vec<u8>, MediaError> {
+    // The folder's name as the tool was given it, and as the operator knows it: for the tool's words.
+    let names = given.folder.map(|f| (f.for_tool(""), format!("{}/", f.path().display())));
     // The folder is borrowed for as long as this runs, so its handle is open when the tool is forked.
     let mut child = start(command(tool, &args, given)).await.map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => MediaError::ToolMissing { tool, package, path: path.to_owned() },
@@ -122,6 +124,10 @@ pub(crate) async fn run_tool(
             return Err(stopped);
         }
     };
+    if let Some((given, known)) = &names {
+        let words = String::from_utf8_lossy(&err).replace(&*given.to_string_lossy(), known);
+        err = words.into_bytes();
+    }
     if let Some(refusal) = crate::tool_output::refused_however_it_ended(tool, package, &args, path, &err) {
         return Err(refusal);
     }

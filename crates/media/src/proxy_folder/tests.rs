@@ -124,3 +124,17 @@ fn a_folder_made_again_at_the_path_is_not_in_place() {
     folder.remove_if_empty();
     assert!(dir.path().join("elsewhere/keep").is_file());
 }
+
+/// A tool's words name the folder as the operator knows it, not the handle it was given.
+#[tokio::test]
+async fn a_tools_words_name_the_folder_by_its_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = make_proxy_folder(dir.path(), Path::new("c1/ab/abcd")).unwrap();
+    let script = r#"echo "$1: No space left on device" >&2; exit 1"#;
+    let args = vec!["-c".into(), script.into(), "sh".into(), folder.for_tool(".web.tmp.mp4")];
+    let given = Given { stdin: None, folder: Some(&folder) };
+    let (limit, cancel) = (std::time::Duration::from_secs(60), tokio_util::sync::CancellationToken::new());
+    let err = run_tool("sh", "dash", args, given, Path::new("x.mp4"), limit, &cancel).await.unwrap_err().to_string();
+    let named = format!("{}: No space left on device", folder.path().join(".web.tmp.mp4").display());
+    assert!(err.contains(&named) && !err.contains("/proc/self/fd"), "{err}");
+}
