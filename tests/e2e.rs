@@ -226,9 +226,8 @@ fn sigterm_releases_a_running_crawl_and_exits_zero() {
     assert_eq!(events(&lines, "released").len(), 1, "the running crawl was released");
     let row = s.query(&format!("SELECT status, attempt, failures, stalls FROM work_items WHERE id = '{id}'"));
     assert_eq!(row[0], ["queued", "1", "0", "0"]);
-    let survivors =
-        Command::new("pgrep").args(["-f", &s.dir.path().join("proxies").display().to_string()]).output().unwrap();
-    assert!(survivors.stdout.is_empty(), "ffmpeg left running");
+    let survivors = fixtures::processes_holding_open_beneath(&s.dir.path().join("proxies"));
+    assert!(survivors.is_empty(), "ffmpeg left running: {survivors:?}");
 }
 
 #[test]

@@ -60,7 +60,9 @@ pub mod ports {
         Recovered, ServedConfigs, WriteOutcome,
     };
     pub use crate::retry::RetryPolicy;
-    pub use crate::roots::{HEIC_SCRATCH_PREFIX, ProxyPath, is_proxy_file_name, is_temporary_file_name};
+    pub use crate::roots::{
+        HEIC_SCRATCH_PREFIX, PROXY_SCRATCH_FOLDER, ProxyPath, is_proxy_file_name, is_temporary_file_name,
+    };
     pub use crate::watch_port::{
         HeldWatch, WatchChoice, WatchHolder, WatchMode, WatchReport, WatchState, WatchStore, WatchTarget,
     };

@@ -50,6 +50,12 @@ pub struct ProxyPath {
 /// it is written, and the HEIC decoder's scratch output (with the auxiliary images it may add).
 pub const HEIC_SCRATCH_PREFIX: &str = ".heic-decode";
 
+/// The folder in a file's proxy folder where the Worker and its tools write each proxy under its temporary name
+/// before it is renamed into place, and where the HEIC decoder writes. Made by the Worker for itself alone (mode
+/// 0700), so nobody else may put anything in it (a link where a tool writes), and removed once the file's proxies
+/// are made. What a killed Worker left in it is a temporary file of the layout ([`ProxyPath::parse`]).
+pub const PROXY_SCRATCH_FOLDER: &str = ".almanac-scratch";
+
 impl ProxyType {
     /// The temporary name this proxy is written under before it is renamed into place (hidden, with the
     /// extension the writing tool needs to pick the format).
@@ -78,11 +84,16 @@ pub fn is_temporary_file_name(name: &str) -> bool {
 
 impl ProxyPath {
     /// Parses a path relative to the proxy root; `None` unless it has the exact layout (which
-    /// [`ContentHash::proxy_dir`] makes) and a name of ours.
+    /// [`ContentHash::proxy_dir`] makes) and a name of ours: `<config>/<prefix>/<hash>/<name>`, or a temporary name
+    /// in the folder's scratch folder, `<config>/<prefix>/<hash>/`[`PROXY_SCRATCH_FOLDER`]`/<name>`.
     pub fn parse(relative: &str) -> Option<Self> {
         let mut parts = relative.split('/');
         let (config, prefix, hash, name) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-        if parts.next().is_some() || !is_proxy_file_name(name) {
+        let ours = match parts.next() {
+            None => is_proxy_file_name(name),
+            Some(scratched) => name == PROXY_SCRATCH_FOLDER && is_temporary_file_name(scratched),
+        };
+        if parts.next().is_some() || !ours {
             return None;
         }
         let (config_text, hash_text) = (config, hash);
@@ -133,6 +144,11 @@ mod tests {
         }
         assert!(ProxyPath::parse(&format!("{dir}/.heic-decode.jpg")).is_some());
         assert!(ProxyPath::parse(&format!("{dir}/.heic-decode-depth-1.jpg")).is_some());
+        // What a killed Worker left in the scratch folder: temporary names only.
+        for temporary in [".web.tmp.mp4", ".preview.jpg.tmp", ".heic-decode-2.jpg"] {
+            let parsed = ProxyPath::parse(&format!("{dir}/{PROXY_SCRATCH_FOLDER}/{temporary}"));
+            assert_eq!(parsed, Some(ProxyPath { config, hash: hash.clone() }), "{temporary}");
+        }
         for temporary in
             [".preview.jpg.tmp", ".thumbnail.jpg.tmp", ".poster.tmp.jpg", ".web.tmp.mp4", ".heic-decode.jpg"]
         {
@@ -146,6 +162,10 @@ mod tests {
         for bad in [
             format!("{dir}/IMG_0001.jpg"),
             format!("{dir}/thumbnail.jpg/x"),
+            format!("{dir}/{PROXY_SCRATCH_FOLDER}/web.mp4"),
+            format!("{dir}/{PROXY_SCRATCH_FOLDER}"),
+            format!("{dir}/.other/.web.tmp.mp4"),
+            format!("{dir}/{PROXY_SCRATCH_FOLDER}/{PROXY_SCRATCH_FOLDER}/.web.tmp.mp4"),
             dir.clone(),
             format!("{config}/cd/{hex}/thumbnail.jpg"),
             format!("not-a-uuid/ab/{hex}/thumbnail.jpg"),

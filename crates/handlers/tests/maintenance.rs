@@ -500,14 +500,18 @@ async fn the_start_up_clean_up_removes_only_old_temporary_files_in_our_layout() 
     let ours = env.config.to_string();
     let (a, b) = (folder(&ours, "aa"), folder(&ours, "bb"));
     let elsewhere = folder(&StorageConfigId::new().to_string(), "cc");
-    for dir in [&a, &b, &elsewhere, &env.proxies.join(&ours).join("dd")] {
+    // The scratch folders a killed Worker left, where it and its tools write.
+    let scratch = |n: &str| folder(&ours, n).join(almanac_domain::ports::PROXY_SCRATCH_FOLDER);
+    let (e, f) = (scratch("ee"), scratch("ff"));
+    for dir in [&a, &b, &elsewhere, &env.proxies.join(&ours).join("dd"), &e, &f] {
         std::fs::create_dir_all(dir).unwrap();
     }
     let write = |path: &std::path::Path, secs: u64| {
         std::fs::write(path, b"half a file").unwrap();
         age(path, secs);
     };
-    let debris = [a.join(".web.tmp.mp4"), a.join(".poster.tmp.jpg"), b.join(".heic-decode-1.jpg")];
+    let debris =
+        [a.join(".web.tmp.mp4"), a.join(".poster.tmp.jpg"), b.join(".heic-decode-1.jpg"), e.join(".heic-decode.jpg")];
     for path in &debris {
         write(path, floor + 60);
     }
@@ -517,6 +521,7 @@ async fn the_start_up_clean_up_removes_only_old_temporary_files_in_our_layout() 
         elsewhere.join(".web.tmp.mp4"),
         env.proxies.join(&ours).join("dd").join(".web.tmp.mp4"),
         env.proxies.join(".web.tmp.mp4"),
+        f.join("web.mp4"),
     ];
     for path in &kept {
         write(path, floor + 60);
@@ -535,16 +540,17 @@ async fn the_start_up_clean_up_removes_only_old_temporary_files_in_our_layout() 
         CancellationToken::new(),
     );
     let (lines, report) = support::logs::capture(removing).await;
-    assert_eq!(report, almanac_handlers::maintenance::DebrisReport { removed: 3, problems: vec![], problems_total: 0 });
+    assert_eq!(report, almanac_handlers::maintenance::DebrisReport { removed: 4, problems: vec![], problems_total: 0 });
     let removed = |lines: &[serde_json::Value]| -> Vec<serde_json::Value> {
         support::logs::events(lines, "temporary_debris_removed").into_iter().cloned().collect()
     };
     let logged = removed(&lines);
     let counts: Vec<_> = logged.iter().map(|l| &l["fields"]["removed"]).collect();
-    assert_eq!(counts, [&serde_json::json!(3)], "said once, with the count: {lines:?}");
+    assert_eq!(counts, [&serde_json::json!(4)], "said once, with the count: {lines:?}");
     let warned = |lines: &[serde_json::Value]| !support::logs::events(lines, "temporary_debris_not_removed").is_empty();
     assert!(!warned(&lines), "no problem, no warning: {lines:?}");
     assert!(debris.iter().all(|p| !p.exists()) && !a.exists(), "the debris and its emptied folder are gone");
+    assert!(!folder(&ours, "ee").exists(), "an emptied scratch folder goes, and the proxy folder it emptied");
     assert!(kept.iter().all(|p| p.exists()), "a finished proxy, another config's or a file outside the layout");
     assert!(young.exists(), "a temporary file younger than the floor may be another Worker's, being written");
     assert!(link.symlink_metadata().is_ok() && outside.exists(), "a link is neither followed nor removed");

@@ -1,10 +1,11 @@
 //! One file's proxy folder, held open while its proxies are made. It is made one level at a time from the proxy
-//! root's handle, never through a link ([`make_proxy_folder`]), and then every write, rename, read, flush and removal
-//! in it goes through the folder's own handle, and every tool is given its output's name through that handle
-//! ([`ProxyFolder::for_tool`]). A link swapped in for the folder (or for a folder above it) while the proxies are made
-//! (seconds to minutes: a still waits for the pixel budget, a video for its transcode) therefore redirects nothing;
-//! [`ProxyFolder::still_in_place`] tells the caller, before it records anything, that what stands at the folder's
-//! path is no longer the folder that was written.
+//! root's handle, never through a link ([`make_proxy_folder`]). Every proxy is then written into the folder's scratch
+//! folder, which this process makes for itself alone ([`ProxyFolder::scratch`]), by us through its handle or by a
+//! tool given its output's name through that handle ([`Scratch::for_tool`]), and renamed into the folder by both
+//! handles. So a link swapped in for the folder (or one above it) while the proxies are made (seconds to minutes: a
+//! still waits for the pixel budget, a video for its transcode) redirects nothing, and nobody else can put a link
+//! where a tool writes. [`ProxyFolder::still_in_place`] tells the caller, before it records anything, that what
+//! stands at the folder's path is no longer the folder that was written.
 
 use std::ffi::{OsStr, OsString};
 use std::io::{Read, Seek, Write};
@@ -13,6 +14,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
 use almanac_domain::ProxyType;
+use almanac_domain::ports::PROXY_SCRATCH_FOLDER;
 use rustix::fs::{AtFlags, CWD, Mode, OFlags};
 use rustix::io::Errno;
 
@@ -24,10 +26,9 @@ const FIND: OFlags = OFlags::PATH.union(OFlags::DIRECTORY).union(OFlags::CLOEXEC
 /// The folder of one file's proxies (`<config>/<prefix>/<hash>` beneath the proxy root), open. See the module.
 #[derive(Debug)]
 pub struct ProxyFolder {
-    /// Where it was made: for messages, and to tell whether it is still there.
-    path: PathBuf,
-    /// The folder itself, open for reading: its flush and its listing need more than a handle for finding.
-    dir: OwnedFd,
+    /// The folder itself, open for reading (its flush needs more than a handle for finding), and where it was made:
+    /// for messages, and to tell whether it is still there.
+    dir: Held,
     /// The folder it is in, and its name there: to remove it again when nothing was made in it.
     parent: OwnedFd,
     name: OsString,
@@ -54,7 +55,7 @@ pub fn make_proxy_folder(proxy_root: &Path, relative: &Path) -> Result<ProxyFold
     path.push(last);
     let dir = make_one(&parent, last, &path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC)?;
     let (root, relative) = (proxy_root.to_owned(), relative.to_owned());
-    Ok(ProxyFolder { path, dir, parent, name: last.to_os_string(), root, relative })
+    Ok(ProxyFolder { dir: Held { path, fd: dir }, parent, name: last.to_os_string(), root, relative })
 }
 
 /// The names of `relative`, each a plain name: anything else (`..`, `/`) is refused.
@@ -95,24 +96,31 @@ pub(crate) fn not_a_folder(path: PathBuf) -> MediaError {
 impl ProxyFolder {
     /// Where the folder was made (for messages: nothing is reached through it).
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.dir.path
     }
 
     /// Whether what stands at the folder's path now is the folder this handle holds: a [`MediaError::ProxyFolderMoved`]
     /// when the folder, or one above it beneath the proxy root, was moved, removed or swapped for a link since it was
     /// made. Its proxies were then written into the folder itself, wherever it went, and a proxy recorded at the path
-    /// would be read through whatever stands there now. Blocking.
+    /// would be read through whatever stands there now. Asked before the file's rows are written: a swap after it
+    /// is not seen (whatever reads proxies must itself open them without following a link). Blocking.
     pub fn still_in_place(&self) -> Result<(), MediaError> {
-        let moved = || MediaError::ProxyFolderMoved { path: self.path.clone() };
+        let moved = || MediaError::ProxyFolderMoved { path: self.dir.path.clone() };
         let mut at = rustix::fs::openat(CWD, &self.root, FIND, Mode::empty())
             .map_err(|e| MediaError::write(&self.root, e.into()))?;
+        let mut path = self.root.clone();
         for name in plain_names(&self.root, &self.relative)? {
-            at = rustix::fs::openat(&at, name, FIND | OFlags::NOFOLLOW, Mode::empty()).map_err(|_| moved())?;
+            path.push(name);
+            at = match rustix::fs::openat(&at, name, FIND | OFlags::NOFOLLOW, Mode::empty()) {
+                Ok(next) => next,
+                Err(Errno::NOENT | Errno::LOOP | Errno::NOTDIR) => return Err(moved()),
+                Err(e) => return Err(MediaError::write(&path, e.into())),
+            };
         }
-        let (there, ours) = (rustix::fs::fstat(&at), rustix::fs::fstat(&self.dir));
+        let (there, ours) = (rustix::fs::fstat(&at), rustix::fs::fstat(&self.dir.fd));
         match (there, ours) {
             (Ok(there), Ok(ours)) if (there.st_dev, there.st_ino) == (ours.st_dev, ours.st_ino) => Ok(()),
-            (_, Err(e)) => Err(MediaError::write(&self.path, e.into())),
+            (_, Err(e)) | (Err(e), _) => Err(MediaError::write(&self.dir.path, e.into())),
             _ => Err(moved()),
         }
     }
@@ -123,55 +131,148 @@ impl ProxyFolder {
         let _ = rustix::fs::unlinkat(&self.parent, &self.name, AtFlags::REMOVEDIR);
     }
 
-    /// The path of `name` in this folder for messages.
-    pub(crate) fn join(&self, name: &str) -> PathBuf {
-        self.path.join(name)
+    /// The folder's scratch folder ([`PROXY_SCRATCH_FOLDER`]), made for this process alone and emptied: where every
+    /// proxy of the file is written, by us or a tool, before [`Scratch::place`] renames it into the folder. Nobody
+    /// else may make anything in it, so nothing another user places there (a link at a tool's output) is met. One
+    /// found there that this process's user did not make for itself alone (a link, another's folder, one others may
+    /// write) is refused, never used. Removed with what is left in it when the answer is dropped.
+    pub(crate) fn scratch(&self) -> Result<Scratch<'_>, MediaError> {
+        let path = self.dir.path.join(PROXY_SCRATCH_FOLDER);
+        match rustix::fs::mkdirat(&self.dir.fd, PROXY_SCRATCH_FOLDER, Mode::from_raw_mode(0o700)) {
+            Ok(()) | Err(Errno::EXIST) => {}
+            // The folder itself was removed meanwhile (the sweep emptied it): nothing can be made in it.
+            Err(Errno::NOENT) => return Err(MediaError::ProxyFolderMoved { path: self.dir.path.clone() }),
+            Err(e) => return Err(MediaError::write(&path, e.into())),
+        }
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat(&self.dir.fd, PROXY_SCRATCH_FOLDER, flags, Mode::empty()).map_err(|e| match e {
+            Errno::LOOP | Errno::NOTDIR => not_a_folder(path.clone()),
+            e => MediaError::write(&path, e.into()),
+        })?;
+        let stat = rustix::fs::fstat(&fd).map_err(|e| MediaError::write(&path, e.into()))?;
+        if stat.st_uid != rustix::process::geteuid().as_raw() || stat.st_mode & 0o077 != 0 {
+            let e = std::io::Error::other(format!(
+                "it is a folder this Worker's user did not make for itself alone (owner {}, mode {:o}); remove it, \
+                 the Worker makes it again",
+                stat.st_uid,
+                stat.st_mode & 0o7777
+            ));
+            return Err(MediaError::write(&path, e));
+        }
+        let scratch = Scratch { folder: self, dir: Held { path, fd } };
+        // What a killed Worker left in it.
+        scratch.dir.names().iter().filter_map(|n| n.to_str()).for_each(|n| scratch.dir.remove(n));
+        Ok(scratch)
     }
 
-    /// The name a tool is given for `name` in this folder: the kernel resolves it through this handle, whatever
-    /// stands at the folder's path. Valid only in a tool started with [`ProxyFolder::handle`] handed down to it
-    /// ([`crate::tool::run_tool`]).
-    pub(crate) fn for_tool(&self, name: &str) -> OsString {
-        format!("/proc/self/fd/{}/{name}", self.dir.as_raw_fd()).into()
+    /// The content of the proxy `name` in the folder (never through a link).
+    pub(crate) fn size(&self, name: &str) -> Result<u64, MediaError> {
+        self.dir.size(name)
     }
 
-    /// The handle a tool writing here inherits (see [`ProxyFolder::for_tool`]).
-    pub(crate) fn handle(&self) -> BorrowedFd<'_> {
-        use std::os::fd::AsFd;
-        self.dir.as_fd()
+    /// Makes the folder's entries durable (after a rename into it), so a power cut cannot leave a proxy row pointing
+    /// at a name that never reached the disk.
+    pub(crate) fn sync(&self) -> Result<(), MediaError> {
+        rustix::fs::fsync(&self.dir.fd).map_err(|e| MediaError::write(&self.dir.path, e.into()))
     }
 
-    /// Writes a still's proxies, each under its temporary name, flushed and read back (it must hold exactly the bytes
-    /// given: a write cut short is never renamed), then renames all of them into place and flushes the folder once.
-    /// On any error nothing takes its final name and the temporary files are removed. Every error is a
+    /// Writes a still's proxies, each under its temporary name in the scratch folder, flushed and read back (it must
+    /// hold exactly the bytes given: a write cut short is never renamed), then renames all of them into place and
+    /// flushes the folder once. On any error nothing takes its final name. Every error is a
     /// [`MediaError::ProxyWrite`].
     pub(crate) fn write_proxies(&self, files: &[(ProxyType, &[u8])]) -> Result<(), MediaError> {
+        let scratch = self.scratch()?;
         let names: Vec<(&str, &str)> = files
             .iter()
             .map(|(proxy, _)| (crate::still::file_name(*proxy), proxy.temporary_file_name().expect("a file proxy")))
             .collect();
-        let written = files.iter().zip(&names).try_for_each(|((_, bytes), (_, tmp))| self.write_whole(tmp, bytes));
-        if let Err(e) = written {
-            names.iter().for_each(|(_, tmp)| self.remove(tmp));
-            return Err(e);
+        for ((_, bytes), (_, tmp)) in files.iter().zip(&names) {
+            scratch.write_whole(tmp, bytes)?;
         }
         for (name, tmp) in &names {
-            self.rename(tmp, name)?;
+            scratch.place(tmp, name)?;
         }
         self.sync()
     }
+}
+
+/// A folder held open, with its path for messages.
+#[derive(Debug)]
+struct Held {
+    path: PathBuf,
+    fd: OwnedFd,
+}
+
+impl Held {
+    fn join(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+
+    /// Removes `name` (a file). Best effort.
+    fn remove(&self, name: &str) {
+        let _ = rustix::fs::unlinkat(&self.fd, name, AtFlags::empty());
+    }
+
+    /// Opens the file `name` for reading, never through a link.
+    fn open(&self, name: &str) -> std::io::Result<std::fs::File> {
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        Ok(rustix::fs::openat(&self.fd, name, flags, Mode::empty())?.into())
+    }
+
+    /// The size of the file `name` (a link or anything else that is not a file is an error).
+    fn size(&self, name: &str) -> Result<u64, MediaError> {
+        let file = self.open(name).and_then(|f| f.metadata()).map_err(|e| MediaError::write(self.join(name), e))?;
+        if !file.is_file() {
+            return Err(MediaError::write(self.join(name), std::io::Error::other("it is not a file")));
+        }
+        Ok(file.len())
+    }
+
+    /// The names in the folder (those that cannot be read are left out).
+    fn names(&self) -> Vec<OsString> {
+        let Ok(dir) = rustix::fs::Dir::read_from(&self.fd) else { return Vec::new() };
+        dir.flatten()
+            .map(|e| OsStr::from_bytes(e.file_name().to_bytes()).to_os_string())
+            .filter(|n| n != "." && n != "..")
+            .collect()
+    }
+}
+
+/// A file's scratch folder, open ([`ProxyFolder::scratch`]): written by this process and the tools it starts alone.
+/// Emptied and removed when dropped.
+#[derive(Debug)]
+pub(crate) struct Scratch<'a> {
+    folder: &'a ProxyFolder,
+    dir: Held,
+}
+
+impl Scratch<'_> {
+    /// The path of `name` in the scratch folder, for messages.
+    pub(crate) fn join(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// The name a tool is given for `name` in the scratch folder: the kernel resolves it through this handle,
+    /// whatever stands at the folder's path. Valid only in a tool started with the handle handed down to it
+    /// ([`crate::tool::Given`]).
+    pub(crate) fn for_tool(&self, name: &str) -> OsString {
+        format!("/proc/self/fd/{}/{name}", self.dir.fd.as_raw_fd()).into()
+    }
+
+    /// The handle a tool writing here inherits, and the folder's path for its words (see [`Scratch::for_tool`]).
+    pub(crate) fn handle(&self) -> (BorrowedFd<'_>, &Path) {
+        use std::os::fd::AsFd;
+        (self.dir.fd.as_fd(), &self.dir.path)
+    }
 
     /// Writes `bytes` to `tmp`, flushes them to disk and reads them back: a short write, an error of the disk or a
-    /// file system that drops data is an error here, not a proxy cut short later. The file is made anew
-    /// ([`ProxyFolder::clear`], then `O_EXCL`, which refuses a link at the name rather than follow it), and read back
-    /// through the same handle.
+    /// file system that drops data is an error here, not a proxy cut short later.
     fn write_whole(&self, tmp: &str, bytes: &[u8]) -> Result<(), MediaError> {
-        self.clear(tmp)?;
         let flags = OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let fd = rustix::fs::openat(&self.dir, tmp, flags, Mode::from_raw_mode(0o666))
-            .map_err(|e| MediaError::write(self.join(tmp), e.into()))?;
-        let mut file = std::fs::File::from(fd);
         let failed = |e| MediaError::write(self.join(tmp), e);
+        let fd =
+            rustix::fs::openat(&self.dir.fd, tmp, flags, Mode::from_raw_mode(0o666)).map_err(|e| failed(e.into()))?;
+        let mut file = std::fs::File::from(fd);
         file.write_all(bytes).map_err(failed)?;
         file.sync_data().map_err(failed)?;
         let mut back = Vec::with_capacity(bytes.len() + 1);
@@ -187,71 +288,39 @@ impl ProxyFolder {
         Ok(())
     }
 
-    /// Removes whatever is at `name` before a proxy is written there: debris of an earlier attempt, or a link someone
-    /// placed in the proxy tree, which a writer opening the name would follow and write through to its target,
-    /// outside the proxy folder. The link itself goes, never its target; nothing there is no error.
-    pub(crate) fn clear(&self, name: &str) -> Result<(), MediaError> {
-        match rustix::fs::unlinkat(&self.dir, name, AtFlags::empty()) {
-            Ok(()) | Err(Errno::NOENT) => Ok(()),
-            Err(e) => Err(MediaError::write(self.join(name), e.into())),
-        }
-    }
-
-    /// Removes `name` (a file of ours that did not take its name). Best effort.
+    /// Removes `name` (one of ours that did not take its name). Best effort.
     pub(crate) fn remove(&self, name: &str) {
-        let _ = rustix::fs::unlinkat(&self.dir, name, AtFlags::empty());
-    }
-
-    /// Renames `from` to `to`, both in this folder.
-    pub(crate) fn rename(&self, from: &str, to: &str) -> Result<(), MediaError> {
-        rustix::fs::renameat(&self.dir, from, &self.dir, to).map_err(|e| MediaError::write(self.join(to), e.into()))
-    }
-
-    /// Opens the file `name` for reading, never through a link.
-    pub(crate) fn open(&self, name: &str) -> std::io::Result<std::fs::File> {
-        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        Ok(rustix::fs::openat(&self.dir, name, flags, Mode::empty())?.into())
+        self.dir.remove(name);
     }
 
     /// The content of the file `name`.
     pub(crate) fn read(&self, name: &str) -> std::io::Result<Vec<u8>> {
         let mut bytes = Vec::new();
-        self.open(name)?.read_to_end(&mut bytes)?;
+        self.dir.open(name)?.read_to_end(&mut bytes)?;
         Ok(bytes)
-    }
-
-    /// The size of the file `name` (a link or anything else that is not a file is an error).
-    pub(crate) fn size(&self, name: &str) -> Result<u64, MediaError> {
-        let file = self.open(name).and_then(|f| f.metadata()).map_err(|e| MediaError::write(self.join(name), e))?;
-        if !file.is_file() {
-            return Err(MediaError::write(self.join(name), std::io::Error::other("it is not a file")));
-        }
-        Ok(file.len())
     }
 
     /// Whether `name` is a file with something in it.
     pub(crate) fn is_non_empty(&self, name: &str) -> bool {
-        self.size(name).is_ok_and(|n| n > 0)
+        self.dir.size(name).is_ok_and(|n| n > 0)
     }
 
     /// Flushes the finished file `name` to disk before it is renamed into place.
     pub(crate) fn sync_file(&self, name: &str) -> Result<(), MediaError> {
-        self.open(name).and_then(|f| f.sync_all()).map_err(|e| MediaError::write(self.join(name), e))
+        self.dir.open(name).and_then(|f| f.sync_all()).map_err(|e| MediaError::write(self.join(name), e))
     }
 
-    /// Makes the folder's entries durable (after a rename into it), so a power cut cannot leave a proxy row pointing
-    /// at a name that never reached the disk.
-    pub(crate) fn sync(&self) -> Result<(), MediaError> {
-        rustix::fs::fsync(&self.dir).map_err(|e| MediaError::write(&self.path, e.into()))
+    /// Renames `tmp` in the scratch folder to `name` in the proxy folder: the proxy takes its name.
+    pub(crate) fn place(&self, tmp: &str, name: &str) -> Result<(), MediaError> {
+        rustix::fs::renameat(&self.dir.fd, tmp, &self.folder.dir.fd, name)
+            .map_err(|e| MediaError::write(self.folder.dir.join(name), e.into()))
     }
+}
 
-    /// The names in the folder (those that cannot be read are left out).
-    pub(crate) fn names(&self) -> Vec<OsString> {
-        let Ok(dir) = rustix::fs::Dir::read_from(&self.dir) else { return Vec::new() };
-        dir.flatten()
-            .map(|e| OsStr::from_bytes(e.file_name().to_bytes()).to_os_string())
-            .filter(|n| n != "." && n != "..")
-            .collect()
+impl Drop for Scratch<'_> {
+    fn drop(&mut self) {
+        self.dir.names().iter().filter_map(|n| n.to_str()).for_each(|n| self.dir.remove(n));
+        let _ = rustix::fs::unlinkat(&self.folder.dir.fd, PROXY_SCRATCH_FOLDER, AtFlags::REMOVEDIR);
     }
 }
 

@@ -13,7 +13,7 @@ use crate::detect::MediaFormat;
 use crate::error::Picture;
 use crate::exif_facts::orientation_degrees;
 use crate::jpeg_scans::{self, MOST_JPEG_SCANS};
-use crate::proxy_folder::ProxyFolder;
+use crate::proxy_folder::{ProxyFolder, Scratch};
 use crate::tool::Given;
 use crate::tool::{OPEN_ORIGINAL, run_tool};
 use crate::video::tool_input;
@@ -319,8 +319,8 @@ fn blurhash_of(path: &Path, tiny: &RgbImage) -> Result<String, MediaError> {
 }
 
 /// libheif's Rust bindings need libheif 1.17 or newer and Debian has 1.15, so HEIC goes through libheif's own
-/// `heif-convert` tool, which reads the open original (never its path) and writes a temporary JPEG into `folder`
-/// (through its handle, never its path: [`ProxyFolder::for_tool`]), removed afterwards. Like ffmpeg, it runs in a
+/// `heif-convert` tool, which reads the open original (never its path) and writes a temporary JPEG into `folder`'s
+/// scratch folder (through its handle, never its path: [`ProxyFolder::scratch`]), removed afterwards. Like ffmpeg, it runs in a
 /// process group of its own with a time limit and is killed with its tree on cancellation. Returns the JPEG of the
 /// file's primary image, upright (libheif applies its `irot` and `imir` as it decodes), for [`make_still_proxies`]
 /// with the file's own format.
@@ -339,29 +339,17 @@ pub async fn heic_to_jpeg(
     if let Some((width, height)) = crate::heif_size::largest_image(content) {
         check_pixels(path, width, height, max_pixels)?;
     }
-    // heif-convert writes through a link at its output's name: whatever an earlier run or anyone left goes first.
-    remove_scratch(folder);
-    folder.clear(HEIC_SCRATCH)?;
-    let args = vec!["-q".into(), "95".into(), OsString::from(OPEN_ORIGINAL), folder.for_tool(HEIC_SCRATCH)];
-    let given = Given { stdin: Some(tool_input(original)?), folder: Some(folder) };
-    let converted = run_tool("heif-convert", "libheif-examples", args, given, path, limits.quick, cancel).await;
-    let result = match converted {
-        Ok(_) => converted_primary(folder, original, limits, cancel).await,
+    // Into the scratch folder, which nobody else may write (a link at its output's name would be written through),
+    // and which takes with it, when dropped, what it wrote: its JPEG, or one for each image of a file of several, and
+    // the auxiliary images (depth, alpha) it may write beside them.
+    let scratch = folder.scratch()?;
+    let args = vec!["-q".into(), "95".into(), OsString::from(OPEN_ORIGINAL), scratch.for_tool(HEIC_SCRATCH)];
+    let given = Given { stdin: Some(tool_input(original)?), folder: Some(&scratch) };
+    match run_tool("heif-convert", "libheif-examples", args, given, path, limits.quick, cancel).await {
+        Ok(_) => converted_primary(&scratch, original, limits, cancel).await,
         // As heif-convert said it: it writes into the proxy volume, so its failure may be the volume's (full) or
         // the machine's (killed for memory), not the file's.
         Err(e) => Err(e),
-    };
-    remove_scratch(folder);
-    result
-}
-
-/// Removes what `heif-convert` writes into `folder`: its JPEG, or one for each image of a file of several, and the
-/// auxiliary images (depth, alpha) it may write beside them.
-fn remove_scratch(folder: &ProxyFolder) {
-    for name in folder.names() {
-        if let Some(name) = name.to_str().filter(|n| n.starts_with(HEIC_SCRATCH_PREFIX)) {
-            folder.remove(name);
-        }
     }
 }
 
@@ -369,7 +357,7 @@ fn remove_scratch(folder: &ProxyFolder) {
 /// file of several (a burst, a bracket, an image kept with its edit) it writes one for each, numbered in the file's
 /// order (`.heic-decode-1.jpg`, …), and the primary is the one `heif-info` marks so, listing them in that same order.
 async fn converted_primary(
-    folder: &ProxyFolder,
+    folder: &Scratch<'_>,
     original: &Original,
     limits: ToolLimits,
     cancel: &CancellationToken,

@@ -15,7 +15,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::MediaError;
-use crate::proxy_folder::ProxyFolder;
+use crate::proxy_folder::Scratch;
 use crate::tool_output::{ERROR_TAIL, MOST_TOOL_OUTPUT, Unread, read_at_most, read_tail};
 
 /// Time limits for external tools.
@@ -51,9 +51,9 @@ pub(crate) const OPEN_ORIGINAL: &str = "/proc/self/fd/0";
 pub(crate) struct Given<'a> {
     /// Its standard input: the open original (see [`OPEN_ORIGINAL`]).
     pub stdin: Option<std::fs::File>,
-    /// The proxy folder it writes into or reads from, open in the tool too: its arguments name the files there
-    /// through the handle ([`ProxyFolder::for_tool`]), never by the folder's path.
-    pub folder: Option<&'a ProxyFolder>,
+    /// The scratch folder it writes into or reads from, open in the tool too: its arguments name the files there
+    /// through the handle ([`Scratch::for_tool`]), never by the folder's path.
+    pub folder: Option<&'a Scratch<'a>>,
 }
 
 impl Given<'_> {
@@ -74,13 +74,14 @@ pub(crate) async fn run_tool(
     limit: Duration,
     cancel: &CancellationToken,
 ) -> Result<Vec<u8>, MediaError> {
-    // The folder's name as the tool was given it, and as the operator knows it: for the tool's words.
-    let names = given.folder.map(|f| (f.for_tool(""), format!("{}/", f.path().display())));
-    // The folder is borrowed for as long as this runs, so its handle is open when the tool is forked.
-    let mut child = start(command(tool, &args, given)).await.map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => MediaError::ToolMissing { tool, package, path: path.to_owned() },
-        _ => MediaError::io(path, e),
-    })?;
+    let Given { stdin, folder } = given;
+    let HandedDown { given: args, shown, folder: handed } = hand_down_to(folder, args)?;
+    let words = handed.as_ref().map(|(_, tools, known)| (tools.clone(), known.clone()));
+    let mut child =
+        start(command(tool, &args, stdin, handed.map(|(copy, _, _)| copy))).await.map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => MediaError::ToolMissing { tool, package, path: path.to_owned() },
+            _ => MediaError::io(path, e),
+        })?;
     let mut stdout = child.stdout().take().expect("piped");
     let mut stderr = child.stderr().take().expect("piped");
     let mut out = Vec::new();
@@ -124,11 +125,10 @@ pub(crate) async fn run_tool(
             return Err(stopped);
         }
     };
-    if let Some((given, known)) = &names {
-        let words = String::from_utf8_lossy(&err).replace(&*given.to_string_lossy(), known);
-        err = words.into_bytes();
+    if let Some((tools, known)) = &words {
+        err = String::from_utf8_lossy(&err).replace(tools.as_str(), known).into_bytes();
     }
-    if let Some(refusal) = crate::tool_output::refused_however_it_ended(tool, package, &args, path, &err) {
+    if let Some(refusal) = crate::tool_output::refused_however_it_ended(tool, package, &shown, path, &err) {
         return Err(refusal);
     }
     if status.success() {
@@ -141,17 +141,55 @@ pub(crate) async fn run_tool(
     }
 }
 
-/// The command that runs `tool` with `args` and what it is `given`, in a process group of its own, killed when
-/// dropped, with the Worker or at its time limit.
-fn command(tool: &'static str, args: &[OsString], given: Given<'_>) -> CommandWrap {
-    let Given { stdin, folder } = given;
-    let folder = folder.map(|f| f.handle().as_raw_fd());
+/// The folder handed down to a tool: a copy of its handle, how the tool names it, and its path.
+type Handed = (std::os::fd::OwnedFd, String, String);
+
+/// A tool's arguments as it is given them and as the operator is shown them, and the folder handed down to it.
+struct HandedDown {
+    given: Vec<OsString>,
+    shown: Vec<OsString>,
+    folder: Option<Handed>,
+}
+
+/// `args` as the tool is given them and as the operator is shown them, and the `folder` handed down. The folder's
+/// handle is copied for the tool: the command owns the copy until the tool is started, so the number the tool is
+/// given names this folder whatever becomes of the call that asked for it. Its names for the operator, in the
+/// tool's arguments and words, are the folder's path.
+fn hand_down_to(folder: Option<&Scratch<'_>>, args: Vec<OsString>) -> Result<HandedDown, MediaError> {
+    let Some(folder) = folder else { return Ok(HandedDown { given: args.clone(), shown: args, folder: None }) };
+    let (fd, at) = folder.handle();
+    let copy = rustix::io::fcntl_dupfd_cloexec(fd, 3).map_err(|e| MediaError::write(at, e.into()))?;
+    let (ours, tools) = (prefix(fd.as_raw_fd()), prefix(copy.as_raw_fd()));
+    let known = format!("{}/", at.display());
+    let given = args.iter().map(|a| replaced(a, &ours, &tools)).collect();
+    let shown = args.iter().map(|a| replaced(a, &ours, &known)).collect();
+    Ok(HandedDown { given, shown, folder: Some((copy, tools, known)) })
+}
+
+/// How a tool names the folder open at `fd`.
+fn prefix(fd: std::os::fd::RawFd) -> String {
+    format!("/proc/self/fd/{fd}/")
+}
+
+/// `arg` with `from` replaced by `to`.
+fn replaced(arg: &OsString, from: &str, to: &str) -> OsString {
+    arg.to_str().map_or_else(|| arg.clone(), |a| a.replace(from, to).into())
+}
+
+/// The command that runs `tool` with `args`, `stdin` and the folder `handed` down to it, in a process group of its
+/// own, killed when dropped, with the Worker or at its time limit.
+fn command(
+    tool: &'static str,
+    args: &[OsString],
+    stdin: Option<std::fs::File>,
+    handed: Option<std::os::fd::OwnedFd>,
+) -> CommandWrap {
     let mut command = CommandWrap::with_new(tool, |c| {
         let input = stdin.map_or_else(Stdio::null, Stdio::from);
         c.args(args).stdin(input).stdout(Stdio::piped()).stderr(Stdio::piped());
         die_with_the_worker(c);
         lower_priority(c, crate::priority::priority());
-        if let Some(fd) = folder {
+        if let Some(fd) = handed {
             hand_down(c, fd);
         }
     });
@@ -199,16 +237,17 @@ fn die_with_the_worker(command: &mut tokio::process::Command) {
 }
 
 /// Keeps the open folder `fd` open in the tool, which the kernel would close at exec (every handle of ours is
-/// opened close-on-exec): the tool then reaches the folder as `/proc/self/fd/<fd>`, the same number as ours.
-fn hand_down(command: &mut tokio::process::Command, fd: std::os::fd::RawFd) {
+/// opened close-on-exec): the tool then reaches the folder as `/proc/self/fd/<fd>`, the same number as ours. The
+/// command owns `fd` until it is dropped, after the tool was started.
+fn hand_down(command: &mut tokio::process::Command, fd: std::os::fd::OwnedFd) {
     let hook = move || {
-        // SAFETY: `fcntl(F_SETFD)` on a number, in the child's own copy of the Worker's handles.
+        // SAFETY: `fcntl(F_SETFD)` on a handle the hook owns, in the child's own copy of the Worker's handles.
         #[allow(unsafe_code)]
-        let set = unsafe { libc::fcntl(fd, libc::F_SETFD, 0) };
+        let set = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, 0) };
         if set == -1 { Err(std::io::Error::last_os_error()) } else { Ok(()) }
     };
     // SAFETY: the hook runs in the child between fork and exec. It makes one system call (no allocation, no lock;
-    // `last_os_error` reads errno) on a copied integer, a handle [`run_tool`] keeps open until the tool has ended.
+    // `last_os_error` reads errno) on a handle it owns, so open until the command, and with it the hook, is dropped.
     #[allow(unsafe_code)]
     unsafe {
         command.pre_exec(hook);

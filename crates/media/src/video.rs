@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::proxy_folder::ProxyFolder;
+use crate::proxy_folder::{ProxyFolder, Scratch};
 use crate::still::{check_jpeg, file_name};
 use crate::tool::Given;
 use crate::tool::{OPEN_ORIGINAL, run_tool};
@@ -164,9 +164,9 @@ fn clockwise_degrees(counter_clockwise: i64) -> u16 {
 }
 
 /// Writes `poster.jpg` (a frame near the start, upright, at most 1920 px on its longest side) and `web.mp4`
-/// (H.264, at most 720 lines, AAC, fast start) into `folder`, each through a temporary name (whatever was there
-/// removed first, a link too), flushed to disk before it is renamed into place. ffmpeg writes into the folder
-/// through its handle, never its path ([`ProxyFolder::for_tool`]), and reads the open original,
+/// (H.264, at most 720 lines, AAC, fast start) into `folder`, each written under a temporary name in the folder's
+/// scratch folder ([`ProxyFolder::scratch`]: nobody else may write there, and ffmpeg is given it through its handle,
+/// never its path), flushed to disk, then renamed into place. ffmpeg reads the open original,
 /// never its path, and decodes no picture larger than `max_pixels` ([`decoder_limit`]): a video with one is
 /// refused, and neither proxy takes its name.
 ///
@@ -195,9 +195,11 @@ pub(crate) async fn make_video_proxies_with(
     cancel: &CancellationToken,
 ) -> Result<VideoProxies, MediaError> {
     let input = OsString::from(OPEN_ORIGINAL);
-    let making = Making { ffmpeg, original, input, folder, limits, max_pixels, cancel };
+    let scratch = folder.scratch()?;
+    let making = Making { ffmpeg, original, input, folder, scratch, limits, max_pixels, cancel };
     let poster = making.poster().await?;
     let web = making.web_video().await?;
+    drop(making);
     folder.sync()?;
     Ok(VideoProxies { poster_bytes: folder.size(poster)?, web_video_bytes: folder.size(web)? })
 }
@@ -209,6 +211,8 @@ struct Making<'a> {
     /// The original as ffmpeg is told to read it (its standard input).
     input: OsString,
     folder: &'a ProxyFolder,
+    /// Where ffmpeg writes, before each proxy is renamed into the folder.
+    scratch: Scratch<'a>,
     limits: ToolLimits,
     /// The most pixels a picture ffmpeg decodes may have.
     max_pixels: u64,
@@ -242,7 +246,7 @@ impl Making<'_> {
         input: std::fs::File,
         limit: std::time::Duration,
     ) -> Result<(), MediaError> {
-        let given = Given { stdin: Some(input), folder: Some(self.folder) };
+        let given = Given { stdin: Some(input), folder: Some(&self.scratch) };
         run_tool(self.ffmpeg, "ffmpeg", args, given, self.original.path(), limit, self.cancel).await.map(drop)
     }
 
@@ -250,24 +254,22 @@ impl Making<'_> {
     async fn poster(&self) -> Result<&'static str, MediaError> {
         let poster = file_name(ProxyType::Poster);
         let poster_tmp = ProxyType::Poster.temporary_file_name().expect("a file proxy");
-        // Debris of an earlier attempt must never pass for this attempt's poster, nor a link there be written through.
-        self.folder.clear(poster_tmp)?;
         self.poster_frame(poster_tmp).await?;
         let checked = self
-            .folder
+            .scratch
             .read(poster_tmp)
-            .map_err(|e| MediaError::write(self.folder.join(poster_tmp), e))
+            .map_err(|e| MediaError::write(self.scratch.join(poster_tmp), e))
             .and_then(|jpeg| {
                 check_jpeg(&jpeg).map_err(|reason| {
                     self.not_made(ProxyType::Poster, format!("the JPEG ffmpeg wrote is not whole ({reason})"))
                 })
             })
-            .and_then(|()| self.folder.sync_file(poster_tmp));
+            .and_then(|()| self.scratch.sync_file(poster_tmp));
         if let Err(e) = checked {
-            self.folder.remove(poster_tmp);
+            self.scratch.remove(poster_tmp);
             return Err(e);
         }
-        self.folder.rename(poster_tmp, poster)?;
+        self.scratch.place(poster_tmp, poster)?;
         Ok(poster)
     }
 
@@ -285,26 +287,26 @@ impl Making<'_> {
                 .chain(args(&["-i"]))
                 .chain([self.input.clone()])
                 .chain(args(&["-frames:v", "1", "-vf", &poster_scale(), "-q:v", "3", "-update", "1"]))
-                .chain([self.folder.for_tool(poster_tmp)])
+                .chain([self.scratch.for_tool(poster_tmp)])
                 .collect()
         };
         let first_try = self.ffmpeg(poster_args(&["-ss", "0.5"]), tool_input(self.original)?, self.limits.quick);
         match first_try.await {
             Err(stopped @ (MediaError::Cancelled | MediaError::TimedOut { .. } | MediaError::ToolMissing { .. })) => {
-                self.folder.remove(poster_tmp);
+                self.scratch.remove(poster_tmp);
                 Err(stopped)
             }
-            Ok(()) if self.folder.is_non_empty(poster_tmp) => Ok(()),
+            Ok(()) if self.scratch.is_non_empty(poster_tmp) => Ok(()),
             _ => {
-                self.folder.remove(poster_tmp);
+                self.scratch.remove(poster_tmp);
                 // Shorter than half a second: take the very first frame.
                 let first_frame = self.ffmpeg(poster_args(&[]), tool_input(self.original)?, self.limits.quick);
                 if let Err(e) = first_frame.await {
-                    self.folder.remove(poster_tmp);
+                    self.scratch.remove(poster_tmp);
                     return Err(self.failed(ProxyType::Poster, e));
                 }
-                if !self.folder.is_non_empty(poster_tmp) {
-                    self.folder.remove(poster_tmp);
+                if !self.scratch.is_non_empty(poster_tmp) {
+                    self.scratch.remove(poster_tmp);
                     return Err(MediaError::corrupt(self.original.path(), "ffmpeg found no frame for a poster"));
                 }
                 Ok(())
@@ -316,8 +318,6 @@ impl Making<'_> {
     async fn web_video(&self) -> Result<&'static str, MediaError> {
         let web = file_name(ProxyType::WebVideo);
         let web_tmp = ProxyType::WebVideo.temporary_file_name().expect("a file proxy");
-        // ffmpeg writes through a link at its output's name: whatever is there goes first.
-        self.folder.clear(web_tmp)?;
         let web_args = args(&["-nostdin", "-y", "-v", "error"])
             .into_iter()
             .chain(decoder_limit(self.max_pixels))
@@ -348,24 +348,24 @@ impl Making<'_> {
                 "-f",
                 "mp4",
             ]))
-            .chain([self.folder.for_tool(web_tmp)])
+            .chain([self.scratch.for_tool(web_tmp)])
             .collect();
         let transcoded = self
             .ffmpeg(web_args, tool_input(self.original)?, self.limits.transcode)
             .await
             .map_err(|e| self.failed(ProxyType::WebVideo, e));
         let checked = match transcoded {
-            Ok(()) => check_web_video(self.folder, web_tmp, self.original.path(), self.limits, self.cancel)
+            Ok(()) => check_web_video(&self.scratch, web_tmp, self.original.path(), self.limits, self.cancel)
                 .await
                 .and_then(|checked| checked.map_err(|reason| self.not_made(ProxyType::WebVideo, reason)))
-                .and_then(|()| self.folder.sync_file(web_tmp)),
+                .and_then(|()| self.scratch.sync_file(web_tmp)),
             Err(e) => Err(e),
         };
         if let Err(e) = checked {
-            self.folder.remove(web_tmp);
+            self.scratch.remove(web_tmp);
             return Err(e);
         }
-        self.folder.rename(web_tmp, web)?;
+        self.scratch.place(web_tmp, web)?;
         Ok(web)
     }
 }
@@ -386,11 +386,11 @@ struct WebStream {
     nb_read_packets: Option<String>,
 }
 
-/// Checks the web video ffmpeg wrote as `file` in `folder` (read through the folder's handle): ffprobe reads every
+/// Checks the web video ffmpeg wrote as `file` in the scratch `folder` (read through its handle): ffprobe reads every
 /// packet (no decoding), and it must have a video stream, a duration above zero, and every packet its index lists.
 /// The outer error is ffprobe's own trouble (cancelled, missing); the inner one what is wrong with the file.
 async fn check_web_video(
-    folder: &ProxyFolder,
+    folder: &Scratch<'_>,
     file: &str,
     original: &Path,
     limits: ToolLimits,

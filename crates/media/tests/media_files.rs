@@ -387,22 +387,28 @@ async fn a_heic_of_several_images_gives_its_primary_and_leaves_nothing_behind() 
     assert_eq!(names, ["preview.jpg", "thumbnail.jpg"]);
 }
 
-/// A link placed where heif-convert writes its JPEG (`.heic-decode.jpg`, in the proxy folder) is removed before it
-/// runs, never written through: the file it points to, outside, is left as it was.
+/// A link placed where heif-convert writes its JPEG (`.heic-decode.jpg`), in the proxy folder or in the scratch folder
+/// a killed Worker left, is never written through: heif-convert writes into a scratch folder made anew, the file the
+/// links point to, outside, is left as it was, and the scratch folder is gone afterwards.
 #[tokio::test]
 async fn a_link_at_heif_convert_s_output_name_is_never_written_through() {
+    use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("IMG_0005.HEIC");
     fixtures::heic(&src, 640, 480, 4);
     let outside = dir.path().join("outside.jpg");
     std::fs::write(&outside, b"someone else's file").unwrap();
     let out = dir.path().join("proxies");
-    std::fs::create_dir_all(&out).unwrap();
+    let left = out.join(almanac_domain::ports::PROXY_SCRATCH_FOLDER);
+    std::fs::create_dir_all(&left).unwrap();
+    std::fs::set_permissions(&left, std::fs::Permissions::from_mode(0o700)).unwrap();
     std::os::unix::fs::symlink(&outside, out.join(".heic-decode.jpg")).unwrap();
+    std::os::unix::fs::symlink(&outside, left.join(".heic-decode.jpg")).unwrap();
     let jpeg = converted(&src, &out).await;
     assert_eq!(image::load_from_memory(&jpeg).unwrap().to_rgb8().dimensions(), (640, 480));
     assert_eq!(std::fs::read(&outside).unwrap(), b"someone else's file");
-    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0, "nothing is left in the proxy folder");
+    let names: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names, [".heic-decode.jpg"], "only the link in the proxy folder is left (not ours to remove)");
 }
 
 /// Which corner of `image` holds the red marker [`fixtures::picture`] draws top-left, if one does. Its other corners

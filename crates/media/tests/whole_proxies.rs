@@ -126,20 +126,25 @@ fn the_proxy_root_check_names_a_folder_that_cannot_be_written() {
     );
 }
 
-/// Links placed at the poster's and the web video's temporary names (by anyone who can write the proxy tree) are
-/// removed before ffmpeg writes there, never written through: the files they point to, outside, are left as they
+/// Links placed at the poster's and the web video's temporary names (by anyone who can write the proxy tree), in the
+/// proxy folder and in a scratch folder a killed Worker left, are never written through: ffmpeg writes into a scratch
+/// folder made anew (those left in it are removed first), the files the links point to, outside, are left as they
 /// were, and the proxies are files of their own.
 #[tokio::test]
 async fn links_at_the_temporary_names_of_a_video_s_proxies_are_never_written_through() {
+    use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     fixtures::video(&dir.path().join("clip.mp4"), 1.0, 320, 240, "2021-06-01T10:00:00Z");
     let out = dir.path().join("proxies");
-    std::fs::create_dir_all(&out).unwrap();
+    let left = out.join(almanac_domain::ports::PROXY_SCRATCH_FOLDER);
+    std::fs::create_dir_all(&left).unwrap();
+    std::fs::set_permissions(&left, std::fs::Permissions::from_mode(0o700)).unwrap();
     let mut outside = Vec::new();
     for (proxy, name) in [(ProxyType::Poster, "poster"), (ProxyType::WebVideo, "web")] {
         let target = dir.path().join(format!("outside-{name}"));
         std::fs::write(&target, b"someone else's file").unwrap();
         std::os::unix::fs::symlink(&target, out.join(proxy.temporary_file_name().unwrap())).unwrap();
+        std::os::unix::fs::symlink(&target, left.join(proxy.temporary_file_name().unwrap())).unwrap();
         outside.push(target);
     }
     let clip = RootFolder::open(dir.path()).unwrap().open_file(b"clip.mp4").unwrap();
@@ -158,7 +163,9 @@ async fn links_at_the_temporary_names_of_a_video_s_proxies_are_never_written_thr
     for proxy in ["poster.jpg", "web.mp4"] {
         assert!(std::fs::symlink_metadata(out.join(proxy)).unwrap().is_file(), "{proxy} is a file, not the link");
     }
-    assert_eq!(names(&out), ["poster.jpg", "web.mp4"]);
+    // The links in the proxy folder are not ours to remove (the start-up clean-up takes old temporary names); the
+    // scratch folder is gone with what was left in it.
+    assert_eq!(names(&out), [".poster.tmp.jpg", ".web.tmp.mp4", "poster.jpg", "web.mp4"]);
 }
 
 /// The folder of a file's proxies swapped for a link to a folder outside after it was made, before the proxies are
@@ -170,7 +177,8 @@ async fn links_at_the_temporary_names_of_a_video_s_proxies_are_never_written_thr
 async fn a_proxy_folder_swapped_for_a_link_redirects_no_tool_and_no_write() {
     let dir = tempfile::tempdir().unwrap();
     fixtures::video(&dir.path().join("clip.mp4"), 1.0, 320, 240, "2021-06-01T10:00:00Z");
-    fixtures::heic(&dir.path().join("IMG_0001.HEIC"), 640, 480, 3);
+    // Of several images: heif-convert writes one JPEG for each, and heif-info names the primary.
+    fixtures::heic_of_several(&dir.path().join("IMG_0001.HEIC"), &[(640, 480), (320, 240)], 3);
     let library = RootFolder::open(dir.path()).unwrap();
     let (root, outside) = (dir.path().join("proxies"), dir.path().join("outside"));
     std::fs::create_dir_all(&root).unwrap();

@@ -29,29 +29,42 @@ fn a_proxys_folders_are_made_without_following_a_link() {
     assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0, "nothing made through the link");
 }
 
+/// The scratch folder a killed Worker left (its own, for itself alone), with its debris.
+fn left_behind(folder: &ProxyFolder) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let left = folder.path().join(PROXY_SCRATCH_FOLDER);
+    std::fs::create_dir(&left).unwrap();
+    std::fs::set_permissions(&left, std::fs::Permissions::from_mode(0o700)).unwrap();
+    left
+}
+
 #[test]
 fn writes_through_a_temporary_name_and_replaces_debris() {
     let dir = tempfile::tempdir().unwrap();
     let folder = make_proxy_folder(dir.path(), Path::new("a/b")).unwrap();
-    let (dest, tmp) = (folder.path().join("preview.jpg"), folder.path().join(".preview.jpg.tmp"));
-    std::fs::write(&tmp, b"debris of an earlier attempt").unwrap();
+    let dest = folder.path().join("preview.jpg");
+    std::fs::write(left_behind(&folder).join(".preview.jpg.tmp"), b"debris of an earlier attempt").unwrap();
     std::fs::write(&dest, b"old").unwrap();
     folder.write_proxies(&[(ProxyType::Preview, b"new")]).unwrap();
     assert_eq!(std::fs::read(&dest).unwrap(), b"new");
-    assert!(std::fs::symlink_metadata(&tmp).is_err(), "nothing left at the temporary name");
+    assert_eq!(names(folder.path()), ["preview.jpg"], "the scratch folder is gone with its debris");
 }
 
-/// A link placed at a proxy's temporary name (by anyone who can write the proxy tree) is removed, never written
-/// through: the file it points to, outside, is left as it was, and the proxy is a file of its own.
+/// A link placed at a proxy's temporary name (by anyone who can write the proxy tree), in the proxy folder or in a
+/// scratch folder a killed Worker left, is never written through: the file it points to, outside, is left as it was,
+/// and the proxy is a file of its own.
 #[test]
 fn a_link_at_the_temporary_name_is_never_written_through() {
     let dir = tempfile::tempdir().unwrap();
     let outside = dir.path().join("outside.txt");
     std::fs::write(&outside, b"someone else's file").unwrap();
     let folder = make_proxy_folder(dir.path(), Path::new("proxies/ab/abcdef")).unwrap();
-    let at = |proxy: ProxyType| folder.path().join(proxy.temporary_file_name().unwrap());
-    std::os::unix::fs::symlink(&outside, at(ProxyType::Preview)).unwrap();
-    std::os::unix::fs::symlink("../../../outside.txt", at(ProxyType::Thumbnail)).unwrap();
+    let left = left_behind(&folder);
+    for at in [folder.path(), left.as_path()] {
+        let at = |proxy: ProxyType| at.join(proxy.temporary_file_name().unwrap());
+        std::os::unix::fs::symlink(&outside, at(ProxyType::Preview)).unwrap();
+        std::os::unix::fs::symlink("../../../outside.txt", at(ProxyType::Thumbnail)).unwrap();
+    }
     let (preview, thumbnail) = (&b"preview"[..], &b"thumb"[..]);
     folder.write_proxies(&[(ProxyType::Preview, preview), (ProxyType::Thumbnail, thumbnail)]).unwrap();
     assert_eq!(std::fs::read(&outside).unwrap(), b"someone else's file");
@@ -59,8 +72,37 @@ fn a_link_at_the_temporary_name_is_never_written_through() {
         let dest = folder.path().join(proxy.file_name().unwrap());
         assert!(std::fs::symlink_metadata(&dest).unwrap().is_file(), "{} is a file, not the link", dest.display());
         assert_eq!(std::fs::read(&dest).unwrap(), bytes);
-        assert!(std::fs::symlink_metadata(at(proxy)).is_err(), "nothing left at the temporary name");
     }
+    assert!(!left.exists(), "the scratch folder is gone with the links in it");
+}
+
+/// What stands where the scratch folder goes and is not this user's own for itself alone (a link, a folder others
+/// may write, as someone else who may write the proxy volume could make it) is refused, never written into.
+#[test]
+fn a_scratch_folder_that_is_not_ours_alone_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let outside = dir.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    let folder = make_proxy_folder(dir.path(), Path::new("c1/ab/abcd")).unwrap();
+    let at = folder.path().join(PROXY_SCRATCH_FOLDER);
+    std::os::unix::fs::symlink(&outside, &at).unwrap();
+    let refused = folder.write_proxies(&[(ProxyType::Preview, b"x")]).unwrap_err();
+    assert!(matches!(&refused, MediaError::ProxyFolderNotAFolder { what: "a link", .. }), "{refused}");
+    std::fs::remove_file(&at).unwrap();
+    std::fs::create_dir(&at).unwrap();
+    std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let refused = folder.write_proxies(&[(ProxyType::Preview, b"x")]).unwrap_err().to_string();
+    assert!(refused.contains("did not make for itself alone") && refused.contains("remove it"), "{refused}");
+    assert_eq!(names(&outside), Vec::<String>::new());
+    assert!(!folder.path().join("preview.jpg").exists());
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<_> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    names
 }
 
 /// The folder, or one above it, swapped for a link to a folder outside after it was made (as someone who may write
@@ -83,24 +125,28 @@ async fn a_folder_swapped_for_a_link_after_it_was_made_redirects_nothing() {
         let real = moved.join(Path::new("c1/ab/abcd").strip_prefix(swapped).unwrap());
 
         folder.write_proxies(&[(ProxyType::Preview, b"preview")]).unwrap();
+        let scratch = folder.scratch().unwrap();
         let script = r#"printf made > "$1""#;
-        let args = vec!["-c".into(), script.into(), "sh".into(), folder.for_tool("by-a-tool")];
-        let given = Given { stdin: None, folder: Some(&folder) };
+        let args = vec!["-c".into(), script.into(), "sh".into(), scratch.for_tool(".web.tmp.mp4")];
+        let given = Given { stdin: None, folder: Some(&scratch) };
         let limit = std::time::Duration::from_secs(60);
         let cancel = tokio_util::sync::CancellationToken::new();
         run_tool("sh", "dash", args, given, Path::new("x.mp4"), limit, &cancel).await.unwrap();
-        assert_eq!(folder.read("by-a-tool").unwrap(), b"made");
+        assert_eq!(scratch.read(".web.tmp.mp4").unwrap(), b"made");
+        scratch.place(".web.tmp.mp4", "web.mp4").unwrap();
+        drop(scratch);
 
         assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0, "{swapped}: nothing written through the link");
         assert_eq!(std::fs::read(real.join("preview.jpg")).unwrap(), b"preview", "{swapped}");
-        assert_eq!(std::fs::read(real.join("by-a-tool")).unwrap(), b"made", "{swapped}");
+        assert_eq!(std::fs::read(real.join("web.mp4")).unwrap(), b"made", "{swapped}");
+        assert_eq!(names(&real), ["preview.jpg", "web.mp4"], "{swapped}: the scratch folder is gone");
         let refused = folder.still_in_place().unwrap_err();
         assert!(matches!(&refused, MediaError::ProxyFolderMoved { path } if path == folder.path()), "{refused}");
         assert!(refused.to_string().contains("must be the Worker's alone"), "{refused}");
 
         // Emptied, it is removed where it is; the link and what it points to stay.
-        folder.remove("by-a-tool");
-        folder.remove("preview.jpg");
+        std::fs::remove_file(real.join("web.mp4")).unwrap();
+        std::fs::remove_file(real.join("preview.jpg")).unwrap();
         folder.remove_if_empty();
         assert!(std::fs::symlink_metadata(root.join(swapped)).unwrap().is_symlink(), "{swapped}");
         assert!(outside.is_dir(), "{swapped}");
@@ -130,11 +176,23 @@ fn a_folder_made_again_at_the_path_is_not_in_place() {
 async fn a_tools_words_name_the_folder_by_its_path() {
     let dir = tempfile::tempdir().unwrap();
     let folder = make_proxy_folder(dir.path(), Path::new("c1/ab/abcd")).unwrap();
+    let scratch = folder.scratch().unwrap();
     let script = r#"echo "$1: No space left on device" >&2; exit 1"#;
-    let args = vec!["-c".into(), script.into(), "sh".into(), folder.for_tool(".web.tmp.mp4")];
-    let given = Given { stdin: None, folder: Some(&folder) };
+    let args = vec!["-c".into(), script.into(), "sh".into(), scratch.for_tool(".web.tmp.mp4")];
+    let given = Given { stdin: None, folder: Some(&scratch) };
     let (limit, cancel) = (std::time::Duration::from_secs(60), tokio_util::sync::CancellationToken::new());
     let err = run_tool("sh", "dash", args, given, Path::new("x.mp4"), limit, &cancel).await.unwrap_err().to_string();
-    let named = format!("{}: No space left on device", folder.path().join(".web.tmp.mp4").display());
+    let named = format!("{}: No space left on device", scratch.join(".web.tmp.mp4").display());
     assert!(err.contains(&named) && !err.contains("/proc/self/fd"), "{err}");
+}
+
+/// The folder removed while its file waited (the sweep emptied it and removed it): nothing can be written into it, and
+/// the answer says the folder went, not that the volume is full or read-only.
+#[test]
+fn a_folder_removed_while_its_file_waits_is_said_to_have_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = make_proxy_folder(dir.path(), Path::new("c1/ab/abcd")).unwrap();
+    std::fs::remove_dir(folder.path()).unwrap();
+    let refused = folder.write_proxies(&[(ProxyType::Preview, b"x")]).unwrap_err();
+    assert!(matches!(&refused, MediaError::ProxyFolderMoved { path } if path == folder.path()), "{refused}");
 }
