@@ -131,43 +131,42 @@ impl ProxyFolder {
         let _ = rustix::fs::unlinkat(&self.parent, &self.name, AtFlags::REMOVEDIR);
     }
 
-    /// The folder's scratch folder ([`PROXY_SCRATCH_FOLDER`]), made for this process alone and emptied: where every
-    /// proxy of the file is written, by us or a tool, before [`Scratch::place`] renames it into the folder. Nobody
-    /// else may make anything in it, so nothing another user places there (a link at a tool's output) is met. One
-    /// found there that this process's user did not make for itself alone (a link, another's folder, one others may
-    /// write) is refused, never used. Removed with what is left in it when the answer is dropped.
+    /// The folder's scratch folder ([`PROXY_SCRATCH_FOLDER`]), made anew for this process alone: where every proxy
+    /// of the file is written, by us or a tool, before [`Scratch::place`] renames it into the folder. Whatever stood
+    /// there (a killed Worker's, or anything someone placed: a link, a folder others may write) is removed first, with
+    /// what is in it, never followed; one that cannot be (another user's, holding a folder) is refused. Nobody else
+    /// may make anything in the new one, so nothing another user places (a link at a tool's output) is met. Removed
+    /// with what is left in it when the answer is dropped. One at a time: a second would empty the first.
     pub(crate) fn scratch(&self) -> Result<Scratch<'_>, MediaError> {
         let path = self.dir.path.join(PROXY_SCRATCH_FOLDER);
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        if let Ok(left) = rustix::fs::openat(&self.dir.fd, PROXY_SCRATCH_FOLDER, flags, Mode::empty()) {
+            let left = Held { path: path.clone(), fd: left };
+            left.names().iter().filter_map(|n| n.to_str()).for_each(|n| left.remove(n));
+        }
+        // A link or a file there goes as well (unlinked, never followed).
+        let _ = rustix::fs::unlinkat(&self.dir.fd, PROXY_SCRATCH_FOLDER, AtFlags::REMOVEDIR)
+            .or_else(|_| rustix::fs::unlinkat(&self.dir.fd, PROXY_SCRATCH_FOLDER, AtFlags::empty()));
         match rustix::fs::mkdirat(&self.dir.fd, PROXY_SCRATCH_FOLDER, Mode::from_raw_mode(0o700)) {
-            Ok(()) | Err(Errno::EXIST) => {}
+            Ok(()) => {}
             // The folder itself was removed meanwhile (the sweep emptied it): nothing can be made in it.
             Err(Errno::NOENT) => return Err(MediaError::ProxyFolderMoved { path: self.dir.path.clone() }),
+            Err(Errno::EXIST) => {
+                let e = std::io::Error::other(
+                    "a folder left there could not be emptied and removed (another user's, or it holds a folder); \
+                     remove it (rm -r), the Worker makes it again",
+                );
+                return Err(MediaError::write(&path, e));
+            }
             Err(e) => return Err(MediaError::write(&path, e.into())),
         }
-        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let fd = rustix::fs::openat(&self.dir.fd, PROXY_SCRATCH_FOLDER, flags, Mode::empty()).map_err(|e| match e {
             Errno::LOOP | Errno::NOTDIR => not_a_folder(path.clone()),
             e => MediaError::write(&path, e.into()),
         })?;
-        let stat = rustix::fs::fstat(&fd).map_err(|e| MediaError::write(&path, e.into()))?;
-        if stat.st_uid != rustix::process::geteuid().as_raw() || stat.st_mode & 0o077 != 0 {
-            let e = std::io::Error::other(format!(
-                "it is a folder this Worker's user did not make for itself alone (owner {}, mode {:o}); remove it, \
-                 the Worker makes it again",
-                stat.st_uid,
-                stat.st_mode & 0o7777
-            ));
-            return Err(MediaError::write(&path, e));
-        }
         let scratch = Scratch { folder: self, dir: Held { path, fd } };
-        // What a killed Worker left in it.
-        scratch.dir.names().iter().filter_map(|n| n.to_str()).for_each(|n| scratch.dir.remove(n));
+        scratch.check_ours_alone()?;
         Ok(scratch)
-    }
-
-    /// The content of the proxy `name` in the folder (never through a link).
-    pub(crate) fn size(&self, name: &str) -> Result<u64, MediaError> {
-        self.dir.size(name)
     }
 
     /// Makes the folder's entries durable (after a rename into it), so a power cut cannot leave a proxy row pointing
@@ -219,13 +218,15 @@ impl Held {
         Ok(rustix::fs::openat(&self.fd, name, flags, Mode::empty())?.into())
     }
 
-    /// The size of the file `name` (a link or anything else that is not a file is an error).
+    /// The size of the file `name` (a link or anything else that is not a file is an error). Looked at, never
+    /// opened: opening a pipe placed there would wait for ever.
     fn size(&self, name: &str) -> Result<u64, MediaError> {
-        let file = self.open(name).and_then(|f| f.metadata()).map_err(|e| MediaError::write(self.join(name), e))?;
-        if !file.is_file() {
+        let stat = rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(|e| MediaError::write(self.join(name), e.into()))?;
+        if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
             return Err(MediaError::write(self.join(name), std::io::Error::other("it is not a file")));
         }
-        Ok(file.len())
+        Ok(stat.st_size as u64)
     }
 
     /// The names in the folder (those that cannot be read are left out).
@@ -293,6 +294,34 @@ impl Scratch<'_> {
         self.dir.remove(name);
     }
 
+    /// The size of the file `name`.
+    pub(crate) fn size(&self, name: &str) -> Result<u64, MediaError> {
+        self.dir.size(name)
+    }
+
+    /// Refuses the scratch folder unless it is this process's alone ([`owned_alone`]), judged by a file made in it.
+    /// It was just made, but another user who may write the proxy folder could have put their own in its place
+    /// before it was opened.
+    fn check_ours_alone(&self) -> Result<(), MediaError> {
+        let probe = ProxyType::Preview.temporary_file_name().expect("a file proxy");
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let failed = |e: Errno| MediaError::write(self.join(probe), e.into());
+        let made = rustix::fs::openat(&self.dir.fd, probe, flags, Mode::from_raw_mode(0o600)).map_err(failed)?;
+        let (file, folder) =
+            (rustix::fs::fstat(&made).map_err(failed)?, rustix::fs::fstat(&self.dir.fd).map_err(failed)?);
+        self.dir.remove(probe);
+        if owned_alone((folder.st_uid, folder.st_mode), (file.st_uid, file.st_mode)) {
+            return Ok(());
+        }
+        let e = std::io::Error::other(format!(
+            "it is not the folder the Worker made for its own user alone (owner {}, mode {:o}): someone else who may \
+             write the proxy folder put theirs in its place; storage.proxy_root must be the Worker's alone",
+            folder.st_uid,
+            folder.st_mode & 0o7777
+        ));
+        Err(MediaError::write(&self.dir.path, e))
+    }
+
     /// The content of the file `name`.
     pub(crate) fn read(&self, name: &str) -> std::io::Result<Vec<u8>> {
         let mut bytes = Vec::new();
@@ -322,6 +351,15 @@ impl Drop for Scratch<'_> {
         self.dir.names().iter().filter_map(|n| n.to_str()).for_each(|n| self.dir.remove(n));
         let _ = rustix::fs::unlinkat(&self.folder.dir.fd, PROXY_SCRATCH_FOLDER, AtFlags::REMOVEDIR);
     }
+}
+
+/// Whether a folder of `folder`'s owner and mode is this process's alone, judged by `probe`, the owner and mode of a
+/// file this process has just made in it with mode 0600: owned by whoever the volume says owns what this process makes
+/// (itself; the user an NFS export squashes it to; the `uid=` of a CIFS or FAT mount, which keep no owners), and, where
+/// the volume keeps modes (the probe's is 0600 as made), open to nobody else.
+fn owned_alone(folder: (u32, u32), probe: (u32, u32)) -> bool {
+    let modes_kept = probe.1 & 0o777 == 0o600;
+    folder.0 == probe.0 && (!modes_kept || folder.1 & 0o077 == 0)
 }
 
 #[cfg(test)]

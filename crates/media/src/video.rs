@@ -197,11 +197,11 @@ pub(crate) async fn make_video_proxies_with(
     let input = OsString::from(OPEN_ORIGINAL);
     let scratch = folder.scratch()?;
     let making = Making { ffmpeg, original, input, folder, scratch, limits, max_pixels, cancel };
-    let poster = making.poster().await?;
-    let web = making.web_video().await?;
+    let poster_bytes = making.poster().await?;
+    let web_video_bytes = making.web_video().await?;
     drop(making);
     folder.sync()?;
-    Ok(VideoProxies { poster_bytes: folder.size(poster)?, web_video_bytes: folder.size(web)? })
+    Ok(VideoProxies { poster_bytes, web_video_bytes })
 }
 
 /// One video's proxies being made: ffmpeg run on the open original, writing into `folder`.
@@ -250,8 +250,8 @@ impl Making<'_> {
         run_tool(self.ffmpeg, "ffmpeg", args, given, self.original.path(), limit, self.cancel).await.map(drop)
     }
 
-    /// `poster.jpg`, checked whole and flushed, then renamed into place; its name.
-    async fn poster(&self) -> Result<&'static str, MediaError> {
+    /// `poster.jpg`, checked whole and flushed, then renamed into place; its size.
+    async fn poster(&self) -> Result<u64, MediaError> {
         let poster = file_name(ProxyType::Poster);
         let poster_tmp = ProxyType::Poster.temporary_file_name().expect("a file proxy");
         self.poster_frame(poster_tmp).await?;
@@ -269,8 +269,10 @@ impl Making<'_> {
             self.scratch.remove(poster_tmp);
             return Err(e);
         }
+        // Its size as written: what stands at its name once it is placed is not looked at again.
+        let size = self.scratch.size(poster_tmp)?;
         self.scratch.place(poster_tmp, poster)?;
-        Ok(poster)
+        Ok(size)
     }
 
     /// Has ffmpeg write a frame near the start to `poster_tmp` (removed when this fails).
@@ -314,8 +316,8 @@ impl Making<'_> {
         }
     }
 
-    /// `web.mp4`, transcoded, checked whole and flushed, then renamed into place; its name.
-    async fn web_video(&self) -> Result<&'static str, MediaError> {
+    /// `web.mp4`, transcoded, checked whole and flushed, then renamed into place; its size.
+    async fn web_video(&self) -> Result<u64, MediaError> {
         let web = file_name(ProxyType::WebVideo);
         let web_tmp = ProxyType::WebVideo.temporary_file_name().expect("a file proxy");
         let web_args = args(&["-nostdin", "-y", "-v", "error"])
@@ -365,8 +367,9 @@ impl Making<'_> {
             self.scratch.remove(web_tmp);
             return Err(e);
         }
+        let size = self.scratch.size(web_tmp)?;
         self.scratch.place(web_tmp, web)?;
-        Ok(web)
+        Ok(size)
     }
 }
 

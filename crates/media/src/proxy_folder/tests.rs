@@ -76,26 +76,59 @@ fn a_link_at_the_temporary_name_is_never_written_through() {
     assert!(!left.exists(), "the scratch folder is gone with the links in it");
 }
 
-/// What stands where the scratch folder goes and is not this user's own for itself alone (a link, a folder others
-/// may write, as someone else who may write the proxy volume could make it) is refused, never written into.
+/// Whatever stands where the scratch folder goes (a link to a folder outside, or a folder others may write with a link
+/// in it, as someone else who may write the proxy folder could place them) is removed, never written into or
+/// through, and the proxies are written through a scratch folder made anew. One that cannot be emptied is refused.
 #[test]
-fn a_scratch_folder_that_is_not_ours_alone_is_refused() {
+fn whatever_stands_where_the_scratch_folder_goes_is_removed_never_used() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let outside = dir.path().join("outside");
     std::fs::create_dir(&outside).unwrap();
+    std::fs::write(outside.join("keep"), b"someone else's file").unwrap();
     let folder = make_proxy_folder(dir.path(), Path::new("c1/ab/abcd")).unwrap();
     let at = folder.path().join(PROXY_SCRATCH_FOLDER);
-    std::os::unix::fs::symlink(&outside, &at).unwrap();
-    let refused = folder.write_proxies(&[(ProxyType::Preview, b"x")]).unwrap_err();
-    assert!(matches!(&refused, MediaError::ProxyFolderNotAFolder { what: "a link", .. }), "{refused}");
-    std::fs::remove_file(&at).unwrap();
-    std::fs::create_dir(&at).unwrap();
-    std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o777)).unwrap();
+    for placed in ["a link", "a folder others may write"] {
+        if placed == "a link" {
+            std::os::unix::fs::symlink(&outside, &at).unwrap();
+        } else {
+            std::fs::create_dir(&at).unwrap();
+            std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o777)).unwrap();
+            std::os::unix::fs::symlink(outside.join("keep"), at.join(".preview.jpg.tmp")).unwrap();
+        }
+        folder.write_proxies(&[(ProxyType::Preview, b"made")]).unwrap();
+        assert_eq!(names(&outside), ["keep"], "{placed}");
+        assert_eq!(std::fs::read(outside.join("keep")).unwrap(), b"someone else's file", "{placed}");
+        assert_eq!(std::fs::read(folder.path().join("preview.jpg")).unwrap(), b"made", "{placed}");
+        assert_eq!(names(folder.path()), ["preview.jpg"], "{placed}: nothing of the scratch folder is left");
+    }
+    std::fs::create_dir_all(at.join("a folder")).unwrap();
     let refused = folder.write_proxies(&[(ProxyType::Preview, b"x")]).unwrap_err().to_string();
-    assert!(refused.contains("did not make for itself alone") && refused.contains("remove it"), "{refused}");
-    assert_eq!(names(&outside), Vec::<String>::new());
-    assert!(!folder.path().join("preview.jpg").exists());
+    assert!(refused.contains("could not be emptied and removed") && refused.contains("rm -r"), "{refused}");
+}
+
+/// A scratch folder is this process's alone when owned by whoever the volume says owns what it makes, and, where the
+/// volume keeps modes, open to nobody else: on a volume that keeps owners and modes, an NFS export that squashes the
+/// Worker's user to another, and a CIFS or FAT mount that keeps neither (every file shows the mount's `uid=` and
+/// mode). A folder of another owner (someone else's put in its place) is not, nor one others may write.
+#[test]
+fn a_scratch_folder_is_ours_alone_by_the_owner_and_mode_the_volume_gives_what_we_make() {
+    let (us, squashed, them) = (1000, 65534, 1001);
+    for (volume, folder, probe) in [
+        ("owners and modes kept", (us, 0o40700), (us, 0o100600)),
+        ("an NFS export squashing the Worker's user", (squashed, 0o40700), (squashed, 0o100600)),
+        ("a CIFS or FAT mount", (us, 0o40755), (us, 0o100755)),
+    ] {
+        assert!(owned_alone(folder, probe), "{volume}");
+    }
+    for (what, folder, probe) in [
+        ("someone else's folder", (them, 0o40700), (us, 0o100600)),
+        ("someone else's folder others may write", (them, 0o40777), (us, 0o100600)),
+        ("a folder of ours others may write", (us, 0o40777), (us, 0o100600)),
+        ("someone else's on a CIFS mount", (them, 0o40755), (us, 0o100755)),
+    ] {
+        assert!(!owned_alone(folder, probe), "{what}");
+    }
 }
 
 fn names(dir: &Path) -> Vec<String> {
