@@ -132,41 +132,59 @@ impl ProxyFolder {
     }
 
     /// The folder's scratch folder ([`PROXY_SCRATCH_FOLDER`]), made anew for this process alone: where every proxy
-    /// of the file is written, by us or a tool, before [`Scratch::place`] renames it into the folder. Whatever stood
-    /// there (a killed Worker's, or anything someone placed: a link, a folder others may write) is removed first, with
-    /// what is in it, never followed; one that cannot be (another user's, holding a folder) is refused. Nobody else
-    /// may make anything in the new one, so nothing another user places (a link at a tool's output) is met. Removed
-    /// with what is left in it when the answer is dropped. One at a time: a second would empty the first.
+    /// of the file is written, by us or a tool, before [`Scratch::place`] renames it into the folder. What stood there
+    /// goes first ([`ProxyFolder::remove_left_scratch`]); what cannot go is refused, naming it. The new one is
+    /// refused unless it is this process's alone ([`ours_alone`]). Nobody else may then make anything in it, so nothing
+    /// another user places (a link at a tool's output) is met. Removed with what is left in it when the answer is
+    /// dropped. One at a time: a second would empty the first.
     pub(crate) fn scratch(&self) -> Result<Scratch<'_>, MediaError> {
         let path = self.dir.path.join(PROXY_SCRATCH_FOLDER);
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        if let Ok(left) = rustix::fs::openat(&self.dir.fd, PROXY_SCRATCH_FOLDER, flags, Mode::empty()) {
-            let left = Held { path: path.clone(), fd: left };
-            left.names().iter().filter_map(|n| n.to_str()).for_each(|n| left.remove(n));
-        }
-        // A link or a file there goes as well (unlinked, never followed).
-        let _ = rustix::fs::unlinkat(&self.dir.fd, PROXY_SCRATCH_FOLDER, AtFlags::REMOVEDIR)
-            .or_else(|_| rustix::fs::unlinkat(&self.dir.fd, PROXY_SCRATCH_FOLDER, AtFlags::empty()));
+        self.remove_left_scratch(&path);
         match rustix::fs::mkdirat(&self.dir.fd, PROXY_SCRATCH_FOLDER, Mode::from_raw_mode(0o700)) {
             Ok(()) => {}
             // The folder itself was removed meanwhile (the sweep emptied it): nothing can be made in it.
             Err(Errno::NOENT) => return Err(MediaError::ProxyFolderMoved { path: self.dir.path.clone() }),
             Err(Errno::EXIST) => {
                 let e = std::io::Error::other(
-                    "a folder left there could not be emptied and removed (another user's, or it holds a folder); \
-                     remove it (rm -r), the Worker makes it again",
+                    "a folder stands there that the Worker did not leave (another user's, one others may write, or \
+                     one holding a folder), and it empties only its own; remove it (rm -r), the Worker makes it again",
                 );
                 return Err(MediaError::write(&path, e));
             }
             Err(e) => return Err(MediaError::write(&path, e.into())),
         }
+        #[cfg(test)]
+        tests::BEFORE_OPENING_SCRATCH.with(|hook| hook.borrow_mut().as_mut().map(|h| h(&path)));
         let fd = rustix::fs::openat(&self.dir.fd, PROXY_SCRATCH_FOLDER, flags, Mode::empty()).map_err(|e| match e {
             Errno::LOOP | Errno::NOTDIR => not_a_folder(path.clone()),
             e => MediaError::write(&path, e.into()),
         })?;
-        let scratch = Scratch { folder: self, dir: Held { path, fd } };
-        scratch.check_ours_alone()?;
-        Ok(scratch)
+        let dir = Held { path, fd };
+        ours_alone(&dir)?;
+        Ok(Scratch { folder: self, dir })
+    }
+
+    /// Removes the scratch folder a killed Worker left, with what is in it, or a link or a file at its name (unlinked,
+    /// never followed). A folder there that the Worker did not leave is not emptied: one others may write, a sticky
+    /// one, or one owned by neither this process's user nor the proxy folder's owner (the owner a volume that squashes
+    /// users gives what the Worker makes) holds what is not ours to delete, were it a shared folder moved there.
+    fn remove_left_scratch(&self, path: &Path) {
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        if let Ok(fd) = rustix::fs::openat(&self.dir.fd, PROXY_SCRATCH_FOLDER, flags, Mode::empty()) {
+            let left = Held { path: path.to_owned(), fd };
+            let (there, folder) = (rustix::fs::fstat(&left.fd), rustix::fs::fstat(&self.dir.fd));
+            let left_by_a_worker = there.is_ok_and(|t| {
+                let owner =
+                    t.st_uid == rustix::process::geteuid().as_raw() || folder.is_ok_and(|f| f.st_uid == t.st_uid);
+                owner && t.st_mode & 0o1022 == 0
+            });
+            if left_by_a_worker {
+                left.empty();
+            }
+        }
+        let _ = rustix::fs::unlinkat(&self.dir.fd, PROXY_SCRATCH_FOLDER, AtFlags::REMOVEDIR)
+            .or_else(|_| rustix::fs::unlinkat(&self.dir.fd, PROXY_SCRATCH_FOLDER, AtFlags::empty()));
     }
 
     /// Makes the folder's entries durable (after a rename into it), so a power cut cannot leave a proxy row pointing
@@ -227,6 +245,13 @@ impl Held {
             return Err(MediaError::write(self.join(name), std::io::Error::other("it is not a file")));
         }
         Ok(stat.st_size as u64)
+    }
+
+    /// Removes every file in the folder. Best effort.
+    fn empty(&self) {
+        for name in self.names() {
+            let _ = rustix::fs::unlinkat(&self.fd, name.as_os_str(), AtFlags::empty());
+        }
     }
 
     /// The names in the folder (those that cannot be read are left out).
@@ -299,29 +324,6 @@ impl Scratch<'_> {
         self.dir.size(name)
     }
 
-    /// Refuses the scratch folder unless it is this process's alone ([`owned_alone`]), judged by a file made in it.
-    /// It was just made, but another user who may write the proxy folder could have put their own in its place
-    /// before it was opened.
-    fn check_ours_alone(&self) -> Result<(), MediaError> {
-        let probe = ProxyType::Preview.temporary_file_name().expect("a file proxy");
-        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let failed = |e: Errno| MediaError::write(self.join(probe), e.into());
-        let made = rustix::fs::openat(&self.dir.fd, probe, flags, Mode::from_raw_mode(0o600)).map_err(failed)?;
-        let (file, folder) =
-            (rustix::fs::fstat(&made).map_err(failed)?, rustix::fs::fstat(&self.dir.fd).map_err(failed)?);
-        self.dir.remove(probe);
-        if owned_alone((folder.st_uid, folder.st_mode), (file.st_uid, file.st_mode)) {
-            return Ok(());
-        }
-        let e = std::io::Error::other(format!(
-            "it is not the folder the Worker made for its own user alone (owner {}, mode {:o}): someone else who may \
-             write the proxy folder put theirs in its place; storage.proxy_root must be the Worker's alone",
-            folder.st_uid,
-            folder.st_mode & 0o7777
-        ));
-        Err(MediaError::write(&self.dir.path, e))
-    }
-
     /// The content of the file `name`.
     pub(crate) fn read(&self, name: &str) -> std::io::Result<Vec<u8>> {
         let mut bytes = Vec::new();
@@ -348,18 +350,52 @@ impl Scratch<'_> {
 
 impl Drop for Scratch<'_> {
     fn drop(&mut self) {
-        self.dir.names().iter().filter_map(|n| n.to_str()).for_each(|n| self.dir.remove(n));
+        self.dir.empty();
         let _ = rustix::fs::unlinkat(&self.folder.dir.fd, PROXY_SCRATCH_FOLDER, AtFlags::REMOVEDIR);
     }
 }
 
-/// Whether a folder of `folder`'s owner and mode is this process's alone, judged by `probe`, the owner and mode of a
-/// file this process has just made in it with mode 0600: owned by whoever the volume says owns what this process makes
-/// (itself; the user an NFS export squashes it to; the `uid=` of a CIFS or FAT mount, which keep no owners), and, where
-/// the volume keeps modes (the probe's is 0600 as made), open to nobody else.
-fn owned_alone(folder: (u32, u32), probe: (u32, u32)) -> bool {
-    let modes_kept = probe.1 & 0o777 == 0o600;
-    folder.0 == probe.0 && (!modes_kept || folder.1 & 0o077 == 0)
+/// Refuses the scratch folder `dir` unless it is this process's alone ([`owned_alone`]), judged by a file made in
+/// it. It was just made, but another user who may write the proxy folder could have put their own in its place
+/// before it was opened.
+fn ours_alone(dir: &Held) -> Result<(), MediaError> {
+    let probe = ProxyType::Preview.temporary_file_name().expect("a file proxy");
+    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let failed = |e: Errno| MediaError::write(dir.join(probe), e.into());
+    let made = rustix::fs::openat(&dir.fd, probe, flags, Mode::from_raw_mode(0o600)).map_err(failed)?;
+    let file = rustix::fs::fstat(&made).map_err(failed)?;
+    drop(made);
+    rustix::fs::unlinkat(&dir.fd, probe, AtFlags::empty()).map_err(failed)?;
+    let folder = rustix::fs::fstat(&dir.fd).map_err(|e| MediaError::write(&dir.path, e.into()))?;
+    owned_alone((folder.st_uid, folder.st_mode), file.st_uid).map_err(|why| {
+        MediaError::write(
+            &dir.path,
+            std::io::Error::other(format!("{why}; storage.proxy_root must be the Worker's alone")),
+        )
+    })
+}
+
+/// Whether a folder of `folder`'s owner and mode is this process's alone, judged by `made_by_us`, the owner of a file
+/// this process has just made in it: owned by whoever the volume says owns what this process makes (itself; the user
+/// an NFS export squashes it to; the `uid=` of a CIFS or FAT mount, which keep no owners), and writable by nobody else
+/// (as the volume shows it: the kernel checks CIFS and FAT folders against the mode they show). Why not, otherwise.
+fn owned_alone(folder: (u32, u32), made_by_us: u32) -> Result<(), String> {
+    let (owner, mode) = (folder.0, folder.1 & 0o7777);
+    if owner != made_by_us {
+        return Err(format!(
+            "it is not the folder the Worker made (owner {owner}, where what the Worker makes is owned by \
+             {made_by_us}): someone else who may write the proxy folder put theirs in its place"
+        ));
+    }
+    if mode & 0o022 != 0 {
+        return Err(format!(
+            "the volume shows the folder the Worker made for itself alone as one others may write (mode {mode:o}): it \
+             keeps no modes and shows every folder so (a CIFS mount with dir_mode=0777 or noperm, a FAT one with \
+             umask=000). Mount it so that folders are not writable by others (dir_mode=0755, umask=022): anyone could \
+             place a link where the Worker's tools write"
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -215,7 +215,8 @@ async fn video_is_probed_and_gets_a_poster_and_a_720p_web_video() {
     )
     .await
     .unwrap();
-    assert!(made.poster_bytes > 0 && made.web_video_bytes > 0);
+    let on_disk = |name: &str| std::fs::metadata(out.join(name)).unwrap().len();
+    assert_eq!((made.poster_bytes, made.web_video_bytes), (on_disk("poster.jpg"), on_disk("web.mp4")));
     assert_eq!(dims(&out.join("poster.jpg")), (1280, 960));
     let web =
         probe_video(&open(&out.join("web.mp4")), ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel).await.unwrap();

@@ -1,6 +1,15 @@
 use super::*;
 use crate::tool::{Given, run_tool};
 
+/// What a test does where the scratch folder was just made.
+type Hook = Box<dyn FnMut(&Path)>;
+
+thread_local! {
+    /// Run by [`ProxyFolder::scratch`] on this thread between making the scratch folder and opening it: where another
+    /// user could put their own folder in its place.
+    pub(super) static BEFORE_OPENING_SCRATCH: std::cell::RefCell<Option<Hook>> = const { std::cell::RefCell::new(None) };
+}
+
 /// A proxy's folders are made one at a time; a link or a file where one should be is refused, and nothing is made
 /// through the link; the proxy root itself may be a link.
 #[test]
@@ -76,11 +85,12 @@ fn a_link_at_the_temporary_name_is_never_written_through() {
     assert!(!left.exists(), "the scratch folder is gone with the links in it");
 }
 
-/// Whatever stands where the scratch folder goes (a link to a folder outside, or a folder others may write with a link
-/// in it, as someone else who may write the proxy folder could place them) is removed, never written into or
-/// through, and the proxies are written through a scratch folder made anew. One that cannot be emptied is refused.
+/// What stands where the scratch folder goes: a link to a folder outside is removed, never followed, and the proxies
+/// are written through a scratch folder made anew; a folder the Worker did not leave (one others may write, a sticky
+/// one, another user's: a shared folder moved there) is not emptied, and the file is refused naming it; nor is one
+/// holding a folder.
 #[test]
-fn whatever_stands_where_the_scratch_folder_goes_is_removed_never_used() {
+fn what_stands_where_the_scratch_folder_goes_is_removed_only_when_a_worker_left_it() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let outside = dir.path().join("outside");
@@ -88,46 +98,84 @@ fn whatever_stands_where_the_scratch_folder_goes_is_removed_never_used() {
     std::fs::write(outside.join("keep"), b"someone else's file").unwrap();
     let folder = make_proxy_folder(dir.path(), Path::new("c1/ab/abcd")).unwrap();
     let at = folder.path().join(PROXY_SCRATCH_FOLDER);
-    for placed in ["a link", "a folder others may write"] {
-        if placed == "a link" {
-            std::os::unix::fs::symlink(&outside, &at).unwrap();
-        } else {
-            std::fs::create_dir(&at).unwrap();
-            std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o777)).unwrap();
-            std::os::unix::fs::symlink(outside.join("keep"), at.join(".preview.jpg.tmp")).unwrap();
+    std::os::unix::fs::symlink(&outside, &at).unwrap();
+    folder.write_proxies(&[(ProxyType::Preview, b"made")]).unwrap();
+    assert_eq!(names(&outside), ["keep"], "nothing removed through the link");
+    assert_eq!(std::fs::read(folder.path().join("preview.jpg")).unwrap(), b"made");
+    assert_eq!(names(folder.path()), ["preview.jpg"], "the link is gone, and the scratch folder made anew too");
+
+    let someone_else = (crate::effective_user() == 0).then_some(4321);
+    for (what, mode, owner) in
+        [("others may write", 0o777, None), ("sticky", 0o1700, None), ("another's", 0o700, someone_else)]
+    {
+        if what == "another's" && owner.is_none() {
+            continue;
         }
-        folder.write_proxies(&[(ProxyType::Preview, b"made")]).unwrap();
-        assert_eq!(names(&outside), ["keep"], "{placed}");
-        assert_eq!(std::fs::read(outside.join("keep")).unwrap(), b"someone else's file", "{placed}");
-        assert_eq!(std::fs::read(folder.path().join("preview.jpg")).unwrap(), b"made", "{placed}");
-        assert_eq!(names(folder.path()), ["preview.jpg"], "{placed}: nothing of the scratch folder is left");
+        std::fs::create_dir(&at).unwrap();
+        std::fs::write(at.join("theirs"), b"not ours to delete").unwrap();
+        std::fs::set_permissions(&at, std::fs::Permissions::from_mode(mode)).unwrap();
+        if let Some(uid) = owner {
+            std::os::unix::fs::chown(&at, Some(uid), None).unwrap();
+        }
+        let refused = folder.write_proxies(&[(ProxyType::Preview, b"x")]).unwrap_err().to_string();
+        assert!(refused.contains("that the Worker did not leave") && refused.contains("rm -r"), "{what}: {refused}");
+        assert_eq!(std::fs::read(at.join("theirs")).unwrap(), b"not ours to delete", "{what}");
+        assert_eq!(std::fs::read(folder.path().join("preview.jpg")).unwrap(), b"made", "{what}");
+        std::fs::remove_dir_all(&at).unwrap();
     }
     std::fs::create_dir_all(at.join("a folder")).unwrap();
     let refused = folder.write_proxies(&[(ProxyType::Preview, b"x")]).unwrap_err().to_string();
-    assert!(refused.contains("could not be emptied and removed") && refused.contains("rm -r"), "{refused}");
+    assert!(refused.contains("that the Worker did not leave"), "{refused}");
 }
 
-/// A scratch folder is this process's alone when owned by whoever the volume says owns what it makes, and, where the
-/// volume keeps modes, open to nobody else: on a volume that keeps owners and modes, an NFS export that squashes the
-/// Worker's user to another, and a CIFS or FAT mount that keeps neither (every file shows the mount's `uid=` and
-/// mode). A folder of another owner (someone else's put in its place) is not, nor one others may write.
+/// The scratch folder is judged on the volume by a file made in it: the folder the Worker made for itself (0700) is
+/// its alone; one others may write is refused, as the volume shows it (a CIFS or FAT mount showing every folder so);
+/// one owned by someone else (put in its place before it was opened) is refused.
 #[test]
-fn a_scratch_folder_is_ours_alone_by_the_owner_and_mode_the_volume_gives_what_we_make() {
-    let (us, squashed, them) = (1000, 65534, 1001);
-    for (volume, folder, probe) in [
-        ("owners and modes kept", (us, 0o40700), (us, 0o100600)),
-        ("an NFS export squashing the Worker's user", (squashed, 0o40700), (squashed, 0o100600)),
-        ("a CIFS or FAT mount", (us, 0o40755), (us, 0o100755)),
-    ] {
-        assert!(owned_alone(folder, probe), "{volume}");
+fn a_scratch_folder_is_judged_by_a_file_made_in_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let held = |mode: u32, owner: Option<u32>| {
+        let path = dir.path().join(format!("{mode:o}-{owner:?}"));
+        std::fs::create_dir(&path).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        if let Some(uid) = owner {
+            std::os::unix::fs::chown(&path, Some(uid), None).unwrap();
+        }
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        Held { fd: rustix::fs::openat(CWD, &path, flags, Mode::empty()).unwrap(), path }
+    };
+    let ours = held(0o700, None);
+    ours_alone(&ours).unwrap();
+    assert_eq!(names(&ours.path), Vec::<String>::new(), "the file judged by is removed");
+    let refused = ours_alone(&held(0o777, None)).unwrap_err().to_string();
+    assert!(refused.contains("as one others may write (mode 777)") && refused.contains("dir_mode=0755"), "{refused}");
+    if crate::effective_user() == 0 {
+        let refused = ours_alone(&held(0o777, Some(4321))).unwrap_err().to_string();
+        assert!(refused.contains("it is not the folder the Worker made (owner 4321"), "{refused}");
     }
-    for (what, folder, probe) in [
-        ("someone else's folder", (them, 0o40700), (us, 0o100600)),
-        ("someone else's folder others may write", (them, 0o40777), (us, 0o100600)),
-        ("a folder of ours others may write", (us, 0o40777), (us, 0o100600)),
-        ("someone else's on a CIFS mount", (them, 0o40755), (us, 0o100755)),
+}
+
+/// The rule itself, for the volumes a test here cannot mount: an NFS export that squashes the Worker's user shows
+/// what it makes as another's, and a CIFS or FAT mount shows one owner and mode for everything.
+#[test]
+fn a_scratch_folder_is_ours_alone_by_the_owner_the_volume_gives_what_we_make() {
+    let (us, squashed, them) = (1000, 65534, 1001);
+    for (volume, folder, made_by_us) in [
+        ("owners and modes kept", (us, 0o40700), us),
+        ("an NFS export squashing the Worker's user", (squashed, 0o40700), squashed),
+        ("a CIFS or FAT mount showing 0755", (us, 0o40755), us),
     ] {
-        assert!(!owned_alone(folder, probe), "{what}");
+        assert_eq!(owned_alone(folder, made_by_us), Ok(()), "{volume}");
+    }
+    for (what, folder, made_by_us) in [
+        ("someone else's folder", (them, 0o40700), us),
+        ("someone else's folder others may write", (them, 0o40777), us),
+        ("a folder of ours others may write", (us, 0o40777), us),
+        ("a CIFS mount with dir_mode=0777", (us, 0o40777), us),
+        ("a folder its group may write", (us, 0o40770), us),
+    ] {
+        assert!(owned_alone(folder, made_by_us).is_err(), "{what}");
     }
 }
 
@@ -228,4 +276,37 @@ fn a_folder_removed_while_its_file_waits_is_said_to_have_gone() {
     std::fs::remove_dir(folder.path()).unwrap();
     let refused = folder.write_proxies(&[(ProxyType::Preview, b"x")]).unwrap_err();
     assert!(matches!(&refused, MediaError::ProxyFolderMoved { path } if path == folder.path()), "{refused}");
+}
+
+/// Another user's folder, or one others may write, put where the scratch folder was just made before it is opened
+/// (the window between `mkdirat` and `open`) is refused, and nothing is written into it.
+#[test]
+fn a_folder_put_in_the_scratch_folders_place_before_it_is_opened_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let someone_else = (crate::effective_user() == 0).then_some(4321);
+    for (what, owner) in [("one others may write", None), ("another user's", someone_else)] {
+        if what == "another user's" && owner.is_none() {
+            continue;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let folder = make_proxy_folder(dir.path(), Path::new("c1/ab/abcd")).unwrap();
+        BEFORE_OPENING_SCRATCH.with(|hook| {
+            *hook.borrow_mut() = Some(Box::new(move |path: &Path| {
+                std::fs::remove_dir(path).unwrap();
+                std::fs::create_dir(path).unwrap();
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o777)).unwrap();
+                if let Some(uid) = owner {
+                    std::os::unix::fs::chown(path, Some(uid), None).unwrap();
+                }
+            }))
+        });
+        let refused = folder.write_proxies(&[(ProxyType::Preview, b"x")]);
+        BEFORE_OPENING_SCRATCH.with(|hook| *hook.borrow_mut() = None);
+        let refused = refused.unwrap_err().to_string();
+        let said = if owner.is_some() { "it is not the folder the Worker made" } else { "as one others may write" };
+        assert!(refused.contains(said), "{what}: {refused}");
+        let put = folder.path().join(PROXY_SCRATCH_FOLDER);
+        assert_eq!(names(&put), Vec::<String>::new(), "{what}: nothing written into it");
+        assert!(!folder.path().join("preview.jpg").exists(), "{what}");
+    }
 }
