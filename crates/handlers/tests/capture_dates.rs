@@ -656,7 +656,6 @@ async fn a_file_dated_by_its_mtime_is_on_its_day_in_the_households_zone() {
 /// whatever it said.
 #[tokio::test]
 async fn a_video_waits_for_the_pixel_budget_before_its_proxies_are_made() {
-    use std::time::Duration;
     let lib = library().await;
     fixtures::quicktime_video(&lib.root.join("clip.mp4"), "2023-12-25T01:15:00Z", &[]);
     let handler = lib.crawler(lib.settings());
@@ -664,17 +663,7 @@ async fn a_video_waits_for_the_pixel_budget_before_its_proxies_are_made() {
     let held = handler.pixel_budget().reserve(u64::MAX, &cancel).await.unwrap();
     let crawl = lib.run_handler(&handler, lib.item(serde_json::json!({})).await);
     tokio::pin!(crawl);
-    let waits = async {
-        let deadline = almanac_testdb::Deadline::after(Duration::from_secs(30));
-        while handler.pixel_budget().waiting() == 0 {
-            deadline.check("the video to wait for the pixel budget");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    };
-    tokio::select! {
-        result = &mut crawl => panic!("the video's proxies were made with the budget held: {result:?}"),
-        () = waits => {}
-    }
+    support::until_a_file_waits_for_pixels(&handler, crawl.as_mut(), "the video").await;
     assert_eq!(files_named(&lib.proxies, "poster.jpg"), 0, "no poster while it waits");
     drop(held);
     let result = crawl.await.expect("the crawl succeeds");

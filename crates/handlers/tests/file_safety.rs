@@ -520,17 +520,7 @@ async fn a_proxy_folder_swapped_for_a_link_while_its_file_waits_is_never_written
         let held = handler.pixel_budget().reserve(u64::MAX, &cancel).await.unwrap();
         let crawl = lib.run_handler(&handler, lib.item(serde_json::json!({})).await);
         tokio::pin!(crawl);
-        let waits = async {
-            let deadline = almanac_testdb::Deadline::after(Duration::from_secs(30));
-            while handler.pixel_budget().waiting() == 0 {
-                deadline.check("the file to wait for the pixel budget");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        };
-        tokio::select! {
-            result = &mut crawl => panic!("{file}: the proxies were made with the budget held: {result:?}"),
-            () = waits => {}
-        }
+        support::until_a_file_waits_for_pixels(&handler, crawl.as_mut(), file).await;
         assert!(folder.is_dir(), "{file}: the folder is made before the file waits");
         std::fs::rename(&folder, &moved).unwrap();
         std::os::unix::fs::symlink(&elsewhere, &folder).unwrap();

@@ -58,6 +58,34 @@ pub fn processes_holding_open_beneath(dir: &Path) -> Vec<u32> {
     .collect()
 }
 
+/// The proxies of the video `original` made into the folder `out` (made if it is not there), with the default limits.
+pub async fn video_proxies_into(
+    original: &crate::Original,
+    out: &Path,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> Result<crate::VideoProxies, crate::MediaError> {
+    let limits = crate::ToolLimits::default();
+    crate::make_video_proxies(original, &proxy_folder(out), limits, crate::DEFAULT_MAX_PIXELS, cancel).await
+}
+
+/// The names in the folder `dir`, sorted.
+pub fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<_> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    names
+}
+
+/// The scratch folder a killed Worker left in the proxy folder `folder` (its own, for itself alone: mode 0700), made
+/// empty, for a test to leave debris in.
+pub fn left_scratch_folder(folder: &Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let left = folder.join(almanac_domain::ports::PROXY_SCRATCH_FOLDER);
+    std::fs::create_dir_all(&left).expect("make the scratch folder");
+    std::fs::set_permissions(&left, std::fs::Permissions::from_mode(0o700)).expect("set its mode");
+    left
+}
+
 /// The folder at `path` (made if it is not there), open for proxies to be written into, as the crawl opens each
 /// file's folder beneath the proxy root ([`crate::make_proxy_folder`]).
 pub fn proxy_folder(path: &Path) -> crate::ProxyFolder {

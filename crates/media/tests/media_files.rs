@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 use almanac_domain::CaptureSource;
 use almanac_media::fixtures::{self, FixtureExif};
 use almanac_media::{
-    DEFAULT_MAX_PIXELS, MediaError, MediaFormat, Original, RootFolder, ToolLimits, heic_to_jpeg, make_still_proxies,
-    make_video_proxies, probe_video, read_exif, read_still_facts,
+    DEFAULT_MAX_PIXELS, MediaError, MediaFormat, Original, RootFolder, StillProxies, ToolLimits, heic_to_jpeg,
+    make_still_proxies, probe_video, read_exif, read_still_facts,
 };
 use chrono::{TimeZone, Utc};
 use tokio_util::sync::CancellationToken;
@@ -16,6 +16,11 @@ use tokio_util::sync::CancellationToken;
 fn open(path: &Path) -> Original {
     let root = RootFolder::open(path.parent().unwrap()).unwrap();
     root.open_file(path.file_name().unwrap().as_encoded_bytes()).unwrap()
+}
+
+/// The proxies of the still at `path` (`content`, its `format`, upright), made into the folder `dir`.
+fn stills(path: &Path, content: &[u8], format: MediaFormat, dir: &Path) -> Result<StillProxies, MediaError> {
+    make_still_proxies(path, content, format, 1, DEFAULT_MAX_PIXELS, &fixtures::proxy_folder(dir))
 }
 
 fn dims(path: &Path) -> (u32, u32) {
@@ -93,15 +98,7 @@ fn a_twelve_megapixel_jpeg_gives_an_upright_preview_thumbnail_and_blurhash() {
 fn small_png_is_not_upscaled() {
     let dir = tempfile::tempdir().unwrap();
     let content = fixtures::png(200, 100, 3);
-    let made = make_still_proxies(
-        &dir.path().join("a.png"),
-        &content,
-        MediaFormat::Png,
-        1,
-        DEFAULT_MAX_PIXELS,
-        &fixtures::proxy_folder(dir.path()),
-    )
-    .unwrap();
+    let made = stills(&dir.path().join("a.png"), &content, MediaFormat::Png, dir.path()).unwrap();
     assert_eq!((made.width, made.height), (200, 100));
     assert_eq!(dims(&dir.path().join("preview.jpg")), (200, 100));
     assert_eq!(dims(&dir.path().join("thumbnail.jpg")), (200, 100));
@@ -119,9 +116,7 @@ fn a_gif_whose_frame_lies_outside_its_screen_is_refused_before_it_is_decoded() {
     gif.extend_from_slice(&4000u16.to_le_bytes());
     gif.extend_from_slice(&[0, 8, 2, 0x4C, 0x01, 0, 0x3B]);
     let path = dir.path().join("bomb.gif");
-    let err =
-        make_still_proxies(&path, &gif, MediaFormat::Gif, 1, DEFAULT_MAX_PIXELS, &fixtures::proxy_folder(dir.path()))
-            .unwrap_err();
+    let err = stills(&path, &gif, MediaFormat::Gif, dir.path()).unwrap_err();
     assert!(err.to_string().contains("lies outside its 1x1 screen"), "{err}");
     assert!(!dir.path().join("preview.jpg").exists());
 }
@@ -146,15 +141,7 @@ fn a_cmyk_jpeg_gets_proxies_in_its_colours() {
         format: turbojpeg::PixelFormat::CMYK,
     };
     let jpeg = turbojpeg::compress(image, 95, turbojpeg::Subsamp::None).unwrap().to_vec();
-    let made = make_still_proxies(
-        &dir.path().join("print.jpg"),
-        &jpeg,
-        MediaFormat::Jpeg,
-        1,
-        DEFAULT_MAX_PIXELS,
-        &fixtures::proxy_folder(dir.path()),
-    )
-    .unwrap();
+    let made = stills(&dir.path().join("print.jpg"), &jpeg, MediaFormat::Jpeg, dir.path()).unwrap();
     assert_eq!((made.width, made.height), (64, 48));
     let preview = image::open(dir.path().join("preview.jpg")).unwrap().to_rgb8();
     let [r, g, b] = preview.get_pixel(8, 24).0;
@@ -169,26 +156,11 @@ fn truncated_or_fake_jpeg_is_a_clear_error_and_writes_no_proxy() {
     let content = fixtures::jpeg(800, 600, 1, true, &FixtureExif::default());
     let truncated = &content[..content.len() / 3];
     let out = dir.path().join("out");
-    let err = make_still_proxies(
-        Path::new("/lib/cut.jpg"),
-        truncated,
-        MediaFormat::Jpeg,
-        1,
-        DEFAULT_MAX_PIXELS,
-        &fixtures::proxy_folder(&out),
-    )
-    .unwrap_err();
+    let err = stills(Path::new("/lib/cut.jpg"), truncated, MediaFormat::Jpeg, &out).unwrap_err();
     assert!(matches!(err, MediaError::Corrupt { .. }), "{err:?}");
     assert!(err.to_string().contains("/lib/cut.jpg"));
     assert!(!out.join("preview.jpg").exists());
-    let err = make_still_proxies(
-        Path::new("/lib/x.jpg"),
-        b"\xff\xd8\xffnonsense",
-        MediaFormat::Jpeg,
-        1,
-        DEFAULT_MAX_PIXELS,
-        &fixtures::proxy_folder(&out),
-    );
+    let err = stills(Path::new("/lib/x.jpg"), b"\xff\xd8\xffnonsense", MediaFormat::Jpeg, &out);
     assert!(matches!(err, Err(MediaError::Corrupt { .. })));
 }
 
@@ -206,15 +178,7 @@ async fn video_is_probed_and_gets_a_poster_and_a_720p_web_video() {
     assert_eq!(facts.created.unwrap().source, CaptureSource::Container);
 
     let out = dir.path().join("proxies");
-    let made = make_video_proxies(
-        &open(&src),
-        &fixtures::proxy_folder(&out),
-        ToolLimits::default(),
-        DEFAULT_MAX_PIXELS,
-        &cancel,
-    )
-    .await
-    .unwrap();
+    let made = fixtures::video_proxies_into(&open(&src), &out, &cancel).await.unwrap();
     let on_disk = |name: &str| std::fs::metadata(out.join(name)).unwrap().len();
     assert_eq!((made.poster_bytes, made.web_video_bytes), (on_disk("poster.jpg"), on_disk("web.mp4")));
     assert_eq!(dims(&out.join("poster.jpg")), (1280, 960));
@@ -239,9 +203,7 @@ async fn a_portrait_video_s_poster_is_at_most_1920_on_its_longest_side() {
     assert_eq!((facts.metadata.width, facts.metadata.height), (Some(2560), Some(1440)), "stored landscape");
     assert_eq!(facts.metadata.orientation_degrees % 180, 90, "shown a quarter turn round");
     let out = dir.path().join("proxies");
-    make_video_proxies(&open(&src), &fixtures::proxy_folder(&out), ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel)
-        .await
-        .unwrap();
+    fixtures::video_proxies_into(&open(&src), &out, &cancel).await.unwrap();
     assert_eq!(dims(&out.join("poster.jpg")), (1080, 1920));
     let web =
         probe_video(&open(&out.join("web.mp4")), ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel).await.unwrap();
@@ -257,19 +219,9 @@ async fn a_short_clip_gets_its_first_frame_and_never_an_earlier_attempts_debris(
     let out = dir.path().join("proxies");
     // A killed attempt left half a poster behind, where ffmpeg writes (and where the Worker would find it were
     // nothing there removed first: ffmpeg writes nothing for so short a clip at its first try).
-    let left = out.join(almanac_domain::ports::PROXY_SCRATCH_FOLDER);
-    std::fs::create_dir_all(&left).unwrap();
-    std::fs::set_permissions(&left, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let left = fixtures::left_scratch_folder(&out);
     std::fs::write(left.join(".poster.tmp.jpg"), b"\xff\xd8\xff half a jpeg").unwrap();
-    let made = make_video_proxies(
-        &open(&src),
-        &fixtures::proxy_folder(&out),
-        ToolLimits::default(),
-        DEFAULT_MAX_PIXELS,
-        &CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let made = fixtures::video_proxies_into(&open(&src), &out, &CancellationToken::new()).await.unwrap();
     assert_eq!(dims(&out.join("poster.jpg")), (320, 240), "a real frame, not the debris");
     assert!(made.poster_bytes > 100);
 }
@@ -298,15 +250,7 @@ async fn cancellation_stops_ffmpeg_within_a_second_and_leaves_no_process() {
         trigger.cancel();
     });
     let started = Instant::now();
-    let err = make_video_proxies(
-        &open(&src),
-        &fixtures::proxy_folder(&out),
-        ToolLimits::default(),
-        DEFAULT_MAX_PIXELS,
-        &cancel,
-    )
-    .await
-    .unwrap_err();
+    let err = fixtures::video_proxies_into(&open(&src), &out, &cancel).await.unwrap_err();
     let stopped_after = started.elapsed();
     assert!(matches!(err, MediaError::Cancelled), "{err:?}");
     // The transcode alone takes several times longer than this: returning here means it was killed, not
@@ -338,8 +282,7 @@ async fn heic_goes_through_libheif_and_leaves_nothing_behind() {
     assert_eq!(almanac_media::detect_format(&src, &content[..16]), Some(MediaFormat::Heic));
     let out = dir.path().join("proxies");
     let jpeg = converted(&src, &out).await;
-    let made = make_still_proxies(&src, &jpeg, MediaFormat::Heic, 1, DEFAULT_MAX_PIXELS, &fixtures::proxy_folder(&out))
-        .unwrap();
+    let made = stills(&src, &jpeg, MediaFormat::Heic, &out).unwrap();
     assert_eq!((made.width, made.height), (640, 480));
     assert_eq!(dims(&out.join("thumbnail.jpg")), (300, 225));
     let mut names: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).collect();
@@ -387,8 +330,7 @@ async fn a_heic_of_several_images_gives_its_primary_and_leaves_nothing_behind() 
     fixtures::heic_of_several(&src, &[(640, 480), (320, 200), (100, 80)], 5);
     let out = dir.path().join("proxies");
     let jpeg = converted(&src, &out).await;
-    let made = make_still_proxies(&src, &jpeg, MediaFormat::Heic, 1, DEFAULT_MAX_PIXELS, &fixtures::proxy_folder(&out))
-        .unwrap();
+    let made = stills(&src, &jpeg, MediaFormat::Heic, &out).unwrap();
     assert_eq!((made.width, made.height), (640, 480), "the primary image");
     let mut names: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).collect();
     names.sort();
@@ -400,16 +342,13 @@ async fn a_heic_of_several_images_gives_its_primary_and_leaves_nothing_behind() 
 /// links point to, outside, is left as it was, and the scratch folder is gone afterwards.
 #[tokio::test]
 async fn a_link_at_heif_convert_s_output_name_is_never_written_through() {
-    use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("IMG_0005.HEIC");
     fixtures::heic(&src, 640, 480, 4);
     let outside = dir.path().join("outside.jpg");
     std::fs::write(&outside, b"someone else's file").unwrap();
     let out = dir.path().join("proxies");
-    let left = out.join(almanac_domain::ports::PROXY_SCRATCH_FOLDER);
-    std::fs::create_dir_all(&left).unwrap();
-    std::fs::set_permissions(&left, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let left = fixtures::left_scratch_folder(&out);
     std::os::unix::fs::symlink(&outside, out.join(".heic-decode.jpg")).unwrap();
     std::os::unix::fs::symlink(&outside, left.join(".heic-decode.jpg")).unwrap();
     let jpeg = converted(&src, &out).await;

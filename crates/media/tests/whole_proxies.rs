@@ -14,12 +14,7 @@ use almanac_media::{
 };
 use tokio_util::sync::CancellationToken;
 
-fn names(dir: &Path) -> Vec<String> {
-    let mut names: Vec<_> =
-        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
-    names.sort();
-    names
-}
+use fixtures::names;
 
 #[tokio::test]
 async fn a_proxy_volume_that_fills_up_under_ffmpeg_leaves_no_poster_cut_short() {
@@ -29,15 +24,7 @@ async fn a_proxy_volume_that_fills_up_under_ffmpeg_leaves_no_poster_cut_short() 
     let Some(volume) = ScratchVolume::small(&dir.path().join("proxies"), 16, false) else { return };
     let clip = RootFolder::open(dir.path()).unwrap().open_file(b"clip.mov").unwrap();
     let cancel = CancellationToken::new();
-    let err = make_video_proxies(
-        &clip,
-        &fixtures::proxy_folder(volume.path()),
-        ToolLimits::default(),
-        DEFAULT_MAX_PIXELS,
-        &cancel,
-    )
-    .await
-    .unwrap_err();
+    let err = fixtures::video_proxies_into(&clip, volume.path(), &cancel).await.unwrap_err();
     assert!(matches!(&err, MediaError::ProxyNotMade { proxy: ProxyType::Poster, .. }), "{err:?}");
     let message = err.to_string();
     assert!(message.contains("No space left on device"), "ffmpeg's own words: {message}");
@@ -132,13 +119,10 @@ fn the_proxy_root_check_names_a_folder_that_cannot_be_written() {
 /// were, and the proxies are files of their own.
 #[tokio::test]
 async fn links_at_the_temporary_names_of_a_video_s_proxies_are_never_written_through() {
-    use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     fixtures::video(&dir.path().join("clip.mp4"), 1.0, 320, 240, "2021-06-01T10:00:00Z");
     let out = dir.path().join("proxies");
-    let left = out.join(almanac_domain::ports::PROXY_SCRATCH_FOLDER);
-    std::fs::create_dir_all(&left).unwrap();
-    std::fs::set_permissions(&left, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let left = fixtures::left_scratch_folder(&out);
     let mut outside = Vec::new();
     for (proxy, name) in [(ProxyType::Poster, "poster"), (ProxyType::WebVideo, "web")] {
         let target = dir.path().join(format!("outside-{name}"));
@@ -148,15 +132,7 @@ async fn links_at_the_temporary_names_of_a_video_s_proxies_are_never_written_thr
         outside.push(target);
     }
     let clip = RootFolder::open(dir.path()).unwrap().open_file(b"clip.mp4").unwrap();
-    make_video_proxies(
-        &clip,
-        &fixtures::proxy_folder(&out),
-        ToolLimits::default(),
-        DEFAULT_MAX_PIXELS,
-        &CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    fixtures::video_proxies_into(&clip, &out, &CancellationToken::new()).await.unwrap();
     for target in &outside {
         assert_eq!(std::fs::read(target).unwrap(), b"someone else's file", "{}", target.display());
     }

@@ -207,3 +207,23 @@ impl Library {
         path
     }
 }
+
+/// Runs `crawl` (pinned by the caller, who then awaits its end) until one of its files waits for `handler`'s pixel
+/// budget, which the test holds; panics naming `file` if the crawl ends first (its proxies were made without the
+/// pixels).
+pub async fn until_a_file_waits_for_pixels<F>(handler: &CrawlHandler<PgStore>, crawl: std::pin::Pin<&mut F>, file: &str)
+where
+    F: std::future::Future<Output = Result<serde_json::Value, HandlerError>>,
+{
+    let waits = async {
+        let deadline = almanac_testdb::Deadline::after(Duration::from_secs(30));
+        while handler.pixel_budget().waiting() == 0 {
+            deadline.check(format!("{file} to wait for the pixel budget"));
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::select! {
+        result = crawl => panic!("{file}: the proxies were made with the pixel budget held: {result:?}"),
+        () = waits => {}
+    }
+}

@@ -1,4 +1,5 @@
 use super::*;
+use crate::fixtures::names;
 use crate::tool::{Given, run_tool};
 
 /// What a test does where the scratch folder was just made.
@@ -38,21 +39,16 @@ fn a_proxys_folders_are_made_without_following_a_link() {
     assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0, "nothing made through the link");
 }
 
-/// The scratch folder a killed Worker left (its own, for itself alone), with its debris.
-fn left_behind(folder: &ProxyFolder) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let left = folder.path().join(PROXY_SCRATCH_FOLDER);
-    std::fs::create_dir(&left).unwrap();
-    std::fs::set_permissions(&left, std::fs::Permissions::from_mode(0o700)).unwrap();
-    left
-}
-
 #[test]
 fn writes_through_a_temporary_name_and_replaces_debris() {
     let dir = tempfile::tempdir().unwrap();
     let folder = make_proxy_folder(dir.path(), Path::new("a/b")).unwrap();
     let dest = folder.path().join("preview.jpg");
-    std::fs::write(left_behind(&folder).join(".preview.jpg.tmp"), b"debris of an earlier attempt").unwrap();
+    std::fs::write(
+        crate::fixtures::left_scratch_folder(folder.path()).join(".preview.jpg.tmp"),
+        b"debris of an earlier attempt",
+    )
+    .unwrap();
     std::fs::write(&dest, b"old").unwrap();
     folder.write_proxies(&[(ProxyType::Preview, b"new")]).unwrap();
     assert_eq!(std::fs::read(&dest).unwrap(), b"new");
@@ -68,7 +64,7 @@ fn a_link_at_the_temporary_name_is_never_written_through() {
     let outside = dir.path().join("outside.txt");
     std::fs::write(&outside, b"someone else's file").unwrap();
     let folder = make_proxy_folder(dir.path(), Path::new("proxies/ab/abcdef")).unwrap();
-    let left = left_behind(&folder);
+    let left = crate::fixtures::left_scratch_folder(folder.path());
     for at in [folder.path(), left.as_path()] {
         let at = |proxy: ProxyType| at.join(proxy.temporary_file_name().unwrap());
         std::os::unix::fs::symlink(&outside, at(ProxyType::Preview)).unwrap();
@@ -177,13 +173,6 @@ fn a_scratch_folder_is_ours_alone_by_the_owner_the_volume_gives_what_we_make() {
     ] {
         assert!(owned_alone(folder, made_by_us).is_err(), "{what}");
     }
-}
-
-fn names(dir: &Path) -> Vec<String> {
-    let mut names: Vec<_> =
-        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
-    names.sort();
-    names
 }
 
 /// The folder, or one above it, swapped for a link to a folder outside after it was made (as someone who may write

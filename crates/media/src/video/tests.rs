@@ -45,12 +45,22 @@ fn setup() -> Setup {
     Setup { dir, clip, whole_jpeg, out }
 }
 
+impl Setup {
+    /// The clip's proxies, made into the proxy folder by `ffmpeg`.
+    async fn made_by(
+        &self,
+        ffmpeg: &'static str,
+        limits: ToolLimits,
+        max_pixels: u64,
+        cancel: &CancellationToken,
+    ) -> Result<VideoProxies, MediaError> {
+        make_video_proxies_with(ffmpeg, &self.clip, &fixtures::proxy_folder(&self.out), limits, max_pixels, cancel)
+            .await
+    }
+}
+
 fn names(dir: &Path) -> Vec<String> {
-    let mut names: Vec<_> = std::fs::read_dir(dir)
-        .map(|d| d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect())
-        .unwrap_or_default();
-    names.sort();
-    names
+    if dir.exists() { fixtures::names(dir) } else { Vec::new() }
 }
 
 #[tokio::test]
@@ -62,16 +72,7 @@ async fn a_poster_cut_short_by_a_failing_ffmpeg_never_takes_its_name_and_the_err
     );
     let ffmpeg = fake_ffmpeg(s.dir.path(), &cut, "exit 1");
     let cancel = CancellationToken::new();
-    let err = make_video_proxies_with(
-        ffmpeg,
-        &s.clip,
-        &fixtures::proxy_folder(&s.out),
-        ToolLimits::default(),
-        DEFAULT_MAX_PIXELS,
-        &cancel,
-    )
-    .await
-    .unwrap_err();
+    let err = s.made_by(ffmpeg, ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel).await.unwrap_err();
     assert!(
         matches!(&err, MediaError::ProxyNotMade { proxy: ProxyType::Poster, .. }),
         "a failed tool is an error: {err:?}"
@@ -87,16 +88,7 @@ async fn a_poster_cut_short_is_refused_even_when_ffmpeg_says_it_succeeded() {
     let cut = format!("head -c 8192 '{}' > \"$last\"", s.whole_jpeg.display());
     let ffmpeg = fake_ffmpeg(s.dir.path(), &cut, "exit 1");
     let cancel = CancellationToken::new();
-    let err = make_video_proxies_with(
-        ffmpeg,
-        &s.clip,
-        &fixtures::proxy_folder(&s.out),
-        ToolLimits::default(),
-        DEFAULT_MAX_PIXELS,
-        &cancel,
-    )
-    .await
-    .unwrap_err();
+    let err = s.made_by(ffmpeg, ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel).await.unwrap_err();
     assert!(matches!(&err, MediaError::ProxyNotMade { proxy: ProxyType::Poster, .. }), "{err:?}");
     assert!(err.to_string().contains("cut short"), "{err}");
     assert_eq!(names(&s.out), Vec::<String>::new());
@@ -120,16 +112,7 @@ async fn a_web_video_cut_short_is_refused_even_when_ffmpeg_says_it_succeeded() {
     let cut = format!("head -c {keep} '{}' > \"$last\"", web.display());
     let ffmpeg = fake_ffmpeg(s.dir.path(), &poster, &cut);
     let cancel = CancellationToken::new();
-    let err = make_video_proxies_with(
-        ffmpeg,
-        &s.clip,
-        &fixtures::proxy_folder(&s.out),
-        ToolLimits::default(),
-        DEFAULT_MAX_PIXELS,
-        &cancel,
-    )
-    .await
-    .unwrap_err();
+    let err = s.made_by(ffmpeg, ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel).await.unwrap_err();
     assert!(matches!(&err, MediaError::ProxyNotMade { proxy: ProxyType::WebVideo, .. }), "{err:?}");
     assert!(err.to_string().contains("cut short"), "{err}");
     assert_eq!(names(&s.out), ["poster.jpg"], "the whole poster stays; no part of the web video does");
@@ -142,16 +125,7 @@ async fn a_failing_transcode_is_an_error_and_leaves_no_web_video() {
     let poster = format!("cp '{}' \"$last\"", s.whole_jpeg.display());
     let ffmpeg = fake_ffmpeg(s.dir.path(), &poster, "echo partial > \"$last\"; echo 'Conversion failed!' >&2; exit 1");
     let cancel = CancellationToken::new();
-    let err = make_video_proxies_with(
-        ffmpeg,
-        &s.clip,
-        &fixtures::proxy_folder(&s.out),
-        ToolLimits::default(),
-        DEFAULT_MAX_PIXELS,
-        &cancel,
-    )
-    .await
-    .unwrap_err();
+    let err = s.made_by(ffmpeg, ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel).await.unwrap_err();
     assert!(matches!(&err, MediaError::ProxyNotMade { proxy: ProxyType::WebVideo, .. }), "{err:?}");
     assert!(err.to_string().contains("Conversion failed!"), "{err}");
     assert_eq!(names(&s.out), ["poster.jpg"]);
@@ -217,15 +191,7 @@ async fn ffmpegs_refusal_of_a_picture_over_the_limit_is_the_answer_even_when_it_
                max pixel count 1000000, see the documentation if you wish to increase it' >&2; exit 0";
     let ffmpeg = fake_ffmpeg(s.dir.path(), &poster, web);
     let cancel = CancellationToken::new();
-    let err = make_video_proxies_with(
-        ffmpeg,
-        &s.clip,
-        &fixtures::proxy_folder(&s.out),
-        ToolLimits::default(),
-        1_000_000,
-        &cancel,
-    )
-    .await;
+    let err = s.made_by(ffmpeg, ToolLimits::default(), 1_000_000, &cancel).await;
     let err = err.unwrap_err();
     assert_refused_for_its_frames(&err, "7680x4320");
     assert!(err.to_string().contains("(33 megapixels), more than the limit of 1 "), "{err}");
@@ -239,30 +205,12 @@ async fn a_tool_killed_from_outside_says_it_may_have_been_the_out_of_memory_kill
     let s = setup();
     let ffmpeg = fake_ffmpeg(s.dir.path(), "echo decoding >&2; kill -9 $$", "exit 1");
     let cancel = CancellationToken::new();
-    let err = make_video_proxies_with(
-        ffmpeg,
-        &s.clip,
-        &fixtures::proxy_folder(&s.out),
-        ToolLimits::default(),
-        DEFAULT_MAX_PIXELS,
-        &cancel,
-    )
-    .await
-    .unwrap_err();
+    let err = s.made_by(ffmpeg, ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel).await.unwrap_err();
     let message = err.to_string();
     assert!(message.contains("out-of-memory killer") && message.contains("worker.max_concurrent_files"), "{message}");
     // A tool that fails of its own accord says only what it said.
     let ffmpeg = fake_ffmpeg(s.dir.path(), "echo 'Invalid data found' >&2; exit 1", "exit 1");
-    let err = make_video_proxies_with(
-        ffmpeg,
-        &s.clip,
-        &fixtures::proxy_folder(&s.out),
-        ToolLimits::default(),
-        DEFAULT_MAX_PIXELS,
-        &cancel,
-    )
-    .await
-    .unwrap_err();
+    let err = s.made_by(ffmpeg, ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel).await.unwrap_err();
     assert!(!err.to_string().contains("out-of-memory"), "{err}");
     assert_eq!(names(&s.out), Vec::<String>::new());
 }
@@ -283,15 +231,7 @@ async fn a_poster_is_tried_again_from_the_start_only_when_the_first_try_gave_not
 
     let whole = format!("{count}; cp '{}' \"$last\"", s.whole_jpeg.display());
     let ffmpeg = fake_ffmpeg(s.dir.path(), &whole, "exit 1");
-    let _ = make_video_proxies_with(
-        ffmpeg,
-        &s.clip,
-        &fixtures::proxy_folder(&s.out),
-        ToolLimits::default(),
-        DEFAULT_MAX_PIXELS,
-        &cancel,
-    )
-    .await;
+    let _ = s.made_by(ffmpeg, ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel).await;
     assert_eq!(tries_of(&tries), ["half a second in"], "a whole poster at the first try");
 
     std::fs::remove_file(&tries).unwrap();
@@ -300,25 +240,14 @@ async fn a_poster_is_tried_again_from_the_start_only_when_the_first_try_gave_not
         s.whole_jpeg.display()
     );
     let ffmpeg = fake_ffmpeg(s.dir.path(), &empty_then_whole, "exit 1");
-    let _ = make_video_proxies_with(
-        ffmpeg,
-        &s.clip,
-        &fixtures::proxy_folder(&s.out),
-        ToolLimits::default(),
-        DEFAULT_MAX_PIXELS,
-        &cancel,
-    )
-    .await;
+    let _ = s.made_by(ffmpeg, ToolLimits::default(), DEFAULT_MAX_PIXELS, &cancel).await;
     assert_eq!(tries_of(&tries), ["half a second in", "the start"], "nothing half a second in");
 
     std::fs::remove_file(&tries).unwrap();
     let hung = format!("{count}; exec sleep 60");
     let ffmpeg = fake_ffmpeg(s.dir.path(), &hung, "exit 1");
     let limits = ToolLimits { quick: Duration::from_secs(1), ..ToolLimits::default() };
-    let err =
-        make_video_proxies_with(ffmpeg, &s.clip, &fixtures::proxy_folder(&s.out), limits, DEFAULT_MAX_PIXELS, &cancel)
-            .await
-            .unwrap_err();
+    let err = s.made_by(ffmpeg, limits, DEFAULT_MAX_PIXELS, &cancel).await.unwrap_err();
     assert!(matches!(err, MediaError::TimedOut { .. }), "{err:?}");
     assert_eq!(tries_of(&tries), ["half a second in"], "a hung first try is not followed by a second");
 }
