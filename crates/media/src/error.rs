@@ -109,6 +109,18 @@ pub enum MediaError {
         /// Where the folder was made.
         path: PathBuf,
     },
+    /// The scratch folder of a file's proxies cannot be made the Worker's alone: what stands at its name is not the
+    /// Worker's to empty, or the folder made is not (as the volume shows it) the Worker's alone. Nothing was written.
+    #[error(
+        "the proxies' scratch folder {path} was refused: {reason}. Nothing was written into it; the file is tried \
+         again at the next crawl"
+    )]
+    ProxyScratchRefused {
+        /// The scratch folder.
+        path: PathBuf,
+        /// Why, and what to do.
+        reason: String,
+    },
     /// A tool failed while making a proxy, or what it (or we) made is not whole: nothing took the proxy's name.
     #[error(
         "the {proxy} of {path} was not made: {reason}. Nothing took its name in {dir}. If the file opens \

@@ -146,11 +146,10 @@ impl ProxyFolder {
             // The folder itself was removed meanwhile (the sweep emptied it): nothing can be made in it.
             Err(Errno::NOENT) => return Err(MediaError::ProxyFolderMoved { path: self.dir.path.clone() }),
             Err(Errno::EXIST) => {
-                let e = std::io::Error::other(
-                    "a folder stands there that the Worker did not leave (another user's, one others may write, or \
-                     one holding a folder), and it empties only its own; remove it (rm -r), the Worker makes it again",
-                );
-                return Err(MediaError::write(&path, e));
+                let reason = "a folder stands there that the Worker did not leave (another user's, one others may \
+                              write, or one holding a folder), and it empties only its own; remove it (rm -r), the \
+                              Worker makes it again";
+                return Err(MediaError::ProxyScratchRefused { path, reason: reason.into() });
             }
             Err(e) => return Err(MediaError::write(&path, e.into())),
         }
@@ -367,11 +366,9 @@ fn ours_alone(dir: &Held) -> Result<(), MediaError> {
     drop(made);
     rustix::fs::unlinkat(&dir.fd, probe, AtFlags::empty()).map_err(failed)?;
     let folder = rustix::fs::fstat(&dir.fd).map_err(|e| MediaError::write(&dir.path, e.into()))?;
-    owned_alone((folder.st_uid, folder.st_mode), file.st_uid).map_err(|why| {
-        MediaError::write(
-            &dir.path,
-            std::io::Error::other(format!("{why}; storage.proxy_root must be the Worker's alone")),
-        )
+    owned_alone((folder.st_uid, folder.st_mode), file.st_uid).map_err(|why| MediaError::ProxyScratchRefused {
+        path: dir.path.clone(),
+        reason: format!("{why}; storage.proxy_root must be the Worker's alone"),
     })
 }
 

@@ -115,6 +115,7 @@ fn what_stands_where_the_scratch_folder_goes_is_removed_only_when_a_worker_left_
         }
         let refused = folder.write_proxies(&[(ProxyType::Preview, b"x")]).unwrap_err().to_string();
         assert!(refused.contains("that the Worker did not leave") && refused.contains("rm -r"), "{what}: {refused}");
+        assert!(!refused.contains("may be full"), "a refusal, not a full or read-only volume: {refused}");
         assert_eq!(std::fs::read(at.join("theirs")).unwrap(), b"not ours to delete", "{what}");
         assert_eq!(std::fs::read(folder.path().join("preview.jpg")).unwrap(), b"made", "{what}");
         std::fs::remove_dir_all(&at).unwrap();
