@@ -101,8 +101,8 @@ pub enum MediaError {
     /// they went into the folder itself, wherever it is now, and nothing was written through what stands there.
     #[error(
         "the proxy folder {path} was moved, removed or replaced (by a link or another folder) while this file's \
-         proxies were made: they were written into the folder the Worker had made, not through what stands there \
-         now, and the file was not recorded; it is tried again at the next crawl. If this comes back, something \
+         proxies were made: whatever was written went into the folder the Worker had made, never through what stands \
+         there now, and the file was not recorded; it is tried again at the next crawl. If this comes back, something \
          other than the Worker changes storage.proxy_root, which must be the Worker's alone"
     )]
     ProxyFolderMoved {

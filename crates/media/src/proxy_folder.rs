@@ -146,10 +146,17 @@ impl ProxyFolder {
             // The folder itself was removed meanwhile (the sweep emptied it): nothing can be made in it.
             Err(Errno::NOENT) => return Err(MediaError::ProxyFolderMoved { path: self.dir.path.clone() }),
             Err(Errno::EXIST) => {
-                let reason = "a folder stands there that the Worker did not leave (another user's, one others may \
-                              write, or one holding a folder), and it empties only its own; remove it (rm -r), the \
-                              Worker makes it again";
-                return Err(MediaError::ProxyScratchRefused { path, reason: reason.into() });
+                let shown = rustix::fs::statat(&self.dir.fd, PROXY_SCRATCH_FOLDER, AtFlags::SYMLINK_NOFOLLOW)
+                    .map_or_else(
+                        |_| String::new(),
+                        |s| format!(" (owner {}, mode {:o})", s.st_uid, s.st_mode & 0o7777),
+                    );
+                let reason = format!(
+                    "a folder stands there{shown} that the Worker did not leave (another user's, a sticky one, or one \
+                     holding a folder, or one it may not empty: a Worker run once as root leaves one), and it empties \
+                     only its own; remove it (rm -r, as its owner or root), the Worker makes it again"
+                );
+                return Err(MediaError::ProxyScratchRefused { path, reason });
             }
             Err(e) => return Err(MediaError::write(&path, e.into())),
         }
@@ -160,14 +167,19 @@ impl ProxyFolder {
             e => MediaError::write(&path, e.into()),
         })?;
         let dir = Held { path, fd };
-        ours_alone(&dir)?;
+        if let Err(refused) = ours_alone(&dir) {
+            // Only the empty folder just made (or another's, empty, put in its place) can go: rmdir removes no other.
+            let _ = rustix::fs::unlinkat(&self.dir.fd, PROXY_SCRATCH_FOLDER, AtFlags::REMOVEDIR);
+            return Err(refused);
+        }
         Ok(Scratch { folder: self, dir })
     }
 
     /// Removes the scratch folder a killed Worker left, with what is in it, or a link or a file at its name (unlinked,
-    /// never followed). A folder there that the Worker did not leave is not emptied: one others may write, a sticky
-    /// one, or one owned by neither this process's user nor the proxy folder's owner (the owner a volume that squashes
-    /// users gives what the Worker makes) holds what is not ours to delete, were it a shared folder moved there.
+    /// never followed). A folder there that the Worker did not leave is not emptied: a sticky one (a shared folder moved
+    /// there, whose files their owners alone may delete), or one owned by neither this process's user nor the proxy
+    /// folder's owner (the owner a volume that squashes users gives what the Worker makes). Whatever else is in one
+    /// the Worker may empty, anyone who may write it could delete.
     fn remove_left_scratch(&self, path: &Path) {
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         if let Ok(fd) = rustix::fs::openat(&self.dir.fd, PROXY_SCRATCH_FOLDER, flags, Mode::empty()) {
@@ -176,7 +188,7 @@ impl ProxyFolder {
             let left_by_a_worker = there.is_ok_and(|t| {
                 let owner =
                     t.st_uid == rustix::process::geteuid().as_raw() || folder.is_ok_and(|f| f.st_uid == t.st_uid);
-                owner && t.st_mode & 0o1022 == 0
+                owner && t.st_mode & 0o1000 == 0
             });
             if left_by_a_worker {
                 left.empty();
@@ -366,30 +378,44 @@ fn ours_alone(dir: &Held) -> Result<(), MediaError> {
     drop(made);
     rustix::fs::unlinkat(&dir.fd, probe, AtFlags::empty()).map_err(failed)?;
     let folder = rustix::fs::fstat(&dir.fd).map_err(|e| MediaError::write(&dir.path, e.into()))?;
-    owned_alone((folder.st_uid, folder.st_mode), file.st_uid).map_err(|why| MediaError::ProxyScratchRefused {
+    owned_alone(folder.st_uid, file.st_uid).map_err(|why| MediaError::ProxyScratchRefused {
         path: dir.path.clone(),
         reason: format!("{why}; storage.proxy_root must be the Worker's alone"),
-    })
+    })?;
+    let mode = folder.st_mode & 0o7777;
+    if mode & 0o022 != 0 {
+        keeps_no_modes(&dir.path, mode);
+    }
+    Ok(())
 }
 
-/// Whether a folder of `folder`'s owner and mode is this process's alone, judged by `made_by_us`, the owner of a file
-/// this process has just made in it: owned by whoever the volume says owns what this process makes (itself; the user
-/// an NFS export squashes it to; the `uid=` of a CIFS or FAT mount, which keep no owners), and writable by nobody else
-/// (as the volume shows it: the kernel checks CIFS and FAT folders against the mode they show). Why not, otherwise.
-fn owned_alone(folder: (u32, u32), made_by_us: u32) -> Result<(), String> {
-    let (owner, mode) = (folder.0, folder.1 & 0o7777);
+/// Says once, for the Worker's life, that the proxy volume shows a folder the Worker made for itself alone as one
+/// others may write: it keeps no modes of its own (NTFS, a CIFS mount with `dir_mode=0777` or `noperm`, FAT with
+/// `umask=000`, modes derived from a NAS's ACLs), and its kernel or server lets others write where the mode says so.
+/// The proxies are still made: refusing would fail every file of such a volume, which worked before.
+fn keeps_no_modes(path: &Path, mode: u32) {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| {
+        tracing::warn!(
+            event = "proxy_volume_keeps_no_modes",
+            folder = %path.display(),
+            mode = format!("{mode:o}"),
+            "the proxy volume shows a folder the Worker made for itself alone (mode 0700) as one others may write: \
+             anyone who may write the volume could place a link where the Worker's tools write. Mount it so that \
+             folders are not writable by others (CIFS: uid= the Worker's user and dir_mode=0755; FAT or exFAT: \
+             umask=022; NTFS: a permissions option, or another file system for proxies)"
+        );
+    });
+}
+
+/// Whether a folder owned by `owner` is this process's, judged by `made_by_us`, the owner of a file this process has
+/// just made in it: owned by whoever the volume says owns what this process makes (itself; the user an NFS export
+/// squashes it to; the `uid=` of a CIFS or FAT mount, which keep no owners). Why not, otherwise.
+fn owned_alone(owner: u32, made_by_us: u32) -> Result<(), String> {
     if owner != made_by_us {
         return Err(format!(
             "it is not the folder the Worker made (owner {owner}, where what the Worker makes is owned by \
              {made_by_us}): someone else who may write the proxy folder put theirs in its place"
-        ));
-    }
-    if mode & 0o022 != 0 {
-        return Err(format!(
-            "the volume shows the folder the Worker made for itself alone as one others may write (mode {mode:o}): it \
-             keeps no modes and shows every folder so (a CIFS mount with dir_mode=0777 or noperm, a FAT one with \
-             umask=000). Mount it so that folders are not writable by others (dir_mode=0755, umask=022): anyone could \
-             place a link where the Worker's tools write"
         ));
     }
     Ok(())

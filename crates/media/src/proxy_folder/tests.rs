@@ -82,9 +82,9 @@ fn a_link_at_the_temporary_name_is_never_written_through() {
 }
 
 /// What stands where the scratch folder goes: a link to a folder outside is removed, never followed, and the proxies
-/// are written through a scratch folder made anew; a folder the Worker did not leave (one others may write, a sticky
-/// one, another user's: a shared folder moved there) is not emptied, and the file is refused naming it; nor is one
-/// holding a folder.
+/// are written through a scratch folder made anew, as they are after a folder of the Worker's own, even one others
+/// may write, is emptied; a folder the Worker did not leave (a sticky one, another user's: a shared folder moved
+/// there) is not emptied, and the file is refused naming it; nor is one holding a folder.
 #[test]
 fn what_stands_where_the_scratch_folder_goes_is_removed_only_when_a_worker_left_it() {
     use std::os::unix::fs::PermissionsExt;
@@ -100,10 +100,14 @@ fn what_stands_where_the_scratch_folder_goes_is_removed_only_when_a_worker_left_
     assert_eq!(std::fs::read(folder.path().join("preview.jpg")).unwrap(), b"made");
     assert_eq!(names(folder.path()), ["preview.jpg"], "the link is gone, and the scratch folder made anew too");
 
+    std::fs::create_dir(&at).unwrap();
+    std::fs::write(at.join(".web.tmp.mp4"), b"a killed Worker's").unwrap();
+    std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o777)).unwrap();
+    folder.write_proxies(&[(ProxyType::Preview, b"again")]).unwrap();
+    assert_eq!(names(folder.path()), ["preview.jpg"], "the Worker's own, emptied and made anew");
+
     let someone_else = (crate::effective_user() == 0).then_some(4321);
-    for (what, mode, owner) in
-        [("others may write", 0o777, None), ("sticky", 0o1700, None), ("another's", 0o700, someone_else)]
-    {
+    for (what, mode, owner) in [("sticky", 0o1777, None), ("another's", 0o700, someone_else)] {
         if what == "another's" && owner.is_none() {
             continue;
         }
@@ -117,7 +121,7 @@ fn what_stands_where_the_scratch_folder_goes_is_removed_only_when_a_worker_left_
         assert!(refused.contains("that the Worker did not leave") && refused.contains("rm -r"), "{what}: {refused}");
         assert!(!refused.contains("may be full"), "a refusal, not a full or read-only volume: {refused}");
         assert_eq!(std::fs::read(at.join("theirs")).unwrap(), b"not ours to delete", "{what}");
-        assert_eq!(std::fs::read(folder.path().join("preview.jpg")).unwrap(), b"made", "{what}");
+        assert_eq!(std::fs::read(folder.path().join("preview.jpg")).unwrap(), b"again", "{what}");
         std::fs::remove_dir_all(&at).unwrap();
     }
     std::fs::create_dir_all(at.join("a folder")).unwrap();
@@ -126,8 +130,8 @@ fn what_stands_where_the_scratch_folder_goes_is_removed_only_when_a_worker_left_
 }
 
 /// The scratch folder is judged on the volume by a file made in it: the folder the Worker made for itself (0700) is
-/// its alone; one others may write is refused, as the volume shows it (a CIFS or FAT mount showing every folder so);
-/// one owned by someone else (put in its place before it was opened) is refused.
+/// its own, and so is one the volume shows others may write (it keeps no modes: NTFS, CIFS with dir_mode=0777); one
+/// owned by someone else (put in its place before it was opened) is refused.
 #[test]
 fn a_scratch_folder_is_judged_by_a_file_made_in_it() {
     use std::os::unix::fs::PermissionsExt;
@@ -145,8 +149,8 @@ fn a_scratch_folder_is_judged_by_a_file_made_in_it() {
     let ours = held(0o700, None);
     ours_alone(&ours).unwrap();
     assert_eq!(names(&ours.path), Vec::<String>::new(), "the file judged by is removed");
-    let refused = ours_alone(&held(0o777, None)).unwrap_err().to_string();
-    assert!(refused.contains("as one others may write (mode 777)") && refused.contains("dir_mode=0755"), "{refused}");
+    // Shown as one others may write (a volume keeping no modes): taken, and said once in the log.
+    ours_alone(&held(0o777, None)).unwrap();
     if crate::effective_user() == 0 {
         let refused = ours_alone(&held(0o777, Some(4321))).unwrap_err().to_string();
         assert!(refused.contains("it is not the folder the Worker made (owner 4321"), "{refused}");
@@ -154,26 +158,14 @@ fn a_scratch_folder_is_judged_by_a_file_made_in_it() {
 }
 
 /// The rule itself, for the volumes a test here cannot mount: an NFS export that squashes the Worker's user shows
-/// what it makes as another's, and a CIFS or FAT mount shows one owner and mode for everything.
+/// what it makes as another's, and a CIFS, FAT or NTFS mount shows one owner for everything.
 #[test]
-fn a_scratch_folder_is_ours_alone_by_the_owner_the_volume_gives_what_we_make() {
+fn a_scratch_folder_is_ours_by_the_owner_the_volume_gives_what_we_make() {
     let (us, squashed, them) = (1000, 65534, 1001);
-    for (volume, folder, made_by_us) in [
-        ("owners and modes kept", (us, 0o40700), us),
-        ("an NFS export squashing the Worker's user", (squashed, 0o40700), squashed),
-        ("a CIFS or FAT mount showing 0755", (us, 0o40755), us),
-    ] {
-        assert_eq!(owned_alone(folder, made_by_us), Ok(()), "{volume}");
-    }
-    for (what, folder, made_by_us) in [
-        ("someone else's folder", (them, 0o40700), us),
-        ("someone else's folder others may write", (them, 0o40777), us),
-        ("a folder of ours others may write", (us, 0o40777), us),
-        ("a CIFS mount with dir_mode=0777", (us, 0o40777), us),
-        ("a folder its group may write", (us, 0o40770), us),
-    ] {
-        assert!(owned_alone(folder, made_by_us).is_err(), "{what}");
-    }
+    assert_eq!(owned_alone(us, us), Ok(()), "owners kept");
+    assert_eq!(owned_alone(squashed, squashed), Ok(()), "an NFS export squashing the Worker's user");
+    let refused = owned_alone(them, us).unwrap_err();
+    assert!(refused.contains("owner 1001, where what the Worker makes is owned by 1000"), "{refused}");
 }
 
 /// The folder, or one above it, swapped for a link to a folder outside after it was made (as someone who may write
@@ -268,35 +260,31 @@ fn a_folder_removed_while_its_file_waits_is_said_to_have_gone() {
     assert!(matches!(&refused, MediaError::ProxyFolderMoved { path } if path == folder.path()), "{refused}");
 }
 
-/// Another user's folder, or one others may write, put where the scratch folder was just made before it is opened
-/// (the window between `mkdirat` and `open`) is refused, and nothing is written into it.
+/// Another user's folder put where the scratch folder was just made, before it is opened (the window between `mkdirat`
+/// and `open`), is refused, nothing is written into it, and, empty, it is removed. (Root only: the test gives the
+/// folder to another user.)
 #[test]
 fn a_folder_put_in_the_scratch_folders_place_before_it_is_opened_is_refused() {
     use std::os::unix::fs::PermissionsExt;
-    let someone_else = (crate::effective_user() == 0).then_some(4321);
-    for (what, owner) in [("one others may write", None), ("another user's", someone_else)] {
-        if what == "another user's" && owner.is_none() {
-            continue;
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let folder = make_proxy_folder(dir.path(), Path::new("c1/ab/abcd")).unwrap();
-        BEFORE_OPENING_SCRATCH.with(|hook| {
-            *hook.borrow_mut() = Some(Box::new(move |path: &Path| {
-                std::fs::remove_dir(path).unwrap();
-                std::fs::create_dir(path).unwrap();
-                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o777)).unwrap();
-                if let Some(uid) = owner {
-                    std::os::unix::fs::chown(path, Some(uid), None).unwrap();
-                }
-            }))
-        });
-        let refused = folder.write_proxies(&[(ProxyType::Preview, b"x")]);
-        BEFORE_OPENING_SCRATCH.with(|hook| *hook.borrow_mut() = None);
-        let refused = refused.unwrap_err().to_string();
-        let said = if owner.is_some() { "it is not the folder the Worker made" } else { "as one others may write" };
-        assert!(refused.contains(said), "{what}: {refused}");
-        let put = folder.path().join(PROXY_SCRATCH_FOLDER);
-        assert_eq!(names(&put), Vec::<String>::new(), "{what}: nothing written into it");
-        assert!(!folder.path().join("preview.jpg").exists(), "{what}");
+    if crate::effective_user() != 0 {
+        eprintln!("SKIPPED: giving a folder to another user needs root");
+        return;
     }
+    let dir = tempfile::tempdir().unwrap();
+    let folder = make_proxy_folder(dir.path(), Path::new("c1/ab/abcd")).unwrap();
+    BEFORE_OPENING_SCRATCH.with(|hook| {
+        *hook.borrow_mut() = Some(Box::new(|path: &Path| {
+            std::fs::remove_dir(path).unwrap();
+            std::fs::create_dir(path).unwrap();
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o777)).unwrap();
+            std::os::unix::fs::chown(path, Some(4321), None).unwrap();
+        }))
+    });
+    let refused = folder.write_proxies(&[(ProxyType::Preview, b"x")]);
+    BEFORE_OPENING_SCRATCH.with(|hook| *hook.borrow_mut() = None);
+    let refused = refused.unwrap_err().to_string();
+    assert!(refused.contains("it is not the folder the Worker made (owner 4321"), "{refused}");
+    let put = folder.path().join(PROXY_SCRATCH_FOLDER);
+    assert!(!put.exists(), "nothing written into it, and, empty, it is removed");
+    assert!(!folder.path().join("preview.jpg").exists());
 }

@@ -217,6 +217,13 @@ runtime was left to run it, or the Worker stopped first); whatever it took runs 
     event("proxies_deleted", "proxy deletion's result"),
     event("proxies_swept", "the proxy sweep's result"),
     event(
+        "proxy_volume_keeps_no_modes",
+        "once a run: the proxy volume shows a folder the Worker made for itself alone as one others may write \
+         (`folder`, `mode`): it keeps no modes (NTFS, CIFS with dir_mode=0777 or noperm, FAT with umask=000, modes \
+         from a NAS's ACLs), so anyone who may write it could place a link where the Worker's tools write. Mount it \
+         so that folders are not writable by others",
+    ),
+    event(
         "proxy_root_not_ours",
         "the sweep left alone files under the proxy root that are not in the proxy layout (count and examples)",
     ),
