@@ -53,7 +53,8 @@ pub const HEIC_SCRATCH_PREFIX: &str = ".heic-decode";
 /// The folder in a file's proxy folder where the Worker and its tools write each proxy under its temporary name
 /// before it is renamed into place, and where the HEIC decoder writes. Made by the Worker for itself alone (mode
 /// 0700, judged on the volume by a file made in it), so that, where the volume keeps modes, nobody else may put
-/// anything in it (a link where a tool writes); removed once the file's proxies are made. What a killed Worker left in it is a temporary file of the layout ([`ProxyPath::parse`]).
+/// anything in it (a link where a tool writes); removed once the file's proxies are made. What a killed Worker left
+/// in it is a temporary file of the layout ([`ProxyPath::parse`]).
 pub const PROXY_SCRATCH_FOLDER: &str = ".almanac-scratch";
 
 impl ProxyType {

@@ -53,7 +53,7 @@ pub fn make_proxy_folder(proxy_root: &Path, relative: &Path) -> Result<ProxyFold
         parent = make_one(&parent, name, &path, FIND)?;
     }
     path.push(last);
-    let dir = make_one(&parent, last, &path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC)?;
+    let dir = make_one(&parent, last, &path, READ)?;
     let (root, relative) = (proxy_root.to_owned(), relative.to_owned());
     Ok(ProxyFolder { dir: Held { path, fd: dir }, parent, name: last.to_os_string(), root, relative })
 }
@@ -74,12 +74,21 @@ fn beneath_the_root(proxy_root: &Path, relative: &Path) -> MediaError {
     MediaError::write(proxy_root.join(relative), e)
 }
 
-/// Makes the folder `name` in `parent` if it is not there, and opens it with `flags`, never through a link.
+/// A folder opened for reading: its flush and its listing need more than a handle for finding.
+const READ: OFlags = OFlags::RDONLY.union(OFlags::DIRECTORY).union(OFlags::CLOEXEC);
+
+/// Makes the folder `name` in `parent` if it is not there, and opens it with `flags` ([`open_one`]).
 fn make_one(parent: &OwnedFd, name: &OsStr, path: &Path, flags: OFlags) -> Result<OwnedFd, MediaError> {
     match rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(0o777)) {
         Ok(()) | Err(Errno::EXIST) => {}
         Err(e) => return Err(MediaError::write(path, e.into())),
     }
+    open_one(parent, name, path, flags)
+}
+
+/// Opens the folder `name` in `parent` (at `path`, for messages) with `flags`, never through a link: a link or a file
+/// there is a [`MediaError::ProxyFolderNotAFolder`].
+fn open_one(parent: &OwnedFd, name: &OsStr, path: &Path, flags: OFlags) -> Result<OwnedFd, MediaError> {
     rustix::fs::openat(parent, name, flags | OFlags::NOFOLLOW, Mode::empty()).map_err(|e| match e {
         // A link: ENOTDIR (O_DIRECTORY is checked first) or ELOOP; a file: ENOTDIR.
         Errno::LOOP | Errno::NOTDIR => not_a_folder(path.to_owned()),
@@ -139,7 +148,6 @@ impl ProxyFolder {
     /// dropped. One at a time: a second would empty the first.
     pub(crate) fn scratch(&self) -> Result<Scratch<'_>, MediaError> {
         let path = self.dir.path.join(PROXY_SCRATCH_FOLDER);
-        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         self.remove_left_scratch(&path);
         match rustix::fs::mkdirat(&self.dir.fd, PROXY_SCRATCH_FOLDER, Mode::from_raw_mode(0o700)) {
             Ok(()) => {}
@@ -162,27 +170,23 @@ impl ProxyFolder {
         }
         #[cfg(test)]
         tests::BEFORE_OPENING_SCRATCH.with(|hook| hook.borrow_mut().as_mut().map(|h| h(&path)));
-        let fd = rustix::fs::openat(&self.dir.fd, PROXY_SCRATCH_FOLDER, flags, Mode::empty()).map_err(|e| match e {
-            Errno::LOOP | Errno::NOTDIR => not_a_folder(path.clone()),
-            e => MediaError::write(&path, e.into()),
-        })?;
+        let fd = open_one(&self.dir.fd, PROXY_SCRATCH_FOLDER.as_ref(), &path, READ)?;
         let dir = Held { path, fd };
         if let Err(refused) = ours_alone(&dir) {
-            // Only the empty folder just made (or another's, empty, put in its place) can go: rmdir removes no other.
-            let _ = rustix::fs::unlinkat(&self.dir.fd, PROXY_SCRATCH_FOLDER, AtFlags::REMOVEDIR);
+            // Only the empty folder just made (or another's, empty, put in its place) can go.
+            self.remove_empty_scratch();
             return Err(refused);
         }
         Ok(Scratch { folder: self, dir })
     }
 
     /// Removes the scratch folder a killed Worker left, with what is in it, or a link or a file at its name (unlinked,
-    /// never followed). A folder there that the Worker did not leave is not emptied: a sticky one (a shared folder moved
-    /// there, whose files their owners alone may delete), or one owned by neither this process's user nor the proxy
-    /// folder's owner (the owner a volume that squashes users gives what the Worker makes). Whatever else is in one
-    /// the Worker may empty, anyone who may write it could delete.
+    /// never followed). A folder there that the Worker did not leave is not emptied: a sticky one (a shared folder
+    /// moved there, whose files their owners alone may delete), or one owned by neither this process's user nor the
+    /// proxy folder's owner (the owner a volume that squashes users gives what the Worker makes). Whatever else is in
+    /// one the Worker may empty, anyone who may write it could delete.
     fn remove_left_scratch(&self, path: &Path) {
-        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        if let Ok(fd) = rustix::fs::openat(&self.dir.fd, PROXY_SCRATCH_FOLDER, flags, Mode::empty()) {
+        if let Ok(fd) = rustix::fs::openat(&self.dir.fd, PROXY_SCRATCH_FOLDER, READ | OFlags::NOFOLLOW, Mode::empty()) {
             let left = Held { path: path.to_owned(), fd };
             let (there, folder) = (rustix::fs::fstat(&left.fd), rustix::fs::fstat(&self.dir.fd));
             let left_by_a_worker = there.is_ok_and(|t| {
@@ -194,8 +198,14 @@ impl ProxyFolder {
                 left.empty();
             }
         }
-        let _ = rustix::fs::unlinkat(&self.dir.fd, PROXY_SCRATCH_FOLDER, AtFlags::REMOVEDIR)
-            .or_else(|_| rustix::fs::unlinkat(&self.dir.fd, PROXY_SCRATCH_FOLDER, AtFlags::empty()));
+        if !self.remove_empty_scratch() {
+            let _ = rustix::fs::unlinkat(&self.dir.fd, PROXY_SCRATCH_FOLDER, AtFlags::empty());
+        }
+    }
+
+    /// Removes the scratch folder if it is empty (`rmdir` removes no other); whether it did.
+    fn remove_empty_scratch(&self) -> bool {
+        rustix::fs::unlinkat(&self.dir.fd, PROXY_SCRATCH_FOLDER, AtFlags::REMOVEDIR).is_ok()
     }
 
     /// Makes the folder's entries durable (after a rename into it), so a power cut cannot leave a proxy row pointing
@@ -293,7 +303,7 @@ impl Scratch<'_> {
     /// whatever stands at the folder's path. Valid only in a tool started with the handle handed down to it
     /// ([`crate::tool::Given`]).
     pub(crate) fn for_tool(&self, name: &str) -> OsString {
-        format!("/proc/self/fd/{}/{name}", self.dir.fd.as_raw_fd()).into()
+        crate::tool::through_handle(self.dir.fd.as_raw_fd(), name).into()
     }
 
     /// The handle a tool writing here inherits, and the folder's path for its words (see [`Scratch::for_tool`]).
@@ -362,7 +372,7 @@ impl Scratch<'_> {
 impl Drop for Scratch<'_> {
     fn drop(&mut self) {
         self.dir.empty();
-        let _ = rustix::fs::unlinkat(&self.folder.dir.fd, PROXY_SCRATCH_FOLDER, AtFlags::REMOVEDIR);
+        self.folder.remove_empty_scratch();
     }
 }
 

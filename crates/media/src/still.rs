@@ -320,10 +320,10 @@ fn blurhash_of(path: &Path, tiny: &RgbImage) -> Result<String, MediaError> {
 
 /// libheif's Rust bindings need libheif 1.17 or newer and Debian has 1.15, so HEIC goes through libheif's own
 /// `heif-convert` tool, which reads the open original (never its path) and writes a temporary JPEG into `folder`'s
-/// scratch folder (through its handle, never its path: [`ProxyFolder::scratch`]), removed afterwards. Like ffmpeg, it runs in a
-/// process group of its own with a time limit and is killed with its tree on cancellation. Returns the JPEG of the
-/// file's primary image, upright (libheif applies its `irot` and `imir` as it decodes), for [`make_still_proxies`]
-/// with the file's own format.
+/// scratch folder (through its handle, never its path: [`ProxyFolder::scratch`]), removed afterwards. Like ffmpeg,
+/// it runs in a process group of its own with a time limit and is killed with its tree on cancellation. Returns the
+/// JPEG of the file's primary image, upright (libheif applies its `irot` and `imir` as it decodes), for
+/// [`make_still_proxies`] with the file's own format.
 ///
 /// `content` is the file's content, from which the size its images claim is read first: a file with an image
 /// of more than `max_pixels` is refused before `heif-convert` runs, as any still is before it is decoded.

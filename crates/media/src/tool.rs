@@ -75,13 +75,11 @@ pub(crate) async fn run_tool(
     cancel: &CancellationToken,
 ) -> Result<Vec<u8>, MediaError> {
     let Given { stdin, folder } = given;
-    let HandedDown { given: args, shown, folder: handed } = hand_down_to(folder, args)?;
-    let words = handed.as_ref().map(|(_, tools, known)| (tools.clone(), known.clone()));
-    let mut child =
-        start(command(tool, &args, stdin, handed.map(|(copy, _, _)| copy))).await.map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => MediaError::ToolMissing { tool, package, path: path.to_owned() },
-            _ => MediaError::io(path, e),
-        })?;
+    let HandedDown { given: args, shown, copy, words } = hand_down_to(folder, args)?;
+    let mut child = start(command(tool, &args, stdin, copy)).await.map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => MediaError::ToolMissing { tool, package, path: path.to_owned() },
+        _ => MediaError::io(path, e),
+    })?;
     let mut stdout = child.stdout().take().expect("piped");
     let mut stderr = child.stderr().take().expect("piped");
     let mut out = Vec::new();
@@ -141,14 +139,13 @@ pub(crate) async fn run_tool(
     }
 }
 
-/// The folder handed down to a tool: a copy of its handle, how the tool names it, and its path.
-type Handed = (std::os::fd::OwnedFd, String, String);
-
-/// A tool's arguments as it is given them and as the operator is shown them, and the folder handed down to it.
+/// A tool's arguments as it is given them and as the operator is shown them, and the folder handed down to it: a
+/// copy of its handle, and how the tool names the folder with the folder's path, to put back in its words.
 struct HandedDown {
     given: Vec<OsString>,
     shown: Vec<OsString>,
-    folder: Option<Handed>,
+    copy: Option<std::os::fd::OwnedFd>,
+    words: Option<(String, String)>,
 }
 
 /// `args` as the tool is given them and as the operator is shown them, and the `folder` handed down. The folder's
@@ -156,19 +153,22 @@ struct HandedDown {
 /// given names this folder whatever becomes of the call that asked for it. Its names for the operator, in the
 /// tool's arguments and words, are the folder's path.
 fn hand_down_to(folder: Option<&Scratch<'_>>, args: Vec<OsString>) -> Result<HandedDown, MediaError> {
-    let Some(folder) = folder else { return Ok(HandedDown { given: args.clone(), shown: args, folder: None }) };
+    let Some(folder) = folder else {
+        return Ok(HandedDown { given: args.clone(), shown: args, copy: None, words: None });
+    };
     let (fd, at) = folder.handle();
     let copy = rustix::io::fcntl_dupfd_cloexec(fd, 3).map_err(|e| MediaError::write(at, e.into()))?;
-    let (ours, tools) = (prefix(fd.as_raw_fd()), prefix(copy.as_raw_fd()));
+    let (ours, tools) = (through_handle(fd.as_raw_fd(), ""), through_handle(copy.as_raw_fd(), ""));
     let known = format!("{}/", at.display());
     let given = args.iter().map(|a| replaced(a, &ours, &tools)).collect();
     let shown = args.iter().map(|a| replaced(a, &ours, &known)).collect();
-    Ok(HandedDown { given, shown, folder: Some((copy, tools, known)) })
+    Ok(HandedDown { given, shown, copy: Some(copy), words: Some((tools, known)) })
 }
 
-/// How a tool names the folder open at `fd`.
-fn prefix(fd: std::os::fd::RawFd) -> String {
-    format!("/proc/self/fd/{fd}/")
+/// How a process names `name` in the folder it holds open at `fd`: the kernel resolves it through the handle,
+/// whatever stands at the folder's path.
+pub(crate) fn through_handle(fd: std::os::fd::RawFd, name: &str) -> String {
+    format!("/proc/self/fd/{fd}/{name}")
 }
 
 /// `arg` with `from` replaced by `to`.

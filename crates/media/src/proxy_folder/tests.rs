@@ -1,3 +1,5 @@
+use std::cell::RefCell;
+
 use super::*;
 use crate::fixtures::names;
 use crate::tool::{Given, run_tool};
@@ -8,7 +10,7 @@ type Hook = Box<dyn FnMut(&Path)>;
 thread_local! {
     /// Run by [`ProxyFolder::scratch`] on this thread between making the scratch folder and opening it: where another
     /// user could put their own folder in its place.
-    pub(super) static BEFORE_OPENING_SCRATCH: std::cell::RefCell<Option<Hook>> = const { std::cell::RefCell::new(None) };
+    pub(super) static BEFORE_OPENING_SCRATCH: RefCell<Option<Hook>> = const { RefCell::new(None) };
 }
 
 /// A proxy's folders are made one at a time; a link or a file where one should be is refused, and nothing is made
