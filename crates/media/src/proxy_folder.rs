@@ -186,16 +186,21 @@ impl ProxyFolder {
     /// proxy folder's owner (the owner a volume that squashes users gives what the Worker makes). Whatever else is in
     /// one the Worker may empty, anyone who may write it could delete.
     fn remove_left_scratch(&self, path: &Path) {
-        if let Ok(fd) = rustix::fs::openat(&self.dir.fd, PROXY_SCRATCH_FOLDER, READ | OFlags::NOFOLLOW, Mode::empty()) {
-            let left = Held { path: path.to_owned(), fd };
-            let (there, folder) = (rustix::fs::fstat(&left.fd), rustix::fs::fstat(&self.dir.fd));
-            let left_by_a_worker = there.is_ok_and(|t| {
-                let owner =
-                    t.st_uid == rustix::process::geteuid().as_raw() || folder.is_ok_and(|f| f.st_uid == t.st_uid);
-                owner && t.st_mode & 0o1000 == 0
-            });
-            if left_by_a_worker {
-                left.empty();
+        match rustix::fs::openat(&self.dir.fd, PROXY_SCRATCH_FOLDER, READ | OFlags::NOFOLLOW, Mode::empty()) {
+            // Nothing there, as nearly always: no more calls (on a NAS, each is a round trip).
+            Err(Errno::NOENT) => return,
+            Err(_) => {}
+            Ok(fd) => {
+                let left = Held { path: path.to_owned(), fd };
+                let (there, folder) = (rustix::fs::fstat(&left.fd), rustix::fs::fstat(&self.dir.fd));
+                let left_by_a_worker = there.is_ok_and(|t| {
+                    let owner =
+                        t.st_uid == rustix::process::geteuid().as_raw() || folder.is_ok_and(|f| f.st_uid == t.st_uid);
+                    owner && t.st_mode & 0o1000 == 0
+                });
+                if left_by_a_worker {
+                    left.empty();
+                }
             }
         }
         if !self.remove_empty_scratch() {
@@ -376,10 +381,28 @@ impl Drop for Scratch<'_> {
     }
 }
 
-/// Refuses the scratch folder `dir` unless it is this process's alone ([`owned_alone`]), judged by a file made in
-/// it. It was just made, but another user who may write the proxy folder could have put their own in its place
-/// before it was opened.
+/// Refuses the scratch folder `dir` unless it is this process's alone ([`owned_alone`]). It was just made, but another
+/// user who may write the proxy folder could have put their own in its place before it was opened. One owned by this
+/// process's user is its own (nobody else but root can make a folder theirs); any other is judged by a file made in
+/// it, whose owner is the one the volume gives what this process makes.
 fn ours_alone(dir: &Held) -> Result<(), MediaError> {
+    let folder = rustix::fs::fstat(&dir.fd).map_err(|e| MediaError::write(&dir.path, e.into()))?;
+    if folder.st_uid != rustix::process::geteuid().as_raw() {
+        let made_by_us = owner_of_a_file_made_in(dir)?;
+        owned_alone(folder.st_uid, made_by_us).map_err(|why| MediaError::ProxyScratchRefused {
+            path: dir.path.clone(),
+            reason: format!("{why}; storage.proxy_root must be the Worker's alone"),
+        })?;
+    }
+    let mode = folder.st_mode & 0o7777;
+    if mode & 0o022 != 0 {
+        keeps_no_modes(&dir.path, mode);
+    }
+    Ok(())
+}
+
+/// The owner the volume gives a file this process makes in `dir`: one is made, looked at, closed and removed.
+fn owner_of_a_file_made_in(dir: &Held) -> Result<u32, MediaError> {
     let probe = ProxyType::Preview.temporary_file_name().expect("a file proxy");
     let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let failed = |e: Errno| MediaError::write(dir.join(probe), e.into());
@@ -387,16 +410,7 @@ fn ours_alone(dir: &Held) -> Result<(), MediaError> {
     let file = rustix::fs::fstat(&made).map_err(failed)?;
     drop(made);
     rustix::fs::unlinkat(&dir.fd, probe, AtFlags::empty()).map_err(failed)?;
-    let folder = rustix::fs::fstat(&dir.fd).map_err(|e| MediaError::write(&dir.path, e.into()))?;
-    owned_alone(folder.st_uid, file.st_uid).map_err(|why| MediaError::ProxyScratchRefused {
-        path: dir.path.clone(),
-        reason: format!("{why}; storage.proxy_root must be the Worker's alone"),
-    })?;
-    let mode = folder.st_mode & 0o7777;
-    if mode & 0o022 != 0 {
-        keeps_no_modes(&dir.path, mode);
-    }
-    Ok(())
+    Ok(file.st_uid)
 }
 
 /// Says once, for the Worker's life, that the proxy volume shows a folder the Worker made for itself alone as one

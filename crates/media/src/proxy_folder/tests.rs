@@ -131,11 +131,12 @@ fn what_stands_where_the_scratch_folder_goes_is_removed_only_when_a_worker_left_
     assert!(refused.contains("that the Worker did not leave"), "{refused}");
 }
 
-/// The scratch folder is judged on the volume by a file made in it: the folder the Worker made for itself (0700) is
-/// its own, and so is one the volume shows others may write (it keeps no modes: NTFS, CIFS with dir_mode=0777); one
-/// owned by someone else (put in its place before it was opened) is refused.
+/// The scratch folder is judged on the volume by its owner, or where that is not this process's user by a file made
+/// in it: the folder the Worker made for itself (0700) is its own, and so is one the volume shows others may write (it
+/// keeps no modes: NTFS, CIFS with dir_mode=0777); one owned by someone else (put in its place before it was opened)
+/// is refused, and the file made to judge it is removed.
 #[test]
-fn a_scratch_folder_is_judged_by_a_file_made_in_it() {
+fn a_scratch_folder_is_judged_by_its_owner_or_a_file_made_in_it() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let held = |mode: u32, owner: Option<u32>| {
@@ -150,12 +151,14 @@ fn a_scratch_folder_is_judged_by_a_file_made_in_it() {
     };
     let ours = held(0o700, None);
     ours_alone(&ours).unwrap();
-    assert_eq!(names(&ours.path), Vec::<String>::new(), "the file judged by is removed");
+    assert_eq!(names(&ours.path), Vec::<String>::new(), "nothing is left in it");
     // Shown as one others may write (a volume keeping no modes): taken, and said once in the log.
     ours_alone(&held(0o777, None)).unwrap();
     if crate::effective_user() == 0 {
-        let refused = ours_alone(&held(0o777, Some(4321))).unwrap_err().to_string();
+        let theirs = held(0o777, Some(4321));
+        let refused = ours_alone(&theirs).unwrap_err().to_string();
         assert!(refused.contains("it is not the folder the Worker made (owner 4321"), "{refused}");
+        assert_eq!(names(&theirs.path), Vec::<String>::new(), "the file judged by is removed");
     }
 }
 
