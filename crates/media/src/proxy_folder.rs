@@ -273,6 +273,17 @@ impl Held {
         Ok(stat.st_size as u64)
     }
 
+    /// Whether the folder holds nothing.
+    fn is_empty(&self) -> Result<bool, Errno> {
+        for entry in rustix::fs::Dir::read_from(&self.fd)? {
+            let name = entry?.file_name().to_bytes().to_owned();
+            if name != b"." && name != b".." {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     /// Removes every file in the folder. Best effort.
     fn empty(&self) {
         for name in self.names() {
@@ -381,69 +392,8 @@ impl Drop for Scratch<'_> {
     }
 }
 
-/// Refuses the scratch folder `dir` unless it is this process's alone ([`owned_alone`]). It was just made, but another
-/// user who may write the proxy folder could have put their own in its place before it was opened. One owned by this
-/// process's user is its own (nobody else but root can make a folder theirs); any other is judged by a file made in
-/// it, whose owner is the one the volume gives what this process makes.
-fn ours_alone(dir: &Held) -> Result<(), MediaError> {
-    let folder = rustix::fs::fstat(&dir.fd).map_err(|e| MediaError::write(&dir.path, e.into()))?;
-    if folder.st_uid != rustix::process::geteuid().as_raw() {
-        let made_by_us = owner_of_a_file_made_in(dir)?;
-        owned_alone(folder.st_uid, made_by_us).map_err(|why| MediaError::ProxyScratchRefused {
-            path: dir.path.clone(),
-            reason: format!("{why}; storage.proxy_root must be the Worker's alone"),
-        })?;
-    }
-    let mode = folder.st_mode & 0o7777;
-    if mode & 0o022 != 0 {
-        keeps_no_modes(&dir.path, mode);
-    }
-    Ok(())
-}
-
-/// The owner the volume gives a file this process makes in `dir`: one is made, looked at, closed and removed.
-fn owner_of_a_file_made_in(dir: &Held) -> Result<u32, MediaError> {
-    let probe = ProxyType::Preview.temporary_file_name().expect("a file proxy");
-    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    let failed = |e: Errno| MediaError::write(dir.join(probe), e.into());
-    let made = rustix::fs::openat(&dir.fd, probe, flags, Mode::from_raw_mode(0o600)).map_err(failed)?;
-    let file = rustix::fs::fstat(&made).map_err(failed)?;
-    drop(made);
-    rustix::fs::unlinkat(&dir.fd, probe, AtFlags::empty()).map_err(failed)?;
-    Ok(file.st_uid)
-}
-
-/// Says once, for the Worker's life, that the proxy volume shows a folder the Worker made for itself alone as one
-/// others may write: it keeps no modes of its own (NTFS, a CIFS mount with `dir_mode=0777` or `noperm`, FAT with
-/// `umask=000`, modes derived from a NAS's ACLs), and its kernel or server lets others write where the mode says so.
-/// The proxies are still made: refusing would fail every file of such a volume, which worked before.
-fn keeps_no_modes(path: &Path, mode: u32) {
-    static SAID: std::sync::Once = std::sync::Once::new();
-    SAID.call_once(|| {
-        tracing::warn!(
-            event = "proxy_volume_keeps_no_modes",
-            folder = %path.display(),
-            mode = format!("{mode:o}"),
-            "the proxy volume shows a folder the Worker made for itself alone (mode 0700) as one others may write: \
-             anyone who may write the volume could place a link where the Worker's tools write. Mount it so that \
-             folders are not writable by others (CIFS: uid= the Worker's user and dir_mode=0755; FAT or exFAT: \
-             umask=022; NTFS: a permissions option, or another file system for proxies)"
-        );
-    });
-}
-
-/// Whether a folder owned by `owner` is this process's, judged by `made_by_us`, the owner of a file this process has
-/// just made in it: owned by whoever the volume says owns what this process makes (itself; the user an NFS export
-/// squashes it to; the `uid=` of a CIFS or FAT mount, which keep no owners). Why not, otherwise.
-fn owned_alone(owner: u32, made_by_us: u32) -> Result<(), String> {
-    if owner != made_by_us {
-        return Err(format!(
-            "it is not the folder the Worker made (owner {owner}, where what the Worker makes is owned by \
-             {made_by_us}): someone else who may write the proxy folder put theirs in its place"
-        ));
-    }
-    Ok(())
-}
+mod ours;
+use ours::ours_alone;
 
 #[cfg(test)]
 mod tests;

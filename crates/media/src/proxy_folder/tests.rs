@@ -1,5 +1,6 @@
 use std::cell::RefCell;
 
+use super::ours::{OwnersOfWhatWeMake, owned_alone};
 use super::*;
 use crate::fixtures::names;
 use crate::tool::{Given, run_tool};
@@ -131,12 +132,13 @@ fn what_stands_where_the_scratch_folder_goes_is_removed_only_when_a_worker_left_
     assert!(refused.contains("that the Worker did not leave"), "{refused}");
 }
 
-/// The scratch folder is judged on the volume by its owner, or where that is not this process's user by a file made
-/// in it: the folder the Worker made for itself (0700) is its own, and so is one the volume shows others may write (it
-/// keeps no modes: NTFS, CIFS with dir_mode=0777); one owned by someone else (put in its place before it was opened)
-/// is refused, and the file made to judge it is removed.
+/// The scratch folder is judged on the volume by a file made in it: the folder the Worker made for itself (0700) is
+/// its own; one shown as others may write is taken when empty and made 0700 (where the volume keeps no modes, NTFS or
+/// CIFS with dir_mode=0777, the mode stays and the Worker says so), and refused when it holds anything (another of the
+/// Worker's folders, put in its place with links in it); one owned by someone else (put in its place before it was
+/// opened) is refused, and the file made to judge it is removed.
 #[test]
-fn a_scratch_folder_is_judged_by_its_owner_or_a_file_made_in_it() {
+fn a_scratch_folder_is_judged_by_a_file_made_in_it() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let held = |mode: u32, owner: Option<u32>| {
@@ -152,14 +154,51 @@ fn a_scratch_folder_is_judged_by_its_owner_or_a_file_made_in_it() {
     let ours = held(0o700, None);
     ours_alone(&ours).unwrap();
     assert_eq!(names(&ours.path), Vec::<String>::new(), "nothing is left in it");
-    // Shown as one others may write (a volume keeping no modes): taken, and said once in the log.
-    ours_alone(&held(0o777, None)).unwrap();
+    let open_to_others = held(0o777, None);
+    ours_alone(&open_to_others).unwrap();
+    let mode = std::fs::metadata(&open_to_others.path).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o700, "made the Worker's alone");
+    let holding = held(0o775, None);
+    std::os::unix::fs::symlink("/etc", holding.path.join(".web.tmp.mp4")).unwrap();
+    let refused = ours_alone(&holding).unwrap_err().to_string();
+    assert!(refused.contains("shows mode 775 and holds files"), "{refused}");
+    assert_eq!(names(&holding.path), [".web.tmp.mp4"], "what it holds is not the Worker's to remove");
     if crate::effective_user() == 0 {
         let theirs = held(0o777, Some(4321));
         let refused = ours_alone(&theirs).unwrap_err().to_string();
         assert!(refused.contains("it is not the folder the Worker made (owner 4321"), "{refused}");
         assert_eq!(names(&theirs.path), Vec::<String>::new(), "the file judged by is removed");
     }
+}
+
+/// The owner a volume gives what the Worker makes is learnt from one file made there and kept: a folder showing it
+/// is judged without another file; any other owner is judged by a new one, so a folder of the Worker's own number on
+/// a volume that squashes it (its server's user of that number) is refused, and a volume remounted with another
+/// mapping is learnt again rather than refused.
+#[test]
+fn the_owner_a_volume_gives_what_the_worker_makes_is_learnt_once_and_again_when_it_changes() {
+    let owners = OwnersOfWhatWeMake::default();
+    let made = std::cell::Cell::new(0);
+    let judge = |device: u64, owner: u32, made_by_us: u32| {
+        let file = || {
+            made.set(made.get() + 1);
+            Ok(made_by_us)
+        };
+        let refuse = |why: String| MediaError::ProxyScratchRefused { path: "/p".into(), reason: why };
+        owners.judge(device, owner, file, refuse).map_err(|e| e.to_string())
+    };
+    let (us, squashed, them) = (0, 65534, 1001);
+    assert_eq!(judge(1, us, us), Ok(()));
+    assert_eq!((judge(1, us, us), made.get()), (Ok(()), 1), "known: no second file made");
+    let refused = judge(1, them, us).unwrap_err();
+    assert!(refused.contains("owner 1001, where what the Worker makes is owned by 0"), "{refused}");
+    assert_eq!(made.get(), 2, "another owner is judged by a new file");
+    assert_eq!(judge(1, squashed, squashed), Ok(()), "remounted squashing the Worker's user: learnt again");
+    let refused = judge(1, us, squashed).unwrap_err();
+    assert!(refused.contains("owner 0, where what the Worker makes is owned by 65534"), "{refused}");
+    assert_eq!((judge(1, squashed, squashed), made.get()), (Ok(()), 4));
+    assert_eq!(judge(2, us, us), Ok(()), "each volume its own");
+    assert_eq!((judge(1, squashed, squashed), made.get()), (Ok(()), 5), "the first volume still known");
 }
 
 /// The rule itself, for the volumes a test here cannot mount: an NFS export that squashes the Worker's user shows
@@ -263,6 +302,36 @@ fn a_folder_removed_while_its_file_waits_is_said_to_have_gone() {
     std::fs::remove_dir(folder.path()).unwrap();
     let refused = folder.write_proxies(&[(ProxyType::Preview, b"x")]).unwrap_err();
     assert!(matches!(&refused, MediaError::ProxyFolderMoved { path } if path == folder.path()), "{refused}");
+}
+
+/// Another of the Worker's own folders, one its group may write (made where the Worker's umask allows it), put where
+/// the scratch folder was just made with a link in it at the name a tool writes, is refused before anything is written
+/// (the folder's owner is the Worker's, so only what it holds tells it apart from the one made); nothing is written
+/// through the link, and what it holds is left.
+#[test]
+fn another_of_the_workers_folders_put_in_the_scratch_folders_place_with_links_in_it_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let outside = dir.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    let folder = make_proxy_folder(dir.path(), Path::new("c1/ab/abcd")).unwrap();
+    let planted = outside.clone();
+    BEFORE_OPENING_SCRATCH.with(|hook| {
+        *hook.borrow_mut() = Some(Box::new(move |path: &Path| {
+            std::fs::remove_dir(path).unwrap();
+            std::fs::create_dir(path).unwrap();
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o775)).unwrap();
+            std::os::unix::fs::symlink(planted.join("web.mp4"), path.join(".web.tmp.mp4")).unwrap();
+        }))
+    });
+    let refused = folder.write_proxies(&[(ProxyType::Preview, b"x")]);
+    BEFORE_OPENING_SCRATCH.with(|hook| *hook.borrow_mut() = None);
+    let refused = refused.unwrap_err();
+    assert!(matches!(refused, MediaError::ProxyScratchRefused { .. }), "{refused}");
+    assert!(refused.to_string().contains("holds files"), "{refused}");
+    assert_eq!(names(&outside), Vec::<String>::new(), "nothing written through the link");
+    assert_eq!(names(&folder.path().join(PROXY_SCRATCH_FOLDER)), [".web.tmp.mp4"], "what it holds is left");
+    assert!(!folder.path().join("preview.jpg").exists());
 }
 
 /// Another user's folder put where the scratch folder was just made, before it is opened (the window between `mkdirat`
