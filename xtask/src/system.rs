@@ -6,7 +6,7 @@ use std::process::Command;
 use anyhow::{Result, bail};
 
 /// (what is checked, how, the Debian package that provides it)
-const NEEDS: [(&str, &[&str], &str); 14] = [
+const NEEDS: [(&str, &[&str], &str); 15] = [
     (
         "PostgreSQL server binaries",
         &["sh", "-c", "ls /usr/lib/postgresql/*/bin/initdb || command -v initdb"],
@@ -36,6 +36,12 @@ const NEEDS: [(&str, &[&str], &str); 14] = [
     ("chromium (the operator's page test)", &["sh", "-c", "command -v chromium"], "chromium"),
     // Debian puts it in /usr/sbin; the page test serves the page under a path of another site's through it.
     ("nginx (the page behind a reverse proxy)", &["sh", "-c", "test -x /usr/sbin/nginx"], "nginx"),
+    // A FUSE file system that answers nothing beneath its root: a library share whose server stopped answering.
+    (
+        "Python's llfuse (a share that stops answering)",
+        &["sh", "-c", "/usr/bin/python3 -c 'import llfuse'"],
+        "python3-llfuse",
+    ),
     // The package brings the definitions; the locale itself is made by `make_locales` (Debian makes none).
     ("the de_DE.UTF-8 locale (tests of a German-speaking server)", &["sh", "-c", GERMAN_LOCALE_PRESENT], "locales"),
 ];

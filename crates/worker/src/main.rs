@@ -39,7 +39,11 @@ fn main() -> ExitCode {
             return Exit::Failure.into();
         }
     };
-    match runtime.block_on(commands::dispatch(cli.command, settings)) {
+    let done = runtime.block_on(commands::dispatch(cli.command, settings));
+    // Dropping the runtime would wait for every call still running on its blocking threads: one into a share whose
+    // server stopped answering never returns, and the Worker would never exit.
+    runtime.shutdown_timeout(LEFT_RUNNING_AT_EXIT);
+    match done {
         Ok(exit) => exit.into(),
         Err(failure) => {
             eprintln!("almanac-worker: {}", observe::shown(&failure.to_string()));
@@ -47,3 +51,7 @@ fn main() -> ExitCode {
         }
     }
 }
+
+/// How long what still runs on the runtime's blocking threads when a command is done (a call into a share that
+/// answers nothing, a proxy's write the shutdown grace cut short) is waited for before the process exits without it.
+const LEFT_RUNNING_AT_EXIT: std::time::Duration = std::time::Duration::from_secs(5);

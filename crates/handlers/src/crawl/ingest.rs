@@ -213,8 +213,20 @@ impl<C: CatalogueStore> Run<'_, C> {
         let matches = self.catalogue.find_by_hash(self.config, hash).await?;
         let active = matches.iter().find(|m| !m.soft_deleted);
         let same_at_path = active.filter(|m| m.file_path == entry.rel).map(|m| m.asset_id);
-        // Whether its own path still exists matters only when it is elsewhere (a copy, or a move).
-        let active = active.map(|m| (m.asset_id, same_at_path.is_some() || self.root.exists(&m.file_path)));
+        // Whether its own path still exists matters only when it is elsewhere (a copy, or a move); looked at off the
+        // runtime, as every look at the share.
+        let active = match active {
+            Some(m) if same_at_path.is_none() => {
+                let (root, own) = (self.root.clone(), m.file_path.clone());
+                let looking = "looking for the asset's own file";
+                let exists = super::root::looked_at(&self.cancel, looking, move || root.exists(&own))
+                    .await
+                    .map_err(|e| FileProblem::Failed(e.to_string()))?;
+                Some((m.asset_id, exists))
+            }
+            Some(m) => Some((m.asset_id, true)),
+            None => None,
+        };
         let soft_deleted = matches.iter().find(|m| m.soft_deleted).map(|m| m.asset_id);
         Ok(place(same_at_path, active, soft_deleted))
     }

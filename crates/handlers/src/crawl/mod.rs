@@ -40,6 +40,7 @@ use almanac_domain::{
 use almanac_executor::{BoxFuture, HandlerContext, HandlerError, ProgressReporter, WorkHandler};
 use almanac_media::{PixelBudget, ToolLimits};
 use futures_util::StreamExt;
+use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use ingest::Run;
@@ -172,8 +173,12 @@ fn confirmation_for_this_attempt(args: CrawlArgs, attempt: almanac_domain::ports
 impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
     /// What is checked before anything is read: roots apart, the proxies' folder in place, the proxy root and the
     /// config's proxy folders writable.
-    async fn check_before_reading(&self, storage: &StorageConfig) -> Result<(), HandlerError> {
-        root::check_roots_apart(&*self.catalogue, storage, &self.settings.proxy_root).await?;
+    async fn check_before_reading(
+        &self,
+        storage: &StorageConfig,
+        cancel: &CancellationToken,
+    ) -> Result<(), HandlerError> {
+        root::check_roots_apart(&*self.catalogue, storage, &self.settings.proxy_root, cancel).await?;
         root::check_proxies_in_place(&*self.catalogue, storage, &self.settings.proxy_root).await?;
         // A proxy root that can take no file would fail every file one by one: one clear error instead.
         root::check_proxy_root(&self.settings.proxy_root)
@@ -199,8 +204,11 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
             .ok_or_else(|| HandlerError::permanent(format!("storage config {config} does not exist")))?;
         let mounts = mounts::Mounts::new(config, storage.mounts_below.clone(), args.root_moved);
         let scope = Arc::new(scope.with_mounts(mounts));
-        self.check_before_reading(&storage).await?;
-        let (root, is_mount_point) = root::open_root(&storage, &args)?;
+        self.check_before_reading(&storage, &ctx.cancel).await?;
+        let (at, confirmed) = (storage.clone(), args.clone());
+        let opening = format!("opening the storage root {}", storage.root_path.display());
+        let (root, is_mount_point) =
+            root::looked_at(&ctx.cancel, &opening, move || root::open_root(&at, &confirmed)).await??;
         let clock = settling::CrawlClock::new(self.catalogue.db_now().await.map_err(catalogue_error)?);
         let under = (!scope.is_whole_root()).then(|| scope.folders());
         let failures = failed::Remembered::load(&*self.catalogue, config, under, &self.settings).await;
@@ -304,7 +312,10 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         let walker = {
             let (root, counters, halt, within) =
                 (run.root.clone(), run.counters.clone(), run.halt.clone(), scope.clone());
-            let avoid = almanac_media::identity(&self.settings.proxy_root);
+            let proxy_root = self.settings.proxy_root.clone();
+            let avoid =
+                root::looked_at(&run.cancel, "looking at the proxy root", move || almanac_media::identity(&proxy_root))
+                    .await?;
             // At the Worker's priority for reads (`worker.nice`, `worker.io_priority`), like the files' reads.
             tokio::task::spawn_blocking(move || {
                 almanac_media::gently(|| walk_beside(&root, &within, avoid, &halt, &counters, pages_rx, &tx))

@@ -7,9 +7,28 @@ use std::path::Path;
 use almanac_domain::{CrawlArgs, StorageConfig, ports::CatalogueStore};
 use almanac_executor::HandlerError;
 use almanac_media::RootFolder;
+use tokio_util::sync::CancellationToken;
 
 use super::catalogue_error;
 use super::walk::FolderNotWalked;
+
+/// `look` (at the library's share, or the proxy volume) on a blocking thread, given up on when the attempt is stopped
+/// (a shutdown, a lost lease, a cancel): a look into a share whose server stopped answering never returns, and it
+/// would hold a thread of the runtime, then the attempt, then the Worker's exit. `what` is being done, for messages.
+pub(super) async fn looked_at<T: Send + 'static>(
+    cancel: &CancellationToken,
+    what: &str,
+    look: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, HandlerError> {
+    tokio::select! {
+        looked = tokio::task::spawn_blocking(look) => {
+            looked.map_err(|e| HandlerError::retryable(format!("{what} ended abnormally: {e}")))
+        }
+        () = cancel.cancelled() => Err(HandlerError::retryable(format!(
+            "stopped while {what}, which had not answered (a share whose server stopped answering?)"
+        ))),
+    }
+}
 
 /// Refuses a root that overlaps the proxy root or another config's root (an older catalogue may hold such
 /// roots; new ones are refused when registered): the sweep could delete originals, the crawl could ingest
@@ -18,6 +37,7 @@ pub(super) async fn check_roots_apart<C: CatalogueStore>(
     catalogue: &C,
     storage: &StorageConfig,
     proxy_root: &Path,
+    cancel: &CancellationToken,
 ) -> Result<(), HandlerError> {
     let root = &storage.root_path;
     // An older catalogue may hold a root spelled with `..` or `.`: it may name another tree than it seems.
@@ -29,7 +49,9 @@ pub(super) async fn check_roots_apart<C: CatalogueStore>(
             root.display()
         )));
     }
-    if almanac_media::trees_overlap(root, proxy_root) {
+    let (both, proxies) = (root.clone(), proxy_root.to_owned());
+    let what = format!("comparing the storage root {} with the proxy root", root.display());
+    if looked_at(cancel, &what, move || almanac_media::trees_overlap(&both, &proxies)).await? {
         return Err(HandlerError::permanent(format!(
             "the storage root {} and the proxy root {} overlap, so the crawl could take proxies for photos and the \
              proxy sweep could delete originals. Nothing was done. Set storage.proxy_root to a folder outside \

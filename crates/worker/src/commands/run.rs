@@ -308,7 +308,11 @@ async fn served_configs(settings: &Settings, url: &str, store: &PgStore) -> Resu
 /// every crawl): refused otherwise.
 async fn proxy_root(settings: &Settings, url: &str, store: &PgStore) -> Result<PathBuf, Failure> {
     let configs = patiently(url, || store.list_storage_configs()).await?;
-    let proxy_root = roots::prepare_proxy_root(&settings.storage.proxy_root, &configs).map_err(Failure::usage)?;
+    let (proxy_root, unanswered) =
+        roots::prepare_proxy_root(&settings.storage.proxy_root, &configs).map_err(Failure::usage)?;
+    for said in unanswered {
+        tracing::warn!(event = "root_not_answering", "{said}");
+    }
     almanac_media::check_proxy_root(&proxy_root)
         .map_err(|e| Failure::usage(format!("{e}. Fix it, then start the Worker again")))?;
     if almanac_media::effective_user() == 0 {

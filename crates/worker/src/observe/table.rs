@@ -277,6 +277,12 @@ runtime was left to run it, or the Worker stopped first); whatever it took runs 
         "the Worker runs as root (`proxy_root`): the proxy folders it makes belong to root, and a Worker run later as \
          the service's user cannot write them; run it as that user",
     ),
+    event(
+        "root_not_answering",
+        "at start, a storage config's root did not answer in time (`ROOT_ANSWERS_WITHIN`; a share whose server \
+         stopped answering, a NAS turned off): the Worker starts without waiting for it; that config's crawls wait \
+         for it, and look again whether it overlaps the proxy root before reading anything",
+    ),
     event("signal", "SIGTERM or SIGINT arrived (with `signal`)"),
     outage(
         "schema_check_failed",

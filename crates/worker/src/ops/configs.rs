@@ -4,13 +4,23 @@
 use std::path::{Path, PathBuf};
 
 use almanac_domain::{StorageConfig, User, ports::CatalogueStore};
-use almanac_store_pg::{NewStorageConfig, PgStore};
+use almanac_store_pg::{NewStorageConfig, PgStore, StoreError};
 
+use super::error::Cause;
 use super::{OpError, parse, roots};
 
-/// A config named by id or root.
+/// A config named by id or root: as registered, or another spelling of its root resolved on the file system.
 pub async fn find_config(store: &PgStore, given: &str) -> Result<StorageConfig, OpError> {
-    Ok(store.find_storage_config(&parse::config_key(given)).await?)
+    // As registered first: a command naming a library on a share that answers nothing never waits for it.
+    match store.find_storage_config(parse::config_as_given(given)).await {
+        Err(StoreError::NotFound(_)) if given.starts_with('/') => {}
+        found => return Ok(found?),
+    }
+    let given_path = given.to_owned();
+    let key = tokio::task::spawn_blocking(move || parse::config_key(&given_path))
+        .await
+        .map_err(|e| OpError::Failed(Cause::from(format!("resolving {given} ended abnormally: {e}"))))??;
+    Ok(store.find_storage_config(&key).await?)
 }
 
 /// The config named `given`, refused when it is deactivated (its work would never be claimed).

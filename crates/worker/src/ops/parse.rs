@@ -1,6 +1,8 @@
 //! Reading an action's arguments as the operator types them (the CLI's options, the page's paths): each error
 //! says what is accepted.
 
+use std::time::Duration;
+
 use almanac_domain::ports::WatchChoice;
 use almanac_domain::{Status, StorageConfigId, WorkItemId, WorkKind};
 
@@ -21,11 +23,36 @@ pub fn kind_names(last_joiner: &str) -> String {
     }
 }
 
-/// A `--config` value: an id as given, or a root path resolved the way `config add` stored it.
-pub fn config_key(given: &str) -> String {
-    match std::fs::canonicalize(given) {
-        Ok(path) if given.starts_with('/') => path.display().to_string(),
-        _ => given.trim_end_matches('/').to_owned(),
+/// How long a `--config` given by another spelling than its registered root waits for the file system to resolve
+/// it: a share whose server stopped answering would hold the command for ever.
+pub const RESOLVE_WITHIN: Duration = Duration::from_secs(5);
+
+/// A `--config` value as the store may know it without the file system: an id, or a root as registered (without a
+/// trailing `/`).
+pub fn config_as_given(given: &str) -> &str {
+    given.trim_end_matches('/')
+}
+
+/// A `--config` root path resolved the way `config add` stored it (a relative name is not a path: as given). A
+/// file system that does not answer within [`RESOLVE_WITHIN`] is an error saying what to give instead.
+pub fn config_key(given: &str) -> Result<String, OpError> {
+    if !given.starts_with('/') {
+        return Ok(config_as_given(given).to_owned());
+    }
+    let path = given.to_owned();
+    let resolve: Box<dyn FnOnce() -> std::io::Result<std::path::PathBuf> + Send> =
+        Box::new(move || std::fs::canonicalize(path));
+    match super::roots::answered_within(RESOLVE_WITHIN, vec![resolve]).pop().flatten() {
+        Some(Ok(path)) => Ok(path.display().to_string()),
+        Some(Err(_)) => Ok(config_as_given(given).to_owned()),
+        None => Err(OpError::Io {
+            what: format!(
+                "looking up {given} on the file system did not answer within {}s (is the share it is on answering?): \
+                 name the config by its id or by its root exactly as registered (almanac-worker config list)",
+                RESOLVE_WITHIN.as_secs()
+            ),
+            source: std::io::Error::from(std::io::ErrorKind::TimedOut),
+        }),
     }
 }
 
@@ -95,11 +122,13 @@ mod tests {
         let real = std::fs::canonicalize(dir.path()).unwrap();
         std::fs::create_dir_all(real.join("photos/ann")).unwrap();
         let ann = real.join("photos/ann").display().to_string();
-        assert_eq!(config_key(&format!("{}/photos/./ann/", real.display())), ann);
-        assert_eq!(config_key(&format!("{ann}/")), ann);
-        assert_eq!(config_key(&format!("{}/gone/", real.display())), format!("{}/gone", real.display()));
+        let key = |given: &str| config_key(given).unwrap();
+        assert_eq!(key(&format!("{}/photos/./ann/", real.display())), ann);
+        assert_eq!(key(&format!("{ann}/")), ann);
+        assert_eq!(key(&format!("{}/gone/", real.display())), format!("{}/gone", real.display()));
         // A relative name is not a path, though it names a folder here.
-        assert_eq!(config_key("."), ".");
-        assert_eq!(config_key("0198a7d2-6c4e-7a7b-9f1e-3c2d1b0a9f8e"), "0198a7d2-6c4e-7a7b-9f1e-3c2d1b0a9f8e");
+        assert_eq!(key("."), ".");
+        assert_eq!(key("0198a7d2-6c4e-7a7b-9f1e-3c2d1b0a9f8e"), "0198a7d2-6c4e-7a7b-9f1e-3c2d1b0a9f8e");
+        assert_eq!(config_as_given(&format!("{ann}/")), ann);
     }
 }

@@ -5,6 +5,8 @@
 //! ([`almanac_media::trees_overlap`]).
 
 use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use almanac_domain::StorageConfig;
 use almanac_store_pg::PgStore;
@@ -31,30 +33,87 @@ pub fn resolved(path: &Path) -> PathBuf {
     }
 }
 
-/// Checks the proxy root against every config's root, then creates it. Returns it resolved.
-pub fn prepare_proxy_root(proxy_root: &Path, configs: &[StorageConfig]) -> Result<PathBuf, String> {
+/// How long a look at a library's root on the file system may take here: a share whose server stopped answering
+/// (a NAS turned off, mounted `hard`) holds every call into it for ever.
+pub const ROOT_ANSWERS_WITHIN: Duration = Duration::from_secs(10);
+
+/// The answers of `looks`, each run on a thread of its own, those that came within `limit` of the first's start
+/// (`None` for the others, whose threads are left behind: a call into a share that stopped answering returns only
+/// when it answers again).
+pub fn answered_within<T: Send + 'static>(
+    limit: Duration,
+    looks: Vec<Box<dyn FnOnce() -> T + Send>>,
+) -> Vec<Option<T>> {
+    let (answer, answers) = mpsc::channel();
+    let count = looks.len();
+    for (i, look) in looks.into_iter().enumerate() {
+        let answer = answer.clone();
+        std::thread::spawn(move || answer.send((i, look())));
+    }
+    let deadline = Instant::now() + limit;
+    let mut found: Vec<Option<T>> = (0..count).map(|_| None).collect();
+    for _ in 0..count {
+        match answers.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok((i, answered)) => found[i] = Some(answered),
+            Err(_) => break,
+        }
+    }
+    found
+}
+
+/// Checks the proxy root against every config's root, then creates it. Returns it resolved, and what to say of the
+/// roots that did not answer ([`check_proxy_root`]).
+pub fn prepare_proxy_root(proxy_root: &Path, configs: &[StorageConfig]) -> Result<(PathBuf, Vec<String>), String> {
     let resolved = resolved(proxy_root);
-    check_proxy_root(&resolved, configs)?;
+    let unanswered = check_proxy_root(&resolved, configs)?;
     std::fs::create_dir_all(&resolved)
         .map_err(|e| format!("storage.proxy_root: cannot create {}: {e}", resolved.display()))?;
-    Ok(resolved)
+    Ok((resolved, unanswered))
 }
 
 /// Refuses a proxy root that is `/`, or that equals, contains or lies inside a config's root (any config,
-/// active or not, any user), by path or by file-system identity. The message names both paths and what to do.
-pub fn check_proxy_root(proxy_root: &Path, configs: &[StorageConfig]) -> Result<(), String> {
+/// active or not, any user), by path or by file-system identity. The message names both paths and what to do. A
+/// root that does not answer within [`ROOT_ANSWERS_WITHIN`] is not waited for: what to say of it is answered (its
+/// crawls check it again before reading anything, and refuse it then).
+pub fn check_proxy_root(proxy_root: &Path, configs: &[StorageConfig]) -> Result<Vec<String>, String> {
     if proxy_root.parent().is_none() {
         return Err("storage.proxy_root: / cannot be the proxy root: it would contain every library".into());
     }
-    configs.iter().try_for_each(|c| check_against_proxy_root(proxy_root, &c.root_path))
+    let looks = configs.iter().map(|c| overlap_look(proxy_root, &c.root_path)).collect();
+    let mut unanswered = Vec::new();
+    for (c, overlap) in configs.iter().zip(answered_within(ROOT_ANSWERS_WITHIN, looks)) {
+        match overlap {
+            Some(true) => return Err(overlap_message(proxy_root, &c.root_path)),
+            Some(false) => {}
+            None => unanswered.push(no_answer(&c.root_path)),
+        }
+    }
+    Ok(unanswered)
 }
 
-/// Refuses a config root that overlaps the proxy root (`proxy_root` resolved).
+/// Refuses a config root that overlaps the proxy root (`proxy_root` resolved), or that does not answer.
 pub fn check_against_proxy_root(proxy_root: &Path, root: &Path) -> Result<(), String> {
-    match almanac_media::trees_overlap(proxy_root, root) {
-        true => Err(overlap_message(proxy_root, root)),
-        false => Ok(()),
+    match answered_within(ROOT_ANSWERS_WITHIN, vec![overlap_look(proxy_root, root)]).pop().flatten() {
+        Some(true) => Err(overlap_message(proxy_root, root)),
+        Some(false) => Ok(()),
+        None => Err(no_answer(root)),
     }
+}
+
+/// Whether `root` and the proxy root overlap, looked at on the file system.
+fn overlap_look(proxy_root: &Path, root: &Path) -> Box<dyn FnOnce() -> bool + Send> {
+    let (proxy_root, root) = (proxy_root.to_owned(), root.to_owned());
+    Box::new(move || almanac_media::trees_overlap(&proxy_root, &root))
+}
+
+/// What is said of a root that did not answer within [`ROOT_ANSWERS_WITHIN`].
+fn no_answer(root: &Path) -> String {
+    format!(
+        "the storage root {} did not answer within {}s (a share whose server stopped answering?), so whether it \
+         overlaps storage.proxy_root was not seen; its crawls look again before reading anything",
+        root.display(),
+        ROOT_ANSWERS_WITHIN.as_secs()
+    )
 }
 
 /// Refuses a new root that is one tree with a registered config's root only as the file system sees it (a bind
@@ -203,6 +262,31 @@ mod tests {
 
     use super::*;
 
+    /// The limits a share that stops answering is given are the ones operations.md states.
+    #[test]
+    fn the_limits_given_a_share_that_stops_answering_are_the_ones_the_docs_state() {
+        let docs = include_str!("../../../../docs/operations.md").split_whitespace().collect::<Vec<_>>().join(" ");
+        let (root, resolve) = (ROOT_ANSWERS_WITHIN.as_secs(), super::super::parse::RESOLVE_WITHIN.as_secs());
+        assert!(docs.contains(&format!("`ROOT_ANSWERS_WITHIN` ({root} s,")), "docs/operations.md: {root} s");
+        assert!(docs.contains(&format!("`RESOLVE_WITHIN` ({resolve} s,")), "docs/operations.md: {resolve} s");
+    }
+
+    /// What answers in time is answered, in order; what does not is `None`, and is not waited for.
+    #[test]
+    fn looks_that_do_not_answer_in_time_are_not_waited_for() {
+        let looks: Vec<Box<dyn FnOnce() -> u32 + Send>> = vec![
+            Box::new(|| 1),
+            // A call into a share that stopped answering.
+            Box::new(|| -> u32 {
+                loop {
+                    std::thread::park();
+                }
+            }),
+            Box::new(|| 3),
+        ];
+        assert_eq!(answered_within(Duration::from_millis(200), looks), [Some(1), None, Some(3)]);
+    }
+
     fn config(root: &str) -> StorageConfig {
         StorageConfig {
             id: StorageConfigId::new(),
@@ -227,8 +311,8 @@ mod tests {
             assert!(err.contains(proxy_root) && err.contains(relation) && err.contains("/volume1/photos/"), "{err}");
         }
         assert!(check_proxy_root(Path::new("/"), &configs).unwrap_err().contains("/ cannot be"));
-        assert_eq!(check_proxy_root(Path::new("/volume1/almanac/proxies"), &configs), Ok(()));
-        assert_eq!(check_proxy_root(Path::new("/volume1/photos/annex"), &configs), Ok(()));
+        assert_eq!(check_proxy_root(Path::new("/volume1/almanac/proxies"), &configs), Ok(vec![]));
+        assert_eq!(check_proxy_root(Path::new("/volume1/photos/annex"), &configs), Ok(vec![]));
     }
 
     #[test]
@@ -242,7 +326,7 @@ mod tests {
         let err = prepare_proxy_root(&real.join("link/ann/.proxies"), &ann).unwrap_err();
         assert!(err.contains("lies inside"), "{err}");
         assert!(!real.join("photos/ann/.proxies").exists(), "nothing is created inside a library");
-        let made = prepare_proxy_root(&real.join("almanac/proxies"), &ann).unwrap();
+        let (made, _) = prepare_proxy_root(&real.join("almanac/proxies"), &ann).unwrap();
         assert!(made.is_dir() && made == real.join("almanac/proxies"));
     }
 

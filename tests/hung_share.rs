@@ -1,0 +1,185 @@
+//! A library share whose server stopped answering (an NFS or SMB mount of a NAS that was turned off: every look
+//! beneath it waits in the kernel, for ever on a hard mount), with the real `almanac-worker` binary: the crawls of
+//! the libraries on it wait, and nothing else does. Needs root and FUSE (`tests/support/hung_share.py`, Python's
+//! llfuse); prints SKIPPED otherwise.
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use almanac_media::fixtures::{self, FixtureExif};
+use almanac_testdb::TestDatabase;
+use support::{Worker, http_get};
+
+/// The share, mounted while it lives: ended (as its server going away for good) and unmounted when dropped.
+struct StoppedAnswering {
+    daemon: Child,
+    at: PathBuf,
+}
+
+impl StoppedAnswering {
+    /// Mounts it at `at`, hiding what is there ([`may_mount_fuse`] said it can be).
+    fn mount(at: &Path) -> Self {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("support/hung_share.py");
+        let mut daemon = Command::new("/usr/bin/python3")
+            .arg(&script)
+            .arg(at)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        BufReader::new(daemon.stdout.take().expect("piped")).read_line(&mut first).unwrap();
+        if first.trim() != "mounted" {
+            let _ = daemon.kill();
+            let mut why = String::new();
+            let _ = std::io::Read::read_to_string(&mut daemon.stderr.take().expect("piped"), &mut why);
+            panic!("the stopped share could not be mounted at {}: {why}", at.display());
+        }
+        Self { daemon, at: at.to_owned() }
+    }
+}
+
+impl Drop for StoppedAnswering {
+    fn drop(&mut self) {
+        // Every call waiting on it fails once it is gone; then the mount goes.
+        let _ = self.daemon.kill();
+        let _ = self.daemon.wait();
+        let _ = Command::new("umount").arg("-l").arg(&self.at).status();
+    }
+}
+
+fn may_mount_fuse() -> bool {
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    let llfuse = Command::new("/usr/bin/python3").args(["-c", "import llfuse"]).status().is_ok_and(|s| s.success());
+    root && llfuse && Path::new("/dev/fuse").exists()
+}
+
+/// As many libraries on the stopped share as the Worker's runtime has threads (one crawl on each would hold every
+/// thread if any look at a library's files ran on them), and one library on a disk that answers. The Worker, with a
+/// slot for each, crawls the one that answers while the others wait; its page answers; told to stop, it stops,
+/// handing the waiting crawls back, though the calls they made never return.
+#[test]
+fn a_share_that_stops_answering_holds_only_the_crawls_of_its_libraries() {
+    if !may_mount_fuse() {
+        eprintln!("SKIPPED: mounting a FUSE file system needs root, /dev/fuse and Python's llfuse");
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let db = rt.block_on(TestDatabase::create());
+    let dir = tempfile::tempdir().unwrap();
+    let cli = |args: &[&str]| {
+        let out = support::worker().args(args).env("DATABASE_URL", db.url()).output().unwrap();
+        assert!(out.status.success(), "almanac-worker {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    cli(&["migrate"]);
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let share = dir.path().join("nas");
+    let stopped: Vec<String> = (0..threads).map(|i| share.join(format!("photos-{i}")).display().to_string()).collect();
+    let library = dir.path().join("library");
+    std::fs::create_dir_all(&library).unwrap();
+    for i in 0..3 {
+        let exif = FixtureExif::camera(&format!("2021:03:0{} 10:00:00", i + 1), "+01:00");
+        std::fs::write(library.join(format!("IMG_{i}.JPG")), fixtures::jpeg(640, 480, i, true, &exif)).unwrap();
+    }
+    for root in &stopped {
+        std::fs::create_dir_all(root).unwrap();
+        cli(&["config", "add", "--user", "ann", "--root", root]);
+    }
+    cli(&["config", "add", "--user", "ann", "--root", library.to_str().unwrap()]);
+    let nas = StoppedAnswering::mount(&share);
+    // Oldest first: the stopped share's crawls are claimed before the library's, or with it. A command naming a
+    // library on the share as registered (a trailing `/` aside) never waits for it; one naming it another way gives
+    // up on the file system, saying what to give instead.
+    for root in &stopped {
+        cli(&["enqueue", "crawl", "--config", &format!("{root}/")]);
+    }
+    std::os::unix::fs::symlink(&share, dir.path().join("nas-link")).unwrap();
+    let spelled = format!("{}/nas-link/photos-0", dir.path().display());
+    let said_at = dir.path().join("pause.err");
+    let mut pause = support::worker()
+        .args(["pause", "--config", &spelled])
+        .env("DATABASE_URL", db.url())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&said_at).unwrap())
+        .spawn()
+        .unwrap();
+    let said = almanac_testdb::patience::wait_for("the command to give up", Duration::from_secs(10), EVERY, || {
+        Some(std::fs::read_to_string(&said_at).unwrap_or_default()).filter(|s| s.contains("did not answer within"))
+    });
+    assert!(said.contains("by its id or by its root exactly as registered"), "{said}");
+    // Its call into the share stays until the share ends (FUSE keeps a process whose call was taken until it is
+    // answered; NFS lets it go): it has said what it had to, and ends with an error then.
+    until_its_main_thread_ended(&pause.id().to_string());
+    cli(&["enqueue", "crawl", "--config", library.to_str().unwrap()]);
+
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let log = dir.path().join("worker.log");
+    let child = support::worker()
+        .args(["run", "--log-format", "json"])
+        .env("DATABASE_URL", db.url())
+        .env("ALMANAC__WORKER__ID", "beside-a-stopped-share")
+        .env("ALMANAC__WORKER__SLOTS", (threads + 1).to_string())
+        .env("ALMANAC__STORAGE__PROXY_ROOT", dir.path().join("proxies"))
+        .env("ALMANAC__STORAGE__SETTLE_TIME", "0s")
+        .env("ALMANAC__HTTP__ENABLED", "true")
+        .env("ALMANAC__HTTP__ADDRESS", format!("127.0.0.1:{port}"))
+        .env("ALMANAC__QUEUE__POLL_INTERVAL", "200ms")
+        .env("ALMANAC__QUEUE__SHUTDOWN_GRACE", "1s")
+        .env("ALMANAC__LOG__LEVEL", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let worker = Worker { child, log };
+
+    let library_crawled = format!(
+        "SELECT 1 FROM work_items w JOIN storage_configs c ON c.id = w.storage_config_id
+          WHERE w.kind = 'crawl' AND w.status = 'succeeded' AND c.root_path = '{}'",
+        library.display()
+    );
+    support::wait_for(db.url(), &library_crawled, Duration::from_secs(60));
+    let assets = support::query(db.url(), "SELECT count(*) FROM media_assets");
+    assert_eq!(assets, [["3"]], "the library that answers is crawled whole");
+    let waiting = support::query(
+        db.url(),
+        "SELECT count(*) FROM work_items w JOIN storage_configs c ON c.id = w.storage_config_id
+          WHERE w.kind = 'crawl' AND w.status = 'running' AND c.root_path LIKE '%/nas/photos-%'",
+    );
+    assert_eq!(waiting, [[threads.to_string()]], "every crawl of the stopped share is running, waiting on it");
+    let page = http_get(port, "/");
+    assert!(page.starts_with("HTTP/1.1 200"), "the page answers: {}", page.lines().next().unwrap_or_default());
+
+    let (status, lines) = stop(worker, nas);
+    assert!(status.success(), "stopped when told to: {status}");
+    assert!(lines.iter().any(|l| l["fields"]["event"] == "shutdown_grace_over"), "the waiting crawls were stopped");
+    let handed_back =
+        support::query(db.url(), "SELECT count(*) FROM work_items WHERE kind = 'crawl' AND status = 'running'");
+    assert_eq!(handed_back, [["0"]], "no crawl is left running");
+    assert!(!pause.wait().unwrap().success(), "the command that gave up ended with an error");
+}
+
+const EVERY: Duration = Duration::from_millis(100);
+
+/// Waits until the process `pid` has ended but for threads caught in a call into the stopped share: its main thread
+/// is gone (the process shows as a zombie while such threads wait), or the whole process.
+fn until_its_main_thread_ended(pid: &str) {
+    almanac_testdb::patience::wait_for("the process to end", Duration::from_secs(20), EVERY, || {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat.rsplit_once(") ").map(|(_, rest)| rest.chars().next());
+        matches!(state, None | Some(Some('Z' | 'X'))).then_some(())
+    });
+}
+
+/// SIGTERM, then, once its main thread has ended (threads caught in calls into the stopped share stay until it ends:
+/// see [`until_its_main_thread_ended`]), the share ended, and the Worker's exit and its log.
+fn stop(mut worker: Worker, nas: StoppedAnswering) -> (std::process::ExitStatus, Vec<serde_json::Value>) {
+    let pid = worker.child.id().to_string();
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    until_its_main_thread_ended(&pid);
+    drop(nas);
+    let status = worker.child.wait().unwrap();
+    (status, support::log_lines(&worker.log))
+}
