@@ -122,6 +122,8 @@ fn a_share_that_stops_answering_holds_only_the_crawls_of_its_libraries() {
         .env("DATABASE_URL", db.url())
         .env("ALMANAC__WORKER__ID", "beside-a-stopped-share")
         .env("ALMANAC__WORKER__SLOTS", (threads + 1).to_string())
+        // Its runtime has as many threads as libraries on the share, whatever the shell running the tests says.
+        .env("TOKIO_WORKER_THREADS", threads.to_string())
         .env("ALMANAC__STORAGE__PROXY_ROOT", dir.path().join("proxies"))
         .env("ALMANAC__STORAGE__SETTLE_TIME", "0s")
         .env("ALMANAC__HTTP__ENABLED", "true")

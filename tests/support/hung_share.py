@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """A library share whose server stopped answering, as an NFS or SMB mount of a NAS that was turned off: mounted at
-argv[1] (FUSE), its root answers, and every look beneath it (a lookup, a listing) waits, in the kernel, until this
-process ends. Killed, it leaves a mount whose every call fails at once ("Transport endpoint is not connected") until
-it is unmounted. Prints "mounted" once the mount answers."""
+argv[1] (FUSE): every look beneath its root (a lookup, a listing) waits, in the kernel, until this process ends.
+Killed, it leaves a mount whose every call fails at once ("Transport endpoint is not connected") until it is
+unmounted. Prints "mounted" once the mount answers."""
 import errno
 import stat
 import sys

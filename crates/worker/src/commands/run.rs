@@ -311,7 +311,7 @@ async fn proxy_root(settings: &Settings, url: &str, store: &PgStore) -> Result<P
     let (proxy_root, unanswered) =
         roots::prepare_proxy_root(&settings.storage.proxy_root, &configs).map_err(Failure::usage)?;
     for said in unanswered {
-        tracing::warn!(event = "root_not_answering", "{said}");
+        tracing::warn!(event = "root_not_answering", "{said}; its crawls look again before reading anything");
     }
     almanac_media::check_proxy_root(&proxy_root)
         .map_err(|e| Failure::usage(format!("{e}. Fix it, then start the Worker again")))?;
