@@ -52,7 +52,7 @@ impl Drop for StoppedAnswering {
 }
 
 fn may_mount_fuse() -> bool {
-    let root = Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    let root = almanac_media::effective_user() == 0;
     let llfuse = Command::new("/usr/bin/python3").args(["-c", "import llfuse"]).status().is_ok_and(|s| s.success());
     root && llfuse && Path::new("/dev/fuse").exists()
 }

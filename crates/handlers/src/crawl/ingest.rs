@@ -219,13 +219,10 @@ impl<C: CatalogueStore> Run<'_, C> {
             Some(m) if same_at_path.is_none() => {
                 let (root, own) = (self.root.clone(), m.file_path.clone());
                 let looking = "looking for the asset's own file";
-                let exists =
-                    super::root::looked_at(&self.cancel, looking, move || root.exists(&own)).await.map_err(|e| {
-                        match self.cancel.is_cancelled() {
-                            true => FileProblem::Cancelled,
-                            false => FileProblem::Failed(e.to_string()),
-                        }
-                    })?;
+                // Given up on because the attempt was stopped: cancelled, not a failed file.
+                let exists = super::root::looked_at(&self.cancel, looking, move || root.exists(&own))
+                    .await
+                    .map_err(|e| self.still_wanted().err().unwrap_or_else(|| FileProblem::Failed(e.to_string())))?;
                 Some((m.asset_id, exists))
             }
             Some(m) => Some((m.asset_id, true)),

@@ -40,9 +40,7 @@ pub fn config_key(given: &str) -> Result<String, OpError> {
         return Ok(config_as_given(given).to_owned());
     }
     let path = given.to_owned();
-    let resolve: Box<dyn FnOnce() -> std::io::Result<std::path::PathBuf> + Send> =
-        Box::new(move || std::fs::canonicalize(path));
-    match super::roots::answered_within(RESOLVE_WITHIN, vec![resolve]).pop().flatten() {
+    match super::roots::answered_in_time(RESOLVE_WITHIN, move || std::fs::canonicalize(path)) {
         Some(Ok(path)) => Ok(path.display().to_string()),
         Some(Err(_)) => Ok(config_as_given(given).to_owned()),
         None => Err(OpError::Io {

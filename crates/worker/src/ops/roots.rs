@@ -62,6 +62,11 @@ pub fn answered_within<T: Send + 'static>(
     found
 }
 
+/// The answer of `look`, run on a thread of its own, if it came within `limit` ([`answered_within`]).
+pub fn answered_in_time<T: Send + 'static>(limit: Duration, look: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    answered_within(limit, vec![Box::new(look)]).pop().flatten()
+}
+
 /// Checks the proxy root against every config's root, then creates it. Returns it resolved, and what to say of the
 /// roots that did not answer ([`check_proxy_root`]).
 pub fn prepare_proxy_root(proxy_root: &Path, configs: &[StorageConfig]) -> Result<(PathBuf, Vec<String>), String> {
@@ -94,7 +99,7 @@ pub fn check_proxy_root(proxy_root: &Path, configs: &[StorageConfig]) -> Result<
 
 /// Refuses a config root that overlaps the proxy root (`proxy_root` resolved), or that does not answer.
 pub fn check_against_proxy_root(proxy_root: &Path, root: &Path) -> Result<(), String> {
-    match answered_within(ROOT_ANSWERS_WITHIN, vec![overlap_look(proxy_root, root)]).pop().flatten() {
+    match answered_in_time(ROOT_ANSWERS_WITHIN, overlap_look(proxy_root, root)) {
         Some(true) => Err(overlap_message(proxy_root, root)),
         Some(false) => Ok(()),
         None => Err(no_answer(root)),
