@@ -112,8 +112,27 @@ fn a_share_that_stops_answering_holds_only_the_crawls_of_its_libraries() {
     assert!(said.contains("by its id or by its root exactly as registered"), "{said}");
     // Its call into the share stays until the share ends (FUSE keeps a process whose call was taken until it is
     // answered; NFS lets it go): it has said what it had to, and ends with an error then.
-    until_its_main_thread_ended(&pause.id().to_string());
+    until_its_main_thread_ended(&pause.id().to_string(), Duration::from_secs(20));
     cli(&["enqueue", "crawl", "--config", library.to_str().unwrap()]);
+    // While the Worker starts: the commands an operator runs, each given up on within its limit, saying so.
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let on_the_share = share.join("proxies").display().to_string();
+    let commands = Commands::start(
+        dir.path(),
+        db.url(),
+        &[
+            ("status", &["status", "--json"], None),
+            ("add beside", &["config", "add", "--user", "bob", "--root", elsewhere.to_str().unwrap()], None),
+            (
+                "add on",
+                &["config", "add", "--user", "bob", "--root", &share.join("photos-new").display().to_string()],
+                None,
+            ),
+            ("check", &["config", "check"], Some(&on_the_share)),
+            ("run", &["run"], Some(&on_the_share)),
+        ],
+    );
 
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let log = dir.path().join("worker.log");
@@ -154,7 +173,15 @@ fn a_share_that_stops_answering_holds_only_the_crawls_of_its_libraries() {
     let page = http_get(port, "/");
     assert!(page.starts_with("HTTP/1.1 200"), "the page answers: {}", page.lines().next().unwrap_or_default());
 
+    let commands = commands.ended();
     let (status, lines) = stop(worker, nas);
+    commands.said_what_did_not_answer(&stopped, &share);
+    let bob = support::query(
+        db.url(),
+        "SELECT count(*) FROM storage_configs c JOIN users u ON u.id = c.user_id
+                                         WHERE u.username = 'bob'",
+    );
+    assert_eq!(bob, [["0"]], "nothing was registered");
     assert!(status.success(), "stopped when told to: {status}");
     assert!(lines.iter().any(|l| l["fields"]["event"] == "shutdown_grace_over"), "the waiting crawls were stopped");
     let handed_back =
@@ -165,10 +192,65 @@ fn a_share_that_stops_answering_holds_only_the_crawls_of_its_libraries() {
 
 const EVERY: Duration = Duration::from_millis(100);
 
+/// The commands run while the share answers nothing, by name: each its process, and where its output goes.
+struct Commands(Vec<(&'static str, Child, PathBuf)>);
+
+impl Commands {
+    /// Starts each command (name, arguments, the proxy root it is given if not the default), its standard output
+    /// and errors in one file under `dir`.
+    fn start(dir: &Path, url: &str, commands: &[(&'static str, &[&str], Option<&str>)]) -> Self {
+        let started = commands.iter().map(|(name, args, proxy_root)| {
+            let said = dir.join(format!("{}.out", name.replace(' ', "-")));
+            let out = std::fs::File::create(&said).unwrap();
+            let mut command = support::worker();
+            command.args(*args).env("DATABASE_URL", url).env("ALMANAC__WORKER__ID", format!("command-{name}"));
+            command.env("ALMANAC__STORAGE__PROXY_ROOT", proxy_root.map_or(dir.join("proxies"), PathBuf::from));
+            let child = command.stdout(out.try_clone().unwrap()).stderr(out).spawn().unwrap();
+            (*name, child, said)
+        });
+        Self(started.collect())
+    }
+
+    /// Waits until each has ended but for its calls into the share: within its limits (a look at every root at
+    /// once, then at those that answered), not for ever.
+    fn ended(self) -> Self {
+        for (_, child, _) in &self.0 {
+            until_its_main_thread_ended(&child.id().to_string(), Duration::from_secs(100));
+        }
+        self
+    }
+
+    /// Once the share has ended: each command's exit and words. `status` lists every root on the share as not
+    /// answering and ends well; the others are refused, exit 1 (try again), nothing done.
+    fn said_what_did_not_answer(self, stopped: &[String], share: &Path) {
+        for (name, mut child, said) in self.0 {
+            let exit = child.wait().unwrap().code();
+            let said = std::fs::read_to_string(said).unwrap();
+            if name == "status" {
+                assert_eq!(exit, Some(0), "status: {said}");
+                let json: serde_json::Value = serde_json::from_str(&said).unwrap();
+                let problems = json["root_problems"].to_string();
+                for root in stopped {
+                    assert!(problems.contains(&format!("{root} did not answer within 30s")), "{problems}");
+                }
+                continue;
+            }
+            assert_eq!(exit, Some(1), "{name}: {said}");
+            assert!(said.contains("did not answer within 30s"), "{name}: {said}");
+            let expected = match name {
+                "add beside" => format!("{}/photos-", share.display()),
+                "add on" => format!("--root {}/photos-new", share.display()),
+                _ => format!("storage.proxy_root {}/proxies", share.display()),
+            };
+            assert!(said.contains(&expected), "{name}: {said}");
+        }
+    }
+}
+
 /// Waits until the process `pid` has ended but for threads caught in a call into the stopped share: its main thread
 /// is gone (the process shows as a zombie while such threads wait), or the whole process.
-fn until_its_main_thread_ended(pid: &str) {
-    almanac_testdb::patience::wait_for("the process to end", Duration::from_secs(20), EVERY, || {
+fn until_its_main_thread_ended(pid: &str, within: Duration) {
+    almanac_testdb::patience::wait_for("the process to end", within, EVERY, || {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
         let state = stat.rsplit_once(") ").map(|(_, rest)| rest.chars().next());
         matches!(state, None | Some(Some('Z' | 'X'))).then_some(())
@@ -180,7 +262,7 @@ fn until_its_main_thread_ended(pid: &str) {
 fn stop(mut worker: Worker, nas: StoppedAnswering) -> (std::process::ExitStatus, Vec<serde_json::Value>) {
     let pid = worker.child.id().to_string();
     Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-    until_its_main_thread_ended(&pid);
+    until_its_main_thread_ended(&pid, Duration::from_secs(20));
     drop(nas);
     let status = worker.child.wait().unwrap();
     (status, support::log_lines(&worker.log))

@@ -65,12 +65,18 @@ pub fn check(settings: &Settings) -> Result<Exit, Failure> {
         esay!("almanac-worker: {line}");
     }
     say!("{}", settings.masked_toml().trim_end_matches('\n'));
-    match proxy_root_takes_files(&ops::roots::resolved(&settings.storage.proxy_root)) {
-        Ok(note) => {
+    let proxy_root = settings.storage.proxy_root.clone();
+    let look = move || proxy_root_takes_files(&ops::roots::resolved(&proxy_root));
+    match ops::roots::answered_in_time(ops::roots::ROOT_ANSWERS_WITHIN, look) {
+        Some(Ok(note)) => {
             esay!("almanac-worker: {note}");
             Ok(Exit::Success)
         }
-        Err(problem) => Err(Failure::usage(problem)),
+        Some(Err(problem)) => Err(Failure::usage(problem)),
+        None => Err(Failure::failed(anyhow::anyhow!(
+            "{}: whether it takes files could not be seen",
+            ops::roots::proxy_root_no_answer(&settings.storage.proxy_root).said()
+        ))),
     }
 }
 

@@ -308,12 +308,22 @@ async fn served_configs(settings: &Settings, url: &str, store: &PgStore) -> Resu
 /// every crawl): refused otherwise.
 async fn proxy_root(settings: &Settings, url: &str, store: &PgStore) -> Result<PathBuf, Failure> {
     let configs = patiently(url, || store.list_storage_configs()).await?;
+    let not_started = |refusal: roots::Refusal| match refusal {
+        roots::Refusal::Rule(why) => Failure::usage(why),
+        // Exit 1, not 2: a service manager starts the Worker again (the packaged unit does), and it runs once the
+        // share answers.
+        roots::Refusal::NoAnswer(why) => {
+            Failure::failed(anyhow::anyhow!("{why}: no crawl could write proxies. Start the Worker once it answers"))
+        }
+    };
     let (proxy_root, unanswered) =
-        roots::prepare_proxy_root(&settings.storage.proxy_root, &configs).map_err(Failure::usage)?;
+        roots::prepare_proxy_root(&settings.storage.proxy_root, &configs).map_err(not_started)?;
     for said in unanswered {
         tracing::warn!(event = "root_not_answering", "{said}; its crawls look again before reading anything");
     }
-    almanac_media::check_proxy_root(&proxy_root)
+    let checked = proxy_root.clone();
+    roots::answered_in_time(roots::ROOT_ANSWERS_WITHIN, move || almanac_media::check_proxy_root(&checked))
+        .ok_or_else(|| not_started(roots::proxy_root_no_answer(&proxy_root)))?
         .map_err(|e| Failure::usage(format!("{e}. Fix it, then start the Worker again")))?;
     if almanac_media::effective_user() == 0 {
         tracing::warn!(

@@ -46,21 +46,31 @@ pub async fn add_config(
     username: String,
     root: &Path,
 ) -> Result<(User, StorageConfig), OpError> {
-    let root = roots::canonical_config_root(root).map_err(OpError::Forbidden)?;
-    let nothing = |why: String| OpError::Forbidden(format!("{why}; nothing was registered"));
-    roots::check_against_proxy_root(&roots::resolved(proxy_root), &root).map_err(nothing)?;
+    let nothing = "nothing was registered";
+    let root = match roots::canonical_config_root(root) {
+        Ok(root) => root,
+        Err(roots::Refusal::Rule(why)) => return Err(OpError::Forbidden(why)),
+        Err(refusal) => return Err(refusal.then(nothing)),
+    };
+    let proxy_root = roots::resolved_in_time(proxy_root).map_err(|refusal| refusal.then(nothing))?;
+    roots::check_against_proxy_root(&proxy_root, &root).map_err(|refusal| refusal.then(nothing))?;
     // The store compares paths; the file system also knows a bind mount or another spelling of one folder.
-    roots::check_hidden_overlap(&root, &store.list_storage_configs().await?).map_err(nothing)?;
+    let registered = store.list_storage_configs().await?;
+    roots::check_hidden_overlap(&root, &registered).map_err(|refusal| refusal.then(nothing))?;
+    // Looked at before it is registered: a root that stops answering now leaves nothing registered half-way.
+    let looked = root.clone();
+    let is_mount_point = roots::answered_in_time(roots::ROOT_ANSWERS_WITHIN, move || {
+        almanac_media::RootFolder::open(&looked).and_then(|r| r.is_mount_point())
+    })
+    .ok_or_else(|| roots::Refusal::NoAnswer(format!("--root {} stopped answering", root.display())).then(nothing))?
+    .map_err(|source| OpError::Io { what: format!("examining {}", root.display()), source })?;
     let (user, config) = match store.add_storage_config(&NewStorageConfig { username, root_path: root }).await {
         Ok(added) => added,
         Err(e) => match OpError::from(e) {
-            OpError::Conflict(why) => return Err(nothing(why)),
+            OpError::Conflict(why) => return Err(OpError::Forbidden(format!("{why}; {nothing}"))),
             other => return Err(other),
         },
     };
-    let is_mount_point = almanac_media::RootFolder::open(&config.root_path)
-        .and_then(|r| r.is_mount_point())
-        .map_err(|source| OpError::Io { what: format!("examining {}", config.root_path.display()), source })?;
     store.set_root_is_mount_point(config.id, is_mount_point).await?;
     Ok((user, config))
 }
@@ -80,7 +90,9 @@ pub async fn activate_config(store: &PgStore, proxy_root: &Path, given: &str) ->
         return Ok(Activation::AlreadyActive(c));
     }
     let clash = CatalogueStore::overlapping_roots(store, c.id).await?;
-    roots::check_activation(&roots::resolved(proxy_root), &c, &clash).map_err(OpError::Forbidden)?;
+    let proxy_root = roots::resolved_in_time(proxy_root)
+        .map_err(|refusal| refusal.then(&format!("storage config {} stays deactivated", c.id)))?;
+    roots::check_activation(&proxy_root, &c, &clash)?;
     store.set_storage_config_active(c.id, true).await?;
     Ok(Activation::Activated(c))
 }

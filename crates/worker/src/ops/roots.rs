@@ -68,13 +68,54 @@ pub fn answered_in_time<T: Send + 'static>(limit: Duration, look: impl FnOnce() 
 }
 
 /// Checks the proxy root against every config's root, then creates it. Returns it resolved, and what to say of the
-/// roots that did not answer ([`check_proxy_root`]).
-pub fn prepare_proxy_root(proxy_root: &Path, configs: &[StorageConfig]) -> Result<(PathBuf, Vec<String>), String> {
-    let resolved = resolved(proxy_root);
-    let unanswered = check_proxy_root(&resolved, configs)?;
-    std::fs::create_dir_all(&resolved)
-        .map_err(|e| format!("storage.proxy_root: cannot create {}: {e}", resolved.display()))?;
+/// roots that did not answer ([`check_proxy_root`]). A proxy root that does not answer within
+/// [`ROOT_ANSWERS_WITHIN`] is refused as such ([`Refusal::NoAnswer`]): without it no crawl can write.
+pub fn prepare_proxy_root(proxy_root: &Path, configs: &[StorageConfig]) -> Result<(PathBuf, Vec<String>), Refusal> {
+    let resolved = resolved_in_time(proxy_root)?;
+    let unanswered = check_proxy_root(&resolved, configs).map_err(Refusal::Rule)?;
+    let made = resolved.clone();
+    answered_in_time(ROOT_ANSWERS_WITHIN, move || std::fs::create_dir_all(made))
+        .ok_or_else(|| proxy_root_no_answer(proxy_root))?
+        .map_err(|e| Refusal::Rule(format!("storage.proxy_root: cannot create {}: {e}", resolved.display())))?;
     Ok((resolved, unanswered))
+}
+
+/// The proxy root resolved ([`resolved`]), if the file system answered within [`ROOT_ANSWERS_WITHIN`].
+pub fn resolved_in_time(proxy_root: &Path) -> Result<PathBuf, Refusal> {
+    let given = proxy_root.to_owned();
+    answered_in_time(ROOT_ANSWERS_WITHIN, move || resolved(&given)).ok_or_else(|| proxy_root_no_answer(proxy_root))
+}
+
+/// What is said of a proxy root that did not answer within [`ROOT_ANSWERS_WITHIN`].
+pub fn proxy_root_no_answer(proxy_root: &Path) -> Refusal {
+    Refusal::NoAnswer(did_not_answer("storage.proxy_root", proxy_root))
+}
+
+/// Why a look at the roots refused what was asked: a rule (change what was asked), or a root that did not answer
+/// within [`ROOT_ANSWERS_WITHIN`] (ask again once it answers).
+#[derive(Debug, PartialEq)]
+pub enum Refusal {
+    /// The roots rule, or a root that is not what it must be.
+    Rule(String),
+    /// A root, or the proxy root, did not answer in time.
+    NoAnswer(String),
+}
+
+impl Refusal {
+    /// What is said, with `then` (what became of the action) after it.
+    pub fn then(self, then: &str) -> OpError {
+        match self {
+            Refusal::Rule(why) => OpError::Forbidden(format!("{why}; {then}")),
+            Refusal::NoAnswer(why) => OpError::Refused(format!("{why}; {then}. Try again once it answers")),
+        }
+    }
+
+    /// The words alone.
+    pub fn said(&self) -> &str {
+        match self {
+            Refusal::Rule(why) | Refusal::NoAnswer(why) => why,
+        }
+    }
 }
 
 /// Refuses a proxy root that is `/`, or that equals, contains or lies inside a config's root (any config,
@@ -98,11 +139,11 @@ pub fn check_proxy_root(proxy_root: &Path, configs: &[StorageConfig]) -> Result<
 }
 
 /// Refuses a config root that overlaps the proxy root (`proxy_root` resolved), or that does not answer.
-pub fn check_against_proxy_root(proxy_root: &Path, root: &Path) -> Result<(), String> {
+pub fn check_against_proxy_root(proxy_root: &Path, root: &Path) -> Result<(), Refusal> {
     match answered_in_time(ROOT_ANSWERS_WITHIN, overlap_look(proxy_root, root)) {
-        Some(true) => Err(overlap_message(proxy_root, root)),
+        Some(true) => Err(Refusal::Rule(overlap_message(proxy_root, root))),
         Some(false) => Ok(()),
-        None => Err(no_answer(root)),
+        None => Err(Refusal::NoAnswer(no_answer(root))),
     }
 }
 
@@ -114,25 +155,47 @@ fn overlap_look(proxy_root: &Path, root: &Path) -> Box<dyn FnOnce() -> bool + Se
 
 /// What is said of a root that did not answer within [`ROOT_ANSWERS_WITHIN`].
 fn no_answer(root: &Path) -> String {
+    format!("{}, so whether it overlaps storage.proxy_root could not be seen", did_not_answer("the storage root", root))
+}
+
+/// `what` (`path`) did not answer within [`ROOT_ANSWERS_WITHIN`].
+fn did_not_answer(what: &str, path: &Path) -> String {
     format!(
-        "the storage root {} did not answer within {}s (a share whose server stopped answering?), so whether it \
-         overlaps storage.proxy_root could not be seen",
-        root.display(),
+        "{what} {} did not answer within {}s (a share whose server stopped answering?)",
+        path.display(),
         ROOT_ANSWERS_WITHIN.as_secs()
     )
 }
 
 /// Refuses a new root that is one tree with a registered config's root only as the file system sees it (a bind
-/// mount, another spelling of one folder): the store, which compares paths, refuses the rest.
-pub fn check_hidden_overlap(root: &Path, configs: &[StorageConfig]) -> Result<(), String> {
-    match configs.iter().find(|c| almanac_media::overlap_hidden_from_paths(&c.root_path, root)) {
-        Some(other) => Err(format!(
+/// mount, another spelling of one folder): the store, which compares paths, refuses the rest. The registered roots
+/// are looked at all at once, each within [`ROOT_ANSWERS_WITHIN`]: one that does not answer refuses the new root
+/// (whether they are one tree cannot be seen), unless another is found to be its tree.
+pub fn check_hidden_overlap(root: &Path, configs: &[StorageConfig]) -> Result<(), Refusal> {
+    let looks = configs
+        .iter()
+        .map(|c| {
+            let (registered, new) = (c.root_path.clone(), root.to_owned());
+            Box::new(move || almanac_media::overlap_hidden_from_paths(&registered, &new))
+                as Box<dyn FnOnce() -> bool + Send>
+        })
+        .collect();
+    let answers = answered_within(ROOT_ANSWERS_WITHIN, looks);
+    if let Some((other, _)) = configs.iter().zip(&answers).find(|(_, hidden)| **hidden == Some(true)) {
+        return Err(Refusal::Rule(format!(
             "the root {} is the same tree as storage config {} at {}, or nests with it (a bind mount, or another \
              spelling of one folder): two configs may never cover one tree",
             root.display(),
             other.id,
             other.root_path.display()
-        )),
+        )));
+    }
+    match configs.iter().zip(&answers).find(|(_, hidden)| hidden.is_none()) {
+        Some((other, _)) => Err(Refusal::NoAnswer(format!(
+            "{}, so whether {} is the same tree could not be seen",
+            did_not_answer(&format!("the root of storage config {}", other.id), &other.root_path),
+            root.display()
+        ))),
         None => Ok(()),
     }
 }
@@ -143,9 +206,9 @@ pub fn check_activation(
     proxy_root: &Path,
     config: &StorageConfig,
     overlapping: &[StorageConfig],
-) -> Result<(), String> {
+) -> Result<(), OpError> {
     if let Some(other) = overlapping.iter().find(|o| o.is_active) {
-        return Err(format!(
+        return Err(OpError::Forbidden(format!(
             "storage config {} ({}) overlaps active storage config {} ({}): two configs on one tree would be \
              crawled at once. Deactivate that one first (almanac-worker config deactivate {})",
             config.id,
@@ -153,10 +216,10 @@ pub fn check_activation(
             other.id,
             other.root_path.display(),
             other.id
-        ));
+        )));
     }
     check_against_proxy_root(proxy_root, &config.root_path)
-        .map_err(|overlap| format!("{overlap}; storage config {} stays deactivated", config.id))
+        .map_err(|refusal| refusal.then(&format!("storage config {} stays deactivated", config.id)))
 }
 
 /// The refusal for a proxy root and a storage root that overlap.
@@ -178,19 +241,23 @@ pub fn overlap_message(proxy_root: &Path, root: &Path) -> String {
 }
 
 /// A root as `config add` registers it: it must exist and be a folder; links, `.` and `..` are resolved and
-/// the trailing slash dropped.
-pub fn canonical_config_root(root: &Path) -> Result<PathBuf, String> {
-    let absolute = std::path::absolute(root).map_err(|e| format!("--root {}: {e}", root.display()))?;
-    let canonical = std::fs::canonicalize(&absolute).map_err(|e| {
-        format!(
+/// the trailing slash dropped. Refused as [`Refusal::NoAnswer`] when the file system does not answer within
+/// [`ROOT_ANSWERS_WITHIN`] (a share whose server stopped answering).
+pub fn canonical_config_root(root: &Path) -> Result<PathBuf, Refusal> {
+    let absolute = std::path::absolute(root).map_err(|e| Refusal::Rule(format!("--root {}: {e}", root.display())))?;
+    let looked = absolute.clone();
+    let look = move || std::fs::canonicalize(&looked).map(|canonical| (canonical.is_dir(), canonical));
+    match answered_in_time(ROOT_ANSWERS_WITHIN, look) {
+        None => Err(Refusal::NoAnswer(did_not_answer("--root", &absolute))),
+        Some(Err(e)) => Err(Refusal::Rule(format!(
             "--root {}: {e}. Register a folder that exists (mount the share first); nothing was registered",
             absolute.display()
-        )
-    })?;
-    if !canonical.is_dir() {
-        return Err(format!("--root {}: not a folder; nothing was registered", canonical.display()));
+        ))),
+        Some(Ok((false, canonical))) => {
+            Err(Refusal::Rule(format!("--root {}: not a folder; nothing was registered", canonical.display())))
+        }
+        Some(Ok((true, canonical))) => Ok(canonical),
     }
-    Ok(canonical)
 }
 
 /// Roots that overlap in the catalogue (an older one may hold some), on disk, or with this Worker's proxy root
@@ -214,11 +281,62 @@ pub async fn root_problems(store: &PgStore, proxy_root: &Path) -> Result<Vec<Str
         })
         .collect();
     let configs = store.list_storage_configs().await?;
-    problems.extend(hidden_overlaps(&configs));
-    problems.extend(configs.iter().filter_map(root_not_canonical));
-    let proxy_root = resolved(proxy_root);
-    problems.extend(configs.iter().filter_map(|c| check_against_proxy_root(&proxy_root, &c.root_path).err()));
+    let proxy_root = proxy_root.to_owned();
+    let on_disk = tokio::task::spawn_blocking(move || on_disk_problems(&proxy_root, &configs))
+        .await
+        .map_err(|e| OpError::Failed(format!("looking at the roots ended abnormally: {e}").into()))?;
+    problems.extend(on_disk);
     Ok(problems)
+}
+
+/// The roots' problems only the file system shows. Every root and the proxy root are looked at all at once, within
+/// [`ROOT_ANSWERS_WITHIN`]: one that does not answer is listed as such (a share whose server stopped answering
+/// would otherwise hold `status` for ever); those that answered are then compared, within as long again.
+fn on_disk_problems(proxy_root: &Path, configs: &[StorageConfig]) -> Vec<String> {
+    type Look = Box<dyn FnOnce() -> Option<PathBuf> + Send>;
+    let mut looks: Vec<Look> = configs
+        .iter()
+        .map(|c| {
+            let root = c.root_path.clone();
+            Box::new(move || std::fs::canonicalize(root).ok()) as Look
+        })
+        .collect();
+    let given = proxy_root.to_owned();
+    looks.push(Box::new(move || Some(resolved(&given))));
+    let mut answers = answered_within(ROOT_ANSWERS_WITHIN, looks);
+    let resolved_proxy_root = answers.pop().flatten().flatten();
+    let (mut problems, mut answered) = (Vec::new(), Vec::new());
+    for (c, answer) in configs.iter().zip(answers) {
+        match answer {
+            Some(real) => {
+                problems.extend(root_not_canonical(c, real.as_deref()));
+                answered.push(c.clone());
+            }
+            None => problems.push(format!(
+                "{}: its crawls cannot read it, and whether it overlaps another root could not be seen",
+                did_not_answer(&format!("the root of storage config {}", c.id), &c.root_path)
+            )),
+        }
+    }
+    if resolved_proxy_root.is_none() {
+        problems.push(format!("{}: no crawl can write proxies", did_not_answer("storage.proxy_root", proxy_root)));
+    }
+    let compared = answered_in_time(ROOT_ANSWERS_WITHIN, move || {
+        let mut found = hidden_overlaps(&answered);
+        if let Some(proxy_root) = resolved_proxy_root {
+            let overlapping = answered.iter().filter(|c| almanac_media::trees_overlap(&proxy_root, &c.root_path));
+            found.extend(overlapping.map(|c| overlap_message(&proxy_root, &c.root_path)));
+        }
+        found
+    });
+    problems.extend(compared.unwrap_or_else(|| {
+        vec![format!(
+            "the roots that answered could not all be compared with one another and with storage.proxy_root within \
+             {}s (a share stopped answering while they were): run status again",
+            ROOT_ANSWERS_WITHIN.as_secs()
+        )]
+    }));
+    problems
 }
 
 /// Overlaps the catalogue cannot see: one tree under two paths (a bind mount, another spelling).
@@ -242,7 +360,7 @@ fn hidden_overlaps(configs: &[StorageConfig]) -> Vec<String> {
 
 /// Why a registered root is not canonical (reached through a link, or spelled with `.`, `..` or doubled
 /// slashes): its crawls refuse to run.
-fn root_not_canonical(c: &StorageConfig) -> Option<String> {
+fn root_not_canonical(c: &StorageConfig, real: Option<&Path>) -> Option<String> {
     let canonical = c.root_path.to_str().is_some_and(|r| almanac_domain::check_canonical_root(r).is_ok());
     if !canonical {
         return Some(format!(
@@ -252,7 +370,7 @@ fn root_not_canonical(c: &StorageConfig) -> Option<String> {
             c.root_path.display()
         ));
     }
-    let real = std::fs::canonicalize(&c.root_path).ok().filter(|real| *real != c.root_path)?;
+    let real = real.filter(|real| *real != c.root_path)?;
     Some(format!(
         "storage config {} has the root {}, which is reached through a link (the real folder is {}): its crawls \
          refuse to run. Deactivate it and register the real path",
@@ -263,173 +381,4 @@ fn root_not_canonical(c: &StorageConfig) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use almanac_domain::{StorageConfigId, UserId};
-
-    use super::*;
-
-    /// The limits a share that stops answering is given are the ones operations.md states.
-    #[test]
-    fn the_limits_given_a_share_that_stops_answering_are_the_ones_the_docs_state() {
-        let docs = include_str!("../../../../docs/operations.md").split_whitespace().collect::<Vec<_>>().join(" ");
-        let (root, resolve) = (ROOT_ANSWERS_WITHIN.as_secs(), super::super::parse::RESOLVE_WITHIN.as_secs());
-        assert!(docs.contains(&format!("`ROOT_ANSWERS_WITHIN` ({root} s,")), "docs/operations.md: {root} s");
-        assert!(docs.contains(&format!("`RESOLVE_WITHIN` ({resolve} s,")), "docs/operations.md: {resolve} s");
-    }
-
-    /// What answers in time is answered, in order; what does not is `None`, and is not waited for.
-    #[test]
-    fn looks_that_do_not_answer_in_time_are_not_waited_for() {
-        let looks: Vec<Box<dyn FnOnce() -> u32 + Send>> = vec![
-            Box::new(|| 1),
-            // A call into a share that stopped answering.
-            Box::new(|| -> u32 {
-                loop {
-                    std::thread::park();
-                }
-            }),
-            Box::new(|| 3),
-        ];
-        // Long enough for the others on a loaded machine.
-        let limit = almanac_testdb::patience::patience(Duration::from_millis(200));
-        assert_eq!(answered_within(limit, looks), [Some(1), None, Some(3)]);
-    }
-
-    fn config(root: &str) -> StorageConfig {
-        StorageConfig {
-            id: StorageConfigId::new(),
-            user_id: UserId::new(),
-            root_path: root.into(),
-            is_active: false,
-            root_is_mount_point: None,
-            mounts_below: Vec::new(),
-        }
-    }
-
-    #[test]
-    fn a_proxy_root_overlapping_any_config_root_is_refused_naming_both() {
-        let configs = [config("/volume1/photos/ann"), config("/volume1/photos/bob")];
-        for (proxy_root, relation) in [
-            ("/volume1", "contains"),
-            ("/volume1/photos", "contains"),
-            ("/volume1/photos/bob", "is the same folder as"),
-            ("/volume1/photos/ann/.proxies", "lies inside"),
-        ] {
-            let err = check_proxy_root(Path::new(proxy_root), &configs).unwrap_err();
-            assert!(err.contains(proxy_root) && err.contains(relation) && err.contains("/volume1/photos/"), "{err}");
-        }
-        assert!(check_proxy_root(Path::new("/"), &configs).unwrap_err().contains("/ cannot be"));
-        assert_eq!(check_proxy_root(Path::new("/volume1/almanac/proxies"), &configs), Ok(vec![]));
-        assert_eq!(check_proxy_root(Path::new("/volume1/photos/annex"), &configs), Ok(vec![]));
-    }
-
-    #[test]
-    fn a_proxy_root_is_resolved_and_checked_before_it_is_created() {
-        let dir = tempfile::tempdir().unwrap();
-        let real = std::fs::canonicalize(dir.path()).unwrap();
-        std::fs::create_dir_all(real.join("photos/ann")).unwrap();
-        std::os::unix::fs::symlink(real.join("photos"), real.join("link")).unwrap();
-        assert_eq!(resolved(&real.join("link/ann/.proxies/x")), real.join("photos/ann/.proxies/x"));
-        let ann = [config(real.join("photos/ann").to_str().unwrap())];
-        let err = prepare_proxy_root(&real.join("link/ann/.proxies"), &ann).unwrap_err();
-        assert!(err.contains("lies inside"), "{err}");
-        assert!(!real.join("photos/ann/.proxies").exists(), "nothing is created inside a library");
-        let (made, _) = prepare_proxy_root(&real.join("almanac/proxies"), &ann).unwrap();
-        assert!(made.is_dir() && made == real.join("almanac/proxies"));
-    }
-
-    #[test]
-    fn config_roots_are_resolved_and_must_exist() {
-        let dir = tempfile::tempdir().unwrap();
-        let real = std::fs::canonicalize(dir.path()).unwrap();
-        std::fs::create_dir_all(real.join("p/ann")).unwrap();
-        std::fs::create_dir_all(real.join("p/bob")).unwrap();
-        std::os::unix::fs::symlink(real.join("p/ann"), real.join("link")).unwrap();
-        let expected = real.join("p/ann");
-        for given in [real.join("p/ann/"), real.join("p/bob/../ann"), real.join("link"), real.join("p/./ann")] {
-            assert_eq!(canonical_config_root(&given).unwrap(), expected, "{}", given.display());
-        }
-        assert!(canonical_config_root(&real.join("missing")).unwrap_err().contains("mount the share first"));
-        std::fs::write(real.join("file"), b"x").unwrap();
-        assert!(canonical_config_root(&real.join("file")).unwrap_err().contains("not a folder"));
-    }
-
-    /// A folder `p/ann` and a link `link` to it, in a fresh temporary folder: one tree under two paths.
-    fn one_tree_two_paths() -> (tempfile::TempDir, PathBuf, PathBuf) {
-        let dir = tempfile::tempdir().unwrap();
-        let real = std::fs::canonicalize(dir.path()).unwrap();
-        std::fs::create_dir_all(real.join("p/ann")).unwrap();
-        std::fs::create_dir_all(real.join("p/bob")).unwrap();
-        std::os::unix::fs::symlink(real.join("p/ann"), real.join("link")).unwrap();
-        (dir, real.join("p/ann"), real.join("link"))
-    }
-
-    #[test]
-    fn a_root_that_is_a_registered_tree_under_another_path_is_refused_naming_the_other() {
-        let (_dir, ann, link) = one_tree_two_paths();
-        let registered = config(link.to_str().unwrap());
-        let err = check_hidden_overlap(&ann, std::slice::from_ref(&registered)).unwrap_err();
-        assert!(err.contains(&registered.id.to_string()) && err.contains(link.to_str().unwrap()), "{err}");
-        assert_eq!(check_hidden_overlap(&ann.with_file_name("bob"), &[registered]), Ok(()));
-    }
-
-    #[test]
-    fn a_config_is_not_activated_beside_an_active_one_on_its_tree_nor_over_the_proxy_root() {
-        let (_dir, ann, _) = one_tree_two_paths();
-        let proxies = ann.parent().unwrap().with_file_name("proxies");
-        let this = config(ann.to_str().unwrap());
-        let (mut active, inactive) = (config(ann.join("2019").to_str().unwrap()), config("/elsewhere"));
-        active.is_active = true;
-        let err = check_activation(&proxies, &this, &[inactive.clone(), active.clone()]).unwrap_err();
-        assert!(err.contains(&format!("overlaps active storage config {}", active.id)), "{err}");
-        assert_eq!(check_activation(&proxies, &this, std::slice::from_ref(&inactive)), Ok(()));
-        let err = check_activation(&ann.join(".proxies"), &this, &[inactive]).unwrap_err();
-        assert!(err.contains("lies inside") && err.contains("stays deactivated"), "{err}");
-    }
-
-    #[test]
-    fn overlaps_hidden_from_paths_are_listed_once_per_pair() {
-        let (_dir, ann, link) = one_tree_two_paths();
-        let configs = [config(link.to_str().unwrap()), config(ann.to_str().unwrap())];
-        let bob = config(ann.with_file_name("bob").to_str().unwrap());
-        let problems = hidden_overlaps(&[configs[0].clone(), bob.clone(), configs[1].clone()]);
-        assert_eq!(problems.len(), 1, "{problems:?}");
-        for c in &configs {
-            assert!(problems[0].contains(&c.id.to_string()), "{problems:?}");
-        }
-        assert_eq!(hidden_overlaps(&[bob, configs[1].clone()]), Vec::<String>::new());
-    }
-
-    #[test]
-    fn a_root_spelled_oddly_or_reached_through_a_link_is_not_canonical() {
-        let (_dir, ann, link) = one_tree_two_paths();
-        assert_eq!(root_not_canonical(&config(ann.to_str().unwrap())), None);
-        let odd = config(&format!("{}/./2019", ann.display()));
-        assert!(root_not_canonical(&odd).unwrap().contains("not a canonical path"));
-        let through_link = root_not_canonical(&config(link.to_str().unwrap())).unwrap();
-        let real = format!("reached through a link (the real folder is {})", ann.display());
-        assert!(through_link.contains(&real), "{through_link}");
-    }
-
-    #[tokio::test]
-    async fn status_lists_every_root_problem() {
-        let db = almanac_testdb::TestDatabase::create().await;
-        let store = PgStore::connect(db.url()).unwrap();
-        let (_dir, ann, link) = one_tree_two_paths();
-        for (user, root) in [("ann", &ann), ("bob", &link)] {
-            let new = almanac_store_pg::NewStorageConfig { username: user.into(), root_path: root.clone() };
-            store.add_storage_config(&new).await.unwrap();
-        }
-        // One tree under two paths, one of them a link; then also a proxy root inside that tree.
-        for (proxy_root, lies_inside) in [(ann.with_file_name("proxies"), 0), (ann.join(".proxies"), 2)] {
-            let problems = root_problems(&store, &proxy_root).await.unwrap();
-            for (expected, times) in
-                [("are one tree on disk", 1), ("reached through a link", 1), ("lies inside", lies_inside)]
-            {
-                let found = problems.iter().filter(|p| p.contains(expected)).count();
-                assert_eq!(found, times, "{expected}: {problems:?}");
-            }
-            assert_eq!(problems.len(), 2 + lies_inside, "{problems:?}");
-        }
-    }
-}
+mod tests;
