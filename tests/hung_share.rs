@@ -20,12 +20,23 @@ struct StoppedAnswering {
 }
 
 impl StoppedAnswering {
-    /// Mounts it at `at`, hiding what is there ([`may_mount_fuse`] said it can be).
+    /// Mounts it at `at`, hiding what is there ([`may_mount_fuse`] said it can be): nothing beneath its root answers.
     fn mount(at: &Path) -> Self {
+        Self::mount_with(at, &[])
+    }
+
+    /// Mounts at `at` the folder `source` as a share that stops answering when a folder or a file whose name holds
+    /// `stops-answering` is listed or read, each such wait noted in `log` (`waiting <path>`).
+    fn midway(at: &Path, source: &Path, log: &Path) -> Self {
+        Self::mount_with(at, &[source, log])
+    }
+
+    fn mount_with(at: &Path, args: &[&Path]) -> Self {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("support/hung_share.py");
         let mut daemon = Command::new("/usr/bin/python3")
             .arg(&script)
             .arg(at)
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -191,6 +202,97 @@ fn a_share_that_stops_answering_holds_only_the_crawls_of_its_libraries() {
 }
 
 const EVERY: Duration = Duration::from_millis(100);
+
+/// A share that stops answering in the middle of two crawls: one while it lists a folder, one while it reads a photo.
+/// What was found before is catalogued; the crawl waiting in its walk is cancelled when asked (its slot freed), and
+/// the Worker, told to stop, stops and hands back the crawl waiting on its read. Nothing is written for the photo
+/// that was never read, nor is it counted as failed.
+#[test]
+fn a_share_that_stops_answering_in_the_middle_of_a_crawl_holds_that_crawl_only_until_it_is_stopped() {
+    if !may_mount_fuse() {
+        eprintln!("SKIPPED: mounting a FUSE file system needs root, /dev/fuse and Python's llfuse");
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let db = rt.block_on(TestDatabase::create());
+    let dir = tempfile::tempdir().unwrap();
+    let cli = |args: &[&str]| {
+        let out = support::worker().args(args).env("DATABASE_URL", db.url()).output().unwrap();
+        assert!(out.status.success(), "almanac-worker {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    cli(&["migrate"]);
+    let source = dir.path().join("source");
+    let photo = |rel: &str, i: u32| {
+        let path = source.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let exif = FixtureExif::camera(&format!("2021:03:0{} 10:00:00", i + 1), "+01:00");
+        std::fs::write(path, fixtures::jpeg(640, 480, i, true, &exif)).unwrap();
+    };
+    photo("walk/IMG_0.JPG", 0);
+    photo("walk/stops-answering/IMG_1.JPG", 1);
+    photo("read/IMG_2.JPG", 2);
+    photo("read/stops-answering.JPG", 3);
+    let (share, waits) = (dir.path().join("nas"), dir.path().join("waits.log"));
+    std::fs::create_dir_all(&share).unwrap();
+    let nas = StoppedAnswering::midway(&share, &source, &waits);
+    let roots = [share.join("walk"), share.join("read")];
+    for root in &roots {
+        cli(&["config", "add", "--user", "ann", "--root", root.to_str().unwrap()]);
+        cli(&["enqueue", "crawl", "--config", root.to_str().unwrap()]);
+    }
+
+    let log = dir.path().join("worker.log");
+    let child = support::worker()
+        .args(["run", "--log-format", "json"])
+        .env("DATABASE_URL", db.url())
+        .env("ALMANAC__WORKER__ID", "midway")
+        .env("ALMANAC__WORKER__SLOTS", "3")
+        .env("ALMANAC__STORAGE__PROXY_ROOT", dir.path().join("proxies"))
+        .env("ALMANAC__STORAGE__SETTLE_TIME", "0s")
+        .env("ALMANAC__QUEUE__POLL_INTERVAL", "200ms")
+        .env("ALMANAC__QUEUE__SHUTDOWN_GRACE", "1s")
+        .env("ALMANAC__LOG__LEVEL", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let worker = Worker { child, log };
+    // Each crawl waits on the share, and what each found before it stopped answering is catalogued.
+    almanac_testdb::patience::wait_for("both crawls to wait on the share", Duration::from_secs(60), EVERY, || {
+        let waiting = std::fs::read_to_string(&waits).unwrap_or_default();
+        (waiting.contains("walk/stops-answering\n") && waiting.contains("read/stops-answering.JPG")).then_some(())
+    });
+    support::wait_for(db.url(), "SELECT 1 FROM media_assets HAVING count(*) = 2", Duration::from_secs(60));
+    let item_of = |root: &Path| {
+        let sql = format!(
+            "SELECT w.id FROM work_items w JOIN storage_configs c ON c.id = w.storage_config_id
+              WHERE w.kind = 'crawl' AND w.status = 'running' AND c.root_path = '{}'",
+            root.display()
+        );
+        support::query(db.url(), &sql).concat().concat()
+    };
+    let (walking, reading) = (item_of(&roots[0]), item_of(&roots[1]));
+    assert!(!walking.is_empty() && !reading.is_empty(), "both crawls run, waiting");
+
+    cli(&["cancel", &walking]);
+    let cancelled = format!("SELECT 1 FROM work_items WHERE id = '{walking}' AND status = 'cancelled'");
+    support::wait_for(db.url(), &cancelled, Duration::from_secs(30));
+
+    let (status, _) = stop(worker, nas);
+    assert!(status.success(), "stopped when told to: {status}");
+    let statuses = support::query(
+        db.url(),
+        &format!("SELECT status FROM work_items WHERE id IN ('{walking}', '{reading}') ORDER BY status"),
+    );
+    assert_eq!(statuses, [["cancelled"], ["queued"]], "the crawl waiting on its read was handed back");
+    let written = support::query(
+        db.url(),
+        "SELECT (SELECT count(*) FROM media_assets WHERE display_path LIKE '%stops-answering%'),
+                (SELECT count(*) FROM failed_files)",
+    );
+    assert_eq!(written, [["0", "0"]], "nothing is written, nor counted as failed, for what was never read");
+}
 
 /// The commands run while the share answers nothing, by name: each its process, and where its output goes.
 struct Commands(Vec<(&'static str, Child, PathBuf)>);

@@ -37,7 +37,7 @@ impl<C: CatalogueStore> Run<'_, C> {
             Content::Video => {
                 let (limits, max_pixels) = (self.settings.tool_limits, self.settings.max_image_pixels);
                 return match almanac_media::probe_video(&read.original, limits, max_pixels, &self.cancel).await {
-                    Ok(probed) => Ok(Some(self.video_capture(entry, &probed).await)),
+                    Ok(probed) => Ok(Some(self.video_capture(entry, &probed).await?)),
                     Err(almanac_media::MediaError::TooManyPixels { reason, .. }) => {
                         let path = display(&entry.rel);
                         tracing::info!(%path, %reason, "a known video's date is kept: its frames are over the limit");
@@ -47,7 +47,7 @@ impl<C: CatalogueStore> Run<'_, C> {
                 };
             }
         };
-        Ok(Some(self.best_capture(entry, own).await))
+        Ok(Some(self.best_capture(entry, own).await?))
     }
 
     /// The best capture time of a file: its own dates (EXIF, embedded XMP, the container's), its sidecar's, a
@@ -56,17 +56,18 @@ impl<C: CatalogueStore> Run<'_, C> {
     /// a true instant, taken where the household lives: it takes the offset of the household's zone at that
     /// instant (`CrawlSettings::zone`), so a scan made at 21:00 in New York is on its day there, not the next UTC
     /// day. An mtime the catalogue cannot hold ([`almanac_media::UNKNOWN_MTIME`]) is no instant and takes none.
+    /// [`FileProblem::Cancelled`] when the crawl stops while its sidecar is read: no date is chosen without it.
     pub(super) async fn best_capture(
         &self,
         entry: &WalkEntry,
         own: impl IntoIterator<Item = CaptureTime>,
-    ) -> CaptureTime {
+    ) -> Result<CaptureTime, FileProblem> {
         let sidecar = match &entry.sidecar {
-            Some(sidecar) => self.sidecar_date(sidecar).await,
+            Some(sidecar) => self.sidecar_date(sidecar).await?,
             None => None,
         };
         let from_name = name_date(entry);
-        CaptureTime::best(own.into_iter().chain(sidecar).chain(from_name)).map_or_else(
+        Ok(CaptureTime::best(own.into_iter().chain(sidecar).chain(from_name)).map_or_else(
             || {
                 let mtime = CaptureTime::file_mtime(entry.mtime);
                 if entry.mtime == almanac_media::UNKNOWN_MTIME {
@@ -76,29 +77,27 @@ impl<C: CatalogueStore> Run<'_, C> {
                 }
             },
             |best| best.with_offset_from_local(from_name),
-        )
+        ))
     }
 
     /// The date in a sidecar, read beneath the root like an original. A sidecar that cannot be read or parsed
-    /// gives no date; the others still count.
-    async fn sidecar_date(&self, sidecar: &Sidecar) -> Option<CaptureTime> {
+    /// gives no date; the others still count. Given up on when the crawl stops ([`super::root::read_by_the_crawl`]).
+    async fn sidecar_date(&self, sidecar: &Sidecar) -> Result<Option<CaptureTime>, FileProblem> {
         let (root, path) = (self.root.clone(), sidecar.path.clone());
         // Read and parsed on a blocking thread: parsing a large packet takes a while.
-        let read = tokio::task::spawn_blocking(move || {
+        let read = super::root::read_by_the_crawl(&self.halt, "reading a sidecar", move || {
             almanac_media::read_sidecar(&root, &path)
                 .map(|bytes| almanac_media::xmp_date(&bytes, CaptureSource::XmpSidecar))
         })
-        .await
-        .map_err(|e| e.to_string())
-        .and_then(|r| r.map_err(|e| e.to_string()));
-        match read {
+        .await?;
+        Ok(match read {
             Ok(date) => date,
             Err(reason) => {
                 let path = display(&sidecar.path);
                 tracing::warn!(sidecar = %path, %reason, "an XMP sidecar could not be read; its date is not used");
                 None
             }
-        }
+        })
     }
 
     /// A video's capture time from what ffprobe read ([`Self::best_capture`]). A phone's UTC `creation_time` whose
@@ -108,14 +107,18 @@ impl<C: CatalogueStore> Run<'_, C> {
     /// is the UTC time says the offset is zero (a phone naming by local time, in London in winter), and the video
     /// stays on the UTC day. A camera's container time (GoPro, DJI: their local clock written as UTC) is left as
     /// it reads.
-    pub(super) async fn video_capture(&self, entry: &WalkEntry, probed: &VideoFacts) -> CaptureTime {
-        let best = self.best_capture(entry, probed.created).await;
+    pub(super) async fn video_capture(
+        &self,
+        entry: &WalkEntry,
+        probed: &VideoFacts,
+    ) -> Result<CaptureTime, FileProblem> {
+        let best = self.best_capture(entry, probed.created).await?;
         let local_is_utc = best.local_says_utc(name_date(entry)) && !file_name(entry).starts_with(b"PXL_");
-        if probed.created_in_utc && best.source == CaptureSource::Container && !local_is_utc {
+        Ok(if probed.created_in_utc && best.source == CaptureSource::Container && !local_is_utc {
             best.in_zone_when_unknown(self.settings.zone)
         } else {
             best
-        }
+        })
     }
 }
 

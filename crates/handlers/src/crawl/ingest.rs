@@ -300,7 +300,7 @@ impl<C: CatalogueStore> Run<'_, C> {
     /// and has changed since (its first bytes not yet written, or it grew past a still's limit).
     async fn read(&self, entry: &WalkEntry) -> Result<ReadOriginal, FileProblem> {
         let (root, listed, cancel) = (self.root.clone(), entry.clone(), self.cancel.clone());
-        let (read, changed) = tokio::task::spawn_blocking(move || {
+        let (read, changed) = super::root::read_by_the_crawl(&self.halt, "hashing", move || {
             let read = almanac_media::read_original(&root, &listed.rel, almanac_media::MAX_STILL_BYTES, &cancel);
             let now = match &read {
                 Ok(read) => Some(read.original.size_and_mtime()),
@@ -313,8 +313,7 @@ impl<C: CatalogueStore> Run<'_, C> {
             let changed = now.and_then(Result::ok).is_some_and(|now| settling::changed_since_listed(&listed, now));
             (read, changed)
         })
-        .await
-        .map_err(|e| FileProblem::Failed(format!("hashing ended abnormally: {e}")))?;
+        .await?;
         if let Ok(read) = &read {
             self.counters.bytes_hashed.fetch_add(read.bytes, Ordering::Relaxed);
         }
@@ -424,7 +423,7 @@ impl<C: CatalogueStore> Run<'_, C> {
         .await
         .map_err(|e| FileProblem::Failed(format!("decoding ended abnormally: {e}")))?;
         let made = made?;
-        let capture = self.best_capture(entry, facts.dates.iter().copied()).await;
+        let capture = self.best_capture(entry, facts.dates.iter().copied()).await?;
         let mut metadata = facts.metadata;
         (metadata.width, metadata.height) = (Some(made.width), Some(made.height));
         let file = |proxy_type, size_bytes| NewProxy {
@@ -463,7 +462,7 @@ impl<C: CatalogueStore> Run<'_, C> {
         let charge = almanac_media::video_decode_pixels(probed.metadata.width, probed.metadata.height);
         let _pixels = self.pixel_budget.reserve(charge, &self.halt).await?;
         let made = almanac_media::make_video_proxies(original, folder, limits, max_pixels, &self.cancel).await?;
-        let capture = self.video_capture(entry, &probed).await;
+        let capture = self.video_capture(entry, &probed).await?;
         let file = |proxy_type, size_bytes| NewProxy {
             proxy_type,
             relative_path: Some(rel_file(proxy_type)),

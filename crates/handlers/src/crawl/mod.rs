@@ -233,9 +233,10 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         let listed = leftover.active;
         let not_walked: Vec<_> = walk.unreadable.iter().chain(&walk.folder_loops).collect();
         let mut unseen = settle::unseen(leftover, &run.seen.lock().expect("poisoned"), &not_walked);
-        copies::look_at_held(&run.root, &scope, &mut unseen).await?;
+        copies::look_at_held(&run.root, &scope, &mut unseen, &run.cancel).await?;
         if !scope.is_whole_root() {
-            copies::outside_the_folders(&*self.catalogue, config, &run.root, &scope, &mut unseen).await?;
+            let catalogue = &*self.catalogue;
+            copies::outside_the_folders(catalogue, config, &run.root, &scope, &mut unseen, &run.cancel).await?;
         }
         let active = scope.active_for_guard(&*self.catalogue, &storage, &args, listed, &unseen).await?;
         self.replace_held_back(&run, &storage, &unseen, active, &ctx.progress).await?;
@@ -309,7 +310,7 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         // Unbounded: the walk runs ahead of the processing, so the total is known early; what waits is only
         // what changed (a first crawl's every file, about 150 bytes each), never the unchanged library.
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Walked>();
-        let walker = {
+        let mut walker = {
             let (root, counters, halt, within) =
                 (run.root.clone(), run.counters.clone(), run.halt.clone(), scope.clone());
             let proxy_root = self.settings.proxy_root.clone();
@@ -321,10 +322,27 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
                 almanac_media::gently(|| walk_beside(&root, &within, avoid, &halt, &counters, pages_rx, &tx))
             })
         };
-        let loading = self.load_known(run.config, scope.folders(), pages_tx);
+        // A walk waiting on a share that stopped answering (in a listing, which no token interrupts) takes no more
+        // pages, hands over no more files and never ends: once the crawl stops (`halt`: cancelled, or a problem
+        // that stops it), none of them is waited for. The walk only lists; its thread ends when the share answers.
+        let loading = async {
+            tokio::select! {
+                loaded = self.load_known(run.config, scope.folders(), pages_tx) => loaded,
+                () = run.halt.cancelled() => Ok(()),
+            }
+        };
         let (loaded, fatal) = tokio::join!(loading, self.process(run, rx, progress));
+        let walked = tokio::select! {
+            biased;
+            walked = &mut walker => walked,
+            // Stopped: by a cancel, or by a problem (`fatal`, set before `halt` is).
+            () = run.halt.cancelled() => match fatal {
+                Some(e) if !run.cancel.is_cancelled() => return Err(e),
+                _ => return Err(HandlerError::cancelled()),
+            },
+        };
         let (walk, merged) =
-            walker.await.map_err(|e| HandlerError::retryable(format!("the folder walk ended abnormally: {e}")))?;
+            walked.map_err(|e| HandlerError::retryable(format!("the folder walk ended abnormally: {e}")))?;
         if run.cancel.is_cancelled() {
             return Err(HandlerError::cancelled());
         }
@@ -349,7 +367,9 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         progress: &ProgressReporter,
     ) -> Option<HandlerError> {
         let fatal: Mutex<Option<HandlerError>> = Mutex::default();
+        // Until the walk ends, or the crawl stops (the files being taken then end, their reads given up on).
         futures_util::stream::poll_fn(|cx| walked.poll_recv(cx))
+            .take_until(run.halt.cancelled())
             .for_each_concurrent(self.settings.max_concurrent_files.max(1), |w| self.take(run, w, progress, &fatal))
             .await;
         fatal.into_inner().expect("poisoned")

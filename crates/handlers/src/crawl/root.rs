@@ -10,6 +10,7 @@ use almanac_media::RootFolder;
 use tokio_util::sync::CancellationToken;
 
 use super::catalogue_error;
+use super::problems::FileProblem;
 use super::walk::FolderNotWalked;
 
 /// `look` (at the library's share, or the proxy volume) on a blocking thread, given up on when the attempt is stopped
@@ -27,6 +28,24 @@ pub(super) async fn looked_at<T: Send + 'static>(
         () = cancel.cancelled() => Err(HandlerError::retryable(format!(
             "stopped while {what}, which had not answered (a share whose server stopped answering?)"
         ))),
+    }
+}
+
+/// `read` (of the library's files: nothing it does changes anything) on a blocking thread, given up on when the crawl
+/// stops (`halt`: the attempt is stopped, or a problem stops the crawl), as [`looked_at`] is: a read of a share whose
+/// server stopped answering returns only once it answers again. The file is then [`FileProblem::Cancelled`]: nothing
+/// is written for it. `what` is being done, for messages.
+pub(super) async fn read_by_the_crawl<T: Send + 'static>(
+    halt: &CancellationToken,
+    what: &str,
+    read: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, FileProblem> {
+    tokio::select! {
+        biased;
+        read = tokio::task::spawn_blocking(read) => {
+            read.map_err(|e| FileProblem::Failed(format!("{what} ended abnormally: {e}")))
+        }
+        () = halt.cancelled() => Err(FileProblem::Cancelled),
     }
 }
 
