@@ -361,11 +361,15 @@ impl Scratch<'_> {
         self.dir.size(name)
     }
 
-    /// The content of the file `name`.
-    pub(crate) fn read(&self, name: &str) -> std::io::Result<Vec<u8>> {
-        let mut bytes = Vec::new();
-        self.dir.open(name)?.read_to_end(&mut bytes)?;
-        Ok(bytes)
+    /// The content of the file `name`, read on a blocking thread: the full-size JPEG of a HEIC is tens of MB, and
+    /// reading it back from a NAS would hold a thread of the runtime (the heartbeats, the page) all that time.
+    pub(crate) async fn read(&self, name: &str) -> std::io::Result<Vec<u8>> {
+        let mut file = self.dir.open(name)?;
+        off_the_runtime(move || {
+            let mut bytes = Vec::new();
+            file.read_to_end(&mut bytes).map(|_| bytes)
+        })
+        .await
     }
 
     /// Whether `name` is a file with something in it.
@@ -373,9 +377,12 @@ impl Scratch<'_> {
         self.dir.size(name).is_ok_and(|n| n > 0)
     }
 
-    /// Flushes the finished file `name` to disk before it is renamed into place.
-    pub(crate) fn sync_file(&self, name: &str) -> Result<(), MediaError> {
-        self.dir.open(name).and_then(|f| f.sync_all()).map_err(|e| MediaError::write(self.join(name), e))
+    /// Flushes the finished file `name` to disk before it is renamed into place, on a blocking thread: a web video
+    /// is hundreds of MB, and flushing it to a NAS or a USB disk takes seconds to minutes.
+    pub(crate) async fn sync_file(&self, name: &str) -> Result<(), MediaError> {
+        let failed = |e| MediaError::write(self.join(name), e);
+        let file = self.dir.open(name).map_err(failed)?;
+        off_the_runtime(move || file.sync_all()).await.map_err(failed)
     }
 
     /// Renames `tmp` in the scratch folder to `name` in the proxy folder: the proxy takes its name.
@@ -383,6 +390,16 @@ impl Scratch<'_> {
         rustix::fs::renameat(&self.dir.fd, tmp, &self.folder.dir.fd, name)
             .map_err(|e| MediaError::write(self.folder.dir.join(name), e.into()))
     }
+}
+
+/// `io` on a blocking thread, its file owned by it (a runtime's thread waiting on the disk is one fewer for every
+/// other task).
+async fn off_the_runtime<T: Send + 'static>(
+    io: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> std::io::Result<T> {
+    tokio::task::spawn_blocking(io)
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(format!("it ended abnormally: {e}"))))
 }
 
 impl Drop for Scratch<'_> {

@@ -362,7 +362,7 @@ async fn converted_primary(
     limits: ToolLimits,
     cancel: &CancellationToken,
 ) -> Result<Vec<u8>, MediaError> {
-    match folder.read(HEIC_SCRATCH) {
+    match folder.read(HEIC_SCRATCH).await {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         read => return read.map_err(|e| MediaError::io(folder.join(HEIC_SCRATCH), e)),
     }
@@ -374,7 +374,7 @@ async fn converted_primary(
         MediaError::corrupt(path, "heif-convert wrote no image of it, and heif-info names none of its images primary")
     })?;
     let numbered = format!("{HEIC_SCRATCH_PREFIX}-{n}.jpg");
-    folder.read(&numbered).map_err(|e| MediaError::io(folder.join(&numbered), e))
+    folder.read(&numbered).await.map_err(|e| MediaError::io(folder.join(&numbered), e))
 }
 
 /// Where `heif-info` lists the primary image among the file's top-level images, counting from 1.

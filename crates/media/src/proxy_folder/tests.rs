@@ -239,7 +239,7 @@ async fn a_folder_swapped_for_a_link_after_it_was_made_redirects_nothing() {
         let limit = std::time::Duration::from_secs(60);
         let cancel = tokio_util::sync::CancellationToken::new();
         run_tool("sh", "dash", args, given, Path::new("x.mp4"), limit, &cancel).await.unwrap();
-        assert_eq!(scratch.read(".web.tmp.mp4").unwrap(), b"made");
+        assert_eq!(scratch.read(".web.tmp.mp4").await.unwrap(), b"made");
         scratch.place(".web.tmp.mp4", "web.mp4").unwrap();
         drop(scratch);
 
