@@ -88,8 +88,15 @@ impl<C: CatalogueStore> Run<'_, C> {
         let read = super::root::read_by_the_crawl(&self.halt, "reading a sidecar", move || {
             almanac_media::read_sidecar(&root, &path)
                 .map(|bytes| almanac_media::xmp_date(&bytes, CaptureSource::XmpSidecar))
+                .map_err(|e| e.to_string())
         })
-        .await?;
+        .await;
+        let read = match read {
+            Ok(read) => read,
+            // A read that ended abnormally is a sidecar that could not be read; only a stop ends the file.
+            Err(FileProblem::Failed(reason)) => Err(reason),
+            Err(stopped) => return Err(stopped),
+        };
         Ok(match read {
             Ok(date) => date,
             Err(reason) => {

@@ -299,7 +299,7 @@ impl<C: CatalogueStore> Run<'_, C> {
     /// ([`FileProblem::Settling`]), and so does a file that could not be read, or was not media by its content,
     /// and has changed since (its first bytes not yet written, or it grew past a still's limit).
     async fn read(&self, entry: &WalkEntry) -> Result<ReadOriginal, FileProblem> {
-        let (root, listed, cancel) = (self.root.clone(), entry.clone(), self.cancel.clone());
+        let (root, listed, cancel) = (self.root.clone(), entry.clone(), self.halt.clone());
         let (read, changed) = super::root::read_by_the_crawl(&self.halt, "hashing", move || {
             let read = almanac_media::read_original(&root, &listed.rel, almanac_media::MAX_STILL_BYTES, &cancel);
             let now = match &read {

@@ -253,3 +253,33 @@ fn root_unavailable(root: &Path, what: &str) -> HandlerError {
         root.display()
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A read that answers is answered; one that never does (a share whose server stopped answering) is given up on
+    /// once the crawl stops, its thread left waiting (so the runtime is shut down without waiting for it, as the
+    /// Worker's is: `main.rs`).
+    #[test]
+    fn a_read_that_does_not_answer_is_given_up_on_when_the_crawl_stops() {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let halt = CancellationToken::new();
+            assert!(matches!(read_by_the_crawl(&halt, "reading", || 7).await, Ok(7)));
+            let stopping = halt.clone();
+            let stop = tokio::spawn(async move {
+                tokio::task::yield_now().await;
+                stopping.cancel();
+            });
+            let never = read_by_the_crawl(&halt, "reading", || -> u32 {
+                loop {
+                    std::thread::park();
+                }
+            });
+            assert!(matches!(never.await, Err(FileProblem::Cancelled)));
+            stop.await.unwrap();
+        });
+        runtime.shutdown_background();
+    }
+}

@@ -231,6 +231,21 @@ pub fn overlap_message(proxy_root: &Path, root: &Path) -> String {
     } else {
         "contains"
     };
+    overlap_said(proxy_root, relation, root)
+}
+
+/// [`overlap_message`] for roots whose paths overlap, said from their paths alone (one of them does not answer).
+fn overlap_by_path(proxy_root: &Path, root: &Path) -> String {
+    let relation = match (proxy_root == root, proxy_root.starts_with(root)) {
+        (true, _) => "is the same folder as",
+        (false, true) => "lies inside",
+        (false, false) => "contains",
+    };
+    overlap_said(proxy_root, relation, root)
+}
+
+/// The refusal: the proxy root is in `relation` to the storage root.
+fn overlap_said(proxy_root: &Path, relation: &str, root: &Path) -> String {
     format!(
         "storage.proxy_root {} {relation} the storage root {}: the proxy sweep could delete originals and the \
          crawl could take proxies for photos. Set storage.proxy_root to a folder outside every library (for \
@@ -312,10 +327,17 @@ fn on_disk_problems(proxy_root: &Path, configs: &[StorageConfig]) -> Vec<String>
                 problems.extend(root_not_canonical(c, real.as_deref()));
                 answered.push(c.clone());
             }
-            None => problems.push(format!(
-                "{}: its crawls cannot read it, and whether it overlaps another root could not be seen",
-                did_not_answer(&format!("the root of storage config {}", c.id), &c.root_path)
-            )),
+            None => {
+                problems.push(format!(
+                    "{}: its crawls cannot read it, and whether it overlaps another root could not be seen",
+                    did_not_answer(&format!("the root of storage config {}", c.id), &c.root_path)
+                ));
+                // Its path is compared all the same (no look at the file system).
+                let proxies = resolved_proxy_root.as_deref().unwrap_or(proxy_root);
+                if almanac_domain::roots_overlap(proxies, &c.root_path) {
+                    problems.push(overlap_by_path(proxies, &c.root_path));
+                }
+            }
         }
     }
     if resolved_proxy_root.is_none() {
