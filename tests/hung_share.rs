@@ -74,26 +74,15 @@ fn may_mount_fuse() -> bool {
 /// handing the waiting crawls back, though the calls they made never return.
 #[test]
 fn a_share_that_stops_answering_holds_only_the_crawls_of_its_libraries() {
-    if !may_mount_fuse() {
-        eprintln!("SKIPPED: mounting a FUSE file system needs root, /dev/fuse and Python's llfuse");
-        return;
-    }
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let db = rt.block_on(TestDatabase::create());
-    let dir = tempfile::tempdir().unwrap();
-    let cli = |args: &[&str]| {
-        let out = support::worker().args(args).env("DATABASE_URL", db.url()).output().unwrap();
-        assert!(out.status.success(), "almanac-worker {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    };
-    cli(&["migrate"]);
+    let Some((db, dir)) = set_up() else { return };
+    let cli = |args: &[&str]| drop(cli(db.url(), args));
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     let share = dir.path().join("nas");
     let stopped: Vec<String> = (0..threads).map(|i| share.join(format!("photos-{i}")).display().to_string()).collect();
     let library = dir.path().join("library");
     std::fs::create_dir_all(&library).unwrap();
     for i in 0..3 {
-        let exif = FixtureExif::camera(&format!("2021:03:0{} 10:00:00", i + 1), "+01:00");
-        std::fs::write(library.join(format!("IMG_{i}.JPG")), fixtures::jpeg(640, 480, i, true, &exif)).unwrap();
+        photo(&library.join(format!("IMG_{i}.JPG")), i);
     }
     for root in &stopped {
         std::fs::create_dir_all(root).unwrap();
@@ -152,26 +141,12 @@ fn a_share_that_stops_answering_holds_only_the_crawls_of_its_libraries() {
     );
 
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let log = dir.path().join("worker.log");
-    let child = support::worker()
-        .args(["run", "--log-format", "json"])
-        .env("DATABASE_URL", db.url())
-        .env("ALMANAC__WORKER__ID", "beside-a-stopped-share")
-        .env("ALMANAC__WORKER__SLOTS", (threads + 1).to_string())
+    let worker = start_worker(db.url(), dir.path(), threads + 1, |run| {
         // Its runtime has as many threads as libraries on the share, whatever the shell running the tests says.
-        .env("TOKIO_WORKER_THREADS", threads.to_string())
-        .env("ALMANAC__STORAGE__PROXY_ROOT", dir.path().join("proxies"))
-        .env("ALMANAC__STORAGE__SETTLE_TIME", "0s")
-        .env("ALMANAC__HTTP__ENABLED", "true")
-        .env("ALMANAC__HTTP__ADDRESS", format!("127.0.0.1:{port}"))
-        .env("ALMANAC__QUEUE__POLL_INTERVAL", "200ms")
-        .env("ALMANAC__QUEUE__SHUTDOWN_GRACE", "1s")
-        .env("ALMANAC__LOG__LEVEL", "info")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let worker = Worker { child, log };
+        run.env("TOKIO_WORKER_THREADS", threads.to_string())
+            .env("ALMANAC__HTTP__ENABLED", "true")
+            .env("ALMANAC__HTTP__ADDRESS", format!("127.0.0.1:{port}"));
+    });
 
     let library_crawled = format!(
         "SELECT 1 FROM work_items w JOIN storage_configs c ON c.id = w.storage_config_id
@@ -209,36 +184,65 @@ fn a_share_that_stops_answering_holds_only_the_crawls_of_its_libraries() {
 
 const EVERY: Duration = Duration::from_millis(100);
 
+/// What each test starts from: a migrated database and a fresh folder; `None` (said) where FUSE cannot be mounted.
+fn set_up() -> Option<(TestDatabase, tempfile::TempDir)> {
+    if !may_mount_fuse() {
+        eprintln!("SKIPPED: mounting a FUSE file system needs root, /dev/fuse and Python's llfuse");
+        return None;
+    }
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let db = rt.block_on(TestDatabase::create());
+    cli(db.url(), &["migrate"]);
+    Some((db, tempfile::tempdir().unwrap()))
+}
+
+/// `almanac-worker args` against the database at `url`, which must succeed; what it printed.
+fn cli(url: &str, args: &[&str]) -> String {
+    let out = support::worker().args(args).env("DATABASE_URL", url).output().unwrap();
+    assert!(out.status.success(), "almanac-worker {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A camera's JPEG at `path` (its folders made), the `i`th of a test's.
+fn photo(path: &Path, i: u32) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let exif = FixtureExif::camera(&format!("2021:03:0{} 10:00:00", i + 1), "+01:00");
+    std::fs::write(path, fixtures::jpeg(640, 480, i, true, &exif)).unwrap();
+}
+
+/// `almanac-worker run` with `slots`, its proxies and log under `dir`, quick to poll and to stop, as `more` adds.
+fn start_worker(url: &str, dir: &Path, slots: usize, more: impl FnOnce(&mut Command)) -> Worker {
+    let log = dir.join("worker.log");
+    let mut run = support::worker();
+    run.args(["run", "--log-format", "json"])
+        .env("DATABASE_URL", url)
+        .env("ALMANAC__WORKER__SLOTS", slots.to_string())
+        .env("ALMANAC__STORAGE__PROXY_ROOT", dir.join("proxies"))
+        .env("ALMANAC__STORAGE__SETTLE_TIME", "0s")
+        .env("ALMANAC__QUEUE__POLL_INTERVAL", "200ms")
+        .env("ALMANAC__QUEUE__SHUTDOWN_GRACE", "1s")
+        .env("ALMANAC__LOG__LEVEL", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    more(&mut run);
+    Worker { child: run.spawn().unwrap(), log }
+}
+
 /// A share that stops answering in the middle of two crawls: one while it lists a folder, one while it reads a photo.
 /// What was found before is catalogued; the crawl waiting in its walk is cancelled when asked (its slot freed), and
 /// the Worker, told to stop, stops and hands back the crawl waiting on its read. Nothing is written for the photo
 /// that was never read, nor is it counted as failed.
 #[test]
 fn a_share_that_stops_answering_in_the_middle_of_a_crawl_holds_that_crawl_only_until_it_is_stopped() {
-    if !may_mount_fuse() {
-        eprintln!("SKIPPED: mounting a FUSE file system needs root, /dev/fuse and Python's llfuse");
-        return;
-    }
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let db = rt.block_on(TestDatabase::create());
-    let dir = tempfile::tempdir().unwrap();
-    let cli = |args: &[&str]| {
-        let out = support::worker().args(args).env("DATABASE_URL", db.url()).output().unwrap();
-        assert!(out.status.success(), "almanac-worker {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
-    cli(&["migrate"]);
+    let Some((db, dir)) = set_up() else { return };
+    let cli = |args: &[&str]| cli(db.url(), args);
     let source = dir.path().join("source");
-    let photo = |rel: &str, i: u32| {
-        let path = source.join(rel);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        let exif = FixtureExif::camera(&format!("2021:03:0{} 10:00:00", i + 1), "+01:00");
-        std::fs::write(path, fixtures::jpeg(640, 480, i, true, &exif)).unwrap();
-    };
-    photo("walk/IMG_0.JPG", 0);
-    photo("walk/stops-answering/IMG_1.JPG", 1);
-    photo("read/IMG_2.JPG", 2);
-    photo("read/stops-answering.JPG", 3);
+    for (i, rel) in ["walk/IMG_0.JPG", "walk/stops-answering/IMG_1.JPG", "read/IMG_2.JPG", "read/stops-answering.JPG"]
+        .into_iter()
+        .enumerate()
+    {
+        photo(&source.join(rel), i as u32);
+    }
     let (share, waits) = (dir.path().join("nas"), dir.path().join("waits.log"));
     std::fs::create_dir_all(&share).unwrap();
     let nas = StoppedAnswering::midway(&share, &source, &waits);
@@ -250,22 +254,7 @@ fn a_share_that_stops_answering_in_the_middle_of_a_crawl_holds_that_crawl_only_u
         cli(&["enqueue", "crawl", "--config", root.to_str().unwrap()]);
     }
 
-    let log = dir.path().join("worker.log");
-    let child = support::worker()
-        .args(["run", "--log-format", "json"])
-        .env("DATABASE_URL", db.url())
-        .env("ALMANAC__WORKER__ID", "midway")
-        .env("ALMANAC__WORKER__SLOTS", "3")
-        .env("ALMANAC__STORAGE__PROXY_ROOT", dir.path().join("proxies"))
-        .env("ALMANAC__STORAGE__SETTLE_TIME", "0s")
-        .env("ALMANAC__QUEUE__POLL_INTERVAL", "200ms")
-        .env("ALMANAC__QUEUE__SHUTDOWN_GRACE", "1s")
-        .env("ALMANAC__LOG__LEVEL", "info")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let worker = Worker { child, log };
+    let worker = start_worker(db.url(), dir.path(), 3, |_| {});
     // Each crawl waits on the share, and what each found before it stopped answering is catalogued.
     almanac_testdb::patience::wait_for("both crawls to wait on the share", Duration::from_secs(60), EVERY, || {
         let waiting = std::fs::read_to_string(&waits).unwrap_or_default();
