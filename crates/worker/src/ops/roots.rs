@@ -343,11 +343,16 @@ fn on_disk_problems(proxy_root: &Path, configs: &[StorageConfig]) -> Vec<String>
     if resolved_proxy_root.is_none() {
         problems.push(format!("{}: no crawl can write proxies", did_not_answer("storage.proxy_root", proxy_root)));
     }
+    let given = proxy_root.to_owned();
     let compared = answered_in_time(ROOT_ANSWERS_WITHIN, move || {
         let mut found = hidden_overlaps(&answered);
         if let Some(proxy_root) = resolved_proxy_root {
             let overlapping = answered.iter().filter(|c| almanac_media::trees_overlap(&proxy_root, &c.root_path));
             found.extend(overlapping.map(|c| overlap_message(&proxy_root, &c.root_path)));
+        } else {
+            // A proxy root that did not answer is compared by its path as given.
+            let overlapping = answered.iter().filter(|c| almanac_domain::roots_overlap(&given, &c.root_path));
+            found.extend(overlapping.map(|c| overlap_by_path(&given, &c.root_path)));
         }
         found
     });
