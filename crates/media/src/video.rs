@@ -255,15 +255,15 @@ impl Making<'_> {
         let poster = file_name(ProxyType::Poster);
         let poster_tmp = ProxyType::Poster.temporary_file_name().expect("a file proxy");
         self.poster_frame(poster_tmp).await?;
-        let checked = match self.scratch.read(poster_tmp).await {
-            Ok(jpeg) => match check_jpeg(&jpeg) {
-                Ok(()) => self.scratch.sync_file(poster_tmp).await,
-                Err(reason) => {
-                    Err(self.not_made(ProxyType::Poster, format!("the JPEG ffmpeg wrote is not whole ({reason})")))
-                }
-            },
-            Err(e) => Err(MediaError::write(self.scratch.join(poster_tmp), e)),
+        let checked = async {
+            let jpeg =
+                self.scratch.read(poster_tmp).await.map_err(|e| MediaError::write(self.scratch.join(poster_tmp), e))?;
+            check_jpeg(&jpeg).map_err(|reason| {
+                self.not_made(ProxyType::Poster, format!("the JPEG ffmpeg wrote is not whole ({reason})"))
+            })?;
+            self.scratch.sync_file(poster_tmp).await
         };
+        let checked = checked.await;
         if let Err(e) = checked {
             self.scratch.remove(poster_tmp);
             return Err(e);
@@ -355,16 +355,14 @@ impl Making<'_> {
             .ffmpeg(web_args, tool_input(self.original)?, self.limits.transcode)
             .await
             .map_err(|e| self.failed(ProxyType::WebVideo, e));
-        let checked = match transcoded {
-            Ok(()) => match check_web_video(&self.scratch, web_tmp, self.original.path(), self.limits, self.cancel)
-                .await
-                .and_then(|checked| checked.map_err(|reason| self.not_made(ProxyType::WebVideo, reason)))
-            {
-                Ok(()) => self.scratch.sync_file(web_tmp).await,
-                Err(e) => Err(e),
-            },
-            Err(e) => Err(e),
+        let checked = async {
+            transcoded?;
+            check_web_video(&self.scratch, web_tmp, self.original.path(), self.limits, self.cancel)
+                .await?
+                .map_err(|reason| self.not_made(ProxyType::WebVideo, reason))?;
+            self.scratch.sync_file(web_tmp).await
         };
+        let checked = checked.await;
         if let Err(e) = checked {
             self.scratch.remove(web_tmp);
             return Err(e);

@@ -13,39 +13,46 @@ use super::catalogue_error;
 use super::problems::FileProblem;
 use super::walk::FolderNotWalked;
 
+/// `work` on a blocking thread, or `None` if `stop` fires first: a call into a share whose server stopped answering
+/// returns only once it answers again, and it would hold a thread of the runtime, then the attempt, then the
+/// Worker's exit. The thread of work given up on is left waiting; an answer that came is taken, even at a stop.
+async fn unless_stopped<T: Send + 'static>(
+    stop: &CancellationToken,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Option<Result<T, tokio::task::JoinError>> {
+    tokio::select! {
+        biased;
+        done = tokio::task::spawn_blocking(work) => Some(done),
+        () = stop.cancelled() => None,
+    }
+}
+
 /// `look` (at the library's share, or the proxy volume) on a blocking thread, given up on when the attempt is stopped
-/// (a shutdown, a lost lease, a cancel): a look into a share whose server stopped answering never returns, and it
-/// would hold a thread of the runtime, then the attempt, then the Worker's exit. `what` is being done, for messages.
+/// (a shutdown, a lost lease, a cancel: [`unless_stopped`]). `what` is being done, for messages.
 pub(super) async fn looked_at<T: Send + 'static>(
     cancel: &CancellationToken,
     what: &str,
     look: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, HandlerError> {
-    tokio::select! {
-        looked = tokio::task::spawn_blocking(look) => {
-            looked.map_err(|e| HandlerError::retryable(format!("{what} ended abnormally: {e}")))
-        }
-        () = cancel.cancelled() => Err(HandlerError::retryable(format!(
+    match unless_stopped(cancel, look).await {
+        Some(looked) => looked.map_err(|e| HandlerError::retryable(format!("{what} ended abnormally: {e}"))),
+        None => Err(HandlerError::retryable(format!(
             "stopped while {what}, which had not answered (a share whose server stopped answering?)"
         ))),
     }
 }
 
 /// `read` (of the library's files: nothing it does changes anything) on a blocking thread, given up on when the crawl
-/// stops (`halt`: the attempt is stopped, or a problem stops the crawl), as [`looked_at`] is: a read of a share whose
-/// server stopped answering returns only once it answers again. The file is then [`FileProblem::Cancelled`]: nothing
-/// is written for it. `what` is being done, for messages.
+/// stops (`halt`: the attempt is stopped, or a problem stops the crawl: [`unless_stopped`]). The file is then
+/// [`FileProblem::Cancelled`]: nothing is written for it. `what` is being done, for messages.
 pub(super) async fn read_by_the_crawl<T: Send + 'static>(
     halt: &CancellationToken,
     what: &str,
     read: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, FileProblem> {
-    tokio::select! {
-        biased;
-        read = tokio::task::spawn_blocking(read) => {
-            read.map_err(|e| FileProblem::Failed(format!("{what} ended abnormally: {e}")))
-        }
-        () = halt.cancelled() => Err(FileProblem::Cancelled),
+    match unless_stopped(halt, read).await {
+        Some(read) => read.map_err(|e| FileProblem::Failed(format!("{what} ended abnormally: {e}"))),
+        None => Err(FileProblem::Cancelled),
     }
 }
 

@@ -62,7 +62,7 @@ pub async fn add_config(
     let is_mount_point = roots::answered_in_time(roots::ROOT_ANSWERS_WITHIN, move || {
         almanac_media::RootFolder::open(&looked).and_then(|r| r.is_mount_point())
     })
-    .ok_or_else(|| roots::Refusal::NoAnswer(format!("--root {} stopped answering", root.display())).then(nothing))?
+    .ok_or_else(|| roots::new_root_no_answer(&root).then(nothing))?
     .map_err(|source| OpError::Io { what: format!("examining {}", root.display()), source })?;
     let (user, config) = match store.add_storage_config(&NewStorageConfig { username, root_path: root }).await {
         Ok(added) => added,

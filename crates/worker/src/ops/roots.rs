@@ -86,6 +86,11 @@ pub fn resolved_in_time(proxy_root: &Path) -> Result<PathBuf, Refusal> {
     answered_in_time(ROOT_ANSWERS_WITHIN, move || resolved(&given)).ok_or_else(|| proxy_root_no_answer(proxy_root))
 }
 
+/// What is said of a root being registered (`--root`) that did not answer within [`ROOT_ANSWERS_WITHIN`].
+pub fn new_root_no_answer(root: &Path) -> Refusal {
+    Refusal::NoAnswer(did_not_answer("--root", root))
+}
+
 /// What is said of a proxy root that did not answer within [`ROOT_ANSWERS_WITHIN`].
 pub fn proxy_root_no_answer(proxy_root: &Path) -> Refusal {
     Refusal::NoAnswer(did_not_answer("storage.proxy_root", proxy_root))
@@ -263,7 +268,7 @@ pub fn canonical_config_root(root: &Path) -> Result<PathBuf, Refusal> {
     let looked = absolute.clone();
     let look = move || std::fs::canonicalize(&looked).map(|canonical| (canonical.is_dir(), canonical));
     match answered_in_time(ROOT_ANSWERS_WITHIN, look) {
-        None => Err(Refusal::NoAnswer(did_not_answer("--root", &absolute))),
+        None => Err(new_root_no_answer(&absolute)),
         Some(Err(e)) => Err(Refusal::Rule(format!(
             "--root {}: {e}. Register a folder that exists (mount the share first); nothing was registered",
             absolute.display()
