@@ -50,24 +50,12 @@ impl Setup {
     }
 
     fn worker(&self, name: &str, url: &str, extra: &[(&str, &str)]) -> Worker {
-        let log = self.dir.path().join(format!("{name}.log"));
-        let mut command = support::worker();
-        command
-            .args(["run", "--log-format", "json"])
-            .env("DATABASE_URL", url)
-            .env("ALMANAC__WORKER__ID", name)
-            .env("ALMANAC__STORAGE__PROXY_ROOT", self.dir.path().join("proxies"))
-            .env("ALMANAC__HTTP__ENABLED", "false")
-            .env("ALMANAC__QUEUE__POLL_INTERVAL", "200ms")
-            .env("ALMANAC__LOG__LEVEL", "info")
-            // The tests write their photos moments before a crawl: none is being written any more.
-            .env("ALMANAC__STORAGE__SETTLE_TIME", "0s")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap());
-        for (k, v) in extra {
-            command.env(k, v);
-        }
-        Worker { child: command.spawn().unwrap(), log }
+        Worker::start(url, self.dir.path(), name, |run| {
+            run.env("ALMANAC__QUEUE__POLL_INTERVAL", "200ms")
+                // The tests write their photos moments before a crawl: none is being written any more.
+                .env("ALMANAC__STORAGE__SETTLE_TIME", "0s")
+                .envs(extra.iter().copied());
+        })
     }
 
     fn query(&self, sql: &str) -> Vec<Vec<String>> {

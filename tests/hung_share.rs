@@ -141,7 +141,7 @@ fn a_share_that_stops_answering_holds_only_the_crawls_of_its_libraries() {
     );
 
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let worker = start_worker(db.url(), dir.path(), threads + 1, |run| {
+    let worker = start_worker(db.url(), dir.path(), "beside-a-stopped-share", threads + 1, |run| {
         // Its runtime has as many threads as libraries on the share, whatever the shell running the tests says.
         run.env("TOKIO_WORKER_THREADS", threads.to_string())
             .env("ALMANAC__HTTP__ENABLED", "true")
@@ -210,22 +210,16 @@ fn photo(path: &Path, i: u32) {
     std::fs::write(path, fixtures::jpeg(640, 480, i, true, &exif)).unwrap();
 }
 
-/// `almanac-worker run` with `slots`, its proxies and log under `dir`, quick to poll and to stop, as `more` adds.
-fn start_worker(url: &str, dir: &Path, slots: usize, more: impl FnOnce(&mut Command)) -> Worker {
-    let log = dir.join("worker.log");
-    let mut run = support::worker();
-    run.args(["run", "--log-format", "json"])
-        .env("DATABASE_URL", url)
-        .env("ALMANAC__WORKER__SLOTS", slots.to_string())
-        .env("ALMANAC__STORAGE__PROXY_ROOT", dir.join("proxies"))
-        .env("ALMANAC__STORAGE__SETTLE_TIME", "0s")
-        .env("ALMANAC__QUEUE__POLL_INTERVAL", "200ms")
-        .env("ALMANAC__QUEUE__SHUTDOWN_GRACE", "1s")
-        .env("ALMANAC__LOG__LEVEL", "info")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap());
-    more(&mut run);
-    Worker { child: run.spawn().unwrap(), log }
+/// `almanac-worker run` as Worker `name` with `slots`, under `dir` ([`Worker::start`]), quick to poll and to stop, as
+/// `more` adds.
+fn start_worker(url: &str, dir: &Path, name: &str, slots: usize, more: impl FnOnce(&mut Command)) -> Worker {
+    Worker::start(url, dir, name, |run| {
+        run.env("ALMANAC__WORKER__SLOTS", slots.to_string())
+            .env("ALMANAC__STORAGE__SETTLE_TIME", "0s")
+            .env("ALMANAC__QUEUE__POLL_INTERVAL", "200ms")
+            .env("ALMANAC__QUEUE__SHUTDOWN_GRACE", "1s");
+        more(run);
+    })
 }
 
 /// A share that stops answering in the middle of two crawls: one while it lists a folder, one while it reads a photo.
@@ -254,7 +248,7 @@ fn a_share_that_stops_answering_in_the_middle_of_a_crawl_holds_that_crawl_only_u
         cli(&["enqueue", "crawl", "--config", root.to_str().unwrap()]);
     }
 
-    let worker = start_worker(db.url(), dir.path(), 3, |_| {});
+    let worker = start_worker(db.url(), dir.path(), "midway", 3, |_| {});
     // Each crawl waits on the share, and what each found before it stopped answering is catalogued.
     almanac_testdb::patience::wait_for("both crawls to wait on the share", Duration::from_secs(60), EVERY, || {
         let waiting = std::fs::read_to_string(&waits).unwrap_or_default();

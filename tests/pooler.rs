@@ -4,7 +4,6 @@
 
 use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
 
 use almanac_media::fixtures::{self, FixtureExif};
@@ -54,24 +53,12 @@ impl Setup {
     }
 
     fn worker(&self, name: &str, extra: &[(&str, &str)]) -> Worker {
-        let log = self.dir.path().join(format!("{name}.log"));
-        let mut command = support::worker();
-        command
-            .args(["run", "--log-format", "json"])
-            .env("DATABASE_URL", self.pooled_url())
-            .env("ALMANAC__DATABASE__POOLER_MODE", "transaction")
-            .env("ALMANAC__WORKER__ID", name)
-            .env("ALMANAC__STORAGE__PROXY_ROOT", self.dir.path().join("proxies"))
-            .env("ALMANAC__HTTP__ENABLED", "false")
-            .env("ALMANAC__LOG__LEVEL", "info")
-            // The tests write their photos moments before a crawl: none is being written any more.
-            .env("ALMANAC__STORAGE__SETTLE_TIME", "0s")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap());
-        for (k, v) in extra {
-            command.env(k, v);
-        }
-        Worker { child: command.spawn().unwrap(), log }
+        Worker::start(&self.pooled_url(), self.dir.path(), name, |run| {
+            run.env("ALMANAC__DATABASE__POOLER_MODE", "transaction")
+                // The tests write their photos moments before a crawl: none is being written any more.
+                .env("ALMANAC__STORAGE__SETTLE_TIME", "0s")
+                .envs(extra.iter().copied());
+        })
     }
 
     /// Waits (on a direct connection) until `sql` returns a row, for something that takes up to `idle` on an

@@ -3,7 +3,6 @@
 //! how long after each copy finished (p50, p95: a figure for docs/media.md, never an assertion).
 
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
 
 use almanac_media::fixtures::{self, FixtureExif};
@@ -46,20 +45,9 @@ impl Setup {
 
     /// A Worker with the default settle time: a photo is read at once only because it was seen closed.
     fn worker(&self) -> Worker {
-        let log = self.dir.path().join("worker.log");
-        let child = support::worker()
-            .args(["run", "--log-format", "json"])
-            .env("DATABASE_URL", self.db.url())
-            .env("ALMANAC__WORKER__ID", "watcher")
-            .env("ALMANAC__STORAGE__PROXY_ROOT", self.dir.path().join("proxies"))
-            .env("ALMANAC__HTTP__ENABLED", "false")
-            .env("ALMANAC__QUEUE__POLL_INTERVAL", "200ms")
-            .env("ALMANAC__LOG__LEVEL", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        Worker { child, log }
+        Worker::start(self.db.url(), self.dir.path(), "watcher", |run| {
+            run.env("ALMANAC__QUEUE__POLL_INTERVAL", "200ms");
+        })
     }
 }
 

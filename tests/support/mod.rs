@@ -198,6 +198,28 @@ pub struct Worker {
 }
 
 impl Worker {
+    /// `almanac-worker run` on the database at `url` as Worker `name`: its proxies under `dir/proxies`, its log (JSON
+    /// lines, level info) in `dir/<name>.log`, its page off. `more` adds settings, or overrides these.
+    pub fn start(
+        url: &str,
+        dir: &std::path::Path,
+        name: &str,
+        more: impl FnOnce(&mut std::process::Command),
+    ) -> Worker {
+        let log = dir.join(format!("{name}.log"));
+        let mut run = worker();
+        run.args(["run", "--log-format", "json"])
+            .env("DATABASE_URL", url)
+            .env("ALMANAC__WORKER__ID", name)
+            .env("ALMANAC__STORAGE__PROXY_ROOT", dir.join("proxies"))
+            .env("ALMANAC__HTTP__ENABLED", "false")
+            .env("ALMANAC__LOG__LEVEL", "info")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        more(&mut run);
+        Worker { child: run.spawn().unwrap(), log }
+    }
+
     /// The lines of its log that are the event `name`.
     pub fn events(&self, name: &str) -> Vec<serde_json::Value> {
         log_lines(&self.log).into_iter().filter(|l| l["fields"]["event"] == name).collect()
