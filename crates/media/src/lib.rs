@@ -50,9 +50,9 @@ pub use error::MediaError;
 pub use exif_facts::{ExifFacts, read_exif, read_still_facts};
 pub use hash::{HashedBytes, hash_bytes, hash_file, hash_reader};
 pub use originals::{
-    Entry, EntryKind, Listing, OpenError, Original, Removal, RootFolder, UNKNOWN_MTIME, Unexamined, folder_identity,
-    identity, join_beneath, lies_within, overlap_hidden_from_paths, same_folder, same_tree, split_parent,
-    trees_overlap,
+    Entry, EntryKind, Listing, OpenError, Original, ROOT_ANSWERS_WITHIN, Removal, RootFolder, UNKNOWN_MTIME,
+    Unexamined, folder_identity, identity, join_beneath, lies_within, overlap_hidden_from_paths, same_folder,
+    same_tree, split_parent, trees_overlap,
 };
 pub use priority::{IoPriority, Priority, gently, set_priority};
 pub use proxy_folder::{ProxyFolder, make_proxy_folder};

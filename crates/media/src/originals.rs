@@ -351,6 +351,12 @@ pub fn folder_identity(folder: &OwnedFd) -> Option<(u64, u64)> {
     rustix::fs::fstat(folder).ok().map(|stat| (u64::from(stat.st_dev), u64::from(stat.st_ino)))
 }
 
+/// How long a look at a library's root (or the proxy root) on the file system may take before it is given up on: a
+/// share whose server stopped answering (a NAS turned off, mounted `hard`) holds every call into it for ever, while
+/// one whose disks are waking up (ADR 0013) answers within seconds. The commands, the Worker's start and each crawl's
+/// looks before it reads anything wait this long at most.
+pub const ROOT_ANSWERS_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// A path's file-system identity (device, inode), following links; `None` when it does not exist.
 pub fn identity(path: &Path) -> Option<(u64, u64)> {
     std::fs::metadata(path)

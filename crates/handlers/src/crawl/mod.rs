@@ -179,7 +179,7 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         cancel: &CancellationToken,
     ) -> Result<(), HandlerError> {
         root::check_roots_apart(&*self.catalogue, storage, &self.settings.proxy_root, cancel).await?;
-        root::check_proxies_in_place(&*self.catalogue, storage, &self.settings.proxy_root).await?;
+        root::check_proxies_in_place(&*self.catalogue, storage, &self.settings.proxy_root, cancel).await?;
         // A proxy root that can take no file would fail every file one by one: one clear error instead.
         root::check_proxy_root(&self.settings.proxy_root)
             .await
@@ -207,8 +207,10 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         self.check_before_reading(&storage, &ctx.cancel).await?;
         let (at, confirmed) = (storage.clone(), args.clone());
         let opening = format!("opening the storage root {}", storage.root_path.display());
+        let look = move || root::open_root(&at, &confirmed);
+        let within = almanac_media::ROOT_ANSWERS_WITHIN;
         let (root, is_mount_point) =
-            root::looked_at(&ctx.cancel, &opening, move || root::open_root(&at, &confirmed)).await??;
+            root::answered_in_time(&ctx.cancel, &storage.root_path, within, &opening, look).await??;
         let clock = settling::CrawlClock::new(self.catalogue.db_now().await.map_err(catalogue_error)?);
         let under = (!scope.is_whole_root()).then(|| scope.folders());
         let failures = failed::Remembered::load(&*self.catalogue, config, under, &self.settings).await;
@@ -314,9 +316,9 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
             let (root, counters, halt, within) =
                 (run.root.clone(), run.counters.clone(), run.halt.clone(), scope.clone());
             let proxy_root = self.settings.proxy_root.clone();
-            let avoid =
-                root::looked_at(&run.cancel, "looking at the proxy root", move || almanac_media::identity(&proxy_root))
-                    .await?;
+            let look = move || almanac_media::identity(&proxy_root);
+            let (at, limit) = (&self.settings.proxy_root, almanac_media::ROOT_ANSWERS_WITHIN);
+            let avoid = root::answered_in_time(&run.cancel, at, limit, "looking at the proxy root", look).await?;
             // At the Worker's priority for reads (`worker.nice`, `worker.io_priority`), like the files' reads.
             tokio::task::spawn_blocking(move || {
                 almanac_media::gently(|| walk_beside(&root, &within, avoid, &halt, &counters, pages_rx, &tx))

@@ -13,6 +13,9 @@ use super::catalogue_error;
 use super::problems::FileProblem;
 use super::walk::FolderNotWalked;
 
+mod answered;
+pub(super) use answered::answered_in_time;
+
 /// `work` on a blocking thread, or `None` if `stop` fires first: a call into a share whose server stopped answering
 /// returns only once it answers again, and it would hold a thread of the runtime, then the attempt, then the
 /// Worker's exit. The thread of work given up on is left waiting; an answer that came is taken, even at a stop.
@@ -77,7 +80,8 @@ pub(super) async fn check_roots_apart<C: CatalogueStore>(
     }
     let (both, proxies) = (root.clone(), proxy_root.to_owned());
     let what = format!("comparing the storage root {} with the proxy root", root.display());
-    if looked_at(cancel, &what, move || almanac_media::trees_overlap(&both, &proxies)).await? {
+    let look = move || almanac_media::trees_overlap(&both, &proxies);
+    if answered_in_time(cancel, root, almanac_media::ROOT_ANSWERS_WITHIN, &what, look).await? {
         return Err(HandlerError::permanent(format!(
             "the storage root {} and the proxy root {} overlap, so the crawl could take proxies for photos and the \
              proxy sweep could delete originals. Nothing was done. Set storage.proxy_root to a folder outside \
@@ -126,20 +130,21 @@ pub(super) async fn check_proxies_in_place<C: CatalogueStore>(
     catalogue: &C,
     storage: &StorageConfig,
     proxy_root: &Path,
+    cancel: &CancellationToken,
 ) -> Result<(), HandlerError> {
     if !catalogue.has_proxy_files(storage.id).await.map_err(catalogue_error)? {
         return Ok(());
     }
     let folder = proxy_root.join(storage.id.to_string());
-    // On a blocking thread: a proxy volume on a hung NFS server must not hold up the runtime.
-    let looked = folder.clone();
-    let found = tokio::task::spawn_blocking(move || std::fs::symlink_metadata(looked)).await;
-    let found = match found {
+    // On a blocking thread, within a limit: a proxy volume on a hung NFS server must hold neither the runtime nor
+    // the crawl's slot.
+    let (looked, what) = (folder.clone(), format!("looking for the proxy folder {}", folder.display()));
+    let look = move || std::fs::symlink_metadata(looked);
+    let found = match answered_in_time(cancel, proxy_root, almanac_media::ROOT_ANSWERS_WITHIN, &what, look).await? {
         // A link is there, not missing: `check_proxy_folders` refuses it next, as it does a new config's.
-        Ok(Ok(meta)) if meta.is_dir() || meta.is_symlink() => return Ok(()),
-        Ok(Ok(_)) => "something other than a folder is there".to_owned(),
-        Ok(Err(e)) => e.to_string(),
-        Err(e) => format!("looking at it ended abnormally: {e}"),
+        Ok(meta) if meta.is_dir() || meta.is_symlink() => return Ok(()),
+        Ok(_) => "something other than a folder is there".to_owned(),
+        Err(e) => e.to_string(),
     };
     Err(crate::proxy_folder_missing(&folder, &found, "Nothing was read or written; the crawl", storage.id))
 }

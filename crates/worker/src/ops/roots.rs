@@ -33,10 +33,7 @@ pub fn resolved(path: &Path) -> PathBuf {
     }
 }
 
-/// How long a look at a library's root on the file system may take here: a share whose server stopped answering
-/// (a NAS turned off, mounted `hard`) holds every call into it for ever, while one whose disks are waking up (ADR
-/// 0013) answers within seconds.
-pub const ROOT_ANSWERS_WITHIN: Duration = Duration::from_secs(30);
+pub use almanac_media::ROOT_ANSWERS_WITHIN;
 
 /// The answers of `looks`, each run on a thread of its own, those that came within `limit` of the first's start
 /// (`None` for the others, whose threads are left behind: a call into a share that stopped answering returns only
