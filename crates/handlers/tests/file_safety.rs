@@ -12,8 +12,7 @@ use almanac_domain::{
     ContentHash, Scope, StorageConfigId, WorkKind,
     ports::{CatalogueError, CatalogueStore, HashMatch, KnownFile, MaintenanceStore},
 };
-use almanac_handlers::{CrawlHandler, CrawlSettings, MassDeletionGuard, ProxyDeletionHandler, ProxySweepHandler};
-use almanac_media::ToolLimits;
+use almanac_handlers::{CrawlHandler, CrawlSettings, ProxyDeletionHandler, ProxySweepHandler};
 use almanac_media::fixtures::{self, FixtureExif};
 use almanac_store_pg::{NewStorageConfig, PgStore};
 use diesel::sql_query;
@@ -314,15 +313,7 @@ async fn a_root_overlapping_the_proxy_root_is_refused_by_the_crawl() {
     let lib = library().await;
     lib.write("IMG.jpg", &photo(1));
     for proxy_root in [lib.root.parent().unwrap().to_path_buf(), lib.root.join(".almanac-proxies"), lib.root.clone()] {
-        let settings = CrawlSettings {
-            proxy_root: proxy_root.clone(),
-            max_concurrent_files: 1,
-            tool_limits: ToolLimits::default(),
-            mass_deletion: MassDeletionGuard::default(),
-            max_image_pixels: almanac_media::DEFAULT_MAX_PIXELS,
-            settle_time: Duration::ZERO,
-            zone: almanac_domain::Zone::Fixed(chrono::FixedOffset::east_opt(0).unwrap()),
-        };
+        let settings = CrawlSettings { proxy_root: proxy_root.clone(), max_concurrent_files: 1, ..lib.settings() };
         let handler = CrawlHandler::new(lib.store.clone(), settings);
         let item = lib.item(serde_json::json!({})).await;
         let err = lib.run_in(&handler, item, CancellationToken::new()).await.unwrap_err();
@@ -438,15 +429,7 @@ async fn a_file_or_folder_swapped_for_a_link_after_listing_is_never_read() {
         std::fs::remove_dir_all(root.join("in/a")).unwrap();
         std::os::unix::fs::symlink(bob_for_swap.join("album"), root.join("in/a")).unwrap();
     });
-    let settings = CrawlSettings {
-        proxy_root: lib.proxies.clone(),
-        max_concurrent_files: 2,
-        tool_limits: ToolLimits::default(),
-        mass_deletion: MassDeletionGuard::default(),
-        max_image_pixels: almanac_media::DEFAULT_MAX_PIXELS,
-        settle_time: Duration::ZERO,
-        zone: almanac_domain::Zone::Fixed(chrono::FixedOffset::east_opt(0).unwrap()),
-    };
+    let settings = CrawlSettings { max_concurrent_files: 2, ..lib.settings() };
     let handler = CrawlHandler::new(Arc::new(catalogue), settings);
     let item = lib.item(serde_json::json!({})).await;
     let result = lib.run_in(&handler, item, CancellationToken::new()).await.unwrap().unwrap();

@@ -105,6 +105,10 @@ pub struct Storage {
     /// database the same (the proxy sweep leaves files younger than the longest write alone).
     #[serde(with = "humantime_serde")]
     pub transcode_limit: Duration,
+    /// The longest each look a crawl makes before it reads anything (at the library's root, the proxy root, the
+    /// proxy folder) may take before the crawl gives its slot up, saying the share did not answer; 1 s to 1 h.
+    #[serde(with = "humantime_serde")]
+    pub root_answer_limit: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -196,20 +200,6 @@ impl Default for Worker {
             max_concurrent_files,
             nice: priority.nice,
             io_priority: priority.io.name().to_owned(),
-        }
-    }
-}
-
-impl Default for Storage {
-    fn default() -> Self {
-        let guard = almanac_handlers::MassDeletionGuard::default();
-        Self {
-            proxy_root: PathBuf::from("/var/lib/almanac/proxies"),
-            mass_deletion_min_assets: guard.min_assets,
-            mass_deletion_max_percent: guard.max_percent,
-            max_image_megapixels: almanac_media::DEFAULT_MAX_PIXELS / 1_000_000,
-            settle_time: almanac_handlers::CrawlSettings::DEFAULT_SETTLE_TIME,
-            transcode_limit: almanac_media::ToolLimits::default().transcode,
         }
     }
 }

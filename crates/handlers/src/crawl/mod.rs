@@ -95,6 +95,9 @@ pub struct CrawlSettings {
     /// The household's zone: a phone's video dated by its UTC container time alone, and a file dated by its
     /// mtime, are put on the day they were taken there. The Worker's own zone (`TZ`, else `/etc/localtime`).
     pub zone: Zone,
+    /// How long each look before the crawl reads anything (at the root, the proxy root, the proxy folder) may take
+    /// before the crawl gives its slot up (a share whose server stopped answering): `storage.root_answer_limit`.
+    pub root_answer_limit: Duration,
 }
 
 impl CrawlSettings {
@@ -107,8 +110,8 @@ impl CrawlSettings {
     pub const DEFAULT_SETTLE_TIME: Duration = Duration::from_secs(10);
 
     /// The defaults, writing proxies under `proxy_root`: four files at once, the tools' default time limits,
-    /// the default mass-deletion guard, stills of up to 250 megapixels, the default settle time, and the
-    /// Worker's own zone.
+    /// the default mass-deletion guard, stills of up to 250 megapixels, the default settle time, the Worker's own
+    /// zone, and [`almanac_media::ROOT_ANSWERS_WITHIN`] for each look before reading.
     pub fn new(proxy_root: PathBuf) -> Self {
         Self {
             proxy_root,
@@ -118,6 +121,7 @@ impl CrawlSettings {
             max_image_pixels: almanac_media::DEFAULT_MAX_PIXELS,
             settle_time: Self::DEFAULT_SETTLE_TIME,
             zone: Zone::Local,
+            root_answer_limit: almanac_media::ROOT_ANSWERS_WITHIN,
         }
     }
 }
@@ -178,8 +182,9 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         storage: &StorageConfig,
         cancel: &CancellationToken,
     ) -> Result<(), HandlerError> {
-        root::check_roots_apart(&*self.catalogue, storage, &self.settings.proxy_root, cancel).await?;
-        root::check_proxies_in_place(&*self.catalogue, storage, &self.settings.proxy_root, cancel).await?;
+        let looks = (cancel, self.settings.root_answer_limit);
+        root::check_roots_apart(&*self.catalogue, storage, &self.settings.proxy_root, looks).await?;
+        root::check_proxies_in_place(&*self.catalogue, storage, &self.settings.proxy_root, looks).await?;
         // A proxy root that can take no file would fail every file one by one: one clear error instead.
         root::check_proxy_root(&self.settings.proxy_root)
             .await
@@ -207,8 +212,7 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         self.check_before_reading(&storage, &ctx.cancel).await?;
         let (at, confirmed) = (storage.clone(), args.clone());
         let opening = format!("opening the storage root {}", storage.root_path.display());
-        let look = move || root::open_root(&at, &confirmed);
-        let within = almanac_media::ROOT_ANSWERS_WITHIN;
+        let (look, within) = (move || root::open_root(&at, &confirmed), self.settings.root_answer_limit);
         let (root, is_mount_point) =
             root::answered_in_time(&ctx.cancel, &storage.root_path, within, &opening, look).await??;
         let clock = settling::CrawlClock::new(self.catalogue.db_now().await.map_err(catalogue_error)?);
@@ -317,7 +321,7 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
                 (run.root.clone(), run.counters.clone(), run.halt.clone(), scope.clone());
             let proxy_root = self.settings.proxy_root.clone();
             let look = move || almanac_media::identity(&proxy_root);
-            let (at, limit) = (&self.settings.proxy_root, almanac_media::ROOT_ANSWERS_WITHIN);
+            let (at, limit) = (&self.settings.proxy_root, self.settings.root_answer_limit);
             let avoid = root::answered_in_time(&run.cancel, at, limit, "looking at the proxy root", look).await?;
             // At the Worker's priority for reads (`worker.nice`, `worker.io_priority`), like the files' reads.
             tokio::task::spawn_blocking(move || {

@@ -3,6 +3,7 @@
 //! swapped for a link must never lead elsewhere.
 
 use std::path::Path;
+use std::time::Duration;
 
 use almanac_domain::{CrawlArgs, StorageConfig, ports::CatalogueStore};
 use almanac_executor::HandlerError;
@@ -66,7 +67,7 @@ pub(super) async fn check_roots_apart<C: CatalogueStore>(
     catalogue: &C,
     storage: &StorageConfig,
     proxy_root: &Path,
-    cancel: &CancellationToken,
+    (cancel, within): (&CancellationToken, Duration),
 ) -> Result<(), HandlerError> {
     let root = &storage.root_path;
     // An older catalogue may hold a root spelled with `..` or `.`: it may name another tree than it seems.
@@ -78,10 +79,17 @@ pub(super) async fn check_roots_apart<C: CatalogueStore>(
             root.display()
         )));
     }
+    // The proxy root alone first: the comparison looks at it too, and a proxy volume that does not answer must be
+    // named as such, not taken for every library's root.
+    let proxies = proxy_root.to_owned();
+    answered_in_time(cancel, proxy_root, within, "looking at the proxy root", move || {
+        almanac_media::identity(&proxies)
+    })
+    .await?;
     let (both, proxies) = (root.clone(), proxy_root.to_owned());
     let what = format!("comparing the storage root {} with the proxy root", root.display());
     let look = move || almanac_media::trees_overlap(&both, &proxies);
-    if answered_in_time(cancel, root, almanac_media::ROOT_ANSWERS_WITHIN, &what, look).await? {
+    if answered_in_time(cancel, root, within, &what, look).await? {
         return Err(HandlerError::permanent(format!(
             "the storage root {} and the proxy root {} overlap, so the crawl could take proxies for photos and the \
              proxy sweep could delete originals. Nothing was done. Set storage.proxy_root to a folder outside \
@@ -130,7 +138,7 @@ pub(super) async fn check_proxies_in_place<C: CatalogueStore>(
     catalogue: &C,
     storage: &StorageConfig,
     proxy_root: &Path,
-    cancel: &CancellationToken,
+    (cancel, within): (&CancellationToken, Duration),
 ) -> Result<(), HandlerError> {
     if !catalogue.has_proxy_files(storage.id).await.map_err(catalogue_error)? {
         return Ok(());
@@ -140,7 +148,7 @@ pub(super) async fn check_proxies_in_place<C: CatalogueStore>(
     // the crawl's slot.
     let (looked, what) = (folder.clone(), format!("looking for the proxy folder {}", folder.display()));
     let look = move || std::fs::symlink_metadata(looked);
-    let found = match answered_in_time(cancel, proxy_root, almanac_media::ROOT_ANSWERS_WITHIN, &what, look).await? {
+    let found = match answered_in_time(cancel, &folder, within, &what, look).await? {
         // A link is there, not missing: `check_proxy_folders` refuses it next, as it does a new config's.
         Ok(meta) if meta.is_dir() || meta.is_symlink() => return Ok(()),
         Ok(_) => "something other than a folder is there".to_owned(),

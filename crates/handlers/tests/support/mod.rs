@@ -16,8 +16,7 @@ use almanac_domain::{
     ports::{Attempt, ClaimToken, Fence},
 };
 use almanac_executor::{Handler, HandlerContext, HandlerError, ProgressReporter};
-use almanac_handlers::{CrawlHandler, CrawlSettings, MassDeletionGuard};
-use almanac_media::ToolLimits;
+use almanac_handlers::{CrawlHandler, CrawlSettings};
 use almanac_store_pg::{NewStorageConfig, PgStore};
 use almanac_testdb::TestDatabase;
 use diesel::sql_query;
@@ -168,13 +167,9 @@ impl Library {
     /// test depends on the machine's).
     pub fn settings(&self) -> CrawlSettings {
         CrawlSettings {
-            proxy_root: self.proxies.clone(),
-            max_concurrent_files: 4,
-            tool_limits: ToolLimits::default(),
-            mass_deletion: MassDeletionGuard::default(),
-            max_image_pixels: almanac_media::DEFAULT_MAX_PIXELS,
             settle_time: Duration::ZERO,
             zone: almanac_domain::Zone::Fixed(chrono::FixedOffset::east_opt(0).unwrap()),
+            ..CrawlSettings::new(self.proxies.clone())
         }
     }
 

@@ -344,6 +344,7 @@ fn handlers(settings: &Settings, store: &Arc<PgStore>, proxy_root: &Path, served
     crawl.mass_deletion = settings.mass_deletion();
     crawl.max_image_pixels = settings.max_image_pixels();
     crawl.settle_time = settings.storage.settle_time;
+    crawl.root_answer_limit = settings.storage.root_answer_limit;
     crawl.tool_limits = settings.tool_limits();
     let purge = PurgeSettings::new(proxy_root.to_path_buf(), settings.schedule.purge_after);
     let sweep_min_age = ProxySweepHandler::<PgStore>::min_age_for(settings.tool_limits());

@@ -281,7 +281,8 @@ runtime was left to run it, or the Worker stopped first); whatever it took runs 
         "root_not_answering",
         "at start, a storage config's root did not answer in time (`ROOT_ANSWERS_WITHIN`; a share whose server \
          stopped answering, a NAS turned off): the Worker starts without waiting for it; that config's crawls look \
-         again whether it overlaps the proxy root before reading anything, each waiting as long at most",
+         again whether it overlaps the proxy root before reading anything, each look waiting \
+         `storage.root_answer_limit` at most",
     ),
     event("signal", "SIGTERM or SIGINT arrived (with `signal`)"),
     outage(

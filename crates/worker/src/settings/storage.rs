@@ -1,11 +1,26 @@
-//! The storage settings' checks, and what the Worker's tools are given from them.
+//! The storage settings: their defaults, their checks, and what the Worker's tools are given from them.
 
 use std::path::Component;
 use std::time::Duration;
 
 use anyhow::{Result, bail};
 
-use super::Settings;
+use super::{Settings, Storage};
+
+impl Default for Storage {
+    fn default() -> Self {
+        let guard = almanac_handlers::MassDeletionGuard::default();
+        Self {
+            proxy_root: std::path::PathBuf::from("/var/lib/almanac/proxies"),
+            mass_deletion_min_assets: guard.min_assets,
+            mass_deletion_max_percent: guard.max_percent,
+            max_image_megapixels: almanac_media::DEFAULT_MAX_PIXELS / 1_000_000,
+            settle_time: almanac_handlers::CrawlSettings::DEFAULT_SETTLE_TIME,
+            transcode_limit: almanac_media::ToolLimits::default().transcode,
+            root_answer_limit: almanac_media::ROOT_ANSWERS_WITHIN,
+        }
+    }
+}
 
 impl Settings {
     /// The storage settings checked: the proxy root's path, the mass-deletion guard, the image and time limits.
@@ -47,6 +62,13 @@ impl Settings {
             bail!(
                 "storage.transcode_limit: {:?} must be from 1min to 24h (the longest a video's web transcode may take)",
                 self.storage.transcode_limit
+            );
+        }
+        if !(Duration::from_secs(1)..=Duration::from_secs(3600)).contains(&self.storage.root_answer_limit) {
+            bail!(
+                "storage.root_answer_limit: {:?} must be from 1s to 1h (how long a crawl waits for its library's share \
+                 to answer before it gives its slot up)",
+                self.storage.root_answer_limit
             );
         }
         Ok(())

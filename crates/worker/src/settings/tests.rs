@@ -297,6 +297,8 @@ fn a_limit_is_accepted_at_its_bound_and_refused_past_it() {
         ("ALMANAC__STORAGE__SETTLE_TIME", "1h", "3601s", "storage.settle_time"),
         ("ALMANAC__STORAGE__TRANSCODE_LIMIT", "24h", "86401s", "storage.transcode_limit"),
         ("ALMANAC__STORAGE__TRANSCODE_LIMIT", "1min", "59s", "storage.transcode_limit"),
+        ("ALMANAC__STORAGE__ROOT_ANSWER_LIMIT", "1h", "3601s", "storage.root_answer_limit"),
+        ("ALMANAC__STORAGE__ROOT_ANSWER_LIMIT", "1s", "999ms", "storage.root_answer_limit"),
         ("ALMANAC__SCHEDULE__CRAWL_INTERVAL", "60s", "59s", "schedule.crawl_interval"),
         ("ALMANAC__WATCH__POLL_INTERVAL", "1s", "999ms", "watch.poll_interval"),
         ("ALMANAC__WATCH__LEASE", "3s", "2999ms", "watch.lease"),

@@ -12,15 +12,24 @@ use almanac_executor::HandlerError;
 use tokio_util::sync::CancellationToken;
 
 /// The looks given up on whose calls have not returned yet (their threads wait on the share), by the folder looked
-/// at: which look (its number) and when it started. While one is here, no other look at that folder is made.
-static GIVEN_UP: Mutex<BTreeMap<PathBuf, (u64, Instant)>> = Mutex::new(BTreeMap::new());
+/// at: each look's number and when it started.
+static GIVEN_UP: Mutex<BTreeMap<PathBuf, BTreeMap<u64, Instant>>> = Mutex::new(BTreeMap::new());
 
 /// Numbers the looks, so that one that returns late clears its own entry only.
 static LOOKS: AtomicU64 = AtomicU64::new(0);
 
 /// The looks given up on, whatever a thread panicking while it held them left.
-fn given_up() -> std::sync::MutexGuard<'static, BTreeMap<PathBuf, (u64, Instant)>> {
+fn given_up() -> std::sync::MutexGuard<'static, BTreeMap<PathBuf, BTreeMap<u64, Instant>>> {
     GIVEN_UP.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// How long after the newest of `waiting` looks given up on at a folder (each limited to `within`) no other is made
+/// there: ten limits, doubled for each look already waiting, at most a day. So a share silent for days holds a few
+/// threads (about ten over two days at the shipped 30 s), while one remounted at the same path (the old mount's calls
+/// never return) is looked at again within minutes to hours, without a restart.
+fn none_again_for(within: Duration, waiting: usize) -> Duration {
+    let doubled = 1u32 << waiting.saturating_sub(1).min(16);
+    within.saturating_mul(10).saturating_mul(doubled).min(Duration::from_secs(86_400))
 }
 
 /// A look, as its blocking thread and its waiter both see it.
@@ -37,7 +46,7 @@ impl Look {
     fn given_up(&self) {
         let mut given_up = given_up();
         if !self.returned.load(Ordering::SeqCst) {
-            given_up.insert(self.at.clone(), (self.number, self.started));
+            given_up.entry(self.at.clone()).or_default().insert(self.number, self.started);
         }
     }
 }
@@ -49,18 +58,37 @@ impl Drop for Returns {
     fn drop(&mut self) {
         let mut given_up = given_up();
         self.0.returned.store(true, Ordering::SeqCst);
-        if given_up.get(&self.0.at).is_some_and(|(number, _)| *number == self.0.number) {
-            given_up.remove(&self.0.at);
+        if let Some(looks) = given_up.get_mut(&self.0.at) {
+            looks.remove(&self.0.number);
+            if looks.is_empty() {
+                given_up.remove(&self.0.at);
+            }
         }
     }
 }
 
+/// Why no look at `at` is made now, if none is: a look given up on there has not returned, and the newest such
+/// started less than [`none_again_for`] ago.
+fn refused(at: &Path, within: Duration, what: &str) -> Option<HandlerError> {
+    let given_up = given_up();
+    let looks = given_up.get(at)?;
+    let newest = looks.values().max()?;
+    (newest.elapsed() < none_again_for(within, looks.len())).then(|| {
+        not_answering(&format!(
+            "{what}: {} has not answered a look made {} s ago, so no other is made for now",
+            at.display(),
+            newest.elapsed().as_secs()
+        ))
+    })
+}
+
 /// `look` at the folder `at` (or at what lies on the volume it is on) on a blocking thread, given up on if it has
 /// not answered `within` (a share whose server stopped answering, a disk that did not wake) or when the attempt is
-/// stopped (`cancel`). While a look at `at` given up on earlier has not returned, no other is made: this one is
-/// refused at once, so a share that stays silent for days holds one thread per folder looked at, not one per
-/// attempt. Looks that answer may run side by side. Each refusal is retryable, nothing having been read: the crawl is
-/// tried again later (`queue.retry_base`, doubling), its slot free meanwhile. `what` is being done, for messages;
+/// stopped (`cancel`). While a look at `at` given up on earlier has not returned, no other is made for a while
+/// ([`none_again_for`]): this one is refused at once, so a share that stays silent for days holds a few threads per
+/// folder looked at, not one per attempt. Looks under way and not given up on may run side by side. Each refusal is
+/// retryable, nothing having been read: the crawl is tried again later (`queue.retry_base`, doubling), its slot free
+/// meanwhile. `what` is being done, for messages;
 /// `look` must only look (it may still run after the attempt ended).
 pub(in crate::crawl) async fn answered_in_time<T: Send + 'static>(
     cancel: &CancellationToken,
@@ -69,12 +97,8 @@ pub(in crate::crawl) async fn answered_in_time<T: Send + 'static>(
     what: &str,
     look: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, HandlerError> {
-    if let Some((_, since)) = given_up().get(at) {
-        return Err(not_answering(&format!(
-            "{what}: {} has not answered a look made {} s ago, so no other is made",
-            at.display(),
-            since.elapsed().as_secs()
-        )));
+    if let Some(refusal) = refused(at, within, what) {
+        return Err(refusal);
     }
     let this = Arc::new(Look {
         at: at.to_owned(),
@@ -131,9 +155,9 @@ mod tests {
     use super::*;
 
     /// A look that answers is answered, beside another under way at the same folder. One that does not answer within
-    /// its limit is given up on, and while its call waits no other look at the same folder is made (the next is
-    /// refused at once, its look never run); a look at another folder is made meanwhile; once the first call returns,
-    /// the folder is looked at again.
+    /// its limit is given up on, and while its call waits no other look at the same folder is made for a while (the
+    /// next is refused at once, its look never run), then one is; a look at another folder is made meanwhile; once
+    /// the first call returns, the folder is looked at again at once.
     /// (Real time: a paused clock does not move while a blocking call runs. The look that never answers is given
     /// a short limit, the others a long one.)
     #[tokio::test]
@@ -167,6 +191,9 @@ mod tests {
         assert!(refused.message.contains("has not answered a look made"), "{}", refused.message);
         assert!(!made.load(Ordering::SeqCst), "no second look is made while the first waits");
         assert_eq!(answered_in_time(&cancel, other, within, "looking", || 8).await, Ok(8));
+        // Ten limits after the look given up on (the share may have been mounted again), one more is made.
+        tokio::time::sleep(none_again_for(short, 1)).await;
+        assert_eq!(answered_in_time(&cancel, share, short, "looking", || 11).await, Ok(11));
 
         release.send(()).unwrap();
         has_returned.await.unwrap();
@@ -185,6 +212,14 @@ mod tests {
     }
 
     /// A look is given up on when the attempt is stopped, before its limit.
+    /// Ten limits, doubled for each look already waiting, at most a day.
+    #[test]
+    fn a_folder_is_looked_at_again_later_the_more_looks_wait_on_it() {
+        let limit = Duration::from_secs(30);
+        let waits: Vec<_> = (1..=12).map(|n| none_again_for(limit, n).as_secs()).collect();
+        assert_eq!(waits, [300, 600, 1200, 2400, 4800, 9600, 19200, 38400, 76800, 86400, 86400, 86400]);
+    }
+
     #[tokio::test]
     async fn a_look_is_given_up_on_at_a_stop() {
         let cancel = CancellationToken::new();
