@@ -231,7 +231,8 @@ fn start_worker(url: &str, dir: &Path, name: &str, slots: usize, more: impl FnOn
 /// (`storage.root_answer_limit`, 3 s here), saying its root did not answer and that nothing was read, and the
 /// library's crawl runs.
 /// Tried again, the share's crawl is refused at once while the first look still waits: no second look, so no second
-/// thread left waiting.
+/// thread left waiting. Then the proxy volume stops answering too: the library's crawl gives up, naming the proxy
+/// root and saying that every library waits for it.
 #[test]
 fn a_crawl_of_a_share_that_does_not_answer_gives_its_slot_up_and_looks_at_it_once() {
     let Some((db, dir)) = set_up() else { return };
@@ -248,7 +249,9 @@ fn a_crawl_of_a_share_that_does_not_answer_gives_its_slot_up_and_looks_at_it_onc
     // Started while the share answers (its start-up look at every root passes at once), one slot, tried again soon:
     // the first crawls of both libraries run before the share stops answering.
     let worker = start_worker(db.url(), dir.path(), "one-slot", 1, |run| {
-        run.env("ALMANAC__QUEUE__RETRY_BASE", "1s").env("ALMANAC__STORAGE__ROOT_ANSWER_LIMIT", "3s");
+        run.env("ALMANAC__QUEUE__RETRY_BASE", "1s")
+            .env("ALMANAC__STORAGE__ROOT_ANSWER_LIMIT", "3s")
+            .env("ALMANAC__STORAGE__PROXY_ROOT", dir.path().join("volume/proxies"));
     });
     let crawled =
         "SELECT 1 FROM work_items WHERE kind = 'crawl' HAVING count(*) = 2 AND bool_and(status = 'succeeded')";
@@ -277,9 +280,23 @@ fn a_crawl_of_a_share_that_does_not_answer_gives_its_slot_up_and_looks_at_it_onc
         on_the_share.display()
     );
     let rows = support::wait_for(db.url(), &again, Duration::from_secs(30));
-    assert!(rows[0][0].contains("has not answered a look made"), "{:?}", rows[0]);
+    assert!(rows[0][0].contains("has not answered since a look made"), "{:?}", rows[0]);
+    assert!(rows[0][0].contains("pause --config"), "{:?}", rows[0]);
 
-    let (status, _) = stop(worker, nas);
+    // Then the proxy volume stops answering too: the library's next crawl names it, not the library.
+    let volume = StoppedAnswering::mount(&dir.path().join("volume"));
+    cli(&["enqueue", "crawl", "--config", library.to_str().unwrap()]);
+    let proxies = format!(
+        "SELECT w.last_error FROM work_items w JOIN storage_configs c ON c.id = w.storage_config_id
+          WHERE w.kind = 'crawl' AND c.root_path = '{}' AND w.last_error LIKE '%looking at the proxy root%'",
+        library.display()
+    );
+    let rows = support::wait_for(db.url(), &proxies, Duration::from_secs(30));
+    let said = format!("{}/volume/proxies did not answer within 3 s", dir.path().display());
+    assert!(rows[0][0].contains(&said), "{:?}", rows[0]);
+    assert!(rows[0][0].contains("every library's crawls wait for the proxy volume"), "{:?}", rows[0]);
+
+    let (status, _) = stop(worker, (nas, volume));
     assert!(status.success(), "stopped when told to: {status}");
 }
 
@@ -416,8 +433,9 @@ fn until_its_main_thread_ended(pid: &str, within: Duration) {
 }
 
 /// SIGTERM, then, once its main thread has ended (threads caught in calls into the stopped share stay until it ends:
-/// see [`until_its_main_thread_ended`]), the share ended, and the Worker's exit and its log.
-fn stop(mut worker: Worker, nas: StoppedAnswering) -> (std::process::ExitStatus, Vec<serde_json::Value>) {
+/// see [`until_its_main_thread_ended`]), the shares ended (`nas`: one, or a tuple of them), and the Worker's exit and
+/// its log.
+fn stop(mut worker: Worker, nas: impl Sized) -> (std::process::ExitStatus, Vec<serde_json::Value>) {
     let pid = worker.child.id().to_string();
     Command::new("kill").args(["-TERM", &pid]).status().unwrap();
     until_its_main_thread_ended(&pid, Duration::from_secs(20));

@@ -353,8 +353,8 @@ pub fn folder_identity(folder: &OwnedFd) -> Option<(u64, u64)> {
 
 /// How long a look at a library's root (or the proxy root) on the file system may take before it is given up on: a
 /// share whose server stopped answering (a NAS turned off, mounted `hard`) holds every call into it for ever, while
-/// one whose disks are waking up (ADR 0013) answers within seconds. The commands, the Worker's start and each crawl's
-/// looks before it reads anything wait this long at most.
+/// one whose disks are waking up (ADR 0013) answers within seconds. The commands and the Worker's start wait this long
+/// at most; it is also the default of `storage.root_answer_limit`, each crawl's limit for its looks before it reads.
 pub const ROOT_ANSWERS_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// A path's file-system identity (device, inode), following links; `None` when it does not exist.

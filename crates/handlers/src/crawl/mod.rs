@@ -214,7 +214,8 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         let opening = format!("opening the storage root {}", storage.root_path.display());
         let (look, within) = (move || root::open_root(&at, &confirmed), self.settings.root_answer_limit);
         let (root, is_mount_point) =
-            root::answered_in_time(&ctx.cancel, &storage.root_path, within, &opening, look).await??;
+            root::answered_in_time(&ctx.cancel, (&storage.root_path, root::Holds::Library), within, &opening, look)
+                .await??;
         let clock = settling::CrawlClock::new(self.catalogue.db_now().await.map_err(catalogue_error)?);
         let under = (!scope.is_whole_root()).then(|| scope.folders());
         let failures = failed::Remembered::load(&*self.catalogue, config, under, &self.settings).await;
@@ -321,7 +322,7 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
                 (run.root.clone(), run.counters.clone(), run.halt.clone(), scope.clone());
             let proxy_root = self.settings.proxy_root.clone();
             let look = move || almanac_media::identity(&proxy_root);
-            let (at, limit) = (&self.settings.proxy_root, self.settings.root_answer_limit);
+            let (at, limit) = ((&*self.settings.proxy_root, root::Holds::Proxies), self.settings.root_answer_limit);
             let avoid = root::answered_in_time(&run.cancel, at, limit, "looking at the proxy root", look).await?;
             // At the Worker's priority for reads (`worker.nice`, `worker.io_priority`), like the files' reads.
             tokio::task::spawn_blocking(move || {

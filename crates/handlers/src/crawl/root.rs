@@ -15,7 +15,7 @@ use super::problems::FileProblem;
 use super::walk::FolderNotWalked;
 
 mod answered;
-pub(super) use answered::answered_in_time;
+pub(super) use answered::{Holds, answered_in_time};
 
 /// `work` on a blocking thread, or `None` if `stop` fires first: a call into a share whose server stopped answering
 /// returns only once it answers again, and it would hold a thread of the runtime, then the attempt, then the
@@ -82,14 +82,12 @@ pub(super) async fn check_roots_apart<C: CatalogueStore>(
     // The proxy root alone first: the comparison looks at it too, and a proxy volume that does not answer must be
     // named as such, not taken for every library's root.
     let proxies = proxy_root.to_owned();
-    answered_in_time(cancel, proxy_root, within, "looking at the proxy root", move || {
-        almanac_media::identity(&proxies)
-    })
-    .await?;
+    let (look, at) = (move || almanac_media::identity(&proxies), (proxy_root, Holds::Proxies));
+    answered_in_time(cancel, at, within, "looking at the proxy root", look).await?;
     let (both, proxies) = (root.clone(), proxy_root.to_owned());
     let what = format!("comparing the storage root {} with the proxy root", root.display());
     let look = move || almanac_media::trees_overlap(&both, &proxies);
-    if answered_in_time(cancel, root, within, &what, look).await? {
+    if answered_in_time(cancel, (root, Holds::Library), within, &what, look).await? {
         return Err(HandlerError::permanent(format!(
             "the storage root {} and the proxy root {} overlap, so the crawl could take proxies for photos and the \
              proxy sweep could delete originals. Nothing was done. Set storage.proxy_root to a folder outside \
@@ -148,7 +146,7 @@ pub(super) async fn check_proxies_in_place<C: CatalogueStore>(
     // the crawl's slot.
     let (looked, what) = (folder.clone(), format!("looking for the proxy folder {}", folder.display()));
     let look = move || std::fs::symlink_metadata(looked);
-    let found = match answered_in_time(cancel, &folder, within, &what, look).await? {
+    let found = match answered_in_time(cancel, (&folder, Holds::Proxies), within, &what, look).await? {
         // A link is there, not missing: `check_proxy_folders` refuses it next, as it does a new config's.
         Ok(meta) if meta.is_dir() || meta.is_symlink() => return Ok(()),
         Ok(_) => "something other than a folder is there".to_owned(),

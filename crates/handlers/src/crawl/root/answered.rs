@@ -1,6 +1,6 @@
-//! A crawl's looks before it reads anything (at its root, at the proxy root), each given up on after a time limit as
-//! well as at a stop: a share whose server stopped answering must not hold the crawl's slot, and the thread each such
-//! look leaves waiting must not be followed by another at every attempt.
+//! A crawl's looks before it reads anything (at the proxy root, at its root, at its proxy folder), each given up on
+//! after a time limit as well as at a stop: a share whose server stopped answering must not hold the crawl's slot,
+//! and the thread each such look leaves waiting must not be followed by another at every attempt.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -11,25 +11,93 @@ use std::time::{Duration, Instant};
 use almanac_executor::HandlerError;
 use tokio_util::sync::CancellationToken;
 
-/// The looks given up on whose calls have not returned yet (their threads wait on the share), by the folder looked
-/// at: each look's number and when it started.
-static GIVEN_UP: Mutex<BTreeMap<PathBuf, BTreeMap<u64, Instant>>> = Mutex::new(BTreeMap::new());
-
-/// Numbers the looks, so that one that returns late clears its own entry only.
-static LOOKS: AtomicU64 = AtomicU64::new(0);
-
-/// The looks given up on, whatever a thread panicking while it held them left.
-fn given_up() -> std::sync::MutexGuard<'static, BTreeMap<PathBuf, BTreeMap<u64, Instant>>> {
-    GIVEN_UP.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+/// What a folder that does not answer holds up, for what is said of it.
+#[derive(Debug, Clone, Copy)]
+pub(in crate::crawl) enum Holds {
+    /// A library's root: its crawls.
+    Library,
+    /// The proxy root or a proxy folder: every crawl that writes proxies there.
+    Proxies,
 }
 
-/// How long after the newest of `waiting` looks given up on at a folder (each limited to `within`) no other is made
-/// there: ten limits, doubled for each look already waiting, at most a day. So a share silent for days holds a few
-/// threads (about ten over two days at the shipped 30 s), while one remounted at the same path (the old mount's calls
-/// never return) is looked at again within minutes to hours, without a restart.
-fn none_again_for(within: Duration, waiting: usize) -> Duration {
-    let doubled = 1u32 << waiting.saturating_sub(1).min(16);
+impl Holds {
+    fn remedy(self) -> &'static str {
+        match self {
+            Holds::Library => "`almanac-worker pause --config …` holds the library's crawls until its NAS is back",
+            Holds::Proxies => {
+                "every library's crawls wait for the proxy volume (storage.proxy_root): pausing one library does not \
+                 help; see to the volume"
+            }
+        }
+    }
+}
+
+/// At most this many looks given up on wait at one folder (their threads caught in the share), and in all: past
+/// either, no look is made there until one returns or the Worker is restarted. Tokio's blocking pool has 512 threads,
+/// which every read of the Worker shares.
+const MOST_WAITING_AT_A_FOLDER: usize = 8;
+const MOST_WAITING: usize = 128;
+
+/// A folder some look at which was given up on.
+#[derive(Debug, Default)]
+struct Folder {
+    /// The looks given up on whose calls have not returned: each one's number, and when it started.
+    waiting: BTreeMap<u64, Instant>,
+    /// When the first look that did not answer in time started, since the folder last answered; `None` once it
+    /// answers (a look made in time, or a call given up on that returned).
+    silent_since: Option<Instant>,
+    /// The looks that did not answer in time since the folder last answered.
+    in_a_row: u32,
+    /// When the newest of those started, and its limit.
+    last: Option<(Instant, Duration)>,
+    /// The one look made at the folder while it is silent, under way.
+    trying: Option<u64>,
+}
+
+/// The folders some look at which was given up on.
+static FOLDERS: Mutex<BTreeMap<PathBuf, Folder>> = Mutex::new(BTreeMap::new());
+
+/// Numbers the looks.
+static LOOKS: AtomicU64 = AtomicU64::new(0);
+
+/// The folders, whatever a thread panicking while it held them left.
+fn folders() -> std::sync::MutexGuard<'static, BTreeMap<PathBuf, Folder>> {
+    FOLDERS.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// How long after the newest look at a folder that did not answer in time (limited to `within`, the `in_a_row`th
+/// since the folder last answered) no other is made there: ten limits, doubled for each before it, at most a day.
+/// So a share silent for days holds a few threads (eight at most), while one mounted again at the same path (the
+/// old mount's calls never return) is looked at again within minutes to hours, without a restart.
+fn none_again_for(within: Duration, in_a_row: u32) -> Duration {
+    let doubled = 1u32 << in_a_row.saturating_sub(1).min(16);
     within.saturating_mul(10).saturating_mul(doubled).min(Duration::from_secs(86_400))
+}
+
+/// Whether look `number` may be made at `at` now: yes at once while the folder answers; while it is silent, one
+/// look at a time, [`none_again_for`] after the last, and none past [`MOST_WAITING_AT_A_FOLDER`] or
+/// [`MOST_WAITING`] calls waiting. Otherwise why not.
+fn admitted(at: &Path, number: u64) -> Result<(), String> {
+    let mut folders = folders();
+    let waiting: usize = folders.values().map(|f| f.waiting.len()).sum();
+    let Some(folder) = folders.get_mut(at) else { return Ok(()) };
+    let (Some(since), Some((last, limit))) = (folder.silent_since, folder.last) else { return Ok(()) };
+    let silent = format!("{} has not answered since a look made {} s ago", at.display(), since.elapsed().as_secs());
+    let restart = "restarting the Worker looks again at once";
+    if folder.waiting.len() >= MOST_WAITING_AT_A_FOLDER || waiting >= MOST_WAITING {
+        return Err(format!(
+            "{silent}, and {} looks at it ({waiting} in all) still wait on the share, the most kept: none is made until \
+             one returns; {restart}",
+            folder.waiting.len()
+        ));
+    }
+    let again = none_again_for(limit, folder.in_a_row);
+    if folder.trying.is_some() || last.elapsed() < again {
+        let next = again.saturating_sub(last.elapsed()).as_secs();
+        return Err(format!("{silent}; it is looked at again in {next} s at the soonest ({restart})"));
+    }
+    folder.trying = Some(number);
+    Ok(())
 }
 
 /// A look, as its blocking thread and its waiter both see it.
@@ -37,75 +105,86 @@ struct Look {
     at: PathBuf,
     number: u64,
     started: Instant,
-    /// Set, under [`GIVEN_UP`]'s lock, once the call returned (or its thread unwound).
+    /// Set, under [`FOLDERS`]' lock, once the call returned (or its thread unwound).
     returned: AtomicBool,
 }
 
 impl Look {
-    /// Notes the look given up on, unless its call returned meanwhile.
-    fn given_up(&self) {
-        let mut given_up = given_up();
-        if !self.returned.load(Ordering::SeqCst) {
-            given_up.entry(self.at.clone()).or_default().insert(self.number, self.started);
+    /// Notes the look answered in time: the folder answers.
+    fn answered(&self) {
+        let mut folders = folders();
+        if let Some(folder) = folders.get_mut(&self.at) {
+            (folder.silent_since, folder.in_a_row, folder.last) = (None, 0, None);
+            if folder.trying == Some(self.number) {
+                folder.trying = None;
+            }
+            if folder.waiting.is_empty() {
+                folders.remove(&self.at);
+            }
+        }
+    }
+
+    /// Notes the look given up on, unless its call returned meanwhile: its thread waits; and, if it did not answer
+    /// within `limit` (not a stop), the folder is silent.
+    fn given_up(&self, limit: Option<Duration>) {
+        let mut folders = folders();
+        if self.returned.load(Ordering::SeqCst) {
+            return;
+        }
+        let folder = folders.entry(self.at.clone()).or_default();
+        folder.waiting.insert(self.number, self.started);
+        if folder.trying == Some(self.number) {
+            folder.trying = None;
+        }
+        if let Some(limit) = limit {
+            folder.silent_since.get_or_insert(self.started);
+            folder.in_a_row += 1;
+            folder.last = Some((self.started, limit));
         }
     }
 }
 
-/// Held by the look's thread: when it returns (or unwinds), the look is no longer waited on.
+/// Held by the look's thread: when the call returns (or unwinds), it no longer waits, and a call that was given up
+/// on and returns says the folder answers again.
 struct Returns(Arc<Look>);
 
 impl Drop for Returns {
     fn drop(&mut self) {
-        let mut given_up = given_up();
+        let mut folders = folders();
         self.0.returned.store(true, Ordering::SeqCst);
-        if let Some(looks) = given_up.get_mut(&self.0.at) {
-            looks.remove(&self.0.number);
-            if looks.is_empty() {
-                given_up.remove(&self.0.at);
-            }
+        let Some(folder) = folders.get_mut(&self.0.at) else { return };
+        if folder.waiting.remove(&self.0.number).is_some() {
+            (folder.silent_since, folder.in_a_row, folder.last) = (None, 0, None);
+        }
+        if folder.trying == Some(self.0.number) {
+            folder.trying = None;
+        }
+        if folder.waiting.is_empty() && folder.silent_since.is_none() && folder.trying.is_none() {
+            folders.remove(&self.0.at);
         }
     }
 }
 
-/// Why no look at `at` is made now, if none is: a look given up on there has not returned, and the newest such
-/// started less than [`none_again_for`] ago.
-fn refused(at: &Path, within: Duration, what: &str) -> Option<HandlerError> {
-    let given_up = given_up();
-    let looks = given_up.get(at)?;
-    let newest = looks.values().max()?;
-    (newest.elapsed() < none_again_for(within, looks.len())).then(|| {
-        not_answering(&format!(
-            "{what}: {} has not answered a look made {} s ago, so no other is made for now",
-            at.display(),
-            newest.elapsed().as_secs()
-        ))
-    })
-}
-
 /// `look` at the folder `at` (or at what lies on the volume it is on) on a blocking thread, given up on if it has
 /// not answered `within` (a share whose server stopped answering, a disk that did not wake) or when the attempt is
-/// stopped (`cancel`). While a look at `at` given up on earlier has not returned, no other is made for a while
-/// ([`none_again_for`]): this one is refused at once, so a share that stays silent for days holds a few threads per
-/// folder looked at, not one per attempt. Looks under way and not given up on may run side by side. Each refusal is
-/// retryable, nothing having been read: the crawl is tried again later (`queue.retry_base`, doubling), its slot free
-/// meanwhile. `what` is being done, for messages;
-/// `look` must only look (it may still run after the attempt ended).
+/// stopped (`cancel`). While the folder is silent (a look at it did not answer in time, and none has since), looks
+/// at it are refused at once but for one now and then ([`admitted`]), so a share silent for days holds a few threads,
+/// not one per attempt; looks at a folder that answers run side by side. Each refusal is retryable, nothing having
+/// been read: the crawl is tried again later (`queue.retry_base`, doubling), its slot free meanwhile. `what` is being
+/// done and `holds` what the folder holds up, for messages; `look` must only look (it may still run after the attempt
+/// ended).
 pub(in crate::crawl) async fn answered_in_time<T: Send + 'static>(
     cancel: &CancellationToken,
-    at: &Path,
+    (at, holds): (&Path, Holds),
     within: Duration,
     what: &str,
     look: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, HandlerError> {
-    if let Some(refusal) = refused(at, within, what) {
-        return Err(refusal);
+    let number = LOOKS.fetch_add(1, Ordering::Relaxed);
+    if let Err(why) = admitted(at, number) {
+        return Err(not_answering(&format!("{what}: {why}"), holds));
     }
-    let this = Arc::new(Look {
-        at: at.to_owned(),
-        number: LOOKS.fetch_add(1, Ordering::Relaxed),
-        started: Instant::now(),
-        returned: AtomicBool::new(false),
-    });
+    let this = Arc::new(Look { at: at.to_owned(), number, started: Instant::now(), returned: AtomicBool::new(false) });
     let returns = Returns(this.clone());
     let answer = tokio::time::timeout(
         within,
@@ -117,15 +196,19 @@ pub(in crate::crawl) async fn answered_in_time<T: Send + 'static>(
     tokio::select! {
         biased;
         answered = answer => match answered {
-            Ok(Ok(answer)) => Ok(answer),
+            Ok(Ok(answer)) => {
+                this.answered();
+                Ok(answer)
+            }
             Ok(Err(e)) => Err(HandlerError::retryable(format!("{what} ended abnormally: {e}"))),
             Err(_) => {
-                this.given_up();
-                Err(not_answering(&format!("{what}: {} did not answer within {}", at.display(), spoken(within))))
+                this.given_up(Some(within));
+                let said = format!("{what}: {} did not answer within {}", at.display(), spoken(within));
+                Err(not_answering(&said, holds))
             }
         },
         () = cancel.cancelled() => {
-            this.given_up();
+            this.given_up(None);
             Err(HandlerError::retryable(format!(
                 "stopped while {what}, which had not answered (a share whose server stopped answering?)"
             )))
@@ -142,11 +225,11 @@ fn spoken(limit: Duration) -> String {
 }
 
 /// A look given up on, or not made: retryable, nothing read.
-fn not_answering(what: &str) -> HandlerError {
+fn not_answering(what: &str, holds: Holds) -> HandlerError {
     HandlerError::retryable(format!(
         "{what} (a share whose server stopped answering, or a disk that did not wake?). Nothing was read; the crawl is \
-         tried again later while it has attempts left, its slot free meanwhile. `almanac-worker pause --config …` \
-         holds the library's crawls until its NAS is back"
+         tried again later while it has attempts left, its slot free meanwhile. {}",
+        holds.remedy()
     ))
 }
 
@@ -154,87 +237,160 @@ fn not_answering(what: &str) -> HandlerError {
 mod tests {
     use super::*;
 
-    /// A look that answers is answered, beside another under way at the same folder. One that does not answer within
-    /// its limit is given up on, and while its call waits no other look at the same folder is made for a while (the
-    /// next is refused at once, its look never run), then one is; a look at another folder is made meanwhile; once
-    /// the first call returns, the folder is looked at again at once.
-    /// (Real time: a paused clock does not move while a blocking call runs. The look that never answers is given
-    /// a short limit, the others a long one.)
+    /// A gate: every look that passes through it waits (as a call into a silent share does) until it opens.
+    #[derive(Clone, Default)]
+    struct Gate(Arc<(Mutex<bool>, std::sync::Condvar)>);
+
+    impl Gate {
+        fn waits(&self) -> impl FnOnce() + Send + 'static {
+            let gate = self.clone();
+            move || {
+                let (open, opened) = &*gate.0;
+                let mut open = open.lock().unwrap();
+                while !*open {
+                    open = opened.wait(open).unwrap();
+                }
+            }
+        }
+    }
+
+    /// Holds its gate shut until dropped (at the test's end, or as it panics: the runtime's end waits for the calls).
+    struct Shut(Gate);
+
+    impl Drop for Shut {
+        fn drop(&mut self) {
+            let (open, opened) = &*(self.0).0;
+            *open.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = true;
+            opened.notify_all();
+        }
+    }
+
+    const LONG: Duration = Duration::from_secs(600);
+    const SHORT: Duration = Duration::from_millis(100);
+
+    /// Looks at `at` (a library's root) that answer are answered, side by side. One that does not answer within its
+    /// limit is given up on, saying so; while its call waits, the next look at that folder is refused at once, its
+    /// look never run, and a look at another folder is made. Once the call returns, the folder is looked at again.
+    /// (Real time: a paused clock does not move while a blocking call runs. A look that must be given up on has a
+    /// short limit, the others a long one.)
     #[tokio::test]
     async fn a_look_not_answered_in_time_is_given_up_on_and_not_made_again_while_it_waits() {
         let cancel = CancellationToken::new();
-        let (share, other) = (Path::new("/nas/photos"), Path::new("/disk/photos"));
-        let (within, short) = (Duration::from_secs(600), Duration::from_millis(100));
-        assert_eq!(answered_in_time(&cancel, share, within, "looking", || 7).await, Ok(7));
+        let (share, other) = ((Path::new("/nas/photos"), Holds::Library), (Path::new("/disk/photos"), Holds::Library));
+        assert_eq!(answered_in_time(&cancel, share, LONG, "looking", || 7).await, Ok(7));
 
-        let (release, released) = std::sync::mpsc::channel::<()>();
-        let (returned, has_returned) = tokio::sync::oneshot::channel();
-        let silent = answered_in_time(&cancel, share, short, "opening the storage root", move || {
-            let _ = released.recv();
-            let _ = returned.send(());
-        });
-        // A look at the same folder made while the first is under way, not given up on yet, is made.
-        let beside = answered_in_time(&cancel, share, within, "looking", || 10);
-        let (refused, beside) = tokio::join!(silent, beside);
-        assert_eq!(beside, Ok(10));
-        let refused = refused.unwrap_err();
-        assert!(refused.retryable, "{refused:?}");
-        assert!(refused.message.contains("/nas/photos did not answer within 100 ms"), "{}", refused.message);
-        assert!(refused.message.contains("Nothing was read"), "{}", refused.message);
+        let gate = Gate::default();
+        let shut = Shut(gate.clone());
+        let silent = answered_in_time(&cancel, share, SHORT, "opening the storage root", gate.waits());
+        let beside = answered_in_time(&cancel, share, LONG, "looking", || 10);
+        let (given_up, beside) = tokio::join!(silent, beside);
+        assert_eq!(beside, Ok(10), "a look under way, not given up on, holds no other back");
+        let given_up = given_up.unwrap_err();
+        assert!(given_up.retryable, "{given_up:?}");
+        for said in ["/nas/photos did not answer within 100 ms", "Nothing was read", "pause --config"] {
+            assert!(given_up.message.contains(said), "{said}: {}", given_up.message);
+        }
 
-        let made = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let made = Arc::new(AtomicBool::new(false));
         let looked = made.clone();
-        let again = answered_in_time(&cancel, share, within, "opening the storage root", move || {
+        let again = answered_in_time(&cancel, share, LONG, "opening the storage root", move || {
             looked.store(true, Ordering::SeqCst);
         });
         let refused = again.await.unwrap_err();
-        assert!(refused.message.contains("has not answered a look made"), "{}", refused.message);
+        assert!(refused.message.contains("/nas/photos has not answered since a look made"), "{}", refused.message);
         assert!(!made.load(Ordering::SeqCst), "no second look is made while the first waits");
-        assert_eq!(answered_in_time(&cancel, other, within, "looking", || 8).await, Ok(8));
-        // Ten limits after the look given up on (the share may have been mounted again), one more is made.
-        tokio::time::sleep(none_again_for(short, 1)).await;
-        assert_eq!(answered_in_time(&cancel, share, short, "looking", || 11).await, Ok(11));
+        assert_eq!(answered_in_time(&cancel, other, LONG, "looking", || 8).await, Ok(8));
 
-        release.send(()).unwrap();
-        has_returned.await.unwrap();
-        // The entry is cleared as the call returns, just after it answered the test.
+        drop(shut);
         let mut tries = 0;
         let answer = loop {
-            match answered_in_time(&cancel, share, within, "looking", || 9).await {
-                Err(e) if e.message.contains("has not answered a look made") && tries < 60_000 => {
+            match answered_in_time(&cancel, share, LONG, "looking", || 9).await {
+                Err(e) if e.message.contains("has not answered since") && tries < 60_000 => {
                     tries += 1;
                     tokio::time::sleep(Duration::from_millis(1)).await;
                 }
                 answer => break answer,
             }
         };
-        assert_eq!(answer, Ok(9), "looked at again once the first call returned");
+        assert_eq!(answer, Ok(9), "looked at again once the call given up on returned");
     }
 
-    /// A look is given up on when the attempt is stopped, before its limit.
-    /// Ten limits, doubled for each look already waiting, at most a day.
+    /// While a folder is silent, one look is made ten limits after the last given up on (the share may have been
+    /// mounted again), one at a time: another at the same moment is refused. Once one answers, the folder answers.
+    /// A silent proxy volume is said to hold up every library.
+    #[tokio::test]
+    async fn a_silent_folder_is_looked_at_again_once_at_a_time_after_a_while() {
+        let cancel = CancellationToken::new();
+        let proxies = (Path::new("/nas/proxies"), Holds::Proxies);
+        let gate = Gate::default();
+        let shut = Shut(gate.clone());
+        let given_up = answered_in_time(&cancel, proxies, SHORT, "looking at the proxy root", gate.waits()).await;
+        let given_up = given_up.unwrap_err();
+        assert!(given_up.message.contains("every library's crawls wait for the proxy volume"), "{}", given_up.message);
+        tokio::time::sleep(none_again_for(SHORT, 1)).await;
+
+        let first = Arc::new(std::sync::Barrier::new(2));
+        let held = first.clone();
+        let trying = answered_in_time(&cancel, proxies, LONG, "looking", move || {
+            held.wait();
+            12
+        });
+        let beside = async {
+            let refused = answered_in_time(&cancel, proxies, LONG, "looking", || 13).await;
+            first.wait();
+            refused
+        };
+        let (trying, beside) = tokio::join!(trying, beside);
+        assert_eq!(trying, Ok(12));
+        let refused = beside.unwrap_err();
+        assert!(refused.message.contains("is looked at again in"), "{}", refused.message);
+        assert_eq!(answered_in_time(&cancel, proxies, LONG, "looking", || 14).await, Ok(14), "it answers again");
+        drop(shut);
+    }
+
+    /// Eight calls waiting at a folder are the most kept: past them, no look is made there, whenever the last was.
+    #[tokio::test]
+    async fn no_more_than_eight_looks_wait_at_a_folder() {
+        let at = (Path::new("/nas/full"), Holds::Library);
+        let gate = Gate::default();
+        let shut = Shut(gate.clone());
+        for _ in 0..MOST_WAITING_AT_A_FOLDER - 1 {
+            let stopped = CancellationToken::new();
+            stopped.cancel();
+            let e = answered_in_time(&stopped, at, LONG, "opening", gate.waits()).await.unwrap_err();
+            assert!(e.message.starts_with("stopped while opening"), "{}", e.message);
+        }
+        let cancel = CancellationToken::new();
+        answered_in_time(&cancel, at, Duration::from_millis(1), "opening", gate.waits()).await.unwrap_err();
+        tokio::time::sleep(none_again_for(Duration::from_millis(1), 1)).await;
+        let refused = answered_in_time(&cancel, at, LONG, "opening", || ()).await.unwrap_err();
+        assert!(refused.message.contains("8 looks at it"), "{}", refused.message);
+        assert!(refused.message.contains("restarting the Worker looks again at once"), "{}", refused.message);
+        drop(shut);
+    }
+
+    /// Ten limits, doubled for each look given up on before, at most a day.
     #[test]
-    fn a_folder_is_looked_at_again_later_the_more_looks_wait_on_it() {
+    fn a_folder_is_looked_at_again_later_the_more_looks_were_given_up_on() {
         let limit = Duration::from_secs(30);
         let waits: Vec<_> = (1..=12).map(|n| none_again_for(limit, n).as_secs()).collect();
         assert_eq!(waits, [300, 600, 1200, 2400, 4800, 9600, 19200, 38400, 76800, 86400, 86400, 86400]);
     }
 
+    /// A look is given up on when the attempt is stopped, before its limit.
     #[tokio::test]
     async fn a_look_is_given_up_on_at_a_stop() {
         let cancel = CancellationToken::new();
-        let (release, released) = std::sync::mpsc::channel::<()>();
         let stopping = cancel.clone();
         tokio::spawn(async move {
             tokio::task::yield_now().await;
             stopping.cancel();
         });
-        let at = Path::new("/nas/stopped");
-        let given_up = answered_in_time(&cancel, at, Duration::from_secs(600), "opening", move || {
-            let _ = released.recv();
-        });
-        let e = given_up.await.unwrap_err();
+        let gate = Gate::default();
+        let shut = Shut(gate.clone());
+        let at = (Path::new("/nas/stopped"), Holds::Library);
+        let e = answered_in_time(&cancel, at, LONG, "opening", gate.waits()).await.unwrap_err();
         assert!(e.message.starts_with("stopped while opening"), "{}", e.message);
-        release.send(()).unwrap();
+        drop(shut);
     }
 }
