@@ -283,7 +283,15 @@ fn a_crawl_of_a_share_that_does_not_answer_gives_its_slot_up_and_looks_at_it_onc
     assert!(rows[0][0].contains("has not answered since a look made"), "{:?}", rows[0]);
     assert!(rows[0][0].contains("pause --config"), "{:?}", rows[0]);
 
-    // Then the proxy volume stops answering too: the library's next crawl names it, not the library.
+    // Then the proxy volume stops answering too: the library's next crawl names it, not the library. The share's
+    // library is paused first, so that only the library's crawl looks at the volume.
+    cli(&["pause", "--config", on_the_share.to_str().unwrap()]);
+    let share_idle = format!(
+        "SELECT 1 FROM storage_configs c WHERE c.root_path = '{}' AND NOT EXISTS (SELECT 1 FROM work_items w
+          WHERE w.storage_config_id = c.id AND w.status = 'running')",
+        on_the_share.display()
+    );
+    support::wait_for(db.url(), &share_idle, Duration::from_secs(30));
     let volume = StoppedAnswering::mount(&dir.path().join("volume"));
     cli(&["enqueue", "crawl", "--config", library.to_str().unwrap()]);
     let proxies = format!(

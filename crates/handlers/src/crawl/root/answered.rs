@@ -74,25 +74,29 @@ fn none_again_for(within: Duration, in_a_row: u32) -> Duration {
     within.saturating_mul(10).saturating_mul(doubled).min(Duration::from_secs(86_400))
 }
 
-/// Whether look `number` may be made at `at` now: yes at once while the folder answers; while it is silent, one
-/// look at a time, [`none_again_for`] after the last, and none past [`MOST_WAITING_AT_A_FOLDER`] or
-/// [`MOST_WAITING`] calls waiting. Otherwise why not.
+/// Whether look `number` may be made at `at` now: not where [`MOST_WAITING_AT_A_FOLDER`] calls (or
+/// [`MOST_WAITING`] in all) wait; otherwise yes at once while the folder answers, and while it is silent one look at a
+/// time, [`none_again_for`] after the last. Otherwise why not.
 fn admitted(at: &Path, number: u64) -> Result<(), String> {
     let mut folders = folders();
     let waiting: usize = folders.values().map(|f| f.waiting.len()).sum();
     let Some(folder) = folders.get_mut(at) else { return Ok(()) };
-    let (Some(since), Some((last, limit))) = (folder.silent_since, folder.last) else { return Ok(()) };
-    let silent = format!("{} has not answered since a look made {} s ago", at.display(), since.elapsed().as_secs());
     let restart = "restarting the Worker looks again at once";
     if folder.waiting.len() >= MOST_WAITING_AT_A_FOLDER || waiting >= MOST_WAITING {
         return Err(format!(
-            "{silent}, and {} looks at it ({waiting} in all) still wait on the share, the most kept: none is made until \
-             one returns; {restart}",
-            folder.waiting.len()
+            "{} looks at {} ({waiting} in all) still wait on a share that did not answer them, the most kept: none is \
+             made until one returns; {restart}",
+            folder.waiting.len(),
+            at.display()
         ));
     }
+    let (Some(since), Some((last, limit))) = (folder.silent_since, folder.last) else { return Ok(()) };
+    let silent = format!("{} has not answered since a look made {} s ago", at.display(), since.elapsed().as_secs());
+    if folder.trying.is_some() {
+        return Err(format!("{silent}; a look at it is under way"));
+    }
     let again = none_again_for(limit, folder.in_a_row);
-    if folder.trying.is_some() || last.elapsed() < again {
+    if last.elapsed() < again {
         let next = again.saturating_sub(last.elapsed()).as_secs();
         return Err(format!("{silent}; it is looked at again in {next} s at the soonest ({restart})"));
     }
@@ -110,36 +114,55 @@ struct Look {
 }
 
 impl Look {
-    /// Notes the look answered in time: the folder answers.
-    fn answered(&self) {
+    /// Notes that the folder answered this look: it is no longer silent, unless a look that started after this one
+    /// was given up on since.
+    fn answered(&self, folder: &mut Folder) {
+        if folder.last.is_none_or(|(last, _)| self.started >= last) {
+            (folder.silent_since, folder.in_a_row, folder.last) = (None, 0, None);
+        }
+        if folder.trying == Some(self.number) {
+            folder.trying = None;
+        }
+    }
+
+    /// Notes the look answered in time.
+    fn answered_in_time(&self) {
         let mut folders = folders();
         if let Some(folder) = folders.get_mut(&self.at) {
-            (folder.silent_since, folder.in_a_row, folder.last) = (None, 0, None);
-            if folder.trying == Some(self.number) {
-                folder.trying = None;
-            }
-            if folder.waiting.is_empty() {
+            self.answered(folder);
+            if folder.waiting.is_empty() && folder.silent_since.is_none() {
                 folders.remove(&self.at);
             }
         }
     }
 
-    /// Notes the look given up on, unless its call returned meanwhile: its thread waits; and, if it did not answer
-    /// within `limit` (not a stop), the folder is silent.
-    fn given_up(&self, limit: Option<Duration>) {
+    /// Notes the look given up on (after `limit`, or at a stop when `timed_out` is false), unless its call returned
+    /// meanwhile: its thread waits. A look that did not answer in time makes the folder silent; it counts towards
+    /// the next look's wait if it was the first since the folder answered or the one look let through while silent
+    /// (looks given up on together count once). The one let through, stopped, still sets when the next is made.
+    fn given_up(&self, limit: Duration, timed_out: bool) {
         let mut folders = folders();
         if self.returned.load(Ordering::SeqCst) {
             return;
         }
         let folder = folders.entry(self.at.clone()).or_default();
         folder.waiting.insert(self.number, self.started);
-        if folder.trying == Some(self.number) {
+        let was_trying = folder.trying == Some(self.number);
+        if was_trying {
             folder.trying = None;
         }
-        if let Some(limit) = limit {
+        let newest = |last: Option<(Instant, Duration)>| match last {
+            Some((at, _)) if at > self.started => last,
+            _ => Some((self.started, limit)),
+        };
+        if timed_out {
+            if folder.silent_since.is_none() || was_trying {
+                folder.in_a_row += 1;
+            }
             folder.silent_since.get_or_insert(self.started);
-            folder.in_a_row += 1;
-            folder.last = Some((self.started, limit));
+            folder.last = newest(folder.last);
+        } else if was_trying {
+            folder.last = newest(folder.last);
         }
     }
 }
@@ -154,7 +177,7 @@ impl Drop for Returns {
         self.0.returned.store(true, Ordering::SeqCst);
         let Some(folder) = folders.get_mut(&self.0.at) else { return };
         if folder.waiting.remove(&self.0.number).is_some() {
-            (folder.silent_since, folder.in_a_row, folder.last) = (None, 0, None);
+            self.0.answered(folder);
         }
         if folder.trying == Some(self.0.number) {
             folder.trying = None;
@@ -197,18 +220,18 @@ pub(in crate::crawl) async fn answered_in_time<T: Send + 'static>(
         biased;
         answered = answer => match answered {
             Ok(Ok(answer)) => {
-                this.answered();
+                this.answered_in_time();
                 Ok(answer)
             }
             Ok(Err(e)) => Err(HandlerError::retryable(format!("{what} ended abnormally: {e}"))),
             Err(_) => {
-                this.given_up(Some(within));
+                this.given_up(within, true);
                 let said = format!("{what}: {} did not answer within {}", at.display(), spoken(within));
                 Err(not_answering(&said, holds))
             }
         },
         () = cancel.cancelled() => {
-            this.given_up(None);
+            this.given_up(within, false);
             Err(HandlerError::retryable(format!(
                 "stopped while {what}, which had not answered (a share whose server stopped answering?)"
             )))
@@ -281,13 +304,14 @@ mod tests {
 
         let gate = Gate::default();
         let shut = Shut(gate.clone());
-        let silent = answered_in_time(&cancel, share, SHORT, "opening the storage root", gate.waits());
         let beside = answered_in_time(&cancel, share, LONG, "looking", || 10);
-        let (given_up, beside) = tokio::join!(silent, beside);
+        // A second: its folder is then not looked at again for ten, however slow the machine.
+        let silent = answered_in_time(&cancel, share, Duration::from_secs(1), "opening the storage root", gate.waits());
+        let (beside, given_up) = tokio::join!(beside, silent);
         assert_eq!(beside, Ok(10), "a look under way, not given up on, holds no other back");
         let given_up = given_up.unwrap_err();
         assert!(given_up.retryable, "{given_up:?}");
-        for said in ["/nas/photos did not answer within 100 ms", "Nothing was read", "pause --config"] {
+        for said in ["/nas/photos did not answer within 1 s", "Nothing was read", "pause --config"] {
             assert!(given_up.message.contains(said), "{said}: {}", given_up.message);
         }
 
@@ -329,21 +353,20 @@ mod tests {
         assert!(given_up.message.contains("every library's crawls wait for the proxy volume"), "{}", given_up.message);
         tokio::time::sleep(none_again_for(SHORT, 1)).await;
 
-        let first = Arc::new(std::sync::Barrier::new(2));
-        let held = first.clone();
+        let (refused, was_refused) = std::sync::mpsc::channel();
         let trying = answered_in_time(&cancel, proxies, LONG, "looking", move || {
-            held.wait();
+            was_refused.recv_timeout(LONG).expect("the look beside was refused");
             12
         });
         let beside = async {
-            let refused = answered_in_time(&cancel, proxies, LONG, "looking", || 13).await;
-            first.wait();
-            refused
+            let beside = answered_in_time(&cancel, proxies, LONG, "looking", || 13).await;
+            refused.send(()).unwrap();
+            beside
         };
         let (trying, beside) = tokio::join!(trying, beside);
         assert_eq!(trying, Ok(12));
         let refused = beside.unwrap_err();
-        assert!(refused.message.contains("is looked at again in"), "{}", refused.message);
+        assert!(refused.message.contains("a look at it is under way"), "{}", refused.message);
         assert_eq!(answered_in_time(&cancel, proxies, LONG, "looking", || 14).await, Ok(14), "it answers again");
         drop(shut);
     }
@@ -364,7 +387,8 @@ mod tests {
         answered_in_time(&cancel, at, Duration::from_millis(1), "opening", gate.waits()).await.unwrap_err();
         tokio::time::sleep(none_again_for(Duration::from_millis(1), 1)).await;
         let refused = answered_in_time(&cancel, at, LONG, "opening", || ()).await.unwrap_err();
-        assert!(refused.message.contains("8 looks at it"), "{}", refused.message);
+        assert!(refused.message.contains("8 looks at /nas/full ("), "{}", refused.message);
+        assert!(refused.message.contains("in all) still wait"), "{}", refused.message);
         assert!(refused.message.contains("restarting the Worker looks again at once"), "{}", refused.message);
         drop(shut);
     }
