@@ -40,10 +40,15 @@ pub(super) async fn looked_at<T: Send + 'static>(
 ) -> Result<T, HandlerError> {
     match unless_stopped(cancel, look).await {
         Some(looked) => looked.map_err(|e| HandlerError::retryable(format!("{what} ended abnormally: {e}"))),
-        None => Err(HandlerError::retryable(format!(
-            "stopped while {what}, which had not answered (a share whose server stopped answering?)"
-        ))),
+        None => Err(stopped_while(what)),
     }
+}
+
+/// A look given up on because the attempt was stopped.
+fn stopped_while(what: &str) -> HandlerError {
+    HandlerError::retryable(format!(
+        "stopped while {what}, which had not answered (a share whose server stopped answering?)"
+    ))
 }
 
 /// `read` (of the library's files: nothing it does changes anything) on a blocking thread, given up on when the crawl

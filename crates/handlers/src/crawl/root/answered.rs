@@ -126,7 +126,7 @@ impl Look {
     }
 
     /// Notes the look answered in time.
-    fn answered_in_time(&self) {
+    fn came_in_time(&self) {
         let mut folders = folders();
         if let Some(folder) = folders.get_mut(&self.at) {
             self.answered(folder);
@@ -209,32 +209,24 @@ pub(in crate::crawl) async fn answered_in_time<T: Send + 'static>(
     }
     let this = Arc::new(Look { at: at.to_owned(), number, started: Instant::now(), returned: AtomicBool::new(false) });
     let returns = Returns(this.clone());
-    let answer = tokio::time::timeout(
-        within,
-        tokio::task::spawn_blocking(move || {
-            let _returns = returns;
-            look()
-        }),
-    );
-    tokio::select! {
-        biased;
-        answered = answer => match answered {
-            Ok(Ok(answer)) => {
-                this.answered_in_time();
-                Ok(answer)
-            }
-            Ok(Err(e)) => Err(HandlerError::retryable(format!("{what} ended abnormally: {e}"))),
-            Err(_) => {
-                this.given_up(within, true);
-                let said = format!("{what}: {} did not answer within {}", at.display(), spoken(within));
-                Err(not_answering(&said, holds))
-            }
-        },
-        () = cancel.cancelled() => {
+    let work = move || {
+        let _returns = returns;
+        look()
+    };
+    match tokio::time::timeout(within, super::unless_stopped(cancel, work)).await {
+        Ok(Some(Ok(answer))) => {
+            this.came_in_time();
+            Ok(answer)
+        }
+        Ok(Some(Err(e))) => Err(HandlerError::retryable(format!("{what} ended abnormally: {e}"))),
+        Ok(None) => {
             this.given_up(within, false);
-            Err(HandlerError::retryable(format!(
-                "stopped while {what}, which had not answered (a share whose server stopped answering?)"
-            )))
+            Err(super::stopped_while(what))
+        }
+        Err(_) => {
+            this.given_up(within, true);
+            let said = format!("{what}: {} did not answer within {}", at.display(), spoken(within));
+            Err(not_answering(&said, holds))
         }
     }
 }
