@@ -385,6 +385,19 @@ mod tests {
         drop(shut);
     }
 
+    /// docs/operations.md gives the bounds as the code has them.
+    #[test]
+    fn the_guide_states_the_bounds_on_looks_at_a_silent_folder() {
+        let guide = include_str!("../../../../../docs/operations.md").replace("\n  ", " ");
+        let first = none_again_for(almanac_media::ROOT_ANSWERS_WITHIN, 1).as_secs() / 60;
+        for said in [
+            format!("ten limits after the last ({first} min)"),
+            format!("Once {MOST_WAITING_AT_A_FOLDER} calls wait at one folder ({MOST_WAITING} in all)"),
+        ] {
+            assert!(guide.contains(&said), "docs/operations.md: {said}");
+        }
+    }
+
     /// Ten limits, doubled for each look given up on before, at most a day.
     #[test]
     fn a_folder_is_looked_at_again_later_the_more_looks_were_given_up_on() {
