@@ -334,7 +334,11 @@ fn a_share_that_stops_answering_in_the_middle_of_a_crawl_holds_that_crawl_only_u
         cli(&["enqueue", "crawl", "--config", root.to_str().unwrap()]);
     }
 
-    let worker = start_worker(db.url(), dir.path(), "midway", 3, |_| {});
+    // Held for the whole test: [`a_share_that_stops_answering_in_the_middle_of_a_crawl_gives_its_slot_up`] shows what
+    // the limit does.
+    let worker = start_worker(db.url(), dir.path(), "midway", 3, |run| {
+        run.env("ALMANAC__STORAGE__ROOT_ANSWER_LIMIT", "1h");
+    });
     // Each crawl waits on the share, and what each found before it stopped answering is catalogued.
     almanac_testdb::patience::wait_for("both crawls to wait on the share", Duration::from_secs(60), EVERY, || {
         let waiting = std::fs::read_to_string(&waits).unwrap_or_default();
@@ -372,6 +376,78 @@ fn a_share_that_stops_answering_in_the_middle_of_a_crawl_holds_that_crawl_only_u
                 (SELECT count(*) FROM failed_files)",
     );
     assert_eq!(written, [["0", "0"]], "nothing is written, nor remembered as failed, for what was never read");
+}
+
+/// A Worker with one slot; two libraries on a share that stops answering in the middle of their crawls (one while
+/// its walk lists a folder, one while it reads a photo, after the walk), and one on a disk, crawled in that order.
+/// Each crawl of the share gives its slot up once none of its calls answered for its limit
+/// (`storage.root_answer_limit`, 2 s here), keeping what it found before and writing nothing for what it did not
+/// read, and the disk's crawl runs. Tried again, each is refused at once without a look, its thread still waiting.
+#[test]
+fn a_share_that_stops_answering_in_the_middle_of_a_crawl_gives_its_slot_up() {
+    let Some((db, dir)) = set_up() else { return };
+    let cli = |args: &[&str]| cli(db.url(), args);
+    let (source, library) = (dir.path().join("source"), dir.path().join("library"));
+    let files = ["walk/IMG_0.JPG", "walk/stops-answering/IMG_1.JPG", "read/IMG_2.JPG", "read/stops-answering.JPG"];
+    for (i, rel) in files.into_iter().enumerate() {
+        photo(&source.join(rel), i as u32);
+    }
+    photo(&library.join("IMG_4.JPG"), 4);
+    let (share, waits) = (dir.path().join("nas"), dir.path().join("waits.log"));
+    std::fs::create_dir_all(&share).unwrap();
+    let nas = StoppedAnswering::midway(&share, &source, &waits);
+    let roots = [share.join("walk"), share.join("read"), library];
+    for root in &roots {
+        cli(&["config", "add", "--user", "ann", "--root", root.to_str().unwrap()]);
+        // Not watched: the crawls are the only readers of the share.
+        cli(&["config", "watch", root.to_str().unwrap(), "off"]);
+        cli(&["enqueue", "crawl", "--config", root.to_str().unwrap()]);
+    }
+
+    let worker = start_worker(db.url(), dir.path(), "one-slot", 1, |run| {
+        run.env("ALMANAC__QUEUE__RETRY_BASE", "1s").env("ALMANAC__STORAGE__ROOT_ANSWER_LIMIT", "2s");
+    });
+    // The disk's crawl ran: each crawl of the share gave its slot up.
+    support::wait_for(
+        db.url(),
+        "SELECT 1 FROM media_assets WHERE display_path LIKE '%IMG_4.JPG'",
+        Duration::from_secs(60),
+    );
+    let waiting = std::fs::read_to_string(&waits).unwrap();
+    assert!(waiting.contains("walk/stops-answering\n") && waiting.contains("read/stops-answering.JPG"), "{waiting}");
+    for root in &roots[..2] {
+        let tried = format!(
+            "SELECT w.last_error FROM work_items w JOIN storage_configs c ON c.id = w.storage_config_id
+              WHERE w.kind = 'crawl' AND c.root_path = '{}' AND w.failures >= 2",
+            root.display()
+        );
+        let rows = support::wait_for(db.url(), &tried, Duration::from_secs(30));
+        assert!(rows[0][0].contains("has not answered since a look made"), "tried again, refused: {:?}", rows[0]);
+    }
+    let (status, lines) = stop(worker, nas);
+    assert!(status.success(), "stopped when told to: {status}");
+    let given_up: Vec<_> = lines
+        .iter()
+        .filter(|l| l["fields"]["event"] == "retry_scheduled")
+        .filter_map(|l| l["fields"]["error"].as_str())
+        .filter(|e| e.contains("stopped answering in the middle of the crawl"))
+        .collect();
+    for root in &roots[..2] {
+        let said = format!("the library's share at {} stopped answering", root.display());
+        assert!(given_up.iter().any(|e| e.contains(&said) && e.contains("within 2 s")), "{root:?}: {given_up:?}");
+    }
+    let failed: Vec<_> = lines.iter().filter(|l| l["fields"]["event"] == "file_failed").collect();
+    assert!(failed.is_empty(), "no file is counted as failed: {failed:?}");
+    let written = support::query(
+        db.url(),
+        "SELECT (SELECT string_agg(c.root_path || '/' || a.display_path, ' ' ORDER BY c.root_path)
+                   FROM media_assets a JOIN storage_configs c ON c.id = a.storage_config_id),
+                (SELECT count(*) FROM failed_files)",
+    );
+    let found =
+        format!("{} {1}/read/IMG_2.JPG {1}/walk/IMG_0.JPG", roots[2].join("IMG_4.JPG").display(), share.display());
+    let expected = [[found, "0".to_owned()]];
+    assert_eq!(written, expected, "what was found before is kept; nothing is written for what was never read");
 }
 
 /// The commands run while the share answers nothing, by name: each its process, and where its output goes.

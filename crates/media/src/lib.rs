@@ -11,6 +11,7 @@
 //! it writes appears under its final name only when complete (temporary name, then rename). Originals are
 //! only read.
 
+mod answers;
 mod apple;
 mod budget;
 mod cmyk;
@@ -42,6 +43,7 @@ pub mod fixtures;
 #[cfg(feature = "fixtures")]
 pub mod scratch_volume;
 
+pub use answers::{Answering, Answers, OnReturn};
 pub use apple::{AppleNote, apple_note, read_apple_note};
 pub use budget::{PixelBudget, PixelReservation, full_decode_pixels, video_decode_pixels};
 pub use dates::date_in_file_name;

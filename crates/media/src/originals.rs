@@ -9,17 +9,22 @@ use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use almanac_domain::ports::EARLIEST_TIME;
 use chrono::{DateTime, Utc};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 
+use crate::answers::{Answering, Answers};
+
 /// A root folder (a storage config's root, or the proxy root), opened once.
 #[derive(Debug)]
 pub struct RootFolder {
     dir: OwnedFd,
     path: PathBuf,
+    /// The calls made beneath it since it was opened, its files' reads among them.
+    answers: Arc<Answers>,
 }
 
 /// A directory entry as the walk sees it: its name and what `lstat` said (links are reported, not followed).
@@ -69,12 +74,18 @@ pub enum Removal {
 pub struct Original {
     file: File,
     path: PathBuf,
+    answers: Arc<Answers>,
 }
 
 impl Original {
     /// The open file. Reading through it reads what was opened, whatever happens to the path meanwhile.
     pub fn file(&self) -> &File {
         &self.file
+    }
+
+    /// The open file, each read a call into its root's share ([`RootFolder::answers`]).
+    pub fn reader(&self) -> Answering<'_, &File> {
+        self.answers.reading(&self.file)
     }
 
     /// The path, for messages only: it is never opened again.
@@ -85,7 +96,7 @@ impl Original {
     /// Its size and modification time now (`fstat` of the open file), as the walk reads them: the mtime
     /// truncated to microseconds. Compared with the walk's, it tells a file that changed since it was listed.
     pub fn size_and_mtime(&self) -> std::io::Result<(u64, DateTime<Utc>)> {
-        let stat = rustix::fs::fstat(&self.file)?;
+        let stat = self.answers.call(|| rustix::fs::fstat(&self.file))?;
         let entry = entry_of(OsString::new(), &stat);
         Ok((entry.size, entry.mtime))
     }
@@ -165,7 +176,7 @@ impl RootFolder {
             }
             other => other,
         }?;
-        Ok(Self { dir, path: path.to_owned() })
+        Ok(Self { dir, path: path.to_owned(), answers: Arc::default() })
     }
 
     /// The root's path.
@@ -173,10 +184,16 @@ impl RootFolder {
         &self.path
     }
 
+    /// The calls made beneath the root (and into the files opened there) since it was opened: whether its share
+    /// still answers.
+    pub fn answers(&self) -> &Answers {
+        &self.answers
+    }
+
     /// Whether the root is a mount point: its device differs from its parent folder's.
     pub fn is_mount_point(&self) -> std::io::Result<bool> {
-        let own = rustix::fs::fstat(&self.dir)?;
-        let parent = rustix::fs::statat(&self.dir, "..", AtFlags::empty())?;
+        let own = self.answers.call(|| rustix::fs::fstat(&self.dir))?;
+        let parent = self.answers.call(|| rustix::fs::statat(&self.dir, "..", AtFlags::empty()))?;
         Ok(own.st_dev != parent.st_dev || own.st_ino == parent.st_ino)
     }
 
@@ -187,13 +204,9 @@ impl RootFolder {
     /// Opens a folder beneath the root (`rel` empty for the root itself), no link followed.
     pub fn open_folder(&self, rel: &[u8]) -> Result<OwnedFd, OpenError> {
         if rel.is_empty() {
-            return rustix::fs::openat(
-                &self.dir,
-                ".",
-                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                Mode::empty(),
-            )
-            .map_err(|e| self.open_error(rel, e));
+            let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+            let opened = self.answers.call(|| rustix::fs::openat(&self.dir, ".", flags, Mode::empty()));
+            return opened.map_err(|e| self.open_error(rel, e));
         }
         self.open_beneath(rel, OFlags::RDONLY | OFlags::DIRECTORY)
     }
@@ -217,16 +230,16 @@ impl RootFolder {
     /// A folder that cannot be read, or whose entries cannot be looked up at all (it may be listed but not
     /// searched: `EACCES`), is an error as for `list`.
     pub fn list_each(&self, folder: &OwnedFd, rel: &[u8]) -> Result<Listing, OpenError> {
-        let dir = rustix::fs::Dir::read_from(folder).map_err(|e| self.open_error(rel, e))?;
+        let mut dir = self.answers.call(|| rustix::fs::Dir::read_from(folder)).map_err(|e| self.open_error(rel, e))?;
         let mut out = Listing::default();
-        for entry in dir {
+        while let Some(entry) = self.answers.call(|| dir.next()) {
             let entry = entry.map_err(|e| self.open_error(rel, e))?;
             let name = entry.file_name();
             if name.to_bytes() == b"." || name.to_bytes() == b".." {
                 continue;
             }
             // The listed name as it came, already NUL-terminated: no copy made for the call.
-            match rustix::fs::statat(folder, name, AtFlags::SYMLINK_NOFOLLOW) {
+            match self.answers.call(|| rustix::fs::statat(folder, name, AtFlags::SYMLINK_NOFOLLOW)) {
                 Ok(stat) => out.entries.push(entry_of(OsStr::from_bytes(name.to_bytes()).to_owned(), &stat)),
                 Err(Errno::NOENT) => continue,
                 Err(e @ (Errno::ACCESS | Errno::PERM)) => return Err(self.open_error(rel, e)),
@@ -246,7 +259,7 @@ impl RootFolder {
     /// for reading through that very handle.
     pub fn open_file(&self, rel: &[u8]) -> Result<Original, OpenError> {
         let located = self.open_beneath(rel, OFlags::PATH)?;
-        let stat = rustix::fs::fstat(&located).map_err(|e| self.open_error(rel, e))?;
+        let stat = self.answers.call(|| rustix::fs::fstat(&located)).map_err(|e| self.open_error(rel, e))?;
         match FileType::from_raw_mode(stat.st_mode) {
             FileType::RegularFile => {}
             // O_PATH | O_NOFOLLOW hands back a trailing link itself rather than refusing it.
@@ -255,9 +268,10 @@ impl RootFolder {
         }
         // Reopening the located file through its descriptor reads exactly that inode, whatever the path is now.
         let reopen = format!("/proc/self/fd/{}", located.as_raw_fd());
-        let fd = rustix::fs::open(reopen.as_str(), OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY, Mode::empty())
-            .map_err(|e| self.open_error(rel, e))?;
-        Ok(Original { file: File::from(fd), path: self.display(rel) })
+        let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY;
+        let fd = self.answers.call(|| rustix::fs::open(reopen.as_str(), flags, Mode::empty()));
+        let file = File::from(fd.map_err(|e| self.open_error(rel, e))?);
+        Ok(Original { file, path: self.display(rel), answers: self.answers.clone() })
     }
 
     /// Whether something (not following a link) exists at `rel` beneath the root. Only what is known to be gone
@@ -270,7 +284,7 @@ impl RootFolder {
             Err(OpenError::Vanished(_) | OpenError::Escapes(_) | OpenError::NotAFile(_)) => return false,
             Err(OpenError::Io { .. }) => return true,
         };
-        match rustix::fs::statat(&folder, OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW) {
+        match self.answers.call(|| rustix::fs::statat(&folder, OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW)) {
             Ok(_) => true,
             Err(Errno::NOENT | Errno::NOTDIR) => false,
             Err(_) => true,
@@ -324,13 +338,14 @@ impl RootFolder {
         let extra = if flags.contains(OFlags::PATH) { OFlags::empty() } else { OFlags::NOCTTY };
         let flags = flags | extra | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
-        match rustix::fs::openat2(&self.dir, OsStr::from_bytes(rel), flags, Mode::empty(), resolve) {
-            // Kernels before 5.6 (many NAS systems) have no openat2, and some container seccomp profiles
-            // refuse it with EPERM: walk the components one by one instead.
-            Err(Errno::NOSYS | Errno::PERM) => open_component_by_component(&self.dir, rel, flags),
-            other => other,
-        }
-        .map_err(|e| self.open_error(rel, e))
+        self.answers
+            .call(|| match rustix::fs::openat2(&self.dir, OsStr::from_bytes(rel), flags, Mode::empty(), resolve) {
+                // Kernels before 5.6 (many NAS systems) have no openat2, and some container seccomp profiles
+                // refuse it with EPERM: walk the components one by one instead.
+                Err(Errno::NOSYS | Errno::PERM) => open_component_by_component(&self.dir, rel, flags),
+                other => other,
+            })
+            .map_err(|e| self.open_error(rel, e))
     }
 
     fn open_error(&self, rel: &[u8], e: Errno) -> OpenError {

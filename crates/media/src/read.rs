@@ -87,16 +87,18 @@ fn read_original_now(
         other => ReadError::Unreadable(other.to_string()),
     })?;
     let cannot_read = |e: std::io::Error| ReadError::Unreadable(format!("cannot read: {e}"));
-    let mut file = original.file();
+    // Each read a call into the share (`RootFolder::answers`), so a share that stops answering is told apart from a
+    // slow one.
+    let mut file = original.reader();
     let mut head = Vec::with_capacity(MAGIC_LEN);
-    file.take(MAGIC_LEN as u64).read_to_end(&mut head).map_err(cannot_read)?;
+    (&mut file).take(MAGIC_LEN as u64).read_to_end(&mut head).map_err(cannot_read)?;
     let format = detect_format(Path::new(std::ffi::OsStr::from_bytes(rel)), &head).ok_or(ReadError::NotMedia)?;
     // From the start again: the hash covers the whole file.
     file.seek(SeekFrom::Start(0)).map_err(cannot_read)?;
     let (content, hashed) = match format.media_type() {
         MediaType::Image => {
             // Refused before anything is read (a still is held in memory whole).
-            let len = file.metadata().map_err(cannot_read)?.len();
+            let len = original.size_and_mtime().map_err(cannot_read)?.0;
             if len > max_still_bytes {
                 return Err(ReadError::Unreadable(format!(
                     "{len} bytes is too large for a still (at most {max_still_bytes})"
@@ -105,7 +107,7 @@ fn read_original_now(
             // Bounded at one byte past the limit: a file that grows while it is read is not read without end,
             // and that byte tells it apart from one that ends at the limit.
             let mut content = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
-            file.take(max_still_bytes.saturating_add(1)).read_to_end(&mut content).map_err(cannot_read)?;
+            (&mut file).take(max_still_bytes.saturating_add(1)).read_to_end(&mut content).map_err(cannot_read)?;
             let within_limit = content.len() as u64 <= max_still_bytes;
             if !within_limit {
                 return Err(ReadError::Unreadable(format!(
@@ -129,7 +131,7 @@ pub fn read_sidecar(root: &RootFolder, rel: &[u8]) -> Result<Vec<u8>, ReadError>
     })?;
     let mut bytes = Vec::new();
     original
-        .file()
+        .reader()
         .take(MAX_XMP_BYTES as u64 + 1)
         .read_to_end(&mut bytes)
         .map_err(|e| ReadError::Unreadable(format!("cannot read: {e}")))?;

@@ -12,10 +12,12 @@ use almanac_domain::{
 use almanac_executor::HandlerError;
 use almanac_media::{OpenError, RootFolder, split_parent};
 
+use std::time::Duration;
+
 use tokio_util::sync::CancellationToken;
 
 use super::mounts::Mounts;
-use super::root::looked_at;
+use super::root::looked_at_while_it_answers;
 use super::scope::{CrawlScope, not_mounted_on_the_way};
 use super::settle::Unseen;
 use super::{catalogue_error, display};
@@ -32,14 +34,14 @@ pub(super) async fn outside_the_folders<C: CatalogueStore>(
     root: &std::sync::Arc<RootFolder>,
     scope: &std::sync::Arc<CrawlScope>,
     unseen: &mut Unseen,
-    cancel: &CancellationToken,
+    stop: (&CancellationToken, Duration),
 ) -> Result<(), HandlerError> {
     let vanishing = std::mem::take(&mut unseen.assets);
     for chunk in vanishing.chunks(ASSETS_AT_ONCE) {
         let copies = catalogue.extra_paths_of(config, chunk).await.map_err(catalogue_error)?;
-        let (root, scope) = (root.clone(), scope.clone());
+        let (watched, root, scope) = (root, root.clone(), scope.clone());
         let look = move || almanac_media::gently(|| first_still_there(&root, &scope, copies));
-        let found = looked_at(cancel, "looking at the copies", look).await?;
+        let found = looked_at_while_it_answers(stop, watched, "looking at the copies", look).await?;
         let (found, unsure) = found;
         for asset in chunk {
             match found.get(asset) {
@@ -120,13 +122,14 @@ pub(super) async fn look_at_held(
     root: &std::sync::Arc<RootFolder>,
     scope: &std::sync::Arc<CrawlScope>,
     unseen: &mut Unseen,
-    cancel: &CancellationToken,
+    stop: (&CancellationToken, Duration),
 ) -> Result<(), HandlerError> {
     if unseen.held.is_empty() {
         return Ok(());
     }
     let (root, scope, held) = (root.clone(), scope.clone(), std::mem::take(&mut unseen.held));
-    let looked = looked_at(cancel, "looking at the copies", move || {
+    let watched = root.clone();
+    let looked = looked_at_while_it_answers(stop, &watched, "looking at the copies", move || {
         almanac_media::gently(|| {
             held.into_iter()
                 .map(|(asset, copies)| {

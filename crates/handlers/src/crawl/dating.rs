@@ -36,7 +36,7 @@ impl<C: CatalogueStore> Run<'_, C> {
             }
             Content::Video => {
                 let (limits, max_pixels) = (self.settings.tool_limits, self.settings.max_image_pixels);
-                return match almanac_media::probe_video(&read.original, limits, max_pixels, &self.cancel).await {
+                return match almanac_media::probe_video(&read.original, limits, max_pixels, &self.halt).await {
                     Ok(probed) => Ok(Some(self.video_capture(entry, &probed).await?)),
                     Err(almanac_media::MediaError::TooManyPixels { reason, .. }) => {
                         let path = display(&entry.rel);

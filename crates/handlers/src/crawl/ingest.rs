@@ -219,10 +219,8 @@ impl<C: CatalogueStore> Run<'_, C> {
             Some(m) if same_at_path.is_none() => {
                 let (root, own) = (self.root.clone(), m.file_path.clone());
                 let looking = "looking for the asset's own file";
-                // Given up on because the attempt was stopped: cancelled, not a failed file.
-                let exists = super::root::looked_at(&self.cancel, looking, move || root.exists(&own))
-                    .await
-                    .map_err(|e| self.still_wanted().err().unwrap_or_else(|| FileProblem::Failed(e.to_string())))?;
+                // Given up on when the crawl stops (a cancel, a share that stopped answering): not a failed file.
+                let exists = super::root::read_by_the_crawl(&self.halt, looking, move || root.exists(&own)).await?;
                 Some((m.asset_id, exists))
             }
             Some(m) => Some((m.asset_id, true)),
@@ -380,7 +378,7 @@ impl<C: CatalogueStore> Run<'_, C> {
     }
 
     /// A still's proxies (preview, thumbnail, BlurHash) and metadata. HEIC and AVIF are turned into a JPEG
-    /// first, by a tool reading the open file (killed on cancellation); a RAW passes its embedded preview.
+    /// first, by a tool reading the open file (killed when the crawl stops); a RAW passes its embedded preview.
     async fn make_still(
         &self,
         entry: &WalkEntry,
@@ -399,7 +397,7 @@ impl<C: CatalogueStore> Run<'_, C> {
         let converted = match format {
             MediaFormat::Heic | MediaFormat::Avif => {
                 let limits = self.settings.tool_limits;
-                Some(almanac_media::heic_to_jpeg(original, &content, max_pixels, folder, limits, &self.cancel).await?)
+                Some(almanac_media::heic_to_jpeg(original, &content, max_pixels, folder, limits, &self.halt).await?)
             }
             _ => None,
         };
@@ -456,12 +454,12 @@ impl<C: CatalogueStore> Run<'_, C> {
     ) -> Result<Made, FileProblem> {
         let rel_file = self.proxy_file(hash);
         let (limits, max_pixels) = (self.settings.tool_limits, self.settings.max_image_pixels);
-        let probed = almanac_media::probe_video(original, limits, max_pixels, &self.cancel).await?;
+        let probed = almanac_media::probe_video(original, limits, max_pixels, &self.halt).await?;
         // Held while ffmpeg decodes it for its proxies, as a still's decoder holds its share (on a small machine, a
         // few 4K videos made at once beside large stills would not fit in memory).
         let charge = almanac_media::video_decode_pixels(probed.metadata.width, probed.metadata.height);
         let _pixels = self.pixel_budget.reserve(charge, &self.halt).await?;
-        let made = almanac_media::make_video_proxies(original, folder, limits, max_pixels, &self.cancel).await?;
+        let made = almanac_media::make_video_proxies(original, folder, limits, max_pixels, &self.halt).await?;
         let capture = self.video_capture(entry, &probed).await?;
         let file = |proxy_type, size_bytes| NewProxy {
             proxy_type,

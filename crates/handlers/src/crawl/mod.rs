@@ -23,22 +23,20 @@ mod report;
 mod root;
 mod rules;
 mod scope;
+mod settings;
 mod settle;
 mod settling;
 mod walk;
 
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use almanac_domain::{
     BurstDetectionArgs, CrawlArgs, CrawlReport, DedupKey, NewWorkItem, Scope, StorageConfig, StorageConfigId, WorkKind,
-    Zone,
     ports::{CatalogueError, CatalogueStore, DatabaseClock, KnownFile},
 };
 use almanac_executor::{BoxFuture, HandlerContext, HandlerError, ProgressReporter, WorkHandler};
-use almanac_media::{PixelBudget, ToolLimits};
+use almanac_media::PixelBudget;
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
@@ -46,6 +44,7 @@ use tracing::warn;
 use ingest::Run;
 use merge::{Leftover, walk_beside};
 use scope::CrawlScope;
+pub use settings::CrawlSettings;
 use settle::Settle;
 
 use crate::report_progress;
@@ -75,56 +74,6 @@ const FIRST_KNOWN_FILES_PAGE: i64 = 1_000;
 /// An outage longer than that ends the crawl as an outage (released, no failure counted); an outage that also
 /// stops the heartbeats self-stops the attempt sooner.
 const FILE_OUTAGE_RETRIES: u32 = 8;
-
-/// The crawl's settings.
-#[derive(Debug, Clone)]
-pub struct CrawlSettings {
-    /// Where proxies are written: `<proxy_root>/<config>/<hash[0..2]>/<hash>/`.
-    pub proxy_root: PathBuf,
-    /// Files processed at once inside one crawl.
-    pub max_concurrent_files: usize,
-    /// Time limits for ffmpeg and friends.
-    pub tool_limits: ToolLimits,
-    /// When a crawl refuses to soft-delete what it did not find.
-    pub mass_deletion: MassDeletionGuard,
-    /// Stills whose header claims more pixels than this are refused before decoding (a decompression bomb).
-    pub max_image_pixels: u64,
-    /// A file is read only once its size and mtime have stayed the same this long: one modified more recently
-    /// is still being written (a phone syncing, a copy in progress), and is left for a crawl this much later.
-    pub settle_time: Duration,
-    /// The household's zone: a phone's video dated by its UTC container time alone, and a file dated by its
-    /// mtime, are put on the day they were taken there. The Worker's own zone (`TZ`, else `/etc/localtime`).
-    pub zone: Zone,
-    /// How long each look before the crawl reads anything (at the root, the proxy root, the proxy folder) may take
-    /// before the crawl gives its slot up (a share whose server stopped answering): `storage.root_answer_limit`.
-    pub root_answer_limit: Duration,
-}
-
-impl CrawlSettings {
-    /// Files processed at once inside one crawl, unless configured.
-    pub const DEFAULT_MAX_CONCURRENT_FILES: usize = 4;
-
-    /// How long a file's size and mtime must have stayed the same before it is read, unless configured: longer
-    /// than the pauses of a copy or an upload over Wi-Fi, and than NFS's shortest attribute cache (3 s), yet
-    /// short beside any crawl.
-    pub const DEFAULT_SETTLE_TIME: Duration = Duration::from_secs(10);
-
-    /// The defaults, writing proxies under `proxy_root`: four files at once, the tools' default time limits,
-    /// the default mass-deletion guard, stills of up to 250 megapixels, the default settle time, the Worker's own
-    /// zone, and [`almanac_media::ROOT_ANSWERS_WITHIN`] for each look before reading.
-    pub fn new(proxy_root: PathBuf) -> Self {
-        Self {
-            proxy_root,
-            max_concurrent_files: Self::DEFAULT_MAX_CONCURRENT_FILES,
-            tool_limits: ToolLimits::default(),
-            mass_deletion: MassDeletionGuard::default(),
-            max_image_pixels: almanac_media::DEFAULT_MAX_PIXELS,
-            settle_time: Self::DEFAULT_SETTLE_TIME,
-            zone: Zone::Local,
-            root_answer_limit: almanac_media::ROOT_ANSWERS_WITHIN,
-        }
-    }
-}
 
 /// The crawl handler (kind `crawl`).
 pub struct CrawlHandler<C> {
@@ -240,10 +189,11 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         let listed = leftover.active;
         let not_walked: Vec<_> = walk.unreadable.iter().chain(&walk.folder_loops).collect();
         let mut unseen = settle::unseen(leftover, &run.seen.lock().expect("poisoned"), &not_walked);
-        copies::look_at_held(&run.root, &scope, &mut unseen, &run.cancel).await?;
+        let stop = (&run.cancel, self.settings.root_answer_limit);
+        copies::look_at_held(&run.root, &scope, &mut unseen, stop).await?;
         if !scope.is_whole_root() {
             let catalogue = &*self.catalogue;
-            copies::outside_the_folders(catalogue, config, &run.root, &scope, &mut unseen, &run.cancel).await?;
+            copies::outside_the_folders(catalogue, config, &run.root, &scope, &mut unseen, stop).await?;
         }
         let active = scope.active_for_guard(&*self.catalogue, &storage, &args, listed, &unseen).await?;
         self.replace_held_back(&run, &storage, &unseen, active, &ctx.progress).await?;
@@ -338,7 +288,18 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
                 () = run.halt.cancelled() => Ok(()),
             }
         };
-        let (loaded, fatal) = tokio::join!(loading, self.process(run, rx, progress));
+        // A share that stops answering in the middle (a NAS turned off or asleep): its calls are given up on and the
+        // crawl stops, its slot free, as after a look at the root that did not answer (`root::until_silent`).
+        let work = async { tokio::join!(loading, self.process(run, rx, progress)) };
+        tokio::pin!(work);
+        let (loaded, fatal) = tokio::select! {
+            biased;
+            done = &mut work => done,
+            silent = root::until_silent(&run.root, self.settings.root_answer_limit) => {
+                run.halt.cancel();
+                (work.await.0, Some(silent))
+            }
+        };
         let walked = tokio::select! {
             biased;
             walked = &mut walker => walked,

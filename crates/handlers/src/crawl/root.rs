@@ -15,7 +15,7 @@ use super::problems::FileProblem;
 use super::walk::FolderNotWalked;
 
 mod answered;
-pub(super) use answered::{Holds, answered_in_time};
+pub(super) use answered::{Holds, answered_in_time, stopped_answering};
 
 /// `work` on a blocking thread, or `None` if `stop` fires first: a call into a share whose server stopped answering
 /// returns only once it answers again, and it would hold a thread of the runtime, then the attempt, then the
@@ -62,6 +62,32 @@ pub(super) async fn read_by_the_crawl<T: Send + 'static>(
     match unless_stopped(halt, read).await {
         Some(read) => read.map_err(|e| FileProblem::Failed(format!("{what} ended abnormally: {e}"))),
         None => Err(FileProblem::Cancelled),
+    }
+}
+
+/// Resolves once the library's share behind `root` has stopped answering the crawl's calls ([`stopped_answering`]),
+/// looked at four times a limit: the error that stops the crawl.
+pub(super) async fn until_silent(root: &RootFolder, limit: Duration) -> HandlerError {
+    loop {
+        tokio::time::sleep((limit / 4).max(Duration::from_millis(100))).await;
+        if let Some(e) = stopped_answering(root, limit) {
+            return e;
+        }
+    }
+}
+
+/// [`looked_at`] beneath `root` after its walk (at copies of vanished assets), given up on too once its share stops
+/// answering the crawl's calls for `limit` ([`until_silent`]), as the walk and the reads are.
+pub(super) async fn looked_at_while_it_answers<T: Send + 'static>(
+    (cancel, limit): (&CancellationToken, Duration),
+    root: &RootFolder,
+    what: &str,
+    look: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, HandlerError> {
+    tokio::select! {
+        biased;
+        looked = looked_at(cancel, what, look) => looked,
+        silent = until_silent(root, limit) => Err(silent),
     }
 }
 

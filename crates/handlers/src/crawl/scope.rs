@@ -91,8 +91,8 @@ impl CrawlScope {
             return false;
         }
         let Ok(open) = root.open_file(&entry.rel) else { return false };
-        open.file()
-            .metadata()
+        root.answers()
+            .call(|| open.file().metadata())
             .is_ok_and(|m| m.size() == size && ClosedFile::stat_nanos(m.mtime(), m.mtime_nsec()) == mtime_ns)
     }
 

@@ -1,6 +1,7 @@
 //! A crawl's looks before it reads anything (at the proxy root, at its root, at its proxy folder), each given up on
-//! after a time limit as well as at a stop: a share whose server stopped answering must not hold the crawl's slot,
-//! and the thread each such look leaves waiting must not be followed by another at every attempt.
+//! after a time limit as well as at a stop, and its calls into its library's share in the middle of it, given up on
+//! once none answered within that limit ([`stopped_answering`]): a share whose server stopped answering must not hold
+//! the crawl's slot, and the thread each such call leaves waiting must not be followed by another at every attempt.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -229,6 +230,34 @@ pub(in crate::crawl) async fn answered_in_time<T: Send + 'static>(
             Err(not_answering(&said, holds))
         }
     }
+}
+
+/// Whether the library's share behind `root` stopped answering the crawl's calls (its listings, its reads: none
+/// answered within `within` while one has waited at least that long; [`almanac_media::Answers::silent_since`]). If so,
+/// the calls under way are given up on, each kept as a look at the root given up on (its thread waits in the share):
+/// the next crawls' looks at the root are refused while it stays silent, as after a look that did not answer, and each
+/// call that returns says it answers again. Answers the error that stops the crawl.
+pub(in crate::crawl) fn stopped_answering(root: &almanac_media::RootFolder, within: Duration) -> Option<HandlerError> {
+    let since = root.answers().silent_since(Instant::now(), within)?;
+    let at = root.path();
+    let calls = root.answers().give_up(|started| {
+        let number = LOOKS.fetch_add(1, Ordering::Relaxed);
+        let look = Arc::new(Look { at: at.to_owned(), number, started, returned: AtomicBool::new(false) });
+        look.given_up(within, true);
+        let returns = Returns(look);
+        Box::new(move || drop(returns))
+    });
+    Some(HandlerError::retryable(format!(
+        "the library's share at {} stopped answering in the middle of the crawl: {calls} call(s) into it (listing a \
+         folder, reading a file) waited, the first for {} s, and none answered within {} (a share whose server \
+         stopped answering, or a disk that did not wake?). What the crawl found before is kept, nothing it did not \
+         look at is taken for deleted, and it is tried again later while it has attempts left, its slot free \
+         meanwhile. {}; if the share is only slow, raise storage.root_answer_limit",
+        at.display(),
+        since.elapsed().as_secs(),
+        spoken(within),
+        Holds::Library.remedy()
+    )))
 }
 
 /// `limit` as said: in seconds, or in milliseconds if not whole seconds.
