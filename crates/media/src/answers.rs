@@ -11,6 +11,10 @@ use std::time::{Duration, Instant};
 /// What is done once a call given up on returns (from its own thread).
 pub type OnReturn = Box<dyn FnOnce() + Send>;
 
+/// The most one read through [`Answering`] asks for: a read of a network share returns only once all it asked for has
+/// come, and `read_to_end` asks for up to half a large still at once (minutes over a slow link).
+const MOST_READ_AT_ONCE: usize = 1 << 20;
+
 /// The calls made into one share (through one [`crate::RootFolder`] and the files opened beneath it): which are under
 /// way, since when, and when one last answered. Each is one system call (an open, a `stat`, a block of a listing or
 /// of a file), so a share that answers at all answers within moments.
@@ -79,16 +83,26 @@ impl Answers {
     /// and no call returned within the last `limit`. One file that never answers (a bad sector, a file the server
     /// holds) while others do is not silence until the crawl waits on it alone for `limit`.
     pub fn silent_since(&self, now: Instant, limit: Duration) -> Option<Instant> {
-        let calls = self.calls();
+        Self::silent(&self.calls(), now, limit)
+    }
+
+    fn silent(calls: &Calls, now: Instant, limit: Duration) -> Option<Instant> {
         let oldest = calls.under_way.values().next()?.0;
         let waited = |since: Instant| now.saturating_duration_since(since) >= limit;
         (waited(oldest) && calls.last_answer.is_none_or(waited)).then_some(oldest)
     }
 
-    /// Gives up on the calls under way: `given_up` is told when each started and answers what is to be done once it
-    /// returns (it is then run on that call's thread). Answers how many there were.
-    pub fn give_up(&self, mut given_up: impl FnMut(Instant) -> OnReturn) -> usize {
+    /// If the share is silent at `now` ([`Answers::silent_since`]), gives up on the calls under way: `given_up` is told
+    /// when each started and answers what is to be done once it returns (it is then run on that call's thread).
+    /// Answers when the oldest started and how many there were (none given up on twice).
+    pub fn give_up_if_silent(
+        &self,
+        now: Instant,
+        limit: Duration,
+        mut given_up: impl FnMut(Instant) -> OnReturn,
+    ) -> Option<(Instant, usize)> {
         let mut calls = self.calls();
+        let since = Self::silent(&calls, now, limit)?;
         let mut count = 0;
         for (started, on_return) in calls.under_way.values_mut() {
             if on_return.is_none() {
@@ -96,7 +110,7 @@ impl Answers {
                 count += 1;
             }
         }
-        count
+        Some((since, count))
     }
 
     /// `file` read (and sought) with each call noted here.
@@ -113,8 +127,8 @@ pub struct Answering<'a, F> {
 
 impl<F: Read> Read for Answering<'_, F> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let file = &mut self.file;
-        self.answers.call(|| file.read(buf))
+        let (file, at_once) = (&mut self.file, buf.len().min(MOST_READ_AT_ONCE));
+        self.answers.call(|| file.read(&mut buf[..at_once]))
     }
 }
 
@@ -163,7 +177,7 @@ mod tests {
     }
 
     #[test]
-    fn a_call_given_up_on_says_so_when_it_returns_and_one_that_returned_is_not_given_up_on() {
+    fn a_call_given_up_on_says_so_when_it_returns_and_only_a_silent_share_s_are_given_up_on() {
         let answers = Arc::new(Answers::default());
         answers.call(|| ());
         let returned = Arc::new(AtomicUsize::new(0));
@@ -176,7 +190,8 @@ mod tests {
                 })
             }
         };
-        assert_eq!(answers.give_up(counted(&returned)), 0, "nothing under way");
+        let late = Instant::now() + LIMIT * 10;
+        assert_eq!(answers.give_up_if_silent(late, LIMIT, counted(&returned)), None, "nothing under way");
         let (tx, rx) = std::sync::mpsc::channel::<()>();
         let (entered_tx, entered) = std::sync::mpsc::channel::<()>();
         let waiting = {
@@ -189,12 +204,23 @@ mod tests {
             })
         };
         entered.recv().unwrap();
-        assert_eq!(answers.give_up(counted(&returned)), 1);
-        assert_eq!(answers.give_up(counted(&returned)), 0, "given up on once");
+        let began = answers.calls().under_way.values().next().unwrap().0;
+        assert_eq!(answers.give_up_if_silent(began + LIMIT / 2, LIMIT, counted(&returned)), None, "not silent yet");
+        let late = began + LIMIT * 10;
+        assert_eq!(answers.give_up_if_silent(late, LIMIT, counted(&returned)), Some((began, 1)));
+        assert_eq!(answers.give_up_if_silent(late, LIMIT, counted(&returned)), Some((began, 0)), "given up on once");
         assert_eq!(returned.load(Ordering::SeqCst), 0, "not returned yet");
         tx.send(()).unwrap();
         waiting.join().unwrap();
         assert_eq!(returned.load(Ordering::SeqCst), 1, "told once as it returned");
+    }
+
+    #[test]
+    fn a_large_read_through_answering_is_asked_for_a_block_at_a_time() {
+        let mut file = std::io::Cursor::new(vec![7u8; 3 * MOST_READ_AT_ONCE]);
+        let answers = Answers::default();
+        let mut buf = vec![0u8; 3 * MOST_READ_AT_ONCE];
+        assert_eq!(answers.reading(&mut file).read(&mut buf).unwrap(), MOST_READ_AT_ONCE);
     }
 
     #[test]

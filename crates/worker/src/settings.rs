@@ -106,8 +106,9 @@ pub struct Storage {
     #[serde(with = "humantime_serde")]
     pub transcode_limit: Duration,
     /// The longest each look a crawl makes before it reads anything (at the library's root, the proxy root, the
-    /// proxy folder) may take, and the longest the library's share may answer none of the crawl's calls in the middle
-    /// of it while one waits, before the crawl gives its slot up, saying the share did not answer; 1 s to 1 h.
+    /// proxy folder) may take, and a quarter of the longest the library's share may answer none of the crawl's calls
+    /// in the middle of it while one waits, before the crawl gives its slot up, saying the share did not answer; 1 s
+    /// to 1 h.
     #[serde(with = "humantime_serde")]
     pub root_answer_limit: Duration,
 }

@@ -196,7 +196,10 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
             copies::outside_the_folders(catalogue, config, &run.root, &scope, &mut unseen, stop).await?;
         }
         let active = scope.active_for_guard(&*self.catalogue, &storage, &args, listed, &unseen).await?;
-        self.replace_held_back(&run, &storage, &unseen, active, &ctx.progress).await?;
+        let replaced = self.replace_held_back(&run, &storage, &unseen, active, &ctx.progress);
+        let (stop, limit) = ((&*run.root, &run.halt), self.settings.root_answer_limit);
+        let (replaced, silent) = root::while_it_answers(stop, limit, replaced).await;
+        silent.map_or(replaced, Err)?;
         unseen.forget_seen(&run.seen.lock().expect("poisoned"));
         let guard = &self.settings.mass_deletion;
         // Only a walk of the whole root tells what the root is now, and what is mounted beneath it.
@@ -289,17 +292,11 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
             }
         };
         // A share that stops answering in the middle (a NAS turned off or asleep): its calls are given up on and the
-        // crawl stops, its slot free, as after a look at the root that did not answer (`root::until_silent`).
+        // crawl stops, its slot free, as after a look at the root that did not answer (`root::while_it_answers`).
         let work = async { tokio::join!(loading, self.process(run, rx, progress)) };
-        tokio::pin!(work);
-        let (loaded, fatal) = tokio::select! {
-            biased;
-            done = &mut work => done,
-            silent = root::until_silent(&run.root, self.settings.root_answer_limit) => {
-                run.halt.cancel();
-                (work.await.0, Some(silent))
-            }
-        };
+        let stop = (&*run.root, &run.halt);
+        let ((loaded, fatal), silent) = root::while_it_answers(stop, self.settings.root_answer_limit, work).await;
+        let fatal = silent.or(fatal);
         let walked = tokio::select! {
             biased;
             walked = &mut walker => walked,

@@ -66,12 +66,30 @@ pub(super) async fn read_by_the_crawl<T: Send + 'static>(
 }
 
 /// Resolves once the library's share behind `root` has stopped answering the crawl's calls ([`stopped_answering`]),
-/// looked at four times a limit: the error that stops the crawl.
+/// looked at once a limit: the error that stops the crawl.
 pub(super) async fn until_silent(root: &RootFolder, limit: Duration) -> HandlerError {
     loop {
-        tokio::time::sleep((limit / 4).max(Duration::from_millis(100))).await;
+        tokio::time::sleep(limit.max(Duration::from_millis(100))).await;
         if let Some(e) = stopped_answering(root, limit) {
             return e;
+        }
+    }
+}
+
+/// `work`, a step of the crawl that calls into the share behind `root`, and whether that share stopped answering
+/// meanwhile ([`until_silent`]): then the crawl is stopped (`halt`), and `work` ends once it has given its calls up.
+pub(super) async fn while_it_answers<T>(
+    (root, halt): (&RootFolder, &CancellationToken),
+    limit: Duration,
+    work: impl Future<Output = T>,
+) -> (T, Option<HandlerError>) {
+    tokio::pin!(work);
+    tokio::select! {
+        biased;
+        done = &mut work => (done, None),
+        silent = until_silent(root, limit) => {
+            halt.cancel();
+            (work.await, Some(silent))
         }
     }
 }

@@ -28,8 +28,9 @@ pub struct CrawlSettings {
     /// mtime, are put on the day they were taken there. The Worker's own zone (`TZ`, else `/etc/localtime`).
     pub zone: Zone,
     /// How long each look before the crawl reads anything (at the root, the proxy root, the proxy folder) may take
-    /// before the crawl gives its slot up (a share whose server stopped answering), and how long the share may answer
-    /// none of the crawl's calls into it (its listings, its reads) while one waits: `storage.root_answer_limit`.
+    /// before the crawl gives its slot up (a share whose server stopped answering), and a quarter of how long the share
+    /// may answer none of the crawl's calls into it (its listings, its reads) while one waits:
+    /// `storage.root_answer_limit`.
     pub root_answer_limit: Duration,
 }
 

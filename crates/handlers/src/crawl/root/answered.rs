@@ -232,21 +232,27 @@ pub(in crate::crawl) async fn answered_in_time<T: Send + 'static>(
     }
 }
 
+/// In the middle of a crawl, its library's share may answer none of its calls for this many limits
+/// (`storage.root_answer_limit`) before the crawl gives them up, where a look before the walk gets one: a single call
+/// into a share that answers may rightly wait longer than a look (an SMB open breaking a sleeping client's oplock,
+/// about 35 s; an NFSv4 open recalling a dead client's delegation, up to 90 s; a folder beneath the root automounted).
+pub(in crate::crawl) const LIMITS_OF_SILENCE: u32 = 4;
+
 /// Whether the library's share behind `root` stopped answering the crawl's calls (its listings, its reads: none
-/// answered within `within` while one has waited at least that long; [`almanac_media::Answers::silent_since`]). If so,
+/// answered within [`LIMITS_OF_SILENCE`] times `within` while one has waited at least that long;
+/// [`almanac_media::Answers::silent_since`]). If so,
 /// the calls under way are given up on, each kept as a look at the root given up on (its thread waits in the share):
 /// the next crawls' looks at the root are refused while it stays silent, as after a look that did not answer, and each
 /// call that returns says it answers again. Answers the error that stops the crawl.
 pub(in crate::crawl) fn stopped_answering(root: &almanac_media::RootFolder, within: Duration) -> Option<HandlerError> {
-    let since = root.answers().silent_since(Instant::now(), within)?;
-    let at = root.path();
-    let calls = root.answers().give_up(|started| {
+    let (at, silence) = (root.path(), within.saturating_mul(LIMITS_OF_SILENCE));
+    let (since, calls) = root.answers().give_up_if_silent(Instant::now(), silence, |started| {
         let number = LOOKS.fetch_add(1, Ordering::Relaxed);
         let look = Arc::new(Look { at: at.to_owned(), number, started, returned: AtomicBool::new(false) });
         look.given_up(within, true);
         let returns = Returns(look);
         Box::new(move || drop(returns))
-    });
+    })?;
     Some(HandlerError::retryable(format!(
         "the library's share at {} stopped answering in the middle of the crawl: {calls} call(s) into it (listing a \
          folder, reading a file) waited, the first for {} s, and none answered within {} (a share whose server \
@@ -255,7 +261,7 @@ pub(in crate::crawl) fn stopped_answering(root: &almanac_media::RootFolder, with
          meanwhile. {}; if the share is only slow, raise storage.root_answer_limit",
         at.display(),
         since.elapsed().as_secs(),
-        spoken(within),
+        spoken(silence),
         Holds::Library.remedy()
     )))
 }
@@ -422,6 +428,10 @@ mod tests {
         for said in [
             format!("ten limits after the last ({first} min)"),
             format!("Once {MOST_WAITING_AT_A_FOLDER} calls wait at one folder ({MOST_WAITING} in all)"),
+            format!(
+                "for {LIMITS_OF_SILENCE} times `storage.root_answer_limit` ({} min unless set)",
+                (almanac_media::ROOT_ANSWERS_WITHIN * LIMITS_OF_SILENCE).as_secs() / 60
+            ),
         ] {
             assert!(guide.contains(&said), "docs/operations.md: {said}");
         }
