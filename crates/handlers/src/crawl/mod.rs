@@ -296,7 +296,8 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         let work = async { tokio::join!(loading, self.process(run, rx, progress)) };
         let stop = (&*run.root, &run.halt);
         let ((loaded, fatal), silent) = root::while_it_answers(stop, self.settings.root_answer_limit, work).await;
-        let fatal = silent.or(fatal);
+        // A problem the crawl met first is said, not the silence it may have met while it wound down.
+        let fatal = fatal.or(silent);
         let walked = tokio::select! {
             biased;
             walked = &mut walker => walked,

@@ -66,7 +66,8 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
             .for_each_concurrent(self.settings.max_concurrent_files.max(1), |(entry, known)| {
                 let (fatal, replayed) = (&fatal, &replayed);
                 async move {
-                    if run.cancel.is_cancelled() || fatal.lock().expect("poisoned").is_some() {
+                    // Stopped (`halt`: cancelled, a problem, a share that stopped answering): none begun.
+                    if run.halt.is_cancelled() || fatal.lock().expect("poisoned").is_some() {
                         return;
                     }
                     self.one_file(run, &entry, Some(&known), true, fatal).await;

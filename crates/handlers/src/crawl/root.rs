@@ -59,6 +59,10 @@ pub(super) async fn read_by_the_crawl<T: Send + 'static>(
     what: &str,
     read: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, FileProblem> {
+    // Not even begun once the crawl has stopped: a share that stopped answering would keep one more thread.
+    if halt.is_cancelled() {
+        return Err(FileProblem::Cancelled);
+    }
     match unless_stopped(halt, read).await {
         Some(read) => read.map_err(|e| FileProblem::Failed(format!("{what} ended abnormally: {e}"))),
         None => Err(FileProblem::Cancelled),
@@ -346,6 +350,12 @@ mod tests {
             });
             assert!(matches!(never.await, Err(FileProblem::Cancelled)));
             stop.await.unwrap();
+            // Once the crawl has stopped, no read is begun (each would leave a thread in a silent share).
+            // The read says it began; a read dropped unbegun drops its sender, which ends the wait for it at once.
+            let (began, begun) = std::sync::mpsc::channel::<()>();
+            let after = read_by_the_crawl(&halt, "reading", move || began.send(()).unwrap()).await;
+            assert!(matches!(after, Err(FileProblem::Cancelled)));
+            assert!(begun.recv().is_err(), "not begun");
         });
         runtime.shutdown_background();
     }

@@ -139,7 +139,10 @@ impl CrawlScope {
         for end in ends {
             let above = &folder[..end];
             let opened = root.open_folder(above).ok().map(std::fs::File::from);
-            if opened.and_then(|f| f.metadata().ok()).is_some_and(|m| (m.dev(), m.ino()) == avoid) {
+            if opened
+                .and_then(|f| root.answers().call(|| f.metadata()).ok())
+                .is_some_and(|m| (m.dev(), m.ino()) == avoid)
+            {
                 passed_over_proxy_root(root, above, report);
                 return false;
             }
@@ -219,8 +222,8 @@ pub(super) fn not_mounted_on_the_way(root: &RootFolder, folder: &[u8], mounts: &
     for end in ends.filter(|end| mounts.was_mounted(&folder[..*end])) {
         let here = &folder[..end];
         let above = split_parent(here).0;
-        let device =
-            |rel: &[u8]| root.open_folder(rel).ok().and_then(|f| almanac_media::folder_identity(&f)).map(|i| i.0);
+        let identity = |f| root.answers().call(|| almanac_media::folder_identity(&f));
+        let device = |rel: &[u8]| root.open_folder(rel).ok().and_then(identity).map(|i| i.0);
         let why = match (device(here), device(above)) {
             (Some(own), Some(parent)) if own == parent => mounts.not_mounted(here),
             (None, Some(_)) => mounts.gone(here),
@@ -248,7 +251,7 @@ fn not_there(root: &RootFolder, folder: &[u8], vanished: bool) -> Option<String>
                 .into(),
         );
     };
-    (vanished && still_listed(&above, name)).then(|| {
+    (vanished && still_listed(root, &above, name)).then(|| {
         "its folder still lists it, but it cannot be opened (a mount that failed, or it changed as the crawl \
          looked); nothing under it is soft-deleted this time and the next crawl looks again"
             .into()
@@ -257,9 +260,9 @@ fn not_there(root: &RootFolder, folder: &[u8], vanished: bool) -> Option<String>
 
 /// Whether the open `folder` lists `name` (blocking); a listing that fails counts as listing it, so that what
 /// cannot be told is never taken for gone.
-fn still_listed(folder: &std::os::fd::OwnedFd, name: &[u8]) -> bool {
-    let Ok(dir) = rustix::fs::Dir::read_from(folder) else { return true };
-    for entry in dir {
+fn still_listed(root: &RootFolder, folder: &std::os::fd::OwnedFd, name: &[u8]) -> bool {
+    let Ok(mut dir) = root.answers().call(|| rustix::fs::Dir::read_from(folder)) else { return true };
+    while let Some(entry) = root.answers().call(|| dir.next()) {
         match entry {
             Ok(entry) if entry.file_name().to_bytes() == name => return true,
             Ok(_) => {}

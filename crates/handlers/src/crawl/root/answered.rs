@@ -246,9 +246,12 @@ pub(in crate::crawl) const LIMITS_OF_SILENCE: u32 = 4;
 /// call that returns says it answers again. Answers the error that stops the crawl.
 pub(in crate::crawl) fn stopped_answering(root: &almanac_media::RootFolder, within: Duration) -> Option<HandlerError> {
     let (at, silence) = (root.path(), within.saturating_mul(LIMITS_OF_SILENCE));
-    let (since, calls) = root.answers().give_up_if_silent(Instant::now(), silence, |started| {
+    let now = Instant::now();
+    let (since, calls) = root.answers().give_up_if_silent(now, silence, |_| {
         let number = LOOKS.fetch_add(1, Ordering::Relaxed);
-        let look = Arc::new(Look { at: at.to_owned(), number, started, returned: AtomicBool::new(false) });
+        // Entered as a look begun now: the next look is made ten limits after the crawl gave up (not after the call
+        // began, four limits or more before), and a call that returns says the folder answers again.
+        let look = Arc::new(Look { at: at.to_owned(), number, started: now, returned: AtomicBool::new(false) });
         look.given_up(within, true);
         let returns = Returns(look);
         Box::new(move || drop(returns))
