@@ -131,7 +131,7 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         storage: &StorageConfig,
         cancel: &CancellationToken,
     ) -> Result<(), HandlerError> {
-        let looks = (cancel, self.settings.root_answer_limit);
+        let looks = (cancel, self.settings.answer_limit());
         root::check_roots_apart(&*self.catalogue, storage, &self.settings.proxy_root, looks).await?;
         root::check_proxies_in_place(&*self.catalogue, storage, &self.settings.proxy_root, looks).await?;
         // A proxy root that can take no file would fail every file one by one: one clear error instead.
@@ -161,7 +161,7 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         self.check_before_reading(&storage, &ctx.cancel).await?;
         let (at, confirmed) = (storage.clone(), args.clone());
         let opening = format!("opening the storage root {}", storage.root_path.display());
-        let (look, within) = (move || root::open_root(&at, &confirmed), self.settings.root_answer_limit);
+        let (look, within) = (move || root::open_root(&at, &confirmed), self.settings.answer_limit());
         let (root, is_mount_point) =
             root::answered_in_time(&ctx.cancel, (&storage.root_path, root::Holds::Library), within, &opening, look)
                 .await??;
@@ -189,7 +189,7 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         let listed = leftover.active;
         let not_walked: Vec<_> = walk.unreadable.iter().chain(&walk.folder_loops).collect();
         let mut unseen = settle::unseen(leftover, &run.seen.lock().expect("poisoned"), &not_walked);
-        let stop = (&run.cancel, self.settings.root_answer_limit);
+        let stop = (&run.cancel, self.settings.answer_limit());
         copies::look_at_held(&run.root, &scope, &mut unseen, stop).await?;
         if !scope.is_whole_root() {
             let catalogue = &*self.catalogue;
@@ -197,7 +197,7 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         }
         let active = scope.active_for_guard(&*self.catalogue, &storage, &args, listed, &unseen).await?;
         let replaced = self.replace_held_back(&run, &storage, &unseen, active, &ctx.progress);
-        let (stop, limit) = ((&*run.root, &run.halt), self.settings.root_answer_limit);
+        let (stop, limit) = ((&*run.root, &run.halt), self.settings.answer_limit());
         let (replaced, silent) = root::while_it_answers(stop, limit, replaced).await;
         silent.map_or(replaced, Err)?;
         unseen.forget_seen(&run.seen.lock().expect("poisoned"));
@@ -275,7 +275,7 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
                 (run.root.clone(), run.counters.clone(), run.halt.clone(), scope.clone());
             let proxy_root = self.settings.proxy_root.clone();
             let look = move || almanac_media::identity(&proxy_root);
-            let (at, limit) = ((&*self.settings.proxy_root, root::Holds::Proxies), self.settings.root_answer_limit);
+            let (at, limit) = ((&*self.settings.proxy_root, root::Holds::Proxies), self.settings.answer_limit());
             let avoid = root::answered_in_time(&run.cancel, at, limit, "looking at the proxy root", look).await?;
             // At the Worker's priority for reads (`worker.nice`, `worker.io_priority`), like the files' reads.
             tokio::task::spawn_blocking(move || {
@@ -295,7 +295,7 @@ impl<C: CatalogueStore + DatabaseClock + 'static> CrawlHandler<C> {
         // crawl stops, its slot free, as after a look at the root that did not answer (`root::while_it_answers`).
         let work = async { tokio::join!(loading, self.process(run, rx, progress)) };
         let stop = (&*run.root, &run.halt);
-        let ((loaded, fatal), silent) = root::while_it_answers(stop, self.settings.root_answer_limit, work).await;
+        let ((loaded, fatal), silent) = root::while_it_answers(stop, self.settings.answer_limit(), work).await;
         // A problem the crawl met first is said, not the silence it may have met while it wound down.
         let fatal = fatal.or(silent);
         let walked = tokio::select! {

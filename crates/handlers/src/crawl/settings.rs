@@ -43,6 +43,16 @@ impl CrawlSettings {
     /// short beside any crawl.
     pub const DEFAULT_SETTLE_TIME: Duration = Duration::from_secs(10);
 
+    /// The shortest limit a crawl gives a share to answer (the least `storage.root_answer_limit` may be set to): a
+    /// shorter one, zero above all, would take every share for one that stopped answering.
+    pub const LEAST_ROOT_ANSWER_LIMIT: Duration = Duration::from_secs(1);
+
+    /// `root_answer_limit`, at least [`Self::LEAST_ROOT_ANSWER_LIMIT`] (these settings are built by other programs
+    /// than the Worker, which checks its own).
+    pub fn answer_limit(&self) -> Duration {
+        self.root_answer_limit.max(Self::LEAST_ROOT_ANSWER_LIMIT)
+    }
+
     /// The defaults, writing proxies under `proxy_root`: four files at once, the tools' default time limits,
     /// the default mass-deletion guard, stills of up to 250 megapixels, the default settle time, the Worker's own
     /// zone, and [`almanac_media::ROOT_ANSWERS_WITHIN`] for each look before reading.
@@ -57,5 +67,20 @@ impl CrawlSettings {
             zone: Zone::Local,
             root_answer_limit: almanac_media::ROOT_ANSWERS_WITHIN,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_crawl_gives_a_share_at_least_a_second_whatever_it_is_given() {
+        let mut settings = CrawlSettings::new(PathBuf::from("/proxies"));
+        assert_eq!(settings.answer_limit(), almanac_media::ROOT_ANSWERS_WITHIN);
+        settings.root_answer_limit = Duration::ZERO;
+        assert_eq!(settings.answer_limit(), Duration::from_secs(1));
+        settings.root_answer_limit = Duration::from_millis(1500);
+        assert_eq!(settings.answer_limit(), Duration::from_millis(1500));
     }
 }

@@ -64,7 +64,8 @@ impl Settings {
                 self.storage.transcode_limit
             );
         }
-        if !(Duration::from_secs(1)..=Duration::from_secs(3600)).contains(&self.storage.root_answer_limit) {
+        let least = almanac_handlers::CrawlSettings::LEAST_ROOT_ANSWER_LIMIT;
+        if !(least..=Duration::from_secs(3600)).contains(&self.storage.root_answer_limit) {
             bail!(
                 "storage.root_answer_limit: {:?} must be from 1s to 1h (how long a crawl waits for its library's share \
                  to answer before it gives its slot up)",
