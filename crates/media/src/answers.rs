@@ -92,21 +92,21 @@ impl Answers {
         (waited(oldest) && calls.last_answer.is_none_or(waited)).then_some(oldest)
     }
 
-    /// If the share is silent at `now` ([`Answers::silent_since`]), gives up on the calls under way: `given_up` is told
-    /// when each started and answers what is to be done once it returns (it is then run on that call's thread).
-    /// Answers when the oldest started and how many there were (none given up on twice).
+    /// If the share is silent at `now` ([`Answers::silent_since`]), gives up on the calls under way: `given_up`
+    /// answers, for each, what is to be done once it returns (it is then run on that call's thread). Answers when the
+    /// oldest started and how many there were (none given up on twice).
     pub fn give_up_if_silent(
         &self,
         now: Instant,
         limit: Duration,
-        mut given_up: impl FnMut(Instant) -> OnReturn,
+        mut given_up: impl FnMut() -> OnReturn,
     ) -> Option<(Instant, usize)> {
         let mut calls = self.calls();
         let since = Self::silent(&calls, now, limit)?;
         let mut count = 0;
-        for (started, on_return) in calls.under_way.values_mut() {
+        for (_, on_return) in calls.under_way.values_mut() {
             if on_return.is_none() {
-                *on_return = Some(given_up(*started));
+                *on_return = Some(given_up());
                 count += 1;
             }
         }
@@ -183,7 +183,7 @@ mod tests {
         let returned = Arc::new(AtomicUsize::new(0));
         let counted = |returned: &Arc<AtomicUsize>| {
             let returned = returned.clone();
-            move |_| -> OnReturn {
+            move || -> OnReturn {
                 let returned = returned.clone();
                 Box::new(move || {
                     returned.fetch_add(1, Ordering::SeqCst);

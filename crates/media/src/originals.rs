@@ -190,6 +190,11 @@ impl RootFolder {
         &self.answers
     }
 
+    /// The identity of `folder`, opened beneath the root ([`folder_identity`]): a call into its share.
+    pub fn identity_of(&self, folder: &OwnedFd) -> Option<(u64, u64)> {
+        self.answers.call(|| folder_identity(folder))
+    }
+
     /// Whether the root is a mount point: its device differs from its parent folder's.
     pub fn is_mount_point(&self) -> std::io::Result<bool> {
         let own = self.answers.call(|| rustix::fs::fstat(&self.dir))?;

@@ -127,9 +127,8 @@ pub(super) async fn look_at_held(
     if unseen.held.is_empty() {
         return Ok(());
     }
-    let (root, scope, held) = (root.clone(), scope.clone(), std::mem::take(&mut unseen.held));
-    let watched = root.clone();
-    let looked = looked_at_while_it_answers(stop, &watched, "looking at the copies", move || {
+    let (watched, root, scope, held) = (root, root.clone(), scope.clone(), std::mem::take(&mut unseen.held));
+    let looked = looked_at_while_it_answers(stop, watched, "looking at the copies", move || {
         almanac_media::gently(|| {
             held.into_iter()
                 .map(|(asset, copies)| {

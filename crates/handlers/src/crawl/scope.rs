@@ -138,11 +138,7 @@ impl CrawlScope {
         let ends = folder.iter().enumerate().filter(|(_, b)| **b == b'/').map(|(i, _)| i).chain([folder.len()]);
         for end in ends {
             let above = &folder[..end];
-            let opened = root.open_folder(above).ok().map(std::fs::File::from);
-            if opened
-                .and_then(|f| root.answers().call(|| f.metadata()).ok())
-                .is_some_and(|m| (m.dev(), m.ino()) == avoid)
-            {
+            if root.open_folder(above).ok().and_then(|f| root.identity_of(&f)) == Some(avoid) {
                 passed_over_proxy_root(root, above, report);
                 return false;
             }
@@ -222,8 +218,7 @@ pub(super) fn not_mounted_on_the_way(root: &RootFolder, folder: &[u8], mounts: &
     for end in ends.filter(|end| mounts.was_mounted(&folder[..*end])) {
         let here = &folder[..end];
         let above = split_parent(here).0;
-        let identity = |f| root.answers().call(|| almanac_media::folder_identity(&f));
-        let device = |rel: &[u8]| root.open_folder(rel).ok().and_then(identity).map(|i| i.0);
+        let device = |rel: &[u8]| root.open_folder(rel).ok().and_then(|f| root.identity_of(&f)).map(|i| i.0);
         let why = match (device(here), device(above)) {
             (Some(own), Some(parent)) if own == parent => mounts.not_mounted(here),
             (None, Some(_)) => mounts.gone(here),

@@ -171,8 +171,7 @@ impl Walk<'_> {
     ) -> Option<String> {
         let (own, parent) = (own?, parent?);
         // The listing's look does not trigger an automount (an NFSv4 submount, autofs): the folder opened does.
-        let identity = |f| self.root.answers().call(|| almanac_media::folder_identity(&f));
-        let mounted = || self.root.open_folder(rel).ok().and_then(identity);
+        let mounted = || self.root.open_folder(rel).ok().and_then(|f| self.root.identity_of(&f));
         if own.0 != parent.0 || (self.mounts.was_mounted(rel) && mounted().is_some_and(|m| m.0 != parent.0)) {
             report.mounts_below.push(rel.to_vec());
             return None;
@@ -223,7 +222,7 @@ fn walk_below(walk: &Walk<'_>, folder: Vec<u8>, on_file: &mut impl FnMut(WalkEnt
             } else {
                 root.open_folder(&rel_dir).and_then(|folder| {
                     // The folder opened, not the listing's look at it: opening may have mounted it (an automount).
-                    let own = root.answers().call(|| almanac_media::folder_identity(&folder)).or(identity);
+                    let own = root.identity_of(&folder).or(identity);
                     root.list_each(&folder, &rel_dir).map(|listing| Some((listing, own)))
                 })
             };

@@ -247,7 +247,7 @@ pub(in crate::crawl) const LIMITS_OF_SILENCE: u32 = 4;
 pub(in crate::crawl) fn stopped_answering(root: &almanac_media::RootFolder, within: Duration) -> Option<HandlerError> {
     let (at, silence) = (root.path(), within.saturating_mul(LIMITS_OF_SILENCE));
     let now = Instant::now();
-    let (since, calls) = root.answers().give_up_if_silent(now, silence, |_| {
+    let (since, calls) = root.answers().give_up_if_silent(now, silence, || {
         let number = LOOKS.fetch_add(1, Ordering::Relaxed);
         // Entered as a look begun now: the next look is made ten limits after the crawl gave up (not after the call
         // began, four limits or more before), and a call that returns says the folder answers again.
